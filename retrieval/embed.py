@@ -1,0 +1,43 @@
+"""Sentence embedders shared by the segmenter and the dense index."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from isq.encoders import MINILM_ALIAS, resolve_encoder_path
+
+
+class Embedder(Protocol):
+    """Anything that maps texts to L2-normalised float32 vectors of a fixed dimension."""
+
+    dim: int
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class SentenceEmbedder:
+    """A sentence-transformers model by name or path (offline all-MiniLM-L6-v2 by default).
+
+    Vectors are L2-normalised, so inner product is cosine similarity.
+    """
+
+    def __init__(self, model: str = MINILM_ALIAS, batch_size: int = 64, device: str = "cpu") -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self.name = model
+        self.batch_size = batch_size
+        self._model = SentenceTransformer(resolve_encoder_path(model), device=device)
+        getter = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        self.dim = int(getter())
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = self._model.encode(
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+            convert_to_numpy=True, show_progress_bar=False,
+        )
+        return np.ascontiguousarray(vectors, dtype=np.float32)

@@ -1,0 +1,36 @@
+"""Shared fixtures: tiny random model configs, nothing downloaded."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from isq.encoders import MINILM_ALIAS  # noqa: E402
+from isq.model import ISQConfig  # noqa: E402
+
+
+def tiny_config(**overrides) -> ISQConfig:
+    """A random 2-layer T5 encoder (d_model 32) + 1-layer decoder, with MiniLM's offline tokenizer."""
+    values = dict(
+        encoder="tiny-random-t5",
+        tokenizer=MINILM_ALIAS,
+        encoder_config=dict(model_type="t5", vocab_size=30522, d_model=32, d_ff=64, num_layers=2,
+                            num_heads=2, d_kv=16, dropout_rate=0.0),
+        code_dim=16,
+        num_codes=64,
+        decoder=dict(d_model=32, d_ff=64, num_decoder_layers=1, num_heads=2, d_kv=16, dropout_rate=0.0),
+        max_length=64,
+    )
+    values.update(overrides)
+    return ISQConfig(**values)
+
+
+@pytest.fixture
+def tiny() -> ISQConfig:
+    return tiny_config()

@@ -1,0 +1,173 @@
+"""ISQModel, projection and the exported fingerprinter (SPEC sections 1-2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from isq.encoders import MINILM_ALIAS
+from isq.fingerprint import Fingerprinter, collapse_repeats
+from isq.model import ISQConfig, ISQModel
+from isq.projection import StrideOneProjection
+from tests.conftest import tiny_config
+
+
+@pytest.mark.parametrize("length", [1, 2, 7, 64])
+def test_projection_keeps_length(length):
+    proj = StrideOneProjection(12, 5)
+    assert proj(torch.randn(3, length, 12)).shape == (3, length, 5)
+
+
+def test_projection_ignores_padding_content():
+    proj = StrideOneProjection(6, 4)
+    hidden = torch.randn(1, 5, 6)
+    mask = torch.tensor([[1, 1, 1, 0, 0]], dtype=torch.bool)
+    other = hidden.clone()
+    other[0, 3:] = 99.0
+    torch.testing.assert_close(proj(hidden, mask)[mask], proj(other, mask)[mask])
+
+
+def test_even_kernel_refused():
+    with pytest.raises(ValueError, match="odd"):
+        StrideOneProjection(4, 4, kernel_size=2)
+
+
+def _batch(model: ISQModel):
+    tok = model.tokenizer
+    ctx = tok(["A: how much is the red one?", "B: see you at 7 pm then"], padding=True, return_tensors="pt")
+    tgt = tok(["It costs 20 dollars.", "Great, bye!"], padding=True, return_tensors="pt")
+    return ctx.input_ids, ctx.attention_mask, tgt.input_ids.masked_fill(tgt.attention_mask == 0, -100)
+
+
+def test_loss_is_the_sum_of_its_components_and_gradients_reach_the_encoder(tiny):
+    torch.manual_seed(0)
+    model = ISQModel(tiny).train()
+    out = model(*_batch(model))
+    expected = out.ce_loss + tiny.lambda_vq * (out.codebook_loss + tiny.beta * out.commitment_loss) \
+        + tiny.lambda_ent * out.entropy_loss
+    torch.testing.assert_close(out.loss, expected)
+    out.loss.backward()
+    groups = model.parameter_groups()
+    assert groups["encoder"] and groups["head"]
+    enc_grad = sum(p.grad.abs().sum() for p in groups["encoder"] if p.grad is not None)
+    assert enc_grad > 0, "no gradient reached the encoder through the straight-through estimator"
+    assert model.semantic_encoder.projection.conv.weight.grad.abs().sum() > 0
+
+
+def test_frozen_encoder_gets_no_gradient_and_stays_in_eval(tiny):
+    model = ISQModel(tiny_config(freeze_encoder=True)).train()
+    assert not model.encoder.training
+    model(*_batch(model)).loss.backward()
+    assert model.parameter_groups()["encoder"] == []
+    assert all(p.grad is None for p in model.encoder.parameters())
+
+
+def test_unknown_config_field_is_named():
+    with pytest.raises(ValueError, match="code_dimm"):
+        ISQConfig.from_dict({"code_dimm": 3})
+
+
+def test_collapse_repeats():
+    assert collapse_repeats([3, 3, 1, 1, 3, 2, 2]) == (3, 1, 3, 2)
+    assert collapse_repeats([]) == ()
+
+
+@pytest.fixture
+def exported(tiny, tmp_path):
+    torch.manual_seed(0)
+    model = ISQModel(tiny).train()
+    for _ in range(2):  # move the codebook away from its initial state
+        model(*_batch(model))
+    path = model.export_fingerprinter(tmp_path / "fp", run_record={"steps": 2})
+    return model, path
+
+
+TEXTS = ["Let's meet at 7:45 tomorrow.", "", "Ça coûte 20 € — 日本へ行きます 🙂", "word " * 400, "Hi"]
+
+
+def test_export_load_gives_bit_identical_codes(exported):
+    model, path = exported
+    loaded = Fingerprinter.from_pretrained(path)
+    assert not loaded.training and not any(p.requires_grad for p in loaded.parameters())
+    model.eval()
+    tok = model.tokenizer(TEXTS, padding=True, truncation=True, max_length=64, return_tensors="pt")
+    with torch.no_grad():
+        z = model.semantic_encoder(tok.input_ids, tok.attention_mask)
+        direct = model.quantizer.assign(z, tok.attention_mask)
+    assert torch.equal(loaded.token_codes(tok.input_ids, tok.attention_mask), direct)
+    prints = loaded.fingerprint(TEXTS)
+    assert [p.token_codes for p in prints] == [tuple(int(c) for c in row if c >= 0) for row in direct]
+    assert loaded.run_record == {"steps": 2}
+    assert json.loads((path / "config.json").read_text())["identity"] == loaded.identity
+
+
+def test_fingerprints_of_edge_case_texts(exported):
+    _, path = exported
+    fp = Fingerprinter.from_pretrained(path)
+    empty, long = fp.fingerprint([TEXTS[1], TEXTS[3]])
+    assert len(empty.token_codes) == 2  # [CLS] [SEP] only
+    assert len(long.token_codes) == 64  # truncated at config.max_length
+    non_ascii = fp.fingerprint([TEXTS[2]])[0]
+    assert non_ascii.codes == set(non_ascii.token_codes) and len(non_ascii.sequence) >= 1
+    # Batch composition does not change a text's fingerprint.
+    assert fp.fingerprint(TEXTS)[0] == fp.fingerprint([TEXTS[0]])[0]
+    with pytest.raises(TypeError):
+        fp.fingerprint("not a list")
+
+
+def test_missing_tensor_is_named(exported, tmp_path):
+    _, path = exported
+    tensors = load_file(str(path / "model.safetensors"))
+    del tensors["codebook"]
+    save_file(tensors, str(path / "model.safetensors"))
+    with pytest.raises(ValueError, match="missing tensor.*codebook"):
+        Fingerprinter.from_pretrained(path)
+
+
+def test_misshaped_tensor_is_named(exported):
+    _, path = exported
+    tensors = load_file(str(path / "model.safetensors"))
+    tensors["semantic_encoder.projection.conv.weight"] = torch.zeros(3, 3, 3)
+    save_file(tensors, str(path / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"projection\.conv\.weight has shape \(3, 3, 3\)"):
+        Fingerprinter.from_pretrained(path)
+
+
+def test_not_a_fingerprinter_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        Fingerprinter.from_pretrained(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def minilm_export(tmp_path_factory):
+    config = ISQConfig(encoder=MINILM_ALIAS, freeze_encoder=True, code_dim=16, num_codes=32, max_length=32,
+                       decoder=dict(d_model=32, d_ff=64, num_decoder_layers=1, num_heads=2, d_kv=16))
+    model = ISQModel(config)
+    return model, model.export_fingerprinter(tmp_path_factory.mktemp("minilm") / "fp")
+
+
+def test_frozen_pretrained_encoder_is_referenced_not_copied(minilm_export):
+    model, path = minilm_export
+    meta = json.loads((path / "config.json").read_text())
+    assert meta["encoder_reference"]["encoder"] == MINILM_ALIAS
+    assert len(meta["encoder_reference"]["sha256"]) == 64
+    assert not any(k.startswith("semantic_encoder.encoder.") for k in load_file(str(path / "model.safetensors")))
+    assert (path / "model.safetensors").stat().st_size < 100_000
+    loaded = Fingerprinter.from_pretrained(path)
+    tok = model.tokenizer(["my sister lives in Paris"], return_tensors="pt")
+    with torch.no_grad():
+        z = model.semantic_encoder(tok.input_ids, tok.attention_mask)
+    assert loaded.fingerprint(["my sister lives in Paris"])[0].token_codes == tuple(
+        model.quantizer.assign(z)[0].tolist())
+
+
+def test_encoder_checksum_mismatch_is_refused(minilm_export):
+    _, path = minilm_export
+    meta = json.loads((path / "config.json").read_text())
+    meta["encoder_reference"]["sha256"] = "0" * 64
+    (path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="SHA-256"):
+        Fingerprinter.from_pretrained(path)

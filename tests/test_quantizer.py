@@ -1,0 +1,191 @@
+"""EMAQuantizer mathematics against hand-computed values (SPEC section 1)."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from isq.quantizer import EMAQuantizer
+
+
+def two_code_quantizer(decay: float = 0.5, eps: float = 0.0, **kw) -> EMAQuantizer:
+    q = EMAQuantizer(num_codes=2, dim=2, decay=decay, eps=eps, **kw)
+    with torch.no_grad():
+        q.codebook.copy_(torch.tensor([[0.0, 0.0], [10.0, 10.0]]))
+        q.ema_embed_sum.copy_(q.codebook)
+        q.ema_cluster_size.fill_(1.0)
+    return q.train()
+
+
+def test_ema_update_matches_hand_computation():
+    q = two_code_quantizer()
+    z = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [9.0, 10.0], [100.0, 100.0]]])
+    mask = torch.tensor([[True, True, True, False]])
+    out = q(z, mask)
+    assert out.indices.tolist() == [[0, 0, 1, -1]]
+    # counts (2, 1); sums ((1,1), (9,10)); decay 0.5 blends with size 1 / sum = code.
+    torch.testing.assert_close(q.ema_cluster_size, torch.tensor([1.5, 1.0]))
+    torch.testing.assert_close(q.ema_embed_sum, torch.tensor([[0.5, 0.5], [9.5, 10.0]]))
+    torch.testing.assert_close(q.codebook, torch.tensor([[1 / 3, 1 / 3], [9.5, 10.0]]))
+    torch.testing.assert_close(q.window_counts, torch.tensor([2.0, 1.0]))
+
+
+def test_laplace_smoothing_of_cluster_sizes():
+    q = two_code_quantizer(decay=0.5, eps=0.1)
+    q(torch.tensor([[[1.0, 0.0], [0.0, 1.0], [9.0, 10.0]]]))
+    size, total = torch.tensor([1.5, 1.0]), 2.5
+    smoothed = (size + 0.1) / (total + 2 * 0.1) * total
+    torch.testing.assert_close(q.codebook, torch.tensor([[0.5, 0.5], [9.5, 10.0]]) / smoothed.unsqueeze(1))
+
+
+def test_masked_positions_change_nothing():
+    torch.manual_seed(0)
+    z = torch.randn(2, 5, 8)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]], dtype=torch.bool)
+    garbage = z.clone()
+    garbage[~mask] = 1e3 * torch.randn(int((~mask).sum()), 8)
+    q1, q2 = EMAQuantizer(16, 8), EMAQuantizer(16, 8)
+    q2.load_state_dict(q1.state_dict())
+    o1, o2 = q1.train()(z, mask), q2.train()(garbage, mask)
+    for name in ("codebook", "ema_cluster_size", "ema_embed_sum", "window_counts"):
+        torch.testing.assert_close(getattr(q1, name), getattr(q2, name))
+    torch.testing.assert_close(o1.quantized[mask], o2.quantized[mask])
+    torch.testing.assert_close(o1.commitment_loss, o2.commitment_loss)
+    torch.testing.assert_close(o1.entropy_loss, o2.entropy_loss)
+    assert (o2.quantized[~mask] == 0).all()
+    assert (o2.indices[~mask] == -1).all()
+
+
+def test_eval_mode_does_not_update():
+    q = two_code_quantizer().eval()
+    before = q.codebook.clone()
+    q(torch.randn(1, 4, 2))
+    torch.testing.assert_close(q.codebook, before)
+    assert q.window_counts.sum() == 0
+
+
+def test_reactivation_replaces_exactly_the_dead_codes_and_survives_next_step():
+    torch.manual_seed(1)
+    q = EMAQuantizer(num_codes=8, dim=4, revive_every=2, revive_threshold=1.0).train()
+    batch = torch.randn(1, 6, 4)
+    q(batch)
+    # Force the window: codes 0-3 used twice per step on average, codes 4-7 less than once.
+    q.window_counts.copy_(torch.tensor([4.0, 4.0, 2.0, 2.0, 1.0, 0.0, 0.0, 1.9]))
+    before = q.codebook.clone()
+    assert q.optimizer_step() == 0  # window not complete yet
+    revived = q.optimizer_step()
+    assert revived == 4 and int(q.dead_codes) == 4
+    torch.testing.assert_close(q.codebook[:4], before[:4], rtol=1e-4, atol=1e-5)
+    samples = batch.reshape(-1, 4)
+    for code in range(4, 8):
+        assert torch.isclose(samples, q.codebook[code]).all(1).any(), f"code {code} is not a batch vector"
+        assert q.ema_cluster_size[code] == 1.0
+        torch.testing.assert_close(q.ema_embed_sum[code], q.codebook[code], rtol=1e-3, atol=1e-4)
+    assert q.window_counts.sum() == 0 and int(q.window_steps) == 0
+    revived_vectors = q.codebook[4:].clone()
+    # The next EMA step (a batch sitting on live code 0, so nothing is assigned to the
+    # revived codes) must not wipe the revived vectors out.
+    q(q.codebook[0].expand(1, 3, 4).clone())
+    drift = (q.codebook[4:] - revived_vectors).norm(dim=1) / revived_vectors.norm(dim=1)
+    assert (drift < 0.05).all(), drift
+
+
+def test_straight_through_gradient_reaches_z():
+    q = EMAQuantizer(16, 4).train()
+    z = torch.randn(2, 3, 4, requires_grad=True)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.bool)
+    out = q(z, mask, with_entropy=False)
+    (out.quantized * torch.arange(4.0)).sum().backward()
+    expected = torch.arange(4.0).expand(2, 3, 4) * mask.unsqueeze(-1)
+    torch.testing.assert_close(z.grad, expected)
+
+
+def test_loss_components_equal_the_spec_formulas():
+    torch.manual_seed(2)
+    q = EMAQuantizer(8, 3, entropy_temperature=0.7).eval()
+    z = torch.randn(1, 5, 3)
+    out = q(z)
+    zf, e = z.reshape(-1, 3).double(), q.codebook.double()
+    d = ((zf[:, None, :] - e[None]) ** 2).sum(-1)
+    nearest = e[d.argmin(1)]
+    sq = ((zf - nearest) ** 2).sum(1).mean()
+    assert math.isclose(out.commitment_loss.item(), sq.item(), rel_tol=1e-5)
+    assert math.isclose(out.codebook_loss.item(), sq.item(), rel_tol=1e-5)
+    p = torch.softmax(-d / 0.7, dim=1)
+    h_tokens = -(p * p.log()).sum(1).mean()
+    pm = p.mean(0)
+    expected_ent = h_tokens - (-(pm * pm.log()).sum())
+    assert math.isclose(out.entropy_loss.item(), expected_ent.item(), rel_tol=1e-4, abs_tol=1e-6)
+    counts = torch.bincount(d.argmin(1), minlength=8).double()
+    pc = counts[counts > 0] / counts.sum()
+    assert math.isclose(out.perplexity.item(), torch.exp(-(pc * pc.log()).sum()).item(), rel_tol=1e-5)
+    assert out.codes_used.item() == int((counts > 0).sum())
+
+
+def test_entropy_gradient_only_when_requested():
+    q = EMAQuantizer(8, 3).eval()
+    z = torch.randn(1, 4, 3, requires_grad=True)
+    assert q(z, with_entropy=False).entropy_loss.item() == 0.0
+    q(z).entropy_loss.backward()
+    assert z.grad.abs().sum() > 0
+
+
+def test_bf16_autocast_keeps_codebook_and_distances_fp32():
+    torch.manual_seed(3)
+    q = EMAQuantizer(32, 8).train()
+    z = torch.randn(2, 6, 8)
+    reference = EMAQuantizer(32, 8).eval()
+    reference.load_state_dict(q.state_dict())
+    expected = reference(z.bfloat16().float()).indices
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = q(z.bfloat16())
+    assert q.codebook.dtype == q.ema_embed_sum.dtype == q.ema_cluster_size.dtype == torch.float32
+    assert out.commitment_loss.dtype == out.entropy_loss.dtype == out.quantized.dtype == torch.float32
+    assert torch.equal(out.indices, expected)
+
+
+def test_kmeans_initialisation_on_first_batch():
+    torch.manual_seed(4)
+    centres = torch.tensor([[5.0, 0.0], [-5.0, 0.0], [0.0, 5.0], [0.0, -5.0]])
+    z = (centres.repeat_interleave(50, 0) + 0.01 * torch.randn(200, 2)).unsqueeze(0)
+    q = EMAQuantizer(4, 2, kmeans_init=True, kmeans_iters=20).train()
+    assert not bool(q.initialized)
+    out = q(z)
+    assert bool(q.initialized)
+    assert out.commitment_loss.item() < 0.01 or len(torch.unique(out.indices)) < 4  # k-means local optimum
+    assert int(out.codes_used) >= 3
+
+
+def _ddp_worker(rank: int, world: int, init_file: str, result_dir: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    q = EMAQuantizer(16, 4, revive_every=2).train()  # same seed: same initial codebook
+    torch.manual_seed(100 + rank)  # different data and different random draws per rank
+    for _ in range(4):
+        q(torch.randn(1, 8, 4) + rank)
+        q.optimizer_step()
+    torch.save({k: v for k, v in q.state_dict().items()}, os.path.join(result_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def test_two_rank_all_reduce_keeps_codebooks_identical():
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_ddp_worker, args=(2, os.path.join(tmp, "init"), tmp), nprocs=2, join=True)
+        r0, r1 = (torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in (0, 1))
+    for key in ("codebook", "ema_cluster_size", "ema_embed_sum", "window_counts"):
+        assert torch.equal(r0[key], r1[key]), key
+    assert r0["ema_cluster_size"].sum() > 16  # both ranks' counts were summed, not just one rank's
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (1, 4)])
+def test_empty_and_single_token_inputs(shape):
+    q = EMAQuantizer(8, 4).train()
+    z = torch.randn(1, *shape) if shape[0] else torch.randn(1, 0, 4)
+    out = q(z)
+    assert out.indices.shape == z.shape[:-1]

@@ -1,0 +1,445 @@
+"""Codebook co-occurrence topology and Path B search (SPEC section 3, MemCode "key design 3").
+
+Every AMU u is reduced to its fingerprint code set U_fp(u) (distinct codes of a codebook
+of N_c codes). Over the bank of N_u AMUs the topology keeps
+
+- n(a): the number of AMUs whose code set contains a (document frequency),
+- M_ab: the number of AMUs containing both a and b, a != b (sparse, N_c x N_c),
+- P(b|a) = M_ab / sum_b' M_ab' (rows of codes that never co-occur stay zero),
+- S_code(b|a) = log((N_u + 1) / (n(a) + 1)) * max_{1<=h<=H_r} [P^h]_ab * alpha^h.
+
+A query fingerprint Q_fp activates every code b with A(b) = max_{a in Q_fp} S_code(b|a) and
+an AMU scores S_amu(u) = max_{b in U_fp(u)} A(b). Path B returns the K best AMUs.
+
+The bank itself is an AMU x code incidence matrix X (CSR, never dense); M grows by X_new^T X_new
+as AMUs arrive, so adding never rebuilds the co-occurrence counts. Because N_c is small (1024),
+P, its powers and S_code are held as dense N_c x N_c arrays and recomputed lazily, only when the
+bank or the hop parameters changed since the last query.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+AGGREGATES = ("max", "sum")
+IDENTITY_KEYS = ("codebook_size", "codebook_sha256")
+
+_CONFIG_FILE = "topology.json"
+_ARRAYS_FILE = "topology.npz"
+
+
+def normalise_identity(identity: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Reduce a fingerprinter identity to the fields that decide what a code means.
+
+    Two fingerprinters with the same codebook size and codebook hash assign the same code to the
+    same vector, so a bank built with one can be queried with the other; anything else is not
+    compared (e.g. the directory the fingerprinter was loaded from).
+    """
+    if identity is None:
+        return None
+    missing = [key for key in IDENTITY_KEYS if key not in identity]
+    if missing:
+        raise ValueError(f"fingerprinter identity lacks {missing}: {dict(identity)}")
+    return {
+        "codebook_size": int(identity["codebook_size"]),
+        "codebook_sha256": str(identity["codebook_sha256"]),
+    }
+
+
+def check_identity(saved: Mapping[str, Any] | None, expected: Mapping[str, Any] | None, what: str) -> None:
+    """Refuse to load a bank whose codes come from a different fingerprinter than the caller's."""
+    saved_key, expected_key = normalise_identity(saved), normalise_identity(expected)
+    if saved_key != expected_key:
+        raise ValueError(
+            f"{what} was built with fingerprinter identity {saved_key}, "
+            f"but it is being loaded for fingerprinter identity {expected_key}; "
+            "codes of different codebooks are not comparable, rebuild the bank"
+        )
+
+
+def select_top_k(indices: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k best (index, score) pairs, ordered by score descending then index ascending.
+
+    ``indices`` must be sorted ascending: among entries tied at the k-th score, the first ones
+    in that order (the smallest indices) are kept, which makes the selection deterministic.
+    """
+    if indices.size > k:
+        cut = indices.size - k
+        kth = np.partition(scores, cut)[cut]
+        keep = scores > kth
+        tied = np.flatnonzero(scores == kth)[: k - int(keep.sum())]
+        keep[tied] = True
+        indices, scores = indices[keep], scores[keep]
+    order = np.lexsort((indices, -scores))[:k]
+    return indices[order], scores[order]
+
+
+def _as_exclude_array(exclude: Iterable[int]) -> np.ndarray:
+    return np.unique(np.fromiter(exclude, dtype=np.int64))
+
+
+def _empty_result() -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+
+
+class CooccurrenceTopology:
+    """Co-occurrence topology over AMU code sets, with exact top-K Path B search.
+
+    Args:
+        num_codes: codebook size N_c.
+        max_hops: H_r, the longest walk on P that counts. Default 2: one hop is plain
+            co-occurrence; the second hop reaches codes linked through one intermediate code,
+            which is the "associative" recall the paper is after. Longer walks converge to the
+            stationary distribution of P (scores of frequent codes everywhere), i.e. noise.
+        alpha: per-hop decay alpha in (0, 1]. Default 0.5: a 2-hop link must be twice as
+            probable as a direct one to win the max, so direct co-occurrence dominates.
+            The paper gives no values for either; both are meant to be swept on LoCoMo.
+        self_term: add an h = 0 term, so a query code also activates itself with its IDF:
+            S_code(a|a) = max(S_code(a|a), IDF(a)). Off by default (the paper's formula starts
+            at h = 1, so an exact code match only counts through return walks).
+        aggregate: "max" (the paper's S_amu) or "sum" (sum of A(b) over the AMU's codes).
+        identity: the fingerprinter identity (``codebook_size``, ``codebook_sha256``) recorded
+            when the bank is saved and checked when it is loaded.
+
+    ``max_hops``, ``alpha``, ``self_term`` and ``aggregate`` may be reassigned between queries
+    (e.g. in a sweep); S_code is recomputed on the next query.
+    """
+
+    def __init__(
+        self,
+        num_codes: int = 1024,
+        max_hops: int = 2,
+        alpha: float = 0.5,
+        self_term: bool = False,
+        aggregate: str = "max",
+        identity: Mapping[str, Any] | None = None,
+    ) -> None:
+        if num_codes < 1:
+            raise ValueError(f"num_codes must be positive, got {num_codes}")
+        self.identity = normalise_identity(identity)
+        if self.identity is not None and self.identity["codebook_size"] != num_codes:
+            raise ValueError(
+                f"num_codes={num_codes} disagrees with the fingerprinter codebook_size "
+                f"{self.identity['codebook_size']}"
+            )
+        self.num_codes = num_codes
+        self.max_hops = max_hops
+        self.alpha = alpha
+        self.self_term = self_term
+        self.aggregate = aggregate
+        self._validate_params()
+        self._incidence = sp.csr_matrix((0, num_codes), dtype=np.int8)
+        self._pending: list[sp.csr_matrix] = []
+        self._doc_freq = np.zeros(num_codes, dtype=np.int64)
+        self._cooc = sp.csr_matrix((num_codes, num_codes), dtype=np.int64)
+        self._postings: sp.csc_matrix | None = None
+        self._version = 0
+        self._transition: tuple[int, np.ndarray] | None = None
+        self._code_scores: tuple[tuple[Any, ...], np.ndarray] | None = None
+
+    # ------------------------------------------------------------------ building
+
+    def add(self, code_sets: Iterable[Iterable[int]]) -> np.ndarray:
+        """Append AMUs given as code sets (e.g. ``Fingerprint.codes``); returns their indices."""
+        arrays = [np.fromiter(codes, dtype=np.int64) for codes in code_sets]
+        lengths = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
+        indptr = np.concatenate(([0], np.cumsum(lengths)))
+        codes = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
+        return self.add_incidence(indptr, codes)
+
+    def add_incidence(self, indptr: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """Append AMUs given in CSR form: the codes of AMU i are ``codes[indptr[i]:indptr[i+1]]``.
+
+        This is the vectorised path for large banks; repeated codes within an AMU count once.
+        Returns the indices of the new AMUs.
+        """
+        indptr = np.asarray(indptr, dtype=np.int64)
+        codes = np.asarray(codes, dtype=np.int64)
+        if indptr.ndim != 1 or indptr.size < 1 or indptr[0] != 0 or indptr[-1] != codes.size:
+            raise ValueError("indptr must start at 0 and end at len(codes)")
+        if np.any(np.diff(indptr) < 0):
+            raise ValueError("indptr must be non-decreasing")
+        if codes.size and (codes.min() < 0 or codes.max() >= self.num_codes):
+            raise ValueError(f"codes must lie in [0, {self.num_codes})")
+        start = self.num_units
+        count = indptr.size - 1
+        if count:
+            new = sp.csr_matrix(
+                (np.ones(codes.size, dtype=np.int32), codes, indptr), shape=(count, self.num_codes)
+            )
+            new.sum_duplicates()  # a code set is a set: repeated codes merge into one entry
+            # 0/1 entries stored as int8 to keep the bank small; upcast where counts are summed
+            self._pending.append(
+                sp.csr_matrix((np.ones(new.nnz, dtype=np.int8), new.indices, new.indptr), shape=new.shape)
+            )
+        return np.arange(start, start + count, dtype=np.int64)
+
+    def _fold_pending(self) -> None:
+        """Fold AMUs added since the last read into n, M (M += X_new^T X_new) and the bank."""
+        if not self._pending:
+            return
+        new = self._pending[0] if len(self._pending) == 1 else sp.vstack(self._pending, format="csr")
+        self._pending = []
+        self._doc_freq += np.bincount(new.indices, minlength=self.num_codes)
+        new_counts = new.astype(np.int32)
+        gram = (new_counts.T @ new_counts).tocsr().astype(np.int64)
+        # SPEC 3: M_ab counts a != b only
+        gram = gram - sp.diags(gram.diagonal(), format="csr", dtype=np.int64)
+        gram.eliminate_zeros()
+        self._cooc = (self._cooc + gram).tocsr()
+        self._incidence = sp.vstack([self._incidence, new], format="csr")
+        self._postings = None
+        self._version += 1
+
+    def prepare(self) -> None:
+        """Do the lazy work now (fold new AMUs, S_code, inverted index), e.g. before serving queries."""
+        self.code_scores()
+        self._inverted_index()
+
+    def _validate_params(self) -> None:
+        if self.max_hops < 1:
+            raise ValueError(f"max_hops must be >= 1, got {self.max_hops}")
+        if not 0.0 < self.alpha <= 1.0:
+            raise ValueError(f"alpha must lie in (0, 1], got {self.alpha}")
+        if self.aggregate not in AGGREGATES:
+            raise ValueError(f"aggregate must be one of {AGGREGATES}, got {self.aggregate!r}")
+
+    # ------------------------------------------------------------------ statistics
+
+    @property
+    def num_units(self) -> int:
+        """N_u, the number of AMUs in the bank (including ones not folded in yet)."""
+        return self._incidence.shape[0] + sum(chunk.shape[0] for chunk in self._pending)
+
+    @property
+    def doc_freq(self) -> np.ndarray:
+        """n(a) for every code a (int64, length N_c)."""
+        self._fold_pending()
+        return self._doc_freq.copy()
+
+    @property
+    def cooccurrence(self) -> sp.csr_matrix:
+        """M as a sparse N_c x N_c matrix with a zero diagonal."""
+        self._fold_pending()
+        return self._cooc.copy()
+
+    @property
+    def incidence(self) -> sp.csr_matrix:
+        """The AMU x code incidence matrix X (0/1 entries)."""
+        self._fold_pending()
+        return self._incidence
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the bank's sparse structures and the cached dense N_c x N_c arrays."""
+        self._fold_pending()
+        total = 0
+        for matrix in (self._incidence, self._postings, self._cooc):
+            if matrix is not None:
+                total += matrix.data.nbytes + matrix.indices.nbytes + matrix.indptr.nbytes
+        for cached in (self._transition, self._code_scores):
+            if cached is not None:
+                total += cached[1].nbytes
+        return total + self._doc_freq.nbytes
+
+    def transition(self) -> np.ndarray:
+        """P(b|a) as a dense N_c x N_c float64 array; rows of codes without co-occurrences are zero."""
+        self._fold_pending()
+        if self._transition is None or self._transition[0] != self._version:
+            counts = self._cooc.toarray().astype(np.float64)
+            totals = counts.sum(axis=1, keepdims=True)
+            probs = np.divide(counts, totals, out=np.zeros_like(counts), where=totals > 0)
+            self._transition = (self._version, probs)
+        return self._transition[1]
+
+    def idf(self) -> np.ndarray:
+        """log((N_u + 1) / (n(a) + 1)) for every code a (SPEC 3)."""
+        self._fold_pending()
+        return np.log((self._incidence.shape[0] + 1) / (self._doc_freq + 1.0))
+
+    def code_scores(self) -> np.ndarray:
+        """S_code as a dense N_c x N_c float64 array, row a = source code, column b = target."""
+        self._fold_pending()
+        key = (self._version, self.max_hops, self.alpha, self.self_term)
+        if self._code_scores is None or self._code_scores[0] != key:
+            self._validate_params()
+            probs = self.transition()
+            power = probs
+            best = probs * self.alpha
+            for hop in range(2, self.max_hops + 1):
+                power = power @ probs  # dense: P fills up quickly and N_c^3 is cheap at 1024
+                np.maximum(best, power * self.alpha**hop, out=best)
+            idf = self.idf()
+            scores = idf[:, None] * best
+            if self.self_term:
+                diagonal = np.arange(self.num_codes)
+                scores[diagonal, diagonal] = np.maximum(scores[diagonal, diagonal], idf)
+            self._code_scores = (key, scores)
+        return self._code_scores[1]
+
+    # ------------------------------------------------------------------ scoring
+
+    def activation(self, query_codes: Iterable[int]) -> np.ndarray:
+        """A(b) = max_{a in Q_fp} S_code(b|a) for every code b; all zero for an empty query."""
+        query = np.unique(np.fromiter(query_codes, dtype=np.int64))
+        if query.size and (query[0] < 0 or query[-1] >= self.num_codes):
+            raise ValueError(f"query codes must lie in [0, {self.num_codes})")
+        if query.size == 0:
+            return np.zeros(self.num_codes, dtype=np.float64)
+        return self.code_scores()[query].max(axis=0)
+
+    def unit_scores(self, query_codes: Iterable[int]) -> np.ndarray:
+        """S_amu(u) of every AMU for the query (length N_u); linear in the bank size."""
+        act = self.activation(query_codes)
+        bank = self.incidence
+        if self.aggregate == "sum":
+            return bank @ act
+        scores = np.zeros(bank.shape[0], dtype=np.float64)
+        lengths = np.diff(bank.indptr)
+        nonempty = lengths > 0
+        if nonempty.any():
+            # reduceat over the start of each non-empty row spans exactly that row's codes
+            scores[nonempty] = np.maximum.reduceat(act[bank.indices], bank.indptr[:-1][nonempty])
+        return scores
+
+    def search_bruteforce(
+        self, query_codes: Iterable[int], k: int, exclude: Iterable[int] = ()
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Reference Path B: score every AMU, return the top k (indices, scores).
+
+        Order: score descending, then AMU index ascending; excluded and zero-score AMUs never
+        appear. This is the definition that :meth:`search` must reproduce exactly.
+        """
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        scores = self.unit_scores(query_codes)
+        if k == 0 or scores.size == 0:
+            return _empty_result()
+        eligible = scores > 0
+        excluded = _as_exclude_array(exclude)
+        excluded = excluded[(excluded >= 0) & (excluded < scores.size)]
+        eligible[excluded] = False
+        indices = np.flatnonzero(eligible)
+        return select_top_k(indices, scores[indices], k)
+
+    def search(
+        self, query_codes: Iterable[int], k: int, exclude: Iterable[int] = ()
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Path B top-k (indices, scores), identical to :meth:`search_bruteforce`.
+
+        With ``aggregate="max"`` the bank is not scanned. Codes are walked in decreasing
+        activation A(b) over an inverted index (code -> AMU indices, ascending); an AMU's score
+        is the activation of the first code reached that it contains. Walking stops at the end
+        of a group of equally activated codes once k AMUs are collected, since later codes have
+        strictly lower activation and can neither beat nor tie into the top k. Only the first
+        k + |exclude| AMUs of each posting list can matter: if a list holds more, this group
+        alone completes the top k with its smallest new indices, and at most
+        (already collected + excluded) of those first entries are not new. The cost per query is
+        thus O(N_c (k + |exclude|)) whatever N_u is. The walk is vectorised over growing prefixes
+        of the code order (doubling), deduplicating with ``np.unique``.
+
+        With ``aggregate="sum"`` there is no such early stop; scores come from one sparse
+        matrix-vector product X @ A (vectorised, linear in the bank's non-zeros).
+        """
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        if self.aggregate == "sum":
+            return self.search_bruteforce(query_codes, k, exclude)
+        act = self.activation(query_codes)
+        if k == 0 or self.num_units == 0:
+            return _empty_result()
+        excluded = _as_exclude_array(exclude)
+        order = np.argsort(-act, kind="stable")
+        order = order[act[order] > 0]  # zero activation never makes a hit
+        if order.size == 0:
+            return _empty_result()
+        ordered_act = act[order]
+        postings = self._inverted_index()
+        starts = postings.indptr[order]
+        lengths = np.minimum(postings.indptr[order + 1] - starts, k + excluded.size)
+        ends = np.cumsum(lengths)
+        target = k + excluded.size
+        while True:
+            prefix = min(int(np.searchsorted(ends, target)) + 1, order.size)
+            # extend to the end of the last code's tie group (ordered_act is non-increasing)
+            prefix = int(np.searchsorted(-ordered_act, -ordered_act[prefix - 1], side="right"))
+            total = int(ends[prefix - 1])
+            owner = np.repeat(np.arange(prefix), lengths[:prefix])
+            positions = np.arange(total) + (starts[:prefix] - (ends[:prefix] - lengths[:prefix]))[owner]
+            units, first = np.unique(postings.indices[positions], return_index=True)
+            scores = ordered_act[owner[first]]
+            keep = ~np.isin(units, excluded)
+            if int(keep.sum()) >= k or prefix == order.size:
+                break
+            target = max(2 * target, total + 1)
+        return select_top_k(units[keep].astype(np.int64), scores[keep], k)
+
+    def _inverted_index(self) -> sp.csc_matrix:
+        """The bank in CSC form: column b lists the AMUs containing code b, ascending."""
+        bank = self.incidence
+        if self._postings is None:
+            postings = bank.tocsc()
+            postings.sort_indices()
+            self._postings = postings
+        return self._postings
+
+    # ------------------------------------------------------------------ persistence
+
+    def save(self, directory: str | Path) -> None:
+        """Write ``topology.json`` (parameters, identity) and ``topology.npz`` (X, M, n)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self._fold_pending()
+        config = {
+            "num_codes": self.num_codes,
+            "max_hops": self.max_hops,
+            "alpha": self.alpha,
+            "self_term": self.self_term,
+            "aggregate": self.aggregate,
+            "identity": self.identity,
+            "num_units": self._incidence.shape[0],
+        }
+        (directory / _CONFIG_FILE).write_text(json.dumps(config, indent=2))
+        np.savez(
+            directory / _ARRAYS_FILE,
+            incidence_indptr=self._incidence.indptr,
+            incidence_indices=self._incidence.indices,
+            cooc_data=self._cooc.data,
+            cooc_indices=self._cooc.indices,
+            cooc_indptr=self._cooc.indptr,
+            doc_freq=self._doc_freq,
+        )
+
+    @classmethod
+    def load(cls, directory: str | Path, identity: Mapping[str, Any] | None = None) -> CooccurrenceTopology:
+        """Read a saved topology; with ``identity`` given, refuse one built by another fingerprinter."""
+        directory = Path(directory)
+        config = json.loads((directory / _CONFIG_FILE).read_text())
+        if identity is not None:
+            check_identity(config["identity"], identity, f"topology in {directory}")
+        topology = cls(
+            num_codes=config["num_codes"],
+            max_hops=config["max_hops"],
+            alpha=config["alpha"],
+            self_term=config["self_term"],
+            aggregate=config["aggregate"],
+            identity=config["identity"],
+        )
+        n_codes = topology.num_codes
+        with np.load(directory / _ARRAYS_FILE) as arrays:
+            indices = arrays["incidence_indices"]
+            topology._incidence = sp.csr_matrix(
+                (np.ones(indices.size, dtype=np.int8), indices, arrays["incidence_indptr"]),
+                shape=(config["num_units"], n_codes),
+            )
+            topology._cooc = sp.csr_matrix(
+                (arrays["cooc_data"], arrays["cooc_indices"], arrays["cooc_indptr"]), shape=(n_codes, n_codes)
+            )
+            topology._doc_freq = arrays["doc_freq"].astype(np.int64)
+        return topology

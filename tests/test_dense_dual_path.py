@@ -1,0 +1,245 @@
+"""Dense faiss index and dual-path retrieval (SPEC 4)."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+from retrieval.dense import DenseIndex
+from retrieval.dual_path import MODES, DualPathRetriever, bm25_tokens
+
+IDENTITY = {"codebook_size": 32, "codebook_sha256": "c" * 64}
+DIM = 24
+
+
+class WordHashEmbedder:
+    """A tiny stand-in embedder: hashed bag of words, L2-normalised."""
+
+    dim = DIM
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in bm25_tokens(text):
+                out[row, zlib.crc32(word.encode()) % self.dim] += 1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms > 0, norms, 1.0)
+
+
+def unit_rows(rng: np.random.Generator, count: int, dim: int) -> np.ndarray:
+    rows = rng.standard_normal((count, dim)).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+# ---------------------------------------------------------------- dense index
+
+
+def test_flat_search_equals_numpy_ranking() -> None:
+    rng = np.random.default_rng(0)
+    vectors, queries = unit_rows(rng, 200, 16), unit_rows(rng, 5, 16)
+    index = DenseIndex(16)
+    np.testing.assert_array_equal(index.add(vectors[:120]), np.arange(120))
+    np.testing.assert_array_equal(index.add(vectors[120:]), np.arange(120, 200))
+    scores, ids = index.search(queries, 10)
+    expected = np.argsort(-(queries @ vectors.T), axis=1)[:, :10]
+    np.testing.assert_array_equal(ids, expected)
+    np.testing.assert_allclose(scores, np.take_along_axis(queries @ vectors.T, expected, axis=1), rtol=1e-5)
+
+
+def test_dense_edge_cases() -> None:
+    index = DenseIndex(8)
+    scores, ids = index.search(np.ones(8, dtype=np.float32), 5)
+    assert scores.shape == ids.shape == (1, 0)
+    index.add(unit_rows(np.random.default_rng(1), 3, 8))
+    assert index.search(unit_rows(np.random.default_rng(2), 2, 8), 50)[1].shape == (2, 3)
+    with pytest.raises(ValueError):
+        index.add(np.ones((2, 7), dtype=np.float32))
+    with pytest.raises(ValueError):
+        DenseIndex(8, kind="lsh")
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf", "hnsw"])
+def test_dense_save_load_round_trip(kind: str, tmp_path) -> None:
+    rng = np.random.default_rng(3)
+    vectors, queries = unit_rows(rng, 300, 16), unit_rows(rng, 4, 16)
+    index = DenseIndex(16, kind=kind, nlist=8, nprobe=8)
+    index.add(vectors)
+    before = index.search(queries, 7)
+    index.save(tmp_path)
+    loaded = DenseIndex.load(tmp_path)
+    assert (len(loaded), loaded.kind) == (300, kind)
+    after = loaded.search(queries, 7)
+    np.testing.assert_array_equal(after[1], before[1])
+    np.testing.assert_allclose(after[0], before[0])
+    if kind != "hnsw":  # IVF probing every list is exact
+        np.testing.assert_array_equal(before[1], np.argsort(-(queries @ vectors.T), axis=1)[:, :7])
+
+
+def test_ivf_needs_a_training_batch() -> None:
+    with pytest.raises(ValueError, match="nlist"):
+        DenseIndex(16, kind="ivf", nlist=64).add(unit_rows(np.random.default_rng(4), 10, 16))
+
+
+# ---------------------------------------------------------------- dual path
+
+FACTS = [
+    "Caroline went to the LGBTQ support group on 7 May 2023.",
+    "Melanie painted a sunrise over the lake in 2022.",
+    "Caroline is researching adoption agencies.",
+    "Melanie ran a charity race for mental health on 20 May 2023.",
+    "Caroline moved from Sweden four years ago.",
+    "Melanie's kids love the dinosaur exhibit at the museum.",
+    "Caroline wants to become a counselor.",
+    "Melanie signed up for a pottery class.",
+]
+
+
+def make_bank(count: int = 40, seed: int = 0) -> tuple[DualPathRetriever, dict]:
+    rng = np.random.default_rng(seed)
+    texts = [f"{FACTS[i % len(FACTS)]} note {i}" for i in range(count)]
+    data = {
+        "ids": [f"amu-{i}" for i in range(count)],
+        "texts": texts,
+        "embeddings": WordHashEmbedder().encode(texts),
+        "code_sets": [set(rng.integers(0, 32, size=rng.integers(1, 6)).tolist()) for _ in range(count)],
+        "sources": [
+            {"session_id": f"session_{i // 10 + 1}", "turn_ids": [f"D{i // 10 + 1}:{i % 10}"]}
+            for i in range(count)
+        ],
+    }
+    retriever = DualPathRetriever(DIM, IDENTITY, self_term=True)
+    retriever.add(**{key: value[:15] for key, value in data.items()})
+    retriever.add(**{key: value[15:] for key, value in data.items()})
+    return retriever, data
+
+
+def query_inputs(text: str, codes: set[int]) -> dict:
+    return {"query_text": text, "query_embedding": WordHashEmbedder().encode([text])[0], "query_codes": codes}
+
+
+def check_hits(hits, retriever: DualPathRetriever, data: dict) -> None:
+    """Every hit carries the id, index and source it was added with; ranks count 1.. per path."""
+    for hit in hits:
+        assert data["ids"][hit.index] == hit.amu_id and retriever.index_of(hit.amu_id) == hit.index
+        assert hit.source == data["sources"][hit.index]
+    for path in ("dense", "code", "bm25"):
+        assert [hit.rank for hit in hits if hit.path == path] == list(
+            range(1, sum(h.path == path for h in hits) + 1)
+        )
+
+
+def test_dense_plus_code_complements_path_a() -> None:
+    retriever, data = make_bank()
+    query = query_inputs("When did Caroline go to the support group?", {1, 2, 3})
+    hits = retriever.retrieve(**query, k_dense=5, k_code=8, mode="dense+code")
+    dense = [hit for hit in hits if hit.path == "dense"]
+    code = [hit for hit in hits if hit.path == "code"]
+    assert hits == dense + code and len(dense) == 5 and 0 < len(code) <= 8
+    assert not {hit.index for hit in dense} & {hit.index for hit in code}
+    expected_ids, expected_scores = retriever.topology.search(
+        {1, 2, 3}, 8, exclude=[hit.index for hit in dense]
+    )
+    assert [hit.index for hit in code] == expected_ids.tolist()
+    np.testing.assert_allclose([hit.score for hit in code], expected_scores)
+    check_hits(hits, retriever, data)
+
+
+def test_modes_respect_budgets_and_never_repeat() -> None:
+    retriever, data = make_bank()
+    query = query_inputs("Melanie race mental health", {0, 4, 9, 17})
+    for mode in MODES:
+        for k_dense, k_code in [(0, 0), (3, 4), (20, 20), (100, 100)]:
+            hits = retriever.retrieve(**query, k_dense=k_dense, k_code=k_code, mode=mode)
+            indices = [hit.index for hit in hits]
+            assert len(indices) == len(set(indices))
+            n_dense = sum(hit.path == "dense" for hit in hits)
+            assert n_dense == (min(k_dense, len(retriever)) if mode.startswith("dense") else 0)
+            assert len(hits) - n_dense <= (k_code if mode != "dense" else 0)
+            assert all(hit.score > 0 for hit in hits if hit.path != "dense")
+            check_hits(hits, retriever, data)
+    full = retriever.retrieve(**query, k_dense=0, k_code=100, mode="code")
+    assert len(full) == int((retriever.topology.unit_scores({0, 4, 9, 17}) > 0).sum())
+
+
+def test_bm25_path_finds_rare_words_outside_dense_hits() -> None:
+    retriever, data = make_bank()
+    query = query_inputs("pottery", set())
+    bm25 = retriever.retrieve(**query, k_dense=0, k_code=10, mode="bm25")
+    assert {hit.index for hit in bm25} == {i for i, text in enumerate(data["texts"]) if "pottery" in text}
+    assert [hit.score for hit in bm25] == sorted((hit.score for hit in bm25), reverse=True)
+    hits = retriever.retrieve(**query, k_dense=3, k_code=10, mode="dense+bm25")
+    dense = {hit.index for hit in hits if hit.path == "dense"}
+    assert {hit.index for hit in hits if hit.path == "bm25"} == {hit.index for hit in bm25} - dense
+    # an empty code fingerprint gives no code hits, not an error
+    assert retriever.retrieve(**query, k_code=10, mode="code") == []
+
+
+def test_bm25_sees_amus_added_after_a_query() -> None:
+    retriever, data = make_bank()
+    query = query_inputs("kayaking", set())
+    assert retriever.retrieve(**query, mode="bm25") == []
+    retriever.add(
+        ["late"], ["Caroline went kayaking."], WordHashEmbedder().encode(["x"]), [{5}], [{"session_id": "s9"}]
+    )
+    assert [hit.amu_id for hit in retriever.retrieve(**query, mode="bm25")] == ["late"]
+
+
+def test_empty_bank_and_bad_inputs() -> None:
+    retriever = DualPathRetriever(DIM, IDENTITY)
+    query = query_inputs("anything", {1})
+    for mode in MODES:
+        assert retriever.retrieve(**query, mode=mode) == []
+    with pytest.raises(ValueError):
+        retriever.retrieve(**query, mode="hybrid")
+    with pytest.raises(ValueError):
+        retriever.retrieve(query_text="x", mode="dense")
+    with pytest.raises(ValueError):
+        retriever.retrieve(query_embedding=query["query_embedding"], mode="dense+code")
+    with pytest.raises(ValueError):
+        retriever.add(["a", "a"], ["x", "y"], np.zeros((2, DIM)), [{1}, {2}], [{}, {}])
+    with pytest.raises(ValueError):
+        retriever.add(["a"], ["x", "y"], np.zeros((1, DIM)), [{1}], [{}])
+    with pytest.raises(ValueError):
+        retriever.add(["a"], ["x"], np.zeros((1, DIM)), [{99}], [{}])
+    assert len(retriever) == 0 and retriever.topology.num_units == 0 and len(retriever.dense) == 0
+
+
+def test_retriever_save_load_round_trip(tmp_path) -> None:
+    retriever, data = make_bank()
+    retriever.save(tmp_path)
+    loaded = DualPathRetriever.load(tmp_path, IDENTITY)
+    assert loaded.topology.self_term and len(loaded) == len(retriever)
+    query = query_inputs("Caroline adoption agencies counselor", {2, 8, 30})
+    for mode in MODES:
+        assert loaded.retrieve(**query, mode=mode) == retriever.retrieve(**query, mode=mode)
+    check_hits(loaded.retrieve(**query), loaded, data)
+
+
+def test_retriever_refuses_another_fingerprinter(tmp_path) -> None:
+    retriever, _ = make_bank()
+    retriever.save(tmp_path)
+    with pytest.raises(ValueError, match="c{64}.*d{64}"):
+        DualPathRetriever.load(tmp_path, {"codebook_size": 32, "codebook_sha256": "d" * 64})
+
+
+@pytest.fixture(scope="module")
+def sentence_embedder():
+    from retrieval.embed import SentenceEmbedder
+
+    return SentenceEmbedder()
+
+
+def test_real_embedder_feeds_path_a(sentence_embedder) -> None:
+    retriever = DualPathRetriever(sentence_embedder.dim, {"codebook_size": 32, "codebook_sha256": "e" * 64})
+    retriever.add(
+        [f"f{i}" for i in range(len(FACTS))],
+        FACTS,
+        sentence_embedder.encode(FACTS),
+        [{i} for i in range(len(FACTS))],
+        [{"session_id": "s1", "turn_ids": [f"D1:{i}"]} for i in range(len(FACTS))],
+    )
+    query = sentence_embedder.encode(["Which class did Melanie enrol in?"])[0]
+    hits = retriever.retrieve(query_embedding=query, k_dense=1, mode="dense")
+    assert [hit.amu_id for hit in hits] == ["f7"] and hits[0].source["turn_ids"] == ["D1:7"]

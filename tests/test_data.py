@@ -1,0 +1,102 @@
+"""DailyDialog reading: detokenisation, pairs, leakage, malformed files (SPEC section 1, Data)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from training.data import (
+    DataFormatError,
+    DialogueDataModule,
+    detokenize,
+    dialogue_pairs,
+    load_splits,
+    read_dialogues,
+)
+from training.synthetic import write_synthetic_corpus
+
+
+def write_release(root: Path, train: list[str], validation: list[str], test: list[str]) -> Path:
+    for split, lines in (("train", train), ("validation", validation), ("test", test)):
+        (root / split).mkdir(parents=True, exist_ok=True)
+        (root / split / f"dialogues_{split}.txt").write_text("".join(line + "\n" for line in lines))
+    return root
+
+
+@pytest.mark.parametrize(("raw", "clean"), [
+    ("Say , Jim , how about going for a few beers after dinner ?", "Say, Jim, how about going for a few beers after dinner?"),
+    ("It ' s 5 % off ( today only ) .", "It's 5% off (today only)."),
+    ("I don ' t know . You ' re right !", "I don't know. You're right!"),
+    ("It costs $ 20 .", "It costs $20."),
+])
+def test_detokenize(raw, clean):
+    assert detokenize(raw) == clean
+
+
+def test_pairs_carry_speaker_tags_and_bounded_context():
+    pairs = dialogue_pairs([["Hi .", "Hello .", "How are you ?", "Fine ."]], context_turns=2)
+    assert pairs["target"] == ["Hello .", "How are you ?", "Fine ."]
+    assert pairs["context"] == ["A: Hi .", "A: Hi . B: Hello .", "B: Hello . A: How are you ?"]
+
+
+def test_leaked_evaluation_dialogues_are_dropped_and_counted(tmp_path):
+    shared = "Hi , Tom . __eou__ Hello , Ann . __eou__"
+    root = write_release(tmp_path, [shared, "A . __eou__ B . __eou__"],
+                         [shared, "C . __eou__ D . __eou__"], ["E . __eou__ F . __eou__"])
+    splits = load_splits(root)
+    assert splits.leaked == {"validation": 1, "test": 0}
+    assert splits.dialogues["validation"] == [["C.", "D."]]
+
+
+def test_act_label_count_mismatch_is_tolerated_and_counted(tmp_path):
+    root = write_release(tmp_path, ["A . __eou__ B . __eou__", "C . __eou__ D . __eou__"], ["E . __eou__ F . __eou__"],
+                         ["G . __eou__ H . __eou__"])
+    (root / "train" / "dialogues_act_train.txt").write_text("1 2\n1 2 3\n")
+    assert load_splits(root).label_mismatches["train"] == 1
+
+
+def test_malformed_line_names_file_and_line(tmp_path):
+    path = tmp_path / "dialogues_train.txt"
+    path.write_text("Hi . __eou__ Hello . __eou__\nno separator here\n")
+    with pytest.raises(DataFormatError, match=r"dialogues_train\.txt:2: no '__eou__'"):
+        read_dialogues(path)
+
+
+def test_single_utterance_dialogue_is_refused(tmp_path):
+    path = tmp_path / "d.txt"
+    path.write_text("Only one . __eou__\n")
+    with pytest.raises(DataFormatError, match=r"d\.txt:1: a dialogue needs at least two"):
+        read_dialogues(path)
+
+
+def test_binary_file_is_refused(tmp_path):
+    path = tmp_path / "d.txt"
+    path.write_bytes(b"\xff\xfe\x00garbage __eou__")
+    with pytest.raises(DataFormatError, match="not UTF-8"):
+        read_dialogues(path)
+
+
+def test_missing_root_names_the_fix(tmp_path):
+    with pytest.raises(FileNotFoundError, match="--data.root"):
+        load_splits(tmp_path / "absent")
+
+
+def test_datamodule_tokenises_and_batches_with_masks(tmp_path):
+    root = write_synthetic_corpus(tmp_path / "corpus", sizes=(20, 5, 5))
+    dm = DialogueDataModule(root=str(root), tokenizer="offline:all-MiniLM-L6-v2", batch_size=4,
+                            max_context_tokens=24, cache_dir=str(tmp_path / "cache"))
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["input_ids"].shape[1] <= 24
+    assert (batch["attention_mask"].sum(1) > 0).all()
+    assert ((batch["labels"] == -100) | (batch["labels"] >= 0)).all()
+    assert dm.stats["train_dialogues"] == 20 and dm.stats["train_pairs"] > 20
+    assert list((tmp_path / "cache" / "tokenized").glob("train-*.arrow")), "tokenised data not cached"
+
+
+def test_synthetic_corpus_is_deterministic(tmp_path):
+    a = write_synthetic_corpus(tmp_path / "a", sizes=(5, 2, 2), seed=3)
+    b = write_synthetic_corpus(tmp_path / "b", sizes=(5, 2, 2), seed=3)
+    assert (a / "train" / "dialogues_train.txt").read_text() == (b / "train" / "dialogues_train.txt").read_text()
+    assert len(read_dialogues(a / "train" / "dialogues_train.txt")) == 5

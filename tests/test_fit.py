@@ -1,0 +1,134 @@
+"""``python -m training.fit`` end to end on the tiny config (CPU, no network)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from isq.fingerprint import Fingerprinter
+from training.fit import main
+
+REPO = Path(__file__).resolve().parents[1]
+SMOKE = str(REPO / "configs" / "smoke.yaml")
+
+
+def smoke_args(tmp: Path, steps: int, *extra: str) -> list[str]:
+    return [
+        "--config", SMOKE,
+        "--trainer.max_steps", str(steps),
+        "--trainer.val_check_interval", "2",
+        "--trainer.limit_val_batches", "2",
+        "--trainer.log_every_n_steps", "1",
+        "--trainer.enable_progress_bar", "false",
+        "--trainer.logger.init_args.save_dir", str(tmp / "runs"),
+        "--trainer.callbacks.init_args.dirpath", str(tmp / "export"),
+        "--data.cache_dir", str(tmp / "cache"),
+        "--data.batch_size", "8",
+        *extra,
+    ]
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, str]]:
+    (path,) = run_dir.glob("**/metrics.csv")
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_fit_logs_every_metric_checkpoints_and_exports(tmp_path):
+    cli = main(smoke_args(tmp_path, 4))
+    assert cli.trainer.global_step == 4
+    rows = read_metrics(tmp_path / "runs")
+    columns = set(rows[0])
+    for name in ["train/loss", "train/ce_loss", "train/codebook_loss", "train/commitment_loss",
+                 "train/entropy_loss", "train/perplexity", "train/codes_used", "train/dead_codes",
+                 "train/revived_codes", "train/tokens_per_s", "lr/head", "lr/encoder", "val/ce_loss",
+                 "val/next_turn_ppl", "val/codebook_perplexity", "val/codes_used", "val/codes_used_frac"]:
+        assert name in columns, name
+    assert list((tmp_path / "runs").glob("**/checkpoints/*.ckpt"))
+    fingerprinter = Fingerprinter.from_pretrained(tmp_path / "export" / "smoke")
+    assert fingerprinter.run_record["global_step"] == 4
+    assert "val/ce_loss" in fingerprinter.run_record["metrics"]
+    prints = fingerprinter.fingerprint(["Shall we meet at the park at 5 o'clock?"])
+    assert len(prints[0].token_codes) > 5 and all(0 <= c < 256 for c in prints[0].codes)
+
+
+def test_resume_continues_step_count_and_optimizer_state(tmp_path):
+    first = main(smoke_args(tmp_path, 4))
+    last = next((tmp_path / "runs").glob("**/checkpoints/last.ckpt"))
+    saved = torch.load(last, weights_only=False)
+    assert saved["global_step"] == 4
+    resumed = main(smoke_args(tmp_path, 6, "--ckpt_path", str(last)))
+    assert resumed.trainer.global_step == 6
+    state = resumed.trainer.optimizers[0].state
+    steps = {int(s["step"]) for s in state.values()}
+    assert steps == {6}, "AdamW state did not continue from the checkpoint"
+    assert int(resumed.model.model.quantizer.window_steps) == 6 % 20
+    assert first.trainer.global_step == 4
+
+
+def test_two_process_ddp_keeps_codebooks_identical(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    args = smoke_args(tmp_path, 4, "--trainer.strategy", "ddp", "--trainer.devices", "2",
+                      "--model.isq.revive_every", "2")
+    proc = subprocess.run([sys.executable, "-m", "training.fit", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = read_metrics(tmp_path / "runs")
+    divergence = [float(r["val/codebook_rank_divergence"]) for r in rows if r.get("val/codebook_rank_divergence")]
+    assert divergence and max(divergence) == 0.0
+    revived = [float(r["train/revived_codes"]) for r in rows if r.get("train/revived_codes")]
+    assert max(revived) > 0, "revival never ran, so its cross-rank agreement was not exercised"
+
+
+@pytest.mark.parametrize("precision", ["16-mixed", "bf16-true"])
+def test_fp16_and_bf16_true_are_refused(tmp_path, precision, capsys):
+    with pytest.raises(SystemExit):
+        main(smoke_args(tmp_path, 1, "--trainer.precision", precision))
+    assert "refused" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("config", ["smoke.yaml", "isq_t5base_dailydialog.yaml", "isq_minilm_dailydialog_cpu.yaml"])
+def test_print_config(config, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--config", str(REPO / "configs" / config), "--print_config"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "num_codes:" in out and "tokenizer:" in out
+
+
+def test_missing_and_malformed_data_give_one_clear_line(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    missing = subprocess.run(
+        [sys.executable, "-m", "training.fit", *smoke_args(tmp_path, 1, "--data.root", str(tmp_path / "absent"))],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 2
+    assert "DailyDialog directory not found" in missing.stderr and "Traceback" not in missing.stderr
+    bad = tmp_path / "bad"
+    for split in ("train", "validation", "test"):
+        (bad / split).mkdir(parents=True)
+        (bad / split / f"dialogues_{split}.txt").write_text("A . __eou__ B . __eou__\n")
+    (bad / "train" / "dialogues_train.txt").write_text("A . __eou__ B . __eou__\nbroken line\n")
+    malformed = subprocess.run(
+        [sys.executable, "-m", "training.fit", *smoke_args(tmp_path, 1, "--data.root", str(bad))],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert malformed.returncode == 2
+    assert "dialogues_train.txt:2" in malformed.stderr and "Traceback" not in malformed.stderr
+
+
+def test_wandb_logger_works_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    cli = main(smoke_args(tmp_path, 2)[:-4] + [
+        "--trainer.logger", "lightning.pytorch.loggers.WandbLogger",
+        "--trainer.logger.offline", "true", "--trainer.logger.save_dir", str(tmp_path / "wandb"),
+        "--trainer.logger.project", "isq-test",
+        "--data.cache_dir", str(tmp_path / "cache"), "--data.batch_size", "8",
+    ])
+    assert cli.trainer.global_step == 2
+    assert list((tmp_path / "wandb").glob("**/*.wandb"))

@@ -1,0 +1,254 @@
+"""DailyDialog as (context -> next utterance) pairs for the predictive-coding objective.
+
+Reads the original release layout (``train/dialogues_train.txt`` ..., one dialogue per line,
+utterances separated by ``__eou__``) from a local directory: the Hugging Face ``daily_dialog``
+loading script does not run on ``datasets>=4``, so a hub parquet copy is optional only.
+SPEC section 1, "Data".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from datasets import Dataset
+from torch.utils.data import DataLoader
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from isq.encoders import resolve_encoder_path
+from training.synthetic import write_synthetic_corpus
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "validation", "test")
+ROOT_ENV = "ISQ_DAILYDIALOG"
+SYNTHETIC = "synthetic"
+EOU = "__eou__"
+
+
+class DataFormatError(ValueError):
+    """A malformed data file; the message names the file and line."""
+
+
+# Release text is space-tokenised ("it ' s", "dinner ?"): glue punctuation back on.
+_DETOK_RULES = [
+    (re.compile(r"\s+([.,!?;:%)\]])"), r"\1"),
+    (re.compile(r"([(\[$])\s+"), r"\1"),
+    (re.compile(r"\s*(['’])\s*(s|t|re|ve|ll|d|m)\b", re.IGNORECASE), r"\1\2"),
+    (re.compile(r"\s+"), " "),
+]
+
+
+def detokenize(text: str) -> str:
+    for pattern, repl in _DETOK_RULES:
+        text = pattern.sub(repl, text)
+    return text.strip()
+
+
+def read_dialogues(path: Path) -> list[list[str]]:
+    """One dialogue per line; raises :class:`DataFormatError` with file and line on bad input."""
+    if not path.is_file():
+        raise FileNotFoundError(f"DailyDialog file not found: {path}")
+    dialogues = []
+    with open(path, encoding="utf-8", errors="strict") as handle:
+        try:
+            lines = handle.readlines()
+        except UnicodeDecodeError as err:
+            raise DataFormatError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if EOU not in line:
+            raise DataFormatError(f"{path}:{number}: no '{EOU}' utterance separator in {line[:60]!r}")
+        turns = [detokenize(t) for t in line.split(EOU)]
+        turns = [t for t in turns if t]
+        if len(turns) < 2:
+            raise DataFormatError(f"{path}:{number}: a dialogue needs at least two utterances, found {len(turns)}")
+        dialogues.append(turns)
+    if not dialogues:
+        raise DataFormatError(f"{path}: no dialogues")
+    return dialogues
+
+
+def count_label_mismatches(dialogue_path: Path, dialogues: list[list[str]]) -> int:
+    """Dialogues whose act-label count differs from their utterance count.
+
+    The release has a few such lines; labels are not used here, so they are counted and
+    reported, not fatal.
+    """
+    act_path = dialogue_path.with_name(dialogue_path.name.replace("dialogues_", "dialogues_act_"))
+    if not act_path.is_file():
+        return 0
+    acts = act_path.read_text(encoding="utf-8").splitlines()
+    return sum(1 for turns, labels in zip(dialogues, acts, strict=False) if len(labels.split()) != len(turns))
+
+
+def dialogue_pairs(dialogues: list[list[str]], context_turns: int) -> dict[str, list[str]]:
+    """Every (up to ``context_turns`` previous utterances with speaker tags -> next utterance)."""
+    contexts, targets = [], []
+    for turns in dialogues:
+        for i in range(1, len(turns)):
+            window = range(max(0, i - context_turns), i)
+            contexts.append(" ".join(f"{'AB'[j % 2]}: {turns[j]}" for j in window))
+            targets.append(turns[i])
+    return {"context": contexts, "target": targets}
+
+
+@dataclass
+class Splits:
+    dialogues: dict[str, list[list[str]]]
+    leaked: dict[str, int]
+    label_mismatches: dict[str, int]
+
+
+def load_splits(root: Path) -> Splits:
+    """Read the three splits and drop evaluation dialogues that also occur in train."""
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"DailyDialog directory not found: {root} (pass --data.root or set ${ROOT_ENV}; "
+            f"it must hold train/dialogues_train.txt, validation/..., test/...)"
+        )
+    dialogues, mismatches = {}, {}
+    for split in SPLITS:
+        path = root / split / f"dialogues_{split}.txt"
+        dialogues[split] = read_dialogues(path)
+        mismatches[split] = count_label_mismatches(path, dialogues[split])
+    seen = {tuple(d) for d in dialogues["train"]}
+    leaked = {}
+    for split in ("validation", "test"):
+        kept = [d for d in dialogues[split] if tuple(d) not in seen]
+        leaked[split] = len(dialogues[split]) - len(kept)
+        dialogues[split] = kept
+    return Splits(dialogues, leaked, mismatches)
+
+
+class DialogueDataModule(L.LightningDataModule):
+    """DailyDialog (or the project's synthetic corpus) tokenised for :class:`isq.model.ISQModel`.
+
+    Args:
+        root: release directory; default ``$ISQ_DAILYDIALOG``. ``"synthetic"`` writes and reads
+            the project's own template corpus.
+        tokenizer: tokenizer name or path (linked from the model config by the CLI).
+        context_turns: previous utterances in a context.
+        max_context_tokens / max_target_tokens: truncation lengths.
+        hub_id: optional Hugging Face parquet copy with a ``dialog`` column (list of utterances)
+            per split, used instead of ``root``.
+        cache_dir: where tokenised datasets are cached (keyed by data, tokenizer and lengths).
+    """
+
+    def __init__(
+        self,
+        root: str | None = None,
+        tokenizer: str = "t5-base",
+        context_turns: int = 3,
+        max_context_tokens: int = 128,
+        max_target_tokens: int = 48,
+        batch_size: int = 32,
+        num_workers: int = 0,
+        hub_id: str | None = None,
+        cache_dir: str | None = None,
+        limit_train_dialogues: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.root = root if root is not None else os.environ.get(ROOT_ENV)
+        self.cache_dir = Path(cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "isq")
+        self._tokenizer: PreTrainedTokenizerBase | None = None
+        self.datasets: dict[str, Dataset] = {}
+        self.stats: dict[str, Any] = {}
+
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        if self._tokenizer is None:
+            self._tokenizer = AutoTokenizer.from_pretrained(resolve_encoder_path(self.hparams.tokenizer))
+        return self._tokenizer
+
+    def _read(self) -> tuple[dict[str, list[list[str]]], str]:
+        if self.hparams.hub_id:
+            from datasets import load_dataset
+
+            hub = load_dataset(self.hparams.hub_id)
+            return {s: [[detokenize(t) for t in d] for d in hub[s]["dialog"]] for s in SPLITS}, self.hparams.hub_id
+        if self.root is None:
+            raise FileNotFoundError(f"no DailyDialog directory: pass --data.root or set ${ROOT_ENV}")
+        root = Path(self.root)
+        if self.root == SYNTHETIC:
+            root = write_synthetic_corpus(self.cache_dir / "synthetic_corpus", seed=self.hparams.seed)
+        splits = load_splits(root)
+        self.stats.update(
+            {f"leaked_{k}": v for k, v in splits.leaked.items()}
+            | {f"label_mismatch_{k}": v for k, v in splits.label_mismatches.items()}
+        )
+        log.info("dropped evaluation dialogues also in train: %s", splits.leaked)
+        if any(splits.label_mismatches.values()):
+            log.info("dialogues whose act-label count differs from their utterances (labels unused): %s",
+                     splits.label_mismatches)
+        return splits.dialogues, str(root)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        dialogues, source = self._read()
+        if self.hparams.limit_train_dialogues:
+            dialogues["train"] = dialogues["train"][: self.hparams.limit_train_dialogues]
+        self.stats["source"] = source
+        for split, items in dialogues.items():
+            pairs = dialogue_pairs(items, self.hparams.context_turns)
+            self.stats[f"{split}_dialogues"], self.stats[f"{split}_pairs"] = len(items), len(pairs["context"])
+            self.datasets[split] = self._tokenize(split, pairs)
+
+    def _tokenize(self, split: str, pairs: dict[str, list[str]]) -> Dataset:
+        h = self.hparams
+        key = hashlib.sha256(repr((pairs["context"], pairs["target"], h.tokenizer, h.max_context_tokens,
+                                   h.max_target_tokens)).encode()).hexdigest()[:16]
+        cache = self.cache_dir / "tokenized" / f"{split}-{key}.arrow"
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tok = self.tokenizer
+
+        def encode(batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
+            ctx = tok(batch["context"], truncation=True, max_length=h.max_context_tokens)
+            tgt = tok(batch["target"], truncation=True, max_length=h.max_target_tokens)
+            return {"input_ids": ctx["input_ids"], "labels": tgt["input_ids"]}
+
+        dataset = Dataset.from_dict(pairs).map(
+            encode, batched=True, remove_columns=["context", "target"], cache_file_name=str(cache),
+            desc=f"tokenising {split}",
+        )
+        return dataset.with_format("python")
+
+    def _collate(self, rows: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
+        pad = self.tokenizer.pad_token_id or 0
+        ctx_len = max(len(r["input_ids"]) for r in rows)
+        tgt_len = max(len(r["labels"]) for r in rows)
+        input_ids = torch.full((len(rows), ctx_len), pad, dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), ctx_len), dtype=torch.long)
+        labels = torch.full((len(rows), tgt_len), -100, dtype=torch.long)
+        for i, r in enumerate(rows):
+            input_ids[i, : len(r["input_ids"])] = torch.tensor(r["input_ids"])
+            attention_mask[i, : len(r["input_ids"])] = 1
+            labels[i, : len(r["labels"])] = torch.tensor(r["labels"])
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        return DataLoader(
+            self.datasets[split], batch_size=self.hparams.batch_size, shuffle=shuffle,
+            num_workers=self.hparams.num_workers, collate_fn=self._collate,
+            persistent_workers=self.hparams.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("validation", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)

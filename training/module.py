@@ -1,0 +1,132 @@
+"""A thin LightningModule around :class:`isq.model.ISQModel`."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import lightning as L
+import torch
+import torch.distributed as dist
+from torch.optim.lr_scheduler import LambdaLR
+
+from isq.model import ISQConfig, ISQModel
+
+
+def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
+    """Learning-rate multiplier: linear warm-up to 1, then cosine decay to ``min_ratio``."""
+    if step < warmup_steps:
+        return (step + 1) / max(1, warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class ISQLightningModule(L.LightningModule):
+    """Trains the ISQ codebook with the predictive-coding objective (SPEC section 1).
+
+    Args:
+        isq: the model configuration.
+        encoder_lr: AdamW learning rate of the encoder (1e-4).
+        head_lr: learning rate of projection, up-projection and decoder (1e-3).
+        weight_decay: AdamW weight decay.
+        warmup_steps: linear warm-up length in optimizer steps.
+        min_lr_ratio: final learning rate as a share of the peak.
+    """
+
+    def __init__(
+        self,
+        isq: ISQConfig,
+        encoder_lr: float = 1e-4,
+        head_lr: float = 1e-3,
+        weight_decay: float = 0.01,
+        warmup_steps: int = 500,
+        min_lr_ratio: float = 0.1,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.model = ISQModel(isq)
+        self._val_counts: torch.Tensor | None = None
+        self._step_clock: float | None = None
+
+    def forward(self, batch: dict[str, torch.Tensor]):
+        return self.model(batch["input_ids"], batch["attention_mask"], batch["labels"])
+
+    def _log_output(self, prefix: str, out, batch_size: int, **kw: Any) -> None:
+        self.log_dict({
+            f"{prefix}/loss": out.loss, f"{prefix}/ce_loss": out.ce_loss,
+            f"{prefix}/codebook_loss": out.codebook_loss, f"{prefix}/commitment_loss": out.commitment_loss,
+            f"{prefix}/entropy_loss": out.entropy_loss,
+        }, batch_size=batch_size, sync_dist=prefix == "val", **kw)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        out = self(batch)
+        size = batch["input_ids"].shape[0]
+        self._log_output("train", out, size, prog_bar=False)
+        self.log_dict({"train/perplexity": out.perplexity, "train/codes_used": out.codes_used.float()},
+                      batch_size=size)
+        self.log("train/ce", out.ce_loss, prog_bar=True, logger=False, batch_size=size)
+        tokens = batch["attention_mask"].sum() + (batch["labels"] >= 0).sum()
+        now = time.perf_counter()
+        if self._step_clock is not None:
+            self.log("train/tokens_per_s", tokens.float() / (now - self._step_clock), batch_size=size)
+        self._step_clock = now
+        return out.loss
+
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        """After each *optimizer* step (not micro-batch), advance the dead-code window."""
+        super().optimizer_step(*args, **kwargs)
+        revived = self.model.quantizer.optimizer_step()
+        self.log("train/revived_codes", float(revived))
+        self.log("train/dead_codes", self.model.quantizer.dead_codes.float())
+        for i, group in enumerate(self.trainer.optimizers[0].param_groups):
+            self.log(f"lr/{group.get('name', i)}", group["lr"])
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_counts = torch.zeros(self.model.config.num_codes, device=self.device)
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        out = self(batch)
+        size = batch["input_ids"].shape[0]
+        self._log_output("val", out, size)
+        idx = out.indices[out.indices >= 0]
+        self._val_counts += torch.bincount(idx, minlength=self._val_counts.numel()).float()
+
+    def on_validation_epoch_end(self) -> None:
+        counts = self._val_counts
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(counts)
+        p = counts / counts.sum().clamp_min(1)
+        perplexity = torch.exp(-(p * torch.log(p.clamp_min(1e-12))).sum())
+        used = (counts > 0).sum().float()
+        ce = self.trainer.callback_metrics.get("val/ce_loss")
+        metrics = {
+            "val/codebook_perplexity": perplexity,
+            "val/codes_used": used,
+            "val/codes_used_frac": used / counts.numel(),
+        }
+        if ce is not None:
+            metrics["val/next_turn_ppl"] = torch.exp(ce)
+        self.log_dict(metrics)
+        self._log_rank_divergence()
+
+    def _log_rank_divergence(self) -> None:
+        """Max |codebook_rank - codebook_rank0| across ranks: 0 when the EMA sync works."""
+        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return
+        codebook = self.model.quantizer.codebook
+        gathered = [torch.empty_like(codebook) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, codebook)
+        divergence = max(float((g - gathered[0]).abs().max()) for g in gathered)
+        self.log("val/codebook_rank_divergence", divergence, rank_zero_only=True)
+
+    def configure_optimizers(self):
+        groups = self.model.parameter_groups()
+        h = self.hparams
+        param_groups = [{"params": groups["head"], "lr": h.head_lr, "name": "head"}]
+        if groups["encoder"]:
+            param_groups.append({"params": groups["encoder"], "lr": h.encoder_lr, "name": "encoder"})
+        optimizer = torch.optim.AdamW(param_groups, weight_decay=h.weight_decay)
+        total = int(self.trainer.estimated_stepping_batches)
+        scheduler = LambdaLR(optimizer, lambda step: warmup_cosine(step, h.warmup_steps, total, h.min_lr_ratio))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

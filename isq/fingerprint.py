@@ -212,3 +212,24 @@ class Fingerprinter(nn.Module):
 
 def _read_json(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m isq.fingerprint DIR TEXT [TEXT ...]``: print S_fp and |U_fp| per text."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("directory", help="exported fingerprinter directory")
+    parser.add_argument("texts", nargs="+")
+    args = parser.parse_args(argv)
+    try:
+        fingerprinter = Fingerprinter.from_pretrained(args.directory)
+    except (FileNotFoundError, ValueError) as err:
+        parser.exit(2, f"error: {err}\n")
+    for text, fp in zip(args.texts, fingerprinter.fingerprint(args.texts), strict=True):
+        print(f"{text!r}\n  L={len(fp.token_codes)} |S_fp|={len(fp.sequence)} |U_fp|={len(fp.codes)}"
+              f"\n  S_fp={list(fp.sequence)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""AMU records and the append-only SQLite store."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime
+
+import pytest
+
+from retrieval.amu import (
+    AMU,
+    AMUStore,
+    AMUValidationError,
+    SegmentRecord,
+    SourcePointer,
+    Turn,
+    amu_id,
+    time_interval,
+)
+
+WHEN = datetime(2023, 5, 8, 13, 56)
+
+
+def make_turn(turn_id: str, speaker: str = "Caroline", session: str = "session_1", text: str = "hello") -> Turn:
+    return Turn("conv-x", session, turn_id, speaker, text, WHEN)
+
+
+def make_amu(seq: int, index: int, text: str = "Caroline paints.", session: str = "session_1", **overrides) -> AMU:
+    values = dict(
+        id=amu_id("conv-x", seq, index),
+        text=text,
+        memory_type="fact",
+        source=SourcePointer("conv-x", session, (f"D1:{seq}",), ("Caroline",), seq),
+        observed_at=WHEN.isoformat(),
+    )
+    values.update(overrides)
+    return AMU(**values)
+
+
+def commit(store: AMUStore, seq: int, amus: list[AMU], session: str = "session_1") -> None:
+    turns = [make_turn(f"D1:{seq}", session=session, text=f"turn {seq}")]
+    store.commit_segment(SegmentRecord("conv-x", seq, session, (f"D1:{seq}",), "semantic_boundary", "state"),
+                         turns, amus)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"memory_type": "opinion"}, "memory_type"),
+        ({"text": "   "}, "text"),
+        ({"entities": "Caroline"}, "entities"),
+        ({"tags": ["ok", 3]}, "tags.1"),
+        ({"timestamps": ["8 May 2023"]}, "timestamps"),
+        ({"observed_at": "yesterday"}, "observed_at"),
+        ({"source": SourcePointer("conv-x", "session_1", ())}, "source.turn_ids"),
+        ({"fingerprint": [1, -2]}, "fingerprint.1"),
+    ],
+)
+def test_bad_records_name_the_field(overrides, field):
+    with pytest.raises(AMUValidationError, match=f"field '{field}'"):
+        make_amu(0, 0, **overrides)
+
+
+def test_sequences_are_frozen_to_tuples():
+    amu = make_amu(0, 0, entities=["Caroline"], tags=["art"], timestamps=["2023-05"], fingerprint=[3, 1, 3])
+    assert amu.entities == ("Caroline",) and amu.timestamps == ("2023-05",) and amu.fingerprint == (3, 1, 3)
+    assert amu.to_dict()["source"]["turn_ids"] == ["D1:0"]
+
+
+@pytest.mark.parametrize(
+    ("value", "start", "end"),
+    [
+        ("2022", "2022-01-01T00:00:00", "2022-12-31T23:59:59.999999"),
+        ("2023-02", "2023-02-01T00:00:00", "2023-02-28T23:59:59.999999"),
+        ("2023-W18", "2023-05-01T00:00:00", "2023-05-07T23:59:59.999999"),
+        ("2023-05-07", "2023-05-07T00:00:00", "2023-05-07T23:59:59.999999"),
+        ("2023-05-08T13:56:00", "2023-05-08T13:56:00", "2023-05-08T13:56:00"),
+        ("2023-05-08T13:56:00+02:00", "2023-05-08T11:56:00", "2023-05-08T11:56:00"),
+        ("2023-05-06/2023-05-07", "2023-05-06T00:00:00", "2023-05-07T23:59:59.999999"),
+    ],
+)
+def test_time_interval_forms(value, start, end):
+    assert time_interval(value) == (datetime.fromisoformat(start), datetime.fromisoformat(end))
+
+
+@pytest.mark.parametrize("value", ["2023-13", "2023-02-30", "May 2023", "2023-05-08/2023-05-01", ""])
+def test_time_interval_rejects(value):
+    with pytest.raises(ValueError):
+        time_interval(value)
+
+
+def test_store_round_trip_and_lookups(tmp_path):
+    with AMUStore(tmp_path) as store:
+        assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        commit(store, 0, [
+            make_amu(0, 0, "Caroline went to a support group on 7 May 2023.", memory_type="event",
+                     timestamps=["2023-05-07"], entities=["Caroline", "LGBTQ"]),
+            make_amu(0, 1, "Melanie painted a sunrise in 2022.", timestamps=["2022"], entities=["Melanie"]),
+        ])
+        commit(store, 1, [make_amu(1, 0, "Caroline plans a trip the week after.", timestamps=["2023-W20"],
+                                   entities=["Caroline"], fingerprint=[5, 9, 5], session="session_2")],
+               session="session_2")
+    with AMUStore(tmp_path) as store:  # reopened: everything persisted
+        ids = [amu.id for amu in store.amus("conv-x")]
+        assert ids == ["conv-x:0:0", "conv-x:0:1", "conv-x:1:0"]
+        assert store.get("conv-x:1:0").fingerprint == (5, 9, 5)
+        assert [a.id for a in store.by_session("conv-x", "session_2")] == ["conv-x:1:0"]
+        assert [a.id for a in store.by_segment("conv-x", 0)] == ["conv-x:0:0", "conv-x:0:1"]
+        assert [a.id for a in store.by_entity("caroline")] == ["conv-x:0:0", "conv-x:1:0"]
+        # "2022" only overlaps the year 2022; the session time (2023-05-08) matches every unit in May.
+        assert [a.id for a in store.in_time_range("2022-06", "2022-07")] == ["conv-x:0:1"]
+        assert [a.id for a in store.in_time_range("2023-05-15", "2023-05-16")] == ["conv-x:1:0"]
+        assert len(store.in_time_range("2023-05", "2023-05")) == 3
+        source = store.source_turns(store.get("conv-x:0:1"))
+        assert [(t.turn_id, t.text, t.session_time) for t in source] == [("D1:0", "turn 0", WHEN)]
+        record = store.segment("conv-x", 1)
+        assert record.session_id == "session_2" and record.state == "state" and record.amu_count == 1
+        assert store.conversations() == ["conv-x"] and store.count() == 3
+        with pytest.raises(KeyError):
+            store.get("nope")
+
+
+def test_archive_and_fingerprints_are_the_only_updates(tmp_path):
+    with AMUStore(tmp_path) as store:
+        commit(store, 0, [make_amu(0, 0), make_amu(0, 1, "Melanie runs.")])
+        store.archive(["conv-x:0:0"])
+        assert [a.id for a in store.amus()] == ["conv-x:0:1"]
+        assert store.get("conv-x:0:0").archived
+        assert len(list(store.amus(include_archived=True))) == 2
+        store.set_fingerprints({"conv-x:0:1": [7, 8]})
+        assert store.get("conv-x:0:1").fingerprint == (7, 8)
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            store._db.execute("UPDATE amus SET text = 'changed' WHERE id = 'conv-x:0:1'")
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            store._db.execute("DELETE FROM amus")
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            store._db.execute("UPDATE turns SET text = 'changed'")
+        with pytest.raises(KeyError):
+            store.archive(["missing"])
+
+
+def test_segment_commit_is_atomic_and_unique(tmp_path):
+    with AMUStore(tmp_path) as store:
+        commit(store, 0, [make_amu(0, 0)])
+        with pytest.raises(ValueError, match="already stored"):
+            commit(store, 0, [make_amu(0, 5)])
+        # The second AMU collides with a stored id after the turn and first AMU were inserted:
+        # the whole segment must roll back.
+        with pytest.raises(sqlite3.IntegrityError):
+            store.commit_segment(
+                SegmentRecord("conv-x", 1, "session_1", ("D1:1",), "semantic_boundary"),
+                [make_turn("D1:1")], [make_amu(1, 0), make_amu(1, 1, id="conv-x:0:0")],
+            )
+        assert store.segment("conv-x", 1) is None
+        assert store.count() == 1
+        with pytest.raises(KeyError):
+            store.turn("conv-x", "D1:1")
+        for wrong in (SourcePointer("conv-y", "session_1", ("D1:2",), segment=2),
+                      SourcePointer("conv-x", "session_9", ("D1:2",), segment=2),
+                      SourcePointer("conv-x", "session_1", ("D1:2",), segment=3)):
+            with pytest.raises(ValueError, match="belongs to"):
+                commit(store, 2, [make_amu(2, 0, source=wrong)])

@@ -1,0 +1,315 @@
+"""Extractors: rule-based resolution of pronouns and relative dates; the LLM extractor against a
+local OpenAI-style HTTP server (retries, cache, token accounting, raw-turn fallback)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from retrieval.amu import Turn
+from retrieval.extract import (
+    LLMExtractor,
+    ReferenceContext,
+    RuleExtractor,
+    is_informative,
+    resolve_pronouns,
+    resolve_relative_dates,
+)
+from retrieval.segmenter import Exchange, Segment
+
+MONDAY = datetime(2023, 5, 8, 13, 56)  # a Monday
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "values"),
+    [
+        ("I went to a support group yesterday.", "I went to a support group on 7 May 2023.", ["2023-05-07"]),
+        ("It is today.", "It is on 8 May 2023.", ["2023-05-08"]),
+        ("Tomorrow I fly.", "On 9 May 2023 I fly.", ["2023-05-09"]),
+        ("We met last week.", "We met in the week before 8 May 2023.", ["2023-W18"]),
+        ("Call me next week.", "Call me in the week after 8 May 2023.", ["2023-W20"]),
+        ("It opened last month.", "It opened in April 2023.", ["2023-04"]),
+        ("Camping next month!", "Camping in June 2023!", ["2023-06"]),
+        ("I painted it last year.", "I painted it in 2022.", ["2022"]),
+        ("I ran last Friday.", "I ran on Friday, 5 May 2023.", ["2023-05-05"]),
+        ("Last Monday was hard.", "Monday, 1 May 2023 was hard.", ["2023-05-01"]),
+        ("See you next Monday.", "See you on Monday, 15 May 2023.", ["2023-05-15"]),
+        ("The show is this Sunday.", "The show is on Sunday, 14 May 2023.", ["2023-05-14"]),
+        ("I did it 3 days ago.", "I did it on 5 May 2023.", ["2023-05-05"]),
+        ("I went two days ago.", "I went on 6 May 2023.", ["2023-05-06"]),
+        ("Busy since yesterday.", "Busy since 7 May 2023.", ["2023-05-07"]),
+        ("Yesterday was fun.", "7 May 2023 was fun.", ["2023-05-07"]),
+        ("We biked last weekend.", "We biked on the weekend of 6 May 2023.", ["2023-05-06/2023-05-07"]),
+        ("A few weeks ago.", "A few weeks ago.", []),
+    ],
+)
+def test_relative_dates(text, expected, values):
+    assert resolve_relative_dates(text, MONDAY) == (expected, values)
+
+
+def test_relative_dates_need_a_session_time():
+    assert resolve_relative_dates("yesterday", None) == ("yesterday", [])
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("I am happy.", "Caroline is happy."),
+        ("I'm swamped with my kids.", "Caroline is swamped with Caroline's kids."),
+        ("That bowl is mine, my friend made it for me.",
+         "That bowl is Caroline's, Caroline's friend made it for Caroline."),
+        ("I really love painting.", "Caroline really loves painting."),
+        ("I don't know. I've been busy and I was tired.",
+         "Caroline doesn't know. Caroline has been busy and Caroline was tired."),
+        ("Am I late?", "Is Caroline late?"),
+        ("You're great and your work helps the people you work with.",
+         "Melanie is great and Melanie's work helps the people Melanie works with."),
+        ("Do you like it? Did you see it?", "Does Melanie like it? Did Melanie see it?"),
+        ("It makes you feel free.", "It makes Melanie feel free."),
+        ("I went there.", "Caroline went there."),
+    ],
+)
+def test_pronouns(text, expected):
+    assert resolve_pronouns(text, "Caroline", "Melanie") == expected
+
+
+def test_second_person_is_kept_without_an_addressee():
+    assert resolve_pronouns("I like you", "Caroline", None) == "Caroline likes you"
+
+
+def make_segment(texts, speakers=("Caroline", "Melanie"), caption_at=None, seq=0, session="session_1") -> Segment:
+    turns = [
+        Turn("conv-t", session, f"D1:{i + 1}", speakers[i % len(speakers)], text, MONDAY,
+             "a photo of a sunset over a lake" if i == caption_at else None)
+        for i, text in enumerate(texts)
+    ]
+    exchanges = tuple(Exchange(tuple(turns[i:i + 2])) for i in range(0, len(turns), 2))
+    return Segment("conv-t", session, seq, exchanges, "semantic_boundary", 100)
+
+
+def test_rule_extractor_builds_self_contained_units():
+    segment = make_segment([
+        "Hey Mel! Good to see you!",
+        "Hi! I painted that lake sunrise last year, take a look.",
+        "I went to an LGBTQ support group yesterday and it was powerful.",
+        "Thanks!",
+        "I love hiking with my kids in Yosemite.",
+    ], caption_at=1)
+    context = ReferenceContext(("Caroline", "Melanie"))
+    extraction = RuleExtractor().extract(segment, context)
+    amus = extraction.amus
+    assert [a.source.turn_ids for a in amus] == [("D1:2",), ("D1:3",), ("D1:5",)]  # greetings skipped
+    painted, group, hiking = amus
+    assert painted.text == ("Hi! Melanie painted that lake sunrise in 2022, take a look. "
+                            "[Melanie shares an image: a photo of a sunset over a lake]")
+    assert painted.timestamps == ("2022",) and painted.memory_type == "event"
+    assert group.text == "Caroline went to an LGBTQ support group on 7 May 2023 and it was powerful."
+    assert group.timestamps == ("2023-05-07",) and group.observed_at == "2023-05-08T13:56:00"
+    assert group.entities == ("Caroline", "LGBTQ")
+    assert hiking.text == "Caroline loves hiking with Caroline's kids in Yosemite."
+    assert hiking.memory_type == "preference" and "Yosemite" in hiking.entities
+    assert [a.id for a in amus] == ["conv-t:0:0", "conv-t:0:1", "conv-t:0:2"]
+    assert all(a.source.session_id == "session_1" and a.source.segment == 0 for a in amus)
+    assert group.source.speakers == ("Caroline",)
+    assert extraction.state == "" and not extraction.fallback
+
+
+def test_speaker_is_prefixed_when_the_text_does_not_name_them():
+    amus = RuleExtractor().extract(make_segment(["Wow, that sounds like a great concert plan."]),
+                                   ReferenceContext(("Caroline", "Melanie"))).amus
+    assert amus[0].text == "Caroline: Wow, that sounds like a great concert plan."
+
+
+@pytest.mark.parametrize(
+    ("text", "caption", "expected"),
+    [("Hey Mel! Good to see you!", None, False), ("Thanks so much, Caroline!", None, False),
+     ("Bye, take care!", None, False), ("Look!", "a dog", True), ("I adopted a puppy named Max.", None, True)],
+)
+def test_informative_rule(text, caption, expected):
+    turn = Turn("c", "s", "t", "Melanie", text, MONDAY, caption)
+    assert is_informative(turn, ("Caroline", "Melanie")) is expected
+
+
+def test_reference_context_budgets():
+    context = ReferenceContext(("A", "B"))
+    context.enter("s1")
+    context.record("x" * 5000, [f"record {i:02d} " + "y" * 300 for i in range(20)])
+    assert len(context.disambiguation) == 1200
+    text = context.render()
+    recent = text.split("Recent records of this session:\n")[1]
+    assert len(recent) <= 2400 and "record 19" in recent and "record 07" not in recent
+    assert len(context.recent) == 12
+    context.enter("s2")  # recent records are same-session only
+    assert "Recent records" not in context.render() and "Disambiguation state" in context.render()
+
+
+# -- LLM extractor against a local server -----------------------------------------------------
+
+
+class FakeOpenAI:
+    """A local /v1/chat/completions server answering from a script of canned responses
+    (HTTP status, body or callable); the last one repeats. Records every request."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.requests: list[dict] = []
+        self.headers: list[dict] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's naming
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                owner.requests.append(body)
+                owner.headers.append(dict(self.headers))
+                status, payload, delay = owner.script[min(len(owner.requests), len(owner.script)) - 1]
+                time.sleep(delay)
+                data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout test)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def completion(content: str, prompt_tokens: int = 100, completion_tokens: int = 20, delay: float = 0.0):
+    body = {"choices": [{"message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}}
+    return 200, body, delay
+
+
+GOOD = json.dumps({
+    "records": [
+        {"text": "Caroline attended an LGBTQ support group on 7 May 2023.", "memory_type": "event",
+         "entities": ["Caroline", "LGBTQ support group"], "tags": ["support"], "timestamps": ["2023-05-07"],
+         "turn_ids": ["D1:1"]},
+        {"text": "Melanie finds Caroline's story inspiring.", "memory_type": "fact", "entities": ["Melanie"],
+         "tags": [], "timestamps": [], "turn_ids": ["D1:2", "D1:1"]},
+    ],
+    "disambiguation": "Mel = Melanie.",
+})
+
+LLM_TURNS = ["I went to an LGBTQ support group yesterday.", "Wow, that's inspiring, Caroline!"]
+
+
+def llm(server: FakeOpenAI, tmp_path, **options) -> LLMExtractor:
+    options = {"backoff_s": 0.0, "cache_dir": tmp_path / "cache", **options}
+    return LLMExtractor(server.base_url, "test-model", "secret", **options)
+
+
+def test_llm_extractor_retries_until_a_valid_answer(tmp_path):
+    bad_type = json.dumps({"records": [{"text": "x", "memory_type": "opinion", "turn_ids": ["D1:1"]}]})
+    wrong_turn = json.dumps({"records": [{"text": "x", "memory_type": "fact", "turn_ids": ["D9:9"]}]})
+    bad_date = json.dumps({"records": [{"text": "x", "memory_type": "fact", "timestamps": ["2023-02-30"],
+                                        "turn_ids": ["D1:1"]}]})
+    script = [(500, {"error": "boom"}, 0.0), completion("{not json", 50, 5), completion(bad_type, 60, 6),
+              completion(wrong_turn, 70, 7), completion(bad_date, 80, 8), completion("```json\n" + GOOD + "\n```")]
+    context = ReferenceContext(("Caroline", "Melanie"))
+    context.enter("session_1")
+    context.record("Caroline is a counselor-in-training.", ["Caroline likes painting."])
+    with FakeOpenAI(script) as server:
+        extractor = llm(server, tmp_path, max_retries=5)
+        extraction = extractor.extract(make_segment(LLM_TURNS), context)
+    assert len(server.requests) == 6
+    assert not extraction.fallback and extraction.state == "Mel = Melanie."
+    first, second = extraction.amus
+    assert first.text == "Caroline attended an LGBTQ support group on 7 May 2023."
+    assert first.timestamps == ("2023-05-07",) and first.source.turn_ids == ("D1:1",)
+    assert second.source.turn_ids == ("D1:2", "D1:1") and second.source.speakers == ("Melanie", "Caroline")
+    assert first.id == "conv-t:0:0" and first.observed_at == "2023-05-08T13:56:00"
+    usage = extractor.usage
+    assert (usage.http_calls, usage.retries, usage.fallback_segments) == (6, 5, 0)
+    assert usage.prompt_tokens == 50 + 60 + 70 + 80 + 100 and usage.completion_tokens == 5 + 6 + 7 + 8 + 20
+    request = server.requests[0]
+    assert request["model"] == "test-model" and request["temperature"] == 0.0
+    assert request["response_format"] == {"type": "json_object"}
+    assert server.headers[0]["Authorization"] == "Bearer secret"
+    prompt = request["messages"][1]["content"]
+    assert "Session date: Monday, 08 May 2023, 13:56" in prompt
+    assert "Caroline is a counselor-in-training." in prompt and "- Caroline likes painting." in prompt
+    assert "[D1:1] Caroline: I went to an LGBTQ support group yesterday." in prompt
+
+
+def test_llm_cache_makes_reruns_free(tmp_path):
+    segment = make_segment(LLM_TURNS)
+    with FakeOpenAI([completion(GOOD, 120, 30)]) as server:
+        first = llm(server, tmp_path).extract(segment, ReferenceContext(("Caroline", "Melanie")))
+        assert len(server.requests) == 1
+        rerun = llm(server, tmp_path)
+        again = rerun.extract(segment, ReferenceContext(("Caroline", "Melanie")))
+        assert len(server.requests) == 1  # no HTTP call at all
+        assert again.amus == first.amus
+        assert (rerun.usage.http_calls, rerun.usage.cache_hits) == (0, 1)
+        assert (rerun.usage.cached_prompt_tokens, rerun.usage.cached_completion_tokens) == (120, 30)
+        # A different request (another context) is a different cache key.
+        other = ReferenceContext(("Caroline", "Melanie"))
+        other.record("something new", [])
+        rerun.extract(segment, other)
+        assert len(server.requests) == 2
+
+
+def test_llm_exhausted_retries_fall_back_to_raw_turns(tmp_path):
+    segment = make_segment(LLM_TURNS, caption_at=1)
+    context = ReferenceContext(("Caroline", "Melanie"))
+    context.record("previous state", [])
+    with FakeOpenAI([(500, {"error": "down"}, 0.0), completion("not json at all")]) as server:
+        extractor = llm(server, tmp_path, max_retries=2)
+        extraction = extractor.extract(segment, context)
+        assert len(server.requests) == 3
+        assert extraction.fallback and extraction.state == "previous state"
+        assert [a.text for a in extraction.amus] == [
+            "Caroline: I went to an LGBTQ support group yesterday.",
+            "Melanie: Wow, that's inspiring, Caroline! [shares an image: a photo of a sunset over a lake]",
+        ]
+        assert [a.source.turn_ids for a in extraction.amus] == [("D1:1",), ("D1:2",)]
+        assert extractor.usage.fallback_segments == 1
+        # Failures are not cached: the next run asks again.
+        llm(server, tmp_path, max_retries=0).extract(segment, context)
+        assert len(server.requests) == 4
+
+
+def test_llm_timeout_is_retried(tmp_path):
+    with FakeOpenAI([completion(GOOD, delay=1.0), completion(GOOD)]) as server:
+        extractor = llm(server, tmp_path, timeout_s=0.2, max_retries=1)
+        extraction = extractor.extract(make_segment(LLM_TURNS), ReferenceContext(("Caroline", "Melanie")))
+    assert not extraction.fallback and extractor.usage.retries == 1 and len(extraction.amus) == 2
+
+
+def test_llm_configuration_from_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv("ISQ_LLM_BASE_URL", raising=False)
+    monkeypatch.delenv("ISQ_LLM_MODEL", raising=False)
+    with pytest.raises(ValueError, match="ISQ_LLM_BASE_URL"):
+        LLMExtractor()
+    monkeypatch.setenv("ISQ_LLM_BASE_URL", "http://127.0.0.1:9/v1/")
+    with pytest.raises(ValueError, match="ISQ_LLM_MODEL"):
+        LLMExtractor()
+    monkeypatch.setenv("ISQ_LLM_MODEL", "m")
+    monkeypatch.setenv("ISQ_LLM_API_KEY", "k")
+    extractor = LLMExtractor(cache_dir=tmp_path)
+    assert extractor.endpoint == "http://127.0.0.1:9/v1/chat/completions"
+    assert (extractor.model, extractor.api_key) == ("m", "k")

@@ -1,0 +1,348 @@
+"""Ingestion end to end: segmentation + extraction + store, crash/resume, LoCoMo and JSONL input,
+malformed files, the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import zlib
+from datetime import datetime
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from retrieval.amu import AMUStore, InputFormatError, Turn
+from retrieval.extract import RuleExtractor
+from retrieval.ingest import IngestError, ingest_locomo_conversation, ingest_turns, main, read_turns_jsonl
+from retrieval.locomo import load_locomo
+from retrieval.segmenter import SegmenterConfig
+
+REPO = Path(__file__).resolve().parents[1]
+WHEN = datetime(2023, 5, 8, 13, 56)
+
+
+class HashEmbedder:
+    """Deterministic bag-of-words embedder (crc32 buckets, stable across processes)."""
+
+    dim = 64
+
+    def encode(self, texts):
+        vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in text.lower().split():
+                vectors[row, zlib.crc32(word.strip(".,!?:").encode()) % self.dim] += 1.0
+        return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+TOPICS = {
+    "garden": "I planted tomatoes and basil in my garden, the soil and compost matter",
+    "race": "I ran a charity race for mental health, the race was long and rewarding",
+    "guitar": "I practice acoustic guitar chords every evening and learn new songs",
+}
+
+
+def conversation_turns(conversation_id: str = "conv-a") -> list[Turn]:
+    """Two sessions of alternating speakers with topic changes inside."""
+    plan = [("s1", ["garden"] * 6 + ["race"] * 6), ("s2", ["guitar"] * 6 + ["garden"] * 4)]
+    turns = []
+    for number, (session, topics) in enumerate(plan, start=1):
+        for index, topic in enumerate(topics):
+            speaker = ("Ann", "Bob")[index % 2]
+            text = f"{TOPICS[topic]} yesterday, number {index}."
+            turns.append(Turn(conversation_id, session, f"D{number}:{index + 1}", speaker, text, WHEN))
+    return turns
+
+
+def snapshot(store: AMUStore) -> list[tuple]:
+    return [(a.id, a.text, a.source.turn_ids, a.source.session_id, a.fingerprint) for a in store.amus()]
+
+
+class FailingExtractor(RuleExtractor):
+    """Raises on the n-th extraction call (a crash in the middle of an ingest)."""
+
+    def __init__(self, fail_at: int) -> None:
+        super().__init__()
+        self.calls = 0
+        self.fail_at = fail_at
+
+    def extract(self, segment, context):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise RuntimeError("extractor crashed")
+        return super().extract(segment, context)
+
+
+def ingest_and_die(store_dir: str, where: str, segment: int) -> None:
+    """Run in a subprocess: SIGKILL itself while extracting, or inside the commit transaction of,
+    the given segment (after one of its AMUs was inserted)."""
+    from retrieval.amu import AMUStore as Store
+
+    class KillingExtractor(RuleExtractor):
+        def extract(self, seg, context):
+            if where == "extract" and seg.seq == segment:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return super().extract(seg, context)
+
+    insert = Store._insert_amu
+
+    def insert_then_die(db, amu):
+        insert(db, amu)
+        if where == "commit" and amu.source.segment == segment:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    Store._insert_amu = staticmethod(insert_then_die)
+    with Store(store_dir) as store:
+        ingest_turns(conversation_turns(), store, HashEmbedder(), KillingExtractor(), progress=False)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> list[tuple]:
+    """The AMUs of an uninterrupted ingest."""
+    with AMUStore(tmp_path_factory.mktemp("clean")) as store:
+        stats = ingest_turns(conversation_turns(), store, HashEmbedder(), RuleExtractor(), progress=False)
+        assert stats.segments >= 4 and stats.resumed_segments == 0
+        return snapshot(store)
+
+
+def test_ingest_turns_stores_every_segment(tmp_path, reference):
+    turns = conversation_turns()
+    with AMUStore(tmp_path) as store:
+        stats = ingest_turns(turns, store, HashEmbedder(), RuleExtractor(), progress=False)
+        assert snapshot(store) == reference
+        segments = store.segments("conv-a")
+        assert [t for s in segments for t in s.turn_ids] == [t.turn_id for t in turns]
+        assert {s.session_id for s in segments} == {"s1", "s2"}
+        assert (stats.turns, stats.sessions, stats.conversations, stats.amus) == (22, 2, 1, len(reference))
+        assert stats.exchanges == 11 and stats.mean_exchanges_per_segment == pytest.approx(11 / stats.segments)
+        amu = next(store.amus())
+        assert "on 7 May 2023" in amu.text and amu.timestamps == ("2023-05-07",)
+        assert store.source_turns(amu)[0].text.endswith("yesterday, number 0.")
+        summary = stats.summary()
+        assert "mean exchanges/segment" in summary and "LLM calls 0" in summary
+
+
+def test_crash_mid_ingest_then_resume_without_duplicates(tmp_path, reference):
+    turns = conversation_turns()
+    with AMUStore(tmp_path) as store:
+        with pytest.raises(RuntimeError, match="extractor crashed"):
+            ingest_turns(turns, store, HashEmbedder(), FailingExtractor(fail_at=3), progress=False)
+        assert len(store.segments("conv-a")) == 2
+        stats = ingest_turns(turns, store, HashEmbedder(), RuleExtractor(), progress=False)
+        assert stats.resumed_segments == 2 and stats.amus == len(reference) - len(
+            [u for u in reference if u[0].split(":")[1] in ("0", "1")])
+        assert snapshot(store) == reference
+        again = ingest_turns(turns, store, HashEmbedder(), RuleExtractor(), progress=False)
+        assert again.amus == 0 and again.resumed_segments == again.segments
+        assert snapshot(store) == reference
+
+
+@pytest.mark.parametrize("where", ["extract", "commit"])
+def test_killed_process_resumes_without_loss(tmp_path, reference, where):
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_ingest; "
+            f"test_ingest.ingest_and_die({str(tmp_path)!r}, {where!r}, 2)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, timeout=300)
+    assert result.returncode == -signal.SIGKILL, result.stderr.decode()[-2000:]
+    with AMUStore(tmp_path) as store:
+        assert [s.seq for s in store.segments("conv-a")] == [0, 1]  # segment 2 lost entirely
+        assert {a.source.segment for a in store.amus()} == {0, 1}
+        ingest_turns(conversation_turns(), store, HashEmbedder(), RuleExtractor(), progress=False)
+        assert snapshot(store) == reference
+
+
+def test_changed_segmentation_is_refused(tmp_path):
+    with AMUStore(tmp_path) as store:
+        ingest_turns(conversation_turns(), store, HashEmbedder(), RuleExtractor(), progress=False)
+        with pytest.raises(IngestError, match="segment 0"):
+            ingest_turns(conversation_turns(), store, HashEmbedder(), RuleExtractor(),
+                         config=SegmenterConfig(max_exchanges=2), progress=False)
+
+
+def test_fingerprints_are_stored(tmp_path):
+    class FakeFingerprinter:
+        def fingerprint(self, texts):
+            return [SimpleNamespace(sequence=(len(t) % 7, 3), codes=frozenset({len(t) % 7, 3})) for t in texts]
+
+    with AMUStore(tmp_path) as store:
+        ingest_turns(conversation_turns(), store, HashEmbedder(), RuleExtractor(),
+                     fingerprinter=FakeFingerprinter(), progress=False)
+        assert all(a.fingerprint == (len(a.text) % 7, 3) for a in store.amus())
+
+
+def test_sessions_must_be_contiguous(tmp_path):
+    turns = conversation_turns()
+    shuffled = turns[:2] + turns[-2:] + turns[2:4]
+    with AMUStore(tmp_path) as store, pytest.raises(IngestError, match="continues"):
+        ingest_turns(shuffled, store, HashEmbedder(), RuleExtractor(), progress=False)
+
+
+# -- LoCoMo -----------------------------------------------------------------------------------
+
+
+def locomo_fixture() -> list[dict]:
+    def session(number, texts):
+        return [{"speaker": ("Caroline", "Melanie")[i % 2], "dia_id": f"D{number}:{i + 1}", "text": text}
+                for i, text in enumerate(texts)]
+
+    first = session(1, ["I went to a support group yesterday, it was powerful.",
+                        "That is great! I painted a lake sunrise last year.",
+                        "I love your painting colours so much."])
+    first[1].update(img_url=["http://x/y.jpg"], blip_caption="a photo of a sunset over a lake", query="sunrise")
+    conversation = {
+        "speaker_a": "Caroline", "speaker_b": "Melanie",
+        "session_1_date_time": "1:56 pm on 8 May, 2023", "session_1": first,
+        "session_10_date_time": "10:37 am on 27 June, 2023",
+        "session_10": session(10, ["I took my kids camping in the mountains last week.",
+                                   "Camping sounds wonderful, I want to join next month."]),
+        "session_2_date_time": "1:14 pm on 25 May, 2023",
+        "session_2": session(2, ["I ran a charity race for mental health last Saturday."]),
+        "session_11_date_time": "8:00 pm on 1 July, 2023",  # a date without turns: skipped
+    }
+    qa = [{"question": "When did Caroline go to the support group?", "answer": "7 May 2023", "evidence": ["D1:1"],
+           "category": 2},
+          {"question": "When did Melanie paint a sunrise?", "answer": 2022, "evidence": ["D1:2"], "category": 2},
+          {"question": "What did Caroline paint?", "adversarial_answer": "nothing", "evidence": [], "category": 5}]
+    return [{"sample_id": "conv-t", "conversation": conversation, "qa": qa, "event_summary": {}}]
+
+
+def write_json(path: Path, data) -> Path:
+    path.write_text(json.dumps(data, indent=1))
+    return path
+
+
+def test_load_locomo_orders_sessions_and_parses_fields(tmp_path):
+    (conversation,) = load_locomo(write_json(tmp_path / "locomo.json", locomo_fixture()))
+    assert conversation.conversation_id == "conv-t" and conversation.participants == ("Caroline", "Melanie")
+    assert [s.session_id for s in conversation.sessions] == ["session_1", "session_2", "session_10"]
+    assert conversation.sessions[2].time == datetime(2023, 6, 27, 10, 37)
+    assert [t.turn_id for t in conversation.turns] == ["D1:1", "D1:2", "D1:3", "D2:1", "D10:1", "D10:2"]
+    assert conversation.turns[1].image_caption == "a photo of a sunset over a lake"
+    assert conversation.turns[3].session_time == datetime(2023, 5, 25, 13, 14)
+    questions = conversation.questions
+    assert questions[1].answer == "2022" and questions[1].evidence == ("D1:2",)
+    assert questions[2].answer is None and questions[2].adversarial_answer == "nothing"
+    assert questions[2].category == 5
+
+
+def test_ingest_locomo_conversation(tmp_path):
+    (conversation,) = load_locomo(write_json(tmp_path / "locomo.json", locomo_fixture()))
+    with AMUStore(tmp_path / "store") as store:
+        stats = ingest_locomo_conversation(conversation, store, HashEmbedder(), RuleExtractor(), progress=False)
+        amus = list(store.amus("conv-t"))
+        assert stats.turns == 6 and stats.amus == len(amus) == 6
+        assert [(a.source.session_id, a.source.turn_ids) for a in amus][:2] == [
+            ("session_1", ("D1:1",)), ("session_1", ("D1:2",))]
+        texts = {a.source.turn_ids[0]: a.text for a in amus}
+        assert texts["D1:1"] == "Caroline went to a support group on 7 May 2023, it was powerful."
+        assert texts["D1:2"] == ("That is great! Melanie painted a lake sunrise in 2022. "
+                                 "[Melanie shares an image: a photo of a sunset over a lake]")
+        assert texts["D1:3"] == "Caroline loves Melanie's painting colours so much."
+        assert texts["D2:1"] == "Caroline ran a charity race for mental health on Saturday, 20 May 2023."
+        assert texts["D10:1"] == ("Caroline took Caroline's kids camping in the mountains "
+                                  "in the week before 27 June 2023.")
+        assert store.get(amus[-1].id).timestamps == ("2023-07",)
+
+
+# -- malformed input --------------------------------------------------------------------------
+
+
+def test_malformed_locomo_names_file_and_place(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text('[\n {"sample_id": "c",\n  "conversation": {,}\n }\n]')
+    with pytest.raises(InputFormatError, match=r"broken\.json:3:\d+: invalid JSON"):
+        load_locomo(broken)
+
+    def mutated(change) -> Path:
+        data = locomo_fixture()
+        change(data[0])
+        return write_json(tmp_path / "bad.json", [locomo_fixture()[0], data[0]])
+
+    cases = [
+        (lambda c: c["conversation"].pop("speaker_b"), r"\(conv-t\): conversation: missing field 'speaker_b'"),
+        (lambda c: c["conversation"].update(session_2_date_time="someday"), r".*session_2_date_time"),
+        (lambda c: c["conversation"]["session_1"][1].pop("text"), r".*session_1 turn 1: missing field 'text'"),
+        (lambda c: c["conversation"]["session_2"][0].update(dia_id="D1:1"), r"\(conv-t\): duplicate dia_id 'D1:1'"),
+        (lambda c: c.pop("qa"), r".*missing field 'qa'"),
+        (lambda c: c["qa"][0].update(category="two"), r".*qa 0: field 'category' must be int"),
+    ]
+    for change, message in cases:
+        with pytest.raises(InputFormatError, match=r"bad\.json: conversation 1 " + message):
+            load_locomo(mutated(change))
+
+
+def jsonl_line(**overrides) -> str:
+    row = {"session_id": "s1", "session_time": "2023-05-08T13:56:00", "speaker": "Ann", "turn_id": "t1",
+           "text": "I planted basil yesterday."}
+    row.update(overrides)
+    return json.dumps({k: v for k, v in row.items() if v is not None})
+
+
+def test_read_turns_jsonl(tmp_path):
+    path = tmp_path / "talk.jsonl"
+    path.write_text("\n".join([jsonl_line(), "", jsonl_line(turn_id="t2", speaker="Bob", image_caption="a dog"),
+                               jsonl_line(turn_id="t3", session_id="s2", session_time="2023-05-09T10:00:00",
+                                          conversation_id="other")]) + "\n")
+    turns = read_turns_jsonl(path)
+    assert [(t.conversation_id, t.session_id, t.turn_id) for t in turns] == [
+        ("talk", "s1", "t1"), ("talk", "s1", "t2"), ("other", "s2", "t3")]
+    assert turns[1].image_caption == "a dog" and turns[0].session_time == WHEN
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        ([jsonl_line(), "{oops", jsonl_line(turn_id="t3")], r"talk\.jsonl:2:2: invalid JSON"),
+        ([jsonl_line(), jsonl_line(turn_id="t2", text=None)], r"talk\.jsonl:2: 'text' is a required property"),
+        ([jsonl_line(speaker=7)], r"talk\.jsonl:1: field 'speaker': 7 is not of type 'string'"),
+        ([jsonl_line(session_time="8 May")], r"talk\.jsonl:1: field 'session_time': '8 May' is not an ISO"),
+        ([jsonl_line(), jsonl_line()], r"talk\.jsonl:2: duplicate turn_id 't1'"),
+        ([jsonl_line(), jsonl_line(turn_id="t2", session_time="2023-05-09T00:00:00")],
+         r"talk\.jsonl:2: session_time differs"),
+        ([jsonl_line(), jsonl_line(turn_id="t2", session_id="s2"), jsonl_line(turn_id="t3")],
+         r"talk\.jsonl:3: session 's1' continues"),
+        (["[1, 2]"], r"talk\.jsonl:1: \[1, 2\] is not of type 'object'"),
+    ],
+)
+def test_malformed_jsonl_names_file_and_line(tmp_path, lines, message):
+    path = tmp_path / "talk.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputFormatError, match=message):
+        read_turns_jsonl(path)
+
+
+def test_cli_reports_malformed_input_in_one_line(tmp_path, capsys):
+    path = tmp_path / "talk.jsonl"
+    path.write_text(jsonl_line() + "\n{oops\n")
+    assert main(["--jsonl", str(path), "--store", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path}:2:2: invalid JSON" in err
+    assert main(["--locomo", str(tmp_path / "missing.json"), "--store", str(tmp_path / "store")]) == 2
+    assert "missing.json: cannot read" in capsys.readouterr().err
+
+
+def test_cli_subprocess_exit_code_without_traceback(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text('[{"sample_id": "c", "conversation": {}, "qa": []}]')
+    result = subprocess.run([sys.executable, "-m", "retrieval.ingest", "--locomo", str(broken), "--store",
+                             str(tmp_path / "store")], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and result.stderr.strip().count("\n") == 0
+    assert "broken.json: conversation 0 (c): conversation: missing field 'speaker_a'" in result.stderr
+
+
+@pytest.mark.slow
+def test_cli_ingests_jsonl_with_the_real_embedder(tmp_path, capsys):
+    path = tmp_path / "talk.jsonl"
+    rows = [jsonl_line(turn_id=t.turn_id, session_id=t.session_id, speaker=t.speaker, text=t.text)
+            for t in conversation_turns()]
+    path.write_text("\n".join(rows) + "\n")
+    store_dir = tmp_path / "store"
+    assert main(["--jsonl", str(path), "--store", str(store_dir), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "turns 22 | exchanges 11" in out and "AMUs written 22" in out and "wall time" in out
+    with AMUStore(store_dir) as store:
+        assert store.count("talk") == 22

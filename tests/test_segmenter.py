@@ -1,0 +1,234 @@
+"""Online semantic segmentation: LycheeMemory eq. 1-4 with the appendix C.1 constants."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+import numpy as np
+import pytest
+
+from retrieval.amu import Turn
+from retrieval.segmenter import (
+    CAPACITY_LIMIT,
+    EXCHANGE_LIMIT,
+    SEMANTIC_BOUNDARY,
+    SESSION_FLUSH,
+    TARGET_LENGTH,
+    Exchange,
+    SegmenterConfig,
+    SemanticSegmenter,
+    absolute_surprise,
+    cohesion,
+    count_pressure,
+    count_tokens,
+    length_pressure,
+    pair_exchanges,
+    robust_z,
+)
+
+WHEN = datetime(2023, 5, 8, 13, 56)
+
+
+class TopicEmbedder:
+    """Texts start with a topic word; same topic -> nearly the same direction (a small
+    text-specific wobble), different topics -> orthogonal directions. Counts encode() calls."""
+
+    dim = 64
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def encode(self, texts):
+        self.calls += 1
+        vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            topic = text.split(": ", 1)[1].split()[0]
+            vectors[row, sum(map(ord, topic)) % 32] = 1.0
+            vectors[row, 32 + len(text) % 32] = 0.2
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def turns_of(texts, session="s1", speakers=("Ann", "Bob")):
+    return [Turn("c", session, f"{session}:{i}", speakers[i % len(speakers)], text, WHEN)
+            for i, text in enumerate(texts)]
+
+
+def words(count: int, topic: str = "cooking") -> str:
+    return " ".join([topic] + ["w"] * (count - 1))
+
+
+def exchange(text: str, session: str = "s1") -> Exchange:
+    return Exchange((Turn("c", session, "t", "Ann", text, WHEN),))
+
+
+# -- C.1 signal functions -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [(0, -1.30), (209, -1.30), (210, -0.80), (255, -0.40), (299, -0.0088889), (300, 0.45), (450, 1.175),
+     (600, 1.90), (750, 2.35), (899, 2.797), (900, 3.00), (5000, 3.00)],
+)
+def test_length_pressure_piecewise(tokens, expected):
+    assert length_pressure(tokens) == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize(("n", "expected"), [(1, -0.85), (2, -0.15), (3, 0.15), (4, 0.30), (5, 0.45), (8, 0.90),
+                                             (9, 1.0), (10, 1.0)])
+def test_count_pressure(n, expected):
+    assert count_pressure(n) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("s", "expected"), [(0.20, 0.0), (0.34, 1.0), (0.06, -1.0), (0.0, -1.0), (0.9, 2.5)])
+def test_absolute_surprise(s, expected):
+    assert absolute_surprise(s) == pytest.approx(expected)
+
+
+def test_robust_z_median_mad_and_clipping():
+    history = [0.1, 0.2, 0.3, 0.4, 0.5]  # median 0.3, MAD 0.1 -> scale 0.14826
+    assert robust_z(0.6, history[:4]) is None  # fewer than 5 values: disabled
+    assert robust_z(0.6, history) == pytest.approx(0.3 / 0.14826)
+    assert robust_z(1.0, history) == 4.0
+    assert robust_z(0.0, history) == -2.0
+    assert robust_z(0.3, [0.3] * 5) == 0.0  # constant history: no division by zero
+
+
+def test_cohesion_is_mean_cosine_to_centroid():
+    assert cohesion(np.array([[1.0, 0.0], [1.0, 0.0]])) == pytest.approx(1.0)
+    assert cohesion(np.array([[1.0, 0.0], [0.0, 1.0]])) == pytest.approx(math.sqrt(0.5))
+
+
+def test_count_tokens_is_words_times_1_3_rounded_up():
+    assert count_tokens("one two three") == 4
+    assert count_tokens(words(10)) == 13
+
+
+# -- eq. 4 on crafted embeddings --------------------------------------------------------------
+
+
+def crafted_segmenter() -> SemanticSegmenter:
+    """Active segment {(1,0,0), (0.8,0.6,0)}, two 10-word exchanges (13 tokens each)."""
+    segmenter = SemanticSegmenter(TopicEmbedder(), "c")
+    assert segmenter.push(exchange(words(10)), np.array([1.0, 0.0, 0.0])) == []
+    assert segmenter.push(exchange(words(10)), np.array([0.8, 0.6, 0.0])) == []
+    return segmenter
+
+
+def test_boundary_score_matches_hand_computation():
+    segmenter = crafted_segmenter()
+    segmenter.history.clear()  # the second push recorded one surprise; score against an empty history
+    signals = segmenter.signals(np.array([0.0, 0.0, 1.0]))
+    # s = 1 - max(cos(e, c), cos(e, h)) = 1 - 0 (e is orthogonal to both).
+    assert signals.surprise == pytest.approx(1.0)
+    assert signals.z is None and signals.absolute == 2.5  # clip((1 - 0.2) / 0.14) = 2.5
+    # For unit vectors Coh(V) = |centroid|: |(0.9, 0.3, 0)| = 0.948683 -> |(0.6, 0.2, 1/3)| = 0.714920.
+    assert signals.cohesion_drop == pytest.approx(0.948683 - 0.714920, abs=1e-6)
+    assert signals.length == -1.30 and signals.count == -0.15  # 26 tokens, 2 exchanges
+    expected = -1.10 + 1.0 * 2.5 + 4.0 * 0.233763 + 1.0 * -1.30 + 1.0 * -0.15
+    assert signals.score == pytest.approx(expected, abs=1e-5)
+    assert signals.p_cut == pytest.approx(1 / (1 + math.exp(-0.885052)), abs=1e-5)  # 0.7079
+
+
+def test_boundary_score_uses_robust_z_after_five_values():
+    segmenter = crafted_segmenter()
+    segmenter.history.clear()
+    segmenter.history.extend([0.1, 0.2, 0.3, 0.4, 0.5])
+    signals = segmenter.signals(np.array([0.0, 0.0, 1.0]))
+    assert signals.z == 4.0  # (1 - 0.3) / 0.14826 = 4.72, clipped
+    # phi = mean(z, a) = (4.0 + 2.5) / 2 = 3.25
+    assert signals.score == pytest.approx(-1.10 + 3.25 + 0.935052 - 1.30 - 0.15, abs=1e-5)
+
+
+def test_same_direction_scores_low():
+    segmenter = crafted_segmenter()
+    signals = segmenter.signals(np.array([0.9, 0.3, 0.0]) / np.linalg.norm([0.9, 0.3, 0.0]))
+    assert signals.surprise == pytest.approx(0.0, abs=1e-9)
+    assert signals.cohesion_drop == pytest.approx(0.0, abs=1e-9)
+    assert signals.p_cut < 0.05
+
+
+def test_signals_are_read_only_and_push_records_history():
+    segmenter = crafted_segmenter()
+    assert len(segmenter.history) == 1  # the first push starts the segment without a score
+    segmenter.signals(np.array([0.0, 1.0, 0.0]))
+    assert len(segmenter.history) == 1
+
+
+# -- the online loop --------------------------------------------------------------------------
+
+
+def test_topic_change_cuts_and_homogeneous_stream_waits_for_pressure():
+    texts = [words(12, "cooking")] * 6 + [words(12, "football")] * 6
+    segmenter = SemanticSegmenter(TopicEmbedder(), "c")
+    segments = segmenter.segment_session(turns_of(texts))
+    assert [s.reason for s in segments] == [SEMANTIC_BOUNDARY, SESSION_FLUSH]
+    assert [t.text.split()[0] for t in segments[0].turns] == ["cooking"] * 6
+    assert [t.text.split()[0] for t in segments[1].turns] == ["football"] * 6
+
+    # One topic throughout: cuts come only from length/count pressure, i.e. never before the
+    # segment holds min_tokens (length pressure >= 0.45).
+    homogeneous = SemanticSegmenter(TopicEmbedder(), "c").segment_session(turns_of([words(40)] * 40))
+    assert len(homogeneous) > 1
+    for segment in homogeneous[:-1]:
+        assert segment.reason in (SEMANTIC_BOUNDARY, TARGET_LENGTH)
+        assert segment.tokens >= 300
+    first_cut = homogeneous[0]
+    signals_at_cut = length_pressure(first_cut.tokens) + count_pressure(len(first_cut.exchanges))
+    assert signals_at_cut > 1.10  # pressures alone overcome the bias
+
+
+def test_caps_hold():
+    # Two 500-token exchanges cannot share a segment: the hard cap finalizes before appending.
+    big = SemanticSegmenter(TopicEmbedder(), "c").segment_session(turns_of([words(384)] * 4, speakers=("Ann",)))
+    assert [s.reason for s in big[:-1]] == [CAPACITY_LIMIT] * 3
+    assert all(s.tokens <= 900 for s in big)
+    # One exchange longer than the cap cannot be split: it is a segment of its own.
+    huge = SemanticSegmenter(TopicEmbedder(), "c").segment_session(turns_of([words(800)]))
+    assert [(len(s.exchanges), s.reason) for s in huge] == [(1, TARGET_LENGTH)]
+    # Tiny identical exchanges never cross the threshold: the 10-exchange cap ends each segment.
+    tiny = SemanticSegmenter(TopicEmbedder(), "c").segment_session(turns_of(["cooking"] * 50, speakers=("Ann",)))
+    assert [len(s.exchanges) for s in tiny] == [10] * 5
+    assert [s.reason for s in tiny] == [EXCHANGE_LIMIT] * 5
+
+
+def test_random_stream_never_exceeds_caps():
+    rng = np.random.default_rng(0)
+    segmenter = SemanticSegmenter(TopicEmbedder(), "c")
+    for _ in range(50):
+        length = int(rng.integers(1, 500))
+        topic = ["cooking", "football", "music"][int(rng.integers(0, 3))]
+        segment_list = segmenter.push(exchange(words(length, topic)), rng.normal(size=8))
+        for segment in segment_list:
+            assert len(segment.exchanges) <= 10
+            assert segment.tokens <= 900 or len(segment.exchanges) == 1
+
+
+def test_sessions_flush_number_segments_and_embed_in_one_batch():
+    embedder = TopicEmbedder()
+    segmenter = SemanticSegmenter(embedder, "c")
+    first = segmenter.segment_session(turns_of([words(12)] * 5, session="s1"))
+    history = len(segmenter.history)
+    second = segmenter.segment_session(turns_of([words(12)] * 4, session="s2"))
+    assert embedder.calls == 2  # one encode() per session
+    assert first[-1].reason == SESSION_FLUSH and second[-1].reason == SESSION_FLUSH
+    assert [s.seq for s in first + second] == list(range(len(first) + len(second)))
+    assert {t.session_id for t in first[-1].turns} == {"s1"} and {t.session_id for t in second[0].turns} == {"s2"}
+    assert len(segmenter.history) > history  # the surprise history spans sessions
+
+
+def test_pushing_another_session_before_flush_is_an_error():
+    segmenter = SemanticSegmenter(TopicEmbedder(), "c")
+    segmenter.push(exchange("Ann: cooking", session="s1"), np.ones(4))
+    with pytest.raises(ValueError, match="flushed"):
+        segmenter.push(exchange("Ann: cooking", session="s2"), np.ones(4))
+
+
+def test_exchanges_pair_a_turn_with_the_reply():
+    turns = turns_of(["a", "b", "c", "d", "e"], speakers=("Ann", "Ann", "Bob", "Ann", "Bob"))
+    assert [[t.text for t in x.turns] for x in pair_exchanges(turns)] == [["a"], ["b", "c"], ["d", "e"]]
+    assert len(pair_exchanges(turns, pair=False)) == 5
+    assert pair_exchanges(turns)[1].text == "Ann: b\nBob: c"
+    config = SegmenterConfig(pair_turns=False)
+    segments = SemanticSegmenter(TopicEmbedder(), "c", config).segment_session(turns_of([words(5)] * 4))
+    assert sum(len(s.exchanges) for s in segments) == 4

@@ -1,0 +1,162 @@
+"""The analysis notebook runs top to bottom, is committed clean, and `python -m isq.report` works."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+from nbclient import NotebookClient
+
+from isq.model import ISQModel
+from isq.report import main, read_metrics_log, read_texts
+from tests.conftest import tiny_config
+from training.synthetic import synthetic_dialogues
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = REPO / "notebooks" / "codebook_analysis.ipynb"
+SAMPLE_FIGURES = ("usage", "norms", "distances", "pca", "lengths", "stability", "topology_degree")
+TRAINING_FIGURES = ("training_losses", "training_codes", "training_perplexity")
+
+# A CSVLogger file: each row fills only the columns of one logging call.
+METRICS_CSV = """epoch,step,train/loss,train/ce_loss,train/commitment_loss,train/codebook_loss,train/entropy_loss,\
+train/perplexity,train/codes_used,train/dead_codes,train/revived_codes,val/ce_loss,val/loss,val/codebook_perplexity,val/codes_used
+0,9,12.0,10.0,1.5,1.5,-2.0,40.0,50,10,0,,,,
+0,19,9.0,8.0,0.8,0.8,-1.0,60.0,70,12,12,,,,
+0,19,,,,,,,,,,7.5,8.1,55.0,66
+1,29,7.0,6.5,0.4,0.4,-0.5,80.0,90,4,0,,,,
+1,39,6.0,5.8,0.2,0.2,-0.4,85.0,95,4,4,,,,
+1,39,,,,,,,,,,5.9,6.2,70.0,80
+"""
+
+
+@pytest.fixture(scope="module")
+def fingerprinter_dir(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    return ISQModel(tiny_config()).export_fingerprinter(tmp_path_factory.mktemp("fingerprinter"))
+
+
+@pytest.fixture(scope="module")
+def dialogue_file(tmp_path_factory) -> Path:
+    """A DailyDialog-style file (utterances separated by __eou__) from the synthetic corpus."""
+    path = tmp_path_factory.mktemp("texts") / "dialogues_validation.txt"
+    path.write_text("".join(" __eou__ ".join(d) + " __eou__\n" for d in synthetic_dialogues(12, seed=5)))
+    return path
+
+
+# ---------------------------------------------------------------------------- notebook
+
+
+def test_committed_notebook_has_no_outputs():
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    nbformat.validate(notebook)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert code, "the notebook has no code"
+    assert all(cell.outputs == [] and cell.execution_count is None for cell in code)
+
+
+def test_notebook_executes_top_to_bottom(fingerprinter_dir, monkeypatch):
+    # the kernel inherits this process's environment
+    monkeypatch.setenv("ISQ_FINGERPRINTER", str(fingerprinter_dir))
+    monkeypatch.setenv("ISQ_SAMPLE_SIZE", "40")
+    monkeypatch.delenv("ISQ_DAILYDIALOG", raising=False)
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    client = NotebookClient(notebook, kernel_name="python3", timeout=180,
+                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client.execute()  # raises CellExecutionError on the first failing cell
+    outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(images) == 7  # usage, norms, distances, PCA, lengths, stability, degree
+    printed = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "40 texts from synthetic corpus" in printed
+
+
+# ---------------------------------------------------------------------------- report inputs
+
+
+def test_read_texts_splits_dailydialog_utterances(dialogue_file, tmp_path):
+    texts = read_texts(dialogue_file)
+    assert len(texts) == sum(len(d) for d in synthetic_dialogues(12, seed=5))
+    assert all(text and "__eou__" not in text for text in texts)
+    plain = tmp_path / "plain.txt"
+    plain.write_text("first text\n\n  second text  \n")
+    assert read_texts(plain) == ["first text", "second text"]
+
+
+def test_read_metrics_log_keeps_each_column_sparse(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_text(METRICS_CSV)
+    log = read_metrics_log(path)
+    steps, values = log["val/ce_loss"]
+    np.testing.assert_array_equal(steps, [19, 39])
+    np.testing.assert_array_equal(values, [7.5, 5.9])
+    assert log["train/loss"][0].tolist() == [9, 19, 29, 39]
+    assert "epoch" not in log and "step" not in log
+
+
+# ---------------------------------------------------------------------------- report command
+
+
+def _report_files(out: Path) -> set[str]:
+    return {path.stem for path in out.glob("*.png")}
+
+
+def test_report_writes_figures_and_summary(fingerprinter_dir, dialogue_file, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main([str(fingerprinter_dir), "--texts", str(dialogue_file), "--out", str(out), "--sample", "30"]) == 0
+    assert _report_files(out) == set(SAMPLE_FIGURES)
+    report = (out / "report.md").read_text()
+    for figure in SAMPLE_FIGURES:
+        assert f"]({figure}.png)" in report
+    assert "| texts / tokens | 30 /" in report
+    assert "perplexity" in report and "Gini" in report and "## Training" not in report
+    assert str(out / "report.md") in capsys.readouterr().out
+
+
+def test_report_with_training_log(fingerprinter_dir, dialogue_file, tmp_path):
+    log = tmp_path / "metrics.csv"
+    log.write_text(METRICS_CSV)
+    out = tmp_path / "report"
+    argv = [str(fingerprinter_dir), "--texts", str(dialogue_file), "--out", str(out), "--log", str(log),
+            "--sample", "20", "--words", "dollars,Monday"]
+    assert main(argv) == 0
+    assert _report_files(out) == set(SAMPLE_FIGURES + TRAINING_FIGURES)
+    report = (out / "report.md").read_text()
+    assert "## Training" in report and all(f"]({name}.png)" in report for name in TRAINING_FIGURES)
+    assert "| dollars |" in report and "| Monday |" in report
+
+
+@pytest.mark.parametrize("broken", ["directory", "texts", "empty texts", "log"])
+def test_bad_input_exits_2_with_one_line_naming_the_file(broken, fingerprinter_dir, dialogue_file, tmp_path, capsys):
+    paths = {"directory": fingerprinter_dir, "texts": dialogue_file, "log": None}
+    if broken == "empty texts":
+        paths["texts"] = tmp_path / "empty.txt"
+        paths["texts"].write_text("\n  \n")
+    else:
+        paths[broken] = tmp_path / f"missing_{broken}"
+    argv = [str(paths["directory"]), "--texts", str(paths["texts"]), "--out", str(tmp_path / "out")]
+    if paths["log"] is not None:
+        argv += ["--log", str(paths["log"])]
+    assert main(argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and error.startswith("isq.report: error:")
+    named = paths["texts"] if broken == "empty texts" else paths[broken]
+    assert str(named) in error
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_input_from_the_command_line_has_no_traceback(tmp_path):
+    missing = tmp_path / "nothing_here.txt"
+    result = subprocess.run(
+        [sys.executable, "-m", "isq.report", str(tmp_path), "--texts", str(missing), "--out", str(tmp_path / "o")],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"isq.report: error: fingerprinter directory not found (no config.json): {tmp_path}"]

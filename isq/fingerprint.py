@@ -181,7 +181,8 @@ class Fingerprinter(nn.Module):
         else:
             encoder = build_encoder(config, architecture=meta["encoder_architecture"])
         semantic = SemanticEncoder(
-            encoder, StrideOneProjection(encoder_width(encoder), config.code_dim, config.kernel_size),
+            encoder, StrideOneProjection(encoder_width(encoder), config.code_dim, config.kernel_size,
+                                         config.normalize_projection),
             frozen=bool(meta.get("frozen_encoder", False)),
         )
         tokenizer = AutoTokenizer.from_pretrained(str(directory))

@@ -41,6 +41,9 @@ class ISQConfig:
     freeze_encoder: bool = False
     code_dim: int = 256
     kernel_size: int = 3
+    normalize_projection: str = "none"
+    """Normalisation of z after the convolution: "none" (SPEC), "token" or "layer"
+    (see :class:`isq.projection.StrideOneProjection`); guards against codebook collapse."""
     num_codes: int = 1024
     ema_decay: float = 0.99
     ema_eps: float = 1e-5
@@ -169,7 +172,8 @@ class ISQModel(nn.Module):
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config)
         encoder = build_encoder(config)
         self.semantic_encoder = SemanticEncoder(
-            encoder, StrideOneProjection(encoder_width(encoder), config.code_dim, config.kernel_size),
+            encoder, StrideOneProjection(encoder_width(encoder), config.code_dim, config.kernel_size,
+                                         config.normalize_projection),
             frozen=config.freeze_encoder,
         )
         self.quantizer = EMAQuantizer(

@@ -2,7 +2,33 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
+
+
+class MaskedTokenNorm(nn.Module):
+    """Standardise each code dimension over the batch's real tokens (BatchNorm without affine,
+    padding excluded), with running statistics for eval. Fixing the spread of z across tokens
+    removes the collapse where the projection shrinks or aligns every z_t onto a few codes."""
+
+    def __init__(self, dim: int, momentum: float = 0.01, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.momentum, self.eps = momentum, eps
+        self.register_buffer("running_mean", torch.zeros(dim))
+        self.register_buffer("running_var", torch.ones(dim))
+
+    def forward(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
+        if self.training:
+            flat = z.reshape(-1, z.shape[-1]).float()
+            if mask is not None:
+                flat = flat[mask.reshape(-1).bool()]
+            if flat.shape[0] > 1:
+                mean, var = flat.mean(0), flat.var(0, unbiased=False)
+                with torch.no_grad():
+                    self.running_mean.lerp_(mean, self.momentum)
+                    self.running_var.lerp_(var, self.momentum)
+                return ((z - mean) / torch.sqrt(var + self.eps)).to(z.dtype)
+        return ((z - self.running_mean) / torch.sqrt(self.running_var + self.eps)).to(z.dtype)
 
 
 class StrideOneProjection(nn.Module):
@@ -12,16 +38,32 @@ class StrideOneProjection(nn.Module):
     together; the output length equals the input length for every L (including 1).
     Padding positions are zeroed before the convolution so a real token's projection never
     depends on what the batch padded next to it.
+
+    ``normalize`` follows the convolution with a normalisation without affine parameters:
+    ``"token"`` (:class:`MaskedTokenNorm`, each dimension standardised across real tokens) or
+    ``"layer"`` (LayerNorm over each z_t's dimensions); ``"none"`` is the bare convolution.
     """
 
-    def __init__(self, d_model: int, code_dim: int = 256, kernel_size: int = 3) -> None:
+    def __init__(self, d_model: int, code_dim: int = 256, kernel_size: int = 3, normalize: str = "none") -> None:
         super().__init__()
         if kernel_size % 2 != 1:
             raise ValueError(f"kernel_size must be odd to keep the length, got {kernel_size}")
         self.conv = nn.Conv1d(d_model, code_dim, kernel_size, stride=1, padding=kernel_size // 2)
+        if normalize not in ("none", "token", "layer"):
+            raise ValueError(f"normalize must be 'none', 'token' or 'layer', got {normalize!r}")
+        self.normalize = normalize
+        if normalize == "token":
+            self.norm = MaskedTokenNorm(code_dim)
+        elif normalize == "layer":
+            self.norm = nn.LayerNorm(code_dim, elementwise_affine=False)
 
     def forward(self, hidden: Tensor, mask: Tensor | None = None) -> Tensor:
         """(B, L, d_model) -> (B, L, code_dim)."""
         if mask is not None:
             hidden = hidden * mask.unsqueeze(-1).to(hidden.dtype)
-        return self.conv(hidden.transpose(1, 2)).transpose(1, 2)
+        z = self.conv(hidden.transpose(1, 2)).transpose(1, 2)
+        if self.normalize == "token":
+            return self.norm(z, mask)
+        if self.normalize == "layer":
+            return self.norm(z)
+        return z

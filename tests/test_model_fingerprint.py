@@ -171,3 +171,42 @@ def test_encoder_checksum_mismatch_is_refused(minilm_export):
     (path / "config.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="SHA-256"):
         Fingerprinter.from_pretrained(path)
+
+
+def test_token_norm_standardises_real_tokens_only():
+    from isq.projection import MaskedTokenNorm
+
+    norm = MaskedTokenNorm(3).train()
+    z = torch.randn(2, 4, 3) * 5 + 2
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
+    z[~mask] = 1e4  # padding must not enter the statistics
+    out = norm(z, mask)[mask]
+    torch.testing.assert_close(out.mean(0), torch.zeros(3), atol=1e-5, rtol=0)
+    torch.testing.assert_close(out.var(0, unbiased=False), torch.ones(3), atol=1e-4, rtol=0)
+    real = z[mask]
+    torch.testing.assert_close(norm.running_mean, 0.01 * real.mean(0))
+    norm.eval()
+    expected = (z - norm.running_mean) / torch.sqrt(norm.running_var + norm.eps)
+    torch.testing.assert_close(norm(z, mask), expected)
+
+
+@pytest.mark.parametrize("normalize", ["token", "layer"])
+def test_normalised_projection_exports_identically(normalize, tmp_path):
+    torch.manual_seed(0)
+    model = ISQModel(tiny_config(normalize_projection=normalize)).train()
+    for _ in range(2):
+        model(*_batch(model))
+    loaded = Fingerprinter.from_pretrained(model.export_fingerprinter(tmp_path / "fp"))
+    model.eval()
+    tok = model.tokenizer(TEXTS, padding=True, truncation=True, max_length=64, return_tensors="pt")
+    with torch.no_grad():
+        direct = model.quantizer.assign(model.semantic_encoder(tok.input_ids, tok.attention_mask), tok.attention_mask)
+    assert torch.equal(loaded.token_codes(tok.input_ids, tok.attention_mask), direct)
+    if normalize == "layer":
+        z = loaded.semantic_encoder(tok.input_ids, tok.attention_mask)
+        torch.testing.assert_close(z.mean(-1), torch.zeros(z.shape[:2]), atol=1e-5, rtol=0)
+
+
+def test_unknown_projection_normalisation_refused():
+    with pytest.raises(ValueError, match="normalize must be"):
+        StrideOneProjection(4, 4, normalize="batch")

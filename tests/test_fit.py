@@ -132,3 +132,11 @@ def test_wandb_logger_works_offline(tmp_path, monkeypatch):
     ])
     assert cli.trainer.global_step == 2
     assert list((tmp_path / "wandb").glob("**/*.wandb"))
+
+
+def test_validate_only_reports_codebook_metrics_without_training(tmp_path):
+    cli = main(smoke_args(tmp_path, 3, "--validate_only", "true"))
+    assert cli.trainer.global_step == 0
+    metrics = cli.trainer.callback_metrics
+    assert 0 < float(metrics["val/codes_used"]) <= 256
+    assert float(metrics["val/codebook_perplexity"]) >= 1.0

@@ -1,7 +1,7 @@
 """``python -m training.fit --config configs/smoke.yaml`` — train ISQ with LightningCLI.
 
 Everything is set from YAML or the command line (``--print_config`` shows the full config).
-``--ckpt_path PATH`` resumes a run. Precision defaults to ``bf16-mixed`` with CUDA and fp32
+``--ckpt_path PATH`` resumes a run; with ``--validate_only true`` it is only validated. Precision defaults to ``bf16-mixed`` with CUDA and fp32
 otherwise; fp16 and ``bf16-true`` are refused (T5 overflows in fp16; ``bf16-true`` would cast
 the EMA codebook buffers).
 """
@@ -32,6 +32,8 @@ def default_precision() -> str:
 class ISQCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--ckpt_path", type=str | None, default=None, help="checkpoint to resume from")
+        parser.add_argument("--validate_only", type=bool, default=False,
+                            help="only run validation (of --ckpt_path, if given) and print the metrics")
         parser.link_arguments(
             ("model.isq.tokenizer", "model.isq.encoder"), "data.tokenizer",
             compute_fn=lambda tokenizer, encoder: tokenizer or encoder,
@@ -50,7 +52,10 @@ def main(args: list[str] | None = None) -> ISQCLI:
         save_config_kwargs={"overwrite": True}, seed_everything_default=0,
     )
     try:
-        cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))
+        if cli.config.get("validate_only"):
+            cli.trainer.validate(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))
+        else:
+            cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))
     except (FileNotFoundError, DataFormatError) as err:  # bad input: one clear line, no traceback
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

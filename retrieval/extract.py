@@ -10,6 +10,9 @@ the :class:`Extractor` interface:
   from earlier segments (eq. 7; 1,200 + 2,400 characters, 12 recent records, Table 11), schema
   validation, retries, an on-disk response cache and token accounting. A segment whose retries
   are exhausted is kept as raw-turn AMUs, never dropped.
+
+:class:`ChatClient` (retries, cache, token accounting) is the HTTP side of the LLM extractor and
+is shared with the answer stage of the evaluation.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
@@ -506,23 +509,26 @@ disambiguation: at most 1200 characters of notes for later segments (canonical n
 what pronouns refer to). The reference context is read-only background: extract nothing from it."""
 
 
-class _InvalidResponse(ValueError):
-    """The endpoint answered, but not with a usable record set."""
+class InvalidResponse(ValueError):
+    """The endpoint answered, but not with a usable result; raised by a ``parse`` callback of
+    :meth:`ChatClient.complete` to have the request retried."""
 
 
-class LLMExtractor:
-    """Extraction through an OpenAI-compatible ``/chat/completions`` endpoint (stdlib urllib).
+T = TypeVar("T")
+
+
+class ChatClient:
+    """A client for an OpenAI-compatible ``/chat/completions`` endpoint (stdlib urllib), shared
+    by the LLM extractor and the evaluation's answer stage.
 
     ``base_url`` (e.g. ``http://127.0.0.1:8000/v1``), ``model`` and ``api_key`` default to the
     environment variables ISQ_LLM_BASE_URL, ISQ_LLM_MODEL and ISQ_LLM_API_KEY (the key may be
-    absent for local servers). Temperature 0 and a raw JSON object answer (Table 11).
+    absent for local servers). ``json_mode`` asks for a raw JSON object answer.
 
-    Each response is checked against a per-segment JSON schema (record fields, memory types,
-    turn ids of this segment) and turned into AMUs; HTTP errors, timeouts, invalid JSON and
-    schema violations are retried with exponential backoff (``backoff_s * 2**k`` seconds).
-    Validated responses are cached in ``cache_dir`` under the SHA-256 of the request (model,
-    messages and parameters), so a rerun repeats no call. When retries are exhausted the segment
-    becomes raw-turn AMUs and ``usage.fallback_segments`` counts it.
+    :meth:`complete` retries HTTP errors, timeouts and answers its ``parse`` callback rejects,
+    with exponential backoff (``backoff_s * 2**k`` seconds). Answers that parse are cached in
+    ``cache_dir`` under the SHA-256 of the request (model, messages and parameters), so a rerun
+    repeats no call. ``usage`` accounts for every call and cache hit.
     """
 
     def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None, *,
@@ -531,9 +537,9 @@ class LLMExtractor:
         base_url = base_url or os.environ.get("ISQ_LLM_BASE_URL")
         model = model or os.environ.get("ISQ_LLM_MODEL")
         if not base_url:
-            raise ValueError("LLMExtractor needs base_url or the environment variable ISQ_LLM_BASE_URL")
+            raise ValueError("an LLM endpoint needs base_url or the environment variable ISQ_LLM_BASE_URL")
         if not model:
-            raise ValueError("LLMExtractor needs model or the environment variable ISQ_LLM_MODEL")
+            raise ValueError("an LLM endpoint needs model or the environment variable ISQ_LLM_MODEL")
         self.endpoint = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         self.api_key = api_key or os.environ.get("ISQ_LLM_API_KEY")
@@ -548,22 +554,25 @@ class LLMExtractor:
         self.backoff_s = backoff_s
         self.usage = LLMUsage()
 
-    def extract(self, segment: Segment, context: ReferenceContext) -> Extraction:
-        payload = {"model": self.model, "messages": self.messages(segment, context), **self.params}
+    def complete(self, messages: list[dict[str, str]], parse: Callable[[str], T],
+                 label: str = "request") -> T | None:
+        """Send ``messages`` and return ``parse(content of the first choice)``; ``None`` once the
+        retries are exhausted. ``parse`` raises :class:`InvalidResponse` for an unusable answer;
+        ``label`` names the request in log messages."""
+        payload = {"model": self.model, "messages": messages, **self.params}
         key = hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-        validator = Draft202012Validator(self._schema(segment))
         cached = self._cache_load(key)
         if cached is not None:
             try:
-                extraction = self._parse(cached, segment, validator)
-            except _InvalidResponse:
+                result = parse(_content(cached))
+            except InvalidResponse:
                 logger.warning("ignoring unusable cache entry %s", key)
             else:
                 self.usage.cache_hits += 1
                 prompt, completion = _tokens(cached)
                 self.usage.cached_prompt_tokens += prompt
                 self.usage.cached_completion_tokens += completion
-                return extraction
+                return result
         for attempt in range(self.max_retries + 1):
             if attempt:
                 self.usage.retries += 1
@@ -572,23 +581,111 @@ class LLMExtractor:
             try:
                 body = self._post(payload)
             except (OSError, http.client.HTTPException, ValueError) as err:
-                logger.warning("segment %s/%d attempt %d: request failed: %s",
-                               segment.conversation_id, segment.seq, attempt + 1, err)
+                logger.warning("%s attempt %d: request failed: %s", label, attempt + 1, err)
                 continue
             prompt, completion = _tokens(body)
             self.usage.prompt_tokens += prompt
             self.usage.completion_tokens += completion
             try:
-                extraction = self._parse(body, segment, validator)
-            except _InvalidResponse as err:
-                logger.warning("segment %s/%d attempt %d: unusable answer: %s",
-                               segment.conversation_id, segment.seq, attempt + 1, err)
+                result = parse(_content(body))
+            except InvalidResponse as err:
+                logger.warning("%s attempt %d: unusable answer: %s", label, attempt + 1, err)
                 continue
             self._cache_store(key, body)
+            return result
+        return None
+
+    def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(self.endpoint, data=json.dumps(payload).encode(), headers=headers,
+                                         method="POST")
+        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            body = json.loads(response.read())
+        if not isinstance(body, dict):
+            raise ValueError("response body is not a JSON object")
+        return body
+
+    def _cache_load(self, key: str) -> dict[str, Any] | None:
+        if self.cache_dir is None:
+            return None
+        path = self.cache_dir / f"{key}.json"
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, json.JSONDecodeError):
+            logger.warning("unreadable cache entry %s", path)
+            return None
+
+    def _cache_store(self, key: str, body: dict[str, Any]) -> None:
+        if self.cache_dir is None:
+            return
+        # Write-then-rename, so a crash never leaves a truncated entry behind.
+        with tempfile.NamedTemporaryFile("w", dir=self.cache_dir, suffix=".tmp", delete=False,
+                                         encoding="utf-8") as handle:
+            json.dump(body, handle)
+        os.replace(handle.name, self.cache_dir / f"{key}.json")
+
+
+def _content(body: dict[str, Any]) -> str:
+    try:
+        content = body["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        raise InvalidResponse("no choices[0].message.content in the response") from None
+    return content or ""
+
+
+def _tokens(body: dict[str, Any]) -> tuple[int, int]:
+    """(prompt, completion) tokens from an OpenAI-style ``usage`` block; 0 where absent or malformed."""
+    usage = body.get("usage")
+    if not isinstance(usage, dict):
+        return 0, 0
+    counts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
+    return tuple(value if isinstance(value, int) else 0 for value in counts)  # type: ignore[return-value]
+
+
+class LLMExtractor:
+    """Extraction through an OpenAI-compatible endpoint (:class:`ChatClient`; the keyword
+    options are its options). Temperature 0 and a raw JSON object answer (Table 11).
+
+    Each response is checked against a per-segment JSON schema (record fields, memory types,
+    turn ids of this segment) and turned into AMUs; invalid JSON and schema violations are
+    retried like HTTP errors, and only validated responses are cached. When retries are
+    exhausted the segment becomes raw-turn AMUs and ``usage.fallback_segments`` counts it.
+    """
+
+    def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
+                 **options: Any) -> None:
+        self.client = ChatClient(base_url, model, api_key, **options)
+
+    @property
+    def endpoint(self) -> str:
+        return self.client.endpoint
+
+    @property
+    def model(self) -> str:
+        return self.client.model
+
+    @property
+    def api_key(self) -> str | None:
+        return self.client.api_key
+
+    @property
+    def usage(self) -> LLMUsage:
+        return self.client.usage
+
+    def extract(self, segment: Segment, context: ReferenceContext) -> Extraction:
+        validator = Draft202012Validator(self._schema(segment))
+        extraction = self.client.complete(self.messages(segment, context),
+                                          lambda content: self._parse(content, segment, validator),
+                                          label=f"segment {segment.conversation_id}/{segment.seq}")
+        if extraction is not None:
             return extraction
         self.usage.fallback_segments += 1
         logger.warning("segment %s/%d kept as raw turns after %d attempts",
-                       segment.conversation_id, segment.seq, self.max_retries + 1)
+                       segment.conversation_id, segment.seq, self.client.max_retries + 1)
         return Extraction(raw_turn_amus(segment), state=context.disambiguation, fallback=True)
 
     def messages(self, segment: Segment, context: ReferenceContext) -> list[dict[str, str]]:
@@ -625,34 +722,18 @@ class LLMExtractor:
             "properties": {"records": {"type": "array", "items": record}, "disambiguation": {"type": "string"}},
         }
 
-    def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.endpoint, data=json.dumps(payload).encode(), headers=headers,
-                                         method="POST")
-        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-            body = json.loads(response.read())
-        if not isinstance(body, dict):
-            raise ValueError("response body is not a JSON object")
-        return body
-
     @staticmethod
-    def _parse(body: dict[str, Any], segment: Segment, validator: Draft202012Validator) -> Extraction:
-        try:
-            content = body["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            raise _InvalidResponse("no choices[0].message.content in the response") from None
+    def _parse(content: str, segment: Segment, validator: Draft202012Validator) -> Extraction:
         # Some models wrap JSON in a markdown fence despite the instruction; unwrap it.
-        content = re.sub(r"^\s*```(?:json)?\s*|\s*```\s*$", "", content or "")
+        content = re.sub(r"^\s*```(?:json)?\s*|\s*```\s*$", "", content)
         try:
             answer = json.loads(content)
         except json.JSONDecodeError as err:
-            raise _InvalidResponse(f"content is not JSON: {err}") from None
+            raise InvalidResponse(f"content is not JSON: {err}") from None
         error = best_match(validator.iter_errors(answer))
         if error is not None:
             where = "/".join(str(part) for part in error.path) or "(root)"
-            raise _InvalidResponse(f"schema violation at {where}: {error.message}")
+            raise InvalidResponse(f"schema violation at {where}: {error.message}")
         by_id = {turn.turn_id: turn for turn in segment.turns}
         try:
             amus = [
@@ -663,41 +744,12 @@ class LLMExtractor:
                 for index, record in enumerate(answer["records"])
             ]
         except AMUValidationError as err:
-            raise _InvalidResponse(str(err)) from None
+            raise InvalidResponse(str(err)) from None
         return Extraction(amus, state=answer.get("disambiguation", ""))
-
-    def _cache_load(self, key: str) -> dict[str, Any] | None:
-        if self.cache_dir is None:
-            return None
-        path = self.cache_dir / f"{key}.json"
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, json.JSONDecodeError):
-            logger.warning("unreadable cache entry %s", path)
-            return None
-
-    def _cache_store(self, key: str, body: dict[str, Any]) -> None:
-        if self.cache_dir is None:
-            return
-        # Write-then-rename, so a crash never leaves a truncated entry behind.
-        with tempfile.NamedTemporaryFile("w", dir=self.cache_dir, suffix=".tmp", delete=False,
-                                         encoding="utf-8") as handle:
-            json.dump(body, handle)
-        os.replace(handle.name, self.cache_dir / f"{key}.json")
-
-
-def _tokens(body: dict[str, Any]) -> tuple[int, int]:
-    """(prompt, completion) tokens from an OpenAI-style ``usage`` block; 0 where absent or malformed."""
-    usage = body.get("usage")
-    if not isinstance(usage, dict):
-        return 0, 0
-    counts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
-    return tuple(value if isinstance(value, int) else 0 for value in counts)  # type: ignore[return-value]
 
 
 __all__ = [
-    "SYSTEM_PROMPT", "Extraction", "Extractor", "LLMExtractor", "LLMUsage", "ReferenceContext", "RuleExtractor",
+    "SYSTEM_PROMPT", "ChatClient", "Extraction", "Extractor", "InvalidResponse", "LLMExtractor", "LLMUsage",
+    "ReferenceContext", "RuleExtractor",
     "is_informative", "raw_turn_amus", "resolve_pronouns", "resolve_relative_dates",
 ]

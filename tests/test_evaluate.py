@@ -1,0 +1,422 @@
+"""LoCoMo evaluation: evidence parsing, recall/hit arithmetic, categories, configurations, the
+results schema, a tiny end-to-end run (and its rerun on the stored memory), CLI errors and the
+answer stage against a local fake OpenAI-style endpoint."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+import torch
+
+import retrieval.evaluate as evaluate_module
+from isq.fingerprint import Fingerprinter
+from isq.model import ISQModel
+from retrieval.dual_path import Hit
+from retrieval.evaluate import (
+    JUDGE_PROMPT,
+    EvidenceReport,
+    RetrievalConfig,
+    covered_turns,
+    default_configs,
+    evaluate,
+    locomo_f1,
+    main,
+    normalize_answer,
+    parse_config,
+    parse_evidence,
+    score_evidence,
+    select_questions,
+    summarise,
+    sweep_grid,
+    tied_at_cut,
+)
+from retrieval.locomo import load_locomo
+from tests.conftest import tiny_config
+
+# -- a small LoCoMo-format conversation with known evidence -----------------------------------
+
+SESSION_1 = [
+    "Anna", "I just got back from a trip to Lisbon with my sister.",
+    "Ben", "Lisbon sounds amazing, what did you see there?",
+    "Anna", "We walked around Alfama and I bought a blue scarf at the market.",
+    "Ben", "I adopted a dog last week, a little beagle.",
+    "Anna", "What is the beagle called?",
+    "Ben", "His name is Biscuit and he loves chasing pigeons.",
+    "Anna", "Biscuit is a great name for a beagle.",
+    "Ben", "I am training him to sit before dinner every evening.",
+]
+SESSION_2 = [
+    "Ben", "Biscuit learned to sit and to roll over this month.",
+    "Anna", "I started hiking in the mountains on weekends.",
+    "Ben", "Which trail did you hike first?",
+    "Anna", "The ridge trail near the lake, it took five hours.",
+    "Ben", "I want to take Biscuit hiking with you some time.",
+    "Anna", "Sure, I also cooked a big pot of lentil soup after the hike.",
+    "Ben", "Lentil soup is my favourite winter dinner.",
+    "Anna", "I will bring the recipe to the book club on Friday.",
+]
+
+
+def _turns(session: int, script: list[str]) -> list[dict]:
+    return [{"speaker": script[i], "dia_id": f"D{session}:{i // 2 + 1}", "text": script[i + 1]}
+            for i in range(0, len(script), 2)]
+
+
+QA = [
+    {"question": "Where did Anna travel and what did she buy there?", "answer": "Lisbon, a blue scarf",
+     "evidence": ["D1:1", "D1:3"], "category": 1},
+    {"question": "When did Ben adopt his dog?", "answer": "the week before 8 May 2023", "evidence": ["D1:4"],
+     "category": 2},
+    {"question": "Would Anna enjoy a long walk outdoors?", "answer": "yes; she hikes", "evidence": ["D2:2;D2:4"],
+     "category": 3},
+    {"question": "What is the name of Ben's dog?", "answer": "Biscuit", "evidence": ["D 1:6"], "category": 4},
+    {"question": "What did Anna cook after the hike?", "answer": "lentil soup", "evidence": ["D2: 6", "D9:1"],
+     "category": 4},
+    {"question": "What does Ben train the dog to do?", "answer": "sit", "evidence": ["D1"], "category": 4},
+    {"question": "When is the book club?", "answer": "Friday", "evidence": [], "category": 2},
+    {"question": "What did Ben buy in Lisbon?", "adversarial_answer": "a scarf", "evidence": ["D1:3"],
+     "category": 5},
+]
+SCORED = {"multi-hop": 1, "temporal": 1, "open-domain": 1, "single-hop": 2}
+
+
+def write_locomo(path) -> str:
+    conversation = {
+        "speaker_a": "Anna", "speaker_b": "Ben",
+        "session_1_date_time": "1:56 pm on 8 May, 2023", "session_1": _turns(1, SESSION_1),
+        "session_2_date_time": "10:00 am on 20 May, 2023", "session_2": _turns(2, SESSION_2),
+    }
+    path.write_text(json.dumps([{"sample_id": "conv-t", "conversation": conversation, "qa": QA}]))
+    return str(path)
+
+
+class HashEmbedder:
+    """Deterministic bag-of-words vectors (signed feature hashing), L2-normalised."""
+
+    name = "hash-bow"
+    dim = 64
+
+    def encode(self, texts):
+        vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
+        vectors[:, 0] = 0.1  # never a zero vector
+        for row, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                digest = int(hashlib.md5(word.encode()).hexdigest(), 16)
+                vectors[row, 1 + digest % (self.dim - 1)] += 1.0 if digest >> 64 & 1 else -1.0
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def fingerprinter_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fingerprinters")
+    dirs = {}
+    for name, seed in (("trained", 0), ("kmeans", 1)):
+        torch.manual_seed(seed)
+        dirs[name] = ISQModel(tiny_config()).export_fingerprinter(root / name)
+    return dirs
+
+
+@pytest.fixture(scope="module")
+def fingerprinters(fingerprinter_dirs):
+    return {name: Fingerprinter.from_pretrained(path) for name, path in fingerprinter_dirs.items()}
+
+
+# -- evidence, metrics, categories ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "ids", "repaired", "unparsed"),
+    [
+        (["D1:3"], ("D1:3",), 0, 0),
+        (["D1:3;D1:4"], ("D1:3", "D1:4"), 1, 0),
+        (["D8:6; D9:17"], ("D8:6", "D9:17"), 1, 0),
+        (["D 1:3"], ("D1:3",), 1, 0),
+        (["D1: 3"], ("D1:3",), 1, 0),
+        (["D30:05"], ("D30:5",), 1, 0),
+        (["D:11:26"], ("D11:26",), 1, 0),
+        (["D1"], (), 0, 1),
+        ([""], (), 0, 1),
+        (["D1:3", "D1:3", "D2:1"], ("D1:3", "D2:1"), 0, 0),
+        ([], (), 0, 0),
+    ],
+)
+def test_parse_evidence(raw, ids, repaired, unparsed):
+    evidence = parse_evidence(raw)
+    assert evidence.ids == ids
+    assert (len(evidence.repaired), len(evidence.unparsed)) == (repaired, unparsed)
+
+
+def test_recall_hit_and_complete_arithmetic():
+    evidence = ("D1:1", "D1:2", "D2:5")
+    partial = score_evidence(evidence, {"D1:2", "D3:1"})
+    assert partial.recall == pytest.approx(1 / 3) and partial.hit and not partial.complete
+    assert partial.found == ("D1:2",)
+    assert score_evidence(evidence, {"D1:1", "D1:2", "D2:5", "D9:9"}).recall == 1.0
+    miss = score_evidence(evidence, set())
+    assert (miss.recall, miss.hit, miss.complete) == (0.0, False, False)
+    with pytest.raises(ValueError):
+        score_evidence((), {"D1:1"})
+
+
+def test_summary_is_a_micro_average_over_questions():
+    rows = [("multi-hop", {"recall": 1 / 3, "hit": 1.0}), ("multi-hop", {"recall": 1.0, "hit": 1.0}),
+            ("temporal", {"recall": 0.0, "hit": 0.0})]
+    summary = summarise(rows)
+    assert summary["overall"] == {"recall": pytest.approx(4 / 9), "hit": pytest.approx(2 / 3), "n": 3}
+    assert summary["by_category"]["multi-hop"] == {"recall": pytest.approx(2 / 3), "hit": 1.0, "n": 2}
+    assert list(summary["by_category"]) == ["multi-hop", "temporal"]  # absent categories are left out
+
+
+def test_covered_turns_come_from_source_pointers():
+    hits = [Hit("a", 0, "dense", 0.9, 1, {"session_id": "session_1", "turn_ids": ["D1:1", "D1:2"]}),
+            Hit("b", 3, "code", 0.5, 1, {"session_id": "session_2", "turn_ids": ["D2:4"]})]
+    assert covered_turns(hits) == {"D1:1", "D1:2", "D2:4"}
+
+
+def test_ties_at_the_cut_of_the_complementary_path():
+    def hit(path, score):
+        return Hit("x", 0, path, score, 1, {"turn_ids": []})
+
+    hits = [hit("dense", 0.9), hit("code", 0.5), hit("code", 0.5), hit("code", 0.3), hit("code", 0.3),
+            hit("code", 0.3)]
+    assert tied_at_cut(hits) == pytest.approx(3 / 5)
+    assert tied_at_cut(hits[:1]) is None
+
+
+def test_question_selection_maps_categories_and_counts_evidence_problems(tmp_path):
+    (conversation,) = load_locomo(write_locomo(tmp_path / "locomo.json"))
+    report = EvidenceReport()
+    questions = select_questions(conversation, report)
+    assert [q.category_name for q in questions] == ["multi-hop", "temporal", "open-domain", "single-hop",
+                                                    "single-hop"]
+    assert [q.evidence for q in questions] == [("D1:1", "D1:3"), ("D1:4",), ("D2:2", "D2:4"), ("D1:6",),
+                                               ("D2:6",)]
+    assert report.skipped_categories == {5: 1}
+    assert report.without_evidence == 2  # "D1" and the empty list
+    assert (report.questions, report.evidence_ids) == (5, 7)
+    assert report.repaired == ["conv-t qa 2: 'D2:2;D2:4'", "conv-t qa 3: 'D 1:6'", "conv-t qa 4: 'D2: 6'"]
+    assert report.unparsed == ["conv-t qa 5: 'D1'"] and report.unknown_ids == ["conv-t qa 4: D9:1"]
+
+
+# -- configurations ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("dense20", RetrievalConfig("dense20", "dense", 20, 0)),
+        ("code40", RetrievalConfig("code40", "code", 0, 40)),
+        ("kmeans40", RetrievalConfig("kmeans40", "code", 0, 40, "kmeans")),
+        ("bm25_40", RetrievalConfig("bm25_40", "bm25", 0, 40)),
+        ("dense20+code20", RetrievalConfig("dense20+code20", "dense+code", 20, 20)),
+        ("dense20+kmeans20", RetrievalConfig("dense20+kmeans20", "dense+code", 20, 20, "kmeans")),
+        ("dense20+bm25_20", RetrievalConfig("dense20+bm25_20", "dense+bm25", 20, 20)),
+    ],
+)
+def test_parse_config(name, expected):
+    assert parse_config(name) == expected
+
+
+@pytest.mark.parametrize("name", ["dense", "code20+dense20", "dense20+dense20", "bm2520", "dense20+code20+bm25_5"])
+def test_bad_config_names_are_rejected(name):
+    with pytest.raises(ValueError, match="unknown configuration"):
+        parse_config(name)
+
+
+def test_default_configs_share_one_budget():
+    names = default_configs(20, 20, with_kmeans=True)
+    assert names == ["dense20", "dense40", "dense20+code20", "dense20+bm25_20", "code40", "dense20+kmeans20"]
+    assert {parse_config(n).budget for n in names} == {20, 40} and "dense20+kmeans20" not in default_configs()
+    grid = sweep_grid()
+    assert len(grid) == 36 and len({(p.max_hops, p.alpha, p.self_term, p.aggregate) for p in grid}) == 36
+
+
+# -- answer scoring ---------------------------------------------------------------------------
+
+
+def test_locomo_f1():
+    assert normalize_answer("The cat, and a Dog!") == "cat dog"
+    assert locomo_f1("a blue scarf", "Blue scarf", 4) == 1.0
+    assert locomo_f1("blue hat", "blue scarf", 4) == pytest.approx(0.5)
+    assert locomo_f1("Lisbon", "Lisbon, a blue scarf", 1) == pytest.approx(0.5)  # per sub-answer
+    assert locomo_f1("yes", "yes; she hikes", 3) == 1.0  # open-domain: gold before ';'
+    assert locomo_f1("", "Biscuit", 4) == 0.0
+
+
+# -- end to end -------------------------------------------------------------------------------
+
+
+def _check_block(block):
+    assert {"recall", "hit", "n"} <= set(block)
+    assert isinstance(block["recall"], float) and isinstance(block["hit"], float) and isinstance(block["n"], int)
+    assert 0.0 <= block["recall"] <= 1.0 and 0.0 <= block["hit"] <= 1.0
+
+
+def check_schema(results, configs):
+    assert set(results["configs"]) == set(configs)
+    for summary in results["configs"].values():
+        _check_block(summary["overall"])
+        assert summary["overall"]["n"] == sum(SCORED.values())
+        assert {name: block["n"] for name, block in summary["by_category"].items()} == SCORED
+        for block in summary["by_category"].values():
+            _check_block(block)
+    construction = results["construction"]
+    assert isinstance(construction["seconds"], float)
+    for key in ("amus", "segments", "llm_calls", "tokens"):
+        assert isinstance(construction[key], int)
+
+
+def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
+    conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
+    out = tmp_path / "eval"
+    results = evaluate(conversations, fingerprinters, HashEmbedder(), out, k_dense=2, k_code=2, sweep=True,
+                       progress=False)
+    names = ["dense2", "dense4", "dense2+code2", "dense2+bm25_2", "code4", "dense2+kmeans2"]
+    check_schema(results, names)
+    written = json.loads((out / "results.json").read_text())
+    assert written["configs"] == results["configs"]
+    configs = results["configs"]
+    recall = {name: configs[name]["overall"]["recall"] for name in names}
+    # a larger dense budget and a complementary path only add AMUs
+    assert recall["dense4"] >= recall["dense2"] and recall["dense2+code2"] >= recall["dense2"]
+    assert configs["dense4"]["overall"]["mean_retrieved"] == 4.0
+    assert "tied_at_cut" in configs["dense2+code2"]["overall"] and "tied_at_cut" not in configs["dense4"]["overall"]
+    construction = results["construction"]
+    assert construction["amus"] > 4 and construction["segments"] >= 1
+    assert (construction["llm_calls"], construction["tokens"]) == (0, 0)
+    assert results["answers"]["status"] == "skipped" and "ISQ_LLM_BASE_URL" in results["answers"]["note"]
+    assert results["codebooks"]["trained"]["codebook_size"] == 64
+    assert results["evidence"]["unknown_ids"] == ["conv-t qa 4: D9:1"]
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert len(sweep) == 36 and set(sweep[0]["configs"]) == {"dense2+code2", "code4", "dense2+kmeans2"}
+    assert results["sweep"]["recommended"]["config"] == "dense2+code2"
+    markdown = (out / "results.md").read_text()
+    assert "| dense2+code2 |" in markdown and "Topology sweep" in markdown and "Skipped:" in markdown
+    assert (out / "recall.png").read_bytes()[:4] == b"\x89PNG"
+    lines = (out / "questions.jsonl").read_text().splitlines()
+    assert len(lines) == 5 and set(json.loads(lines[0])["found"]) == set(names)
+
+    again = evaluate(conversations, fingerprinters, HashEmbedder(), out, k_dense=2, k_code=2, progress=False)
+    assert again["configs"] == results["configs"]
+    assert again["construction"]["this_run"]["resumed_segments"] == construction["segments"]
+    assert again["construction"]["ingest_seconds"] == construction["ingest_seconds"]  # not counted twice
+    assert again["construction"]["amus"] == construction["amus"]
+
+
+def test_a_kmeans_configuration_needs_the_control(tmp_path, fingerprinters):
+    conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
+    with pytest.raises(ValueError, match="k-means control"):
+        evaluate(conversations, {"trained": fingerprinters["trained"]}, HashEmbedder(), tmp_path / "o",
+                 configs=["dense2+kmeans2"], progress=False)
+
+
+# -- command line -----------------------------------------------------------------------------
+
+
+def _error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "\n" not in err
+    return err
+
+
+def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, capsys, fingerprinter_dirs):
+    trained = str(fingerprinter_dirs["trained"])
+    missing = tmp_path / "missing.json"
+    assert main(["--locomo", str(missing), "--fingerprinter", trained, "--out", str(tmp_path / "o")]) == 2
+    assert str(missing) in _error(capsys)
+    broken = tmp_path / "broken.json"
+    broken.write_text('[{"sample_id": ')
+    assert main(["--locomo", str(broken), "--fingerprinter", trained, "--out", str(tmp_path / "o")]) == 2
+    err = _error(capsys)
+    assert str(broken) in err and "invalid JSON" in err
+    locomo = write_locomo(tmp_path / "locomo.json")
+    assert main(["--locomo", locomo, "--fingerprinter", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
+    assert "nope" in _error(capsys)
+    assert main(["--locomo", locomo, "--fingerprinter", trained, "--configs", "dense20+kmeans20",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "k-means control" in _error(capsys)
+    assert main(["--locomo", locomo, "--fingerprinter", trained, "--alpha", "1.5", "--out", str(tmp_path / "o")]) == 2
+    assert "alpha" in _error(capsys)
+
+
+class FakeChat:
+    """A local OpenAI-style endpoint: the judge prompt gets CORRECT when the generated answer equals
+    the gold answer; an answer request gets the canned answer of its question, else "no idea"."""
+
+    def __init__(self, answers: dict[str, str]):
+        self.requests: list[dict] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's naming
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                owner.requests.append(body)
+                system, user = (m["content"] for m in body["messages"])
+                if system == JUDGE_PROMPT:
+                    gold = re.search(r"Gold answer: (.*)", user)[1]
+                    generated = re.search(r"Generated answer: (.*)", user)[1]
+                    content, tokens = ("CORRECT" if gold == generated else "WRONG"), (50, 1)
+                else:
+                    question = re.search(r"Question: (.*?)(?: Use the dates|$)", user, re.M)[1]
+                    content, tokens = answers.get(question, "no idea"), (100, 5)
+                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}],
+                                   "usage": {"prompt_tokens": tokens[0], "completion_tokens": tokens[1]}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_cli_run_with_the_answer_stage(tmp_path, monkeypatch, fingerprinter_dirs):
+    monkeypatch.setattr(evaluate_module, "SentenceEmbedder", lambda name: HashEmbedder())
+    canned = {QA[0]["question"]: "Lisbon, a blue scarf", QA[1]["question"]: QA[1]["answer"],
+              QA[3]["question"]: "Biscuit"}
+    out = tmp_path / "eval"
+    with FakeChat(canned) as server:
+        monkeypatch.setenv("ISQ_LLM_BASE_URL", server.base_url)
+        monkeypatch.setenv("ISQ_LLM_MODEL", "fake-model")
+        code = main(["--locomo", write_locomo(tmp_path / "locomo.json"), "--fingerprinter",
+                     str(fingerprinter_dirs["trained"]), "--out", str(out), "--k-dense", "2", "--k-code", "2",
+                     "--answer-configs", "dense2+code2", "--no-progress"])
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    check_schema(results, ["dense2", "dense4", "dense2+code2", "dense2+bm25_2", "code4"])
+    answers = results["answers"]
+    assert answers["status"] == "done" and answers["model"] == "fake-model" and set(answers["configs"]) == {
+        "dense2+code2"}
+    overall = answers["configs"]["dense2+code2"]["overall"]
+    assert overall == {"f1": pytest.approx(3 / 5), "judge": pytest.approx(3 / 5), "n": 5}
+    assert answers["configs"]["dense2+code2"]["by_category"]["single-hop"]["f1"] == pytest.approx(0.5)
+    assert answers["query_tokens"] == 5 * (100 + 5) and answers["usage"]["judge"]["prompt_tokens"] == 5 * 50
+    assert len(server.requests) == 10
+    first_prompt = server.requests[0]["messages"][1]["content"]
+    assert "Memories:" in first_prompt and "Original turns:" in first_prompt and "[D1:" in first_prompt
+    temporal = next(r for r in server.requests if QA[1]["question"] in r["messages"][1]["content"])
+    assert "Use the dates of the conversation" in temporal["messages"][1]["content"]
+    assert len((out / "answers.jsonl").read_text().splitlines()) == 5
+    assert "LoCoMo F1" in (out / "results.md").read_text()

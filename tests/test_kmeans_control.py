@@ -1,0 +1,91 @@
+"""The k-means control codebook: identity projection, nearest-centroid codes, a loadable directory."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from isq.fingerprint import Fingerprinter
+from tests.conftest import tiny_config
+from training.kmeans_control import build_kmeans_fingerprinter, main
+from training.synthetic import synthetic_dialogues, write_synthetic_corpus
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    return [turn for dialogue in synthetic_dialogues(40, seed=3) for turn in dialogue]
+
+
+@pytest.fixture(scope="module")
+def control(texts):
+    torch.manual_seed(0)
+    return build_kmeans_fingerprinter(tiny_config(num_codes=8), texts, max_tokens=500, seed=0, niter=5)
+
+
+def hidden_states(fingerprinter: Fingerprinter, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    batch = fingerprinter.tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        h = fingerprinter.semantic_encoder.encoder(**batch).last_hidden_state
+        z = fingerprinter.semantic_encoder(batch["input_ids"], batch["attention_mask"])
+    return h, z, batch["attention_mask"].bool()
+
+
+def test_identity_projection_reproduces_the_encoder_states(control, texts):
+    fingerprinter, _ = control
+    config = fingerprinter.config
+    assert config.freeze_encoder and config.code_dim == 32 and config.kernel_size == 3
+    assert fingerprinter.codebook.shape == (8, 32)
+    h, z, mask = hidden_states(fingerprinter, texts[:6])
+    torch.testing.assert_close(z[mask], h[mask], atol=1e-5, rtol=0)
+
+
+def test_codes_are_the_nearest_centroids(control, texts):
+    fingerprinter, _ = control
+    sample = texts[:6]
+    h, _, mask = hidden_states(fingerprinter, sample)
+    codebook = fingerprinter.codebook.double().numpy()
+    prints = fingerprinter.fingerprint(sample)
+    for row, fp in enumerate(prints):
+        states = h[row][mask[row]].double().numpy()
+        distances = ((states[:, None, :] - codebook[None, :, :]) ** 2).sum(-1)
+        assert fp.token_codes == tuple(int(c) for c in distances.argmin(1))
+
+
+def test_record_counts_the_clustered_tokens(control, texts):
+    _, record = control
+    assert record["kind"] == "kmeans_control" and record["tokens"] == 500
+    assert record["texts_available"] == len(texts) and 0 < record["texts_used"] < len(texts)
+    assert 1 <= record["codes_used"] <= 8 and record["kmeans"]["seed"] == 0
+
+
+def test_too_few_tokens_for_the_codebook_is_an_error(texts):
+    with pytest.raises(ValueError, match="cannot place 64 codes"):
+        build_kmeans_fingerprinter(tiny_config(), texts[:2], max_tokens=30, niter=1)
+
+
+def test_cli_writes_a_loadable_fingerprinter(tmp_path, monkeypatch):
+    # The CLI builds a config from --encoder; route it to the tiny random encoder instead.
+    import training.kmeans_control as module
+
+    monkeypatch.setattr(module, "ISQConfig", lambda **kw: tiny_config(num_codes=kw["num_codes"],
+                                                                        max_length=kw["max_length"]))
+    root = write_synthetic_corpus(tmp_path / "corpus", sizes=(30, 2, 2))
+    out = tmp_path / "control"
+    assert main(["--data-root", str(root), "--num-codes", "8", "--max-tokens", "400", "--niter", "3",
+                 "--max-length", "64", "--out", str(out)]) == 0
+    loaded = Fingerprinter.from_pretrained(out)
+    record = json.loads((out / "training_run.json").read_text())
+    assert record["tokens"] == 400 and record["data"]["split"] == "train"
+    assert loaded.codebook_size == 8 and loaded.config.max_length == 64
+    text = ["Shall we meet at the library at 5 o'clock ?"]
+    assert loaded.fingerprint(text)[0].token_codes  # one code per token
+    assert np.isfinite(loaded.codebook.numpy()).all()
+
+
+def test_cli_missing_data_is_a_one_line_error(tmp_path, capsys):
+    assert main(["--data-root", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "dialogues_train.txt" in err and "\n" not in err

@@ -1,0 +1,178 @@
+"""The control codebook: k-means over frozen encoder token states, with no training at all.
+
+Is the predictive-coding training of the codebook what makes Path B work, or would any
+codebook over the same encoder do? The control answers that: the same frozen encoder, an
+identity projection (z_t = h_t) and N codes placed by k-means on token states of the same
+training utterances, packaged as an ordinary fingerprinter directory so that the evaluation
+fingerprints and scores it exactly like the trained one.
+
+    python -m training.kmeans_control --encoder offline:all-MiniLM-L6-v2 \\
+        --data-root ../shared/data/dailydialog --num-codes 1024 --max-tokens 200000 \\
+        --out checkpoints/kmeans_minilm_dailydialog
+
+A frozen offline encoder is referenced by checksum, not copied, so the directory holds only
+the projection, the codebook and the tokenizer (a few MB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import random
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+import torch
+
+from isq.encoders import MINILM_ALIAS
+from isq.fingerprint import Fingerprinter
+from isq.model import ISQConfig, SemanticEncoder, build_encoder, encoder_width, load_tokenizer
+from isq.projection import StrideOneProjection
+from training.data import read_dialogues
+
+
+def identity_projection(config: ISQConfig, d_model: int) -> StrideOneProjection:
+    """A stride-1 projection d_model -> d_model that passes each token state through unchanged:
+    identity on the centre tap of the kernel, zero on the other taps, zero bias."""
+    projection = StrideOneProjection(d_model, d_model, config.kernel_size, config.normalize_projection)
+    with torch.no_grad():
+        projection.conv.weight.zero_()
+        projection.conv.weight[:, :, config.kernel_size // 2] = torch.eye(d_model)
+        projection.conv.bias.zero_()
+    return projection
+
+
+def sample_texts(texts: Sequence[str], tokenizer: Any, max_tokens: int, max_length: int, seed: int) -> list[str]:
+    """Texts in a seeded random order, just enough of them to hold ``max_tokens`` non-padding
+    tokens (as the fingerprinter tokenizes them: special tokens included, truncated)."""
+    order = list(range(len(texts)))
+    random.Random(seed).shuffle(order)
+    chosen: list[str] = []
+    total = 0
+    for index in order:
+        if total >= max_tokens:
+            break
+        chosen.append(texts[index])
+        total += len(tokenizer(texts[index], truncation=True, max_length=max_length)["input_ids"])
+    return chosen
+
+
+@torch.inference_mode()
+def token_states(semantic_encoder: SemanticEncoder, tokenizer: Any, texts: Sequence[str], max_length: int,
+                 batch_size: int = 64) -> np.ndarray:
+    """z_t of every non-padding token of ``texts`` (float32, tokens x code_dim), texts in order of
+    length (shortest first: batches of similar lengths waste little on padding)."""
+    ordered = sorted(texts, key=len)
+    rows = []
+    for start in range(0, len(ordered), batch_size):
+        batch = tokenizer(ordered[start:start + batch_size], padding=True, truncation=True,
+                          max_length=max_length, return_tensors="pt")
+        z = semantic_encoder(batch["input_ids"], batch["attention_mask"])
+        rows.append(z[batch["attention_mask"].bool()].float().numpy())
+    return np.concatenate(rows) if rows else np.zeros((0, 0), dtype=np.float32)
+
+
+@torch.inference_mode()
+def _check_identity(semantic_encoder: SemanticEncoder, tokenizer: Any, texts: Sequence[str],
+                    config: ISQConfig) -> None:
+    """z must equal the encoder's h at real tokens, else the config normalises the projection."""
+    batch = tokenizer(list(texts), padding=True, truncation=True, max_length=config.max_length,
+                      return_tensors="pt")
+    mask = batch["attention_mask"].bool()
+    hidden = semantic_encoder.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    z = semantic_encoder(batch["input_ids"], batch["attention_mask"])
+    if not torch.allclose(z[mask], hidden.last_hidden_state[mask], atol=1e-5):
+        raise ValueError("the projection does not pass token states through unchanged: the k-means control "
+                         f"needs normalize_projection off (got {config.normalize_projection!r})")
+
+
+def build_kmeans_fingerprinter(config: ISQConfig, texts: Sequence[str], *, max_tokens: int = 200_000,
+                               seed: int = 0, niter: int = 20,
+                               batch_size: int = 64) -> tuple[Fingerprinter, dict[str, Any]]:
+    """Texts -> frozen-encoder token states -> k-means -> an untrained :class:`Fingerprinter`.
+
+    ``config`` names the encoder, tokenizer, ``num_codes``, ``kernel_size`` and ``max_length``;
+    ``freeze_encoder`` and ``code_dim`` (= the encoder width) are set here. Token states of a
+    seeded random subset of ``texts`` holding ``max_tokens`` non-padding tokens (the surplus,
+    less than one text, is cut from the longest) are clustered by ``faiss.Kmeans`` with ``seed`` and ``niter`` iterations; the
+    centroids become the codebook. Returns the fingerprinter and a record of the run.
+    """
+    started = time.perf_counter()
+    tokenizer = load_tokenizer(config)
+    encoder = build_encoder(config)
+    d_model = encoder_width(encoder)
+    config = dataclasses.replace(config, freeze_encoder=True, code_dim=d_model)
+    semantic = SemanticEncoder(encoder, identity_projection(config, d_model), frozen=True).eval()
+    chosen = sample_texts(texts, tokenizer, max_tokens, config.max_length, seed)
+    _check_identity(semantic, tokenizer, chosen[:batch_size], config)
+    states = np.ascontiguousarray(token_states(semantic, tokenizer, chosen, config.max_length, batch_size)[:max_tokens])
+    if states.shape[0] < config.num_codes:
+        raise ValueError(f"{states.shape[0]} token states cannot place {config.num_codes} codes; "
+                         "give more texts or a larger max_tokens")
+    encoded_s = time.perf_counter() - started
+    kmeans = faiss.Kmeans(d_model, config.num_codes, niter=niter, seed=seed, verbose=False)
+    kmeans.train(states)
+    _, assignment = kmeans.index.search(states, 1)
+    codebook = torch.from_numpy(np.array(kmeans.centroids, dtype=np.float32))
+    fingerprinter = Fingerprinter(config, tokenizer, semantic, codebook)
+    record = {
+        "kind": "kmeans_control",
+        "texts_available": len(texts),
+        "texts_used": len(chosen),
+        "tokens": int(states.shape[0]),
+        "num_codes": config.num_codes,
+        "codes_used": int(np.unique(assignment).size),
+        "kmeans": {"niter": niter, "seed": seed, "objective": float(kmeans.obj[-1]),
+                   "faiss_version": faiss.__version__},
+        "seconds": {"encode": round(encoded_s, 1), "total": round(time.perf_counter() - started, 1)},
+    }
+    return fingerprinter, record
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m training.kmeans_control", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--encoder", default=MINILM_ALIAS, help="encoder name or path (default: offline MiniLM)")
+    parser.add_argument("--data-root", type=Path, required=True,
+                        help="DailyDialog release directory (train/dialogues_train.txt is read)")
+    parser.add_argument("--num-codes", type=int, default=1024)
+    parser.add_argument("--max-tokens", type=int, default=200_000, help="non-padding tokens clustered")
+    parser.add_argument("--max-length", type=int, default=256,
+                        help="truncation length, as the trained CPU fingerprinter (configs/isq_minilm_dailydialog_cpu)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--niter", type=int, default=20, help="k-means iterations")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--out", type=Path, required=True, help="fingerprinter directory to write")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    train_file = args.data_root / "train" / "dialogues_train.txt"
+    try:
+        utterances = [turn for dialogue in read_dialogues(train_file) for turn in dialogue]
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    config = ISQConfig(encoder=args.encoder, num_codes=args.num_codes, max_length=args.max_length)
+    fingerprinter, record = build_kmeans_fingerprinter(config, utterances, max_tokens=args.max_tokens,
+                                                       seed=args.seed, niter=args.niter, batch_size=args.batch_size)
+    record = {
+        "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": "python -m training.kmeans_control " + " ".join(sys.argv[1:] if argv is None else argv),
+        "data": {"root": str(args.data_root), "split": "train", "file": str(train_file)},
+        **record,
+    }
+    fingerprinter.save_pretrained(args.out, run_record=record)
+    print(f"k-means control: {record['tokens']} tokens from {record['texts_used']} utterances, "
+          f"{record['codes_used']}/{record['num_codes']} codes used, {record['seconds']['total']} s -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

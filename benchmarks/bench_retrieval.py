@@ -94,7 +94,9 @@ def bench_size(args: argparse.Namespace, size: int, rng: np.random.Generator) ->
 
     tracemalloc.start()  # numpy/scipy buffers are traced; RSS would hide reuse of freed memory
     began = time.perf_counter()
-    topology = CooccurrenceTopology(num_codes=args.num_codes, max_hops=args.max_hops, alpha=args.alpha)
+    # The spec's max aggregation: the setting whose search walks the index without a bank scan.
+    topology = CooccurrenceTopology(num_codes=args.num_codes, max_hops=args.max_hops, alpha=args.alpha,
+                                    self_term=False, aggregate="max")
     topology.add_incidence(indptr, codes)
     topology.prepare()
     topo_build = time.perf_counter() - began

@@ -67,10 +67,10 @@ class DualPathRetriever:
         self,
         dim: int,
         identity: Mapping[str, Any],
-        max_hops: int = 2,
-        alpha: float = 0.5,
-        self_term: bool = False,
-        aggregate: str = "max",
+        max_hops: int = 1,
+        alpha: float = 0.3,
+        self_term: bool = True,
+        aggregate: str = "sum",
         dense_kind: str = "flat",
     ) -> None:
         self.identity = normalise_identity(identity)

@@ -306,10 +306,10 @@ def resolve_configs(names: Sequence[str], codebooks: Collection[str],
 class TopologyParams:
     """Path B's topology parameters (see :class:`CooccurrenceTopology`)."""
 
-    max_hops: int = 2
-    alpha: float = 0.5
-    self_term: bool = False
-    aggregate: str = "max"
+    max_hops: int = 1
+    alpha: float = 0.3
+    self_term: bool = True
+    aggregate: str = "sum"
 
     def __post_init__(self) -> None:
         # the topology checks these too, but only at the first query; fail before any work
@@ -950,7 +950,8 @@ def _parser() -> argparse.ArgumentParser:
     defaults = TopologyParams()
     parser.add_argument("--max-hops", type=int, default=defaults.max_hops, help="H_r")
     parser.add_argument("--alpha", type=float, default=defaults.alpha)
-    parser.add_argument("--self-term", action="store_true", help="a query code also activates itself")
+    parser.add_argument("--self-term", action=argparse.BooleanOptionalAction, default=defaults.self_term,
+                        help="a query code also activates itself (h = 0 term)")
     parser.add_argument("--aggregate", choices=AGGREGATES, default=defaults.aggregate)
     parser.add_argument("--configs", help="comma-separated configurations (default: the equal-budget ablation)")
     parser.add_argument("--sweep", action="store_true", help="sweep H_r, α, self term and aggregate")

@@ -64,8 +64,12 @@ def reference_unit_scores(
     return np.array([combine(act[b] for b in codes) if codes else 0.0 for codes in code_sets])
 
 
+SPEC_FORMULA = {"max_hops": 2, "alpha": 0.5, "self_term": False, "aggregate": "max"}
+
+
 def build(code_sets: list[set[int]], num_codes: int = 16, **kwargs) -> CooccurrenceTopology:
-    topology = CooccurrenceTopology(num_codes=num_codes, **kwargs)
+    """A topology with the spec's formula unless a test overrides a parameter."""
+    topology = CooccurrenceTopology(num_codes=num_codes, **(SPEC_FORMULA | kwargs))
     topology.add(code_sets)
     return topology
 
@@ -228,7 +232,7 @@ def test_invalid_inputs_are_refused() -> None:
 def test_incremental_add_equals_rebuild() -> None:
     bank = random_bank(6, count=50)
     whole = build(bank, self_term=True)
-    parts = CooccurrenceTopology(num_codes=16, self_term=True)
+    parts = CooccurrenceTopology(num_codes=16, **(SPEC_FORMULA | {"self_term": True}))
     parts.add(bank[:10])
     parts.search({1, 2}, 5)  # a query in between folds the first batch in
     parts.add([])

@@ -236,6 +236,39 @@ def nearest_neighbour_distances(codebook: Codebook) -> tuple[np.ndarray, np.ndar
 
 
 @dataclass(frozen=True)
+class LexicalConsistency:
+    """How word-like the codes are, over (token, code) pairs of a sample (special tokens left out).
+
+    ``code_given_token``: H(code | token) in bits — 0 when every occurrence of a token gets the
+    same code; ``token_given_code``: H(token | code) — 0 when every code stands for one token.
+    Exact-match retrieval over code sets needs both to be low.
+    """
+
+    code_given_token: float
+    token_given_code: float
+    pairs: int
+
+
+def _conditional_entropy(pairs: Sequence[tuple[object, object]]) -> float:
+    """H(second | first) in bits from observed pairs."""
+    joint, first = Counter(pairs), Counter(a for a, _ in pairs)
+    n = len(pairs)
+    return float(-sum(c / n * np.log2(c / first[a]) for (a, _), c in joint.items())) if n else 0.0
+
+
+def lexical_consistency(sample: SampleCodes, special: Sequence[str] = ("[CLS]", "[SEP]", "</s>", "<pad>")) -> LexicalConsistency:
+    """H(code | token) and H(token | code) of ``sample`` (see :class:`LexicalConsistency`)."""
+    skip = set(special)
+    pairs = [(t, int(c)) for tokens, codes in zip(sample.tokens, sample.token_codes, strict=True)
+             for t, c in zip(tokens, codes, strict=True) if t not in skip]
+    return LexicalConsistency(
+        code_given_token=_conditional_entropy(pairs),
+        token_given_code=_conditional_entropy([(c, t) for t, c in pairs]),
+        pairs=len(pairs),
+    )
+
+
+@dataclass(frozen=True)
 class PCA2D:
     """The codebook projected on its two principal axes.
 

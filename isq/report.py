@@ -31,6 +31,7 @@ from isq.analysis import (
     Association,
     CodeConcordance,
     FingerprintLengths,
+    LexicalConsistency,
     SampleCodes,
     Stability,
     UsageStats,
@@ -42,6 +43,7 @@ from isq.analysis import (
     edited_texts,
     fingerprint_lengths,
     frequent_words,
+    lexical_consistency,
     nearest_neighbour_distances,
     pairwise_distances,
     pca_2d,
@@ -153,6 +155,7 @@ class CodebookAnalysis:
     topology_params: dict[str, float]
     concordance: dict[int, CodeConcordance]
     words: dict[str, tuple[list[str], Counter[tuple[int, ...]]]]
+    lexical: LexicalConsistency
 
 
 def analyse(
@@ -190,6 +193,7 @@ def analyse(
         topology_params={"units": topology.num_units, "max_hops": topology.max_hops, "alpha": topology.alpha},
         concordance=concordance(sample),
         words=word_table,
+        lexical=lexical_consistency(sample),
     )
 
 
@@ -434,6 +438,8 @@ def write_report(
                                               f"{a.pca.explained_variance_ratio[1]:.1%}"),
         ("mean L / S_fp / U_fp", f"{lengths['mean_L']:.1f} / {lengths['mean_S_fp']:.1f} / {lengths['mean_U_fp']:.1f}"),
         ("mean S_fp / L, U_fp / L", f"{lengths['mean_S_fp_over_L']:.2f}, {lengths['mean_U_fp_over_L']:.2f}"),
+        ("H(code | token) / H(token | code), bits",
+         f"{a.lexical.code_given_token:.2f} / {a.lexical.token_given_code:.2f}"),
     ]
     key_numbers += [(f"stability, {name} edit (all / unedited tokens)", f"{r.share:.3f} / {r.share_unedited:.3f}")
                     for name, r in a.stability.items()]

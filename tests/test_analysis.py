@@ -268,3 +268,17 @@ def test_name_edit_through_the_fingerprinter_keeps_length_and_changes_little(fin
     result = analysis.stability(sample.select(indices), analysis.collect(fingerprinter, edited))
     assert result.compared == 1
     assert 0.0 <= result.share <= 1.0 and not math.isnan(result.share_unedited)
+
+
+def test_lexical_consistency_of_word_codes_and_of_mixed_codes():
+    # One code per word: both conditional entropies are zero; specials are ignored.
+    exact = hand_sample([["[CLS]", "the", "cat", "[SEP]"], ["[CLS]", "the", "dog", "[SEP]"]],
+                        [[7, 1, 2, 7], [6, 1, 3, 6]])
+    result = analysis.lexical_consistency(exact)
+    assert (result.code_given_token, result.token_given_code, result.pairs) == (0.0, 0.0, 4)
+    # "the" split evenly over two codes (1 bit for half the pairs), and code 5 shared by two
+    # words seen once each next to two "the"-only codes.
+    mixed = hand_sample([["the", "cat"], ["the", "dog"]], [[1, 5], [2, 5]])
+    result = analysis.lexical_consistency(mixed)
+    assert math.isclose(result.code_given_token, 0.5)  # P(the) = 1/2, H(code | the) = 1 bit
+    assert math.isclose(result.token_given_code, 0.5)  # P(code 5) = 1/2, H(token | 5) = 1 bit

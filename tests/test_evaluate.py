@@ -7,8 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
@@ -38,6 +36,7 @@ from retrieval.evaluate import (
 )
 from retrieval.locomo import load_locomo
 from tests.conftest import tiny_config
+from tests.fake_chat import FakeChatServer, completion_body
 
 # -- a small LoCoMo-format conversation with known evidence -----------------------------------
 
@@ -345,51 +344,22 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, capsys, fingerprinte
     assert "alpha" in _error(capsys)
 
 
-class FakeChat:
-    """A local OpenAI-style endpoint: the judge prompt gets CORRECT when the generated answer equals
-    the gold answer; an answer request gets the canned answer of its question, else "no idea"."""
+class FakeChat(FakeChatServer):
+    """The judge prompt gets CORRECT when the generated answer equals the gold answer; an answer
+    request gets the canned answer of its question, else "no idea"."""
 
     def __init__(self, answers: dict[str, str]):
-        self.requests: list[dict] = []
-        owner = self
+        super().__init__(lambda body: self.reply(body, answers))
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's naming
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                owner.requests.append(body)
-                system, user = (m["content"] for m in body["messages"])
-                if system == JUDGE_PROMPT:
-                    gold = re.search(r"Gold answer: (.*)", user)[1]
-                    generated = re.search(r"Generated answer: (.*)", user)[1]
-                    content, tokens = ("CORRECT" if gold == generated else "WRONG"), (50, 1)
-                else:
-                    question = re.search(r"Question: (.*?)(?: Use the dates|$)", user, re.M)[1]
-                    content, tokens = answers.get(question, "no idea"), (100, 5)
-                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}],
-                                   "usage": {"prompt_tokens": tokens[0], "completion_tokens": tokens[1]}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+    @staticmethod
+    def reply(body: dict, answers: dict[str, str]) -> tuple[int, dict, float]:
+        system, user = (m["content"] for m in body["messages"])
+        if system == JUDGE_PROMPT:
+            gold = re.search(r"Gold answer: (.*)", user)[1]
+            generated = re.search(r"Generated answer: (.*)", user)[1]
+            return 200, completion_body("CORRECT" if gold == generated else "WRONG", 50, 1), 0.0
+        question = re.search(r"Question: (.*?)(?: Use the dates|$)", user, re.M)[1]
+        return 200, completion_body(answers.get(question, "no idea"), 100, 5), 0.0
 
 
 def test_cli_run_with_the_answer_stage(tmp_path, monkeypatch, fingerprinter_dirs):

@@ -4,10 +4,7 @@ local OpenAI-style HTTP server (retries, cache, token accounting, raw-turn fallb
 from __future__ import annotations
 
 import json
-import threading
-import time
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -21,6 +18,7 @@ from retrieval.extract import (
     resolve_relative_dates,
 )
 from retrieval.segmenter import Exchange, Segment
+from tests.fake_chat import FakeChatServer, completion_body
 
 MONDAY = datetime(2023, 5, 8, 13, 56)  # a Monday
 
@@ -151,56 +149,16 @@ def test_reference_context_budgets():
 # -- LLM extractor against a local server -----------------------------------------------------
 
 
-class FakeOpenAI:
-    """A local /v1/chat/completions server answering from a script of canned responses
-    (HTTP status, body or callable); the last one repeats. Records every request."""
+class FakeOpenAI(FakeChatServer):
+    """Answers from a script of canned replies (HTTP status, body, delay); the last one repeats."""
 
     def __init__(self, script):
         self.script = list(script)
-        self.requests: list[dict] = []
-        self.headers: list[dict] = []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's naming
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                owner.requests.append(body)
-                owner.headers.append(dict(self.headers))
-                status, payload, delay = owner.script[min(len(owner.requests), len(owner.script)) - 1]
-                time.sleep(delay)
-                data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                try:
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (timeout test)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(lambda body: self.script[min(len(self.requests), len(self.script)) - 1])
 
 
 def completion(content: str, prompt_tokens: int = 100, completion_tokens: int = 20, delay: float = 0.0):
-    body = {"choices": [{"message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}}
-    return 200, body, delay
+    return 200, completion_body(content, prompt_tokens, completion_tokens), delay
 
 
 GOOD = json.dumps({

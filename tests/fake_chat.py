@@ -1,0 +1,64 @@
+"""A local OpenAI-style chat endpoint for tests (loopback only, stopped by the context manager)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Reply = tuple[int, Any, float]
+"""HTTP status, body (a JSON-able object or a raw string) and a delay in seconds."""
+
+
+def completion_body(content: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    return {"choices": [{"message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}}
+
+
+class FakeChatServer:
+    """Serves POST /v1/chat/completions on 127.0.0.1 with ``respond(request_body) -> Reply``.
+
+    Every request body and its headers are recorded (before ``respond`` runs)."""
+
+    def __init__(self, respond: Callable[[dict[str, Any]], Reply]) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                owner.requests.append(body)
+                owner.headers.append(dict(self.headers))
+                status, payload, delay = respond(body)
+                time.sleep(delay)
+                data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout tests)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> FakeChatServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()

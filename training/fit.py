@@ -16,13 +16,9 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from training.data import DataFormatError, DialogueDataModule
 from training.module import ISQLightningModule
 
-REFUSED_PRECISION = {
-    "16": "fp16 overflows in T5 (use bf16-mixed on CUDA or 32-true)",
-    "16-mixed": "fp16 overflows in T5 (use bf16-mixed on CUDA or 32-true)",
-    "16-true": "fp16 overflows in T5 (use bf16-mixed on CUDA or 32-true)",
-    "bf16": "bf16-true casts the EMA codebook buffers to bf16 (use bf16-mixed)",
-    "bf16-true": "bf16-true casts the EMA codebook buffers to bf16 (use bf16-mixed)",
-}
+_FP16 = "fp16 overflows in T5 (use bf16-mixed on CUDA or 32-true)"
+_BF16_TRUE = "bf16-true casts the EMA codebook buffers to bf16 (use bf16-mixed)"
+REFUSED_PRECISION = {"16": _FP16, "16-mixed": _FP16, "16-true": _FP16, "bf16": _BF16_TRUE, "bf16-true": _BF16_TRUE}
 
 
 def default_precision() -> str:

@@ -89,3 +89,24 @@ def test_cli_missing_data_is_a_one_line_error(tmp_path, capsys):
     assert main(["--data-root", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "dialogues_train.txt" in err and "\n" not in err
+
+
+def test_projection_from_a_trained_fingerprinter_clusters_its_projected_states(texts):
+    from isq.model import ISQModel
+
+    torch.manual_seed(1)
+    trained = ISQModel(tiny_config(normalize_projection="token")).eval()
+    source = Fingerprinter(trained.config, trained.tokenizer, trained.semantic_encoder, trained.quantizer.codebook)
+    fingerprinter, record = build_kmeans_fingerprinter(tiny_config(num_codes=8), texts, max_tokens=500, seed=0,
+                                                       niter=5, projection_from=source)
+    assert record["projection"] == "trained" and fingerprinter.config.normalize_projection == "token"
+    assert fingerprinter.codebook.shape == (8, 16)
+    sample = texts[:5]
+    batch = source.tokenizer(sample, padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        z = source.semantic_encoder(batch["input_ids"], batch["attention_mask"])
+    mask = batch["attention_mask"].bool()
+    codebook = fingerprinter.codebook.double().numpy()
+    for row, fp in enumerate(fingerprinter.fingerprint(sample)):
+        states = z[row][mask[row]].double().numpy()
+        assert fp.token_codes == tuple(int(c) for c in ((states[:, None] - codebook[None]) ** 2).sum(-1).argmin(1))

@@ -93,8 +93,8 @@ def _check_identity(semantic_encoder: SemanticEncoder, tokenizer: Any, texts: Se
 
 
 def build_kmeans_fingerprinter(config: ISQConfig, texts: Sequence[str], *, max_tokens: int = 200_000,
-                               seed: int = 0, niter: int = 20,
-                               batch_size: int = 64) -> tuple[Fingerprinter, dict[str, Any]]:
+                               seed: int = 0, niter: int = 20, batch_size: int = 64,
+                               projection_from: Fingerprinter | None = None) -> tuple[Fingerprinter, dict[str, Any]]:
     """Texts -> frozen-encoder token states -> k-means -> an untrained :class:`Fingerprinter`.
 
     ``config`` names the encoder, tokenizer, ``num_codes``, ``kernel_size`` and ``max_length``;
@@ -102,15 +102,26 @@ def build_kmeans_fingerprinter(config: ISQConfig, texts: Sequence[str], *, max_t
     seeded random subset of ``texts`` holding ``max_tokens`` non-padding tokens (the surplus,
     less than one text, is cut from the longest) are clustered by ``faiss.Kmeans`` with ``seed`` and ``niter`` iterations; the
     centroids become the codebook. Returns the fingerprinter and a record of the run.
+
+    ``projection_from`` (a trained fingerprinter) replaces the identity projection by that
+    fingerprinter's encoder + projection: k-means then runs on its z_t, which separates what
+    training did to the projection from what it did to the codebook. Its tokenizer,
+    ``code_dim``, ``kernel_size``, normalisation and ``max_length`` are used; ``config``
+    gives only ``num_codes``.
     """
     started = time.perf_counter()
-    tokenizer = load_tokenizer(config)
-    encoder = build_encoder(config)
-    d_model = encoder_width(encoder)
-    config = dataclasses.replace(config, freeze_encoder=True, code_dim=d_model)
-    semantic = SemanticEncoder(encoder, identity_projection(config, d_model), frozen=True).eval()
+    if projection_from is None:
+        tokenizer = load_tokenizer(config)
+        encoder = build_encoder(config)
+        d_model = encoder_width(encoder)
+        config = dataclasses.replace(config, freeze_encoder=True, code_dim=d_model)
+        semantic = SemanticEncoder(encoder, identity_projection(config, d_model), frozen=True).eval()
+    else:
+        tokenizer, semantic, d_model = projection_from.tokenizer, projection_from.semantic_encoder, projection_from.config.code_dim
+        config = dataclasses.replace(projection_from.config, num_codes=config.num_codes)
     chosen = sample_texts(texts, tokenizer, max_tokens, config.max_length, seed)
-    _check_identity(semantic, tokenizer, chosen[:batch_size], config)
+    if projection_from is None:
+        _check_identity(semantic, tokenizer, chosen[:batch_size], config)
     states = np.ascontiguousarray(token_states(semantic, tokenizer, chosen, config.max_length, batch_size)[:max_tokens])
     if states.shape[0] < config.num_codes:
         raise ValueError(f"{states.shape[0]} token states cannot place {config.num_codes} codes; "
@@ -123,6 +134,7 @@ def build_kmeans_fingerprinter(config: ISQConfig, texts: Sequence[str], *, max_t
     fingerprinter = Fingerprinter(config, tokenizer, semantic, codebook)
     record = {
         "kind": "kmeans_control",
+        "projection": "identity" if projection_from is None else "trained",
         "texts_available": len(texts),
         "texts_used": len(chosen),
         "tokens": int(states.shape[0]),
@@ -147,6 +159,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--niter", type=int, default=20, help="k-means iterations")
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--projection-from", type=Path, default=None,
+                        help="a trained fingerprinter directory: cluster its projected z_t instead of the "
+                             "encoder's h_t (its encoder, projection and max length are used)")
     parser.add_argument("--out", type=Path, required=True, help="fingerprinter directory to write")
     return parser
 
@@ -160,8 +175,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     config = ISQConfig(encoder=args.encoder, num_codes=args.num_codes, max_length=args.max_length)
+    trained = None
+    if args.projection_from is not None:
+        try:
+            trained = Fingerprinter.from_pretrained(args.projection_from)
+        except (OSError, ValueError) as err:
+            print(f"error: --projection-from: {err}", file=sys.stderr)
+            return 2
     fingerprinter, record = build_kmeans_fingerprinter(config, utterances, max_tokens=args.max_tokens,
-                                                       seed=args.seed, niter=args.niter, batch_size=args.batch_size)
+                                                       seed=args.seed, niter=args.niter, batch_size=args.batch_size,
+                                                       projection_from=trained)
     record = {
         "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": "python -m training.kmeans_control " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -50,6 +50,10 @@ class ISQConfig:
     beta: float = 0.10
     lambda_vq: float = 1.0
     lambda_ent: float = 0.01
+    lambda_rec: float = 0.0
+    """Weight of an optional token-reconstruction term (not in the SPEC; 0 = off): CE of each
+    input token given its own quantized code, through a linear head. It asks every code to
+    name its token, which keeps codes word-like for Path B's exact code matching."""
     entropy_temperature: float = 1.0
     revive_every: int = 20
     revive_threshold: float = 1.0
@@ -155,6 +159,7 @@ class ISQOutput:
     codebook_loss: Tensor
     commitment_loss: Tensor
     entropy_loss: Tensor
+    reconstruction_loss: Tensor
     perplexity: Tensor
     codes_used: Tensor
     indices: Tensor
@@ -163,7 +168,8 @@ class ISQOutput:
 class ISQModel(nn.Module):
     """The trainable model. ``forward`` returns an :class:`ISQOutput`.
 
-    L = CE(next turn | quantized context) + λ_vq · mean_t(||sg[z]−z̄||² + β ||z−sg[z̄]||²) + λ_ent · L_ent.
+    L = CE(next turn | quantized context) + λ_vq · mean_t(||sg[z]−z̄||² + β ||z−sg[z̄]||²) + λ_ent · L_ent
+    (+ λ_rec · CE(input token | its own code) when ``lambda_rec`` > 0, outside the SPEC).
     """
 
     def __init__(self, config: ISQConfig, tokenizer: PreTrainedTokenizerBase | None = None) -> None:
@@ -184,6 +190,7 @@ class ISQModel(nn.Module):
         )
         self.decoder = build_decoder(config, self.tokenizer)
         self.up_projection = nn.Linear(config.code_dim, self.decoder.config.d_model)
+        self.token_head = nn.Linear(config.code_dim, len(self.tokenizer)) if config.lambda_rec > 0 else None
 
     @property
     def encoder(self) -> nn.Module:
@@ -198,9 +205,16 @@ class ISQModel(nn.Module):
         ce = self.decoder(encoder_outputs=(context,), attention_mask=attention_mask, labels=labels).loss
         vq = q.codebook_loss + self.config.beta * q.commitment_loss
         loss = ce + self.config.lambda_vq * vq + self.config.lambda_ent * q.entropy_loss
+        reconstruction = ce.new_zeros(())
+        if self.token_head is not None:
+            # Only real tokens; the straight-through q passes the gradient on to the projection.
+            logits = self.token_head(q.quantized[mask].to(z.dtype))
+            reconstruction = nn.functional.cross_entropy(logits.float(), input_ids[mask])
+            loss = loss + self.config.lambda_rec * reconstruction
         return ISQOutput(
             loss=loss, ce_loss=ce, codebook_loss=q.codebook_loss, commitment_loss=q.commitment_loss,
-            entropy_loss=q.entropy_loss, perplexity=q.perplexity, codes_used=q.codes_used, indices=q.indices,
+            entropy_loss=q.entropy_loss, reconstruction_loss=reconstruction, perplexity=q.perplexity,
+            codes_used=q.codes_used, indices=q.indices,
         )
 
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]:

@@ -57,6 +57,27 @@ def test_loss_is_the_sum_of_its_components_and_gradients_reach_the_encoder(tiny)
     assert model.semantic_encoder.projection.conv.weight.grad.abs().sum() > 0
 
 
+def test_reconstruction_term_is_off_by_default_and_adds_token_ce_when_on(tiny):
+    torch.manual_seed(0)
+    off = ISQModel(tiny).train()
+    assert off.token_head is None and off(*_batch(off)).reconstruction_loss.item() == 0.0
+    torch.manual_seed(0)
+    model = ISQModel(tiny_config(lambda_rec=0.5)).eval()  # eval: no EMA step moves the codebook mid-check
+    input_ids, attention_mask, labels = _batch(model)
+    out = model(input_ids, attention_mask, labels)
+    expected = out.ce_loss + tiny.lambda_vq * (out.codebook_loss + tiny.beta * out.commitment_loss) \
+        + tiny.lambda_ent * out.entropy_loss + 0.5 * out.reconstruction_loss
+    torch.testing.assert_close(out.loss, expected)
+    # The term is the CE of each real input token given its own quantized code.
+    mask = attention_mask.bool()
+    codes = model.quantizer.codebook[out.indices[mask]]
+    reference = torch.nn.functional.cross_entropy(model.token_head(codes), input_ids[mask])
+    torch.testing.assert_close(out.reconstruction_loss, reference, atol=1e-5, rtol=1e-5)
+    # ...and it reaches the projection through the straight-through estimator.
+    out.reconstruction_loss.backward()
+    assert model.semantic_encoder.projection.conv.weight.grad.abs().sum() > 0
+
+
 def test_frozen_encoder_gets_no_gradient_and_stays_in_eval(tiny):
     model = ISQModel(tiny_config(freeze_encoder=True)).train()
     assert not model.encoder.training

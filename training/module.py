@@ -53,11 +53,14 @@ class ISQLightningModule(L.LightningModule):
         return self.model(batch["input_ids"], batch["attention_mask"], batch["labels"])
 
     def _log_output(self, prefix: str, out, batch_size: int, **kw: Any) -> None:
-        self.log_dict({
+        terms = {
             f"{prefix}/loss": out.loss, f"{prefix}/ce_loss": out.ce_loss,
             f"{prefix}/codebook_loss": out.codebook_loss, f"{prefix}/commitment_loss": out.commitment_loss,
             f"{prefix}/entropy_loss": out.entropy_loss,
-        }, batch_size=batch_size, sync_dist=prefix == "val", **kw)
+        }
+        if self.model.token_head is not None:
+            terms[f"{prefix}/reconstruction_loss"] = out.reconstruction_loss
+        self.log_dict(terms, batch_size=batch_size, sync_dist=prefix == "val", **kw)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         out = self(batch)

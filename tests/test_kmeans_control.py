@@ -110,3 +110,12 @@ def test_projection_from_a_trained_fingerprinter_clusters_its_projected_states(t
     for row, fp in enumerate(fingerprinter.fingerprint(sample)):
         states = z[row][mask[row]].double().numpy()
         assert fp.token_codes == tuple(int(c) for c in ((states[:, None] - codebook[None]) ** 2).sum(-1).argmin(1))
+
+
+def test_cli_names_a_bad_projection_directory(tmp_path, capsys):
+    root = write_synthetic_corpus(tmp_path / "corpus", sizes=(5, 2, 2))
+    assert main(["--data-root", str(root), "--projection-from", str(tmp_path / "absent"),
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "--projection-from" in err and "absent" in err
+    assert not (tmp_path / "out").exists()

@@ -53,7 +53,8 @@ class ISQConfig:
     lambda_rec: float = 0.0
     """Weight of an optional token-reconstruction term (not in the SPEC; 0 = off): CE of each
     input token given its own quantized code, through a linear head. It asks every code to
-    name its token, which keeps codes word-like for Path B's exact code matching."""
+    name its token; in the CPU ablations (docs/results.md) that made codes more word-like but
+    did not improve LoCoMo recall, so it is off in every shipped config."""
     entropy_temperature: float = 1.0
     revive_every: int = 20
     revive_threshold: float = 1.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -26,6 +26,9 @@ from transformers import (
 from isq.encoders import resolve_encoder_path
 from isq.projection import StrideOneProjection
 from isq.quantizer import EMAQuantizer
+
+if TYPE_CHECKING:  # isq.fingerprint imports this module
+    from isq.fingerprint import Fingerprinter
 
 
 @dataclass
@@ -226,6 +229,25 @@ class ISQModel(nn.Module):
             "encoder": [p for _, p in trainable if id(p) in encoder_ids],
             "head": [p for _, p in trainable if id(p) not in encoder_ids],
         }
+
+    @torch.no_grad()
+    def warm_start(self, fingerprinter: Fingerprinter) -> None:
+        """Start training from an exported fingerprinter: its encoder, projection and codebook.
+
+        With the k-means control (``training.kmeans_control``) as the source, step 0 of training
+        fingerprints exactly like the control, so the run measures what the objective adds to it.
+        The decoder and up-projection stay freshly initialised. Raises ValueError naming the
+        first setting in which the two differ.
+        """
+        ours, theirs = self.config, fingerprinter.config
+        for name in ("encoder", "code_dim", "num_codes", "kernel_size", "normalize_projection"):
+            if getattr(ours, name) != getattr(theirs, name):
+                raise ValueError(f"{name} is {getattr(theirs, name)!r} in the fingerprinter but "
+                                 f"{getattr(ours, name)!r} in this model")
+        if fingerprinter.tokenizer.get_vocab() != self.tokenizer.get_vocab():
+            raise ValueError("the fingerprinter's tokenizer differs from this model's")
+        self.semantic_encoder.load_state_dict(fingerprinter.semantic_encoder.state_dict())
+        self.quantizer.load_codebook(fingerprinter.codebook)
 
     def export_fingerprinter(self, directory: str | Path, run_record: dict[str, Any] | None = None) -> Path:
         """Save the frozen encoder + projection + codebook as a fingerprinter directory."""

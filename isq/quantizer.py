@@ -243,6 +243,21 @@ class EMAQuantizer(nn.Module):
         return n_dead
 
     @torch.no_grad()
+    def load_codebook(self, codebook: Tensor) -> None:
+        """Start from given code vectors (e.g. a fingerprinter's codebook) instead of an init.
+
+        Each code's EMA size is set to 1 and its EMA sum to the code, as at construction, so
+        the first EMA steps blend new assignments into these vectors; k-means init is skipped.
+        """
+        if tuple(codebook.shape) != (self.num_codes, self.dim):
+            raise ValueError(f"codebook of shape {tuple(codebook.shape)} does not fit a quantizer of "
+                             f"{self.num_codes} codes x {self.dim} dimensions")
+        self.codebook.copy_(codebook)
+        self.ema_cluster_size.fill_(1.0)
+        self.ema_embed_sum.copy_(self.codebook)
+        self.initialized.fill_(True)
+
+    @torch.no_grad()
     def _kmeans_initialise(self, z: Tensor) -> None:
         """Lloyd's k-means on the first batch (rank 0's result broadcast), then seed the EMAs.
 

@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from isq.fingerprint import Fingerprinter
+from isq.model import ISQConfig
 from training.fit import main
+from training.module import ISQLightningModule
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = str(REPO / "configs" / "smoke.yaml")
@@ -69,6 +72,35 @@ def test_reconstruction_term_is_logged_and_the_export_stays_a_plain_fingerprinte
     assert fingerprinter.config.lambda_rec == 0.5 and fingerprinter.config.kernel_size == 1
     assert not any("token_head" in name for name in fingerprinter.state_dict())
     assert cli.model.model.token_head is not None
+
+
+def test_init_from_starts_from_an_exported_fingerprinter(tmp_path):
+    main(smoke_args(tmp_path / "source", 2))
+    source = Fingerprinter.from_pretrained(tmp_path / "source" / "export" / "smoke")
+    # At step 0 the warm-started model holds the source's encoder, projection and codebook.
+    isq = ISQConfig.from_dict(yaml.safe_load(Path(SMOKE).read_text())["model"]["isq"])
+    module = ISQLightningModule(isq, init_from=str(tmp_path / "source" / "export" / "smoke"))
+    torch.testing.assert_close(module.model.quantizer.codebook, source.codebook, rtol=0, atol=0)
+    for name, tensor in source.semantic_encoder.state_dict().items():
+        torch.testing.assert_close(module.model.semantic_encoder.state_dict()[name], tensor, rtol=0, atol=0)
+    # Through the CLI it trains on and exports as usual.
+    cli = main(smoke_args(tmp_path / "warm", 2, "--model.init_from", str(tmp_path / "source" / "export" / "smoke")))
+    assert cli.trainer.global_step == 2
+    warm = Fingerprinter.from_pretrained(tmp_path / "warm" / "export" / "smoke")
+    assert warm.run_record["optim"]["init_from"].endswith("smoke")
+
+
+def test_init_from_a_bad_directory_or_a_mismatched_config_is_one_clear_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(smoke_args(tmp_path, 2, "--model.init_from", str(tmp_path / "absent")))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--model.init_from" in err and "absent" in err and "Traceback" not in err
+    main(smoke_args(tmp_path / "source", 2))
+    with pytest.raises(SystemExit):
+        main(smoke_args(tmp_path, 2, "--model.init_from", str(tmp_path / "source" / "export" / "smoke"),
+                        "--model.isq.code_dim", "16"))
+    assert "code_dim is 32 in the fingerprinter but 16 in this model" in capsys.readouterr().err
 
 
 def test_resume_continues_step_count_and_optimizer_state(tmp_path):

@@ -119,3 +119,27 @@ def test_cli_names_a_bad_projection_directory(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--projection-from" in err and "absent" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_warm_start_from_the_control_fingerprints_exactly_like_it(texts):
+    from isq.model import ISQModel
+
+    torch.manual_seed(0)
+    source, _ = build_kmeans_fingerprinter(tiny_config(num_codes=8, kernel_size=1), texts, max_tokens=500, niter=5)
+    model = ISQModel(tiny_config(num_codes=8, code_dim=32, kernel_size=1))  # encoder width 32
+    model.warm_start(source)
+    assert bool(model.quantizer.initialized)
+    started = Fingerprinter(model.config, model.tokenizer, model.semantic_encoder, model.quantizer.codebook)
+    assert started.identity == source.identity
+    assert [fp.token_codes for fp in started.fingerprint(texts[:8])] == \
+        [fp.token_codes for fp in source.fingerprint(texts[:8])]
+
+
+@pytest.mark.parametrize(("override", "named"), [({"kernel_size": 1}, "kernel_size"), ({"code_dim": 16}, "code_dim"),
+                                                  ({"num_codes": 16}, "num_codes")])
+def test_warm_start_names_the_setting_that_differs(control, override, named):
+    from isq.model import ISQModel
+
+    settings = {"num_codes": 8, "code_dim": 32, "kernel_size": 3} | override
+    with pytest.raises(ValueError, match=f"^{named} is"):
+        ISQModel(tiny_config(**settings)).warm_start(control[0])

@@ -162,6 +162,19 @@ def test_kmeans_initialisation_on_first_batch():
     assert int(out.codes_used) >= 3
 
 
+def test_loaded_codebook_skips_kmeans_and_blends_the_first_ema_step():
+    codebook = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    q = EMAQuantizer(3, 2, decay=0.9, eps=0.0, kmeans_init=True).train()
+    q.load_codebook(codebook)
+    assert bool(q.initialized) and torch.equal(q.codebook, codebook)
+    q(torch.tensor([[[2.0, 0.0], [0.0, 3.0]]]))  # code 0 gets (2, 0), code 1 gets (0, 3), code 2 nothing
+    # sizes 0.9 + 0.1 n, sums 0.9 e + 0.1 x; eps 0 and an unchanged total leave sum / size.
+    expected = torch.tensor([[1.1, 0.0], [0.0, 1.2], [-1.0, 0.0]])
+    torch.testing.assert_close(q.codebook, expected)
+    with pytest.raises(ValueError, match="does not fit a quantizer of 3 codes x 2 dimensions"):
+        q.load_codebook(torch.zeros(4, 2))
+
+
 def _ddp_worker(rank: int, world: int, init_file: str, result_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.manual_seed(0)

@@ -14,7 +14,7 @@ import torch
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from training.data import DataFormatError, DialogueDataModule
-from training.module import ISQLightningModule
+from training.module import ISQLightningModule, WarmStartError
 
 _FP16 = "fp16 overflows in T5 (use bf16-mixed on CUDA or 32-true)"
 _BF16_TRUE = "bf16-true casts the EMA codebook buffers to bf16 (use bf16-mixed)"
@@ -43,10 +43,14 @@ class ISQCLI(LightningCLI):
 
 
 def main(args: list[str] | None = None) -> ISQCLI:
-    cli = ISQCLI(
-        ISQLightningModule, DialogueDataModule, run=False, args=args,
-        save_config_kwargs={"overwrite": True}, seed_everything_default=0,
-    )
+    try:
+        cli = ISQCLI(
+            ISQLightningModule, DialogueDataModule, run=False, args=args,
+            save_config_kwargs={"overwrite": True}, seed_everything_default=0,
+        )
+    except WarmStartError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
     try:
         if cli.config.get("validate_only"):
             cli.trainer.validate(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))

@@ -156,6 +156,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, default=200_000, help="non-padding tokens clustered")
     parser.add_argument("--max-length", type=int, default=256,
                         help="truncation length, as the trained CPU fingerprinter (configs/isq_minilm_dailydialog_cpu)")
+    parser.add_argument("--kernel-size", type=int, default=3,
+                        help="projection kernel (identity on the centre tap, so the codes do not depend on it); "
+                             "match the config of a run that will start from this control (--model.init_from)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--niter", type=int, default=20, help="k-means iterations")
     parser.add_argument("--batch-size", type=int, default=64)
@@ -167,14 +170,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.kernel_size < 1 or args.kernel_size % 2 == 0:
+        parser.error(f"--kernel-size must be a positive odd number (the projection keeps the length), "
+                     f"got {args.kernel_size}")
     train_file = args.data_root / "train" / "dialogues_train.txt"
     try:
         utterances = [turn for dialogue in read_dialogues(train_file) for turn in dialogue]
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    config = ISQConfig(encoder=args.encoder, num_codes=args.num_codes, max_length=args.max_length)
+    config = ISQConfig(encoder=args.encoder, num_codes=args.num_codes, max_length=args.max_length,
+                       kernel_size=args.kernel_size)
     trained = None
     if args.projection_from is not None:
         try:

@@ -11,7 +11,12 @@ import torch
 import torch.distributed as dist
 from torch.optim.lr_scheduler import LambdaLR
 
+from isq.fingerprint import Fingerprinter
 from isq.model import ISQConfig, ISQModel
+
+
+class WarmStartError(ValueError):
+    """``init_from`` names no fingerprinter, or one that does not fit the model config."""
 
 
 def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
@@ -32,6 +37,8 @@ class ISQLightningModule(L.LightningModule):
         weight_decay: AdamW weight decay.
         warmup_steps: linear warm-up length in optimizer steps.
         min_lr_ratio: final learning rate as a share of the peak.
+        init_from: an exported fingerprinter directory to start from (its encoder, projection
+            and codebook; see :meth:`isq.model.ISQModel.warm_start`), e.g. the k-means control.
     """
 
     def __init__(
@@ -42,10 +49,16 @@ class ISQLightningModule(L.LightningModule):
         weight_decay: float = 0.01,
         warmup_steps: int = 500,
         min_lr_ratio: float = 0.1,
+        init_from: str | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.model = ISQModel(isq)
+        if init_from is not None:
+            try:
+                self.model.warm_start(Fingerprinter.from_pretrained(init_from))
+            except (OSError, ValueError) as err:
+                raise WarmStartError(f"--model.init_from {init_from}: {err}") from err
         self._val_counts: torch.Tensor | None = None
         self._step_clock: float | None = None
 

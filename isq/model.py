@@ -58,6 +58,12 @@ class ISQConfig:
     input token given its own quantized code, through a linear head. It asks every code to
     name its token; in the CPU ablations (docs/results.md) that made codes more word-like but
     did not improve LoCoMo recall, so it is off in every shipped config."""
+    lambda_nce: float = 0.0
+    """Weight of an optional contrastive predictive-coding term (not in the SPEC; 0 = off):
+    InfoNCE between the soft code bags (:meth:`isq.quantizer.EMAQuantizer.code_distribution`)
+    of each context and of its own next turn, the other next turns of the batch as negatives.
+    It rewards what Path B's code matching needs: related utterances sharing codes."""
+    nce_temperature: float = 0.1
     entropy_temperature: float = 1.0
     revive_every: int = 20
     revive_threshold: float = 1.0
@@ -164,16 +170,26 @@ class ISQOutput:
     commitment_loss: Tensor
     entropy_loss: Tensor
     reconstruction_loss: Tensor
+    contrastive_loss: Tensor
     perplexity: Tensor
     codes_used: Tensor
     indices: Tensor
+
+
+def info_nce(context: Tensor, following: Tensor, temperature: float) -> Tensor:
+    """Symmetric InfoNCE over a batch of paired vectors (B, N): row i of each is the positive
+    of row i of the other, the other rows are negatives; cosine similarity / ``temperature``."""
+    logits = nn.functional.normalize(context, dim=1) @ nn.functional.normalize(following, dim=1).t() / temperature
+    target = torch.arange(logits.shape[0], device=logits.device)
+    return 0.5 * (nn.functional.cross_entropy(logits, target) + nn.functional.cross_entropy(logits.t(), target))
 
 
 class ISQModel(nn.Module):
     """The trainable model. ``forward`` returns an :class:`ISQOutput`.
 
     L = CE(next turn | quantized context) + λ_vq · mean_t(||sg[z]−z̄||² + β ||z−sg[z̄]||²) + λ_ent · L_ent
-    (+ λ_rec · CE(input token | its own code) when ``lambda_rec`` > 0, outside the SPEC).
+    (+ λ_rec · CE(input token | its own code) when ``lambda_rec`` > 0, and
+    + λ_nce · InfoNCE(context codes, next-turn codes) when ``lambda_nce`` > 0, both outside the SPEC).
     """
 
     def __init__(self, config: ISQConfig, tokenizer: PreTrainedTokenizerBase | None = None) -> None:
@@ -215,9 +231,18 @@ class ISQModel(nn.Module):
             logits = self.token_head(q.quantized[mask].to(z.dtype))
             reconstruction = nn.functional.cross_entropy(logits.float(), input_ids[mask])
             loss = loss + self.config.lambda_rec * reconstruction
+        contrastive = ce.new_zeros(())
+        if self.config.lambda_nce > 0:
+            next_mask = labels >= 0
+            pad = self.tokenizer.pad_token_id or 0
+            z_next = self.semantic_encoder(labels.masked_fill(~next_mask, pad), next_mask.long())
+            contrastive = info_nce(self.quantizer.code_distribution(z, mask),
+                                   self.quantizer.code_distribution(z_next, next_mask), self.config.nce_temperature)
+            loss = loss + self.config.lambda_nce * contrastive
         return ISQOutput(
             loss=loss, ce_loss=ce, codebook_loss=q.codebook_loss, commitment_loss=q.commitment_loss,
-            entropy_loss=q.entropy_loss, reconstruction_loss=reconstruction, perplexity=q.perplexity,
+            entropy_loss=q.entropy_loss, reconstruction_loss=reconstruction, contrastive_loss=contrastive,
+            perplexity=q.perplexity,
             codes_used=q.codes_used, indices=q.indices,
         )
 

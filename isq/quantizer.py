@@ -169,6 +169,16 @@ class EMAQuantizer(nn.Module):
             idx = idx.masked_fill(~mask.bool(), -1)
         return idx
 
+    def code_distribution(self, z: Tensor, mask: Tensor) -> Tensor:
+        """Soft bag of codes per sequence (B, N): the mean over real tokens of
+        softmax(-||z_t - e_j||² / τ). Differentiable in ``z``; the codebook is not changed."""
+        with fp32_island():
+            flat = z.float().reshape(-1, self.dim)
+            p = F.softmax(-squared_distances(flat, self.codebook) / self.entropy_temperature, dim=1)
+            weights = mask.float().reshape(z.shape[0], -1, 1)
+            summed = (p.reshape(z.shape[0], -1, self.num_codes) * weights).sum(1)
+            return summed / weights.sum(1).clamp_min(1.0)
+
     def _entropy_loss(self, distances: Tensor) -> Tensor:
         """L_ent = mean_t H(p_t) - H(mean_t p_t), p_t = softmax(-d_t / τ) (SPEC "loss")."""
         if distances.shape[0] == 0:

@@ -61,12 +61,14 @@ def test_fit_logs_every_metric_checkpoints_and_exports(tmp_path):
     assert len(prints[0].token_codes) > 5 and all(0 <= c < 256 for c in prints[0].codes)
 
 
-def test_reconstruction_term_is_logged_and_the_export_stays_a_plain_fingerprinter(tmp_path):
-    cli = main(smoke_args(tmp_path, 2, "--model.isq.lambda_rec", "0.5", "--model.isq.kernel_size", "1"))
+def test_optional_terms_are_logged_and_the_export_stays_a_plain_fingerprinter(tmp_path):
+    cli = main(smoke_args(tmp_path, 2, "--model.isq.lambda_rec", "0.5", "--model.isq.lambda_nce", "0.5",
+                          "--model.isq.kernel_size", "1"))
     rows = read_metrics(tmp_path / "runs")
-    train = [float(r["train/reconstruction_loss"]) for r in rows if r.get("train/reconstruction_loss")]
-    assert train and all(0 < v < 20 for v in train)
-    assert any(r.get("val/reconstruction_loss") for r in rows)
+    for term in ("reconstruction_loss", "contrastive_loss"):
+        train = [float(r[f"train/{term}"]) for r in rows if r.get(f"train/{term}")]
+        assert train and all(0 < v < 20 for v in train), term
+        assert any(r.get(f"val/{term}") for r in rows), term
     # The token head is a training aid: the exported fingerprinter neither stores nor needs it.
     fingerprinter = Fingerprinter.from_pretrained(tmp_path / "export" / "smoke")
     assert fingerprinter.config.lambda_rec == 0.5 and fingerprinter.config.kernel_size == 1

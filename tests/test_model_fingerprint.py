@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from isq.encoders import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter, collapse_repeats
-from isq.model import ISQConfig, ISQModel
+from isq.model import ISQConfig, ISQModel, info_nce
 from isq.projection import StrideOneProjection
 from tests.conftest import tiny_config
 
@@ -75,6 +76,39 @@ def test_reconstruction_term_is_off_by_default_and_adds_token_ce_when_on(tiny):
     torch.testing.assert_close(out.reconstruction_loss, reference, atol=1e-5, rtol=1e-5)
     # ...and it reaches the projection through the straight-through estimator.
     out.reconstruction_loss.backward()
+    assert model.semantic_encoder.projection.conv.weight.grad.abs().sum() > 0
+
+
+def test_info_nce_is_zero_for_matched_one_hot_pairs_and_log_b_when_nothing_differs():
+    one_hot = torch.eye(4)
+    assert info_nce(one_hot, one_hot, temperature=0.01).item() < 1e-6
+    uniform = torch.ones(4, 8)
+    torch.testing.assert_close(info_nce(uniform, uniform, temperature=0.1), torch.tensor(math.log(4)))
+    # Swapping the positives of two rows makes those two rows wrong.
+    swapped = one_hot[[1, 0, 2, 3]]
+    assert info_nce(one_hot, swapped, temperature=0.01).item() > 10
+
+
+def test_contrastive_term_compares_context_codes_with_next_turn_codes(tiny):
+    torch.manual_seed(0)
+    off = ISQModel(tiny).train()
+    assert off(*_batch(off)).contrastive_loss.item() == 0.0
+    torch.manual_seed(0)
+    model = ISQModel(tiny_config(lambda_nce=0.5)).eval()
+    input_ids, attention_mask, labels = _batch(model)
+    out = model(input_ids, attention_mask, labels)
+    expected = out.ce_loss + tiny.lambda_vq * (out.codebook_loss + tiny.beta * out.commitment_loss) \
+        + tiny.lambda_ent * out.entropy_loss + 0.5 * out.contrastive_loss
+    torch.testing.assert_close(out.loss, expected)
+    # The next turn is encoded like a context: its real tokens only, padding left out.
+    next_mask = labels >= 0
+    next_ids = labels.masked_fill(~next_mask, model.tokenizer.pad_token_id)
+    with torch.no_grad():
+        z = model.semantic_encoder(input_ids, attention_mask)
+        z_next = model.semantic_encoder(next_ids, next_mask.long())
+        bags = model.quantizer.code_distribution(z, attention_mask), model.quantizer.code_distribution(z_next, next_mask)
+    torch.testing.assert_close(out.contrastive_loss, info_nce(*bags, tiny.nce_temperature))
+    out.contrastive_loss.backward()
     assert model.semantic_encoder.projection.conv.weight.grad.abs().sum() > 0
 
 

@@ -162,6 +162,20 @@ def test_kmeans_initialisation_on_first_batch():
     assert int(out.codes_used) >= 3
 
 
+def test_code_distribution_is_a_masked_mean_of_soft_assignments():
+    q = EMAQuantizer(3, 2, entropy_temperature=0.01).train()
+    q.load_codebook(torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]))
+    z = torch.tensor([[[1.0, 0.1], [0.9, 0.0], [0.0, 1.0], [50.0, 50.0]]], requires_grad=True)
+    mask = torch.tensor([[True, True, True, False]])
+    bag = q.code_distribution(z, mask)
+    # At a low temperature each token is (nearly) one-hot on its nearest code; padding is left out.
+    torch.testing.assert_close(bag, torch.tensor([[2 / 3, 1 / 3, 0.0]]), atol=1e-4, rtol=0)
+    q.entropy_temperature = 1.0  # a saturated softmax would pass no gradient
+    q.code_distribution(z, mask)[0, 1].backward()
+    assert z.grad[0, :3].abs().sum() > 0 and z.grad[0, 3].abs().sum() == 0
+    assert torch.equal(q.codebook, torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]))
+
+
 def test_loaded_codebook_skips_kmeans_and_blends_the_first_ema_step():
     codebook = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
     q = EMAQuantizer(3, 2, decay=0.9, eps=0.0, kmeans_init=True).train()

@@ -73,6 +73,8 @@ class ISQLightningModule(L.LightningModule):
         }
         if self.model.token_head is not None:
             terms[f"{prefix}/reconstruction_loss"] = out.reconstruction_loss
+        if self.model.config.lambda_nce > 0:
+            terms[f"{prefix}/contrastive_loss"] = out.contrastive_loss
         self.log_dict(terms, batch_size=batch_size, sync_dist=prefix == "val", **kw)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:

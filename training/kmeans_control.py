@@ -8,7 +8,10 @@ fingerprints and scores it exactly like the trained one.
 
     python -m training.kmeans_control --encoder offline:all-MiniLM-L6-v2 \\
         --data-root ../shared/data/dailydialog --num-codes 1024 --max-tokens 200000 \\
-        --out checkpoints/kmeans_minilm_dailydialog
+        --kernel-size 1 --out checkpoints/kmeans_minilm_dailydialog
+
+The CPU training config starts from that directory (``model.init_from``), so step 0 of
+training fingerprints exactly like the control.
 
 A frozen offline encoder is referenced by checksum, not copied, so the directory holds only
 the projection, the codebook and the tokenizer (a few MB).

@@ -92,6 +92,17 @@ def test_init_from_starts_from_an_exported_fingerprinter(tmp_path):
     assert warm.run_record["optim"]["init_from"].endswith("smoke")
 
 
+def test_cpu_config_starts_from_the_committed_control():
+    values = yaml.safe_load((REPO / "configs" / "isq_minilm_dailydialog_cpu.yaml").read_text())["model"]
+    module = ISQLightningModule(ISQConfig.from_dict(values["isq"]), init_from=str(REPO / values["init_from"]))
+    control = Fingerprinter.from_pretrained(REPO / values["init_from"])
+    assert torch.equal(module.model.quantizer.codebook, control.codebook)
+    texts = ["Melanie ran a charity race for mental health on Saturday."]
+    started = Fingerprinter(module.model.config, module.model.tokenizer, module.model.semantic_encoder,
+                            module.model.quantizer.codebook)
+    assert started.fingerprint(texts) == control.fingerprint(texts)
+
+
 def test_init_from_a_bad_directory_or_a_mismatched_config_is_one_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(smoke_args(tmp_path, 2, "--model.init_from", str(tmp_path / "absent")))

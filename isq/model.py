@@ -25,7 +25,7 @@ from transformers import (
 
 from isq.encoders import resolve_encoder_path
 from isq.projection import StrideOneProjection
-from isq.quantizer import EMAQuantizer
+from isq.quantizer import EMAQuantizer, fp32_island
 
 if TYPE_CHECKING:  # isq.fingerprint imports this module
     from isq.fingerprint import Fingerprinter
@@ -236,8 +236,9 @@ class ISQModel(nn.Module):
             next_mask = labels >= 0
             pad = self.tokenizer.pad_token_id or 0
             z_next = self.semantic_encoder(labels.masked_fill(~next_mask, pad), next_mask.long())
-            contrastive = info_nce(self.quantizer.code_distribution(z, mask),
-                                   self.quantizer.code_distribution(z_next, next_mask), self.config.nce_temperature)
+            with fp32_island():  # cosine logits / 0.1 would lose digits in bf16
+                contrastive = info_nce(self.quantizer.code_distribution(z, mask),
+                                       self.quantizer.code_distribution(z_next, next_mask), self.config.nce_temperature)
             loss = loss + self.config.lambda_nce * contrastive
         return ISQOutput(
             loss=loss, ce_loss=ce, codebook_loss=q.codebook_loss, commitment_loss=q.commitment_loss,

@@ -143,3 +143,11 @@ def test_warm_start_names_the_setting_that_differs(control, override, named):
     settings = {"num_codes": 8, "code_dim": 32, "kernel_size": 3} | override
     with pytest.raises(ValueError, match=f"^{named} is"):
         ISQModel(tiny_config(**settings)).warm_start(control[0])
+
+
+def test_cli_refuses_an_even_kernel(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--data-root", str(tmp_path), "--kernel-size", "2", "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    assert "--kernel-size must be a positive odd number" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

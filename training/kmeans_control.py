@@ -159,7 +159,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, default=200_000, help="non-padding tokens clustered")
     parser.add_argument("--max-length", type=int, default=256,
                         help="truncation length, as the trained CPU fingerprinter (configs/isq_minilm_dailydialog_cpu)")
-    parser.add_argument("--kernel-size", type=int, default=3,
+    parser.add_argument("--kernel-size", type=int, default=1,
                         help="projection kernel (identity on the centre tap, so the codes do not depend on it); "
                              "match the config of a run that will start from this control (--model.init_from)")
     parser.add_argument("--seed", type=int, default=0)

@@ -289,10 +289,7 @@ class EMAQuantizer(nn.Module):
             centroids[filled] = sums[filled] / counts[filled].unsqueeze(1)
         if _distributed():
             dist.broadcast(centroids, src=0)
-        self.codebook[:k] = centroids
-        self.ema_cluster_size.fill_(1.0)
-        self.ema_embed_sum.copy_(self.codebook)
-        self.initialized.fill_(True)
+        self.load_codebook(torch.cat([centroids, self.codebook[k:]]))
 
 
 def _masked_mean(values: Tensor) -> Tensor:

@@ -100,11 +100,11 @@ def compare(path: Path, baseline: str, others: Sequence[str], resamples: int = 2
 
 
 def render(baseline: str, table: dict[str, dict[str, PairedDifference]]) -> str:
-    groups = list(next(iter(table.values())))
+    first = next(iter(table.values()))
     lines = [f"Recall difference to {baseline} in points: mean [95% bootstrap interval], questions better/worse",
-             "", "| configuration | " + " | ".join(f"{g} ({table[next(iter(table))][g].n})" for g in groups) + " |",
-             "|---|" + "---|" * len(groups)]
-    lines += [f"| {name} | " + " | ".join(str(row[g]) for g in groups) + " |" for name, row in table.items()]
+             "", "| configuration | " + " | ".join(f"{g} ({d.n})" for g, d in first.items()) + " |",
+             "|---|" + "---|" * len(first)]
+    lines += [f"| {name} | " + " | ".join(str(d) for d in row.values()) + " |" for name, row in table.items()]
     return "\n".join(lines)
 
 

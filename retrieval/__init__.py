@@ -1,3 +1,11 @@
-"""Memory side of MemCode: AMU store, segmenter, extractors, codebook topology, dense index,
-dual-path retrieval and the LoCoMo evaluation. Needs only an exported fingerprinter (``isq``),
-never the training code or Lightning."""
+"""The memory system of MemCode / LycheeMemory: it needs only an exported fingerprinter (``isq``),
+never the training code or Lightning.
+
+Subpackages, one concept per file: ``memory`` (records, the SQLite store, the segmenter,
+ingestion, the JSONL turn stream), ``extract`` (dates, pronouns, the rule and LLM extractors),
+``index`` (embedder, dense and lexical indexes), ``eval`` (LoCoMo loading and evidence,
+metrics, configuration names, construction, the run, rendering, paired statistics). Beside
+them: ``llm`` (the one OpenAI-compatible client) and ``retriever`` (dense + codebook
+dual-path retrieval). The command lines are the top-level modules ``ingest``, ``evaluate`` and
+``paired`` (``python -m retrieval.<command>``).
+"""

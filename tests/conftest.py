@@ -11,8 +11,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from isq.config import ISQConfig  # noqa: E402
 from isq.encoders import MINILM_ALIAS  # noqa: E402
-from isq.model import ISQConfig  # noqa: E402
 
 
 def tiny_config(**overrides) -> ISQConfig:

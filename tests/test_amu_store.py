@@ -7,16 +7,16 @@ from datetime import datetime
 
 import pytest
 
-from retrieval.amu import (
+from retrieval.memory.records import (
     AMU,
-    AMUStore,
     AMUValidationError,
     SegmentRecord,
     SourcePointer,
     Turn,
     amu_id,
-    time_interval,
 )
+from retrieval.memory.store import AMUStore
+from retrieval.memory.times import time_interval
 
 WHEN = datetime(2023, 5, 8, 13, 56)
 

@@ -12,6 +12,7 @@ import torch
 
 from isq import analysis
 from isq.analysis import SampleCodes
+from isq.codebook import Codebook, perplexity
 from isq.fingerprint import Fingerprinter
 from isq.model import ISQModel
 from tests.conftest import tiny_config
@@ -79,6 +80,13 @@ def test_gini_matches_the_mean_absolute_difference_definition():
     assert analysis.gini(values) == pytest.approx(by_definition) == pytest.approx(0.7)
 
 
+def test_usage_perplexity_is_the_training_perplexity_and_exp_entropy():
+    counts = np.array([5, 0, 3, 1, 1])
+    usage = analysis.usage_stats(counts)
+    assert usage.perplexity == pytest.approx(float(perplexity(torch.tensor(counts, dtype=torch.float64))))
+    assert usage.perplexity == pytest.approx(math.exp(usage.entropy), rel=1e-12)
+
+
 def test_usage_of_nothing_is_refused():
     with pytest.raises(ValueError, match="no token"):
         analysis.usage_stats(np.zeros(4))
@@ -102,9 +110,9 @@ def test_nearest_neighbour_distances_skip_the_code_itself():
     np.testing.assert_array_equal(nearest, [1, 0, 0])
 
 
-def test_nearest_codes_returns_index_and_squared_error():
+def test_codebook_lookup_used_by_collect_returns_index_and_squared_error():
     z = torch.tensor([[0.5, 0.0], [2.0, 0.0], [0.0, 5.0]])
-    codes, errors = analysis.nearest_codes(z, torch.tensor(RIGHT_TRIANGLE, dtype=torch.float32))
+    codes, errors, _ = Codebook.from_vectors(torch.tensor(RIGHT_TRIANGLE)).nearest(z)
     assert codes.tolist() == [0, 1, 2]
     torch.testing.assert_close(errors, torch.tensor([0.25, 1.0, 1.0]))
 
@@ -239,9 +247,19 @@ def test_collect_agrees_with_the_fingerprinter(fingerprinter):
     # the error is the squared distance to the assigned code, never larger than to any other code
     batch = fingerprinter.tokenizer(TEXTS[:1], return_tensors="pt")
     z = fingerprinter.semantic_encoder(batch["input_ids"], batch["attention_mask"])[0]
-    distances = torch.cdist(z.double(), fingerprinter.codebook.double()) ** 2
+    distances = torch.cdist(z.double(), fingerprinter.codebook.vectors.double()) ** 2
     np.testing.assert_allclose(sample.errors[0], distances.min(dim=1).values.numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(sample.z_norms[0], z.norm(dim=1).numpy(), rtol=1e-5)
+
+
+def test_collect_errors_and_codes_are_the_codebook_lookup(fingerprinter):
+    sample = analysis.collect(fingerprinter, TEXTS[:1])
+    batch = fingerprinter.tokenizer(TEXTS[:1], return_tensors="pt")
+    z = fingerprinter.semantic_encoder(batch["input_ids"], batch["attention_mask"])[0]
+    lookup = fingerprinter.codebook.nearest(z)
+    np.testing.assert_array_equal(sample.token_codes[0], lookup.indices.numpy())
+    np.testing.assert_array_equal(sample.errors[0], lookup.errors.double().numpy())
+    assert sample.errors[0].dtype == sample.z_norms[0].dtype == np.float64
 
 
 def test_collect_does_not_depend_on_batching_and_identical_text_is_stable(fingerprinter):

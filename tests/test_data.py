@@ -6,14 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from training.data import (
-    DataFormatError,
-    DialogueDataModule,
-    detokenize,
-    dialogue_pairs,
-    load_splits,
-    read_dialogues,
-)
+from isq.dailydialog import DataFormatError, detokenize, dialogue_pairs, load_splits, read_dialogues
+from training.data import DialogueDataModule
 from training.synthetic import write_synthetic_corpus
 
 

@@ -7,8 +7,10 @@ import zlib
 import numpy as np
 import pytest
 
-from retrieval.dense import DenseIndex
-from retrieval.dual_path import MODES, DualPathRetriever, bm25_tokens
+from isq.topology import TopologyParams
+from retrieval.index.dense import DenseIndex
+from retrieval.index.lexical import bm25_tokens
+from retrieval.retriever import MODES, DualPathRetriever
 
 IDENTITY = {"codebook_size": 32, "codebook_sha256": "c" * 64}
 DIM = 24
@@ -109,7 +111,7 @@ def make_bank(count: int = 40, seed: int = 0) -> tuple[DualPathRetriever, dict]:
             for i in range(count)
         ],
     }
-    retriever = DualPathRetriever(DIM, IDENTITY, self_term=True)
+    retriever = DualPathRetriever(DIM, IDENTITY, TopologyParams(self_term=True))
     retriever.add(**{key: value[:15] for key, value in data.items()})
     retriever.add(**{key: value[15:] for key, value in data.items()})
     return retriever, data
@@ -210,7 +212,7 @@ def test_retriever_save_load_round_trip(tmp_path) -> None:
     retriever, data = make_bank()
     retriever.save(tmp_path)
     loaded = DualPathRetriever.load(tmp_path, IDENTITY)
-    assert loaded.topology.self_term and len(loaded) == len(retriever)
+    assert loaded.topology.params.self_term and len(loaded) == len(retriever)
     query = query_inputs("Caroline adoption agencies counselor", {2, 8, 30})
     for mode in MODES:
         assert loaded.retrieve(**query, mode=mode) == retriever.retrieve(**query, mode=mode)
@@ -226,7 +228,7 @@ def test_retriever_refuses_another_fingerprinter(tmp_path) -> None:
 
 @pytest.fixture(scope="module")
 def sentence_embedder():
-    from retrieval.embed import SentenceEmbedder
+    from retrieval.index.embed import SentenceEmbedder
 
     return SentenceEmbedder()
 

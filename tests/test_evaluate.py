@@ -15,26 +15,14 @@ import torch
 import retrieval.evaluate as evaluate_module
 from isq.fingerprint import Fingerprinter
 from isq.model import ISQModel
-from retrieval.dual_path import Hit
-from retrieval.evaluate import (
-    JUDGE_PROMPT,
-    EvidenceReport,
-    RetrievalConfig,
-    covered_turns,
-    default_configs,
-    evaluate,
-    locomo_f1,
-    main,
-    normalize_answer,
-    parse_config,
-    parse_evidence,
-    score_evidence,
-    select_questions,
-    summarise,
-    sweep_grid,
-    tied_at_cut,
-)
-from retrieval.locomo import load_locomo
+from retrieval.eval.answers import JUDGE_PROMPT, locomo_f1, normalize_answer
+from retrieval.eval.configs import RetrievalConfig, default_configs, parse_config, sweep_grid
+from retrieval.eval.evidence import EvidenceReport, parse_evidence, select_questions
+from retrieval.eval.locomo import load_locomo
+from retrieval.eval.metrics import covered_turns, score_evidence, summarise, tied_at_cut
+from retrieval.eval.run import evaluate
+from retrieval.evaluate import main
+from retrieval.retriever import Hit
 from tests.conftest import tiny_config
 from tests.fake_chat import FakeChatServer, completion_body
 

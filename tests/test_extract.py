@@ -8,16 +8,13 @@ from datetime import datetime
 
 import pytest
 
-from retrieval.amu import Turn
-from retrieval.extract import (
-    LLMExtractor,
-    ReferenceContext,
-    RuleExtractor,
-    is_informative,
-    resolve_pronouns,
-    resolve_relative_dates,
-)
-from retrieval.segmenter import Exchange, Segment
+from retrieval.extract.base import ReferenceContext
+from retrieval.extract.dates import resolve_relative_dates
+from retrieval.extract.llm import LLMExtractor
+from retrieval.extract.pronouns import resolve_pronouns
+from retrieval.extract.rules import RuleExtractor, is_informative
+from retrieval.memory.records import Turn
+from retrieval.memory.segmenter import Exchange, Segment
 from tests.fake_chat import FakeChatServer, completion_body
 
 MONDAY = datetime(2023, 5, 8, 13, 56)  # a Monday

@@ -12,8 +12,9 @@ import pytest
 import torch
 import yaml
 
+from isq.config import ISQConfig
 from isq.fingerprint import Fingerprinter
-from isq.model import ISQConfig
+from training.callbacks import ExportFingerprinter
 from training.fit import main
 from training.module import ISQLightningModule
 
@@ -30,11 +31,16 @@ def smoke_args(tmp: Path, steps: int, *extra: str) -> list[str]:
         "--trainer.log_every_n_steps", "1",
         "--trainer.enable_progress_bar", "false",
         "--trainer.logger.init_args.save_dir", str(tmp / "runs"),
-        "--trainer.callbacks.init_args.dirpath", str(tmp / "export"),
         "--data.cache_dir", str(tmp / "cache"),
         "--data.batch_size", "8",
         *extra,
     ]
+
+
+def exported(cli) -> Path:
+    """Where the run's ExportFingerprinter wrote the fingerprinter."""
+    (callback,) = [c for c in cli.trainer.callbacks if isinstance(c, ExportFingerprinter)]
+    return callback.exported_to
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, str]]:
@@ -54,7 +60,8 @@ def test_fit_logs_every_metric_checkpoints_and_exports(tmp_path):
                  "val/next_turn_ppl", "val/codebook_perplexity", "val/codes_used", "val/codes_used_frac"]:
         assert name in columns, name
     assert list((tmp_path / "runs").glob("**/checkpoints/*.ckpt"))
-    fingerprinter = Fingerprinter.from_pretrained(tmp_path / "export" / "smoke")
+    assert exported(cli) == tmp_path / "runs" / "smoke" / "version_0" / "fingerprinter"
+    fingerprinter = Fingerprinter.from_pretrained(exported(cli))
     assert fingerprinter.run_record["global_step"] == 4
     assert "val/ce_loss" in fingerprinter.run_record["metrics"]
     prints = fingerprinter.fingerprint(["Shall we meet at the park at 5 o'clock?"])
@@ -70,36 +77,36 @@ def test_optional_terms_are_logged_and_the_export_stays_a_plain_fingerprinter(tm
         assert train and all(0 < v < 20 for v in train), term
         assert any(r.get(f"val/{term}") for r in rows), term
     # The token head is a training aid: the exported fingerprinter neither stores nor needs it.
-    fingerprinter = Fingerprinter.from_pretrained(tmp_path / "export" / "smoke")
+    fingerprinter = Fingerprinter.from_pretrained(exported(cli))
     assert fingerprinter.config.lambda_rec == 0.5 and fingerprinter.config.kernel_size == 1
     assert not any("token_head" in name for name in fingerprinter.state_dict())
     assert cli.model.model.token_head is not None
 
 
 def test_init_from_starts_from_an_exported_fingerprinter(tmp_path):
-    main(smoke_args(tmp_path / "source", 2))
-    source = Fingerprinter.from_pretrained(tmp_path / "source" / "export" / "smoke")
+    source_dir = exported(main(smoke_args(tmp_path / "source", 2)))
+    source = Fingerprinter.from_pretrained(source_dir)
     # At step 0 the warm-started model holds the source's encoder, projection and codebook.
     isq = ISQConfig.from_dict(yaml.safe_load(Path(SMOKE).read_text())["model"]["isq"])
-    module = ISQLightningModule(isq, init_from=str(tmp_path / "source" / "export" / "smoke"))
-    torch.testing.assert_close(module.model.quantizer.codebook, source.codebook, rtol=0, atol=0)
+    module = ISQLightningModule(isq, init_from=str(source_dir))
+    torch.testing.assert_close(module.model.quantizer.codebook.vectors, source.codebook.vectors, rtol=0, atol=0)
     for name, tensor in source.semantic_encoder.state_dict().items():
         torch.testing.assert_close(module.model.semantic_encoder.state_dict()[name], tensor, rtol=0, atol=0)
     # Through the CLI it trains on and exports as usual.
-    cli = main(smoke_args(tmp_path / "warm", 2, "--model.init_from", str(tmp_path / "source" / "export" / "smoke")))
+    cli = main(smoke_args(tmp_path / "warm", 2, "--model.init_from", str(source_dir)))
     assert cli.trainer.global_step == 2
-    warm = Fingerprinter.from_pretrained(tmp_path / "warm" / "export" / "smoke")
-    assert warm.run_record["optim"]["init_from"].endswith("smoke")
+    warm = Fingerprinter.from_pretrained(exported(cli))
+    assert warm.run_record["optim"]["init_from"] == str(source_dir)
 
 
 def test_cpu_config_starts_from_the_committed_control():
     values = yaml.safe_load((REPO / "configs" / "isq_minilm_dailydialog_cpu.yaml").read_text())["model"]
     module = ISQLightningModule(ISQConfig.from_dict(values["isq"]), init_from=str(REPO / values["init_from"]))
     control = Fingerprinter.from_pretrained(REPO / values["init_from"])
-    assert torch.equal(module.model.quantizer.codebook, control.codebook)
+    assert torch.equal(module.model.quantizer.codebook.vectors, control.codebook.vectors)
     texts = ["Melanie ran a charity race for mental health on Saturday."]
     started = Fingerprinter(module.model.config, module.model.tokenizer, module.model.semantic_encoder,
-                            module.model.quantizer.codebook)
+                            module.model.quantizer.codebook.vectors)
     assert started.fingerprint(texts) == control.fingerprint(texts)
 
 
@@ -109,9 +116,9 @@ def test_init_from_a_bad_directory_or_a_mismatched_config_is_one_clear_error(tmp
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "--model.init_from" in err and "absent" in err and "Traceback" not in err
-    main(smoke_args(tmp_path / "source", 2))
+    source_dir = exported(main(smoke_args(tmp_path / "source", 2)))
     with pytest.raises(SystemExit):
-        main(smoke_args(tmp_path, 2, "--model.init_from", str(tmp_path / "source" / "export" / "smoke"),
+        main(smoke_args(tmp_path, 2, "--model.init_from", str(source_dir),
                         "--model.isq.code_dim", "16"))
     assert "code_dim is 32 in the fingerprinter but 16 in this model" in capsys.readouterr().err
 
@@ -126,7 +133,7 @@ def test_resume_continues_step_count_and_optimizer_state(tmp_path):
     state = resumed.trainer.optimizers[0].state
     steps = {int(s["step"]) for s in state.values()}
     assert steps == {6}, "AdamW state did not continue from the checkpoint"
-    assert int(resumed.model.model.quantizer.window_steps) == 6 % 20
+    assert int(resumed.model.model.quantizer.codebook.window_steps) == 6 % 20
     assert first.trainer.global_step == 4
 
 

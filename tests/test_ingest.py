@@ -16,11 +16,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from retrieval.amu import AMUStore, InputFormatError, Turn
-from retrieval.extract import RuleExtractor
-from retrieval.ingest import IngestError, ingest_locomo_conversation, ingest_turns, main, read_turns_jsonl
-from retrieval.locomo import load_locomo
-from retrieval.segmenter import SegmenterConfig
+from retrieval.eval.locomo import ingest_locomo_conversation, load_locomo
+from retrieval.extract.rules import RuleExtractor
+from retrieval.ingest import main
+from retrieval.memory.ingest import IngestError, ingest_turns
+from retrieval.memory.records import InputFormatError, Turn
+from retrieval.memory.segmenter import SegmenterConfig
+from retrieval.memory.store import AMUStore
+from retrieval.memory.turns_jsonl import read_turns_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 WHEN = datetime(2023, 5, 8, 13, 56)
@@ -80,7 +83,7 @@ class FailingExtractor(RuleExtractor):
 def ingest_and_die(store_dir: str, where: str, segment: int) -> None:
     """Run in a subprocess: SIGKILL itself while extracting, or inside the commit transaction of,
     the given segment (after one of its AMUs was inserted)."""
-    from retrieval.amu import AMUStore as Store
+    from retrieval.memory.store import AMUStore as Store
 
     class KillingExtractor(RuleExtractor):
         def extract(self, seg, context):

@@ -37,7 +37,7 @@ def test_identity_projection_reproduces_the_encoder_states(control, texts):
     fingerprinter, _ = control
     config = fingerprinter.config
     assert config.freeze_encoder and config.code_dim == 32 and config.kernel_size == 3
-    assert fingerprinter.codebook.shape == (8, 32)
+    assert fingerprinter.codebook.vectors.shape == (8, 32)
     h, z, mask = hidden_states(fingerprinter, texts[:6])
     torch.testing.assert_close(z[mask], h[mask], atol=1e-5, rtol=0)
 
@@ -46,7 +46,7 @@ def test_codes_are_the_nearest_centroids(control, texts):
     fingerprinter, _ = control
     sample = texts[:6]
     h, _, mask = hidden_states(fingerprinter, sample)
-    codebook = fingerprinter.codebook.double().numpy()
+    codebook = fingerprinter.codebook.vectors.double().numpy()
     prints = fingerprinter.fingerprint(sample)
     for row, fp in enumerate(prints):
         states = h[row][mask[row]].double().numpy()
@@ -82,7 +82,7 @@ def test_cli_writes_a_loadable_fingerprinter(tmp_path, monkeypatch):
     assert loaded.codebook_size == 8 and loaded.config.max_length == 64
     text = ["Shall we meet at the library at 5 o'clock ?"]
     assert loaded.fingerprint(text)[0].token_codes  # one code per token
-    assert np.isfinite(loaded.codebook.numpy()).all()
+    assert np.isfinite(loaded.codebook.vectors.numpy()).all()
 
 
 def test_cli_missing_data_is_a_one_line_error(tmp_path, capsys):
@@ -96,17 +96,17 @@ def test_projection_from_a_trained_fingerprinter_clusters_its_projected_states(t
 
     torch.manual_seed(1)
     trained = ISQModel(tiny_config(normalize_projection="token")).eval()
-    source = Fingerprinter(trained.config, trained.tokenizer, trained.semantic_encoder, trained.quantizer.codebook)
+    source = Fingerprinter(trained.config, trained.tokenizer, trained.semantic_encoder, trained.quantizer.codebook.vectors)
     fingerprinter, record = build_kmeans_fingerprinter(tiny_config(num_codes=8), texts, max_tokens=500, seed=0,
                                                        niter=5, projection_from=source)
     assert record["projection"] == "trained" and fingerprinter.config.normalize_projection == "token"
-    assert fingerprinter.codebook.shape == (8, 16)
+    assert fingerprinter.codebook.vectors.shape == (8, 16)
     sample = texts[:5]
     batch = source.tokenizer(sample, padding=True, return_tensors="pt")
     with torch.inference_mode():
         z = source.semantic_encoder(batch["input_ids"], batch["attention_mask"])
     mask = batch["attention_mask"].bool()
-    codebook = fingerprinter.codebook.double().numpy()
+    codebook = fingerprinter.codebook.vectors.double().numpy()
     for row, fp in enumerate(fingerprinter.fingerprint(sample)):
         states = z[row][mask[row]].double().numpy()
         assert fp.token_codes == tuple(int(c) for c in ((states[:, None] - codebook[None]) ** 2).sum(-1).argmin(1))
@@ -129,7 +129,7 @@ def test_warm_start_from_the_control_fingerprints_exactly_like_it(texts):
     model = ISQModel(tiny_config(num_codes=8, code_dim=32, kernel_size=1))  # encoder width 32
     model.warm_start(source)
     assert bool(model.quantizer.initialized)
-    started = Fingerprinter(model.config, model.tokenizer, model.semantic_encoder, model.quantizer.codebook)
+    started = Fingerprinter(model.config, model.tokenizer, model.semantic_encoder, model.quantizer.codebook.vectors)
     assert started.identity == source.identity
     assert [fp.token_codes for fp in started.fingerprint(texts[:8])] == \
         [fp.token_codes for fp in source.fingerprint(texts[:8])]

@@ -13,7 +13,7 @@ import torch
 from nbclient import NotebookClient
 
 from isq.model import ISQModel
-from isq.report import main, read_metrics_log, read_texts
+from isq.report import InputError, main, read_metrics_log, read_texts
 from tests.conftest import tiny_config
 from training.synthetic import synthetic_dialogues
 
@@ -88,6 +88,20 @@ def test_read_texts_splits_dailydialog_utterances(dialogue_file, tmp_path):
     assert read_texts(plain) == ["first text", "second text"]
 
 
+def test_read_texts_detokenises_dailydialog_as_training_does(tmp_path):
+    path = tmp_path / "dialogues_test.txt"
+    path.write_text("it ' s 7 pm . __eou__ ok , thanks ! __eou__\n"
+                    "where ' s John ? __eou__ I don ' t know . __eou__\n")
+    assert read_texts(path) == ["it's 7 pm.", "ok, thanks!", "where's John?", "I don't know."]
+
+
+def test_read_texts_refuses_a_malformed_dialogue_file_naming_file_and_line(tmp_path):
+    path = tmp_path / "dialogues_test.txt"
+    path.write_text("hello . __eou__ hi . __eou__\na line without separators\n")
+    with pytest.raises(InputError, match=f"{path}:2: no '__eou__'"):
+        read_texts(path)
+
+
 def test_read_metrics_log_keeps_each_column_sparse(tmp_path):
     path = tmp_path / "metrics.csv"
     path.write_text(METRICS_CSV)
@@ -148,6 +162,14 @@ def test_bad_input_exits_2_with_one_line_naming_the_file(broken, fingerprinter_d
     named = paths["texts"] if broken == "empty texts" else paths[broken]
     assert str(named) in error
     assert not (tmp_path / "out").exists()
+
+
+def test_analysis_and_report_import_neither_training_nor_retrieval():
+    code = ("import sys, isq.analysis, isq.report; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'training', 'retrieval', 'lightning'}))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
 
 
 def test_bad_input_from_the_command_line_has_no_traceback(tmp_path):

@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from retrieval.paired import compare, main, paired_difference
+from retrieval.eval.paired import compare, paired_difference
+from retrieval.paired import main
 
 
 def write_questions(path, rows):

@@ -17,9 +17,7 @@ from isq.quantizer import EMAQuantizer
 def two_code_quantizer(decay: float = 0.5, eps: float = 0.0, **kw) -> EMAQuantizer:
     q = EMAQuantizer(num_codes=2, dim=2, decay=decay, eps=eps, **kw)
     with torch.no_grad():
-        q.codebook.copy_(torch.tensor([[0.0, 0.0], [10.0, 10.0]]))
-        q.ema_embed_sum.copy_(q.codebook)
-        q.ema_cluster_size.fill_(1.0)
+        q.codebook.load(torch.tensor([[0.0, 0.0], [10.0, 10.0]]))
     return q.train()
 
 
@@ -30,10 +28,10 @@ def test_ema_update_matches_hand_computation():
     out = q(z, mask)
     assert out.indices.tolist() == [[0, 0, 1, -1]]
     # counts (2, 1); sums ((1,1), (9,10)); decay 0.5 blends with size 1 / sum = code.
-    torch.testing.assert_close(q.ema_cluster_size, torch.tensor([1.5, 1.0]))
-    torch.testing.assert_close(q.ema_embed_sum, torch.tensor([[0.5, 0.5], [9.5, 10.0]]))
-    torch.testing.assert_close(q.codebook, torch.tensor([[1 / 3, 1 / 3], [9.5, 10.0]]))
-    torch.testing.assert_close(q.window_counts, torch.tensor([2.0, 1.0]))
+    torch.testing.assert_close(q.codebook.cluster_size, torch.tensor([1.5, 1.0]))
+    torch.testing.assert_close(q.codebook.embed_sum, torch.tensor([[0.5, 0.5], [9.5, 10.0]]))
+    torch.testing.assert_close(q.codebook.vectors, torch.tensor([[1 / 3, 1 / 3], [9.5, 10.0]]))
+    torch.testing.assert_close(q.codebook.window_counts, torch.tensor([2.0, 1.0]))
 
 
 def test_laplace_smoothing_of_cluster_sizes():
@@ -41,7 +39,7 @@ def test_laplace_smoothing_of_cluster_sizes():
     q(torch.tensor([[[1.0, 0.0], [0.0, 1.0], [9.0, 10.0]]]))
     size, total = torch.tensor([1.5, 1.0]), 2.5
     smoothed = (size + 0.1) / (total + 2 * 0.1) * total
-    torch.testing.assert_close(q.codebook, torch.tensor([[0.5, 0.5], [9.5, 10.0]]) / smoothed.unsqueeze(1))
+    torch.testing.assert_close(q.codebook.vectors, torch.tensor([[0.5, 0.5], [9.5, 10.0]]) / smoothed.unsqueeze(1))
 
 
 def test_masked_positions_change_nothing():
@@ -53,8 +51,8 @@ def test_masked_positions_change_nothing():
     q1, q2 = EMAQuantizer(16, 8), EMAQuantizer(16, 8)
     q2.load_state_dict(q1.state_dict())
     o1, o2 = q1.train()(z, mask), q2.train()(garbage, mask)
-    for name in ("codebook", "ema_cluster_size", "ema_embed_sum", "window_counts"):
-        torch.testing.assert_close(getattr(q1, name), getattr(q2, name))
+    for name in ("vectors", "cluster_size", "embed_sum", "window_counts"):
+        torch.testing.assert_close(getattr(q1.codebook, name), getattr(q2.codebook, name))
     torch.testing.assert_close(o1.quantized[mask], o2.quantized[mask])
     torch.testing.assert_close(o1.commitment_loss, o2.commitment_loss)
     torch.testing.assert_close(o1.entropy_loss, o2.entropy_loss)
@@ -64,10 +62,10 @@ def test_masked_positions_change_nothing():
 
 def test_eval_mode_does_not_update():
     q = two_code_quantizer().eval()
-    before = q.codebook.clone()
+    before = q.codebook.vectors.clone()
     q(torch.randn(1, 4, 2))
-    torch.testing.assert_close(q.codebook, before)
-    assert q.window_counts.sum() == 0
+    torch.testing.assert_close(q.codebook.vectors, before)
+    assert q.codebook.window_counts.sum() == 0
 
 
 def test_reactivation_replaces_exactly_the_dead_codes_and_survives_next_step():
@@ -76,23 +74,23 @@ def test_reactivation_replaces_exactly_the_dead_codes_and_survives_next_step():
     batch = torch.randn(1, 6, 4)
     q(batch)
     # Force the window: codes 0-3 used twice per step on average, codes 4-7 less than once.
-    q.window_counts.copy_(torch.tensor([4.0, 4.0, 2.0, 2.0, 1.0, 0.0, 0.0, 1.9]))
-    before = q.codebook.clone()
+    q.codebook.window_counts.copy_(torch.tensor([4.0, 4.0, 2.0, 2.0, 1.0, 0.0, 0.0, 1.9]))
+    before = q.codebook.vectors.clone()
     assert q.optimizer_step() == 0  # window not complete yet
     revived = q.optimizer_step()
     assert revived == 4 and int(q.dead_codes) == 4
-    torch.testing.assert_close(q.codebook[:4], before[:4], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(q.codebook.vectors[:4], before[:4], rtol=1e-4, atol=1e-5)
     samples = batch.reshape(-1, 4)
     for code in range(4, 8):
-        assert torch.isclose(samples, q.codebook[code]).all(1).any(), f"code {code} is not a batch vector"
-        assert q.ema_cluster_size[code] == 1.0
-        torch.testing.assert_close(q.ema_embed_sum[code], q.codebook[code], rtol=1e-3, atol=1e-4)
-    assert q.window_counts.sum() == 0 and int(q.window_steps) == 0
-    revived_vectors = q.codebook[4:].clone()
+        assert torch.isclose(samples, q.codebook.vectors[code]).all(1).any(), f"code {code} is not a batch vector"
+        assert q.codebook.cluster_size[code] == 1.0
+        torch.testing.assert_close(q.codebook.embed_sum[code], q.codebook.vectors[code], rtol=1e-3, atol=1e-4)
+    assert q.codebook.window_counts.sum() == 0 and int(q.codebook.window_steps) == 0
+    revived_vectors = q.codebook.vectors[4:].clone()
     # The next EMA step (a batch sitting on live code 0, so nothing is assigned to the
     # revived codes) must not wipe the revived vectors out.
-    q(q.codebook[0].expand(1, 3, 4).clone())
-    drift = (q.codebook[4:] - revived_vectors).norm(dim=1) / revived_vectors.norm(dim=1)
+    q(q.codebook.vectors[0].expand(1, 3, 4).clone())
+    drift = (q.codebook.vectors[4:] - revived_vectors).norm(dim=1) / revived_vectors.norm(dim=1)
     assert (drift < 0.05).all(), drift
 
 
@@ -111,7 +109,7 @@ def test_loss_components_equal_the_spec_formulas():
     q = EMAQuantizer(8, 3, entropy_temperature=0.7).eval()
     z = torch.randn(1, 5, 3)
     out = q(z)
-    zf, e = z.reshape(-1, 3).double(), q.codebook.double()
+    zf, e = z.reshape(-1, 3).double(), q.codebook.vectors.double()
     d = ((zf[:, None, :] - e[None]) ** 2).sum(-1)
     nearest = e[d.argmin(1)]
     sq = ((zf - nearest) ** 2).sum(1).mean()
@@ -145,7 +143,7 @@ def test_bf16_autocast_keeps_codebook_and_distances_fp32():
     expected = reference(z.bfloat16().float()).indices
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = q(z.bfloat16())
-    assert q.codebook.dtype == q.ema_embed_sum.dtype == q.ema_cluster_size.dtype == torch.float32
+    assert q.codebook.vectors.dtype == q.codebook.embed_sum.dtype == q.codebook.cluster_size.dtype == torch.float32
     assert out.commitment_loss.dtype == out.entropy_loss.dtype == out.quantized.dtype == torch.float32
     assert torch.equal(out.indices, expected)
 
@@ -173,19 +171,19 @@ def test_code_distribution_is_a_masked_mean_of_soft_assignments():
     q.entropy_temperature = 1.0  # a saturated softmax would pass no gradient
     q.code_distribution(z, mask)[0, 1].backward()
     assert z.grad[0, :3].abs().sum() > 0 and z.grad[0, 3].abs().sum() == 0
-    assert torch.equal(q.codebook, torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]))
+    assert torch.equal(q.codebook.vectors, torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]))
 
 
 def test_loaded_codebook_skips_kmeans_and_blends_the_first_ema_step():
     codebook = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
     q = EMAQuantizer(3, 2, decay=0.9, eps=0.0, kmeans_init=True).train()
     q.load_codebook(codebook)
-    assert bool(q.initialized) and torch.equal(q.codebook, codebook)
+    assert bool(q.initialized) and torch.equal(q.codebook.vectors, codebook)
     q(torch.tensor([[[2.0, 0.0], [0.0, 3.0]]]))  # code 0 gets (2, 0), code 1 gets (0, 3), code 2 nothing
     # sizes 0.9 + 0.1 n, sums 0.9 e + 0.1 x; eps 0 and an unchanged total leave sum / size.
     expected = torch.tensor([[1.1, 0.0], [0.0, 1.2], [-1.0, 0.0]])
-    torch.testing.assert_close(q.codebook, expected)
-    with pytest.raises(ValueError, match="does not fit a quantizer of 3 codes x 2 dimensions"):
+    torch.testing.assert_close(q.codebook.vectors, expected)
+    with pytest.raises(ValueError, match="does not fit a codebook of 3 codes x 2 dimensions"):
         q.load_codebook(torch.zeros(4, 2))
 
 
@@ -205,9 +203,9 @@ def test_two_rank_all_reduce_keeps_codebooks_identical():
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(_ddp_worker, args=(2, os.path.join(tmp, "init"), tmp), nprocs=2, join=True)
         r0, r1 = (torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in (0, 1))
-    for key in ("codebook", "ema_cluster_size", "ema_embed_sum", "window_counts"):
-        assert torch.equal(r0[key], r1[key]), key
-    assert r0["ema_cluster_size"].sum() > 16  # both ranks' counts were summed, not just one rank's
+    for key in ("vectors", "cluster_size", "embed_sum", "window_counts"):
+        assert torch.equal(r0[f"codebook.{key}"], r1[f"codebook.{key}"]), key
+    assert r0["codebook.cluster_size"].sum() > 16  # both ranks' counts were summed, not just one rank's
 
 
 @pytest.mark.parametrize("shape", [(0, 4), (1, 4)])

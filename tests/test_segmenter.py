@@ -8,8 +8,8 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from retrieval.amu import Turn
-from retrieval.segmenter import (
+from retrieval.memory.records import Turn
+from retrieval.memory.segmenter import (
     CAPACITY_LIMIT,
     EXCHANGE_LIMIT,
     SEMANTIC_BOUNDARY,

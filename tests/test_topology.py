@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrieval.topology import CooccurrenceTopology
+from isq.topology import CooccurrenceTopology, TopologyParams
 
 IDENTITY = {"codebook_size": 16, "codebook_sha256": "a" * 64}
 
@@ -67,9 +67,9 @@ def reference_unit_scores(
 SPEC_FORMULA = {"max_hops": 2, "alpha": 0.5, "self_term": False, "aggregate": "max"}
 
 
-def build(code_sets: list[set[int]], num_codes: int = 16, **kwargs) -> CooccurrenceTopology:
+def build(code_sets: list[set[int]], num_codes: int = 16, identity=None, **kwargs) -> CooccurrenceTopology:
     """A topology with the spec's formula unless a test overrides a parameter."""
-    topology = CooccurrenceTopology(num_codes=num_codes, **(SPEC_FORMULA | kwargs))
+    topology = CooccurrenceTopology(num_codes, TopologyParams(**(SPEC_FORMULA | kwargs)), identity)
     topology.add(code_sets)
     return topology
 
@@ -106,7 +106,7 @@ def test_reassigned_parameters_take_effect() -> None:
     bank = random_bank(3)
     topology = build(bank)
     topology.code_scores()
-    topology.max_hops, topology.alpha, topology.self_term = 3, 0.9, True
+    topology.params = TopologyParams(3, 0.9, True, "max")
     np.testing.assert_allclose(
         topology.code_scores(), reference_code_scores(bank, 16, 3, 0.9, True), atol=1e-12
     )
@@ -221,9 +221,11 @@ def test_invalid_inputs_are_refused() -> None:
     with pytest.raises(ValueError):
         topology.search({0}, -1)
     with pytest.raises(ValueError):
-        CooccurrenceTopology(num_codes=4, alpha=0.0)
+        TopologyParams(alpha=0.0)
     with pytest.raises(ValueError):
-        CooccurrenceTopology(num_codes=4, aggregate="mean")
+        TopologyParams(aggregate="mean")
+    with pytest.raises(ValueError):
+        TopologyParams(max_hops=0)
     with pytest.raises(ValueError, match="codebook_size"):
         CooccurrenceTopology(num_codes=4, identity=IDENTITY)
     assert topology.num_units == 1  # a refused add changes nothing
@@ -232,7 +234,7 @@ def test_invalid_inputs_are_refused() -> None:
 def test_incremental_add_equals_rebuild() -> None:
     bank = random_bank(6, count=50)
     whole = build(bank, self_term=True)
-    parts = CooccurrenceTopology(num_codes=16, **(SPEC_FORMULA | {"self_term": True}))
+    parts = CooccurrenceTopology(num_codes=16, params=TopologyParams(**(SPEC_FORMULA | {"self_term": True})))
     parts.add(bank[:10])
     parts.search({1, 2}, 5)  # a query in between folds the first batch in
     parts.add([])
@@ -262,7 +264,7 @@ def test_save_load_round_trip(tmp_path) -> None:
     topology.add([{1, 2, 3}])  # pending AMUs must be saved too
     topology.save(tmp_path)
     loaded = CooccurrenceTopology.load(tmp_path, identity=IDENTITY)
-    assert (loaded.max_hops, loaded.alpha, loaded.self_term, loaded.aggregate) == (3, 0.6, True, "max")
+    assert loaded.params == TopologyParams(3, 0.6, True, "max")
     assert loaded.num_units == topology.num_units == len(bank) + 1
     np.testing.assert_array_equal(loaded.code_scores(), topology.code_scores())
     for query in ({0, 5}, {9}):

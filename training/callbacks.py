@@ -1,26 +1,56 @@
-"""Callbacks: export the best checkpoint as a fingerprinter when fit ends."""
+"""Callbacks: export the best checkpoint as a fingerprinter when fit ends, never over an
+existing export; a progress bar that counts optimizer steps."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import RichProgressBar
 
+from isq.export import ExportExistsError
 from training.module import ISQLightningModule
 
 log = logging.getLogger(__name__)
 
+EXPORT_NAME = "fingerprinter"
+
 
 class ExportFingerprinter(L.Callback):
     """At the end of fit, load the best checkpoint (else the last weights) and export a
-    fingerprinter to ``<dirpath>/<run_name>/`` with a record of the run."""
+    fingerprinter with a record of the run.
 
-    def __init__(self, dirpath: str = "checkpoints", run_name: str = "run") -> None:
-        self.dirpath, self.run_name = dirpath, run_name
+    By default the export goes beside the run's checkpoint directory (e.g.
+    ``runs/smoke/version_3/fingerprinter`` with the CSV logger, ``runs/<project>/<run id>/
+    fingerprinter`` with wandb), which no earlier run can own. With ``dirpath`` it
+    goes exactly there; an existing, non-empty ``dirpath`` is refused when fit *starts* (before
+    any training) unless ``overwrite`` is true, so a committed reference checkpoint is never
+    replaced by accident.
+    """
+
+    def __init__(self, dirpath: str | None = None, overwrite: bool = False) -> None:
+        self.dirpath, self.overwrite = dirpath, overwrite
         self.exported_to: Path | None = None
+
+    def target(self, trainer: L.Trainer) -> Path:
+        if self.dirpath is not None:
+            return Path(self.dirpath)
+        checkpoints = trainer.checkpoint_callback
+        if checkpoints is not None and getattr(checkpoints, "dirpath", None):
+            return Path(checkpoints.dirpath).parent / EXPORT_NAME
+        return Path(trainer.log_dir or trainer.default_root_dir) / EXPORT_NAME
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        target = self.target(trainer)
+        if target.exists() and not self.overwrite and (not target.is_dir() or any(target.iterdir())):
+            raise ExportExistsError(
+                f"the fingerprinter export directory {target} already exists and is not empty; choose another "
+                "ExportFingerprinter dirpath, leave it unset (export into the run's own directory) or set "
+                "overwrite: true")
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: ISQLightningModule) -> None:
         if not trainer.is_global_zero:
@@ -41,6 +71,25 @@ class ExportFingerprinter(L.Callback):
             "optim": {k: v for k, v in pl_module.hparams.items() if k != "isq"},
             "metrics": {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1},
         }
-        self.exported_to = pl_module.model.export_fingerprinter(Path(self.dirpath) / self.run_name, run_record=record)
+        self.exported_to = pl_module.model.export_fingerprinter(self.target(trainer), run_record=record,
+                                                                overwrite=self.overwrite)
         log.info("exported fingerprinter to %s", self.exported_to)
         print(f"exported fingerprinter to {self.exported_to}")
+
+
+class StepProgressBar(RichProgressBar):
+    """Lightning's rich progress bar, with the optimizer step shown as ``step N/max_steps``.
+
+    Runs here are bounded by ``max_steps`` (``max_epochs`` is then -1), where the stock bar
+    reads "Epoch 0/-2" and counts batches of an epoch that training never finishes.
+    """
+
+    def _get_train_description(self, current_epoch: int) -> str:  # the stock bar's hook for this text
+        max_epochs = self.trainer.max_epochs
+        return f"Epoch {current_epoch}" + (f"/{max_epochs - 1}" if max_epochs is not None and max_epochs > 0 else "")
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        items = super().get_metrics(trainer, pl_module)
+        if trainer.max_steps > 0:
+            items["step"] = f"{trainer.global_step}/{trainer.max_steps}"
+        return items

@@ -11,8 +11,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,111 +20,14 @@ from datasets import Dataset
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from isq.encoders import resolve_encoder_path
+from isq.dailydialog import SPLITS, detokenize, dialogue_pairs, load_splits
+from isq.encoders import from_pretrained
 from training.synthetic import write_synthetic_corpus
 
 log = logging.getLogger(__name__)
 
-SPLITS = ("train", "validation", "test")
 ROOT_ENV = "ISQ_DAILYDIALOG"
 SYNTHETIC = "synthetic"
-EOU = "__eou__"
-
-
-class DataFormatError(ValueError):
-    """A malformed data file; the message names the file and line."""
-
-
-# Release text is space-tokenised ("it ' s", "dinner ?"): glue punctuation back on.
-_DETOK_RULES = [
-    (re.compile(r"\s+([.,!?;:%)\]])"), r"\1"),
-    (re.compile(r"([(\[$])\s+"), r"\1"),
-    (re.compile(r"\s*(['’])\s*(s|t|re|ve|ll|d|m)\b", re.IGNORECASE), r"\1\2"),
-    (re.compile(r"\s+"), " "),
-]
-
-
-def detokenize(text: str) -> str:
-    for pattern, repl in _DETOK_RULES:
-        text = pattern.sub(repl, text)
-    return text.strip()
-
-
-def read_dialogues(path: Path) -> list[list[str]]:
-    """One dialogue per line; raises :class:`DataFormatError` with file and line on bad input."""
-    if not path.is_file():
-        raise FileNotFoundError(f"DailyDialog file not found: {path}")
-    dialogues = []
-    with open(path, encoding="utf-8", errors="strict") as handle:
-        try:
-            lines = handle.readlines()
-        except UnicodeDecodeError as err:
-            raise DataFormatError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        if EOU not in line:
-            raise DataFormatError(f"{path}:{number}: no '{EOU}' utterance separator in {line[:60]!r}")
-        turns = [detokenize(t) for t in line.split(EOU)]
-        turns = [t for t in turns if t]
-        if len(turns) < 2:
-            raise DataFormatError(f"{path}:{number}: a dialogue needs at least two utterances, found {len(turns)}")
-        dialogues.append(turns)
-    if not dialogues:
-        raise DataFormatError(f"{path}: no dialogues")
-    return dialogues
-
-
-def count_label_mismatches(dialogue_path: Path, dialogues: list[list[str]]) -> int:
-    """Dialogues whose act-label count differs from their utterance count.
-
-    The release has a few such lines; labels are not used here, so they are counted and
-    reported, not fatal.
-    """
-    act_path = dialogue_path.with_name(dialogue_path.name.replace("dialogues_", "dialogues_act_"))
-    if not act_path.is_file():
-        return 0
-    acts = act_path.read_text(encoding="utf-8").splitlines()
-    return sum(1 for turns, labels in zip(dialogues, acts, strict=False) if len(labels.split()) != len(turns))
-
-
-def dialogue_pairs(dialogues: list[list[str]], context_turns: int) -> dict[str, list[str]]:
-    """Every (up to ``context_turns`` previous utterances with speaker tags -> next utterance)."""
-    contexts, targets = [], []
-    for turns in dialogues:
-        for i in range(1, len(turns)):
-            window = range(max(0, i - context_turns), i)
-            contexts.append(" ".join(f"{'AB'[j % 2]}: {turns[j]}" for j in window))
-            targets.append(turns[i])
-    return {"context": contexts, "target": targets}
-
-
-@dataclass
-class Splits:
-    dialogues: dict[str, list[list[str]]]
-    leaked: dict[str, int]
-    label_mismatches: dict[str, int]
-
-
-def load_splits(root: Path) -> Splits:
-    """Read the three splits and drop evaluation dialogues that also occur in train."""
-    if not root.is_dir():
-        raise FileNotFoundError(
-            f"DailyDialog directory not found: {root} (pass --data.root or set ${ROOT_ENV}; "
-            f"it must hold train/dialogues_train.txt, validation/..., test/...)"
-        )
-    dialogues, mismatches = {}, {}
-    for split in SPLITS:
-        path = root / split / f"dialogues_{split}.txt"
-        dialogues[split] = read_dialogues(path)
-        mismatches[split] = count_label_mismatches(path, dialogues[split])
-    seen = {tuple(d) for d in dialogues["train"]}
-    leaked = {}
-    for split in ("validation", "test"):
-        kept = [d for d in dialogues[split] if tuple(d) not in seen]
-        leaked[split] = len(dialogues[split]) - len(kept)
-        dialogues[split] = kept
-    return Splits(dialogues, leaked, mismatches)
 
 
 class DialogueDataModule(L.LightningDataModule):
@@ -168,7 +69,7 @@ class DialogueDataModule(L.LightningDataModule):
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase:
         if self._tokenizer is None:
-            self._tokenizer = AutoTokenizer.from_pretrained(resolve_encoder_path(self.hparams.tokenizer))
+            self._tokenizer = from_pretrained(AutoTokenizer, self.hparams.tokenizer)
         return self._tokenizer
 
     def _read(self) -> tuple[dict[str, list[list[str]]], str]:

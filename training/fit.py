@@ -1,20 +1,33 @@
 """``python -m training.fit --config configs/smoke.yaml`` — train ISQ with LightningCLI.
 
-Everything is set from YAML or the command line (``--print_config`` shows the full config).
-``--ckpt_path PATH`` resumes a run; with ``--validate_only true`` it is only validated. Precision defaults to ``bf16-mixed`` with CUDA and fp32
-otherwise; fp16 and ``bf16-true`` are refused (T5 overflows in fp16; ``bf16-true`` would cast
-the EMA codebook buffers).
+Everything is set from YAML or the command line (``--print_config`` shows the full config);
+``configs/trainer_defaults.yaml`` is read before the ``--config`` files, so the configs share
+their trainer and callback blocks. ``--ckpt_path PATH`` resumes a run; with ``--validate_only
+true`` it is only validated. Precision defaults to ``bf16-mixed`` with CUDA and fp32 otherwise;
+fp16 and ``bf16-true`` are refused (T5 overflows in fp16; ``bf16-true`` would cast the EMA
+codebook buffers). Bad input (data, encoder, checkpoint, export directory) ends with one
+``error:`` line and exit code 2.
 """
 
 from __future__ import annotations
 
 import sys
+import zipfile
+from pathlib import Path
+from typing import Any
 
 import torch
+from lightning import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from training.data import DataFormatError, DialogueDataModule
+from isq.dailydialog import DataFormatError
+from isq.encoders import EncoderUnavailable
+from isq.export import ExportExistsError
+from training.callbacks import StepProgressBar
+from training.data import DialogueDataModule
 from training.module import ISQLightningModule, WarmStartError
+
+DEFAULTS = Path(__file__).resolve().parents[1] / "configs" / "trainer_defaults.yaml"
 
 _FP16 = "fp16 overflows in T5 (use bf16-mixed on CUDA or 32-true)"
 _BF16_TRUE = "bf16-true casts the EMA codebook buffers to bf16 (use bf16-mixed)"
@@ -36,10 +49,39 @@ class ISQCLI(LightningCLI):
         )
         parser.set_defaults({"trainer.precision": default_precision()})
 
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        """The configured trainer, plus :class:`StepProgressBar` unless the progress bar is off."""
+        trainer_config = self._get(self.config_init, "trainer", default={})
+        if trainer_config.get("enable_progress_bar") is not False:
+            kwargs["callbacks"] = [*(trainer_config.get("callbacks") or []), StepProgressBar()]
+        return super().instantiate_trainer(**kwargs)
+
     def before_instantiate_classes(self) -> None:
         precision = str(self.config.get("trainer", {}).get("precision"))
         if precision in REFUSED_PRECISION:
             self.parser.error(f"--trainer.precision {precision} is refused: {REFUSED_PRECISION[precision]}")
+
+
+class CheckpointError(ValueError):
+    """--ckpt_path names no readable Lightning checkpoint."""
+
+
+def check_checkpoint(path: str | None) -> None:
+    """A checkpoint to resume from must exist and be a complete torch zip archive (a truncated
+    file has no central directory): refused before the model is touched."""
+    if path is None:
+        return
+    if not Path(path).is_file():
+        raise CheckpointError(f"--ckpt_path {path}: no such file")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            archive.namelist()
+    except (zipfile.BadZipFile, OSError) as err:
+        raise CheckpointError(f"--ckpt_path {path}: not a readable checkpoint (truncated or corrupt: {err})") from None
+
+
+BAD_INPUT = (FileNotFoundError, DataFormatError, WarmStartError, EncoderUnavailable, ExportExistsError, CheckpointError)
+"""Failures that are the input's fault: reported in one line, exit code 2."""
 
 
 def main(args: list[str] | None = None) -> ISQCLI:
@@ -47,16 +89,15 @@ def main(args: list[str] | None = None) -> ISQCLI:
         cli = ISQCLI(
             ISQLightningModule, DialogueDataModule, run=False, args=args,
             save_config_kwargs={"overwrite": True}, seed_everything_default=0,
+            parser_kwargs={"default_config_files": [str(DEFAULTS)]},
         )
-    except WarmStartError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    try:
+        ckpt_path = cli.config.get("ckpt_path")
+        check_checkpoint(ckpt_path)
         if cli.config.get("validate_only"):
-            cli.trainer.validate(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))
+            cli.trainer.validate(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt_path)
         else:
-            cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))
-    except (FileNotFoundError, DataFormatError) as err:  # bad input: one clear line, no traceback
+            cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt_path)
+    except BAD_INPUT as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     return cli

@@ -33,11 +33,12 @@ import faiss
 import numpy as np
 import torch
 
-from isq.encoders import MINILM_ALIAS
+from isq.config import ISQConfig
+from isq.dailydialog import read_dialogues
+from isq.encoders import MINILM_ALIAS, SemanticEncoder, build_encoder, encoder_width, load_tokenizer
+from isq.encoding import encode_batches
 from isq.fingerprint import Fingerprinter
-from isq.model import ISQConfig, SemanticEncoder, build_encoder, encoder_width, load_tokenizer
 from isq.projection import StrideOneProjection
-from training.data import read_dialogues
 
 
 def identity_projection(config: ISQConfig, d_model: int) -> StrideOneProjection:
@@ -66,18 +67,12 @@ def sample_texts(texts: Sequence[str], tokenizer: Any, max_tokens: int, max_leng
     return chosen
 
 
-@torch.inference_mode()
 def token_states(semantic_encoder: SemanticEncoder, tokenizer: Any, texts: Sequence[str], max_length: int,
                  batch_size: int = 64) -> np.ndarray:
     """z_t of every non-padding token of ``texts`` (float32, tokens x code_dim), texts in order of
-    length (shortest first: batches of similar lengths waste little on padding)."""
-    ordered = sorted(texts, key=len)
-    rows = []
-    for start in range(0, len(ordered), batch_size):
-        batch = tokenizer(ordered[start:start + batch_size], padding=True, truncation=True,
-                          max_length=max_length, return_tensors="pt")
-        z = semantic_encoder(batch["input_ids"], batch["attention_mask"])
-        rows.append(z[batch["attention_mask"].bool()].float().numpy())
+    length (the order of :func:`isq.encoding.encode_batches`)."""
+    rows = [batch.z[batch.mask].float().numpy()
+            for batch in encode_batches(semantic_encoder, tokenizer, texts, max_length, batch_size)]
     return np.concatenate(rows) if rows else np.zeros((0, 0), dtype=np.float32)
 
 
@@ -168,7 +163,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--projection-from", type=Path, default=None,
                         help="a trained fingerprinter directory: cluster its projected z_t instead of the "
                              "encoder's h_t (its encoder, projection and max length are used)")
-    parser.add_argument("--out", type=Path, required=True, help="fingerprinter directory to write")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="fingerprinter directory to write (refused if it exists and is not empty)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     return parser
 
 
@@ -178,6 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.kernel_size < 1 or args.kernel_size % 2 == 0:
         parser.error(f"--kernel-size must be a positive odd number (the projection keeps the length), "
                      f"got {args.kernel_size}")
+    if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())) and not args.overwrite:
+        print(f"error: --out {args.out} already exists and is not empty (pass --overwrite to replace it)",
+              file=sys.stderr)
+        return 2
     train_file = args.data_root / "train" / "dialogues_train.txt"
     try:
         utterances = [turn for dialogue in read_dialogues(train_file) for turn in dialogue]
@@ -202,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "data": {"root": str(args.data_root), "split": "train", "file": str(train_file)},
         **record,
     }
-    fingerprinter.save_pretrained(args.out, run_record=record)
+    fingerprinter.save_pretrained(args.out, run_record=record, overwrite=args.overwrite)
     print(f"k-means control: {record['tokens']} tokens from {record['texts_used']} utterances, "
           f"{record['codes_used']}/{record['num_codes']} codes used, {record['seconds']['total']} s -> {args.out}")
     return 0

@@ -2,29 +2,22 @@
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
 import lightning as L
 import torch
 import torch.distributed as dist
-from torch.optim.lr_scheduler import LambdaLR
+from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
+from isq.config import ISQConfig
 from isq.fingerprint import Fingerprinter
-from isq.model import ISQConfig, ISQModel
+from isq.model import ISQModel, ISQOutput
+from training.metrics import CodebookUsage
 
 
 class WarmStartError(ValueError):
     """``init_from`` names no fingerprinter, or one that does not fit the model config."""
-
-
-def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
-    """Learning-rate multiplier: linear warm-up to 1, then cosine decay to ``min_ratio``."""
-    if step < warmup_steps:
-        return (step + 1) / max(1, warmup_steps)
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 class ISQLightningModule(L.LightningModule):
@@ -59,13 +52,13 @@ class ISQLightningModule(L.LightningModule):
                 self.model.warm_start(Fingerprinter.from_pretrained(init_from))
             except (OSError, ValueError) as err:
                 raise WarmStartError(f"--model.init_from {init_from}: {err}") from err
-        self._val_counts: torch.Tensor | None = None
+        self.val_usage = CodebookUsage(isq.num_codes)
         self._step_clock: float | None = None
 
-    def forward(self, batch: dict[str, torch.Tensor]):
+    def forward(self, batch: dict[str, torch.Tensor]) -> ISQOutput:
         return self.model(batch["input_ids"], batch["attention_mask"], batch["labels"])
 
-    def _log_output(self, prefix: str, out, batch_size: int, **kw: Any) -> None:
+    def _log_output(self, prefix: str, out: ISQOutput, batch_size: int, **kw: Any) -> None:
         terms = {
             f"{prefix}/loss": out.loss, f"{prefix}/ce_loss": out.ce_loss,
             f"{prefix}/codebook_loss": out.codebook_loss, f"{prefix}/commitment_loss": out.commitment_loss,
@@ -100,29 +93,15 @@ class ISQLightningModule(L.LightningModule):
         for i, group in enumerate(self.trainer.optimizers[0].param_groups):
             self.log(f"lr/{group.get('name', i)}", group["lr"])
 
-    def on_validation_epoch_start(self) -> None:
-        self._val_counts = torch.zeros(self.model.config.num_codes, device=self.device)
-
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         out = self(batch)
-        size = batch["input_ids"].shape[0]
-        self._log_output("val", out, size)
-        idx = out.indices[out.indices >= 0]
-        self._val_counts += torch.bincount(idx, minlength=self._val_counts.numel()).float()
+        self._log_output("val", out, batch["input_ids"].shape[0])
+        self.val_usage.update(out.indices)
 
     def on_validation_epoch_end(self) -> None:
-        counts = self._val_counts
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(counts)
-        p = counts / counts.sum().clamp_min(1)
-        perplexity = torch.exp(-(p * torch.log(p.clamp_min(1e-12))).sum())
-        used = (counts > 0).sum().float()
+        metrics = {f"val/{name}": value for name, value in self.val_usage.compute().items()}
+        self.val_usage.reset()
         ce = self.trainer.callback_metrics.get("val/ce_loss")
-        metrics = {
-            "val/codebook_perplexity": perplexity,
-            "val/codes_used": used,
-            "val/codes_used_frac": used / counts.numel(),
-        }
         if ce is not None:
             metrics["val/next_turn_ppl"] = torch.exp(ce)
         self.log_dict(metrics)
@@ -132,7 +111,7 @@ class ISQLightningModule(L.LightningModule):
         """Max |codebook_rank - codebook_rank0| across ranks: 0 when the EMA sync works."""
         if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
             return
-        codebook = self.model.quantizer.codebook
+        codebook = self.model.quantizer.codebook.vectors
         gathered = [torch.empty_like(codebook) for _ in range(dist.get_world_size())]
         dist.all_gather(gathered, codebook)
         divergence = max(float((g - gathered[0]).abs().max()) for g in gathered)
@@ -145,6 +124,6 @@ class ISQLightningModule(L.LightningModule):
         if groups["encoder"]:
             param_groups.append({"params": groups["encoder"], "lr": h.encoder_lr, "name": "encoder"})
         optimizer = torch.optim.AdamW(param_groups, weight_decay=h.weight_decay)
-        total = int(self.trainer.estimated_stepping_batches)
-        scheduler = LambdaLR(optimizer, lambda step: warmup_cosine(step, h.warmup_steps, total, h.min_lr_ratio))
+        scheduler = get_cosine_with_min_lr_schedule_with_warmup(
+            optimizer, h.warmup_steps, int(self.trainer.estimated_stepping_batches), min_lr_rate=h.min_lr_ratio)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -14,78 +14,65 @@ an AMU scores S_amu(u) = max_{b in U_fp(u)} A(b). Path B returns the K best AMUs
 The bank itself is an AMU x code incidence matrix X (CSR, never dense); M grows by X_new^T X_new
 as AMUs arrive, so adding never rebuilds the co-occurrence counts. Because N_c is small (1024),
 P, its powers and S_code are held as dense N_c x N_c arrays and recomputed lazily, only when the
-bank or the hop parameters changed since the last query.
+bank or the parameters changed since the last query.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from isq.identity import check_identity, normalise_identity
+from isq.topk import max_walk, top_k_of_scores
+
 AGGREGATES = ("max", "sum")
-IDENTITY_KEYS = ("codebook_size", "codebook_sha256")
 
 _CONFIG_FILE = "topology.json"
 _ARRAYS_FILE = "topology.npz"
 
 
-def normalise_identity(identity: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Reduce a fingerprinter identity to the fields that decide what a code means.
+@dataclass(frozen=True)
+class TopologyParams:
+    """Path B's parameters, defined once for the topology, the retrievers and every CLI.
 
-    Two fingerprinters with the same codebook size and codebook hash assign the same code to the
-    same vector, so a bank built with one can be queried with the other; anything else is not
-    compared (e.g. the directory the fingerprinter was loaded from).
+    Args:
+        max_hops: H_r, the longest walk on P that counts (>= 1).
+        alpha: per-hop decay α in (0, 1].
+        self_term: add an h = 0 term, so a query code also activates itself with its IDF:
+            S_code(a|a) = max(S_code(a|a), IDF(a)) (the paper's formula starts at h = 1).
+        aggregate: "max" (the paper's S_amu) or "sum" (sum of A(b) over the AMU's codes).
+
+    The paper gives no H_r or α. These defaults (H_r = 1, α = 0.3, self term, sum) were chosen
+    by the 36-setting sweep on the LoCoMo development conversations (``docs/results.md``): H_r
+    and α moved recall by under a point there, the self term and sum aggregation by much more.
+    The SPEC's formula is ``TopologyParams(2, 0.5, False, "max")`` (or any H_r, α), the setting
+    whose search walks an inverted index without scanning the bank.
     """
-    if identity is None:
-        return None
-    missing = [key for key in IDENTITY_KEYS if key not in identity]
-    if missing:
-        raise ValueError(f"fingerprinter identity lacks {missing}: {dict(identity)}")
-    return {
-        "codebook_size": int(identity["codebook_size"]),
-        "codebook_sha256": str(identity["codebook_sha256"]),
-    }
 
+    max_hops: int = 1
+    alpha: float = 0.3
+    self_term: bool = True
+    aggregate: str = "sum"
 
-def check_identity(saved: Mapping[str, Any] | None, expected: Mapping[str, Any] | None, what: str) -> None:
-    """Refuse to load a bank whose codes come from a different fingerprinter than the caller's."""
-    saved_key, expected_key = normalise_identity(saved), normalise_identity(expected)
-    if saved_key != expected_key:
-        raise ValueError(
-            f"{what} was built with fingerprinter identity {saved_key}, "
-            f"but it is being loaded for fingerprinter identity {expected_key}; "
-            "codes of different codebooks are not comparable, rebuild the bank"
-        )
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_hops, int) or self.max_hops < 1:
+            raise ValueError(f"max_hops must be an integer >= 1, got {self.max_hops!r}")
+        if not 0.0 < self.alpha <= 1.0:
+            raise ValueError(f"alpha must lie in (0, 1], got {self.alpha}")
+        if self.aggregate not in AGGREGATES:
+            raise ValueError(f"aggregate must be one of {AGGREGATES}, got {self.aggregate!r}")
 
+    def label(self) -> str:
+        return f"H_r={self.max_hops} α={self.alpha} self={'on' if self.self_term else 'off'} {self.aggregate}"
 
-def select_top_k(indices: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k best (index, score) pairs, ordered by score descending then index ascending.
-
-    ``indices`` must be sorted ascending: among entries tied at the k-th score, the first ones
-    in that order (the smallest indices) are kept, which makes the selection deterministic.
-    """
-    if indices.size > k:
-        cut = indices.size - k
-        kth = np.partition(scores, cut)[cut]
-        keep = scores > kth
-        tied = np.flatnonzero(scores == kth)[: k - int(keep.sum())]
-        keep[tied] = True
-        indices, scores = indices[keep], scores[keep]
-    order = np.lexsort((indices, -scores))[:k]
-    return indices[order], scores[order]
-
-
-def _as_exclude_array(exclude: Iterable[int]) -> np.ndarray:
-    return np.unique(np.fromiter(exclude, dtype=np.int64))
-
-
-def _empty_result() -> tuple[np.ndarray, np.ndarray]:
-    return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 class CooccurrenceTopology:
@@ -93,48 +80,22 @@ class CooccurrenceTopology:
 
     Args:
         num_codes: codebook size N_c.
-        max_hops: H_r, the longest walk on P that counts.
-        alpha: per-hop decay alpha in (0, 1].
-        self_term: add an h = 0 term, so a query code also activates itself with its IDF:
-            S_code(a|a) = max(S_code(a|a), IDF(a)) (the paper's formula starts at h = 1).
-        aggregate: "max" (the paper's S_amu) or "sum" (sum of A(b) over the AMU's codes).
-
-    The paper gives no H_r or α. The defaults (H_r = 1, α = 0.3, self term on, sum) are the
-    best of the 36-setting sweep on the LoCoMo development conversations (docs/results.md):
-    H_r and α moved recall by under one point, while the self term and sum aggregation raised
-    dense20+code20 from 72.2% to 73.9% and code40 from 21.4% to 42.0%. The spec's formula is
-    ``max_hops=2, alpha=0.5, self_term=False, aggregate="max"`` (or any H_r, α), the setting
-    for which :meth:`search` walks the inverted index without scanning the bank.
+        params: Path B parameters (:class:`TopologyParams`); may be reassigned between queries
+            (e.g. in a sweep), S_code is then recomputed on the next query.
         identity: the fingerprinter identity (``codebook_size``, ``codebook_sha256``) recorded
             when the bank is saved and checked when it is loaded.
-
-    ``max_hops``, ``alpha``, ``self_term`` and ``aggregate`` may be reassigned between queries
-    (e.g. in a sweep); S_code is recomputed on the next query.
     """
 
-    def __init__(
-        self,
-        num_codes: int = 1024,
-        max_hops: int = 1,
-        alpha: float = 0.3,
-        self_term: bool = True,
-        aggregate: str = "sum",
-        identity: Mapping[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, num_codes: int = 1024, params: TopologyParams = TopologyParams(),
+                 identity: Mapping[str, Any] | None = None) -> None:
         if num_codes < 1:
             raise ValueError(f"num_codes must be positive, got {num_codes}")
         self.identity = normalise_identity(identity)
         if self.identity is not None and self.identity["codebook_size"] != num_codes:
-            raise ValueError(
-                f"num_codes={num_codes} disagrees with the fingerprinter codebook_size "
-                f"{self.identity['codebook_size']}"
-            )
+            raise ValueError(f"num_codes={num_codes} disagrees with the fingerprinter codebook_size "
+                             f"{self.identity['codebook_size']}")
         self.num_codes = num_codes
-        self.max_hops = max_hops
-        self.alpha = alpha
-        self.self_term = self_term
-        self.aggregate = aggregate
-        self._validate_params()
+        self.params = params
         self._incidence = sp.csr_matrix((0, num_codes), dtype=np.int8)
         self._pending: list[sp.csr_matrix] = []
         self._doc_freq = np.zeros(num_codes, dtype=np.int64)
@@ -171,14 +132,11 @@ class CooccurrenceTopology:
         start = self.num_units
         count = indptr.size - 1
         if count:
-            new = sp.csr_matrix(
-                (np.ones(codes.size, dtype=np.int32), codes, indptr), shape=(count, self.num_codes)
-            )
+            new = sp.csr_matrix((np.ones(codes.size, dtype=np.int32), codes, indptr), shape=(count, self.num_codes))
             new.sum_duplicates()  # a code set is a set: repeated codes merge into one entry
             # 0/1 entries stored as int8 to keep the bank small; upcast where counts are summed
-            self._pending.append(
-                sp.csr_matrix((np.ones(new.nnz, dtype=np.int8), new.indices, new.indptr), shape=new.shape)
-            )
+            self._pending.append(sp.csr_matrix((np.ones(new.nnz, dtype=np.int8), new.indices, new.indptr),
+                                               shape=new.shape))
         return np.arange(start, start + count, dtype=np.int64)
 
     def _fold_pending(self) -> None:
@@ -201,15 +159,7 @@ class CooccurrenceTopology:
     def prepare(self) -> None:
         """Do the lazy work now (fold new AMUs, S_code, inverted index), e.g. before serving queries."""
         self.code_scores()
-        self._inverted_index()
-
-    def _validate_params(self) -> None:
-        if self.max_hops < 1:
-            raise ValueError(f"max_hops must be >= 1, got {self.max_hops}")
-        if not 0.0 < self.alpha <= 1.0:
-            raise ValueError(f"alpha must lie in (0, 1], got {self.alpha}")
-        if self.aggregate not in AGGREGATES:
-            raise ValueError(f"aggregate must be one of {AGGREGATES}, got {self.aggregate!r}")
+        self.postings()
 
     # ------------------------------------------------------------------ statistics
 
@@ -240,14 +190,14 @@ class CooccurrenceTopology:
     def nbytes(self) -> int:
         """Bytes held by the bank's sparse structures and the cached dense N_c x N_c arrays."""
         self._fold_pending()
-        total = 0
+        total = self._doc_freq.nbytes
         for matrix in (self._incidence, self._postings, self._cooc):
             if matrix is not None:
                 total += matrix.data.nbytes + matrix.indices.nbytes + matrix.indptr.nbytes
         for cached in (self._transition, self._code_scores):
             if cached is not None:
                 total += cached[1].nbytes
-        return total + self._doc_freq.nbytes
+        return total
 
     def transition(self) -> np.ndarray:
         """P(b|a) as a dense N_c x N_c float64 array; rows of codes without co-occurrences are zero."""
@@ -267,18 +217,18 @@ class CooccurrenceTopology:
     def code_scores(self) -> np.ndarray:
         """S_code as a dense N_c x N_c float64 array, row a = source code, column b = target."""
         self._fold_pending()
-        key = (self._version, self.max_hops, self.alpha, self.self_term)
+        params = self.params
+        key = (self._version, params.max_hops, params.alpha, params.self_term)
         if self._code_scores is None or self._code_scores[0] != key:
-            self._validate_params()
             probs = self.transition()
             power = probs
-            best = probs * self.alpha
-            for hop in range(2, self.max_hops + 1):
+            best = probs * params.alpha
+            for hop in range(2, params.max_hops + 1):
                 power = power @ probs  # dense: P fills up quickly and N_c^3 is cheap at 1024
-                np.maximum(best, power * self.alpha**hop, out=best)
+                np.maximum(best, power * params.alpha**hop, out=best)
             idf = self.idf()
             scores = idf[:, None] * best
-            if self.self_term:
+            if params.self_term:
                 diagonal = np.arange(self.num_codes)
                 scores[diagonal, diagonal] = np.maximum(scores[diagonal, diagonal], idf)
             self._code_scores = (key, scores)
@@ -299,7 +249,7 @@ class CooccurrenceTopology:
         """S_amu(u) of every AMU for the query (length N_u); linear in the bank size."""
         act = self.activation(query_codes)
         bank = self.incidence
-        if self.aggregate == "sum":
+        if self.params.aggregate == "sum":
             return bank @ act
         scores = np.zeros(bank.shape[0], dtype=np.float64)
         lengths = np.diff(bank.indptr)
@@ -309,9 +259,8 @@ class CooccurrenceTopology:
             scores[nonempty] = np.maximum.reduceat(act[bank.indices], bank.indptr[:-1][nonempty])
         return scores
 
-    def search_bruteforce(
-        self, query_codes: Iterable[int], k: int, exclude: Iterable[int] = ()
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def search_bruteforce(self, query_codes: Iterable[int], k: int,
+                          exclude: Iterable[int] = ()) -> tuple[np.ndarray, np.ndarray]:
         """Reference Path B: score every AMU, return the top k (indices, scores).
 
         Order: score descending, then AMU index ascending; excluded and zero-score AMUs never
@@ -319,69 +268,22 @@ class CooccurrenceTopology:
         """
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
-        scores = self.unit_scores(query_codes)
-        if k == 0 or scores.size == 0:
-            return _empty_result()
-        eligible = scores > 0
-        excluded = _as_exclude_array(exclude)
-        excluded = excluded[(excluded >= 0) & (excluded < scores.size)]
-        eligible[excluded] = False
-        indices = np.flatnonzero(eligible)
-        return select_top_k(indices, scores[indices], k)
+        return top_k_of_scores(self.unit_scores(query_codes), k, exclude)
 
-    def search(
-        self, query_codes: Iterable[int], k: int, exclude: Iterable[int] = ()
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, query_codes: Iterable[int], k: int,
+               exclude: Iterable[int] = ()) -> tuple[np.ndarray, np.ndarray]:
         """Path B top-k (indices, scores), identical to :meth:`search_bruteforce`.
 
-        With ``aggregate="max"`` the bank is not scanned. Codes are walked in decreasing
-        activation A(b) over an inverted index (code -> AMU indices, ascending); an AMU's score
-        is the activation of the first code reached that it contains. Walking stops at the end
-        of a group of equally activated codes once k AMUs are collected, since later codes have
-        strictly lower activation and can neither beat nor tie into the top k. Only the first
-        k + |exclude| AMUs of each posting list can matter: if a list holds more, this group
-        alone completes the top k with its smallest new indices, and at most
-        (already collected + excluded) of those first entries are not new. The cost per query is
-        thus O(N_c (k + |exclude|)) whatever N_u is. The walk is vectorised over growing prefixes
-        of the code order (doubling), deduplicating with ``np.unique``.
-
-        With ``aggregate="sum"`` there is no such early stop; scores come from one sparse
-        matrix-vector product X @ A (vectorised, linear in the bank's non-zeros).
+        With ``aggregate="max"`` the bank is not scanned (:func:`isq.topk.max_walk`). With
+        ``aggregate="sum"`` the scores come from one sparse matrix-vector product X @ A.
         """
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
-        if self.aggregate == "sum":
+        if self.params.aggregate == "sum":
             return self.search_bruteforce(query_codes, k, exclude)
-        act = self.activation(query_codes)
-        if k == 0 or self.num_units == 0:
-            return _empty_result()
-        excluded = _as_exclude_array(exclude)
-        order = np.argsort(-act, kind="stable")
-        order = order[act[order] > 0]  # zero activation never makes a hit
-        if order.size == 0:
-            return _empty_result()
-        ordered_act = act[order]
-        postings = self._inverted_index()
-        starts = postings.indptr[order]
-        lengths = np.minimum(postings.indptr[order + 1] - starts, k + excluded.size)
-        ends = np.cumsum(lengths)
-        target = k + excluded.size
-        while True:
-            prefix = min(int(np.searchsorted(ends, target)) + 1, order.size)
-            # extend to the end of the last code's tie group (ordered_act is non-increasing)
-            prefix = int(np.searchsorted(-ordered_act, -ordered_act[prefix - 1], side="right"))
-            total = int(ends[prefix - 1])
-            owner = np.repeat(np.arange(prefix), lengths[:prefix])
-            positions = np.arange(total) + (starts[:prefix] - (ends[:prefix] - lengths[:prefix]))[owner]
-            units, first = np.unique(postings.indices[positions], return_index=True)
-            scores = ordered_act[owner[first]]
-            keep = ~np.isin(units, excluded)
-            if int(keep.sum()) >= k or prefix == order.size:
-                break
-            target = max(2 * target, total + 1)
-        return select_top_k(units[keep].astype(np.int64), scores[keep], k)
+        return max_walk(self.activation(query_codes), self.postings(), k, exclude)
 
-    def _inverted_index(self) -> sp.csc_matrix:
+    def postings(self) -> sp.csc_matrix:
         """The bank in CSC form: column b lists the AMUs containing code b, ascending."""
         bank = self.incidence
         if self._postings is None:
@@ -397,15 +299,8 @@ class CooccurrenceTopology:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self._fold_pending()
-        config = {
-            "num_codes": self.num_codes,
-            "max_hops": self.max_hops,
-            "alpha": self.alpha,
-            "self_term": self.self_term,
-            "aggregate": self.aggregate,
-            "identity": self.identity,
-            "num_units": self._incidence.shape[0],
-        }
+        config = {"num_codes": self.num_codes, **self.params.to_dict(), "identity": self.identity,
+                  "num_units": self._incidence.shape[0]}
         (directory / _CONFIG_FILE).write_text(json.dumps(config, indent=2))
         np.savez(
             directory / _ARRAYS_FILE,
@@ -418,29 +313,20 @@ class CooccurrenceTopology:
         )
 
     @classmethod
-    def load(cls, directory: str | Path, identity: Mapping[str, Any] | None = None) -> CooccurrenceTopology:
-        """Read a saved topology; with ``identity`` given, refuse one built by another fingerprinter."""
+    def load(cls, directory: str | Path, identity: Mapping[str, Any]) -> CooccurrenceTopology:
+        """Read a saved topology, refusing one built by another fingerprinter than ``identity``."""
         directory = Path(directory)
         config = json.loads((directory / _CONFIG_FILE).read_text())
-        if identity is not None:
-            check_identity(config["identity"], identity, f"topology in {directory}")
-        topology = cls(
-            num_codes=config["num_codes"],
-            max_hops=config["max_hops"],
-            alpha=config["alpha"],
-            self_term=config["self_term"],
-            aggregate=config["aggregate"],
-            identity=config["identity"],
-        )
+        check_identity(config["identity"], identity, f"topology in {directory}")
+        params = TopologyParams(**{key: config[key] for key in TopologyParams.__dataclass_fields__})
+        topology = cls(num_codes=config["num_codes"], params=params, identity=config["identity"])
         n_codes = topology.num_codes
         with np.load(directory / _ARRAYS_FILE) as arrays:
             indices = arrays["incidence_indices"]
             topology._incidence = sp.csr_matrix(
                 (np.ones(indices.size, dtype=np.int8), indices, arrays["incidence_indptr"]),
-                shape=(config["num_units"], n_codes),
-            )
-            topology._cooc = sp.csr_matrix(
-                (arrays["cooc_data"], arrays["cooc_indices"], arrays["cooc_indptr"]), shape=(n_codes, n_codes)
-            )
+                shape=(config["num_units"], n_codes))
+            topology._cooc = sp.csr_matrix((arrays["cooc_data"], arrays["cooc_indices"], arrays["cooc_indptr"]),
+                                           shape=(n_codes, n_codes))
             topology._doc_freq = arrays["doc_freq"].astype(np.int64)
         return topology

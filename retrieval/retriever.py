@@ -12,27 +12,21 @@ and the metadata lists (AMU id, text, source pointer).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rank_bm25 import BM25Okapi
 
-from retrieval.dense import DenseIndex
-from retrieval.topology import CooccurrenceTopology, check_identity, normalise_identity, select_top_k
+from isq.identity import check_identity, normalise_identity
+from isq.topology import CooccurrenceTopology, TopologyParams
+from retrieval.index.dense import DenseIndex
+from retrieval.index.lexical import BM25Index
 
 MODES = ("dense", "code", "bm25", "dense+code", "dense+bm25")
 
 _CONFIG_FILE = "retriever.json"
-_WORD = re.compile(r"\w+")
-
-
-def bm25_tokens(text: str) -> list[str]:
-    """Lower-cased word tokens for the BM25 baseline."""
-    return _WORD.findall(text.lower())
 
 
 @dataclass(frozen=True)
@@ -59,7 +53,7 @@ class DualPathRetriever:
         dim: embedding dimension of the AMU and query vectors.
         identity: the fingerprinter identity (``codebook_size``, ``codebook_sha256``); the
             codebook size sets the topology's N_c and the identity is checked on load.
-        max_hops, alpha, self_term, aggregate: topology parameters (see CooccurrenceTopology).
+        params: Path B's topology parameters (:class:`isq.topology.TopologyParams`).
         dense_kind: faiss index kind (see DenseIndex); exact "flat" by default.
     """
 
@@ -67,10 +61,7 @@ class DualPathRetriever:
         self,
         dim: int,
         identity: Mapping[str, Any],
-        max_hops: int = 1,
-        alpha: float = 0.3,
-        self_term: bool = True,
-        aggregate: str = "sum",
+        params: TopologyParams = TopologyParams(),
         dense_kind: str = "flat",
     ) -> None:
         self.identity = normalise_identity(identity)
@@ -78,18 +69,12 @@ class DualPathRetriever:
             raise ValueError("a fingerprinter identity is required")
         self.dense = DenseIndex(dim, kind=dense_kind)
         self.topology = CooccurrenceTopology(
-            num_codes=self.identity["codebook_size"],
-            max_hops=max_hops,
-            alpha=alpha,
-            self_term=self_term,
-            aggregate=aggregate,
-            identity=self.identity,
-        )
+            num_codes=self.identity["codebook_size"], params=params, identity=self.identity)
         self.ids: list[str] = []
         self.texts: list[str] = []
         self.sources: list[dict[str, Any]] = []
         self._index_of: dict[str, int] = {}
-        self._bm25: BM25Okapi | None = None
+        self.lexical = BM25Index()
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -130,7 +115,7 @@ class DualPathRetriever:
             self.ids.append(amu_id)
             self.texts.append(text)
             self.sources.append(dict(source))
-        self._bm25 = None  # BM25Okapi cannot grow; rebuilt on the next BM25 query
+        self.lexical.add(texts)
 
     def retrieve(
         self,
@@ -185,16 +170,7 @@ class DualPathRetriever:
     def _bm25_hits(self, query_text: str | None, k: int, exclude: Sequence[int]) -> list[Hit]:
         if query_text is None:
             raise ValueError("BM25 modes need query_text")
-        tokens = bm25_tokens(query_text)
-        if not self.ids or not tokens or k == 0:
-            return []
-        if self._bm25 is None:
-            self._bm25 = BM25Okapi([bm25_tokens(text) for text in self.texts])
-        scores = np.asarray(self._bm25.get_scores(tokens), dtype=np.float64)
-        eligible = scores > 0
-        eligible[np.asarray(exclude, dtype=np.int64)] = False
-        indices = np.flatnonzero(eligible)
-        return self._hits("bm25", *select_top_k(indices, scores[indices], k))
+        return self._hits("bm25", *self.lexical.search(query_text, k, exclude))
 
     def save(self, directory: str | Path) -> None:
         """Write the bank: ``retriever.json`` (identity, ids, texts, sources), the dense index and
@@ -222,5 +198,6 @@ class DualPathRetriever:
         retriever = cls(dense.dim, record["identity"])
         retriever.dense, retriever.topology = dense, topology
         retriever.ids, retriever.texts, retriever.sources = record["ids"], record["texts"], record["sources"]
+        retriever.lexical.add(retriever.texts)
         retriever._index_of = {amu_id: i for i, amu_id in enumerate(retriever.ids)}
         return retriever

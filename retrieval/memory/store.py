@@ -1,264 +1,22 @@
-"""Atomic memory units (AMUs) and their durable, append-only SQLite store.
+"""The durable, append-only AMU store (SQLite in WAL mode).
 
-An AMU (MemCode key design 1, record schema of LycheeMemory Table 12; SPEC section 5) is one
-self-contained fact: pronouns and relative dates already resolved, absolute times attached,
-and a source pointer back to the original dialogue turns (MemCode's Lambda_src), so that the
-raw context can always be recovered. The store keeps the raw turns beside the units and records
-ingestion progress per conversation: a segment's turns, its units and its progress row commit
-in one transaction, so a crash loses at most the segment being processed.
+The store keeps the raw turns beside the units and records ingestion progress per
+conversation: a segment's turns, its units and its progress row commit in one transaction, so
+a crash loses at most the segment being processed.
 """
 
 from __future__ import annotations
 
-import calendar
 import json
-import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-
-MEMORY_TYPES = (
-    "fact", "preference", "event", "constraint", "procedure", "failure_pattern", "tool_affordance",
-)
-"""The finite memory-type schema of LycheeMemory section 3.3 / Table 12."""
-
-
-class AMUValidationError(ValueError):
-    """A record does not satisfy the AMU schema; the message names the offending field."""
-
-
-class InputFormatError(ValueError):
-    """An input file (LoCoMo JSON, JSONL turn stream) is malformed; the message names file and place."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Time values
-# ---------------------------------------------------------------------------------------------
-
-_YEAR = re.compile(r"^(\d{4})$")
-_MONTH = re.compile(r"^(\d{4})-(\d{2})$")
-_WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
-_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-
-
-def time_interval(value: str) -> tuple[datetime, datetime]:
-    """The closed interval of naive (UTC) datetimes an ISO 8601 time value covers.
-
-    Accepted forms: year ``2023``, month ``2023-05``, ISO week ``2023-W18``, day ``2023-05-07``,
-    datetime ``2023-05-08T13:56:00`` (an offset is converted to UTC), and intervals ``A/B`` of
-    those. Reduced precision is how an AMU says "last month" without inventing a day.
-    Raises ``ValueError`` for anything else.
-    """
-    if "/" in value:
-        first, _, second = value.partition("/")
-        start, end = time_interval(first)[0], time_interval(second)[1]
-        if end < start:
-            raise ValueError(f"interval {value!r} ends before it starts")
-        return start, end
-    try:
-        if match := _YEAR.match(value):
-            year = int(match[1])
-            return datetime(year, 1, 1), _end_of_day(date(year, 12, 31))
-        if match := _MONTH.match(value):
-            year, month = int(match[1]), int(match[2])
-            last = calendar.monthrange(year, month)[1]
-            return datetime(year, month, 1), _end_of_day(date(year, month, last))
-        if match := _WEEK.match(value):
-            monday = date.fromisocalendar(int(match[1]), int(match[2]), 1)
-            return datetime.combine(monday, datetime.min.time()), _end_of_day(monday + timedelta(days=6))
-        if _DAY.match(value):
-            day = date.fromisoformat(value)
-            return datetime.combine(day, datetime.min.time()), _end_of_day(day)
-        moment = datetime.fromisoformat(value)
-    except ValueError as err:
-        raise ValueError(f"{value!r} is not a valid ISO 8601 time value ({err})") from None
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
-    return moment, moment
-
-
-def _end_of_day(day: date) -> datetime:
-    return datetime.combine(day, datetime.max.time())
-
-
-def _iso(moment: datetime) -> str:
-    # Fixed-width strings compare in time order, which the SQL range query relies on.
-    return moment.isoformat(timespec="microseconds")
-
-
-# ---------------------------------------------------------------------------------------------
-# Records
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One raw dialogue turn, as ingested and as stored for source-pointer lookups."""
-
-    conversation_id: str
-    session_id: str
-    turn_id: str
-    speaker: str
-    text: str
-    session_time: datetime | None = None
-    image_caption: str | None = None
-
-    def render(self) -> str:
-        """``"Speaker: text [shares an image: caption]"``: the raw-turn form used for embedding,
-        prompts and the raw-turn fallback AMUs."""
-        caption = f" [shares an image: {self.image_caption}]" if self.image_caption else ""
-        return f"{self.speaker}: {self.text}{caption}"
-
-
-@dataclass(frozen=True)
-class SourcePointer:
-    """Where an AMU came from (MemCode Lambda_src): conversation, session, turn ids (LoCoMo
-    dia_ids), the speakers of those turns (their role in the dialogue) and the segment index."""
-
-    conversation_id: str
-    session_id: str
-    turn_ids: tuple[str, ...]
-    speakers: tuple[str, ...] = ()
-    segment: int | None = None
-
-
-_STRING_LIST = {"type": "array", "items": {"type": "string", "minLength": 1}}
-
-AMU_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["id", "text", "memory_type", "source", "timestamps", "entities", "tags", "archived"],
-    "properties": {
-        "id": {"type": "string", "minLength": 1},
-        "text": {"type": "string", "minLength": 1, "pattern": r"\S"},
-        "memory_type": {"enum": list(MEMORY_TYPES)},
-        "observed_at": {"type": ["string", "null"]},
-        "timestamps": _STRING_LIST,
-        "entities": _STRING_LIST,
-        "tags": _STRING_LIST,
-        "source": {
-            "type": "object",
-            "required": ["conversation_id", "session_id", "turn_ids", "speakers"],
-            "properties": {
-                "conversation_id": {"type": "string", "minLength": 1},
-                "session_id": {"type": "string", "minLength": 1},
-                "turn_ids": {**_STRING_LIST, "minItems": 1},
-                "speakers": _STRING_LIST,
-                "segment": {"type": ["integer", "null"], "minimum": 0},
-            },
-        },
-        "fingerprint": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 0}},
-        "archived": {"type": "boolean"},
-    },
-}
-"""JSON schema of :meth:`AMU.to_dict`; every AMU is checked against it on construction."""
-
-_AMU_VALIDATOR = Draft202012Validator(AMU_SCHEMA)
-
-
-def amu_id(conversation_id: str, segment: int, index: int) -> str:
-    """Deterministic AMU id: the k-th unit of a conversation's n-th segment."""
-    return f"{conversation_id}:{segment}:{index}"
-
-
-@dataclass(frozen=True)
-class AMU:
-    """An atomic memory unit.
-
-    ``observed_at`` is when the fact was stated (the session time, ISO datetime); ``timestamps``
-    are the absolute event or validity times it mentions (ISO values of :func:`time_interval`).
-    ``fingerprint`` is the ISQ code sequence S_fp(text) when a fingerprinter was used.
-    Sequences may be passed as lists; they are stored as tuples. Invalid values raise
-    :class:`AMUValidationError` naming the field.
-    """
-
-    id: str
-    text: str
-    memory_type: str
-    source: SourcePointer
-    observed_at: str | None = None
-    timestamps: tuple[str, ...] = ()
-    entities: tuple[str, ...] = ()
-    tags: tuple[str, ...] = ()
-    fingerprint: tuple[int, ...] | None = None
-    archived: bool = False
-
-    def __post_init__(self) -> None:
-        error = best_match(_AMU_VALIDATOR.iter_errors(self.to_dict()))
-        if error is not None:
-            where = ".".join(str(part) for part in error.path) or "(record)"
-            raise AMUValidationError(f"AMU {self.id!r}: field {where!r}: {error.message}")
-        for name in ("observed_at", "timestamps"):
-            values = getattr(self, name)
-            for value in [values] if isinstance(values, str) else values or ():
-                try:
-                    time_interval(value)
-                except ValueError as err:
-                    raise AMUValidationError(f"AMU {self.id!r}: field {name!r}: {err}") from None
-        # Freeze the sequences only after validation, so a bare string is rejected, not split.
-        for name in ("timestamps", "entities", "tags"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-        if self.fingerprint is not None:
-            object.__setattr__(self, "fingerprint", tuple(int(code) for code in self.fingerprint))
-        source = self.source
-        object.__setattr__(self, "source", SourcePointer(
-            source.conversation_id, source.session_id, tuple(source.turn_ids), tuple(source.speakers),
-            source.segment,
-        ))
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready form (lists for sequences)."""
-        source = self.source
-        return {
-            "id": self.id,
-            "text": self.text,
-            "memory_type": self.memory_type,
-            "observed_at": self.observed_at,
-            "timestamps": _listed(self.timestamps),
-            "entities": _listed(self.entities),
-            "tags": _listed(self.tags),
-            "source": {
-                "conversation_id": source.conversation_id,
-                "session_id": source.session_id,
-                "turn_ids": _listed(source.turn_ids),
-                "speakers": _listed(source.speakers),
-                "segment": source.segment,
-            },
-            "fingerprint": None if self.fingerprint is None else _listed(self.fingerprint),
-            "archived": self.archived,
-        }
-
-
-def _listed(value: Any) -> Any:
-    """Lists for list/tuple values; anything else unchanged, so the schema can reject it."""
-    return list(value) if isinstance(value, (list, tuple)) else value
-
-
-@dataclass(frozen=True)
-class SegmentRecord:
-    """The progress marker of one ingested segment. ``state`` is the extractor's disambiguation
-    state after the segment (LycheeMemory eq. 5), kept so that a resumed run rebuilds the same
-    reference context."""
-
-    conversation_id: str
-    seq: int
-    session_id: str
-    turn_ids: tuple[str, ...]
-    reason: str
-    state: str = ""
-    fallback: bool = False
-    amu_count: int = 0
-
-
-# ---------------------------------------------------------------------------------------------
-# Store
-# ---------------------------------------------------------------------------------------------
+from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn
+from retrieval.memory.times import iso_text, time_interval
 
 _SCHEMA_VERSION = 1
 
@@ -427,7 +185,7 @@ class AMUStore:
                        [(position, entity.casefold()) for entity in set(amu.entities)])
         times = ([amu.observed_at] if amu.observed_at else []) + list(amu.timestamps)
         db.executemany("INSERT INTO amu_times (amu, start, end) VALUES (?, ?, ?)",
-                       [(position, *map(_iso, time_interval(value))) for value in times])
+                       [(position, *map(iso_text, time_interval(value))) for value in times])
 
     def archive(self, amu_ids: Iterable[str]) -> None:
         """Mark units as archived (retired by consolidation); they stay readable."""
@@ -482,7 +240,7 @@ class AMUStore:
         low, high = time_interval(start)[0], time_interval(end)[1]
         where, params = self._filters(include_archived=include_archived)
         where.append("position IN (SELECT amu FROM amu_times WHERE start <= ? AND end >= ?)")
-        return list(self._select(where, params + [_iso(high), _iso(low)]))
+        return list(self._select(where, params + [iso_text(high), iso_text(low)]))
 
     def count(self, conversation_id: str | None = None, *, include_archived: bool = True) -> int:
         where, params = self._filters(conversation_id=conversation_id, include_archived=include_archived)
@@ -562,9 +320,3 @@ def _amu_from_row(row: sqlite3.Row) -> AMU:
 def _segment_from_row(row: sqlite3.Row) -> SegmentRecord:
     return SegmentRecord(row["conversation_id"], row["seq"], row["session_id"], tuple(json.loads(row["turn_ids"])),
                          row["reason"], row["state"], bool(row["fallback"]), row["amu_count"])
-
-
-__all__ = [
-    "AMU", "AMUStore", "AMUValidationError", "AMU_SCHEMA", "InputFormatError", "MEMORY_TYPES", "SegmentRecord",
-    "SourcePointer", "Turn", "amu_id", "time_interval",
-]

@@ -17,7 +17,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from retrieval.amu import InputFormatError, Turn
+from retrieval.extract.base import Extractor
+from retrieval.index.embed import Embedder
+from retrieval.memory.ingest import IngestStats, ingest_turns
+from retrieval.memory.records import InputFormatError, Turn
+from retrieval.memory.store import AMUStore
 
 LOCOMO_TIME_FORMAT = "%I:%M %p on %d %B, %Y"
 """strptime format of ``session_<n>_date_time`` values ("1:56 pm on 8 May, 2023")."""
@@ -165,7 +169,15 @@ def _field(mapping: Mapping[str, Any], name: str, kind: type, where: str) -> Any
     return value
 
 
+def ingest_locomo_conversation(conversation: LocomoConversation, store: AMUStore, embedder: Embedder,
+                               extractor: Extractor, **options: Any) -> IngestStats:
+    """Ingest one LoCoMo conversation, sessions in order (keyword options as :func:`ingest_turns`)."""
+    return ingest_turns(conversation.turns, store, embedder, extractor,
+                        participants={conversation.conversation_id: conversation.participants}, **options)
+
+
+
 __all__ = [
-    "LOCOMO_TIME_FORMAT", "LocomoConversation", "LocomoQuestion", "LocomoSession", "load_locomo",
+    "LOCOMO_TIME_FORMAT", "ingest_locomo_conversation", "LocomoConversation", "LocomoQuestion", "LocomoSession", "load_locomo",
     "parse_locomo_time",
 ]

@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from retrieval.amu import Turn
-from retrieval.embed import Embedder
+from retrieval.index.embed import Embedder
+from retrieval.memory.records import Turn
 
 # Why a segment was finalized (Algorithm B.1).
 SEMANTIC_BOUNDARY = "semantic_boundary"

@@ -1,0 +1,95 @@
+"""``ISQConfig``: every hyper-parameter of the ISQ model, with the SPEC / MemCode defaults.
+
+Saved inside every exported fingerprinter (``config.json``, key ``isq_config``) and read back by
+:meth:`ISQConfig.from_dict`, which names the first unknown or mistyped field.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+@dataclass
+class ISQConfig:
+    """Every hyper-parameter of the ISQ model (defaults = SPEC / MemCode paper)."""
+
+    encoder: str = "t5-base"
+    """Hugging Face name or path of the encoder (or ``offline:all-MiniLM-L6-v2``)."""
+    encoder_config: dict[str, Any] | None = None
+    """Build a randomly initialised encoder from this config instead (tests, smoke runs)."""
+    tokenizer: str | None = None
+    """Tokenizer name or path; defaults to ``encoder``."""
+    freeze_encoder: bool = False
+    code_dim: int = 256
+    kernel_size: int = 3
+    normalize_projection: str = "none"
+    """Normalisation of z after the convolution: "none" (SPEC), "token" or "layer"
+    (see :class:`isq.projection.StrideOneProjection`); guards against codebook collapse."""
+    num_codes: int = 1024
+    ema_decay: float = 0.99
+    ema_eps: float = 1e-5
+    beta: float = 0.10
+    lambda_vq: float = 1.0
+    lambda_ent: float = 0.01
+    lambda_rec: float = 0.0
+    """Weight of an optional token-reconstruction term (not in the SPEC; 0 = off): CE of each
+    input token given its own quantized code, through a linear head. It asks every code to
+    name its token; in the CPU ablations (docs/results.md) that made codes more word-like but
+    did not improve LoCoMo recall, so it is off in every shipped config."""
+    lambda_nce: float = 0.0
+    """Weight of an optional contrastive predictive-coding term (not in the SPEC; 0 = off):
+    InfoNCE between the soft code bags (:meth:`isq.quantizer.EMAQuantizer.code_distribution`)
+    of each context and of its own next turn, the other next turns of the batch as negatives.
+    It rewards what Path B's code matching needs: related utterances sharing codes."""
+    nce_temperature: float = 0.1
+    entropy_temperature: float = 1.0
+    revive_every: int = 20
+    revive_threshold: float = 1.0
+    kmeans_init: bool = True
+    decoder: dict[str, Any] = field(default_factory=dict)
+    """T5 decoder sizes (``d_model``, ``d_ff``, ``num_decoder_layers``, ``num_heads``, ``d_kv``)
+    for a fresh decoder. Ignored when the encoder is a pretrained T5, whose decoder is reused."""
+    max_length: int = 512
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ISQConfig:
+        """Build from saved values; a ValueError names the first unknown or mistyped field."""
+        if not isinstance(values, dict):
+            raise ValueError(f"ISQConfig needs a JSON object, got {type(values).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown ISQConfig field(s): {', '.join(unknown)}")
+        hints = typing.get_type_hints(cls)
+        for name, value in values.items():
+            if not _has_type(value, hints[name]):
+                raise ValueError(f"ISQConfig field {name!r} must be {_type_name(hints[name])}, got {value!r}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def encoder_is_pretrained(self) -> bool:
+        return self.encoder_config is None
+
+
+def _has_type(value: Any, hint: Any) -> bool:
+    """Whether a JSON value fits a field annotation (str, int, float, bool, dict, optional)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_has_type(value, arm) for arm in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    origin = typing.get_origin(hint) or hint
+    if origin is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, origin)
+
+
+def _type_name(hint: Any) -> str:
+    return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")

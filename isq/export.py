@@ -1,0 +1,162 @@
+"""The fingerprinter directory on disk: atomic, never-overwriting writes and verified reads.
+
+Format 2 (written now) records the SHA-256 of every file it writes in ``config.json``
+(``files``), so a truncated or edited weight file or a missing tokenizer file is refused by
+name. Format 1 (the first committed exports) has no file checksums; it is read with the checks
+that need none: required files present, every tensor present, of its shape and finite, and the
+codebook equal to the recorded codebook checksum.
+
+Nothing here imports the fingerprinter: :mod:`isq.fingerprint` builds on these functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+RUN_RECORD_NAME = "training_run.json"
+TOKENIZER_NAMES = ("tokenizer.json", "tokenizer_config.json")
+"""What ``tokenizer.save_pretrained`` writes for a fast tokenizer (and format 1 requires)."""
+META_FIELDS = {"isq_config": dict, "identity": dict, "frozen_encoder": bool}
+LEGACY_KEYS = {"codebook": "codebook.vectors"}
+"""Format 1 stored the codebook as a bare tensor; it is now a Codebook module's buffer."""
+
+
+class FingerprinterLoadError(ValueError):
+    """A fingerprinter directory cannot be used; the message names the file and the field."""
+
+
+class ExportExistsError(FileExistsError):
+    """The export directory exists and holds files; pass ``overwrite=True`` to replace it."""
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_directory(directory: Path, tensors: Mapping[str, Tensor], meta: dict[str, Any],
+                    write_tokenizer: Callable[[Path], Any], run_record: Mapping[str, Any] | None,
+                    overwrite: bool = False) -> Path:
+    """Write weights, tokenizer, run record and ``config.json`` into a temporary sibling
+    directory, then move it into place, so ``directory`` is always a complete export or absent.
+    An existing, non-empty ``directory`` raises :class:`ExportExistsError` unless ``overwrite``."""
+    directory = Path(directory)
+    if directory.exists() and not overwrite and (not directory.is_dir() or any(directory.iterdir())):
+        raise ExportExistsError(f"{directory} already exists and is not empty; choose another directory "
+                                "or overwrite it explicitly")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = directory.parent / f".{directory.name}.tmp-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(staging / WEIGHTS_NAME),
+                  metadata={"format": "pt"})
+        write_tokenizer(staging)
+        if run_record is not None:
+            (staging / RUN_RECORD_NAME).write_text(json.dumps(run_record, indent=2, default=str))
+        files = sorted(p.name for p in staging.iterdir() if p.name != RUN_RECORD_NAME)
+        meta = {"format_version": FORMAT_VERSION, **meta, "files": {name: sha256_file(staging / name) for name in files}}
+        (staging / CONFIG_NAME).write_text(json.dumps(meta, indent=2, default=str))
+        retired = directory.parent / f".{directory.name}.old-{os.getpid()}"
+        if directory.exists():
+            directory.rename(retired)
+        staging.rename(directory)
+        shutil.rmtree(retired, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return directory
+
+
+def read_meta(directory: Path) -> dict[str, Any]:
+    """``config.json``, checked: readable JSON, a supported format, the required fields typed,
+    and (format 2) every recorded file present with its checksum."""
+    path = directory / CONFIG_NAME
+    if not directory.is_dir():
+        raise FingerprinterLoadError(f"{directory}: fingerprinter directory not found")
+    if not path.is_file():
+        raise FingerprinterLoadError(f"{directory} is not a fingerprinter directory: {CONFIG_NAME} is missing")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise FingerprinterLoadError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(meta, dict):
+        raise FingerprinterLoadError(f"{path}: expected a JSON object")
+    if meta.get("format_version") not in READABLE_VERSIONS:
+        raise FingerprinterLoadError(f"{path}: field 'format_version': unsupported value "
+                                     f"{meta.get('format_version')!r} (readable: {READABLE_VERSIONS})")
+    for name, kind in META_FIELDS.items():
+        if not isinstance(meta.get(name), kind):
+            raise FingerprinterLoadError(f"{path}: field {name!r} is missing or not a {kind.__name__}")
+    required = [WEIGHTS_NAME, *TOKENIZER_NAMES] if meta["format_version"] == 1 else list(meta.get("files") or {})
+    if meta["format_version"] == 2 and WEIGHTS_NAME not in required:
+        raise FingerprinterLoadError(f"{path}: field 'files' does not list {WEIGHTS_NAME}")
+    for name in required:
+        if not (directory / name).is_file():
+            raise FingerprinterLoadError(f"{directory / name} is missing (listed in {path.name})")
+    for name, expected in (meta.get("files") or {}).items():
+        if sha256_file(directory / name) != expected:
+            raise FingerprinterLoadError(f"{directory / name}: SHA-256 differs from field 'files.{name}' of "
+                                         f"{path.name}: the file was changed or truncated after export")
+    return meta
+
+
+def read_tensors(directory: Path, expected: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """``model.safetensors``: exactly the ``expected`` names, each of its shape and finite."""
+    path = directory / WEIGHTS_NAME
+    try:
+        saved = load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise FingerprinterLoadError(f"{path}: not a readable safetensors file ({err})") from None
+    saved = {LEGACY_KEYS.get(key, key): value for key, value in saved.items()}
+    missing = sorted(set(expected) - set(saved))
+    if missing:
+        raise FingerprinterLoadError(f"{path}: missing tensor(s) {', '.join(missing[:5])}"
+                                     + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
+    unexpected = sorted(set(saved) - set(expected))
+    if unexpected:
+        raise FingerprinterLoadError(f"{path}: unexpected tensor(s) {', '.join(unexpected[:5])}")
+    for key, tensor in expected.items():
+        if tuple(saved[key].shape) != tuple(tensor.shape):
+            raise FingerprinterLoadError(
+                f"{path}: tensor {key} has shape {tuple(saved[key].shape)}, expected {tuple(tensor.shape)}")
+        if saved[key].is_floating_point() and not bool(torch.isfinite(saved[key]).all()):
+            raise FingerprinterLoadError(f"{path}: tensor {key} holds NaN or infinite values")
+    return saved
+
+
+def check_identity(directory: Path, recorded: Mapping[str, Any], loaded: Mapping[str, Any]) -> None:
+    """The loaded codebook must be the one whose checksum ``config.json`` recorded."""
+    for key in ("codebook_size", "codebook_sha256"):
+        if recorded.get(key) != loaded[key]:
+            raise FingerprinterLoadError(
+                f"{directory / CONFIG_NAME}: field 'identity.{key}' is {recorded.get(key)!r}, but the codebook in "
+                f"{WEIGHTS_NAME} gives {loaded[key]!r}")
+
+
+def read_run_record(directory: Path) -> dict[str, Any] | None:
+    path = directory / RUN_RECORD_NAME
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise FingerprinterLoadError(f"{path}: not valid JSON ({err})") from None

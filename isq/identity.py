@@ -1,0 +1,39 @@
+"""Fingerprinter identity: what makes two codebooks' codes comparable.
+
+Two fingerprinters with the same codebook size and codebook checksum assign the same code to
+the same vector, so anything built from one's codes (a topology, a retrieval bank, a store's
+cached fingerprints) can be used with the other; with any other fingerprinter it cannot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+IDENTITY_KEYS = ("codebook_size", "codebook_sha256")
+
+
+class IdentityMismatch(ValueError):
+    """Codes of one codebook were about to be used with another codebook."""
+
+
+def normalise_identity(identity: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Reduce a fingerprinter identity to the fields that decide what a code means (anything
+    else, e.g. the directory it was loaded from, is not compared)."""
+    if identity is None:
+        return None
+    missing = [key for key in IDENTITY_KEYS if key not in identity]
+    if missing:
+        raise ValueError(f"fingerprinter identity lacks {missing}: {dict(identity)}")
+    return {"codebook_size": int(identity["codebook_size"]), "codebook_sha256": str(identity["codebook_sha256"])}
+
+
+def check_identity(saved: Mapping[str, Any] | None, expected: Mapping[str, Any], what: str) -> None:
+    """Refuse ``what`` (built with identity ``saved``) for a caller whose fingerprinter is
+    ``expected``; a missing saved identity is refused too."""
+    saved_key, expected_key = normalise_identity(saved), normalise_identity(expected)
+    if saved_key is None or saved_key != expected_key:
+        raise IdentityMismatch(
+            f"{what} was built with fingerprinter identity {saved_key}, but it is being used with fingerprinter "
+            f"identity {expected_key}; codes of different codebooks are not comparable, rebuild it"
+        )

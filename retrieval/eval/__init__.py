@@ -1,0 +1,2 @@
+"""The LoCoMo evaluation: loading, evidence, metrics, configurations, construction, the run,
+rendering and paired statistics."""

@@ -1,0 +1,104 @@
+"""Memory construction for the evaluation: one retrieval bank per conversation and codebook, and
+the construction-cost ledger of the store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from isq.fingerprint import Fingerprinter
+from isq.topology import TopologyParams
+from retrieval.eval.configs import EvaluationError
+from retrieval.eval.metrics import mean
+from retrieval.memory.ingest import IngestStats
+from retrieval.memory.records import AMU
+from retrieval.retriever import DualPathRetriever
+
+STORE_DIR = "store"
+LEDGER_NAME = "construction.json"
+
+
+@dataclass
+class ConversationBank:
+    """One conversation's AMUs and its retrievers (one per codebook, same AMU order)."""
+
+    amus: list[AMU]
+    retrievers: dict[str, DualPathRetriever]
+
+    @property
+    def coverable(self) -> set[str]:
+        """Turn ids that some AMU points to: the most any retrieval can cover."""
+        return {turn_id for amu in self.amus for turn_id in amu.source.turn_ids}
+
+
+class ConstructionLedger:
+    """Construction cost per conversation in ``store/construction.json``, summed over the runs
+    that built parts of the store, so a rerun that reuses the store still reports what building
+    it cost. It also pins the extractor and embedder: a store built with others is refused."""
+
+    def __init__(self, store_dir: Path, extractor: str, embedder: str) -> None:
+        self.path = store_dir / LEDGER_NAME
+        saved = json.loads(self.path.read_text()) if self.path.is_file() else None
+        if saved is not None and (saved["extractor"], saved["embedder"]) != (extractor, embedder):
+            raise EvaluationError(f"{store_dir} was built with extractor {saved['extractor']!r} and embedder "
+                                  f"{saved['embedder']!r}, not {extractor!r} and {embedder!r}; use another --out")
+        self.record = saved or {"extractor": extractor, "embedder": embedder, "conversations": {}}
+
+    def add(self, conversation_id: str, stats: IngestStats) -> None:
+        entry = self.record["conversations"].setdefault(
+            conversation_id, {"seconds": 0.0, "llm_calls": 0, "tokens": 0})
+        if stats.segments == stats.resumed_segments:  # everything came from the store: nothing was spent
+            return
+        llm = stats.llm
+        entry["seconds"] += stats.wall_s
+        # cache hits stand for calls an earlier run paid for
+        entry["llm_calls"] += llm.http_calls + llm.cache_hits
+        entry["tokens"] += (llm.prompt_tokens + llm.completion_tokens + llm.cached_prompt_tokens
+                            + llm.cached_completion_tokens)
+        self.path.write_text(json.dumps(self.record, indent=2))
+
+    def total(self, conversation_ids: Iterable[str], key: str) -> float:
+        return sum(self.record["conversations"].get(cid, {}).get(key, 0) for cid in conversation_ids)
+
+
+def build_retriever(fingerprinter: Fingerprinter, amus: Sequence[AMU], embeddings: np.ndarray,
+                    params: TopologyParams) -> DualPathRetriever:
+    """A dual-path bank over ``amus`` with their fingerprints by ``fingerprinter``."""
+    retriever = DualPathRetriever(embeddings.shape[1], fingerprinter.identity, params=params)
+    prints = fingerprinter.fingerprint([amu.text for amu in amus])
+    sources = [{"session_id": amu.source.session_id, "turn_ids": list(amu.source.turn_ids)} for amu in amus]
+    retriever.add([amu.id for amu in amus], [amu.text for amu in amus], embeddings,
+                  [fp.codes for fp in prints], sources)
+    retriever.topology.prepare()
+    return retriever
+
+
+def codebook_diagnostics(fingerprinter: Fingerprinter, banks: Sequence[ConversationBank], codebook: str,
+                         query_codes: Sequence[frozenset[int]]) -> dict[str, Any]:
+    """How the codebook spreads over the AMU banks: codes in use, codes per AMU and query, and
+    how generic the codes are (a code in every AMU has IDF 0 and cannot discriminate)."""
+    used: set[int] = set()
+    per_amu, df_share, generic = [], [], []
+    for bank in banks:
+        topology = bank.retrievers[codebook].topology
+        incidence = topology.incidence
+        doc_freq = topology.doc_freq
+        units = max(topology.num_units, 1)
+        used.update(np.flatnonzero(doc_freq).tolist())
+        per_amu += np.diff(incidence.indptr).tolist()
+        df_share += (doc_freq[incidence.indices] / units).tolist()
+        generic.append(int((doc_freq >= 0.5 * units).sum()))
+    return {
+        "codebook_size": fingerprinter.codebook_size,
+        "codes_used": len(used),
+        "utilisation": len(used) / fingerprinter.codebook_size,
+        "mean_codes_per_amu": mean(per_amu),
+        "mean_codes_per_query": mean([len(codes) for codes in query_codes]),
+        "mean_amu_share_per_code": mean(df_share),
+        "codes_in_half_the_amus": mean(generic),
+    }

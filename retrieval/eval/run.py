@@ -1,0 +1,264 @@
+"""The LoCoMo evaluation run (SPEC section 6, MemCode's retrieval ablation).
+
+Per conversation the sessions are ingested in order into ``OUT/store`` (a rerun resumes and
+reuses it), every AMU is embedded and fingerprinted with each fingerprinter, and one
+:class:`DualPathRetriever` per codebook is built. Then every question of categories 1-4 is
+answered by retrieval alone and scored against its evidence dia_ids.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from isq.fingerprint import Fingerprinter
+from isq.topology import TopologyParams
+from retrieval.eval.answers import AnswerStage, run_answer_stage
+from retrieval.eval.bank import (
+    STORE_DIR,
+    ConstructionLedger,
+    ConversationBank,
+    build_retriever,
+    codebook_diagnostics,
+)
+from retrieval.eval.configs import (
+    KMEANS,
+    TRAINED,
+    EvaluationError,
+    RetrievalConfig,
+    default_configs,
+    resolve_configs,
+    sweep_grid,
+)
+from retrieval.eval.evidence import CATEGORY_NAMES, EvalQuestion, EvidenceReport, select_questions
+from retrieval.eval.locomo import LocomoConversation, ingest_locomo_conversation
+from retrieval.eval.metrics import EvidenceScore, covered_turns, mean, score_evidence, summarise, tied_at_cut
+from retrieval.eval.render import plot_recall, render_markdown
+from retrieval.extract.base import Extractor
+from retrieval.extract.rules import RuleExtractor
+from retrieval.index.embed import Embedder
+from retrieval.memory.store import AMUStore
+from retrieval.retriever import Hit
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class QuerySet:
+    """The scored questions with their embeddings and, per codebook, their fingerprint code sets."""
+
+    questions: list[EvalQuestion]
+    embeddings: np.ndarray
+    codes: dict[str, list[frozenset[int]]]
+
+
+def retrieve_all(config: RetrievalConfig, banks: Mapping[str, ConversationBank], queries: QuerySet) -> list[list[Hit]]:
+    """The hits of ``config`` for every question, in question order."""
+    results = []
+    for i, question in enumerate(queries.questions):
+        retriever = banks[question.conversation_id].retrievers[config.codebook]
+        results.append(retriever.retrieve(
+            query_text=question.question, query_embedding=queries.embeddings[i],
+            query_codes=queries.codes[config.codebook][i] if config.uses_codes else None,
+            k_dense=config.k_dense, k_code=config.k_code, mode=config.mode,
+        ))
+    return results
+
+
+def score_config(queries: QuerySet, hits: Sequence[Sequence[Hit]]) -> tuple[dict[str, Any], list[EvidenceScore]]:
+    """Per-question evidence scores of one configuration and their summary, with the mean number
+    of AMUs retrieved (to check the budget was used) and, for a configuration with a code or BM25
+    path, the mean :func:`tied_at_cut` of that path."""
+    scores = [score_evidence(q.evidence, covered_turns(h)) for q, h in zip(queries.questions, hits, strict=True)]
+    summary = summarise(
+        (q.category_name, {"recall": s.recall, "hit": float(s.hit), "complete": float(s.complete)})
+        for q, s in zip(queries.questions, scores, strict=True)
+    )
+    summary["overall"]["mean_retrieved"] = mean([len(h) for h in hits])
+    ties = [share for share in map(tied_at_cut, hits) if share is not None]
+    if ties:
+        summary["overall"]["tied_at_cut"] = mean(ties)
+    return summary, scores
+
+
+def run_sweep(configs: Sequence[RetrievalConfig], banks: Mapping[str, ConversationBank], queries: QuerySet,
+              grid: Sequence[TopologyParams], restore: TopologyParams) -> list[dict[str, Any]]:
+    """Score the Path B ``configs`` under every topology setting of ``grid`` on the built banks
+    (only the topology parameters change between settings), then put ``restore`` back."""
+    rows = []
+    for params in grid:
+        for bank in banks.values():
+            for retriever in bank.retrievers.values():
+                retriever.topology.params = params
+        summaries = {config.name: score_config(queries, retrieve_all(config, banks, queries))[0]
+                     for config in configs}
+        rows.append({**params.to_dict(), "configs": summaries})
+    for bank in banks.values():
+        for retriever in bank.retrievers.values():
+            retriever.topology.params = restore
+    return rows
+
+
+def recommend(rows: Sequence[Mapping[str, Any]], config_name: str) -> dict[str, Any]:
+    """The sweep setting with the best overall recall of ``config_name``; ties go to the better
+    multi-hop recall, then to fewer hops (the simpler walk)."""
+
+    def key(row: Mapping[str, Any]) -> tuple[float, float, int]:
+        summary = row["configs"][config_name]
+        multi = summary["by_category"].get("multi-hop", {}).get("recall", 0.0)
+        return summary["overall"]["recall"], multi, -row["max_hops"]
+
+    best = max(rows, key=key)
+    return {k: best[k] for k in ("max_hops", "alpha", "self_term", "aggregate")} | {
+        "config": config_name, "overall": best["configs"][config_name]["overall"],
+        "by_category": best["configs"][config_name]["by_category"],
+    }
+
+
+def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mapping[str, Fingerprinter],
+             embedder: Embedder, out_dir: str | Path, *, extractor: Extractor | None = None,
+             extractor_name: str = "rule", configs: Sequence[str] | None = None, k_dense: int = 20,
+             k_code: int = 20, topology: TopologyParams | None = None, sweep: bool = False,
+             answer_stage: AnswerStage | None = None, answer_configs: Sequence[str] = (),
+             settings: Mapping[str, Any] | None = None, progress: bool = True) -> dict[str, Any]:
+    """Run the evaluation and write its reports to ``out_dir``; returns ``results.json``'s content.
+
+    ``fingerprinters`` maps ``"trained"`` (required) and optionally ``"kmeans"`` to loaded
+    fingerprinters. ``configs`` defaults to :func:`default_configs`. ``extractor`` defaults to
+    the :class:`RuleExtractor`; ``extractor_name`` and ``embedder.name`` are pinned in the store.
+    ``answer_configs`` are answered when ``answer_stage`` is given. ``topology`` defaults to
+    :class:`TopologyParams`'s defaults. ``settings`` is recorded as is.
+    """
+    started = time.perf_counter()
+    topology = topology or TopologyParams()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if TRAINED not in fingerprinters:
+        raise EvaluationError("a trained fingerprinter is required")
+    names = list(configs) if configs is not None else default_configs(k_dense, k_code, KMEANS in fingerprinters)
+    selected = resolve_configs(names, fingerprinters, answer_configs)
+    extractor = extractor or RuleExtractor()
+    store_dir = out_dir / STORE_DIR
+    ledger = ConstructionLedger(store_dir, extractor_name, getattr(embedder, "name", type(embedder).__name__))
+
+    with AMUStore(store_dir) as store:
+        # -- construction: ingest (or reuse), embed, fingerprint, index
+        report = EvidenceReport()
+        banks: dict[str, ConversationBank] = {}
+        timings: Counter[str] = Counter()
+        resumed = 0
+        questions: list[EvalQuestion] = []
+        for conversation in conversations:
+            cid = conversation.conversation_id
+            logger.info("%s: ingesting %d turns", cid, len(conversation.turns))
+            stats = ingest_locomo_conversation(conversation, store, embedder, extractor, progress=progress)
+            ledger.add(cid, stats)
+            timings["ingest"] += stats.wall_s
+            resumed += stats.resumed_segments
+            amus = list(store.amus(cid))
+            tick = time.perf_counter()
+            embeddings = embedder.encode([amu.text for amu in amus])
+            timings["embed"] += time.perf_counter() - tick
+            retrievers = {}
+            for codebook, fingerprinter in fingerprinters.items():
+                tick = time.perf_counter()
+                retrievers[codebook] = build_retriever(fingerprinter, amus, embeddings, topology)
+                timings[f"index_{codebook}"] += time.perf_counter() - tick
+            banks[cid] = ConversationBank(amus, retrievers)
+            questions += select_questions(conversation, report)
+            logger.info("%s: %d AMUs", cid, len(amus))
+
+        # -- queries: one batched embedding call, one fingerprinting call per codebook
+        tick = time.perf_counter()
+        texts = [q.question for q in questions]
+        queries = QuerySet(questions, embedder.encode(texts),
+                           {name: [fp.codes for fp in fp_model.fingerprint(texts)]
+                            for name, fp_model in fingerprinters.items()})
+        timings["queries"] = time.perf_counter() - tick
+
+        # -- retrieval
+        tick = time.perf_counter()
+        config_results, per_question, all_hits = {}, {}, {}
+        for config in selected:
+            all_hits[config.name] = retrieve_all(config, banks, queries)
+            config_results[config.name], per_question[config.name] = score_config(queries, all_hits[config.name])
+        timings["retrieval"] = time.perf_counter() - tick
+        _write_questions(out_dir / "questions.jsonl", queries.questions, per_question)
+
+        coverable = {cid: bank.coverable for cid, bank in banks.items()}
+        ceiling = summarise(
+            (q.category_name, {"recall": score_evidence(q.evidence, coverable[q.conversation_id]).recall})
+            for q in questions
+        )
+        ids = [c.conversation_id for c in conversations]
+        construction = {
+            "seconds": ledger.total(ids, "seconds") + timings["embed"] + timings[f"index_{TRAINED}"],
+            "amus": sum(store.count(cid) for cid in ids),
+            "segments": sum(len(store.segments(cid)) for cid in ids),
+            "llm_calls": int(ledger.total(ids, "llm_calls")),
+            "tokens": int(ledger.total(ids, "tokens")),
+            "ingest_seconds": ledger.total(ids, "seconds"),
+            "extractor": extractor_name,
+            "this_run": {"resumed_segments": resumed, **{f"{k}_seconds": round(v, 2) for k, v in timings.items()}},
+        }
+        results: dict[str, Any] = {
+            "configs": config_results,
+            "construction": construction,
+            "evidence": report.to_dict() | {"recall_ceiling": ceiling},
+            "codebooks": {name: codebook_diagnostics(fp_model, list(banks.values()), name, queries.codes[name])
+                          for name, fp_model in fingerprinters.items()},
+            "settings": {**(settings or {}), "configs": names, "k_dense": k_dense, "k_code": k_code,
+                         "topology": topology.to_dict(), "categories": {str(k): v for k, v in CATEGORY_NAMES.items()},
+                         "conversations": ids},
+        }
+
+        # -- sweep over the topology parameters, on the same banks
+        if sweep:
+            swept = [c for c in selected if c.uses_codes]
+            if not swept:
+                raise EvaluationError("--sweep needs a configuration with a codebook path")
+            tick = time.perf_counter()
+            rows = run_sweep(swept, banks, queries, sweep_grid(), topology)
+            primary = next((c.name for c in swept if c.mode == "dense+code" and c.codebook == TRAINED), swept[0].name)
+            (out_dir / "sweep.json").write_text(json.dumps(rows, indent=2))
+            results["sweep"] = {"file": "sweep.json", "settings": len(rows), "configs": [c.name for c in swept],
+                                "seconds": round(time.perf_counter() - tick, 2),
+                                "recommended": recommend(rows, primary)}
+        else:
+            rows = []
+
+        # -- optional answer stage
+        if answer_stage is not None and answer_configs:
+            logger.info("answering %d questions x %d configurations", len(questions), len(answer_configs))
+            results["answers"] = run_answer_stage(answer_stage, answer_configs, questions, all_hits, banks, store,
+                                                  out_dir)
+        else:
+            results["answers"] = {"status": "skipped", "note": (
+                "no LLM endpoint configured: set ISQ_LLM_BASE_URL and ISQ_LLM_MODEL (and ISQ_LLM_API_KEY if "
+                "needed) or pass --llm-base-url/--llm-model" if answer_stage is None
+                else "no answer configuration selected (--answer-configs)")}
+
+    results["wall_seconds"] = time.perf_counter() - started
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    plot_recall(results, out_dir / "recall.png")
+    (out_dir / "results.md").write_text(render_markdown(results, rows))
+    return results
+
+
+def _write_questions(path: Path, questions: Sequence[EvalQuestion],
+                     per_question: Mapping[str, Sequence[EvidenceScore]]) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        for i, q in enumerate(questions):
+            handle.write(json.dumps({
+                "conversation": q.conversation_id, "qa_index": q.qa_index, "category": q.category_name,
+                "question": q.question, "evidence": list(q.evidence),
+                "found": {name: list(scores[i].found) for name, scores in per_question.items()},
+            }, ensure_ascii=False) + "\n")

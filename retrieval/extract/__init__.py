@@ -1,0 +1,1 @@
+"""Segment-level memory encoding: relative dates, pronouns, the rule and the LLM extractors."""

@@ -1,0 +1,104 @@
+"""What every extractor shares: the result type, the interface, the reference context and the
+AMU constructors (LycheeMemory section 3.3 / C.2, MemCode key design 1).
+
+One extraction call per finalized segment turns its turns into AMUs. A segment whose extraction
+fails is kept as raw-turn AMUs (:func:`raw_turn_amus`), never dropped.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from retrieval.llm import LLMUsage
+from retrieval.memory.records import AMU, SourcePointer, Turn, amu_id
+from retrieval.memory.segmenter import Segment
+
+
+@dataclass
+class Extraction:
+    """The AMUs of one segment, the extractor's disambiguation state after it (eq. 5), and
+    whether the segment fell back to raw-turn AMUs."""
+
+    amus: list[AMU]
+    state: str = ""
+    fallback: bool = False
+
+
+class ReferenceContext:
+    """LycheeMemory's reference context rho (eq. 7): the latest disambiguation state (at most
+    1,200 characters) and summaries of recent records of the same session (at most 12 records
+    and 2,400 characters, newest kept). ``participants`` are the conversation's speakers."""
+
+    def __init__(self, participants: Sequence[str], disambiguation_chars: int = 1200,
+                 recent_chars: int = 2400, recent_records: int = 12) -> None:
+        self.participants = tuple(participants)
+        self.disambiguation_chars = disambiguation_chars
+        self.recent_chars = recent_chars
+        self.disambiguation = ""
+        self.recent: deque[str] = deque(maxlen=recent_records)
+        self.session_id: str | None = None
+
+    def enter(self, session_id: str) -> None:
+        """Call before each segment: recent records only carry over within a session."""
+        if session_id != self.session_id:
+            self.recent.clear()
+            self.session_id = session_id
+
+    def record(self, state: str, texts: Sequence[str]) -> None:
+        """Fold in a finished segment: its state replaces the old one, its records join the recent."""
+        self.disambiguation = state[: self.disambiguation_chars]
+        self.recent.extend(texts)
+
+    def render(self) -> str:
+        """The bounded context text ('' when there is nothing yet)."""
+        kept: list[str] = []
+        used = 0
+        for text in reversed(self.recent):
+            line = f"- {text}"
+            if used + len(line) + 1 > self.recent_chars:
+                break
+            kept.append(line)
+            used += len(line) + 1
+        parts = []
+        if self.disambiguation:
+            parts.append(f"Disambiguation state:\n{self.disambiguation}")
+        if kept:
+            parts.append("Recent records of this session:\n" + "\n".join(reversed(kept)))
+        return "\n\n".join(parts)
+
+
+class Extractor(Protocol):
+    """One call per finalized segment."""
+
+    usage: LLMUsage
+
+    def extract(self, segment: Segment, context: ReferenceContext) -> Extraction: ...
+
+
+def session_time(segment: Segment) -> datetime | None:
+    return segment.turns[0].session_time
+
+
+def make_amu(segment: Segment, index: int, text: str, memory_type: str, turns: Sequence[Turn], *,
+              timestamps: Sequence[str] = (), entities: Sequence[str] = (), tags: Sequence[str] = ()) -> AMU:
+    when = session_time(segment)
+    return AMU(
+        id=amu_id(segment.conversation_id, segment.seq, index),
+        text=text,
+        memory_type=memory_type,
+        source=SourcePointer(segment.conversation_id, segment.session_id, tuple(t.turn_id for t in turns),
+                             tuple(dict.fromkeys(t.speaker for t in turns)), segment.seq),
+        observed_at=when.isoformat() if when else None,
+        timestamps=tuple(timestamps),
+        entities=tuple(entities),
+        tags=tuple(tags),
+    )
+
+
+def raw_turn_amus(segment: Segment) -> list[AMU]:
+    """The fallback: one ``fact`` AMU per turn, text ``"Speaker: text"`` (image caption kept)."""
+    return [make_amu(segment, index, turn.render(), "fact", [turn]) for index, turn in enumerate(segment.turns)]

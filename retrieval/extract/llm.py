@@ -1,0 +1,140 @@
+"""Extraction through an OpenAI-compatible chat endpoint (LycheeMemory C.2, Table 11)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from retrieval.extract.base import Extraction, ReferenceContext, make_amu, raw_turn_amus, session_time
+from retrieval.llm import ChatClient, InvalidResponse, LLMUsage
+from retrieval.memory.records import MEMORY_TYPES, AMUValidationError
+from retrieval.memory.segmenter import Segment
+
+logger = logging.getLogger(__name__)
+
+
+_ISO_TIME = r"^\d{4}(-W\d{2}|-\d{2}(-\d{2}([T ][0-9:.]+([+-]\d{2}:?\d{2}|Z)?)?)?)?(/.+)?$"
+
+SYSTEM_PROMPT = f"""You turn one segment of a dialogue into atomic memory records.
+Each record states one self-contained fact that can be understood without the dialogue:
+- replace pronouns, nicknames and elliptical mentions with canonical names;
+- rewrite relative dates and times (yesterday, last week, next month, ...) as absolute dates, using
+  the session date;
+- keep names, numbers, places and dates exact; cover every informative turn, skip pure greetings.
+Return only a JSON object, without markdown fences:
+{{"records": [{{"text": "...", "memory_type": "...", "entities": ["..."], "tags": ["..."],
+  "timestamps": ["..."], "turn_ids": ["..."]}}],
+ "disambiguation": "..."}}
+memory_type is one of: {", ".join(MEMORY_TYPES)}.
+entities: canonical names of people, places, organisations and things; tags: short topic tags.
+timestamps: ISO 8601 values of the times the fact refers to (YYYY, YYYY-MM, YYYY-MM-DD, YYYY-Www or
+an interval A/B); empty when none. turn_ids: the ids of the turns the fact comes from.
+disambiguation: at most 1200 characters of notes for later segments (canonical names, aliases,
+what pronouns refer to). The reference context is read-only background: extract nothing from it."""
+
+
+class LLMExtractor:
+    """Extraction through an OpenAI-compatible endpoint (:class:`ChatClient`; the keyword
+    options are its options). Temperature 0 and a raw JSON object answer (Table 11).
+
+    Each response is checked against a per-segment JSON schema (record fields, memory types,
+    turn ids of this segment) and turned into AMUs; invalid JSON and schema violations are
+    retried like HTTP errors, and only validated responses are cached. When retries are
+    exhausted the segment becomes raw-turn AMUs and ``usage.fallback_segments`` counts it.
+    """
+
+    def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
+                 **options: Any) -> None:
+        self.client = ChatClient(base_url, model, api_key, **options)
+
+    @property
+    def endpoint(self) -> str:
+        return self.client.endpoint
+
+    @property
+    def model(self) -> str:
+        return self.client.model
+
+    @property
+    def api_key(self) -> str | None:
+        return self.client.api_key
+
+    @property
+    def usage(self) -> LLMUsage:
+        return self.client.usage
+
+    def extract(self, segment: Segment, context: ReferenceContext) -> Extraction:
+        validator = Draft202012Validator(self._schema(segment))
+        extraction = self.client.complete(self.messages(segment, context),
+                                          lambda content: self._parse(content, segment, validator),
+                                          label=f"segment {segment.conversation_id}/{segment.seq}")
+        if extraction is not None:
+            return extraction
+        self.usage.fallback_segments += 1
+        logger.warning("segment %s/%d kept as raw turns after %d attempts",
+                       segment.conversation_id, segment.seq, self.client.max_retries + 1)
+        return Extraction(raw_turn_amus(segment), state=context.disambiguation, fallback=True)
+
+    def messages(self, segment: Segment, context: ReferenceContext) -> list[dict[str, str]]:
+        """The chat messages for one segment (system instructions, then date, context, turns)."""
+        when = session_time(segment)
+        lines = [f"Session date: {when:%A, %d %B %Y, %H:%M}" if when else "Session date: unknown"]
+        if context.participants:
+            lines.append("Participants: " + ", ".join(context.participants))
+        reference = context.render()
+        if reference:
+            lines += ["", "Reference context (read-only):", reference]
+        lines += ["", "Segment turns:"] + [f"[{turn.turn_id}] {turn.render()}" for turn in segment.turns]
+        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
+
+    @staticmethod
+    def _schema(segment: Segment) -> dict[str, Any]:
+        strings = {"type": "array", "items": {"type": "string", "minLength": 1}}
+        record = {
+            "type": "object",
+            "required": ["text", "memory_type", "turn_ids"],
+            "properties": {
+                "text": {"type": "string", "minLength": 1},
+                "memory_type": {"enum": list(MEMORY_TYPES)},
+                "entities": strings,
+                "tags": strings,
+                "timestamps": {"type": "array", "items": {"type": "string", "pattern": _ISO_TIME}},
+                "turn_ids": {"type": "array", "minItems": 1,
+                             "items": {"enum": [turn.turn_id for turn in segment.turns]}},
+            },
+        }
+        return {
+            "type": "object",
+            "required": ["records"],
+            "properties": {"records": {"type": "array", "items": record}, "disambiguation": {"type": "string"}},
+        }
+
+    @staticmethod
+    def _parse(content: str, segment: Segment, validator: Draft202012Validator) -> Extraction:
+        # Some models wrap JSON in a markdown fence despite the instruction; unwrap it.
+        content = re.sub(r"^\s*```(?:json)?\s*|\s*```\s*$", "", content)
+        try:
+            answer = json.loads(content)
+        except json.JSONDecodeError as err:
+            raise InvalidResponse(f"content is not JSON: {err}") from None
+        error = best_match(validator.iter_errors(answer))
+        if error is not None:
+            where = "/".join(str(part) for part in error.path) or "(root)"
+            raise InvalidResponse(f"schema violation at {where}: {error.message}")
+        by_id = {turn.turn_id: turn for turn in segment.turns}
+        try:
+            amus = [
+                make_amu(segment, index, record["text"].strip(), record["memory_type"],
+                          [by_id[turn_id] for turn_id in dict.fromkeys(record["turn_ids"])],
+                          timestamps=record.get("timestamps", []), entities=record.get("entities", []),
+                          tags=record.get("tags", []))
+                for index, record in enumerate(answer["records"])
+            ]
+        except AMUValidationError as err:
+            raise InvalidResponse(str(err)) from None
+        return Extraction(amus, state=answer.get("disambiguation", ""))

@@ -1,0 +1,90 @@
+"""First- and second-person pronouns replaced by the speaker's and the addressee's names."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+_ADVERBS = ("really", "just", "also", "always", "still", "never", "actually", "totally", "definitely", "usually",
+            "often", "sometimes", "truly", "absolutely", "already", "even", "only", "kinda", "honestly")
+# Present-tense verbs conjugated after a resolved "I"/"you" ("I love" -> "Caroline loves"). A closed
+# list, because guessing whether an arbitrary word is a present-tense verb would mangle past forms.
+_VERBS = ("love", "like", "want", "need", "think", "feel", "know", "hope", "guess", "mean", "plan", "enjoy",
+          "believe", "wish", "miss", "prefer", "hate", "remember", "agree", "appreciate", "understand", "see",
+          "try", "go", "work", "live", "play", "paint", "run", "write", "cook", "use", "get", "make",
+          "take", "find", "keep", "say", "look", "wonder", "care", "admire", "adore", "dream", "struggle",
+          "volunteer", "teach", "study", "practice", "own", "collect", "dance", "sing", "swim", "watch")
+_ADVERB_RUN = r"((?:(?:" + "|".join(_ADVERBS) + r")\s+)*)"
+# The verb keeps its base form after an auxiliary ("can you see") or a causative/perception verb
+# ("makes you feel"), where the pronoun is not the subject of a present-tense verb.
+_BASE_FORM_TRIGGERS = ("do", "does", "did", "can", "could", "will", "would", "should", "might", "must", "shall",
+                       "may", "make", "makes", "made", "let", "lets", "help", "helps", "helped", "see", "saw",
+                       "watch", "hear", "heard", "have", "had", "to", "n't", "n’t")
+_NOT_AFTER_BASE_FORM = "".join(rf"(?<!{re.escape(word)} )" for word in _BASE_FORM_TRIGGERS)
+_APOS = r"['’]"
+
+
+def _third_person(verb: str) -> str:
+    lower = verb.lower()
+    if lower == "go":
+        return "goes"
+    if re.search(r"[^aeiou]y$", lower):
+        return verb[:-1] + "ies"
+    if re.search(r"(s|sh|ch|x|z)$", lower):
+        return verb + "es"
+    return verb + "s"
+
+
+def _pronoun_rules(person: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str], str], str]]]:
+    """Ordered (pattern, replacement) rules for first ("I") or second ("you") person."""
+    subj = r"I" if person == "first" else r"you"
+    be_past = "was" if person == "first" else "were"
+    rules: list[tuple[str, Callable[[re.Match[str], str], str]]] = [
+        (rf"\b{subj}{_APOS}m\b" if person == "first" else rf"\byou{_APOS}re\b", lambda m, n: f"{n} is"),
+        (rf"\b{subj}\s+{'am' if person == 'first' else 'are'}\b", lambda m, n: f"{n} is"),
+        (rf"\b{'am' if person == 'first' else 'are'}\s+{subj}\b", lambda m, n: f"is {n}"),
+        (rf"\b{subj}{_APOS}ve\b", lambda m, n: f"{n} has"),
+        (rf"\b{subj}{_APOS}d\s+been\b", lambda m, n: f"{n} had been"),
+        (rf"\b{subj}{_APOS}d\b", lambda m, n: f"{n} would"),
+        (rf"\b{subj}{_APOS}ll\b", lambda m, n: f"{n} will"),
+        (rf"\b{subj}\s+{be_past}\b", lambda m, n: f"{n} was"),
+        (rf"\b{be_past}\s+{subj}\b", lambda m, n: f"was {n}"),
+        (rf"\b{subj}\s+{_ADVERB_RUN}(have|do)(n{_APOS}t)?\b",
+         lambda m, n: f"{n} {m[1]}{'has' if m[2].lower() == 'have' else 'does'}{m[3] or ''}"),
+        (rf"\b(have|do)(n{_APOS}t)?\s+{subj}\b",
+         lambda m, n: f"{'has' if m[1].lower() == 'have' else 'does'}{m[2] or ''} {n}"),
+        (rf"{_NOT_AFTER_BASE_FORM}\b{subj}\s+{_ADVERB_RUN}({'|'.join(_VERBS)})\b",
+         lambda m, n: f"{n} {m[1]}{_third_person(m[2])}"),
+    ]
+    if person == "first":
+        rules += [
+            (r"\b(?:my|mine)\b", lambda m, n: f"{n}'s"),
+            (r"\b(?:I|me|myself)\b", lambda m, n: n),
+        ]
+    else:
+        rules += [
+            (r"\b(?:your|yours)\b", lambda m, n: f"{n}'s"),
+            (r"\b(?:you|yourself|yourselves)\b", lambda m, n: n),
+        ]
+    return [(re.compile(pattern, re.IGNORECASE), build) for pattern, build in rules]
+
+
+_FIRST_PERSON = _pronoun_rules("first")
+_SECOND_PERSON = _pronoun_rules("second")
+
+
+def resolve_pronouns(text: str, speaker: str, addressee: str | None) -> str:
+    """Replace first-person pronouns with the speaker's name and second-person ones with the
+    addressee's (left alone when unknown), fixing agreement for be/have/do, contractions and
+    common present-tense verbs: "I am" -> "Caroline is", "my" -> "Caroline's", "do you" ->
+    "does Melanie". Reflexives become the bare name."""
+    for rules, name in ((_FIRST_PERSON, speaker), (_SECOND_PERSON, addressee)):
+        if name is None:
+            continue
+        for pattern, build in rules:
+            text = pattern.sub(lambda m, build=build, name=name: _keep_case(m[0], build(m, name)), text)
+    return text
+
+
+def _keep_case(original: str, replacement: str) -> str:
+    return replacement[0].upper() + replacement[1:] if original[:1].isupper() else replacement

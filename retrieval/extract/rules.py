@@ -1,0 +1,138 @@
+"""The offline, deterministic extractor: one AMU per informative turn."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from retrieval.extract.base import Extraction, ReferenceContext, make_amu
+from retrieval.extract.dates import WEEKDAYS, resolve_relative_dates
+from retrieval.extract.pronouns import resolve_pronouns
+from retrieval.llm import LLMUsage
+from retrieval.memory.records import AMU, Turn
+from retrieval.memory.segmenter import Segment
+
+_STOPWORDS = frozenset("""
+a about above after again against all am an and any are as at be because been before being below between both
+but by can could did do does doing down during each few for from further had has have having he her here hers
+herself him himself his how i if in into is it its itself just let me more most my myself no nor not now of off
+on once only or other our ours ourselves out over own same she should so some such than that the their theirs
+them themselves then there these they this those through to too under until up very was we were what when where
+which while who whom why will with would you your yours yourself yourselves s t don didn doesn isn wasn aren
+weren won wouldn couldn shouldn ll re ve d m it's that's what's i'm i've i'd i'll you're you've you'd you'll
+there's here's let's can't don't didn't doesn't isn't wasn't won't
+""".split())
+# Greetings, thanks and acknowledgements: a turn made only of these (plus names) carries no fact.
+_FILLERS = frozenset("""
+hi hey hello hiya yo bye goodbye thanks thank ok okay yeah yes yep yup no nope sure cool wow great awesome nice
+lol haha oh ah hmm good glad see talk soon later take care cheers congrats congratulations amazing totally
+definitely right agreed same much really well welcome pleasure night morning evening day anytime again
+absolutely exactly true love lovely sounds sound fun happy hear gonna keep going luck best wishes
+""".split())
+_MONTHS = frozenset(("january", "february", "march", "april", "may", "june", "july", "august", "september",
+                     "october", "november", "december"))
+_NOT_NAMES = _STOPWORDS | _FILLERS | _MONTHS | frozenset(WEEKDAYS)
+_WORD = re.compile(r"[A-Za-z][A-Za-z'’]*")
+_PROPER = re.compile(r"\b[A-Z][\w'’&\-]*(?:\s+[A-Z][\w'’&\-]*)*")
+
+_PREFERENCE = re.compile(r"\b(love|loves|like|likes|enjoy|enjoys|prefer|prefers|favou?rite|hate|hates|"
+                         r"fan of|passionate about|dislike|dislikes)\b", re.IGNORECASE)
+_CONSTRAINT = re.compile(r"\b(can['’]?t|cannot|must|have to|has to|need to|needs to|allergic|not allowed|"
+                         r"unable)\b", re.IGNORECASE)
+_PROCEDURE = re.compile(r"\b(step by step|steps?|recipe|how to|instructions|tutorial)\b", re.IGNORECASE)
+_PAST_EVENT = re.compile(r"\b(went|visited|attended|joined|started|finished|bought|moved|met|won|lost|celebrated|"
+                         r"graduated|adopted|painted|signed|received|traveled|travelled|married|ran|took|built|"
+                         r"launched|got)\b", re.IGNORECASE)
+
+
+def _content_words(text: str, names: set[str]) -> list[str]:
+    words = (re.sub(r"['’]s$", "", word.lower()).strip("'’") for word in _WORD.findall(text))
+    return [w for w in words if w not in _NOT_NAMES and w not in names and len(w) > 1]
+
+
+def is_informative(turn: Turn, participants: Sequence[str]) -> bool:
+    """A turn yields an AMU unless it is pure small talk: no image and fewer than two content words
+    (words that are not stopwords, greeting/thanks/acknowledgement fillers or participant names)."""
+    if turn.image_caption:
+        return True
+    names = {name.lower() for name in participants} | {turn.speaker.lower()}
+    return len(_content_words(turn.text, names)) >= 2
+
+
+def _entities(text: str, participants: Sequence[str]) -> list[str]:
+    """Participants mentioned, then capitalised word runs. Leading stopwords, fillers and month or
+    day names are dropped, and so is a sentence's first word unless it is an acronym or a
+    participant (it is capitalised by position, not because it is a name); possessive 's is
+    stripped."""
+    found = [name for name in participants if re.search(rf"\b{re.escape(name)}\b", text)]
+    for match in _PROPER.finditer(text):
+        words = match[0].split()
+        at_sentence_start = re.search(r"(^|[.!?:\[\]])\s*$", text[: match.start()]) is not None
+        if at_sentence_start and not (words[0].isupper() and len(words[0]) > 1) and words[0] not in participants:
+            words = words[1:]
+        while words and words[0].lower().strip("'’") in _NOT_NAMES:
+            words = words[1:]
+        name = re.sub(r"['’]s$", "", " ".join(words))
+        if name and name not in found and name.lower() not in _NOT_NAMES:
+            found.append(name)
+    return found
+
+
+def _memory_type(text: str, timestamps: Sequence[str]) -> str:
+    """Keyword heuristic: a resolved date makes an event; then preference, constraint and
+    procedure cues; then past-tense event verbs; otherwise a fact."""
+    if timestamps:
+        return "event"
+    for pattern, kind in ((_PREFERENCE, "preference"), (_CONSTRAINT, "constraint"), (_PROCEDURE, "procedure"),
+                          (_PAST_EVENT, "event")):
+        if pattern.search(text):
+            return kind
+    return "fact"
+
+
+def _addressee(turn: Turn, turns: Sequence[Turn], participants: Sequence[str]) -> str | None:
+    """Who "you" is: the other participant of a two-party conversation; otherwise the nearest
+    other speaker in the segment, preferring the previous turn."""
+    others = [name for name in participants if name != turn.speaker]
+    if len(others) == 1:
+        return others[0]
+    index = turns.index(turn)
+    for candidate in [*reversed(turns[:index]), *turns[index + 1:]]:
+        if candidate.speaker != turn.speaker:
+            return candidate.speaker
+    return None
+
+
+class RuleExtractor:
+    """Offline, deterministic extraction: one AMU per informative turn (:func:`is_informative`).
+
+    The fact text is the turn with relative dates resolved against the session time
+    (:func:`resolve_relative_dates`) and pronouns replaced by names (:func:`resolve_pronouns`);
+    a shared image is folded in as ``[<speaker> shares an image: <caption>]``, and when the
+    speaker's name does not occur in the result it is prefixed (``"Melanie: ..."``) so that the
+    fact says who stated it. Entities are capitalised names, tags the first five distinct content
+    words of at least four letters, the memory type a keyword heuristic. No reference context is
+    used (the state stays empty).
+    """
+
+    def __init__(self) -> None:
+        self.usage = LLMUsage()
+
+    def extract(self, segment: Segment, context: ReferenceContext) -> Extraction:
+        participants = context.participants or tuple(dict.fromkeys(t.speaker for t in segment.turns))
+        names = {name.lower() for name in participants}
+        turns = segment.turns
+        amus: list[AMU] = []
+        for turn in turns:
+            if not is_informative(turn, participants):
+                continue
+            text, timestamps = resolve_relative_dates(turn.text, turn.session_time)
+            text = resolve_pronouns(text, turn.speaker, _addressee(turn, turns, participants))
+            if not re.search(rf"\b{re.escape(turn.speaker)}\b", text):
+                text = f"{turn.speaker}: {text}"
+            if turn.image_caption:
+                text = f"{text} [{turn.speaker} shares an image: {turn.image_caption}]"
+            tags = list(dict.fromkeys(w for w in _content_words(text, names) if len(w) >= 4))[:5]
+            amus.append(make_amu(segment, len(amus), text, _memory_type(turn.text, timestamps), [turn],
+                                  timestamps=timestamps, entities=_entities(text, participants), tags=tags))
+        return Extraction(amus)

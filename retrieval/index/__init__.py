@@ -1,0 +1,1 @@
+"""Indexes over memory records: sentence embedder, dense (faiss) and lexical (BM25)."""

@@ -1,0 +1,174 @@
+"""The project's one client for OpenAI-compatible chat endpoints: retries, an on-disk response
+cache (so runs are reproducible) and token accounting of every call. Shared by the LLM
+extractor, the planner, consolidation and the evaluation's answer stage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import logging
+import os
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class LLMUsage:
+    """Token accounting. ``prompt_tokens`` / ``completion_tokens`` sum the ``usage`` of every HTTP
+    response (what the endpoint billed); ``cached_*`` sum the usage recorded with cache hits, so
+    ``prompt_tokens + cached_prompt_tokens`` is the construction cost of the memory."""
+
+    http_calls: int = 0
+    cache_hits: int = 0
+    retries: int = 0
+    fallback_segments: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    cached_completion_tokens: int = 0
+
+
+class InvalidResponse(ValueError):
+    """The endpoint answered, but not with a usable result; raised by a ``parse`` callback of
+    :meth:`ChatClient.complete` to have the request retried."""
+
+
+T = TypeVar("T")
+
+
+class ChatClient:
+    """A client for an OpenAI-compatible ``/chat/completions`` endpoint (stdlib urllib), shared
+    by the LLM extractor and the evaluation's answer stage.
+
+    ``base_url`` (e.g. ``http://127.0.0.1:8000/v1``), ``model`` and ``api_key`` default to the
+    environment variables ISQ_LLM_BASE_URL, ISQ_LLM_MODEL and ISQ_LLM_API_KEY (the key may be
+    absent for local servers). ``json_mode`` asks for a raw JSON object answer.
+
+    :meth:`complete` retries HTTP errors, timeouts and answers its ``parse`` callback rejects,
+    with exponential backoff (``backoff_s * 2**k`` seconds). Answers that parse are cached in
+    ``cache_dir`` under the SHA-256 of the request (model, messages and parameters), so a rerun
+    repeats no call. ``usage`` accounts for every call and cache hit.
+    """
+
+    def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None, *,
+                 cache_dir: str | Path | None = None, temperature: float = 0.0, timeout_s: float = 120.0,
+                 max_retries: int = 4, backoff_s: float = 1.0, json_mode: bool = True) -> None:
+        base_url = base_url or os.environ.get("ISQ_LLM_BASE_URL")
+        model = model or os.environ.get("ISQ_LLM_MODEL")
+        if not base_url:
+            raise ValueError("an LLM endpoint needs base_url or the environment variable ISQ_LLM_BASE_URL")
+        if not model:
+            raise ValueError("an LLM endpoint needs model or the environment variable ISQ_LLM_MODEL")
+        self.endpoint = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.api_key = api_key or os.environ.get("ISQ_LLM_API_KEY")
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        if self.cache_dir is not None:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self.params: dict[str, Any] = {"temperature": temperature}
+        if json_mode:
+            self.params["response_format"] = {"type": "json_object"}
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.usage = LLMUsage()
+
+    def complete(self, messages: list[dict[str, str]], parse: Callable[[str], T],
+                 label: str = "request") -> T | None:
+        """Send ``messages`` and return ``parse(content of the first choice)``; ``None`` once the
+        retries are exhausted. ``parse`` raises :class:`InvalidResponse` for an unusable answer;
+        ``label`` names the request in log messages."""
+        payload = {"model": self.model, "messages": messages, **self.params}
+        key = hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+        cached = self._cache_load(key)
+        if cached is not None:
+            try:
+                result = parse(_content(cached))
+            except InvalidResponse:
+                logger.warning("ignoring unusable cache entry %s", key)
+            else:
+                self.usage.cache_hits += 1
+                prompt, completion = _tokens(cached)
+                self.usage.cached_prompt_tokens += prompt
+                self.usage.cached_completion_tokens += completion
+                return result
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                self.usage.retries += 1
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            self.usage.http_calls += 1
+            try:
+                body = self._post(payload)
+            except (OSError, http.client.HTTPException, ValueError) as err:
+                logger.warning("%s attempt %d: request failed: %s", label, attempt + 1, err)
+                continue
+            prompt, completion = _tokens(body)
+            self.usage.prompt_tokens += prompt
+            self.usage.completion_tokens += completion
+            try:
+                result = parse(_content(body))
+            except InvalidResponse as err:
+                logger.warning("%s attempt %d: unusable answer: %s", label, attempt + 1, err)
+                continue
+            self._cache_store(key, body)
+            return result
+        return None
+
+    def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(self.endpoint, data=json.dumps(payload).encode(), headers=headers,
+                                         method="POST")
+        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            body = json.loads(response.read())
+        if not isinstance(body, dict):
+            raise ValueError("response body is not a JSON object")
+        return body
+
+    def _cache_load(self, key: str) -> dict[str, Any] | None:
+        if self.cache_dir is None:
+            return None
+        path = self.cache_dir / f"{key}.json"
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, json.JSONDecodeError):
+            logger.warning("unreadable cache entry %s", path)
+            return None
+
+    def _cache_store(self, key: str, body: dict[str, Any]) -> None:
+        if self.cache_dir is None:
+            return
+        # Write-then-rename, so a crash never leaves a truncated entry behind.
+        with tempfile.NamedTemporaryFile("w", dir=self.cache_dir, suffix=".tmp", delete=False,
+                                         encoding="utf-8") as handle:
+            json.dump(body, handle)
+        os.replace(handle.name, self.cache_dir / f"{key}.json")
+
+
+def _content(body: dict[str, Any]) -> str:
+    try:
+        content = body["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        raise InvalidResponse("no choices[0].message.content in the response") from None
+    return content or ""
+
+
+def _tokens(body: dict[str, Any]) -> tuple[int, int]:
+    """(prompt, completion) tokens from an OpenAI-style ``usage`` block; 0 where absent or malformed."""
+    usage = body.get("usage")
+    if not isinstance(usage, dict):
+        return 0, 0
+    counts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
+    return tuple(value if isinstance(value, int) else 0 for value in counts)  # type: ignore[return-value]

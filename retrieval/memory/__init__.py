@@ -1,0 +1,1 @@
+"""Memory records, the durable AMU store, online segmentation and ingestion."""

@@ -1,0 +1,189 @@
+"""Memory records: raw turns, source pointers, atomic memory units (AMUs) and segment markers.
+
+An AMU (MemCode key design 1, record schema of LycheeMemory Table 12; SPEC section 5) is one
+self-contained fact: pronouns and relative dates already resolved, absolute times attached,
+and a source pointer back to the original dialogue turns (MemCode's Lambda_src), so that the
+raw context can always be recovered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from retrieval.memory.times import time_interval
+
+MEMORY_TYPES = (
+    "fact", "preference", "event", "constraint", "procedure", "failure_pattern", "tool_affordance",
+)
+"""The finite memory-type schema of LycheeMemory section 3.3 / Table 12."""
+
+
+class AMUValidationError(ValueError):
+    """A record does not satisfy the AMU schema; the message names the offending field."""
+
+
+class InputFormatError(ValueError):
+    """An input file (LoCoMo JSON, JSONL turn stream) is malformed; the message names file and place."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One raw dialogue turn, as ingested and as stored for source-pointer lookups."""
+
+    conversation_id: str
+    session_id: str
+    turn_id: str
+    speaker: str
+    text: str
+    session_time: datetime | None = None
+    image_caption: str | None = None
+
+    def render(self) -> str:
+        """``"Speaker: text [shares an image: caption]"``: the raw-turn form used for embedding,
+        prompts and the raw-turn fallback AMUs."""
+        caption = f" [shares an image: {self.image_caption}]" if self.image_caption else ""
+        return f"{self.speaker}: {self.text}{caption}"
+
+
+@dataclass(frozen=True)
+class SourcePointer:
+    """Where an AMU came from (MemCode Lambda_src): conversation, session, turn ids (LoCoMo
+    dia_ids), the speakers of those turns (their role in the dialogue) and the segment index."""
+
+    conversation_id: str
+    session_id: str
+    turn_ids: tuple[str, ...]
+    speakers: tuple[str, ...] = ()
+    segment: int | None = None
+
+
+_STRING_LIST = {"type": "array", "items": {"type": "string", "minLength": 1}}
+
+AMU_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "text", "memory_type", "source", "timestamps", "entities", "tags", "archived"],
+    "properties": {
+        "id": {"type": "string", "minLength": 1},
+        "text": {"type": "string", "minLength": 1, "pattern": r"\S"},
+        "memory_type": {"enum": list(MEMORY_TYPES)},
+        "observed_at": {"type": ["string", "null"]},
+        "timestamps": _STRING_LIST,
+        "entities": _STRING_LIST,
+        "tags": _STRING_LIST,
+        "source": {
+            "type": "object",
+            "required": ["conversation_id", "session_id", "turn_ids", "speakers"],
+            "properties": {
+                "conversation_id": {"type": "string", "minLength": 1},
+                "session_id": {"type": "string", "minLength": 1},
+                "turn_ids": {**_STRING_LIST, "minItems": 1},
+                "speakers": _STRING_LIST,
+                "segment": {"type": ["integer", "null"], "minimum": 0},
+            },
+        },
+        "fingerprint": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 0}},
+        "archived": {"type": "boolean"},
+    },
+}
+"""JSON schema of :meth:`AMU.to_dict`; every AMU is checked against it on construction."""
+
+_AMU_VALIDATOR = Draft202012Validator(AMU_SCHEMA)
+
+
+def amu_id(conversation_id: str, segment: int, index: int) -> str:
+    """Deterministic AMU id: the k-th unit of a conversation's n-th segment."""
+    return f"{conversation_id}:{segment}:{index}"
+
+
+@dataclass(frozen=True)
+class AMU:
+    """An atomic memory unit.
+
+    ``observed_at`` is when the fact was stated (the session time, ISO datetime); ``timestamps``
+    are the absolute event or validity times it mentions (ISO values of :func:`time_interval`).
+    ``fingerprint`` is the ISQ code sequence S_fp(text) when a fingerprinter was used.
+    Sequences may be passed as lists; they are stored as tuples. Invalid values raise
+    :class:`AMUValidationError` naming the field.
+    """
+
+    id: str
+    text: str
+    memory_type: str
+    source: SourcePointer
+    observed_at: str | None = None
+    timestamps: tuple[str, ...] = ()
+    entities: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    fingerprint: tuple[int, ...] | None = None
+    archived: bool = False
+
+    def __post_init__(self) -> None:
+        error = best_match(_AMU_VALIDATOR.iter_errors(self.to_dict()))
+        if error is not None:
+            where = ".".join(str(part) for part in error.path) or "(record)"
+            raise AMUValidationError(f"AMU {self.id!r}: field {where!r}: {error.message}")
+        for name in ("observed_at", "timestamps"):
+            values = getattr(self, name)
+            for value in [values] if isinstance(values, str) else values or ():
+                try:
+                    time_interval(value)
+                except ValueError as err:
+                    raise AMUValidationError(f"AMU {self.id!r}: field {name!r}: {err}") from None
+        # Freeze the sequences only after validation, so a bare string is rejected, not split.
+        for name in ("timestamps", "entities", "tags"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.fingerprint is not None:
+            object.__setattr__(self, "fingerprint", tuple(int(code) for code in self.fingerprint))
+        source = self.source
+        object.__setattr__(self, "source", SourcePointer(
+            source.conversation_id, source.session_id, tuple(source.turn_ids), tuple(source.speakers),
+            source.segment,
+        ))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready form (lists for sequences)."""
+        source = self.source
+        return {
+            "id": self.id,
+            "text": self.text,
+            "memory_type": self.memory_type,
+            "observed_at": self.observed_at,
+            "timestamps": _listed(self.timestamps),
+            "entities": _listed(self.entities),
+            "tags": _listed(self.tags),
+            "source": {
+                "conversation_id": source.conversation_id,
+                "session_id": source.session_id,
+                "turn_ids": _listed(source.turn_ids),
+                "speakers": _listed(source.speakers),
+                "segment": source.segment,
+            },
+            "fingerprint": None if self.fingerprint is None else _listed(self.fingerprint),
+            "archived": self.archived,
+        }
+
+
+def _listed(value: Any) -> Any:
+    """Lists for list/tuple values; anything else unchanged, so the schema can reject it."""
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
+@dataclass(frozen=True)
+class SegmentRecord:
+    """The progress marker of one ingested segment. ``state`` is the extractor's disambiguation
+    state after the segment (LycheeMemory eq. 5), kept so that a resumed run rebuilds the same
+    reference context."""
+
+    conversation_id: str
+    seq: int
+    session_id: str
+    turn_ids: tuple[str, ...]
+    reason: str
+    state: str = ""
+    fallback: bool = False
+    amu_count: int = 0

@@ -1,0 +1,82 @@
+"""A conversation stream as JSONL: one turn per line, turns in order, sessions contiguous::
+
+    {"session_id": "s1", "session_time": "2023-05-08T13:56:00", "speaker": "Caroline",
+     "turn_id": "D1:1", "text": "Hey Mel!"}
+
+``session_time`` is ISO 8601 (relative dates are resolved against it). Optional fields:
+``conversation_id`` (default: the file name without extension) and ``image_caption``.
+Blank lines are ignored; every error names the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from retrieval.memory.records import InputFormatError, Turn
+
+_TURN_LINE_SCHEMA = {
+    "type": "object",
+    "required": ["session_id", "session_time", "speaker", "turn_id", "text"],
+    "properties": {
+        "conversation_id": {"type": "string", "minLength": 1},
+        "session_id": {"type": "string", "minLength": 1},
+        "session_time": {"type": "string"},
+        "speaker": {"type": "string", "minLength": 1},
+        "turn_id": {"type": "string", "minLength": 1},
+        "text": {"type": "string"},
+        "image_caption": {"type": ["string", "null"]},
+    },
+}
+_TURN_LINE_VALIDATOR = Draft202012Validator(_TURN_LINE_SCHEMA)
+
+
+def read_turns_jsonl(path: str | Path) -> list[Turn]:
+    """Read a JSONL turn stream (format in the module doc). Errors name the file and line."""
+    path = Path(path)
+    turns: list[Turn] = []
+    seen_turns: set[tuple[str, str]] = set()
+    session_times: dict[tuple[str, str], datetime] = {}
+    current: dict[str, tuple[str, str]] = {}  # conversation -> its session being read
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as err:
+        raise InputFormatError(f"{path}: cannot read: {err}") from None
+    with handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputFormatError(f"{where}:{err.colno}: invalid JSON: {err.msg}") from None
+            error = best_match(_TURN_LINE_VALIDATOR.iter_errors(row))
+            if error is not None:
+                field_name = ".".join(str(part) for part in error.path)
+                raise InputFormatError(f"{where}: {'field ' + repr(field_name) + ': ' if field_name else ''}"
+                                       f"{error.message}")
+            conversation_id = row.get("conversation_id") or path.stem
+            session = (conversation_id, row["session_id"])
+            try:
+                session_time = datetime.fromisoformat(row["session_time"])
+            except ValueError:
+                raise InputFormatError(f"{where}: field 'session_time': {row['session_time']!r} is not an "
+                                       "ISO 8601 datetime") from None
+            if session != current.get(conversation_id) and session in session_times:
+                raise InputFormatError(f"{where}: session {row['session_id']!r} continues after another "
+                                       "session started (sessions must be contiguous)")
+            if session_times.setdefault(session, session_time) != session_time:
+                raise InputFormatError(f"{where}: session_time differs from earlier turns of session "
+                                       f"{row['session_id']!r}")
+            if (conversation_id, row["turn_id"]) in seen_turns:
+                raise InputFormatError(f"{where}: duplicate turn_id {row['turn_id']!r}")
+            seen_turns.add((conversation_id, row["turn_id"]))
+            current[conversation_id] = session
+            turns.append(Turn(conversation_id, row["session_id"], row["turn_id"], row["speaker"], row["text"],
+                              session_time, row.get("image_caption") or None))
+    return turns

@@ -26,9 +26,8 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from isq.encoders import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
@@ -37,6 +36,7 @@ from retrieval.eval.answers import AnswerStage
 from retrieval.eval.configs import KMEANS, TRAINED, EvaluationError, default_configs, resolve_configs
 from retrieval.eval.locomo import load_locomo
 from retrieval.eval.render import pct
+from retrieval.eval.results import Results
 from retrieval.eval.run import evaluate
 from retrieval.extract.base import Extractor
 from retrieval.extract.llm import LLMExtractor
@@ -126,10 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _summary_line(results: Mapping[str, Any], out: Path) -> str:
-    parts = [f"{name} R={pct(s['overall']['recall'])} H={pct(s['overall']['hit'])}"
-             for name, s in results["configs"].items()]
-    return f"{'; '.join(parts)} | wall {results['wall_seconds']:.1f} s -> {out / 'results.md'}"
+def _summary_line(results: Results, out: Path) -> str:
+    parts = [f"{name} R={pct(s.overall.recall)} H={pct(s.overall.hit)}"
+             for name, s in results.configs.items()]
+    return f"{'; '.join(parts)} | wall {results.wall_seconds:.1f} s -> {out / 'results.md'}"
 
 
 if __name__ == "__main__":

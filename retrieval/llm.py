@@ -6,17 +6,18 @@ extractor, the planner, consolidation and the evaluation's answer stage.
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import logging
 import os
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+import openai
+from openai.types.chat import ChatCompletion
 
 logger = logging.getLogger(__name__)
 
@@ -46,17 +47,20 @@ T = TypeVar("T")
 
 
 class ChatClient:
-    """A client for an OpenAI-compatible ``/chat/completions`` endpoint (stdlib urllib), shared
-    by the LLM extractor and the evaluation's answer stage.
+    """A client for an OpenAI-compatible ``/chat/completions`` endpoint (built on the ``openai``
+    SDK), shared by the LLM extractor and the evaluation's answer stage.
 
     ``base_url`` (e.g. ``http://127.0.0.1:8000/v1``), ``model`` and ``api_key`` default to the
     environment variables ISQ_LLM_BASE_URL, ISQ_LLM_MODEL and ISQ_LLM_API_KEY (the key may be
-    absent for local servers). ``json_mode`` asks for a raw JSON object answer.
+    absent for local servers: then no Authorization header is sent). ``json_mode`` asks for a raw
+    JSON object answer.
 
-    :meth:`complete` retries HTTP errors, timeouts and answers its ``parse`` callback rejects,
-    with exponential backoff (``backoff_s * 2**k`` seconds). Answers that parse are cached in
-    ``cache_dir`` under the SHA-256 of the request (model, messages and parameters), so a rerun
-    repeats no call. ``usage`` accounts for every call and cache hit.
+    :meth:`complete` retries HTTP errors, transport errors, timeouts and answers its ``parse``
+    callback rejects, with exponential backoff (``backoff_s * 2**k`` seconds). The SDK's own
+    retries are off, so ``usage.http_calls`` and ``usage.retries`` count every request sent.
+    Answers that parse are cached in ``cache_dir`` under the SHA-256 of the request (model,
+    messages and parameters), so a rerun repeats no call. ``usage`` accounts for every call and
+    cache hit.
     """
 
     def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None, *,
@@ -71,13 +75,17 @@ class ChatClient:
         self.endpoint = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         self.api_key = api_key or os.environ.get("ISQ_LLM_API_KEY")
+        # The SDK insists on a key (and would otherwise read OPENAI_API_KEY, sending a real key to
+        # a local server): without one, pass a placeholder and omit its header on every request.
+        self._client = openai.OpenAI(base_url=base_url, api_key=self.api_key or "no-key", max_retries=0,
+                                     timeout=timeout_s)
+        self._headers: dict[str, Any] = {} if self.api_key else {"Authorization": openai.omit}
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         if self.cache_dir is not None:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.params: dict[str, Any] = {"temperature": temperature}
         if json_mode:
             self.params["response_format"] = {"type": "json_object"}
-        self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.usage = LLMUsage()
@@ -108,7 +116,7 @@ class ChatClient:
             self.usage.http_calls += 1
             try:
                 body = self._post(payload)
-            except (OSError, http.client.HTTPException, ValueError) as err:
+            except (openai.APIError, ValueError) as err:
                 logger.warning("%s attempt %d: request failed: %s", label, attempt + 1, err)
                 continue
             prompt, completion = _tokens(body)
@@ -124,28 +132,28 @@ class ChatClient:
         return None
 
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.endpoint, data=json.dumps(payload).encode(), headers=headers,
-                                         method="POST")
-        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-            body = json.loads(response.read())
-        if not isinstance(body, dict):
+        """One request; the response body as a JSON dict (the fields the endpoint sent). Raises
+        ``openai.APIError`` for HTTP and transport errors, ``ValueError`` for a body that is not
+        a JSON object."""
+        completion = self._client.chat.completions.create(**payload, extra_headers=self._headers)
+        if not isinstance(completion, ChatCompletion):  # the SDK passes other JSON values through
             raise ValueError("response body is not a JSON object")
-        return body
+        return completion.model_dump(mode="json", exclude_unset=True, warnings=False)
 
     def _cache_load(self, key: str) -> dict[str, Any] | None:
         if self.cache_dir is None:
             return None
         path = self.cache_dir / f"{key}.json"
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            entry = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError):
+            entry = None
+        if not isinstance(entry, dict):
             logger.warning("unreadable cache entry %s", path)
             return None
+        return entry
 
     def _cache_store(self, key: str, body: dict[str, Any]) -> None:
         if self.cache_dir is None:
@@ -162,6 +170,8 @@ def _content(body: dict[str, Any]) -> str:
         content = body["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError):
         raise InvalidResponse("no choices[0].message.content in the response") from None
+    if content is not None and not isinstance(content, str):
+        raise InvalidResponse("choices[0].message.content is not a string")
     return content or ""
 
 

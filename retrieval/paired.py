@@ -5,8 +5,8 @@
 Every configuration of one evaluation answers the same questions, so the per-question
 difference in evidence recall cancels how hard each question is. For each configuration against
 the baseline this prints, overall and per category, the mean difference in recall points, a 95%
-percentile-bootstrap interval over questions (resampled with a fixed seed), and how many
-questions got better and worse. An interval that excludes 0 is a difference that two LoCoMo
+percentile-bootstrap interval over questions (``scipy.stats.bootstrap`` with a fixed seed), and
+how many questions got better and worse. An interval that excludes 0 is a difference that two LoCoMo
 conversations can resolve; one that includes 0 is not.
 """
 

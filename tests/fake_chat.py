@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -10,18 +11,28 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 Reply = tuple[int, Any, float]
-"""HTTP status, body (a JSON-able object or a raw string) and a delay in seconds."""
+"""HTTP status, body (a JSON-able object or a raw string) and a delay in seconds; status 0 closes
+the connection without an answer."""
+
+DROP = 0
+_ids = itertools.count()
 
 
-def completion_body(content: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-    return {"choices": [{"message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}}
+def completion_body(content: str, prompt_tokens: int, completion_tokens: int,
+                    model: str = "fake-model") -> dict[str, Any]:
+    """A ``chat.completion`` body as OpenAI's API returns it (one choice, with usage)."""
+    return {"id": f"chatcmpl-{next(_ids)}", "object": "chat.completion", "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens}}
 
 
 class FakeChatServer:
     """Serves POST /v1/chat/completions on 127.0.0.1 with ``respond(request_body) -> Reply``.
 
-    Every request body and its headers are recorded (before ``respond`` runs)."""
+    Every request body and its headers (names in lower case) are recorded before ``respond`` runs."""
 
     def __init__(self, respond: Callable[[dict[str, Any]], Reply]) -> None:
         self.requests: list[dict[str, Any]] = []
@@ -32,9 +43,12 @@ class FakeChatServer:
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 owner.requests.append(body)
-                owner.headers.append(dict(self.headers))
+                owner.headers.append({name.lower(): value for name, value in self.headers.items()})
                 status, payload, delay = respond(body)
                 time.sleep(delay)
+                if status == DROP:
+                    self.close_connection = True
+                    return
                 data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -49,7 +63,9 @@ class FakeChatServer:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # A short poll interval, so that stopping the server takes no half second per test.
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
 
     @property
     def base_url(self) -> str:

@@ -20,6 +20,7 @@ from retrieval.eval.configs import RetrievalConfig, default_configs, parse_confi
 from retrieval.eval.evidence import EvidenceReport, parse_evidence, select_questions
 from retrieval.eval.locomo import load_locomo
 from retrieval.eval.metrics import covered_turns, score_evidence, summarise, tied_at_cut
+from retrieval.eval.results import read_results
 from retrieval.eval.run import evaluate
 from retrieval.evaluate import main
 from retrieval.retriever import Hit
@@ -262,12 +263,12 @@ def check_schema(results, configs):
 def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
     conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
     out = tmp_path / "eval"
-    results = evaluate(conversations, fingerprinters, HashEmbedder(), out, k_dense=2, k_code=2, sweep=True,
-                       progress=False)
+    model = evaluate(conversations, fingerprinters, HashEmbedder(), out, k_dense=2, k_code=2, sweep=True,
+                     progress=False)
     names = ["dense2", "dense4", "dense2+code2", "dense2+bm25_2", "code4", "dense2+kmeans2"]
+    results = json.loads((out / "results.json").read_text())  # the keys that downstream scripts read
     check_schema(results, names)
-    written = json.loads((out / "results.json").read_text())
-    assert written["configs"] == results["configs"]
+    assert results == model.model_dump() and read_results(out / "results.json") == model
     configs = results["configs"]
     recall = {name: configs[name]["overall"]["recall"] for name in names}
     # a larger dense budget and a complementary path only add AMUs
@@ -290,10 +291,10 @@ def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
     assert len(lines) == 5 and set(json.loads(lines[0])["found"]) == set(names)
 
     again = evaluate(conversations, fingerprinters, HashEmbedder(), out, k_dense=2, k_code=2, progress=False)
-    assert again["configs"] == results["configs"]
-    assert again["construction"]["this_run"]["resumed_segments"] == construction["segments"]
-    assert again["construction"]["ingest_seconds"] == construction["ingest_seconds"]  # not counted twice
-    assert again["construction"]["amus"] == construction["amus"]
+    assert again.configs == model.configs
+    assert again.construction.this_run["resumed_segments"] == construction["segments"]
+    assert again.construction.ingest_seconds == construction["ingest_seconds"]  # not counted twice
+    assert again.construction.amus == construction["amus"]
 
 
 def test_a_kmeans_configuration_needs_the_control(tmp_path, fingerprinters):
@@ -378,3 +379,4 @@ def test_cli_run_with_the_answer_stage(tmp_path, monkeypatch, fingerprinter_dirs
     assert "Use the dates of the conversation" in temporal["messages"][1]["content"]
     assert len((out / "answers.jsonl").read_text().splitlines()) == 5
     assert "LoCoMo F1" in (out / "results.md").read_text()
+    assert read_results(out / "results.json").answers.configs["dense2+code2"].overall.n == 5

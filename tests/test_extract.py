@@ -4,6 +4,9 @@ local OpenAI-style HTTP server (retries, cache, token accounting, raw-turn fallb
 from __future__ import annotations
 
 import json
+import logging
+import socket
+import time
 from datetime import datetime
 
 import pytest
@@ -13,9 +16,10 @@ from retrieval.extract.dates import resolve_relative_dates
 from retrieval.extract.llm import LLMExtractor
 from retrieval.extract.pronouns import resolve_pronouns
 from retrieval.extract.rules import RuleExtractor, is_informative
+from retrieval.llm import ChatClient, InvalidResponse
 from retrieval.memory.records import Turn
 from retrieval.memory.segmenter import Exchange, Segment
-from tests.fake_chat import FakeChatServer, completion_body
+from tests.fake_chat import DROP, FakeChatServer, completion_body
 
 MONDAY = datetime(2023, 5, 8, 13, 56)  # a Monday
 
@@ -77,7 +81,8 @@ def test_second_person_is_kept_without_an_addressee():
     assert resolve_pronouns("I like you", "Caroline", None) == "Caroline likes you"
 
 
-def make_segment(texts, speakers=("Caroline", "Melanie"), caption_at=None, seq=0, session="session_1") -> Segment:
+def make_segment(texts, speakers=("Caroline", "Melanie"), caption_at=None, seq=0,
+                 session="session_1") -> Segment:
     turns = [
         Turn("conv-t", session, f"D1:{i + 1}", speakers[i % len(speakers)], text, MONDAY,
              "a photo of a sunset over a lake" if i == caption_at else None)
@@ -123,7 +128,8 @@ def test_speaker_is_prefixed_when_the_text_does_not_name_them():
 @pytest.mark.parametrize(
     ("text", "caption", "expected"),
     [("Hey Mel! Good to see you!", None, False), ("Thanks so much, Caroline!", None, False),
-     ("Bye, take care!", None, False), ("Look!", "a dog", True), ("I adopted a puppy named Max.", None, True)],
+     ("Bye, take care!", None, False), ("Look!", "a dog", True),
+     ("I adopted a puppy named Max.", None, True)],
 )
 def test_informative_rule(text, caption, expected):
     turn = Turn("c", "s", "t", "Melanie", text, MONDAY, caption)
@@ -183,7 +189,8 @@ def test_llm_extractor_retries_until_a_valid_answer(tmp_path):
     bad_date = json.dumps({"records": [{"text": "x", "memory_type": "fact", "timestamps": ["2023-02-30"],
                                         "turn_ids": ["D1:1"]}]})
     script = [(500, {"error": "boom"}, 0.0), completion("{not json", 50, 5), completion(bad_type, 60, 6),
-              completion(wrong_turn, 70, 7), completion(bad_date, 80, 8), completion("```json\n" + GOOD + "\n```")]
+              completion(wrong_turn, 70, 7), completion(bad_date, 80, 8),
+              completion("```json\n" + GOOD + "\n```")]
     context = ReferenceContext(("Caroline", "Melanie"))
     context.enter("session_1")
     context.record("Caroline is a counselor-in-training.", ["Caroline likes painting."])
@@ -203,7 +210,7 @@ def test_llm_extractor_retries_until_a_valid_answer(tmp_path):
     request = server.requests[0]
     assert request["model"] == "test-model" and request["temperature"] == 0.0
     assert request["response_format"] == {"type": "json_object"}
-    assert server.headers[0]["Authorization"] == "Bearer secret"
+    assert server.headers[0]["authorization"] == "Bearer secret"
     prompt = request["messages"][1]["content"]
     assert "Session date: Monday, 08 May 2023, 13:56" in prompt
     assert "Caroline is a counselor-in-training." in prompt and "- Caroline likes painting." in prompt
@@ -268,3 +275,90 @@ def test_llm_configuration_from_environment(monkeypatch, tmp_path):
     extractor = LLMExtractor(cache_dir=tmp_path)
     assert extractor.endpoint == "http://127.0.0.1:9/v1/chat/completions"
     assert (extractor.model, extractor.api_key) == ("m", "k")
+
+
+# -- the chat client itself ---------------------------------------------------------------------
+
+
+def expect_ok(content: str) -> str:
+    if content != "ok":
+        raise InvalidResponse(f"not ok: {content!r}")
+    return content
+
+
+def client(base_url: str, tmp_path, **options) -> ChatClient:
+    options = {"backoff_s": 0.001, "cache_dir": tmp_path / "cache", "json_mode": False, **options}
+    return ChatClient(base_url, "test-model", "secret", **options)
+
+
+def test_unusable_bodies_are_retried_and_counted(tmp_path):
+    script = [(503, {"error": "busy"}, 0.0), (200, "<html>gateway</html>", 0.0), (200, {"choices": []}, 0.0),
+              (200, [1, 2], 0.0), (200, {"object": "chat.completion"}, 0.0), completion("nope", 7, 1),
+              completion("ok", 11, 2)]
+    with FakeOpenAI(script) as server:
+        chat = client(server.base_url, tmp_path, max_retries=6)
+        assert chat.complete([{"role": "user", "content": "hi"}], expect_ok) == "ok"
+    assert len(server.requests) == 7 and "response_format" not in server.requests[0]
+    usage = chat.usage
+    assert (usage.http_calls, usage.retries, usage.cache_hits) == (7, 6, 0)
+    assert (usage.prompt_tokens, usage.completion_tokens) == (7 + 11, 1 + 2)
+    (entry,) = (tmp_path / "cache").glob("*.json")  # only the accepted answer is cached, as sent
+    body = json.loads(entry.read_text())
+    assert body["choices"][0]["message"]["content"] == "ok" and body["usage"]["prompt_tokens"] == 11
+    assert body["object"] == "chat.completion"
+
+
+def test_cache_rerun_sends_nothing_and_skips_unreadable_entries(tmp_path, caplog):
+    messages = [{"role": "user", "content": "hi"}]
+    with FakeOpenAI([completion("ok", 40, 4)]) as server:
+        assert client(server.base_url, tmp_path).complete(messages, expect_ok) == "ok"
+        rerun = client(server.base_url, tmp_path)
+        assert rerun.complete(messages, expect_ok) == "ok" and len(server.requests) == 1
+        assert (rerun.usage.http_calls, rerun.usage.cache_hits, rerun.usage.retries) == (0, 1, 0)
+        assert (rerun.usage.cached_prompt_tokens, rerun.usage.cached_completion_tokens) == (40, 4)
+        assert (rerun.usage.prompt_tokens, rerun.usage.completion_tokens) == (0, 0)
+        (entry,) = (tmp_path / "cache").glob("*.json")
+        entry.write_text('{"choices": [')  # truncated by hand: ignored, asked again, rewritten
+        with caplog.at_level(logging.WARNING, logger="retrieval.llm"):
+            fresh = client(server.base_url, tmp_path)
+            assert fresh.complete(messages, expect_ok) == "ok"
+        assert "unreadable cache entry" in caplog.text
+        assert (fresh.usage.http_calls, fresh.usage.cache_hits, len(server.requests)) == (1, 0, 2)
+        assert json.loads(entry.read_text())["usage"]["prompt_tokens"] == 40
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("failure", ["dropped", "refused"])
+def test_transport_errors_give_none_after_retries(tmp_path, caplog, failure):
+    with FakeOpenAI([(DROP, None, 0.0)]) as server, caplog.at_level(logging.WARNING, logger="retrieval.llm"):
+        base_url = server.base_url if failure == "dropped" else f"http://127.0.0.1:{closed_port()}/v1"
+        chat = client(base_url, tmp_path, max_retries=2)
+        assert chat.complete([{"role": "user", "content": "hi"}], expect_ok) is None
+    assert len(server.requests) == (3 if failure == "dropped" else 0)
+    usage = chat.usage
+    assert (usage.http_calls, usage.retries, usage.prompt_tokens) == (3, 2, 0)
+    assert caplog.text.count("request failed") == 3 and "Traceback" not in caplog.text
+    assert not list((tmp_path / "cache").glob("*.json"))
+
+
+def test_timeouts_are_honoured(tmp_path):
+    with FakeOpenAI([completion("ok", delay=2.0)]) as server:
+        chat = client(server.base_url, tmp_path, timeout_s=0.2, max_retries=1)
+        start = time.monotonic()
+        assert chat.complete([{"role": "user", "content": "hi"}], expect_ok) is None
+        assert time.monotonic() - start < 1.5
+    assert (chat.usage.http_calls, chat.usage.retries, len(server.requests)) == (2, 1, 2)
+
+
+def test_no_key_sends_no_authorization_header(tmp_path, monkeypatch):
+    monkeypatch.delenv("ISQ_LLM_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
+    with FakeOpenAI([completion("ok")]) as server:
+        chat = ChatClient(server.base_url, "test-model", cache_dir=tmp_path, json_mode=False)
+        assert chat.api_key is None and chat.complete([{"role": "user", "content": "hi"}], expect_ok) == "ok"
+    assert "authorization" not in server.headers[0]

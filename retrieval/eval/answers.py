@@ -11,11 +11,11 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from retrieval.eval.bank import ConversationBank
 from retrieval.eval.evidence import DIA_ID, EvalQuestion
 from retrieval.eval.metrics import mean, summarise
+from retrieval.eval.results import AnswersDone, AnswerSummary
 from retrieval.llm import ChatClient, InvalidResponse
 from retrieval.memory.records import AMU, Turn
 from retrieval.memory.store import AMUStore
@@ -128,7 +128,7 @@ class AnswerStage:
 
 def run_answer_stage(stage: AnswerStage, config_names: Sequence[str], questions: Sequence[EvalQuestion],
                      hits: Mapping[str, Sequence[Sequence[Hit]]], banks: Mapping[str, ConversationBank],
-                     store: AMUStore, out_dir: Path) -> dict[str, Any]:
+                     store: AMUStore, out_dir: Path) -> AnswersDone:
     """Answer and grade every question with each configuration's retrieved AMUs; writes
     ``answers.jsonl`` and returns the summary for ``results.json``."""
     amus_by_id = {amu.id: amu for bank in banks.values() for amu in bank.amus}
@@ -153,17 +153,12 @@ def run_answer_stage(stage: AnswerStage, config_names: Sequence[str], questions:
                     "category": question.category_name, "question": question.question, "gold": question.answer,
                     "prediction": prediction, "f1": f1, "judge": verdict,
                 }, ensure_ascii=False) + "\n")
-            summaries[name] = summarise(rows)
+            summaries[name] = AnswerSummary.model_validate(summarise(rows))
     answer_usage, judge_usage = stage.answer_client.usage, stage.judge_client.usage
     query_tokens = (answer_usage.prompt_tokens + answer_usage.completion_tokens
                     + answer_usage.cached_prompt_tokens + answer_usage.cached_completion_tokens)
-    answered = sum(summary["overall"]["n"] for summary in summaries.values())
-    return {
-        "status": "done",
-        "model": stage.answer_client.model,
-        "configs": summaries,
-        "failed": dict(failed),
-        "query_tokens": query_tokens,
-        "query_tokens_per_question": query_tokens / answered if answered else 0.0,
-        "usage": {"answer": asdict(answer_usage), "judge": asdict(judge_usage)},
-    }
+    answered = sum(summary.overall.n for summary in summaries.values())
+    return AnswersDone(model=stage.answer_client.model, configs=summaries, failed=dict(failed),
+                       query_tokens=query_tokens,
+                       query_tokens_per_question=query_tokens / answered if answered else 0.0,
+                       usage={"answer": asdict(answer_usage), "judge": asdict(judge_usage)})

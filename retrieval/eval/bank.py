@@ -14,9 +14,13 @@ import numpy as np
 from isq.fingerprint import Fingerprinter
 from isq.topology import TopologyParams
 from retrieval.eval.configs import EvaluationError
+from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import mean
-from retrieval.memory.ingest import IngestStats
+from retrieval.extract.base import Extractor
+from retrieval.index.embed import Embedder
+from retrieval.memory.ingest import IngestStats, ingest_turns
 from retrieval.memory.records import AMU
+from retrieval.memory.store import AMUStore
 from retrieval.retriever import DualPathRetriever
 
 STORE_DIR = "store"
@@ -102,3 +106,10 @@ def codebook_diagnostics(fingerprinter: Fingerprinter, banks: Sequence[Conversat
         "mean_amu_share_per_code": mean(df_share),
         "codes_in_half_the_amus": mean(generic),
     }
+
+
+def ingest_locomo_conversation(conversation: LocomoConversation, store: AMUStore, embedder: Embedder,
+                               extractor: Extractor, **options: Any) -> IngestStats:
+    """Ingest one LoCoMo conversation, sessions in order (keyword options as :func:`ingest_turns`)."""
+    return ingest_turns(conversation.turns, store, embedder, extractor,
+                        participants={conversation.conversation_id: conversation.participants}, **options)

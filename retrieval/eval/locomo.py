@@ -17,11 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from retrieval.extract.base import Extractor
-from retrieval.index.embed import Embedder
-from retrieval.memory.ingest import IngestStats, ingest_turns
-from retrieval.memory.records import InputFormatError, Turn
-from retrieval.memory.store import AMUStore
+from retrieval.memory.records import MAX_TURN_CHARS, InputFormatError, Turn
 
 LOCOMO_TIME_FORMAT = "%I:%M %p on %d %B, %Y"
 """strptime format of ``session_<n>_date_time`` values ("1:56 pm on 8 May, 2023")."""
@@ -160,24 +156,24 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
+_NON_EMPTY = ("sample_id", "speaker_a", "speaker_b", "dia_id", "speaker")
+"""Identifiers and names: an empty one would make records that point nowhere."""
+
+
 def _field(mapping: Mapping[str, Any], name: str, kind: type, where: str) -> Any:
     if name not in mapping:
         raise InputFormatError(f"{where}: missing field {name!r}")
     value = mapping[name]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise InputFormatError(f"{where}: field {name!r} must be {kind.__name__}, got {type(value).__name__}")
+    if name in _NON_EMPTY and not value.strip():
+        raise InputFormatError(f"{where}: field {name!r} is empty")
+    if name == "text" and len(value) > MAX_TURN_CHARS:
+        raise InputFormatError(f"{where}: field 'text' has {len(value)} characters, over the limit of {MAX_TURN_CHARS}")
     return value
 
 
-def ingest_locomo_conversation(conversation: LocomoConversation, store: AMUStore, embedder: Embedder,
-                               extractor: Extractor, **options: Any) -> IngestStats:
-    """Ingest one LoCoMo conversation, sessions in order (keyword options as :func:`ingest_turns`)."""
-    return ingest_turns(conversation.turns, store, embedder, extractor,
-                        participants={conversation.conversation_id: conversation.participants}, **options)
-
-
-
 __all__ = [
-    "LOCOMO_TIME_FORMAT", "ingest_locomo_conversation", "LocomoConversation", "LocomoQuestion", "LocomoSession", "load_locomo",
+    "LOCOMO_TIME_FORMAT", "LocomoConversation", "LocomoQuestion", "LocomoSession", "load_locomo",
     "parse_locomo_time",
 ]

@@ -49,7 +49,8 @@ def mean(values: Sequence[float]) -> float:
 
 def summarise(rows: Iterable[tuple[str, Mapping[str, float]]]) -> dict[str, Any]:
     """``(category name, {metric: value})`` per question -> ``{"overall": {...}, "by_category":
-    {...}}``, each ``{metric: mean, ..., "n": questions}``; categories without questions are absent."""
+    {...}}``, each ``{metric: mean, ..., "n": questions}``; categories without questions are absent.
+    The caller validates it into its :class:`retrieval.eval.results.Summary` (e.g. of recall blocks)."""
     groups: dict[str, list[Mapping[str, float]]] = {}
     everything: list[Mapping[str, float]] = []
     for category, values in rows:

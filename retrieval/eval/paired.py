@@ -3,21 +3,24 @@
 Every configuration of one evaluation answers the same questions, so the per-question
 difference in evidence recall cancels how hard each question is. For each configuration against
 the baseline: the mean difference in recall points, a 95% percentile-bootstrap interval over
-questions (resampled with a fixed seed), and how many questions got better and worse.
-Imports no torch: it reads ``questions.jsonl`` only.
+questions (:func:`scipy.stats.bootstrap` on the per-question differences, resampled with a fixed
+seed), and how many questions got better and worse.
+Imports no torch: it reads ``questions.jsonl`` through :func:`retrieval.eval.results.read_questions`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
+from isq.markdown import markdown_table
 from retrieval.eval.evidence import CATEGORY_NAMES
 from retrieval.eval.metrics import score_evidence
+from retrieval.eval.results import read_questions
 
 
 @dataclass(frozen=True)
@@ -38,42 +41,33 @@ class PairedDifference:
 def paired_difference(baseline: Sequence[float], other: Sequence[float], resamples: int = 2000,
                       seed: int = 0, level: float = 0.95) -> PairedDifference:
     """Mean of ``other[i] − baseline[i]`` (in points: inputs are shares in [0, 1]) with a
-    percentile-bootstrap interval: questions are resampled with replacement ``resamples`` times."""
+    percentile-bootstrap interval of that mean: the per-question differences are resampled with
+    replacement ``resamples`` times, drawn by ``np.random.default_rng(seed)``. One question has
+    the zero-width interval at its difference (every resample is that question; scipy refuses a
+    sample of one)."""
     if len(baseline) != len(other):
         raise ValueError(f"paired samples differ in length: {len(baseline)} and {len(other)}")
     if len(baseline) == 0:
         raise ValueError("no questions to compare")
     diff = 100.0 * (np.asarray(other, dtype=float) - np.asarray(baseline, dtype=float))
-    rng = np.random.default_rng(seed)
-    means = diff[rng.integers(0, diff.size, size=(resamples, diff.size))].mean(axis=1)
-    tail = 100.0 * (1 - level) / 2
-    low, high = np.percentile(means, [tail, 100.0 - tail])
-    return PairedDifference(int(diff.size), float(diff.mean()), float(low), float(high),
-                            int((diff > 0).sum()), int((diff < 0).sum()))
+    if diff.size == 1:
+        low = high = float(diff[0])
+    else:
+        interval = stats.bootstrap((diff,), np.mean, n_resamples=resamples, confidence_level=level,
+                                   method="percentile", rng=np.random.default_rng(seed)).confidence_interval
+        low, high = float(interval.low), float(interval.high)
+    return PairedDifference(int(diff.size), float(diff.mean()), low, high, int((diff > 0).sum()),
+                            int((diff < 0).sum()))
 
 
 def read_recalls(path: Path) -> tuple[list[str], dict[str, list[float]]]:
     """Categories and per-configuration recall of every question in a ``questions.jsonl``."""
-    categories: list[str] = []
-    recalls: dict[str, list[float]] = {}
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                evidence, found = row["evidence"], row["found"]
-                category = row["category"]
-            except (json.JSONDecodeError, KeyError, TypeError) as err:
-                raise ValueError(f"{path}:{line_number}: not a questions.jsonl record ({err})") from None
-            if categories and set(found) != set(recalls):
-                raise ValueError(f"{path}:{line_number}: configurations {sorted(found)} differ from line 1's")
-            categories.append(category)
-            for name, turns in found.items():
-                recalls.setdefault(name, []).append(score_evidence(evidence, set(turns)).recall)
-    if not categories:
+    rows = read_questions(path)
+    if not rows:
         raise ValueError(f"{path}: no questions")
-    return categories, recalls
+    recalls = {name: [score_evidence(row.evidence, set(row.found[name])).recall for row in rows]
+               for name in rows[0].found}
+    return [row.category for row in rows], recalls
 
 
 def compare(path: Path, baseline: str, others: Sequence[str], resamples: int = 2000,
@@ -96,9 +90,9 @@ def compare(path: Path, baseline: str, others: Sequence[str], resamples: int = 2
 
 
 def render(baseline: str, table: dict[str, dict[str, PairedDifference]]) -> str:
+    """A Markdown table: one row per configuration, one column per group (with its question count)."""
     first = next(iter(table.values()))
-    lines = [f"Recall difference to {baseline} in points: mean [95% bootstrap interval], questions better/worse",
-             "", "| configuration | " + " | ".join(f"{g} ({d.n})" for g, d in first.items()) + " |",
-             "|---|" + "---|" * len(first)]
-    lines += [f"| {name} | " + " | ".join(str(d) for d in row.values()) + " |" for name, row in table.items()]
-    return "\n".join(lines)
+    headers = ["configuration", *(f"{group} ({d.n})" for group, d in first.items())]
+    rows = [[name, *(str(d) for d in row.values())] for name, row in table.items()]
+    return (f"Recall difference to {baseline} in points: mean [95% bootstrap interval], "
+            "questions better/worse\n\n" + markdown_table(headers, rows))

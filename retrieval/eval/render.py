@@ -1,133 +1,141 @@
-"""``results.md`` and ``recall.png`` of an evaluation."""
+"""``results.md`` and ``recall.png`` of an evaluation, from its :class:`Results`; every table goes
+through :func:`isq.markdown.markdown_table`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from isq.markdown import markdown_table
 from isq.topology import TopologyParams
+from retrieval.eval.results import Recommended, Results, RetrievalSummary, Summary, SweepRow
 
 
 def pct(value: float) -> str:
     return f"{100 * value:.1f}"
 
 
-def _metric_table(configs: Mapping[str, Any], metric: str, categories: Sequence[str]) -> list[str]:
-    lines = ["| configuration | overall | " + " | ".join(categories) + " |",
-             "|---|" + "---:|" * (len(categories) + 1)]
-    for name, summary in configs.items():
-        cells = [pct(summary["overall"][metric])]
-        cells += [pct(summary["by_category"][c][metric]) if c in summary["by_category"] else "–" for c in categories]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return lines
+def _metric_table(configs: Mapping[str, Summary], metric: str, categories: Sequence[str]) -> str:
+    """One row per configuration: ``metric`` overall and per category, in percent."""
+    rows = [[name, pct(getattr(summary.overall, metric))]
+            + [pct(getattr(summary.by_category[c], metric)) if c in summary.by_category else "–"
+               for c in categories]
+            for name, summary in configs.items()]
+    return markdown_table(["configuration", "overall", *categories], rows,
+                          align=["l"] + ["r"] * (len(categories) + 1))
 
 
-def render_markdown(results: Mapping[str, Any], sweep_rows: Sequence[Mapping[str, Any]]) -> str:
+def _codebook_table(results: Results) -> str:
+    headers = ["codebook", "size", "codes used", "utilisation", "codes/AMU", "codes/query",
+               "mean AMU share per code", "codes in ≥50% of AMUs"]
+    rows = [[name, str(d.codebook_size), str(d.codes_used), f"{pct(d.utilisation)}%",
+             f"{d.mean_codes_per_amu:.1f}", f"{d.mean_codes_per_query:.1f}",
+             f"{pct(d.mean_amu_share_per_code)}%", f"{d.codes_in_half_the_amus:.1f}"]
+            for name, d in results.codebooks.items()]
+    return markdown_table(headers, rows, align=["l"] + ["r"] * (len(headers) - 1))
+
+
+def render_markdown(results: Results, sweep_rows: Sequence[SweepRow]) -> str:
     """``results.md``: tables per configuration and category, construction, codebooks, sweep, answers."""
-    configs = results["configs"]
+    configs = results.configs
     first = next(iter(configs.values()))
-    categories = list(first["by_category"])
-    counts = ", ".join(f"{c} {first['by_category'][c]['n']}" for c in categories)
-    settings = results["settings"]
+    categories = list(first.by_category)
+    counts = ", ".join(f"{c} {first.by_category[c].n}" for c in categories)
+    settings = results.settings
     lines = ["# LoCoMo retrieval evaluation", ""]
     for key in ("command", "locomo", "fingerprinter", "kmeans_fingerprinter", "embedder"):
-        if settings.get(key):
-            lines.append(f"- {key}: `{settings[key]}`")
-    lines += [f"- conversations: {', '.join(settings['conversations'])}; questions: "
-              f"{first['overall']['n']} ({counts})",
-              f"- topology: {TopologyParams(**settings['topology']).label()}", "",
-              "## Evidence recall@k (%)", "", *_metric_table(configs, "recall", categories), "",
+        if value := getattr(settings, key):
+            lines.append(f"- {key}: `{value}`")
+    lines += [f"- conversations: {', '.join(settings.conversations)}; questions: "
+              f"{first.overall.n} ({counts})",
+              f"- topology: {TopologyParams(**settings.topology.model_dump()).label()}", "",
+              "## Evidence recall@k (%)", "", _metric_table(configs, "recall", categories), "",
               "## Evidence hit@k (%): at least one evidence turn retrieved", "",
-              *_metric_table(configs, "hit", categories), "",
-              "## All evidence retrieved (%)", "", *_metric_table(configs, "complete", categories), "",
-              "Mean AMUs retrieved: " + ", ".join(f"{name} {s['overall']['mean_retrieved']:.1f}"
+              _metric_table(configs, "hit", categories), "",
+              "## All evidence retrieved (%)", "", _metric_table(configs, "complete", categories), "",
+              "Mean AMUs retrieved: " + ", ".join(f"{name} {s.overall.mean_retrieved:.1f}"
                                                   for name, s in configs.items()) + ".",
               "Code/BM25 path hits tied with that path's last score (so ranked by AMU order, not score): "
-              + ", ".join(f"{name} {pct(s['overall']['tied_at_cut'])}%" for name, s in configs.items()
-                          if "tied_at_cut" in s["overall"]) + ".", ""]
-    evidence = results["evidence"]
-    ceiling = evidence["recall_ceiling"]["overall"]["recall"]
+              + ", ".join(f"{name} {pct(s.overall.tied_at_cut)}%" for name, s in configs.items()
+                          if s.overall.tied_at_cut is not None) + ".", ""]
+    evidence = results.evidence
     lines += ["## Evidence", "",
-              f"{evidence['questions']} questions scored, {evidence['evidence_ids']} evidence ids; skipped: "
-              + (", ".join(f"{n} of category {k}" for k, n in evidence["skipped_categories"].items()) or "none")
-              + f"; {evidence['questions_without_evidence']} questions "
-              f"without usable evidence; {len(evidence['repaired_items'])} items repaired, "
-              f"{len(evidence['unparsed_items'])} unparsable, {len(evidence['unknown_ids'])} ids naming no turn.",
-              f"Recall ceiling (evidence turns that some AMU points to): {pct(ceiling)}%.", ""]
+              f"{evidence.questions} questions scored, {evidence.evidence_ids} evidence ids; skipped: "
+              + (", ".join(f"{n} of category {k}" for k, n in evidence.skipped_categories.items()) or "none")
+              + f"; {evidence.questions_without_evidence} questions "
+              f"without usable evidence; {len(evidence.repaired_items)} items repaired, "
+              f"{len(evidence.unparsed_items)} unparsable, {len(evidence.unknown_ids)} ids naming no turn.",
+              "Recall ceiling (evidence turns that some AMU points to): "
+              f"{pct(evidence.recall_ceiling.overall.recall)}%.", ""]
     for key in ("repaired_items", "unparsed_items", "unknown_ids"):
-        if evidence[key]:
-            lines.append(f"- {key}: " + "; ".join(evidence[key][:20]))
-    c = results["construction"]
+        if items := getattr(evidence, key):
+            lines.append(f"- {key}: " + "; ".join(items[:20]))
+    c = results.construction
     lines += ["", "## Construction", "",
-              f"- {c['amus']} AMUs from {c['segments']} segments (extractor {c['extractor']}); "
-              f"{c['llm_calls']} LLM calls, {c['tokens']} tokens",
-              f"- construction {c['seconds']:.1f} s (ingestion {c['ingest_seconds']:.1f} s, summed over the runs "
+              f"- {c.amus} AMUs from {c.segments} segments (extractor {c.extractor}); "
+              f"{c.llm_calls} LLM calls, {c.tokens} tokens",
+              f"- construction {c.seconds:.1f} s (ingestion {c.ingest_seconds:.1f} s, summed over the runs "
               "that built the store, + AMU embedding and trained-codebook indexing of this run)",
-              "- this run: " + ", ".join(f"{k} {v}" for k, v in c["this_run"].items()),
-              f"- wall time of this run: {results['wall_seconds']:.1f} s", "",
-              "## Codebooks", "", "| codebook | size | codes used | utilisation | codes/AMU | codes/query | "
-              "mean AMU share per code | codes in ≥50% of AMUs |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, d in results["codebooks"].items():
-        lines.append(f"| {name} | {d['codebook_size']} | {d['codes_used']} | {pct(d['utilisation'])}% | "
-                     f"{d['mean_codes_per_amu']:.1f} | {d['mean_codes_per_query']:.1f} | "
-                     f"{pct(d['mean_amu_share_per_code'])}% | {d['codes_in_half_the_amus']:.1f} |")
-    if sweep_rows:
-        lines += ["", *render_sweep(sweep_rows, results["sweep"]["recommended"])]
-    answers = results["answers"]
+              "- this run: " + ", ".join(f"{k} {v}" for k, v in c.this_run.items()),
+              f"- wall time of this run: {results.wall_seconds:.1f} s", "",
+              "## Codebooks", "", _codebook_table(results)]
+    if sweep_rows and results.sweep is not None:
+        lines += ["", *render_sweep(sweep_rows, results.sweep.recommended)]
+    answers = results.answers
     lines += ["", "## Answer stage", ""]
-    if answers["status"] == "done":
-        lines += [f"Model `{answers['model']}`; query tokens {answers['query_tokens']} "
-                  f"({answers['query_tokens_per_question']:.0f} per answered question); failures {answers['failed']}.",
-                  "", "LoCoMo F1 (%):", "", *_metric_table(answers["configs"], "f1", categories), "",
-                  "LLM judge, CORRECT (%):", "", *_metric_table(answers["configs"], "judge", categories)]
+    if answers.status == "done":
+        lines += [f"Model `{answers.model}`; query tokens {answers.query_tokens} "
+                  f"({answers.query_tokens_per_question:.0f} per answered question); "
+                  f"failures {answers.failed}.",
+                  "", "LoCoMo F1 (%):", "", _metric_table(answers.configs, "f1", categories), "",
+                  "LLM judge, CORRECT (%):", "", _metric_table(answers.configs, "judge", categories)]
     else:
-        lines.append(f"Skipped: {answers['note']}.")
+        lines.append(f"Skipped: {answers.note}.")
     lines += ["", "![recall per configuration and category](recall.png)", ""]
     return "\n".join(lines)
 
 
-def render_sweep(rows: Sequence[Mapping[str, Any]], recommended: Mapping[str, Any]) -> list[str]:
+def render_sweep(rows: Sequence[SweepRow], recommended: Recommended) -> list[str]:
     """The sweep as a table (overall and multi-hop recall per swept configuration), best first."""
-    names = list(rows[0]["configs"])
-    primary = recommended["config"]
-    header = "| H_r | α | self | aggregate | " + " | ".join(f"{n} overall | {n} multi-hop" for n in names) + " |"
-    lines = ["## Topology sweep (evidence recall@k, %)", "",
-             f"Recommended for {primary}: H_r={recommended['max_hops']}, α={recommended['alpha']}, self term "
-             f"{'on' if recommended['self_term'] else 'off'}, aggregate {recommended['aggregate']} "
-             f"(overall {pct(recommended['overall']['recall'])}%).", "", header,
-             "|---:|---:|---|---|" + "---:|---:|" * len(names)]
+    names = list(rows[0].configs)
+    primary = recommended.config
 
-    def multi(summary: Mapping[str, Any]) -> str:
-        block = summary["by_category"].get("multi-hop")
-        return pct(block["recall"]) if block else "–"
+    def multi(summary: RetrievalSummary) -> str:
+        block = summary.by_category.get("multi-hop")
+        return pct(block.recall) if block else "–"
 
-    ordered = sorted(rows, key=lambda r: -r["configs"][primary]["overall"]["recall"])
-    for row in ordered:
-        cells = [f"{pct(row['configs'][n]['overall']['recall'])} | {multi(row['configs'][n])}" for n in names]
-        lines.append(f"| {row['max_hops']} | {row['alpha']} | {'on' if row['self_term'] else 'off'} | "
-                     f"{row['aggregate']} | " + " | ".join(cells) + " |")
-    return lines
+    ordered = sorted(rows, key=lambda r: -r.configs[primary].overall.recall)
+    table = markdown_table(
+        ["H_r", "α", "self", "aggregate",
+         *(f"{n} {group}" for n in names for group in ("overall", "multi-hop"))],
+        [[str(row.max_hops), str(row.alpha), "on" if row.self_term else "off", row.aggregate,
+          *(cell for n in names for cell in (pct(row.configs[n].overall.recall), multi(row.configs[n])))]
+         for row in ordered],
+        align=["r", "r", "l", "l"] + ["r", "r"] * len(names))
+    return ["## Topology sweep (evidence recall@k, %)", "",
+            f"Recommended for {primary}: H_r={recommended.max_hops}, α={recommended.alpha}, self term "
+            f"{'on' if recommended.self_term else 'off'}, aggregate {recommended.aggregate} "
+            f"(overall {pct(recommended.overall.recall)}%).", "", table]
 
 
-def plot_recall(results: Mapping[str, Any], path: Path) -> None:
+def plot_recall(results: Results, path: Path) -> None:
     """Grouped bars: evidence recall per category (and overall), one bar per configuration."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    configs = results["configs"]
+    configs = results.configs
     first = next(iter(configs.values()))
-    groups = ["overall", *first["by_category"]]
-    counts = [first["overall"]["n"]] + [first["by_category"][g]["n"] for g in groups[1:]]
+    groups = ["overall", *first.by_category]
+    counts = [first.overall.n] + [first.by_category[g].n for g in groups[1:]]
     width = 0.8 / max(len(configs), 1)
     figure, axes = plt.subplots(figsize=(2 + 1.6 * len(groups), 5))
     positions = np.arange(len(groups))
     for i, (name, summary) in enumerate(configs.items()):
-        values = [summary["overall"]["recall"]] + [summary["by_category"][g]["recall"] for g in groups[1:]]
+        values = [summary.overall.recall] + [summary.by_category[g].recall for g in groups[1:]]
         axes.bar(positions + (i - (len(configs) - 1) / 2) * width, [100 * v for v in values], width, label=name)
     axes.set_xticks(positions, [f"{g}\n(n={n})" for g, n in zip(groups, counts, strict=True)])
     axes.set_ylabel("evidence recall@k (%)")

@@ -8,7 +8,6 @@ answered by retrieval alone and scored against its evidence dia_ids.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import Counter
@@ -28,6 +27,7 @@ from retrieval.eval.bank import (
     ConversationBank,
     build_retriever,
     codebook_diagnostics,
+    ingest_locomo_conversation,
 )
 from retrieval.eval.configs import (
     KMEANS,
@@ -39,9 +39,27 @@ from retrieval.eval.configs import (
     sweep_grid,
 )
 from retrieval.eval.evidence import CATEGORY_NAMES, EvalQuestion, EvidenceReport, select_questions
-from retrieval.eval.locomo import LocomoConversation, ingest_locomo_conversation
+from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import EvidenceScore, covered_turns, mean, score_evidence, summarise, tied_at_cut
 from retrieval.eval.render import plot_recall, render_markdown
+from retrieval.eval.results import (
+    AnswersSkipped,
+    CeilingBlock,
+    CodebookStats,
+    Construction,
+    EvidenceCounts,
+    QuestionRecord,
+    Recommended,
+    Results,
+    RetrievalSummary,
+    Settings,
+    Summary,
+    SweepInfo,
+    SweepRow,
+    write_questions,
+    write_results,
+    write_sweep,
+)
 from retrieval.extract.base import Extractor
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.embed import Embedder
@@ -73,24 +91,25 @@ def retrieve_all(config: RetrievalConfig, banks: Mapping[str, ConversationBank],
     return results
 
 
-def score_config(queries: QuerySet, hits: Sequence[Sequence[Hit]]) -> tuple[dict[str, Any], list[EvidenceScore]]:
+def score_config(queries: QuerySet,
+                 hits: Sequence[Sequence[Hit]]) -> tuple[RetrievalSummary, list[EvidenceScore]]:
     """Per-question evidence scores of one configuration and their summary, with the mean number
     of AMUs retrieved (to check the budget was used) and, for a configuration with a code or BM25
     path, the mean :func:`tied_at_cut` of that path."""
     scores = [score_evidence(q.evidence, covered_turns(h)) for q, h in zip(queries.questions, hits, strict=True)]
-    summary = summarise(
+    summary = RetrievalSummary.model_validate(summarise(
         (q.category_name, {"recall": s.recall, "hit": float(s.hit), "complete": float(s.complete)})
         for q, s in zip(queries.questions, scores, strict=True)
-    )
-    summary["overall"]["mean_retrieved"] = mean([len(h) for h in hits])
+    ))
+    summary.overall.mean_retrieved = mean([len(h) for h in hits])
     ties = [share for share in map(tied_at_cut, hits) if share is not None]
     if ties:
-        summary["overall"]["tied_at_cut"] = mean(ties)
+        summary.overall.tied_at_cut = mean(ties)
     return summary, scores
 
 
 def run_sweep(configs: Sequence[RetrievalConfig], banks: Mapping[str, ConversationBank], queries: QuerySet,
-              grid: Sequence[TopologyParams], restore: TopologyParams) -> list[dict[str, Any]]:
+              grid: Sequence[TopologyParams], restore: TopologyParams) -> list[SweepRow]:
     """Score the Path B ``configs`` under every topology setting of ``grid`` on the built banks
     (only the topology parameters change between settings), then put ``restore`` back."""
     rows = []
@@ -100,27 +119,27 @@ def run_sweep(configs: Sequence[RetrievalConfig], banks: Mapping[str, Conversati
                 retriever.topology.params = params
         summaries = {config.name: score_config(queries, retrieve_all(config, banks, queries))[0]
                      for config in configs}
-        rows.append({**params.to_dict(), "configs": summaries})
+        rows.append(SweepRow(**params.to_dict(), configs=summaries))
     for bank in banks.values():
         for retriever in bank.retrievers.values():
             retriever.topology.params = restore
     return rows
 
 
-def recommend(rows: Sequence[Mapping[str, Any]], config_name: str) -> dict[str, Any]:
+def recommend(rows: Sequence[SweepRow], config_name: str) -> Recommended:
     """The sweep setting with the best overall recall of ``config_name``; ties go to the better
     multi-hop recall, then to fewer hops (the simpler walk)."""
 
-    def key(row: Mapping[str, Any]) -> tuple[float, float, int]:
-        summary = row["configs"][config_name]
-        multi = summary["by_category"].get("multi-hop", {}).get("recall", 0.0)
-        return summary["overall"]["recall"], multi, -row["max_hops"]
+    def key(row: SweepRow) -> tuple[float, float, int]:
+        summary = row.configs[config_name]
+        multi = summary.by_category.get("multi-hop")
+        return summary.overall.recall, multi.recall if multi else 0.0, -row.max_hops
 
     best = max(rows, key=key)
-    return {k: best[k] for k in ("max_hops", "alpha", "self_term", "aggregate")} | {
-        "config": config_name, "overall": best["configs"][config_name]["overall"],
-        "by_category": best["configs"][config_name]["by_category"],
-    }
+    summary = best.configs[config_name]
+    return Recommended(max_hops=best.max_hops, alpha=best.alpha, self_term=best.self_term,
+                       aggregate=best.aggregate, config=config_name, overall=summary.overall,
+                       by_category=summary.by_category)
 
 
 def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mapping[str, Fingerprinter],
@@ -128,8 +147,8 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
              extractor_name: str = "rule", configs: Sequence[str] | None = None, k_dense: int = 20,
              k_code: int = 20, topology: TopologyParams | None = None, sweep: bool = False,
              answer_stage: AnswerStage | None = None, answer_configs: Sequence[str] = (),
-             settings: Mapping[str, Any] | None = None, progress: bool = True) -> dict[str, Any]:
-    """Run the evaluation and write its reports to ``out_dir``; returns ``results.json``'s content.
+             settings: Mapping[str, Any] | None = None, progress: bool = True) -> Results:
+    """Run the evaluation and write its reports to ``out_dir``; returns what ``results.json`` holds.
 
     ``fingerprinters`` maps ``"trained"`` (required) and optionally ``"kmeans"`` to loaded
     fingerprinters. ``configs`` defaults to :func:`default_configs`. ``extractor`` defaults to
@@ -191,34 +210,37 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
             all_hits[config.name] = retrieve_all(config, banks, queries)
             config_results[config.name], per_question[config.name] = score_config(queries, all_hits[config.name])
         timings["retrieval"] = time.perf_counter() - tick
-        _write_questions(out_dir / "questions.jsonl", queries.questions, per_question)
+        write_questions(out_dir / "questions.jsonl", [
+            QuestionRecord(conversation=q.conversation_id, qa_index=q.qa_index, category=q.category_name,
+                           question=q.question, evidence=list(q.evidence),
+                           found={name: list(scores[i].found) for name, scores in per_question.items()})
+            for i, q in enumerate(queries.questions)
+        ])
 
         coverable = {cid: bank.coverable for cid, bank in banks.items()}
-        ceiling = summarise(
+        ceiling = Summary[CeilingBlock].model_validate(summarise(
             (q.category_name, {"recall": score_evidence(q.evidence, coverable[q.conversation_id]).recall})
             for q in questions
-        )
+        ))
         ids = [c.conversation_id for c in conversations]
-        construction = {
-            "seconds": ledger.total(ids, "seconds") + timings["embed"] + timings[f"index_{TRAINED}"],
-            "amus": sum(store.count(cid) for cid in ids),
-            "segments": sum(len(store.segments(cid)) for cid in ids),
-            "llm_calls": int(ledger.total(ids, "llm_calls")),
-            "tokens": int(ledger.total(ids, "tokens")),
-            "ingest_seconds": ledger.total(ids, "seconds"),
-            "extractor": extractor_name,
-            "this_run": {"resumed_segments": resumed, **{f"{k}_seconds": round(v, 2) for k, v in timings.items()}},
-        }
-        results: dict[str, Any] = {
-            "configs": config_results,
-            "construction": construction,
-            "evidence": report.to_dict() | {"recall_ceiling": ceiling},
-            "codebooks": {name: codebook_diagnostics(fp_model, list(banks.values()), name, queries.codes[name])
-                          for name, fp_model in fingerprinters.items()},
-            "settings": {**(settings or {}), "configs": names, "k_dense": k_dense, "k_code": k_code,
-                         "topology": topology.to_dict(), "categories": {str(k): v for k, v in CATEGORY_NAMES.items()},
-                         "conversations": ids},
-        }
+        construction = Construction(
+            seconds=ledger.total(ids, "seconds") + timings["embed"] + timings[f"index_{TRAINED}"],
+            amus=sum(store.count(cid) for cid in ids),
+            segments=sum(len(store.segments(cid)) for cid in ids),
+            llm_calls=int(ledger.total(ids, "llm_calls")),
+            tokens=int(ledger.total(ids, "tokens")),
+            ingest_seconds=ledger.total(ids, "seconds"),
+            extractor=extractor_name,
+            this_run={"resumed_segments": resumed,
+                      **{f"{k}_seconds": round(v, 2) for k, v in timings.items()}},
+        )
+        codebooks = {name: CodebookStats(**codebook_diagnostics(fp_model, list(banks.values()), name,
+                                                                 queries.codes[name]))
+                     for name, fp_model in fingerprinters.items()}
+        recorded = Settings(**{**(settings or {}), "configs": names, "k_dense": k_dense, "k_code": k_code,
+                               "topology": topology.to_dict(),
+                               "categories": {str(k): v for k, v in CATEGORY_NAMES.items()},
+                               "conversations": ids})
 
         # -- sweep over the topology parameters, on the same banks
         if sweep:
@@ -228,37 +250,29 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
             tick = time.perf_counter()
             rows = run_sweep(swept, banks, queries, sweep_grid(), topology)
             primary = next((c.name for c in swept if c.mode == "dense+code" and c.codebook == TRAINED), swept[0].name)
-            (out_dir / "sweep.json").write_text(json.dumps(rows, indent=2))
-            results["sweep"] = {"file": "sweep.json", "settings": len(rows), "configs": [c.name for c in swept],
-                                "seconds": round(time.perf_counter() - tick, 2),
-                                "recommended": recommend(rows, primary)}
+            write_sweep(out_dir / "sweep.json", rows)
+            swept_info = SweepInfo(file="sweep.json", settings=len(rows), configs=[c.name for c in swept],
+                                   seconds=round(time.perf_counter() - tick, 2),
+                                   recommended=recommend(rows, primary))
         else:
-            rows = []
+            rows, swept_info = [], None
 
         # -- optional answer stage
         if answer_stage is not None and answer_configs:
             logger.info("answering %d questions x %d configurations", len(questions), len(answer_configs))
-            results["answers"] = run_answer_stage(answer_stage, answer_configs, questions, all_hits, banks, store,
-                                                  out_dir)
+            answers = run_answer_stage(answer_stage, answer_configs, questions, all_hits, banks, store,
+                                       out_dir)
         else:
-            results["answers"] = {"status": "skipped", "note": (
+            answers = AnswersSkipped(note=(
                 "no LLM endpoint configured: set ISQ_LLM_BASE_URL and ISQ_LLM_MODEL (and ISQ_LLM_API_KEY if "
                 "needed) or pass --llm-base-url/--llm-model" if answer_stage is None
-                else "no answer configuration selected (--answer-configs)")}
+                else "no answer configuration selected (--answer-configs)"))
 
-    results["wall_seconds"] = time.perf_counter() - started
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    results = Results(configs=config_results, construction=construction,
+                      evidence=EvidenceCounts(**report.to_dict(), recall_ceiling=ceiling),
+                      codebooks=codebooks, settings=recorded, sweep=swept_info, answers=answers,
+                      wall_seconds=time.perf_counter() - started)
+    write_results(out_dir / "results.json", results)
     plot_recall(results, out_dir / "recall.png")
     (out_dir / "results.md").write_text(render_markdown(results, rows))
     return results
-
-
-def _write_questions(path: Path, questions: Sequence[EvalQuestion],
-                     per_question: Mapping[str, Sequence[EvidenceScore]]) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        for i, q in enumerate(questions):
-            handle.write(json.dumps({
-                "conversation": q.conversation_id, "qa_index": q.qa_index, "category": q.category_name,
-                "question": q.question, "evidence": list(q.evidence),
-                "found": {name: list(scores[i].found) for name, scores in per_question.items()},
-            }, ensure_ascii=False) + "\n")

@@ -17,8 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from isq.encoders import MINILM_ALIAS
+from isq.fingerprint import Fingerprinter
 from retrieval.eval.locomo import load_locomo
 from retrieval.extract.base import Extractor
+from retrieval.extract.llm import LLMExtractor
+from retrieval.extract.rules import RuleExtractor
+from retrieval.index.embed import Embedder, SentenceEmbedder
+from retrieval.memory.errors import StoreError
 from retrieval.memory.ingest import IngestError, ingest_turns
 from retrieval.memory.records import InputFormatError
 from retrieval.memory.store import AMUStore
@@ -36,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
                         "segmentation embeddings (default: offline all-MiniLM-L6-v2)")
     parser.add_argument("--fingerprinter", type=Path, help="exported ISQ fingerprinter directory")
     parser.add_argument("--llm-cache", type=Path, help="LLM response cache (default: STORE/llm_cache)")
+    parser.add_argument("--no-retry-fallbacks", action="store_true",
+                        help="do not extract again the stored segments that fell back to raw turns")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
@@ -49,33 +56,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             participants = {c.conversation_id: c.participants for c in conversations}
         else:
             turns, participants = read_turns_jsonl(args.jsonl), None
-        if args.extractor == "llm":
-            from retrieval.extract.llm import LLMExtractor
-
-            try:
-                extractor: Extractor = LLMExtractor(cache_dir=args.llm_cache or args.store / "llm_cache")
-            except ValueError as err:
-                raise IngestError(str(err)) from None
-        else:
-            from retrieval.extract.rules import RuleExtractor
-
-            extractor = RuleExtractor()
-        fingerprinter = None
-        if args.fingerprinter is not None:
-            from isq.fingerprint import Fingerprinter
-
-            fingerprinter = Fingerprinter.from_pretrained(args.fingerprinter)
-        from retrieval.index.embed import SentenceEmbedder
-
-        embedder = SentenceEmbedder(args.embedder)
-        with AMUStore(args.store) as store:
+        with AMUStore(args.store) as store:  # opened before any model loads: a bad store fails fast
+            embedder, extractor, fingerprinter = _models(args)
             stats = ingest_turns(turns, store, embedder, extractor, fingerprinter=fingerprinter,
-                                 participants=participants, progress=not args.no_progress)
-    except (InputFormatError, IngestError, OSError) as err:
+                                 participants=participants, progress=not args.no_progress,
+                                 retry_fallbacks=not args.no_retry_fallbacks)
+    except (InputFormatError, IngestError, StoreError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(stats.summary())
     return 0
+
+
+def _models(args: argparse.Namespace) -> tuple[Embedder, Extractor, Fingerprinter | None]:
+    """The embedder, extractor and (optional) fingerprinter the arguments name."""
+    extractor: Extractor
+    if args.extractor == "llm":
+        try:
+            extractor = LLMExtractor(cache_dir=args.llm_cache or args.store / "llm_cache")
+        except ValueError as err:
+            raise IngestError(str(err)) from None
+    else:
+        extractor = RuleExtractor()
+    fingerprinter = None if args.fingerprinter is None else Fingerprinter.from_pretrained(args.fingerprinter)
+    return SentenceEmbedder(args.embedder), extractor, fingerprinter
 
 
 if __name__ == "__main__":

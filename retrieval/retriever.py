@@ -12,6 +12,7 @@ and the metadata lists (AMU id, text, source pointer).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,20 @@ from retrieval.index.dense import DenseIndex
 from retrieval.index.lexical import BM25Index
 
 MODES = ("dense", "code", "bm25", "dense+code", "dense+bm25")
+_WORD = re.compile(r"[^\W_]", re.UNICODE)
+
+
+class EmptyQuery(ValueError):
+    """A query with no letter or digit: nothing to retrieve for (its codes would be those of the
+    tokenizer's special tokens, its embedding that of an empty sentence)."""
+
+
+def check_query(text: str) -> str:
+    """``text`` unchanged, or :class:`EmptyQuery` when it holds no letter or digit (empty,
+    whitespace, punctuation or emoji only)."""
+    if not _WORD.search(text):
+        raise EmptyQuery(f"the query {text!r} has no letter or digit: nothing to retrieve for")
+    return text
 
 _CONFIG_FILE = "retriever.json"
 
@@ -135,10 +150,13 @@ class DualPathRetriever:
             "dense+code": Path A (k_dense), then Path B's k_code best among the rest (SPEC 4).
             "dense+bm25": Path A (k_dense), then BM25's k_code best among the rest.
         AMUs with a non-positive code or BM25 score are never returned, so a complementary path
-        may return fewer than its budget.
+        may return fewer than its budget. A ``query_text`` without a letter or digit raises
+        :class:`EmptyQuery`.
         """
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if query_text is not None:
+            check_query(query_text)
         if k_dense < 0 or k_code < 0:
             raise ValueError(f"budgets must be >= 0, got k_dense={k_dense}, k_code={k_code}")
         hits: list[Hit] = []

@@ -16,7 +16,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from retrieval.eval.locomo import ingest_locomo_conversation, load_locomo
+from retrieval.eval.bank import ingest_locomo_conversation
+from retrieval.eval.locomo import load_locomo
 from retrieval.extract.rules import RuleExtractor
 from retrieval.ingest import main
 from retrieval.memory.ingest import IngestError, ingest_turns

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,10 @@ class ExportFingerprinter(L.Callback):
         return Path(trainer.log_dir or trainer.default_root_dir) / EXPORT_NAME
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        target = self.target(trainer)
+        self.refuse_occupied(self.target(trainer))
+
+    def refuse_occupied(self, target: Path) -> None:
+        """ExportExistsError if ``target`` holds files and overwriting was not asked for."""
         if target.exists() and not self.overwrite and (not target.is_dir() or any(target.iterdir())):
             raise ExportExistsError(
                 f"the fingerprinter export directory {target} already exists and is not empty; choose another "
@@ -81,8 +85,14 @@ class StepProgressBar(RichProgressBar):
     """Lightning's rich progress bar, with the optimizer step shown as ``step N/max_steps``.
 
     Runs here are bounded by ``max_steps`` (``max_epochs`` is then -1), where the stock bar
-    reads "Epoch 0/-2" and counts batches of an epoch that training never finishes.
+    reads "Epoch 0/-2" and counts batches of an epoch that training never finishes. Where the
+    output is not a terminal (a log file, CI), rich draws only the final state, so a plain line
+    is printed every ``plain_every`` optimizer steps instead.
     """
+
+    def __init__(self, *args: Any, plain_every: int = 20, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.plain_every = plain_every
 
     def _get_train_description(self, current_epoch: int) -> str:  # the stock bar's hook for this text
         max_epochs = self.trainer.max_epochs
@@ -93,3 +103,12 @@ class StepProgressBar(RichProgressBar):
         if trainer.max_steps > 0:
             items["step"] = f"{trainer.global_step}/{trainer.max_steps}"
         return items
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        step = trainer.global_step
+        if not sys.stdout.isatty() and trainer.is_global_zero and step and step % self.plain_every == 0:
+            metrics = ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                                for k, v in self.get_metrics(trainer, pl_module).items() if k != "v_num")
+            print(f"[train] {metrics}", flush=True)

@@ -23,7 +23,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from isq.dailydialog import DataFormatError
 from isq.encoders import EncoderUnavailable
 from isq.export import ExportExistsError
-from training.callbacks import StepProgressBar
+from training.callbacks import ExportFingerprinter, StepProgressBar
 from training.data import DialogueDataModule
 from training.module import ISQLightningModule, WarmStartError
 
@@ -93,6 +93,9 @@ def main(args: list[str] | None = None) -> ISQCLI:
         )
         ckpt_path = cli.config.get("ckpt_path")
         check_checkpoint(ckpt_path)
+        for callback in cli.trainer.callbacks:  # an occupied export directory: refused before data setup
+            if isinstance(callback, ExportFingerprinter) and callback.dirpath is not None:
+                callback.refuse_occupied(Path(callback.dirpath))
         if cli.config.get("validate_only"):
             cli.trainer.validate(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt_path)
         else:

@@ -63,18 +63,24 @@ def _entities(text: str, participants: Sequence[str]) -> list[str]:
     """Participants mentioned, then capitalised word runs. Leading stopwords, fillers and month or
     day names are dropped, and so is a sentence's first word unless it is an acronym or a
     participant (it is capitalised by position, not because it is a name); possessive 's is
-    stripped."""
+    stripped. Linear in the text's length (each match looks back only over the whitespace
+    before it)."""
     found = [name for name in participants if re.search(rf"\b{re.escape(name)}\b", text)]
+    seen = set(found)
     for match in _PROPER.finditer(text):
         words = match[0].split()
-        at_sentence_start = re.search(r"(^|[.!?:\[\]])\s*$", text[: match.start()]) is not None
+        before = match.start() - 1
+        while before >= 0 and text[before].isspace():
+            before -= 1
+        at_sentence_start = before < 0 or text[before] in ".!?:[]"
         if at_sentence_start and not (words[0].isupper() and len(words[0]) > 1) and words[0] not in participants:
             words = words[1:]
         while words and words[0].lower().strip("'’") in _NOT_NAMES:
             words = words[1:]
         name = re.sub(r"['’]s$", "", " ".join(words))
-        if name and name not in found and name.lower() not in _NOT_NAMES:
+        if name and name not in seen and name.lower() not in _NOT_NAMES:
             found.append(name)
+            seen.add(name)
     return found
 
 
@@ -114,6 +120,8 @@ class RuleExtractor:
     words of at least four letters, the memory type a keyword heuristic. No reference context is
     used (the state stays empty).
     """
+
+    name = "rule"
 
     def __init__(self) -> None:
         self.usage = LLMUsage()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
-from isq.encoders import MINILM_ALIAS, resolve_encoder_path
+from isq.encoders import MINILM_ALIAS, resolve_encoder_path, weights_checksum
 
 
 class Embedder(Protocol):
@@ -32,6 +34,13 @@ class SentenceEmbedder:
         self._model = SentenceTransformer(resolve_encoder_path(model), device=device)
         getter = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
         self.dim = int(getter())
+
+    @cached_property
+    def identity(self) -> dict[str, Any]:
+        """Name and, for a local model directory, the SHA-256 of its weights: what a store records
+        to refuse vectors of another model."""
+        path = Path(resolve_encoder_path(self.name))
+        return {"name": self.name, "sha256": weights_checksum(path) if path.is_dir() else None}
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if len(texts) == 0:

@@ -24,9 +24,9 @@ from tqdm.auto import tqdm
 from retrieval.extract.base import Extractor, ReferenceContext
 from retrieval.index.embed import Embedder
 from retrieval.llm import LLMUsage
-from retrieval.memory.records import AMU, SegmentRecord, Turn
-from retrieval.memory.segmenter import SegmenterConfig, SemanticSegmenter
-from retrieval.memory.store import AMUStore
+from retrieval.memory.records import AMU, MAX_TURN_CHARS, SegmentRecord, Turn, amu_id
+from retrieval.memory.segmenter import Segment, SegmenterConfig, SemanticSegmenter
+from retrieval.memory.store import AMUStore, turns_sha256
 
 
 class IngestError(RuntimeError):
@@ -45,6 +45,7 @@ class IngestStats:
     exchanges: int = 0
     segments: int = 0
     resumed_segments: int = 0
+    retried_segments: int = 0
     amus: int = 0
     fallback_segments: int = 0
     llm: LLMUsage = field(default_factory=LLMUsage)
@@ -66,7 +67,8 @@ class IngestStats:
             f"segments {self.segments} ({self.resumed_segments} already stored) | "
             f"mean exchanges/segment {self.mean_exchanges_per_segment:.2f} | "
             f"mean turns/segment {self.mean_turns_per_segment:.2f}",
-            f"AMUs written {self.amus} | raw-turn fallback segments {self.fallback_segments}",
+            f"AMUs written {self.amus} | raw-turn fallback segments {self.fallback_segments} | "
+            f"fallbacks retried successfully {self.retried_segments}",
             f"LLM calls {llm.http_calls} (retries {llm.retries}, cache hits {llm.cache_hits}) | tokens "
             f"prompt {llm.prompt_tokens} + completion {llm.completion_tokens} "
             f"(from cache {llm.cached_prompt_tokens} + {llm.cached_completion_tokens})",
@@ -81,9 +83,16 @@ def _usage_delta(after: LLMUsage, before: LLMUsage) -> LLMUsage:
     })
 
 
+def model_identity(model: Any) -> Any:
+    """What the store records of a model: its ``identity`` if it has one (fingerprinters, the
+    sentence embedder), else its ``name``, else its class name."""
+    return getattr(model, "identity", None) or getattr(model, "name", None) or type(model).__name__
+
+
 def ingest_turns(turns: Iterable[Turn], store: AMUStore, embedder: Embedder, extractor: Extractor, *,
                  fingerprinter: Any | None = None, config: SegmenterConfig | None = None,
-                 participants: Mapping[str, Sequence[str]] | None = None, progress: bool = True) -> IngestStats:
+                 participants: Mapping[str, Sequence[str]] | None = None, progress: bool = True,
+                 retry_fallbacks: bool = True) -> IngestStats:
     """Ingest an ordered turn stream (one or more conversations) into ``store``.
 
     Each conversation gets its own :class:`SemanticSegmenter` (so surprise history and segment
@@ -92,10 +101,21 @@ def ingest_turns(turns: Iterable[Turn], store: AMUStore, embedder: Embedder, ext
     conversation id to its speakers (default: the distinct speakers in order of appearance).
     ``fingerprinter`` is any object with ``fingerprint(texts) -> [obj with .sequence]`` (e.g.
     ``isq.fingerprint.Fingerprinter``); each AMU then stores its code sequence.
+
+    The store is bound to the embedder, the extractor and the fingerprinter (or its absence):
+    resuming with other ones raises :class:`StoreMismatch`. A stored segment whose turns differ
+    from this run's (edited input) is refused with :class:`IngestError` naming it: the store is
+    append-only, so an edited conversation goes into a new store. With ``retry_fallbacks``,
+    stored segments that fell back to raw turns (the LLM endpoint was down) are extracted again;
+    a successful retry archives the raw-turn AMUs and adds the new ones (revision ids).
     """
     started = time.perf_counter()
     usage_before = dataclasses.replace(extractor.usage)
     conversations = _group(turns)
+    store.bind("embedder", model_identity(embedder))
+    store.bind("extractor", model_identity(extractor))
+    store.bind("fingerprinter", "none" if fingerprinter is None else model_identity(fingerprinter),
+               hint="pass the fingerprinter this store was built with, or use a new store")
     stats = IngestStats()
     bar = tqdm(total=sum(len(t) for sessions in conversations.values() for t in sessions.values()),
                unit="turn", disable=not progress)
@@ -106,8 +126,8 @@ def ingest_turns(turns: Iterable[Turn], store: AMUStore, embedder: Embedder, ext
                 dict.fromkeys(turn.speaker for session in sessions.values() for turn in session)
             )
             _ingest_conversation(conversation_id, sessions, store, embedder, extractor, fingerprinter,
-                                 config or SegmenterConfig(),
-                                 ReferenceContext(speakers), stats, bar)
+                                 config or SegmenterConfig(), ReferenceContext(speakers), stats, bar,
+                                 retry_fallbacks)
     finally:
         bar.close()
     stats.llm = _usage_delta(extractor.usage, usage_before)
@@ -120,6 +140,9 @@ def _group(turns: Iterable[Turn]) -> dict[str, dict[str, list[Turn]]]:
     grouped: dict[str, dict[str, list[Turn]]] = {}
     previous: dict[str, str] = {}
     for turn in turns:
+        if len(turn.text) > MAX_TURN_CHARS:
+            raise IngestError(f"turn {turn.turn_id!r} of {turn.conversation_id!r} has {len(turn.text)} characters; "
+                              f"the limit is {MAX_TURN_CHARS} (split it into several turns)")
         sessions = grouped.setdefault(turn.conversation_id, {})
         if turn.session_id in sessions and previous[turn.conversation_id] != turn.session_id:
             raise IngestError(f"turn {turn.turn_id!r}: session {turn.session_id!r} of {turn.conversation_id!r} "
@@ -132,41 +155,78 @@ def _group(turns: Iterable[Turn]) -> dict[str, dict[str, list[Turn]]]:
 def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]], store: AMUStore,
                          embedder: Embedder, extractor: Extractor, fingerprinter: Any | None,
                          config: SegmenterConfig, context: ReferenceContext, stats: IngestStats,
-                         bar: tqdm) -> None:
+                         bar: tqdm, retry_fallbacks: bool) -> None:
     segmenter = SemanticSegmenter(embedder, conversation_id, config)
     stats.conversations += 1
     for session_turns in sessions.values():
         stats.sessions += 1
         for segment in segmenter.segment_session(session_turns):
             context.enter(segment.session_id)
-            turn_ids = tuple(turn.turn_id for turn in segment.turns)
             stored = store.segment(conversation_id, segment.seq)
-            if stored is not None:
-                if stored.turn_ids != turn_ids:
-                    raise IngestError(
-                        f"{conversation_id!r} segment {segment.seq}: the store holds turns "
-                        f"{list(stored.turn_ids)}, "
-                        f"this run segments {list(turn_ids)}; the input, embedder or segmenter settings changed "
-                        "since the store was written (use a new store)"
-                    )
-                # Replay what the extractor saw, so the next prompts match the first run's.
-                context.record(stored.state, [amu.text for amu in store.by_segment(conversation_id, segment.seq)])
-                stats.resumed_segments += 1
-            else:
+            if stored is None:
                 extraction = extractor.extract(segment, context)
                 amus = _fingerprinted(extraction.amus, fingerprinter)
-                store.commit_segment(
-                    SegmentRecord(conversation_id, segment.seq, segment.session_id, turn_ids, segment.reason,
-                                  extraction.state, extraction.fallback, len(amus)),
-                    segment.turns, amus,
-                )
-                context.record(extraction.state, [amu.text for amu in amus])
+                store.commit_segment(_record(segment, extraction.state, extraction.fallback, len(amus)),
+                                     segment.turns, amus)
+                state = extraction.state
                 stats.amus += len(amus)
                 stats.fallback_segments += int(extraction.fallback)
+            else:
+                _check_unchanged(stored, segment)
+                stats.resumed_segments += 1
+                amus = _current_amus(store, stored)
+                state = stored.state
+                if stored.fallback and retry_fallbacks:
+                    retried = extractor.extract(segment, context)
+                    if not retried.fallback:
+                        revision = stored.revision + 1
+                        renamed = [dataclasses.replace(amu, id=amu_id(conversation_id, segment.seq, i, revision))
+                                   for i, amu in enumerate(retried.amus)]
+                        amus = _fingerprinted(renamed, fingerprinter)
+                        store.replace_extraction(dataclasses.replace(
+                            _record(segment, retried.state, False, len(amus)), revision=revision), amus)
+                        state = retried.state
+                        stats.amus += len(amus)
+                        stats.retried_segments += 1
+                    else:
+                        stats.fallback_segments += 1
+            # What the extractor saw, replayed on resume, so the next prompts match the first run's.
+            context.record(state, [amu.text for amu in amus])
             stats.segments += 1
             stats.exchanges += len(segment.exchanges)
             stats.turns += len(segment.turns)
             bar.update(len(segment.turns))
+
+
+def _record(segment: Segment, state: str, fallback: bool, count: int) -> SegmentRecord:
+    return SegmentRecord(segment.conversation_id, segment.seq, segment.session_id,
+                         tuple(turn.turn_id for turn in segment.turns), segment.reason, state, fallback, count)
+
+
+def _check_unchanged(stored: SegmentRecord, segment: Segment) -> None:
+    """The stored segment must cover the same turns saying the same things as this run's."""
+    turn_ids = tuple(turn.turn_id for turn in segment.turns)
+    where = f"{segment.conversation_id!r} segment {segment.seq}"
+    if stored.turn_ids != turn_ids:
+        raise IngestError(f"{where}: the store holds turns {list(stored.turn_ids)}, this run segments "
+                          f"{list(turn_ids)}; the input, embedder or segmenter settings changed since the store "
+                          "was written (use a new store)")
+    if stored.content_sha256 != turns_sha256(segment.turns):
+        raise IngestError(f"{where} (turns {turn_ids[0]}..{turn_ids[-1]}): the input's text differs from what the "
+                          "store holds; the store is append-only, so ingest the edited conversation into a new "
+                          "store")
+
+
+def _current_amus(store: AMUStore, stored: SegmentRecord) -> list[AMU]:
+    """The AMUs of the stored segment's current extraction: those of its latest revision (ids
+    ``<conversation>:<seq>:<index>`` for revision 0, with ``:r<n>`` appended for revision n)."""
+    prefix = f"{stored.conversation_id}:{stored.seq}:"
+
+    def revision(unit: AMU) -> int:
+        rest = unit.id[len(prefix):]
+        return int(rest.split(":r", 1)[1]) if ":r" in rest else 0
+
+    return [amu for amu in store.by_segment(stored.conversation_id, stored.seq) if revision(amu) == stored.revision]
 
 
 def _fingerprinted(amus: list[AMU], fingerprinter: Any | None) -> list[AMU]:

@@ -23,6 +23,11 @@ MEMORY_TYPES = (
 """The finite memory-type schema of LycheeMemory section 3.3 / Table 12."""
 
 
+MAX_TURN_CHARS = 20_000
+"""The longest turn text accepted (about 4,000 words; LoCoMo's longest is under 1,000 characters):
+longer input is refused by the loaders and by ingestion rather than processed for minutes."""
+
+
 class AMUValidationError(ValueError):
     """A record does not satisfy the AMU schema; the message names the offending field."""
 
@@ -95,9 +100,10 @@ AMU_SCHEMA: dict[str, Any] = {
 _AMU_VALIDATOR = Draft202012Validator(AMU_SCHEMA)
 
 
-def amu_id(conversation_id: str, segment: int, index: int) -> str:
-    """Deterministic AMU id: the k-th unit of a conversation's n-th segment."""
-    return f"{conversation_id}:{segment}:{index}"
+def amu_id(conversation_id: str, segment: int, index: int, revision: int = 0) -> str:
+    """Deterministic AMU id: the k-th unit of a conversation's n-th segment (``:r<n>`` appended
+    for the n-th retried extraction of that segment)."""
+    return f"{conversation_id}:{segment}:{index}" + (f":r{revision}" if revision else "")
 
 
 @dataclass(frozen=True)
@@ -177,7 +183,8 @@ def _listed(value: Any) -> Any:
 class SegmentRecord:
     """The progress marker of one ingested segment. ``state`` is the extractor's disambiguation
     state after the segment (LycheeMemory eq. 5), kept so that a resumed run rebuilds the same
-    reference context."""
+    reference context. ``content_sha256`` fingerprints what the segment's turns say (the store
+    computes it); ``revision`` counts retried extractions (0 = the first)."""
 
     conversation_id: str
     seq: int
@@ -187,3 +194,5 @@ class SegmentRecord:
     state: str = ""
     fallback: bool = False
     amu_count: int = 0
+    content_sha256: str | None = None
+    revision: int = 0

@@ -2,7 +2,15 @@
 
 The store keeps the raw turns beside the units and records ingestion progress per
 conversation: a segment's turns, its units and its progress row commit in one transaction, so
-a crash loses at most the segment being processed.
+a crash loses at most the segment being processed. It also records which models built it
+(:meth:`AMUStore.bind`: the fingerprinter whose codes it stores, the segmentation embedder, the
+extractor), so a resumed run with other models is refused instead of mixing them.
+
+Open for writing (the default) the store holds a writer lock per role (:mod:`retrieval.memory.
+lock`): a second ingest into the same store is refused with a message, while a consolidation
+worker (another role) may write beside it; SQLite serialises their transactions. Open with
+``read_only=True`` it takes no lock and refuses every write. Bad files (not a database, an
+unknown schema version, no permission) raise one :class:`StoreError` naming the file.
 """
 
 from __future__ import annotations
@@ -15,110 +23,103 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from retrieval.memory.errors import StoreError, StoreMismatch
+from retrieval.memory.lock import WriterLock
 from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn
+from retrieval.memory.schema import SCHEMA_VERSION, content_sha256, create_or_migrate
 from retrieval.memory.times import iso_text, time_interval
-
-_SCHEMA_VERSION = 1
-
-_DDL = """
-CREATE TABLE IF NOT EXISTS turns (
-    position INTEGER PRIMARY KEY AUTOINCREMENT,
-    conversation_id TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    turn_id TEXT NOT NULL,
-    speaker TEXT NOT NULL,
-    text TEXT NOT NULL,
-    session_time TEXT,
-    image_caption TEXT,
-    UNIQUE (conversation_id, turn_id)
-);
-CREATE TABLE IF NOT EXISTS segments (
-    conversation_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    session_id TEXT NOT NULL,
-    turn_ids TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    state TEXT NOT NULL,
-    fallback INTEGER NOT NULL,
-    amu_count INTEGER NOT NULL,
-    PRIMARY KEY (conversation_id, seq)
-);
-CREATE TABLE IF NOT EXISTS amus (
-    position INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    conversation_id TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    segment INTEGER,
-    text TEXT NOT NULL,
-    memory_type TEXT NOT NULL,
-    observed_at TEXT,
-    timestamps TEXT NOT NULL,
-    entities TEXT NOT NULL,
-    tags TEXT NOT NULL,
-    turn_ids TEXT NOT NULL,
-    speakers TEXT NOT NULL,
-    fingerprint TEXT,
-    archived INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS amus_by_session ON amus (conversation_id, session_id);
-CREATE INDEX IF NOT EXISTS amus_by_segment ON amus (conversation_id, segment);
-CREATE TABLE IF NOT EXISTS amu_entities (amu INTEGER NOT NULL REFERENCES amus(position), entity TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS amu_entities_by_entity ON amu_entities (entity);
-CREATE TABLE IF NOT EXISTS amu_times (
-    amu INTEGER NOT NULL REFERENCES amus(position), start TEXT NOT NULL, end TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS amu_times_by_start ON amu_times (start);
--- Append-only: facts never change. Only the archived flag and the fingerprint (a derived index
--- key that a newer fingerprinter may recompute) can be updated; nothing can be deleted.
-CREATE TRIGGER IF NOT EXISTS amus_append_only
-BEFORE UPDATE OF id, conversation_id, session_id, segment, text, memory_type, observed_at,
-                 timestamps, entities, tags, turn_ids, speakers ON amus
-BEGIN SELECT RAISE(ABORT, 'AMUs are append-only: only archived and fingerprint may change'); END;
-CREATE TRIGGER IF NOT EXISTS amus_no_delete BEFORE DELETE ON amus
-BEGIN SELECT RAISE(ABORT, 'AMUs are append-only: they can be archived, not deleted'); END;
-CREATE TRIGGER IF NOT EXISTS turns_append_only BEFORE UPDATE ON turns
-BEGIN SELECT RAISE(ABORT, 'raw turns are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS turns_no_delete BEFORE DELETE ON turns
-BEGIN SELECT RAISE(ABORT, 'raw turns are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS segments_append_only BEFORE UPDATE ON segments
-BEGIN SELECT RAISE(ABORT, 'segment progress rows are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS segments_no_delete BEFORE DELETE ON segments
-BEGIN SELECT RAISE(ABORT, 'segment progress rows are append-only'); END;
-"""
 
 _AMU_COLUMNS = (
     "id, conversation_id, session_id, segment, text, memory_type, observed_at, timestamps, "
     "entities, tags, turn_ids, speakers, fingerprint, archived"
 )
+BUSY_TIMEOUT_S = 30.0
+"""How long a write waits for another role's transaction (e.g. consolidation beside ingestion)."""
+
+
+def turns_sha256(turns: Sequence[Turn]) -> str:
+    """:func:`retrieval.memory.schema.content_sha256` of these turns."""
+    return content_sha256((t.turn_id, t.speaker, t.text, t.session_time.isoformat() if t.session_time else None,
+                           t.image_caption) for t in turns)
 
 
 class AMUStore:
-    """Durable AMU store in ``<directory>/amus.sqlite3`` (SQLite in WAL mode).
+    """Durable AMU store in ``<directory>/amus.sqlite3``.
 
     Reads return units in insertion order (segment order, then order within the segment).
     Writes go through :meth:`commit_segment`, which stores a segment's raw turns, its units and
     its progress row in one transaction. Use as a context manager or call :meth:`close`.
+
+    Args:
+        directory: the store directory (created when writable and missing).
+        read_only: open without a lock and refuse writes (a missing store is an error).
+        role: the writer role whose lock is held while open for writing ("ingest" by default,
+            "consolidate" for the background worker).
     """
 
     DB_NAME = "amus.sqlite3"
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, *, read_only: bool = False, role: str = "ingest") -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / self.DB_NAME
-        # Autocommit mode: transactions are opened explicitly in _transaction().
-        self._db = sqlite3.connect(self.path, isolation_level=None)
+        self.read_only = read_only
+        self._lock: WriterLock | None = None
+        if read_only:
+            if not self.path.is_file():
+                raise StoreError(f"no store at {self.directory} ({self.DB_NAME} is missing)")
+            self._db = self._connect(f"file:{self.path}?mode=ro")
+        else:
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                self._lock = WriterLock(self.directory, role)
+                self._lock.acquire()
+            except PermissionError as err:
+                raise StoreError(f"{self.directory} is not writable ({err.strerror}); open it read-only") from None
+            try:
+                self._db = self._connect(str(self.path))
+                self._db.execute("PRAGMA journal_mode=WAL")
+            except BaseException:
+                self._lock.release()
+                raise
         self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (0, _SCHEMA_VERSION):
-            raise RuntimeError(f"{self.path}: store schema version {version}, expected {_SCHEMA_VERSION}")
-        # One script in one transaction, so a half-created schema is never left behind.
-        self._db.executescript(f"BEGIN IMMEDIATE;{_DDL}PRAGMA user_version={_SCHEMA_VERSION};COMMIT;")
+        self._prepare_schema()
+
+    def _connect(self, target: str) -> sqlite3.Connection:
+        try:
+            # Autocommit mode: transactions are opened explicitly in _transaction().
+            db = sqlite3.connect(target, uri=target.startswith("file:"), isolation_level=None,
+                                 timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+            db.execute("SELECT 1 FROM sqlite_master LIMIT 1")
+            return db
+        except sqlite3.DatabaseError as err:
+            raise StoreError(f"{self.path}: not a usable SQLite store ({err})") from None
+
+    def _prepare_schema(self) -> None:
+        try:
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, 1, SCHEMA_VERSION):
+                raise StoreError(f"{self.path}: store schema version {version} is unknown to this code "
+                                 f"(it reads versions 1 and {SCHEMA_VERSION}); use the code that wrote it")
+            if version == SCHEMA_VERSION:
+                return
+            if self.read_only:
+                raise StoreError(f"{self.path}: schema version {version} needs a migration to {SCHEMA_VERSION}; "
+                                 "open the store for writing once")
+            with self._transaction() as db:  # a half-created or half-migrated schema is never left behind
+                create_or_migrate(db, version)
+        except sqlite3.DatabaseError as err:
+            self.close()
+            raise StoreError(f"{self.path}: not a usable SQLite store ({err})") from None
+        except StoreError:
+            self.close()
+            raise
 
     def close(self) -> None:
         self._db.close()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def __enter__(self) -> AMUStore:
         return self
@@ -128,6 +129,8 @@ class AMUStore:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
+        if self.read_only:
+            raise StoreError(f"{self.path} is open read-only")
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield self._db
@@ -136,22 +139,35 @@ class AMUStore:
             raise
         self._db.execute("COMMIT")
 
+    # -- what built the store -------------------------------------------------------------------
+
+    def meta(self, key: str) -> Any:
+        """The value bound to ``key`` (JSON), or None."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def bind(self, key: str, value: Any, hint: str = "use a new store") -> None:
+        """Record ``value`` under ``key`` on first use; afterwards refuse any other value
+        (:class:`StoreMismatch` naming both), so one store never mixes two models."""
+        saved = self.meta(key)
+        if saved is None:
+            with self._transaction() as db:  # refused on a read-only store
+                db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
+            saved = self.meta(key)
+        if saved != value:
+            raise StoreMismatch(f"{self.directory} was built with {key} {saved!r}, not {value!r}; {hint}")
+
     # -- writes --------------------------------------------------------------------------------
 
     def commit_segment(self, record: SegmentRecord, turns: Sequence[Turn], amus: Sequence[AMU]) -> None:
-        """Store one segment's raw turns, its AMUs and its progress row atomically.
+        """Store one segment's raw turns, its AMUs and its progress row (with the turns' content
+        checksum) atomically.
 
         Raises ``ValueError`` if the segment was already committed (the caller checks
         :meth:`segment` first when resuming) or an AMU's source pointer names another
         conversation, session or segment.
         """
-        for amu in amus:
-            src = amu.source
-            if (src.conversation_id, src.session_id, src.segment) != (record.conversation_id, record.session_id,
-                                                                      record.seq):
-                raise ValueError(f"AMU {amu.id!r} belongs to {src.conversation_id!r} {src.session_id!r} segment "
-                                 f"{src.segment}, not to {record.conversation_id!r} {record.session_id!r} "
-                                 f"segment {record.seq}")
+        self._check_sources(record, amus)
         with self._transaction() as db:
             if self.segment(record.conversation_id, record.seq) is not None:
                 raise ValueError(f"segment {record.seq} of {record.conversation_id!r} is already stored")
@@ -165,10 +181,40 @@ class AMUStore:
                 self._insert_amu(db, amu)
             db.execute(
                 "INSERT INTO segments (conversation_id, seq, session_id, turn_ids, reason, state, fallback, "
-                "amu_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "amu_count, content_sha256, revision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
                 (record.conversation_id, record.seq, record.session_id, json.dumps(list(record.turn_ids)),
-                 record.reason, record.state, int(record.fallback), len(amus)),
+                 record.reason, record.state, int(record.fallback), len(amus), turns_sha256(turns)),
             )
+
+    def replace_extraction(self, record: SegmentRecord, amus: Sequence[AMU]) -> None:
+        """A retried extraction of a stored segment (e.g. one that fell back to raw turns while the
+        LLM endpoint was down): in one transaction the segment's current AMUs are archived (never
+        deleted), ``amus`` (ids of revision ``record.revision``) are inserted and the progress
+        row takes the new state, fallback flag, count and revision."""
+        self._check_sources(record, amus)
+        stored = self.segment(record.conversation_id, record.seq)
+        if stored is None or record.revision <= stored.revision:
+            raise ValueError(f"segment {record.seq} of {record.conversation_id!r}: revision {record.revision} "
+                             "does not follow the stored one")
+        with self._transaction() as db:
+            db.execute("UPDATE amus SET archived = 1 WHERE conversation_id = ? AND segment = ? AND archived = 0",
+                       (record.conversation_id, record.seq))
+            for amu in amus:
+                self._insert_amu(db, amu)
+            db.execute("UPDATE segments SET state = ?, fallback = ?, amu_count = ?, revision = ? "
+                       "WHERE conversation_id = ? AND seq = ?",
+                       (record.state, int(record.fallback), len(amus), record.revision, record.conversation_id,
+                        record.seq))
+
+    @staticmethod
+    def _check_sources(record: SegmentRecord, amus: Sequence[AMU]) -> None:
+        for amu in amus:
+            src = amu.source
+            if (src.conversation_id, src.session_id, src.segment) != (record.conversation_id, record.session_id,
+                                                                      record.seq):
+                raise ValueError(f"AMU {amu.id!r} belongs to {src.conversation_id!r} {src.session_id!r} segment "
+                                 f"{src.segment}, not to {record.conversation_id!r} {record.session_id!r} "
+                                 f"segment {record.seq}")
 
     @staticmethod
     def _insert_amu(db: sqlite3.Connection, amu: AMU) -> None:
@@ -319,4 +365,5 @@ def _amu_from_row(row: sqlite3.Row) -> AMU:
 
 def _segment_from_row(row: sqlite3.Row) -> SegmentRecord:
     return SegmentRecord(row["conversation_id"], row["seq"], row["session_id"], tuple(json.loads(row["turn_ids"])),
-                         row["reason"], row["state"], bool(row["fallback"]), row["amu_count"])
+                         row["reason"], row["state"], bool(row["fallback"]), row["amu_count"],
+                         row["content_sha256"], row["revision"])

@@ -17,18 +17,18 @@ from pathlib import Path
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from retrieval.memory.records import InputFormatError, Turn
+from retrieval.memory.records import MAX_TURN_CHARS, InputFormatError, Turn
 
 _TURN_LINE_SCHEMA = {
     "type": "object",
     "required": ["session_id", "session_time", "speaker", "turn_id", "text"],
     "properties": {
-        "conversation_id": {"type": "string", "minLength": 1},
-        "session_id": {"type": "string", "minLength": 1},
+        "conversation_id": {"type": "string", "pattern": r"\S"},
+        "session_id": {"type": "string", "pattern": r"\S"},
         "session_time": {"type": "string"},
-        "speaker": {"type": "string", "minLength": 1},
-        "turn_id": {"type": "string", "minLength": 1},
-        "text": {"type": "string"},
+        "speaker": {"type": "string", "pattern": r"\S"},
+        "turn_id": {"type": "string", "pattern": r"\S"},
+        "text": {"type": "string", "maxLength": MAX_TURN_CHARS},
         "image_caption": {"type": ["string", "null"]},
     },
 }

@@ -1,0 +1,15 @@
+"""Why a store cannot be used: each error's message names the store file and what to do."""
+
+from __future__ import annotations
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used as asked (not a database, unknown schema, not writable, ...)."""
+
+
+class StoreMismatch(StoreError):
+    """The store was built with other models or other input than this run's."""
+
+
+class StoreBusy(StoreError):
+    """Another process holds the store open for writing in the same role."""

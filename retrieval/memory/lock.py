@@ -1,0 +1,39 @@
+"""One writer of each kind per store: an advisory lock file held while a store is open for
+writing. The kernel releases it when the process ends, however it ends (a SIGKILL included),
+so a crashed writer never leaves a stale lock behind."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from retrieval.memory.errors import StoreBusy
+
+
+class WriterLock:
+    """``<directory>/.<role>.lock``, held exclusively from :meth:`acquire` to :meth:`release`."""
+
+    def __init__(self, directory: Path, role: str) -> None:
+        self.path = directory / f".{role}.lock"
+        self.role = role
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StoreBusy(f"{self.path.parent} is open for {self.role} by another process (pid {holder}); "
+                            "wait for it to finish, or use another store") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,135 @@
+"""The store's SQLite schema (version 2) and the migration of version-1 stores.
+
+Append-only by triggers: raw turns never change; an AMU's fact never changes (only its
+``archived`` flag, its fingerprint, a derived index key, and its ``successor``, the forward
+pointer consolidation sets, may); a segment's identity never changes (a retried extraction
+may replace its ``state``, ``fallback``, ``amu_count`` and ``revision``); nothing is deleted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Iterable
+
+SCHEMA_VERSION = 2
+
+TABLES = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS turns (
+    position INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    speaker TEXT NOT NULL,
+    text TEXT NOT NULL,
+    session_time TEXT,
+    image_caption TEXT,
+    UNIQUE (conversation_id, turn_id)
+);
+CREATE TABLE IF NOT EXISTS segments (
+    conversation_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    session_id TEXT NOT NULL,
+    turn_ids TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    state TEXT NOT NULL,
+    fallback INTEGER NOT NULL,
+    amu_count INTEGER NOT NULL,
+    content_sha256 TEXT,
+    revision INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (conversation_id, seq)
+);
+CREATE TABLE IF NOT EXISTS amus (
+    position INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    conversation_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    segment INTEGER,
+    text TEXT NOT NULL,
+    memory_type TEXT NOT NULL,
+    observed_at TEXT,
+    timestamps TEXT NOT NULL,
+    entities TEXT NOT NULL,
+    tags TEXT NOT NULL,
+    turn_ids TEXT NOT NULL,
+    speakers TEXT NOT NULL,
+    fingerprint TEXT,
+    archived INTEGER NOT NULL DEFAULT 0,
+    successor TEXT
+);
+CREATE INDEX IF NOT EXISTS amus_by_session ON amus (conversation_id, session_id);
+CREATE INDEX IF NOT EXISTS amus_by_segment ON amus (conversation_id, segment);
+CREATE TABLE IF NOT EXISTS amu_entities (amu INTEGER NOT NULL REFERENCES amus(position), entity TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS amu_entities_by_entity ON amu_entities (entity);
+CREATE TABLE IF NOT EXISTS amu_times (
+    amu INTEGER NOT NULL REFERENCES amus(position), start TEXT NOT NULL, end TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS amu_times_by_start ON amu_times (start);
+-- Derived arrays cached per model identity (embedder or fingerprinter): computed once, reused.
+CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, item TEXT NOT NULL, vector BLOB NOT NULL,
+                                    PRIMARY KEY (model, item));
+CREATE TABLE IF NOT EXISTS codes (model TEXT NOT NULL, item TEXT NOT NULL, codes BLOB NOT NULL,
+                                  PRIMARY KEY (model, item));
+"""
+
+TRIGGERS = """
+DROP TRIGGER IF EXISTS amus_append_only;
+CREATE TRIGGER amus_append_only
+BEFORE UPDATE OF id, conversation_id, session_id, segment, text, memory_type, observed_at,
+                 timestamps, entities, tags, turn_ids, speakers ON amus
+BEGIN SELECT RAISE(ABORT, 'AMUs are append-only: only archived, fingerprint and successor may change'); END;
+DROP TRIGGER IF EXISTS amus_no_delete;
+CREATE TRIGGER amus_no_delete BEFORE DELETE ON amus
+BEGIN SELECT RAISE(ABORT, 'AMUs are append-only: they can be archived, not deleted'); END;
+DROP TRIGGER IF EXISTS turns_append_only;
+CREATE TRIGGER turns_append_only BEFORE UPDATE ON turns
+BEGIN SELECT RAISE(ABORT, 'raw turns are append-only'); END;
+DROP TRIGGER IF EXISTS turns_no_delete;
+CREATE TRIGGER turns_no_delete BEFORE DELETE ON turns
+BEGIN SELECT RAISE(ABORT, 'raw turns are append-only'); END;
+DROP TRIGGER IF EXISTS segments_append_only;
+CREATE TRIGGER segments_append_only
+BEFORE UPDATE OF conversation_id, seq, session_id, turn_ids, reason, content_sha256 ON segments
+BEGIN SELECT RAISE(ABORT, 'a segment''s identity is append-only'); END;
+DROP TRIGGER IF EXISTS segments_no_delete;
+CREATE TRIGGER segments_no_delete BEFORE DELETE ON segments
+BEGIN SELECT RAISE(ABORT, 'segment progress rows are append-only'); END;
+"""
+
+_V1_COLUMNS = (
+    "ALTER TABLE segments ADD COLUMN content_sha256 TEXT;"
+    "ALTER TABLE segments ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE amus ADD COLUMN successor TEXT;"
+)
+
+
+def content_sha256(rows: Iterable[tuple[str, str, str, str | None, str | None]]) -> str:
+    """What a segment says, as one checksum: (turn id, speaker, text, session time, image caption)
+    of each turn, in order. Resuming compares it, so an edited input is never silently kept old."""
+    return hashlib.sha256(json.dumps(list(rows), ensure_ascii=False).encode()).hexdigest()
+
+
+def _statements(script: str) -> list[str]:
+    """The statements of a script (a trigger body's inner ';' is never followed by a newline)."""
+    return [statement for statement in script.split(";\n") if statement.strip()]
+
+
+def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
+    """Bring a new (0) or version-1 store to :data:`SCHEMA_VERSION`, in the caller's transaction."""
+    if version == 1:
+        for statement in _V1_COLUMNS.split(";"):
+            if statement:
+                db.execute(statement)
+        db.execute("DROP TRIGGER IF EXISTS segments_append_only")  # v1's forbade the checksum update below
+        for (conversation_id, seq, turn_ids) in db.execute(
+                "SELECT conversation_id, seq, turn_ids FROM segments").fetchall():
+            rows = [db.execute("SELECT turn_id, speaker, text, session_time, image_caption FROM turns "
+                               "WHERE conversation_id = ? AND turn_id = ?", (conversation_id, turn_id)).fetchone()
+                    for turn_id in json.loads(turn_ids)]
+            db.execute("UPDATE segments SET content_sha256 = ? WHERE conversation_id = ? AND seq = ?",
+                       (content_sha256(tuple(row) for row in rows), conversation_id, seq))
+    for statement in _statements(TABLES) + _statements(TRIGGERS):
+        db.execute(statement)
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")

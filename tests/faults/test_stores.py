@@ -1,0 +1,210 @@
+"""Fault classes 3, 4, 5 and 6 (stores and inputs): a store never mixes models or keeps stale
+text, a second writer is refused, bad files and inputs end in one line naming file and field,
+special-token-only queries retrieve nothing, an oversized turn is refused before any work."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sqlite3
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from isq.topology import CooccurrenceTopology
+from retrieval.eval.locomo import load_locomo
+from retrieval.extract.rules import RuleExtractor
+from retrieval.ingest import main as ingest_main
+from retrieval.memory.errors import StoreBusy, StoreError, StoreMismatch
+from retrieval.memory.ingest import IngestError, ingest_turns
+from retrieval.memory.records import InputFormatError, Turn
+from retrieval.memory.store import AMUStore
+from retrieval.retriever import DualPathRetriever, EmptyQuery
+from tests.test_ingest import WHEN, HashEmbedder, conversation_turns
+
+IDENTITY = {"codebook_size": 8, "codebook_sha256": "a" * 64}
+
+
+class FakeFingerprinter:
+    def __init__(self, identity: dict) -> None:
+        self.identity = identity
+
+    def fingerprint(self, texts):
+        return [SimpleNamespace(sequence=(len(t) % 7, 3), codes=frozenset({len(t) % 7, 3})) for t in texts]
+
+
+def ingest(store: AMUStore, turns=None, **options):
+    return ingest_turns(turns or conversation_turns(), store, HashEmbedder(), RuleExtractor(), progress=False,
+                        **options)
+
+
+# ---------------------------------------------------------------------------- 3. mixed or stale stores
+
+
+def test_resuming_with_another_fingerprinter_is_refused(tmp_path: Path) -> None:
+    with AMUStore(tmp_path) as store:
+        ingest(store, fingerprinter=FakeFingerprinter(IDENTITY))
+        before = [a.fingerprint for a in store.amus()]
+        other = dict(IDENTITY, codebook_sha256="b" * 64)
+        with pytest.raises(StoreMismatch, match="fingerprinter"):
+            ingest(store, fingerprinter=FakeFingerprinter(other))
+        with pytest.raises(StoreMismatch, match="fingerprinter"):
+            ingest(store)  # no fingerprinter at all: the new AMUs would carry no codes
+        assert [a.fingerprint for a in store.amus()] == before
+        assert ingest(store, fingerprinter=FakeFingerprinter(IDENTITY)).resumed_segments > 0  # the same one resumes
+
+
+def test_resuming_with_another_embedder_or_extractor_is_refused(tmp_path: Path) -> None:
+    class OtherEmbedder(HashEmbedder):
+        name = "other"
+
+    class OtherExtractor(RuleExtractor):
+        name = "other-rules"
+
+    with AMUStore(tmp_path) as store:
+        ingest(store)
+        with pytest.raises(StoreMismatch, match="embedder"):
+            ingest_turns(conversation_turns(), store, OtherEmbedder(), RuleExtractor(), progress=False)
+        with pytest.raises(StoreMismatch, match="extractor"):
+            ingest_turns(conversation_turns(), store, HashEmbedder(), OtherExtractor(), progress=False)
+
+
+def test_an_edited_conversation_is_refused_not_kept_stale(tmp_path: Path) -> None:
+    turns = conversation_turns()
+    with AMUStore(tmp_path) as store:
+        ingest(store, turns)
+        before = [(a.id, a.text) for a in store.amus()]
+        edited = list(turns)
+        old = edited[3]
+        edited[3] = Turn(old.conversation_id, old.session_id, old.turn_id, old.speaker, old.text + " Not really.",
+                         old.session_time)
+        with pytest.raises(IngestError, match=r"segment \d+ .*D1:\d+\.\.D1:\d+.*differs.*new store"):
+            ingest(store, edited)
+        assert [(a.id, a.text) for a in store.amus()] == before
+
+
+# ---------------------------------------------------------------------------- 6. stores that cannot be used
+
+
+def test_a_second_writer_is_refused_and_a_reader_is_not(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "talk.jsonl"
+    path.write_text("\n".join(json.dumps({"session_id": t.session_id, "session_time": WHEN.isoformat(),
+                                          "speaker": t.speaker, "turn_id": t.turn_id, "text": t.text})
+                              for t in conversation_turns()) + "\n")
+    with AMUStore(tmp_path / "store") as writer:
+        ingest(writer, conversation_turns()[:4])
+        with pytest.raises(StoreBusy, match=r"open for ingest by another process \(pid \d+\)"):
+            AMUStore(tmp_path / "store")
+        assert ingest_main(["--jsonl", str(path), "--store", str(tmp_path / "store"), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert "open for ingest" in err and len(err.strip().splitlines()) == 1
+        with AMUStore(tmp_path / "store", read_only=True) as reader:  # readers take no lock
+            assert reader.count() == writer.count()
+    with AMUStore(tmp_path / "store") as again:  # the lock went with the writer
+        assert again.count() > 0
+
+
+def test_a_read_only_store_refuses_writes(tmp_path: Path) -> None:
+    with AMUStore(tmp_path) as store:
+        ingest(store, conversation_turns()[:6])
+    with AMUStore(tmp_path, read_only=True) as store:
+        count = store.count()
+        with pytest.raises(StoreError, match="read-only"):
+            store.archive([next(store.amus()).id])
+        with pytest.raises(StoreError, match="read-only"):
+            store.bind("a key never bound", "value")
+    with pytest.raises(StoreError, match="no store"):
+        AMUStore(tmp_path / "absent", read_only=True)
+    with AMUStore(tmp_path, read_only=True) as store:
+        assert store.count() == count
+
+
+def test_a_corrupt_store_file_is_named(tmp_path: Path, capsys) -> None:
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / AMUStore.DB_NAME).write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError, match="amus.sqlite3: not a usable SQLite store"):
+        AMUStore(tmp_path / "store")
+    locomo = tmp_path / "l.json"
+    locomo.write_text("[]")
+    assert ingest_main(["--locomo", str(locomo), "--store", str(tmp_path / "store"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "amus.sqlite3" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_unknown_schema_version_is_named(tmp_path: Path) -> None:
+    with AMUStore(tmp_path) as store:
+        ingest(store, conversation_turns()[:4])
+    db = sqlite3.connect(tmp_path / AMUStore.DB_NAME)
+    db.execute("PRAGMA user_version=99")
+    db.close()
+    with pytest.raises(StoreError, match="schema version 99 is unknown"):
+        AMUStore(tmp_path)
+    with pytest.raises(StoreError, match="schema version 99 is unknown"):
+        AMUStore(tmp_path, read_only=True)
+
+
+# ---------------------------------------------------------------------------- 6. inputs
+
+
+@pytest.mark.parametrize(("path", "field"), [
+    (("sample_id",), "sample_id"), (("conversation", "session_1", 0, "dia_id"), "dia_id"),
+    (("conversation", "session_1", 1, "speaker"), "speaker"),
+])
+def test_empty_identifiers_in_locomo_are_named(tmp_path: Path, capsys, path, field) -> None:
+    data = [{"sample_id": "c", "qa": [], "conversation": {
+        "speaker_a": "Ann", "speaker_b": "Bob", "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "Hi"},
+                      {"speaker": "Bob", "dia_id": "D1:2", "text": "Hello"}]}}]
+    target = data[0]
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = "  "
+    locomo = tmp_path / "l.json"
+    locomo.write_text(json.dumps(data))
+    with pytest.raises(InputFormatError, match=f"field {field!r} is empty"):
+        load_locomo(locomo)
+    assert ingest_main(["--locomo", str(locomo), "--store", str(tmp_path / "s"), "--no-progress"]) == 2
+    assert f"field {field!r} is empty" in capsys.readouterr().err
+
+
+def test_an_oversized_turn_is_refused_before_any_work(tmp_path: Path) -> None:
+    huge = Turn("conv-a", "s1", "D1:1", "Ann", "Anna Met Ben At The Old Library. " * 30_000, WHEN)  # 1 MB
+    with AMUStore(tmp_path) as store:
+        with pytest.raises(IngestError, match="D1:1.*the limit is 20000"):
+            ingest(store, [huge, *conversation_turns()[1:]])
+        assert store.count() == 0
+
+
+def test_entity_extraction_of_a_long_turn_is_linear() -> None:
+    # The longest accepted turn, dense with capitalised runs (the old prefix scan was quadratic in it).
+    text = ("Anna met Ben at The Old Library. I love my Blue Bike. " * 400)[:20_000]
+    turn = Turn("conv-a", "s1", "D1:1", "Anna", text, WHEN)
+    from retrieval.extract.base import ReferenceContext
+    from retrieval.memory.segmenter import Exchange, Segment
+
+    segment = Segment("conv-a", "s1", 0, (Exchange((turn,)),), "session_flush", 0)
+    (amu,) = RuleExtractor().extract(segment, ReferenceContext(["Anna", "Ben"])).amus
+    assert amu.entities[:3] == ("Anna", "Ben", "Old Library")
+
+
+# ---------------------------------------------------------------------------- 4. unsafe defaults and junk
+
+
+def test_loading_a_topology_always_checks_identity(tmp_path: Path) -> None:
+    assert inspect.signature(CooccurrenceTopology.load).parameters["identity"].default is inspect.Parameter.empty
+    topology = CooccurrenceTopology(8, identity=IDENTITY)
+    topology.add([{1, 2}])
+    topology.save(tmp_path)
+    with pytest.raises(ValueError, match="rebuild it"):
+        CooccurrenceTopology.load(tmp_path, identity=dict(IDENTITY, codebook_sha256="b" * 64))
+
+
+@pytest.mark.parametrize("query", ["", "   \n", "😀🎉", "?!"])
+def test_queries_without_words_retrieve_nothing(query: str) -> None:
+    retriever = DualPathRetriever(4, IDENTITY)
+    retriever.add(["a"], ["Anna went home."], np.eye(4, dtype=np.float32)[:1], [{0, 1}],
+                  [{"session_id": "s", "turn_ids": ["D1:1"]}])
+    with pytest.raises(EmptyQuery, match="no letter or digit"):
+        retriever.retrieve(query_text=query, query_embedding=np.ones(4, dtype=np.float32), query_codes={0, 1})

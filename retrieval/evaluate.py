@@ -42,6 +42,7 @@ from retrieval.extract.base import Extractor
 from retrieval.extract.llm import LLMExtractor
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.embed import SentenceEmbedder
+from retrieval.memory.errors import StoreError
 from retrieval.memory.ingest import IngestError
 from retrieval.memory.records import InputFormatError
 
@@ -91,10 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         configs = _split(args.configs)
         names = configs or default_configs(args.k_dense, args.k_code, KMEANS in fingerprinters)
         extractor: Extractor = RuleExtractor()
-        extractor_name = "rule"
         if args.extractor == "llm":
-            llm = LLMExtractor(args.llm_base_url, args.llm_model, cache_dir=cache)
-            extractor, extractor_name = llm, f"llm:{llm.model}"
+            extractor = LLMExtractor(args.llm_base_url, args.llm_model, cache_dir=cache)
         answer_stage = None
         if args.llm_base_url or os.environ.get("ISQ_LLM_BASE_URL"):
             answer_stage = AnswerStage.from_endpoint(args.llm_base_url, args.llm_model, cache)
@@ -113,13 +112,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     embedder = SentenceEmbedder(args.embedder)
     try:
         results = evaluate(
-            conversations, fingerprinters, embedder, args.out, extractor=extractor, extractor_name=extractor_name,
+            conversations, fingerprinters, embedder, args.out, extractor=extractor,
             configs=configs, k_dense=args.k_dense, k_code=args.k_code,
             topology=topology, sweep=args.sweep,
             answer_stage=answer_stage, answer_configs=answer_configs, settings=settings,
             progress=not args.no_progress,
         )
-    except (EvaluationError, IngestError) as err:
+    except (EvaluationError, IngestError, StoreError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(_summary_line(results, args.out))

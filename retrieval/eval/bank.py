@@ -3,17 +3,14 @@ the construction-cost ledger of the store."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from isq.fingerprint import Fingerprinter
 from isq.topology import TopologyParams
-from retrieval.eval.configs import EvaluationError
 from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import mean
 from retrieval.extract.base import Extractor
@@ -24,7 +21,6 @@ from retrieval.memory.store import AMUStore
 from retrieval.retriever import DualPathRetriever
 
 STORE_DIR = "store"
-LEDGER_NAME = "construction.json"
 
 
 @dataclass
@@ -41,33 +37,28 @@ class ConversationBank:
 
 
 class ConstructionLedger:
-    """Construction cost per conversation in ``store/construction.json``, summed over the runs
-    that built parts of the store, so a rerun that reuses the store still reports what building
-    it cost. It also pins the extractor and embedder: a store built with others is refused."""
+    """Construction cost per conversation, kept in the store (meta ``construction:<id>``) and
+    summed over the runs that built parts of it, so a rerun that reuses the store still reports
+    what building it cost. (Which extractor and embedder built it, the store itself binds.)"""
 
-    def __init__(self, store_dir: Path, extractor: str, embedder: str) -> None:
-        self.path = store_dir / LEDGER_NAME
-        saved = json.loads(self.path.read_text()) if self.path.is_file() else None
-        if saved is not None and (saved["extractor"], saved["embedder"]) != (extractor, embedder):
-            raise EvaluationError(f"{store_dir} was built with extractor {saved['extractor']!r} and embedder "
-                                  f"{saved['embedder']!r}, not {extractor!r} and {embedder!r}; use another --out")
-        self.record = saved or {"extractor": extractor, "embedder": embedder, "conversations": {}}
+    def __init__(self, store: AMUStore) -> None:
+        self.store = store
 
     def add(self, conversation_id: str, stats: IngestStats) -> None:
-        entry = self.record["conversations"].setdefault(
-            conversation_id, {"seconds": 0.0, "llm_calls": 0, "tokens": 0})
-        if stats.segments == stats.resumed_segments:  # everything came from the store: nothing was spent
-            return
+        if stats.segments == stats.resumed_segments + stats.retried_segments and not stats.amus:
+            return  # everything came from the store: nothing was spent
+        key = f"construction:{conversation_id}"
+        entry = self.store.meta(key) or {"seconds": 0.0, "llm_calls": 0, "tokens": 0}
         llm = stats.llm
         entry["seconds"] += stats.wall_s
         # cache hits stand for calls an earlier run paid for
         entry["llm_calls"] += llm.http_calls + llm.cache_hits
         entry["tokens"] += (llm.prompt_tokens + llm.completion_tokens + llm.cached_prompt_tokens
                             + llm.cached_completion_tokens)
-        self.path.write_text(json.dumps(self.record, indent=2))
+        self.store.put_meta(key, entry)
 
     def total(self, conversation_ids: Iterable[str], key: str) -> float:
-        return sum(self.record["conversations"].get(cid, {}).get(key, 0) for cid in conversation_ids)
+        return sum((self.store.meta(f"construction:{cid}") or {}).get(key, 0) for cid in conversation_ids)
 
 
 def build_retriever(fingerprinter: Fingerprinter, amus: Sequence[AMU], embeddings: np.ndarray,

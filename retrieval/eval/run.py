@@ -63,6 +63,7 @@ from retrieval.eval.results import (
 from retrieval.extract.base import Extractor
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.embed import Embedder
+from retrieval.memory.ingest import model_identity
 from retrieval.memory.store import AMUStore
 from retrieval.retriever import Hit
 
@@ -144,7 +145,7 @@ def recommend(rows: Sequence[SweepRow], config_name: str) -> Recommended:
 
 def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mapping[str, Fingerprinter],
              embedder: Embedder, out_dir: str | Path, *, extractor: Extractor | None = None,
-             extractor_name: str = "rule", configs: Sequence[str] | None = None, k_dense: int = 20,
+             configs: Sequence[str] | None = None, k_dense: int = 20,
              k_code: int = 20, topology: TopologyParams | None = None, sweep: bool = False,
              answer_stage: AnswerStage | None = None, answer_configs: Sequence[str] = (),
              settings: Mapping[str, Any] | None = None, progress: bool = True) -> Results:
@@ -152,7 +153,7 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
 
     ``fingerprinters`` maps ``"trained"`` (required) and optionally ``"kmeans"`` to loaded
     fingerprinters. ``configs`` defaults to :func:`default_configs`. ``extractor`` defaults to
-    the :class:`RuleExtractor`; ``extractor_name`` and ``embedder.name`` are pinned in the store.
+    the :class:`RuleExtractor`; the store is bound to the extractor and embedder it was built with.
     ``answer_configs`` are answered when ``answer_stage`` is given. ``topology`` defaults to
     :class:`TopologyParams`'s defaults. ``settings`` is recorded as is.
     """
@@ -166,9 +167,9 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
     selected = resolve_configs(names, fingerprinters, answer_configs)
     extractor = extractor or RuleExtractor()
     store_dir = out_dir / STORE_DIR
-    ledger = ConstructionLedger(store_dir, extractor_name, getattr(embedder, "name", type(embedder).__name__))
 
     with AMUStore(store_dir) as store:
+        ledger = ConstructionLedger(store)
         # -- construction: ingest (or reuse), embed, fingerprint, index
         report = EvidenceReport()
         banks: dict[str, ConversationBank] = {}
@@ -230,7 +231,7 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
             llm_calls=int(ledger.total(ids, "llm_calls")),
             tokens=int(ledger.total(ids, "tokens")),
             ingest_seconds=ledger.total(ids, "seconds"),
-            extractor=extractor_name,
+            extractor=str(model_identity(extractor)),
             this_run={"resumed_segments": resumed,
                       **{f"{k}_seconds": round(v, 2) for k, v in timings.items()}},
         )

@@ -61,6 +61,11 @@ class LLMExtractor:
         return self.client.model
 
     @property
+    def name(self) -> str:
+        """What a store records of this extractor (resuming with another model is refused)."""
+        return f"llm:{self.client.model}"
+
+    @property
     def api_key(self) -> str | None:
         return self.client.api_key
 

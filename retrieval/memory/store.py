@@ -146,6 +146,11 @@ class AMUStore:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else json.loads(row[0])
 
+    def put_meta(self, key: str, value: Any) -> None:
+        """Set a mutable record (e.g. the construction cost so far) under ``key``."""
+        with self._transaction() as db:
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
+
     def bind(self, key: str, value: Any, hint: str = "use a new store") -> None:
         """Record ``value`` under ``key`` on first use; afterwards refuse any other value
         (:class:`StoreMismatch` naming both), so one store never mixes two models."""

@@ -22,7 +22,7 @@ from training.fit import main as fit_main
 from training.kmeans_control import main as kmeans_main
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED = REPO / "checkpoints" / "kmeans_minilm_dailydialog"  # a format-1 export, checksum-free
+COMMITTED = REPO / "checkpoints" / "kmeans_minilm_dailydialog"
 TEXT = "Caroline went to the LGBTQ support group on 7 May 2023."
 
 
@@ -85,14 +85,25 @@ def test_kmeans_control_refuses_an_existing_out_before_any_work(tmp_path: Path, 
 # ---------------------------------------------------------------------------- 2. silently wrong fingerprinters
 
 
+def as_format1(directory: Path) -> Path:
+    """Rewrite an export in the first format: no file checksums, the codebook a bare tensor."""
+    tensors = load_file(str(directory / "model.safetensors"))
+    tensors["codebook"] = tensors.pop("codebook.vectors")
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    meta = json.loads((directory / "config.json").read_text())
+    del meta["files"]
+    meta["format_version"] = 1
+    (directory / "config.json").write_text(json.dumps(meta))
+    return directory
+
+
 @pytest.fixture(params=["format2", "format1"])
-def copy(request, export: Path, tmp_path: Path) -> Path:
-    """A fresh format-2 export, or a copy of a committed format-1 one."""
-    if request.param == "format2":
-        return export
-    target = tmp_path / "format1"
-    shutil.copytree(COMMITTED, target)
-    return target
+def copy(request, export: Path) -> Path:
+    """A fresh export, in the current format or the first one (which has no file checksums)."""
+    if request.param == "format1":
+        reference = Fingerprinter.from_pretrained(export).fingerprint([TEXT])
+        assert Fingerprinter.from_pretrained(as_format1(export)).fingerprint([TEXT]) == reference
+    return export
 
 
 def test_a_missing_tokenizer_file_is_refused(copy: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import sqlite3
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +16,7 @@ import pytest
 
 from isq.topology import CooccurrenceTopology
 from retrieval.eval.locomo import load_locomo
+from retrieval.extract.llm import LLMExtractor
 from retrieval.extract.rules import RuleExtractor
 from retrieval.ingest import main as ingest_main
 from retrieval.memory.errors import StoreBusy, StoreError, StoreMismatch
@@ -22,6 +24,7 @@ from retrieval.memory.ingest import IngestError, ingest_turns
 from retrieval.memory.records import InputFormatError, Turn
 from retrieval.memory.store import AMUStore
 from retrieval.retriever import DualPathRetriever, EmptyQuery
+from tests.fake_chat import FakeChatServer, completion_body
 from tests.test_ingest import WHEN, HashEmbedder, conversation_turns
 
 IDENTITY = {"codebook_size": 8, "codebook_sha256": "a" * 64}
@@ -208,3 +211,42 @@ def test_queries_without_words_retrieve_nothing(query: str) -> None:
                   [{"session_id": "s", "turn_ids": ["D1:1"]}])
     with pytest.raises(EmptyQuery, match="no letter or digit"):
         retriever.retrieve(query_text=query, query_embedding=np.ones(4, dtype=np.float32), query_codes={0, 1})
+
+
+# ---------------------------------------------------------------------------- 3. fallback segments
+
+
+class SegmentEchoServer(FakeChatServer):
+    """Down (HTTP 503) while ``down`` is set; otherwise one record per turn of the prompt's segment."""
+
+    def __init__(self) -> None:
+        self.down = True
+        super().__init__(self.answer)
+
+    def answer(self, body: dict) -> tuple:
+        if self.down:
+            return 503, {"error": "unavailable"}, 0.0
+        turns = re.findall(r"^\[(D\d+:\d+)\] (.*)$", body["messages"][1]["content"], re.MULTILINE)
+        records = [{"text": f"Fact from {turn_id}: {text}", "memory_type": "fact", "turn_ids": [turn_id]}
+                   for turn_id, text in turns]
+        return 200, completion_body(json.dumps({"records": records, "disambiguation": "ok"}), 10, 5), 0.0
+
+
+def test_fallback_segments_are_retried_when_the_endpoint_is_back(tmp_path: Path) -> None:
+    turns = conversation_turns()
+    with SegmentEchoServer() as server, AMUStore(tmp_path / "store") as store:
+        extractor = LLMExtractor(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=0, backoff_s=0.0)
+        first = ingest_turns(turns, store, HashEmbedder(), extractor, progress=False)
+        assert first.fallback_segments == first.segments and all(s.fallback for s in store.segments("conv-a"))
+        raw = {a.id: a.text for a in store.amus()}
+        server.down = False
+        second = ingest_turns(turns, store, HashEmbedder(), extractor, progress=False)
+        assert second.retried_segments == second.segments and second.fallback_segments == 0
+        assert not any(s.fallback for s in store.segments("conv-a"))
+        active = list(store.amus())
+        assert [a.text for a in active] == [f"Fact from {t.turn_id}: {t.render()}" for t in turns]
+        assert all(a.id.endswith(":r1") for a in active)
+        archived = {a.id: a.text for a in store.amus(include_archived=True) if a.archived}
+        assert archived == raw  # the raw-turn AMUs are kept, archived, never deleted
+        third = ingest_turns(turns, store, HashEmbedder(), extractor, progress=False)
+        assert third.amus == 0 and third.retried_segments == 0 and len(list(store.amus())) == len(active)

@@ -23,6 +23,14 @@ class ISQConfig:
     tokenizer: str | None = None
     """Tokenizer name or path; defaults to ``encoder``."""
     freeze_encoder: bool = False
+    lora_rank: int = 0
+    """Rank of low-rank adapters (LoRA, via ``peft``) on the encoder's attention projections;
+    0 = none. With a frozen pretrained encoder they are the only encoder weights that train, and
+    an export stores them beside a checksum reference to the installed encoder (kilobytes)."""
+    lora_alpha: float = 16.0
+    lora_targets: list[str] | None = None
+    """Module names that get adapters; default: the attention query and value projections
+    (``query``/``value`` in BERT-style encoders, ``q``/``v`` in T5)."""
     code_dim: int = 256
     kernel_size: int = 3
     normalize_projection: str = "none"

@@ -130,8 +130,31 @@ def encoder_width(encoder: nn.Module) -> int:
     return int(getattr(cfg, "d_model", None) or cfg.hidden_size)
 
 
+LORA_DEFAULT_TARGETS = {"t5": ["q", "v"]}
+"""Adapter targets per encoder family; anything else is BERT-style (``query``, ``value``)."""
+
+
+def add_adapters(encoder: nn.Module, config: ISQConfig) -> nn.Module:
+    """Inject LoRA adapters (``config.lora_rank``) into ``encoder`` in place; B starts at zero,
+    so the adapted encoder computes exactly what the base does until training moves it."""
+    import peft
+
+    targets = config.lora_targets or LORA_DEFAULT_TARGETS.get(encoder.config.model_type, ["query", "value"])
+    lora = peft.LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                           target_modules=list(targets))
+    return peft.inject_adapter_in_model(lora, encoder)
+
+
+def is_adapter(name: str) -> bool:
+    return ".lora_" in name
+
+
 class SemanticEncoder(nn.Module):
-    """Encoder + stride-1 projection: token ids (B, L) -> continuous codes z (B, L, code_dim)."""
+    """Encoder + stride-1 projection: token ids (B, L) -> continuous codes z (B, L, code_dim).
+
+    ``frozen`` freezes the encoder's own weights (and keeps its dropout off); adapters, if the
+    encoder has any, stay trainable, so gradients then flow through the frozen encoder to them.
+    """
 
     def __init__(self, encoder: nn.Module, projection: StrideOneProjection, frozen: bool = False) -> None:
         super().__init__()
@@ -139,15 +162,22 @@ class SemanticEncoder(nn.Module):
         self.projection = projection
         self.frozen = frozen
         if frozen:
-            self.encoder.requires_grad_(False)
+            for name, parameter in self.encoder.named_parameters():
+                parameter.requires_grad_(is_adapter(name))
             self.encoder.eval()
 
     @classmethod
     def build(cls, config: ISQConfig, encoder: nn.Module, frozen: bool) -> SemanticEncoder:
-        """``encoder`` with a fresh projection shaped by ``config``."""
+        """``encoder`` (with adapters when ``config.lora_rank`` > 0) and a fresh projection."""
+        if config.lora_rank > 0:
+            encoder = add_adapters(encoder, config)
         projection = StrideOneProjection(encoder_width(encoder), config.code_dim, config.kernel_size,
                                          config.normalize_projection)
         return cls(encoder, projection, frozen=frozen)
+
+    @property
+    def encoder_trains(self) -> bool:
+        return any(parameter.requires_grad for parameter in self.encoder.parameters())
 
     def train(self, mode: bool = True) -> SemanticEncoder:
         super().train(mode)
@@ -156,6 +186,6 @@ class SemanticEncoder(nn.Module):
         return self
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen):
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.encoder_trains):
             hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return self.projection(hidden, attention_mask)

@@ -30,7 +30,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from isq import export
 from isq.codebook import Codebook
 from isq.config import ISQConfig
-from isq.encoders import SemanticEncoder, build_encoder, resolve_encoder_path, weights_checksum
+from isq.encoders import SemanticEncoder, build_encoder, is_adapter, resolve_encoder_path, weights_checksum
 from isq.encoding import encode_batches
 
 
@@ -126,12 +126,12 @@ class Fingerprinter(nn.Module):
         return Path(resolve_encoder_path(self.config.encoder)).is_dir()
 
     def stored_tensors(self, encoder_referenced: bool) -> dict[str, Tensor]:
-        """The state that goes to disk: one name per storage (tied embeddings once), and no
-        encoder weights when the encoder is referenced."""
+        """The state that goes to disk: one name per storage (tied embeddings once), and of a
+        referenced encoder only its adapters."""
         stored: dict[str, Tensor] = {}
         seen: set[int] = set()
         for key, tensor in self.state_dict().items():
-            if encoder_referenced and key.startswith("semantic_encoder.encoder."):
+            if encoder_referenced and key.startswith("semantic_encoder.encoder.") and not is_adapter(key):
                 continue
             if tensor.data_ptr() in seen:
                 continue

@@ -17,7 +17,14 @@ from transformers import PreTrainedTokenizerBase, T5Config, T5ForConditionalGene
 
 from isq.codebook import fp32_island
 from isq.config import ISQConfig
-from isq.encoders import SemanticEncoder, build_encoder, encoder_model_type, from_pretrained, load_tokenizer
+from isq.encoders import (
+    SemanticEncoder,
+    build_encoder,
+    encoder_model_type,
+    from_pretrained,
+    is_adapter,
+    load_tokenizer,
+)
 from isq.fingerprint import Fingerprinter
 from isq.quantizer import EMAQuantizer
 
@@ -136,8 +143,9 @@ class ISQModel(nn.Module):
 
         With the k-means control (``training.kmeans_control``) as the source, step 0 of training
         fingerprints exactly like the control, so the run measures what the objective adds to it.
-        The decoder and up-projection stay freshly initialised. Raises ValueError naming the
-        first setting in which the two differ.
+        The decoder and up-projection stay freshly initialised; adapters this model has and the
+        source lacks keep their initialisation (LoRA's B = 0: the adapted encoder starts as the
+        source's). Raises ValueError naming the first setting in which the two differ.
         """
         ours, theirs = self.config, fingerprinter.config
         for name in ("encoder", "code_dim", "num_codes", "kernel_size", "normalize_projection"):
@@ -146,7 +154,15 @@ class ISQModel(nn.Module):
                                  f"{getattr(ours, name)!r} in this model")
         if fingerprinter.tokenizer.get_vocab() != self.tokenizer.get_vocab():
             raise ValueError("the fingerprinter's tokenizer differs from this model's")
-        self.semantic_encoder.load_state_dict(fingerprinter.semantic_encoder.state_dict())
+        source = fingerprinter.semantic_encoder.state_dict()
+        for key in self.semantic_encoder.state_dict():  # adapters wrap a layer: its weights move under base_layer
+            plain = key.replace(".base_layer.", ".")
+            if plain != key and plain in source:
+                source[key] = source.pop(plain)
+        missing, unexpected = self.semantic_encoder.load_state_dict(source, strict=False)
+        if unexpected or [name for name in missing if not is_adapter(name)]:
+            raise ValueError(f"the fingerprinter's encoder does not fit this model's: missing {missing[:3]}, "
+                             f"unexpected {unexpected[:3]}")
         self.quantizer.load_codebook(fingerprinter.codebook.vectors)
 
     def fingerprinter(self) -> Fingerprinter:

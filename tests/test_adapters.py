@@ -1,0 +1,73 @@
+"""Encoder fine-tuning through low-rank adapters: only adapters train, step 0 equals the base
+encoder, and an export holds the adapters beside a checksum reference to the installed encoder."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from isq.config import ISQConfig
+from isq.encoders import MINILM_ALIAS
+from isq.fingerprint import Fingerprinter
+from isq.model import ISQModel
+
+TEXTS = ["Caroline went to the LGBTQ support group on 7 May 2023.", "Melanie painted a lake at sunrise."]
+
+
+def minilm(**overrides) -> ISQConfig:
+    values = dict(encoder=MINILM_ALIAS, freeze_encoder=True, code_dim=16, num_codes=32, max_length=32,
+                  decoder=dict(d_model=32, d_ff=64, num_decoder_layers=1, num_heads=2, d_kv=16))
+    return ISQConfig(**(values | overrides))
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[ISQModel, ISQModel]:
+    torch.manual_seed(0)
+    plain = ISQModel(minilm())
+    adapted = ISQModel(minilm(lora_rank=4))
+    adapted.warm_start(plain.fingerprinter())
+    return plain, adapted
+
+
+def test_only_adapters_of_the_encoder_train(pair) -> None:
+    _, adapted = pair
+    encoder = {n for n, p in adapted.semantic_encoder.encoder.named_parameters() if p.requires_grad}
+    assert encoder and all(".lora_" in n for n in encoder)
+    assert len(encoder) == 6 * 2 * 2  # 6 layers x (query, value) x (A, B)
+    groups = adapted.parameter_groups()
+    assert {id(p) for p in groups["encoder"]} == {id(p) for n, p in adapted.semantic_encoder.encoder.named_parameters()
+                                                  if ".lora_" in n}
+
+
+def test_step_zero_codes_equal_the_base_encoders(pair) -> None:
+    plain, adapted = pair
+    assert adapted.fingerprinter().fingerprint(TEXTS) == plain.fingerprinter().fingerprint(TEXTS)
+
+
+def test_gradients_reach_the_adapters_through_the_frozen_encoder(pair) -> None:
+    _, adapted = pair
+    batch = adapted.tokenizer(TEXTS, padding=True, return_tensors="pt")
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    adapted.train()
+    adapted.zero_grad()
+    adapted(batch["input_ids"], batch["attention_mask"], labels).loss.backward()
+    grads = {n: p.grad for n, p in adapted.semantic_encoder.encoder.named_parameters() if ".lora_B" in n}
+    assert grads and all(g is not None and g.abs().sum() > 0 for g in grads.values())
+    adapted.eval()
+
+
+def test_an_adapted_export_is_small_and_loads_to_the_same_codes(pair, tmp_path) -> None:
+    plain, adapted = pair
+    with torch.no_grad():  # move the adapters so the check is not trivially the base encoder
+        for name, parameter in adapted.semantic_encoder.encoder.named_parameters():
+            if ".lora_B" in name:
+                parameter.normal_(std=0.05)
+    path = adapted.export_fingerprinter(tmp_path / "fp")
+    stored = load_file(str(path / "model.safetensors"))
+    encoder_keys = [k for k in stored if k.startswith("semantic_encoder.encoder.")]
+    assert encoder_keys and all(".lora_" in k for k in encoder_keys)
+    assert (path / "model.safetensors").stat().st_size < 1_000_000
+    loaded = Fingerprinter.from_pretrained(path)
+    assert loaded.fingerprint(TEXTS) == adapted.fingerprinter().fingerprint(TEXTS)
+    assert loaded.fingerprint(TEXTS) != plain.fingerprinter().fingerprint(TEXTS)  # the adapters are used

@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from isq.identity import check_identity, normalise_identity
-from isq.topk import max_walk, top_k_of_scores
+from isq.topk import max_walk, sum_walk, top_k_of_scores
 
 AGGREGATES = ("max", "sum")
 
@@ -275,12 +275,13 @@ class CooccurrenceTopology:
         """Path B top-k (indices, scores), identical to :meth:`search_bruteforce`.
 
         With ``aggregate="max"`` the bank is not scanned (:func:`isq.topk.max_walk`). With
-        ``aggregate="sum"`` the scores come from one sparse matrix-vector product X @ A.
+        ``aggregate="sum"`` the inverted index is walked with MaxScore pruning, AMUs reached
+        being scored exactly from their rows of X (:func:`isq.topk.sum_walk`).
         """
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
         if self.params.aggregate == "sum":
-            return self.search_bruteforce(query_codes, k, exclude)
+            return sum_walk(self.activation(query_codes), self.incidence, self.postings(), k, exclude)
         return max_walk(self.activation(query_codes), self.postings(), k, exclude)
 
     def postings(self) -> sp.csc_matrix:

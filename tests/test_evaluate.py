@@ -293,6 +293,8 @@ def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
     again = evaluate(conversations, fingerprinters, HashEmbedder(), out, k_dense=2, k_code=2, progress=False)
     assert again.configs == model.configs
     assert again.construction.this_run["resumed_segments"] == construction["segments"]
+    assert again.construction.this_run["embeddings_computed"] == 0  # everything came from the store's cache
+    assert again.construction.this_run["fingerprints_computed"] == 0
     assert again.construction.ingest_seconds == construction["ingest_seconds"]  # not counted twice
     assert again.construction.amus == construction["amus"]
 

@@ -15,6 +15,7 @@ from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import mean
 from retrieval.extract.base import Extractor
 from retrieval.index.embed import Embedder
+from retrieval.memory.cache import CachedFingerprinter
 from retrieval.memory.ingest import IngestStats, ingest_turns
 from retrieval.memory.records import AMU
 from retrieval.memory.store import AMUStore
@@ -61,7 +62,7 @@ class ConstructionLedger:
         return sum((self.store.meta(f"construction:{cid}") or {}).get(key, 0) for cid in conversation_ids)
 
 
-def build_retriever(fingerprinter: Fingerprinter, amus: Sequence[AMU], embeddings: np.ndarray,
+def build_retriever(fingerprinter: Fingerprinter | CachedFingerprinter, amus: Sequence[AMU], embeddings: np.ndarray,
                     params: TopologyParams) -> DualPathRetriever:
     """A dual-path bank over ``amus`` with their fingerprints by ``fingerprinter``."""
     retriever = DualPathRetriever(embeddings.shape[1], fingerprinter.identity, params=params)
@@ -73,7 +74,7 @@ def build_retriever(fingerprinter: Fingerprinter, amus: Sequence[AMU], embedding
     return retriever
 
 
-def codebook_diagnostics(fingerprinter: Fingerprinter, banks: Sequence[ConversationBank], codebook: str,
+def codebook_diagnostics(fingerprinter: Fingerprinter | CachedFingerprinter, banks: Sequence[ConversationBank], codebook: str,
                          query_codes: Sequence[frozenset[int]]) -> dict[str, Any]:
     """How the codebook spreads over the AMU banks: codes in use, codes per AMU and query, and
     how generic the codes are (a code in every AMU has IDF 0 and cannot discriminate)."""

@@ -63,7 +63,7 @@ from retrieval.eval.results import (
 from retrieval.extract.base import Extractor
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.embed import Embedder
-from retrieval.memory.ingest import model_identity
+from retrieval.memory.cache import CachedEmbedder, CachedFingerprinter, model_identity
 from retrieval.memory.store import AMUStore
 from retrieval.retriever import Hit
 
@@ -170,6 +170,9 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
 
     with AMUStore(store_dir) as store:
         ledger = ConstructionLedger(store)
+        # Embeddings and fingerprints come from the store's cache when an earlier run computed them.
+        embedder = CachedEmbedder(embedder, store)
+        fingerprinters = {name: CachedFingerprinter(fp, store) for name, fp in fingerprinters.items()}
         # -- construction: ingest (or reuse), embed, fingerprint, index
         report = EvidenceReport()
         banks: dict[str, ConversationBank] = {}
@@ -232,7 +235,8 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
             tokens=int(ledger.total(ids, "tokens")),
             ingest_seconds=ledger.total(ids, "seconds"),
             extractor=str(model_identity(extractor)),
-            this_run={"resumed_segments": resumed,
+            this_run={"resumed_segments": resumed, "embeddings_computed": embedder.computed,
+                      "fingerprints_computed": sum(fp.computed for fp in fingerprinters.values()),
                       **{f"{k}_seconds": round(v, 2) for k, v in timings.items()}},
         )
         codebooks = {name: CodebookStats(**codebook_diagnostics(fp_model, list(banks.values()), name,

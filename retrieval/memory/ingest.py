@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from retrieval.extract.base import Extractor, ReferenceContext
 from retrieval.index.embed import Embedder
 from retrieval.llm import LLMUsage
+from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.records import AMU, MAX_TURN_CHARS, SegmentRecord, Turn, amu_id
 from retrieval.memory.segmenter import Segment, SegmenterConfig, SemanticSegmenter
 from retrieval.memory.store import AMUStore, turns_sha256
@@ -56,6 +57,11 @@ class IngestStats:
         return self.exchanges / self.segments if self.segments else 0.0
 
     @property
+    def turns_per_s(self) -> float:
+        """Ingestion throughput over the whole run (segmentation, extraction, store writes)."""
+        return self.turns / self.wall_s if self.wall_s else 0.0
+
+    @property
     def mean_turns_per_segment(self) -> float:
         return self.turns / self.segments if self.segments else 0.0
 
@@ -72,7 +78,7 @@ class IngestStats:
             f"LLM calls {llm.http_calls} (retries {llm.retries}, cache hits {llm.cache_hits}) | tokens "
             f"prompt {llm.prompt_tokens} + completion {llm.completion_tokens} "
             f"(from cache {llm.cached_prompt_tokens} + {llm.cached_completion_tokens})",
-            f"wall time {self.wall_s:.1f} s",
+            f"wall time {self.wall_s:.1f} s ({self.turns_per_s:.1f} turns/s)",
         ])
 
 
@@ -81,12 +87,6 @@ def _usage_delta(after: LLMUsage, before: LLMUsage) -> LLMUsage:
     return LLMUsage(**{
         f.name: getattr(after, f.name) - getattr(before, f.name) for f in dataclasses.fields(LLMUsage)
     })
-
-
-def model_identity(model: Any) -> Any:
-    """What the store records of a model: its ``identity`` if it has one (fingerprinters, the
-    sentence embedder), else its ``name``, else its class name."""
-    return getattr(model, "identity", None) or getattr(model, "name", None) or type(model).__name__
 
 
 def ingest_turns(turns: Iterable[Turn], store: AMUStore, embedder: Embedder, extractor: Extractor, *,
@@ -112,6 +112,8 @@ def ingest_turns(turns: Iterable[Turn], store: AMUStore, embedder: Embedder, ext
     started = time.perf_counter()
     usage_before = dataclasses.replace(extractor.usage)
     conversations = _group(turns)
+    if not isinstance(embedder, CachedEmbedder):  # segmentation embeddings: computed once per store
+        embedder = CachedEmbedder(embedder, store)
     store.bind("embedder", model_identity(embedder))
     store.bind("extractor", model_identity(extractor))
     store.bind("fingerprinter", "none" if fingerprinter is None else model_identity(fingerprinter),
@@ -158,9 +160,9 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
                          bar: tqdm, retry_fallbacks: bool) -> None:
     segmenter = SemanticSegmenter(embedder, conversation_id, config)
     stats.conversations += 1
-    for session_turns in sessions.values():
+    for session_segments in segmenter.segment_sessions(list(sessions.values())):
         stats.sessions += 1
-        for segment in segmenter.segment_session(session_turns):
+        for segment in session_segments:
             context.enter(segment.session_id)
             stored = store.segment(conversation_id, segment.seq)
             if stored is None:

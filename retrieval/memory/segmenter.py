@@ -227,15 +227,18 @@ class SemanticSegmenter:
 
     def segment_session(self, turns: Sequence[Turn]) -> list[Segment]:
         """All segments of one session (the last one finalized by the session flush)."""
-        exchanges = pair_exchanges(turns, self.config.pair_turns)
-        embeddings = self.embedder.encode([exchange.text for exchange in exchanges])
-        segments = [
-            segment
-            for exchange, vector in zip(exchanges, embeddings, strict=True)
-            for segment in self.push(exchange, vector)
-        ]
-        flushed = self.flush()
-        return segments + ([flushed] if flushed else [])
+        return self.segment_sessions([turns])[0]
+
+    def segment_sessions(self, sessions: Sequence[Sequence[Turn]]) -> list[list[Segment]]:
+        """The segments of each session in turn, with one embedding call for all their exchanges."""
+        exchanges = [pair_exchanges(turns, self.config.pair_turns) for turns in sessions]
+        embeddings = iter(self.embedder.encode([exchange.text for group in exchanges for exchange in group]))
+        result = []
+        for group in exchanges:
+            segments = [segment for exchange in group for segment in self.push(exchange, next(embeddings))]
+            flushed = self.flush()
+            result.append(segments + ([flushed] if flushed else []))
+        return result
 
     def signals(self, embedding: np.ndarray) -> BoundarySignals:
         """Eq. 4 for a new exchange against the (non-empty) active segment; no state changes."""

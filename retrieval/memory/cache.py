@@ -1,0 +1,123 @@
+"""Derived arrays cached in the store: embeddings and fingerprint codes per model identity.
+
+Building memory costs model forwards (segmentation and record embeddings, fingerprints of
+every unit and question); reading it back costs a SELECT. The store keeps each array under
+(model key, SHA-256 of the text), so an evaluation rerun, ``retrieval.query`` or a run with
+more conversations computes only what it has not seen, and a different model computes and
+stores its own (its identity is another key). A cached array is what the first run computed,
+so a rerun reproduces it exactly whatever batches the texts fall into.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from isq.fingerprint import Fingerprint
+
+CHUNK = 500
+"""Items per SELECT ... IN (...) (SQLite's default limit of host parameters is 999)."""
+
+
+def model_identity(model: Any) -> Any:
+    """What a store records of a model: its ``identity`` if it has one (fingerprinters, the
+    sentence embedder), else its ``name``, else its class name."""
+    return getattr(model, "identity", None) or getattr(model, "name", None) or type(model).__name__
+
+
+def model_key(identity: Any) -> str:
+    """A stable key for a model identity (an identity dict, a name): 16 hex digits of its SHA-256."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def text_key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class ArrayCache:
+    """The cache tables of the store (a mixin of :class:`retrieval.memory.store.AMUStore`)."""
+
+    _db: sqlite3.Connection
+    read_only: bool
+
+    def cached(self, table: str, model: str, items: Iterable[str]) -> dict[str, bytes]:
+        """Stored blobs of ``items`` under ``model`` in ``table`` ("vectors" or "codes")."""
+        column = {"vectors": "vector", "codes": "codes"}[table]
+        wanted = list(dict.fromkeys(items))
+        found: dict[str, bytes] = {}
+        for start in range(0, len(wanted), CHUNK):
+            chunk = wanted[start : start + CHUNK]
+            marks = ",".join("?" * len(chunk))
+            rows = self._db.execute(f"SELECT item, {column} FROM {table} WHERE model = ? AND item IN ({marks})",
+                                    [model, *chunk])
+            found.update((item, bytes(blob)) for item, blob in rows)
+        return found
+
+    def cache(self, table: str, model: str, blobs: Mapping[str, bytes]) -> None:
+        """Store blobs (no-op on a read-only store: the caller computed them anyway)."""
+        if self.read_only or not blobs:
+            return
+        column = {"vectors": "vector", "codes": "codes"}[table]
+        with self._transaction() as db:  # type: ignore[attr-defined]
+            db.executemany(f"INSERT OR IGNORE INTO {table} (model, item, {column}) VALUES (?, ?, ?)",
+                           [(model, item, blob) for item, blob in blobs.items()])
+
+
+class CachedEmbedder:
+    """An :class:`retrieval.index.embed.Embedder` whose vectors live in a store's cache.
+
+    Texts not cached yet are embedded in one call, in input order, and stored.
+    """
+
+    def __init__(self, embedder: Any, store: ArrayCache) -> None:
+        self.embedder, self.store = embedder, store
+        self.dim = embedder.dim
+        self.identity = model_identity(embedder)
+        self.key = model_key(self.identity)
+        self.computed = 0
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        keys = [text_key(text) for text in texts]
+        found = self.store.cached("vectors", self.key, keys)
+        missing = list(dict.fromkeys(text for text, key in zip(texts, keys, strict=True) if key not in found))
+        if missing:
+            vectors = np.asarray(self.embedder.encode(missing), dtype=np.float32)
+            new = {text_key(text): vector.tobytes() for text, vector in zip(missing, vectors, strict=True)}
+            self.store.cache("vectors", self.key, new)
+            found.update(new)
+            self.computed += len(missing)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, key in enumerate(keys):
+            out[row] = np.frombuffer(found[key], dtype=np.float32)
+        return out
+
+
+class CachedFingerprinter:
+    """A fingerprinter whose token codes live in a store's cache (same interface for callers:
+    ``fingerprint(texts)``, ``identity``, ``codebook_size``)."""
+
+    def __init__(self, fingerprinter: Any, store: ArrayCache) -> None:
+        self.fingerprinter, self.store = fingerprinter, store
+        self.identity = fingerprinter.identity
+        self.codebook_size = fingerprinter.codebook_size
+        self.key = model_key(self.identity)
+        self.computed = 0
+
+    def fingerprint(self, texts: Sequence[str]) -> list[Any]:
+        keys = [text_key(text) for text in texts]
+        found = self.store.cached("codes", self.key, keys)
+        missing = list(dict.fromkeys(text for text, key in zip(texts, keys, strict=True) if key not in found))
+        if missing:
+            prints = self.fingerprinter.fingerprint(missing)
+            new = {text_key(text): np.asarray(fp.token_codes, dtype=np.int32).tobytes()
+                   for text, fp in zip(missing, prints, strict=True)}
+            self.store.cache("codes", self.key, new)
+            found.update(new)
+            self.computed += len(missing)
+        return [Fingerprint.from_token_codes(np.frombuffer(found[key], dtype=np.int32).astype(np.int64))
+                for key in keys]

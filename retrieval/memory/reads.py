@@ -1,0 +1,143 @@
+"""Reading memory records back from the store: units by conversation, session, segment, entity
+or time, segments, raw turns and source pointers. A mixin of :class:`retrieval.memory.store.
+AMUStore` (which owns the connection); every read returns units in insertion order.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn
+from retrieval.memory.times import iso_text, time_interval
+
+AMU_COLUMNS = (
+    "id, conversation_id, session_id, segment, text, memory_type, observed_at, timestamps, "
+    "entities, tags, turn_ids, speakers, fingerprint, archived"
+)
+
+
+class StoreReads:
+    """The read side of the AMU store."""
+
+    _db: sqlite3.Connection
+
+    def get(self, amu_id: str) -> AMU:
+        """The unit with this id; ``KeyError`` if there is none."""
+        row = self._db.execute(f"SELECT {AMU_COLUMNS} FROM amus WHERE id = ?", (amu_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"no AMU with id {amu_id!r}")
+        return amu_from_row(row)
+
+    def amus(self, conversation_id: str | None = None, *, include_archived: bool = False) -> Iterator[AMU]:
+        """All units (of one conversation), in insertion order."""
+        where, params = self._filters(conversation_id=conversation_id, include_archived=include_archived)
+        return self._select(where, params)
+
+    def by_session(self, conversation_id: str, session_id: str, *, include_archived: bool = False) -> list[AMU]:
+        where, params = self._filters(conversation_id=conversation_id, include_archived=include_archived)
+        return list(self._select(where + ["session_id = ?"], params + [session_id]))
+
+    def by_segment(self, conversation_id: str, seq: int) -> list[AMU]:
+        """The units extracted from one segment (LycheeMemory's event frame), archived included."""
+        return list(self._select(["conversation_id = ?", "segment = ?"], [conversation_id, seq]))
+
+    def by_entity(self, entity: str, *, include_archived: bool = False) -> list[AMU]:
+        """Units listing this entity (case-insensitive exact match)."""
+        where, params = self._filters(include_archived=include_archived)
+        where.append("position IN (SELECT amu FROM amu_entities WHERE entity = ?)")
+        return list(self._select(where, params + [entity.casefold()]))
+
+    def in_time_range(self, start: str, end: str, *, include_archived: bool = False) -> list[AMU]:
+        """Units whose observation time or any timestamp overlaps [start, end].
+
+        ``start`` and ``end`` are ISO values of any precision: ``in_time_range("2023-05",
+        "2023-05")`` is the whole of May 2023.
+        """
+        low, high = time_interval(start)[0], time_interval(end)[1]
+        where, params = self._filters(include_archived=include_archived)
+        where.append("position IN (SELECT amu FROM amu_times WHERE start <= ? AND end >= ?)")
+        return list(self._select(where, params + [iso_text(high), iso_text(low)]))
+
+    def count(self, conversation_id: str | None = None, *, include_archived: bool = True) -> int:
+        where, params = self._filters(conversation_id=conversation_id, include_archived=include_archived)
+        sql = "SELECT COUNT(*) FROM amus" + (" WHERE " + " AND ".join(where) if where else "")
+        return self._db.execute(sql, params).fetchone()[0]
+
+    def conversations(self) -> list[str]:
+        """Conversation ids with at least one committed segment, in ingestion order."""
+        rows = self._db.execute(
+            "SELECT conversation_id FROM segments GROUP BY conversation_id ORDER BY MIN(rowid)"
+        )
+        return [row[0] for row in rows]
+
+    def segment(self, conversation_id: str, seq: int) -> SegmentRecord | None:
+        row = self._db.execute(
+            "SELECT * FROM segments WHERE conversation_id = ? AND seq = ?", (conversation_id, seq)
+        ).fetchone()
+        return None if row is None else segment_from_row(row)
+
+    def segments(self, conversation_id: str) -> list[SegmentRecord]:
+        rows = self._db.execute(
+            "SELECT * FROM segments WHERE conversation_id = ? ORDER BY seq", (conversation_id,)
+        )
+        return [segment_from_row(row) for row in rows]
+
+    def turn(self, conversation_id: str, turn_id: str) -> Turn:
+        """The stored raw turn; ``KeyError`` if unknown."""
+        row = self._db.execute(
+            "SELECT * FROM turns WHERE conversation_id = ? AND turn_id = ?", (conversation_id, turn_id)
+        ).fetchone()
+        if row is None:
+            raise KeyError(f"no turn {turn_id!r} in conversation {conversation_id!r}")
+        return Turn(row["conversation_id"], row["session_id"], row["turn_id"], row["speaker"], row["text"],
+                    datetime.fromisoformat(row["session_time"]) if row["session_time"] else None,
+                    row["image_caption"])
+
+    def source_turns(self, amu: AMU) -> list[Turn]:
+        """Resolve an AMU's source pointer to the original turns."""
+        return [self.turn(amu.source.conversation_id, turn_id) for turn_id in amu.source.turn_ids]
+
+    def _filters(self, *, conversation_id: str | None = None,
+                 include_archived: bool = False) -> tuple[list[str], list[Any]]:
+        where: list[str] = []
+        params: list[Any] = []
+        if conversation_id is not None:
+            where.append("conversation_id = ?")
+            params.append(conversation_id)
+        if not include_archived:
+            where.append("archived = 0")
+        return where, params
+
+    def _select(self, where: list[str], params: list[Any]) -> Iterator[AMU]:
+        sql = f"SELECT {AMU_COLUMNS} FROM amus"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        for row in self._db.execute(sql + " ORDER BY position", params).fetchall():
+            yield amu_from_row(row)
+
+
+def amu_from_row(row: sqlite3.Row) -> AMU:
+    fingerprint = row["fingerprint"]
+    return AMU(
+        id=row["id"],
+        text=row["text"],
+        memory_type=row["memory_type"],
+        source=SourcePointer(row["conversation_id"], row["session_id"], tuple(json.loads(row["turn_ids"])),
+                             tuple(json.loads(row["speakers"])), row["segment"]),
+        observed_at=row["observed_at"],
+        timestamps=tuple(json.loads(row["timestamps"])),
+        entities=tuple(json.loads(row["entities"])),
+        tags=tuple(json.loads(row["tags"])),
+        fingerprint=None if fingerprint is None else tuple(json.loads(fingerprint)),
+        archived=bool(row["archived"]),
+    )
+
+
+def segment_from_row(row: sqlite3.Row) -> SegmentRecord:
+    return SegmentRecord(row["conversation_id"], row["seq"], row["session_id"], tuple(json.loads(row["turn_ids"])),
+                         row["reason"], row["state"], bool(row["fallback"]), row["amu_count"],
+                         row["content_sha256"], row["revision"])

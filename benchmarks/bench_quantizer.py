@@ -1,45 +1,52 @@
 """One quantizer training step vs vector-quantize-pytorch and vs the distance-matmul floor.
 
-    python benchmarks/bench_quantizer.py [--repeats 50] [--threads 2]
+    python benchmarks/bench_quantizer.py [--rounds 30] [--steps 5] [--threads 2] [--json PATH]
 
 A step = forward, backward of the commitment loss, EMA update (no entropy term), on 32×64
 vectors of dim 256 with 1024 codes. The baseline is lucidrains' ``VectorQuantize`` configured
 the same (decay 0.99, dead-code threshold 1.0, no rotation trick, commitment 0.1), installed
-through the ``bench`` extra. Figures are medians; ratios are taken within this run.
+through the ``bench`` extra; the floor is the n×d×N_c distance matmul alone. The three are
+timed round by round, ``--steps`` steps each per round in rotated order, so a load change on a
+shared machine hits all three alike; ratios are medians of the per-round ratios, with spread.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import time
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
-from isq.quantizer import EMAQuantizer
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.timing import describe_ratio, interleaved_rounds, ratio_spread, write_json  # noqa: E402
+from isq.quantizer import EMAQuantizer  # noqa: E402
 
 
-def median_seconds(step: Callable[[], None], repeats: int, warmup: int = 5) -> float:
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def repeated(step: Callable[[], None], steps: int) -> Callable[[int], None]:
+    def call(_: int) -> None:
+        for _ in range(steps):
+            step()
+    return call
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=50)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=5, help="steps of each variant per round")
+    parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--codes", type=int, default=1024)
-    args = parser.parse_args()
+    parser.add_argument("--json", help="write the figures to this JSON file")
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     shape = (args.batch, args.length, args.dim)
@@ -71,16 +78,28 @@ def main() -> None:
     def floor_step() -> None:
         flat @ codebook.t()
 
-    t_floor = median_seconds(floor_step, args.repeats)
-    t_ours = median_seconds(ours_step, args.repeats)
-    t_theirs = median_seconds(theirs_step, args.repeats)
+    steps = {"floor": floor_step, "ours": ours_step, "theirs": theirs_step}
+    for step in steps.values():
+        for _ in range(args.warmup):
+            step()
+    variants = {name: repeated(step, args.steps) for name, step in steps.items()}
+    seconds = interleaved_rounds(variants, args.rounds)
+    per_step_ms = {name: 1e3 * statistics.median(s) / args.steps for name, s in seconds.items()}
+    vs_theirs = ratio_spread(seconds["ours"], seconds["theirs"])
+    vs_floor = ratio_spread(seconds["ours"], seconds["floor"])
     n = args.batch * args.length
-    print(f"torch {torch.__version__}, {args.threads} threads, {n}x{args.dim} vectors, {args.codes} codes")
-    print(f"matmul floor ({n}x{args.dim}x{args.codes}) : {t_floor * 1e3:8.3f} ms")
-    print(f"EMAQuantizer step                  : {t_ours * 1e3:8.3f} ms")
-    print(f"vector-quantize-pytorch step        : {t_theirs * 1e3:8.3f} ms")
-    print(f"ratio ours / vector-quantize-pytorch: {t_ours / t_theirs:6.2f}  (goal <= 0.6)")
-    print(f"ratio ours / matmul floor           : {t_ours / t_floor:6.2f}  (goal <= 2.5)")
+    print(f"torch {torch.__version__}, {args.threads} threads, {n}x{args.dim} vectors, {args.codes} codes, "
+          f"{args.rounds} rounds of {args.steps} steps")
+    print(f"matmul floor ({n}x{args.dim}x{args.codes}) : {per_step_ms['floor']:8.3f} ms (median)")
+    print(f"EMAQuantizer step                  : {per_step_ms['ours']:8.3f} ms")
+    print(f"vector-quantize-pytorch step        : {per_step_ms['theirs']:8.3f} ms")
+    print(describe_ratio("ratio ours / vector-quantize-pytorch", vs_theirs, "goal <= 0.6"))
+    print(describe_ratio("ratio ours / matmul floor           ", vs_floor, "goal <= 2.5"))
+    write_json(args.json, {
+        "floor_ms": per_step_ms["floor"], "ours_ms": per_step_ms["ours"], "theirs_ms": per_step_ms["theirs"],
+        "ratio_ours_over_theirs": vs_theirs, "ratio_ours_over_floor": vs_floor,
+        "settings": vars(args), "torch": torch.__version__,
+    })
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from isq.identity import check_identity, normalise_identity
 from isq.topk import max_walk, sum_walk, top_k_of_scores
 
 AGGREGATES = ("max", "sum")
+ASSOCIATIONS = ("conditional", "lift", "target_idf")
 
 _CONFIG_FILE = "topology.json"
 _ARRAYS_FILE = "topology.npz"
@@ -42,34 +43,54 @@ class TopologyParams:
     """Path B's parameters, defined once for the topology, the retrievers and every CLI.
 
     Args:
-        max_hops: H_r, the longest walk on P that counts (>= 1).
+        max_hops: H_r, the longest walk on P that counts; 0 keeps the self term alone (the
+            standing ablation: an IDF-weighted overlap of code sets).
         alpha: per-hop decay α in (0, 1].
         self_term: add an h = 0 term, so a query code also activates itself with its IDF:
             S_code(a|a) = max(S_code(a|a), IDF(a)) (the paper's formula starts at h = 1).
         aggregate: "max" (the paper's S_amu) or "sum" (sum of A(b) over the AMU's codes).
+        association: how a walk of h hops from a to b is weighted. "conditional" is the SPEC's
+            IDF(a) · α^h · [P^h]_ab, which favours common targets (a code found in most units is
+            reached from anywhere). "lift" divides by the target's share of all co-occurrences,
+            π(b) = Σ_a M_ab / Σ M: α^h · max(0, log([P^h]_ab / π(b))), the pointwise mutual
+            information of the walk, which is 0 for a target no likelier after a than anywhere
+            and at most the self-information of b (the scale of the self term's IDF).
+        length_norm: with ``aggregate="sum"``, divide S_amu(u) by |U_fp(u)|^length_norm, so a
+            long unit does not win by having many weakly activated codes (0 = off).
 
-    The paper gives no H_r or α. These defaults (H_r = 1, α = 0.3, self term, sum) were chosen
-    by the 36-setting sweep on the LoCoMo development conversations (``docs/results.md``): H_r
-    and α moved recall by under a point there, the self term and sum aggregation by much more.
-    The SPEC's formula is ``TopologyParams(2, 0.5, False, "max")`` (or any H_r, α), the setting
-    whose search walks an inverted index without scanning the bank.
+    The paper gives no H_r or α. The defaults (H_r = 1, α = 0.3, self term, sum, conditional)
+    were chosen by the 36-setting sweep on the LoCoMo development conversations
+    (``docs/results.md``), where the self term and sum aggregation mattered and the walk did
+    not. The SPEC's formula is ``TopologyParams(2, 0.5, False, "max")`` (or any H_r, α), the
+    setting whose search walks an inverted index without scanning the bank.
     """
 
     max_hops: int = 1
     alpha: float = 0.3
     self_term: bool = True
     aggregate: str = "sum"
+    association: str = "conditional"
+    length_norm: float = 0.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_hops, int) or self.max_hops < 1:
-            raise ValueError(f"max_hops must be an integer >= 1, got {self.max_hops!r}")
+        if not isinstance(self.max_hops, int) or self.max_hops < 0:
+            raise ValueError(f"max_hops must be an integer >= 0, got {self.max_hops!r}")
+        if self.max_hops == 0 and not self.self_term:
+            raise ValueError("max_hops 0 keeps the self term alone: it needs self_term")
         if not 0.0 < self.alpha <= 1.0:
             raise ValueError(f"alpha must lie in (0, 1], got {self.alpha}")
         if self.aggregate not in AGGREGATES:
             raise ValueError(f"aggregate must be one of {AGGREGATES}, got {self.aggregate!r}")
+        if self.association not in ASSOCIATIONS:
+            raise ValueError(f"association must be one of {ASSOCIATIONS}, got {self.association!r}")
+        if self.length_norm < 0 or (self.length_norm and self.aggregate != "sum"):
+            raise ValueError(f"length_norm must be >= 0 and applies to aggregate 'sum', got {self.length_norm}")
 
     def label(self) -> str:
-        return f"H_r={self.max_hops} α={self.alpha} self={'on' if self.self_term else 'off'} {self.aggregate}"
+        extra = "" if self.association == "conditional" else f" {self.association}"
+        extra += f" len^{self.length_norm}" if self.length_norm else ""
+        return (f"H_r={self.max_hops} α={self.alpha} self={'on' if self.self_term else 'off'} "
+                f"{self.aggregate}{extra}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -218,21 +239,40 @@ class CooccurrenceTopology:
         """S_code as a dense N_c x N_c float64 array, row a = source code, column b = target."""
         self._fold_pending()
         params = self.params
-        key = (self._version, params.max_hops, params.alpha, params.self_term)
+        key = (self._version, params.max_hops, params.alpha, params.self_term, params.association)
         if self._code_scores is None or self._code_scores[0] != key:
-            probs = self.transition()
-            power = probs
-            best = probs * params.alpha
-            for hop in range(2, params.max_hops + 1):
-                power = power @ probs  # dense: P fills up quickly and N_c^3 is cheap at 1024
-                np.maximum(best, power * params.alpha**hop, out=best)
             idf = self.idf()
-            scores = idf[:, None] * best
+            best = np.zeros((self.num_codes, self.num_codes))
+            if params.max_hops:
+                probs = self.transition()
+                target_share = self._target_share() if params.association == "lift" else None
+                power = probs
+                for hop in range(1, params.max_hops + 1):
+                    if hop > 1:
+                        power = power @ probs  # dense: P fills up quickly and N_c^3 is cheap at 1024
+                    np.maximum(best, self._weigh(power, target_share) * params.alpha**hop, out=best)
+                if params.association == "conditional":
+                    best *= idf[:, None]
+                elif params.association == "target_idf":
+                    best *= idf[None, :]
             if params.self_term:
                 diagonal = np.arange(self.num_codes)
-                scores[diagonal, diagonal] = np.maximum(scores[diagonal, diagonal], idf)
-            self._code_scores = (key, scores)
+                best[diagonal, diagonal] = np.maximum(best[diagonal, diagonal], idf)
+            self._code_scores = (key, best)
         return self._code_scores[1]
+
+    def _target_share(self) -> np.ndarray:
+        """π(b): code b's share of all co-occurrence counts (0 for a code that never co-occurs)."""
+        totals = np.asarray(self._cooc.sum(axis=0), dtype=np.float64).ravel()
+        return totals / max(totals.sum(), 1.0)
+
+    @staticmethod
+    def _weigh(walk: np.ndarray, target_share: np.ndarray | None) -> np.ndarray:
+        """[P^h]_ab as is ("conditional"), or its positive log-lift over π(b) ("lift")."""
+        if target_share is None:
+            return walk
+        lift = np.divide(walk, target_share[None, :], out=np.zeros_like(walk), where=target_share[None, :] > 0)
+        return np.log(np.maximum(lift, 1.0))
 
     # ------------------------------------------------------------------ scoring
 
@@ -250,7 +290,10 @@ class CooccurrenceTopology:
         act = self.activation(query_codes)
         bank = self.incidence
         if self.params.aggregate == "sum":
-            return bank @ act
+            scores = bank @ act
+            if self.params.length_norm:
+                scores = scores / np.maximum(np.diff(bank.indptr), 1) ** self.params.length_norm
+            return scores
         scores = np.zeros(bank.shape[0], dtype=np.float64)
         lengths = np.diff(bank.indptr)
         nonempty = lengths > 0
@@ -280,6 +323,8 @@ class CooccurrenceTopology:
         """
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
+        if self.params.length_norm:  # per-unit normalisation breaks the walk's bounds: score every unit
+            return self.search_bruteforce(query_codes, k, exclude)
         if self.params.aggregate == "sum":
             return sum_walk(self.activation(query_codes), self.incidence, self.postings(), k, exclude)
         return max_walk(self.activation(query_codes), self.postings(), k, exclude)
@@ -319,7 +364,7 @@ class CooccurrenceTopology:
         directory = Path(directory)
         config = json.loads((directory / _CONFIG_FILE).read_text())
         check_identity(config["identity"], identity, f"topology in {directory}")
-        params = TopologyParams(**{key: config[key] for key in TopologyParams.__dataclass_fields__})
+        params = TopologyParams(**{key: config[key] for key in TopologyParams.__dataclass_fields__ if key in config})
         topology = cls(num_codes=config["num_codes"], params=params, identity=config["identity"])
         n_codes = topology.num_codes
         with np.load(directory / _ARRAYS_FILE) as arrays:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -9,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from isq import topk
+from isq.topk import sum_walk, top_k_of_scores
 from isq.topology import CooccurrenceTopology, TopologyParams
 
 IDENTITY = {"codebook_size": 16, "codebook_sha256": "a" * 64}
@@ -225,7 +228,7 @@ def test_invalid_inputs_are_refused() -> None:
     with pytest.raises(ValueError):
         TopologyParams(aggregate="mean")
     with pytest.raises(ValueError):
-        TopologyParams(max_hops=0)
+        TopologyParams(max_hops=0, self_term=False)
     with pytest.raises(ValueError, match="codebook_size"):
         CooccurrenceTopology(num_codes=4, identity=IDENTITY)
     assert topology.num_units == 1  # a refused add changes nothing
@@ -278,3 +281,105 @@ def test_mismatched_identity_is_refused(tmp_path) -> None:
     other = {"codebook_size": 16, "codebook_sha256": "b" * 64}
     with pytest.raises(ValueError, match="a{64}.*b{64}"):
         CooccurrenceTopology.load(tmp_path, identity=other)
+
+
+# ---------------------------------------------------------------- Path B "sum": MaxScore walk
+
+# Values whose sums round differently by order (0.1 + 0.2 != 0.3), equal values (ties) and a
+# negative one (an activation the walk never visits but the exact score counts).
+ACTIVATION_VALUES = [0.0, 0.1, 0.2, 0.3, 1 / 3, 0.7, 1.0, 2.5, 1e-9, -0.4]
+
+
+def assert_same_result(fast: tuple[np.ndarray, np.ndarray], ref: tuple[np.ndarray, np.ndarray]) -> None:
+    """Same AMUs in the same order and bitwise the same scores."""
+    np.testing.assert_array_equal(fast[0], ref[0])
+    assert fast[0].dtype == ref[0].dtype and fast[1].dtype == ref[1].dtype
+    assert fast[1].tobytes() == ref[1].tobytes()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    bank=st.lists(st.sets(st.integers(0, 11), max_size=7), max_size=50),
+    activation=st.lists(st.sampled_from(ACTIVATION_VALUES), min_size=12, max_size=12),
+    k=st.integers(0, 55),
+    exclude=st.sets(st.integers(0, 55), max_size=10),
+    scan_share=st.sampled_from([0.25, math.inf]),
+)
+def test_sum_walk_equals_full_product(bank, activation, k, exclude, scan_share) -> None:
+    # scan_below=0: the walk runs on tiny banks; scan_share=inf never gives way to the full product
+    topology = CooccurrenceTopology(12)
+    topology.add(bank)
+    act = np.array(activation)
+    fast = sum_walk(act, topology.incidence, topology.postings(), k, exclude, scan_share, scan_below=0)
+    assert_same_result(fast, top_k_of_scores(topology.incidence @ act, k, exclude))
+
+
+def skewed_bank(rng: np.random.Generator, count: int, num_codes: int) -> list[set[int]]:
+    """Code sets with Zipf-like code frequencies and co-occurring groups of codes (topics)."""
+    weights = 1.0 / np.arange(1, num_codes + 1)
+    topics = [rng.choice(num_codes, size=6, replace=False) for _ in range(8)]
+    bank = []
+    for _ in range(count):
+        codes = set(rng.choice(num_codes, size=rng.integers(0, 10), p=weights / weights.sum()).tolist())
+        codes |= set(rng.choice(topics[rng.integers(len(topics))], size=rng.integers(0, 4)).tolist())
+        bank.append(codes)
+    return bank
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), k=st.sampled_from([1, 3, 20, 200]), excluded=st.integers(0, 40))
+def test_default_search_equals_bruteforce_on_larger_banks(seed, k, excluded) -> None:
+    # long posting lists, many rounds of the walk; the library default (self term + sum)
+    rng = np.random.default_rng(seed)
+    bank = skewed_bank(rng, 1500, 48)
+    topology = CooccurrenceTopology(48, TopologyParams())
+    topology.add(bank)
+    for _ in range(5):
+        query = set(rng.integers(0, 48, size=rng.integers(1, 8)).tolist())
+        exclude = set(rng.integers(0, len(bank), size=excluded).tolist())
+        ref = topology.search_bruteforce(query, k, exclude)
+        assert_same_result(topology.search(query, k, exclude), ref)
+        walk = sum_walk(topology.activation(query), topology.incidence, topology.postings(), k, exclude,
+                        scan_share=math.inf, scan_below=0)
+        assert_same_result(walk, ref)
+
+
+def test_sum_walk_prunes_without_scanning(monkeypatch) -> None:
+    # rare query codes dominate: the walk must stop early, never falling back to the full product
+    rng = np.random.default_rng(11)
+    bank = skewed_bank(rng, 4000, 64)
+    topology = CooccurrenceTopology(64, TopologyParams())
+    topology.add(bank)
+    rare = np.argsort(topology.doc_freq)[:3]
+    ref = topology.search_bruteforce(rare, 10)
+    monkeypatch.setattr(topk, "top_k_of_scores", lambda *args: pytest.fail("the walk scanned the bank"))
+    walk = sum_walk(topology.activation(rare), topology.incidence, topology.postings(), 10, scan_below=0)
+    assert_same_result(walk, ref)
+
+
+def test_sum_walk_bounds_unseen_amus_by_their_widest_row() -> None:
+    # The last AMU holds none of the top code 0 but three codes worth 0.4 each: 1.2 beats AMU 0's
+    # 1.0, so the walk may not stop after code 0 (a bound of two later codes, 0.8, would let it;
+    # the long lists of codes 1-3 make walking on look dearer than scoring the one AMU met).
+    bank = [{0}] + [{code} for code in (1, 2, 3) for _ in range(100)] + [{1, 2, 3}]
+    act = np.array([1.0, 0.4, 0.4, 0.4])
+    topology = CooccurrenceTopology(4)
+    topology.add(bank)
+    assert topk.window_bounds(act, 3, 1.0)[1] >= 1.2
+    for k in (1, 2):
+        fast = sum_walk(act, topology.incidence, topology.postings(), k, scan_share=math.inf, scan_below=0)
+        assert_same_result(fast, top_k_of_scores(topology.incidence @ act, k))
+        assert fast[0][0] == len(bank) - 1
+
+
+def test_sum_walk_breaks_ties_by_index_across_the_walk() -> None:
+    # AMUs 0 and 1 tie AMU 2 (0.5 + 0.5 = 1.0 exactly) but are reached after it: they still come first
+    bank = [{1, 2}, {1, 2}, {0}, {3}]
+    act = np.array([1.0, 0.5, 0.5, 0.25])
+    topology = CooccurrenceTopology(4)
+    topology.add(bank)
+    walk = functools.partial(sum_walk, act, topology.incidence, topology.postings(), scan_share=math.inf,
+                             scan_below=0)
+    ids, scores = walk(2)
+    assert ids.tolist() == [0, 1] and scores.tolist() == [1.0, 1.0]
+    assert walk(3, exclude={1})[0].tolist() == [0, 2, 3]

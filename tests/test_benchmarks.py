@@ -1,0 +1,104 @@
+"""The benchmark scripts run end to end on tiny inputs and write their figures under stable keys."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks import bench_fingerprint, bench_quantizer, bench_retrieval, gpu_check, timing
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def read(path: Path) -> dict:
+    figures = json.loads(path.read_text())
+    assert {"host", "cpus", "load_average", "utc"} <= set(figures["machine"])
+    return figures
+
+
+def test_ratio_spread_takes_per_round_ratios() -> None:
+    stats = timing.ratio_spread([1.0, 2.0, 9.0], [2.0, 2.0, 3.0])
+    assert stats == {"median": 1.0, "q1": 0.75, "q3": 2.0, "min": 0.5, "max": 3.0}
+    assert timing.rotated(["a", "b", "c"], 4) == ["b", "c", "a"]
+
+
+def test_gpu_check_tiny_runs_on_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "gpu.json"
+    subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--tiny", "--json", str(out)], cwd=ROOT,
+                   check=True, capture_output=True, timeout=600)
+    figures = read(out)
+    keys = {"device", "precision", "steps", "tokens_per_step", "tokens_per_s", "step_ms_median",
+            "peak_memory_bytes", "parameters", "model_flops_per_step", "achieved_tflops", "peak_tflops",
+            "mfu",
+            "flops_estimate", "final_loss", "dead_codes"}
+    assert keys <= set(figures)
+    assert figures["precision"] == "fp32" and figures["steps"] == 3 and figures["tokens_per_s"] > 0
+    assert figures["final_loss"] == figures["final_loss"]  # not NaN
+    assert figures["parameters"]["total"] > figures["parameters"]["encoder_side"] > 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without a GPU")
+def test_gpu_check_without_cuda_fails_in_one_line(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        gpu_check.main([])
+    assert exit_info.value.code == 2
+    message = capsys.readouterr().err
+    assert message.count("\n") == 1 and "--tiny" in message
+
+
+def test_gpu_check_peak_table() -> None:
+    assert gpu_check.peak_tflops("NVIDIA H200", None) == 989.0
+    assert gpu_check.peak_tflops("NVIDIA H100 PCIe", None) == 756.0
+    assert gpu_check.peak_tflops("Some GPU", None) is None
+    assert gpu_check.peak_tflops("NVIDIA H200", 500.0) == 500.0
+
+
+def test_bench_retrieval_writes_stable_keys(tmp_path: Path) -> None:
+    out = tmp_path / "retrieval.json"
+    bench_retrieval.main(["--sizes", "2000", "4000", "--queries", "3", "--dim", "8", "--json", str(out)])
+    figures = read(out)
+    row = figures["sizes"]["4000"]
+    for key in ("path_b_default_ms", "path_b_paper_ms", "bruteforce_ms", "faiss_exact_ms",
+                "path_b_default_exact", "build_s", "ratio_default_over_faiss"):
+        assert key in row
+    assert row["path_b_default_exact"] and row["path_b_paper_exact"] and row["mismatches"] == 0
+    assert set(row["ratio_default_over_faiss"]) == {"median", "q1", "q3", "min", "max"}
+    assert figures["growth"]["2000->4000"]["size_factor"] == 2.0
+
+
+def test_code_model_draws_distinct_codes_within_bounds() -> None:
+    rng = np.random.default_rng(0)
+    model = bench_retrieval.CodeModel.build(rng, 64, 0.6, topics=4, topic_size=8, topic_share=0.5)
+    indptr, codes = model.draw(rng, 300, 3, 10)
+    lengths = np.diff(indptr)
+    assert lengths.max() <= 10 and codes.min() >= 0 and codes.max() < 64
+    assert all(len(set(codes[a:b])) == b - a for a, b in zip(indptr[:-1], indptr[1:], strict=True))
+
+
+def test_bench_quantizer_writes_stable_keys(tmp_path: Path) -> None:
+    pytest.importorskip("vector_quantize_pytorch")
+    out = tmp_path / "quantizer.json"
+    bench_quantizer.main(["--rounds", "2", "--steps", "1", "--warmup", "1", "--batch", "4", "--length", "8",
+                          "--dim", "16", "--codes", "32", "--json", str(out)])
+    figures = read(out)
+    keys = {"floor_ms", "ours_ms", "theirs_ms", "ratio_ours_over_theirs", "ratio_ours_over_floor"}
+    assert keys <= set(figures)
+
+
+def test_bench_fingerprint_writes_stable_keys(tmp_path: Path) -> None:
+    checkpoint, locomo = ROOT / bench_fingerprint.DEFAULT_CHECKPOINT, ROOT / bench_fingerprint.DEFAULT_LOCOMO
+    if not checkpoint.is_dir() or not locomo.is_file():
+        pytest.skip("needs the committed fingerprinter and the shared LoCoMo file")
+    out = tmp_path / "fingerprint.json"
+    bench_fingerprint.main(["--checkpoint", str(checkpoint), "--path", str(locomo), "--texts", "6",
+                            "--rounds", "1", "--batch-size", "4", "--json", str(out)])
+    figures = read(out)
+    keys = {"fingerprint_texts_per_s", "encoder_texts_per_s", "ratio", "ratio_spread", "codes_sha256"}
+    assert keys <= set(figures)
+    assert figures["texts"] == 6 and len(figures["codes_sha256"]) == 64

@@ -1,11 +1,12 @@
 """The memory system of MemCode / LycheeMemory: it needs only an exported fingerprinter (``isq``),
 never the training code or Lightning.
 
-Subpackages, one concept per file: ``memory`` (records, the SQLite store, the segmenter,
-ingestion, the JSONL turn stream), ``extract`` (dates, pronouns, the rule and LLM extractors),
-``index`` (embedder, dense and lexical indexes), ``eval`` (LoCoMo loading and evidence,
-metrics, configuration names, construction, the run, rendering, paired statistics). Beside
-them: ``llm`` (the one OpenAI-compatible client) and ``retriever`` (dense + codebook
-dual-path retrieval). The command lines are the top-level modules ``ingest``, ``evaluate`` and
-``paired`` (``python -m retrieval.<command>``).
+Subpackages, one concept per file: ``memory`` (records, the SQLite store and its evidence
+indexes, the segmenter, ingestion, the JSONL turn stream), ``extract`` (dates, pronouns, the
+rule and LLM extractors), ``index`` (embedder, dense, FTS5 lexical, evidence nodes),
+``routes`` (plan-guided multi-route retrieval: plans, planners, channels, fusion, selection,
+reranking), ``eval`` (LoCoMo loading and evidence, metrics, configuration names, construction,
+the run, rendering, paired statistics). Beside them: ``llm`` (the one OpenAI-compatible client)
+and ``retriever`` (dense + codebook dual-path retrieval). The command lines are the top-level
+modules ``ingest``, ``query``, ``evaluate`` and ``paired`` (``python -m retrieval.<command>``).
 """

@@ -10,6 +10,10 @@ reuses it), every AMU is embedded and fingerprinted with each fingerprinter, and
 of categories 1-4 is answered by retrieval alone and scored against its evidence dia_ids
 (metrics: :mod:`retrieval.eval.metrics`; configuration names: :mod:`retrieval.eval.configs`).
 
+``multi`` and ``multi+code`` are plan-guided multi-route retrieval (:mod:`retrieval.routes`),
+planned by the rule planner (``--planner llm`` asks the endpoint below) and without reranking
+unless ``--reranker DIR`` names a local cross-encoder.
+
 Optional answer stage, when an OpenAI-compatible endpoint is configured (ISQ_LLM_BASE_URL,
 ISQ_LLM_MODEL, ISQ_LLM_API_KEY, or --llm-base-url/--llm-model): an LLM answers from the
 retrieved AMUs and their source turns, scored with LoCoMo's token F1 and an LLM judge
@@ -45,6 +49,8 @@ from retrieval.index.embed import SentenceEmbedder
 from retrieval.memory.errors import StoreError
 from retrieval.memory.ingest import IngestError
 from retrieval.memory.records import InputFormatError
+from retrieval.routes.planner_llm import LLMPlanner
+from retrieval.routes.rerank import CrossEncoderReranker
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,6 +72,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--aggregate", choices=AGGREGATES, default=defaults.aggregate)
     parser.add_argument("--configs", help="comma-separated configurations (default: the equal-budget ablation)")
     parser.add_argument("--sweep", action="store_true", help="sweep H_r, α, self term and aggregate")
+    parser.add_argument("--planner", choices=("rule", "llm"), default="rule",
+                        help="planner of the multi-route configurations (llm: the endpoint below)")
+    parser.add_argument("--reranker", type=Path,
+                        help="sentence-transformers CrossEncoder directory reranking inside each route (default: off)")
     parser.add_argument("--llm-base-url", help="OpenAI-compatible endpoint (default: $ISQ_LLM_BASE_URL)")
     parser.add_argument("--llm-model", help="model name (default: $ISQ_LLM_MODEL); the key is $ISQ_LLM_API_KEY")
     parser.add_argument("--llm-cache", type=Path, help="LLM response cache (default: OUT/llm_cache)")
@@ -103,6 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             answer_configs = [n for n in (f"dense{args.k_dense}+code{args.k_code}", f"dense{k}") if n in names]
         resolve_configs(names, fingerprinters, answer_configs)
         topology = TopologyParams(args.max_hops, args.alpha, args.self_term, args.aggregate)
+        planner = None
+        if args.planner == "llm":
+            planner = LLMPlanner(args.llm_base_url, args.llm_model, cache_dir=cache)
+        reranker = None if args.reranker is None else CrossEncoderReranker(args.reranker)
     except (InputFormatError, EvaluationError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -116,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             configs=configs, k_dense=args.k_dense, k_code=args.k_code,
             topology=topology, sweep=args.sweep,
             answer_stage=answer_stage, answer_configs=answer_configs, settings=settings,
-            progress=not args.no_progress,
+            progress=not args.no_progress, planner=planner, reranker=reranker,
         )
     except (EvaluationError, IngestError, StoreError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -9,14 +9,17 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
 import openai
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
 from openai.types.chat import ChatCompletion
 
 logger = logging.getLogger(__name__)
@@ -36,6 +39,10 @@ class LLMUsage:
     completion_tokens: int = 0
     cached_prompt_tokens: int = 0
     cached_completion_tokens: int = 0
+
+    def since(self, before: LLMUsage) -> LLMUsage:
+        """This minus ``before``, field by field: one run's share of running totals."""
+        return LLMUsage(**{f.name: getattr(self, f.name) - getattr(before, f.name) for f in fields(LLMUsage)})
 
 
 class InvalidResponse(ValueError):
@@ -163,6 +170,43 @@ class ChatClient:
                                          encoding="utf-8") as handle:
             json.dump(body, handle)
         os.replace(handle.name, self.cache_dir / f"{key}.json")
+
+
+class LLMRole:
+    """A part of the memory that works through an endpoint (extractor, planner, consolidation
+    operator): one :class:`ChatClient` from the same options, a name that stores and reports
+    record (``llm:<model>``) and the client's token accounting."""
+
+    def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
+                 **options: Any) -> None:
+        self.client = ChatClient(base_url, model, api_key, **options)
+
+    @property
+    def model(self) -> str:
+        return self.client.model
+
+    @property
+    def name(self) -> str:
+        return f"llm:{self.client.model}"
+
+    @property
+    def usage(self) -> LLMUsage:
+        return self.client.usage
+
+
+def json_answer(content: str, validator: Draft202012Validator) -> Any:
+    """The JSON value of an answer, checked against ``validator``; a markdown code fence around it
+    is removed (some models add one despite the instruction). :class:`InvalidResponse` says what
+    is wrong, so the request is retried."""
+    try:
+        answer = json.loads(re.sub(r"^\s*```(?:json)?\s*|\s*```\s*$", "", content))
+    except json.JSONDecodeError as err:
+        raise InvalidResponse(f"content is not JSON: {err}") from None
+    error = best_match(validator.iter_errors(answer))
+    if error is not None:
+        where = "/".join(str(part) for part in error.path) or "(root)"
+        raise InvalidResponse(f"schema violation at {where}: {error.message}")
+    return answer
 
 
 def _content(body: dict[str, Any]) -> str:

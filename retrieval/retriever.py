@@ -3,7 +3,9 @@
 Path A takes the K_v nearest AMUs by cosine similarity (faiss). Path B takes the K_c best AMUs
 by topology score S_amu that Path A did not return: it only complements Path A (asymmetric).
 The baselines of the ablation run through the same object at the same budgets: Dense-K alone,
-codebook alone, and Dense + BM25 (BM25 top-K excluding the dense hits).
+codebook alone, and Dense + BM25 (BM25 top-K excluding the dense hits). BM25 is SQLite FTS5's
+``bm25()`` (:mod:`retrieval.index.fts`): the store's table when the caller passes it (the
+evaluation does), else an in-memory one over the bank's texts.
 
 AMUs are numbered by insertion order; that index is shared by the dense index, the topology
 and the metadata lists (AMU id, text, source pointer).
@@ -16,14 +18,14 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from isq.identity import check_identity, normalise_identity
 from isq.topology import CooccurrenceTopology, TopologyParams
 from retrieval.index.dense import DenseIndex
-from retrieval.index.lexical import BM25Index
+from retrieval.index.fts import FTSIndex
 
 MODES = ("dense", "code", "bm25", "dense+code", "dense+bm25")
 _WORD = re.compile(r"[^\W_]", re.UNICODE)
@@ -44,6 +46,12 @@ def check_query(text: str) -> str:
 _CONFIG_FILE = "retriever.json"
 
 
+class Lexical(Protocol):
+    """A lexical index over the bank's positions: top-k (positions, scores), ``exclude`` left out."""
+
+    def search(self, query: str, k: int, exclude: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]: ...
+
+
 @dataclass(frozen=True)
 class Hit:
     """One retrieved AMU.
@@ -62,7 +70,7 @@ class Hit:
 
 
 class DualPathRetriever:
-    """AMU bank with a dense index, a codebook topology and a lazily built BM25 index.
+    """AMU bank with a dense index, a codebook topology and a lexical (FTS5 BM25) index.
 
     Args:
         dim: embedding dimension of the AMU and query vectors.
@@ -70,6 +78,9 @@ class DualPathRetriever:
             codebook size sets the topology's N_c and the identity is checked on load.
         params: Path B's topology parameters (:class:`isq.topology.TopologyParams`).
         dense_kind: faiss index kind (see DenseIndex); exact "flat" by default.
+        lexical: the lexical index over the bank's positions (e.g. the store's FTS5 table seen
+            through the bank, :class:`retrieval.routes.bank.StoreLexical`); by default an
+            in-memory FTS5 table that :meth:`add` fills with the texts.
     """
 
     def __init__(
@@ -78,6 +89,7 @@ class DualPathRetriever:
         identity: Mapping[str, Any],
         params: TopologyParams = TopologyParams(),
         dense_kind: str = "flat",
+        lexical: Lexical | None = None,
     ) -> None:
         self.identity = normalise_identity(identity)
         if self.identity is None:
@@ -89,7 +101,8 @@ class DualPathRetriever:
         self.texts: list[str] = []
         self.sources: list[dict[str, Any]] = []
         self._index_of: dict[str, int] = {}
-        self.lexical = BM25Index()
+        self._own_lexical = lexical is None
+        self.lexical: Lexical = FTSIndex() if lexical is None else lexical
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -130,7 +143,8 @@ class DualPathRetriever:
             self.ids.append(amu_id)
             self.texts.append(text)
             self.sources.append(dict(source))
-        self.lexical.add(texts)
+        if self._own_lexical:
+            self.lexical.add(texts)  # type: ignore[attr-defined]
 
     def retrieve(
         self,
@@ -216,6 +230,6 @@ class DualPathRetriever:
         retriever = cls(dense.dim, record["identity"])
         retriever.dense, retriever.topology = dense, topology
         retriever.ids, retriever.texts, retriever.sources = record["ids"], record["texts"], record["sources"]
-        retriever.lexical.add(retriever.texts)
+        retriever.lexical.add(retriever.texts)  # type: ignore[attr-defined]
         retriever._index_of = {amu_id: i for i, amu_id in enumerate(retriever.ids)}
         return retriever

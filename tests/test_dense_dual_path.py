@@ -9,7 +9,7 @@ import pytest
 
 from isq.topology import TopologyParams
 from retrieval.index.dense import DenseIndex
-from retrieval.index.lexical import bm25_tokens
+from retrieval.index.fts import word_tokens
 from retrieval.retriever import MODES, DualPathRetriever
 
 IDENTITY = {"codebook_size": 32, "codebook_sha256": "c" * 64}
@@ -24,7 +24,7 @@ class WordHashEmbedder:
     def encode(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):
-            for word in bm25_tokens(text):
+            for word in word_tokens(text):
                 out[row, zlib.crc32(word.encode()) % self.dim] += 1.0
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms > 0, norms, 1.0)

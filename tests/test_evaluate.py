@@ -219,8 +219,10 @@ def test_bad_config_names_are_rejected(name):
 
 def test_default_configs_share_one_budget():
     names = default_configs(20, 20, with_kmeans=True)
-    assert names == ["dense20", "dense40", "dense20+code20", "dense20+bm25_20", "code40", "dense20+kmeans20"]
+    assert names == ["dense20", "dense40", "dense20+code20", "dense20+bm25_20", "code40", "dense20+kmeans20",
+                     "multi", "multi+code"]
     assert {parse_config(n).budget for n in names} == {20, 40} and "dense20+kmeans20" not in default_configs()
+    assert parse_config("multi+code", 12).budget == 12 and parse_config("multi+code").uses_codes
     grid = sweep_grid()
     assert len(grid) == 36 and len({(p.max_hops, p.alpha, p.self_term, p.aggregate) for p in grid}) == 36
 
@@ -260,14 +262,26 @@ def check_schema(results, configs):
         assert isinstance(construction[key], int)
 
 
+def _timeless(configs) -> dict:
+    dumped = {name: summary.model_dump() for name, summary in configs.items()}
+    for summary in dumped.values():
+        summary["overall"].pop("latency_ms")
+    return dumped
+
+
 def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
     conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
     out = tmp_path / "eval"
     model = evaluate(conversations, fingerprinters, HashEmbedder(), out, k_dense=2, k_code=2, sweep=True,
                      progress=False)
-    names = ["dense2", "dense4", "dense2+code2", "dense2+bm25_2", "code4", "dense2+kmeans2"]
+    names = ["dense2", "dense4", "dense2+code2", "dense2+bm25_2", "code4", "dense2+kmeans2", "multi", "multi+code"]
     results = json.loads((out / "results.json").read_text())  # the keys that downstream scripts read
     check_schema(results, names)
+    for name in ("multi", "multi+code"):  # exactly the budget, like dense4, with cost figures
+        overall = results["configs"][name]["overall"]
+        assert overall["mean_retrieved"] == 4.0 and overall["mean_tokens"] > 0 and overall["latency_ms"] > 0
+    assert results["multi"]["planner"] == "rules" and results["multi"]["reranker"].startswith("off")
+    assert set(results["construction"]["per_conversation"]) == {"conv-t"}
     assert results == model.model_dump() and read_results(out / "results.json") == model
     configs = results["configs"]
     recall = {name: configs[name]["overall"]["recall"] for name in names}
@@ -291,7 +305,7 @@ def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
     assert len(lines) == 5 and set(json.loads(lines[0])["found"]) == set(names)
 
     again = evaluate(conversations, fingerprinters, HashEmbedder(), out, k_dense=2, k_code=2, progress=False)
-    assert again.configs == model.configs
+    assert _timeless(again.configs) == _timeless(model.configs)  # the same retrieval; only latencies differ
     assert again.construction.this_run["resumed_segments"] == construction["segments"]
     assert again.construction.this_run["embeddings_computed"] == 0  # everything came from the store's cache
     assert again.construction.this_run["fingerprints_computed"] == 0
@@ -366,7 +380,7 @@ def test_cli_run_with_the_answer_stage(tmp_path, monkeypatch, fingerprinter_dirs
                      "--answer-configs", "dense2+code2", "--no-progress"])
     assert code == 0
     results = json.loads((out / "results.json").read_text())
-    check_schema(results, ["dense2", "dense4", "dense2+code2", "dense2+bm25_2", "code4"])
+    check_schema(results, ["dense2", "dense4", "dense2+code2", "dense2+bm25_2", "code4", "multi", "multi+code"])
     answers = results["answers"]
     assert answers["status"] == "done" and answers["model"] == "fake-model" and set(answers["configs"]) == {
         "dense2+code2"}

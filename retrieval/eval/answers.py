@@ -129,8 +129,8 @@ class AnswerStage:
 def run_answer_stage(stage: AnswerStage, config_names: Sequence[str], questions: Sequence[EvalQuestion],
                      hits: Mapping[str, Sequence[Sequence[Hit]]], banks: Mapping[str, ConversationBank],
                      store: AMUStore, out_dir: Path) -> AnswersDone:
-    """Answer and grade every question with each configuration's retrieved AMUs; writes
-    ``answers.jsonl`` and returns the summary for ``results.json``."""
+    """Answer and grade every question with each configuration's retrieved AMUs (and raw turns);
+    writes ``answers.jsonl`` and returns the summary for ``results.json``."""
     amus_by_id = {amu.id: amu for bank in banks.values() for amu in bank.amus}
     summaries, failed = {}, Counter()
     with open(out_dir / "answers.jsonl", "w", encoding="utf-8") as handle:
@@ -140,8 +140,11 @@ def run_answer_stage(stage: AnswerStage, config_names: Sequence[str], questions:
                 if question.answer is None:
                     failed["no_gold_answer"] += 1
                     continue
-                amus = [amus_by_id[hit.amu_id] for hit in question_hits]
+                amus = [amus_by_id[hit.amu_id] for hit in question_hits if hit.amu_id in amus_by_id]
                 turns = [turn for amu in amus for turn in store.source_turns(amu)]
+                # raw-turn items of the multi-route configurations: the turn itself
+                turns += [store.turn(question.conversation_id, turn_id) for hit in question_hits
+                          if hit.amu_id not in amus_by_id for turn_id in hit.source["turn_ids"]]
                 prediction = stage.answer(question, amus, turns)
                 verdict = stage.judge(question, prediction) if prediction is not None else None
                 failed["answer"] += prediction is None

@@ -19,17 +19,20 @@ from retrieval.memory.cache import CachedFingerprinter
 from retrieval.memory.ingest import IngestStats, ingest_turns
 from retrieval.memory.records import AMU
 from retrieval.memory.store import AMUStore
-from retrieval.retriever import DualPathRetriever
+from retrieval.retriever import DualPathRetriever, Lexical
+from retrieval.routes.retriever import MultiRouteRetriever
 
 STORE_DIR = "store"
 
 
 @dataclass
 class ConversationBank:
-    """One conversation's AMUs and its retrievers (one per codebook, same AMU order)."""
+    """One conversation's AMUs, its dual-path retrievers (one per codebook, same AMU order) and,
+    for the multi-route configurations, its multi-route retriever."""
 
     amus: list[AMU]
     retrievers: dict[str, DualPathRetriever]
+    routes: MultiRouteRetriever | None = None
 
     @property
     def coverable(self) -> set[str]:
@@ -63,9 +66,10 @@ class ConstructionLedger:
 
 
 def build_retriever(fingerprinter: Fingerprinter | CachedFingerprinter, amus: Sequence[AMU], embeddings: np.ndarray,
-                    params: TopologyParams) -> DualPathRetriever:
-    """A dual-path bank over ``amus`` with their fingerprints by ``fingerprinter``."""
-    retriever = DualPathRetriever(embeddings.shape[1], fingerprinter.identity, params=params)
+                    params: TopologyParams, lexical: Lexical | None = None) -> DualPathRetriever:
+    """A dual-path bank over ``amus`` with their fingerprints by ``fingerprinter``; ``lexical`` is
+    its BM25 channel (the store's FTS5 table over the same AMUs, in the evaluation)."""
+    retriever = DualPathRetriever(embeddings.shape[1], fingerprinter.identity, params=params, lexical=lexical)
     prints = fingerprinter.fingerprint([amu.text for amu in amus])
     sources = [{"session_id": amu.source.session_id, "turn_ids": list(amu.source.turn_ids)} for amu in amus]
     retriever.add([amu.id for amu in amus], [amu.text for amu in amus], embeddings,

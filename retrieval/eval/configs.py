@@ -3,7 +3,9 @@
 Configurations at equal budget are named ``dense{K}``, ``code{K}``, ``kmeans{K}``, ``bm25_{K}`` or
 ``dense{K}+code{K}`` / ``dense{K}+kmeans{K}`` / ``dense{K}+bm25_{K}``: ``code`` is Path B with the
 trained fingerprinter, ``kmeans`` Path B with the k-means control, and a ``+`` path only adds
-items that the dense path did not return (SPEC section 4).
+items that the dense path did not return (SPEC section 4). ``multi`` is plan-guided multi-route
+retrieval with every route but the codebook and ``multi+code`` adds the codebook route (SPEC
+section 7); both return the evaluation's total budget (k_dense + k_code) of distinct items.
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ class EvaluationError(ValueError):
 
 
 _PART = re.compile(r"(dense|code|kmeans|bm25_)(\d+)")
+MULTI_CONFIGS = ("multi", "multi+code")
 
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    """One retrieval configuration: its name, DualPathRetriever mode and budgets, and the
-    codebook whose retriever runs it."""
+    """One retrieval configuration: its name, DualPathRetriever mode ("multi" or "multi+code" for
+    multi-route retrieval) and budgets (a multi-route configuration's whole budget is ``k_dense``),
+    and the codebook whose retriever runs it."""
 
     name: str
     mode: str
@@ -44,18 +48,25 @@ class RetrievalConfig:
         return self.mode.endswith("code")
 
     @property
+    def multi(self) -> bool:
+        return self.mode in MULTI_CONFIGS
+
+    @property
     def budget(self) -> int:
         return self.k_dense + self.k_code
 
 
-def parse_config(name: str) -> RetrievalConfig:
+def parse_config(name: str, budget: int = 40) -> RetrievalConfig:
     """``dense20`` / ``code40`` / ``kmeans40`` / ``bm25_40`` / ``dense20+code20`` /
-    ``dense20+kmeans20`` / ``dense20+bm25_20`` -> :class:`RetrievalConfig`."""
+    ``dense20+kmeans20`` / ``dense20+bm25_20`` -> :class:`RetrievalConfig`; ``multi`` and
+    ``multi+code`` take ``budget`` items."""
+    if name in MULTI_CONFIGS:
+        return RetrievalConfig(name, name, budget, 0)
     parts = [_PART.fullmatch(part) for part in name.split("+")]
     valid = all(parts) and (len(parts) == 1 or (len(parts) == 2 and parts[0][1] == "dense" and parts[1][1] != "dense"))
     if not valid:
-        raise EvaluationError(f"unknown configuration {name!r}: expected dense<K>, code<K>, kmeans<K>, bm25_<K> "
-                              "or dense<K>+code<K>, dense<K>+kmeans<K>, dense<K>+bm25_<K>")
+        raise EvaluationError(f"unknown configuration {name!r}: expected dense<K>, code<K>, kmeans<K>, bm25_<K>, "
+                              "dense<K>+code<K>, dense<K>+kmeans<K>, dense<K>+bm25_<K>, multi or multi+code")
     k_dense = int(parts[0][2]) if parts[0][1] == "dense" else 0
     other = parts[-1] if parts[-1][1] != "dense" else None
     path = {None: "dense", "code": "code", "kmeans": "code", "bm25_": "bm25"}[other[1] if other else None]
@@ -65,19 +76,20 @@ def parse_config(name: str) -> RetrievalConfig:
 
 
 def default_configs(k_dense: int = 20, k_code: int = 20, with_kmeans: bool = False) -> list[str]:
-    """Dense-K, Dense-2K, Dense-K + Codebook-K, Dense-K + BM25-K, Codebook-2K and, with the
-    control, Dense-K + k-means-K: the ablation at equal budgets."""
+    """Dense-K, Dense-2K, Dense-K + Codebook-K, Dense-K + BM25-K, Codebook-2K, with the control
+    Dense-K + k-means-K, and multi-route retrieval without and with the codebook route: the
+    ablation at equal budgets."""
     total = k_dense + k_code
     names = [f"dense{k_dense}", f"dense{total}", f"dense{k_dense}+code{k_code}", f"dense{k_dense}+bm25_{k_code}",
              f"code{total}"]
-    return names + ([f"dense{k_dense}+kmeans{k_code}"] if with_kmeans else [])
+    return names + ([f"dense{k_dense}+kmeans{k_code}"] if with_kmeans else []) + list(MULTI_CONFIGS)
 
 
-def resolve_configs(names: Sequence[str], codebooks: Collection[str],
-                    answer_configs: Sequence[str] = ()) -> list[RetrievalConfig]:
-    """Parse ``names``, checking that each one's codebook is among ``codebooks`` and that every
-    answer configuration is one of them."""
-    selected = [parse_config(name) for name in names]
+def resolve_configs(names: Sequence[str], codebooks: Collection[str], answer_configs: Sequence[str] = (),
+                    budget: int = 40) -> list[RetrievalConfig]:
+    """Parse ``names`` (multi-route ones with ``budget`` items), checking that each one's codebook
+    is among ``codebooks`` and that every answer configuration is one of them."""
+    selected = [parse_config(name, budget) for name in names]
     missing = [c.name for c in selected if c.codebook not in codebooks]
     if missing:
         raise EvaluationError(f"configuration(s) {', '.join(missing)} need a k-means control fingerprinter")

@@ -31,7 +31,7 @@ class EvidenceScore:
 
 
 def covered_turns(hits: Iterable[Hit]) -> set[str]:
-    """The turn ids that the retrieved AMUs' source pointers name."""
+    """The turn ids that the retrieved items' source pointers name (a raw-turn item names its own)."""
     return {turn_id for hit in hits for turn_id in hit.source["turn_ids"]}
 
 
@@ -66,7 +66,8 @@ def summarise(rows: Iterable[tuple[str, Mapping[str, float]]]) -> dict[str, Any]
 
 
 def tied_at_cut(hits: Sequence[Hit]) -> float | None:
-    """Share of the non-dense path's hits whose score equals that path's last (lowest) score:
-    among tied AMUs the order of the bank decides, not the score. None without such hits."""
-    scores = [hit.score for hit in hits if hit.path != "dense"]
+    """Share of the code or BM25 path's hits whose score equals that path's last (lowest) score:
+    among tied AMUs the order of the bank decides, not the score. None without such hits (dense
+    and multi-route lists)."""
+    scores = [hit.score for hit in hits if hit.path in ("code", "bm25")]
     return sum(score == scores[-1] for score in scores) / len(scores) if scores else None

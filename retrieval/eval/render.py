@@ -37,6 +37,32 @@ def _codebook_table(results: Results) -> str:
     return markdown_table(headers, rows, align=["l"] + ["r"] * (len(headers) - 1))
 
 
+def _cost_table(configs: Mapping[str, RetrievalSummary]) -> str:
+    """Mean items, mean tokens of retrieved text and median latency per configuration."""
+    def number(value: float | None, form: str) -> str:
+        return "–" if value is None else format(value, form)
+
+    rows = [[name, number(s.overall.mean_retrieved, ".1f"), number(s.overall.mean_tokens, ".0f"),
+             number(s.overall.latency_ms, ".1f")] for name, s in configs.items()]
+    return markdown_table(["configuration", "mean items", "mean tokens", "median latency (ms)"], rows,
+                          align=["l", "r", "r", "r"])
+
+
+def _multi_lines(results: Results) -> list[str]:
+    """The multi-route section: planner, reranker, plans, nodes, bank construction."""
+    multi = results.multi
+    assert multi is not None
+    types = ", ".join(f"{name} {count}" for name, count in sorted(multi.question_types.items()))
+    nodes = "; ".join(f"{cid}: " + ", ".join(f"{kind} {n}" for kind, n in counts.items())
+                      for cid, counts in multi.nodes.items())
+    banks = ", ".join(f"{cid} {seconds:.1f} s" for cid, seconds in multi.bank_seconds.items())
+    return ["## Multi-route retrieval", "",
+            f"- planner: {multi.planner}; reranker: {multi.reranker}",
+            f"- question types: {types}; mean routes per plan {multi.mean_routes:.2f}",
+            f"- evidence nodes with active records: {nodes}",
+            f"- route banks built in: {banks}", ""]
+
+
 def render_markdown(results: Results, sweep_rows: Sequence[SweepRow]) -> str:
     """``results.md``: tables per configuration and category, construction, codebooks, sweep, answers."""
     configs = results.configs
@@ -55,11 +81,15 @@ def render_markdown(results: Results, sweep_rows: Sequence[SweepRow]) -> str:
               "## Evidence hit@k (%): at least one evidence turn retrieved", "",
               _metric_table(configs, "hit", categories), "",
               "## All evidence retrieved (%)", "", _metric_table(configs, "complete", categories), "",
-              "Mean AMUs retrieved: " + ", ".join(f"{name} {s.overall.mean_retrieved:.1f}"
-                                                  for name, s in configs.items()) + ".",
+              "## Cost per query", "", _cost_table(configs), "",
+              "Tokens: whitespace words x 1.3 of the retrieved items' text (records, raw turns). Latency: median "
+              "wall time of one retrieval (planning included; question and route-query vectors and codes are "
+              "computed beforehand in one batch for every configuration).",
               "Code/BM25 path hits tied with that path's last score (so ranked by AMU order, not score): "
               + ", ".join(f"{name} {pct(s.overall.tied_at_cut)}%" for name, s in configs.items()
                           if s.overall.tied_at_cut is not None) + ".", ""]
+    if results.multi is not None:
+        lines += _multi_lines(results)
     evidence = results.evidence
     lines += ["## Evidence", "",
               f"{evidence.questions} questions scored, {evidence.evidence_ids} evidence ids; skipped: "
@@ -77,8 +107,11 @@ def render_markdown(results: Results, sweep_rows: Sequence[SweepRow]) -> str:
               f"- {c.amus} AMUs from {c.segments} segments (extractor {c.extractor}); "
               f"{c.llm_calls} LLM calls, {c.tokens} tokens",
               f"- construction {c.seconds:.1f} s (ingestion {c.ingest_seconds:.1f} s, summed over the runs "
-              "that built the store, + AMU embedding and trained-codebook indexing of this run)",
+              "that built the store, + AMU embedding, trained-codebook indexing and route banks of this run; "
+              "on a reused store the cached embeddings make the last three cheap)",
               "- this run: " + ", ".join(f"{k} {v}" for k, v in c.this_run.items()),
+              *(["- per conversation: " + ", ".join(f"{cid} {s:.1f} s" for cid, s in c.per_conversation.items())]
+                if c.per_conversation else []),
               f"- wall time of this run: {results.wall_seconds:.1f} s", "",
               "## Codebooks", "", _codebook_table(results)]
     if sweep_rows and results.sweep is not None:

@@ -11,8 +11,8 @@ statistics read ``questions.jsonl`` through this module.
 
 ``results.json``, top level: ``configs`` ({configuration: :class:`Summary` of
 :class:`RetrievalBlock`}), ``construction``, ``evidence`` (with ``recall_ceiling``),
-``codebooks``, ``settings``, ``sweep`` (``--sweep`` only), ``answers`` (skipped or done) and
-``wall_seconds``.
+``codebooks``, ``settings``, ``sweep`` (``--sweep`` only), ``answers`` (skipped or done),
+``wall_seconds`` and ``multi`` (multi-route configurations only).
 """
 
 from __future__ import annotations
@@ -47,8 +47,10 @@ class Record(BaseModel):
 
 class RetrievalBlock(Record):
     """Evidence recall, hit and completeness of one configuration (see :mod:`retrieval.eval.metrics`);
-    the overall block also has the mean number of AMUs retrieved and, with a code or BM25 path,
-    the mean share of that path's hits tied at its cut."""
+    the overall block also has the mean number of items retrieved, the mean number of tokens of
+    their text (whitespace words x 1.3, :func:`retrieval.memory.segmenter.count_tokens`), the
+    median query latency in milliseconds and, with a code or BM25 path, the mean share of that
+    path's hits tied at its cut."""
 
     recall: float
     hit: float
@@ -56,6 +58,8 @@ class RetrievalBlock(Record):
     n: int
     mean_retrieved: float | None = None
     tied_at_cut: float | None = None
+    mean_tokens: float | None = None
+    latency_ms: float | None = None
 
 
 class CeilingBlock(Record):
@@ -102,6 +106,7 @@ class Construction(Record):
     ingest_seconds: float
     extractor: str
     this_run: dict[str, int | float]
+    per_conversation: dict[str, float] | None = None
 
 
 class EvidenceCounts(Record):
@@ -199,6 +204,19 @@ class AnswersDone(Record):
     usage: dict[str, dict[str, int]]
 
 
+class MultiRouteInfo(Record):
+    """How the multi-route configurations ran: planner, reranker (or why it was off), question
+    types and routes of the plans, evidence nodes per conversation and the seconds spent
+    building each conversation's route bank (raw-turn and node embeddings, node reads)."""
+
+    planner: str
+    reranker: str
+    question_types: dict[str, int]
+    mean_routes: float
+    nodes: dict[str, dict[str, int]]
+    bank_seconds: dict[str, float]
+
+
 class Results(Record):
     """``results.json``."""
 
@@ -210,6 +228,7 @@ class Results(Record):
     sweep: SweepInfo | None = None
     answers: Annotated[AnswersSkipped | AnswersDone, Field(discriminator="status")]
     wall_seconds: float
+    multi: MultiRouteInfo | None = None
 
 
 # -- questions.jsonl -----------------------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 Per conversation the sessions are ingested in order into ``OUT/store`` (a rerun resumes and
 reuses it), every AMU is embedded and fingerprinted with each fingerprinter, and one
-:class:`DualPathRetriever` per codebook is built. Then every question of categories 1-4 is
-answered by retrieval alone and scored against its evidence dia_ids.
+:class:`DualPathRetriever` per codebook is built (its BM25 channel is the store's FTS5 table)
+and, for the multi-route configurations, one :class:`MultiRouteRetriever`
+(:mod:`retrieval.eval.multi`). Then every question of categories 1-4 is answered by retrieval
+alone, timed, and scored against its evidence dia_ids.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from retrieval.eval.configs import (
 from retrieval.eval.evidence import CATEGORY_NAMES, EvalQuestion, EvidenceReport, select_questions
 from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import EvidenceScore, covered_turns, mean, score_evidence, summarise, tied_at_cut
+from retrieval.eval.multi import build_route_retriever, multi_info, prepare_queries
 from retrieval.eval.render import plot_recall, render_markdown
 from retrieval.eval.results import (
     AnswersSkipped,
@@ -64,8 +67,12 @@ from retrieval.extract.base import Extractor
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.embed import Embedder
 from retrieval.memory.cache import CachedEmbedder, CachedFingerprinter, model_identity
+from retrieval.memory.segmenter import count_tokens
 from retrieval.memory.store import AMUStore
 from retrieval.retriever import Hit
+from retrieval.routes.bank import StoreLexical
+from retrieval.routes.rerank import CrossEncoderReranker
+from retrieval.routes.retriever import RouteHit
 
 logger = logging.getLogger(__name__)
 
@@ -79,30 +86,57 @@ class QuerySet:
     codes: dict[str, list[frozenset[int]]]
 
 
-def retrieve_all(config: RetrievalConfig, banks: Mapping[str, ConversationBank], queries: QuerySet) -> list[list[Hit]]:
-    """The hits of ``config`` for every question, in question order."""
-    results = []
+@dataclass
+class ConfigRun:
+    """One configuration's hits per question, with each query's wall time (seconds) and the
+    tokens of the text it retrieved (:func:`retrieval.memory.segmenter.count_tokens`)."""
+
+    hits: list[list[Hit]]
+    seconds: list[float]
+    tokens: list[int]
+
+
+def retrieve_all(config: RetrievalConfig, banks: Mapping[str, ConversationBank], queries: QuerySet) -> ConfigRun:
+    """The hits of ``config`` for every question, in question order, timed one by one."""
+    run = ConfigRun([], [], [])
     for i, question in enumerate(queries.questions):
-        retriever = banks[question.conversation_id].retrievers[config.codebook]
-        results.append(retriever.retrieve(
-            query_text=question.question, query_embedding=queries.embeddings[i],
-            query_codes=queries.codes[config.codebook][i] if config.uses_codes else None,
-            k_dense=config.k_dense, k_code=config.k_code, mode=config.mode,
-        ))
-    return results
+        bank = banks[question.conversation_id]
+        tick = time.perf_counter()
+        if config.multi:
+            if bank.routes is None:
+                raise EvaluationError(f"configuration {config.name} needs the multi-route banks")
+            # equal budgets: exactly config.budget items (plan_depth 0; at 40 items max(40, 15) is 40 anyway)
+            hits: list[Hit] = list(bank.routes.retrieve(question.question, config.budget, use_code=config.uses_codes,
+                                                        plan_depth=0).hits)
+        else:
+            retriever = bank.retrievers[config.codebook]
+            hits = retriever.retrieve(
+                query_text=question.question, query_embedding=queries.embeddings[i],
+                query_codes=queries.codes[config.codebook][i] if config.uses_codes else None,
+                k_dense=config.k_dense, k_code=config.k_code, mode=config.mode,
+            )
+        run.seconds.append(time.perf_counter() - tick)
+        run.hits.append(hits)
+        texts = [hit.text if isinstance(hit, RouteHit) else bank.retrievers[config.codebook].texts[hit.index]
+                 for hit in hits]
+        run.tokens.append(sum(count_tokens(text) for text in texts))
+    return run
 
 
-def score_config(queries: QuerySet,
-                 hits: Sequence[Sequence[Hit]]) -> tuple[RetrievalSummary, list[EvidenceScore]]:
+def score_config(queries: QuerySet, run: ConfigRun) -> tuple[RetrievalSummary, list[EvidenceScore]]:
     """Per-question evidence scores of one configuration and their summary, with the mean number
-    of AMUs retrieved (to check the budget was used) and, for a configuration with a code or BM25
-    path, the mean :func:`tied_at_cut` of that path."""
+    of items retrieved (to check the budget was used), the mean tokens of their text, the median
+    query latency and, for a configuration with a code or BM25 path, the mean
+    :func:`tied_at_cut` of that path."""
+    hits = run.hits
     scores = [score_evidence(q.evidence, covered_turns(h)) for q, h in zip(queries.questions, hits, strict=True)]
     summary = RetrievalSummary.model_validate(summarise(
         (q.category_name, {"recall": s.recall, "hit": float(s.hit), "complete": float(s.complete)})
         for q, s in zip(queries.questions, scores, strict=True)
     ))
     summary.overall.mean_retrieved = mean([len(h) for h in hits])
+    summary.overall.mean_tokens = mean(run.tokens)
+    summary.overall.latency_ms = 1000.0 * float(np.median(run.seconds)) if run.seconds else 0.0
     ties = [share for share in map(tied_at_cut, hits) if share is not None]
     if ties:
         summary.overall.tied_at_cut = mean(ties)
@@ -148,14 +182,17 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
              configs: Sequence[str] | None = None, k_dense: int = 20,
              k_code: int = 20, topology: TopologyParams | None = None, sweep: bool = False,
              answer_stage: AnswerStage | None = None, answer_configs: Sequence[str] = (),
-             settings: Mapping[str, Any] | None = None, progress: bool = True) -> Results:
+             settings: Mapping[str, Any] | None = None, progress: bool = True, planner: Any | None = None,
+             reranker: CrossEncoderReranker | None = None) -> Results:
     """Run the evaluation and write its reports to ``out_dir``; returns what ``results.json`` holds.
 
     ``fingerprinters`` maps ``"trained"`` (required) and optionally ``"kmeans"`` to loaded
     fingerprinters. ``configs`` defaults to :func:`default_configs`. ``extractor`` defaults to
     the :class:`RuleExtractor`; the store is bound to the extractor and embedder it was built with.
     ``answer_configs`` are answered when ``answer_stage`` is given. ``topology`` defaults to
-    :class:`TopologyParams`'s defaults. ``settings`` is recorded as is.
+    :class:`TopologyParams`'s defaults. ``settings`` is recorded as is. The multi-route
+    configurations plan with ``planner`` (default: the rule planner) and rerank with ``reranker``
+    (default: none).
     """
     started = time.perf_counter()
     topology = topology or TopologyParams()
@@ -164,7 +201,8 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
     if TRAINED not in fingerprinters:
         raise EvaluationError("a trained fingerprinter is required")
     names = list(configs) if configs is not None else default_configs(k_dense, k_code, KMEANS in fingerprinters)
-    selected = resolve_configs(names, fingerprinters, answer_configs)
+    selected = resolve_configs(names, fingerprinters, answer_configs, k_dense + k_code)
+    with_routes = any(config.multi for config in selected)
     extractor = extractor or RuleExtractor()
     store_dir = out_dir / STORE_DIR
 
@@ -177,6 +215,8 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
         report = EvidenceReport()
         banks: dict[str, ConversationBank] = {}
         timings: Counter[str] = Counter()
+        bank_seconds: dict[str, float] = {}
+        per_conversation: dict[str, float] = {}
         resumed = 0
         questions: list[EvalQuestion] = []
         for conversation in conversations:
@@ -189,13 +229,24 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
             amus = list(store.amus(cid))
             tick = time.perf_counter()
             embeddings = embedder.encode([amu.text for amu in amus])
-            timings["embed"] += time.perf_counter() - tick
+            built = {"embed": time.perf_counter() - tick}
             retrievers = {}
             for codebook, fingerprinter in fingerprinters.items():
                 tick = time.perf_counter()
-                retrievers[codebook] = build_retriever(fingerprinter, amus, embeddings, topology)
-                timings[f"index_{codebook}"] += time.perf_counter() - tick
-            banks[cid] = ConversationBank(amus, retrievers)
+                lexical = StoreLexical(store, cid, [amu.id for amu in amus])
+                retrievers[codebook] = build_retriever(fingerprinter, amus, embeddings, topology, lexical)
+                built[f"index_{codebook}"] = time.perf_counter() - tick
+            routes = None
+            if with_routes:
+                tick = time.perf_counter()
+                routes = build_route_retriever(store, cid, embedder, amus, embeddings, retrievers[TRAINED].topology,
+                                               fingerprinters[TRAINED], planner, reranker)
+                built["route_banks"] = bank_seconds[cid] = time.perf_counter() - tick
+            timings.update(built)
+            # ingestion (summed over the runs that built the store) + what this run built for it
+            per_conversation[cid] = ((store.meta(f"construction:{cid}") or {}).get("seconds", 0.0) + built["embed"]
+                                     + built[f"index_{TRAINED}"] + built.get("route_banks", 0.0))
+            banks[cid] = ConversationBank(amus, retrievers, routes)
             questions += select_questions(conversation, report)
             logger.info("%s: %d AMUs", cid, len(amus))
 
@@ -205,14 +256,19 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
         queries = QuerySet(questions, embedder.encode(texts),
                            {name: [fp.codes for fp in fp_model.fingerprint(texts)]
                             for name, fp_model in fingerprinters.items()})
+        plans = []
+        if with_routes:
+            plans = prepare_queries({cid: bank.routes for cid, bank in banks.items() if bank.routes is not None},
+                                    questions, embedder, fingerprinters[TRAINED])
         timings["queries"] = time.perf_counter() - tick
 
         # -- retrieval
         tick = time.perf_counter()
         config_results, per_question, all_hits = {}, {}, {}
         for config in selected:
-            all_hits[config.name] = retrieve_all(config, banks, queries)
-            config_results[config.name], per_question[config.name] = score_config(queries, all_hits[config.name])
+            run = retrieve_all(config, banks, queries)
+            all_hits[config.name] = run.hits
+            config_results[config.name], per_question[config.name] = score_config(queries, run)
         timings["retrieval"] = time.perf_counter() - tick
         write_questions(out_dir / "questions.jsonl", [
             QuestionRecord(conversation=q.conversation_id, qa_index=q.qa_index, category=q.category_name,
@@ -228,13 +284,15 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
         ))
         ids = [c.conversation_id for c in conversations]
         construction = Construction(
-            seconds=ledger.total(ids, "seconds") + timings["embed"] + timings[f"index_{TRAINED}"],
+            seconds=ledger.total(ids, "seconds") + timings["embed"] + timings[f"index_{TRAINED}"]
+            + timings["route_banks"],
             amus=sum(store.count(cid) for cid in ids),
             segments=sum(len(store.segments(cid)) for cid in ids),
             llm_calls=int(ledger.total(ids, "llm_calls")),
             tokens=int(ledger.total(ids, "tokens")),
             ingest_seconds=ledger.total(ids, "seconds"),
             extractor=str(model_identity(extractor)),
+            per_conversation={cid: round(seconds, 2) for cid, seconds in per_conversation.items()},
             this_run={"resumed_segments": resumed, "embeddings_computed": embedder.computed,
                       "fingerprints_computed": sum(fp.computed for fp in fingerprinters.values()),
                       **{f"{k}_seconds": round(v, 2) for k, v in timings.items()}},
@@ -249,7 +307,7 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
 
         # -- sweep over the topology parameters, on the same banks
         if sweep:
-            swept = [c for c in selected if c.uses_codes]
+            swept = [c for c in selected if c.uses_codes and not c.multi]
             if not swept:
                 raise EvaluationError("--sweep needs a configuration with a codebook path")
             tick = time.perf_counter()
@@ -276,7 +334,9 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
     results = Results(configs=config_results, construction=construction,
                       evidence=EvidenceCounts(**report.to_dict(), recall_ceiling=ceiling),
                       codebooks=codebooks, settings=recorded, sweep=swept_info, answers=answers,
-                      wall_seconds=time.perf_counter() - started)
+                      wall_seconds=time.perf_counter() - started,
+                      multi=multi_info({c: b.routes for c, b in banks.items() if b.routes is not None}, plans,
+                                       bank_seconds) if with_routes else None)
     write_results(out_dir / "results.json", results)
     plot_recall(results, out_dir / "recall.png")
     (out_dir / "results.md").write_text(render_markdown(results, rows))

@@ -84,7 +84,10 @@ def session_time(segment: Segment) -> datetime | None:
 
 
 def make_amu(segment: Segment, index: int, text: str, memory_type: str, turns: Sequence[Turn], *,
-              timestamps: Sequence[str] = (), entities: Sequence[str] = (), tags: Sequence[str] = ()) -> AMU:
+              timestamps: Sequence[str] = (), entities: Sequence[str] = (), tags: Sequence[str] = (),
+              t_ref: str | None = None, valid_from: str | None = None, valid_to: str | None = None) -> AMU:
+    """The AMU of one extracted record. Without an explicit ``t_ref`` the record refers to the day
+    it was stated (the session day): every record has a temporal scope when the session is dated."""
     when = session_time(segment)
     return AMU(
         id=amu_id(segment.conversation_id, segment.seq, index),
@@ -96,6 +99,9 @@ def make_amu(segment: Segment, index: int, text: str, memory_type: str, turns: S
         timestamps=tuple(timestamps),
         entities=tuple(entities),
         tags=tuple(tags),
+        t_ref=t_ref or (when.date().isoformat() if when else None),
+        valid_from=valid_from,
+        valid_to=valid_to,
     )
 
 

@@ -1,8 +1,12 @@
-"""Relative dates resolved against the session time ("yesterday" -> "on 7 May 2023")."""
+"""Dates in text: relative dates resolved against the session time ("yesterday" -> "on 7 May
+2023"), with the preposition that bounds them ("since yesterday" starts a validity interval),
+and absolute dates read as ISO values ("7 May 2023" -> ``2023-05-07``). The one date resolver of
+the project: the rule extractor and the rule planner both use it."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -87,8 +91,23 @@ def _resolve(match: re.Match[str], today: date) -> tuple[str, str, str]:
     return f"{day:%A}, {_day_text(day)}", day.isoformat(), "on"
 
 
+@dataclass(frozen=True)
+class ResolvedDate:
+    """One resolved date: its ISO value and the preposition before it in the text (lower case), if any."""
+
+    value: str
+    preposition: str | None = None
+
+
 def resolve_relative_dates(text: str, when: datetime | date | None) -> tuple[str, list[str]]:
-    """Rewrite relative dates against the session time; returns the text and the ISO values.
+    """Rewrite relative dates against the session time; returns the text and the distinct ISO
+    values (:func:`resolve_dates` also says which preposition preceded each)."""
+    text, found = resolve_dates(text, when)
+    return text, list(dict.fromkeys(date.value for date in found))
+
+
+def resolve_dates(text: str, when: datetime | date | None) -> tuple[str, list[ResolvedDate]]:
+    """Rewrite relative dates against the session time; returns the text and each resolved date.
 
     Handled: yesterday, today, tonight, tomorrow, last night, the day before yesterday / after
     tomorrow, last/this/next week|weekend|month|year|<weekday>, and ``<n> days|weeks|months|years
@@ -103,11 +122,11 @@ def resolve_relative_dates(text: str, when: datetime | date | None) -> tuple[str
     if when is None:
         return text, []
     today = when.date() if isinstance(when, datetime) else when
-    values: list[str] = []
+    found: list[ResolvedDate] = []
 
     def replace(match: re.Match[str]) -> str:
         phrase, value, default_prep = _resolve(match, today)
-        values.append(value)
+        found.append(ResolvedDate(value, match["prep"].lower() if match["prep"] else None))
         if match["poss"] or (match["subject"] is not None and not match["prep"]):
             # A possessive or grammatical subject ("Yesterday was fun") takes no preposition.
             replacement = f"{match['prep'] + ' ' if match['prep'] else ''}{phrase}{match['poss'] or ''}"
@@ -115,4 +134,46 @@ def resolve_relative_dates(text: str, when: datetime | date | None) -> tuple[str
             replacement = f"{match['prep'] or default_prep} {phrase}"
         return replacement[0].upper() + replacement[1:] if match[0][0].isupper() else replacement
 
-    return _RELATIVE_DATE.sub(replace, text), list(dict.fromkeys(values))
+    return _RELATIVE_DATE.sub(replace, text), found
+
+
+_MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
+                "october", "november", "december")
+_MONTH = r"(?P<month>" + "|".join(f"{name[:3]}(?:{name[3:]})?" if len(name) > 3 else name for name in _MONTH_NAMES) + r")\.?"
+_ABSOLUTE_DATE = re.compile(
+    r"\b(?:(?P<day1>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH + r",?\s+(?P<year1>\d{4})"
+    r"|" + _MONTH.replace("month", "month2") + r"\s+(?P<day2>\d{1,2})(?:st|nd|rd|th)?,?\s+(?P<year2>\d{4})"
+    r"|" + _MONTH.replace("month", "month3") + r",?\s+(?P<year3>\d{4})"
+    r"|(?P<iso>\d{4}-\d{2}(?:-\d{2})?)"
+    r"|(?:in|since|until|during|of|by|from|before|after)\s+(?P<year4>(?:19|20)\d{2}))\b",
+    re.IGNORECASE,
+)
+
+
+def _month_number(name: str) -> int:
+    return next(i for i, full in enumerate(_MONTH_NAMES, start=1) if full.startswith(name.lower().rstrip(".")[:3]))
+
+
+def absolute_dates(text: str) -> list[str]:
+    """ISO values of the absolute dates written in ``text``, in order, without repeats: days
+    ("7 May 2023", "May 7, 2023", "2023-05-07"), months ("May 2023", "2023-05") and years after a
+    preposition ("in 2022"). Impossible dates (30 February) are skipped."""
+    values: dict[str, None] = {}
+    for match in _ABSOLUTE_DATE.finditer(text):
+        groups = match.groupdict()
+        try:
+            if groups["iso"]:
+                value = groups["iso"]
+                date.fromisoformat(value if len(value) == 10 else value + "-01")
+            elif groups["year4"]:
+                value = groups["year4"]
+            else:
+                month = groups["month"] or groups["month2"] or groups["month3"]
+                year = groups["year1"] or groups["year2"] or groups["year3"]
+                day = groups["day1"] or groups["day2"]
+                moment = date(int(year), _month_number(month), int(day) if day else 1)
+                value = moment.isoformat() if day else f"{moment:%Y-%m}"
+        except ValueError:
+            continue
+        values[value] = None
+    return list(values)

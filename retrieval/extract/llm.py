@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
 
 from retrieval.extract.base import Extraction, ReferenceContext, make_amu, raw_turn_amus, session_time
-from retrieval.llm import ChatClient, InvalidResponse, LLMUsage
+from retrieval.llm import InvalidResponse, LLMRole, json_answer
 from retrieval.memory.records import MEMORY_TYPES, AMUValidationError
 from retrieval.memory.segmenter import Segment
 
 logger = logging.getLogger(__name__)
 
 
+_SCOPE = ("t_ref", "valid_from", "valid_to")
+"""The temporal scope of a record (Table 12), optional in the answer."""
 _ISO_TIME = r"^\d{4}(-W\d{2}|-\d{2}(-\d{2}([T ][0-9:.]+([+-]\d{2}:?\d{2}|Z)?)?)?)?(/.+)?$"
 
 SYSTEM_PROMPT = f"""You turn one segment of a dialogue into atomic memory records.
@@ -28,17 +27,19 @@ Each record states one self-contained fact that can be understood without the di
 - keep names, numbers, places and dates exact; cover every informative turn, skip pure greetings.
 Return only a JSON object, without markdown fences:
 {{"records": [{{"text": "...", "memory_type": "...", "entities": ["..."], "tags": ["..."],
-  "timestamps": ["..."], "turn_ids": ["..."]}}],
+  "timestamps": ["..."], "t_ref": "...", "valid_from": null, "valid_to": null, "turn_ids": ["..."]}}],
  "disambiguation": "..."}}
 memory_type is one of: {", ".join(MEMORY_TYPES)}.
 entities: canonical names of people, places, organisations and things; tags: short topic tags.
 timestamps: ISO 8601 values of the times the fact refers to (YYYY, YYYY-MM, YYYY-MM-DD, YYYY-Www or
-an interval A/B); empty when none. turn_ids: the ids of the turns the fact comes from.
+an interval A/B); empty when none. t_ref: the one time the fact refers to (the event time, else the
+session date); valid_from / valid_to: when the fact starts / stops holding, or null.
+turn_ids: the ids of the turns the fact comes from.
 disambiguation: at most 1200 characters of notes for later segments (canonical names, aliases,
 what pronouns refer to). The reference context is read-only background: extract nothing from it."""
 
 
-class LLMExtractor:
+class LLMExtractor(LLMRole):
     """Extraction through an OpenAI-compatible endpoint (:class:`ChatClient`; the keyword
     options are its options). Temperature 0 and a raw JSON object answer (Table 11).
 
@@ -48,30 +49,13 @@ class LLMExtractor:
     exhausted the segment becomes raw-turn AMUs and ``usage.fallback_segments`` counts it.
     """
 
-    def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
-                 **options: Any) -> None:
-        self.client = ChatClient(base_url, model, api_key, **options)
-
     @property
     def endpoint(self) -> str:
         return self.client.endpoint
 
     @property
-    def model(self) -> str:
-        return self.client.model
-
-    @property
-    def name(self) -> str:
-        """What a store records of this extractor (resuming with another model is refused)."""
-        return f"llm:{self.client.model}"
-
-    @property
     def api_key(self) -> str | None:
         return self.client.api_key
-
-    @property
-    def usage(self) -> LLMUsage:
-        return self.client.usage
 
     def extract(self, segment: Segment, context: ReferenceContext) -> Extraction:
         validator = Draft202012Validator(self._schema(segment))
@@ -109,6 +93,7 @@ class LLMExtractor:
                 "entities": strings,
                 "tags": strings,
                 "timestamps": {"type": "array", "items": {"type": "string", "pattern": _ISO_TIME}},
+                **{field: {"type": ["string", "null"], "pattern": _ISO_TIME} for field in _SCOPE},
                 "turn_ids": {"type": "array", "minItems": 1,
                              "items": {"enum": [turn.turn_id for turn in segment.turns]}},
             },
@@ -121,23 +106,14 @@ class LLMExtractor:
 
     @staticmethod
     def _parse(content: str, segment: Segment, validator: Draft202012Validator) -> Extraction:
-        # Some models wrap JSON in a markdown fence despite the instruction; unwrap it.
-        content = re.sub(r"^\s*```(?:json)?\s*|\s*```\s*$", "", content)
-        try:
-            answer = json.loads(content)
-        except json.JSONDecodeError as err:
-            raise InvalidResponse(f"content is not JSON: {err}") from None
-        error = best_match(validator.iter_errors(answer))
-        if error is not None:
-            where = "/".join(str(part) for part in error.path) or "(root)"
-            raise InvalidResponse(f"schema violation at {where}: {error.message}")
+        answer = json_answer(content, validator)
         by_id = {turn.turn_id: turn for turn in segment.turns}
         try:
             amus = [
                 make_amu(segment, index, record["text"].strip(), record["memory_type"],
                           [by_id[turn_id] for turn_id in dict.fromkeys(record["turn_ids"])],
                           timestamps=record.get("timestamps", []), entities=record.get("entities", []),
-                          tags=record.get("tags", []))
+                          tags=record.get("tags", []), **{field: record.get(field) for field in _SCOPE})
                 for index, record in enumerate(answer["records"])
             ]
         except AMUValidationError as err:

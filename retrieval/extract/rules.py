@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 
 from retrieval.extract.base import Extraction, ReferenceContext, make_amu
-from retrieval.extract.dates import WEEKDAYS, resolve_relative_dates
+from retrieval.extract.dates import WEEKDAYS, absolute_dates, resolve_dates
 from retrieval.extract.pronouns import resolve_pronouns
 from retrieval.llm import LLMUsage
 from retrieval.memory.records import AMU, Turn
@@ -32,6 +32,17 @@ absolutely exactly true love lovely sounds sound fun happy hear gonna keep going
 _MONTHS = frozenset(("january", "february", "march", "april", "may", "june", "july", "august", "september",
                      "october", "november", "december"))
 _NOT_NAMES = _STOPWORDS | _FILLERS | _MONTHS | frozenset(WEEKDAYS)
+# Frequent verbs, adverbs and time words that say nothing about the topic of a turn: never topic tags.
+_GENERIC = frozenset("""
+also always anything back come comes coming could does done doing ever even every everything feel feeling feels
+felt find found gets getting give gives going gone gonna gotta know knew kind kinda last later lately like made
+make makes making many maybe mean means might much need never next nothing often pretty quite recently said
+says seem seems something sometimes soon still stuff sure tell tells thing things think thinking thought time
+times told took tried trying used want wanted wants went whole will without yeah years lots little
+take takes taking since ago week weeks weekend month months year today tonight tomorrow yesterday days night
+""".split())
+_VALID_FROM, _VALID_TO = frozenset(("since", "from")), frozenset(("until", "till", "by"))
+TAGS_PER_RECORD = 5
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’]*")
 _PROPER = re.compile(r"\b[A-Z][\w'’&\-]*(?:\s+[A-Z][\w'’&\-]*)*")
 
@@ -45,7 +56,8 @@ _PAST_EVENT = re.compile(r"\b(went|visited|attended|joined|started|finished|boug
                          r"launched|got)\b", re.IGNORECASE)
 
 
-def _content_words(text: str, names: set[str]) -> list[str]:
+def content_words(text: str, names: set[str]) -> list[str]:
+    """Lower-cased words that are neither stopwords, fillers, month or day names nor ``names``."""
     words = (re.sub(r"['’]s$", "", word.lower()).strip("'’") for word in _WORD.findall(text))
     return [w for w in words if w not in _NOT_NAMES and w not in names and len(w) > 1]
 
@@ -56,10 +68,10 @@ def is_informative(turn: Turn, participants: Sequence[str]) -> bool:
     if turn.image_caption:
         return True
     names = {name.lower() for name in participants} | {turn.speaker.lower()}
-    return len(_content_words(turn.text, names)) >= 2
+    return len(content_words(turn.text, names)) >= 2
 
 
-def _entities(text: str, participants: Sequence[str]) -> list[str]:
+def find_entities(text: str, participants: Sequence[str]) -> list[str]:
     """Participants mentioned, then capitalised word runs. Leading stopwords, fillers and month or
     day names are dropped, and so is a sentence's first word unless it is an acronym or a
     participant (it is capitalised by position, not because it is a name); possessive 's is
@@ -82,6 +94,26 @@ def _entities(text: str, participants: Sequence[str]) -> list[str]:
             found.append(name)
             seen.add(name)
     return found
+
+
+def topic_tags(text: str, names: set[str], entities: Sequence[str]) -> list[str]:
+    """The first :data:`TAGS_PER_RECORD` distinct content words of at least four letters that are
+    neither generic verbs or adverbs nor words of the record's entities (those have entity nodes)."""
+    entity_words = {word.lower() for entity in entities for word in _WORD.findall(entity)}
+    words = (w for w in content_words(text, names) if len(w) >= 4 and w not in _GENERIC and w not in entity_words)
+    return list(dict.fromkeys(words))[:TAGS_PER_RECORD]
+
+
+def temporal_scope(resolved: Sequence[tuple[str, str | None]]) -> dict[str, str | None]:
+    """``t_ref``, ``valid_from`` and ``valid_to`` from (ISO value, preposition) pairs in text
+    order: a value after "since"/"from" opens the validity interval, one after "until"/"till"/"by"
+    closes it, and the first other value is the event time (None: the session day is used)."""
+    scope: dict[str, str | None] = {"t_ref": None, "valid_from": None, "valid_to": None}
+    for value, preposition in resolved:
+        field = ("valid_from" if preposition in _VALID_FROM else "valid_to" if preposition in _VALID_TO
+                 else "t_ref")
+        scope[field] = scope[field] or value
+    return scope
 
 
 def _memory_type(text: str, timestamps: Sequence[str]) -> str:
@@ -116,9 +148,12 @@ class RuleExtractor:
     (:func:`resolve_relative_dates`) and pronouns replaced by names (:func:`resolve_pronouns`);
     a shared image is folded in as ``[<speaker> shares an image: <caption>]``, and when the
     speaker's name does not occur in the result it is prefixed (``"Melanie: ..."``) so that the
-    fact says who stated it. Entities are capitalised names, tags the first five distinct content
-    words of at least four letters, the memory type a keyword heuristic. No reference context is
-    used (the state stays empty).
+    fact says who stated it. Deterministic metadata: entities are the participants named and
+    the capitalised word runs (:func:`find_entities`); topic tags come from :func:`topic_tags`;
+    timestamps are the resolved relative dates and the absolute dates of the turn
+    (:func:`retrieval.extract.dates.absolute_dates`), and the temporal scope follows their
+    prepositions (:func:`temporal_scope`; ``t_ref`` defaults to the session day); the memory type
+    is a keyword heuristic. No reference context is used (the state stays empty).
     """
 
     name = "rule"
@@ -134,13 +169,17 @@ class RuleExtractor:
         for turn in turns:
             if not is_informative(turn, participants):
                 continue
-            text, timestamps = resolve_relative_dates(turn.text, turn.session_time)
+            text, resolved = resolve_dates(turn.text, turn.session_time)
+            dated = [(date.value, date.preposition) for date in resolved]
+            dated += [(value, None) for value in absolute_dates(turn.text)]
+            timestamps = list(dict.fromkeys(value for value, _ in dated))
             text = resolve_pronouns(text, turn.speaker, _addressee(turn, turns, participants))
             if not re.search(rf"\b{re.escape(turn.speaker)}\b", text):
                 text = f"{turn.speaker}: {text}"
             if turn.image_caption:
                 text = f"{text} [{turn.speaker} shares an image: {turn.image_caption}]"
-            tags = list(dict.fromkeys(w for w in _content_words(text, names) if len(w) >= 4))[:5]
+            entities = find_entities(text, participants)
             amus.append(make_amu(segment, len(amus), text, _memory_type(turn.text, timestamps), [turn],
-                                  timestamps=timestamps, entities=_entities(text, participants), tags=tags))
+                                  timestamps=timestamps, entities=entities,
+                                  tags=topic_tags(text, names, entities), **temporal_scope(dated)))
         return Extraction(amus)

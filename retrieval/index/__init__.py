@@ -1,1 +1,2 @@
-"""Indexes over memory records: sentence embedder, dense (faiss) and lexical (BM25)."""
+"""Indexes over memory records: sentence embedder, dense (faiss), lexical (SQLite FTS5 bm25()) and
+the structured evidence nodes."""

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from retrieval.extract.base import Extractor, ReferenceContext
 from retrieval.index.embed import Embedder
+from retrieval.index.evidence import segment_search_texts
 from retrieval.llm import LLMUsage
 from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.records import AMU, MAX_TURN_CHARS, SegmentRecord, Turn, amu_id
@@ -82,13 +83,6 @@ class IngestStats:
         ])
 
 
-def _usage_delta(after: LLMUsage, before: LLMUsage) -> LLMUsage:
-    """after - before, field by field: one run's share of an extractor's running totals."""
-    return LLMUsage(**{
-        f.name: getattr(after, f.name) - getattr(before, f.name) for f in dataclasses.fields(LLMUsage)
-    })
-
-
 def ingest_turns(turns: Iterable[Turn], store: AMUStore, embedder: Embedder, extractor: Extractor, *,
                  fingerprinter: Any | None = None, config: SegmenterConfig | None = None,
                  participants: Mapping[str, Sequence[str]] | None = None, progress: bool = True,
@@ -102,6 +96,8 @@ def ingest_turns(turns: Iterable[Turn], store: AMUStore, embedder: Embedder, ext
     ``fingerprinter`` is any object with ``fingerprint(texts) -> [obj with .sequence]`` (e.g.
     ``isq.fingerprint.Fingerprinter``); each AMU then stores its code sequence.
 
+    Each committed segment's raw turns and records are embedded into the store's vector cache
+    (the structured evidence indexes are built by the store itself, in the commit).
     The store is bound to the embedder, the extractor and the fingerprinter (or its absence):
     resuming with other ones raises :class:`StoreMismatch`. A stored segment whose turns differ
     from this run's (edited input) is refused with :class:`IngestError` naming it: the store is
@@ -132,7 +128,7 @@ def ingest_turns(turns: Iterable[Turn], store: AMUStore, embedder: Embedder, ext
                                  retry_fallbacks)
     finally:
         bar.close()
-    stats.llm = _usage_delta(extractor.usage, usage_before)
+    stats.llm = extractor.usage.since(usage_before)
     stats.wall_s = time.perf_counter() - started
     return stats
 
@@ -170,6 +166,7 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
                 amus = _fingerprinted(extraction.amus, fingerprinter)
                 store.commit_segment(_record(segment, extraction.state, extraction.fallback, len(amus)),
                                      segment.turns, amus)
+                _embed(embedder, segment.turns, amus)
                 state = extraction.state
                 stats.amus += len(amus)
                 stats.fallback_segments += int(extraction.fallback)
@@ -187,6 +184,7 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
                         amus = _fingerprinted(renamed, fingerprinter)
                         store.replace_extraction(dataclasses.replace(
                             _record(segment, retried.state, False, len(amus)), revision=revision), amus)
+                        _embed(embedder, segment.turns, amus)
                         state = retried.state
                         stats.amus += len(amus)
                         stats.retried_segments += 1
@@ -198,6 +196,12 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
             stats.exchanges += len(segment.exchanges)
             stats.turns += len(segment.turns)
             bar.update(len(segment.turns))
+
+
+def _embed(embedder: Embedder, turns: Sequence[Turn], amus: Sequence[AMU]) -> None:
+    """Embed a committed segment's raw turns (verbatim, as rendered), records and the texts of its
+    searchable evidence nodes into the store's vector cache: multi-route retrieval reads them back."""
+    embedder.encode([turn.render() for turn in turns] + [amu.text for amu in amus] + segment_search_texts(amus))
 
 
 def _record(segment: Segment, state: str, fallback: bool, count: int) -> SegmentRecord:

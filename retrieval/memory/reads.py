@@ -16,7 +16,7 @@ from retrieval.memory.times import iso_text, time_interval
 
 AMU_COLUMNS = (
     "id, conversation_id, session_id, segment, text, memory_type, observed_at, timestamps, "
-    "entities, tags, turn_ids, speakers, fingerprint, archived"
+    "entities, tags, turn_ids, speakers, fingerprint, archived, t_ref, valid_from, valid_to"
 )
 
 
@@ -36,6 +36,13 @@ class StoreReads:
         """All units (of one conversation), in insertion order."""
         where, params = self._filters(conversation_id=conversation_id, include_archived=include_archived)
         return self._select(where, params)
+
+    def successors(self, conversation_id: str | None = None) -> dict[str, str]:
+        """Archived id -> the id of the AMU consolidation forwarded it to (pointer forwarding)."""
+        where, params = self._filters(conversation_id=conversation_id, include_archived=True)
+        where.append("successor IS NOT NULL")
+        rows = self._db.execute(f"SELECT id, successor FROM amus WHERE {' AND '.join(where)} ORDER BY position", params)
+        return {row[0]: row[1] for row in rows.fetchall()}
 
     def by_session(self, conversation_id: str, session_id: str, *, include_archived: bool = False) -> list[AMU]:
         where, params = self._filters(conversation_id=conversation_id, include_archived=include_archived)
@@ -93,9 +100,12 @@ class StoreReads:
         ).fetchone()
         if row is None:
             raise KeyError(f"no turn {turn_id!r} in conversation {conversation_id!r}")
-        return Turn(row["conversation_id"], row["session_id"], row["turn_id"], row["speaker"], row["text"],
-                    datetime.fromisoformat(row["session_time"]) if row["session_time"] else None,
-                    row["image_caption"])
+        return turn_from_row(row)
+
+    def turns(self, conversation_id: str) -> list[Turn]:
+        """The stored raw turns of a conversation, verbatim, in ingestion order."""
+        rows = self._db.execute("SELECT * FROM turns WHERE conversation_id = ? ORDER BY position", (conversation_id,))
+        return [turn_from_row(row) for row in rows.fetchall()]
 
     def source_turns(self, amu: AMU) -> list[Turn]:
         """Resolve an AMU's source pointer to the original turns."""
@@ -134,7 +144,15 @@ def amu_from_row(row: sqlite3.Row) -> AMU:
         tags=tuple(json.loads(row["tags"])),
         fingerprint=None if fingerprint is None else tuple(json.loads(fingerprint)),
         archived=bool(row["archived"]),
+        t_ref=row["t_ref"],
+        valid_from=row["valid_from"],
+        valid_to=row["valid_to"],
     )
+
+
+def turn_from_row(row: sqlite3.Row) -> Turn:
+    return Turn(row["conversation_id"], row["session_id"], row["turn_id"], row["speaker"], row["text"],
+                datetime.fromisoformat(row["session_time"]) if row["session_time"] else None, row["image_caption"])
 
 
 def segment_from_row(row: sqlite3.Row) -> SegmentRecord:

@@ -77,6 +77,9 @@ AMU_SCHEMA: dict[str, Any] = {
         "text": {"type": "string", "minLength": 1, "pattern": r"\S"},
         "memory_type": {"enum": list(MEMORY_TYPES)},
         "observed_at": {"type": ["string", "null"]},
+        "t_ref": {"type": ["string", "null"]},
+        "valid_from": {"type": ["string", "null"]},
+        "valid_to": {"type": ["string", "null"]},
         "timestamps": _STRING_LIST,
         "entities": _STRING_LIST,
         "tags": _STRING_LIST,
@@ -112,6 +115,9 @@ class AMU:
 
     ``observed_at`` is when the fact was stated (the session time, ISO datetime); ``timestamps``
     are the absolute event or validity times it mentions (ISO values of :func:`time_interval`).
+    The temporal scope of LycheeMemory's Table 12: ``t_ref`` is the time the fact refers to (the
+    event time, else the day it was stated), ``valid_from`` / ``valid_to`` bound when it holds
+    (either may be None); all three are ISO values of :func:`time_interval`.
     ``fingerprint`` is the ISQ code sequence S_fp(text) when a fingerprinter was used.
     Sequences may be passed as lists; they are stored as tuples. Invalid values raise
     :class:`AMUValidationError` naming the field.
@@ -127,13 +133,16 @@ class AMU:
     tags: tuple[str, ...] = ()
     fingerprint: tuple[int, ...] | None = None
     archived: bool = False
+    t_ref: str | None = None
+    valid_from: str | None = None
+    valid_to: str | None = None
 
     def __post_init__(self) -> None:
         error = best_match(_AMU_VALIDATOR.iter_errors(self.to_dict()))
         if error is not None:
             where = ".".join(str(part) for part in error.path) or "(record)"
             raise AMUValidationError(f"AMU {self.id!r}: field {where!r}: {error.message}")
-        for name in ("observed_at", "timestamps"):
+        for name in ("observed_at", "timestamps", "t_ref", "valid_from", "valid_to"):
             values = getattr(self, name)
             for value in [values] if isinstance(values, str) else values or ():
                 try:
@@ -159,6 +168,9 @@ class AMU:
             "text": self.text,
             "memory_type": self.memory_type,
             "observed_at": self.observed_at,
+            "t_ref": self.t_ref,
+            "valid_from": self.valid_from,
+            "valid_to": self.valid_to,
             "timestamps": _listed(self.timestamps),
             "entities": _listed(self.entities),
             "tags": _listed(self.tags),

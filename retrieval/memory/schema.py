@@ -1,9 +1,18 @@
-"""The store's SQLite schema (version 2) and the migration of version-1 stores.
+"""The store's SQLite schema (version 3) and the migration of version-1 and version-2 stores.
 
 Append-only by triggers: raw turns never change; an AMU's fact never changes (only its
-``archived`` flag, its fingerprint, a derived index key, and its ``successor``, the forward
-pointer consolidation sets, may); a segment's identity never changes (a retried extraction
-may replace its ``state``, ``fallback``, ``amu_count`` and ``revision``); nothing is deleted.
+``archived`` flag, one way, its fingerprint, a derived index key, and its ``successor``, the
+forward pointer consolidation sets, may); a segment's identity never changes (a retried
+extraction may replace its ``state``, ``fallback``, ``amu_count`` and ``revision``); nothing is
+deleted.
+
+Version 3 adds the temporal scope of a record (``t_ref``, ``valid_from``, ``valid_to``) and the
+structured evidence indexes of LycheeMemory section 3.4 (SPEC section 7): ``amu_fts``, an FTS5
+table (porter stemmer) over each active AMU's text, entities and topic tags, and the evidence
+nodes (``evidence_nodes``) with their links to AMUs (``evidence_links``). Triggers keep
+``amu_fts`` in step with ``amus`` inside the inserting or archiving transaction, and drop an
+archived AMU's node links; the store's insert path links new AMUs to their nodes
+(:mod:`retrieval.memory.indexing`). The migration builds both for the AMUs already stored.
 """
 
 from __future__ import annotations
@@ -13,9 +22,12 @@ import json
 import sqlite3
 from collections.abc import Iterable
 
-SCHEMA_VERSION = 2
+from retrieval.index.fts import FTS_TOKENIZER
+from retrieval.memory.indexing import backfill
 
-TABLES = """
+SCHEMA_VERSION = 3
+
+TABLES = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS turns (
     position INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -57,7 +69,10 @@ CREATE TABLE IF NOT EXISTS amus (
     speakers TEXT NOT NULL,
     fingerprint TEXT,
     archived INTEGER NOT NULL DEFAULT 0,
-    successor TEXT
+    successor TEXT,
+    t_ref TEXT,
+    valid_from TEXT,
+    valid_to TEXT
 );
 CREATE INDEX IF NOT EXISTS amus_by_session ON amus (conversation_id, session_id);
 CREATE INDEX IF NOT EXISTS amus_by_segment ON amus (conversation_id, segment);
@@ -72,14 +87,41 @@ CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, item TEXT NOT NULL, vec
                                     PRIMARY KEY (model, item));
 CREATE TABLE IF NOT EXISTS codes (model TEXT NOT NULL, item TEXT NOT NULL, codes BLOB NOT NULL,
                                   PRIMARY KEY (model, item));
+-- Structured evidence (schema 3): full text of the active AMUs (rowid = amus.position) ...
+CREATE VIRTUAL TABLE IF NOT EXISTS amu_fts USING fts5(text, entities, topics, tokenize='{FTS_TOKENIZER}');
+-- ... and evidence nodes node_type:key per conversation (event frames keep session and turns).
+CREATE TABLE IF NOT EXISTS evidence_nodes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id TEXT NOT NULL,
+    node_type TEXT NOT NULL,
+    key TEXT NOT NULL,
+    text TEXT NOT NULL,
+    session_id TEXT,
+    turn_ids TEXT,
+    UNIQUE (conversation_id, node_type, key)
+);
+CREATE TABLE IF NOT EXISTS evidence_links (
+    node INTEGER NOT NULL REFERENCES evidence_nodes(id), amu INTEGER NOT NULL REFERENCES amus(position),
+    PRIMARY KEY (node, amu)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS evidence_links_by_amu ON evidence_links (amu);
 """
 
 TRIGGERS = """
 DROP TRIGGER IF EXISTS amus_append_only;
 CREATE TRIGGER amus_append_only
 BEFORE UPDATE OF id, conversation_id, session_id, segment, text, memory_type, observed_at,
-                 timestamps, entities, tags, turn_ids, speakers ON amus
+                 timestamps, entities, tags, turn_ids, speakers, t_ref, valid_from, valid_to ON amus
 BEGIN SELECT RAISE(ABORT, 'AMUs are append-only: only archived, fingerprint and successor may change'); END;
+DROP TRIGGER IF EXISTS amus_archive_one_way;
+CREATE TRIGGER amus_archive_one_way BEFORE UPDATE OF archived ON amus WHEN old.archived = 1 AND new.archived = 0
+BEGIN SELECT RAISE(ABORT, 'archiving is one-way: an archived AMU is never restored'); END;
+DROP TRIGGER IF EXISTS amus_fts_insert;
+CREATE TRIGGER amus_fts_insert AFTER INSERT ON amus WHEN new.archived = 0
+BEGIN INSERT INTO amu_fts (rowid, text, entities, topics) VALUES (new.position, new.text, (SELECT group_concat(value, ' ') FROM json_each(new.entities)), (SELECT group_concat(value, ' ') FROM json_each(new.tags))); END;
+DROP TRIGGER IF EXISTS amus_index_archive;
+CREATE TRIGGER amus_index_archive AFTER UPDATE OF archived ON amus WHEN old.archived = 0 AND new.archived = 1
+BEGIN DELETE FROM amu_fts WHERE rowid = old.position; DELETE FROM evidence_links WHERE amu = old.position; END;
 DROP TRIGGER IF EXISTS amus_no_delete;
 CREATE TRIGGER amus_no_delete BEFORE DELETE ON amus
 BEGIN SELECT RAISE(ABORT, 'AMUs are append-only: they can be archived, not deleted'); END;
@@ -103,6 +145,11 @@ _V1_COLUMNS = (
     "ALTER TABLE segments ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE amus ADD COLUMN successor TEXT;"
 )
+_V2_COLUMNS = (
+    "ALTER TABLE amus ADD COLUMN t_ref TEXT;"
+    "ALTER TABLE amus ADD COLUMN valid_from TEXT;"
+    "ALTER TABLE amus ADD COLUMN valid_to TEXT;"
+)
 
 
 def content_sha256(rows: Iterable[tuple[str, str, str, str | None, str | None]]) -> str:
@@ -117,11 +164,10 @@ def _statements(script: str) -> list[str]:
 
 
 def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
-    """Bring a new (0) or version-1 store to :data:`SCHEMA_VERSION`, in the caller's transaction."""
+    """Bring a new (0), version-1 or version-2 store to :data:`SCHEMA_VERSION`, in the caller's
+    transaction (version 1 goes through version 2)."""
     if version == 1:
-        for statement in _V1_COLUMNS.split(";"):
-            if statement:
-                db.execute(statement)
+        _alter(db, _V1_COLUMNS)
         db.execute("DROP TRIGGER IF EXISTS segments_append_only")  # v1's forbade the checksum update below
         for (conversation_id, seq, turn_ids) in db.execute(
                 "SELECT conversation_id, seq, turn_ids FROM segments").fetchall():
@@ -130,6 +176,16 @@ def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
                     for turn_id in json.loads(turn_ids)]
             db.execute("UPDATE segments SET content_sha256 = ? WHERE conversation_id = ? AND seq = ?",
                        (content_sha256(tuple(row) for row in rows), conversation_id, seq))
+    if version in (1, 2):
+        _alter(db, _V2_COLUMNS)
     for statement in _statements(TABLES) + _statements(TRIGGERS):
         db.execute(statement)
+    if version in (1, 2):
+        backfill(db)  # the evidence indexes of the AMUs stored before version 3
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+
+def _alter(db: sqlite3.Connection, columns: str) -> None:
+    for statement in columns.split(";"):
+        if statement:
+            db.execute(statement)

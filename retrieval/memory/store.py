@@ -24,6 +24,7 @@ from typing import Any
 
 from retrieval.memory.cache import ArrayCache
 from retrieval.memory.errors import StoreError, StoreMismatch
+from retrieval.memory.indexing import EvidenceReads, add_event_frame, index_amu
 from retrieval.memory.lock import WriterLock
 from retrieval.memory.reads import AMU_COLUMNS, StoreReads
 from retrieval.memory.records import AMU, SegmentRecord, Turn
@@ -40,12 +41,15 @@ def turns_sha256(turns: Sequence[Turn]) -> str:
                            t.image_caption) for t in turns)
 
 
-class AMUStore(StoreReads, ArrayCache):
+class AMUStore(StoreReads, EvidenceReads, ArrayCache):
     """Durable AMU store in ``<directory>/amus.sqlite3``.
 
     Reads return units in insertion order (segment order, then order within the segment).
     Writes go through :meth:`commit_segment`, which stores a segment's raw turns, its units and
-    its progress row in one transaction. Use as a context manager or call :meth:`close`.
+    its progress row in one transaction. Every unit is inserted by ``_insert_amu``, which also
+    links it to its evidence nodes in that transaction (:mod:`retrieval.memory.indexing`;
+    triggers keep the FTS5 table in step and drop what :meth:`archive` retires), so a new write
+    path (consolidation) should insert through it. Use as a context manager or call :meth:`close`.
 
     Args:
         directory: the store directory (created when writable and missing).
@@ -95,9 +99,9 @@ class AMUStore(StoreReads, ArrayCache):
     def _prepare_schema(self) -> None:
         try:
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, 1, SCHEMA_VERSION):
+            if version not in range(SCHEMA_VERSION + 1):
                 raise StoreError(f"{self.path}: store schema version {version} is unknown to this code "
-                                 f"(it reads versions 1 and {SCHEMA_VERSION}); use the code that wrote it")
+                                 f"(it reads versions 1 to {SCHEMA_VERSION}); use the code that wrote it")
             if version == SCHEMA_VERSION:
                 return
             if self.read_only:
@@ -179,6 +183,7 @@ class AMUStore(StoreReads, ArrayCache):
                 [(t.conversation_id, t.session_id, t.turn_id, t.speaker, t.text,
                   t.session_time.isoformat() if t.session_time else None, t.image_caption) for t in turns],
             )
+            add_event_frame(db, record.conversation_id, record.seq, record.session_id, record.turn_ids)
             for amu in amus:
                 self._insert_amu(db, amu)
             db.execute(
@@ -222,11 +227,12 @@ class AMUStore(StoreReads, ArrayCache):
     def _insert_amu(db: sqlite3.Connection, amu: AMU) -> None:
         src = amu.source
         cursor = db.execute(
-            f"INSERT INTO amus ({AMU_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO amus ({AMU_COLUMNS}) VALUES ({', '.join('?' * 17)})",
             (amu.id, src.conversation_id, src.session_id, src.segment, amu.text, amu.memory_type,
              amu.observed_at, json.dumps(amu.timestamps), json.dumps(amu.entities), json.dumps(amu.tags),
              json.dumps(src.turn_ids), json.dumps(src.speakers),
-             None if amu.fingerprint is None else json.dumps(amu.fingerprint), int(amu.archived)),
+             None if amu.fingerprint is None else json.dumps(amu.fingerprint), int(amu.archived),
+             amu.t_ref, amu.valid_from, amu.valid_to),
         )
         position = cursor.lastrowid
         db.executemany("INSERT INTO amu_entities (amu, entity) VALUES (?, ?)",
@@ -234,14 +240,37 @@ class AMUStore(StoreReads, ArrayCache):
         times = ([amu.observed_at] if amu.observed_at else []) + list(amu.timestamps)
         db.executemany("INSERT INTO amu_times (amu, start, end) VALUES (?, ?, ?)",
                        [(position, *map(iso_text, time_interval(value))) for value in times])
+        index_amu(db, position, amu)
 
     def archive(self, amu_ids: Iterable[str]) -> None:
-        """Mark units as archived (retired by consolidation); they stay readable."""
+        """Mark units as archived (retired by consolidation); they stay readable, and leave the
+        FTS5 table and their evidence nodes in the same transaction."""
         ids = list(amu_ids)
         with self._transaction() as db:
             for unit_id in ids:
                 if db.execute("UPDATE amus SET archived = 1 WHERE id = ?", (unit_id,)).rowcount != 1:
                     raise KeyError(f"no AMU with id {unit_id!r}")
+
+    def forward(self, archived_ids: Sequence[str], merged: AMU, operation: str) -> bool:
+        """Pointer forwarding (consolidation, SPEC section 8) in one transaction: insert ``merged``
+        (through ``_insert_amu``, so the indexes follow), archive ``archived_ids`` with
+        ``successor`` = ``merged.id`` and record the operation (meta ``consolidation:<id>``).
+        Writes nothing and returns False when one of them is no longer active (consolidated by an
+        earlier run, or archived by a retried extraction since the caller read it)."""
+        ids = list(dict.fromkeys(archived_ids))
+        if not ids or merged.id in ids or merged.archived:
+            raise ValueError(f"forwarding {ids} to {merged.id!r}: need active AMUs other than the new one")
+        with self._transaction() as db:
+            marks = ", ".join("?" * len(ids))
+            active = db.execute(f"SELECT COUNT(*) FROM amus WHERE archived = 0 AND conversation_id = ? AND id IN "
+                                f"({marks})", [merged.source.conversation_id, *ids]).fetchone()[0]
+            if active != len(ids):
+                return False
+            self._insert_amu(db, merged)
+            db.executemany("UPDATE amus SET archived = 1, successor = ? WHERE id = ?", [(merged.id, i) for i in ids])
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                       (f"consolidation:{merged.id}", json.dumps({"operation": operation})))
+        return True
 
     def set_fingerprints(self, fingerprints: Mapping[str, Sequence[int]]) -> None:
         """Replace the fingerprints of existing units (e.g. after exporting a new fingerprinter)."""

@@ -1,0 +1,154 @@
+"""Structured evidence nodes of a record (LycheeMemory section 3.4, appendix C.3, Table 13; SPEC
+section 7): which ``node_type:key`` nodes a record links to, and how keys are normalised.
+
+Five node types: ``entity`` (one per entity), ``topic`` (one per topic tag), ``entity_topic``
+(one per co-occurring entity x tag pair), ``temporal`` (day keys ``YYYY-MM-DD`` and month keys
+``YYYY-MM`` of the record's temporal scope) and ``event_frame`` (the finalized segment the
+record came from, key = its sequence number). Keys are normalised as Table 13 says (case
+folding, separator normalisation, punctuation clean-up, repeated whitespace merged), so nodes
+whose keys normalise alike merge: "LGBTQ" and "lgbtq" are one entity node. Everything here is
+derived from record metadata: no LLM call, no model.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+from retrieval.memory.records import AMU
+from retrieval.memory.times import time_interval
+
+NODE_TYPES = ("entity", "topic", "entity_topic", "temporal", "event_frame")
+"""The evidence node types of LycheeMemory section 3.4."""
+
+SEARCHABLE_TYPES = ("entity", "topic", "event_frame")
+"""Node types matched by semantic search (Algorithm B.2 line 8); temporal nodes are filtered.
+Entity-topic nodes are matched by key only (the plan's entity x topic pairs): this project's
+choice, against line 8, for cost. Their text is an entity and a tag whose own nodes are already
+searched, they are 63% of all nodes (2,961 of 4,668 on the LoCoMo dev conversations), and
+searching them too needed 6,317 instead of 3,356 embeddings to build the dev memory and several
+times the query latency (49 against 8 ms median), for no recall on the dev file (82.6 / 84.1
+with them against 83.1 / 84.7 without, multi / multi+code)."""
+
+PAIR_SEPARATOR = "|"
+"""Joins the entity and topic keys of an entity-topic node (normalisation never leaves one)."""
+
+MAX_DAY_KEYS = 14
+"""A time value spanning more days than this gets month keys only: a month value is month-level
+(Table 13's two levels), and a year is not 365 day nodes; a week gets its seven day keys."""
+
+MAX_MONTH_KEYS = 24
+"""At most this many month keys per time value (an open decade is not 120 month nodes)."""
+
+EVENT_FRAME_CHARS = 2000
+"""The searchable text of an event frame is its records' texts, cut at this many characters."""
+
+_SEPARATORS = re.compile(r"[\s_\-–—/\\|.·•:;,+&]+")
+_PUNCTUATION = re.compile(r"[^\w\s]")
+
+
+def normalise_key(text: str) -> str:
+    """Table 13's normalisation: Unicode NFKC and case folding, separators (``_ - / . : ; , + &``
+    and dashes) to spaces, remaining punctuation removed, repeated whitespace merged.
+    ``"  LGBTQ+ Support-Group "`` -> ``"lgbtq support group"``; '' for punctuation only."""
+    folded = unicodedata.normalize("NFKC", text).casefold().replace("’", "'")
+    folded = re.sub(r"'s\b", "", folded)  # possessive: "Caroline's" is Caroline
+    return " ".join(_PUNCTUATION.sub("", _SEPARATORS.sub(" ", folded)).split())
+
+
+def node_id(node_type: str, key: str) -> str:
+    """The ``node_type:key`` name of a node."""
+    return f"{node_type}:{key}"
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    """One node a record links to: type, normalised key and a searchable text (the record's
+    spelling of the entity or tag; the key itself for temporal nodes; '' for event frames,
+    whose text is that of their records)."""
+
+    node_type: str
+    key: str
+    text: str
+
+    @property
+    def name(self) -> str:
+        return node_id(self.node_type, self.key)
+
+
+def _normalised(values: Iterable[str]) -> dict[str, str]:
+    """normalised key -> first spelling, empty keys dropped, first occurrence kept."""
+    keys: dict[str, str] = {}
+    for value in values:
+        key = normalise_key(value)
+        if key and key not in keys:
+            keys[key] = value.strip()
+    return keys
+
+
+def temporal_values(amu: AMU) -> list[str]:
+    """The time values that key a record's temporal nodes: ``t_ref``, ``valid_from`` and
+    ``valid_to`` (Table 13); a record without any (written before schema 3) falls back to its
+    first timestamp, else the day it was stated."""
+    values = [value for value in (amu.t_ref, amu.valid_from, amu.valid_to) if value]
+    if values:
+        return values
+    if amu.timestamps:
+        return [amu.timestamps[0]]
+    return [amu.observed_at[:10]] if amu.observed_at else []
+
+
+def temporal_keys(values: Sequence[str]) -> list[str]:
+    """Day keys (``YYYY-MM-DD``) of every day a value covers, when it covers at most
+    :data:`MAX_DAY_KEYS` days, and month keys (``YYYY-MM``) of every month it touches (at most
+    :data:`MAX_MONTH_KEYS`); in order, without repeats."""
+    keys: dict[str, None] = {}
+    for value in values:
+        start, end = time_interval(value)
+        first, last = start.date(), end.date()
+        if (last - first).days < MAX_DAY_KEYS:  # days covered - 1
+            day = first
+            while day <= last:
+                keys[day.isoformat()] = None
+                day += timedelta(days=1)
+        month = date(first.year, first.month, 1)
+        for _ in range(MAX_MONTH_KEYS):
+            if month > last:
+                break
+            keys[f"{month:%Y-%m}"] = None
+            month = date(month.year + month.month // 12, month.month % 12 + 1, 1)
+    return list(keys)
+
+
+def record_nodes(amu: AMU) -> list[NodeRef]:
+    """Every node ``amu`` links to, without repeats: entities, topics, entity-topic pairs,
+    temporal keys and the event frame of its segment (when it has one)."""
+    entities, topics = _normalised(amu.entities), _normalised(amu.tags)
+    nodes = [NodeRef("entity", key, text) for key, text in entities.items()]
+    nodes += [NodeRef("topic", key, text) for key, text in topics.items()]
+    nodes += [NodeRef("entity_topic", f"{entity}{PAIR_SEPARATOR}{topic}", f"{entities[entity]} {topics[topic]}")
+              for entity in entities for topic in topics if entity != topic]
+    nodes += [NodeRef("temporal", key, key) for key in temporal_keys(temporal_values(amu))]
+    if amu.source.segment is not None:
+        nodes.append(NodeRef("event_frame", str(amu.source.segment), ""))
+    return nodes
+
+
+def searchable_text(node_type: str, text: str, member_texts: Sequence[str]) -> str:
+    """What semantic node search embeds: the key's spelling, or an event frame's record texts."""
+    if node_type == "event_frame":
+        return " ".join(member_texts)[:EVENT_FRAME_CHARS] or text
+    return text
+
+
+def segment_search_texts(amus: Sequence[AMU]) -> list[str]:
+    """The searchable texts of the nodes one segment's records link to (its event frame included),
+    without repeats: what ingestion embeds so that retrieval finds them cached."""
+    texts = [node.text for amu in amus for node in record_nodes(amu)
+             if node.node_type in SEARCHABLE_TYPES and node.node_type != "event_frame"]
+    if any(amu.source.segment is not None for amu in amus):
+        texts.append(searchable_text("event_frame", "", [amu.text for amu in amus]))
+    return list(dict.fromkeys(text for text in texts if text))

@@ -1,0 +1,87 @@
+"""The lexical channel: SQLite FTS5 and its ``bm25()`` ranking (LycheeMemory Table 13's
+"SQLite + FTS5"; SPEC section 7).
+
+The store keeps an FTS5 table over every active record's text, entities and topic tags
+(:mod:`retrieval.memory.schema`); :class:`FTSIndex` is the same table in memory for a bank
+given as texts (the dual-path retriever without a store). Both tokenise with
+:data:`FTS_TOKENIZER` and rank with :func:`bm25_search`: a query matches any of its words
+(OR), scored by FTS5's Okapi BM25 (k1 = 1.2, b = 0.75, columns weighted equally), best first,
+ties by insertion order.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from isq.topk import as_exclude_array, empty_result
+
+FTS_TOKENIZER = "porter unicode61"
+"""Unicode word splitting, case folding and diacritics removal, then Porter stemming."""
+
+_WORD = re.compile(r"\w+")
+
+
+def word_tokens(text: str) -> list[str]:
+    """Lower-cased word tokens (``\\w+``): what a query is split into before FTS5 tokenises it."""
+    return _WORD.findall(text.lower())
+
+
+def match_expression(text: str) -> str | None:
+    """An FTS5 MATCH expression for free text: every distinct word as a quoted string, joined
+    by OR (quoting keeps FTS5 syntax such as NEAR, AND or a trailing * out of user text).
+    None when the text has no word."""
+    words = dict.fromkeys(word.replace("_", " ") for word in word_tokens(text))
+    quoted = [f'"{word}"' for word in words if word.strip()]
+    return " OR ".join(quoted) if quoted else None
+
+
+def bm25_search(db: sqlite3.Connection, table: str, query: str, k: int, *, join: str = "",
+                where: str = "", params: Sequence[object] = (), select: str = "") -> list[tuple]:
+    """Up to ``k`` rows ``(select, score)`` of FTS5 table ``table`` matching
+    ``query``, best first: score = -bm25() (higher is better), ties by rowid. ``join`` and
+    ``where`` (with ``params``) restrict the rows, e.g. to one conversation's active records;
+    ``select`` is the first column (default the rowid)."""
+    expression = match_expression(query)
+    if expression is None or k <= 0:
+        return []
+    sql = (f"SELECT {select or table + '.rowid'}, -bm25({table}) AS score FROM {table} {join} "
+           f"WHERE {table} MATCH ? {('AND ' + where) if where else ''} ORDER BY bm25({table}), {table}.rowid LIMIT ?")
+    return db.execute(sql, [expression, *params, k]).fetchall()
+
+
+class FTSIndex:
+    """FTS5 ``bm25()`` over a growing list of texts in an in-memory database; position i is the
+    i-th text added (its rowid is i + 1). Entities and topics are optional extra columns."""
+
+    def __init__(self) -> None:
+        self._db = sqlite3.connect(":memory:", check_same_thread=False)
+        self._db.execute(f"CREATE VIRTUAL TABLE lexical USING fts5(text, entities, topics, "
+                         f"tokenize='{FTS_TOKENIZER}')")
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def add(self, texts: Iterable[str], entities: Iterable[Sequence[str]] | None = None,
+            topics: Iterable[Sequence[str]] | None = None) -> None:
+        texts = list(texts)
+        entities = list(entities) if entities is not None else [()] * len(texts)
+        topics = list(topics) if topics is not None else [()] * len(texts)
+        rows = [(self._count + i + 1, text, " ".join(e), " ".join(t))
+                for i, (text, e, t) in enumerate(zip(texts, entities, topics, strict=True))]
+        self._db.executemany("INSERT INTO lexical (rowid, text, entities, topics) VALUES (?, ?, ?, ?)", rows)
+        self._count += len(rows)
+
+    def search(self, query: str, k: int, exclude: Iterable[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (positions, scores), ``exclude`` left out; ties by position."""
+        excluded = set(as_exclude_array(exclude).tolist())
+        rows = bm25_search(self._db, "lexical", query, k + len(excluded))
+        kept = [(rowid - 1, score) for rowid, score in rows if rowid - 1 not in excluded][:k]
+        if not kept:
+            return empty_result()
+        positions, scores = zip(*kept, strict=True)
+        return np.asarray(positions, dtype=np.int64), np.asarray(scores, dtype=np.float64)

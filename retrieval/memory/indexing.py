@@ -1,0 +1,110 @@
+"""The store's structured evidence indexes (schema 3; LycheeMemory section 3.4, Table 13; SPEC
+section 7): their maintenance inside the store's write transactions and their reads.
+
+Writes. Every AMU the store inserts goes through :func:`index_amu` in the same transaction
+(``AMUStore._insert_amu``, the one insert path of ingestion, retried extraction and
+consolidation): it links the AMU to its evidence nodes (:func:`retrieval.index.evidence.
+record_nodes`), creating a node the first time its ``node_type:key`` appears in the
+conversation (repeated nodes merge). A committed segment first gets its event-frame node with
+its session and full turn range (:func:`add_event_frame`). The FTS5 rows follow by SQL triggers
+(:mod:`retrieval.memory.schema`), and so does archiving: an archived AMU leaves ``amu_fts`` and
+its node links in the archiving transaction, so no index ever returns it. No LLM call, no model.
+
+Reads (:class:`EvidenceReads`, a mixin of the store): a conversation's nodes with their active
+AMUs, and FTS5 ``bm25()`` search over a conversation's active AMUs.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from retrieval.index.evidence import node_id, record_nodes
+from retrieval.index.fts import bm25_search
+from retrieval.memory.reads import AMU_COLUMNS, amu_from_row
+from retrieval.memory.records import AMU
+
+
+def add_event_frame(db: sqlite3.Connection, conversation_id: str, seq: int, session_id: str,
+                    turn_ids: Sequence[str]) -> None:
+    """The event-frame node of one finalized segment, with its session and turns (kept if it exists)."""
+    label = f"{session_id} {turn_ids[0]}..{turn_ids[-1]}" if turn_ids else session_id
+    db.execute("INSERT OR IGNORE INTO evidence_nodes (conversation_id, node_type, key, text, session_id, turn_ids) "
+               "VALUES (?, 'event_frame', ?, ?, ?, ?)",
+               (conversation_id, str(seq), label, session_id, json.dumps(list(turn_ids))))
+
+
+def index_amu(db: sqlite3.Connection, position: int, amu: AMU) -> None:
+    """Link the AMU stored at ``position`` to its evidence nodes (none for an archived AMU)."""
+    if amu.archived:
+        return
+    src = amu.source
+    if src.segment is not None:  # an AMU inserted outside commit_segment: a frame from its own provenance
+        add_event_frame(db, src.conversation_id, src.segment, src.session_id, src.turn_ids)
+    for node in record_nodes(amu):
+        db.execute("INSERT OR IGNORE INTO evidence_nodes (conversation_id, node_type, key, text) VALUES (?, ?, ?, ?)",
+                   (src.conversation_id, node.node_type, node.key, node.text))
+        (node_row,) = db.execute("SELECT id FROM evidence_nodes WHERE conversation_id = ? AND node_type = ? "
+                                 "AND key = ?", (src.conversation_id, node.node_type, node.key)).fetchone()
+        db.execute("INSERT OR IGNORE INTO evidence_links (node, amu) VALUES (?, ?)", (node_row, position))
+
+
+def backfill(db: sqlite3.Connection) -> None:
+    """Build the evidence indexes of the AMUs stored before schema 3 (the migration's last step)."""
+    for conversation_id, seq, session_id, turn_ids in db.execute(
+            "SELECT conversation_id, seq, session_id, turn_ids FROM segments ORDER BY rowid").fetchall():
+        add_event_frame(db, conversation_id, seq, session_id, json.loads(turn_ids))
+    for row in db.execute(f"SELECT position, {AMU_COLUMNS} FROM amus WHERE archived = 0 ORDER BY position").fetchall():
+        index_amu(db, row["position"], amu_from_row(row))
+    db.execute("INSERT INTO amu_fts (rowid, text, entities, topics) SELECT position, text, "
+               "(SELECT group_concat(value, ' ') FROM json_each(amus.entities)), "
+               "(SELECT group_concat(value, ' ') FROM json_each(amus.tags)) FROM amus WHERE archived = 0")
+
+
+@dataclass(frozen=True)
+class EvidenceNode:
+    """A node with the ids of its active AMUs (store order). Event frames also carry their
+    session and turn range."""
+
+    node_type: str
+    key: str
+    text: str
+    amu_ids: tuple[str, ...]
+    session_id: str | None = None
+    turn_ids: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """``node_type:key``."""
+        return node_id(self.node_type, self.key)
+
+
+class EvidenceReads:
+    """The read side of the evidence indexes (a mixin of :class:`retrieval.memory.store.AMUStore`)."""
+
+    _db: sqlite3.Connection
+
+    def evidence_nodes(self, conversation_id: str, node_type: str | None = None) -> list[EvidenceNode]:
+        """The conversation's nodes that link at least one active AMU, in creation order."""
+        where, params = "n.conversation_id = ? AND a.archived = 0", [conversation_id]
+        if node_type is not None:
+            where, params = where + " AND n.node_type = ?", params + [node_type]
+        rows = self._db.execute(
+            "SELECT n.id, n.node_type, n.key, n.text, n.session_id, n.turn_ids, a.id AS amu FROM evidence_nodes n "
+            "JOIN evidence_links l ON l.node = n.id JOIN amus a ON a.position = l.amu "
+            f"WHERE {where} ORDER BY n.id, a.position", params).fetchall()
+        grouped: dict[int, list[sqlite3.Row]] = {}
+        for row in rows:
+            grouped.setdefault(row["id"], []).append(row)
+        return [EvidenceNode(first["node_type"], first["key"], first["text"], tuple(r["amu"] for r in group),
+                             first["session_id"], tuple(json.loads(first["turn_ids"] or "[]")))
+                for first, group in ((group[0], group) for group in grouped.values())]
+
+    def lexical_search(self, query: str, conversation_id: str, k: int) -> list[tuple[str, float]]:
+        """FTS5 ``bm25()`` over the conversation's active AMUs: up to ``k`` (AMU id, score), best first."""
+        rows = bm25_search(self._db, "amu_fts", query, k, join="JOIN amus a ON a.position = amu_fts.rowid",
+                           where="a.conversation_id = ? AND a.archived = 0", params=[conversation_id],
+                           select="a.id")
+        return [(row[0], float(row[1])) for row in rows]

@@ -1,0 +1,156 @@
+"""The recall channels of one route (LycheeMemory section 3.5, Algorithm B.2 lines 6-11; SPEC
+section 7), each a ranked list of bank items (:class:`retrieval.routes.bank.RouteBank`) with
+its own scores. Ties are broken by item order (:func:`isq.topk.select_top_k`), so every list is
+deterministic.
+
+- ``records``: direct record recall, cosine over record embeddings.
+- ``nodes``: evidence-node recall: nodes matched exactly (the plan's entities, topics and their
+  pairs, by normalised key) or by semantic search over node embeddings, expanded to their
+  active records.
+- ``temporal``: records of the temporal nodes inside the route's time range (exact date or range).
+- ``turns``: raw-turn recall, cosine over verbatim turn embeddings.
+- ``lexical``: FTS5 ``bm25()`` over record text, entities and topics.
+- ``code``: the codebook path (SPEC section 3), top S_amu over the same records.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from isq.topk import empty_result, select_top_k, top_k_of_scores
+from retrieval.index.evidence import PAIR_SEPARATOR, normalise_key
+from retrieval.memory.times import time_interval
+from retrieval.routes.bank import RouteBank
+from retrieval.routes.params import NODE_MATCHES, NODE_RELEVANCE
+from retrieval.routes.plan import Route, TimeConstraint
+
+MONTH_DAYS = 28
+"""A time range this long or longer also matches month keys in full; shorter ranges match the
+month keys that contain them at half weight (a record dated only "in May" may be on that day)."""
+
+
+@dataclass(frozen=True)
+class ChannelList:
+    """One channel's ranked items (best first) and their scores; ``via`` names, per item, the
+    evidence nodes it was reached through (node and temporal channels)."""
+
+    channel: str
+    items: np.ndarray
+    scores: np.ndarray
+    via: dict[int, tuple[str, ...]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.items.size)
+
+
+def _ranked(channel: str, items: np.ndarray, scores: np.ndarray) -> ChannelList:
+    return ChannelList(channel, np.asarray(items, dtype=np.int64), np.asarray(scores, dtype=np.float64))
+
+
+def record_recall(bank: RouteBank, query: np.ndarray, budget: int) -> ChannelList:
+    """Direct record recall: the ``budget`` records most similar to the query (positive cosine)."""
+    return _ranked("records", *top_k_of_scores(bank.record_vectors @ query, budget))
+
+
+def turn_recall(bank: RouteBank, query: np.ndarray, budget: int) -> ChannelList:
+    """Raw-turn recall: the ``budget`` turns most similar to the query, a turn that is a record's
+    whole provenance standing for that record."""
+    turns, scores = top_k_of_scores(bank.turn_vectors @ query, budget)
+    merged = np.where(bank.turn_record[turns] >= 0, bank.turn_record[turns], len(bank.records) + turns)
+    return _ranked("turns", merged, scores)
+
+
+def lexical_recall(bank: RouteBank, text: str, budget: int) -> ChannelList:
+    """FTS5 ``bm25()`` over the conversation's active records."""
+    return _ranked("lexical", *bank.lexical.search(text, budget))
+
+
+def code_recall(bank: RouteBank, codes: Iterable[int], budget: int) -> ChannelList:
+    """The codebook path: the ``budget`` best S_amu records for the query's code set."""
+    if bank.topology is None:
+        raise ValueError("the codebook channel needs a bank built with a fingerprinter or topology")
+    return _ranked("code", *bank.topology.search(codes, budget))
+
+
+def _specificity(bank: RouteBank, node: int) -> float:
+    """How specific a node is, in (0, 1]: log(1 + R/|members|) / log(1 + R) over R records."""
+    total = max(len(bank.records), 1)
+    return math.log1p(total / max(bank.node_members[node].size, 1)) / math.log1p(total)
+
+
+def _expand(bank: RouteBank, channel: str, matched: dict[int, float], query: np.ndarray,
+            budget: int) -> ChannelList:
+    """Records of the matched nodes, each scoring the sum of its nodes' weights (match score x
+    specificity) plus :data:`NODE_RELEVANCE` x its cosine to the query."""
+    if not matched:
+        return ChannelList(channel, *empty_result())
+    scores = np.zeros(len(bank.records), dtype=np.float64)
+    reached = np.zeros(len(bank.records), dtype=bool)
+    via: dict[int, list[str]] = {}
+    for node, match in sorted(matched.items()):
+        members = bank.node_members[node]
+        scores[members] += match * _specificity(bank, node)
+        reached[members] = True
+        for record in members.tolist():
+            via.setdefault(record, []).append(bank.nodes[node].name)
+    records = np.flatnonzero(reached)
+    relevance = scores[records] + NODE_RELEVANCE * (bank.record_vectors[records] @ query)
+    items, best = select_top_k(records, relevance, budget)
+    return ChannelList(channel, items, best, {int(i): tuple(via[int(i)]) for i in items})
+
+
+def node_recall(bank: RouteBank, route: Route, query: np.ndarray, budget: int) -> ChannelList:
+    """Evidence-node recall: exact matches (score 1) of the route's entities, topics and their
+    pairs, and the :data:`NODE_MATCHES` searchable nodes most similar to the query (score =
+    cosine), expanded to their records."""
+    entities = [normalise_key(e) for e in route.entities]
+    topics = [normalise_key(t) for t in route.topics]
+    keys = [("entity", e) for e in entities] + [("topic", t) for t in topics]
+    keys += [("entity_topic", f"{e}{PAIR_SEPARATOR}{t}") for e in entities for t in topics]
+    matched = {node: 1.0 for node in (bank.node(kind, key) for kind, key in keys) if node is not None}
+    if bank.searchable.size:
+        similarity = bank.node_vectors @ query
+        order, cosines = top_k_of_scores(similarity, NODE_MATCHES)
+        for position, cosine in zip(order.tolist(), cosines.tolist(), strict=True):
+            node = int(bank.searchable[position])
+            matched[node] = max(matched.get(node, 0.0), cosine)
+    return _expand(bank, "nodes", matched, query, budget)
+
+
+def temporal_recall(bank: RouteBank, time: TimeConstraint, query: np.ndarray, budget: int) -> ChannelList:
+    """Temporal recall: records with a day key inside the range score 1; month keys overlapping
+    the range count in full for a range of :data:`MONTH_DAYS` days or more, else at 0.5 and only
+    for records dated to the month alone (a record dated to another day of that month is not a
+    match). Records add :data:`NODE_RELEVANCE` x their cosine to the query, which orders ties."""
+    start, end = time_interval(time.start)[0], time_interval(time.end)[1]
+    low, high = start.date().isoformat(), end.date().isoformat()
+    long_range = (end - start).days + 1 >= MONTH_DAYS
+    temporal = [(key, node) for (kind, key), node in bank.node_lookup.items() if kind == "temporal"]
+    dated_to_day = np.zeros(len(bank.records), dtype=bool)
+    for key, node in temporal:
+        if len(key) == 10:
+            dated_to_day[bank.node_members[node]] = True
+    weight = np.zeros(len(bank.records), dtype=np.float64)
+    via: dict[int, list[str]] = {}
+    for key, node in temporal:
+        members = bank.node_members[node]
+        if len(key) == 10 and low <= key <= high:
+            value = 1.0
+        elif len(key) == 7 and low[:7] <= key <= high[:7]:
+            value = 1.0 if long_range else 0.5
+            members = members if long_range else members[~dated_to_day[members]]
+        else:
+            continue
+        weight[members] = np.maximum(weight[members], value)
+        for record in members.tolist():
+            via.setdefault(record, []).append(bank.nodes[node].name)
+    records = np.flatnonzero(weight > 0)
+    if records.size == 0:
+        return ChannelList("temporal", *empty_result())
+    items, scores = select_top_k(records, weight[records] + NODE_RELEVANCE * (bank.record_vectors[records] @ query),
+                                 budget)
+    return ChannelList("temporal", items, scores, {int(i): tuple(via[int(i)]) for i in items})

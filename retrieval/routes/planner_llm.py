@@ -1,0 +1,66 @@
+"""The LLM planner (LycheeMemory section 3.5, appendix F.2): one call per question, temperature
+0, a raw JSON plan validated against :data:`retrieval.routes.plan.PLAN_SCHEMA`, through the
+project's one client (:class:`retrieval.llm.ChatClient`: retries, on-disk cache, token
+accounting). A question whose plan cannot be had (endpoint down, answers that never validate)
+gets the rule planner's plan, and ``fallbacks`` counts it."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from retrieval.llm import InvalidResponse, LLMRole, json_answer
+from retrieval.retriever import check_query
+from retrieval.routes.params import MAX_ROUTES, QUESTION_TYPES
+from retrieval.routes.plan import PLAN_VALIDATOR, Plan, PlanError
+from retrieval.routes.planner_rules import PlanContext, RulePlanner
+
+logger = logging.getLogger(__name__)
+
+PLANNER_PROMPT = f"""You turn a question about a long conversation into a retrieval plan for a memory store.
+Describe only the evidence the question needs; do not decide whether the answer exists and do not
+invent answer candidates. Return only a JSON object, without markdown fences:
+{{"question_type": "...", "routes": [{{"goal": "...", "queries": ["..."], "entities": ["..."],
+  "topics": ["..."], "time": {{"start": "...", "end": "..."}} or null}}]}}
+question_type is one of: {", ".join(QUESTION_TYPES)}.
+Use a single route for an ordinary factual question about a named person; use several routes (at most
+{MAX_ROUTES}) only when the question explicitly needs separate evidence (e.g. a comparison of two people).
+queries: one to four search queries for the route; entities: names of people, places or things the
+evidence must mention; topics: short topic words; time: the ISO 8601 range (YYYY, YYYY-MM or
+YYYY-MM-DD; start = end for one date) that the evidence must fall in, resolved against the date of
+the conversation's latest session, or null when the question sets no time."""
+
+
+class LLMPlanner(LLMRole):
+    """Plans through an OpenAI-compatible endpoint (keyword options are :class:`ChatClient`'s;
+    JSON mode and temperature 0 are its defaults)."""
+
+    def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
+                 **options: Any) -> None:
+        super().__init__(base_url, model, api_key, **options)
+        self.fallback = RulePlanner()
+        self.fallbacks = 0
+
+    def messages(self, question: str, context: PlanContext) -> list[dict[str, str]]:
+        lines = []
+        if context.now is not None:
+            lines.append(f"Latest session date: {context.now:%A, %d %B %Y}")
+        if context.participants:
+            lines.append("Participants: " + ", ".join(context.participants))
+        lines += ["", f"Question: {question}"]
+        return [{"role": "system", "content": PLANNER_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
+
+    def plan(self, question: str, context: PlanContext) -> Plan:
+        check_query(question)
+        plan = self.client.complete(self.messages(question, context), self._parse, label=f"plan {question[:40]!r}")
+        if plan is not None:
+            return plan
+        self.fallbacks += 1
+        logger.warning("no valid plan for %r: using the rule planner", question)
+        return self.fallback.plan(question, context)
+
+    def _parse(self, content: str) -> Plan:
+        try:
+            return Plan.from_dict(json_answer(content, PLAN_VALIDATOR), self.name)
+        except PlanError as err:
+            raise InvalidResponse(str(err)) from None

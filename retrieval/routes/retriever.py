@@ -1,0 +1,211 @@
+"""Plan-guided multi-route retrieval (LycheeMemory section 3.5, Algorithm B.2; SPEC section 7).
+
+One plan per question (:mod:`retrieval.routes.planner_rules` or ``planner_llm``), then
+non-generative recall: per route and query the channels of :mod:`retrieval.routes.channels`
+(records, nodes, turns, lexical, and code when switched on; temporal when the route has a time
+range), fused inside the route by RRF with the question type's channel weights
+(:class:`retrieval.routes.params.ChannelWeights`), optionally reranked by a cross-encoder
+(:mod:`retrieval.routes.rerank`), fused across routes into s_final (:mod:`retrieval.routes.
+fusion`), and selected with route coverage quotas and MMR (:mod:`retrieval.routes.selection`).
+The result always has exactly the final top-k distinct items (records or raw turns) when the
+bank holds that many: should the candidates run short, the items most similar to the first
+query fill the list.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from retrieval.extract.rules import content_words
+from retrieval.index.evidence import normalise_key
+from retrieval.retriever import Hit
+from retrieval.routes.bank import RouteBank
+from retrieval.routes.channels import (
+    ChannelList,
+    code_recall,
+    lexical_recall,
+    node_recall,
+    record_recall,
+    temporal_recall,
+    turn_recall,
+)
+from retrieval.routes.fusion import final_scores, ranking, rrf
+from retrieval.routes.params import (
+    PLAN_DEPTH,
+    ChannelWeights,
+    final_top_k,
+    record_budget,
+    rerank_limit,
+    route_quota,
+    temporal_budget,
+    turn_budget,
+)
+from retrieval.routes.plan import Plan, Route
+from retrieval.routes.planner_rules import RulePlanner
+from retrieval.routes.rerank import CrossEncoderReranker, rerank
+from retrieval.routes.selection import Signature, mmr_select
+
+RERANKER_OFF = "off (no reranker path given)"
+
+
+@dataclass(frozen=True)
+class RouteHit(Hit):
+    """A selected item. Beyond :class:`retrieval.retriever.Hit` (``amu_id`` is the item id, ``path``
+    is ``"multi"``, ``score`` is s_final, ``source`` its provenance): ``kind`` ("record" or
+    "turn"), its ``text``, ``memory_type`` and ``time`` (t_ref, else when it was stated), the
+    ``routes`` that found it and its ``scores`` (each channel's best score, then s_best, s_route,
+    s_final)."""
+
+    kind: str = "record"
+    text: str = ""
+    memory_type: str | None = None
+    time: str | None = None
+    routes: tuple[int, ...] = ()
+    scores: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """What one question retrieved: the plan, the hits, whether a reranker ran, the wall time."""
+
+    question: str
+    plan: Plan
+    hits: list[RouteHit]
+    reranker: str
+    seconds: float
+
+
+@dataclass
+class _Candidate:
+    channels: dict[str, float] = field(default_factory=dict)
+    queries: set[str] = field(default_factory=set)
+    nodes: set[str] = field(default_factory=set)
+    routes: set[int] = field(default_factory=set)
+
+
+class MultiRouteRetriever:
+    """Multi-route retrieval over one :class:`RouteBank`. ``planner`` defaults to the rule
+    planner; ``reranker`` (a :class:`CrossEncoderReranker`) is off when None."""
+
+    def __init__(self, bank: RouteBank, planner: Any | None = None, reranker: CrossEncoderReranker | None = None,
+                 weights: ChannelWeights | None = None) -> None:
+        self.bank = bank
+        self.planner = planner or RulePlanner()
+        self.reranker = reranker
+        self.weights = weights or ChannelWeights()
+        self._signatures: dict[int, dict[str, frozenset[str]]] = {}
+
+    def plan(self, question: str) -> Plan:
+        return self.planner.plan(question, self.bank.context)
+
+    def retrieve(self, question: str, k: int = 40, *, use_code: bool = False, plan: Plan | None = None,
+                 plan_depth: int = PLAN_DEPTH) -> Retrieval:
+        """The final top-k = max(k, plan_depth, 1) items for ``question`` (Algorithm B.2 line 3;
+        an equal-budget comparison passes ``plan_depth=0`` to get exactly k)."""
+        started = time.perf_counter()
+        plan = plan or self.plan(question)
+        k = final_top_k(k, plan_depth)
+        texts = list(dict.fromkeys(query for route in plan.routes for query in route.queries))
+        vectors = dict(zip(texts, self.bank.embedder.encode(texts), strict=True))
+        codes: dict[str, Any] = {}
+        if use_code:
+            if self.bank.fingerprinter is None:
+                raise ValueError("the codebook route needs a bank built with a fingerprinter")
+            codes = {text: fp.codes for text, fp in zip(texts, self.bank.fingerprinter.fingerprint(texts), strict=True)}
+        candidates: dict[int, _Candidate] = {}
+        route_lists = [self._route(number, route, plan.question_type, vectors, codes, k, candidates)
+                       for number, route in enumerate(plan.routes)]
+        scores = final_scores(route_lists)
+        relevance = {item: part.s_final for item, part in scores.items()}
+        order = ranking(relevance)
+        quota = route_quota(k, len(route_lists))
+        seeds = [item for items in route_lists for item in items[:quota]]
+        pool = order[:rerank_limit(k)]
+        signatures = {item: self._signature(item, candidates[item]) for item in dict.fromkeys(seeds + pool)}
+        selected = mmr_select(pool, relevance, signatures, k, seeds)
+        if len(selected) < k:
+            taken = set(selected)
+            rest = [item for item in order if item not in taken]
+            rest += [item for item in self._fallback(vectors[texts[0]]) if item not in taken and item not in scores]
+            selected += rest[: k - len(selected)]
+        hits = [self._hit(rank, item, candidates.get(item), scores.get(item))
+                for rank, item in enumerate(selected, start=1)]
+        reranker = self.reranker.name if self.reranker is not None else RERANKER_OFF
+        return Retrieval(question, plan, hits, reranker, time.perf_counter() - started)
+
+    def _route(self, number: int, route: Route, question_type: str, vectors: Mapping[str, np.ndarray],
+               codes: Mapping[str, Any], k: int, candidates: dict[int, _Candidate]) -> list[int]:
+        """The route-level ranked list L_i (Algorithm B.2 lines 5-15)."""
+        bank = self.bank
+        lists: list[tuple[str, ChannelList]] = []
+        for index, query in enumerate(route.queries):
+            tag, vector = f"r{number}q{index}", vectors[query]
+            lists += [(tag, record_recall(bank, vector, record_budget(k))),
+                      (tag, node_recall(bank, route, vector, record_budget(k))),
+                      (tag, turn_recall(bank, vector, turn_budget(k))),
+                      (tag, lexical_recall(bank, query, record_budget(k)))]
+            if codes:
+                lists.append((tag, code_recall(bank, codes[query], record_budget(k))))
+        if route.time is not None:
+            lists.append((f"r{number}t", temporal_recall(bank, route.time, vectors[route.queries[0]],
+                                                         temporal_budget(k))))
+        for tag, ranked in lists:
+            for item, score in zip(ranked.items.tolist(), ranked.scores.tolist(), strict=True):
+                candidate = candidates.setdefault(item, _Candidate())
+                candidate.channels[ranked.channel] = max(candidate.channels.get(ranked.channel, score), score)
+                candidate.queries.add(tag)
+                candidate.nodes.update(ranked.via.get(item, ()))
+                candidate.routes.add(number)
+        fused = rrf([ranked.items.tolist() for _, ranked in lists],
+                    [self.weights.weight(question_type, ranked.channel) for _, ranked in lists])
+        order = ranking(fused)
+        if self.reranker is not None and order:
+            top = order[:rerank_limit(k)]
+            scores = self.reranker.scores(route.queries[0], [bank.text(item) for item in top])
+            order = rerank(top, scores) + order[len(top):]
+        return order
+
+    def _signature(self, item: int, candidate: _Candidate) -> Signature:
+        """Session, entities, turns and text tokens of the item (cached), with the queries and
+        nodes that found it in this retrieval."""
+        static = self._signatures.get(item)
+        if static is None:
+            bank = self.bank
+            source = bank.source(item)
+            entities = bank.records[item].entities if bank.is_record(item) else ()
+            static = {"session": frozenset([source["session_id"]]),
+                      "entities": frozenset(normalise_key(e) for e in entities),
+                      "turns": frozenset(source["turn_ids"]),
+                      "tokens": frozenset(content_words(bank.text(item), set()))}
+            self._signatures[item] = static
+        return {**static, "queries": frozenset(candidate.queries), "nodes": frozenset(candidate.nodes)}
+
+    def _fallback(self, vector: np.ndarray) -> list[int]:
+        """Every item (records, then turns not merged into one), most similar to ``vector`` first."""
+        bank = self.bank
+        turns = np.flatnonzero(bank.turn_record < 0)
+        items = np.concatenate([np.arange(len(bank.records)), len(bank.records) + turns])
+        similarity = np.concatenate([bank.record_vectors @ vector, bank.turn_vectors[turns] @ vector])
+        return [int(items[i]) for i in np.lexsort((items, -similarity))]
+
+    def _hit(self, rank: int, item: int, candidate: _Candidate | None, score: Any) -> RouteHit:
+        bank = self.bank
+        parts = dict(candidate.channels) if candidate else {}
+        if score is not None:
+            parts.update(s_best=score.s_best, s_route=score.s_route, s_final=score.s_final)
+        if bank.is_record(item):
+            record = bank.records[item]
+            kind, memory_type, when = "record", record.memory_type, record.t_ref or record.observed_at
+        else:
+            turn = bank.turns[item - len(bank.records)]
+            kind, memory_type = "turn", None
+            when = turn.session_time.isoformat() if turn.session_time else None
+        return RouteHit(bank.item_id(item), item, "multi", parts.get("s_final", 0.0), rank, bank.source(item),
+                        kind, bank.text(item), memory_type, when,
+                        tuple(sorted(candidate.routes)) if candidate else (), parts)
+

@@ -1,0 +1,219 @@
+"""Plan-guided multi-route retrieval (SPEC section 7): each channel on a small synthetic store with
+known answers, the planners and the plan schema, RRF, s_final and MMR against hand-computed
+values, the reranker and the retriever's guarantees (exactly k distinct items, no archived one)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from retrieval.llm import LLMUsage
+from retrieval.memory.store import AMUStore
+from retrieval.retriever import EmptyQuery
+from retrieval.routes import channels
+from retrieval.routes.fusion import final_scores, ranking, rrf
+from retrieval.routes.plan import Plan, PlanError, Route, TimeConstraint
+from retrieval.routes.planner_llm import LLMPlanner
+from retrieval.routes.planner_rules import RulePlanner, question_type
+from retrieval.routes.retriever import RERANKER_OFF, MultiRouteRetriever
+from retrieval.routes.selection import mmr_select, similarity, similarity_matrix
+from tests.fake_chat import FakeChatServer, completion_body
+from tests.routes_fixtures import ARCHIVED, CID, build_store, open_bank
+
+
+@pytest.fixture
+def bank(tmp_path):
+    build_store(tmp_path / "store")
+    store = AMUStore(tmp_path / "store")
+    yield open_bank(store)
+    store.close()
+
+
+def vector(bank, text):
+    return bank.embedder.encode([text])[0]
+
+
+def ids(bank, ranked) -> list[str]:
+    return [bank.item_id(int(i)) for i in ranked.items]
+
+
+# -- channels ------------------------------------------------------------------------------------
+
+
+def test_each_channel_finds_its_known_answer(bank):
+    assert len(bank.records) == 5 and all(amu.id != ARCHIVED for amu in bank.records)
+    assert ids(bank, channels.record_recall(bank, vector(bank, "pottery class"), 3))[0] == f"{CID}:0:0"
+    turns = channels.turn_recall(bank, vector(bank, "cool wow"), 2)
+    assert ids(bank, turns)[0] == f"{CID}:turn:D1:3"  # small talk: no record, the raw turn itself
+    merged = channels.turn_recall(bank, vector(bank, "dog Biscuit learned to sit"), 1)
+    assert ids(bank, merged) == [f"{CID}:1:0"]  # a turn that is a record's whole provenance is that record
+    camping = channels.turn_recall(bank, vector(bank, "go camping in July"), 1)
+    assert ids(bank, camping) == [f"{CID}:turn:D2:3"]  # one turn of a two-turn record stays a turn
+    assert ids(bank, channels.lexical_recall(bank, "charities", 5)) == [f"{CID}:0:1"]  # FTS5 porter stem
+    nodes = channels.node_recall(bank, Route("g", ("whose dog",), ("Biscuit",)), vector(bank, "whose dog"), 5)
+    assert ids(bank, nodes)[0] == f"{CID}:1:0" and "entity:biscuit" in nodes.via[int(nodes.items[0])]
+    exact = channels.temporal_recall(bank, TimeConstraint("2023-05-07", "2023-05-07"), vector(bank, "x"), 10)
+    assert ids(bank, exact)[0] == f"{CID}:0:0"  # the archived record of that day is not there
+    assert set(ids(bank, exact)) == {f"{CID}:0:0"}
+    may = channels.temporal_recall(bank, TimeConstraint("2023-05", "2023-05"), vector(bank, "race"), 10)
+    assert ids(bank, may) == [f"{CID}:0:1", f"{CID}:0:0"]
+    july = channels.temporal_recall(bank, TimeConstraint("2023-07-14", "2023-07-14"), vector(bank, "x"), 10)
+    assert ids(bank, july) == [f"{CID}:1:2"] and july.via[int(july.items[0])] == ("temporal:2023-07",)  # month only
+    code = channels.code_recall(bank, bank.fingerprinter.fingerprint(["Yosemite camping"])[0].codes, 2)
+    assert ids(bank, code)[0] == f"{CID}:1:2"
+    everything = [ranked for ranked in (channels.lexical_recall(bank, "pottery archived records hates", 9),
+                                        channels.record_recall(bank, vector(bank, "Ann hates pottery"), 9))]
+    assert all(ARCHIVED not in ids(bank, ranked) for ranked in everything)
+
+
+# -- planning ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("question", "kind"), [
+    ("When did Ann sign up for the pottery class?", "temporal"),
+    ("How long has Bob had his dog?", "temporal"),
+    ("What activities does Ann partake in?", "aggregate"),
+    ("What books has Melanie read?", "aggregate"),
+    ("What do Ann and Bob both enjoy?", "comparison"),
+    ("Would Ann likely enjoy a museum visit?", "personalized_advice"),
+    ("What did you recommend earlier?", "prior_assistant_response"),
+    ("What is the name of Bob's dog?", "single"),
+])
+def test_question_types_from_the_wording(question, kind):
+    assert question_type(question) == kind
+
+
+def test_the_rule_planner(bank):
+    planner = RulePlanner()
+    plan = planner.plan("When did ann go to the POTTERY class?", bank.context)
+    (route,) = plan.routes
+    assert plan.question_type == "temporal" and route.entities == ("ann",) and route.topics == ("pottery", "class")
+    assert route.queries == ("When did ann go to the POTTERY class?",) and route.time is None
+    dated = planner.plan("What did Bob do in May 2023?", bank.context).routes[0]
+    assert dated.time == TimeConstraint("2023-05", "2023-05") and dated.entities == ("bob",)
+    relative = planner.plan("What did Ann paint yesterday?", bank.context)  # now = the latest session
+    assert relative.question_type == "temporal" and relative.routes[0].time == TimeConstraint("2023-06-19", "2023-06-19")
+    both = planner.plan("What do Ann and Bob both like about Yosemite?", bank.context)
+    assert both.question_type == "comparison" and [r.entities for r in both.routes] == [
+        ("ann", "bob", "yosemite"), ("ann",), ("bob",), ("yosemite",)]
+    with pytest.raises(EmptyQuery):
+        planner.plan("  ?! ", bank.context)
+
+
+def test_the_plan_schema_round_trips_and_names_bad_fields():
+    plan = Plan("comparison", (Route("g", ("q1", "q2"), ("ann",), ("dog",), TimeConstraint("2023-05", "2023-06")),))
+    assert Plan.from_dict(json.loads(json.dumps(plan.to_dict())), "rules") == plan
+    good = {"question_type": "single", "routes": [{"goal": "g", "queries": ["q"]}]}
+    assert Plan.from_dict(good, "x").routes[0] == Route("g", ("q",))
+    for bad, field in [({**good, "question_type": "opinion"}, "question_type"), ({**good, "routes": []}, "routes"),
+                       ({"question_type": "single", "routes": [{"goal": "g", "queries": []}]}, "routes/0/queries"),
+                       ({"question_type": "single", "routes": [{"goal": "g", "queries": ["q"],
+                                                                "time": {"start": "May", "end": "2023"}}]},
+                        "routes/0/time")]:
+        with pytest.raises(PlanError, match=f"'{field}'"):
+            Plan.from_dict(bad, "x")
+
+
+def test_the_llm_planner_through_the_one_client(bank, tmp_path):
+    answer = {"question_type": "temporal", "routes": [{"goal": "when", "queries": ["Ann pottery class"],
+                                                       "entities": ["Ann"], "time": None}]}
+    replies = iter([(200, completion_body("not json", 5, 1), 0.0), (200, completion_body(json.dumps(answer), 40, 9), 0.0)])
+    with FakeChatServer(lambda body: next(replies)) as server:
+        planner = LLMPlanner(server.base_url, "fake", cache_dir=tmp_path / "cache", backoff_s=0.0)
+        plan = planner.plan("When did Ann go to pottery?", bank.context)
+        again = LLMPlanner(server.base_url, "fake", cache_dir=tmp_path / "cache").plan(
+            "When did Ann go to pottery?", bank.context)  # answered from the cache: no request
+        requests = list(server.requests)
+    assert plan == again == Plan("temporal", (Route("when", ("Ann pottery class",), ("Ann",)),), "llm:fake")
+    assert len(requests) == 2 and requests[0]["temperature"] == 0.0
+    assert requests[0]["response_format"] == {"type": "json_object"} and "2023" in requests[0]["messages"][1]["content"]
+    assert planner.usage == LLMUsage(http_calls=2, retries=1, prompt_tokens=45, completion_tokens=10)
+    with FakeChatServer(lambda body: (503, {"error": "down"}, 0.0)) as server:
+        down = LLMPlanner(server.base_url, "fake", max_retries=0)
+        fallback = down.plan("When did Ann go to pottery?", bank.context)
+    assert fallback.planner == "rules" and down.fallbacks == 1
+
+
+# -- fusion and selection --------------------------------------------------------------------------
+
+
+def test_rrf_and_final_scores_by_hand():
+    fused = rrf([[1, 2, 3], [3, 1]])
+    assert fused == pytest.approx({1: 1 / 61 + 1 / 62, 2: 1 / 62, 3: 1 / 63 + 1 / 61})
+    assert ranking(fused) == [1, 3, 2]
+    assert rrf([[5, 5, 6]], [2.0]) == pytest.approx({5: 2 / 61, 6: 2 / 63})  # a repeat keeps its first rank
+    parts = final_scores([[1, 2, 3], [3, 1]])
+    top = 1 / 61 + 1 / 62
+    assert parts[1].s_best == 1.0 and parts[1].s_route == 1.0 and parts[1].s_final == pytest.approx(1.0)
+    assert parts[3].s_best == 1.0 and parts[3].s_route == pytest.approx((1 / 63 + 1 / 61) / top)
+    assert parts[2].s_final == pytest.approx(0.82 * 61 / 62 + 0.18 * (1 / 62) / top)
+
+
+def test_mmr_by_hand():
+    a = {"turns": frozenset({"D1:1"}), "tokens": frozenset({"pottery", "class"})}
+    b = {"turns": frozenset({"D1:1"}), "tokens": frozenset({"pottery", "lesson"})}
+    c = {"turns": frozenset({"D2:1"}), "tokens": frozenset({"dog"})}
+    assert similarity(a, b) == pytest.approx((1 + 1 / 3) / 2) and similarity(a, c) == 0.0
+    relevance = {1: 1.0, 2: 0.95, 3: 0.8}
+    # after 1: item 2 scores 0.75*0.95 - 0.25*2/3 = 0.546, item 3 scores 0.75*0.8 = 0.6
+    assert mmr_select([1, 2, 3], relevance, {1: a, 2: b, 3: c}, 3) == [1, 3, 2]
+    assert mmr_select([1, 2, 3], relevance, {1: a, 2: b, 3: c}, 2, seeds=[2]) == [2, 3]
+    assert mmr_select([1, 2], {1: 0.5, 2: 0.5}, {1: c, 2: c}, 2) == [1, 2]  # ties: the earlier one
+
+
+# -- the retriever -------------------------------------------------------------------------------------
+
+
+def test_exactly_k_distinct_items_and_never_an_archived_one(bank):
+    retriever = MultiRouteRetriever(bank)
+    assert bank.size == 5 + 7 and int((bank.turn_record < 0).sum()) == 3  # D1:3, D2:3, D2:4 stay turns
+    for k, use_code in ((3, False), (8, True), (30, True)):
+        result = retriever.retrieve("What did Ann do with pottery?", k, use_code=use_code, plan_depth=0)
+        hit_ids = [hit.amu_id for hit in result.hits]
+        assert len(hit_ids) == len(set(hit_ids)) == min(k, 8) and ARCHIVED not in hit_ids
+        assert [hit.rank for hit in result.hits] == list(range(1, len(hit_ids) + 1))
+    assert result.reranker == RERANKER_OFF and "code" in result.hits[0].scores
+    default = retriever.retrieve("pottery", 3)
+    assert len(default.hits) == 8  # final top-k = max(3, plan_depth 15, 1), capped by the bank
+    first = retriever.retrieve("When did Ann sign up for the pottery class?", 4, plan_depth=0).hits[0]
+    assert (first.amu_id, first.kind, first.time, first.source["turn_ids"]) == (f"{CID}:0:0", "record", "2023-05-07",
+                                                                                 ["D1:1"])
+    assert {"records", "lexical", "nodes", "s_final"} <= set(first.scores) and first.routes == (0,)
+    turn = next(h for h in retriever.retrieve("cool wow", 8, plan_depth=0).hits if h.kind == "turn")
+    assert turn.memory_type is None and turn.source["turn_ids"][0] in ("D1:3", "D2:3", "D2:4")
+
+
+def test_a_tiny_random_cross_encoder_reranks_inside_routes(bank, tmp_path):
+    torch = pytest.importorskip("torch")
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from isq.encoders import MINILM_ALIAS, resolve_encoder_path
+    from retrieval.routes.rerank import CrossEncoderReranker, rerank
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_encoder_path(MINILM_ALIAS))
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=16,
+                                                     num_hidden_layers=1, num_attention_heads=2,
+                                                     intermediate_size=32, num_labels=1))
+    model.save_pretrained(tmp_path / "ce")
+    tokenizer.save_pretrained(tmp_path / "ce")
+    reranker = CrossEncoderReranker(tmp_path / "ce")
+    scores = reranker.scores("pottery", ["Ann signed up for a pottery class.", "Bob ran a race."])
+    assert scores.shape == (2,) and np.isfinite(scores).all()
+    assert rerank([7, 8, 9], np.array([0.1, 0.5, 0.1])) == [8, 7, 9]
+    result = MultiRouteRetriever(bank, reranker=reranker).retrieve("pottery class", 5, plan_depth=0)
+    assert result.reranker == str(tmp_path / "ce") and len(result.hits) == 5
+    with pytest.raises(FileNotFoundError, match="no such model directory"):
+        CrossEncoderReranker(tmp_path / "absent")
+
+
+def test_the_similarity_matrix_is_the_pairwise_definition():
+    rng = np.random.default_rng(0)
+    fields = ("session", "turns", "tokens", "nodes")
+    signatures = {i: {f: frozenset(map(str, rng.choice(6, size=rng.integers(0, 4), replace=False)))
+                      for f in fields if rng.random() < 0.8} for i in range(12)}
+    matrix = similarity_matrix(list(range(12)), signatures)
+    expected = [[similarity(signatures[a], signatures[b]) for b in range(12)] for a in range(12)]
+    np.testing.assert_allclose(matrix, expected)

@@ -3,10 +3,12 @@ per segment -> the AMU store (library: :mod:`retrieval.memory.ingest`).
 
     python -m retrieval.ingest --locomo locomo10.json --store DIR [--extractor rule|llm]
         [--embedder NAME_OR_PATH] [--fingerprinter DIR] [--llm-cache DIR] [--no-progress]
+        [--consolidate-in-background [offline|llm]]
     python -m retrieval.ingest --jsonl turns.jsonl --store DIR ...
 
 The JSONL turn stream is described in :mod:`retrieval.memory.turns_jsonl`. A rerun on the same
-store resumes it.
+store resumes it. ``--consolidate-in-background`` runs consolidation (:mod:`retrieval.consolidation`)
+in a worker beside the ingest and waits for its last round at the end.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 from isq.encoders import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
+from retrieval.consolidation.options import OPERATORS, make_operator
+from retrieval.consolidation.worker import ConsolidationWorker, SerializedEmbedder
 from retrieval.eval.locomo import load_locomo
 from retrieval.extract.base import Extractor
 from retrieval.extract.llm import LLMExtractor
@@ -44,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-retry-fallbacks", action="store_true",
                         help="do not extract again the stored segments that fell back to raw turns")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--consolidate-in-background", nargs="?", const="offline", choices=OPERATORS,
+                        help="consolidate in a background worker beside the ingest (operator: offline by default)")
     return parser
 
 
@@ -58,13 +65,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             turns, participants = read_turns_jsonl(args.jsonl), None
         with AMUStore(args.store) as store:  # opened before any model loads: a bad store fails fast
             embedder, extractor, fingerprinter = _models(args)
-            stats = ingest_turns(turns, store, embedder, extractor, fingerprinter=fingerprinter,
-                                 participants=participants, progress=not args.no_progress,
-                                 retry_fallbacks=not args.no_retry_fallbacks)
+            worker = None
+            if args.consolidate_in_background:
+                embedder = SerializedEmbedder(embedder)  # shared with the worker thread
+                operator = make_operator(args.consolidate_in_background, args.llm_cache or args.store / "llm_cache")
+                worker = ConsolidationWorker(args.store, embedder, operator, fingerprinter=fingerprinter)
+            with worker or nullcontext():
+                stats = ingest_turns(turns, store, embedder, extractor, fingerprinter=fingerprinter,
+                                     participants=participants, progress=not args.no_progress,
+                                     retry_fallbacks=not args.no_retry_fallbacks)
     except (InputFormatError, IngestError, StoreError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(stats.summary())
+    for report in (worker.reports.values() if worker else ()):
+        print(f"consolidation {report.summary()}")
     return 0
 
 

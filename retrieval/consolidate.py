@@ -1,0 +1,77 @@
+"""``python -m retrieval.consolidate``: asynchronous consolidation of a store's conversations
+(library: :mod:`retrieval.consolidation`; SPEC section 8).
+
+    python -m retrieval.consolidate --store DIR [--operator offline|llm] [--threshold T]
+        [--linkage complete|average|single] [--window-days D] [--conversation ID ...]
+        [--embedder NAME_OR_PATH] [--fingerprinter DIR] [--llm-cache DIR]
+
+It may run while ``python -m retrieval.ingest`` writes to the same store. It prints one line per
+conversation and an audit line (every archived AMU leads to an active one, no source turn is
+lost); exit code 0, or 1 when the audit fails. Bad input ends with one ``error:`` line and exit
+code 2. A rerun resumes an interrupted run and changes nothing in a consolidated store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from isq.encoders import MINILM_ALIAS
+from isq.fingerprint import Fingerprinter
+from retrieval.consolidation.audit import audit
+from retrieval.consolidation.config import LINKAGES, WINDOW_DAYS, ConsolidationConfig
+from retrieval.consolidation.engine import consolidate_conversation
+from retrieval.consolidation.options import OPERATORS, make_operator
+from retrieval.index.embed import SentenceEmbedder
+from retrieval.memory.errors import StoreError
+from retrieval.memory.store import AMUStore
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m retrieval.consolidate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", type=Path, required=True, help="store directory written by retrieval.ingest")
+    parser.add_argument("--operator", choices=OPERATORS, default="offline",
+                        help="offline near-duplicate MERGE (default) or an LLM (ISQ_LLM_BASE_URL, ISQ_LLM_MODEL)")
+    parser.add_argument("--threshold", type=float, help="HAC cut, cosine distance (default: the operator's)")
+    parser.add_argument("--linkage", choices=LINKAGES, default="complete")
+    parser.add_argument("--window-days", type=float, default=WINDOW_DAYS, help="time-window gate, in days")
+    parser.add_argument("--conversation", action="append", help="only this conversation (repeatable)")
+    parser.add_argument("--embedder", default=MINILM_ALIAS, help="sentence embedder of the AMUs")
+    parser.add_argument("--fingerprinter", type=Path, help="the fingerprinter the store was built with, if any")
+    parser.add_argument("--llm-cache", type=Path, help="LLM response cache (default: STORE/llm_cache)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = ConsolidationConfig(threshold=args.threshold, linkage=args.linkage, window_days=args.window_days)
+        if not (args.store / AMUStore.DB_NAME).is_file():
+            raise StoreError(f"no store at {args.store} ({AMUStore.DB_NAME} is missing); ingest into it first")
+        with AMUStore(args.store, role="consolidate") as store:
+            stored = store.conversations()
+            conversations = args.conversation or stored
+            unknown = [cid for cid in conversations if cid not in stored]
+            if unknown:
+                raise ValueError(f"{args.store} holds no conversation {unknown[0]!r} (it holds {len(stored)})")
+            operator = make_operator(args.operator, args.llm_cache or args.store / "llm_cache")
+            fingerprinter = None if args.fingerprinter is None else Fingerprinter.from_pretrained(args.fingerprinter)
+            embedder = SentenceEmbedder(args.embedder)
+            for conversation_id in conversations:
+                report = consolidate_conversation(store, conversation_id, embedder, operator, config,
+                                                  fingerprinter=fingerprinter)
+                print(report.summary(), flush=True)
+            result = audit(store)
+    except (StoreError, ValueError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(result.summary())
+    for problem in result.problems[:20]:
+        print(f"  {problem}")
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""The consolidation engine: passes of plan -> operator -> pointer forwarding over one
+conversation of a store, until a pass changes nothing (SPEC section 8).
+
+Crash safety and idempotence. Each applied draft is one store transaction
+(:meth:`~retrieval.memory.store.AMUStore.forward`: insert + archive + successor), so a kill at any
+point leaves the store consistent. A pass first saves its plan in the store (meta
+``consolidation_plan:<conversation>``, with the settings that made it) and clears it when done:
+a rerun after a kill resumes the saved plan (steps already applied are skipped: their members
+are archived; merged ids are derived from member ids, so nothing is written twice) and then
+continues with fresh passes, so it ends in the same store as an uninterrupted run. Passes repeat
+until a fresh plan applies nothing, so a rerun over a consolidated store changes nothing.
+
+Library use (the evaluation's ``--consolidate``)::
+
+    report = consolidate_conversation(store, "conv-26", SentenceEmbedder(), OfflineOperator())
+    report.turns_before, report.turns_after   # recall ceilings before / after
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from retrieval.consolidation.config import ConsolidationConfig
+from retrieval.consolidation.forward import merged_amu
+from retrieval.consolidation.members import Member, members
+from retrieval.consolidation.operations import OfflineOperator, Operation, Operator
+from retrieval.consolidation.plan import make_plan
+from retrieval.consolidation.report import ConsolidationReport
+from retrieval.memory.cache import CachedEmbedder, model_identity
+from retrieval.memory.records import AMU
+from retrieval.memory.store import AMUStore
+
+logger = logging.getLogger(__name__)
+
+PLAN_KEY = "consolidation_plan:{}"
+
+
+def consolidate_conversation(store: AMUStore, conversation_id: str, embedder: Any, operator: Operator | None = None,
+                             config: ConsolidationConfig | None = None, *,
+                             fingerprinter: Any | None = None) -> ConsolidationReport:
+    """Consolidate the active AMUs of one conversation in ``store`` (open for writing; beside an
+    ingest, open it with ``role="consolidate"``).
+
+    ``embedder``: the sentence embedder of the AMUs (cached in the store; wrap it in
+    :class:`CachedEmbedder` yourself to share one). ``operator`` defaults to the
+    :class:`OfflineOperator`; ``config`` to :class:`ConsolidationConfig` with the operator's
+    threshold. ``fingerprinter``: the one the store was built with (its binding is checked, as
+    on ingest), so merged AMUs carry fingerprints like the others. Raises ``ValueError`` for a
+    conversation the store does not hold.
+    """
+    started = time.perf_counter()
+    operator = operator or OfflineOperator()
+    config = (config or ConsolidationConfig()).resolved(operator.default_threshold)
+    if conversation_id not in store.conversations():
+        raise ValueError(f"{store.directory} holds no conversation {conversation_id!r}")
+    store.bind("fingerprinter", "none" if fingerprinter is None else model_identity(fingerprinter),
+               hint="consolidate with the fingerprinter the store was built with")
+    cached = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder, store)
+    usage_before = dataclasses.replace(operator.usage)
+    report = ConsolidationReport(conversation_id, operator.name, float(config.threshold or 0.0))
+    units = list(store.amus(conversation_id, include_archived=True))  # reading AMUs back is the costly part
+    report.turns_before, report.amus_before = _covered(units), sum(not amu.archived for amu in units)
+    turn_order = {turn.turn_id: index for index, turn in enumerate(store.turns(conversation_id))}
+    step = _Step(store, operator, config, turn_order, fingerprinter, report)
+    key = PLAN_KEY.format(conversation_id)
+    gated = False
+    for _ in range(config.max_passes):
+        current = members(units, store.successors(conversation_id))
+        saved = store.meta(key)
+        resumed = saved is not None and saved.get("config") == config.key()
+        if resumed:
+            clusters = [tuple(ids) for ids in saved["clusters"]]
+        else:
+            if saved is not None:  # a plan of other settings: never resumed later either
+                store.put_meta(key, None)
+            fallback = {segment.seq for segment in store.segments(conversation_id) if segment.fallback}
+            plan = make_plan(current, cached.encode, config, fallback)
+            if not gated:  # what the gates held back, as the first fresh plan saw it
+                gated = True
+                report.count_sensitive, report.pending_reextraction = plan.count_sensitive, plan.pending_reextraction
+                report.window_splits = plan.window_splits
+            clusters = plan.clusters
+            if not clusters:
+                break
+            store.put_meta(key, {"config": config.key(), "clusters": [list(ids) for ids in clusters]})
+        report.passes += 1
+        by_id = {member.id: member for member in current}
+        applied = sum(step.apply([by_id[i] for i in ids if i in by_id]) for ids in clusters)
+        store.put_meta(key, None)
+        if not applied and not resumed:
+            break
+        units = list(store.amus(conversation_id, include_archived=True))
+    else:
+        logger.warning("%s: stopped after %d consolidation passes", conversation_id, config.max_passes)
+    report.turns_after, report.amus_active_after = _covered(units), sum(not amu.archived for amu in units)
+    report.llm = operator.usage.since(usage_before)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _covered(amus: Sequence[AMU]) -> frozenset[str]:
+    """The turn ids the active ones of ``amus`` point to."""
+    return frozenset(turn_id for amu in amus if not amu.archived for turn_id in amu.source.turn_ids)
+
+
+@dataclasses.dataclass
+class _Step:
+    """Applies one cluster of a plan: the operator's drafts, each forwarded in one transaction."""
+
+    store: AMUStore
+    operator: Operator
+    config: ConsolidationConfig
+    turn_order: dict[str, int]
+    fingerprinter: Any | None
+    report: ConsolidationReport
+    seen: set[tuple[str, ...]] = dataclasses.field(default_factory=set)
+
+    def apply(self, cluster: Sequence[Member]) -> int:
+        """Drafts applied for the still-active members of a planned cluster."""
+        if len(cluster) < 2:
+            return 0  # applied before a crash, or archived meanwhile by a retried extraction
+        ids = tuple(member.id for member in cluster)
+        first_time = ids not in self.seen
+        self.seen.add(ids)
+        self.report.clusters += first_time
+        drafts = self.operator.decide(cluster)
+        if drafts is None:
+            self.report.unanswered += first_time
+            return 0
+        if not drafts:
+            self.report.operations[Operation.KEEP.value] += first_time
+        applied = 0
+        for draft in drafts:
+            amu = merged_amu(cluster, draft, self.turn_order, self.config.prefix_min_span)
+            if self.fingerprinter is not None:
+                (print_,) = self.fingerprinter.fingerprint([amu.text])
+                amu = dataclasses.replace(amu, fingerprint=tuple(print_.sequence))
+            if not self.store.forward(draft.member_ids, amu, draft.operation.value):
+                self.report.conflicts += 1
+                continue
+            applied += 1
+            self.report.operations[draft.operation.value] += 1
+            self.report.archived += len(draft.member_ids)
+            self.report.created += 1
+            self.report.exact_duplicates += draft.exact
+        return applied

@@ -1,0 +1,122 @@
+"""Consolidation in the background, beside ingestion (MemCode: "off the online path, never
+blocking it").
+
+:class:`ConsolidationWorker` is a thread with its own store connection, opened in the
+``consolidate`` role (its own writer lock; SQLite in WAL mode serialises its short transactions
+with the ingest's, and the store's busy timeout makes either wait rather than fail). It runs
+rounds over the store's conversations until stopped (a round skips a conversation to which nothing
+was committed since its last consolidation), then one final round, so everything ingested before
+:meth:`~ConsolidationWorker.stop` is consolidated. Ingestion never waits for a round: the
+worker only reads what is committed and writes one forwarding transaction at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from retrieval.consolidation.config import WORKER_INTERVAL_S, ConsolidationConfig
+from retrieval.consolidation.engine import consolidate_conversation
+from retrieval.consolidation.operations import OfflineOperator, Operator
+from retrieval.consolidation.report import ConsolidationReport
+from retrieval.memory.cache import CachedEmbedder, model_identity
+from retrieval.memory.store import AMUStore
+
+
+class SerializedEmbedder:
+    """An embedder shared by two threads: one ``encode`` at a time (a fast tokenizer refuses
+    concurrent use). Its identity is the wrapped embedder's, so stores see the same model."""
+
+    def __init__(self, embedder: Any) -> None:
+        self.embedder = embedder
+        self.dim = embedder.dim
+        self.identity = model_identity(embedder)
+        self._lock = threading.Lock()
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        with self._lock:
+            return self.embedder.encode(texts)
+
+
+class ConsolidationWorker:
+    """Background consolidation of a store's conversations (all, or ``conversations``).
+
+    Use as a context manager around an ingest, or call :meth:`start` and :meth:`stop`. Share the
+    ingest's embedder through :class:`SerializedEmbedder`. :attr:`reports` holds one report per
+    conversation, summed over the rounds. An error in the thread is raised again by :meth:`stop`.
+    """
+
+    def __init__(self, directory: str | Path, embedder: Any, operator: Operator | None = None,
+                 config: ConsolidationConfig | None = None, *, fingerprinter: Any | None = None,
+                 conversations: Sequence[str] | None = None, interval_s: float = WORKER_INTERVAL_S) -> None:
+        self.directory = Path(directory)
+        self.embedder, self.operator, self.config = embedder, operator or OfflineOperator(), config
+        self.fingerprinter, self.conversations, self.interval_s = fingerprinter, conversations, interval_s
+        self.reports: dict[str, ConsolidationReport] = {}
+        self.rounds = 0
+        self.error: BaseException | None = None
+        self._stop, self._abort = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._run, name="consolidation", daemon=True)
+        self._store: AMUStore | None = None
+        self._counts: dict[str, int] = {}  # AMUs (archived included) after each conversation's last run
+
+    def start(self) -> ConsolidationWorker:
+        """Open the store (a second consolidation of it is refused here, :class:`StoreBusy`) and
+        start the thread."""
+        self._store = AMUStore(self.directory, role="consolidate")
+        self._thread.start()
+        return self
+
+    def stop(self, final_round: bool = True) -> dict[str, ConsolidationReport]:
+        """Finish: one last round over everything committed (unless ``final_round`` is False),
+        then wait for the thread; returns :attr:`reports`."""
+        if not final_round:
+            self._abort.set()
+        self._stop.set()
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.reports
+
+    def __enter__(self) -> ConsolidationWorker:
+        return self.start()
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.stop(final_round=exc_type is None)
+
+    def _run(self) -> None:
+        assert self._store is not None
+        try:
+            embedder = CachedEmbedder(self.embedder, self._store)
+            while not self._abort.is_set():
+                last = self._stop.is_set()  # set before this round began: the round sees every commit
+                self._round(embedder)
+                if last:
+                    break
+                self._stop.wait(self.interval_s)
+        except BaseException as err:  # noqa: BLE001 - handed to the caller by stop()
+            self.error = err
+        finally:
+            self._store.close()
+
+    def _round(self, embedder: CachedEmbedder) -> None:
+        assert self._store is not None
+        stored = self._store.conversations()
+        for conversation_id in [c for c in self.conversations or stored if c in stored]:
+            if self._abort.is_set():
+                return
+            count = self._store.count(conversation_id)
+            if count == self._counts.get(conversation_id):
+                continue  # nothing committed since this conversation's last consolidation
+            report = consolidate_conversation(self._store, conversation_id, embedder, self.operator, self.config,
+                                              fingerprinter=self.fingerprinter)
+            self._counts[conversation_id] = count + report.created  # less than the store's if ingested meanwhile
+            if conversation_id in self.reports:
+                self.reports[conversation_id].absorb(report)
+            else:
+                self.reports[conversation_id] = report
+        self.rounds += 1

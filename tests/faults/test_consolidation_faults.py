@@ -1,0 +1,159 @@
+"""Consolidation under faults: a SIGKILL at any step, then a rerun, ends in the store an
+uninterrupted run makes; ingestion and background consolidation at once lose and duplicate
+nothing; a second consolidation of a store, or one with another fingerprinter, is refused."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from retrieval.consolidate import main as consolidate_main
+from retrieval.consolidation.audit import audit
+from retrieval.consolidation.engine import consolidate_conversation
+from retrieval.consolidation.worker import ConsolidationWorker, SerializedEmbedder
+from retrieval.extract.rules import RuleExtractor
+from retrieval.memory.errors import StoreBusy, StoreMismatch
+from retrieval.memory.ingest import ingest_turns
+from retrieval.memory.store import AMUStore
+from tests.test_consolidation import CID, built, duplicate_turns, snapshot  # noqa: F401 - the fixture
+from tests.test_ingest import HashEmbedder
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def consolidate_and_die(store_dir: str, where: str, step: int) -> None:
+    """Run in a subprocess: consolidate, and SIGKILL this process at ``where``: inside the
+    transaction of the ``step``-th forwarding (after its insert), right after it committed, or
+    after a pass's last step, before its plan is cleared."""
+    insert, forward, put_meta = AMUStore._insert_amu, AMUStore.forward, AMUStore.put_meta
+    done = {"forwarded": 0}
+
+    def insert_then_die(db, amu):
+        insert(db, amu)
+        if where == "insert" and ":c:" in amu.id and done["forwarded"] + 1 == step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def forward_then_die(self, *args):
+        result = forward(self, *args)
+        done["forwarded"] += 1
+        if where == "commit" and done["forwarded"] == step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    def die_before_clearing(self, key, value):
+        if where == "clear" and value is None and key.startswith("consolidation_plan:"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        put_meta(self, key, value)
+
+    AMUStore._insert_amu = staticmethod(insert_then_die)
+    AMUStore.forward = forward_then_die
+    AMUStore.put_meta = die_before_clearing
+    with AMUStore(store_dir, role="consolidate") as store:
+        consolidate_conversation(store, CID, HashEmbedder())
+
+
+@pytest.fixture(scope="module")
+def reference(built, tmp_path_factory) -> list[tuple]:  # noqa: F811 - the imported fixture
+    """The store after an uninterrupted consolidation."""
+    target = tmp_path_factory.mktemp("reference") / "store"
+    shutil.copytree(built, target)
+    with AMUStore(target, role="consolidate") as store:
+        consolidate_conversation(store, CID, HashEmbedder())
+        return snapshot(store)
+
+
+@pytest.mark.parametrize(("where", "step"), [("insert", 6), ("commit", 3), ("clear", 0)])
+def test_a_killed_consolidation_reruns_to_the_uninterrupted_store(built, reference, tmp_path, where, step):  # noqa: F811
+    store_dir = tmp_path / "store"
+    shutil.copytree(built, store_dir)
+    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from tests.faults import test_consolidation_faults as t; "
+            f"t.consolidate_and_die({str(store_dir)!r}, {where!r}, {step})")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, timeout=300)
+    assert result.returncode == -signal.SIGKILL, result.stderr.decode()[-2000:]
+    with AMUStore(store_dir, role="consolidate") as store:
+        assert audit(store).ok  # consistent at the kill: every archived AMU has an active successor
+        interrupted = snapshot(store)
+        assert interrupted != reference
+        if where == "clear":
+            assert store.meta(f"consolidation_plan:{CID}") is not None  # killed before the pass ended
+        report = consolidate_conversation(store, CID, HashEmbedder())
+        assert snapshot(store) == reference
+        assert report.conflicts == 0
+        assert len({a.id for a in store.amus(include_archived=True)}) == len(reference) - 1
+
+
+def test_ingestion_and_background_consolidation_lose_and_duplicate_nothing(tmp_path: Path) -> None:
+    conversations = ("conv-x", "conv-y", "conv-z")
+    turns = [turn for cid in conversations for turn in duplicate_turns(cid)]
+    with AMUStore(tmp_path / "plain") as plain:
+        ingest_turns(turns, plain, HashEmbedder(), RuleExtractor(), progress=False)
+        segments = {cid: [(s.seq, s.turn_ids) for s in plain.segments(cid)] for cid in conversations}
+        ingested = {a.id: a.text for a in plain.amus(include_archived=True)}
+
+    class SlowExtractor(RuleExtractor):
+        def extract(self, segment, context):
+            time.sleep(0.02)  # leaves the worker rounds to run between commits
+            return super().extract(segment, context)
+
+    store_dir = tmp_path / "live"
+    embedder = SerializedEmbedder(HashEmbedder())
+    with AMUStore(store_dir) as store:
+        worker = ConsolidationWorker(store_dir, embedder, interval_s=0.0)
+        with worker:
+            stats = ingest_turns(turns, store, embedder, SlowExtractor(), progress=False)
+        assert stats.segments == sum(len(s) for s in segments.values()) and worker.rounds >= 2
+    with AMUStore(store_dir, role="consolidate") as store:
+        units = list(store.amus(include_archived=True))
+        originals = {a.id: a.text for a in units if ":c:" not in a.id}
+        assert originals == ingested  # every ingested AMU is there, once, unchanged
+        assert {cid: [(s.seq, s.turn_ids) for s in store.segments(cid)] for cid in conversations} == segments
+        successors = store.successors()
+        assert all(a.id in successors for a in units if a.archived)
+        assert audit(store).ok
+        merged_at = [index for index, a in enumerate(units) if ":c:" in a.id]
+        assert merged_at and merged_at[0] < max(i for i, a in enumerate(units) if ":c:" not in a.id)  # concurrent
+        summed = {cid: (r.amus_before, r.amus_active_after, r.archived, len(r.lost_turns))
+                  for cid, r in worker.reports.items()}
+        assert summed == {cid: (19, 13, 12, 0) for cid in conversations}  # the rounds add up
+        for cid in conversations:  # the final round left nothing to do
+            assert consolidate_conversation(store, cid, HashEmbedder()).archived == 0
+
+
+def test_a_second_consolidation_of_a_store_is_refused(built, tmp_path: Path, capsys) -> None:  # noqa: F811
+    store_dir = tmp_path / "store"
+    shutil.copytree(built, store_dir)
+    release = threading.Event()
+
+    class BlockingEmbedder(HashEmbedder):
+        def encode(self, texts):
+            release.wait(30)
+            return super().encode(texts)
+
+    worker = ConsolidationWorker(store_dir, BlockingEmbedder(), interval_s=0.0).start()
+    try:
+        with pytest.raises(StoreBusy, match="consolidate"):
+            AMUStore(store_dir, role="consolidate")
+        assert consolidate_main(["--store", str(store_dir)]) == 2
+        assert "open for consolidate by another process" in capsys.readouterr().err
+    finally:
+        release.set()
+        worker.stop(final_round=False)
+
+
+def test_consolidation_with_another_fingerprinter_is_refused(built, tmp_path: Path) -> None:  # noqa: F811
+    store_dir = tmp_path / "store"
+    shutil.copytree(built, store_dir)
+
+    class OtherFingerprinter:
+        identity = {"codebook_sha256": "b" * 64}
+
+    with AMUStore(store_dir, role="consolidate") as store, pytest.raises(StoreMismatch, match="fingerprinter"):
+        consolidate_conversation(store, CID, HashEmbedder(), fingerprinter=OtherFingerprinter())

@@ -1,0 +1,386 @@
+"""Asynchronous consolidation (SPEC section 8): gates, HAC plan, the offline and LLM operators,
+pointer forwarding with its audit, idempotence, the indexes, the command lines."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from retrieval.consolidate import main as consolidate_main
+from retrieval.consolidation.audit import audit
+from retrieval.consolidation.config import ConsolidationConfig
+from retrieval.consolidation.engine import PLAN_KEY, consolidate_conversation
+from retrieval.consolidation.gates import is_count_sensitive, split_by_window
+from retrieval.consolidation.llm_operator import LLMOperator
+from retrieval.consolidation.members import Member
+from retrieval.consolidation.operations import OfflineOperator, Operation
+from retrieval.consolidation.plan import make_plan
+from retrieval.consolidation.report import combined
+from retrieval.extract.rules import RuleExtractor
+from retrieval.ingest import main as ingest_main
+from retrieval.memory.ingest import ingest_turns
+from retrieval.memory.records import AMU, SourcePointer, Turn
+from retrieval.memory.store import AMUStore
+from tests.fake_chat import FakeChatServer, completion_body
+from tests.test_ingest import HashEmbedder
+
+CID = "conv-d"
+SESSIONS = [("s1", datetime(2023, 5, 8, 13, 56)), ("s2", datetime(2023, 5, 20, 10, 0)),
+            ("s3", datetime(2023, 8, 1, 9, 0))]
+LINES = {
+    "hike": ("Ann", "I love hiking in the mountains with my dog Max."),
+    "hike_bob": ("Bob", "I love hiking in the mountains with my dog Max."),
+    "cats": ("Ann", "I have two cats at home and they are lovely."),
+    "guitar": ("Bob", "I am learning to play the acoustic guitar this summer."),
+    "guitar2": ("Bob", "I am learning to play acoustic guitar this summer!"),
+    "group": ("Ann", "I went to the support group yesterday, it was powerful."),
+    "paint": ("Bob", "My favourite painting shows a sunrise over the lake."),
+    "book": ("Ann", "Reading fantasy novels before bed relaxes me a lot."),
+    "bread_a": ("Bob", "I bake sourdough bread with rye flour and sea salt at home."),
+    "bread_b": ("Bob", "I bake sourdough bread with rye flour and sea salt at home lately."),
+    "bread_c": ("Bob", "I bake sourdough bread with spelt flour and sea salt at home lately."),
+}
+PLAN = {"s1": ["hike", "hike_bob", "cats", "guitar", "group", "paint", "book", "bread_a"],
+        "s2": ["hike", "cats", "guitar2", "group", "paint", "book", "bread_b", "bread_c"],
+        "s3": ["hike", "guitar", "paint"]}
+"""Known duplicates: exact ones (hike, paint, book, s1+s2; s3 is 2.5 months later: the window
+splits it off), a near one (guitar), a count-sensitive pair (cats), two events with different
+dates (group), the same words by another speaker (hike_bob), and a chain that merges in two
+passes (bread: a~b, b~c, but a and c too far apart for one complete-linkage cluster)."""
+
+
+def duplicate_turns(conversation_id: str = CID) -> list[Turn]:
+    turns = []
+    for number, (session, when) in enumerate(SESSIONS, start=1):
+        for index, key in enumerate(PLAN[session]):
+            speaker, text = LINES[key]
+            turns.append(Turn(conversation_id, session, f"D{number}:{index + 1}", speaker, text, when))
+    return turns
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """The synthetic conversation, ingested (rule extractor, hash embedder), not consolidated."""
+    directory = tmp_path_factory.mktemp("built")
+    with AMUStore(directory) as store:
+        ingest_turns(duplicate_turns(), store, HashEmbedder(), RuleExtractor(), progress=False)
+    return directory
+
+
+@pytest.fixture
+def store_dir(built, tmp_path) -> Path:
+    target = tmp_path / "store"
+    shutil.copytree(built, target)
+    return target
+
+
+def snapshot(store: AMUStore) -> list[tuple]:
+    """Every AMU (archived too) with its forward pointer and operation, and the pending plans."""
+    successors = store.successors()
+    return [(a.id, a.text, a.archived, successors.get(a.id), a.source, a.observed_at, a.timestamps,
+             store.meta(f"consolidation:{a.id}")) for a in store.amus(include_archived=True)] + [
+        store.meta(PLAN_KEY.format(cid)) for cid in store.conversations()]
+
+
+def member(unit_id: str, text: str, speaker: str = "Ann", when: datetime | None = SESSIONS[0][1],
+           timestamps: tuple[str, ...] = ()) -> Member:
+    amu = AMU(unit_id, text, "fact", SourcePointer(CID, "s1", (f"T{unit_id}",), (speaker,), 0),
+              observed_at=when.isoformat() if when else None, timestamps=timestamps)
+    return Member(amu, when, when)
+
+
+# -- gates and the plan --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "sensitive"), [
+    ("Ann has two cats.", True),
+    ("Jon ran 3 races in June.", True),
+    ("Gina goes dancing twice a week.", True),
+    ("Gina practises every day before work.", True),
+    ("Jon visits the studio weekly.", True),
+    ("How many kids does Melanie have? Melanie has a couple.", True),
+    ("It was the first time Caroline went camping.", True),
+    ("Caroline went to a support group on 7 May 2023.", False),
+    ("On Saturday, 20 May 2023 at 1:56 pm Caroline ran a charity race.", False),
+    ("Melanie painted a lake sunrise in 2022.", False),
+    ("Caroline loves painting sunsets.", False),
+])
+def test_count_sensitive_lexicon(text: str, sensitive: bool) -> None:
+    assert is_count_sensitive(text) is sensitive
+
+
+def test_gates_on_hand_built_clusters() -> None:
+    may, june, sept = datetime(2023, 5, 1), datetime(2023, 5, 25), datetime(2023, 9, 1)
+    members = [member("a1", "Ann loves tea.", when=may), member("b1", "Bob loves tea.", speaker="Bob", when=may),
+               member("a2", "Ann loves tea!", when=june), member("a3", "Ann has two teapots.", when=june),
+               member("a4", "Ann loves tea.", when=sept), member("b2", "Bob loves tea.", speaker="Bob", when=june),
+               member("a5", "Ann loves tea.", when=None), member("a6", "Ann loves tea.", when=None)]
+    same = lambda texts: np.ones((len(texts), 4), dtype=np.float32)  # noqa: E731 - every pair at distance 0
+    plan = make_plan(members, same, ConsolidationConfig(threshold=0.1))
+    # one cluster per speaker; the count-sensitive a3 is held back; Ann's Sept and undated AMUs split off
+    assert plan.clusters == [("a1", "a2"), ("b1", "b2"), ("a5", "a6")]
+    assert (plan.count_sensitive, plan.window_splits) == (1, 2)
+    fallback = make_plan(members, same, ConsolidationConfig(threshold=0.1), fallback_segments={0})
+    assert fallback.clusters == [] and fallback.pending_reextraction == len(members)
+    apart = lambda texts: np.eye(len(texts), 8, dtype=np.float32)  # noqa: E731 - orthogonal: distance 1
+    assert make_plan(members, apart, ConsolidationConfig(threshold=0.1)).clusters == []
+    parts = split_by_window([members[0], members[2], members[4]], ConsolidationConfig(window_days=30).window)
+    assert [[m.id for m in part] for part in parts] == [["a1", "a2"], ["a4"]]
+
+
+def test_offline_operator_merges_duplicates_of_one_event_keeping_the_newest() -> None:
+    cluster = [member("a1", "Ann went to the group on 7 May 2023.", timestamps=("2023-05-07",)),
+               member("a2", "[2023-05-01 to 2023-05-08] Ann went to the group on 7 May 2023!",
+                      when=datetime(2023, 5, 9), timestamps=("2023-05-07",)),
+               member("a3", "Ann went to the group on 19 May 2023.", when=datetime(2023, 5, 20),
+                      timestamps=("2023-05-19",))]
+    (draft,) = OfflineOperator().decide(cluster)
+    assert draft.operation == Operation.MERGE and draft.member_ids == ("a1", "a2")
+    assert draft.text == "Ann went to the group on 7 May 2023!" and draft.exact  # old prefix stripped
+    assert OfflineOperator().decide(cluster[:1] + cluster[2:]) == []
+
+
+# -- the offline path end to end -----------------------------------------------------------------
+
+
+def test_offline_consolidation_of_a_conversation_with_known_duplicates(store_dir: Path) -> None:
+    with AMUStore(store_dir, role="consolidate") as store:
+        before = {a.id: a for a in store.amus()}
+        report = consolidate_conversation(store, CID, HashEmbedder())
+        assert (report.amus_before, report.amus_active_after, report.archived, report.created) == (19, 13, 12, 6)
+        assert report.operations == {"MERGE": 6, "KEEP": 1} and report.exact_duplicates == 3
+        assert (report.count_sensitive, report.passes, report.llm_calls, report.tokens) == (2, 3, 0, 0)
+        assert report.turns_before == report.turns_after and not report.lost_turns
+        active = list(store.amus())
+        texts = sorted(a.text for a in active)
+        assert texts.count("Ann has two cats at home and they are lovely.") == 2  # count-sensitive: kept
+        assert sum("support group" in t for t in texts) == 2  # two events, two dates
+        assert "Bob loves hiking in the mountains with Bob's dog Max." in texts  # another speaker
+        assert "Ann loves hiking in the mountains with Ann's dog Max." in texts  # s3: outside the window
+        hike = next(a for a in active if a.text.startswith("[2023-05-08 to 2023-05-20] Ann loves hiking"))
+        assert hike.source == SourcePointer(CID, "s2", ("D1:1", "D2:1"), ("Ann",), None)
+        assert hike.observed_at == SESSIONS[1][1].isoformat() and hike.id.startswith(f"{CID}:c:")
+        guitar = next(a for a in active if "guitar" in a.text and a.source.session_id == "s2")
+        assert guitar.text == "[2023-05-08 to 2023-05-20] Bob is learning to play acoustic guitar this summer!"
+        (bread,) = [a for a in active if "sourdough" in a.text]  # merged in two passes
+        assert bread.source.turn_ids == ("D1:8", "D2:7", "D2:8")
+        archived = [a for a in store.amus(include_archived=True) if a.archived]
+        assert all(a.text == before[a.id].text for a in archived if a.id in before)  # never rewritten
+        assert store.meta(f"consolidation:{hike.id}") == {"operation": "MERGE"}
+        assert store.meta(PLAN_KEY.format(CID)) is None
+        block = combined([report])
+        assert (block["amus_before"], block["amus_active_after"], block["archived"], block["lost_turns"]) == (
+            19, 13, 12, 0)
+        assert block["operations"] == {"KEEP": 1, "MERGE": 6} and block["operator"] == ["offline"]
+
+
+def test_a_rerun_over_a_consolidated_store_changes_nothing(store_dir: Path) -> None:
+    with AMUStore(store_dir, role="consolidate") as store:
+        consolidate_conversation(store, CID, HashEmbedder())
+        first = snapshot(store)
+        again = consolidate_conversation(store, CID, HashEmbedder())
+        assert (again.archived, again.created, again.amus_before, again.amus_active_after) == (0, 0, 13, 13)
+        assert snapshot(store) == first
+
+
+def test_a_saved_plan_of_other_settings_is_not_resumed(store_dir: Path) -> None:
+    with AMUStore(store_dir, role="consolidate") as store:
+        stale = [f"{CID}:0:1", f"{CID}:0:2"]  # Bob's hike and Ann's cats: never one cluster
+        store.put_meta(PLAN_KEY.format(CID), {"config": {"threshold": 0.5}, "clusters": [stale]})
+        assert consolidate_conversation(store, CID, HashEmbedder()).archived == 12
+        assert not any(store.get(unit_id).archived for unit_id in stale)
+        assert store.meta(PLAN_KEY.format(CID)) is None
+
+
+def test_forwarding_keeps_every_source_turn_reachable(store_dir: Path) -> None:
+    with AMUStore(store_dir, role="consolidate") as store:
+        consolidate_conversation(store, CID, HashEmbedder())
+        wider = consolidate_conversation(store, CID, HashEmbedder(), config=ConsolidationConfig(window_days=100))
+        assert wider.created == 3  # the s3 statements join their merged May AMUs
+        result = audit(store)
+        assert result.ok and result.longest_chain == 2 and result.forwarded == 18 and result.active == 10
+        successors = store.successors()
+        all_turns = {t.turn_id for t in store.turns(CID)}
+        for amu in store.amus(include_archived=True):
+            current = amu
+            while current.archived:
+                current = store.get(successors[current.id])
+            assert {t.turn_id for t in store.source_turns(current)} >= set(amu.source.turn_ids)
+        covered = {turn for a in store.amus() for turn in a.source.turn_ids}
+        assert covered == {turn for a in store.amus(include_archived=True) for turn in a.source.turn_ids}
+        assert covered <= all_turns
+        hike = next(a for a in store.amus() if "Ann loves hiking" in a.text)
+        assert hike.text == "[2023-05-08 to 2023-08-01] Ann loves hiking in the mountains with Ann's dog Max."
+        assert hike.source.turn_ids == ("D1:1", "D2:1", "D3:1")
+
+
+def test_the_audit_names_a_lost_turn(store_dir: Path) -> None:
+    with AMUStore(store_dir, role="consolidate") as store:
+        store.archive([f"{CID}:0:0"])  # archived outside consolidation: no successor, nothing covers D1:1
+        result = audit(store)
+        assert not result.ok and result.lost_turns[CID] == {"D1:1"}
+        assert result.problems == [f"{CID}:0:0: archived without a successor"]
+
+
+def test_forward_refuses_members_that_are_no_longer_active(store_dir: Path) -> None:
+    with AMUStore(store_dir, role="consolidate") as store:
+        first, second = list(store.amus())[:2]
+        merged = AMU(f"{CID}:c:test", "Merged.", "fact", SourcePointer(CID, "s1", ("D1:1", "D1:2"), ("Ann",)))
+        store.archive([second.id])
+        count = store.count()
+        assert store.forward([first.id, second.id], merged, "MERGE") is False
+        assert store.count() == count and not store.get(first.id).archived and store.successors() == {}
+        with pytest.raises(ValueError, match="need active AMUs"):
+            store.forward([merged.id], merged, "MERGE")
+
+
+def test_the_indexes_see_archived_amus_disappear_and_merged_ones_appear(store_dir: Path) -> None:
+    with AMUStore(store_dir, role="consolidate") as store:
+        consolidate_conversation(store, CID, HashEmbedder())
+        archived = {a.id for a in store.amus(include_archived=True) if a.archived}
+        active = {a.id for a in store.amus()}
+        found = {unit_id for unit_id, _ in store.lexical_search("sourdough bread", CID, 10)}
+        (bread,) = [a.id for a in store.amus() if "sourdough" in a.text]
+        assert found == {bread}
+        linked = {unit_id for node in store.evidence_nodes(CID) for unit_id in node.amu_ids}
+        assert not linked & archived and bread in linked and linked <= active
+
+
+# -- the LLM operator through a local endpoint ---------------------------------------------------
+
+MARATHON = [Turn("conv-m", "s1", "D1:1", "Ann", "I am training for the city marathon in the spring.",
+                 SESSIONS[0][1]),
+            Turn("conv-m", "s1", "D1:2", "Bob", "Good luck with that, the course looks hard!", SESSIONS[0][1]),
+            Turn("conv-m", "s2", "D2:1", "Ann", "I am training hard for the city marathon this spring.",
+                 SESSIONS[1][1])]
+ANSWERS = {
+    "MERGE": {"operation": "MERGE", "text": "Ann is training for the city marathon in spring 2023.",
+              "memory_type": "event", "entities": ["Ann"], "tags": ["marathon"], "timestamps": ["2023"]},
+    "UPDATE": {"operation": "UPDATE", "text": "Ann now trains hard for the city marathon.", "memory_type": "fact"},
+    "AGGREGATE": {"operation": "AGGREGATE", "text": "Ann trains for the city marathon, harder since May 2023.",
+                  "memory_type": "event", "timestamps": ["2023-05"]},
+}
+
+
+@pytest.fixture
+def marathon(tmp_path) -> Path:
+    with AMUStore(tmp_path / "store") as store:
+        ingest_turns(MARATHON, store, HashEmbedder(), RuleExtractor(), progress=False)
+    return tmp_path / "store"
+
+
+def answering(*contents: str):
+    replies = list(contents)
+
+    def respond(body):
+        content = replies.pop(0) if len(replies) > 1 else replies[0]
+        return 200, completion_body(content, 100, 20), 0.0
+    return respond
+
+
+@pytest.mark.parametrize("operation", ["MERGE", "UPDATE", "AGGREGATE"])
+def test_each_llm_operation_through_a_local_endpoint(marathon: Path, tmp_path: Path, operation: str) -> None:
+    answer = ANSWERS[operation]
+    with FakeChatServer(answering(json.dumps(answer))) as server, AMUStore(marathon, role="consolidate") as store:
+        operator = LLMOperator(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=1, backoff_s=0.0)
+        report = consolidate_conversation(store, "conv-m", HashEmbedder(), operator)
+        assert report.operations == {operation: 1} and (report.archived, report.created) == (2, 1)
+        assert (report.llm_calls, report.tokens) == (1, 120)
+        (merged,) = [a for a in store.amus() if a.source.speakers == ("Ann",)]
+        assert merged.text == "[2023-05-08 to 2023-05-20] " + answer["text"]
+        assert merged.memory_type == answer["memory_type"] and merged.source.turn_ids == ("D1:1", "D2:1")
+        assert merged.t_ref == (None if operation == "AGGREGATE" else "2023-05-20")
+        assert store.meta(f"consolidation:{merged.id}") == {"operation": operation}
+        (request,) = server.requests
+        prompt = request["messages"][1]["content"]
+        assert request["response_format"] == {"type": "json_object"} and request["temperature"] == 0.0
+        assert prompt.index("in the spring") < prompt.index("this spring")  # oldest first
+        assert "stated 2023-05-08 13:56 by Ann" in prompt
+
+
+def test_a_bad_llm_answer_is_retried_and_a_rerun_is_served_from_the_cache(marathon: Path, tmp_path: Path) -> None:
+    second_store = tmp_path / "second"
+    shutil.copytree(marathon, second_store)
+    missing_text = json.dumps({"operation": "MERGE", "memory_type": "fact"})
+    bad_time = json.dumps(dict(ANSWERS["MERGE"], timestamps=["spring"]))
+    only_prefix = json.dumps(dict(ANSWERS["MERGE"], text="[2023-05-08 to 2023-05-20] "))
+    replies = answering("not json", missing_text, bad_time, only_prefix, json.dumps(ANSWERS["MERGE"]))
+    with FakeChatServer(replies) as server:
+        with AMUStore(marathon, role="consolidate") as store:
+            operator = LLMOperator(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=4, backoff_s=0.0)
+            report = consolidate_conversation(store, "conv-m", HashEmbedder(), operator)
+            assert report.created == 1 and operator.usage.retries == 4 and operator.usage.http_calls == 5
+            first = [(a.text, a.source) for a in store.amus()]
+        assert len(list((tmp_path / "cache").glob("*.json"))) == 1  # only the valid answer was cached
+        with AMUStore(second_store, role="consolidate") as store:
+            operator = LLMOperator(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=0)
+            report = consolidate_conversation(store, "conv-m", HashEmbedder(), operator)
+            assert operator.usage.http_calls == 0 and operator.usage.cache_hits == 1
+            assert (report.llm_calls, report.tokens) == (1, 120)
+            assert [(a.text, a.source) for a in store.amus()] == first
+        assert len(server.requests) == 5
+
+
+def test_keep_and_no_answer_leave_the_cluster_alone(marathon: Path, tmp_path: Path) -> None:
+    with FakeChatServer(answering(json.dumps({"operation": "KEEP"}))) as server, \
+            AMUStore(marathon, role="consolidate") as store:
+        before = snapshot(store)
+        operator = LLMOperator(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=0)
+        report = consolidate_conversation(store, "conv-m", HashEmbedder(), operator)
+        assert report.operations == {"KEEP": 1} and report.archived == 0 and snapshot(store) == before
+    with FakeChatServer(lambda body: (500, {"error": "down"}, 0.0)) as server, \
+            AMUStore(marathon, role="consolidate") as store:
+        operator = LLMOperator(server.base_url, "m", max_retries=0)
+        report = consolidate_conversation(store, "conv-m", HashEmbedder(), operator)
+        assert report.unanswered == 1 and report.archived == 0 and snapshot(store) == before
+
+
+# -- command lines -------------------------------------------------------------------------------
+
+
+class NamedHashEmbedder(HashEmbedder):
+    """The hash embedder behind the command lines' ``SentenceEmbedder(name)``."""
+
+    def __init__(self, name: str | None = None) -> None:
+        self.name = "HashEmbedder"
+
+
+def test_consolidate_cli(store_dir: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr("retrieval.consolidate.SentenceEmbedder", NamedHashEmbedder)
+    assert consolidate_main(["--store", str(store_dir)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{CID}: active AMUs 19 -> 13 | clusters 7 | archived 12 | created 6")
+    assert out[1].startswith("audit ok: active 13 | forwarded 12")
+    assert consolidate_main(["--store", str(store_dir), "--window-days", "100"]) == 0
+    assert "archived 6 | created 3" in capsys.readouterr().out
+    for argv, message in [
+        (["--store", str(tmp_path / "missing")], "no store at"),
+        (["--store", str(store_dir), "--conversation", "nope"], "holds no conversation 'nope'"),
+        (["--store", str(store_dir), "--threshold", "0"], "threshold 0.0 is not a cosine distance"),
+        (["--store", str(store_dir), "--operator", "llm"], "needs base_url"),
+    ]:
+        monkeypatch.delenv("ISQ_LLM_BASE_URL", raising=False)
+        assert consolidate_main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: ") and message in err
+    assert not (tmp_path / "missing").exists()
+
+
+def test_ingest_cli_consolidates_in_the_background(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr("retrieval.ingest.SentenceEmbedder", NamedHashEmbedder)
+    path = tmp_path / "talk.jsonl"
+    path.write_text("\n".join(json.dumps({"conversation_id": t.conversation_id, "session_id": t.session_id,
+                                          "session_time": t.session_time.isoformat(), "speaker": t.speaker,
+                                          "turn_id": t.turn_id, "text": t.text}) for t in duplicate_turns()) + "\n")
+    store = tmp_path / "store"
+    assert ingest_main(["--jsonl", str(path), "--store", str(store), "--no-progress",
+                        "--consolidate-in-background"]) == 0
+    out = capsys.readouterr().out
+    assert "AMUs written 19" in out and f"consolidation {CID}: active AMUs" in out
+    with AMUStore(store, read_only=True) as reader:
+        assert reader.count(CID, include_archived=False) == 13 and audit(reader).ok

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from isq.encoders import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
-from isq.topology import AGGREGATES, TopologyParams
+from isq.topology import AGGREGATES, ASSOCIATIONS, TopologyParams
 from retrieval.eval.answers import AnswerStage
 from retrieval.eval.configs import KMEANS, TRAINED, EvaluationError, default_configs, resolve_configs
 from retrieval.eval.locomo import load_locomo
@@ -65,11 +65,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--k-dense", type=int, default=20)
     parser.add_argument("--k-code", type=int, default=20)
     defaults = TopologyParams()
-    parser.add_argument("--max-hops", type=int, default=defaults.max_hops, help="H_r")
+    parser.add_argument("--max-hops", type=int, default=defaults.max_hops, help="H_r (0: the self term alone)")
     parser.add_argument("--alpha", type=float, default=defaults.alpha)
     parser.add_argument("--self-term", action=argparse.BooleanOptionalAction, default=defaults.self_term,
                         help="a query code also activates itself (h = 0 term)")
     parser.add_argument("--aggregate", choices=AGGREGATES, default=defaults.aggregate)
+    parser.add_argument("--association", choices=ASSOCIATIONS, default=defaults.association,
+                        help="weight of a walk: the SPEC's conditional probability, its lift, or IDF on the target")
+    parser.add_argument("--length-norm", type=float, default=defaults.length_norm,
+                        help="divide a summed S_amu by |U_fp|^LENGTH_NORM (0 = off)")
     parser.add_argument("--configs", help="comma-separated configurations (default: the equal-budget ablation)")
     parser.add_argument("--sweep", action="store_true", help="sweep H_r, α, self term and aggregate")
     parser.add_argument("--planner", choices=("rule", "llm"), default="rule",
@@ -112,7 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             k = args.k_dense + args.k_code
             answer_configs = [n for n in (f"dense{args.k_dense}+code{args.k_code}", f"dense{k}") if n in names]
         resolve_configs(names, fingerprinters, answer_configs)
-        topology = TopologyParams(args.max_hops, args.alpha, args.self_term, args.aggregate)
+        topology = TopologyParams(args.max_hops, args.alpha, args.self_term, args.aggregate, args.association,
+                                  args.length_norm)
         planner = None
         if args.planner == "llm":
             planner = LLMPlanner(args.llm_base_url, args.llm_model, cache_dir=cache)

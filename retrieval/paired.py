@@ -25,11 +25,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("questions", type=Path, help="questions.jsonl written by python -m retrieval.evaluate")
     parser.add_argument("configs", nargs="+", help="configurations to compare with the baseline")
     parser.add_argument("--baseline", required=True, help="configuration to subtract, e.g. dense40")
+    parser.add_argument("--pool", type=Path, action="append", default=[], metavar="QUESTIONS",
+                        help="questions.jsonl of another run over the same questions (e.g. another training "
+                             "seed); recalls are averaged over all runs question by question (repeatable)")
     parser.add_argument("--resamples", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
-        table = compare(args.questions, args.baseline, args.configs, args.resamples, args.seed)
+        table = compare([args.questions, *args.pool], args.baseline, args.configs, args.resamples, args.seed)
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -22,12 +22,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from isq.code_bm25 import CodeBM25
 from isq.identity import check_identity, normalise_identity
 from isq.topology import CooccurrenceTopology, TopologyParams
 from retrieval.index.dense import DenseIndex
 from retrieval.index.fts import FTSIndex
 
-MODES = ("dense", "code", "bm25", "dense+code", "dense+bm25")
+MODES = ("dense", "code", "bm25", "codebm25", "dense+code", "dense+bm25", "dense+codebm25")
 _WORD = re.compile(r"[^\W_]", re.UNICODE)
 
 
@@ -97,6 +98,7 @@ class DualPathRetriever:
         self.dense = DenseIndex(dim, kind=dense_kind)
         self.topology = CooccurrenceTopology(
             num_codes=self.identity["codebook_size"], params=params, identity=self.identity)
+        self.code_bm25 = CodeBM25(self.identity["codebook_size"])
         self.ids: list[str] = []
         self.texts: list[str] = []
         self.sources: list[dict[str, Any]] = []
@@ -118,9 +120,11 @@ class DualPathRetriever:
         embeddings: np.ndarray,
         code_sets: Sequence[Iterable[int]],
         sources: Sequence[Mapping[str, Any]],
+        code_sequences: Sequence[Sequence[int]] | None = None,
     ) -> None:
         """Append AMUs: unique ids, fact texts, L2-normalised embeddings (n x dim), fingerprint code
-        sets (U_fp) and JSON-serialisable source pointers (e.g. session id and turn ids)."""
+        sets (U_fp), JSON-serialisable source pointers (e.g. session id and turn ids) and, for
+        BM25 over codes, each AMU's token codes (default: its code set, every code once)."""
         count = len(ids)
         embeddings = np.asarray(embeddings, dtype=np.float32)
         if not (len(texts) == len(embeddings) == len(code_sets) == len(sources) == count):
@@ -136,7 +140,9 @@ class DualPathRetriever:
         if clashes or len(set(ids)) != count:
             raise ValueError(f"AMU ids must be unique; repeated: {clashes or sorted(ids)}")
         # the topology validates every code before it changes anything, so it goes first
+        code_sets = [list(codes) for codes in code_sets]
         self.topology.add(code_sets)
+        self.code_bm25.add(code_sequences if code_sequences is not None else code_sets)
         self.dense.add(embeddings)
         for amu_id, text, source in zip(ids, texts, sources, strict=True):
             self._index_of[amu_id] = len(self.ids)
@@ -161,8 +167,11 @@ class DualPathRetriever:
             "dense": Dense-K, the k_dense nearest AMUs (needs ``query_embedding``).
             "code": codebook only, the k_code best S_amu (needs ``query_codes``).
             "bm25": BM25 only, k_code AMUs (needs ``query_text``).
+            "codebm25": BM25 over token codes (:class:`isq.code_bm25.CodeBM25`), k_code AMUs
+                (needs ``query_codes``): the lexical control of Path B.
             "dense+code": Path A (k_dense), then Path B's k_code best among the rest (SPEC 4).
             "dense+bm25": Path A (k_dense), then BM25's k_code best among the rest.
+            "dense+codebm25": Path A (k_dense), then code BM25's k_code best among the rest.
         AMUs with a non-positive code or BM25 score are never returned, so a complementary path
         may return fewer than its budget. A ``query_text`` without a letter or digit raises
         :class:`EmptyQuery`.
@@ -177,11 +186,11 @@ class DualPathRetriever:
         if mode.startswith("dense"):
             hits += self._dense_hits(query_embedding, k_dense)
         exclude = [hit.index for hit in hits]
-        if mode.endswith("code"):
+        if mode.endswith(("code", "codebm25")):
             if query_codes is None:
                 raise ValueError(f"mode {mode!r} needs query_codes")
-            indices, scores = self.topology.search(query_codes, k_code, exclude)
-            hits += self._hits("code", indices, scores)
+            index = self.code_bm25 if mode.endswith("codebm25") else self.topology
+            hits += self._hits(mode.split("+")[-1], *index.search(query_codes, k_code, exclude))
         elif mode.endswith("bm25"):
             hits += self._bm25_hits(query_text, k_code, exclude)
         return hits

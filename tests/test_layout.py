@@ -127,6 +127,7 @@ def test_topology_defaults_are_defined_once() -> None:
 
     defaults = TopologyParams()
     args = _parser().parse_args(["--locomo", "x", "--fingerprinter", "y", "--out", "z"])
-    assert TopologyParams(args.max_hops, args.alpha, args.self_term, args.aggregate) == defaults
+    assert TopologyParams(args.max_hops, args.alpha, args.self_term, args.aggregate, args.association,
+                          args.length_norm) == defaults
     retriever = DualPathRetriever(4, {"codebook_size": 8, "codebook_sha256": "0" * 64})
     assert retriever.topology.params == defaults

@@ -73,7 +73,7 @@ def build_retriever(fingerprinter: Fingerprinter | CachedFingerprinter, amus: Se
     prints = fingerprinter.fingerprint([amu.text for amu in amus])
     sources = [{"session_id": amu.source.session_id, "turn_ids": list(amu.source.turn_ids)} for amu in amus]
     retriever.add([amu.id for amu in amus], [amu.text for amu in amus], embeddings,
-                  [fp.codes for fp in prints], sources)
+                  [fp.codes for fp in prints], sources, [fp.token_codes for fp in prints])
     retriever.topology.prepare()
     return retriever
 

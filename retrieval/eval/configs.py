@@ -27,7 +27,7 @@ class EvaluationError(ValueError):
     """The evaluation cannot run as asked (e.g. a configuration needs a fingerprinter not given)."""
 
 
-_PART = re.compile(r"(dense|code|kmeans|bm25_)(\d+)")
+_PART = re.compile(r"(dense|codebm25_|code|kmeans|bm25_)(\d+)")
 MULTI_CONFIGS = ("multi", "multi+code")
 
 
@@ -45,7 +45,7 @@ class RetrievalConfig:
 
     @property
     def uses_codes(self) -> bool:
-        return self.mode.endswith("code")
+        return self.mode.endswith(("code", "codebm25"))
 
     @property
     def multi(self) -> bool:
@@ -57,8 +57,8 @@ class RetrievalConfig:
 
 
 def parse_config(name: str, budget: int = 40) -> RetrievalConfig:
-    """``dense20`` / ``code40`` / ``kmeans40`` / ``bm25_40`` / ``dense20+code20`` /
-    ``dense20+kmeans20`` / ``dense20+bm25_20`` -> :class:`RetrievalConfig`; ``multi`` and
+    """``dense20`` / ``code40`` / ``kmeans40`` / ``bm25_40`` / ``codebm25_40`` / ``dense20+code20`` /
+    ``dense20+kmeans20`` / ``dense20+bm25_20`` / ``dense20+codebm25_20`` -> :class:`RetrievalConfig`; ``multi`` and
     ``multi+code`` take ``budget`` items."""
     if name in MULTI_CONFIGS:
         return RetrievalConfig(name, name, budget, 0)
@@ -66,10 +66,11 @@ def parse_config(name: str, budget: int = 40) -> RetrievalConfig:
     valid = all(parts) and (len(parts) == 1 or (len(parts) == 2 and parts[0][1] == "dense" and parts[1][1] != "dense"))
     if not valid:
         raise EvaluationError(f"unknown configuration {name!r}: expected dense<K>, code<K>, kmeans<K>, bm25_<K>, "
-                              "dense<K>+code<K>, dense<K>+kmeans<K>, dense<K>+bm25_<K>, multi or multi+code")
+                              "codebm25_<K>, dense<K>+ one of those, multi or multi+code")
     k_dense = int(parts[0][2]) if parts[0][1] == "dense" else 0
     other = parts[-1] if parts[-1][1] != "dense" else None
-    path = {None: "dense", "code": "code", "kmeans": "code", "bm25_": "bm25"}[other[1] if other else None]
+    path = {None: "dense", "code": "code", "kmeans": "code", "bm25_": "bm25", "codebm25_": "codebm25"}[
+        other[1] if other else None]
     mode = f"dense+{path}" if k_dense and other else path
     return RetrievalConfig(name, mode, k_dense, int(other[2]) if other else 0,
                            KMEANS if other is not None and other[1] == "kmeans" else TRAINED)

@@ -60,27 +60,38 @@ def paired_difference(baseline: Sequence[float], other: Sequence[float], resampl
                             int((diff < 0).sum()))
 
 
-def read_recalls(path: Path) -> tuple[list[str], dict[str, list[float]]]:
-    """Categories and per-configuration recall of every question in a ``questions.jsonl``."""
-    rows = read_questions(path)
-    if not rows:
-        raise ValueError(f"{path}: no questions")
-    recalls = {name: [score_evidence(row.evidence, set(row.found[name])).recall for row in rows]
-               for name in rows[0].found}
-    return [row.category for row in rows], recalls
+def read_recalls(paths: Sequence[Path]) -> tuple[list[str], list[bool], dict[str, list[float]]]:
+    """Categories, lexical-gap flags and per-configuration recall of every question, from one
+    ``questions.jsonl`` or several runs over the same questions (e.g. training seeds), whose
+    recalls are averaged question by question."""
+    runs = [read_questions(path) for path in paths]
+    if not runs[0]:
+        raise ValueError(f"{paths[0]}: no questions")
+    first = runs[0]
+    for path, rows in zip(paths[1:], runs[1:], strict=True):
+        if [(r.conversation, r.qa_index) for r in rows] != [(r.conversation, r.qa_index) for r in first]:
+            raise ValueError(f"{path}: not the same questions as {paths[0]}")
+    names = [name for name in first[0].found if all(name in rows[0].found for rows in runs)]
+    recalls = {name: [sum(score_evidence(rows[i].evidence, set(rows[i].found[name])).recall for rows in runs)
+                      / len(runs) for i in range(len(first))] for name in names}
+    return [row.category for row in first], [bool(row.lexical_gap) for row in first], recalls
 
 
-def compare(path: Path, baseline: str, others: Sequence[str], resamples: int = 2000,
+def compare(paths: Path | Sequence[Path], baseline: str, others: Sequence[str], resamples: int = 2000,
             seed: int = 0) -> dict[str, dict[str, PairedDifference]]:
-    """``{config: {"overall" | category: PairedDifference}}`` against ``baseline``."""
-    categories, recalls = read_recalls(path)
+    """``{config: {"overall" | category | "lexical gap": PairedDifference}}`` against ``baseline``
+    (the lexical-gap group when the file flags such questions)."""
+    paths = [paths] if isinstance(paths, Path) else list(paths)
+    categories, gaps, recalls = read_recalls(paths)
     unknown = [name for name in (baseline, *others) if name not in recalls]
     if unknown:
-        raise ValueError(f"{path}: no configuration {', '.join(unknown)}; it has {', '.join(recalls)}")
+        raise ValueError(f"{paths[0]}: no configuration {', '.join(unknown)}; it has {', '.join(recalls)}")
     groups = {"overall": list(range(len(categories)))}
     known = [name for name in CATEGORY_NAMES.values() if name in categories]
     for category in known + sorted(set(categories) - set(known)):
         groups[category] = [i for i, c in enumerate(categories) if c == category]
+    if any(gaps):
+        groups["lexical gap"] = [i for i, gap in enumerate(gaps) if gap]
     return {
         name: {group: paired_difference([recalls[baseline][i] for i in rows], [recalls[name][i] for i in rows],
                                         resamples, seed)

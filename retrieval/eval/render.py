@@ -90,6 +90,13 @@ def render_markdown(results: Results, sweep_rows: Sequence[SweepRow]) -> str:
                           if s.overall.tied_at_cut is not None) + ".", ""]
     if results.multi is not None:
         lines += _multi_lines(results)
+    gap = results.lexical_gap
+    if gap is not None and gap.recall:
+        lines += ["## Lexical-gap subset", "",
+                  f"{gap.questions} questions ({pct(gap.share)}%) whose evidence turns share no content-word stem "
+                  "with the question; evidence recall@k (%) on them:", "",
+                  markdown_table(("configuration", "recall"), [(name, pct(value)) for name, value in gap.recall.items()],
+                                 align=("l", "r")), ""]
     evidence = results.evidence
     lines += ["## Evidence", "",
               f"{evidence.questions} questions scored, {evidence.evidence_ids} evidence ids; skipped: "

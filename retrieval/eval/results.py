@@ -217,6 +217,15 @@ class MultiRouteInfo(Record):
     bank_seconds: dict[str, float]
 
 
+class LexicalGap(Record):
+    """Recall on the questions whose evidence shares no content stem with them
+    (:mod:`retrieval.eval.lexical_gap`)."""
+
+    questions: int
+    share: float
+    recall: dict[str, float]
+
+
 class Results(Record):
     """``results.json``."""
 
@@ -229,6 +238,7 @@ class Results(Record):
     answers: Annotated[AnswersSkipped | AnswersDone, Field(discriminator="status")]
     wall_seconds: float
     multi: MultiRouteInfo | None = None
+    lexical_gap: LexicalGap | None = None
 
 
 # -- questions.jsonl -----------------------------------------------------------------------------
@@ -244,6 +254,7 @@ class QuestionRecord(Record):
     question: str
     evidence: list[str]
     found: dict[str, list[str]]
+    lexical_gap: bool | None = None
 
 
 # -- reading and writing -------------------------------------------------------------------------

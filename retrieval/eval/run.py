@@ -41,6 +41,7 @@ from retrieval.eval.configs import (
     sweep_grid,
 )
 from retrieval.eval.evidence import CATEGORY_NAMES, EvalQuestion, EvidenceReport, select_questions
+from retrieval.eval.lexical_gap import gap_flags, gap_recall
 from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import EvidenceScore, covered_turns, mean, score_evidence, summarise, tied_at_cut
 from retrieval.eval.multi import build_route_retriever, multi_info, prepare_queries
@@ -51,6 +52,7 @@ from retrieval.eval.results import (
     CodebookStats,
     Construction,
     EvidenceCounts,
+    LexicalGap,
     QuestionRecord,
     Recommended,
     Results,
@@ -270,12 +272,16 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
             all_hits[config.name] = run.hits
             config_results[config.name], per_question[config.name] = score_config(queries, run)
         timings["retrieval"] = time.perf_counter() - tick
+        gaps = gap_flags(questions, conversations)
         write_questions(out_dir / "questions.jsonl", [
             QuestionRecord(conversation=q.conversation_id, qa_index=q.qa_index, category=q.category_name,
                            question=q.question, evidence=list(q.evidence),
-                           found={name: list(scores[i].found) for name, scores in per_question.items()})
+                           found={name: list(scores[i].found) for name, scores in per_question.items()},
+                           lexical_gap=gaps[i])
             for i, q in enumerate(queries.questions)
         ])
+        lexical_gap = LexicalGap(questions=sum(gaps), share=sum(gaps) / max(len(gaps), 1),
+                                 recall=gap_recall(gaps, per_question))
 
         coverable = {cid: bank.coverable for cid, bank in banks.items()}
         ceiling = Summary[CeilingBlock].model_validate(summarise(
@@ -336,7 +342,7 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
                       codebooks=codebooks, settings=recorded, sweep=swept_info, answers=answers,
                       wall_seconds=time.perf_counter() - started,
                       multi=multi_info({c: b.routes for c, b in banks.items() if b.routes is not None}, plans,
-                                       bank_seconds) if with_routes else None)
+                                       bank_seconds) if with_routes else None, lexical_gap=lexical_gap)
     write_results(out_dir / "results.json", results)
     plot_recall(results, out_dir / "recall.png")
     (out_dir / "results.md").write_text(render_markdown(results, rows))

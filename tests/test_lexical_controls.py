@@ -1,0 +1,67 @@
+"""Lexical controls of the evaluation: the lexical-gap subset and paired comparisons pooled
+over runs (training seeds)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from retrieval.eval.evidence import EvalQuestion
+from retrieval.eval.lexical_gap import content_stems, gap_flags, gap_recall
+from retrieval.eval.locomo import LocomoConversation, LocomoSession
+from retrieval.eval.metrics import score_evidence
+from retrieval.eval.paired import compare
+from retrieval.eval.results import QuestionRecord, write_questions
+from retrieval.memory.records import Turn
+
+WHEN = datetime(2023, 5, 8)
+TURNS = (Turn("c", "s1", "D1:1", "Anna", "I painted a lake at sunrise.", WHEN),
+         Turn("c", "s1", "D1:2", "Ben", "We went to the museum downtown.", WHEN),
+         Turn("c", "s1", "D1:3", "Anna", "Look at this!", WHEN, image_caption="a photo of a red bicycle"))
+CONVERSATION = LocomoConversation("c", "Anna", "Ben", (LocomoSession("s1", 1, WHEN, TURNS),), ())
+
+
+def ask(text: str, *evidence: str) -> EvalQuestion:
+    return EvalQuestion("c", 0, 1, text, None, evidence)
+
+
+def test_content_stems_drop_stopwords_and_names_and_stem_the_rest() -> None:
+    assert content_stems("Where did Anna paint the lakes?", frozenset({"anna"})) == {"paint", "lake"}
+
+
+def test_a_question_is_in_the_gap_when_its_evidence_shares_no_content_stem() -> None:
+    questions = [ask("What did Anna paint?", "D1:1"),  # "painted": shares the stem
+                 ask("Which gallery did Ben visit?", "D1:2"),  # museum / went: no shared stem
+                 ask("What bicycle does Anna own?", "D1:3"),  # the image caption counts
+                 ask("Which gallery did Ben visit?", "D1:1", "D1:2")]
+    assert gap_flags(questions, [CONVERSATION]) == [False, True, False, True]
+
+
+def test_gap_recall_averages_the_flagged_questions_only() -> None:
+    scores = {"a": [score_evidence(["D1:1"], {"D1:1"}), score_evidence(["D1:2"], set()),
+                    score_evidence(["D1:2", "D1:3"], {"D1:3"})]}
+    assert gap_recall([False, True, True], scores) == {"a": pytest.approx(0.25)}
+    assert gap_recall([False, False, False], scores) == {}
+
+
+def run_file(path: Path, found_base: list[list[str]], found_other: list[list[str]]) -> Path:
+    rows = [QuestionRecord(conversation="c", qa_index=i, category="multi-hop", question=f"q{i}", evidence=["D1:1"],
+                           found={"base": base, "other": other}, lexical_gap=(i % 2 == 0))
+            for i, (base, other) in enumerate(zip(found_base, found_other, strict=True))]
+    write_questions(path, rows)
+    return path
+
+
+def test_compare_pools_runs_question_by_question_and_adds_the_gap_group(tmp_path: Path) -> None:
+    one = run_file(tmp_path / "a.jsonl", [[], [], ["D1:1"], []], [["D1:1"], [], ["D1:1"], []])
+    two = run_file(tmp_path / "b.jsonl", [[], [], [], []], [[], [], ["D1:1"], ["D1:1"]])
+    pooled = compare([one, two], "base", ["other"])["other"]
+    # per question (other - base), averaged over the two runs: +0.5, 0, +0.5, +0.5 -> +37.5 points
+    assert pooled["overall"].mean == pytest.approx(37.5)
+    assert pooled["lexical gap"].n == 2 and pooled["lexical gap"].mean == pytest.approx(50.0)
+    assert compare(one, "base", ["other"])["other"]["overall"].mean == pytest.approx(25.0)
+    other_questions = run_file(tmp_path / "c.jsonl", [[]] * 3, [[]] * 3)
+    with pytest.raises(ValueError, match="not the same questions"):
+        compare([one, other_questions], "base", ["other"])

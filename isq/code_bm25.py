@@ -14,12 +14,16 @@ acts as a vocabulary, and its gains are a lexical matcher's.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
 from isq.topk import empty_result, top_k_of_scores
+
+_FILE = "code_bm25.npz"
 
 
 class CodeBM25:
@@ -83,3 +87,19 @@ class CodeBM25:
         if len(self) == 0:
             return empty_result()
         return top_k_of_scores(self.scores(query_codes), k, exclude)
+
+    def save(self, directory: str | Path) -> None:
+        """Write ``code_bm25.npz`` (the term frequencies and parameters) into ``directory``."""
+        tf = sp.vstack(self._rows, format="csr") if self._rows else sp.csr_matrix((0, self.num_codes))
+        np.savez(Path(directory) / _FILE, data=tf.data, indices=tf.indices, indptr=tf.indptr,
+                 params=json.dumps({"num_codes": self.num_codes, "k1": self.k1, "b": self.b}))
+
+    @classmethod
+    def load(cls, directory: str | Path) -> CodeBM25:
+        with np.load(Path(directory) / _FILE) as arrays:
+            index = cls(**json.loads(str(arrays["params"])))
+            tf = sp.csr_matrix((arrays["data"], arrays["indices"], arrays["indptr"]),
+                               shape=(arrays["indptr"].size - 1, index.num_codes))
+        if tf.shape[0]:
+            index._rows = [tf]
+        return index

@@ -36,6 +36,7 @@ from pathlib import Path
 from isq.encoders import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
 from isq.topology import AGGREGATES, ASSOCIATIONS, TopologyParams
+from retrieval.consolidation.options import OPERATORS, make_operator
 from retrieval.eval.answers import AnswerStage
 from retrieval.eval.configs import KMEANS, TRAINED, EvaluationError, default_configs, resolve_configs
 from retrieval.eval.locomo import load_locomo
@@ -86,6 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--answer-configs", default=None,
                         help="configurations answered by the LLM (default: dense+code and the dense "
                              "configuration of the same budget)")
+    parser.add_argument("--consolidate", choices=OPERATORS,
+                        help="consolidate each conversation's memory after ingestion (offline: near-duplicate "
+                             "merges; llm: the endpoint's operations) and evaluate it consolidated")
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -122,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.planner == "llm":
             planner = LLMPlanner(args.llm_base_url, args.llm_model, cache_dir=cache)
         reranker = None if args.reranker is None else CrossEncoderReranker(args.reranker)
+        consolidator = None if args.consolidate is None else make_operator(args.consolidate, cache)
     except (InputFormatError, EvaluationError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -135,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             configs=configs, k_dense=args.k_dense, k_code=args.k_code,
             topology=topology, sweep=args.sweep,
             answer_stage=answer_stage, answer_configs=answer_configs, settings=settings,
-            progress=not args.no_progress, planner=planner, reranker=reranker,
+            progress=not args.no_progress, planner=planner, reranker=reranker, consolidator=consolidator,
         )
     except (EvaluationError, IngestError, StoreError) as err:
         print(f"error: {err}", file=sys.stderr)

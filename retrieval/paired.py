@@ -28,11 +28,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pool", type=Path, action="append", default=[], metavar="QUESTIONS",
                         help="questions.jsonl of another run over the same questions (e.g. another training "
                              "seed); recalls are averaged over all runs question by question (repeatable)")
+    parser.add_argument("--with", dest="tagged", action="append", default=[], metavar="QUESTIONS:TAG",
+                        help="another run over the same questions whose configurations join as CONFIG@TAG, "
+                             "e.g. --with consolidated/questions.jsonl:consolidated then dense40@consolidated")
     parser.add_argument("--resamples", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
-        table = compare([args.questions, *args.pool], args.baseline, args.configs, args.resamples, args.seed)
+        tagged = {}
+        for item in args.tagged:
+            path, _, tag = item.rpartition(":")
+            if not path or not tag:
+                raise ValueError(f"--with {item!r}: expected QUESTIONS:TAG")
+            tagged[tag] = Path(path)
+        table = compare([args.questions, *args.pool], args.baseline, args.configs, args.resamples, args.seed,
+                        tagged)
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -214,12 +214,13 @@ class DualPathRetriever:
         return self._hits("bm25", *self.lexical.search(query_text, k, exclude))
 
     def save(self, directory: str | Path) -> None:
-        """Write the bank: ``retriever.json`` (identity, ids, texts, sources), the dense index and
-        the topology files, all in ``directory``."""
+        """Write the bank: ``retriever.json`` (identity, ids, texts, sources), the dense index, the
+        topology and the code-BM25 files, all in ``directory``."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.dense.save(directory)
         self.topology.save(directory)
+        self.code_bm25.save(directory)
         record = {"identity": self.identity, "ids": self.ids, "texts": self.texts, "sources": self.sources}
         (directory / _CONFIG_FILE).write_text(json.dumps(record))
 
@@ -238,6 +239,7 @@ class DualPathRetriever:
             )
         retriever = cls(dense.dim, record["identity"])
         retriever.dense, retriever.topology = dense, topology
+        retriever.code_bm25 = CodeBM25.load(directory)
         retriever.ids, retriever.texts, retriever.sources = record["ids"], record["texts"], record["sources"]
         retriever.lexical.add(retriever.texts)  # type: ignore[attr-defined]
         retriever._index_of = {amu_id: i for i, amu_id in enumerate(retriever.ids)}

@@ -10,7 +10,7 @@ Imports no torch: it reads ``questions.jsonl`` through :func:`retrieval.eval.res
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,10 +60,13 @@ def paired_difference(baseline: Sequence[float], other: Sequence[float], resampl
                             int((diff < 0).sum()))
 
 
-def read_recalls(paths: Sequence[Path]) -> tuple[list[str], list[bool], dict[str, list[float]]]:
+def read_recalls(paths: Sequence[Path], tagged: Mapping[str, Path] | None = None
+                 ) -> tuple[list[str], list[bool], dict[str, list[float]]]:
     """Categories, lexical-gap flags and per-configuration recall of every question, from one
     ``questions.jsonl`` or several runs over the same questions (e.g. training seeds), whose
-    recalls are averaged question by question."""
+    recalls are averaged question by question. ``tagged`` adds the configurations of other runs
+    over the same questions as ``<configuration>@<tag>`` (e.g. the same configuration evaluated
+    on consolidated memory)."""
     runs = [read_questions(path) for path in paths]
     if not runs[0]:
         raise ValueError(f"{paths[0]}: no questions")
@@ -74,15 +77,19 @@ def read_recalls(paths: Sequence[Path]) -> tuple[list[str], list[bool], dict[str
     names = [name for name in first[0].found if all(name in rows[0].found for rows in runs)]
     recalls = {name: [sum(score_evidence(rows[i].evidence, set(rows[i].found[name])).recall for rows in runs)
                       / len(runs) for i in range(len(first))] for name in names}
+    for tag, path in (tagged or {}).items():
+        _, _, other = read_recalls([paths[0], path])  # checks that the questions are the same
+        recalls.update({f"{name}@{tag}": [score_evidence(row.evidence, set(row.found[name])).recall
+                                          for row in read_questions(path)] for name in other})
     return [row.category for row in first], [bool(row.lexical_gap) for row in first], recalls
 
 
 def compare(paths: Path | Sequence[Path], baseline: str, others: Sequence[str], resamples: int = 2000,
-            seed: int = 0) -> dict[str, dict[str, PairedDifference]]:
+            seed: int = 0, tagged: Mapping[str, Path] | None = None) -> dict[str, dict[str, PairedDifference]]:
     """``{config: {"overall" | category | "lexical gap": PairedDifference}}`` against ``baseline``
-    (the lexical-gap group when the file flags such questions)."""
+    (the lexical-gap group when the file flags such questions); ``tagged`` as :func:`read_recalls`."""
     paths = [paths] if isinstance(paths, Path) else list(paths)
-    categories, gaps, recalls = read_recalls(paths)
+    categories, gaps, recalls = read_recalls(paths, tagged)
     unknown = [name for name in (baseline, *others) if name not in recalls]
     if unknown:
         raise ValueError(f"{paths[0]}: no configuration {', '.join(unknown)}; it has {', '.join(recalls)}")

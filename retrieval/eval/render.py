@@ -90,6 +90,17 @@ def render_markdown(results: Results, sweep_rows: Sequence[SweepRow]) -> str:
                           if s.overall.tied_at_cut is not None) + ".", ""]
     if results.multi is not None:
         lines += _multi_lines(results)
+    block = results.consolidation
+    if block is not None:
+        before, after = block.recall_ceiling_before.overall.recall, block.recall_ceiling_after.overall.recall
+        lines += ["## Consolidation", "",
+                  f"Operator {', '.join(block.operator)} (distance threshold {', '.join(map(str, block.threshold))}): "
+                  f"active AMUs {block.amus_before} -> {block.amus_active_after}, {block.clusters} clusters, "
+                  f"{block.archived} archived into {block.created} merged AMUs ("
+                  + (", ".join(f"{op} {n}" for op, n in block.operations.items()) or "none")
+                  + f"); {block.count_sensitive} held back as count-sensitive; {block.lost_turns} source turns "
+                  f"lost; {block.seconds:.1f} s, {block.llm_calls} LLM calls, {block.tokens} tokens. Recall "
+                  f"ceiling {pct(before)}% before, {pct(after)}% after.", ""]
     gap = results.lexical_gap
     if gap is not None and gap.recall:
         lines += ["## Lexical-gap subset", "",

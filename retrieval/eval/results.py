@@ -226,6 +226,31 @@ class LexicalGap(Record):
     recall: dict[str, float]
 
 
+class ConsolidationBlock(Record):
+    """What consolidation did before the evaluation (``--consolidate``), summed over the
+    conversations, with the recall ceiling before and after (equal: no evidence turn lost)."""
+
+    operator: list[str]
+    threshold: list[float]
+    amus_before: int
+    amus_active_after: int
+    archived: int
+    created: int
+    clusters: int
+    operations: dict[str, int]
+    exact_duplicates: int
+    count_sensitive: int
+    window_splits: int
+    conflicts: int
+    unanswered: int
+    lost_turns: int
+    seconds: float
+    llm_calls: int
+    tokens: int
+    recall_ceiling_before: Summary[CeilingBlock]
+    recall_ceiling_after: Summary[CeilingBlock]
+
+
 class Results(Record):
     """``results.json``."""
 
@@ -239,6 +264,7 @@ class Results(Record):
     wall_seconds: float
     multi: MultiRouteInfo | None = None
     lexical_gap: LexicalGap | None = None
+    consolidation: ConsolidationBlock | None = None
 
 
 # -- questions.jsonl -----------------------------------------------------------------------------

@@ -22,6 +22,9 @@ import numpy as np
 
 from isq.fingerprint import Fingerprinter
 from isq.topology import TopologyParams
+from retrieval.consolidation.engine import consolidate_conversation
+from retrieval.consolidation.operations import Operator
+from retrieval.consolidation.report import ConsolidationReport
 from retrieval.eval.answers import AnswerStage, run_answer_stage
 from retrieval.eval.bank import (
     STORE_DIR,
@@ -40,6 +43,7 @@ from retrieval.eval.configs import (
     resolve_configs,
     sweep_grid,
 )
+from retrieval.eval.consolidated import consolidation_block
 from retrieval.eval.evidence import CATEGORY_NAMES, EvalQuestion, EvidenceReport, select_questions
 from retrieval.eval.lexical_gap import gap_flags, gap_recall
 from retrieval.eval.locomo import LocomoConversation
@@ -185,7 +189,7 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
              k_code: int = 20, topology: TopologyParams | None = None, sweep: bool = False,
              answer_stage: AnswerStage | None = None, answer_configs: Sequence[str] = (),
              settings: Mapping[str, Any] | None = None, progress: bool = True, planner: Any | None = None,
-             reranker: CrossEncoderReranker | None = None) -> Results:
+             reranker: CrossEncoderReranker | None = None, consolidator: Operator | None = None) -> Results:
     """Run the evaluation and write its reports to ``out_dir``; returns what ``results.json`` holds.
 
     ``fingerprinters`` maps ``"trained"`` (required) and optionally ``"kmeans"`` to loaded
@@ -194,7 +198,8 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
     ``answer_configs`` are answered when ``answer_stage`` is given. ``topology`` defaults to
     :class:`TopologyParams`'s defaults. ``settings`` is recorded as is. The multi-route
     configurations plan with ``planner`` (default: the rule planner) and rerank with ``reranker``
-    (default: none).
+    (default: none). With ``consolidator`` each conversation's store is consolidated after
+    ingestion and evaluated consolidated; a store stays bound to being consolidated or not.
     """
     started = time.perf_counter()
     topology = topology or TopologyParams()
@@ -213,6 +218,9 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
         # Embeddings and fingerprints come from the store's cache when an earlier run computed them.
         embedder = CachedEmbedder(embedder, store)
         fingerprinters = {name: CachedFingerprinter(fp, store) for name, fp in fingerprinters.items()}
+        store.bind("consolidation", "none" if consolidator is None else consolidator.name,
+                   hint="evaluate consolidated and unconsolidated memory in two --out directories")
+        consolidated: list[ConsolidationReport] = []
         # -- construction: ingest (or reuse), embed, fingerprint, index
         report = EvidenceReport()
         banks: dict[str, ConversationBank] = {}
@@ -228,6 +236,8 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
             ledger.add(cid, stats)
             timings["ingest"] += stats.wall_s
             resumed += stats.resumed_segments
+            if consolidator is not None:
+                consolidated.append(consolidate_conversation(store, cid, embedder, consolidator))
             amus = list(store.amus(cid))
             tick = time.perf_counter()
             embeddings = embedder.encode([amu.text for amu in amus])
@@ -342,7 +352,8 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
                       codebooks=codebooks, settings=recorded, sweep=swept_info, answers=answers,
                       wall_seconds=time.perf_counter() - started,
                       multi=multi_info({c: b.routes for c, b in banks.items() if b.routes is not None}, plans,
-                                       bank_seconds) if with_routes else None, lexical_gap=lexical_gap)
+                                       bank_seconds) if with_routes else None, lexical_gap=lexical_gap,
+                      consolidation=consolidation_block(consolidated, questions) if consolidated else None)
     write_results(out_dir / "results.json", results)
     plot_recall(results, out_dir / "recall.png")
     (out_dir / "results.md").write_text(render_markdown(results, rows))

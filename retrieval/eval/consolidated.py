@@ -1,0 +1,26 @@
+"""The evaluation on consolidated memory (``python -m retrieval.evaluate --consolidate``): what
+consolidation did to each conversation's store, and whether any evidence turn became
+unreachable (the recall ceiling before and after)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from retrieval.consolidation.report import ConsolidationReport, combined
+from retrieval.eval.evidence import EvalQuestion
+from retrieval.eval.metrics import score_evidence, summarise
+from retrieval.eval.results import CeilingBlock, ConsolidationBlock, Summary
+
+
+def ceiling(questions: Sequence[EvalQuestion], covered: dict[str, frozenset[str]]) -> Summary[CeilingBlock]:
+    """Evidence recall if every AMU were retrieved: the share of evidence turns some AMU points to."""
+    return Summary[CeilingBlock].model_validate(summarise(
+        (q.category_name, {"recall": score_evidence(q.evidence, covered[q.conversation_id]).recall})
+        for q in questions))
+
+
+def consolidation_block(reports: Sequence[ConsolidationReport], questions: Sequence[EvalQuestion]) -> ConsolidationBlock:
+    """The ``consolidation`` block of ``results.json``."""
+    before = ceiling(questions, {r.conversation_id: r.turns_before for r in reports})
+    after = ceiling(questions, {r.conversation_id: r.turns_after for r in reports})
+    return ConsolidationBlock(**combined(reports), recall_ceiling_before=before, recall_ceiling_after=after)

@@ -65,3 +65,14 @@ def test_compare_pools_runs_question_by_question_and_adds_the_gap_group(tmp_path
     other_questions = run_file(tmp_path / "c.jsonl", [[]] * 3, [[]] * 3)
     with pytest.raises(ValueError, match="not the same questions"):
         compare([one, other_questions], "base", ["other"])
+
+
+def test_the_lexical_channel_drops_stopwords_from_queries() -> None:
+    from retrieval.index.fts import FTSIndex, match_expression
+
+    assert match_expression("What did Anna paint in the park?") == '"anna" OR "paint" OR "park"'
+    assert match_expression("What is it?") == '"what" OR "is" OR "it"'  # nothing else to match
+    index = FTSIndex()
+    index.add(["Anna painted a lake.", "What is the time?"])
+    positions, _ = index.search("what did Anna paint", 5)
+    assert list(positions) == [0]  # "what" alone no longer matches the second text; "paint" is stemmed

@@ -8,20 +8,11 @@ from collections.abc import Sequence
 from retrieval.extract.base import Extraction, ReferenceContext, make_amu
 from retrieval.extract.dates import WEEKDAYS, absolute_dates, resolve_dates
 from retrieval.extract.pronouns import resolve_pronouns
+from retrieval.index.stopwords import STOPWORDS
 from retrieval.llm import LLMUsage
 from retrieval.memory.records import AMU, Turn
 from retrieval.memory.segmenter import Segment
 
-_STOPWORDS = frozenset("""
-a about above after again against all am an and any are as at be because been before being below between both
-but by can could did do does doing down during each few for from further had has have having he her here hers
-herself him himself his how i if in into is it its itself just let me more most my myself no nor not now of off
-on once only or other our ours ourselves out over own same she should so some such than that the their theirs
-them themselves then there these they this those through to too under until up very was we were what when where
-which while who whom why will with would you your yours yourself yourselves s t don didn doesn isn wasn aren
-weren won wouldn couldn shouldn ll re ve d m it's that's what's i'm i've i'd i'll you're you've you'd you'll
-there's here's let's can't don't didn't doesn't isn't wasn't won't
-""".split())
 # Greetings, thanks and acknowledgements: a turn made only of these (plus names) carries no fact.
 _FILLERS = frozenset("""
 hi hey hello hiya yo bye goodbye thanks thank ok okay yeah yes yep yup no nope sure cool wow great awesome nice
@@ -31,7 +22,7 @@ absolutely exactly true love lovely sounds sound fun happy hear gonna keep going
 """.split())
 _MONTHS = frozenset(("january", "february", "march", "april", "may", "june", "july", "august", "september",
                      "october", "november", "december"))
-_NOT_NAMES = _STOPWORDS | _FILLERS | _MONTHS | frozenset(WEEKDAYS)
+_NOT_NAMES = STOPWORDS | _FILLERS | _MONTHS | frozenset(WEEKDAYS)
 # Frequent verbs, adverbs and time words that say nothing about the topic of a turn: never topic tags.
 _GENERIC = frozenset("""
 also always anything back come comes coming could does done doing ever even every everything feel feeling feels

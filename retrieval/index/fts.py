@@ -4,8 +4,8 @@
 The store keeps an FTS5 table over every active record's text, entities and topic tags
 (:mod:`retrieval.memory.schema`); :class:`FTSIndex` is the same table in memory for a bank
 given as texts (the dual-path retriever without a store). Both tokenise with
-:data:`FTS_TOKENIZER` and rank with :func:`bm25_search`: a query matches any of its words
-(OR), scored by FTS5's Okapi BM25 (k1 = 1.2, b = 0.75, columns weighted equally), best first,
+:data:`FTS_TOKENIZER` (Porter stemming) and rank with :func:`bm25_search`: a query matches any of
+its words other than stopwords (OR), scored by FTS5's Okapi BM25 (k1 = 1.2, b = 0.75, columns weighted equally), best first,
 ties by insertion order.
 """
 
@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from isq.topk import as_exclude_array, empty_result
+from retrieval.index.stopwords import STOPWORDS
 
 FTS_TOKENIZER = "porter unicode61"
 """Unicode word splitting, case folding and diacritics removal, then Porter stemming."""
@@ -31,10 +32,12 @@ def word_tokens(text: str) -> list[str]:
 
 
 def match_expression(text: str) -> str | None:
-    """An FTS5 MATCH expression for free text: every distinct word as a quoted string, joined
-    by OR (quoting keeps FTS5 syntax such as NEAR, AND or a trailing * out of user text).
-    None when the text has no word."""
-    words = dict.fromkeys(word.replace("_", " ") for word in word_tokens(text))
+    """An FTS5 MATCH expression for free text: every distinct word that is not a stopword (all
+    of them when there is nothing else) as a quoted string, joined by OR (quoting keeps FTS5
+    syntax such as NEAR, AND or a trailing * out of user text). None when the text has no word."""
+    tokens = word_tokens(text)
+    content = [word for word in tokens if word not in STOPWORDS]
+    words = dict.fromkeys(word.replace("_", " ") for word in content or tokens)
     quoted = [f'"{word}"' for word in words if word.strip()]
     return " OR ".join(quoted) if quoted else None
 

@@ -2,7 +2,6 @@
 :mod:`retrieval.eval`).
 
     python -m retrieval.evaluate --locomo ../shared/data/locomo/locomo_dev.json \\
-        --fingerprinter checkpoints/isq_minilm_dailydialog_cpu \\
         --kmeans-fingerprinter checkpoints/kmeans_minilm_dailydialog --out /tmp/eval_minilm --sweep
 
 Per conversation the sessions are ingested in order into ``OUT/store`` (a rerun resumes and
@@ -53,11 +52,15 @@ from retrieval.memory.records import InputFormatError
 from retrieval.routes.planner_llm import LLMPlanner
 from retrieval.routes.rerank import CrossEncoderReranker
 
+# The committed reference fingerprinter (docs/results.md), found from the source checkout.
+DEFAULT_FINGERPRINTER = Path(__file__).resolve().parents[1] / "checkpoints" / "isq_minilm_dailydialog_cpu"
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m retrieval.evaluate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--locomo", type=Path, required=True, help="LoCoMo JSON file (e.g. locomo10.json)")
-    parser.add_argument("--fingerprinter", type=Path, required=True, help="trained fingerprinter directory")
+    parser.add_argument("--fingerprinter", type=Path, default=DEFAULT_FINGERPRINTER,
+                        help="trained fingerprinter directory (default: the committed checkpoints/isq_minilm_dailydialog_cpu)")
     parser.add_argument("--kmeans-fingerprinter", type=Path, help="k-means control fingerprinter directory")
     parser.add_argument("--out", type=Path, required=True, help="output directory (the store goes to OUT/store)")
     parser.add_argument("--extractor", choices=("rule", "llm"), default="rule")

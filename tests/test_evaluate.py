@@ -396,3 +396,14 @@ def test_cli_run_with_the_answer_stage(tmp_path, monkeypatch, fingerprinter_dirs
     assert len((out / "answers.jsonl").read_text().splitlines()) == 5
     assert "LoCoMo F1" in (out / "results.md").read_text()
     assert read_results(out / "results.json").answers.configs["dense2+code2"].overall.n == 5
+
+
+def test_the_committed_fingerprinter_is_the_default_and_loads():
+    from isq import Fingerprinter
+    from retrieval.evaluate import DEFAULT_FINGERPRINTER, _parser
+
+    args = _parser().parse_args(["--locomo", "x.json", "--out", "o"])
+    assert args.fingerprinter == DEFAULT_FINGERPRINTER
+    assert DEFAULT_FINGERPRINTER.name == "isq_minilm_dailydialog_cpu"
+    fingerprinter = Fingerprinter.from_pretrained(DEFAULT_FINGERPRINTER)
+    assert fingerprinter.codebook.vectors.shape == (1024, 384)

@@ -30,17 +30,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "seed); recalls are averaged over all runs question by question (repeatable)")
     parser.add_argument("--with", dest="tagged", action="append", default=[], metavar="QUESTIONS:TAG",
                         help="another run over the same questions whose configurations join as CONFIG@TAG, "
-                             "e.g. --with consolidated/questions.jsonl:consolidated then dense40@consolidated")
+                             "e.g. --with consolidated/questions.jsonl:consolidated then dense40@consolidated; "
+                             "runs given with the same TAG are averaged like --pool")
     parser.add_argument("--resamples", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
-        tagged = {}
+        tagged: dict[str, list[Path]] = {}
         for item in args.tagged:
             path, _, tag = item.rpartition(":")
             if not path or not tag:
                 raise ValueError(f"--with {item!r}: expected QUESTIONS:TAG")
-            tagged[tag] = Path(path)
+            tagged.setdefault(tag, []).append(Path(path))
         table = compare([args.questions, *args.pool], args.baseline, args.configs, args.resamples, args.seed,
                         tagged)
     except (OSError, ValueError) as err:

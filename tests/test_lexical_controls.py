@@ -67,6 +67,24 @@ def test_compare_pools_runs_question_by_question_and_adds_the_gap_group(tmp_path
         compare([one, other_questions], "base", ["other"])
 
 
+def test_runs_under_one_tag_are_pooled_against_pooled_main_runs(tmp_path: Path) -> None:
+    from retrieval.paired import main
+
+    one = run_file(tmp_path / "a.jsonl", [[], [], ["D1:1"], []], [["D1:1"], [], ["D1:1"], []])
+    two = run_file(tmp_path / "b.jsonl", [[], [], [], []], [[], [], ["D1:1"], ["D1:1"]])
+    # The same seeds with another Path B setting: "other" finds question 0's evidence in one run.
+    flat_one = run_file(tmp_path / "a0.jsonl", [[]] * 4, [[]] * 4)
+    flat_two = run_file(tmp_path / "b0.jsonl", [[]] * 4, [["D1:1"], [], [], []])
+    table = compare([one, two], "other@h0", ["other"], tagged={"h0": [flat_one, flat_two]})["other"]
+    # pooled "other" 0.5, 0, 1, 0.5 against pooled "other@h0" 0.5, 0, 0, 0 -> +37.5 points
+    assert table["overall"].mean == pytest.approx(37.5)
+    assert main([str(one), "--pool", str(two), "--with", f"{flat_one}:h0", "--with", f"{flat_two}:h0",
+                 "--baseline", "other@h0", "other"]) == 0
+    other_questions = run_file(tmp_path / "c.jsonl", [[]] * 3, [[]] * 3)
+    with pytest.raises(ValueError, match="not the same questions"):
+        compare(one, "base", ["other"], tagged={"h0": [flat_one, other_questions]})
+
+
 def test_the_lexical_channel_drops_stopwords_from_queries() -> None:
     from retrieval.index.fts import FTSIndex, match_expression
 

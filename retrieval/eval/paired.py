@@ -60,32 +60,47 @@ def paired_difference(baseline: Sequence[float], other: Sequence[float], resampl
                             int((diff < 0).sum()))
 
 
-def read_recalls(paths: Sequence[Path], tagged: Mapping[str, Path] | None = None
+def _read_runs(paths: Sequence[Path], reference: tuple[Path, list] | None = None) -> list[list]:
+    """The rows of each ``questions.jsonl``, checked to hold the same questions as ``reference``
+    (a path and its rows; default: the first of ``paths``)."""
+    runs = [read_questions(path) for path in paths]
+    if not runs[0]:
+        raise ValueError(f"{paths[0]}: no questions")
+    ref_path, ref_rows = reference or (paths[0], runs[0])
+    keys = [(r.conversation, r.qa_index) for r in ref_rows]
+    for path, rows in zip(paths, runs, strict=True):
+        if [(r.conversation, r.qa_index) for r in rows] != keys:
+            raise ValueError(f"{path}: not the same questions as {ref_path}")
+    return runs
+
+
+def _mean_recalls(runs: list[list]) -> dict[str, list[float]]:
+    """Per configuration (those every run has), each question's recall averaged over the runs."""
+    first = runs[0]
+    names = [name for name in first[0].found if all(name in rows[0].found for rows in runs)]
+    return {name: [sum(score_evidence(rows[i].evidence, set(rows[i].found[name])).recall for rows in runs)
+                   / len(runs) for i in range(len(first))] for name in names}
+
+
+def read_recalls(paths: Sequence[Path], tagged: Mapping[str, Path | Sequence[Path]] | None = None
                  ) -> tuple[list[str], list[bool], dict[str, list[float]]]:
     """Categories, lexical-gap flags and per-configuration recall of every question, from one
     ``questions.jsonl`` or several runs over the same questions (e.g. training seeds), whose
     recalls are averaged question by question. ``tagged`` adds the configurations of other runs
     over the same questions as ``<configuration>@<tag>`` (e.g. the same configuration evaluated
-    on consolidated memory)."""
-    runs = [read_questions(path) for path in paths]
-    if not runs[0]:
-        raise ValueError(f"{paths[0]}: no questions")
-    first = runs[0]
-    for path, rows in zip(paths[1:], runs[1:], strict=True):
-        if [(r.conversation, r.qa_index) for r in rows] != [(r.conversation, r.qa_index) for r in first]:
-            raise ValueError(f"{path}: not the same questions as {paths[0]}")
-    names = [name for name in first[0].found if all(name in rows[0].found for rows in runs)]
-    recalls = {name: [sum(score_evidence(rows[i].evidence, set(rows[i].found[name])).recall for rows in runs)
-                      / len(runs) for i in range(len(first))] for name in names}
-    for tag, path in (tagged or {}).items():
-        _, _, other = read_recalls([paths[0], path])  # checks that the questions are the same
-        recalls.update({f"{name}@{tag}": [score_evidence(row.evidence, set(row.found[name])).recall
-                                          for row in read_questions(path)] for name in other})
-    return [row.category for row in first], [bool(row.lexical_gap) for row in first], recalls
+    on consolidated memory, or with another Path B setting); several runs under one tag are
+    averaged the same way."""
+    runs = _read_runs(paths)
+    recalls = _mean_recalls(runs)
+    for tag, tag_paths in (tagged or {}).items():
+        tag_paths = [tag_paths] if isinstance(tag_paths, Path) else list(tag_paths)
+        tag_runs = _read_runs(tag_paths, reference=(paths[0], runs[0]))
+        recalls.update({f"{name}@{tag}": values for name, values in _mean_recalls(tag_runs).items()})
+    return [row.category for row in runs[0]], [bool(row.lexical_gap) for row in runs[0]], recalls
 
 
 def compare(paths: Path | Sequence[Path], baseline: str, others: Sequence[str], resamples: int = 2000,
-            seed: int = 0, tagged: Mapping[str, Path] | None = None) -> dict[str, dict[str, PairedDifference]]:
+            seed: int = 0, tagged: Mapping[str, Path | Sequence[Path]] | None = None) -> dict[str, dict[str, PairedDifference]]:
     """``{config: {"overall" | category | "lexical gap": PairedDifference}}`` against ``baseline``
     (the lexical-gap group when the file flags such questions); ``tagged`` as :func:`read_recalls`."""
     paths = [paths] if isinstance(paths, Path) else list(paths)

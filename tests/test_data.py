@@ -89,6 +89,25 @@ def test_datamodule_tokenises_and_batches_with_masks(tmp_path):
     assert list((tmp_path / "cache" / "tokenized").glob("train-*.arrow")), "tokenised data not cached"
 
 
+def test_rewriting_the_synthetic_corpus_never_exposes_a_partial_file(tmp_path, monkeypatch):
+    # Under DDP every rank writes the corpus while another may be reading it (a rank once read
+    # an empty train file). Read the corpus at the moment each new file is about to replace the
+    # old one: the reader must still see every dialogue.
+    import training.synthetic as synthetic
+
+    root = write_synthetic_corpus(tmp_path / "c", sizes=(6, 3, 3))
+    real_replace, seen = synthetic.os.replace, []
+
+    def read_then_replace(src, dst):
+        seen.append(len(read_dialogues(Path(dst))))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(synthetic.os, "replace", read_then_replace)
+    write_synthetic_corpus(root, sizes=(6, 3, 3))
+    assert seen == [6, 3, 3]
+    assert sorted(p.name for p in (root / "train").iterdir()) == ["dialogues_train.txt"]  # no staging left
+
+
 def test_synthetic_corpus_is_deterministic(tmp_path):
     a = write_synthetic_corpus(tmp_path / "a", sizes=(5, 2, 2), seed=3)
     b = write_synthetic_corpus(tmp_path / "b", sizes=(5, 2, 2), seed=3)

@@ -8,6 +8,7 @@ goes through exactly the same reader as DailyDialog.
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -75,10 +76,17 @@ def synthetic_dialogues(count: int, seed: int) -> list[list[str]]:
 
 
 def write_synthetic_corpus(root: str | Path, sizes: tuple[int, int, int] = (600, 80, 80), seed: int = 0) -> Path:
-    """Write train/validation/test files in the DailyDialog release layout under ``root``."""
+    """Write train/validation/test files in the DailyDialog release layout under ``root``.
+
+    Each file is written beside its target and moved into place, because under DDP every rank
+    writes the same corpus while another may already be reading it: a reader sees the previous
+    complete file or the new one, never a truncated one."""
     root = Path(root)
     for offset, (split, count) in enumerate(zip(("train", "validation", "test"), sizes, strict=False)):
         (root / split).mkdir(parents=True, exist_ok=True)
         lines = [" __eou__ ".join(turns) + " __eou__\n" for turns in synthetic_dialogues(count, seed + offset)]
-        (root / split / f"dialogues_{split}.txt").write_text("".join(lines), encoding="utf-8")
+        target = root / split / f"dialogues_{split}.txt"
+        staging = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        staging.write_text("".join(lines), encoding="utf-8")
+        os.replace(staging, target)
     return root

@@ -25,13 +25,6 @@ def rotated(names: Sequence[str], round_index: int) -> list[str]:
     return list(names[shift:]) + list(names[:shift])
 
 
-def timed(call: Callable[[], Any]) -> tuple[float, Any]:
-    """Seconds taken by ``call()`` and its result."""
-    began = time.perf_counter()
-    result = call()
-    return time.perf_counter() - began, result
-
-
 def interleaved_rounds(variants: Mapping[str, Callable[[int], Any]], rounds: int) -> dict[str, list[float]]:
     """Seconds per round of each variant, the variants called in rotated order within each round.
 

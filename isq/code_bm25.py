@@ -58,10 +58,14 @@ class CodeBM25:
         self._rows.append(counts)
         self._weights = None
 
+    def _term_frequencies(self) -> sp.csr_matrix:
+        """(units, codes) term counts of every unit added so far."""
+        return sp.vstack(self._rows, format="csr") if self._rows else sp.csr_matrix((0, self.num_codes))
+
     def _prepare(self) -> tuple[sp.csr_matrix, np.ndarray]:
         """The saturated, length-normalised term weights of every unit, and the idf of every code."""
         if self._weights is None:
-            tf = sp.vstack(self._rows, format="csr") if self._rows else sp.csr_matrix((0, self.num_codes))
+            tf = self._term_frequencies()
             lengths = np.asarray(tf.sum(axis=1)).ravel()
             norm = self.k1 * (1 - self.b + self.b * lengths / max(lengths.mean(), 1e-12)) if lengths.size else lengths
             per_entry = np.repeat(norm, np.diff(tf.indptr))
@@ -90,7 +94,7 @@ class CodeBM25:
 
     def save(self, directory: str | Path) -> None:
         """Write ``code_bm25.npz`` (the term frequencies and parameters) into ``directory``."""
-        tf = sp.vstack(self._rows, format="csr") if self._rows else sp.csr_matrix((0, self.num_codes))
+        tf = self._term_frequencies()
         np.savez(Path(directory) / _FILE, data=tf.data, indices=tf.indices, indptr=tf.indptr,
                  params=json.dumps({"num_codes": self.num_codes, "k1": self.k1, "b": self.b}))
 

@@ -4,6 +4,7 @@ bag-of-words embedder and fingerprinter)."""
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -47,15 +48,17 @@ def words(text: str) -> list[str]:
 
 
 class WordEmbedder:
-    """crc32 bag of words in 64 dimensions, L2-normalised."""
+    """crc32 bag of words (``tokenize``) in ``dim`` dimensions, L2-normalised."""
 
-    dim = 64
     name = "word-hash"
+
+    def __init__(self, dim: int = 64, tokenize: Callable[[str], list[str]] = words) -> None:
+        self.dim, self.tokenize = dim, tokenize
 
     def encode(self, texts):
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):
-            for word in words(text):
+            for word in self.tokenize(text):
                 out[row, zlib.crc32(word.encode()) % self.dim] += 1.0
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms > 0, norms, 1.0)

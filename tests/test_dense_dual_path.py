@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 import pytest
 
@@ -11,23 +9,15 @@ from isq.topology import TopologyParams
 from retrieval.index.dense import DenseIndex
 from retrieval.index.fts import word_tokens
 from retrieval.retriever import MODES, DualPathRetriever
+from tests.routes_fixtures import WordEmbedder
 
 IDENTITY = {"codebook_size": 32, "codebook_sha256": "c" * 64}
 DIM = 24
 
 
-class WordHashEmbedder:
+def hashed_embedder() -> WordEmbedder:
     """A tiny stand-in embedder: hashed bag of words, L2-normalised."""
-
-    dim = DIM
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for word in word_tokens(text):
-                out[row, zlib.crc32(word.encode()) % self.dim] += 1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms > 0, norms, 1.0)
+    return WordEmbedder(DIM, word_tokens)
 
 
 def unit_rows(rng: np.random.Generator, count: int, dim: int) -> np.ndarray:
@@ -104,7 +94,7 @@ def make_bank(count: int = 40, seed: int = 0) -> tuple[DualPathRetriever, dict]:
     data = {
         "ids": [f"amu-{i}" for i in range(count)],
         "texts": texts,
-        "embeddings": WordHashEmbedder().encode(texts),
+        "embeddings": hashed_embedder().encode(texts),
         "code_sets": [set(rng.integers(0, 32, size=rng.integers(1, 6)).tolist()) for _ in range(count)],
         "sources": [
             {"session_id": f"session_{i // 10 + 1}", "turn_ids": [f"D{i // 10 + 1}:{i % 10}"]}
@@ -118,7 +108,7 @@ def make_bank(count: int = 40, seed: int = 0) -> tuple[DualPathRetriever, dict]:
 
 
 def query_inputs(text: str, codes: set[int]) -> dict:
-    return {"query_text": text, "query_embedding": WordHashEmbedder().encode([text])[0], "query_codes": codes}
+    return {"query_text": text, "query_embedding": hashed_embedder().encode([text])[0], "query_codes": codes}
 
 
 def check_hits(hits, retriever: DualPathRetriever, data: dict) -> None:
@@ -183,7 +173,7 @@ def test_bm25_sees_amus_added_after_a_query() -> None:
     query = query_inputs("kayaking", set())
     assert retriever.retrieve(**query, mode="bm25") == []
     retriever.add(
-        ["late"], ["Caroline went kayaking."], WordHashEmbedder().encode(["x"]), [{5}], [{"session_id": "s9"}]
+        ["late"], ["Caroline went kayaking."], hashed_embedder().encode(["x"]), [{5}], [{"session_id": "s9"}]
     )
     assert [hit.amu_id for hit in retriever.retrieve(**query, mode="bm25")] == ["late"]
 

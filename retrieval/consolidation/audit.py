@@ -40,10 +40,10 @@ class AuditReport:
                 f"{self.longest_chain}) | superseded by re-extraction {self.superseded}")
 
 
-def audit(store: AMUStore, conversation_id: str | None = None) -> AuditReport:
-    """Audit one conversation, or every conversation of the store."""
+def audit(store: AMUStore) -> AuditReport:
+    """Audit every conversation of the store."""
     report = AuditReport()
-    for cid in [conversation_id] if conversation_id is not None else store.conversations():
+    for cid in store.conversations():
         _audit_conversation(store, cid, report)
     return report
 

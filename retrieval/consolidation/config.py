@@ -16,7 +16,7 @@ the values here are this project's choices (``docs/consolidation.md`` says why):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -82,8 +82,7 @@ class ConsolidationConfig:
         """This config with the operator's default threshold filled in."""
         if self.threshold is not None:
             return self
-        return ConsolidationConfig(default_threshold, self.linkage, self.window_days,
-                                   self.prefix_min_span_minutes, self.max_passes)
+        return replace(self, threshold=default_threshold)
 
     def key(self) -> dict[str, Any]:
         """What a persisted plan records of the settings that made it."""

@@ -31,6 +31,7 @@ from retrieval.consolidation.operations import OfflineOperator, Operation, Opera
 from retrieval.consolidation.plan import make_plan
 from retrieval.consolidation.report import ConsolidationReport
 from retrieval.memory.cache import CachedEmbedder, model_identity
+from retrieval.memory.ingest import fingerprinted
 from retrieval.memory.records import AMU
 from retrieval.memory.store import AMUStore
 
@@ -136,9 +137,7 @@ class _Step:
         applied = 0
         for draft in drafts:
             amu = merged_amu(cluster, draft, self.turn_order, self.config.prefix_min_span)
-            if self.fingerprinter is not None:
-                (print_,) = self.fingerprinter.fingerprint([amu.text])
-                amu = dataclasses.replace(amu, fingerprint=tuple(print_.sequence))
+            (amu,) = fingerprinted([amu], self.fingerprinter)
             if not self.store.forward(draft.member_ids, amu, draft.operation.value):
                 self.report.conflicts += 1
                 continue

@@ -3,7 +3,6 @@ evaluation's results, the command line's summary line)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -51,12 +50,11 @@ class ConsolidationReport:
 
     @property
     def llm_calls(self) -> int:
-        return self.llm.http_calls + self.llm.cache_hits
+        return self.llm.calls
 
     @property
     def tokens(self) -> int:
-        llm = self.llm
-        return llm.prompt_tokens + llm.completion_tokens + llm.cached_prompt_tokens + llm.cached_completion_tokens
+        return self.llm.tokens
 
     @property
     def lost_turns(self) -> frozenset[str]:
@@ -70,8 +68,7 @@ class ConsolidationReport:
                      "seconds"):
             setattr(self, name, getattr(self, name) + getattr(later, name))
         self.operations.update(later.operations)
-        self.llm = LLMUsage(**{f.name: getattr(self.llm, f.name) + getattr(later.llm, f.name)
-                               for f in dataclasses.fields(LLMUsage)})
+        self.llm = self.llm + later.llm
         # Ingestion may commit between and during the runs: every turn an active AMU pointed to at
         # any point counts as before, and "before" is the active count consolidation undid.
         self.turns_before |= later.turns_before | later.turns_after
@@ -110,7 +107,8 @@ def combined(reports: Iterable[ConsolidationReport]) -> dict[str, Any]:
     reports = list(reports)
     keys = ("amus_before", "amus_active_after", "archived", "created", "clusters", "exact_duplicates",
             "count_sensitive", "window_splits", "conflicts", "unanswered", "llm_calls", "tokens", "lost_turns")
-    block: dict[str, Any] = {key: sum(report.to_dict()[key] for report in reports) for key in keys}
+    rows = [report.to_dict() for report in reports]
+    block: dict[str, Any] = {key: sum(row[key] for row in rows) for key in keys}
     block["operations"] = dict(sorted(sum((r.operations for r in reports), Counter()).items()))
     block["seconds"] = round(sum(report.seconds for report in reports), 3)
     block["operator"] = sorted({report.operator for report in reports})

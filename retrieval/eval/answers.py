@@ -158,8 +158,7 @@ def run_answer_stage(stage: AnswerStage, config_names: Sequence[str], questions:
                 }, ensure_ascii=False) + "\n")
             summaries[name] = AnswerSummary.model_validate(summarise(rows))
     answer_usage, judge_usage = stage.answer_client.usage, stage.judge_client.usage
-    query_tokens = (answer_usage.prompt_tokens + answer_usage.completion_tokens
-                    + answer_usage.cached_prompt_tokens + answer_usage.cached_completion_tokens)
+    query_tokens = answer_usage.tokens
     answered = sum(summary.overall.n for summary in summaries.values())
     return AnswersDone(model=stage.answer_client.model, configs=summaries, failed=dict(failed),
                        query_tokens=query_tokens,

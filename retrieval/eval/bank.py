@@ -53,12 +53,9 @@ class ConstructionLedger:
             return  # everything came from the store: nothing was spent
         key = f"construction:{conversation_id}"
         entry = self.store.meta(key) or {"seconds": 0.0, "llm_calls": 0, "tokens": 0}
-        llm = stats.llm
         entry["seconds"] += stats.wall_s
-        # cache hits stand for calls an earlier run paid for
-        entry["llm_calls"] += llm.http_calls + llm.cache_hits
-        entry["tokens"] += (llm.prompt_tokens + llm.completion_tokens + llm.cached_prompt_tokens
-                            + llm.cached_completion_tokens)
+        entry["llm_calls"] += stats.llm.calls
+        entry["tokens"] += stats.llm.tokens
         self.store.put_meta(key, entry)
 
     def total(self, conversation_ids: Iterable[str], key: str) -> float:

@@ -4,7 +4,7 @@ unreachable (the recall ceiling before and after)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence, Set
 
 from retrieval.consolidation.report import ConsolidationReport, combined
 from retrieval.eval.evidence import EvalQuestion
@@ -12,7 +12,7 @@ from retrieval.eval.metrics import score_evidence, summarise
 from retrieval.eval.results import CeilingBlock, ConsolidationBlock, Summary
 
 
-def ceiling(questions: Sequence[EvalQuestion], covered: dict[str, frozenset[str]]) -> Summary[CeilingBlock]:
+def recall_ceiling(questions: Sequence[EvalQuestion], covered: Mapping[str, Set[str]]) -> Summary[CeilingBlock]:
     """Evidence recall if every AMU were retrieved: the share of evidence turns some AMU points to."""
     return Summary[CeilingBlock].model_validate(summarise(
         (q.category_name, {"recall": score_evidence(q.evidence, covered[q.conversation_id]).recall})
@@ -21,6 +21,6 @@ def ceiling(questions: Sequence[EvalQuestion], covered: dict[str, frozenset[str]
 
 def consolidation_block(reports: Sequence[ConsolidationReport], questions: Sequence[EvalQuestion]) -> ConsolidationBlock:
     """The ``consolidation`` block of ``results.json``."""
-    before = ceiling(questions, {r.conversation_id: r.turns_before for r in reports})
-    after = ceiling(questions, {r.conversation_id: r.turns_after for r in reports})
+    before = recall_ceiling(questions, {r.conversation_id: r.turns_before for r in reports})
+    after = recall_ceiling(questions, {r.conversation_id: r.turns_after for r in reports})
     return ConsolidationBlock(**combined(reports), recall_ceiling_before=before, recall_ceiling_after=after)

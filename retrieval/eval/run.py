@@ -43,7 +43,7 @@ from retrieval.eval.configs import (
     resolve_configs,
     sweep_grid,
 )
-from retrieval.eval.consolidated import consolidation_block
+from retrieval.eval.consolidated import consolidation_block, recall_ceiling
 from retrieval.eval.evidence import CATEGORY_NAMES, EvalQuestion, EvidenceReport, select_questions
 from retrieval.eval.lexical_gap import gap_flags, gap_recall
 from retrieval.eval.locomo import LocomoConversation
@@ -52,7 +52,6 @@ from retrieval.eval.multi import build_route_retriever, multi_info, prepare_quer
 from retrieval.eval.render import plot_recall, render_markdown
 from retrieval.eval.results import (
     AnswersSkipped,
-    CeilingBlock,
     CodebookStats,
     Construction,
     EvidenceCounts,
@@ -62,7 +61,6 @@ from retrieval.eval.results import (
     Results,
     RetrievalSummary,
     Settings,
-    Summary,
     SweepInfo,
     SweepRow,
     write_questions,
@@ -256,8 +254,8 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
                 built["route_banks"] = bank_seconds[cid] = time.perf_counter() - tick
             timings.update(built)
             # ingestion (summed over the runs that built the store) + what this run built for it
-            per_conversation[cid] = ((store.meta(f"construction:{cid}") or {}).get("seconds", 0.0) + built["embed"]
-                                     + built[f"index_{TRAINED}"] + built.get("route_banks", 0.0))
+            per_conversation[cid] = (ledger.total([cid], "seconds") + built["embed"] + built[f"index_{TRAINED}"]
+                                     + built.get("route_banks", 0.0))
             banks[cid] = ConversationBank(amus, retrievers, routes)
             questions += select_questions(conversation, report)
             logger.info("%s: %d AMUs", cid, len(amus))
@@ -293,11 +291,7 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
         lexical_gap = LexicalGap(questions=sum(gaps), share=sum(gaps) / max(len(gaps), 1),
                                  recall=gap_recall(gaps, per_question))
 
-        coverable = {cid: bank.coverable for cid, bank in banks.items()}
-        ceiling = Summary[CeilingBlock].model_validate(summarise(
-            (q.category_name, {"recall": score_evidence(q.evidence, coverable[q.conversation_id]).recall})
-            for q in questions
-        ))
+        ceiling = recall_ceiling(questions, {cid: bank.coverable for cid, bank in banks.items()})
         ids = [c.conversation_id for c in conversations]
         construction = Construction(
             seconds=ledger.total(ids, "seconds") + timings["embed"] + timings[f"index_{TRAINED}"]
@@ -323,7 +317,7 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
 
         # -- sweep over the topology parameters, on the same banks
         if sweep:
-            swept = [c for c in selected if c.uses_codes and not c.multi]
+            swept = [c for c in selected if c.mode in ("code", "dense+code")]  # what the topology changes
             if not swept:
                 raise EvaluationError("--sweep needs a configuration with a codebook path")
             tick = time.perf_counter()

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+          "november", "december")
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
             "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2}
 _PREPOSITIONS = ("since", "until", "till", "from", "by", "before", "after", "on", "in", "during", "of",
@@ -137,9 +139,7 @@ def resolve_dates(text: str, when: datetime | date | None) -> tuple[str, list[Re
     return _RELATIVE_DATE.sub(replace, text), found
 
 
-_MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
-                "october", "november", "december")
-_MONTH = r"(?P<month>" + "|".join(f"{name[:3]}(?:{name[3:]})?" if len(name) > 3 else name for name in _MONTH_NAMES) + r")\.?"
+_MONTH = r"(?P<month>" + "|".join(f"{name[:3]}(?:{name[3:]})?" if len(name) > 3 else name for name in MONTHS) + r")\.?"
 _ABSOLUTE_DATE = re.compile(
     r"\b(?:(?P<day1>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH + r",?\s+(?P<year1>\d{4})"
     r"|" + _MONTH.replace("month", "month2") + r"\s+(?P<day2>\d{1,2})(?:st|nd|rd|th)?,?\s+(?P<year2>\d{4})"
@@ -151,7 +151,7 @@ _ABSOLUTE_DATE = re.compile(
 
 
 def _month_number(name: str) -> int:
-    return next(i for i, full in enumerate(_MONTH_NAMES, start=1) if full.startswith(name.lower().rstrip(".")[:3]))
+    return next(i for i, full in enumerate(MONTHS, start=1) if full.startswith(name.lower().rstrip(".")[:3]))
 
 
 def absolute_dates(text: str) -> list[str]:

@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 
 from retrieval.extract.base import Extraction, ReferenceContext, make_amu
-from retrieval.extract.dates import WEEKDAYS, absolute_dates, resolve_dates
+from retrieval.extract.dates import MONTHS, WEEKDAYS, absolute_dates, resolve_dates
 from retrieval.extract.pronouns import resolve_pronouns
 from retrieval.index.stopwords import STOPWORDS
 from retrieval.llm import LLMUsage
@@ -20,9 +20,7 @@ lol haha oh ah hmm good glad see talk soon later take care cheers congrats congr
 definitely right agreed same much really well welcome pleasure night morning evening day anytime again
 absolutely exactly true love lovely sounds sound fun happy hear gonna keep going luck best wishes
 """.split())
-_MONTHS = frozenset(("january", "february", "march", "april", "may", "june", "july", "august", "september",
-                     "october", "november", "december"))
-_NOT_NAMES = STOPWORDS | _FILLERS | _MONTHS | frozenset(WEEKDAYS)
+_NOT_NAMES = STOPWORDS | _FILLERS | frozenset(MONTHS) | frozenset(WEEKDAYS)
 # Frequent verbs, adverbs and time words that say nothing about the topic of a turn: never topic tags.
 _GENERIC = frozenset("""
 also always anything back come comes coming could does done doing ever even every everything feel feeling feels

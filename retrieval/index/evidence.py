@@ -21,9 +21,6 @@ from datetime import date, timedelta
 from retrieval.memory.records import AMU
 from retrieval.memory.times import time_interval
 
-NODE_TYPES = ("entity", "topic", "entity_topic", "temporal", "event_frame")
-"""The evidence node types of LycheeMemory section 3.4."""
-
 SEARCHABLE_TYPES = ("entity", "topic", "event_frame")
 """Node types matched by semantic search (Algorithm B.2 line 8); temporal nodes are filtered.
 Entity-topic nodes are matched by key only (the plan's entity x topic pairs): this project's

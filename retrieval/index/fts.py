@@ -66,9 +66,6 @@ class FTSIndex:
                          f"tokenize='{FTS_TOKENIZER}')")
         self._count = 0
 
-    def __len__(self) -> int:
-        return self._count
-
     def add(self, texts: Iterable[str], entities: Iterable[Sequence[str]] | None = None,
             topics: Iterable[Sequence[str]] | None = None) -> None:
         texts = list(texts)

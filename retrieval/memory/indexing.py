@@ -41,8 +41,6 @@ def index_amu(db: sqlite3.Connection, position: int, amu: AMU) -> None:
     if amu.archived:
         return
     src = amu.source
-    if src.segment is not None:  # an AMU inserted outside commit_segment: a frame from its own provenance
-        add_event_frame(db, src.conversation_id, src.segment, src.session_id, src.turn_ids)
     for node in record_nodes(amu):
         db.execute("INSERT OR IGNORE INTO evidence_nodes (conversation_id, node_type, key, text) VALUES (?, ?, ?, ?)",
                    (src.conversation_id, node.node_type, node.key, node.text))

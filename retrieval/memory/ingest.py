@@ -163,7 +163,7 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
             stored = store.segment(conversation_id, segment.seq)
             if stored is None:
                 extraction = extractor.extract(segment, context)
-                amus = _fingerprinted(extraction.amus, fingerprinter)
+                amus = fingerprinted(extraction.amus, fingerprinter)
                 store.commit_segment(_record(segment, extraction.state, extraction.fallback, len(amus)),
                                      segment.turns, amus)
                 _embed(embedder, segment.turns, amus)
@@ -181,7 +181,7 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
                         revision = stored.revision + 1
                         renamed = [dataclasses.replace(amu, id=amu_id(conversation_id, segment.seq, i, revision))
                                    for i, amu in enumerate(retried.amus)]
-                        amus = _fingerprinted(renamed, fingerprinter)
+                        amus = fingerprinted(renamed, fingerprinter)
                         store.replace_extraction(dataclasses.replace(
                             _record(segment, retried.state, False, len(amus)), revision=revision), amus)
                         _embed(embedder, segment.turns, amus)
@@ -235,7 +235,8 @@ def _current_amus(store: AMUStore, stored: SegmentRecord) -> list[AMU]:
     return [amu for amu in store.by_segment(stored.conversation_id, stored.seq) if revision(amu) == stored.revision]
 
 
-def _fingerprinted(amus: list[AMU], fingerprinter: Any | None) -> list[AMU]:
+def fingerprinted(amus: list[AMU], fingerprinter: Any | None) -> list[AMU]:
+    """``amus`` with their fingerprint code sequences (unchanged without a fingerprinter)."""
     if fingerprinter is None or not amus:
         return amus
     prints = fingerprinter.fingerprint([amu.text for amu in amus])

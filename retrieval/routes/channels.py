@@ -43,9 +43,6 @@ class ChannelList:
     scores: np.ndarray
     via: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
-    def __len__(self) -> int:
-        return int(self.items.size)
-
 
 def _ranked(channel: str, items: np.ndarray, scores: np.ndarray) -> ChannelList:
     return ChannelList(channel, np.asarray(items, dtype=np.int64), np.asarray(scores, dtype=np.float64))

@@ -61,10 +61,6 @@ class TimeConstraint:
         if high < low:
             raise ValueError(f"time range {self.start}..{self.end} ends before it starts")
 
-    @property
-    def exact(self) -> bool:
-        return self.start == self.end
-
 
 @dataclass(frozen=True)
 class Route:

@@ -21,12 +21,12 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from retrieval.extract.base import Extractor, ReferenceContext
+from retrieval.extract.base import Extraction, Extractor, ReferenceContext
 from retrieval.index.embed import Embedder
 from retrieval.index.evidence import segment_search_texts
 from retrieval.llm import LLMUsage
 from retrieval.memory.cache import CachedEmbedder, model_identity
-from retrieval.memory.records import AMU, MAX_TURN_CHARS, SegmentRecord, Turn, amu_id
+from retrieval.memory.records import AMU, MAX_TURN_CHARS, AMUValidationError, SegmentRecord, Turn, amu_id
 from retrieval.memory.segmenter import Segment, SegmenterConfig, SemanticSegmenter
 from retrieval.memory.store import AMUStore, turns_sha256
 
@@ -50,6 +50,7 @@ class IngestStats:
     retried_segments: int = 0
     amus: int = 0
     fallback_segments: int = 0
+    unresolved_dates: int = 0
     llm: LLMUsage = field(default_factory=LLMUsage)
     wall_s: float = 0.0
 
@@ -75,7 +76,8 @@ class IngestStats:
             f"mean exchanges/segment {self.mean_exchanges_per_segment:.2f} | "
             f"mean turns/segment {self.mean_turns_per_segment:.2f}",
             f"AMUs written {self.amus} | raw-turn fallback segments {self.fallback_segments} | "
-            f"fallbacks retried successfully {self.retried_segments}",
+            f"fallbacks retried successfully {self.retried_segments} | "
+            f"date phrases kept unresolved (outside years 1-9999) {self.unresolved_dates}",
             f"LLM calls {llm.http_calls} (retries {llm.retries}, cache hits {llm.cache_hits}) | tokens "
             f"prompt {llm.prompt_tokens} + completion {llm.completion_tokens} "
             f"(from cache {llm.cached_prompt_tokens} + {llm.cached_completion_tokens})",
@@ -162,7 +164,8 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
             context.enter(segment.session_id)
             stored = store.segment(conversation_id, segment.seq)
             if stored is None:
-                extraction = extractor.extract(segment, context)
+                extraction = _extract(extractor, segment, context)
+                stats.unresolved_dates += extraction.unresolved_dates
                 amus = fingerprinted(extraction.amus, fingerprinter)
                 store.commit_segment(_record(segment, extraction.state, extraction.fallback, len(amus)),
                                      segment.turns, amus)
@@ -176,7 +179,7 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
                 amus = _current_amus(store, stored)
                 state = stored.state
                 if stored.fallback and retry_fallbacks:
-                    retried = extractor.extract(segment, context)
+                    retried = _extract(extractor, segment, context)
                     if not retried.fallback:
                         revision = stored.revision + 1
                         renamed = [dataclasses.replace(amu, id=amu_id(conversation_id, segment.seq, i, revision))
@@ -196,6 +199,16 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
             stats.exchanges += len(segment.exchanges)
             stats.turns += len(segment.turns)
             bar.update(len(segment.turns))
+
+
+def _extract(extractor: Extractor, segment: Segment, context: ReferenceContext) -> Extraction:
+    """One segment's extraction; an invalid record is refused naming the conversation and turns."""
+    try:
+        return extractor.extract(segment, context)
+    except AMUValidationError as err:
+        turn_ids = [turn.turn_id for turn in segment.turns]
+        raise IngestError(f"{segment.conversation_id!r} segment {segment.seq} (turns {turn_ids[0]}..{turn_ids[-1]}): "
+                          f"the extractor made an invalid record: {err}") from None
 
 
 def _embed(embedder: Embedder, turns: Sequence[Turn], amus: Sequence[AMU]) -> None:

@@ -37,9 +37,14 @@ _ADVICE = {
 }
 
 
-def fault(err: sqlite3.Error, path: Path) -> StoreFault:
-    """The :class:`StoreFault` for a SQLite error on the store file ``path``."""
+def fault(err: sqlite3.Error, path: Path) -> StoreFault | None:
+    """The :class:`StoreFault` for a SQLite error on the store file ``path``; None for an error
+    of the code itself (a constraint, a misused API, bad SQL), which should stay a traceback."""
     name = getattr(err, "sqlite_errorname", "") or ""
+    if isinstance(err, (sqlite3.IntegrityError, sqlite3.ProgrammingError)):
+        return None
+    if name == "SQLITE_ERROR" and "no such" not in str(err):
+        return None
     family = next((key for key in _ADVICE if name == key or name.startswith(key + "_")), None)
     advice = _ADVICE[family] if family else "rerun; if it persists, see `" + _CHECK + "`"
     return StoreFault(f"{path}: {err} ({name or type(err).__name__}); {advice.format(directory=path.parent)}")
@@ -48,10 +53,11 @@ def fault(err: sqlite3.Error, path: Path) -> StoreFault:
 def _guarded(path: Path, call: Callable[..., T], *args: Any) -> T:
     try:
         return call(*args)
-    except sqlite3.IntegrityError:
-        raise
-    except (sqlite3.OperationalError, sqlite3.DatabaseError) as err:
-        raise fault(err, path) from err
+    except sqlite3.DatabaseError as err:
+        translated = fault(err, path)
+        if translated is None:
+            raise
+        raise translated from err
 
 
 class GuardedCursor(sqlite3.Cursor):

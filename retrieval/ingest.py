@@ -29,6 +29,7 @@ from retrieval.extract.llm import LLMExtractor
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.embed import Embedder, SentenceEmbedder
 from retrieval.memory.errors import StoreError
+from retrieval.memory.fingerprinter_source import remember_fingerprinter
 from retrieval.memory.ingest import IngestError, ingest_turns
 from retrieval.memory.records import InputFormatError
 from retrieval.memory.store import AMUStore
@@ -65,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             turns, participants = read_turns_jsonl(args.jsonl), None
         with AMUStore(args.store) as store:  # opened before any model loads: a bad store fails fast
             embedder, extractor, fingerprinter = _models(args)
+            if fingerprinter is not None:  # so that a reader need not name it again
+                remember_fingerprinter(store, args.fingerprinter, fingerprinter)
             worker = None
             if args.consolidate_in_background:
                 embedder = SerializedEmbedder(embedder)  # shared with the worker thread

@@ -110,13 +110,15 @@ def ingest_turns(turns: Iterable[Turn], store: AMUStore, embedder: Embedder, ext
     started = time.perf_counter()
     usage_before = dataclasses.replace(extractor.usage)
     conversations = _group(turns)
+    stats = IngestStats()
+    if not conversations:  # nothing to store: bind no models, so an empty input fixes nothing
+        return stats
     if not isinstance(embedder, CachedEmbedder):  # segmentation embeddings: computed once per store
         embedder = CachedEmbedder(embedder, store)
     store.bind("embedder", model_identity(embedder))
     store.bind("extractor", model_identity(extractor))
     store.bind("fingerprinter", "none" if fingerprinter is None else model_identity(fingerprinter),
                hint="pass the fingerprinter this store was built with, or use a new store")
-    stats = IngestStats()
     bar = tqdm(total=sum(len(t) for sessions in conversations.values() for t in sessions.values()),
                unit="turn", disable=not progress)
     try:
@@ -187,12 +189,13 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
                         amus = fingerprinted(renamed, fingerprinter)
                         store.replace_extraction(dataclasses.replace(
                             _record(segment, retried.state, False, len(amus)), revision=revision), amus)
-                        _embed(embedder, segment.turns, amus)
                         state = retried.state
                         stats.amus += len(amus)
                         stats.retried_segments += 1
                     else:
                         stats.fallback_segments += 1
+                # A kill between a segment's commit and its embeddings left them out: computes only those.
+                _embed(embedder, segment.turns, amus)
             # What the extractor saw, replayed on resume, so the next prompts match the first run's.
             context.record(state, [amu.text for amu in amus])
             stats.segments += 1

@@ -7,22 +7,30 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from retrieval.consolidate import main as consolidate_main
 from retrieval.consolidation.audit import audit
 from retrieval.consolidation.config import ConsolidationConfig
 from retrieval.consolidation.engine import consolidate_conversation
 from retrieval.consolidation.fidelity import MAX_MERGE_MEMBERS, lost_content, merge_problems
 from retrieval.consolidation.forward import merged_id
+from retrieval.extract.rules import RuleExtractor
+from retrieval.memory.ingest import ingest_turns
 from retrieval.memory.records import AMU, SourcePointer
 from retrieval.memory.store import AMUStore
-from tests.test_consolidation import CID, NamedHashEmbedder, built, store_dir  # noqa: F401 - fixtures
+from tests.test_consolidation import CID, NamedHashEmbedder, duplicate_turns
 from tests.test_ingest import HashEmbedder
 
 LOOSE = ["--threshold", "2", "--linkage", "single", "--window-days", "100000"]
 
 
-def active_texts(store: AMUStore) -> list[str]:
-    return [amu.text for amu in store.amus(CID)]
+@pytest.fixture
+def store_dir(tmp_path: Path) -> Path:
+    """test_consolidation's conversation of known duplicates, ingested, not consolidated."""
+    with AMUStore(tmp_path / "store") as store:
+        ingest_turns(duplicate_turns(), store, HashEmbedder(), RuleExtractor(), progress=False)
+    return tmp_path / "store"
 
 
 def test_loose_settings_keep_every_fact(store_dir: Path, capsys, monkeypatch):

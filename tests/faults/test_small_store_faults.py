@@ -5,6 +5,9 @@ is not UTF-8 names file and line; an empty input binds no models; a failed start
 from __future__ import annotations
 
 import json
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -45,13 +48,23 @@ def test_a_kill_before_the_embeddings_is_repaired_on_resume(tmp_path: Path, monk
     assert stats.resumed_segments == 2 and vector_rows(tmp_path / "store") == vector_rows(tmp_path / "reference")
 
 
+@contextmanager
+def immutable(directory: Path) -> Iterator[None]:
+    """The directory as on read-only media: nothing can be created in it, even by root."""
+    if subprocess.run(["chattr", "+i", str(directory)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(directory)], check=True)
+
+
 def test_a_wal_store_opens_read_only_without_its_shm(tmp_path: Path):
-    with AMUStore(tmp_path) as store:
+    with AMUStore(tmp_path / "store") as store:
         ingest_turns(conversation_turns()[:6], store, HashEmbedder(), RuleExtractor(), progress=False)
         count = store.count()
-    assert not (tmp_path / "amus.sqlite3-wal").exists()  # closed cleanly: the log was checkpointed
-    (tmp_path / "amus.sqlite3-shm").mkdir()  # the index file cannot be created (as on read-only media)
-    with AMUStore(tmp_path, read_only=True) as store:
+    assert not (tmp_path / "store" / "amus.sqlite3-shm").exists()  # closed cleanly: no index file left
+    with immutable(tmp_path / "store"), AMUStore(tmp_path / "store", read_only=True) as store:
         assert store.count() == count
 
 

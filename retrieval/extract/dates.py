@@ -83,8 +83,7 @@ def _resolve(match: re.Match[str], today: date) -> tuple[str, str, str]:
         if unit == "month":
             month = _shift_months(today, -count)
             return _month_text(month), _month(month), "in"
-        year = _year(today.year - count)
-        return str(today.year - count), year, "in"
+        return str(today.year - count), _year(today.year - count), "in"
     step = {"last": -1, "this": 0, "next": 1}[match["rel"].lower()]
     unit = match["unit"].lower()
     monday = today - timedelta(days=today.weekday())

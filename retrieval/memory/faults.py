@@ -11,7 +11,7 @@ duplicate id) are the code's own checks and pass through unchanged.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -79,6 +79,11 @@ class GuardedCursor(sqlite3.Cursor):
 
     def fetchall(self) -> list[Any]:
         return _guarded(self.connection.store_path, super().fetchall)
+
+    def __iter__(self) -> Iterator[Any]:
+        # One guarded fetch for all rows: a Python-level __next__ per row would double the cost of
+        # reading a large result (the store's queries return bounded results).
+        return iter(self.fetchall())
 
     def __next__(self) -> Any:
         return _guarded(self.connection.store_path, super().__next__)

@@ -125,7 +125,8 @@ def render(result: Retrieval, items: Sequence[dict[str, Any]], args: argparse.Na
         time = f"{route.time.start}..{route.time.end}" if route.time else "none"
         lines.append(f"  route {number}: queries {list(route.queries)}; entities {list(route.entities)}; "
                      f"topics {list(route.topics)}; time {time}")
-    codebook = f"on ({args.fingerprinter})" if args.fingerprinter else "off (the store has no fingerprinter)"
+    codebook = (f"on ({args.fingerprinter})" if args.fingerprinter else
+                "off (no fingerprinter recorded by the store, or its directory is gone; --fingerprinter DIR)")
     size = size_note(args.k, len(items), args.exact_k)
     lines += [f"Reranker: {result.reranker}", f"Codebook route: {codebook}",
               f"{size}, in {1000 * result.seconds:.0f} ms", *legend_lines(), ""]

@@ -7,8 +7,9 @@ Library use::
 
 Resuming: each segment's turns, AMUs and progress row commit in one transaction. A rerun on
 the same store recomputes the (deterministic) segmentation, skips the segments already stored
-(checking that they cover the same turns) and continues, so an interrupted run loses at most the
-segment in progress and never duplicates a unit. Sessions are assumed complete when ingested.
+(checking that they cover the same turns, and embedding what a kill between a commit and its
+embeddings left out) and continues, so an interrupted run loses at most the segment in progress
+and never duplicates a unit. Sessions are assumed complete when ingested.
 """
 
 from __future__ import annotations
@@ -105,7 +106,8 @@ def ingest_turns(turns: Iterable[Turn], store: AMUStore, embedder: Embedder, ext
     from this run's (edited input) is refused with :class:`IngestError` naming it: the store is
     append-only, so an edited conversation goes into a new store. With ``retry_fallbacks``,
     stored segments that fell back to raw turns (the LLM endpoint was down) are extracted again;
-    a successful retry archives the raw-turn AMUs and adds the new ones (revision ids).
+    a successful retry archives the raw-turn AMUs and adds the new ones (revision ids). An empty
+    ``turns`` binds nothing and returns zero counts.
     """
     started = time.perf_counter()
     usage_before = dataclasses.replace(extractor.usage)

@@ -15,10 +15,10 @@ from retrieval.extract.base import Extraction
 from retrieval.extract.dates import resolve_dates, resolve_relative_dates
 from retrieval.extract.rules import RuleExtractor
 from retrieval.ingest import main as ingest_main
-from retrieval.memory.ingest import IngestError, ingest_turns
+from retrieval.ingestion.pipeline import IngestError, ingest_turns
+from retrieval.ingestion.turns_jsonl import read_turns_jsonl
 from retrieval.memory.records import AMU, SourcePointer, Turn
 from retrieval.memory.store import AMUStore
-from retrieval.memory.turns_jsonl import read_turns_jsonl
 from retrieval.routes.planner_rules import query_time
 from tests.test_consolidation import NamedHashEmbedder
 from tests.test_ingest import WHEN, HashEmbedder

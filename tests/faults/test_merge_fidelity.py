@@ -16,7 +16,7 @@ from retrieval.consolidation.engine import consolidate_conversation
 from retrieval.consolidation.fidelity import MAX_MERGE_MEMBERS, lost_content, merge_problems
 from retrieval.consolidation.forward import merged_id
 from retrieval.extract.rules import RuleExtractor
-from retrieval.memory.ingest import ingest_turns
+from retrieval.ingestion.pipeline import ingest_turns
 from retrieval.memory.records import AMU, SourcePointer
 from retrieval.memory.store import AMUStore
 from tests.test_consolidation import CID, NamedHashEmbedder, duplicate_turns

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-import retrieval.memory.ingest as ingest_module
+import retrieval.ingestion.pipeline as ingest_module
 from retrieval.extract.rules import RuleExtractor
 from retrieval.ingest import main as ingest_main
-from retrieval.memory.ingest import ingest_turns
+from retrieval.ingestion.pipeline import ingest_turns
+from retrieval.ingestion.turns_jsonl import read_turns_jsonl
 from retrieval.memory.records import InputFormatError
 from retrieval.memory.store import AMUStore
-from retrieval.memory.turns_jsonl import read_turns_jsonl
 from tests.test_consolidation import NamedHashEmbedder
 from tests.test_ingest import HashEmbedder, conversation_turns
 

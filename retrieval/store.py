@@ -39,8 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if counts is not None:
         print(f"ok: {store.path} ({counts[0]} conversations, {counts[1]} AMUs)")
         return 0
-    print(f"damaged: {store.path} ({len(problems)} problems); rebuild the store from its input into a new "
-          "directory, or restore a copy")
+    print(f"damaged: {store.path}; rebuild the store from its input into a new directory, or restore a copy")
     for problem in problems[:SHOWN_PROBLEMS]:
         print(f"  {problem}")
     return 1

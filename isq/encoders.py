@@ -9,9 +9,11 @@ reached, :class:`EncoderUnavailable` says so in one line instead of a minute of 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -19,6 +21,7 @@ from urllib.parse import urlparse
 import torch
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokenizerBase, T5EncoderModel
+from transformers.utils import logging as hf_logging
 
 from isq.config import ISQConfig
 from isq.projection import StrideOneProjection
@@ -74,6 +77,23 @@ def _gpu_note() -> str:
 def from_pretrained(loader: Any, name_or_path: str, **kwargs: Any) -> Any:
     """``loader.from_pretrained`` (a transformers class) for a local path, the offline alias, a
     cached name or, with the hub reachable, a hub name; otherwise one :class:`EncoderUnavailable`."""
+    with _quiet_loading():
+        return _load(loader, name_or_path, **kwargs)
+
+
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """No "Loading weights" progress bar: loading a few-MB encoder is not news to the user."""
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def _load(loader: Any, name_or_path: str, **kwargs: Any) -> Any:
     path = resolve_encoder_path(name_or_path)
     if not Path(path).is_dir():
         try:  # the Hugging Face cache first: no network needed

@@ -20,15 +20,13 @@ from datasets import Dataset
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from isq.dailydialog import SPLITS, detokenize, dialogue_pairs, load_splits
+from isq.dailydialog import ROOT_ENV, SPLITS, detokenize, dialogue_pairs, load_splits
 from isq.encoders import from_pretrained
 from isq.ranges import AT_LEAST_ONE, NON_NEGATIVE, check_ranges
-from training.synthetic import write_synthetic_corpus
+from isq.synthetic import SYNTHETIC, write_synthetic_corpus
 
 log = logging.getLogger(__name__)
 
-ROOT_ENV = "ISQ_DAILYDIALOG"
-SYNTHETIC = "synthetic"
 STAGE_SPLITS = {"fit": ("train", "validation"), "validate": ("validation",), "test": ("test",)}
 """The splits each Lightning stage reads; any other stage (or none) tokenises all three."""
 RANGES = {"context_turns": AT_LEAST_ONE, "max_context_tokens": AT_LEAST_ONE, "max_target_tokens": AT_LEAST_ONE,

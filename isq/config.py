@@ -13,9 +13,9 @@ import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from isq.projection import NORMALIZATIONS
 from isq.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, OutOfRange, Range, check_ranges
 
-NORMALIZATIONS = ("none", "token", "layer")
 DECODER_SIZES = ("d_model", "d_ff", "num_decoder_layers", "num_heads", "d_kv")
 
 @dataclass

@@ -61,6 +61,8 @@ class ISQLightningModule(L.LightningModule):
                 raise WarmStartError(f"--model.init_from {init_from}: {err}") from err
         self.val_usage = CodebookUsage(isq.num_codes)
         self._step_clock: float | None = None
+        self._revival_candidates: torch.Tensor | None = None
+        """The last training batch's real-token z: training_step hands it to optimizer_step."""
 
     def on_fit_start(self) -> None:
         """Say which weights train: the model summary counts the decoder with the encoder, so a
@@ -85,6 +87,7 @@ class ISQLightningModule(L.LightningModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         out = self(batch)
+        self._revival_candidates = out.revival_candidates
         size = batch["input_ids"].shape[0]
         self._log_output("train", out, size, prog_bar=False)
         self.log_dict({"train/perplexity": out.perplexity, "train/codes_used": out.codes_used.float()},
@@ -99,8 +102,10 @@ class ISQLightningModule(L.LightningModule):
 
     def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
         """After each *optimizer* step (not micro-batch), advance the dead-code window."""
-        super().optimizer_step(*args, **kwargs)
-        revived = self.model.quantizer.optimizer_step()
+        super().optimizer_step(*args, **kwargs)  # runs the closure: training_step sets the candidates
+        if self._revival_candidates is None:
+            raise RuntimeError("optimizer_step ran before any training_step")
+        revived = self.model.quantizer.optimizer_step(self._revival_candidates)
         self.log("train/revived_codes", float(revived))
         self.log("train/dead_codes", float(self.model.quantizer.dead_codes))  # the same on every rank
         for i, group in enumerate(self.trainer.optimizers[0].param_groups):

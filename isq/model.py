@@ -31,18 +31,18 @@ from isq.quantizer import EMAQuantizer
 
 def build_decoder(config: ISQConfig, tokenizer: PreTrainedTokenizerBase) -> T5ForConditionalGeneration:
     """A T5 decoder + LM head without its encoder stack (the ISQ codes replace it)."""
+    seq2seq: T5ForConditionalGeneration
     if config.encoder_is_pretrained and encoder_model_type(config) == "t5":
         seq2seq = from_pretrained(T5ForConditionalGeneration, config.encoder)
     else:
-        sizes = {"d_model": 256, "d_ff": 1024, "num_decoder_layers": 2, "num_heads": 4, "d_kv": 64}
-        sizes.update(config.decoder)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
-        seq2seq = T5ForConditionalGeneration(T5Config(
-            vocab_size=len(tokenizer), num_layers=1, pad_token_id=pad, eos_token_id=eos,
-            decoder_start_token_id=pad, tie_word_embeddings=True, **sizes,
-        ))
-    seq2seq.encoder = None  # never run: encoder_outputs are always given
+        # from_dict: config.decoder is a JSON object of T5Config fields (SPEC sizes by default).
+        values = {"d_model": 256, "d_ff": 1024, "num_decoder_layers": 2, "num_heads": 4, "d_kv": 64,
+                  **config.decoder, "vocab_size": len(tokenizer), "num_layers": 1, "pad_token_id": pad,
+                  "eos_token_id": eos, "decoder_start_token_id": pad, "tie_word_embeddings": True}
+        seq2seq = T5ForConditionalGeneration(T5Config.from_dict(values))
+    seq2seq.register_module("encoder", None)  # never run: encoder_outputs are always given
     return seq2seq
 
 

@@ -14,6 +14,9 @@ class MaskedTokenNorm(nn.Module):
     padding excluded), with running statistics for eval. Fixing the spread of z across tokens
     removes the collapse where the projection shrinks or aligns every z_t onto a few codes."""
 
+    running_mean: Tensor
+    running_var: Tensor
+
     def __init__(self, dim: int, momentum: float = 0.01, eps: float = 1e-5) -> None:
         super().__init__()
         self.momentum, self.eps = momentum, eps
@@ -68,7 +71,7 @@ class StrideOneProjection(nn.Module):
             hidden = hidden * mask.unsqueeze(-1).to(hidden.dtype)
         z: Tensor = self.conv(hidden.transpose(1, 2)).transpose(1, 2)
         if isinstance(self.norm, MaskedTokenNorm):
-            return self.norm(z, mask)
-        if isinstance(self.norm, nn.LayerNorm):
-            return self.norm(z)
+            z = self.norm(z, mask)
+        elif isinstance(self.norm, nn.LayerNorm):
+            z = self.norm(z)
         return z

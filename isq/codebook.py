@@ -77,8 +77,8 @@ class Codebook(nn.Module):
     window_counts: Tensor
     window_steps: Tensor
 
-    def __init__(self, num_codes: int = 1024, code_dim: int = 256, ema_decay: float = 0.99, ema_eps: float = 1e-5,
-                 frozen: bool = False) -> None:
+    def __init__(self, num_codes: int = 1024, code_dim: int = 256, ema_decay: float = 0.99,
+                 ema_eps: float = 1e-5, frozen: bool = False) -> None:
         super().__init__()
         if num_codes < 1 or code_dim < 1:
             raise ValueError(f"num_codes and code_dim must be positive, got {num_codes} and {code_dim}")
@@ -125,7 +125,8 @@ class Codebook(nn.Module):
         self._require_statistics()
         with fp32_island():
             counts = torch.bincount(indices, minlength=self.num_codes).float() if counts is None else counts.clone()
-            sums = torch.zeros(self.num_codes, self.code_dim, device=z.device).index_add_(0, indices, z.float())
+            sums = torch.zeros(self.num_codes, self.code_dim, device=z.device)
+            sums.index_add_(0, indices, z.float())
             if distributed():  # checked per call: a module built before init_process_group still syncs
                 dist.all_reduce(counts, op=dist.ReduceOp.SUM)
                 dist.all_reduce(sums, op=dist.ReduceOp.SUM)

@@ -75,7 +75,8 @@ class ISQConfig:
     def __post_init__(self) -> None:
         check_ranges("ISQConfig", asdict(self), RANGES)
         if self.kernel_size % 2 != 1:
-            raise OutOfRange(f"ISQConfig field 'kernel_size' is {self.kernel_size}: it must be odd (keeps the length)")
+            raise OutOfRange(f"ISQConfig field 'kernel_size' is {self.kernel_size}: "
+                             "it must be odd (keeps the length)")
         if self.normalize_projection not in NORMALIZATIONS:
             raise OutOfRange(f"ISQConfig field 'normalize_projection' is {self.normalize_projection!r}: "
                              f"allowed values are {', '.join(NORMALIZATIONS)}")

@@ -157,7 +157,8 @@ def build_encoder(config: ISQConfig, architecture: dict[str, Any] | None = None)
 
 def encoder_width(encoder: PreTrainedModel) -> int:
     cfg = encoder.config
-    return int(getattr(cfg, "d_model", None) or getattr(cfg, "hidden_size"))  # noqa: B009 - typed config lacks it
+    # getattr: the typed base config declares neither width
+    return int(getattr(cfg, "d_model", None) or getattr(cfg, "hidden_size"))  # noqa: B009
 
 
 LORA_DEFAULT_TARGETS = {"t5": ["q", "v"]}
@@ -188,7 +189,8 @@ class SemanticEncoder(nn.Module):
     encoder has any, stay trainable, so gradients then flow through the frozen encoder to them.
     """
 
-    def __init__(self, encoder: PreTrainedModel, projection: StrideOneProjection, frozen: bool = False) -> None:
+    def __init__(self, encoder: PreTrainedModel, projection: StrideOneProjection,
+                 frozen: bool = False) -> None:
         super().__init__()
         self.encoder = encoder
         self.projection = projection

@@ -86,7 +86,8 @@ class ISQModel(nn.Module):
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config)
         self.semantic_encoder = SemanticEncoder.build(config, build_encoder(config), frozen=config.freeze_encoder)
         self.quantizer = EMAQuantizer(
-            num_codes=config.num_codes, code_dim=config.code_dim, ema_decay=config.ema_decay, ema_eps=config.ema_eps,
+            num_codes=config.num_codes, code_dim=config.code_dim, ema_decay=config.ema_decay,
+            ema_eps=config.ema_eps,
             beta=config.beta, entropy_temperature=config.entropy_temperature,
             revive_every=config.revive_every, revive_threshold=config.revive_threshold,
             kmeans_init=config.kmeans_init,

@@ -45,7 +45,8 @@ class StrideOneProjection(nn.Module):
     Padding positions are zeroed before the convolution so a real token's projection never
     depends on what the batch padded next to it.
 
-    ``normalize_projection`` (named as in :class:`isq.config.ISQConfig`) follows the convolution with a normalisation without affine parameters:
+    ``normalize_projection`` (named as in :class:`isq.config.ISQConfig`) follows the convolution
+    with a normalisation without affine parameters:
     ``"token"`` (:class:`MaskedTokenNorm`, each dimension standardised across real tokens) or
     ``"layer"`` (LayerNorm over each z_t's dimensions); ``"none"`` is the bare convolution.
     """
@@ -57,7 +58,8 @@ class StrideOneProjection(nn.Module):
             raise ValueError(f"kernel_size must be odd to keep the length, got {kernel_size}")
         self.conv = nn.Conv1d(d_model, code_dim, kernel_size, stride=1, padding=kernel_size // 2)
         if normalize_projection not in NORMALIZATIONS:
-            raise ValueError(f"normalize_projection must be one of {', '.join(NORMALIZATIONS)}, got {normalize_projection!r}")
+            raise ValueError(f"normalize_projection must be one of {', '.join(NORMALIZATIONS)}, "
+                             f"got {normalize_projection!r}")
         self.normalize_projection = normalize_projection
         self.norm: nn.Module | None = None
         if normalize_projection == "token":

@@ -80,7 +80,8 @@ def test_the_trainable_line_says_only_adapters_train(pair) -> None:
     assert trainable_summary(plain).startswith("trainable parameters: encoder 0 of 22.6 M;")
     adapters = sum(p.numel() for n, p in adapted.named_parameters() if ".lora_" in n)
     assert 0 < adapters < total / 100
-    assert f"encoder {adapters / 1e3:.1f} k of {total / 1e6:.1f} M (LoRA adapters only)" in trainable_summary(adapted)
+    expected = f"encoder {adapters / 1e3:.1f} k of {total / 1e6:.1f} M (LoRA adapters only)"
+    assert expected in trainable_summary(adapted)
 
 
 def test_loading_an_encoder_draws_no_progress_bar(capfd) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from isq.dailydialog import DataFormatError, detokenize, dialogue_pairs, load_splits, read_dialogues
-from training.data import DialogueDataModule
 from isq.synthetic import write_synthetic_corpus
+from training.data import DialogueDataModule
 
 
 def write_release(root: Path, train: list[str], validation: list[str], test: list[str]) -> Path:

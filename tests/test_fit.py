@@ -208,10 +208,12 @@ def test_wandb_logger_works_offline(tmp_path, monkeypatch):
 
 def test_wandb_without_offline_mode_or_login_is_one_error_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(PYTHONPATH=str(REPO), HOME=str(tmp_path), WANDB_CONFIG_DIR=str(tmp_path), WANDB_DIR=str(tmp_path))
-    args = smoke_args(tmp_path, 1, "--trainer.logger", "WandbLogger", "--trainer.logger.save_dir", str(tmp_path / "w"))
-    proc = subprocess.run([sys.executable, "-m", "training.fit", *args], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=300)
+    env.update(PYTHONPATH=str(REPO), HOME=str(tmp_path), WANDB_CONFIG_DIR=str(tmp_path),
+               WANDB_DIR=str(tmp_path))
+    args = smoke_args(tmp_path, 1, "--trainer.logger", "WandbLogger",
+                      "--trainer.logger.save_dir", str(tmp_path / "w"))
+    proc = subprocess.run([sys.executable, "-m", "training.fit", *args], cwd=REPO, env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert "error: wandb could not start" in proc.stderr and "WANDB_MODE=offline" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -224,7 +226,8 @@ def test_a_run_prints_what_matters_and_not_third_party_noise(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     output = proc.stdout + proc.stderr
-    for noise in ("Tip:", "litlogger", "eval mode at the start", "LeafSpec", "tokenising test", "Loading weights"):
+    noises = ("Tip:", "litlogger", "eval mode at the start", "LeafSpec", "tokenising test", "Loading weights")
+    for noise in noises:
         assert noise not in output, noise
     assert "tokenising train" in output and "exported fingerprinter to" in output
     assert "trainable parameters: encoder 0 of" in output

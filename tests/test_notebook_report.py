@@ -161,7 +161,8 @@ def test_report_writes_figures_and_summary(fingerprinter_dir, dialogue_file, tmp
     assert str(out / "report.md") in capsys.readouterr().out
 
 
-def test_report_without_texts_uses_and_names_the_default_sample(fingerprinter_dir, tmp_path, capsys, monkeypatch):
+def test_report_without_texts_uses_and_names_the_default_sample(fingerprinter_dir, tmp_path, capsys,
+                                                                monkeypatch):
     monkeypatch.setenv("ISQ_DAILYDIALOG", "synthetic")
     assert main([str(fingerprinter_dir), "--out", str(tmp_path / "report"), "--sample", "25"]) == 0
     assert "25 texts from the project's synthetic corpus" in capsys.readouterr().out

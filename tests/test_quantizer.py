@@ -223,5 +223,6 @@ def test_the_quantizer_alone_applies_beta():
         torch.manual_seed(0)  # the same initial codebook for both
         losses[beta] = EMAQuantizer(8, 4, beta=beta).eval()(z)
     for beta, out in losses.items():
-        torch.testing.assert_close(out.vq_loss, out.codebook_loss + beta * out.commitment_loss, rtol=0, atol=0)
+        expected = out.codebook_loss + beta * out.commitment_loss
+        torch.testing.assert_close(out.vq_loss, expected, rtol=0, atol=0)
     assert float(losses[0.25].vq_loss) > float(losses[0.0].vq_loss) > 0

@@ -29,8 +29,9 @@ log = logging.getLogger(__name__)
 
 STAGE_SPLITS = {"fit": ("train", "validation"), "validate": ("validation",), "test": ("test",)}
 """The splits each Lightning stage reads; any other stage (or none) tokenises all three."""
-RANGES = {"context_turns": AT_LEAST_ONE, "max_context_tokens": AT_LEAST_ONE, "max_target_tokens": AT_LEAST_ONE,
-          "batch_size": AT_LEAST_ONE, "num_workers": NON_NEGATIVE, "limit_train_dialogues": AT_LEAST_ONE}
+RANGES = {"context_turns": AT_LEAST_ONE, "max_context_tokens": AT_LEAST_ONE,
+          "max_target_tokens": AT_LEAST_ONE, "batch_size": AT_LEAST_ONE, "num_workers": NON_NEGATIVE,
+          "limit_train_dialogues": AT_LEAST_ONE}
 """Allowed range of every numeric argument (``limit_train_dialogues`` None = all)."""
 
 
@@ -109,7 +110,8 @@ class DialogueDataModule(L.LightningDataModule):
                 dialogues["train"] = dialogues["train"][: self.hparams.limit_train_dialogues]
             for split, items in dialogues.items():
                 self.pairs[split] = dialogue_pairs(items, self.hparams.context_turns)
-                self.stats[f"{split}_dialogues"], self.stats[f"{split}_pairs"] = len(items), len(self.pairs[split]["context"])
+                self.stats[f"{split}_dialogues"] = len(items)
+                self.stats[f"{split}_pairs"] = len(self.pairs[split]["context"])
         for split in STAGE_SPLITS.get(stage or "", SPLITS):
             if split not in self.datasets:
                 self.datasets[split] = self._tokenize(split, self.pairs[split])

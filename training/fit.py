@@ -122,8 +122,8 @@ def check_checkpoint(path: str | None) -> None:
         raise CheckpointError(f"--ckpt_path {path}: not a readable checkpoint (truncated or corrupt: {err})") from None
 
 
-BAD_INPUT = (FileNotFoundError, DataFormatError, WarmStartError, EncoderUnavailable, ExportExistsError, CheckpointError,
-             OutOfRange, LoggerUnavailable)
+BAD_INPUT = (FileNotFoundError, DataFormatError, WarmStartError, EncoderUnavailable, ExportExistsError,
+             CheckpointError, OutOfRange, LoggerUnavailable)
 """Failures that are the input's fault: reported in one line, exit code 2."""
 
 

@@ -21,8 +21,8 @@ class WarmStartError(ValueError):
     """``init_from`` names no fingerprinter, or one that does not fit the model config."""
 
 
-RANGES = {"encoder_lr": POSITIVE, "head_lr": POSITIVE, "weight_decay": NON_NEGATIVE, "warmup_steps": NON_NEGATIVE,
-          "min_lr_ratio": UNIT}
+RANGES = {"encoder_lr": POSITIVE, "head_lr": POSITIVE, "weight_decay": NON_NEGATIVE,
+          "warmup_steps": NON_NEGATIVE, "min_lr_ratio": UNIT}
 """Allowed range of every numeric argument (``--model.encoder_lr -1.0`` is refused)."""
 
 
@@ -158,7 +158,8 @@ def trainable_summary(model: ISQModel) -> str:
     trainable = sum(p.numel() for p in encoder if p.requires_grad)
     adapters_only = model.config.lora_rank > 0 and model.semantic_encoder.frozen
     what = " (LoRA adapters only)" if adapters_only else ""
-    return (f"trainable parameters: encoder {_count(trainable)} of {_count(sum(p.numel() for p in encoder))}{what}; "
+    total = _count(sum(p.numel() for p in encoder))
+    return (f"trainable parameters: encoder {_count(trainable)} of {total}{what}; "
             f"projection + decoder {_count(sum(p.numel() for p in rest if p.requires_grad))}")
 
 

@@ -31,9 +31,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("fingerprinter", type=Path, help="exported fingerprinter directory")
     parser.add_argument("--texts", type=Path,
                         help="one text per line, or a DailyDialog dialogues_*.txt file (default: DailyDialog "
-                             "validation from $ISQ_DAILYDIALOG or ../shared/data/dailydialog, else the synthetic corpus)")
+                             "validation from $ISQ_DAILYDIALOG or ../shared/data/dailydialog, else the "
+                             "synthetic corpus)")
     parser.add_argument("--out", type=Path, required=True, help="report directory (created)")
-    parser.add_argument("--log", type=Path, help="a training run's directory (runs/<name>/version_N) or its metrics.csv")
+    parser.add_argument("--log", type=Path,
+                        help="a training run's directory (runs/<name>/version_N) or its metrics.csv")
     parser.add_argument("--sample", type=int, help="analyse a random sample of N texts (seed 0)")
     parser.add_argument("--words", help="comma-separated words whose codes to list (default: frequent words)")
     parser.add_argument("--batch-size", type=int, default=64)

@@ -61,7 +61,8 @@ def default_sample(repo: Path = REPO) -> tuple[list[str], str]:
         if validation.is_file():
             return read_texts(validation), f"DailyDialog validation ({validation.resolve()})"
         if configured:
-            raise InputError(f"${ROOT_ENV}={configured}: no DailyDialog release there ({validation} not found)")
+            raise InputError(f"${ROOT_ENV}={configured}: no DailyDialog release there "
+                             f"({validation} not found)")
     with tempfile.TemporaryDirectory() as tmp:
         texts = read_texts(write_synthetic_corpus(tmp) / "validation" / "dialogues_validation.txt")
     return texts, "the project's synthetic corpus, validation split"

@@ -42,6 +42,13 @@ def default_precision() -> str:
 
 
 class ISQCLI(LightningCLI):
+    notes: list[str]
+    """What the CLI changed in the configuration, printed when the run starts."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.notes = []
+        super().__init__(*args, **kwargs)
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--ckpt_path", type=str | None, default=None, help="checkpoint to resume from")
         parser.add_argument("--validate_only", type=bool, default=False,
@@ -71,19 +78,20 @@ class ISQCLI(LightningCLI):
         if self.config.get("validate_only"):
             trainer["logger"] = False  # a validation is printed, not a run: no runs/<name>/version_N for it
         else:
-            validate_at_the_end(trainer)
+            self.notes.extend(validate_at_the_end(trainer))
 
 
-def validate_at_the_end(trainer: Any) -> None:
+def validate_at_the_end(trainer: Any) -> list[str]:
     """With ``max_steps`` below the validation interval no validation would run, so no checkpoint
     would be chosen and the export would record ``"checkpoint": null``: validate at the last
-    step instead, and say so."""
+    step instead. Returns the note that says so (printed once the run is accepted)."""
     interval, max_steps = trainer.get("val_check_interval"), trainer.get("max_steps") or -1
     batches = max_steps * (trainer.get("accumulate_grad_batches") or 1)
-    if isinstance(interval, int) and not isinstance(interval, bool) and 0 < batches < interval:
-        print(f"note: --trainer.max_steps {max_steps} is below --trainer.val_check_interval {interval}: "
-              f"validating after batch {batches} instead", file=sys.stderr)
-        trainer["val_check_interval"] = batches
+    if not (isinstance(interval, int) and not isinstance(interval, bool) and 0 < batches < interval):
+        return []
+    trainer["val_check_interval"] = batches
+    return [f"note: --trainer.max_steps {max_steps} is below --trainer.val_check_interval {interval}: "
+            f"validating after batch {batches} instead"]
 
 
 class LoggerUnavailable(RuntimeError):
@@ -140,6 +148,8 @@ def main(args: list[str] | None = None) -> ISQCLI:
         for callback in cli.trainer.callbacks:  # an occupied export directory: refused before data setup
             if isinstance(callback, ExportFingerprinter) and callback.dirpath is not None:
                 callback.refuse_occupied(Path(callback.dirpath))
+        for note in cli.notes:
+            print(note, file=sys.stderr)
         if cli.config.get("validate_only"):
             cli.trainer.validate(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt_path)
         else:

@@ -27,9 +27,9 @@ def run_directory(trainer: L.Trainer) -> Path:
     """The run's own directory, the parent of its ``checkpoints/``: ``<save_dir>/<name>/<version>``
     of the first logger, as Lightning's ModelCheckpoint resolves it (CSV: ``runs/smoke/version_3``;
     wandb: ``runs/<project>/<run id>``). Config, metrics and export of a run all go here."""
-    checkpoints = trainer.checkpoint_callback
-    if checkpoints is not None and getattr(checkpoints, "dirpath", None):
-        return Path(checkpoints.dirpath).parent
+    dirpath = getattr(trainer.checkpoint_callback, "dirpath", None)
+    if dirpath:
+        return Path(dirpath).parent
     if trainer.loggers:
         logger = trainer.loggers[0]
         version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
@@ -69,14 +69,15 @@ class ExportFingerprinter(L.Callback):
                 "ExportFingerprinter dirpath, leave it unset (export into the run's own directory) or set "
                 "overwrite: true")
 
-    def on_fit_end(self, trainer: L.Trainer, pl_module: ISQLightningModule) -> None:
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.is_global_zero:
             return
+        assert isinstance(pl_module, ISQLightningModule), "ExportFingerprinter exports an ISQLightningModule"
         best = getattr(trainer.checkpoint_callback, "best_model_path", "") or ""
         if best and Path(best).is_file():
             state = torch.load(best, map_location=pl_module.device, weights_only=False)["state_dict"]
             pl_module.load_state_dict(state)
-        datamodule = trainer.datamodule
+        datamodule = getattr(trainer, "datamodule", None)
         record = {
             "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "checkpoint": best or None,

@@ -76,20 +76,20 @@ class DialogueDataModule(L.LightningDataModule):
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase:
         if self._tokenizer is None:
-            self._tokenizer = from_pretrained(AutoTokenizer, self.hparams.tokenizer)
+            self._tokenizer = from_pretrained(AutoTokenizer, self.hparams["tokenizer"])
         return self._tokenizer
 
     def _read(self) -> tuple[dict[str, list[list[str]]], str]:
-        if self.hparams.hub_id:
+        if self.hparams["hub_id"]:
             from datasets import load_dataset
 
-            hub = load_dataset(self.hparams.hub_id)
-            return {s: [[detokenize(t) for t in d] for d in hub[s]["dialog"]] for s in SPLITS}, self.hparams.hub_id
+            hub = load_dataset(self.hparams["hub_id"])
+            return {s: [[detokenize(t) for t in d] for d in hub[s]["dialog"]] for s in SPLITS}, self.hparams["hub_id"]
         if self.root is None:
             raise FileNotFoundError(f"no DailyDialog directory: pass --data.root or set ${ROOT_ENV}")
         root = Path(self.root)
         if self.root == SYNTHETIC:
-            root = write_synthetic_corpus(self.cache_dir / "synthetic_corpus", seed=self.hparams.seed)
+            root = write_synthetic_corpus(self.cache_dir / "synthetic_corpus", seed=self.hparams["seed"])
         splits = load_splits(root)
         self.stats.update(
             {f"leaked_{k}": v for k, v in splits.leaked.items()}
@@ -106,10 +106,10 @@ class DialogueDataModule(L.LightningDataModule):
         stage uses (:data:`STAGE_SPLITS`), so a training run does not tokenise the test split."""
         if not self.pairs:
             dialogues, self.stats["source"] = self._read()
-            if self.hparams.limit_train_dialogues:
-                dialogues["train"] = dialogues["train"][: self.hparams.limit_train_dialogues]
+            if self.hparams["limit_train_dialogues"]:
+                dialogues["train"] = dialogues["train"][: self.hparams["limit_train_dialogues"]]
             for split, items in dialogues.items():
-                self.pairs[split] = dialogue_pairs(items, self.hparams.context_turns)
+                self.pairs[split] = dialogue_pairs(items, self.hparams["context_turns"])
                 self.stats[f"{split}_dialogues"] = len(items)
                 self.stats[f"{split}_pairs"] = len(self.pairs[split]["context"])
         for split in STAGE_SPLITS.get(stage or "", SPLITS):
@@ -118,15 +118,15 @@ class DialogueDataModule(L.LightningDataModule):
 
     def _tokenize(self, split: str, pairs: dict[str, list[str]]) -> Dataset:
         h = self.hparams
-        key = hashlib.sha256(repr((pairs["context"], pairs["target"], h.tokenizer, h.max_context_tokens,
-                                   h.max_target_tokens)).encode()).hexdigest()[:16]
+        key = hashlib.sha256(repr((pairs["context"], pairs["target"], h["tokenizer"], h["max_context_tokens"],
+                                   h["max_target_tokens"])).encode()).hexdigest()[:16]
         cache = self.cache_dir / "tokenized" / f"{split}-{key}.arrow"
         cache.parent.mkdir(parents=True, exist_ok=True)
         tok = self.tokenizer
 
         def encode(batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
-            ctx = tok(batch["context"], truncation=True, max_length=h.max_context_tokens)
-            tgt = tok(batch["target"], truncation=True, max_length=h.max_target_tokens)
+            ctx = tok(batch["context"], truncation=True, max_length=h["max_context_tokens"])
+            tgt = tok(batch["target"], truncation=True, max_length=h["max_target_tokens"])
             return {"input_ids": ctx["input_ids"], "labels": tgt["input_ids"]}
 
         dataset = Dataset.from_dict(pairs).map(
@@ -150,9 +150,9 @@ class DialogueDataModule(L.LightningDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         return DataLoader(
-            self.datasets[split], batch_size=self.hparams.batch_size, shuffle=shuffle,
-            num_workers=self.hparams.num_workers, collate_fn=self._collate,
-            persistent_workers=self.hparams.num_workers > 0,
+            self.datasets[split], batch_size=self.hparams["batch_size"], shuffle=shuffle,
+            num_workers=self.hparams["num_workers"], collate_fn=self._collate,
+            persistent_workers=self.hparams["num_workers"] > 0,
         )
 
     def train_dataloader(self) -> DataLoader:

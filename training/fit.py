@@ -145,7 +145,7 @@ def main(args: list[str] | None = None) -> ISQCLI:
         )
         ckpt_path = cli.config.get("ckpt_path")
         check_checkpoint(ckpt_path)
-        for callback in cli.trainer.callbacks:  # an occupied export directory: refused before data setup
+        for callback in getattr(cli.trainer, "callbacks", []):  # an occupied export directory: refused before data setup
             if isinstance(callback, ExportFingerprinter) and callback.dirpath is not None:
                 callback.refuse_occupied(Path(callback.dirpath))
         for note in cli.notes:

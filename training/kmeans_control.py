@@ -48,6 +48,7 @@ def identity_projection(config: ISQConfig, d_model: int) -> StrideOneProjection:
     with torch.no_grad():
         projection.conv.weight.zero_()
         projection.conv.weight[:, :, config.kernel_size // 2] = torch.eye(d_model)
+        assert projection.conv.bias is not None  # StrideOneProjection's conv has a bias
         projection.conv.bias.zero_()
     return projection
 
@@ -127,6 +128,7 @@ def build_kmeans_fingerprinter(config: ISQConfig, texts: Sequence[str], *, max_t
     encoded_s = time.perf_counter() - started
     kmeans = faiss.Kmeans(d_model, config.num_codes, niter=niter, seed=seed, verbose=False)
     kmeans.train(states)
+    objective = float(kmeans.obj[-1]) if kmeans.obj is not None else None  # faiss records it per iteration
     _, assignment = kmeans.index.search(states, 1)
     codebook = torch.from_numpy(np.array(kmeans.centroids, dtype=np.float32))
     fingerprinter = Fingerprinter(config, tokenizer, semantic, codebook)
@@ -138,7 +140,7 @@ def build_kmeans_fingerprinter(config: ISQConfig, texts: Sequence[str], *, max_t
         "tokens": int(states.shape[0]),
         "num_codes": config.num_codes,
         "codes_used": int(np.unique(assignment).size),
-        "kmeans": {"niter": niter, "seed": seed, "objective": float(kmeans.obj[-1]),
+        "kmeans": {"niter": niter, "seed": seed, "objective": objective,
                    "faiss_version": faiss.__version__},
         "seconds": {"encode": round(encoded_s, 1), "total": round(time.perf_counter() - started, 1)},
     }

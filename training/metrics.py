@@ -17,6 +17,8 @@ class CodebookUsage(Metric):
 
     full_state_update = False
 
+    counts: Tensor  # per-code counts, a torchmetrics state (add_state)
+
     def __init__(self, num_codes: int) -> None:
         super().__init__()
         self.num_codes = num_codes

@@ -171,7 +171,7 @@ def _field(mapping: Mapping[str, Any], name: str, kind: type, where: str) -> Any
         raise InputFormatError(f"{where}: field {name!r} must be {kind.__name__}, got {type(value).__name__}")
     if name in _NON_EMPTY and isinstance(value, str) and not value.strip():
         raise InputFormatError(f"{where}: field {name!r} is empty")
-    if name == "question" and not any(char.isalnum() for char in value):
+    if name == "question" and isinstance(value, str) and not any(char.isalnum() for char in value):
         raise InputFormatError(f"{where}: field 'question' has no letter or digit ({value!r})")
     if name == "text" and isinstance(value, str) and len(value) > MAX_TURN_CHARS:
         raise InputFormatError(f"{where}: field 'text' has {len(value)} characters, over the limit of {MAX_TURN_CHARS}")

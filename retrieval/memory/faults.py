@@ -80,7 +80,7 @@ class GuardedCursor(sqlite3.Cursor):
     def fetchall(self) -> list[Any]:
         return _guarded(self.connection.store_path, super().fetchall)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # sqlite3.Cursor types it as returning itself
         # One guarded fetch for all rows: a Python-level __next__ per row would double the cost of
         # reading a large result (the store's queries return bounded results).
         return iter(self.fetchall())

@@ -45,7 +45,7 @@ class Memory:
     """See the module docstring; open with :meth:`open`."""
 
     def __init__(self, store: AMUStore, models: LoadedModels, segmenter: SegmenterConfig) -> None:
-        self.store, self.models = store, models
+        self.store, self.models, self.segmenter = store, models, segmenter
         self._lock = threading.RLock()
         model_lock = threading.Lock()
         shared = SerializedEmbedder(models.embedder)

@@ -3,8 +3,6 @@ the construction-cost ledger of the store."""
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +12,7 @@ import numpy as np
 
 from isq.fingerprint import Fingerprinter
 from isq.topology import TopologyParams
+from retrieval.api.bulk import add_conversation
 from retrieval.api.memory import Memory
 from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import mean
@@ -21,7 +20,7 @@ from retrieval.extract.base import Extractor
 from retrieval.index.embed import Embedder
 from retrieval.memory.cache import CachedFingerprinter
 from retrieval.memory.ingest import IngestStats, ingest_turns
-from retrieval.memory.records import AMU, Turn
+from retrieval.memory.records import AMU
 from retrieval.memory.store import AMUStore
 from retrieval.retriever import DualPathRetriever, Lexical
 from retrieval.routes.retriever import MultiRouteRetriever
@@ -119,24 +118,6 @@ def open_memory(directory: Path, embedder: Embedder, extractor: Extractor, *, re
 
 
 def add_locomo_conversation(conversation: LocomoConversation, memory: Memory) -> IngestStats:
-    """Build one LoCoMo conversation's memory the way users do, through :meth:`Memory.add`: the
-    conversation is a user, each session is added in one call and then flushed (LoCoMo sessions
-    are complete). A rerun adds nothing (stored turn ids are replays). Returns the cost in
-    :class:`IngestStats` form for the construction ledger."""
-    started = time.perf_counter()
-    extractor = memory.models.extractor
-    usage_before = dataclasses.replace(extractor.usage)
-    stats = IngestStats(conversations=1)
-    user = conversation.conversation_id
-    sessions: dict[str, list[Turn]] = {}
-    for turn in conversation.turns:
-        sessions.setdefault(turn.session_id, []).append(turn)
-    for session_id, turns in sessions.items():
-        added = memory.add(turns, user_id=user, session_id=session_id)
-        closed = memory.flush(user_id=user, session_id=session_id)
-        stats.sessions += 1
-        stats.turns += len(added.turn_ids)
-        stats.amus += len(added.amu_ids) + len(closed.amu_ids)
-    stats.llm = extractor.usage.since(usage_before)
-    stats.wall_s = time.perf_counter() - started
-    return stats
+    """Build one LoCoMo conversation's memory the way users do, through :meth:`Memory.add`
+    (:func:`retrieval.api.bulk.add_conversation`): the conversation is a user."""
+    return add_conversation(memory, conversation.turns)

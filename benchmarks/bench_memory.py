@@ -42,7 +42,7 @@ from retrieval.index.embed import SentenceEmbedder
 from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn, amu_id
 from retrieval.memory.store import AMUStore
-from retrieval.routes.bank import RouteBank
+from retrieval.routes.snapshot import MemorySnapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCOMO = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
@@ -126,7 +126,7 @@ def build_synthetic(directory: Path, users: dict[str, int], embedder: Any, finge
             synthetic_user(store, user, count, rng, fingerprinter.codebook_size)
         filler = CachedEmbedder(RandomVectors(embedder.identity, embedder.dim), store)
         for user in users:
-            RouteBank.build(store, user, filler)
+            MemorySnapshot.build(store, user, filler)
 
 
 def bench_search(directory: Path, users: dict[str, int], queries: Sequence[str], embedder: Any,

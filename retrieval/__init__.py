@@ -11,3 +11,20 @@ BM25); ``ingestion`` (the online segmenter, the pipeline into the store, the JSO
 dense + codebook dual-path ablation). The command lines are the top-level modules ``ingest``,
 ``query``, ``consolidate``, ``evaluate`` and ``paired`` (``python -m retrieval.<command>``).
 """
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what type checkers see; at run time the lazy __getattr__ below
+    from retrieval.api.memory import Memory
+
+__all__ = ["Memory"]
+
+
+def __getattr__(name: str) -> type:
+    """``from retrieval import Memory`` (the memory API, :mod:`retrieval.api.memory`), imported on
+    first use so that ``import retrieval`` stays light."""
+    if name == "Memory":
+        from retrieval.api.memory import Memory
+
+        return Memory
+    raise AttributeError(f"module 'retrieval' has no attribute {name!r}")

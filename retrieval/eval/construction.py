@@ -3,15 +3,19 @@ the construction-cost ledger of the store."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from isq.topology import TopologyParams
+from retrieval.api.bulk import add_conversation
+from retrieval.api.memory import Memory
 from retrieval.contract import Retriever
-from retrieval.eval.configs import TRAINED, RetrievalConfig
+from retrieval.eval.configs import TRAINED, EvaluationError, RetrievalConfig
 from retrieval.eval.dual_path import DualPath, DualPathRetriever, Lexical
 from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import mean
@@ -23,6 +27,8 @@ from retrieval.memory.store import AMUStore
 from retrieval.routes.multi_route import MultiRouteRetriever
 
 STORE_DIR = "store"
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -113,3 +119,38 @@ def ingest_locomo_conversation(conversation: LocomoConversation, store: AMUStore
     """Ingest one LoCoMo conversation, sessions in order (keyword options as :func:`ingest_turns`)."""
     return ingest_turns(conversation.turns, store, embedder, extractor,
                         participants={conversation.conversation_id: conversation.participants}, **options)
+
+
+def open_memory(directory: Path, embedder: Embedder, extractor: Extractor, consolidator: Any | None, *,
+                read_only: bool) -> Memory:
+    """The evaluation's memory: records without fingerprints (each codebook fingerprints them
+    itself, cached in the store), so one store serves every fingerprinter. Written, it is bound to
+    being consolidated or not; read-only (``--store``), it is evaluated as it was built."""
+    if read_only and consolidator is not None:
+        raise EvaluationError("--store evaluates a memory as built; consolidate it first (Memory.consolidate)")
+    memory = Memory.open(directory, embedder=embedder, extractor=extractor, read_only=read_only)
+    if not read_only:
+        try:
+            memory.store.bind("consolidation", "none" if consolidator is None else consolidator.name,
+                              hint="evaluate consolidated and unconsolidated memory in two --out directories")
+        except BaseException:
+            memory.close()
+            raise
+    return memory
+
+
+def add_locomo_conversation(conversation: LocomoConversation, memory: Memory,
+                            ledger: ConstructionLedger) -> tuple[float, int]:
+    """Build one LoCoMo conversation's memory the way users do, through :meth:`Memory.add`
+    (:func:`retrieval.api.bulk.add_conversation`; the conversation is a user), its cost in the
+    ledger; returns the seconds spent and the turns found stored (a rerun). A read-only memory
+    (``--store``) is only checked to hold the conversation."""
+    cid = conversation.conversation_id
+    if memory.store.read_only:
+        if cid not in memory.store.conversations():
+            raise EvaluationError(f"{memory.store.directory} holds no memory of {cid!r}")
+        return 0.0, 0
+    logger.info("%s: adding %d turns through Memory.add", cid, len(conversation.turns))
+    stats = add_conversation(memory, conversation.turns)
+    ledger.add(cid, stats)
+    return stats.wall_s, len(conversation.turns) - stats.turns

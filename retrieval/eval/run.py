@@ -24,6 +24,7 @@ import numpy as np
 
 from isq.fingerprint import Fingerprinter
 from isq.topology import TopologyParams
+from retrieval.api.memory import Memory
 from retrieval.consolidation.engine import consolidate_conversation
 from retrieval.consolidation.operations import Operator
 from retrieval.consolidation.report import ConsolidationReport
@@ -43,9 +44,10 @@ from retrieval.eval.construction import (
     STORE_DIR,
     BuiltConversation,
     ConstructionLedger,
+    add_locomo_conversation,
     build_retriever,
     codebook_diagnostics,
-    ingest_locomo_conversation,
+    open_memory,
 )
 from retrieval.eval.lexical_gap import gap_flags, gap_recall
 from retrieval.eval.locomo import LocomoConversation
@@ -90,7 +92,8 @@ class EvaluationSettings:
     """What to evaluate: the configuration names (default :func:`default_configs`), the budgets
     (a multi-route configuration takes ``k_dense + k_code`` items), Path B's topology, whether to
     sweep it, the configurations the optional answer stage answers, what ``results.json`` records
-    beside these (``recorded``, e.g. the command line) and whether to show progress."""
+    beside these (``recorded``, e.g. the command line), whether to show progress and ``store``, a
+    memory already built to evaluate read-only instead of adding LoCoMo into ``OUT/store``."""
 
     configs: Sequence[str] | None = None
     k_dense: int = 20
@@ -100,6 +103,7 @@ class EvaluationSettings:
     answer_configs: Sequence[str] = ()
     recorded: Mapping[str, Any] = field(default_factory=dict)
     progress: bool = True
+    store: Path | None = None
 
     @property
     def names(self) -> list[str]:
@@ -224,21 +228,19 @@ def recommend(rows: Sequence[SweepRow], config_name: str) -> Recommended:
                        by_category=summary.by_category)
 
 
-def construct(conversations: Sequence[LocomoConversation], store: AMUStore, models: Models,
+def construct(conversations: Sequence[LocomoConversation], memory: Memory, models: Models,
               fingerprinters: Mapping[str, CachedFingerprinter], embedder: CachedEmbedder,
               settings: EvaluationSettings, selected: Sequence[RetrievalConfig]) -> Built:
-    """Ingest (or reuse), consolidate if asked, embed, fingerprint and index every conversation."""
-    ledger = ConstructionLedger(store)
-    extractor = models.extractor or RuleExtractor()
+    """Add through ``Memory.add`` (or reuse), consolidate if asked, embed, fingerprint and index
+    every conversation."""
+    store, ledger = memory.store, ConstructionLedger(memory.store)
     multi_configs = [config for config in selected if config.multi]
     built = Built()
     for conversation in conversations:
         cid = conversation.conversation_id
-        logger.info("%s: ingesting %d turns", cid, len(conversation.turns))
-        stats = ingest_locomo_conversation(conversation, store, embedder, extractor, progress=settings.progress)
-        ledger.add(cid, stats)
-        built.timings["ingest"] += stats.wall_s
-        built.resumed += stats.resumed_segments
+        spent, replayed = add_locomo_conversation(conversation, memory, ledger)
+        built.timings["ingest"] += spent
+        built.resumed += replayed
         if models.consolidator is not None:
             built.consolidated.append(consolidate_conversation(store, cid, embedder, models.consolidator))
         amus = list(store.amus(cid))
@@ -294,7 +296,7 @@ def construction_record(built: Built, store: AMUStore, ids: Sequence[str], extra
         ingest_seconds=ledger.total(ids, "seconds"),
         extractor=str(model_identity(extractor)),
         per_conversation={cid: round(seconds, 2) for cid, seconds in built.per_conversation.items()},
-        this_run={"resumed_segments": built.resumed, "embeddings_computed": embedder.computed,
+        this_run={"replayed_turns": built.resumed, "embeddings_computed": embedder.computed,
                   "fingerprints_computed": sum(fp.computed for fp in fingerprinters.values()),
                   **{f"{k}_seconds": round(v, 2) for k, v in timings.items()}},
     )
@@ -329,13 +331,12 @@ def evaluate(conversations: Sequence[LocomoConversation], models: Models, out_di
     selected = resolve_configs(names, models.fingerprinters, settings.answer_configs,
                                settings.k_dense + settings.k_code)
     extractor = models.extractor or RuleExtractor()
-    with AMUStore(out_dir / STORE_DIR) as store:
-        # Embeddings and fingerprints come from the store's cache when an earlier run computed them.
+    with open_memory(settings.store or out_dir / STORE_DIR, models.embedder, extractor, models.consolidator,
+                     read_only=settings.store is not None) as memory:
+        store = memory.store  # embeddings and fingerprints come from its cache when an earlier run computed them
         embedder = CachedEmbedder(models.embedder, store)
         fingerprinters = {name: CachedFingerprinter(fp, store) for name, fp in models.fingerprinters.items()}
-        store.bind("consolidation", "none" if models.consolidator is None else models.consolidator.name,
-                   hint="evaluate consolidated and unconsolidated memory in two --out directories")
-        built = construct(conversations, store, models, fingerprinters, embedder, settings, selected)
+        built = construct(conversations, memory, models, fingerprinters, embedder, settings, selected)
         tick = time.perf_counter()
         queries, plans = encode_queries(built, fingerprinters, embedder)
         built.timings["queries"] = time.perf_counter() - tick

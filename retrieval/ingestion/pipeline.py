@@ -178,9 +178,9 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
                 extraction = _extract(extractor, segment, context)
                 stats.unresolved_dates += extraction.unresolved_dates
                 amus = fingerprinted(extraction.amus, fingerprinter)
-                store.commit_segment(_record(segment, extraction.state, extraction.fallback, len(amus)),
+                store.commit_segment(segment_record(segment, extraction.state, extraction.fallback, len(amus)),
                                      segment.turns, amus)
-                _embed(embedder, segment.turns, amus)
+                embed_segment(embedder, segment.turns, amus)
                 state = extraction.state
                 stats.amus += len(amus)
                 stats.fallback_segments += int(extraction.fallback)
@@ -197,14 +197,15 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
                                    for i, amu in enumerate(retried.amus)]
                         amus = fingerprinted(renamed, fingerprinter)
                         store.replace_extraction(dataclasses.replace(
-                            _record(segment, retried.state, False, len(amus)), revision=revision), amus)
+                            segment_record(segment, retried.state, False, len(amus)), revision=revision), amus)
+                        embed_segment(embedder, segment.turns, amus)
                         state = retried.state
                         stats.amus += len(amus)
                         stats.retried_segments += 1
                     else:
                         stats.fallback_segments += 1
                 # A kill between a segment's commit and its embeddings left them out: computes only those.
-                _embed(embedder, segment.turns, amus)
+                embed_segment(embedder, segment.turns, amus)
             # What the extractor saw, replayed on resume, so the next prompts match the first run's.
             context.record(state, [amu.text for amu in amus])
             stats.segments += 1
@@ -223,13 +224,13 @@ def _extract(extractor: Extractor, segment: Segment, context: ReferenceContext) 
                           f"the extractor made an invalid record: {err}") from None
 
 
-def _embed(embedder: Embedder, turns: Sequence[Turn], amus: Sequence[AMU]) -> None:
+def embed_segment(embedder: Embedder, turns: Sequence[Turn], amus: Sequence[AMU]) -> None:
     """Embed a committed segment's raw turns (verbatim, as rendered), records and the texts of its
     searchable evidence nodes into the store's vector cache: multi-route retrieval reads them back."""
     embedder.encode([turn.render() for turn in turns] + [amu.text for amu in amus] + segment_search_texts(amus))
 
 
-def _record(segment: Segment, state: str, fallback: bool, count: int) -> SegmentRecord:
+def segment_record(segment: Segment, state: str, fallback: bool, count: int) -> SegmentRecord:
     return SegmentRecord(segment.conversation_id, segment.seq, segment.session_id,
                          tuple(turn.turn_id for turn in segment.turns), segment.reason, state, fallback, count)
 

@@ -56,6 +56,7 @@ RERANKER_OFF = "off (no reranker path given)"
 @dataclass
 class _Candidate:
     channels: dict[str, float] = field(default_factory=dict)
+    ranks: dict[str, int] = field(default_factory=dict)
     queries: set[str] = field(default_factory=set)
     nodes: set[str] = field(default_factory=set)
     routes: set[int] = field(default_factory=set)
@@ -131,9 +132,10 @@ class MultiRouteRetriever:
             lists.append((f"r{number}t", temporal_recall(bank, route.time, vectors[route.queries[0]],
                                                          temporal_budget(k))))
         for tag, ranked in lists:
-            for item, score in zip(ranked.items.tolist(), ranked.scores.tolist(), strict=True):
+            for rank, (item, score) in enumerate(zip(ranked.items.tolist(), ranked.scores.tolist(), strict=True), 1):
                 candidate = candidates.setdefault(item, _Candidate())
                 candidate.channels[ranked.channel] = max(candidate.channels.get(ranked.channel, score), score)
+                candidate.ranks[ranked.channel] = min(candidate.ranks.get(ranked.channel, rank), rank)
                 candidate.queries.add(tag)
                 candidate.nodes.update(ranked.via.get(item, ()))
                 candidate.routes.add(number)
@@ -183,4 +185,4 @@ class MultiRouteRetriever:
             when = turn.session_time.isoformat() if turn.session_time else None
         return Hit(bank.item_id(item), item, "multi", parts.get("s_final", 0.0), rank, bank.source(item),
                    bank.text(item), parts, kind, memory_type, when,
-                   tuple(sorted(candidate.routes)) if candidate else ())
+                   tuple(sorted(candidate.routes)) if candidate else (), dict(candidate.ranks) if candidate else {})

@@ -21,6 +21,11 @@ class WarmStartError(ValueError):
     """``init_from`` names no fingerprinter, or one that does not fit the model config."""
 
 
+ALREADY_EQUAL_ON_EVERY_RANK: dict[str, Any] = {"sync_dist": True, "reduce_fx": "max"}
+"""How to log a value every rank already holds (the usage metric is reduced across ranks,
+val/ce_loss synced, the divergence all-gathered): the max of equal values is exact, unlike a
+mean, and declaring the sync keeps Lightning from warning that it is missing."""
+
 RANGES = {"encoder_lr": POSITIVE, "head_lr": POSITIVE, "weight_decay": NON_NEGATIVE,
           "warmup_steps": NON_NEGATIVE, "min_lr_ratio": UNIT}
 """Allowed range of every numeric argument (``--model.encoder_lr -1.0`` is refused)."""
@@ -117,14 +122,12 @@ class ISQLightningModule(L.LightningModule):
         self.val_usage.update(out.indices)
 
     def on_validation_epoch_end(self) -> None:
-        # Plain floats: the usage metric is already reduced across ranks and val/ce_loss synced,
-        # so there is nothing left to synchronise (a tensor would draw Lightning's sync_dist warning).
-        metrics = {f"val/{name}": float(value) for name, value in self.val_usage.compute().items()}
+        metrics = {f"val/{name}": value for name, value in self.val_usage.compute().items()}
         self.val_usage.reset()
         ce = self.trainer.callback_metrics.get("val/ce_loss")
         if ce is not None:
-            metrics["val/next_turn_ppl"] = float(torch.exp(ce))
-        self.log_dict(metrics)
+            metrics["val/next_turn_ppl"] = torch.exp(ce)
+        self.log_dict(metrics, **ALREADY_EQUAL_ON_EVERY_RANK)
         self._log_rank_divergence()
 
     def _log_rank_divergence(self) -> None:
@@ -135,7 +138,7 @@ class ISQLightningModule(L.LightningModule):
         gathered = [torch.empty_like(codebook) for _ in range(dist.get_world_size())]
         dist.all_gather(gathered, codebook)
         divergence = max(float((g - gathered[0]).abs().max()) for g in gathered)
-        self.log("val/codebook_rank_divergence", divergence, rank_zero_only=True)
+        self.log("val/codebook_rank_divergence", divergence, **ALREADY_EQUAL_ON_EVERY_RANK)
 
     def configure_optimizers(self):
         groups = self.model.parameter_groups()

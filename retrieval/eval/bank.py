@@ -28,11 +28,12 @@ STORE_DIR = "store"
 @dataclass
 class ConversationBank:
     """One conversation's AMUs, its dual-path retrievers (one per codebook, same AMU order) and,
-    for the multi-route configurations, its multi-route retriever."""
+    for the multi-route configurations, its multi-route retrievers (one per codebook: the code
+    route's)."""
 
     amus: list[AMU]
     retrievers: dict[str, DualPathRetriever]
-    routes: MultiRouteRetriever | None = None
+    routes: dict[str, MultiRouteRetriever] | None = None
 
     @property
     def coverable(self) -> set[str]:

@@ -4,8 +4,10 @@ Configurations at equal budget are named ``dense{K}``, ``code{K}``, ``kmeans{K}`
 ``dense{K}+code{K}`` / ``dense{K}+kmeans{K}`` / ``dense{K}+bm25_{K}``: ``code`` is Path B with the
 trained fingerprinter, ``kmeans`` Path B with the k-means control, and a ``+`` path only adds
 items that the dense path did not return (SPEC section 4). ``multi`` is plan-guided multi-route
-retrieval with every route but the codebook and ``multi+code`` adds the codebook route (SPEC
-section 7); both return the evaluation's total budget (k_dense + k_code) of distinct items.
+retrieval with every route but the codebook, ``multi+code`` adds the codebook route (SPEC
+section 7) and ``multi+kmeans`` adds it with the k-means control as its codebook (the same plans
+and routes otherwise); all three return the evaluation's total budget (k_dense + k_code) of
+distinct items.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ class EvaluationError(ValueError):
 
 _PART = re.compile(r"(dense|codebm25_|code|kmeans|bm25_)(\d+)")
 MULTI_CONFIGS = ("multi", "multi+code")
+"""The multi-route retriever's modes: without and with its codebook route."""
+MULTI_KMEANS = "multi+kmeans"
+"""``multi+code`` with the k-means control as the code route's codebook."""
 
 
 @dataclass(frozen=True)
@@ -59,14 +64,16 @@ class RetrievalConfig:
 def parse_config(name: str, budget: int = 40) -> RetrievalConfig:
     """``dense20`` / ``code40`` / ``kmeans40`` / ``bm25_40`` / ``codebm25_40`` / ``dense20+code20`` /
     ``dense20+kmeans20`` / ``dense20+bm25_20`` / ``dense20+codebm25_20`` -> :class:`RetrievalConfig`; ``multi`` and
-    ``multi+code`` take ``budget`` items."""
+    ``multi+code`` / ``multi+kmeans`` take ``budget`` items."""
     if name in MULTI_CONFIGS:
         return RetrievalConfig(name, name, budget, 0)
+    if name == MULTI_KMEANS:
+        return RetrievalConfig(name, "multi+code", budget, 0, KMEANS)
     parts = [_PART.fullmatch(part) for part in name.split("+")]
     valid = all(parts) and (len(parts) == 1 or (len(parts) == 2 and parts[0][1] == "dense" and parts[1][1] != "dense"))
     if not valid:
         raise EvaluationError(f"unknown configuration {name!r}: expected dense<K>, code<K>, kmeans<K>, bm25_<K>, "
-                              "codebm25_<K>, dense<K>+ one of those, multi or multi+code")
+                              "codebm25_<K>, dense<K>+ one of those, multi, multi+code or multi+kmeans")
     k_dense = int(parts[0][2]) if parts[0][1] == "dense" else 0
     other = parts[-1] if parts[-1][1] != "dense" else None
     path = {None: "dense", "code": "code", "kmeans": "code", "bm25_": "bm25", "codebm25_": "codebm25"}[
@@ -78,12 +85,13 @@ def parse_config(name: str, budget: int = 40) -> RetrievalConfig:
 
 def default_configs(k_dense: int = 20, k_code: int = 20, with_kmeans: bool = False) -> list[str]:
     """Dense-K, Dense-2K, Dense-K + Codebook-K, Dense-K + BM25-K, Codebook-2K, with the control
-    Dense-K + k-means-K, and multi-route retrieval without and with the codebook route: the
-    ablation at equal budgets."""
+    Dense-K + k-means-K, and multi-route retrieval without and with the codebook route (with the
+    control: also with the control as that route): the ablation at equal budgets."""
     total = k_dense + k_code
     names = [f"dense{k_dense}", f"dense{total}", f"dense{k_dense}+code{k_code}", f"dense{k_dense}+bm25_{k_code}",
              f"code{total}"]
-    return names + ([f"dense{k_dense}+kmeans{k_code}"] if with_kmeans else []) + list(MULTI_CONFIGS)
+    return (names + ([f"dense{k_dense}+kmeans{k_code}"] if with_kmeans else []) + list(MULTI_CONFIGS)
+            + ([MULTI_KMEANS] if with_kmeans else []))
 
 
 def resolve_configs(names: Sequence[str], codebooks: Collection[str], answer_configs: Sequence[str] = (),

@@ -48,7 +48,7 @@ from retrieval.eval.evidence import CATEGORY_NAMES, EvalQuestion, EvidenceReport
 from retrieval.eval.lexical_gap import gap_flags, gap_recall
 from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import EvidenceScore, covered_turns, mean, score_evidence, summarise, tied_at_cut
-from retrieval.eval.multi import build_route_retriever, multi_info, prepare_queries
+from retrieval.eval.multi import build_route_retrievers, multi_info, prepare_queries
 from retrieval.eval.render import plot_recall, render_markdown
 from retrieval.eval.results import (
     AnswersSkipped,
@@ -110,7 +110,7 @@ def retrieve_all(config: RetrievalConfig, banks: Mapping[str, ConversationBank],
             if bank.routes is None:
                 raise EvaluationError(f"configuration {config.name} needs the multi-route banks")
             # equal budgets: exactly config.budget items (plan_depth 0; at 40 items max(40, 15) is 40 anyway)
-            hits: list[Hit] = list(bank.routes.retrieve(question.question, config.budget, use_code=config.uses_codes,
+            hits: list[Hit] = list(bank.routes[config.codebook].retrieve(question.question, config.budget, use_code=config.uses_codes,
                                                         plan_depth=0).hits)
         else:
             retriever = bank.retrievers[config.codebook]
@@ -249,8 +249,9 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
             routes = None
             if with_routes:
                 tick = time.perf_counter()
-                routes = build_route_retriever(store, cid, embedder, amus, embeddings, retrievers[TRAINED].topology,
-                                               fingerprinters[TRAINED], planner, reranker)
+                routes = build_route_retrievers(store, cid, embedder, amus, embeddings,
+                                                {name: (retrievers[name].topology, fingerprinters[name])
+                                                 for name in fingerprinters}, planner, reranker)
                 built["route_banks"] = bank_seconds[cid] = time.perf_counter() - tick
             timings.update(built)
             # ingestion (summed over the runs that built the store) + what this run built for it
@@ -268,8 +269,8 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
                             for name, fp_model in fingerprinters.items()})
         plans = []
         if with_routes:
-            plans = prepare_queries({cid: bank.routes for cid, bank in banks.items() if bank.routes is not None},
-                                    questions, embedder, fingerprinters[TRAINED])
+            plans = prepare_queries({cid: bank.routes[TRAINED] for cid, bank in banks.items() if bank.routes},
+                                    questions, embedder, fingerprinters.values())
         timings["queries"] = time.perf_counter() - tick
 
         # -- retrieval
@@ -345,7 +346,7 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
                       evidence=EvidenceCounts(**report.to_dict(), recall_ceiling=ceiling),
                       codebooks=codebooks, settings=recorded, sweep=swept_info, answers=answers,
                       wall_seconds=time.perf_counter() - started,
-                      multi=multi_info({c: b.routes for c, b in banks.items() if b.routes is not None}, plans,
+                      multi=multi_info({c: b.routes[TRAINED] for c, b in banks.items() if b.routes}, plans,
                                        bank_seconds) if with_routes else None, lexical_gap=lexical_gap,
                       consolidation=consolidation_block(consolidated, questions) if consolidated else None)
     write_results(out_dir / "results.json", results)

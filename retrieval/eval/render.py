@@ -10,6 +10,8 @@ import numpy as np
 
 from isq.markdown import markdown_table
 from isq.topology import TopologyParams
+from retrieval.eval.curves import CURVES_FILE
+from retrieval.eval.forest import FOREST_FILE, comparisons
 from retrieval.eval.results import Recommended, Results, RetrievalSummary, Summary, SweepRow
 
 
@@ -145,6 +147,13 @@ def render_markdown(results: Results, sweep_rows: Sequence[SweepRow]) -> str:
     else:
         lines.append(f"Skipped: {answers.note}.")
     lines += ["", "![recall per configuration and category](recall.png)", ""]
+    if results.recall_curves is not None:
+        lines += ["Recall@k for k = 5 ... 100, one retrieval per configuration at the largest k, cut "
+                  "(`retrieval/eval/curves.py`):", "", f"![recall@k curves]({CURVES_FILE})", ""]
+    if comparisons(settings.configs, settings.k_dense + settings.k_code):
+        lines += ["Paired differences per category and on the lexical-gap subset, mean and 95% bootstrap "
+                  "interval (`python -m retrieval.paired`'s statistics):", "", f"![paired differences]({FOREST_FILE})",
+                  ""]
     return "\n".join(lines)
 
 

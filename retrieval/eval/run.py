@@ -44,7 +44,9 @@ from retrieval.eval.configs import (
     sweep_grid,
 )
 from retrieval.eval.consolidated import consolidation_block, recall_ceiling
+from retrieval.eval.curves import CURVES_FILE, plot_curves, recall_curves
 from retrieval.eval.evidence import CATEGORY_NAMES, EvalQuestion, EvidenceReport, select_questions
+from retrieval.eval.forest import FOREST_FILE, write_forest
 from retrieval.eval.lexical_gap import gap_flags, gap_recall
 from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import EvidenceScore, covered_turns, mean, score_evidence, summarise, tied_at_cut
@@ -281,6 +283,9 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
             all_hits[config.name] = run.hits
             config_results[config.name], per_question[config.name] = score_config(queries, run)
         timings["retrieval"] = time.perf_counter() - tick
+        tick = time.perf_counter()
+        curves = recall_curves(selected, questions, lambda config: retrieve_all(config, banks, queries).hits)
+        timings["curves"] = time.perf_counter() - tick
         gaps = gap_flags(questions, conversations)
         write_questions(out_dir / "questions.jsonl", [
             QuestionRecord(conversation=q.conversation_id, qa_index=q.qa_index, category=q.category_name,
@@ -348,8 +353,11 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
                       wall_seconds=time.perf_counter() - started,
                       multi=multi_info({c: b.routes[TRAINED] for c, b in banks.items() if b.routes}, plans,
                                        bank_seconds) if with_routes else None, lexical_gap=lexical_gap,
-                      consolidation=consolidation_block(consolidated, questions) if consolidated else None)
+                      consolidation=consolidation_block(consolidated, questions) if consolidated else None,
+                      recall_curves=curves)
     write_results(out_dir / "results.json", results)
     plot_recall(results, out_dir / "recall.png")
+    plot_curves(curves, out_dir / CURVES_FILE)
+    write_forest(out_dir / "questions.jsonl", names, k_dense + k_code, out_dir / FOREST_FILE)
     (out_dir / "results.md").write_text(render_markdown(results, rows))
     return results

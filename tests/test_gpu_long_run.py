@@ -31,6 +31,7 @@ def test_the_gpu_config_is_the_cpu_recipe_100x_longer_in_bf16_within_9_minutes()
     assert gpu["model"]["isq"]["revive_threshold"] == pytest.approx(ratio * cpu["model"]["isq"]["revive_threshold"])
 
 
+@pytest.mark.slow
 def test_tiny_run_trains_evaluates_and_summarises(tmp_path):
     locomo = write_locomo(tmp_path / "locomo.json")
     result = subprocess.run([*SCRIPT, "--tiny", "--locomo", locomo, "--out", str(tmp_path / "out")], cwd=REPO,

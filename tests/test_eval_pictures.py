@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from retrieval.eval.configs import RetrievalConfig, parse_config
-from retrieval.eval.curves import CURVES_FILE, curve, cut_order, recall_curves, scaled
+from retrieval.eval.configs import parse_config
+from retrieval.eval.curves import CURVES_FILE, curve, cut, path_runs, recall_curves
 from retrieval.eval.evidence import EvalQuestion
 from retrieval.eval.forest import FOREST_FILE, comparisons, forest_table, plot_forest
 from retrieval.eval.locomo import load_locomo
@@ -23,49 +23,54 @@ from tests.test_paired import REPO, question, write_questions_file
 PNG = b"\x89PNG"
 
 
+ITEMS: dict[str, int] = {}
+
+
 def hit(path: str, rank: int, turn: str) -> Hit:
-    return Hit(f"{path}{rank}", rank, path, 1.0, rank, {"session_id": "s", "turn_ids": [turn]})
+    """A hit of the bank item that covers ``turn`` (one item per turn, whatever path finds it)."""
+    return Hit(turn, ITEMS.setdefault(turn, len(ITEMS)), path, 1.0, rank, {"session_id": "s", "turn_ids": [turn]})
 
 
-@pytest.mark.parametrize(("name", "k", "budgets"), [
-    ("dense20+code20", 100, (50, 50)), ("dense30+bm25_10", 100, (75, 25)), ("code40", 100, (0, 100)),
-    ("dense40", 60, (60, 0)), ("multi+kmeans", 100, (100, 0)),
+@pytest.mark.parametrize(("name", "runs"), [
+    ("dense20+code20", [("dense", 100, 0, "trained"), ("code", 0, 100, "trained")]),
+    ("dense30+kmeans10", [("dense", 100, 0, "kmeans"), ("code", 0, 100, "kmeans")]),
+    ("dense20+bm25_20", [("dense", 100, 0, "trained"), ("bm25", 0, 100, "trained")]),
+    ("code40", [("code", 0, 100, "trained")]), ("dense40", [("dense", 100, 0, "trained")]),
+    ("multi+kmeans", [("multi+code", 100, 0, "kmeans")]),
 ])
-def test_scaling_keeps_the_name_and_the_split(name, k, budgets):
-    big = scaled(parse_config(name), k)
-    assert (big.name, (big.k_dense, big.k_code), big.budget) == (name, budgets, k)
-    assert big.codebook == parse_config(name).codebook
+def test_each_path_runs_once_at_the_largest_k(name, runs):
+    assert [(r.mode, r.k_dense, r.k_code, r.codebook) for r in path_runs(parse_config(name), 100)] == runs
 
 
-def test_a_two_path_list_is_cut_in_the_proportion_of_its_budgets():
-    hits = [hit("dense", r, f"d{r}") for r in range(1, 7)] + [hit("code", r, f"c{r}") for r in range(1, 3)]
-    order = [h.amu_id for h in cut_order(hits, RetrievalConfig("x", "dense+code", 6, 2))]
-    assert order == ["dense1", "dense2", "code1", "dense3", "dense4", "dense5", "code2", "dense6"]
-    even = cut_order(hits[:2] + hits[6:], RetrievalConfig("x", "dense+code", 2, 2))
-    assert [h.amu_id for h in even] == ["dense1", "code1", "dense2", "code2"]
-    single = hits[:3][::-1]  # a single path's (or multi-route) list keeps its order
-    assert cut_order(single, RetrievalConfig("x", "dense", 3, 0)) == single
-    assert cut_order(single, RetrievalConfig("multi", "multi", 3, 0)) == single
+def test_a_two_path_cut_is_the_configuration_at_that_budget():
+    dense = [hit("dense", r, f"d{r}") for r in range(1, 7)]
+    code = [hit("dense", 2, "d2"), hit("code", 9, "c9"), hit("dense", 5, "d5"), hit("code", 8, "c8")]
+    config = parse_config("dense1+code1")
+    assert [h.source["turn_ids"][0] for h in cut(config, [dense, code], 4)] == ["d1", "d2", "c9", "d5"]
+    # dense3+code1 in proportion: 3 dense hits, then the best complement hit not among them
+    assert [h.source["turn_ids"][0] for h in cut(parse_config("dense3+code1"), [dense, code], 4)] == [
+        "d1", "d2", "d3", "c9"]
+    assert cut(parse_config("dense40"), [dense], 2) == dense[:2]
 
 
-def test_curve_is_recall_of_each_prefix_overall_and_per_category():
+def test_curve_is_recall_of_each_cut_overall_and_per_category():
     questions = [EvalQuestion("c", 0, 1, "?", None, ("t1", "t3")), EvalQuestion("c", 1, 4, "?", None, ("t2",))]
     lists = [[hit("dense", 1, "t1"), hit("dense", 2, "x"), hit("dense", 3, "t3")],
              [hit("dense", 1, "y"), hit("dense", 2, "t2")]]
-    result = curve(questions, lists, [1, 2, 3])
+    result = curve(questions, lambda i, k: lists[i][:k], [1, 2, 3])
     assert result == {"overall": [0.25, 0.75, 1.0], "multi-hop": [0.5, 0.5, 1.0], "single-hop": [0.0, 1.0, 1.0]}
 
 
-def test_recall_curves_retrieve_once_per_configuration_at_the_largest_k():
+def test_recall_curves_retrieve_each_path_once_at_the_largest_k():
     questions = [EvalQuestion("c", 0, 2, "?", None, ("t2",))]
     asked = []
 
     def retrieve(config):
-        asked.append((config.name, config.k_dense, config.k_code))
-        return [[hit("dense", 1, "t1"), hit("code", 1, "t2"), hit("dense", 2, "t3")]]
+        asked.append((config.mode, config.k_dense, config.k_code))
+        return [[hit("dense", 1, "t1"), hit("dense", 2, "t3")]] if config.mode == "dense" else [[hit("code", 1, "t2")]]
 
     curves = recall_curves([parse_config("dense2+code2")], questions, retrieve, ks=(1, 2, 10))
-    assert asked == [("dense2+code2", 5, 5)]
+    assert asked == [("dense", 10, 0), ("code", 0, 10)]
     assert curves.ks == [1, 2, 10] and curves.configs["dense2+code2"]["overall"] == [0.0, 1.0, 1.0]
 
 
@@ -120,10 +125,12 @@ def test_the_evaluation_writes_both_pictures_and_links_them(tmp_path, fingerprin
     assert written["recall_curves"]["configs"]["multi"]["overall"] == curves.configs["multi"]["overall"]
     for picture in (CURVES_FILE, FOREST_FILE):
         assert (tmp_path / picture).read_bytes()[:4] == PNG
-    # a single path cut at k is that path at k: dense4's curve at 5 and 10 against dense runs of 5 and 10
-    again = evaluate(conversations, fingerprinters, HashEmbedder(), tmp_path, configs=["dense5", "dense10"],
-                     k_dense=10, k_code=10, progress=False)  # budget 20: no dense20 to pair with
-    assert curves.configs["dense4"]["overall"][:2] == [again.configs[n].overall.recall for n in ("dense5", "dense10")]
+    # a cut at k is the configuration at k: dense4's curve at 5 and 10, dense2+code2's at 10 (dense5+code5)
+    again = evaluate(conversations, fingerprinters, HashEmbedder(), tmp_path,
+                     configs=["dense5", "dense10", "dense5+code5"], k_dense=10, k_code=10, progress=False)
+    recall = {name: summary.overall.recall for name, summary in again.configs.items()}  # budget 20: no pair
+    assert curves.configs["dense4"]["overall"][:2] == [recall["dense5"], recall["dense10"]]
+    assert curves.configs["dense2+code2"]["overall"][1] == recall["dense5+code5"]
     markdown = (tmp_path / "results.md").read_text()
     assert f"]({FOREST_FILE})" not in markdown  # this rerun has no pair to draw ...
     assert not (tmp_path / FOREST_FILE).exists()  # ... and leaves no stale one beside results.md

@@ -1,14 +1,14 @@
 """Recall@k curves of an evaluation, k = 5, 10, ..., 100 (``recall_at_k.png``).
 
-Each configuration retrieves once at the largest k, its budgets scaled in proportion
-(``dense20+code20`` runs as dense50 + code50, ``code40`` as code100, ``multi`` with 100 items),
-and that list is cut at every k. A two-path list is cut in the proportion of its budgets: the
-dense hits and the complementary path's hits are interleaved by their rank within their path,
-so a cut at k holds about k·k_dense/budget dense hits. One retrieval is cheaper than twenty, but
-a cut is not a run at that budget: the complementary path of dense50 + code50 leaves out the 50
-dense hits, not the first k/2, and multi-route retrieval sizes its channels and selection by
-the k it is asked for. So a curve at the evaluation's budget can differ slightly from the table
-(for a single-path configuration it cannot: its top k is the top k of its top 100).
+Each path of a configuration retrieves once at the largest k and the lists are cut at every k.
+A single path (``dense40``, ``code40``) or multi-route retrieval is its own list cut at k. A
+two-path configuration (``dense20+code20``) keeps its split in proportion, k_d = k·k_dense/budget:
+the cut takes the first k_d dense hits (rounded half up), then the complementary path's best hits among the rest,
+read from that path's list retrieved without exclusions. A path ranks the remaining items in
+the same order whatever it excludes, so every cut of a single or two-path configuration is
+exactly that configuration at that budget (``dense20+code20`` at k = 40 is the table's figure).
+Multi-route retrieval is the exception: it sizes its channels and selection by the k it is
+asked for, so its cut at 40 of a list of 100 can differ a little from a run at 40.
 """
 
 from __future__ import annotations
@@ -33,33 +33,32 @@ CURVE_KS = tuple(range(5, 101, 5))
 CURVES_FILE = "recall_at_k.png"
 
 
-def scaled(config: RetrievalConfig, k: int) -> RetrievalConfig:
-    """``config`` (same name) with a budget of ``k`` items, split between its paths in the
-    proportion of its own budgets."""
-    k_dense = round(k * config.k_dense / config.budget)
-    return dataclasses.replace(config, k_dense=k_dense, k_code=k - k_dense)
-
-
-def cut_order(hits: Sequence[Hit], config: RetrievalConfig) -> list[Hit]:
-    """The order in which ``hits`` of ``config`` are cut: a single path's (or multi-route) list as
-    ranked; a dense + complement list interleaved by rank over each path's budget (ties: dense
-    first)."""
+def path_runs(config: RetrievalConfig, k: int) -> list[RetrievalConfig]:
+    """The single-path (or multi-route) retrievals at ``k`` items whose lists :func:`cut` combines."""
     if config.multi or not (config.k_dense and config.k_code):
-        return list(hits)
-
-    def position(hit: Hit) -> tuple[float, bool]:
-        budget = config.k_dense if hit.path == "dense" else config.k_code
-        return (hit.rank - 0.5) / budget, hit.path != "dense"
-
-    return sorted(hits, key=position)
+        return [dataclasses.replace(config, k_dense=k if config.k_dense else 0, k_code=0 if config.k_dense else k)]
+    complement = config.mode.split("+")[1]
+    return [dataclasses.replace(config, mode="dense", k_dense=k, k_code=0),
+            dataclasses.replace(config, mode=complement, k_dense=0, k_code=k)]
 
 
-def curve(questions: Sequence[EvalQuestion], ordered: Sequence[Sequence[Hit]], ks: Sequence[int]
+def cut(config: RetrievalConfig, lists: Sequence[Sequence[Hit]], k: int) -> list[Hit]:
+    """``config``'s first ``k`` items from the lists of :func:`path_runs` (one question's)."""
+    if len(lists) == 1:
+        return list(lists[0][:k])
+    dense, other = lists
+    k_dense = int(k * config.k_dense / config.budget + 0.5)  # half a dense item rounds up
+    taken = list(dense[:k_dense])
+    seen = {hit.index for hit in taken}
+    return taken + [hit for hit in other if hit.index not in seen][: k - k_dense]
+
+
+def curve(questions: Sequence[EvalQuestion], recalled: Callable[[int, int], Sequence[Hit]], ks: Sequence[int]
           ) -> dict[str, list[float]]:
-    """Mean evidence recall of the first k items for every k of ``ks``, overall and per category
-    (micro averages over questions, as the evaluation's tables)."""
-    recall = np.array([[score_evidence(q.evidence, covered_turns(hits[:k])).recall for k in ks]
-                       for q, hits in zip(questions, ordered, strict=True)]).reshape(len(questions), len(ks))
+    """Mean evidence recall of ``recalled(question index, k)`` for every k of ``ks``, overall and
+    per category (micro averages over questions, as the evaluation's tables)."""
+    recall = np.array([[score_evidence(q.evidence, covered_turns(recalled(i, k))).recall for k in ks]
+                       for i, q in enumerate(questions)]).reshape(len(questions), len(ks))
     categories = np.array([q.category_name for q in questions])
     groups = {"overall": np.ones(len(questions), dtype=bool)}
     groups |= {name: categories == name for name in CATEGORY_NAMES.values() if (categories == name).any()}
@@ -70,12 +69,12 @@ def recall_curves(configs: Sequence[RetrievalConfig], questions: Sequence[EvalQu
                   retrieve: Callable[[RetrievalConfig], list[list[Hit]]], ks: Sequence[int] = CURVE_KS
                   ) -> RecallCurves:
     """The curve of every configuration: ``retrieve`` (the evaluation's hits of a configuration,
-    in question order) runs once per configuration at ``max(ks)`` items."""
+    in question order) runs once per path of each configuration at ``max(ks)`` items."""
     top = max(ks)
     curves = {}
     for config in configs:
-        big = scaled(config, top)
-        curves[config.name] = curve(questions, [cut_order(hits, big) for hits in retrieve(big)], ks)
+        runs = [retrieve(run) for run in path_runs(config, top)]
+        curves[config.name] = curve(questions, lambda i, k, c=config, r=runs: cut(c, [run[i] for run in r], k), ks)
     return RecallCurves(ks=list(ks), configs=curves)
 
 

@@ -7,7 +7,7 @@ the control (the code route of multi-route retrieval and of the dual path, Path 
 lexical baselines), and writes ``OUT/summary.json``: the steps reached, the wall times, overall
 recall per configuration and the paired differences that issue 24 asks about (trained − k-means
 as the code route of ``multi+code``; each code route − ``multi``), computed by
-:mod:`retrieval.eval.paired` from the run's ``questions.jsonl``.
+:mod:`retrieval.eval.paired_differences` from the run's ``questions.jsonl``.
 
     python benchmarks/gpu_long_run.py --data-root ../shared/data/dailydialog \\
         --locomo ../shared/data/locomo/locomo_dev.json --out runs/gpu_long
@@ -31,7 +31,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from retrieval.eval.paired import compare  # noqa: E402
+from retrieval.eval.paired_differences import compare  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "isq_minilm_dailydialog_gpu.yaml"

@@ -1,12 +1,12 @@
 """``python -m retrieval.ingest``: a conversation stream -> online segmentation -> one extraction
-per segment -> the AMU store (library: :mod:`retrieval.memory.ingest`).
+per segment -> the AMU store (library: :mod:`retrieval.ingestion.pipeline`).
 
     python -m retrieval.ingest --locomo locomo10.json --store DIR [--extractor rule|llm]
         [--embedder NAME_OR_PATH] [--fingerprinter DIR] [--llm-cache DIR] [--no-progress]
         [--consolidate-in-background [offline|llm]]
     python -m retrieval.ingest --jsonl turns.jsonl --store DIR ...
 
-The JSONL turn stream is described in :mod:`retrieval.memory.turns_jsonl`. A rerun on the same
+The JSONL turn stream is described in :mod:`retrieval.ingestion.turns_jsonl`. A rerun on the same
 store resumes it. ``--consolidate-in-background`` runs consolidation (:mod:`retrieval.consolidation`)
 in a worker beside the ingest and waits for its last round at the end.
 """
@@ -25,14 +25,15 @@ from retrieval.consolidation.options import OPERATORS, make_operator
 from retrieval.consolidation.worker import ConsolidationWorker, SerializedEmbedder
 from retrieval.eval.locomo import load_locomo
 from retrieval.extract.base import Extractor
-from retrieval.extract.llm import LLMExtractor
+from retrieval.extract.llm_extractor import LLMExtractor
 from retrieval.extract.rules import RuleExtractor
-from retrieval.index.embed import Embedder, SentenceEmbedder
+from retrieval.index.embed import SentenceEmbedder
+from retrieval.ingestion.pipeline import IngestError, ingest_turns
+from retrieval.ingestion.turns_jsonl import read_turns_jsonl
 from retrieval.memory.errors import StoreError
-from retrieval.memory.ingest import IngestError, ingest_turns
+from retrieval.memory.models import Embedder
 from retrieval.memory.records import InputFormatError
 from retrieval.memory.store import AMUStore
-from retrieval.memory.turns_jsonl import read_turns_jsonl
 
 
 def _parser() -> argparse.ArgumentParser:

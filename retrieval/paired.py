@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from retrieval.eval.forest import FOREST_TITLE, label, plot_forest
-from retrieval.eval.paired import compare, render
+from retrieval.eval.paired_differences import compare, render
 
 
 def main(argv: Sequence[str] | None = None) -> int:

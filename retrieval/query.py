@@ -24,15 +24,16 @@ from typing import Any
 
 from isq.encoders import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
+from retrieval.contract import Hit, Query, Retrieval, check_query
 from retrieval.index.embed import SentenceEmbedder
 from retrieval.memory.cache import CachedEmbedder, CachedFingerprinter, model_identity
 from retrieval.memory.errors import StoreError, StoreMismatch
+from retrieval.memory.models import Embedder
 from retrieval.memory.store import AMUStore
-from retrieval.retriever import check_query
-from retrieval.routes.bank import RouteBank
+from retrieval.routes.multi_route import MultiRouteRetriever
 from retrieval.routes.planner_llm import LLMPlanner
 from retrieval.routes.rerank import CrossEncoderReranker
-from retrieval.routes.retriever import MultiRouteRetriever, Retrieval, RouteHit
+from retrieval.routes.snapshot import MemorySnapshot
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -62,7 +63,7 @@ def _conversation(store: AMUStore, wanted: str | None) -> str:
     return known[0]
 
 
-def _check_embedder(store: AMUStore, embedder: Any) -> None:
+def _check_embedder(store: AMUStore, embedder: Embedder) -> None:
     bound = store.meta("embedder")
     if bound is not None and bound != model_identity(embedder):
         raise StoreMismatch(f"{store.directory} was built with embedder {bound!r}, not {model_identity(embedder)!r}; "
@@ -85,19 +86,19 @@ def run(args: argparse.Namespace) -> tuple[Retrieval, AMUStore, str]:
             fingerprinter = CachedFingerprinter(Fingerprinter.from_pretrained(args.fingerprinter), store)
         planner = LLMPlanner(cache_dir=args.store / "llm_cache") if args.planner == "llm" else None
         reranker = None if args.reranker is None else CrossEncoderReranker(args.reranker)
-        bank = RouteBank.build(store, conversation, CachedEmbedder(embedder, store), fingerprinter=fingerprinter)
-        retriever = MultiRouteRetriever(bank, planner, reranker)
-        return retriever.retrieve(args.question, args.k, use_code=fingerprinter is not None), store, conversation
+        bank = MemorySnapshot.build(store, conversation, CachedEmbedder(embedder, store), fingerprinter=fingerprinter)
+        retriever = MultiRouteRetriever(bank, planner, reranker, use_code=fingerprinter is not None)
+        return retriever.retrieve(Query(args.question), args.k), store, conversation
     except BaseException:
         store.close()
         raise
 
 
-def item_dict(hit: RouteHit, store: AMUStore, conversation: str) -> dict[str, Any]:
+def item_dict(hit: Hit, store: AMUStore, conversation: str) -> dict[str, Any]:
     """One selected item as JSON: id, kind, text, type, time, routes, scores, provenance, turns."""
     turns = [store.turn(conversation, turn_id) for turn_id in hit.source["turn_ids"]]
-    return {"rank": hit.rank, "id": hit.amu_id, "kind": hit.kind, "text": hit.text, "memory_type": hit.memory_type,
-            "time": hit.time, "routes": [number + 1 for number in hit.routes], "scores": dict(hit.scores),
+    return {"rank": hit.rank, "id": hit.id, "kind": hit.kind, "text": hit.text, "memory_type": hit.memory_type,
+            "time": hit.time, "routes": [number + 1 for number in hit.routes], "scores": dict(hit.channels),
             "provenance": hit.source,
             "turns": [{"turn_id": t.turn_id, "speaker": t.speaker, "text": t.text, "image_caption": t.image_caption,
                        "session_time": t.session_time.isoformat() if t.session_time else None} for t in turns]}
@@ -106,7 +107,8 @@ def item_dict(hit: RouteHit, store: AMUStore, conversation: str) -> dict[str, An
 def render(result: Retrieval, items: Sequence[dict[str, Any]]) -> str:
     """The human-readable listing."""
     plan = result.plan
-    lines = [f"Question: {result.question}", f"Plan ({plan.planner}): {plan.question_type}"]
+    assert plan is not None  # multi-route retrieval always plans
+    lines = [f"Question: {result.query}", f"Plan ({plan.planner}): {plan.question_type}"]
     for number, route in enumerate(plan.routes, start=1):
         time = f"{route.time.start}..{route.time.end}" if route.time else "none"
         lines.append(f"  route {number}: queries {list(route.queries)}; entities {list(route.entities)}; "
@@ -137,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with store:
         items = [item_dict(hit, store, conversation) for hit in result.hits]
     if args.json:
-        print(json.dumps({"question": result.question, "plan": result.plan.to_dict(), "reranker": result.reranker,
+        print(json.dumps({"question": result.query, "plan": result.plan.to_dict() if result.plan else None, "reranker": result.reranker,
                           "seconds": result.seconds, "items": items}, ensure_ascii=False, indent=2))
     else:
         print(render(result, items))

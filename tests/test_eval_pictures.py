@@ -6,17 +6,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
+from retrieval.contract import Hit
 from retrieval.eval.configs import parse_config
 from retrieval.eval.curves import CURVES_FILE, curve, cut, path_runs, recall_curves
-from retrieval.eval.evidence import EvalQuestion
+from retrieval.eval.dual_path import Channel
 from retrieval.eval.forest import FOREST_FILE, comparisons, forest_table, plot_forest
 from retrieval.eval.locomo import load_locomo
-from retrieval.eval.paired import compare
-from retrieval.eval.run import evaluate
-from retrieval.retriever import Hit
+from retrieval.eval.paired_differences import compare
+from retrieval.eval.questions import EvalQuestion
+from retrieval.eval.run import EvaluationSettings, Models, evaluate
 from tests.test_evaluate import HashEmbedder, fingerprinter_dirs, fingerprinters, write_locomo  # noqa: F401
 from tests.test_paired import REPO, question, write_questions_file
 
@@ -28,18 +30,24 @@ ITEMS: dict[str, int] = {}
 
 def hit(path: str, rank: int, turn: str) -> Hit:
     """A hit of the bank item that covers ``turn`` (one item per turn, whatever path finds it)."""
-    return Hit(turn, ITEMS.setdefault(turn, len(ITEMS)), path, 1.0, rank, {"session_id": "s", "turn_ids": [turn]})
+    return Hit(turn, ITEMS.setdefault(turn, len(ITEMS)), path, 1.0, rank, {"session_id": "s", "turn_ids": [turn]}, "")
 
 
 @pytest.mark.parametrize(("name", "runs"), [
-    ("dense20+code20", [("dense", 100, 0, "trained"), ("code", 0, 100, "trained")]),
-    ("dense30+kmeans10", [("dense", 100, 0, "kmeans"), ("code", 0, 100, "kmeans")]),
-    ("dense20+bm25_20", [("dense", 100, 0, "trained"), ("bm25", 0, 100, "trained")]),
-    ("code40", [("code", 0, 100, "trained")]), ("dense40", [("dense", 100, 0, "trained")]),
-    ("multi+kmeans", [("multi+code", 100, 0, "kmeans")]),
+    ("dense20+code20", [(None, 0, "trained"), (Channel.CODE, 0, "trained")]),
+    ("dense30+kmeans10", [(None, 0, "kmeans"), (Channel.CODE, 0, "kmeans")]),
+    ("dense20+bm25_20", [(None, 0, None), (Channel.BM25, 0, None)]),
+    ("code40", [(Channel.CODE, 0, "trained")]), ("dense40", [(None, 0, None)]),
 ])
 def test_each_path_runs_once_at_the_largest_k(name, runs):
-    assert [(r.mode, r.k_dense, r.k_code, r.codebook) for r in path_runs(parse_config(name), 100)] == runs
+    found = path_runs(parse_config(name), 100)
+    assert [(r.dual.complement, r.dual.k_dense, r.codebook) for r in found] == runs
+    assert {r.budget for r in found} == {100} and {r.name for r in found} == {name}
+
+
+def test_multi_route_runs_once_at_the_largest_k():
+    (run,) = path_runs(parse_config("multi+kmeans"), 100)
+    assert (run.name, run.budget, run.codebook, run.dual) == ("multi+kmeans", 100, "kmeans", None)
 
 
 def test_a_two_path_cut_is_the_configuration_at_that_budget():
@@ -66,11 +74,12 @@ def test_recall_curves_retrieve_each_path_once_at_the_largest_k():
     asked = []
 
     def retrieve(config):
-        asked.append((config.mode, config.k_dense, config.k_code))
-        return [[hit("dense", 1, "t1"), hit("dense", 2, "t3")]] if config.mode == "dense" else [[hit("code", 1, "t2")]]
+        asked.append((config.dual.complement, config.dual.k_dense, config.budget))
+        dense = config.dual.complement is None
+        return SimpleNamespace(hits=[[hit("dense", 1, "t1"), hit("dense", 2, "t3")] if dense else [hit("code", 1, "t2")]])
 
     curves = recall_curves([parse_config("dense2+code2")], questions, retrieve, ks=(1, 2, 10))
-    assert asked == [("dense", 10, 0), ("code", 0, 10)]
+    assert asked == [(None, 0, 10), (Channel.CODE, 0, 10)]
     assert curves.ks == [1, 2, 10] and curves.configs["dense2+code2"]["overall"] == [0.0, 1.0, 1.0]
 
 
@@ -113,8 +122,8 @@ def test_paired_cli_draws_the_forest_it_prints(tmp_path):
 def test_the_evaluation_writes_both_pictures_and_links_them(tmp_path, fingerprinters):  # noqa: F811
     conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
     names = ["dense2", "dense4", "dense2+code2", "code4", "kmeans4", "multi", "multi+code", "multi+kmeans"]
-    results = evaluate(conversations, fingerprinters, HashEmbedder(), tmp_path, configs=names, k_dense=2,
-                       k_code=2, progress=False)
+    models = Models(fingerprinters, HashEmbedder())
+    results = evaluate(conversations, models, tmp_path, EvaluationSettings(names, 2, 2, progress=False))
     curves = results.recall_curves
     assert curves is not None and curves.ks == list(range(5, 101, 5)) and set(curves.configs) == set(names)
     for by_group in curves.configs.values():
@@ -126,15 +135,14 @@ def test_the_evaluation_writes_both_pictures_and_links_them(tmp_path, fingerprin
     for picture in (CURVES_FILE, FOREST_FILE):
         assert (tmp_path / picture).read_bytes()[:4] == PNG
     # a cut at k is the configuration at k: dense4's curve at 5 and 10, dense2+code2's at 10 (dense5+code5)
-    again = evaluate(conversations, fingerprinters, HashEmbedder(), tmp_path,
-                     configs=["dense5", "dense10", "dense5+code5"], k_dense=10, k_code=10, progress=False)
+    again = evaluate(conversations, models, tmp_path,
+                     EvaluationSettings(["dense5", "dense10", "dense5+code5"], 10, 10, progress=False))
     recall = {name: summary.overall.recall for name, summary in again.configs.items()}  # budget 20: no pair
     assert curves.configs["dense4"]["overall"][:2] == [recall["dense5"], recall["dense10"]]
     assert curves.configs["dense2+code2"]["overall"][1] == recall["dense5+code5"]
     markdown = (tmp_path / "results.md").read_text()
     assert f"]({FOREST_FILE})" not in markdown  # this rerun has no pair to draw ...
     assert not (tmp_path / FOREST_FILE).exists()  # ... and leaves no stale one beside results.md
-    evaluate(conversations, fingerprinters, HashEmbedder(), tmp_path, configs=names, k_dense=2, k_code=2,
-             progress=False)
+    evaluate(conversations, models, tmp_path, EvaluationSettings(names, 2, 2, progress=False))
     markdown = (tmp_path / "results.md").read_text()
     assert f"]({CURVES_FILE})" in markdown and f"]({FOREST_FILE})" in markdown

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from retrieval.eval.locomo import load_locomo
 from retrieval.eval.results import read_questions
-from retrieval.eval.run import evaluate
+from retrieval.eval.run import EvaluationSettings, Models, evaluate
 from tests.test_evaluate import HashEmbedder, fingerprinter_dirs, fingerprinters, write_locomo  # noqa: F401
 
 CONFIGS = ["multi", "multi+code", "multi+kmeans"]
@@ -23,8 +23,8 @@ def test_multi_kmeans_is_multi_code_with_the_controls_codebook(tmp_path, fingerp
     runs = {}
     for label, pair in (("as given", fingerprinters), ("swapped", swapped)):
         out = tmp_path / label
-        results = evaluate(conversations, pair, HashEmbedder(), out, configs=CONFIGS, k_dense=1, k_code=1,
-                           progress=False)
+        results = evaluate(conversations, Models(pair, HashEmbedder()), out,
+                           EvaluationSettings(CONFIGS, 1, 1, progress=False))
         assert all(results.configs[name].overall.mean_retrieved == 2.0 for name in CONFIGS)
         runs[label] = _found(out)
     assert runs["swapped"]["multi+kmeans"] == runs["as given"]["multi+code"]

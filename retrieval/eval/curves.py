@@ -16,38 +16,46 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from retrieval.eval.configs import RetrievalConfig
-from retrieval.eval.evidence import CATEGORY_NAMES, EvalQuestion
+from retrieval.eval.dual_path import DualPathMode
 from retrieval.eval.metrics import covered_turns, score_evidence
+from retrieval.eval.questions import CATEGORY_NAMES, EvalQuestion
 from retrieval.eval.results import RecallCurves
 
-if TYPE_CHECKING:  # only for annotations: rendering results.md loads no faiss
-    from retrieval.retriever import Hit
+if TYPE_CHECKING:
+    from retrieval.contract import Hit
 
 CURVE_KS = tuple(range(5, 101, 5))
 """The cuts of the curves: k = 5 ... 100 items."""
 CURVES_FILE = "recall_at_k.png"
 
 
+class HitsRun(Protocol):
+    """What a retrieval run of the evaluation gives: each question's hits, in question order."""
+
+    hits: list[list[Hit]]
+
+
 def path_runs(config: RetrievalConfig, k: int) -> list[RetrievalConfig]:
     """The single-path (or multi-route) retrievals at ``k`` items whose lists :func:`cut` combines."""
-    if config.multi or not (config.k_dense and config.k_code):
-        return [dataclasses.replace(config, k_dense=k if config.k_dense else 0, k_code=0 if config.k_dense else k)]
-    complement = config.mode.split("+")[1]
-    return [dataclasses.replace(config, mode="dense", k_dense=k, k_code=0),
-            dataclasses.replace(config, mode=complement, k_dense=0, k_code=k)]
+    dual = config.dual
+    if dual is None or dual.complement is None or dual.k_dense == 0:
+        return [dataclasses.replace(config, budget=k)]
+    return [dataclasses.replace(config, budget=k, dual=DualPathMode(None, 0)),
+            dataclasses.replace(config, budget=k, dual=DualPathMode(dual.complement, 0))]
 
 
 def cut(config: RetrievalConfig, lists: Sequence[Sequence[Hit]], k: int) -> list[Hit]:
     """``config``'s first ``k`` items from the lists of :func:`path_runs` (one question's)."""
     if len(lists) == 1:
         return list(lists[0][:k])
+    assert config.dual is not None  # two lists: a dense + complement configuration
     dense, other = lists
-    k_dense = int(k * config.k_dense / config.budget + 0.5)  # half a dense item rounds up
+    k_dense = int(k * config.dual.k_dense / config.budget + 0.5)  # half a dense item rounds up
     taken = list(dense[:k_dense])
     seen = {hit.index for hit in taken}
     return taken + [hit for hit in other if hit.index not in seen][: k - k_dense]
@@ -66,14 +74,13 @@ def curve(questions: Sequence[EvalQuestion], recalled: Callable[[int, int], Sequ
 
 
 def recall_curves(configs: Sequence[RetrievalConfig], questions: Sequence[EvalQuestion],
-                  retrieve: Callable[[RetrievalConfig], list[list[Hit]]], ks: Sequence[int] = CURVE_KS
-                  ) -> RecallCurves:
-    """The curve of every configuration: ``retrieve`` (the evaluation's hits of a configuration,
-    in question order) runs once per path of each configuration at ``max(ks)`` items."""
+                  retrieve: Callable[[RetrievalConfig], HitsRun], ks: Sequence[int] = CURVE_KS) -> RecallCurves:
+    """The curve of every configuration: ``retrieve`` (the evaluation's run of a configuration)
+    runs once per path of each configuration at ``max(ks)`` items."""
     top = max(ks)
     curves = {}
     for config in configs:
-        runs = [retrieve(run) for run in path_runs(config, top)]
+        runs = [retrieve(run).hits for run in path_runs(config, top)]
         curves[config.name] = curve(questions, lambda i, k, c=config, r=runs: cut(c, [run[i] for run in r], k), ks)
     return RecallCurves(ks=list(ks), configs=curves)
 

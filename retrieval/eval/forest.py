@@ -1,8 +1,9 @@
 """Forest plot of paired differences (``forest.png``): one panel per question group (overall,
 each category, the lexical-gap subset), one row per comparison, the mean difference in recall
-points with its 95% bootstrap interval. The statistics are :func:`retrieval.eval.paired.compare`'s
-(the same numbers ``python -m retrieval.paired`` prints), read from ``questions.jsonl``; a row
-whose interval excludes 0 is drawn filled. Imports no torch.
+points with its 95% bootstrap interval. The statistics are
+:func:`retrieval.eval.paired_differences.compare`'s (the same numbers ``python -m retrieval.paired``
+prints), read from ``questions.jsonl``; a row whose interval excludes 0 is drawn filled. Imports
+no torch and no faiss (``python -m retrieval.paired --forest`` stays light).
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from retrieval.eval.configs import MULTI_CONFIGS
-from retrieval.eval.paired import PairedDifference, compare
+from retrieval.eval.paired_differences import PairedDifference, compare
 
 FOREST_FILE = "forest.png"
 FOREST_TITLE = "paired recall differences, mean [95% bootstrap interval]; red: the interval excludes 0"
@@ -29,6 +29,8 @@ def comparisons(names: Sequence[str], budget: int) -> list[tuple[str, str]]:
     against the dense baseline of the same budget; each multi-route configuration with a
     codebook route against ``multi``; each trained-codebook configuration against its k-means
     twin (``code`` -> ``kmeans`` in the name)."""
+    from retrieval.eval.configs import MULTI_CONFIGS  # here: configs loads the dual path, and with it faiss
+
     dense = f"dense{budget}"
     plain = MULTI_CONFIGS[0]
     pairs = [(name, dense) for name in names if dense in names and name != dense]

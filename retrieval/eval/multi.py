@@ -1,8 +1,9 @@
 """The multi-route configurations of the evaluation (``multi``, ``multi+code``, ``multi+kmeans``;
-SPEC section 7): per conversation one route bank over the same active AMUs and embeddings as the
-dual-path banks and one :class:`MultiRouteRetriever` per codebook, whose code route searches
-that codebook's topology (the other routes and the plans are shared); the plans' query texts
-are embedded and fingerprinted in one batch before any query is timed (the dual-path
+SPEC section 7): one :class:`MultiRouteRetriever` per conversation and configuration over the
+same active AMUs and embeddings as the dual-path banks, whose code route searches the
+configuration's codebook (the trained one's topology for ``multi+code``, the control's for
+``multi+kmeans``; the other routes and the plans are shared), and the plans' query texts
+embedded and fingerprinted in one batch before any query is timed (the dual-path
 configurations' question vectors are batched the same way), so that latency measures
 retrieval, not model forwards."""
 
@@ -11,39 +12,45 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
-from isq.topology import CooccurrenceTopology
-from retrieval.eval.evidence import EvalQuestion
+from retrieval.eval.configs import TRAINED, RetrievalConfig
+from retrieval.eval.dual_path import DualPathRetriever
+from retrieval.eval.questions import EvalQuestion
 from retrieval.eval.results import MultiRouteInfo
+from retrieval.memory.models import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU
 from retrieval.memory.store import AMUStore
-from retrieval.routes.bank import RouteBank
-from retrieval.routes.plan import Plan
+from retrieval.routes.multi_route import RERANKER_OFF, MultiRouteRetriever
+from retrieval.routes.planner_rules import Planner
+from retrieval.routes.query_plan import Plan
 from retrieval.routes.rerank import CrossEncoderReranker
-from retrieval.routes.retriever import RERANKER_OFF, MultiRouteRetriever
+from retrieval.routes.snapshot import MemorySnapshot
 
 
-def build_route_retrievers(store: AMUStore, conversation_id: str, embedder: Any, amus: Sequence[AMU],
-                           embeddings: np.ndarray, codebooks: Mapping[str, tuple[CooccurrenceTopology, Any]],
-                           planner: Any | None, reranker: CrossEncoderReranker | None
-                           ) -> dict[str, MultiRouteRetriever]:
-    """The conversation's route bank (the given records and vectors) and, per codebook of
-    ``codebooks`` (name -> its topology over the same records and its fingerprinter), a
-    retriever whose code route uses it. The bank is built once: the codebooks' banks share its
-    arrays and differ only in the topology and the fingerprinter of the query texts."""
-    (first, (topology, fingerprinter)), *others = codebooks.items()
-    bank = RouteBank.build(store, conversation_id, embedder, records=amus, record_vectors=embeddings,
-                           topology=topology, fingerprinter=fingerprinter)
-    banks = {first: bank, **{name: dataclasses.replace(bank, topology=topo, fingerprinter=fp)
-                             for name, (topo, fp) in others}}
-    return {name: MultiRouteRetriever(each, planner, reranker) for name, each in banks.items()}
+def build_route_retrievers(store: AMUStore, conversation_id: str, embedder: Embedder, amus: Sequence[AMU],
+                           embeddings: np.ndarray, banks: Mapping[str, DualPathRetriever],
+                           fingerprinters: Mapping[str, TextFingerprinter], planner: Planner | None,
+                           reranker: CrossEncoderReranker | None,
+                           configs: Sequence[RetrievalConfig]) -> dict[str, MultiRouteRetriever]:
+    """The conversation's memory snapshot (the given records and vectors) and, over it, one
+    retriever per multi-route configuration of ``configs``, whose codebook route (where the
+    configuration uses codes) searches its codebook: the topology of that codebook's dual-path
+    bank in ``banks`` (same records), queries fingerprinted by its entry in ``fingerprinters``.
+    The snapshot is built once, with the trained codebook; another codebook's snapshot shares
+    its arrays. Equal budgets: plan_depth 0, so each returns exactly the budget asked for."""
+    bank = MemorySnapshot.build(store, conversation_id, embedder, records=amus, record_vectors=embeddings,
+                                topology=banks[TRAINED].topology, fingerprinter=fingerprinters[TRAINED])
+    snapshots = {name: bank if name == TRAINED else dataclasses.replace(
+        bank, topology=banks[name].topology, fingerprinter=fingerprinters[name]) for name in banks}
+    return {config.name: MultiRouteRetriever(snapshots[config.codebook or TRAINED], planner, reranker,
+                                             use_code=config.uses_codes, plan_depth=0)
+            for config in configs}
 
 
 def prepare_queries(retrievers: Mapping[str, MultiRouteRetriever], questions: Sequence[EvalQuestion],
-                    embedder: Any, fingerprinters: Iterable[Any]) -> list[Plan]:
+                    embedder: Embedder, fingerprinters: Iterable[TextFingerprinter]) -> list[Plan]:
     """Plan every question and put its route queries' vectors and, per fingerprinter, codes in
     the store's caches with one batched call each; returns the plans, in question order."""
     plans = [retrievers[q.conversation_id].plan(q.question) for q in questions]

@@ -4,41 +4,47 @@ the construction-cost ledger of the store."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from isq.fingerprint import Fingerprinter
 from isq.topology import TopologyParams
+from retrieval.contract import Retriever
+from retrieval.eval.configs import TRAINED, RetrievalConfig
+from retrieval.eval.dual_path import DualPath, DualPathRetriever, Lexical
 from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import mean
 from retrieval.extract.base import Extractor
-from retrieval.index.embed import Embedder
-from retrieval.memory.cache import CachedFingerprinter
-from retrieval.memory.ingest import IngestStats, ingest_turns
+from retrieval.ingestion.pipeline import IngestStats, ingest_turns
+from retrieval.memory.models import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU
 from retrieval.memory.store import AMUStore
-from retrieval.retriever import DualPathRetriever, Lexical
-from retrieval.routes.retriever import MultiRouteRetriever
+from retrieval.routes.multi_route import MultiRouteRetriever
 
 STORE_DIR = "store"
 
 
 @dataclass
-class ConversationBank:
-    """One conversation's AMUs, its dual-path retrievers (one per codebook, same AMU order) and,
-    for the multi-route configurations, its multi-route retrievers (one per codebook: the code
-    route's)."""
+class BuiltConversation:
+    """One conversation as the evaluation built it: its AMUs, one dual-path bank per codebook
+    (same AMU order) and one multi-route retriever per multi-route configuration."""
 
     amus: list[AMU]
-    retrievers: dict[str, DualPathRetriever]
-    routes: dict[str, MultiRouteRetriever] | None = None
+    banks: dict[str, DualPathRetriever]
+    multi: dict[str, MultiRouteRetriever] = field(default_factory=dict)
 
     @property
     def coverable(self) -> set[str]:
         """Turn ids that some AMU points to: the most any retrieval can cover."""
         return {turn_id for amu in self.amus for turn_id in amu.source.turn_ids}
+
+    def retriever(self, config: RetrievalConfig, topology: TopologyParams | None = None) -> Retriever:
+        """``config``'s retriever over this conversation; ``topology`` rescores Path B (a sweep)."""
+        if config.dual is None:
+            return self.multi[config.name]
+        bank = self.banks[config.codebook or TRAINED]
+        return DualPath(bank if topology is None else bank.with_topology_params(topology), config.dual)
 
 
 class ConstructionLedger:
@@ -63,7 +69,7 @@ class ConstructionLedger:
         return sum((self.store.meta(f"construction:{cid}") or {}).get(key, 0) for cid in conversation_ids)
 
 
-def build_retriever(fingerprinter: Fingerprinter | CachedFingerprinter, amus: Sequence[AMU], embeddings: np.ndarray,
+def build_retriever(fingerprinter: TextFingerprinter, amus: Sequence[AMU], embeddings: np.ndarray,
                     params: TopologyParams, lexical: Lexical | None = None) -> DualPathRetriever:
     """A dual-path bank over ``amus`` with their fingerprints by ``fingerprinter``; ``lexical`` is
     its BM25 channel (the store's FTS5 table over the same AMUs, in the evaluation)."""
@@ -76,14 +82,14 @@ def build_retriever(fingerprinter: Fingerprinter | CachedFingerprinter, amus: Se
     return retriever
 
 
-def codebook_diagnostics(fingerprinter: Fingerprinter | CachedFingerprinter, banks: Sequence[ConversationBank], codebook: str,
+def codebook_diagnostics(fingerprinter: TextFingerprinter, banks: Sequence[BuiltConversation], codebook: str,
                          query_codes: Sequence[frozenset[int]]) -> dict[str, Any]:
     """How the codebook spreads over the AMU banks: codes in use, codes per AMU and query, and
     how generic the codes are (a code in every AMU has IDF 0 and cannot discriminate)."""
     used: set[int] = set()
     per_amu, df_share, generic = [], [], []
     for bank in banks:
-        topology = bank.retrievers[codebook].topology
+        topology = bank.banks[codebook].topology
         incidence = topology.incidence
         doc_freq = topology.doc_freq
         units = max(topology.num_units, 1)

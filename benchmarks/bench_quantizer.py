@@ -53,11 +53,11 @@ def main(argv: list[str] | None = None) -> None:
     z = torch.randn(*shape, requires_grad=True)
     mask = torch.ones(shape[:2], dtype=torch.bool)
 
-    ours = EMAQuantizer(args.codes, args.dim, decay=0.99, beta=0.10, revive_threshold=1.0).train()
+    ours = EMAQuantizer(args.codes, args.dim, ema_decay=0.99, beta=0.10, revive_threshold=1.0).train()
 
     def ours_step() -> None:
         out = ours(z, mask, with_entropy=False)
-        (out.codebook_loss + ours.beta * out.commitment_loss).backward()
+        out.vq_loss.backward()
         z.grad = None
 
     from vector_quantize_pytorch import VectorQuantize

@@ -144,7 +144,7 @@ def run(config: ISQConfig, vocab: int, shape: Shape, device: torch.device, bf16:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        model.quantizer.optimizer_step()
+        model.quantizer.optimizer_step(out.revival_candidates)
         return out.loss.detach()
 
     for index in range(warmup):  # includes the quantizer's k-means initialisation on batch 0

@@ -70,9 +70,10 @@ def machine() -> dict[str, Any]:
 
 
 def write_json(path: str | Path | None, figures: Mapping[str, Any]) -> None:
-    """Write ``figures`` (plus :func:`machine`) to ``path`` as JSON, when a path is given."""
+    """Write ``figures`` (plus :func:`machine`) to ``path`` as JSON, when a path is given, and say where."""
     if path is None:
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({**figures, "machine": machine()}, indent=2) + "\n")
+    print(f"wrote the figures to {path.resolve()}")

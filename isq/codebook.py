@@ -63,22 +63,28 @@ class Codebook(nn.Module):
     statistics: Laplace-smoothed cluster sizes and embedding sums, and the per-window code
     counts that decide which codes are dead.
 
-    Args:
+    Args (named as in :class:`isq.config.ISQConfig`):
         num_codes: N_c (SPEC default 1024).
-        dim: code dimension.
-        decay: EMA decay of cluster sizes and embedding sums (0.99).
-        eps: Laplace smoothing constant of the cluster sizes (1e-5).
+        code_dim: code dimension.
+        ema_decay: EMA decay of cluster sizes and embedding sums (0.99).
+        ema_eps: Laplace smoothing constant of the cluster sizes (1e-5).
         frozen: only the vectors (a fingerprinter's codebook): no statistics, no update.
     """
 
-    def __init__(self, num_codes: int = 1024, dim: int = 256, decay: float = 0.99, eps: float = 1e-5,
-                 frozen: bool = False) -> None:
+    vectors: Tensor
+    cluster_size: Tensor
+    embed_sum: Tensor
+    window_counts: Tensor
+    window_steps: Tensor
+
+    def __init__(self, num_codes: int = 1024, code_dim: int = 256, ema_decay: float = 0.99,
+                 ema_eps: float = 1e-5, frozen: bool = False) -> None:
         super().__init__()
-        if num_codes < 1 or dim < 1:
-            raise ValueError(f"num_codes and dim must be positive, got {num_codes} and {dim}")
-        self.num_codes, self.dim = num_codes, dim
-        self.decay, self.eps, self.frozen = decay, eps, frozen
-        vectors = torch.empty(num_codes, dim)
+        if num_codes < 1 or code_dim < 1:
+            raise ValueError(f"num_codes and code_dim must be positive, got {num_codes} and {code_dim}")
+        self.num_codes, self.code_dim = num_codes, code_dim
+        self.ema_decay, self.ema_eps, self.frozen = ema_decay, ema_eps, frozen
+        vectors = torch.empty(num_codes, code_dim)
         if frozen:
             vectors.zero_()  # filled by the caller (an exported codebook)
         else:
@@ -119,12 +125,13 @@ class Codebook(nn.Module):
         self._require_statistics()
         with fp32_island():
             counts = torch.bincount(indices, minlength=self.num_codes).float() if counts is None else counts.clone()
-            sums = torch.zeros(self.num_codes, self.dim, device=z.device).index_add_(0, indices, z.float())
+            sums = torch.zeros(self.num_codes, self.code_dim, device=z.device)
+            sums.index_add_(0, indices, z.float())
             if distributed():  # checked per call: a module built before init_process_group still syncs
                 dist.all_reduce(counts, op=dist.ReduceOp.SUM)
                 dist.all_reduce(sums, op=dist.ReduceOp.SUM)
-            self.cluster_size.mul_(self.decay).add_(counts, alpha=1 - self.decay)
-            self.embed_sum.mul_(self.decay).add_(sums, alpha=1 - self.decay)
+            self.cluster_size.mul_(self.ema_decay).add_(counts, alpha=1 - self.ema_decay)
+            self.embed_sum.mul_(self.ema_decay).add_(sums, alpha=1 - self.ema_decay)
             self.window_counts.add_(counts)
             self._refresh()
 
@@ -132,16 +139,16 @@ class Codebook(nn.Module):
     def _refresh(self) -> None:
         """Codes = EMA sums / Laplace-smoothed EMA sizes."""
         total = self.cluster_size.sum()
-        smoothed = (self.cluster_size + self.eps) / (total + self.num_codes * self.eps) * total
+        smoothed = (self.cluster_size + self.ema_eps) / (total + self.num_codes * self.ema_eps) * total
         self.vectors.copy_(self.embed_sum / smoothed.unsqueeze(1))
 
     @torch.no_grad()
     def load(self, vectors: Tensor) -> None:
         """Start from given code vectors: each code's EMA size is set to 1 and its EMA sum to the
         code, as at construction, so the first EMA steps blend new assignments into them."""
-        if tuple(vectors.shape) != (self.num_codes, self.dim):
+        if tuple(vectors.shape) != (self.num_codes, self.code_dim):
             raise ValueError(f"codebook of shape {tuple(vectors.shape)} does not fit a codebook of "
-                             f"{self.num_codes} codes x {self.dim} dimensions")
+                             f"{self.num_codes} codes x {self.code_dim} dimensions")
         self.vectors.copy_(vectors)
         if not self.frozen:
             self.cluster_size.fill_(1.0)
@@ -149,14 +156,14 @@ class Codebook(nn.Module):
 
     # ------------------------------------------------------------------ revival
     @torch.no_grad()
-    def close_window_if_due(self, every: int, threshold: float) -> Tensor | None:
-        """Count one optimizer step; after ``every`` steps return the dead codes (bool mask: mean
-        per-step count over the window below ``threshold``) and start a new window."""
+    def close_window_if_due(self, revive_every: int, revive_threshold: float) -> Tensor | None:
+        """Count one optimizer step; after ``revive_every`` steps return the dead codes (bool mask:
+        mean per-step count over the window below ``revive_threshold``) and start a new window."""
         self._require_statistics()
         self.window_steps += 1
-        if int(self.window_steps) < every:
+        if int(self.window_steps) < revive_every:
             return None
-        dead = self.window_counts / self.window_steps.float() < threshold
+        dead = self.window_counts / self.window_steps.float() < revive_threshold
         self.window_counts.zero_()
         self.window_steps.zero_()
         return dead

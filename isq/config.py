@@ -1,7 +1,9 @@
 """``ISQConfig``: every hyper-parameter of the ISQ model, with the SPEC / MemCode defaults.
 
 Saved inside every exported fingerprinter (``config.json``, key ``isq_config``) and read back by
-:meth:`ISQConfig.from_dict`, which names the first unknown or mistyped field.
+:meth:`ISQConfig.from_dict`, which names the first unknown or mistyped field. Every numeric
+field is range-checked on construction (:data:`RANGES`), from YAML, the command line or an
+export alike, so a value such as ``max_length 0`` is refused instead of changing meaning.
 """
 
 from __future__ import annotations
@@ -11,6 +13,10 @@ import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from isq.projection import NORMALIZATIONS
+from isq.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, OutOfRange, Range, check_ranges
+
+DECODER_SIZES = ("d_model", "d_ff", "num_decoder_layers", "num_heads", "d_kv")
 
 @dataclass
 class ISQConfig:
@@ -64,6 +70,18 @@ class ISQConfig:
     """T5 decoder sizes (``d_model``, ``d_ff``, ``num_decoder_layers``, ``num_heads``, ``d_kv``)
     for a fresh decoder. Ignored when the encoder is a pretrained T5, whose decoder is reused."""
     max_length: int = 512
+    """Tokens per text; longer texts are truncated (there is no "no truncation" value)."""
+
+    def __post_init__(self) -> None:
+        check_ranges("ISQConfig", asdict(self), RANGES)
+        if self.kernel_size % 2 != 1:
+            raise OutOfRange(f"ISQConfig field 'kernel_size' is {self.kernel_size}: "
+                             "it must be odd (keeps the length)")
+        if self.normalize_projection not in NORMALIZATIONS:
+            raise OutOfRange(f"ISQConfig field 'normalize_projection' is {self.normalize_projection!r}: "
+                             f"allowed values are {', '.join(NORMALIZATIONS)}")
+        sizes = {name: AT_LEAST_ONE for name in DECODER_SIZES if name in self.decoder}
+        check_ranges("ISQConfig.decoder", self.decoder, sizes)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ISQConfig:
@@ -86,6 +104,28 @@ class ISQConfig:
     @property
     def encoder_is_pretrained(self) -> bool:
         return self.encoder_config is None
+
+
+RANGES: dict[str, Range] = {
+    "lora_rank": NON_NEGATIVE,
+    "lora_alpha": POSITIVE,
+    "code_dim": AT_LEAST_ONE,
+    "kernel_size": AT_LEAST_ONE,
+    "num_codes": AT_LEAST_ONE,
+    "ema_decay": Range(0, 1, high_open=True),  # 1 would never move a code
+    "ema_eps": POSITIVE,
+    "beta": NON_NEGATIVE,
+    "lambda_vq": NON_NEGATIVE,
+    "lambda_ent": NON_NEGATIVE,
+    "lambda_rec": NON_NEGATIVE,
+    "lambda_nce": NON_NEGATIVE,
+    "nce_temperature": POSITIVE,
+    "entropy_temperature": POSITIVE,
+    "revive_every": AT_LEAST_ONE,
+    "revive_threshold": NON_NEGATIVE,
+    "max_length": AT_LEAST_ONE,
+}
+"""Allowed range of every numeric field (each of the decoder's :data:`DECODER_SIZES` must be at least 1)."""
 
 
 def _has_type(value: Any, hint: Any) -> bool:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 SPLITS = ("train", "validation", "test")
 EOU = "__eou__"
+ROOT_ENV = "ISQ_DAILYDIALOG"
+"""Environment variable naming the release directory (training's, the notebook's and the report's default)."""
 
 
 class DataFormatError(ValueError):
@@ -95,7 +97,7 @@ def load_splits(root: Path) -> Splits:
     """Read the three splits and drop evaluation dialogues that also occur in train."""
     if not root.is_dir():
         raise FileNotFoundError(
-            f"DailyDialog directory not found: {root} (pass --data.root or set $ISQ_DAILYDIALOG; "
+            f"DailyDialog directory not found: {root} (pass --data.root or set ${ROOT_ENV}; "
             f"it must hold train/dialogues_train.txt, validation/..., test/...)"
         )
     dialogues, mismatches = {}, {}

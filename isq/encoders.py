@@ -9,16 +9,27 @@ reached, :class:`EncoderUnavailable` says so in one line instead of a minute of 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import torch
 from torch import Tensor, nn
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokenizerBase, T5EncoderModel
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    T5Config,
+    T5EncoderModel,
+)
+from transformers.utils import logging as hf_logging
 
 from isq.config import ISQConfig
 from isq.projection import StrideOneProjection
@@ -74,6 +85,23 @@ def _gpu_note() -> str:
 def from_pretrained(loader: Any, name_or_path: str, **kwargs: Any) -> Any:
     """``loader.from_pretrained`` (a transformers class) for a local path, the offline alias, a
     cached name or, with the hub reachable, a hub name; otherwise one :class:`EncoderUnavailable`."""
+    with _quiet_loading():
+        return _load(loader, name_or_path, **kwargs)
+
+
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """No "Loading weights" progress bar: loading a few-MB encoder is not news to the user."""
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def _load(loader: Any, name_or_path: str, **kwargs: Any) -> Any:
     path = resolve_encoder_path(name_or_path)
     if not Path(path).is_dir():
         try:  # the Hugging Face cache first: no network needed
@@ -96,7 +124,8 @@ def from_pretrained(loader: Any, name_or_path: str, **kwargs: Any) -> Any:
 
 
 def load_tokenizer(config: ISQConfig) -> PreTrainedTokenizerBase:
-    return from_pretrained(AutoTokenizer, config.tokenizer or config.encoder)
+    tokenizer: PreTrainedTokenizerBase = from_pretrained(AutoTokenizer, config.tokenizer or config.encoder)
+    return tokenizer
 
 
 def encoder_model_type(config: ISQConfig) -> str:
@@ -106,7 +135,7 @@ def encoder_model_type(config: ISQConfig) -> str:
     return str(from_pretrained(AutoConfig, config.encoder).model_type)
 
 
-def build_encoder(config: ISQConfig, architecture: dict[str, Any] | None = None) -> nn.Module:
+def build_encoder(config: ISQConfig, architecture: dict[str, Any] | None = None) -> PreTrainedModel:
     """The encoder: pretrained from ``config.encoder``, or random from a config dict.
 
     ``architecture`` (a saved ``encoder.config.to_dict()``) rebuilds an encoder whose weights
@@ -116,33 +145,37 @@ def build_encoder(config: ISQConfig, architecture: dict[str, Any] | None = None)
     if spec is not None:
         spec = dict(spec)
         enc_config = AutoConfig.for_model(spec.pop("model_type"), **spec)
-        encoder = T5EncoderModel(enc_config) if enc_config.model_type == "t5" else AutoModel.from_config(enc_config)
+        encoder: PreTrainedModel = (T5EncoderModel(enc_config) if isinstance(enc_config, T5Config)
+                                    else AutoModel.from_config(enc_config))
     else:
         cls = T5EncoderModel if encoder_model_type(config) == "t5" else AutoModel
         encoder = from_pretrained(cls, config.encoder)
     if getattr(encoder, "pooler", None) is not None:
-        encoder.pooler = None
+        encoder.register_module("pooler", None)
     return encoder
 
 
-def encoder_width(encoder: nn.Module) -> int:
+def encoder_width(encoder: PreTrainedModel) -> int:
     cfg = encoder.config
-    return int(getattr(cfg, "d_model", None) or cfg.hidden_size)
+    # getattr: the typed base config declares neither width
+    return int(getattr(cfg, "d_model", None) or getattr(cfg, "hidden_size"))  # noqa: B009
 
 
 LORA_DEFAULT_TARGETS = {"t5": ["q", "v"]}
 """Adapter targets per encoder family; anything else is BERT-style (``query``, ``value``)."""
 
 
-def add_adapters(encoder: nn.Module, config: ISQConfig) -> nn.Module:
+def add_adapters(encoder: PreTrainedModel, config: ISQConfig) -> PreTrainedModel:
     """Inject LoRA adapters (``config.lora_rank``) into ``encoder`` in place; B starts at zero,
     so the adapted encoder computes exactly what the base does until training moves it."""
     import peft
 
     targets = config.lora_targets or LORA_DEFAULT_TARGETS.get(encoder.config.model_type, ["query", "value"])
-    lora = peft.LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                           target_modules=list(targets))
-    return peft.inject_adapter_in_model(lora, encoder)
+    # peft annotates lora_alpha as int but only divides by it; a float alpha is ISQConfig's type.
+    lora = peft.LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha,  # type: ignore[arg-type]
+                           lora_dropout=0.0, target_modules=list(targets))
+    peft.inject_adapter_in_model(lora, encoder)  # in place
+    return encoder
 
 
 def is_adapter(name: str) -> bool:
@@ -156,7 +189,8 @@ class SemanticEncoder(nn.Module):
     encoder has any, stay trainable, so gradients then flow through the frozen encoder to them.
     """
 
-    def __init__(self, encoder: nn.Module, projection: StrideOneProjection, frozen: bool = False) -> None:
+    def __init__(self, encoder: PreTrainedModel, projection: StrideOneProjection,
+                 frozen: bool = False) -> None:
         super().__init__()
         self.encoder = encoder
         self.projection = projection
@@ -167,7 +201,7 @@ class SemanticEncoder(nn.Module):
             self.encoder.eval()
 
     @classmethod
-    def build(cls, config: ISQConfig, encoder: nn.Module, frozen: bool) -> SemanticEncoder:
+    def build(cls, config: ISQConfig, encoder: PreTrainedModel, frozen: bool) -> SemanticEncoder:
         """``encoder`` (with adapters when ``config.lora_rank`` > 0) and a fresh projection."""
         if config.lora_rank > 0:
             encoder = add_adapters(encoder, config)
@@ -188,4 +222,5 @@ class SemanticEncoder(nn.Module):
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.encoder_trains):
             hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return self.projection(hidden, attention_mask)
+        z: Tensor = self.projection(hidden, attention_mask)
+        return z

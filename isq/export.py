@@ -157,6 +157,9 @@ def read_run_record(directory: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise FingerprinterLoadError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(record, dict):
+        raise FingerprinterLoadError(f"{path}: expected a JSON object")
+    return record

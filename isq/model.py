@@ -31,18 +31,18 @@ from isq.quantizer import EMAQuantizer
 
 def build_decoder(config: ISQConfig, tokenizer: PreTrainedTokenizerBase) -> T5ForConditionalGeneration:
     """A T5 decoder + LM head without its encoder stack (the ISQ codes replace it)."""
+    seq2seq: T5ForConditionalGeneration
     if config.encoder_is_pretrained and encoder_model_type(config) == "t5":
         seq2seq = from_pretrained(T5ForConditionalGeneration, config.encoder)
     else:
-        sizes = {"d_model": 256, "d_ff": 1024, "num_decoder_layers": 2, "num_heads": 4, "d_kv": 64}
-        sizes.update(config.decoder)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
-        seq2seq = T5ForConditionalGeneration(T5Config(
-            vocab_size=len(tokenizer), num_layers=1, pad_token_id=pad, eos_token_id=eos,
-            decoder_start_token_id=pad, tie_word_embeddings=True, **sizes,
-        ))
-    seq2seq.encoder = None  # never run: encoder_outputs are always given
+        # from_dict: config.decoder is a JSON object of T5Config fields (SPEC sizes by default).
+        values = {"d_model": 256, "d_ff": 1024, "num_decoder_layers": 2, "num_heads": 4, "d_kv": 64,
+                  **config.decoder, "vocab_size": len(tokenizer), "num_layers": 1, "pad_token_id": pad,
+                  "eos_token_id": eos, "decoder_start_token_id": pad, "tie_word_embeddings": True}
+        seq2seq = T5ForConditionalGeneration(T5Config.from_dict(values))
+    seq2seq.register_module("encoder", None)  # never run: encoder_outputs are always given
     return seq2seq
 
 
@@ -60,6 +60,8 @@ class ISQOutput:
     perplexity: Tensor
     codes_used: Tensor
     indices: Tensor
+    revival_candidates: Tensor
+    """The batch's real-token z (detached), for :meth:`isq.quantizer.EMAQuantizer.optimizer_step`."""
 
 
 def info_nce(context: Tensor, following: Tensor, temperature: float) -> Tensor:
@@ -84,7 +86,8 @@ class ISQModel(nn.Module):
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config)
         self.semantic_encoder = SemanticEncoder.build(config, build_encoder(config), frozen=config.freeze_encoder)
         self.quantizer = EMAQuantizer(
-            num_codes=config.num_codes, dim=config.code_dim, decay=config.ema_decay, eps=config.ema_eps,
+            num_codes=config.num_codes, code_dim=config.code_dim, ema_decay=config.ema_decay,
+            ema_eps=config.ema_eps,
             beta=config.beta, entropy_temperature=config.entropy_temperature,
             revive_every=config.revive_every, revive_threshold=config.revive_threshold,
             kmeans_init=config.kmeans_init,
@@ -104,8 +107,7 @@ class ISQModel(nn.Module):
         q = self.quantizer(z, mask, with_entropy=self.config.lambda_ent > 0)
         context = self.up_projection(q.quantized.to(z.dtype))
         ce = self.decoder(encoder_outputs=(context,), attention_mask=attention_mask, labels=labels).loss
-        vq = q.codebook_loss + self.config.beta * q.commitment_loss
-        loss = ce + self.config.lambda_vq * vq + self.config.lambda_ent * q.entropy_loss
+        loss = ce + self.config.lambda_vq * q.vq_loss + self.config.lambda_ent * q.entropy_loss
         reconstruction = ce.new_zeros(())
         if self.token_head is not None:
             # Only real tokens; the straight-through q passes the gradient on to the projection.
@@ -125,7 +127,7 @@ class ISQModel(nn.Module):
             loss=loss, ce_loss=ce, codebook_loss=q.codebook_loss, commitment_loss=q.commitment_loss,
             entropy_loss=q.entropy_loss, reconstruction_loss=reconstruction, contrastive_loss=contrastive,
             perplexity=q.perplexity,
-            codes_used=q.codes_used, indices=q.indices,
+            codes_used=q.codes_used, indices=q.indices, revival_candidates=q.revival_candidates,
         )
 
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]:

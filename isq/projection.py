@@ -5,11 +5,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+NORMALIZATIONS = ("none", "token", "layer")
+"""Values of ``normalize_projection``: none (SPEC), per-dimension over tokens, per token."""
+
 
 class MaskedTokenNorm(nn.Module):
     """Standardise each code dimension over the batch's real tokens (BatchNorm without affine,
     padding excluded), with running statistics for eval. Fixing the spread of z across tokens
     removes the collapse where the projection shrinks or aligns every z_t onto a few codes."""
+
+    running_mean: Tensor
+    running_var: Tensor
 
     def __init__(self, dim: int, momentum: float = 0.01, eps: float = 1e-5) -> None:
         super().__init__()
@@ -39,31 +45,35 @@ class StrideOneProjection(nn.Module):
     Padding positions are zeroed before the convolution so a real token's projection never
     depends on what the batch padded next to it.
 
-    ``normalize`` follows the convolution with a normalisation without affine parameters:
+    ``normalize_projection`` (named as in :class:`isq.config.ISQConfig`) follows the convolution
+    with a normalisation without affine parameters:
     ``"token"`` (:class:`MaskedTokenNorm`, each dimension standardised across real tokens) or
     ``"layer"`` (LayerNorm over each z_t's dimensions); ``"none"`` is the bare convolution.
     """
 
-    def __init__(self, d_model: int, code_dim: int = 256, kernel_size: int = 3, normalize: str = "none") -> None:
+    def __init__(self, d_model: int, code_dim: int = 256, kernel_size: int = 3,
+                 normalize_projection: str = "none") -> None:
         super().__init__()
         if kernel_size % 2 != 1:
             raise ValueError(f"kernel_size must be odd to keep the length, got {kernel_size}")
         self.conv = nn.Conv1d(d_model, code_dim, kernel_size, stride=1, padding=kernel_size // 2)
-        if normalize not in ("none", "token", "layer"):
-            raise ValueError(f"normalize must be 'none', 'token' or 'layer', got {normalize!r}")
-        self.normalize = normalize
-        if normalize == "token":
+        if normalize_projection not in NORMALIZATIONS:
+            raise ValueError(f"normalize_projection must be one of {', '.join(NORMALIZATIONS)}, "
+                             f"got {normalize_projection!r}")
+        self.normalize_projection = normalize_projection
+        self.norm: nn.Module | None = None
+        if normalize_projection == "token":
             self.norm = MaskedTokenNorm(code_dim)
-        elif normalize == "layer":
+        elif normalize_projection == "layer":
             self.norm = nn.LayerNorm(code_dim, elementwise_affine=False)
 
     def forward(self, hidden: Tensor, mask: Tensor | None = None) -> Tensor:
         """(B, L, d_model) -> (B, L, code_dim)."""
         if mask is not None:
             hidden = hidden * mask.unsqueeze(-1).to(hidden.dtype)
-        z = self.conv(hidden.transpose(1, 2)).transpose(1, 2)
-        if self.normalize == "token":
-            return self.norm(z, mask)
-        if self.normalize == "layer":
-            return self.norm(z)
+        z: Tensor = self.conv(hidden.transpose(1, 2)).transpose(1, 2)
+        if isinstance(self.norm, MaskedTokenNorm):
+            z = self.norm(z, mask)
+        elif isinstance(self.norm, nn.LayerNorm):
+            z = self.norm(z)
         return z

@@ -23,27 +23,32 @@ class QuantizerOutput:
     """What one quantizer call returns.
 
     ``quantized`` carries the straight-through gradient to ``z``; ``indices`` is -1 at padding.
-    Losses are scalars averaged over the non-padding positions.
+    Losses are scalars averaged over the non-padding positions; ``vq_loss`` is the weighted sum
+    ``codebook_loss + β · commitment_loss``. ``revival_candidates`` are the batch's real-token
+    vectors (detached), what :meth:`EMAQuantizer.optimizer_step` revives dead codes from.
     """
 
     quantized: Tensor
     indices: Tensor
     commitment_loss: Tensor
     codebook_loss: Tensor
+    vq_loss: Tensor
     entropy_loss: Tensor
     perplexity: Tensor
     codes_used: Tensor
+    revival_candidates: Tensor
 
 
 class EMAQuantizer(nn.Module):
     """Euclidean codebook updated by exponential moving averages, with a plain STE.
 
-    Args:
+    Args (named as in :class:`isq.config.ISQConfig`):
         num_codes: N_c, codebook size (SPEC default 1024).
-        dim: code dimension (the projection's ``code_dim``).
-        decay: EMA decay of cluster sizes and embedding sums (0.99).
-        eps: Laplace smoothing constant for cluster sizes (1e-5).
-        beta: commitment weight β in ``||sg[z] - e||² + β ||z - sg[e]||²`` (0.10).
+        code_dim: code dimension (the projection's output width).
+        ema_decay: EMA decay of cluster sizes and embedding sums (0.99).
+        ema_eps: Laplace smoothing constant for cluster sizes (1e-5).
+        beta: commitment weight β in ``vq_loss = ||sg[z] - e||² + β ||z - sg[e]||²`` (0.10); the
+            quantizer alone applies it.
         entropy_temperature: τ of the entropy regulariser's soft assignment (1.0).
         revive_every: optimizer steps per dead-code window (20).
         revive_threshold: a code is dead when its mean per-step count over the window is below this (1.0).
@@ -52,12 +57,15 @@ class EMAQuantizer(nn.Module):
         kmeans_iters: Lloyd iterations for that initialisation.
     """
 
+    initialized: Tensor
+    dead_codes: Tensor
+
     def __init__(
         self,
         num_codes: int = 1024,
-        dim: int = 256,
-        decay: float = 0.99,
-        eps: float = 1e-5,
+        code_dim: int = 256,
+        ema_decay: float = 0.99,
+        ema_eps: float = 1e-5,
         beta: float = 0.10,
         entropy_temperature: float = 1.0,
         revive_every: int = 20,
@@ -66,15 +74,14 @@ class EMAQuantizer(nn.Module):
         kmeans_iters: int = 10,
     ) -> None:
         super().__init__()
-        self.codebook = Codebook(num_codes, dim, decay, eps)
-        self.num_codes, self.dim = num_codes, dim
+        self.codebook = Codebook(num_codes, code_dim, ema_decay, ema_eps)
+        self.num_codes, self.code_dim = num_codes, code_dim
         self.beta = beta
         self.entropy_temperature = entropy_temperature
         self.revive_every, self.revive_threshold = revive_every, revive_threshold
         self.kmeans_iters = kmeans_iters
         self.register_buffer("initialized", torch.tensor(not kmeans_init))
         self.register_buffer("dead_codes", torch.zeros((), dtype=torch.long))
-        self._last_batch: Tensor | None = None
 
     # ------------------------------------------------------------------ forward
     def forward(
@@ -85,15 +92,15 @@ class EMAQuantizer(nn.Module):
         ``update`` (default: ``self.training``) applies the EMA step from the masked positions;
         ``with_entropy=False`` skips the entropy regulariser (its loss is then 0).
         """
-        if z.shape[-1] != self.dim:
-            raise ValueError(f"expected last dimension {self.dim}, got shape {tuple(z.shape)}")
+        if z.shape[-1] != self.code_dim:
+            raise ValueError(f"expected last dimension {self.code_dim}, got shape {tuple(z.shape)}")
         if mask is None:
             mask = torch.ones(z.shape[:-1], dtype=torch.bool, device=z.device)
         mask = mask.bool()
         update = self.training if update is None else update
 
         with fp32_island():
-            flat = z.float().reshape(-1, self.dim)
+            flat = z.float().reshape(-1, self.code_dim)
             valid = mask.reshape(-1)
             z_valid = flat[valid]
             if update and not bool(self.initialized):
@@ -105,12 +112,12 @@ class EMAQuantizer(nn.Module):
             # Per-position squared norms, averaged over real tokens (SPEC "loss").
             codebook_loss = _masked_mean((z_valid.detach() - codes).pow(2).sum(1))
             commitment_loss = _masked_mean((z_valid - codes.detach()).pow(2).sum(1))
+            vq_loss = codebook_loss + self.beta * commitment_loss
             entropy_loss = self._entropy_loss(lookup.distances) if with_entropy else flat.new_zeros(())
 
             counts = torch.bincount(lookup.indices, minlength=self.num_codes).float()
             if update:
                 self.codebook.ema_update(z_valid.detach(), lookup.indices, counts)
-                self._last_batch = z_valid.detach()
 
             quantized_valid = z_valid + (codes - z_valid).detach()  # straight-through estimator
             quantized = torch.zeros_like(flat).masked_scatter(valid.unsqueeze(1), quantized_valid)
@@ -118,20 +125,22 @@ class EMAQuantizer(nn.Module):
             indices[valid] = lookup.indices
 
         return QuantizerOutput(
-            quantized=quantized.reshape(*z.shape[:-1], self.dim),
+            quantized=quantized.reshape(*z.shape[:-1], self.code_dim),
             indices=indices.reshape(z.shape[:-1]),
             commitment_loss=commitment_loss,
             codebook_loss=codebook_loss,
+            vq_loss=vq_loss,
             entropy_loss=entropy_loss,
             perplexity=perplexity(counts),
             codes_used=(counts > 0).sum(),
+            revival_candidates=z_valid.detach(),
         )
 
     def code_distribution(self, z: Tensor, mask: Tensor) -> Tensor:
         """Soft bag of codes per sequence (B, N): the mean over real tokens of
         softmax(-||z_t - e_j||² / τ). Differentiable in ``z``; the codebook is not changed."""
         with fp32_island():
-            flat = z.float().reshape(-1, self.dim)
+            flat = z.float().reshape(-1, self.code_dim)
             p = F.softmax(-squared_distances(flat, self.codebook.vectors) / self.entropy_temperature, dim=1)
             weights = mask.float().reshape(z.shape[0], -1, 1)
             summed = (p.reshape(z.shape[0], -1, self.num_codes) * weights).sum(1)
@@ -150,17 +159,15 @@ class EMAQuantizer(nn.Module):
 
     # ------------------------------------------------------------------ revival and init
     @torch.no_grad()
-    def optimizer_step(self) -> int:
-        """Count one optimizer step; at the end of each window, revive dead codes from the last
-        batch's vectors. Call once per optimizer step (not per micro-batch); returns the number
-        of codes revived."""
+    def optimizer_step(self, revival_candidates: Tensor) -> int:
+        """Count one optimizer step; at the end of each window, revive dead codes from
+        ``revival_candidates`` (the last training batch's :attr:`QuantizerOutput.revival_candidates`).
+        Call once per optimizer step (not per micro-batch); returns the number of codes revived."""
         dead = self.codebook.close_window_if_due(self.revive_every, self.revive_threshold)
         if dead is None:
             return 0
         self.dead_codes.fill_(int(dead.sum()))
-        if self._last_batch is None:
-            return 0
-        return self.codebook.revive(dead, self._last_batch)
+        return self.codebook.revive(dead, revival_candidates)
 
     @torch.no_grad()
     def load_codebook(self, vectors: Tensor) -> None:

@@ -121,7 +121,7 @@ class CooccurrenceTopology:
         self.params = params
         self._incidence = sp.csr_matrix((0, num_codes), dtype=np.int8)
         self._pending: list[sp.csr_matrix] = []
-        self._doc_freq = np.zeros(num_codes, dtype=np.int64)
+        self._doc_freq: np.ndarray = np.zeros(num_codes, dtype=np.int64)
         self._cooc = sp.csr_matrix((num_codes, num_codes), dtype=np.int64)
         self._postings: sp.csc_matrix | None = None
         self._version = 0
@@ -197,13 +197,14 @@ class CooccurrenceTopology:
     @property
     def num_units(self) -> int:
         """N_u, the number of AMUs in the bank (including ones not folded in yet)."""
-        return self._incidence.shape[0] + sum(chunk.shape[0] for chunk in self._pending)
+        return int(self._incidence.shape[0]) + sum(int(chunk.shape[0]) for chunk in self._pending)
 
     @property
     def doc_freq(self) -> np.ndarray:
         """n(a) for every code a (int64, length N_c)."""
         self._fold_pending()
-        return self._doc_freq.copy()
+        freq: np.ndarray = self._doc_freq.copy()
+        return freq
 
     @property
     def cooccurrence(self) -> sp.csr_matrix:
@@ -243,7 +244,9 @@ class CooccurrenceTopology:
     def idf(self) -> np.ndarray:
         """log((N_u + 1) / (n(a) + 1)) for every code a (SPEC 3)."""
         self._fold_pending()
-        return np.log((self._incidence.shape[0] + 1) / (self._doc_freq + 1.0))
+        units = int(self._incidence.shape[0])
+        idf: np.ndarray = np.log((units + 1) / (self._doc_freq + 1.0))
+        return idf
 
     def code_scores(self) -> np.ndarray:
         """S_code as a dense N_c x N_c float64 array, row a = source code, column b = target."""
@@ -274,7 +277,8 @@ class CooccurrenceTopology:
     def _target_share(self) -> np.ndarray:
         """π(b): code b's share of all co-occurrence counts (0 for a code that never co-occurs)."""
         totals = np.asarray(self._cooc.sum(axis=0), dtype=np.float64).ravel()
-        return totals / max(totals.sum(), 1.0)
+        share: np.ndarray = totals / max(float(totals.sum()), 1.0)
+        return share
 
     @staticmethod
     def _weigh(walk: np.ndarray, target_share: np.ndarray | None) -> np.ndarray:
@@ -282,7 +286,8 @@ class CooccurrenceTopology:
         if target_share is None:
             return walk
         lift = np.divide(walk, target_share[None, :], out=np.zeros_like(walk), where=target_share[None, :] > 0)
-        return np.log(np.maximum(lift, 1.0))
+        weighted: np.ndarray = np.log(np.maximum(lift, 1.0))
+        return weighted
 
     # ------------------------------------------------------------------ scoring
 
@@ -293,14 +298,16 @@ class CooccurrenceTopology:
             raise ValueError(f"query codes must lie in [0, {self.num_codes})")
         if query.size == 0:
             return np.zeros(self.num_codes, dtype=np.float64)
-        return self.code_scores()[query].max(axis=0)
+        best: np.ndarray = self.code_scores()[query].max(axis=0)
+        return best
 
     def unit_scores(self, query_codes: Iterable[int]) -> np.ndarray:
         """S_amu(u) of every AMU for the query (length N_u); linear in the bank size."""
         act = self.activation(query_codes)
         bank = self.incidence
+        scores: np.ndarray
         if self.params.aggregate == "sum":
-            scores = bank @ act
+            scores = np.asarray(bank @ act)
             if self.params.length_norm:
                 scores = scores / np.maximum(np.diff(bank.indptr), 1) ** self.params.length_norm
             return scores

@@ -183,7 +183,8 @@ def _posting_entries(postings: sp.csc_matrix, starts: np.ndarray, sizes: np.ndar
     """The AMUs of the posting lists [starts, starts + sizes), concatenated."""
     ends = np.cumsum(sizes)
     owner = np.repeat(np.arange(starts.size), sizes)
-    return postings.indices[np.arange(int(ends[-1])) + (starts - (ends - sizes))[owner]]
+    entries: np.ndarray = postings.indices[np.arange(int(ends[-1])) + (starts - (ends - sizes))[owner]]
+    return entries
 
 
 def _kth_score(activation: np.ndarray, bank: sp.csr_matrix, units: np.ndarray, walked: np.ndarray,

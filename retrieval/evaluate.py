@@ -39,7 +39,8 @@ from isq.topology import AGGREGATES, ASSOCIATIONS, TopologyParams
 from retrieval.consolidation.options import OPERATORS, make_operator
 from retrieval.eval.answers import AnswerStage
 from retrieval.eval.configs import KMEANS, TRAINED, EvaluationError, default_configs, resolve_configs
-from retrieval.eval.locomo import load_locomo
+from retrieval.eval.locomo import LocomoConversation, load_locomo
+from retrieval.eval.questions import EvidenceReport, select_questions
 from retrieval.eval.render import pct
 from retrieval.eval.results import Results
 from retrieval.eval.run import EvaluationSettings, Models, evaluate
@@ -108,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = args.llm_cache or args.out / "llm_cache"
     try:
         conversations = load_locomo(args.locomo)
+        _check_inputs(args, conversations)
         fingerprinters = {TRAINED: Fingerprinter.from_pretrained(args.fingerprinter)}
         if args.kmeans_fingerprinter is not None:
             fingerprinters[KMEANS] = Fingerprinter.from_pretrained(args.kmeans_fingerprinter)
@@ -148,6 +150,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(_summary_line(results, args.out))
     return 0
+
+
+def _check_inputs(args: argparse.Namespace, conversations: Sequence[LocomoConversation]) -> None:
+    """What the evaluation cannot use, refused before any model loads."""
+    for flag, value in (("--k-dense", args.k_dense), ("--k-code", args.k_code)):
+        if value < 1:
+            raise EvaluationError(f"{flag} must be at least 1, got {value}")
+    if args.out.exists() and not args.out.is_dir():
+        raise EvaluationError(f"--out {args.out} is a file, not a directory")
+    report = EvidenceReport()
+    if not any(select_questions(conversation, report) for conversation in conversations):
+        raise EvaluationError(f"{args.locomo}: no question of categories 1-4 whose evidence names a turn of its "
+                              "conversation; nothing to evaluate")
 
 
 def _summary_line(results: Results, out: Path) -> str:

@@ -31,9 +31,10 @@ from retrieval.index.embed import SentenceEmbedder
 from retrieval.ingestion.pipeline import IngestError, ingest_turns
 from retrieval.ingestion.turns_jsonl import read_turns_jsonl
 from retrieval.memory.errors import StoreError
+from retrieval.memory.fingerprinter_source import remember_fingerprinter
+from retrieval.memory.fresh_store import writable_store
 from retrieval.memory.models import Embedder
 from retrieval.memory.records import InputFormatError
-from retrieval.memory.store import AMUStore
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,8 +65,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             participants = {c.conversation_id: c.participants for c in conversations}
         else:
             turns, participants = read_turns_jsonl(args.jsonl), None
-        with AMUStore(args.store) as store:  # opened before any model loads: a bad store fails fast
+        if not turns:  # an empty input would create a store and fix its models for nothing
+            raise InputFormatError(f"{args.locomo or args.jsonl}: no turns; nothing to ingest")
+        # Opened before any model loads, so a bad store fails fast; removed again if this run created
+        # it and fails before committing a segment.
+        with writable_store(args.store) as store:
             embedder, extractor, fingerprinter = _models(args)
+            if fingerprinter is not None:  # so that a reader need not name it again
+                remember_fingerprinter(store, args.fingerprinter, fingerprinter)
             worker = None
             if args.consolidate_in_background:
                 embedder = SerializedEmbedder(embedder)  # shared with the worker thread

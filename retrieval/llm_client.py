@@ -25,6 +25,12 @@ from openai.types.chat import ChatCompletion
 logger = logging.getLogger(__name__)
 
 
+def reader_cache_dir() -> Path:
+    """The LLM response cache of a reader (``retrieval.query --planner llm``), which never writes
+    into the store it reads: ``$XDG_CACHE_HOME/isq-memory/llm_cache`` (``~/.cache`` by default)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "isq-memory" / "llm_cache"
+
+
 @dataclass
 class LLMUsage:
     """Token accounting. ``prompt_tokens`` / ``completion_tokens`` sum the ``usage`` of every HTTP

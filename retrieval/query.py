@@ -2,13 +2,16 @@
 (library: :mod:`retrieval.routes`).
 
     python -m retrieval.query --store DIR "When did Caroline go to the support group?"
-        [--conversation ID] [-k 40] [--fingerprinter DIR] [--reranker DIR] [--planner rule|llm]
-        [--embedder NAME_OR_PATH] [--json]
+        [--conversation ID] [-k 40] [--exact-k] [--fingerprinter DIR] [--reranker DIR]
+        [--planner rule|llm] [--llm-cache DIR] [--embedder NAME_OR_PATH] [--json]
 
-Prints the plan, then each selected item (record or raw turn) with the route that found it, its
-channel scores, its record type and time, its provenance and the original turns, verbatim.
-``--fingerprinter`` switches the codebook route on; ``--reranker`` names a local
-sentence-transformers CrossEncoder (off otherwise). The store is opened read-only; its cached
+Prints the plan, a legend of the score columns (:mod:`retrieval.routes.score_legend`), then each
+selected item (record or raw turn) with the route that found it, its channel scores, its record
+type and time, its provenance and the original turns, verbatim. The codebook route is on when
+the store was built with a fingerprinter (loaded from where ingestion recorded it) or
+``--fingerprinter`` names one; ``--reranker`` names a local sentence-transformers CrossEncoder
+(off otherwise). The store is opened read-only and nothing is written into it (the LLM planner's
+response cache goes to ``--llm-cache``, by default a user cache directory); its cached
 embeddings are used (it must have been built with the same embedder). Bad input (no store, an
 empty question, an unknown conversation) ends with one line on stderr and exit status 2.
 """
@@ -26,13 +29,16 @@ from isq.encoders import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
 from retrieval.contract import Hit, Query, Retrieval, check_query
 from retrieval.index.embed import SentenceEmbedder
+from retrieval.llm_client import reader_cache_dir
 from retrieval.memory.cache import CachedEmbedder, CachedFingerprinter, model_identity
 from retrieval.memory.errors import StoreError, StoreMismatch
+from retrieval.memory.fingerprinter_source import check_fingerprinter, recorded_fingerprinter
 from retrieval.memory.models import Embedder
 from retrieval.memory.store import AMUStore
 from retrieval.routes.multi_route import MultiRouteRetriever
 from retrieval.routes.planner_llm import LLMPlanner
 from retrieval.routes.rerank import CrossEncoderReranker
+from retrieval.routes.score_legend import ORDER_NOTE, SCORE_COLUMNS, legend_lines, size_note
 from retrieval.routes.snapshot import MemorySnapshot
 
 
@@ -42,10 +48,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--store", type=Path, required=True, help="store directory (python -m retrieval.ingest)")
     parser.add_argument("--conversation", help="conversation id (needed when the store holds several)")
     parser.add_argument("-k", type=int, default=40, help="evidence budget (final top-k = max(k, 15))")
-    parser.add_argument("--fingerprinter", type=Path, help="ISQ fingerprinter directory: adds the codebook route")
+    parser.add_argument("--exact-k", action="store_true", help="return exactly k items, also below 15")
+    parser.add_argument("--fingerprinter", type=Path, help="ISQ fingerprinter directory for the codebook "
+                        "route (default: the one the store was built with, if any)")
     parser.add_argument("--reranker", type=Path, help="local CrossEncoder directory reranking inside each route")
     parser.add_argument("--planner", choices=("rule", "llm"), default="rule",
-                        help="llm: ISQ_LLM_BASE_URL / ISQ_LLM_MODEL (response cache in STORE/llm_cache)")
+                        help="llm: ISQ_LLM_BASE_URL / ISQ_LLM_MODEL")
+    parser.add_argument("--llm-cache", type=Path, default=reader_cache_dir(),
+                        help="LLM planner response cache (default: %(default)s; never inside the store)")
     parser.add_argument("--embedder", default=MINILM_ALIAS, help="the embedder the store was built with")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
@@ -82,12 +92,15 @@ def run(args: argparse.Namespace) -> tuple[Retrieval, AMUStore, str]:
         embedder = SentenceEmbedder(args.embedder)
         _check_embedder(store, embedder)
         fingerprinter = None
+        args.fingerprinter = args.fingerprinter or recorded_fingerprinter(store)
         if args.fingerprinter is not None:
             fingerprinter = CachedFingerprinter(Fingerprinter.from_pretrained(args.fingerprinter), store)
-        planner = LLMPlanner(cache_dir=args.store / "llm_cache") if args.planner == "llm" else None
+            check_fingerprinter(store, fingerprinter)
+        planner = LLMPlanner(cache_dir=args.llm_cache) if args.planner == "llm" else None
         reranker = None if args.reranker is None else CrossEncoderReranker(args.reranker)
         bank = MemorySnapshot.build(store, conversation, CachedEmbedder(embedder, store), fingerprinter=fingerprinter)
-        retriever = MultiRouteRetriever(bank, planner, reranker, use_code=fingerprinter is not None)
+        retriever = MultiRouteRetriever(bank, planner, reranker, use_code=fingerprinter is not None,
+                                        **({"plan_depth": 0} if args.exact_k else {}))
         return retriever.retrieve(Query(args.question), args.k), store, conversation
     except BaseException:
         store.close()
@@ -104,7 +117,7 @@ def item_dict(hit: Hit, store: AMUStore, conversation: str) -> dict[str, Any]:
                        "session_time": t.session_time.isoformat() if t.session_time else None} for t in turns]}
 
 
-def render(result: Retrieval, items: Sequence[dict[str, Any]]) -> str:
+def render(result: Retrieval, items: Sequence[dict[str, Any]], args: argparse.Namespace) -> str:
     """The human-readable listing."""
     plan = result.plan
     assert plan is not None  # multi-route retrieval always plans
@@ -113,7 +126,11 @@ def render(result: Retrieval, items: Sequence[dict[str, Any]]) -> str:
         time = f"{route.time.start}..{route.time.end}" if route.time else "none"
         lines.append(f"  route {number}: queries {list(route.queries)}; entities {list(route.entities)}; "
                      f"topics {list(route.topics)}; time {time}")
-    lines += [f"Reranker: {result.reranker}", f"{len(items)} items in {1000 * result.seconds:.0f} ms", ""]
+    codebook = (f"on ({args.fingerprinter})" if args.fingerprinter else
+                "off (no fingerprinter recorded by the store, or its directory is gone; --fingerprinter DIR)")
+    size = size_note(args.k, len(items), args.exact_k)
+    lines += [f"Reranker: {result.reranker}", f"Codebook route: {codebook}",
+              f"{size}, in {1000 * result.seconds:.0f} ms", *legend_lines(), ""]
     for item in items:
         scores = " ".join(f"{name} {value:.3g}" for name, value in item["scores"].items())
         kind = item["memory_type"] if item["kind"] == "record" else "raw turn"
@@ -139,10 +156,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     with store:
         items = [item_dict(hit, store, conversation) for hit in result.hits]
     if args.json:
-        print(json.dumps({"question": result.query, "plan": result.plan.to_dict() if result.plan else None, "reranker": result.reranker,
-                          "seconds": result.seconds, "items": items}, ensure_ascii=False, indent=2))
+        print(json.dumps({"question": result.query, "plan": result.plan.to_dict() if result.plan else None,
+                          "reranker": result.reranker, "seconds": result.seconds, "k": args.k,
+                          "size": size_note(args.k, len(items), args.exact_k), "score_columns": SCORE_COLUMNS,
+                          "order": ORDER_NOTE, "items": items}, ensure_ascii=False, indent=2))
     else:
-        print(render(result, items))
+        print(render(result, items, args))
     return 0
 
 

@@ -11,6 +11,7 @@ from isq.config import ISQConfig
 from isq.encoders import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
 from isq.model import ISQModel
+from training.module import trainable_summary
 
 TEXTS = ["Caroline went to the LGBTQ support group on 7 May 2023.", "Melanie painted a lake at sunrise."]
 
@@ -71,3 +72,18 @@ def test_an_adapted_export_is_small_and_loads_to_the_same_codes(pair, tmp_path) 
     loaded = Fingerprinter.from_pretrained(path)
     assert loaded.fingerprint(TEXTS) == adapted.fingerprinter().fingerprint(TEXTS)
     assert loaded.fingerprint(TEXTS) != plain.fingerprinter().fingerprint(TEXTS)  # the adapters are used
+
+
+def test_the_trainable_line_says_only_adapters_train(pair) -> None:
+    plain, adapted = pair
+    total = sum(p.numel() for p in adapted.encoder.parameters())
+    assert trainable_summary(plain).startswith("trainable parameters: encoder 0 of 22.6 M;")
+    adapters = sum(p.numel() for n, p in adapted.named_parameters() if ".lora_" in n)
+    assert 0 < adapters < total / 100
+    expected = f"encoder {adapters / 1e3:.1f} k of {total / 1e6:.1f} M (LoRA adapters only)"
+    assert expected in trainable_summary(adapted)
+
+
+def test_loading_an_encoder_draws_no_progress_bar(capfd) -> None:
+    ISQModel(minilm())
+    assert "Loading weights" not in capfd.readouterr().err

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from isq.dailydialog import DataFormatError, detokenize, dialogue_pairs, load_splits, read_dialogues
+from isq.synthetic import write_synthetic_corpus
 from training.data import DialogueDataModule
-from training.synthetic import write_synthetic_corpus
 
 
 def write_release(root: Path, train: list[str], validation: list[str], test: list[str]) -> Path:
@@ -93,7 +93,7 @@ def test_rewriting_the_synthetic_corpus_never_exposes_a_partial_file(tmp_path, m
     # Under DDP every rank writes the corpus while another may be reading it (a rank once read
     # an empty train file). Read the corpus at the moment each new file is about to replace the
     # old one: the reader must still see every dialogue.
-    import training.synthetic as synthetic
+    import isq.synthetic as synthetic
 
     root = write_synthetic_corpus(tmp_path / "c", sizes=(6, 3, 3))
     real_replace, seen = synthetic.os.replace, []

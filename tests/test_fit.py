@@ -61,6 +61,8 @@ def test_fit_logs_every_metric_checkpoints_and_exports(tmp_path):
         assert name in columns, name
     assert list((tmp_path / "runs").glob("**/checkpoints/*.ckpt"))
     assert exported(cli) == tmp_path / "runs" / "smoke" / "version_0" / "fingerprinter"
+    run_config = yaml.safe_load((tmp_path / "runs" / "smoke" / "version_0" / "config.yaml").read_text())
+    assert run_config["trainer"]["max_steps"] == 4 and not (tmp_path / "runs" / "config.yaml").exists()
     fingerprinter = Fingerprinter.from_pretrained(exported(cli))
     assert fingerprinter.run_record["global_step"] == 4
     assert "val/ce_loss" in fingerprinter.run_record["metrics"]
@@ -144,6 +146,7 @@ def test_two_process_ddp_keeps_codebooks_identical(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "training.fit", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "sync_dist" not in proc.stderr, "values already equal on every rank drew a sync_dist warning"
     rows = read_metrics(tmp_path / "runs")
     divergence = [float(r["val/codebook_rank_divergence"]) for r in rows if r.get("val/codebook_rank_divergence")]
     assert divergence and max(divergence) == 0.0
@@ -197,11 +200,44 @@ def test_wandb_logger_works_offline(tmp_path, monkeypatch):
     ])
     assert cli.trainer.global_step == 2
     assert list((tmp_path / "wandb").glob("**/*.wandb"))
+    # Config, metrics and export of the run share its own directory, runs/<project>/<run id>.
+    run = exported(cli).parent
+    assert run.parent == tmp_path / "wandb" / "isq-test" and run.name == cli.trainer.logger.version
+    assert (run / "config.yaml").is_file() and not (tmp_path / "wandb" / "config.yaml").exists()
+    assert "val/ce_loss" in set(read_metrics(run)[0])
+
+
+def test_wandb_without_offline_mode_or_login_is_one_error_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(PYTHONPATH=str(REPO), HOME=str(tmp_path), WANDB_CONFIG_DIR=str(tmp_path),
+               WANDB_DIR=str(tmp_path))
+    args = smoke_args(tmp_path, 1, "--trainer.logger", "WandbLogger",
+                      "--trainer.logger.save_dir", str(tmp_path / "w"))
+    proc = subprocess.run([sys.executable, "-m", "training.fit", *args], cwd=REPO, env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "error: wandb could not start" in proc.stderr and "WANDB_MODE=offline" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_run_prints_what_matters_and_not_third_party_noise(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    args = smoke_args(tmp_path, 2, "--model.isq.freeze_encoder", "true")  # a frozen encoder sits in eval mode
+    proc = subprocess.run([sys.executable, "-m", "training.fit", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    output = proc.stdout + proc.stderr
+    noises = ("Tip:", "litlogger", "eval mode at the start", "LeafSpec", "tokenising test", "Loading weights")
+    for noise in noises:
+        assert noise not in output, noise
+    assert "tokenising train" in output and "exported fingerprinter to" in output
+    assert "trainable parameters: encoder 0 of" in output
 
 
 def test_validate_only_reports_codebook_metrics_without_training(tmp_path):
     cli = main(smoke_args(tmp_path, 3, "--validate_only", "true"))
     assert cli.trainer.global_step == 0
+    assert not (tmp_path / "runs").exists(), "a validation is not a run: no runs/<name>/version_N for it"
     metrics = cli.trainer.callback_metrics
     assert 0 < float(metrics["val/codes_used"]) <= 256
     assert float(metrics["val/codebook_perplexity"]) >= 1.0

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from isq.fingerprint import Fingerprinter
+from isq.synthetic import synthetic_dialogues, write_synthetic_corpus
 from tests.conftest import tiny_config
 from training.kmeans_control import build_kmeans_fingerprinter, main
-from training.synthetic import synthetic_dialogues, write_synthetic_corpus
 
 
 @pytest.fixture(scope="module")

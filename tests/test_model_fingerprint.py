@@ -279,5 +279,5 @@ def test_normalised_projection_exports_identically(normalize, tmp_path):
 
 
 def test_unknown_projection_normalisation_refused():
-    with pytest.raises(ValueError, match="normalize must be"):
-        StrideOneProjection(4, 4, normalize="batch")
+    with pytest.raises(ValueError, match="normalize_projection must be one of none, token, layer"):
+        StrideOneProjection(4, 4, normalize_projection="batch")

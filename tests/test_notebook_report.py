@@ -13,9 +13,9 @@ import torch
 from nbclient import NotebookClient
 
 from isq.model import ISQModel
-from isq.report import InputError, main, read_metrics_log, read_texts
+from isq.report import InputError, default_sample, main, read_metrics_log, read_texts
+from isq.synthetic import synthetic_dialogues, write_synthetic_corpus
 from tests.conftest import tiny_config
-from training.synthetic import synthetic_dialogues
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "notebooks" / "codebook_analysis.ipynb"
@@ -63,7 +63,7 @@ def test_notebook_executes_top_to_bottom(fingerprinter_dir, monkeypatch):
     # the kernel inherits this process's environment
     monkeypatch.setenv("ISQ_FINGERPRINTER", str(fingerprinter_dir))
     monkeypatch.setenv("ISQ_SAMPLE_SIZE", "40")
-    monkeypatch.delenv("ISQ_DAILYDIALOG", raising=False)
+    monkeypatch.setenv("ISQ_DAILYDIALOG", "synthetic")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     client = NotebookClient(notebook, kernel_name="python3", timeout=180,
                             resources={"metadata": {"path": str(NOTEBOOK.parent)}})
@@ -73,7 +73,36 @@ def test_notebook_executes_top_to_bottom(fingerprinter_dir, monkeypatch):
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(images) == 7  # usage, norms, distances, PCA, lengths, stability, degree
     printed = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
-    assert "40 texts from synthetic corpus" in printed
+    assert "40 texts from the project's synthetic corpus" in printed
+
+
+def fake_release(root: Path) -> Path:
+    """A DailyDialog-layout directory whose validation split is recognisably not the default corpus."""
+    write_synthetic_corpus(root, sizes=(3, 2, 2), seed=11)
+    return root
+
+
+def test_default_sample_prefers_dailydialog_beside_the_repository(tmp_path, monkeypatch):
+    monkeypatch.delenv("ISQ_DAILYDIALOG", raising=False)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    texts, source = default_sample(repo)
+    assert source == "the project's synthetic corpus, validation split" and len(texts) > 100
+    fake_release(tmp_path / "shared" / "data" / "dailydialog")
+    texts, source = default_sample(repo)
+    assert source.startswith("DailyDialog validation (") and str(tmp_path / "shared") in source
+    assert len(texts) == sum(len(d) for d in synthetic_dialogues(2, seed=12))
+
+
+def test_default_sample_resolves_a_relative_setting_against_the_repository(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    fake_release(repo / "data" / "dd")
+    monkeypatch.chdir(tmp_path)  # a notebook kernel runs in notebooks/, not at the root
+    monkeypatch.setenv("ISQ_DAILYDIALOG", "data/dd")
+    assert default_sample(repo)[1].startswith(f"DailyDialog validation ({repo / 'data' / 'dd'}")
+    monkeypatch.setenv("ISQ_DAILYDIALOG", "data/absent")
+    with pytest.raises(InputError, match="ISQ_DAILYDIALOG=data/absent: no DailyDialog release there"):
+        default_sample(repo)
 
 
 # ---------------------------------------------------------------------------- report inputs
@@ -132,11 +161,20 @@ def test_report_writes_figures_and_summary(fingerprinter_dir, dialogue_file, tmp
     assert str(out / "report.md") in capsys.readouterr().out
 
 
+def test_report_without_texts_uses_and_names_the_default_sample(fingerprinter_dir, tmp_path, capsys,
+                                                                monkeypatch):
+    monkeypatch.setenv("ISQ_DAILYDIALOG", "synthetic")
+    assert main([str(fingerprinter_dir), "--out", str(tmp_path / "report"), "--sample", "25"]) == 0
+    assert "25 texts from the project's synthetic corpus" in capsys.readouterr().out
+    assert "texts from `the project's synthetic corpus" in (tmp_path / "report" / "report.md").read_text()
+
+
 def test_report_with_training_log(fingerprinter_dir, dialogue_file, tmp_path):
-    log = tmp_path / "metrics.csv"
-    log.write_text(METRICS_CSV)
+    run = tmp_path / "runs" / "smoke" / "version_0"  # --log takes the run directory
+    run.mkdir(parents=True)
+    (run / "metrics.csv").write_text(METRICS_CSV)
     out = tmp_path / "report"
-    argv = [str(fingerprinter_dir), "--texts", str(dialogue_file), "--out", str(out), "--log", str(log),
+    argv = [str(fingerprinter_dir), "--texts", str(dialogue_file), "--out", str(out), "--log", str(run),
             "--sample", "20", "--words", "dollars,Monday"]
     assert main(argv) == 0
     assert _report_files(out) == set(SAMPLE_FIGURES + TRAINING_FIGURES)

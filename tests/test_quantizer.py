@@ -15,7 +15,7 @@ from isq.quantizer import EMAQuantizer
 
 
 def two_code_quantizer(decay: float = 0.5, eps: float = 0.0, **kw) -> EMAQuantizer:
-    q = EMAQuantizer(num_codes=2, dim=2, decay=decay, eps=eps, **kw)
+    q = EMAQuantizer(num_codes=2, code_dim=2, ema_decay=decay, ema_eps=eps, **kw)
     with torch.no_grad():
         q.codebook.load(torch.tensor([[0.0, 0.0], [10.0, 10.0]]))
     return q.train()
@@ -70,14 +70,15 @@ def test_eval_mode_does_not_update():
 
 def test_reactivation_replaces_exactly_the_dead_codes_and_survives_next_step():
     torch.manual_seed(1)
-    q = EMAQuantizer(num_codes=8, dim=4, revive_every=2, revive_threshold=1.0).train()
+    q = EMAQuantizer(num_codes=8, code_dim=4, revive_every=2, revive_threshold=1.0).train()
     batch = torch.randn(1, 6, 4)
-    q(batch)
+    candidates = q(batch).revival_candidates
+    torch.testing.assert_close(candidates, batch.reshape(-1, 4), rtol=0, atol=0)
     # Force the window: codes 0-3 used twice per step on average, codes 4-7 less than once.
     q.codebook.window_counts.copy_(torch.tensor([4.0, 4.0, 2.0, 2.0, 1.0, 0.0, 0.0, 1.9]))
     before = q.codebook.vectors.clone()
-    assert q.optimizer_step() == 0  # window not complete yet
-    revived = q.optimizer_step()
+    assert q.optimizer_step(candidates) == 0  # window not complete yet
+    revived = q.optimizer_step(candidates)
     assert revived == 4 and int(q.dead_codes) == 4
     torch.testing.assert_close(q.codebook.vectors[:4], before[:4], rtol=1e-4, atol=1e-5)
     samples = batch.reshape(-1, 4)
@@ -176,7 +177,7 @@ def test_code_distribution_is_a_masked_mean_of_soft_assignments():
 
 def test_loaded_codebook_skips_kmeans_and_blends_the_first_ema_step():
     codebook = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
-    q = EMAQuantizer(3, 2, decay=0.9, eps=0.0, kmeans_init=True).train()
+    q = EMAQuantizer(3, 2, ema_decay=0.9, ema_eps=0.0, kmeans_init=True).train()
     q.load_codebook(codebook)
     assert bool(q.initialized) and torch.equal(q.codebook.vectors, codebook)
     q(torch.tensor([[[2.0, 0.0], [0.0, 3.0]]]))  # code 0 gets (2, 0), code 1 gets (0, 3), code 2 nothing
@@ -193,8 +194,7 @@ def _ddp_worker(rank: int, world: int, init_file: str, result_dir: str) -> None:
     q = EMAQuantizer(16, 4, revive_every=2).train()  # same seed: same initial codebook
     torch.manual_seed(100 + rank)  # different data and different random draws per rank
     for _ in range(4):
-        q(torch.randn(1, 8, 4) + rank)
-        q.optimizer_step()
+        q.optimizer_step(q(torch.randn(1, 8, 4) + rank).revival_candidates)
     torch.save({k: v for k, v in q.state_dict().items()}, os.path.join(result_dir, f"rank{rank}.pt"))
     dist.destroy_process_group()
 
@@ -214,3 +214,15 @@ def test_empty_and_single_token_inputs(shape):
     z = torch.randn(1, *shape) if shape[0] else torch.randn(1, 0, 4)
     out = q(z)
     assert out.indices.shape == z.shape[:-1]
+
+
+def test_the_quantizer_alone_applies_beta():
+    z = torch.randn(2, 5, 4)
+    losses = {}
+    for beta in (0.0, 0.25):
+        torch.manual_seed(0)  # the same initial codebook for both
+        losses[beta] = EMAQuantizer(8, 4, beta=beta).eval()(z)
+    for beta, out in losses.items():
+        expected = out.codebook_loss + beta * out.commitment_loss
+        torch.testing.assert_close(out.vq_loss, expected, rtol=0, atol=0)
+    assert float(losses[0.25].vq_loss) > float(losses[0.0].vq_loss) > 0

@@ -1,5 +1,6 @@
 """Callbacks: export the best checkpoint as a fingerprinter when fit ends, never over an
-existing export; a progress bar that counts optimizer steps."""
+existing export; the run's config saved in the run's own directory; a progress bar that counts
+optimizer steps."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import RichProgressBar
+from lightning.pytorch.cli import SaveConfigCallback
 
 from isq.export import ExportExistsError
 from training.module import ISQLightningModule
@@ -19,6 +21,20 @@ from training.module import ISQLightningModule
 log = logging.getLogger(__name__)
 
 EXPORT_NAME = "fingerprinter"
+
+
+def run_directory(trainer: L.Trainer) -> Path:
+    """The run's own directory, the parent of its ``checkpoints/``: ``<save_dir>/<name>/<version>``
+    of the first logger, as Lightning's ModelCheckpoint resolves it (CSV: ``runs/smoke/version_3``;
+    wandb: ``runs/<project>/<run id>``). Config, metrics and export of a run all go here."""
+    checkpoints = trainer.checkpoint_callback
+    if checkpoints is not None and getattr(checkpoints, "dirpath", None):
+        return Path(checkpoints.dirpath).parent
+    if trainer.loggers:
+        logger = trainer.loggers[0]
+        version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+        return Path(logger.save_dir or trainer.default_root_dir) / str(logger.name) / version
+    return Path(trainer.default_root_dir)
 
 
 class ExportFingerprinter(L.Callback):
@@ -40,10 +56,7 @@ class ExportFingerprinter(L.Callback):
     def target(self, trainer: L.Trainer) -> Path:
         if self.dirpath is not None:
             return Path(self.dirpath)
-        checkpoints = trainer.checkpoint_callback
-        if checkpoints is not None and getattr(checkpoints, "dirpath", None):
-            return Path(checkpoints.dirpath).parent / EXPORT_NAME
-        return Path(trainer.log_dir or trainer.default_root_dir) / EXPORT_NAME
+        return run_directory(trainer) / EXPORT_NAME
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.refuse_occupied(self.target(trainer))
@@ -79,6 +92,23 @@ class ExportFingerprinter(L.Callback):
                                                                 overwrite=self.overwrite)
         log.info("exported fingerprinter to %s", self.exported_to)
         print(f"exported fingerprinter to {self.exported_to}")
+
+
+class RunConfigSaver(SaveConfigCallback):
+    """Save a training run's full config as ``config.yaml`` in its own :func:`run_directory`,
+    whatever the logger (the stock callback writes into the logger's ``log_dir``, which for wandb
+    is the shared ``runs/``, so every run overwrote ``runs/config.yaml``). Validation-only runs
+    save none."""
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage != "fit" or self.already_saved:
+            return
+        if trainer.is_global_zero:
+            directory = run_directory(trainer)
+            directory.mkdir(parents=True, exist_ok=True)
+            self.parser.save(self.config, str(directory / self.config_filename), skip_none=False,
+                             overwrite=self.overwrite, multifile=self.multifile)
+        self.already_saved = True
 
 
 class StepProgressBar(RichProgressBar):

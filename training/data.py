@@ -20,14 +20,19 @@ from datasets import Dataset
 from torch.utils.data import DataLoader
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from isq.dailydialog import SPLITS, detokenize, dialogue_pairs, load_splits
+from isq.dailydialog import ROOT_ENV, SPLITS, detokenize, dialogue_pairs, load_splits
 from isq.encoders import from_pretrained
-from training.synthetic import write_synthetic_corpus
+from isq.ranges import AT_LEAST_ONE, NON_NEGATIVE, check_ranges
+from isq.synthetic import SYNTHETIC, write_synthetic_corpus
 
 log = logging.getLogger(__name__)
 
-ROOT_ENV = "ISQ_DAILYDIALOG"
-SYNTHETIC = "synthetic"
+STAGE_SPLITS = {"fit": ("train", "validation"), "validate": ("validation",), "test": ("test",)}
+"""The splits each Lightning stage reads; any other stage (or none) tokenises all three."""
+RANGES = {"context_turns": AT_LEAST_ONE, "max_context_tokens": AT_LEAST_ONE,
+          "max_target_tokens": AT_LEAST_ONE, "batch_size": AT_LEAST_ONE, "num_workers": NON_NEGATIVE,
+          "limit_train_dialogues": AT_LEAST_ONE}
+"""Allowed range of every numeric argument (``limit_train_dialogues`` None = all)."""
 
 
 class DialogueDataModule(L.LightningDataModule):
@@ -59,10 +64,12 @@ class DialogueDataModule(L.LightningDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
+        check_ranges("data", locals(), RANGES)
         self.save_hyperparameters()
         self.root = root if root is not None else os.environ.get(ROOT_ENV)
         self.cache_dir = Path(cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "isq")
         self._tokenizer: PreTrainedTokenizerBase | None = None
+        self.pairs: dict[str, dict[str, list[str]]] = {}
         self.datasets: dict[str, Dataset] = {}
         self.stats: dict[str, Any] = {}
 
@@ -95,16 +102,19 @@ class DialogueDataModule(L.LightningDataModule):
         return splits.dialogues, str(root)
 
     def setup(self, stage: str | None = None) -> None:
-        if self.datasets:
-            return
-        dialogues, source = self._read()
-        if self.hparams.limit_train_dialogues:
-            dialogues["train"] = dialogues["train"][: self.hparams.limit_train_dialogues]
-        self.stats["source"] = source
-        for split, items in dialogues.items():
-            pairs = dialogue_pairs(items, self.hparams.context_turns)
-            self.stats[f"{split}_dialogues"], self.stats[f"{split}_pairs"] = len(items), len(pairs["context"])
-            self.datasets[split] = self._tokenize(split, pairs)
+        """Read every split (their sizes go into the run record); tokenise only those the
+        stage uses (:data:`STAGE_SPLITS`), so a training run does not tokenise the test split."""
+        if not self.pairs:
+            dialogues, self.stats["source"] = self._read()
+            if self.hparams.limit_train_dialogues:
+                dialogues["train"] = dialogues["train"][: self.hparams.limit_train_dialogues]
+            for split, items in dialogues.items():
+                self.pairs[split] = dialogue_pairs(items, self.hparams.context_turns)
+                self.stats[f"{split}_dialogues"] = len(items)
+                self.stats[f"{split}_pairs"] = len(self.pairs[split]["context"])
+        for split in STAGE_SPLITS.get(stage or "", SPLITS):
+            if split not in self.datasets:
+                self.datasets[split] = self._tokenize(split, self.pairs[split])
 
     def _tokenize(self, split: str, pairs: dict[str, list[str]]) -> Dataset:
         h = self.hparams

@@ -19,13 +19,16 @@ from typing import Any
 import torch
 from lightning import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
 from isq.dailydialog import DataFormatError
 from isq.encoders import EncoderUnavailable
 from isq.export import ExportExistsError
-from training.callbacks import ExportFingerprinter, StepProgressBar
+from isq.ranges import OutOfRange
+from training.callbacks import ExportFingerprinter, RunConfigSaver, StepProgressBar
 from training.data import DialogueDataModule
 from training.module import ISQLightningModule, WarmStartError
+from training.quiet import quiet_third_party_noise
 
 DEFAULTS = Path(__file__).resolve().parents[1] / "configs" / "trainer_defaults.yaml"
 
@@ -39,6 +42,13 @@ def default_precision() -> str:
 
 
 class ISQCLI(LightningCLI):
+    notes: list[str]
+    """What the CLI changed in the configuration, printed when the run starts."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.notes = []
+        super().__init__(*args, **kwargs)
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--ckpt_path", type=str | None, default=None, help="checkpoint to resume from")
         parser.add_argument("--validate_only", type=bool, default=False,
@@ -50,16 +60,56 @@ class ISQCLI(LightningCLI):
         parser.set_defaults({"trainer.precision": default_precision()})
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
-        """The configured trainer, plus :class:`StepProgressBar` unless the progress bar is off."""
+        """The configured trainer, plus :class:`StepProgressBar` unless the progress bar is off,
+        and a CSV of the metrics in the run directory whatever the logger (``isq.report --log``)."""
         trainer_config = self._get(self.config_init, "trainer", default={})
         if trainer_config.get("enable_progress_bar") is not False:
             kwargs["callbacks"] = [*(trainer_config.get("callbacks") or []), StepProgressBar()]
+        logger = trainer_config.get("logger")
+        if isinstance(logger, WandbLogger):
+            trainer_config["logger"] = [logger, metrics_csv_beside(logger)]
         return super().instantiate_trainer(**kwargs)
 
     def before_instantiate_classes(self) -> None:
-        precision = str(self.config.get("trainer", {}).get("precision"))
+        trainer = self.config.get("trainer", {})
+        precision = str(trainer.get("precision"))
         if precision in REFUSED_PRECISION:
             self.parser.error(f"--trainer.precision {precision} is refused: {REFUSED_PRECISION[precision]}")
+        if self.config.get("validate_only"):
+            trainer["logger"] = False  # a validation is printed, not a run: no runs/<name>/version_N for it
+        else:
+            self.notes.extend(validate_at_the_end(trainer))
+
+
+def validate_at_the_end(trainer: Any) -> list[str]:
+    """With ``max_steps`` below the validation interval no validation would run, so no checkpoint
+    would be chosen and the export would record ``"checkpoint": null``: validate at the last
+    step instead. Returns the note that says so (printed once the run is accepted)."""
+    interval, max_steps = trainer.get("val_check_interval"), trainer.get("max_steps") or -1
+    batches = max_steps * (trainer.get("accumulate_grad_batches") or 1)
+    if not (isinstance(interval, int) and not isinstance(interval, bool) and 0 < batches < interval):
+        return []
+    trainer["val_check_interval"] = batches
+    return [f"note: --trainer.max_steps {max_steps} is below --trainer.val_check_interval {interval}: "
+            f"validating after batch {batches} instead"]
+
+
+class LoggerUnavailable(RuntimeError):
+    """The configured experiment logger cannot start (wandb without a login or offline mode)."""
+
+
+def metrics_csv_beside(logger: WandbLogger) -> CSVLogger:
+    """Start the wandb run (so its id names the run directory) and return a CSV logger writing
+    ``metrics.csv`` into that directory, beside the checkpoints and the export."""
+    from wandb.errors import Error as WandbError
+
+    try:
+        logger.experiment  # noqa: B018 - starting the run is the point
+    except WandbError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise LoggerUnavailable(f"wandb could not start ({first}); set WANDB_MODE=offline to log locally, "
+                                "or log in with `wandb login`") from None
+    return CSVLogger(save_dir=logger.save_dir or ".", name=str(logger.name), version=str(logger.version))
 
 
 class CheckpointError(ValueError):
@@ -80,14 +130,16 @@ def check_checkpoint(path: str | None) -> None:
         raise CheckpointError(f"--ckpt_path {path}: not a readable checkpoint (truncated or corrupt: {err})") from None
 
 
-BAD_INPUT = (FileNotFoundError, DataFormatError, WarmStartError, EncoderUnavailable, ExportExistsError, CheckpointError)
+BAD_INPUT = (FileNotFoundError, DataFormatError, WarmStartError, EncoderUnavailable, ExportExistsError,
+             CheckpointError, OutOfRange, LoggerUnavailable)
 """Failures that are the input's fault: reported in one line, exit code 2."""
 
 
 def main(args: list[str] | None = None) -> ISQCLI:
+    quiet_third_party_noise()
     try:
         cli = ISQCLI(
-            ISQLightningModule, DialogueDataModule, run=False, args=args,
+            ISQLightningModule, DialogueDataModule, run=False, args=args, save_config_callback=RunConfigSaver,
             save_config_kwargs={"overwrite": True}, seed_everything_default=0,
             parser_kwargs={"default_config_files": [str(DEFAULTS)]},
         )
@@ -96,6 +148,8 @@ def main(args: list[str] | None = None) -> ISQCLI:
         for callback in cli.trainer.callbacks:  # an occupied export directory: refused before data setup
             if isinstance(callback, ExportFingerprinter) and callback.dirpath is not None:
                 callback.refuse_occupied(Path(callback.dirpath))
+        for note in cli.notes:
+            print(note, file=sys.stderr)
         if cli.config.get("validate_only"):
             cli.trainer.validate(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt_path)
         else:

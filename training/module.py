@@ -13,11 +13,17 @@ from transformers import get_cosine_with_min_lr_schedule_with_warmup
 from isq.config import ISQConfig
 from isq.fingerprint import Fingerprinter
 from isq.model import ISQModel, ISQOutput
+from isq.ranges import NON_NEGATIVE, POSITIVE, UNIT, check_ranges
 from training.metrics import CodebookUsage
 
 
 class WarmStartError(ValueError):
     """``init_from`` names no fingerprinter, or one that does not fit the model config."""
+
+
+RANGES = {"encoder_lr": POSITIVE, "head_lr": POSITIVE, "weight_decay": NON_NEGATIVE,
+          "warmup_steps": NON_NEGATIVE, "min_lr_ratio": UNIT}
+"""Allowed range of every numeric argument (``--model.encoder_lr -1.0`` is refused)."""
 
 
 class ISQLightningModule(L.LightningModule):
@@ -45,6 +51,7 @@ class ISQLightningModule(L.LightningModule):
         init_from: str | None = None,
     ) -> None:
         super().__init__()
+        check_ranges("model", locals(), RANGES)
         self.save_hyperparameters()
         self.model = ISQModel(isq)
         if init_from is not None:
@@ -54,6 +61,14 @@ class ISQLightningModule(L.LightningModule):
                 raise WarmStartError(f"--model.init_from {init_from}: {err}") from err
         self.val_usage = CodebookUsage(isq.num_codes)
         self._step_clock: float | None = None
+        self._revival_candidates: torch.Tensor | None = None
+        """The last training batch's real-token z: training_step hands it to optimizer_step."""
+
+    def on_fit_start(self) -> None:
+        """Say which weights train: the model summary counts the decoder with the encoder, so a
+        LoRA run would read "Trainable 10.2 M" while the encoder trains only its adapters."""
+        if self.trainer.is_global_zero:
+            print(trainable_summary(self.model))
 
     def forward(self, batch: dict[str, torch.Tensor]) -> ISQOutput:
         return self.model(batch["input_ids"], batch["attention_mask"], batch["labels"])
@@ -72,6 +87,7 @@ class ISQLightningModule(L.LightningModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         out = self(batch)
+        self._revival_candidates = out.revival_candidates
         size = batch["input_ids"].shape[0]
         self._log_output("train", out, size, prog_bar=False)
         self.log_dict({"train/perplexity": out.perplexity, "train/codes_used": out.codes_used.float()},
@@ -86,10 +102,12 @@ class ISQLightningModule(L.LightningModule):
 
     def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
         """After each *optimizer* step (not micro-batch), advance the dead-code window."""
-        super().optimizer_step(*args, **kwargs)
-        revived = self.model.quantizer.optimizer_step()
+        super().optimizer_step(*args, **kwargs)  # runs the closure: training_step sets the candidates
+        if self._revival_candidates is None:
+            raise RuntimeError("optimizer_step ran before any training_step")
+        revived = self.model.quantizer.optimizer_step(self._revival_candidates)
         self.log("train/revived_codes", float(revived))
-        self.log("train/dead_codes", self.model.quantizer.dead_codes.float())
+        self.log("train/dead_codes", float(self.model.quantizer.dead_codes))  # the same on every rank
         for i, group in enumerate(self.trainer.optimizers[0].param_groups):
             self.log(f"lr/{group.get('name', i)}", group["lr"])
 
@@ -99,11 +117,13 @@ class ISQLightningModule(L.LightningModule):
         self.val_usage.update(out.indices)
 
     def on_validation_epoch_end(self) -> None:
-        metrics = {f"val/{name}": value for name, value in self.val_usage.compute().items()}
+        # Plain floats: the usage metric is already reduced across ranks and val/ce_loss synced,
+        # so there is nothing left to synchronise (a tensor would draw Lightning's sync_dist warning).
+        metrics = {f"val/{name}": float(value) for name, value in self.val_usage.compute().items()}
         self.val_usage.reset()
         ce = self.trainer.callback_metrics.get("val/ce_loss")
         if ce is not None:
-            metrics["val/next_turn_ppl"] = torch.exp(ce)
+            metrics["val/next_turn_ppl"] = float(torch.exp(ce))
         self.log_dict(metrics)
         self._log_rank_divergence()
 
@@ -127,3 +147,23 @@ class ISQLightningModule(L.LightningModule):
         scheduler = get_cosine_with_min_lr_schedule_with_warmup(
             optimizer, h.warmup_steps, int(self.trainer.estimated_stepping_batches), min_lr_rate=h.min_lr_ratio)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def trainable_summary(model: ISQModel) -> str:
+    """One line: trainable / total parameters of the encoder (and whether only adapters train)
+    and of the rest (projection, codebook head, decoder)."""
+    encoder = list(model.encoder.parameters())
+    encoder_ids = {id(p) for p in encoder}
+    rest = [p for p in model.parameters() if id(p) not in encoder_ids]
+    trainable = sum(p.numel() for p in encoder if p.requires_grad)
+    adapters_only = model.config.lora_rank > 0 and model.semantic_encoder.frozen
+    what = " (LoRA adapters only)" if adapters_only else ""
+    total = _count(sum(p.numel() for p in encoder))
+    return (f"trainable parameters: encoder {_count(trainable)} of {total}{what}; "
+            f"projection + decoder {_count(sum(p.numel() for p in rest if p.requires_grad))}")
+
+
+def _count(n: int) -> str:
+    if n >= 1e6:
+        return f"{n / 1e6:.1f} M"
+    return f"{n / 1e3:.1f} k" if n >= 1e3 else str(n)

@@ -23,7 +23,8 @@ def _as_float64(vectors: CodeVectors) -> Tensor:
 
 def code_norms(vectors: CodeVectors) -> np.ndarray:
     """||e_j|| for every code."""
-    return _as_float64(vectors).norm(dim=1).numpy()
+    norms: np.ndarray = _as_float64(vectors).norm(dim=1).numpy()
+    return norms
 
 
 def _distance_matrix(vectors: CodeVectors) -> np.ndarray:

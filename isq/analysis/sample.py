@@ -85,7 +85,8 @@ def collect(fingerprinter: Fingerprinter, texts: Sequence[str], batch_size: int 
         ids = batch.input_ids.cpu().numpy()
         for row, i in enumerate(batch.positions):
             keep = mask[row]
-            tokens[i] = tokenizer.convert_ids_to_tokens(ids[row][keep].tolist())
+            # a list of ids in, a list of tokens out
+            tokens[i] = list(tokenizer.convert_ids_to_tokens(ids[row][keep].tolist()))
             codes[i] = batch_codes[row][keep].astype(np.int64)
             norms[i] = batch_norms[row][keep]
             errors[i] = batch_errors[row][keep]

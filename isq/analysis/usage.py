@@ -102,7 +102,7 @@ class FingerprintLengths:
         }
 
 
-def fingerprint_lengths(token_codes: Sequence[Sequence[int]]) -> FingerprintLengths:
+def fingerprint_lengths(token_codes: Sequence[Sequence[int] | np.ndarray]) -> FingerprintLengths:
     """Lengths of L, S_fp and U_fp (SPEC section 2) for every text's token codes."""
     if not token_codes:
         raise ValueError("no fingerprints")

@@ -1,6 +1,6 @@
 """Codebook report: the analysis figures as PNG files plus a Markdown summary.
 
-    python -m isq.report DIR --texts FILE --out REPORT_DIR [--log metrics.csv] [--sample N]
+    python -m isq.report DIR [--texts FILE] --out REPORT_DIR [--log RUN_DIR_OR_CSV] [--sample N]
 
 The figure and table functions are shared with ``notebooks/codebook_analysis.ipynb``.
 Modules: ``inputs`` (text sample and training log), ``analyse`` (every result from one
@@ -25,7 +25,7 @@ from isq.report.figures import (
     training_figures,
     usage_figure,
 )
-from isq.report.inputs import InputError, read_metrics_log, read_texts
+from isq.report.inputs import InputError, default_sample, read_metrics_log, read_texts
 from isq.report.tables import associations_table, concordance_table, stability_table, words_table
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "analyse",
     "associations_table",
     "concordance_table",
+    "default_sample",
     "degree_figure",
     "distances_figure",
     "lengths_figure",

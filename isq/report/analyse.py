@@ -91,7 +91,7 @@ def analyse(
     run = fingerprinter.run_record or {}
     vectors = fingerprinter.codebook.vectors
     return CodebookAnalysis(
-        fingerprinter={"codes": fingerprinter.codebook_size, "code_dim": fingerprinter.codebook.dim,
+        fingerprinter={"codes": fingerprinter.codebook_size, "code_dim": fingerprinter.codebook.code_dim,
                        "encoder": fingerprinter.config.encoder, "steps": run.get("global_step", "unknown")},
         sample=sample,
         counts=counts,

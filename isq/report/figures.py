@@ -28,7 +28,7 @@ def usage_figure(counts: np.ndarray) -> Figure:
     """Tokens per used code (log bins) and the rank-frequency curve against uniform use."""
     figure, (hist, rank) = _axes(2)
     used = counts[counts > 0]
-    bins = np.logspace(0, np.log10(max(used.max(), 2)), 40)
+    bins = np.logspace(0, np.log10(max(used.max(), 2)), 40).tolist()
     hist.hist(used, bins=bins, color="tab:blue")
     hist.set(xscale="log", xlabel="tokens per code", ylabel="codes",
              title=f"{used.size} of {counts.size} codes used, {counts.size - used.size} dead")
@@ -73,8 +73,9 @@ def pca_figure(pca: PCA2D, counts: np.ndarray) -> Figure:
     figure, (axis,) = _axes(1, width=6.0, height=5.0)
     used = counts > 0
     sizes = 4 + 300 * counts[used] / counts.max()
-    axis.scatter(*pca.coordinates[used].T, s=sizes, alpha=0.5, color="tab:blue", label="used (area ~ tokens)")
-    axis.scatter(*pca.coordinates[~used].T, s=8, marker="x", color="tab:grey", label="dead")
+    (x_used, y_used), (x_dead, y_dead) = pca.coordinates[used].T, pca.coordinates[~used].T
+    axis.scatter(x_used, y_used, s=sizes, alpha=0.5, color="tab:blue", label="used (area ~ tokens)")
+    axis.scatter(x_dead, y_dead, s=8, marker="x", color="tab:grey", label="dead")
     ratio = pca.explained_variance_ratio
     axis.set(xlabel=f"PC1 ({100 * ratio[0]:.1f}% of variance)", ylabel=f"PC2 ({100 * ratio[1]:.1f}%)",
              title="codebook PCA")
@@ -86,7 +87,7 @@ def lengths_figure(lengths: FingerprintLengths) -> Figure:
     """Distributions of L, |S_fp| and |U_fp|, and |S_fp|, |U_fp| against L."""
     figure, (hist, scatter) = _axes(2)
     top = int(lengths.tokens.max())
-    bins = np.arange(0, top + 2) - 0.5 if top <= 80 else 40
+    bins: int | list[float] = (np.arange(0, top + 2) - 0.5).tolist() if top <= 80 else 40
     for values, label in ((lengths.tokens, "L"), (lengths.sequence, "|S_fp|"), (lengths.distinct, "|U_fp|")):
         hist.hist(values, bins=bins, histtype="step", linewidth=1.5, label=label)
     hist.set(xlabel="length", ylabel="texts", title="fingerprint lengths")
@@ -135,9 +136,9 @@ def training_figures(log: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> dict[s
         for axis, (title, columns) in zip(axes, panels.items(), strict=True):
             _plot_series(axis, log, columns, title)
         figures["training_losses"] = figure
-    for name, columns, title in (("training_codes", CODE_COLUMNS, "codes alive, dead and revived"),
-                                 ("training_perplexity", PERPLEXITY_COLUMNS, "codebook perplexity")):
-        present = [column for column in columns if column in log]
+    for name, wanted, title in (("training_codes", CODE_COLUMNS, "codes alive, dead and revived"),
+                                ("training_perplexity", PERPLEXITY_COLUMNS, "codebook perplexity")):
+        present = [column for column in wanted if column in log]
         if present:
             figure, (axis,) = _axes(1, width=6.0)
             _plot_series(axis, log, present, title)
@@ -151,7 +152,8 @@ def _plot_series(axis: Axes, log: Mapping[str, tuple[np.ndarray, np.ndarray]], c
     for column in columns:
         steps, values = log[column]
         # one colour per quantity; validation is logged rarely, so dashed with markers
-        style = {"marker": "o", "linestyle": "--"} if column.startswith("val/") else {}
-        axis.plot(steps, values, label=column, color=f"C{names.index(column.split('/', 1)[-1])}", **style)
+        validation = column.startswith("val/")
+        axis.plot(steps, values, label=column, color=f"C{names.index(column.split('/', 1)[-1])}",
+                  marker="o" if validation else None, linestyle="--" if validation else "-")
     axis.set(xlabel="step", title=title)
     axis.legend(fontsize="small")

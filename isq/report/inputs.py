@@ -1,13 +1,22 @@
-"""The report's input files: the text sample and a Lightning CSV training log."""
+"""The report's input files: the text sample (given, or the default one) and a Lightning CSV
+training log (a file, or the run directory holding it)."""
 
 from __future__ import annotations
 
 import csv
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from isq.dailydialog import EOU, DataFormatError, read_dialogues
+from isq.dailydialog import EOU, ROOT_ENV, DataFormatError, read_dialogues
+from isq.synthetic import SYNTHETIC, write_synthetic_corpus
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_DAILYDIALOG = Path("..") / "shared" / "data" / "dailydialog"
+"""Where the DailyDialog release sits, relative to the repository root."""
+METRICS_NAME = "metrics.csv"
 
 
 class InputError(ValueError):
@@ -38,12 +47,36 @@ def read_texts(path: Path) -> list[str]:
     return texts
 
 
+def default_sample(repo: Path = REPO) -> tuple[list[str], str]:
+    """The texts analysed when none are given, and where they came from: the DailyDialog
+    validation utterances under ``$ISQ_DAILYDIALOG`` (a relative path is taken against the
+    repository root, wherever the caller runs) or, unset, under ``../shared/data/dailydialog``
+    when it is there; otherwise (or with ``ISQ_DAILYDIALOG=synthetic``) the validation split of
+    the project's synthetic corpus. A set ``$ISQ_DAILYDIALOG`` that holds no release is an error,
+    never a silent fallback."""
+    configured = os.environ.get(ROOT_ENV)
+    if configured != SYNTHETIC:
+        root = repo / Path(configured or DEFAULT_DAILYDIALOG)  # an absolute path replaces repo
+        validation = root / "validation" / "dialogues_validation.txt"
+        if validation.is_file():
+            return read_texts(validation), f"DailyDialog validation ({validation.resolve()})"
+        if configured:
+            raise InputError(f"${ROOT_ENV}={configured}: no DailyDialog release there "
+                             f"({validation} not found)")
+    with tempfile.TemporaryDirectory() as tmp:
+        texts = read_texts(write_synthetic_corpus(tmp) / "validation" / "dialogues_validation.txt")
+    return texts, "the project's synthetic corpus, validation split"
+
+
 def read_metrics_log(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Each metric column of a Lightning CSV log as (steps, values), skipping empty cells.
 
-    CSVLogger writes one row per logging call with only that call's columns filled, so every
-    column is its own sparse series over the ``step`` column.
+    ``path`` is a ``metrics.csv`` or a training run's directory holding one (every run writes
+    it there, whatever its logger). CSVLogger writes one row per logging call with only that
+    call's columns filled, so every column is its own sparse series over the ``step`` column.
     """
+    if path.is_dir():
+        path = path / METRICS_NAME
     if not path.is_file():
         raise InputError(f"training log not found: {path}")
     with open(path, newline="", encoding="utf-8") as handle:

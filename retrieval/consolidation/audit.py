@@ -7,13 +7,18 @@ Checks, per conversation:
 - an archived AMU without a successor was superseded by a retried extraction of its segment
   (the only other way the store archives; the segment's revision is above 0);
 - the source turns of the active AMUs equal the union over all AMUs except those superseded ones
-  (a retried extraction may legitimately skip a greeting turn that the raw-turn fallback kept).
+  (a retried extraction may legitimately skip a greeting turn that the raw-turn fallback kept);
+- facts, not only turns: the active end of every chain states what each AMU forwarded into it
+  stated (its entities and dates), and no merge absorbed more than the bound
+  (:mod:`retrieval.consolidation.fidelity`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
+from retrieval.consolidation.fidelity import MAX_MERGE_MEMBERS, lost_content
 from retrieval.memory.records import AMU
 from retrieval.memory.store import AMUStore
 
@@ -68,6 +73,9 @@ def _audit_conversation(store: AMUStore, conversation_id: str, report: AuditRepo
         else:
             report.problems.append(f"{amu.id}: archived without a successor")
             counted.append(amu)
+    absorbed = Counter(successors[amu_id] for amu_id in successors if amu_id in amus)
+    report.problems += [f"{merged}: absorbed {count} AMUs, over the bound of {MAX_MERGE_MEMBERS}"
+                        for merged, count in absorbed.items() if count > MAX_MERGE_MEMBERS]
     reachable = {turn for amu in counted if not amu.archived for turn in amu.source.turn_ids}
     report.lost_turns[conversation_id] = {turn for amu in counted for turn in amu.source.turn_ids} - reachable
 
@@ -92,3 +100,5 @@ def _walk(amu: AMU, amus: dict[str, AMU], successors: dict[str, str], report: Au
     missing = set(amu.source.turn_ids) - set(current.source.turn_ids)
     if missing:
         report.problems.append(f"{amu.id}: its turns {sorted(missing)} are not in {current.id}'s source pointer")
+    if lost := lost_content(amu, current):
+        report.problems.append(f"{amu.id}: {', '.join(lost)} not stated by {current.id}")

@@ -1,6 +1,9 @@
 """The consolidation engine: passes of plan -> operator -> pointer forwarding over one
 conversation of a store, until a pass changes nothing (SPEC section 8).
 
+A draft that would drop what a member states (an entity its text names, a date it mentions) or
+absorb too many members is refused and counted (:mod:`retrieval.consolidation.fidelity`).
+
 Crash safety and idempotence. Each applied draft is one store transaction
 (:meth:`~retrieval.memory.store.AMUStore.forward`: insert + archive + successor), so a kill at any
 point leaves the store consistent. A pass first saves its plan in the store (meta
@@ -24,6 +27,7 @@ import time
 from collections.abc import Sequence
 
 from retrieval.consolidation.config import ConsolidationConfig
+from retrieval.consolidation.fidelity import merge_problems
 from retrieval.consolidation.forward import merged_amu
 from retrieval.consolidation.members import Member, members
 from retrieval.consolidation.merge_plan import make_plan
@@ -137,6 +141,12 @@ class _Step:
         applied = 0
         for draft in drafts:
             amu = merged_amu(cluster, draft, self.turn_order, self.config.prefix_min_span)
+            problems = merge_problems([member.amu for member in cluster if member.id in draft.member_ids], amu)
+            if problems:  # the members stay active: a merge never drops what they state
+                self.report.refused += 1
+                logger.info("%s: %s refused (%s)", amu.source.conversation_id, draft.operation.value,
+                            "; ".join(problems))
+                continue
             (amu,) = fingerprinted([amu], self.fingerprinter)
             if not self.store.forward(draft.member_ids, amu, draft.operation.value):
                 self.report.conflicts += 1

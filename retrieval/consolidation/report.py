@@ -20,8 +20,10 @@ class ConsolidationReport:
     operator saw; ``operations``: applied MERGE / UPDATE / AGGREGATE drafts and KEEP answers;
     ``exact_duplicates``: MERGEs of identical statements; ``count_sensitive``,
     ``pending_reextraction``, ``window_splits``: active AMUs held back and clusters split by the
-    time window, as the first fresh plan of the run saw them; ``conflicts``: drafts not applied because a member had been archived
-    meanwhile; ``unanswered``: clusters without a usable LLM answer (retried by a later run).
+    time window, as the first fresh plan of the run saw them; ``conflicts``: drafts not applied
+    because a member had been archived meanwhile; ``refused``: drafts not applied because the
+    merged AMU would not state what its members stated or absorb too many
+    (:mod:`retrieval.consolidation.fidelity`); ``unanswered``: clusters without a usable LLM answer (retried by a later run).
     ``turns_before`` / ``turns_after``: the turn ids the active AMUs point to, from which a caller
     computes recall ceilings (:meth:`lost_turns` must be empty). ``llm`` is this run's usage;
     :attr:`llm_calls` and :attr:`tokens` count cache hits too (what building the memory cost).
@@ -41,6 +43,7 @@ class ConsolidationReport:
     pending_reextraction: int = 0
     window_splits: int = 0
     conflicts: int = 0
+    refused: int = 0
     unanswered: int = 0
     passes: int = 0
     seconds: float = 0.0
@@ -64,8 +67,8 @@ class ConsolidationReport:
     def absorb(self, later: ConsolidationReport) -> None:
         """Fold a later run over the same conversation into this one (the background worker's
         rounds): counts add up, ``amus_active_after`` and ``turns_after`` are the later run's."""
-        for name in ("archived", "created", "clusters", "exact_duplicates", "conflicts", "unanswered", "passes",
-                     "seconds"):
+        for name in ("archived", "created", "clusters", "exact_duplicates", "conflicts", "refused", "unanswered",
+                     "passes", "seconds"):
             setattr(self, name, getattr(self, name) + getattr(later, name))
         self.operations.update(later.operations)
         self.llm = self.llm + later.llm
@@ -85,7 +88,8 @@ class ConsolidationReport:
             "archived": self.archived, "created": self.created, "clusters": self.clusters,
             "operations": dict(sorted(self.operations.items())), "exact_duplicates": self.exact_duplicates,
             "count_sensitive": self.count_sensitive, "pending_reextraction": self.pending_reextraction,
-            "window_splits": self.window_splits, "conflicts": self.conflicts, "unanswered": self.unanswered,
+            "window_splits": self.window_splits, "conflicts": self.conflicts, "refused": self.refused,
+            "unanswered": self.unanswered,
             "passes": self.passes, "seconds": round(self.seconds, 3), "llm_calls": self.llm_calls,
             "tokens": self.tokens, "turns_before": len(self.turns_before), "turns_after": len(self.turns_after),
             "lost_turns": len(self.lost_turns),
@@ -97,7 +101,7 @@ class ConsolidationReport:
         return (f"{self.conversation_id}: active AMUs {self.amus_before} -> {self.amus_active_after} | "
                 f"clusters {self.clusters} | archived {self.archived} | created {self.created} ({operations}; "
                 f"exact {self.exact_duplicates}) | held back: count-sensitive {self.count_sensitive}, "
-                f"window splits {self.window_splits} | passes {self.passes} | LLM calls {self.llm_calls}, "
+                f"window splits {self.window_splits}, merges refused {self.refused} | passes {self.passes} | LLM calls {self.llm_calls}, "
                 f"tokens {self.tokens} | turns lost {len(self.lost_turns)} | {self.seconds:.1f} s")
 
 
@@ -106,7 +110,7 @@ def combined(reports: Iterable[ConsolidationReport]) -> dict[str, Any]:
     block; the caller adds the recall ceilings it computes from the turn sets)."""
     reports = list(reports)
     keys = ("amus_before", "amus_active_after", "archived", "created", "clusters", "exact_duplicates",
-            "count_sensitive", "window_splits", "conflicts", "unanswered", "llm_calls", "tokens", "lost_turns")
+            "count_sensitive", "window_splits", "conflicts", "refused", "unanswered", "llm_calls", "tokens", "lost_turns")
     rows = [report.to_dict() for report in reports]
     block: dict[str, Any] = {key: sum(row[key] for row in rows) for key in keys}
     block["operations"] = dict(sorted(sum((r.operations for r in reports), Counter()).items()))

@@ -69,8 +69,9 @@ def parse_locomo_time(value: str) -> datetime:
 
 
 def load_locomo(path: str | Path) -> list[LocomoConversation]:
-    """Parse a LoCoMo file. Malformed input raises :class:`InputFormatError` naming the file and
-    either the JSON line/column or the conversation index and the missing or bad field."""
+    """Parse a LoCoMo file. Malformed input (an empty list, a question without a letter or digit,
+    ...) raises :class:`InputFormatError` naming the file and either the JSON line/column or the
+    conversation index and the missing or bad field."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -80,6 +81,8 @@ def load_locomo(path: str | Path) -> list[LocomoConversation]:
         raise InputFormatError(f"{path}: cannot read: {err}") from None
     if not isinstance(data, list):
         raise InputFormatError(f"{path}: expected a JSON list of conversations, got {type(data).__name__}")
+    if not data:
+        raise InputFormatError(f"{path}: the list of conversations is empty")
     return [_parse_conversation(item, f"{path}: conversation {index}") for index, item in enumerate(data)]
 
 
@@ -168,6 +171,8 @@ def _field(mapping: Mapping[str, Any], name: str, kind: type, where: str) -> Any
         raise InputFormatError(f"{where}: field {name!r} must be {kind.__name__}, got {type(value).__name__}")
     if name in _NON_EMPTY and isinstance(value, str) and not value.strip():
         raise InputFormatError(f"{where}: field {name!r} is empty")
+    if name == "question" and not any(char.isalnum() for char in value):
+        raise InputFormatError(f"{where}: field 'question' has no letter or digit ({value!r})")
     if name == "text" and isinstance(value, str) and len(value) > MAX_TURN_CHARS:
         raise InputFormatError(f"{where}: field 'text' has {len(value)} characters, over the limit of {MAX_TURN_CHARS}")
     return value

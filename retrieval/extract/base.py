@@ -19,12 +19,14 @@ from retrieval.memory.records import AMU, Segment, SourcePointer, Turn, amu_id
 
 @dataclass
 class Extraction:
-    """The AMUs of one segment, the extractor's disambiguation state after it (eq. 5), and
-    whether the segment fell back to raw-turn AMUs."""
+    """The AMUs of one segment, the extractor's disambiguation state after it (eq. 5), whether
+    the segment fell back to raw-turn AMUs, and how many relative date phrases were kept as text
+    because they resolve outside the representable years (:mod:`retrieval.extract.dates`)."""
 
     amus: list[AMU]
     state: str = ""
     fallback: bool = False
+    unresolved_dates: int = 0
 
 
 class ReferenceContext:

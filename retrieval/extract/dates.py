@@ -30,12 +30,28 @@ _RELATIVE_DATE = re.compile(
 
 
 def _day_text(day: date) -> str:
-    return f"{day.day} {day:%B %Y}"
+    return f"{day.day} {_month_text(day)}"
+
+
+def _month_text(day: date) -> str:
+    # The year written out, not strftime's %Y: that gives "523", not "0523", on some platforms.
+    return f"{day:%B} {day.year}"
+
+
+def _year(year: int) -> str:
+    """A year as an ISO value (four digits); ``ValueError`` outside Python's years 1 to 9999."""
+    if not date.min.year <= year <= date.max.year:
+        raise ValueError(f"year {year} is out of range")
+    return f"{year:04d}"
 
 
 def _week(day: date) -> str:
     iso = day.isocalendar()
-    return f"{iso.year}-W{iso.week:02d}"
+    return f"{_year(iso.year)}-W{iso.week:02d}"
+
+
+def _month(day: date) -> str:
+    return f"{_year(day.year)}-{day.month:02d}"
 
 
 def _shift_months(day: date, months: int) -> date:
@@ -66,8 +82,8 @@ def _resolve(match: re.Match[str], today: date) -> tuple[str, str, str]:
             return f"the week of {_day_text(monday)}", _week(day), "in"
         if unit == "month":
             month = _shift_months(today, -count)
-            return f"{month:%B %Y}", f"{month:%Y-%m}", "in"
-        return str(today.year - count), str(today.year - count), "in"
+            return _month_text(month), _month(month), "in"
+        return str(today.year - count), _year(today.year - count), "in"
     step = {"last": -1, "this": 0, "next": 1}[match["rel"].lower()]
     unit = match["unit"].lower()
     monday = today - timedelta(days=today.weekday())
@@ -80,9 +96,9 @@ def _resolve(match: re.Match[str], today: date) -> tuple[str, str, str]:
         return f"the weekend of {_day_text(saturday)}", f"{saturday.isoformat()}/{sunday.isoformat()}", "on"
     if unit == "month":
         month = _shift_months(today, step)
-        return f"{month:%B %Y}", f"{month:%Y-%m}", "in"
+        return _month_text(month), _month(month), "in"
     if unit == "year":
-        return str(today.year + step), str(today.year + step), "in"
+        return str(today.year + step), _year(today.year + step), "in"
     target = WEEKDAYS.index(unit)
     if step == -1:  # the most recent such day strictly before today
         day = today - timedelta(days=(today.weekday() - target) % 7 or 7)
@@ -95,9 +111,11 @@ def _resolve(match: re.Match[str], today: date) -> tuple[str, str, str]:
 
 @dataclass(frozen=True)
 class ResolvedDate:
-    """One resolved date: its ISO value and the preposition before it in the text (lower case), if any."""
+    """One relative date: its ISO value and the preposition before it in the text (lower case), if
+    any. ``value`` is None for a phrase that lies outside the representable years 1 to 9999
+    ("30000 months ago"): it stays in the text as written, with no date attached."""
 
-    value: str
+    value: str | None
     preposition: str | None = None
 
 
@@ -105,7 +123,7 @@ def resolve_relative_dates(text: str, when: datetime | date | None) -> tuple[str
     """Rewrite relative dates against the session time; returns the text and the distinct ISO
     values (:func:`resolve_dates` also says which preposition preceded each)."""
     text, found = resolve_dates(text, when)
-    return text, list(dict.fromkeys(date.value for date in found))
+    return text, list(dict.fromkeys(date.value for date in found if date.value is not None))
 
 
 def resolve_dates(text: str, when: datetime | date | None) -> tuple[str, list[ResolvedDate]]:
@@ -119,7 +137,9 @@ def resolve_dates(text: str, when: datetime | date | None) -> tuple[str, list[Re
     the session day, "next Friday" the first strictly after, "this Friday" the one in the session's
     Monday-Sunday week. A preceding preposition is kept ("since yesterday" -> "since 7 May 2023");
     otherwise "on"/"in" is added ("yesterday" -> "on 7 May 2023"), except for possessives and
-    subjects ("Yesterday was fun" -> "7 May 2023 was fun").
+    subjects ("Yesterday was fun" -> "7 May 2023 was fun"). A phrase that resolves outside the
+    years 1 to 9999 ("1000000 days ago", "tomorrow" in a session of 31 December 9999) is left as
+    written and reported with value None, so a turn is never refused for what it says.
     """
     if when is None:
         return text, []
@@ -127,7 +147,11 @@ def resolve_dates(text: str, when: datetime | date | None) -> tuple[str, list[Re
     found: list[ResolvedDate] = []
 
     def replace(match: re.Match[str]) -> str:
-        phrase, value, default_prep = _resolve(match, today)
+        try:
+            phrase, value, default_prep = _resolve(match, today)
+        except (OverflowError, ValueError):  # date arithmetic past year 1 or 9999
+            found.append(ResolvedDate(None, match["prep"].lower() if match["prep"] else None))
+            return match[0]
         found.append(ResolvedDate(value, match["prep"].lower() if match["prep"] else None))
         if match["poss"] or (match["subject"] is not None and not match["prep"]):
             # A possessive or grammatical subject ("Yesterday was fun") takes no preposition.
@@ -172,7 +196,7 @@ def absolute_dates(text: str) -> list[str]:
                 year = groups["year1"] or groups["year2"] or groups["year3"]
                 day = groups["day1"] or groups["day2"]
                 moment = date(int(year), _month_number(month), int(day) if day else 1)
-                value = moment.isoformat() if day else f"{moment:%Y-%m}"
+                value = moment.isoformat() if day else _month(moment)
         except ValueError:
             continue
         values[value] = None

@@ -36,6 +36,13 @@ def _third_person(verb: str) -> str:
     return verb + "s"
 
 
+def _reflexive(match: re.Match[str], name: str) -> str:
+    """A reflexive whose antecedent is now the name ("I challenged myself" -> "Maria challenged
+    themselves", not "... challenged Maria"): singular "themselves", as the extractor knows no
+    one's gender. Without the name earlier in the text ("Myself, I ...") the name itself."""
+    return "themselves" if re.search(rf"\b{re.escape(name)}\b", match.string[: match.start()]) else name
+
+
 def _pronoun_rules(person: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str], str], str]]]:
     """Ordered (pattern, replacement) rules for first ("I") or second ("you") person."""
     subj = r"I" if person == "first" else r"you"
@@ -60,12 +67,14 @@ def _pronoun_rules(person: str) -> list[tuple[re.Pattern[str], Callable[[re.Matc
     if person == "first":
         rules += [
             (r"\b(?:my|mine)\b", lambda m, n: f"{n}'s"),
-            (r"\b(?:I|me|myself)\b", lambda m, n: n),
+            (r"\b(?:I|me)\b", lambda m, n: n),
+            (r"\bmyself\b", _reflexive),
         ]
     else:
         rules += [
             (r"\b(?:your|yours)\b", lambda m, n: f"{n}'s"),
-            (r"\b(?:you|yourself|yourselves)\b", lambda m, n: n),
+            (r"\byou\b", lambda m, n: n),
+            (r"\b(?:yourself|yourselves)\b", _reflexive),
         ]
     return [(re.compile(pattern, re.IGNORECASE), build) for pattern, build in rules]
 
@@ -78,7 +87,8 @@ def resolve_pronouns(text: str, speaker: str, addressee: str | None) -> str:
     """Replace first-person pronouns with the speaker's name and second-person ones with the
     addressee's (left alone when unknown), fixing agreement for be/have/do, contractions and
     common present-tense verbs: "I am" -> "Caroline is", "my" -> "Caroline's", "do you" ->
-    "does Melanie". Reflexives become the bare name."""
+    "does Melanie". Reflexives after their antecedent become "themselves" ("letting you express
+    yourself" -> "letting Melanie express themselves"), otherwise the name."""
     for rules, name in ((_FIRST_PERSON, speaker), (_SECOND_PERSON, addressee)):
         if name is None:
             continue

@@ -141,7 +141,8 @@ class RuleExtractor:
     timestamps are the resolved relative dates and the absolute dates of the turn
     (:func:`retrieval.extract.dates.absolute_dates`), and the temporal scope follows their
     prepositions (:func:`temporal_scope`; ``t_ref`` defaults to the session day); the memory type
-    is a keyword heuristic. No reference context is used (the state stays empty).
+    is a keyword heuristic. A relative date outside the years 1 to 9999 stays as written, with no
+    timestamp, and is counted in ``Extraction.unresolved_dates``. No reference context is used (the state stays empty).
     """
 
     name = "rule"
@@ -154,11 +155,13 @@ class RuleExtractor:
         names = {name.lower() for name in participants}
         turns = segment.turns
         amus: list[AMU] = []
+        unresolved = 0
         for turn in turns:
             if not is_informative(turn, participants):
                 continue
             text, resolved = resolve_dates(turn.text, turn.session_time)
-            dated = [(date.value, date.preposition) for date in resolved]
+            dated = [(date.value, date.preposition) for date in resolved if date.value is not None]
+            unresolved += len(resolved) - len(dated)
             dated += [(value, None) for value in absolute_dates(turn.text)]
             timestamps = list(dict.fromkeys(value for value, _ in dated))
             text = resolve_pronouns(text, turn.speaker, _addressee(turn, turns, participants))
@@ -170,4 +173,4 @@ class RuleExtractor:
             amus.append(make_amu(segment, len(amus), text, _memory_type(turn.text, timestamps), [turn],
                                   timestamps=timestamps, entities=entities,
                                   tags=topic_tags(text, names, entities), **temporal_scope(dated)))
-        return Extraction(amus)
+        return Extraction(amus, unresolved_dates=unresolved)

@@ -7,8 +7,9 @@ Library use::
 
 Resuming: each segment's turns, AMUs and progress row commit in one transaction. A rerun on
 the same store recomputes the (deterministic) segmentation, skips the segments already stored
-(checking that they cover the same turns) and continues, so an interrupted run loses at most the
-segment in progress and never duplicates a unit. Sessions are assumed complete when ingested.
+(checking that they cover the same turns, and embedding what a kill between a commit and its
+embeddings left out) and continues, so an interrupted run loses at most the segment in progress
+and never duplicates a unit. Sessions are assumed complete when ingested.
 """
 
 from __future__ import annotations
@@ -20,13 +21,21 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
-from retrieval.extract.base import Extractor, ReferenceContext
+from retrieval.extract.base import Extraction, Extractor, ReferenceContext
 from retrieval.index.evidence_nodes import segment_search_texts
 from retrieval.ingestion.segmenter import SegmenterConfig, SemanticSegmenter
 from retrieval.llm_client import LLMUsage
 from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.models import Embedder, TextFingerprinter
-from retrieval.memory.records import AMU, MAX_TURN_CHARS, Segment, SegmentRecord, Turn, amu_id
+from retrieval.memory.records import (
+    AMU,
+    MAX_TURN_CHARS,
+    AMUValidationError,
+    Segment,
+    SegmentRecord,
+    Turn,
+    amu_id,
+)
 from retrieval.memory.store import AMUStore, turns_sha256
 
 
@@ -49,6 +58,7 @@ class IngestStats:
     retried_segments: int = 0
     amus: int = 0
     fallback_segments: int = 0
+    unresolved_dates: int = 0
     llm: LLMUsage = field(default_factory=LLMUsage)
     wall_s: float = 0.0
 
@@ -74,7 +84,8 @@ class IngestStats:
             f"mean exchanges/segment {self.mean_exchanges_per_segment:.2f} | "
             f"mean turns/segment {self.mean_turns_per_segment:.2f}",
             f"AMUs written {self.amus} | raw-turn fallback segments {self.fallback_segments} | "
-            f"fallbacks retried successfully {self.retried_segments}",
+            f"fallbacks retried successfully {self.retried_segments} | "
+            f"date phrases kept unresolved (outside years 1-9999) {self.unresolved_dates}",
             f"LLM calls {llm.http_calls} (retries {llm.retries}, cache hits {llm.cache_hits}) | tokens "
             f"prompt {llm.prompt_tokens} + completion {llm.completion_tokens} "
             f"(from cache {llm.cached_prompt_tokens} + {llm.cached_completion_tokens})",
@@ -102,18 +113,21 @@ def ingest_turns(turns: Iterable[Turn], store: AMUStore, embedder: Embedder, ext
     from this run's (edited input) is refused with :class:`IngestError` naming it: the store is
     append-only, so an edited conversation goes into a new store. With ``retry_fallbacks``,
     stored segments that fell back to raw turns (the LLM endpoint was down) are extracted again;
-    a successful retry archives the raw-turn AMUs and adds the new ones (revision ids).
+    a successful retry archives the raw-turn AMUs and adds the new ones (revision ids). An empty
+    ``turns`` binds nothing and returns zero counts.
     """
     started = time.perf_counter()
     usage_before = dataclasses.replace(extractor.usage)
     conversations = _group(turns)
+    stats = IngestStats()
+    if not conversations:  # nothing to store: bind no models, so an empty input fixes nothing
+        return stats
     if not isinstance(embedder, CachedEmbedder):  # segmentation embeddings: computed once per store
         embedder = CachedEmbedder(embedder, store)
     store.bind("embedder", model_identity(embedder))
     store.bind("extractor", model_identity(extractor))
     store.bind("fingerprinter", "none" if fingerprinter is None else model_identity(fingerprinter),
                hint="pass the fingerprinter this store was built with, or use a new store")
-    stats = IngestStats()
     bar = tqdm(total=sum(len(t) for sessions in conversations.values() for t in sessions.values()),
                unit="turn", disable=not progress)
     try:
@@ -161,7 +175,8 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
             context.enter(segment.session_id)
             stored = store.segment(conversation_id, segment.seq)
             if stored is None:
-                extraction = extractor.extract(segment, context)
+                extraction = _extract(extractor, segment, context)
+                stats.unresolved_dates += extraction.unresolved_dates
                 amus = fingerprinted(extraction.amus, fingerprinter)
                 store.commit_segment(_record(segment, extraction.state, extraction.fallback, len(amus)),
                                      segment.turns, amus)
@@ -175,7 +190,7 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
                 amus = _current_amus(store, stored)
                 state = stored.state
                 if stored.fallback and retry_fallbacks:
-                    retried = extractor.extract(segment, context)
+                    retried = _extract(extractor, segment, context)
                     if not retried.fallback:
                         revision = stored.revision + 1
                         renamed = [dataclasses.replace(amu, id=amu_id(conversation_id, segment.seq, i, revision))
@@ -183,18 +198,29 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
                         amus = fingerprinted(renamed, fingerprinter)
                         store.replace_extraction(dataclasses.replace(
                             _record(segment, retried.state, False, len(amus)), revision=revision), amus)
-                        _embed(embedder, segment.turns, amus)
                         state = retried.state
                         stats.amus += len(amus)
                         stats.retried_segments += 1
                     else:
                         stats.fallback_segments += 1
+                # A kill between a segment's commit and its embeddings left them out: computes only those.
+                _embed(embedder, segment.turns, amus)
             # What the extractor saw, replayed on resume, so the next prompts match the first run's.
             context.record(state, [amu.text for amu in amus])
             stats.segments += 1
             stats.exchanges += len(segment.exchanges)
             stats.turns += len(segment.turns)
             bar.update(len(segment.turns))
+
+
+def _extract(extractor: Extractor, segment: Segment, context: ReferenceContext) -> Extraction:
+    """One segment's extraction; an invalid record is refused naming the conversation and turns."""
+    try:
+        return extractor.extract(segment, context)
+    except AMUValidationError as err:
+        turn_ids = [turn.turn_id for turn in segment.turns]
+        raise IngestError(f"{segment.conversation_id!r} segment {segment.seq} (turns {turn_ids[0]}..{turn_ids[-1]}): "
+                          f"the extractor made an invalid record: {err}") from None
 
 
 def _embed(embedder: Embedder, turns: Sequence[Turn], amus: Sequence[AMU]) -> None:

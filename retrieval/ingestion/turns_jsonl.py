@@ -3,7 +3,8 @@
     {"session_id": "s1", "session_time": "2023-05-08T13:56:00", "speaker": "Caroline",
      "turn_id": "D1:1", "text": "Hey Mel!"}
 
-``session_time`` is ISO 8601 (relative dates are resolved against it). Optional fields:
+``session_time`` is ISO 8601 (relative dates are resolved against it); one with an offset is
+converted to UTC, one without is taken as written (:class:`retrieval.memory.records.Turn`). Optional fields:
 ``conversation_id`` (default: the file name without extension) and ``image_caption``.
 Blank lines are ignored; every error names the file and line.
 """
@@ -18,6 +19,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from retrieval.memory.records import MAX_TURN_CHARS, InputFormatError, Turn
+from retrieval.memory.times import naive_utc
 
 _TURN_LINE_SCHEMA = {
     "type": "object",
@@ -43,40 +45,43 @@ def read_turns_jsonl(path: str | Path) -> list[Turn]:
     session_times: dict[tuple[str, str], datetime] = {}
     current: dict[str, tuple[str, str]] = {}  # conversation -> its session being read
     try:
-        handle = path.open(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as err:
         raise InputFormatError(f"{path}: cannot read: {err}") from None
-    with handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputFormatError(f"{where}:{err.colno}: invalid JSON: {err.msg}") from None
-            error = best_match(_TURN_LINE_VALIDATOR.iter_errors(row))
-            if error is not None:
-                field_name = ".".join(str(part) for part in error.path)
-                raise InputFormatError(f"{where}: {'field ' + repr(field_name) + ': ' if field_name else ''}"
-                                       f"{error.message}")
-            conversation_id = row.get("conversation_id") or path.stem
-            session = (conversation_id, row["session_id"])
-            try:
-                session_time = datetime.fromisoformat(row["session_time"])
-            except ValueError:
-                raise InputFormatError(f"{where}: field 'session_time': {row['session_time']!r} is not an "
-                                       "ISO 8601 datetime") from None
-            if session != current.get(conversation_id) and session in session_times:
-                raise InputFormatError(f"{where}: session {row['session_id']!r} continues after another "
-                                       "session started (sessions must be contiguous)")
-            if session_times.setdefault(session, session_time) != session_time:
-                raise InputFormatError(f"{where}: session_time differs from earlier turns of session "
-                                       f"{row['session_id']!r}")
-            if (conversation_id, row["turn_id"]) in seen_turns:
-                raise InputFormatError(f"{where}: duplicate turn_id {row['turn_id']!r}")
-            seen_turns.add((conversation_id, row["turn_id"]))
-            current[conversation_id] = session
-            turns.append(Turn(conversation_id, row["session_id"], row["turn_id"], row["speaker"], row["text"],
-                              session_time, row.get("image_caption") or None))
+    for number, raw in enumerate(data.splitlines(), start=1):
+        where = f"{path}:{number}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise InputFormatError(f"{where}: not UTF-8 text (byte {err.start + 1}: {err.reason})") from None
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise InputFormatError(f"{where}:{err.colno}: invalid JSON: {err.msg}") from None
+        error = best_match(_TURN_LINE_VALIDATOR.iter_errors(row))
+        if error is not None:
+            field_name = ".".join(str(part) for part in error.path)
+            raise InputFormatError(f"{where}: {'field ' + repr(field_name) + ': ' if field_name else ''}"
+                                   f"{error.message}")
+        conversation_id = row.get("conversation_id") or path.stem
+        session = (conversation_id, row["session_id"])
+        try:
+            session_time = naive_utc(datetime.fromisoformat(row["session_time"]))
+        except (ValueError, OverflowError):
+            raise InputFormatError(f"{where}: field 'session_time': {row['session_time']!r} is not an "
+                                   "ISO 8601 datetime between years 1 and 9999 (UTC)") from None
+        if session != current.get(conversation_id) and session in session_times:
+            raise InputFormatError(f"{where}: session {row['session_id']!r} continues after another "
+                                   "session started (sessions must be contiguous)")
+        if session_times.setdefault(session, session_time) != session_time:
+            raise InputFormatError(f"{where}: session_time differs from earlier turns of session "
+                                   f"{row['session_id']!r}")
+        if (conversation_id, row["turn_id"]) in seen_turns:
+            raise InputFormatError(f"{where}: duplicate turn_id {row['turn_id']!r}")
+        seen_turns.add((conversation_id, row["turn_id"]))
+        current[conversation_id] = session
+        turns.append(Turn(conversation_id, row["session_id"], row["turn_id"], row["speaker"], row["text"],
+                          session_time, row.get("image_caption") or None))
     return turns

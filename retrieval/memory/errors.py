@@ -13,3 +13,8 @@ class StoreMismatch(StoreError):
 
 class StoreBusy(StoreError):
     """Another process holds the store open for writing in the same role."""
+
+
+class StoreFault(StoreError):
+    """SQLite failed on an open store (damaged page, missing table, full disk, I/O error); the
+    message names the store, the SQLite error and what to do (:mod:`retrieval.memory.faults`)."""

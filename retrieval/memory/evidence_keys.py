@@ -19,7 +19,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import timedelta
 
 from retrieval.memory.records import AMU
 from retrieval.memory.times import time_interval
@@ -97,17 +97,12 @@ def temporal_keys(values: Sequence[str]) -> list[str]:
     for value in values:
         start, end = time_interval(value)
         first, last = start.date(), end.date()
-        if (last - first).days < MAX_DAY_KEYS:  # days covered - 1
-            day = first
-            while day <= last:
-                keys[day.isoformat()] = None
-                day += timedelta(days=1)
-        month = date(first.year, first.month, 1)
-        for _ in range(MAX_MONTH_KEYS):
-            if month > last:
-                break
-            keys[f"{month:%Y-%m}"] = None
-            month = date(month.year + month.month // 12, month.month % 12 + 1, 1)
+        days = (last - first).days  # days covered - 1; no date past `last` is formed (9999-12-31)
+        if days < MAX_DAY_KEYS:
+            keys.update(((first + timedelta(days=n)).isoformat(), None) for n in range(days + 1))
+        first_month, last_month = first.year * 12 + first.month - 1, last.year * 12 + last.month - 1
+        for index in range(first_month, min(last_month + 1, first_month + MAX_MONTH_KEYS)):
+            keys[f"{index // 12:04d}-{index % 12 + 1:02d}"] = None  # four-digit years, as ISO values
     return list(keys)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from retrieval.memory.times import time_interval
+from retrieval.memory.times import naive_utc, time_interval
 
 MEMORY_TYPES = (
     "fact", "preference", "event", "constraint", "procedure", "failure_pattern", "tool_affordance",
@@ -38,7 +38,13 @@ class InputFormatError(ValueError):
 
 @dataclass(frozen=True)
 class Turn:
-    """One raw dialogue turn, as ingested and as stored for source-pointer lookups."""
+    """One raw dialogue turn, as ingested and as stored for source-pointer lookups.
+
+    ``session_time`` is naive and read as UTC: a time with an offset is converted to UTC and
+    its offset dropped on construction (``13:56+02:00`` -> ``11:56``), a naive one is taken as
+    written. One rule for every loader, so that sessions with and without offsets compare (the
+    same rule as AMU time values, :func:`retrieval.memory.times.time_interval`).
+    """
 
     conversation_id: str
     session_id: str
@@ -47,6 +53,10 @@ class Turn:
     text: str
     session_time: datetime | None = None
     image_caption: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.session_time is not None and self.session_time.tzinfo is not None:
+            object.__setattr__(self, "session_time", naive_utc(self.session_time))
 
     def render(self) -> str:
         """``"Speaker: text [shares an image: caption]"``: the raw-turn form used for embedding,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 from collections.abc import Iterable
 
@@ -139,6 +140,10 @@ DROP TRIGGER IF EXISTS segments_no_delete;
 CREATE TRIGGER segments_no_delete BEFORE DELETE ON segments
 BEGIN SELECT RAISE(ABORT, 'segment progress rows are append-only'); END;
 """
+
+SCHEMA_OBJECTS = tuple(re.findall(r"CREATE (?:VIRTUAL )?(?:TABLE|INDEX|TRIGGER) (?:IF NOT EXISTS )?(\w+)",
+                                   TABLES + TRIGGERS))
+"""Every table, index and trigger of the current schema: ``retrieval.store check`` finds missing ones."""
 
 _V1_COLUMNS = (
     "ALTER TABLE segments ADD COLUMN content_sha256 TEXT;"

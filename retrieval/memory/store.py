@@ -10,7 +10,9 @@ Open for writing (the default) the store holds a writer lock per role (:mod:`ret
 lock`): a second ingest into the same store is refused with a message, while a consolidation
 worker (another role) may write beside it; SQLite serialises their transactions. Open with
 ``read_only=True`` it takes no lock and refuses every write. Bad files (not a database, an
-unknown schema version, no permission) raise one :class:`StoreError` naming the file.
+unknown schema version, no permission) raise one :class:`StoreError` naming the file, and so do
+SQLite faults once it is open (a damaged page, a dropped table, a full disk:
+:mod:`retrieval.memory.faults`).
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.memory.cache import ArrayCache
-from retrieval.memory.errors import StoreError, StoreMismatch
+from retrieval.memory.errors import StoreError, StoreFault, StoreMismatch
+from retrieval.memory.faults import GuardedConnection
 from retrieval.memory.indexing import EvidenceReads, add_event_frame, index_amu
 from retrieval.memory.lock import WriterLock
 from retrieval.memory.reads import AMU_COLUMNS, StoreReads
 from retrieval.memory.records import AMU, SegmentRecord, Turn
-from retrieval.memory.schema import SCHEMA_VERSION, content_sha256, create_or_migrate
+from retrieval.memory.schema import SCHEMA_OBJECTS, SCHEMA_VERSION, content_sha256, create_or_migrate
 from retrieval.memory.times import iso_text, time_interval
 
 BUSY_TIMEOUT_S = 30.0
@@ -68,7 +71,7 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache):
         if read_only:
             if not self.path.is_file():
                 raise StoreError(f"no store at {self.directory} ({self.DB_NAME} is missing)")
-            self._db = self._connect(f"file:{self.path}?mode=ro")
+            self._db = self._connect_read_only()
         else:
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
@@ -90,11 +93,24 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache):
         try:
             # Autocommit mode: transactions are opened explicitly in _transaction().
             db = sqlite3.connect(target, uri=target.startswith("file:"), isolation_level=None,
-                                 timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+                                 timeout=BUSY_TIMEOUT_S, check_same_thread=False, factory=GuardedConnection)
+            db.store_path = self.path
             db.execute("SELECT 1 FROM sqlite_master LIMIT 1")
             return db
-        except sqlite3.DatabaseError as err:
-            raise StoreError(f"{self.path}: not a usable SQLite store ({err})") from None
+        except (sqlite3.DatabaseError, StoreFault) as err:
+            raise StoreError(f"{self.path}: not a usable SQLite store ({err.__cause__ or err})") from None
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """A reader needs the WAL index file (``-shm``) beside the store; on read-only media where
+        it is missing and cannot be created, a store with nothing left in its write-ahead log (it
+        was closed cleanly) is opened as immutable instead."""
+        try:
+            return self._connect(f"file:{self.path}?mode=ro")
+        except StoreError:
+            wal = self.path.with_name(self.DB_NAME + "-wal")
+            if wal.exists() and wal.stat().st_size > 0:
+                raise
+            return self._connect(f"file:{self.path}?mode=ro&immutable=1")
 
     def _prepare_schema(self) -> None:
         try:
@@ -116,6 +132,17 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache):
             self.close()
             raise
 
+    def integrity_problems(self) -> list[str]:
+        """What SQLite's ``PRAGMA quick_check`` finds wrong with the store file, and the tables,
+        indexes and triggers of the schema that are missing (empty: none)."""
+        try:
+            rows = [row[0] for row in self._db.execute("PRAGMA quick_check").fetchall()]
+            present = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master")}
+        except StoreFault as err:  # damage bad enough to stop the check itself
+            return [str(err.__cause__)]
+        missing = [f"schema object {name!r} is missing" for name in SCHEMA_OBJECTS if name not in present]
+        return [row for row in rows if row != "ok"] + missing
+
     def close(self) -> None:
         self._db.close()
         if self._lock is not None:
@@ -136,7 +163,8 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache):
         try:
             yield self._db
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:  # SQLite rolls back by itself after some faults (a full disk)
+                self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
 

@@ -45,11 +45,15 @@ def time_interval(value: str) -> tuple[datetime, datetime]:
             day = date.fromisoformat(value)
             return datetime.combine(day, datetime.min.time()), _end_of_day(day)
         moment = datetime.fromisoformat(value)
-    except ValueError as err:
+    except (ValueError, OverflowError) as err:  # OverflowError: a week or day past 9999-12-31
         raise ValueError(f"{value!r} is not a valid ISO 8601 time value ({err})") from None
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
+    moment = naive_utc(moment)
     return moment, moment
+
+
+def naive_utc(moment: datetime) -> datetime:
+    """``moment`` as a naive UTC datetime: one with an offset is converted, a naive one is kept as is."""
+    return moment if moment.tzinfo is None else moment.astimezone(timezone.utc).replace(tzinfo=None)
 
 
 def _end_of_day(day: date) -> datetime:

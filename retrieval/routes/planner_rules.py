@@ -81,7 +81,7 @@ def query_topics(question: str, context: PlanContext, entities: Collection[str])
 def query_time(question: str, now: datetime | None) -> TimeConstraint | None:
     """The range of the question's resolved temporal expressions, or None without any."""
     _, relative = resolve_dates(question, now)
-    values = [date.value for date in relative] + absolute_dates(question)
+    values = [date.value for date in relative if date.value is not None] + absolute_dates(question)
     if not values:
         return None
     start = min(values, key=lambda value: time_interval(value)[0])

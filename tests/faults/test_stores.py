@@ -130,9 +130,10 @@ def test_a_corrupt_store_file_is_named(tmp_path: Path, capsys) -> None:
     (tmp_path / "store" / AMUStore.DB_NAME).write_bytes(b"this is not a database" * 100)
     with pytest.raises(StoreError, match="amus.sqlite3: not a usable SQLite store"):
         AMUStore(tmp_path / "store")
-    locomo = tmp_path / "l.json"
-    locomo.write_text("[]")
-    assert ingest_main(["--locomo", str(locomo), "--store", str(tmp_path / "store"), "--no-progress"]) == 2
+    turns = tmp_path / "t.jsonl"  # one turn: an empty input is refused before the store is opened
+    turns.write_text(json.dumps({"session_id": "s1", "session_time": "2023-05-08T13:56:00", "speaker": "Ann",
+                                 "turn_id": "D1", "text": "hello"}))
+    assert ingest_main(["--jsonl", str(turns), "--store", str(tmp_path / "store"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "amus.sqlite3" in err and len(err.strip().splitlines()) == 1
 

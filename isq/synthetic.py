@@ -12,6 +12,9 @@ import os
 import random
 from pathlib import Path
 
+SYNTHETIC = "synthetic"
+"""The value of ``--data.root`` or ``$ISQ_DAILYDIALOG`` that selects this corpus."""
+
 NAMES = ["Anna", "Ben", "Carla", "David", "Elif", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Keiko", "Luis"]
 PLACES = ["the library", "the gym", "the station", "the market", "the museum", "the park", "the cinema", "the office"]
 ITEMS = ["coat", "laptop", "bike", "ticket", "lamp", "camera", "sofa", "phone"]

@@ -1,0 +1,49 @@
+"""What a merged AMU must keep of its members (SPEC section 8: consolidation loses no fact).
+
+Turns are not enough: a merged AMU that points to fifteen turns but keeps one statement still
+covers every turn. So a merge must also state what each member stated, at least:
+
+- every entity a member names in its own text appears in the merged text (case-insensitive,
+  as a whole word; entities an extractor attached without writing them are not "stated");
+- every date a member mentions (its ``timestamps``: the dates its text states) is one of the
+  merged AMU's (``t_ref`` is left out: it defaults to the day a fact was stated, and a merge of
+  a fact restated later keeps the newer day);
+
+and it may absorb at most :data:`MAX_MERGE_MEMBERS` AMUs. The engine refuses a draft that breaks
+these (the members stay active), and the audit checks every forwarded AMU against the active
+end of its chain, so settings loose enough to lump unrelated facts fail loudly, not silently.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from retrieval.memory.records import AMU
+
+MAX_MERGE_MEMBERS = 8
+"""This project's bound on the AMUs one merge may absorb: near-duplicate groups in the LoCoMo dev
+conversations have two to four members; a larger one means the clustering lumped topics."""
+
+
+def _stated_entities(amu: AMU) -> list[str]:
+    return [entity for entity in amu.entities if _names(amu.text, entity)]
+
+
+def _names(text: str, entity: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(entity.casefold())}(?!\w)", text.casefold()) is not None
+
+
+def lost_content(member: AMU, merged: AMU) -> list[str]:
+    """What ``member`` stated that ``merged`` does not (empty: nothing lost)."""
+    lost = [f"entity {entity!r}" for entity in _stated_entities(member) if not _names(merged.text, entity)]
+    return lost + [f"date {value!r}" for value in sorted(set(member.timestamps) - set(merged.timestamps))]
+
+
+def merge_problems(members: Sequence[AMU], merged: AMU) -> list[str]:
+    """Why ``merged`` may not replace ``members`` (empty: it may)."""
+    problems = [f"{member.id}: {', '.join(lost)} not kept" for member in members
+                if (lost := lost_content(member, merged))]
+    if len(members) > MAX_MERGE_MEMBERS:
+        problems.insert(0, f"{len(members)} members, over the bound of {MAX_MERGE_MEMBERS}")
+    return problems

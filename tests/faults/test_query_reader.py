@@ -1,0 +1,103 @@
+"""Round-2 fault class 4 and the newcomer's query items (issue 23): a query writes nothing into
+the store (the LLM planner's cache goes to a user cache directory); the listing explains its
+score columns, its size and its order; the store's fingerprinter is found without naming it
+again; the rule extractor writes reflexives as reflexives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import retrieval.query as query_module
+from retrieval.extract.pronouns import resolve_pronouns
+from retrieval.memory.fingerprinter_source import recorded_fingerprinter, remember_fingerprinter
+from retrieval.memory.store import AMUStore
+from retrieval.routes.score_legend import SCORE_COLUMNS
+from tests.fake_chat import FakeChatServer, completion_body
+from tests.routes_fixtures import IDENTITY, WordEmbedder, WordFingerprinter, build_store
+
+
+@pytest.fixture
+def store_dir(tmp_path, monkeypatch):
+    build_store(tmp_path / "store")
+    with AMUStore(tmp_path / "store") as store:
+        store.bind("embedder", WordEmbedder.name)
+    monkeypatch.setattr(query_module, "SentenceEmbedder", lambda name: WordEmbedder())
+    return tmp_path / "store"
+
+
+def files(directory: Path) -> set[str]:
+    return {str(path.relative_to(directory)) for path in directory.rglob("*")}
+
+
+# ---------------------------------------------------------------------------- 4. read-only queries
+
+
+def test_the_llm_planner_caches_outside_the_store(store_dir, tmp_path, capsys, monkeypatch):
+    answer = {"question_type": "single", "routes": [{"goal": "g", "queries": ["Ann pottery class"]}]}
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    before = files(store_dir)
+    with FakeChatServer(lambda body: (200, completion_body(json.dumps(answer), 30, 9), 0.0)) as server:
+        monkeypatch.setenv("ISQ_LLM_BASE_URL", server.base_url)
+        monkeypatch.setenv("ISQ_LLM_MODEL", "fake")
+        assert query_module.main(["--store", str(store_dir), "pottery?", "--planner", "llm"]) == 0
+        assert query_module.main(["--store", str(store_dir), "pottery?", "--planner", "llm",
+                                  "--llm-cache", str(tmp_path / "mine")]) == 0
+    assert "Plan (llm:fake)" in capsys.readouterr().out
+    assert files(store_dir) - before <= {"amus.sqlite3-wal", "amus.sqlite3-shm"}  # SQLite's own reader files
+    assert len(list((tmp_path / "xdg" / "isq-memory" / "llm_cache").glob("*.json"))) == 1
+    assert len(list((tmp_path / "mine").glob("*.json"))) == 1
+
+
+# ---------------------------------------------------------------------------- newcomer: the listing
+
+
+def test_the_listing_has_a_legend_and_says_why_it_has_15_items(store_dir, capsys):
+    assert query_module.main(["--store", str(store_dir), "Where will Ann and Bob go camping?", "-k", "5"]) == 0
+    out = capsys.readouterr().out
+    for column in ("records", "lexical", "code", "s_best", "s_route", "s_final"):
+        assert f"  {column} " in out
+    assert "8 items: k = 5 is raised to plan_depth 15" in out and "--exact-k" in out
+    assert "MMR" in out and "s_final is not sorted" in out
+
+
+def test_exact_k_returns_k(store_dir, capsys):
+    assert query_module.main(["--store", str(store_dir), "pottery class", "-k", "3", "--exact-k", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["items"]) == 3 and out["size"] == "3 items (k = 3)" and out["score_columns"] == SCORE_COLUMNS
+
+
+def test_the_store_names_its_fingerprinter(store_dir, tmp_path, capsys, monkeypatch):
+    checkpoint = tmp_path / "fingerprinter"
+    checkpoint.mkdir()
+    loaded: list[Path] = []
+
+    def from_pretrained(directory):
+        loaded.append(Path(directory))
+        return WordFingerprinter()
+
+    monkeypatch.setattr(query_module.Fingerprinter, "from_pretrained", from_pretrained)
+    monkeypatch.setattr(query_module, "CachedFingerprinter", lambda fingerprinter, store: fingerprinter)
+    with AMUStore(store_dir) as store:
+        assert recorded_fingerprinter(store) is None  # a store without one
+        store.bind("fingerprinter", IDENTITY)
+        remember_fingerprinter(store, checkpoint, WordFingerprinter())
+        assert recorded_fingerprinter(store) == checkpoint.resolve()
+    assert query_module.main(["--store", str(store_dir), "pottery class", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert loaded == [checkpoint.resolve()] and any("code" in item["scores"] for item in out["items"])
+
+
+# ---------------------------------------------------------------------------- newcomer: reflexives
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("I challenged myself to run a marathon.", "Maria challenged themselves to run a marathon."),
+    ("Painting is about letting you express yourself.", "Painting is about letting Melanie express themselves."),
+    ("You should be proud of yourself!", "Melanie should be proud of themselves!"),
+    ("Myself, I prefer tea.", "Maria, Maria prefers tea."),
+])
+def test_reflexives_stay_reflexive(text, expected):
+    assert resolve_pronouns(text, "Maria", "Melanie") == expected

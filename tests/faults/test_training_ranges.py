@@ -1,0 +1,126 @@
+"""Issue 23, class 5: training and fingerprinter values are range-checked.
+
+Every numeric field of ``ISQConfig``, the LightningModule and the DataModule is refused outside
+its range with one line naming the field and the range (``training.fit``: ``error:`` + exit 2;
+an export's ``config.json``: one load error naming the file); ``max_steps`` below the validation
+interval still validates, so the export records the checkpoint it came from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import typing
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from isq.config import RANGES, ISQConfig
+from isq.export import FingerprinterLoadError
+from isq.fingerprint import Fingerprinter
+from isq.fingerprint import main as fingerprint_main
+from isq.model import ISQModel
+from isq.ranges import OutOfRange, Range
+from tests.conftest import tiny_config
+from tests.test_fit import smoke_args
+from training.callbacks import ExportFingerprinter
+from training.data import RANGES as DATA_RANGES
+from training.data import DialogueDataModule
+from training.fit import main as fit_main
+from training.module import RANGES as MODULE_RANGES
+from training.module import ISQLightningModule
+
+
+def numeric_fields(hints: dict[str, typing.Any]) -> set[str]:
+    def numeric(hint: typing.Any) -> bool:
+        return hint in (int, float) or any(arm in (int, float) for arm in typing.get_args(hint))
+    return {name for name, hint in hints.items() if numeric(hint)}
+
+
+def test_every_numeric_isq_config_field_has_a_range():
+    assert numeric_fields(typing.get_type_hints(ISQConfig)) == set(RANGES)
+    assert set(RANGES) <= {f.name for f in fields(ISQConfig)}
+
+
+def test_every_numeric_module_and_data_argument_has_a_range():
+    module_hints = typing.get_type_hints(ISQLightningModule.__init__)
+    assert numeric_fields(module_hints) == set(MODULE_RANGES)
+    data_hints = typing.get_type_hints(DialogueDataModule.__init__)
+    assert numeric_fields(data_hints) - {"seed"} == set(DATA_RANGES)
+
+
+@pytest.mark.parametrize(("field", "value", "allowed"), [
+    ("max_length", 0, ">= 1"), ("max_length", -5, ">= 1"), ("num_codes", 0, ">= 1"), ("code_dim", 0, ">= 1"),
+    ("ema_decay", 1.0, "in [0, 1)"), ("ema_eps", 0.0, "> 0"), ("beta", -0.1, ">= 0"),
+    ("lambda_ent", math.nan, ">= 0"), ("nce_temperature", 0.0, "> 0"), ("revive_every", 0, ">= 1"),
+    ("lora_rank", -1, ">= 0"), ("entropy_temperature", math.inf, "> 0"),
+])
+def test_isq_config_refuses_a_value_out_of_range_naming_field_and_range(field, value, allowed):
+    with pytest.raises(OutOfRange) as refused:
+        ISQConfig(**{field: value})
+    assert f"'{field}'" in str(refused.value) and allowed in str(refused.value)
+
+
+def test_isq_config_refuses_even_kernels_unknown_norms_and_zero_decoder_sizes():
+    with pytest.raises(OutOfRange, match="'kernel_size' is 2"):
+        ISQConfig(kernel_size=2)
+    with pytest.raises(OutOfRange, match="'normalize_projection'"):
+        ISQConfig(normalize_projection="batch")
+    with pytest.raises(OutOfRange, match="ISQConfig.decoder field 'd_model' is 0"):
+        ISQConfig(decoder={"d_model": 0})
+    assert ISQConfig(decoder={"dropout_rate": 0.0}).decoder == {"dropout_rate": 0.0}
+
+
+def test_range_text_and_bounds():
+    assert [str(Range(0, low_open=True)), str(Range(0, 1, high_open=True)), str(Range(high=2))] == [
+        "> 0", "in [0, 1)", "<= 2"]
+    assert Range(0, 1, high_open=True).contains(0.0) and not Range(0, 1, high_open=True).contains(1.0)
+
+
+def edited_export(tmp_path: Path, **isq_config: typing.Any) -> Path:
+    directory = ISQModel(tiny_config()).export_fingerprinter(tmp_path / "fp")
+    path = directory / "config.json"
+    meta = json.loads(path.read_text())
+    meta["isq_config"].update(isq_config)
+    path.write_text(json.dumps(meta))
+    return directory
+
+
+def test_an_exports_out_of_range_max_length_is_one_load_error_naming_file_and_field(tmp_path, capsys):
+    directory = edited_export(tmp_path, max_length=-5)
+    with pytest.raises(FingerprinterLoadError) as refused:
+        Fingerprinter.from_pretrained(directory)
+    message = str(refused.value)
+    assert str(directory / "config.json") in message and "'max_length' is -5" in message and ">= 1" in message
+    with pytest.raises(SystemExit) as exit_info:
+        fingerprint_main([str(directory), "a text"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "max_length" in err
+
+
+@pytest.mark.parametrize(("flag", "value", "expected"), [
+    ("--model.encoder_lr", "-1.0", "'encoder_lr' is -1.0: allowed range is > 0"),
+    ("--model.min_lr_ratio", "2", "'min_lr_ratio' is 2.0: allowed range is in [0, 1]"),
+    ("--model.isq.max_length", "0", "'max_length' is 0: allowed range is >= 1"),
+    ("--model.isq.num_codes", "0", "'num_codes' is 0: allowed range is >= 1"),
+    ("--data.batch_size", "0", "'batch_size' is 0: allowed range is >= 1"),
+    ("--data.max_context_tokens", "-3", "'max_context_tokens' is -3: allowed range is >= 1"),
+])
+def test_fit_refuses_out_of_range_values_in_one_line(tmp_path, capsys, flag, value, expected):
+    with pytest.raises(SystemExit) as exit_info:
+        fit_main(smoke_args(tmp_path, 1, flag, value))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: " in err and expected in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists(), "a refused run must not leave a run directory"
+
+
+def test_max_steps_below_the_validation_interval_still_validates_and_records_the_checkpoint(tmp_path, capsys):
+    cli = fit_main(smoke_args(tmp_path, 2, "--trainer.val_check_interval", "50"))
+    assert "validating after batch 2 instead" in capsys.readouterr().err
+    (callback,) = [c for c in cli.trainer.callbacks if isinstance(c, ExportFingerprinter)]
+    record = json.loads((callback.exported_to / "training_run.json").read_text())
+    assert record["checkpoint"] is not None and Path(record["checkpoint"]).name == "step2.ckpt"
+    assert "val/ce_loss" in record["metrics"]

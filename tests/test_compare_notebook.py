@@ -56,7 +56,7 @@ def test_notebook_puts_two_codebooks_side_by_side(pair, tmp_path, monkeypatch):
     monkeypatch.setenv("ISQ_FINGERPRINTER_B", str(pair["B"]))
     monkeypatch.setenv("ISQ_SAMPLE_SIZE", "40")
     monkeypatch.setenv("ISQ_QUESTIONS", f"{_questions(tmp_path / 'q.jsonl')}:{_questions(tmp_path / 'q2.jsonl')}")
-    monkeypatch.delenv("ISQ_DAILYDIALOG", raising=False)
+    monkeypatch.setenv("ISQ_DAILYDIALOG", "synthetic")
     monkeypatch.delenv("ISQ_CONFIG_A", raising=False)
     monkeypatch.delenv("ISQ_CONFIG_B", raising=False)
     notebook = nbformat.read(NOTEBOOK, as_version=4)
@@ -68,7 +68,7 @@ def test_notebook_puts_two_codebooks_side_by_side(pair, tmp_path, monkeypatch):
     assert len(images) == 5  # usage, geometry, moved, purity, wins
     printed = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     markdown = "".join(o.get("data", {}).get("text/markdown", "") for o in outputs)
-    assert "40 texts from synthetic corpus" in printed
+    assert "40 texts from the project's synthetic corpus" in printed
     # 8 of 64 codes moved one unit; the other 56 did not move at all
     moved = printed.split("median move ")[1]
     assert moved.startswith("0 (") and "still nearest to their start" in moved

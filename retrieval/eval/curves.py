@@ -14,6 +14,7 @@ asked for, so its cut at 40 of a list of 100 can differ a little from a run at 4
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -81,8 +82,14 @@ def recall_curves(configs: Sequence[RetrievalConfig], questions: Sequence[EvalQu
     curves = {}
     for config in configs:
         runs = [retrieve(run).hits for run in path_runs(config, top)]
-        curves[config.name] = curve(questions, lambda i, k, c=config, r=runs: cut(c, [run[i] for run in r], k), ks)
+        curves[config.name] = curve(questions, functools.partial(_cut_question, config, runs), ks)
     return RecallCurves(ks=list(ks), configs=curves)
+
+
+def _cut_question(config: RetrievalConfig, runs: Sequence[Sequence[Sequence[Hit]]], question: int, k: int
+                  ) -> list[Hit]:
+    """Question ``question``'s first ``k`` items of ``config`` from its path runs."""
+    return cut(config, [run[question] for run in runs], k)
 
 
 def plot_curves(curves: RecallCurves, path: Path) -> None:

@@ -19,7 +19,8 @@ ISQ_LLM_MODEL, ISQ_LLM_API_KEY, or --llm-base-url/--llm-model): an LLM answers f
 retrieved AMUs and their source turns, scored with LoCoMo's token F1 and an LLM judge
 (CORRECT/WRONG), with the query tokens counted.
 
-Outputs in OUT: ``results.json``, ``results.md``, ``recall.png``, ``questions.jsonl`` (per
+Outputs in OUT: ``results.json``, ``results.md``, ``recall.png``, ``recall_at_k.png`` (recall@k
+curves, k = 5 ... 100), ``forest.png`` (paired differences per category), ``questions.jsonl`` (per
 question and configuration, the evidence found), ``sweep.json`` (``--sweep``) and
 ``answers.jsonl`` (answer stage).
 """

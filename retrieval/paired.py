@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from retrieval.eval.forest import FOREST_TITLE, label, plot_forest
 from retrieval.eval.paired_differences import compare, render
 
 
@@ -32,6 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="another run over the same questions whose configurations join as CONFIG@TAG, "
                              "e.g. --with consolidated/questions.jsonl:consolidated then dense40@consolidated; "
                              "runs given with the same TAG are averaged like --pool")
+    parser.add_argument("--forest", type=Path, metavar="PNG",
+                        help="also draw the table as a forest plot (one panel per group) into this PNG file")
     parser.add_argument("--resamples", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -48,6 +51,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(render(args.baseline, table))
+    if args.forest is not None:
+        try:
+            plot_forest({label(name, args.baseline): row for name, row in table.items()}, args.forest, FOREST_TITLE)
+        except OSError as err:
+            print(f"error: {args.forest}: {err}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -224,8 +224,10 @@ def test_bad_config_names_are_rejected(name):
 def test_default_configs_share_one_budget():
     names = default_configs(20, 20, with_kmeans=True)
     assert names == ["dense20", "dense40", "dense20+code20", "dense20+bm25_20", "code40", "dense20+kmeans20",
-                     "multi", "multi+code"]
+                     "multi", "multi+code", "multi+kmeans"]
     assert {parse_config(n).budget for n in names} == {20, 40} and "dense20+kmeans20" not in default_configs()
+    assert "multi+kmeans" not in default_configs()
+    assert parse_config("multi+kmeans") == RetrievalConfig("multi+kmeans", 40, "kmeans")
     assert parse_config("multi+code", 12).budget == 12 and parse_config("multi+code").uses_codes
     grid = sweep_grid()
     assert len(grid) == 36 and len({(p.max_hops, p.alpha, p.self_term, p.aggregate) for p in grid}) == 36
@@ -278,10 +280,11 @@ def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
     out = tmp_path / "eval"
     models = Models(fingerprinters, HashEmbedder())
     model = evaluate(conversations, models, out, EvaluationSettings(k_dense=2, k_code=2, sweep=True, progress=False))
-    names = ["dense2", "dense4", "dense2+code2", "dense2+bm25_2", "code4", "dense2+kmeans2", "multi", "multi+code"]
+    names = ["dense2", "dense4", "dense2+code2", "dense2+bm25_2", "code4", "dense2+kmeans2", "multi", "multi+code",
+             "multi+kmeans"]
     results = json.loads((out / "results.json").read_text())  # the keys that downstream scripts read
     check_schema(results, names)
-    for name in ("multi", "multi+code"):  # exactly the budget, like dense4, with cost figures
+    for name in ("multi", "multi+code", "multi+kmeans"):  # exactly the budget, like dense4, with cost figures
         overall = results["configs"][name]["overall"]
         assert overall["mean_retrieved"] == 4.0 and overall["mean_tokens"] > 0 and overall["latency_ms"] > 0
     assert results["multi"]["planner"] == "rules" and results["multi"]["reranker"].startswith("off")

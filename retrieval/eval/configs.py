@@ -4,8 +4,10 @@ Configurations at equal budget are named ``dense{K}``, ``code{K}``, ``kmeans{K}`
 ``dense{K}+code{K}`` / ``dense{K}+kmeans{K}`` / ``dense{K}+bm25_{K}``: ``code`` is Path B with the
 trained fingerprinter, ``kmeans`` Path B with the k-means control, and a ``+`` path only adds
 items that the dense path did not return (SPEC section 4). ``multi`` is plan-guided multi-route
-retrieval with every route but the codebook and ``multi+code`` adds the codebook route (SPEC
-section 7); both return the evaluation's total budget (k_dense + k_code) of distinct items.
+retrieval with every route but the codebook, ``multi+code`` adds the codebook route (SPEC
+section 7) and ``multi+kmeans`` adds it with the k-means control as its codebook (the same plans
+and routes otherwise); all three return the evaluation's total budget (k_dense + k_code) of
+distinct items.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ class EvaluationError(ValueError):
 
 
 _PART = re.compile(r"(dense|codebm25_|code|kmeans|bm25_)(\d+)")
-MULTI_CONFIGS = ("multi", "multi+code")
+MULTI_CONFIGS = ("multi", "multi+code", "multi+kmeans")
+"""Multi-route retrieval without a codebook route, with the trained codebook's, with the control's."""
 
 
 @dataclass(frozen=True)
@@ -63,15 +66,15 @@ _CHANNELS = {"code": Channel.CODE, "kmeans": Channel.CODE, "bm25_": Channel.BM25
 def parse_config(name: str, budget: int = 40) -> RetrievalConfig:
     """``dense20`` / ``code40`` / ``kmeans40`` / ``bm25_40`` / ``codebm25_40`` / ``dense20+code20`` /
     ``dense20+kmeans20`` / ``dense20+bm25_20`` / ``dense20+codebm25_20`` -> :class:`RetrievalConfig`; ``multi`` and
-    ``multi+code`` take ``budget`` items."""
+    ``multi+code`` / ``multi+kmeans`` take ``budget`` items."""
     if name in MULTI_CONFIGS:
-        return RetrievalConfig(name, budget, TRAINED if name == "multi+code" else None)
+        return RetrievalConfig(name, budget, {"multi+code": TRAINED, "multi+kmeans": KMEANS}.get(name))
     parts = [match for part in name.split("+") if (match := _PART.fullmatch(part)) is not None]
     valid = len(parts) == name.count("+") + 1 and (
         len(parts) == 1 or (len(parts) == 2 and parts[0][1] == "dense" and parts[1][1] != "dense"))
     if not valid:
         raise EvaluationError(f"unknown configuration {name!r}: expected dense<K>, code<K>, kmeans<K>, bm25_<K>, "
-                              "codebm25_<K>, dense<K>+ one of those, multi or multi+code")
+                              "codebm25_<K>, dense<K>+ one of those, multi, multi+code or multi+kmeans")
     k_dense = int(parts[0][2]) if parts[0][1] == "dense" else 0
     other = parts[-1] if parts[-1][1] != "dense" else None
     if other is None:
@@ -83,12 +86,13 @@ def parse_config(name: str, budget: int = 40) -> RetrievalConfig:
 
 def default_configs(k_dense: int = 20, k_code: int = 20, with_kmeans: bool = False) -> list[str]:
     """Dense-K, Dense-2K, Dense-K + Codebook-K, Dense-K + BM25-K, Codebook-2K, with the control
-    Dense-K + k-means-K, and multi-route retrieval without and with the codebook route: the
-    ablation at equal budgets."""
+    Dense-K + k-means-K, and multi-route retrieval without and with the codebook route (with the
+    control: also with the control as that route): the ablation at equal budgets."""
     total = k_dense + k_code
     names = [f"dense{k_dense}", f"dense{total}", f"dense{k_dense}+code{k_code}", f"dense{k_dense}+bm25_{k_code}",
              f"code{total}"]
-    return names + ([f"dense{k_dense}+kmeans{k_code}"] if with_kmeans else []) + list(MULTI_CONFIGS)
+    multi = [name for name in MULTI_CONFIGS if with_kmeans or parse_config(name).codebook != KMEANS]
+    return names + ([f"dense{k_dense}+kmeans{k_code}"] if with_kmeans else []) + multi
 
 
 def resolve_configs(names: Sequence[str], codebooks: Collection[str], answer_configs: Sequence[str] = (),

@@ -1,18 +1,22 @@
-"""The multi-route configurations of the evaluation (``multi``, ``multi+code``; SPEC section 7):
-one :class:`MultiRouteRetriever` per conversation over the same active AMUs, embeddings and
-trained-codebook topology as the dual-path banks, and the plans' query texts embedded and
-fingerprinted in one batch before any query is timed (the dual-path configurations' question
-vectors are batched the same way), so that latency measures retrieval, not model forwards."""
+"""The multi-route configurations of the evaluation (``multi``, ``multi+code``, ``multi+kmeans``;
+SPEC section 7): one :class:`MultiRouteRetriever` per conversation and configuration over the
+same active AMUs and embeddings as the dual-path banks, whose code route searches the
+configuration's codebook (the trained one's topology for ``multi+code``, the control's for
+``multi+kmeans``; the other routes and the plans are shared), and the plans' query texts
+embedded and fingerprinted in one batch before any query is timed (the dual-path
+configurations' question vectors are batched the same way), so that latency measures
+retrieval, not model forwards."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from isq.topology import CooccurrenceTopology
-from retrieval.eval.configs import RetrievalConfig
+from retrieval.eval.configs import TRAINED, RetrievalConfig
+from retrieval.eval.dual_path import DualPathRetriever
 from retrieval.eval.questions import EvalQuestion
 from retrieval.eval.results import MultiRouteInfo
 from retrieval.memory.models import Embedder, TextFingerprinter
@@ -26,26 +30,33 @@ from retrieval.routes.snapshot import MemorySnapshot
 
 
 def build_route_retrievers(store: AMUStore, conversation_id: str, embedder: Embedder, amus: Sequence[AMU],
-                           embeddings: np.ndarray, topology: CooccurrenceTopology, fingerprinter: TextFingerprinter,
-                           planner: Planner | None, reranker: CrossEncoderReranker | None,
+                           embeddings: np.ndarray, banks: Mapping[str, DualPathRetriever],
+                           fingerprinters: Mapping[str, TextFingerprinter], planner: Planner | None,
+                           reranker: CrossEncoderReranker | None,
                            configs: Sequence[RetrievalConfig]) -> dict[str, MultiRouteRetriever]:
-    """The conversation's memory snapshot (the given records, vectors and topology) and, over it,
-    one retriever per multi-route configuration of ``configs`` (the codebook route where the
-    configuration uses codes). Equal budgets: plan_depth 0, so each returns exactly the budget asked for."""
+    """The conversation's memory snapshot (the given records and vectors) and, over it, one
+    retriever per multi-route configuration of ``configs``, whose codebook route (where the
+    configuration uses codes) searches its codebook: the topology of that codebook's dual-path
+    bank in ``banks`` (same records), queries fingerprinted by its entry in ``fingerprinters``.
+    The snapshot is built once, with the trained codebook; another codebook's snapshot shares
+    its arrays. Equal budgets: plan_depth 0, so each returns exactly the budget asked for."""
     bank = MemorySnapshot.build(store, conversation_id, embedder, records=amus, record_vectors=embeddings,
-                                topology=topology, fingerprinter=fingerprinter)
-    return {config.name: MultiRouteRetriever(bank, planner, reranker, use_code=config.uses_codes, plan_depth=0)
+                                topology=banks[TRAINED].topology, fingerprinter=fingerprinters[TRAINED])
+    snapshots = {name: bank if name == TRAINED else dataclasses.replace(
+        bank, topology=banks[name].topology, fingerprinter=fingerprinters[name]) for name in banks}
+    return {config.name: MultiRouteRetriever(snapshots[config.codebook or TRAINED], planner, reranker,
+                                             use_code=config.uses_codes, plan_depth=0)
             for config in configs}
 
 
 def prepare_queries(retrievers: Mapping[str, MultiRouteRetriever], questions: Sequence[EvalQuestion],
-                    embedder: Embedder, fingerprinter: TextFingerprinter | None) -> list[Plan]:
-    """Plan every question and put its route queries' vectors (and codes) in the store's caches
-    with one batched call each; returns the plans, in question order."""
+                    embedder: Embedder, fingerprinters: Iterable[TextFingerprinter]) -> list[Plan]:
+    """Plan every question and put its route queries' vectors and, per fingerprinter, codes in
+    the store's caches with one batched call each; returns the plans, in question order."""
     plans = [retrievers[q.conversation_id].plan(q.question) for q in questions]
     texts = list(dict.fromkeys(query for plan in plans for route in plan.routes for query in route.queries))
     embedder.encode(texts)
-    if fingerprinter is not None:
+    for fingerprinter in fingerprinters:
         fingerprinter.fingerprint(texts)
     return plans
 

@@ -1,4 +1,4 @@
-"""``results.md`` and ``recall.png`` of an evaluation, from its :class:`Results`; every table goes
+"""``results.md`` and the pictures of an evaluation, from its :class:`Results`; every table goes
 through :func:`isq.markdown.markdown_table`."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import numpy as np
 
 from isq.markdown import markdown_table
 from isq.topology import TopologyParams
+from retrieval.eval.curves import CURVES_FILE, plot_curves
+from retrieval.eval.forest import FOREST_FILE, comparisons, write_forest
 from retrieval.eval.results import Recommended, Results, RetrievalSummary, Summary, SweepRow
 
 
@@ -145,6 +147,13 @@ def render_markdown(results: Results, sweep_rows: Sequence[SweepRow]) -> str:
     else:
         lines.append(f"Skipped: {answers.note}.")
     lines += ["", "![recall per configuration and category](recall.png)", ""]
+    if results.recall_curves is not None:
+        lines += ["Recall@k for k = 5 ... 100, one retrieval per configuration at the largest k, cut "
+                  "(`retrieval/eval/curves.py`):", "", f"![recall@k curves]({CURVES_FILE})", ""]
+    if comparisons(settings.configs, settings.k_dense + settings.k_code):
+        lines += ["Paired differences per category and on the lexical-gap subset, mean and 95% bootstrap "
+                  "interval (`python -m retrieval.paired`'s statistics):", "", f"![paired differences]({FOREST_FILE})",
+                  ""]
     return "\n".join(lines)
 
 
@@ -169,6 +178,17 @@ def render_sweep(rows: Sequence[SweepRow], recommended: Recommended) -> list[str
             f"Recommended for {primary}: H_r={recommended.max_hops}, α={recommended.alpha}, self term "
             f"{'on' if recommended.self_term else 'off'}, aggregate {recommended.aggregate} "
             f"(overall {pct(recommended.overall.recall)}%).", "", table]
+
+
+def write_pictures(results: Results, out_dir: Path) -> None:
+    """The pictures ``results.md`` links, beside it: recall per category (``recall.png``), the
+    recall@k curves and the forest plot of paired differences (from ``questions.jsonl``)."""
+    plot_recall(results, out_dir / "recall.png")
+    if results.recall_curves is not None:
+        plot_curves(results.recall_curves, out_dir / CURVES_FILE)
+    settings = results.settings
+    write_forest(out_dir / "questions.jsonl", settings.configs, settings.k_dense + settings.k_code,
+                 out_dir / FOREST_FILE)
 
 
 def plot_recall(results: Results, path: Path) -> None:

@@ -12,7 +12,7 @@ statistics read ``questions.jsonl`` through this module.
 ``results.json``, top level: ``configs`` ({configuration: :class:`Summary` of
 :class:`RetrievalBlock`}), ``construction``, ``evidence`` (with ``recall_ceiling``),
 ``codebooks``, ``settings``, ``sweep`` (``--sweep`` only), ``answers`` (skipped or done),
-``wall_seconds`` and ``multi`` (multi-route configurations only).
+``wall_seconds``, ``multi`` (multi-route configurations only) and ``recall_curves``.
 """
 
 from __future__ import annotations
@@ -226,6 +226,14 @@ class LexicalGap(Record):
     recall: dict[str, float]
 
 
+class RecallCurves(Record):
+    """Recall@k of each configuration's list cut at every k of ``ks`` (:mod:`retrieval.eval.curves`):
+    ``configs[name][group]`` holds one mean recall per k, for "overall" and each category."""
+
+    ks: list[int]
+    configs: dict[str, dict[str, list[float]]]
+
+
 class ConsolidationBlock(Record):
     """What consolidation did before the evaluation (``--consolidate``), summed over the
     conversations, with the recall ceiling before and after (equal: no evidence turn lost)."""
@@ -265,6 +273,7 @@ class Results(Record):
     multi: MultiRouteInfo | None = None
     lexical_gap: LexicalGap | None = None
     consolidation: ConsolidationBlock | None = None
+    recall_curves: RecallCurves | None = None
 
 
 # -- questions.jsonl -----------------------------------------------------------------------------

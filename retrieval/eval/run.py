@@ -4,10 +4,9 @@ Four steps over one :class:`EvaluationSettings`: :func:`construct` ingests each 
 sessions in order into ``OUT/store`` (a rerun resumes and reuses it), embeds and fingerprints
 every AMU with each fingerprinter and builds one dual-path bank per codebook (its BM25 channel
 is the store's FTS5 table) and the multi-route retrievers (:mod:`retrieval.eval.multi`);
-:func:`encode_queries` embeds and fingerprints the questions in batches; :func:`retrieve_all`
-answers every question of categories 1-4 through each configuration's
-:class:`retrieval.contract.Retriever`, timed, and :func:`score_config` scores it against its
-evidence dia_ids; :func:`evaluate` then writes the reports (and the optional sweep and answers).
+:func:`encode_queries` embeds and fingerprints the questions in batches; :func:`retrieve_all` answers
+every question of categories 1-4 through each configuration's :class:`retrieval.contract.Retriever`, timed;
+:func:`score_config` scores it; :func:`evaluate` writes the reports, pictures, optional sweep and answers.
 """
 
 from __future__ import annotations
@@ -49,12 +48,13 @@ from retrieval.eval.construction import (
     codebook_diagnostics,
     open_memory,
 )
+from retrieval.eval.curves import recall_curves
 from retrieval.eval.lexical_gap import gap_flags, gap_recall
 from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import EvidenceScore, covered_turns, mean, score_evidence, summarise, tied_at_cut
 from retrieval.eval.multi import build_route_retrievers, multi_info, prepare_queries
 from retrieval.eval.questions import CATEGORY_NAMES, EvalQuestion, EvidenceReport, select_questions
-from retrieval.eval.render import plot_recall, render_markdown
+from retrieval.eval.render import render_markdown, write_pictures
 from retrieval.eval.results import (
     AnswersDone,
     AnswersSkipped,
@@ -256,8 +256,8 @@ def construct(conversations: Sequence[LocomoConversation], memory: Memory, model
         multi = {}
         if multi_configs:
             tick = time.perf_counter()
-            multi = build_route_retrievers(store, cid, embedder, amus, embeddings, banks[TRAINED].topology,
-                                           fingerprinters[TRAINED], models.planner, models.reranker, multi_configs)
+            multi = build_route_retrievers(store, cid, embedder, amus, embeddings, banks, fingerprinters,
+                                           models.planner, models.reranker, multi_configs)
             seconds["route_banks"] = built.route_seconds[cid] = time.perf_counter() - tick
         for step, spent in seconds.items():
             built.timings[step] += spent
@@ -279,7 +279,7 @@ def encode_queries(built: Built, fingerprinters: Mapping[str, CachedFingerprinte
                        {name: [fp.codes for fp in fp_model.fingerprint(texts)]
                         for name, fp_model in fingerprinters.items()})
     multi = {cid: next(iter(c.multi.values())) for cid, c in built.conversations.items() if c.multi}
-    plans = prepare_queries(multi, built.questions, embedder, fingerprinters[TRAINED]) if multi else []
+    plans = prepare_queries(multi, built.questions, embedder, fingerprinters.values()) if multi else []
     return queries, plans
 
 
@@ -349,6 +349,7 @@ def evaluate(conversations: Sequence[LocomoConversation], models: Models, out_di
             config_results[config.name], per_question[config.name] = score_config(queries, run)
         built.timings["retrieval"] = time.perf_counter() - tick
         questions = built.questions
+        curves = recall_curves(selected, questions, lambda c: retrieve_all(c, built.conversations, queries))
         gaps = gap_flags(questions, conversations)
         write_questions(out_dir / "questions.jsonl", [
             QuestionRecord(conversation=q.conversation_id, qa_index=q.qa_index, category=q.category_name,
@@ -380,9 +381,9 @@ def evaluate(conversations: Sequence[LocomoConversation], models: Models, out_di
                       multi=multi_info(multi, plans, built.route_seconds) if multi else None,
                       lexical_gap=lexical_gap,
                       consolidation=(consolidation_block(built.consolidated, questions)
-                                     if built.consolidated else None))
+                                     if built.consolidated else None), recall_curves=curves)
     write_results(out_dir / "results.json", results)
-    plot_recall(results, out_dir / "recall.png")
+    write_pictures(results, out_dir)
     (out_dir / "results.md").write_text(render_markdown(results, rows))
     return results
 

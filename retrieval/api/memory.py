@@ -17,7 +17,6 @@ records in another (:mod:`retrieval.api.online`).
 from __future__ import annotations
 
 import builtins  # Memory.list shadows the builtin inside the class
-
 import threading
 from collections.abc import Sequence
 from pathlib import Path

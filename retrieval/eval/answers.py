@@ -4,6 +4,7 @@ source turns, scored with LoCoMo's token F1 and an LLM judge (CORRECT/WRONG)."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import string
 import sys
@@ -16,10 +17,12 @@ from retrieval.contract import Hit
 from retrieval.eval.construction import BuiltConversation
 from retrieval.eval.metrics import mean, summarise
 from retrieval.eval.questions import DIA_ID, EvalQuestion
-from retrieval.eval.results import AnswersDone, AnswerSummary
+from retrieval.eval.results import AnswersDone, AnswersSkipped, AnswerSummary
 from retrieval.llm_client import ChatClient, InvalidResponse
 from retrieval.memory.records import AMU, Turn
 from retrieval.memory.store import AMUStore
+
+logger = logging.getLogger(__name__)
 
 ANSWER_PROMPT = """You answer questions about a long conversation between two people, using only the
 memories retrieved for the question and the original conversation turns they come from.
@@ -126,11 +129,18 @@ class AnswerStage:
                                           label=f"judge {question.conversation_id}/{question.qa_index}")
 
 
-def run_answer_stage(stage: AnswerStage, config_names: Sequence[str], questions: Sequence[EvalQuestion],
+def run_answer_stage(stage: AnswerStage | None, config_names: Sequence[str], questions: Sequence[EvalQuestion],
                      hits: Mapping[str, Sequence[Sequence[Hit]]], banks: Mapping[str, BuiltConversation],
-                     store: AMUStore, out_dir: Path) -> AnswersDone:
+                     store: AMUStore, out_dir: Path) -> AnswersDone | AnswersSkipped:
     """Answer and grade every question with each configuration's retrieved AMUs (and raw turns);
-    writes ``answers.jsonl`` and returns the summary for ``results.json``."""
+    writes ``answers.jsonl`` and returns the summary for ``results.json`` (or why it was skipped:
+    no endpoint, no answer configuration)."""
+    if stage is None or not config_names:
+        return AnswersSkipped(note=(
+            "no LLM endpoint configured: set ISQ_LLM_BASE_URL and ISQ_LLM_MODEL (and ISQ_LLM_API_KEY if "
+            "needed) or pass --llm-base-url/--llm-model" if stage is None
+            else "no answer configuration selected (--answer-configs)"))
+    logger.info("answering %d questions x %d configurations", len(questions), len(config_names))
     amus_by_id = {amu.id: amu for bank in banks.values() for amu in bank.amus}
     summaries: dict[str, AnswerSummary] = {}
     failed: Counter[str] = Counter()

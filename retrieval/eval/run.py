@@ -56,8 +56,6 @@ from retrieval.eval.multi import build_route_retrievers, multi_info, prepare_que
 from retrieval.eval.questions import CATEGORY_NAMES, EvalQuestion, EvidenceReport, select_questions
 from retrieval.eval.render import render_markdown, write_pictures
 from retrieval.eval.results import (
-    AnswersDone,
-    AnswersSkipped,
     CodebookStats,
     Construction,
     EvidenceCounts,
@@ -371,7 +369,8 @@ def evaluate(conversations: Sequence[LocomoConversation], models: Models, out_di
                                "categories": {str(k): v for k, v in CATEGORY_NAMES.items()},
                                "conversations": ids})
         rows, swept_info = sweep_topology(selected, built, queries, out_dir) if settings.sweep else ([], None)
-        answers = answer(models.answer_stage, settings.answer_configs, questions, all_hits, built, store, out_dir)
+        answers = run_answer_stage(models.answer_stage, settings.answer_configs, questions, all_hits,
+                                   built.conversations, store, out_dir)
 
     multi = {cid: next(iter(c.multi.values())) for cid, c in built.conversations.items() if c.multi}
     results = Results(configs=config_results, construction=construction,
@@ -387,15 +386,3 @@ def evaluate(conversations: Sequence[LocomoConversation], models: Models, out_di
     (out_dir / "results.md").write_text(render_markdown(results, rows))
     return results
 
-
-def answer(stage: AnswerStage | None, config_names: Sequence[str], questions: Sequence[EvalQuestion],
-           hits: Mapping[str, Sequence[Sequence[Hit]]], built: Built, store: AMUStore,
-           out_dir: Path) -> AnswersDone | AnswersSkipped:
-    """The optional answer stage, or why it was skipped."""
-    if stage is not None and config_names:
-        logger.info("answering %d questions x %d configurations", len(questions), len(config_names))
-        return run_answer_stage(stage, config_names, questions, hits, built.conversations, store, out_dir)
-    return AnswersSkipped(note=(
-        "no LLM endpoint configured: set ISQ_LLM_BASE_URL and ISQ_LLM_MODEL (and ISQ_LLM_API_KEY if "
-        "needed) or pass --llm-base-url/--llm-model" if stage is None
-        else "no answer configuration selected (--answer-configs)"))

@@ -12,23 +12,12 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from retrieval.api.errors import InvalidInput, NotFound
 from starlette.exceptions import HTTPException
 
 from retrieval.service.drain import ShuttingDown
 
 log = logging.getLogger("retrieval.service")
-
-
-class NotFound(LookupError):
-    """The key's user has no such memory, session or job (it may exist for another user: same answer)."""
-
-
-class BadInput(ValueError):
-    """The memory refused the request's content; ``field`` names what, when known."""
-
-    def __init__(self, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
 
 
 def error_response(status: int, message: str, field: str | None = None,
@@ -57,8 +46,8 @@ async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
     return error_response(404, str(exc))
 
 
-async def _bad_input(_: Request, exc: BadInput) -> JSONResponse:
-    return error_response(422, str(exc), exc.field)
+async def _invalid(_: Request, exc: InvalidInput) -> JSONResponse:
+    return error_response(422, str(exc))
 
 
 async def _shutting_down(_: Request, exc: ShuttingDown) -> JSONResponse:
@@ -75,8 +64,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(HTTPException, _http)
     app.add_exception_handler(NotFound, _not_found)
-    from retrieval.api import NotFoundError
-    app.add_exception_handler(NotFoundError, _not_found)
-    app.add_exception_handler(BadInput, _bad_input)
+    app.add_exception_handler(InvalidInput, _invalid)
     app.add_exception_handler(ShuttingDown, _shutting_down)
     app.add_exception_handler(Exception, _unexpected)

@@ -13,10 +13,10 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
+from retrieval.api.errors import InvalidInput, NotFound
 
 from retrieval.service import limits, models, operations
 from retrieval.service.drain import ShuttingDown, WriteGate
-from retrieval.service.errors import BadInput, NotFound
 
 UserOf = Callable[[Context], str]
 INSTRUCTIONS = ("Long-term memory of one user. Add dialogue turns as they happen (memory_add), find what was "
@@ -27,7 +27,7 @@ def _refusals(call: Callable[[], Any]) -> Any:
     """A refusal of the memory becomes the tool's error message (is_error), not a crash."""
     try:
         return call()
-    except (NotFound, BadInput, ShuttingDown) as err:
+    except (NotFound, InvalidInput, ShuttingDown) as err:
         raise ToolError(str(err)) from None
 
 

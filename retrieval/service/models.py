@@ -48,18 +48,29 @@ class ConsolidateRequest(_Request):
 
 
 class AddTurnsResponse(BaseModel):
-    """What ``add`` committed: the stored turn ids and the ids of units made from them."""
+    """What ``add`` committed: the turns stored now, the units (AMUs) of every segment that closed;
+    a replayed idempotency key or turn id adds nothing (``replayed``, ``duplicates``)."""
 
     session_id: str
     turn_ids: list[str]
     memory_ids: list[str]
+    duplicates: list[str] = []
+    replayed: bool = False
 
 
 class Hit(BaseModel):
+    """One search result: a stored unit (``kind`` "record") or a raw turn (``kind`` "turn"), with
+    the ids of the turns it came from; ``channels`` (with ``explain``) gives each channel's rank and
+    score and the codes shared with the query."""
+
     id: str
     text: str
     score: float
-    turns: list[dict[str, Any]]
+    turns: list[str]
+    kind: str
+    session_id: str
+    memory_type: str | None = None
+    time: str | None = None
     channels: dict[str, Any] | None = None
 
 
@@ -68,14 +79,18 @@ class SearchResponse(BaseModel):
 
 
 class MemoryItem(BaseModel):
-    """A stored unit: its text and type, its session and time, and the turns it came from."""
+    """A stored unit or raw turn: its text, session, type and time, and the turns it came from;
+    ``successor`` names the unit consolidation merged an archived one into."""
 
     id: str
+    kind: str
     text: str
-    session_id: str | None = None
+    session_id: str
+    turns: list[str]
     memory_type: str | None = None
     time: str | None = None
-    turns: list[dict[str, Any]] = []
+    archived: bool = False
+    successor: str | None = None
 
 
 class MemoryPage(BaseModel):
@@ -84,14 +99,14 @@ class MemoryPage(BaseModel):
 
 
 class History(BaseModel):
-    """A unit and what consolidation merged into it (oldest first)."""
+    """A unit and what consolidation merged into it."""
 
     id: str
-    history: list[dict[str, Any]]
+    history: list[MemoryItem]
 
 
 class Deleted(BaseModel):
-    deleted: int
+    deleted: bool = True
 
 
 class JobAccepted(BaseModel):
@@ -99,10 +114,12 @@ class JobAccepted(BaseModel):
 
 
 class Job(BaseModel):
+    """A consolidation job: ``status`` is queued, running, done or failed."""
+
     job_id: str
     status: str
     session_id: str | None = None
-    progress: float | None = None
+    progress: dict[str, Any] = {}
     error: str | None = None
 
 

@@ -10,3 +10,15 @@ the run, rendering, paired statistics). Beside them: ``llm`` (the one OpenAI-com
 and ``retriever`` (dense + codebook dual-path retrieval). The command lines are the top-level
 modules ``ingest``, ``query``, ``evaluate`` and ``paired`` (``python -m retrieval.<command>``).
 """
+
+__all__ = ["Memory"]
+
+
+def __getattr__(name: str) -> object:
+    """``from retrieval import Memory`` (the memory API, :mod:`retrieval.api.memory`), imported on
+    first use so that ``import retrieval`` stays light."""
+    if name == "Memory":
+        from retrieval.api.memory import Memory
+
+        return Memory
+    raise AttributeError(f"module 'retrieval' has no attribute {name!r}")

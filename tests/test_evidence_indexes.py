@@ -16,6 +16,7 @@ from retrieval.extract.dates import absolute_dates
 from retrieval.extract.rules import RuleExtractor, temporal_scope
 from retrieval.index.evidence import normalise_key, record_nodes, segment_search_texts, temporal_keys
 from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn, amu_id
+from retrieval.memory.schema import SCHEMA_VERSION
 from retrieval.memory.segmenter import Exchange, Segment
 from retrieval.memory.store import AMUStore
 
@@ -131,10 +132,10 @@ def test_a_version_2_store_migrates_and_gets_its_indexes(tmp_path):
                           record(0, 1, "Bob ran a race.", ["Bob"], ["race"])])
         store.archive(["conv-x:0:1"])
     _downgrade_to_version_2(tmp_path / AMUStore.DB_NAME)
-    with pytest.raises(Exception, match="needs a migration to 3"):
+    with pytest.raises(Exception, match=f"needs a migration to {SCHEMA_VERSION}"):
         AMUStore(tmp_path, read_only=True)
     with AMUStore(tmp_path) as store:
-        assert store._db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert store.get("conv-x:0:0").t_ref is None  # old records keep what they had
         nodes = node_map(store)
         assert nodes["entity:ann"] == ("conv-x:0:0",) and "entity:bob" not in nodes  # archived: not indexed

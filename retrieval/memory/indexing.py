@@ -100,6 +100,21 @@ class EvidenceReads:
                              first["session_id"], tuple(json.loads(first["turn_ids"] or "[]")))
                 for first, group in ((group[0], group) for group in grouped.values())]
 
+    def node_links(self, amu_ids: Sequence[str]) -> list[tuple[EvidenceNode, str]]:
+        """(node, AMU id) for every evidence link of these active AMUs, in node creation order: what
+        a cached search snapshot adds when a segment commits (the node carries only that AMU)."""
+        found: list[tuple[EvidenceNode, str]] = []
+        for start in range(0, len(amu_ids), 500):
+            chunk = list(amu_ids[start:start + 500])
+            rows = self._db.execute(
+                "SELECT n.node_type, n.key, n.text, n.session_id, n.turn_ids, a.id AS amu FROM evidence_nodes n "
+                "JOIN evidence_links l ON l.node = n.id JOIN amus a ON a.position = l.amu "
+                f"WHERE a.archived = 0 AND a.id IN ({','.join('?' * len(chunk))}) ORDER BY n.id, a.position",
+                chunk).fetchall()
+            found += [(EvidenceNode(row["node_type"], row["key"], row["text"], (row["amu"],), row["session_id"],
+                                    tuple(json.loads(row["turn_ids"] or "[]"))), row["amu"]) for row in rows]
+        return found
+
     def lexical_search(self, query: str, conversation_id: str, k: int) -> list[tuple[str, float]]:
         """FTS5 ``bm25()`` over the conversation's active AMUs: up to ``k`` (AMU id, score), best first."""
         rows = bm25_search(self._db, "amu_fts", query, k, join="JOIN amus a ON a.position = amu_fts.rowid",

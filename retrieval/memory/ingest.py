@@ -164,9 +164,9 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
             if stored is None:
                 extraction = extractor.extract(segment, context)
                 amus = fingerprinted(extraction.amus, fingerprinter)
-                store.commit_segment(_record(segment, extraction.state, extraction.fallback, len(amus)),
+                store.commit_segment(segment_record(segment, extraction.state, extraction.fallback, len(amus)),
                                      segment.turns, amus)
-                _embed(embedder, segment.turns, amus)
+                embed_segment(embedder, segment.turns, amus)
                 state = extraction.state
                 stats.amus += len(amus)
                 stats.fallback_segments += int(extraction.fallback)
@@ -183,8 +183,8 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
                                    for i, amu in enumerate(retried.amus)]
                         amus = fingerprinted(renamed, fingerprinter)
                         store.replace_extraction(dataclasses.replace(
-                            _record(segment, retried.state, False, len(amus)), revision=revision), amus)
-                        _embed(embedder, segment.turns, amus)
+                            segment_record(segment, retried.state, False, len(amus)), revision=revision), amus)
+                        embed_segment(embedder, segment.turns, amus)
                         state = retried.state
                         stats.amus += len(amus)
                         stats.retried_segments += 1
@@ -198,13 +198,13 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
             bar.update(len(segment.turns))
 
 
-def _embed(embedder: Embedder, turns: Sequence[Turn], amus: Sequence[AMU]) -> None:
+def embed_segment(embedder: Embedder, turns: Sequence[Turn], amus: Sequence[AMU]) -> None:
     """Embed a committed segment's raw turns (verbatim, as rendered), records and the texts of its
     searchable evidence nodes into the store's vector cache: multi-route retrieval reads them back."""
     embedder.encode([turn.render() for turn in turns] + [amu.text for amu in amus] + segment_search_texts(amus))
 
 
-def _record(segment: Segment, state: str, fallback: bool, count: int) -> SegmentRecord:
+def segment_record(segment: Segment, state: str, fallback: bool, count: int) -> SegmentRecord:
     return SegmentRecord(segment.conversation_id, segment.seq, segment.session_id,
                          tuple(turn.turn_id for turn in segment.turns), segment.reason, state, fallback, count)
 

@@ -111,6 +111,21 @@ class StoreReads:
         """Resolve an AMU's source pointer to the original turns."""
         return [self.turn(amu.source.conversation_id, turn_id) for turn_id in amu.source.turn_ids]
 
+    def page(self, conversation_id: str, *, session_id: str | None = None, after: int = 0,
+             limit: int = 50) -> list[tuple[int, AMU]]:
+        """Up to ``limit`` active units of a conversation (one session) stored after position
+        ``after``, with their positions: a stable cursor for paging."""
+        where, params = self._filters(conversation_id=conversation_id)
+        if session_id is not None:
+            where, params = where + ["session_id = ?"], params + [session_id]
+        rows = self._db.execute(f"SELECT position, {AMU_COLUMNS} FROM amus WHERE {' AND '.join(where)} AND "
+                                "position > ? ORDER BY position LIMIT ?", [*params, after, limit]).fetchall()
+        return [(row["position"], amu_from_row(row)) for row in rows]
+
+    def successor(self, amu_id: str) -> str | None:
+        row = self._db.execute("SELECT successor FROM amus WHERE id = ?", (amu_id,)).fetchone()
+        return None if row is None else row[0]
+
     def _filters(self, *, conversation_id: str | None = None,
                  include_archived: bool = False) -> tuple[list[str], list[Any]]:
         where: list[str] = []

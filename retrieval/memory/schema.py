@@ -1,10 +1,11 @@
-"""The store's SQLite schema (version 3) and the migration of version-1 and version-2 stores.
+"""The store's SQLite schema (version 4) and the migration of version-1, -2 and -3 stores.
 
 Append-only by triggers: raw turns never change; an AMU's fact never changes (only its
 ``archived`` flag, one way, its fingerprint, a derived index key, and its ``successor``, the
 forward pointer consolidation sets, may); a segment's identity never changes (a retried
 extraction may replace its ``state``, ``fallback``, ``amu_count`` and ``revision``); nothing is
-deleted.
+deleted, except by a hard purge (:mod:`retrieval.memory.purge`): the no-delete triggers stand
+down only while the purging transaction holds a row in ``purging``, so no other path can delete.
 
 Version 3 adds the temporal scope of a record (``t_ref``, ``valid_from``, ``valid_to``) and the
 structured evidence indexes of LycheeMemory section 3.4 (SPEC section 7): ``amu_fts``, an FTS5
@@ -13,6 +14,12 @@ nodes (``evidence_nodes``) with their links to AMUs (``evidence_links``). Trigge
 ``amu_fts`` in step with ``amus`` inside the inserting or archiving transaction, and drop an
 archived AMU's node links; the store's insert path links new AMUs to their nodes
 (:mod:`retrieval.memory.indexing`). The migration builds both for the AMUs already stored.
+
+Version 4 serves the online memory API (:mod:`retrieval.api`), whose user scope is the store's
+``conversation_id`` (an existing LoCoMo conversation is the user of the same id, its sessions
+that user's sessions): ``idempotency`` remembers the turns each replayed add key stored,
+``jobs`` keeps the durable consolidation jobs, ``purging`` is the purge guard above, and
+``turns_by_session`` serves per-session reads. Its migration only adds these.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from collections.abc import Iterable
 from retrieval.index.fts import FTS_TOKENIZER
 from retrieval.memory.indexing import backfill
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 TABLES = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -105,6 +112,24 @@ CREATE TABLE IF NOT EXISTS evidence_links (
     PRIMARY KEY (node, amu)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS evidence_links_by_amu ON evidence_links (amu);
+-- Online API (schema 4): replayed add keys, durable jobs, the purge guard.
+CREATE INDEX IF NOT EXISTS turns_by_session ON turns (conversation_id, session_id);
+CREATE TABLE IF NOT EXISTS idempotency (
+    conversation_id TEXT NOT NULL, key TEXT NOT NULL, turn_ids TEXT NOT NULL, PRIMARY KEY (conversation_id, key)
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id TEXT NOT NULL,
+    session_id TEXT,
+    kind TEXT NOT NULL,
+    state TEXT NOT NULL,
+    progress TEXT NOT NULL,
+    error TEXT,
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
+CREATE TABLE IF NOT EXISTS purging (flag INTEGER PRIMARY KEY);
 """
 
 TRIGGERS = """
@@ -123,20 +148,20 @@ DROP TRIGGER IF EXISTS amus_index_archive;
 CREATE TRIGGER amus_index_archive AFTER UPDATE OF archived ON amus WHEN old.archived = 0 AND new.archived = 1
 BEGIN DELETE FROM amu_fts WHERE rowid = old.position; DELETE FROM evidence_links WHERE amu = old.position; END;
 DROP TRIGGER IF EXISTS amus_no_delete;
-CREATE TRIGGER amus_no_delete BEFORE DELETE ON amus
+CREATE TRIGGER amus_no_delete BEFORE DELETE ON amus WHEN NOT EXISTS (SELECT 1 FROM purging)
 BEGIN SELECT RAISE(ABORT, 'AMUs are append-only: they can be archived, not deleted'); END;
 DROP TRIGGER IF EXISTS turns_append_only;
 CREATE TRIGGER turns_append_only BEFORE UPDATE ON turns
 BEGIN SELECT RAISE(ABORT, 'raw turns are append-only'); END;
 DROP TRIGGER IF EXISTS turns_no_delete;
-CREATE TRIGGER turns_no_delete BEFORE DELETE ON turns
+CREATE TRIGGER turns_no_delete BEFORE DELETE ON turns WHEN NOT EXISTS (SELECT 1 FROM purging)
 BEGIN SELECT RAISE(ABORT, 'raw turns are append-only'); END;
 DROP TRIGGER IF EXISTS segments_append_only;
 CREATE TRIGGER segments_append_only
 BEFORE UPDATE OF conversation_id, seq, session_id, turn_ids, reason, content_sha256 ON segments
 BEGIN SELECT RAISE(ABORT, 'a segment''s identity is append-only'); END;
 DROP TRIGGER IF EXISTS segments_no_delete;
-CREATE TRIGGER segments_no_delete BEFORE DELETE ON segments
+CREATE TRIGGER segments_no_delete BEFORE DELETE ON segments WHEN NOT EXISTS (SELECT 1 FROM purging)
 BEGIN SELECT RAISE(ABORT, 'segment progress rows are append-only'); END;
 """
 
@@ -164,8 +189,8 @@ def _statements(script: str) -> list[str]:
 
 
 def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
-    """Bring a new (0), version-1 or version-2 store to :data:`SCHEMA_VERSION`, in the caller's
-    transaction (version 1 goes through version 2)."""
+    """Bring a new (0), version-1, -2 or -3 store to :data:`SCHEMA_VERSION`, in the caller's
+    transaction (version 1 goes through version 2; version 4 only adds tables and the purge guard)."""
     if version == 1:
         _alter(db, _V1_COLUMNS)
         db.execute("DROP TRIGGER IF EXISTS segments_append_only")  # v1's forbade the checksum update below

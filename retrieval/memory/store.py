@@ -25,11 +25,14 @@ from typing import Any
 from retrieval.memory.cache import ArrayCache
 from retrieval.memory.errors import StoreError, StoreMismatch
 from retrieval.memory.indexing import EvidenceReads, add_event_frame, index_amu
+from retrieval.memory.job_rows import JobRows
 from retrieval.memory.lock import WriterLock
+from retrieval.memory.purge import Purge
 from retrieval.memory.reads import AMU_COLUMNS, StoreReads
 from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.schema import SCHEMA_VERSION, content_sha256, create_or_migrate
 from retrieval.memory.times import iso_text, time_interval
+from retrieval.memory.turn_log import TurnLog, insert_turns
 
 BUSY_TIMEOUT_S = 30.0
 """How long a write waits for another role's transaction (e.g. consolidation beside ingestion)."""
@@ -41,7 +44,7 @@ def turns_sha256(turns: Sequence[Turn]) -> str:
                            t.image_caption) for t in turns)
 
 
-class AMUStore(StoreReads, EvidenceReads, ArrayCache):
+class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows):
     """Durable AMU store in ``<directory>/amus.sqlite3``.
 
     Reads return units in insertion order (segment order, then order within the segment).
@@ -79,6 +82,8 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache):
             try:
                 self._db = self._connect(str(self.path))
                 self._db.execute("PRAGMA journal_mode=WAL")
+                # Freed pages are zeroed, so a purged user's text leaves no trace in the file.
+                self._db.execute("PRAGMA secure_delete=ON")
             except BaseException:
                 self._lock.release()
                 raise
@@ -177,21 +182,30 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache):
         with self._transaction() as db:
             if self.segment(record.conversation_id, record.seq) is not None:
                 raise ValueError(f"segment {record.seq} of {record.conversation_id!r} is already stored")
-            db.executemany(
-                "INSERT INTO turns (conversation_id, session_id, turn_id, speaker, text, session_time, "
-                "image_caption) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(t.conversation_id, t.session_id, t.turn_id, t.speaker, t.text,
-                  t.session_time.isoformat() if t.session_time else None, t.image_caption) for t in turns],
-            )
-            add_event_frame(db, record.conversation_id, record.seq, record.session_id, record.turn_ids)
-            for amu in amus:
-                self._insert_amu(db, amu)
-            db.execute(
-                "INSERT INTO segments (conversation_id, seq, session_id, turn_ids, reason, state, fallback, "
-                "amu_count, content_sha256, revision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
-                (record.conversation_id, record.seq, record.session_id, json.dumps(list(record.turn_ids)),
-                 record.reason, record.state, int(record.fallback), len(amus), turns_sha256(turns)),
-            )
+            insert_turns(db, turns)
+            self._insert_segment(db, record, turns, amus)
+
+    def commit_stored_turns(self, record: SegmentRecord, amus: Sequence[AMU]) -> None:
+        """:meth:`commit_segment` for a segment whose raw turns the store already holds (the online
+        API stores each turn when it is added): its AMUs and progress row in one transaction."""
+        self._check_sources(record, amus)
+        with self._transaction() as db:
+            if self.segment(record.conversation_id, record.seq) is not None:
+                raise ValueError(f"segment {record.seq} of {record.conversation_id!r} is already stored")
+            turns = [self.turn(record.conversation_id, turn_id) for turn_id in record.turn_ids]
+            self._insert_segment(db, record, turns, amus)
+
+    def _insert_segment(self, db: sqlite3.Connection, record: SegmentRecord, turns: Sequence[Turn],
+                        amus: Sequence[AMU]) -> None:
+        add_event_frame(db, record.conversation_id, record.seq, record.session_id, record.turn_ids)
+        for amu in amus:
+            self._insert_amu(db, amu)
+        db.execute(
+            "INSERT INTO segments (conversation_id, seq, session_id, turn_ids, reason, state, fallback, "
+            "amu_count, content_sha256, revision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
+            (record.conversation_id, record.seq, record.session_id, json.dumps(list(record.turn_ids)),
+             record.reason, record.state, int(record.fallback), len(amus), turns_sha256(turns)),
+        )
 
     def replace_extraction(self, record: SegmentRecord, amus: Sequence[AMU]) -> None:
         """A retried extraction of a stored segment (e.g. one that fell back to raw turns while the

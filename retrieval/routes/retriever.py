@@ -59,7 +59,7 @@ class RouteHit(Hit):
     is ``"multi"``, ``score`` is s_final, ``source`` its provenance): ``kind`` ("record" or
     "turn"), its ``text``, ``memory_type`` and ``time`` (t_ref, else when it was stated), the
     ``routes`` that found it and its ``scores`` (each channel's best score, then s_best, s_route,
-    s_final)."""
+    s_final) and ``ranks`` (each channel's best rank of it, from 1)."""
 
     kind: str = "record"
     text: str = ""
@@ -67,6 +67,7 @@ class RouteHit(Hit):
     time: str | None = None
     routes: tuple[int, ...] = ()
     scores: Mapping[str, float] = field(default_factory=dict)
+    ranks: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class Retrieval:
 @dataclass
 class _Candidate:
     channels: dict[str, float] = field(default_factory=dict)
+    ranks: dict[str, int] = field(default_factory=dict)
     queries: set[str] = field(default_factory=set)
     nodes: set[str] = field(default_factory=set)
     routes: set[int] = field(default_factory=set)
@@ -155,9 +157,10 @@ class MultiRouteRetriever:
             lists.append((f"r{number}t", temporal_recall(bank, route.time, vectors[route.queries[0]],
                                                          temporal_budget(k))))
         for tag, ranked in lists:
-            for item, score in zip(ranked.items.tolist(), ranked.scores.tolist(), strict=True):
+            for rank, (item, score) in enumerate(zip(ranked.items.tolist(), ranked.scores.tolist(), strict=True), 1):
                 candidate = candidates.setdefault(item, _Candidate())
                 candidate.channels[ranked.channel] = max(candidate.channels.get(ranked.channel, score), score)
+                candidate.ranks[ranked.channel] = min(candidate.ranks.get(ranked.channel, rank), rank)
                 candidate.queries.add(tag)
                 candidate.nodes.update(ranked.via.get(item, ()))
                 candidate.routes.add(number)
@@ -207,5 +210,6 @@ class MultiRouteRetriever:
             when = turn.session_time.isoformat() if turn.session_time else None
         return RouteHit(bank.item_id(item), item, "multi", parts.get("s_final", 0.0), rank, bank.source(item),
                         kind, bank.text(item), memory_type, when,
-                        tuple(sorted(candidate.routes)) if candidate else (), parts)
+                        tuple(sorted(candidate.routes)) if candidate else (), parts,
+                        dict(candidate.ranks) if candidate else {})
 

@@ -1,0 +1,92 @@
+"""Durable consolidation jobs (SPEC section 8 run in the background of the memory API).
+
+A job is a row of the store's ``jobs`` table (:mod:`retrieval.memory.job_rows`) before it runs,
+so a job survives its process: :class:`JobRunner` runs the unfinished ones again when the memory
+opens (the engine resumes the plan it saved, so a job killed halfway ends where an uninterrupted
+one would). One worker thread runs the jobs of a store one at a time on its own connection in
+the ``consolidate`` writer role; SQLite (WAL, busy timeout) serialises its short transactions with
+the API's. At most one unfinished job per (user, session): asking again returns the same job.
+Consolidation always covers the user's whole memory (merges may span sessions); a session id
+only names the job.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from retrieval.consolidation.engine import consolidate_conversation
+from retrieval.memory.cache import CachedEmbedder
+from retrieval.memory.job_rows import DONE, FAILED, RUNNING, JobRow
+from retrieval.memory.store import AMUStore
+
+CONSOLIDATE = "consolidate"
+
+
+class JobRunner:
+    """The store's job worker. ``on_done(user)`` is called after each job (the memory drops the
+    user's search snapshot). ``embedder`` and ``fingerprinter`` must be safe to share with the
+    caller's thread (:class:`retrieval.consolidation.worker.SerializedEmbedder`, :class:`Locked`)."""
+
+    def __init__(self, directory: Path, embedder: Any, operator: Any, fingerprinter: Any | None,
+                 on_done: Callable[[str], None]) -> None:
+        self.directory, self.embedder, self.operator = directory, embedder, operator
+        self.fingerprinter, self.on_done = fingerprinter, on_done
+        self._queue: queue.Queue[JobRow | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._finished = threading.Condition()
+
+    def submit(self, job: JobRow) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="memory-jobs", daemon=True)
+            self._thread.start()
+        self._queue.put(job)
+
+    def wait(self, store: AMUStore, job_id: int, timeout_s: float | None = None) -> JobRow:
+        """Block until the job is done or failed (or ``timeout_s`` passes); returns its row."""
+        with self._finished:
+            self._finished.wait_for(lambda: store.job_row(job_id).state in (DONE, FAILED),  # type: ignore[union-attr]
+                                    timeout=timeout_s)
+        row = store.job_row(job_id)
+        assert row is not None
+        return row
+
+    def close(self) -> None:
+        """Finish the running job; queued ones stay queued in the store for the next open."""
+        if self._thread is not None:
+            with self._queue.mutex:
+                self._queue.queue.clear()
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        with AMUStore(self.directory, role="consolidate") as store:
+            embedder = CachedEmbedder(self.embedder, store)
+            while (job := self._queue.get()) is not None:
+                store.update_job(job.id, RUNNING, {"stage": "consolidating"})
+                try:
+                    report = consolidate_conversation(store, job.user_id, embedder, self.operator,
+                                                      fingerprinter=self.fingerprinter)
+                    store.update_job(job.id, DONE, report.to_dict())
+                except Exception as err:  # noqa: BLE001 - recorded in the job, which the caller reads
+                    store.update_job(job.id, FAILED, error=f"{type(err).__name__}: {err}")
+                self.on_done(job.user_id)
+                with self._finished:
+                    self._finished.notify_all()
+
+
+class Locked:
+    """A fingerprinter shared by two threads: one ``fingerprint`` call at a time (its tokenizer
+    refuses concurrent use); ``identity`` and ``codebook_size`` pass through."""
+
+    def __init__(self, fingerprinter: Any, lock: threading.Lock) -> None:
+        self.fingerprinter, self._lock = fingerprinter, lock
+        self.identity, self.codebook_size = fingerprinter.identity, fingerprinter.codebook_size
+
+    def fingerprint(self, texts: Any) -> Any:
+        with self._lock:
+            return self.fingerprinter.fingerprint(texts)

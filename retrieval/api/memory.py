@@ -1,0 +1,342 @@
+"""``retrieval.Memory``: a memory an agent uses — turns added as they happen, searched at once,
+scoped to a user, forgotten completely (issue 21).
+
+    with Memory.open("stores/agent", fingerprinter="checkpoints/isq_minilm_dailydialog_cpu") as mem:
+        mem.add([{"speaker": "Maria", "text": "I adopted a cat called Pickle."}], user_id="alice", session_id="s1")
+        hits = mem.search("What pet does Maria have?", user_id="alice", k=10).hits
+
+Scoping: the store's ``conversation_id`` is the user; every read names it, so another user's id
+finds nothing (:class:`NotFound`). Concurrency: one :class:`Memory` writes a store; a second
+writing process (or a second writing ``Memory`` in this one) is refused at open with
+:class:`MemoryBusy` naming the holder's pid; any number of ``read_only`` memories may read beside
+it. Inside a process the calls on one memory are serialised by a lock. Each ``add`` stores its
+turns in one transaction before returning (searchable at once); a segment that closes commits its
+records in another (:mod:`retrieval.api.online`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from retrieval.api.errors import InvalidInput, MemoryBusy, NotFound, StoreUnavailable
+from retrieval.api.inputs import check_id, check_positive, check_query, check_turns, optional_id
+from retrieval.api.jobs import CONSOLIDATE, JobRunner, Locked
+from retrieval.api.models import LLM_CACHE, LoadedModels, load_models
+from retrieval.api.online import Models, UserStream
+from retrieval.api.purge import hard_purge
+from retrieval.api.results import AddResult, Job, MemoryItem, Page, SearchResult
+from retrieval.api.search import run_search
+from retrieval.api.snapshot import Snapshot
+from retrieval.consolidation.worker import SerializedEmbedder
+from retrieval.memory.cache import CachedEmbedder, model_identity
+from retrieval.memory.errors import StoreBusy, StoreError
+from retrieval.memory.records import AMU, Turn
+from retrieval.memory.segmenter import SegmenterConfig
+from retrieval.memory.store import AMUStore
+
+TURN_MARK = ":turn:"
+"""A raw turn's item id is ``<user>:turn:<turn id>``."""
+
+
+class Memory:
+    """See the module docstring; open with :meth:`open`."""
+
+    def __init__(self, store: AMUStore, models: LoadedModels, segmenter: SegmenterConfig) -> None:
+        self.store, self.models = store, models
+        self._lock = threading.RLock()
+        model_lock = threading.Lock()
+        shared = SerializedEmbedder(models.embedder)
+        fingerprinter = None if models.fingerprinter is None else Locked(models.fingerprinter, model_lock)
+        self._embedder = CachedEmbedder(shared, store)
+        self._online = Models(self._embedder, models.extractor, fingerprinter, segmenter)
+        self._query_embedder, self._fingerprinter = shared, fingerprinter
+        self._streams: dict[str, UserStream] = {}
+        self._snapshots: dict[str, Snapshot] = {}
+        self._jobs = JobRunner(store.directory, shared, models.operator, fingerprinter, self._forget_snapshot)
+
+    @classmethod
+    def open(cls, path: str | Path, *, fingerprinter: Any = None, embedder: Any = None, extractor: Any = "rule",
+             planner: Any = "rule", consolidator: Any = "offline", reranker: Any = None, read_only: bool = False,
+             segmenter: SegmenterConfig | None = None) -> Memory:
+        """Open (or create) the memory at ``path``. Models are names/paths or loaded objects
+        (:mod:`retrieval.api.models`); ``embedder`` defaults to the offline all-MiniLM-L6-v2. The
+        store is bound to the embedder, extractor and fingerprinter that built it: other ones are
+        refused (:class:`StoreUnavailable`). Unfinished consolidation jobs resume."""
+        directory = Path(path)
+        try:
+            store = AMUStore(directory, read_only=read_only)
+        except StoreBusy as err:
+            raise MemoryBusy(str(err)) from None
+        except StoreError as err:
+            raise StoreUnavailable(str(err)) from None
+        try:
+            options = {} if embedder is None else {"embedder": embedder}
+            models = load_models(directory, fingerprinter=fingerprinter, extractor=extractor, planner=planner,
+                                 consolidator=consolidator, reranker=reranker, **options)
+            memory = cls(store, models, segmenter or SegmenterConfig())
+            memory._bind(read_only)
+        except BaseException:
+            store.close()
+            raise
+        if not read_only:
+            for job in store.unfinished():
+                memory._jobs.submit(job)
+        return memory
+
+    def _bind(self, read_only: bool) -> None:
+        bindings = {"embedder": model_identity(self.models.embedder),
+                    "extractor": model_identity(self.models.extractor),
+                    "fingerprinter": "none" if self.models.fingerprinter is None
+                    else model_identity(self.models.fingerprinter)}
+        try:
+            for key, value in bindings.items():
+                saved = self.store.meta(key)
+                if read_only and saved is not None and key != "extractor" and saved != value:
+                    raise StoreError(f"{self.store.directory} was built with {key} {saved!r}, not {value!r}")
+                if not read_only:
+                    self.store.bind(key, value, hint=f"open it with the {key} it was built with")
+        except StoreError as err:
+            raise StoreUnavailable(str(err)) from None
+
+    def close(self) -> None:
+        """Finish the running job (queued ones resume at the next open) and close the store; open
+        segments stay open (their turns are stored)."""
+        self._jobs.close()
+        self.store.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def add(self, turns: Sequence[dict[str, Any] | Turn], *, user_id: str, session_id: str,
+            idempotency_key: str | None = None) -> AddResult:
+        """Store the turns (searchable when this returns) and feed them to the user's open segment
+        of ``session_id``; replaying ``idempotency_key`` or a stored turn id adds nothing."""
+        user, session = check_id("user_id", user_id), check_id("session_id", session_id)
+        key = optional_id("idempotency_key", idempotency_key)
+        checked = check_turns(turns)
+        with self._lock:
+            self._writable()
+            stream = self._stream(user)
+            bound = self._bind_ids(user, session, checked)
+            ids_given = {turn.turn_id for turn in checked}
+            stored = self.store.append_turns(user, bound, key)
+            if stored is None:
+                return AddResult((), (), tuple(t.turn_id for t in bound if t.turn_id in ids_given), replayed=True)
+            new_ids = {turn.turn_id for turn in stored}
+            if user in self._snapshots:
+                self._snapshots[user].add_turns(stored)
+            amus = stream.push(stored)
+            self._extend_snapshot(user, amus)
+            return AddResult(tuple(t.turn_id for t in stored), tuple(a.id for a in amus),
+                             tuple(t.turn_id for t in bound if t.turn_id not in new_ids))
+
+    def flush(self, *, user_id: str, session_id: str) -> AddResult:
+        """Close the open segment of (user, session): its records commit now."""
+        user, session = check_id("user_id", user_id), check_id("session_id", session_id)
+        with self._lock:
+            self._writable()
+            self._require_session(user, session)
+            amus = self._stream(user).flush(session)
+            self._extend_snapshot(user, amus)
+            return AddResult((), tuple(a.id for a in amus))
+
+    def delete(self, id: str, *, user_id: str) -> None:
+        """Hard-purge one record (with its consolidation history) or one raw turn (with the records
+        derived from it) of this user (:mod:`retrieval.api.purge`)."""
+        user, item = check_id("user_id", user_id), check_id("id", id)
+        with self._lock:
+            self._writable()
+            turn_id = self._turn_id(user, item)
+            if turn_id is not None:
+                if not self.store.stored_turn_ids(user, [turn_id]):
+                    raise NotFound(f"no turn {item!r} for user {user!r}")
+                self._purge(user, turn_ids=[turn_id])
+            else:
+                self._amu(user, item)
+                self._purge(user, amu_ids=[item])
+
+    def forget(self, *, user_id: str, session_id: str | None = None) -> None:
+        """Hard-purge everything of the user (or of one of its sessions)."""
+        user, session = check_id("user_id", user_id), optional_id("session_id", session_id)
+        with self._lock:
+            self._writable()
+            if session is not None:
+                self._require_session(user, session)
+                self._purge(user, session_id=session)
+            elif self.store.has_user(user) or self.store.count(user):
+                self._purge(user, everything=True)
+
+    def consolidate(self, *, user_id: str, session_id: str | None = None, wait: bool = False,
+                    timeout_s: float | None = None) -> Job:
+        """Queue a durable consolidation job of the user's memory (the unfinished one if there is
+        one); with ``wait``, return when it is done or failed."""
+        user, session = check_id("user_id", user_id), optional_id("session_id", session_id)
+        with self._lock:
+            self._writable()
+            if session is not None:
+                self._require_session(user, session)
+            if not self.store.count(user):
+                raise NotFound(f"user {user!r} has no records to consolidate")
+            row, created = self.store.create_job(user, session, CONSOLIDATE)
+            if created:
+                self._jobs.submit(row)
+        if wait:
+            row = self._jobs.wait(self.store, row.id, timeout_s)
+        return self._job(row)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def search(self, query: str, *, user_id: str, session_id: str | None = None, k: int = 10,
+               routes: Sequence[str] | None = None, explain: bool = False) -> SearchResult:
+        """The user's k best items for ``query`` by plan-guided multi-route retrieval, with the
+        codebook route when a fingerprinter is set (:mod:`retrieval.api.search`)."""
+        user, session = check_id("user_id", user_id), optional_id("session_id", session_id)
+        text, k = check_query(query), check_positive("k", k)
+        with self._lock:
+            if session is not None:
+                self._require_session(user, session)
+            snapshot = self._snapshot(user)
+            return run_search(snapshot.bank, text, k, session=session, routes=routes, explain=explain,
+                              planner=self.models.planner, reranker=self.models.reranker)
+
+    def get(self, id: str, *, user_id: str) -> MemoryItem:
+        """One record (active or archived) or raw turn of this user."""
+        user, item = check_id("user_id", user_id), check_id("id", id)
+        with self._lock:
+            turn_id = self._turn_id(user, item)
+            if turn_id is not None:
+                try:
+                    return _turn_item(self.store.turn(user, turn_id), user)
+                except KeyError:
+                    raise NotFound(f"no turn {item!r} for user {user!r}") from None
+            return _record_item(self._amu(user, item), self.store.successor(item))
+
+    def list(self, *, user_id: str, session_id: str | None = None, limit: int = 50,
+             cursor: str | None = None) -> Page:
+        """The user's active records in the order they were stored, ``limit`` at a time."""
+        user, session = check_id("user_id", user_id), optional_id("session_id", session_id)
+        limit = check_positive("limit", limit)
+        try:
+            after = int(cursor) if cursor is not None else 0
+        except ValueError:
+            raise InvalidInput(f"cursor {cursor!r} is not one a previous list returned") from None
+        with self._lock:
+            rows = self.store.page(user, session_id=session, after=after, limit=limit)
+            items = tuple(_record_item(amu, None) for _, amu in rows)
+            return Page(items, str(rows[-1][0]) if len(rows) == limit else None)
+
+    def history(self, id: str, *, user_id: str) -> list[MemoryItem]:
+        """What consolidation forwarded into this record, directly or not (oldest first)."""
+        user, item = check_id("user_id", user_id), check_id("id", id)
+        with self._lock:
+            self._amu(user, item)
+            predecessors: dict[str, list[str]] = {}
+            for archived, successor in self.store.successors(user).items():
+                predecessors.setdefault(successor, []).append(archived)
+            found, stack = [], [item]
+            while stack:
+                for previous in predecessors.get(stack.pop(), []):
+                    found.append(previous)
+                    stack.append(previous)
+            return [_record_item(self.store.get(i), self.store.successor(i)) for i in sorted(set(found))]
+
+    def job(self, id: str, *, user_id: str) -> Job:
+        """A job of this user."""
+        user = check_id("user_id", user_id)
+        with self._lock:
+            row = self.store.job_row(int(id)) if str(id).isdigit() else None
+            if row is None or row.user_id != user:
+                raise NotFound(f"no job {id!r} for user {user!r}")
+            return self._job(row)
+
+    def users(self) -> list[str]:
+        """Every user with stored turns (for operators and command lines, not for agents)."""
+        with self._lock:
+            return self.store.users()
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _writable(self) -> None:
+        if self.store.read_only:
+            raise StoreUnavailable(f"{self.store.directory} is open read-only")
+
+    def _stream(self, user: str) -> UserStream:
+        if user not in self._streams:
+            stream, amus = UserStream.load(user, self.store, self._online)
+            self._streams[user] = stream
+            self._extend_snapshot(user, amus)
+        return self._streams[user]
+
+    def _bind_ids(self, user: str, session: str, checked: Sequence[Any]) -> list[Turn]:
+        """Turns with ids: the caller's, or ``<session>:<n>`` numbered after the session's turns."""
+        count = self.store.session_turn_count(user, session)
+        taken = self.store.stored_turn_ids(user, [f"{session}:{count + i + 1}" for i in range(len(checked))])
+        bound, number = [], count
+        for turn in checked:
+            turn_id = turn.turn_id
+            while turn_id is None:
+                number += 1
+                candidate = f"{session}:{number}"
+                if candidate not in taken and all(candidate != t.turn_id for t in checked):
+                    turn_id = candidate
+            bound.append(turn.bind(user, session, turn_id))
+        return bound
+
+    def _snapshot(self, user: str) -> Snapshot:
+        if user not in self._snapshots:
+            self._snapshots[user] = Snapshot.build(self.store, user, self._embedder, self._query_embedder,
+                                                   self._fingerprinter)
+        return self._snapshots[user]
+
+    def _extend_snapshot(self, user: str, amus: Sequence[AMU]) -> None:
+        if amus and user in self._snapshots:
+            self._snapshots[user].add_records(self.store, amus)
+
+    def _forget_snapshot(self, user: str) -> None:
+        with self._lock:
+            self._snapshots.pop(user, None)
+
+    def _purge(self, user: str, **selection: Any) -> None:
+        hard_purge(self.store, user, self.store.directory / LLM_CACHE, **selection)
+        self._snapshots.pop(user, None)
+        self._streams.pop(user, None)  # an open segment may have held a purged turn: reload it
+
+    def _require_session(self, user: str, session: str) -> None:
+        if not self.store.has_session(user, session):
+            raise NotFound(f"user {user!r} has no session {session!r}")
+
+    @staticmethod
+    def _turn_id(user: str, item: str) -> str | None:
+        prefix = user + TURN_MARK
+        return item[len(prefix):] if item.startswith(prefix) else None
+
+    def _amu(self, user: str, item: str) -> AMU:
+        try:
+            amu = self.store.get(item)
+        except KeyError:
+            amu = None
+        if amu is None or amu.source.conversation_id != user:
+            raise NotFound(f"no record {item!r} for user {user!r}")
+        return amu
+
+    @staticmethod
+    def _job(row: Any) -> Job:
+        return Job(str(row.id), row.user_id, row.session_id, row.kind, row.state, row.progress, row.error)
+
+
+def _record_item(amu: AMU, successor: str | None) -> MemoryItem:
+    return MemoryItem(amu.id, "record", amu.text, amu.source.session_id, tuple(amu.source.turn_ids), amu.memory_type,
+                      amu.t_ref or amu.observed_at, amu.archived, successor)
+
+
+def _turn_item(turn: Turn, user: str) -> MemoryItem:
+    return MemoryItem(f"{user}{TURN_MARK}{turn.turn_id}", "turn", turn.render(), turn.session_id, (turn.turn_id,),
+                      None, turn.session_time.isoformat() if turn.session_time else None)

@@ -1,0 +1,102 @@
+"""The models :meth:`retrieval.api.memory.Memory.open` names, loaded once per memory: each
+argument is a name or path (loaded here) or an object already loaded (used as is), so a caller
+that holds models (the evaluation, the tests) passes them in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from isq.encoders import MINILM_ALIAS
+from retrieval.api.errors import InvalidInput
+
+LLM_CACHE = "llm_cache"
+"""The store's subdirectory holding LLM answers (extraction, planning, consolidation)."""
+
+
+@dataclass
+class LoadedModels:
+    embedder: Any
+    extractor: Any
+    fingerprinter: Any | None
+    planner: Any | None
+    operator: Any
+    reranker: Any | None
+
+
+def _embedder(value: Any) -> Any:
+    if isinstance(value, (str, Path)):
+        from retrieval.index.embed import SentenceEmbedder
+
+        return SentenceEmbedder(str(value))
+    return value
+
+
+def _fingerprinter(value: Any) -> Any | None:
+    if isinstance(value, (str, Path)):
+        from isq.fingerprint import Fingerprinter
+
+        if not Path(value).is_dir():
+            raise InvalidInput(f"fingerprinter {str(value)!r} is not a directory (an exported ISQ fingerprinter)")
+        return Fingerprinter.from_pretrained(value)
+    return value
+
+
+def _extractor(value: Any, cache: Path) -> Any:
+    if value == "rule":
+        from retrieval.extract.rules import RuleExtractor
+
+        return RuleExtractor()
+    if value == "llm":
+        from retrieval.extract.llm import LLMExtractor
+
+        return LLMExtractor(cache_dir=cache)
+    if isinstance(value, str):
+        raise InvalidInput(f"extractor must be 'rule', 'llm' or an extractor object, not {value!r}")
+    return value
+
+
+def _planner(value: Any, cache: Path) -> Any | None:
+    if value == "rule":
+        return None  # the retriever's default, the rule planner
+    if value == "llm":
+        from retrieval.routes.planner_llm import LLMPlanner
+
+        return LLMPlanner(cache_dir=cache)
+    if isinstance(value, str):
+        raise InvalidInput(f"planner must be 'rule', 'llm' or a planner object, not {value!r}")
+    return value
+
+
+def _operator(value: Any, cache: Path) -> Any:
+    if isinstance(value, str):
+        from retrieval.consolidation.options import make_operator
+
+        try:
+            return make_operator(value, cache)
+        except ValueError as err:
+            raise InvalidInput(f"consolidator: {err}") from None
+    return value
+
+
+def _reranker(value: Any) -> Any | None:
+    if isinstance(value, (str, Path)):
+        from retrieval.routes.rerank import CrossEncoderReranker
+
+        return CrossEncoderReranker(value)
+    return value
+
+
+def load_models(directory: Path, *, embedder: Any = MINILM_ALIAS, fingerprinter: Any = None,
+                extractor: Any = "rule", planner: Any = "rule", consolidator: Any = "offline",
+                reranker: Any = None) -> LoadedModels:
+    """Load what is named; LLM answers are cached in ``<store>/llm_cache`` (purged with the data)."""
+    cache = directory / LLM_CACHE
+    try:
+        return LoadedModels(_embedder(embedder), _extractor(extractor, cache), _fingerprinter(fingerprinter),
+                            _planner(planner, cache), _operator(consolidator, cache), _reranker(reranker))
+    except (OSError, ValueError) as err:
+        if isinstance(err, InvalidInput):
+            raise
+        raise InvalidInput(f"cannot load the models: {err}") from None

@@ -1,0 +1,143 @@
+"""Online segmentation for the memory API (SPEC section 5, LycheeMemory C.1): one open segment
+per (user, session), closed by the boundary policy, by :meth:`UserStream.flush` or never (it
+stays open across restarts: its turns are stored, and :meth:`UserStream.load` feeds them again).
+
+It reproduces the batch ingestion (:mod:`retrieval.memory.ingest`) turn by turn:
+
+* exchanges pair a turn with the next turn of its session when the speaker changes
+  (:func:`retrieval.memory.segmenter.pair_exchanges`): a turn waits for its reply before it
+  enters the segmenter (it is stored, hence searchable, at once);
+* the surprise history is the user's, shared by its sessions, as one conversation's is in the
+  batch; segment numbers are the user's, in the order segments close;
+* the extractor's reference context is the user's: participants are the user's speakers so
+  far, the state and recent records are replayed from the stored segments after a restart.
+
+Each closed segment commits its AMUs, fingerprints and index rows in one transaction
+(:meth:`retrieval.memory.store.AMUStore.commit_stored_turns`) and embeds its texts into the
+store's vector cache, as batch ingestion does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from retrieval.extract.base import Extractor, ReferenceContext
+from retrieval.memory.ingest import embed_segment, fingerprinted, segment_record
+from retrieval.memory.records import AMU, Turn
+from retrieval.memory.segmenter import Exchange, Segment, SegmenterConfig, SemanticSegmenter
+from retrieval.memory.store import AMUStore
+
+
+@dataclass
+class OpenSession:
+    """One session's open segment and the turn waiting for its reply."""
+
+    segmenter: SemanticSegmenter
+    waiting: Turn | None = None
+
+
+@dataclass
+class Models:
+    """What closing a segment needs: the cached embedder, the extractor, the fingerprinter."""
+
+    embedder: Any
+    extractor: Extractor
+    fingerprinter: Any | None
+    config: SegmenterConfig = field(default_factory=SegmenterConfig)
+
+
+class UserStream:
+    """One user's online segmentation and extraction state."""
+
+    def __init__(self, user: str, store: AMUStore, models: Models) -> None:
+        self.user, self.store, self.models = user, store, models
+        self.history: deque[float] = deque(maxlen=models.config.history_size)
+        self.sessions: dict[str, OpenSession] = {}
+        self.context = ReferenceContext(())
+        self.next_seq = store.next_seq(user)
+
+    @classmethod
+    def load(cls, user: str, store: AMUStore, models: Models) -> tuple[UserStream, list[AMU]]:
+        """The stream after a restart: the reference context replayed from the stored segments of
+        the last session, the stored turns no segment covers fed again (segments they close are
+        committed now). Returns it and the AMUs so committed."""
+        stream = cls(user, store, models)
+        segments = store.segments(user)
+        trailing = []
+        for record in reversed(segments):  # the context only carries over within the last session
+            if trailing and record.session_id != trailing[-1].session_id:
+                break
+            trailing.append(record)
+        for record in reversed(trailing):
+            stream.context.enter(record.session_id)
+            texts = [amu.text for amu in store.by_segment(user, record.seq) if not amu.archived]
+            stream.context.record(record.state, texts)
+        return stream, stream.push(store.uncovered_turns(user))
+
+    def open_session(self, session_id: str) -> OpenSession:
+        if session_id not in self.sessions:
+            segmenter = SemanticSegmenter(self.models.embedder, self.user, self.models.config)
+            segmenter.history = self.history  # the user's surprise history, shared by its sessions
+            self.sessions[session_id] = OpenSession(segmenter)
+        return self.sessions[session_id]
+
+    def push(self, turns: Sequence[Turn]) -> list[AMU]:
+        """Feed stored turns in order; returns the AMUs of the segments they closed."""
+        exchanges: list[Exchange] = []
+        for turn in turns:
+            session = self.open_session(turn.session_id)
+            waiting = session.waiting
+            if waiting is None:
+                session.waiting = turn
+            elif self.models.config.pair_turns and waiting.speaker != turn.speaker:
+                exchanges.append(Exchange((waiting, turn)))
+                session.waiting = None
+            else:
+                exchanges.append(Exchange((waiting,)))
+                session.waiting = turn
+        if not self.models.config.pair_turns:
+            exchanges += [Exchange((s.waiting,)) for s in self.sessions.values() if s.waiting is not None]
+            for session in self.sessions.values():
+                session.waiting = None
+        return self._feed(exchanges)
+
+    def flush(self, session_id: str) -> list[AMU]:
+        """Close the session's open segment (the waiting turn joins it as an exchange alone)."""
+        session = self.sessions.get(session_id)
+        if session is None:
+            return []
+        amus = self._feed([Exchange((session.waiting,))]) if session.waiting is not None else []
+        session.waiting = None
+        closed = session.segmenter.flush()
+        del self.sessions[session_id]
+        return amus + (self._commit(closed) if closed is not None else [])
+
+    def _feed(self, exchanges: Sequence[Exchange]) -> list[AMU]:
+        if not exchanges:
+            return []
+        vectors = self.models.embedder.encode([exchange.text for exchange in exchanges])
+        amus: list[AMU] = []
+        for exchange, vector in zip(exchanges, vectors, strict=True):
+            session = self.open_session(exchange.turns[0].session_id)
+            for segment in session.segmenter.push(exchange, vector):
+                amus += self._commit(segment)
+        return amus
+
+    def _commit(self, segment: Segment) -> list[AMU]:
+        """Extract a closed segment (numbered in the user's order) and commit it in one transaction."""
+        segment = dataclasses.replace(segment, seq=self.next_seq)
+        self.next_seq += 1
+        models, context = self.models, self.context
+        context.participants = self.store.speakers(self.user)
+        context.enter(segment.session_id)
+        extraction = models.extractor.extract(segment, context)
+        amus = fingerprinted(extraction.amus, models.fingerprinter)
+        self.store.commit_stored_turns(segment_record(segment, extraction.state, extraction.fallback, len(amus)),
+                                       amus)
+        embed_segment(models.embedder, segment.turns, amus)
+        context.record(extraction.state, [amu.text for amu in amus])
+        return amus

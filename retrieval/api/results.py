@@ -1,0 +1,86 @@
+"""What the memory API returns: plain frozen dataclasses with ``to_dict`` for JSON services."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class _Plain:
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class AddResult(_Plain):
+    """What one ``add`` committed: the ids of the turns stored now (a replayed key or turn id adds
+    none: ``duplicates`` lists those), and of the AMUs of every segment that closed."""
+
+    turn_ids: tuple[str, ...]
+    amu_ids: tuple[str, ...] = ()
+    duplicates: tuple[str, ...] = ()
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class SearchHit(_Plain):
+    """One result: ``id`` (an AMU id, or ``<user>:turn:<turn id>`` for a raw turn), its ``text``,
+    fused ``score``, ``kind`` ("record" or "turn"), ``session_id`` and ``turns`` (provenance turn
+    ids). With ``explain``: per channel its rank and score, and the codes it shared with the query."""
+
+    id: str
+    text: str
+    score: float
+    kind: str
+    session_id: str
+    turns: tuple[str, ...]
+    memory_type: str | None = None
+    time: str | None = None
+    explain: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SearchResult(_Plain):
+    """The hits of one search, best first, with the plan's question type and the wall time."""
+
+    query: str
+    hits: tuple[SearchHit, ...]
+    question_type: str = ""
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class MemoryItem(_Plain):
+    """A stored record or raw turn as ``get``, ``list`` and ``history`` return it."""
+
+    id: str
+    kind: str
+    text: str
+    session_id: str
+    turns: tuple[str, ...]
+    memory_type: str | None = None
+    time: str | None = None
+    archived: bool = False
+    successor: str | None = None
+
+
+@dataclass(frozen=True)
+class Page(_Plain):
+    """One page of ``list``; pass ``cursor`` to the next call (None: no more)."""
+
+    items: tuple[MemoryItem, ...]
+    cursor: str | None = None
+
+
+@dataclass(frozen=True)
+class Job(_Plain):
+    """A durable background job: ``state`` is queued, running, done or failed."""
+
+    id: str
+    user_id: str
+    session_id: str | None
+    kind: str
+    state: str
+    progress: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None

@@ -1,0 +1,92 @@
+"""Raw turns stored the moment they are added (the online API, :mod:`retrieval.api`): each add
+commits its new turns and its idempotency key in one transaction, before any segment closes, so
+an acknowledged turn survives a crash and is searchable at once. A turn that no committed segment
+covers yet belongs to an open segment; :meth:`TurnLog.uncovered_turns` finds them after a restart.
+
+A mixin of :class:`retrieval.memory.store.AMUStore` (which owns the connection). The store's
+``conversation_id`` is the API's user scope (schema 4, :mod:`retrieval.memory.schema`).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+
+from retrieval.memory.reads import turn_from_row
+from retrieval.memory.records import Turn
+
+
+def insert_turns(db: sqlite3.Connection, turns: Sequence[Turn]) -> None:
+    """Insert raw turns in the caller's transaction."""
+    db.executemany(
+        "INSERT INTO turns (conversation_id, session_id, turn_id, speaker, text, session_time, image_caption) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [(t.conversation_id, t.session_id, t.turn_id, t.speaker, t.text,
+          t.session_time.isoformat() if t.session_time else None, t.image_caption) for t in turns],
+    )
+
+
+class TurnLog:
+    """The online write side of raw turns and the reads that rebuild open segments."""
+
+    _db: sqlite3.Connection
+
+    def append_turns(self, user: str, turns: Sequence[Turn], key: str | None = None) -> list[Turn] | None:
+        """Store the turns whose id ``user`` has not stored yet, with ``key`` (if given), in one
+        transaction; returns the turns stored now, or None when ``key`` was seen before (a replay)."""
+        with self._transaction() as db:  # type: ignore[attr-defined]
+            if key is not None and db.execute("SELECT 1 FROM idempotency WHERE conversation_id = ? AND key = ?",
+                                              (user, key)).fetchone():
+                return None
+            stored = self.stored_turn_ids(user, [turn.turn_id for turn in turns])
+            new = list({turn.turn_id: turn for turn in turns if turn.turn_id not in stored}.values())
+            insert_turns(db, new)
+            if key is not None:
+                db.execute("INSERT INTO idempotency (conversation_id, key, turn_ids) VALUES (?, ?, ?)",
+                           (user, key, json.dumps([turn.turn_id for turn in new])))
+        return new
+
+    def stored_turn_ids(self, user: str, turn_ids: Sequence[str]) -> set[str]:
+        """Which of ``turn_ids`` the user has stored."""
+        found: set[str] = set()
+        for start in range(0, len(turn_ids), 500):
+            chunk = list(turn_ids[start:start + 500])
+            rows = self._db.execute(f"SELECT turn_id FROM turns WHERE conversation_id = ? AND turn_id IN "
+                                    f"({','.join('?' * len(chunk))})", [user, *chunk])
+            found.update(row[0] for row in rows)
+        return found
+
+    def session_turn_count(self, user: str, session_id: str) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM turns WHERE conversation_id = ? AND session_id = ?",
+                                (user, session_id)).fetchone()[0]
+
+    def uncovered_turns(self, user: str) -> list[Turn]:
+        """The user's stored turns that no committed segment covers (its open segments), in order."""
+        covered = {turn_id for (turn_ids,) in self._db.execute(
+            "SELECT turn_ids FROM segments WHERE conversation_id = ?", (user,)) for turn_id in json.loads(turn_ids)}
+        rows = self._db.execute("SELECT * FROM turns WHERE conversation_id = ? ORDER BY position", (user,))
+        return [turn_from_row(row) for row in rows.fetchall() if row["turn_id"] not in covered]
+
+    def next_seq(self, user: str) -> int:
+        """The number of the user's next segment."""
+        return self._db.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM segments WHERE conversation_id = ?",
+                                (user,)).fetchone()[0]
+
+    def users(self) -> list[str]:
+        """Users (conversation ids) with at least one stored turn, in order of their first turn."""
+        rows = self._db.execute("SELECT conversation_id FROM turns GROUP BY conversation_id ORDER BY MIN(position)")
+        return [row[0] for row in rows]
+
+    def has_user(self, user: str) -> bool:
+        return self._db.execute("SELECT 1 FROM turns WHERE conversation_id = ? LIMIT 1", (user,)).fetchone() is not None
+
+    def has_session(self, user: str, session_id: str) -> bool:
+        return self._db.execute("SELECT 1 FROM turns WHERE conversation_id = ? AND session_id = ? LIMIT 1",
+                                (user, session_id)).fetchone() is not None
+
+    def speakers(self, user: str) -> tuple[str, ...]:
+        """The user's speakers in order of their first turn (the extractor's participants)."""
+        rows = self._db.execute("SELECT speaker FROM turns WHERE conversation_id = ? GROUP BY speaker "
+                                "ORDER BY MIN(position)", (user,))
+        return tuple(row[0] for row in rows)

@@ -12,10 +12,11 @@ stderr and exit status 2 (stdout carries only the protocol).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 
-from retrieval.memory.errors import StoreError
+from retrieval.api.errors import MemoryAPIError
 from retrieval.service.launch import add_memory_arguments, open_memory
 
 
@@ -34,8 +35,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if not args.user.strip():
             raise ValueError("--user must not be empty")
-        memory = open_memory(args)
-    except (StoreError, OSError, ValueError) as err:
+        with contextlib.redirect_stdout(sys.stderr):  # stdout is the protocol's: model loaders print
+            memory = open_memory(args)
+    except (MemoryAPIError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     with memory:

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from retrieval.memory.errors import StoreError
+from retrieval.api.errors import MemoryAPIError
 from retrieval.service.keys import KeyCommandError, KeyStore
 from retrieval.service.launch import add_memory_arguments, is_loopback, open_memory
 
@@ -87,7 +87,7 @@ def serve_main(argv: Sequence[str]) -> int:
     keys = KeyStore(args.store)
     memory = open_memory(args)
     try:
-        config = uvicorn.Config(create_app(memory, keys, host=args.host), host=args.host, port=args.port,
+        config = uvicorn.Config(create_app(memory, keys, args.store, host=args.host), host=args.host, port=args.port,
                                 access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
         print(f"serving {args.store} on http://{args.host}:{args.port} (OpenAPI /docs, MCP /mcp)", flush=True)
         uvicorn.Server(config).run()
@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return keys_main(argv[1:]) if argv[:1] == ["keys"] else serve_main(argv)
-    except (StoreError, KeyCommandError, OSError, ValueError) as err:
+    except (MemoryAPIError, KeyCommandError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

@@ -32,8 +32,15 @@ class Api:
         self.anonymous = httpx.Client(base_url=server.url, timeout=120)
 
     def add(self, client: httpx.Client, session: str, *texts: str, **extra) -> httpx.Response:
-        turns = [{"speaker": "Maria", "text": text, "time": "2023-05-08T10:00:00"} for text in texts]
+        """Turns alternating between two speakers (exchanges), so that enough of them close a segment."""
+        turns = [{"speaker": ("Maria", "Jon")[n % 2], "text": text, "time": "2023-05-08T10:00:00"}
+                 for n, text in enumerate(texts)]
         return client.post(f"/v1/sessions/{session}/turns", json={"turns": turns, **extra})
+
+
+def conversation(topic: str, canary: str) -> list[str]:
+    """Enough turns for the segmenter to close segments (it closes one at 10 exchanges at most)."""
+    return [f"Turn {n} about {topic}: {canary} number {n}." for n in range(30)]
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +50,10 @@ def api(tmp_path_factory) -> Iterator[Api]:
     server = Server(store).start()
     api = Api(server, keys)
     try:
-        assert api.add(api.alice, "s1", f"I adopted a cat called Pickle, tag {ALICE_CANARY}.").status_code == 200
-        assert api.add(api.bob, "s1", f"I adopted a dog called Rex, tag {BOB_CANARY}.").status_code == 200
+        alice = api.add(api.alice, "s1", "I adopted a cat called Pickle.", *conversation("the cat", ALICE_CANARY))
+        bob = api.add(api.bob, "s1", "I adopted a dog called Rex.", *conversation("the dog", BOB_CANARY))
+        assert alice.status_code == bob.status_code == 200 and bob.json()["memory_ids"], bob.text
+        api.bob_turns = [f"bob:turn:{turn_id}" for turn_id in bob.json()["turn_ids"]]
         yield api
     finally:
         server.kill()
@@ -56,9 +65,10 @@ def texts_of(response: httpx.Response) -> str:
 
 
 def bob_ids(api: Api) -> list[str]:
+    """Bob's records (from the list) and raw turns (from the add)."""
     page = api.bob.get("/v1/memories", params={"limit": limits.MAX_PAGE}).json()
     assert page["items"], page
-    return [item["id"] for item in page["items"]]
+    return [item["id"] for item in page["items"]] + api.bob_turns
 
 
 def test_health_docs_and_openapi_need_no_key(api: Api) -> None:
@@ -73,7 +83,7 @@ def test_health_docs_and_openapi_need_no_key(api: Api) -> None:
 def test_a_turn_is_found_by_the_next_search(api: Api) -> None:
     added = api.add(api.alice, "s2", "Maria's sister Lena moved to Lisbon in March.")
     assert added.status_code == 200 and added.json()["session_id"] == "s2" and added.json()["turn_ids"]
-    found = api.alice.post("/v1/search", json={"query": "Where did Lena move?", "k": 5})
+    found = api.alice.post("/v1/search", json={"query": "Where did Lena move?", "k": 20})
     assert found.status_code == 200
     hits = found.json()["hits"]
     assert any("Lisbon" in hit["text"] for hit in hits), hits
@@ -145,33 +155,38 @@ def test_jobs_are_the_users_own(api: Api) -> None:
     assert api.alice.get(f"/v1/jobs/{job_id}").status_code == 404
     assert api.alice.get("/v1/jobs/999999").status_code == 404
     assert api.alice.post("/v1/consolidate").status_code == 202  # no body: the whole user
+    assert api.alice.post("/v1/consolidate", json={"session_id": "never"}).status_code == 404
 
 
 def test_pages_and_cursor(api: Api) -> None:
-    api.add(api.alice, "pages", *(f"Page test fact number {n} about gardening." for n in range(5)))
     seen, cursor = [], None
     while True:
-        page = api.alice.get("/v1/memories", params={"session_id": "pages", "limit": 2,
+        page = api.alice.get("/v1/memories", params={"session_id": "s1", "limit": 2,
                                                      **({"cursor": cursor} if cursor else {})}).json()
         assert len(page["items"]) <= 2
         seen += [item["id"] for item in page["items"]]
         cursor = page["next_cursor"]
         if cursor is None:
             break
-    assert len(seen) == len(set(seen)) >= 1
+    everything = api.alice.get("/v1/memories", params={"limit": limits.MAX_PAGE}).json()
+    assert seen == [item["id"] for item in everything["items"]] and len(seen) >= 3
     one = api.alice.get(f"/v1/memories/{seen[0]}").json()
-    assert one["id"] == seen[0] and one["text"]
-    assert api.alice.get(f"/v1/memories/{seen[0]}/history").json()["id"] == seen[0]
+    assert one["id"] == seen[0] and one["kind"] == "record" and one["text"] and one["turns"]
+    assert api.alice.get(f"/v1/memories/{seen[0]}/history").json() == {"id": seen[0], "history": []}
+    assert api.alice.get("/v1/memories", params={"cursor": "not-a-cursor"}).status_code == 422
 
 
 def test_delete_and_forget_remove_only_the_users_data(api: Api) -> None:
-    api.add(api.alice, "gone", "The gone session mentions a lighthouse keeper named Ortwin.")
-    ids = [item["id"] for item in api.alice.get("/v1/memories", params={"session_id": "gone"}).json()["items"]]
-    assert api.alice.delete(f"/v1/memories/{ids[0]}").status_code == 200
-    assert api.alice.get(f"/v1/memories/{ids[0]}").status_code == 404
-    assert api.alice.delete(f"/v1/memories/{ids[0]}").status_code == 404
+    added = api.add(api.alice, "gone", "The gone session mentions a lighthouse keeper named Ortwin.").json()
+    turn = f"alice:turn:{added['turn_ids'][0]}"
+    assert api.alice.get(f"/v1/memories/{turn}").json()["kind"] == "turn"
+    assert api.alice.delete(f"/v1/memories/{turn}").status_code == 200
+    assert api.alice.get(f"/v1/memories/{turn}").status_code == 404
+    assert api.alice.delete(f"/v1/memories/{turn}").status_code == 404
     api.add(api.alice, "gone", "Ortwin the lighthouse keeper again.")
+    assert "Ortwin" in texts_of(api.alice.post("/v1/search", json={"query": "lighthouse keeper Ortwin"}))
     assert api.alice.delete("/v1/sessions/gone").status_code == 200
+    assert api.alice.delete("/v1/sessions/gone").status_code == 404
     assert "Ortwin" not in texts_of(api.alice.post("/v1/search", json={"query": "lighthouse keeper Ortwin"}))
     before = bob_ids(api)
     carol = httpx.Client(base_url=api.server.url, headers=bearer(api.keys.create("carol")), timeout=120)

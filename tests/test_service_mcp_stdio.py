@@ -36,9 +36,10 @@ async def _session(store: Path, user: str, calls) -> list:
 
 async def _every_tool(session: ClientSession) -> dict:
     tools = {tool.name for tool in (await session.list_tools()).tools}
+    chat = [{"speaker": ("Jon", "Maria")[n % 2], "text": f"Small talk line {n} about the weather."} for n in range(24)]
     added = content(await session.call_tool("memory_add", {"session_id": "s1", "turns": [
         {"speaker": "Maria", "text": "I adopted a cat called Pickle.", "time": "2023-05-08T10:00:00"},
-        {"speaker": "Jon", "text": "Pickle is a lovely name for a cat."}], "idempotency_key": "k1"}))
+        *chat], "idempotency_key": "k1"}))
     replay = content(await session.call_tool("memory_add", {"session_id": "s1", "turns": [
         {"speaker": "Maria", "text": "I adopted a cat called Pickle."}], "idempotency_key": "k1"}))
     found = content(await session.call_tool("memory_search", {"query": "What pet does Maria have?", "k": 5}))
@@ -63,7 +64,7 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
     assert not bob[0].is_error
     [seen] = anyio.run(_session, store, "alice", _every_tool)
     assert seen["tools"] == TOOLS
-    assert seen["added"]["turn_ids"] and seen["replay"]["replayed"] and not seen["replay"]["turn_ids"]
+    assert len(seen["added"]["turn_ids"]) == 25 and seen["added"]["memory_ids"] and seen["replay"]["replayed"] and not seen["replay"]["turn_ids"]
     assert any("Pickle" in hit["text"] for hit in seen["found"]["hits"])
     assert "quokkalith" not in json.dumps(seen["found"]) + json.dumps(seen["listed"])
     assert seen["job"]["status"] in ("queued", "running", "done") and seen["deleted"] == {"deleted": True}

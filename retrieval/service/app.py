@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -17,10 +18,11 @@ from fastapi import FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from starlette.routing import Route
 
-from retrieval.service import errors, operations
+from retrieval.service import errors
 from retrieval.service.auth import KeyGuard
 from retrieval.service.body_limit import BodyLimit
 from retrieval.service.drain import WriteGate
+from retrieval.service.gauges import StoreGauges
 from retrieval.service.keys import KeyStore
 from retrieval.service.mcp_tools import build_mcp, key_user
 from retrieval.service.metrics import RequestMetrics, ServiceMetrics
@@ -31,11 +33,11 @@ DRAIN_TIMEOUT_S = 60.0
 """How long shutdown waits for running writes (an add that closes a segment runs extraction)."""
 
 
-def create_app(memory: Any, keys: KeyStore, *, host: str = "127.0.0.1") -> FastAPI:
-    """The HTTP + MCP application over ``memory``; ``host`` is the address served (MCP's
-    DNS-rebinding protection accepts only it and loopback names)."""
-    gate = WriteGate()
-    service = Service(memory, keys, gate, ServiceMetrics(lambda: operations.gauges(memory)))
+def create_app(memory: Any, keys: KeyStore, store: Path, *, host: str = "127.0.0.1") -> FastAPI:
+    """The HTTP + MCP application over ``memory`` (open on the directory ``store``); ``host`` is
+    the address served (MCP's DNS-rebinding protection accepts only it and loopback names)."""
+    gate, gauges = WriteGate(), StoreGauges(store)
+    service = Service(memory, keys, gate, ServiceMetrics(gauges))
     mcp = build_mcp(memory, gate, key_user)
     mcp.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True, host=host)
 
@@ -44,6 +46,7 @@ def create_app(memory: Any, keys: KeyStore, *, host: str = "127.0.0.1") -> FastA
         async with mcp.session_manager.run():
             yield
         await anyio.to_thread.run_sync(gate.close, DRAIN_TIMEOUT_S)
+        gauges.close()
 
     app = FastAPI(title="isq-memory", version="1", lifespan=lifespan,
                   description="Long-term memory for agents: every /v1 call acts for the user of its API key.")

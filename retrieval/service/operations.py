@@ -4,14 +4,12 @@ Each takes the memory, the authenticated user and validated arguments, and retur
 model; the user always comes from the caller's key (HTTP) or the server's ``--user`` (stdio MCP).
 Writes pass through the :class:`~retrieval.service.drain.WriteGate` so shutdown can drain them.
 The memory's own refusals (:mod:`retrieval.api.errors`) pass through unchanged: the app and the
-MCP tools turn them into 404 / 422 answers.
+MCP tools turn them into 404 / 422 answers. The memory serialises its calls with its own lock.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from retrieval.api.errors import NotFound
 
 from retrieval.service import models
 from retrieval.service.drain import WriteGate
@@ -73,19 +71,9 @@ def consolidate(memory: Any, gate: WriteGate, user_id: str, session_id: str | No
 
 def job(memory: Any, user_id: str, job_id: str) -> models.Job:
     """A job of the key's user; another user's job is not found, exactly like a missing one."""
-    try:
-        found = memory.job(job_id)
-    except NotFound:
-        found = None
-    if found is None or found.user_id != user_id:
-        raise NotFound(f"no job {job_id!r}")
-    return _job(found)
+    return _job(memory.job(job_id, user_id=user_id))
 
 
 def _job(found: Any) -> models.Job:
     return models.Job(job_id=str(found.id), status=found.state, session_id=found.session_id,
                       progress=found.progress, error=found.error)
-
-
-def gauges(memory: Any) -> dict[str, float]:
-    return memory.stats()

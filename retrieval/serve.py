@@ -16,6 +16,7 @@ and exit status 2. Keys are kept as salted hashes in ``STORE/keys.sqlite``.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -90,6 +91,11 @@ def serve_main(argv: Sequence[str]) -> int:
         config = uvicorn.Config(create_app(memory, keys, args.store, host=args.host), host=args.host, port=args.port,
                                 access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
         print(f"serving {args.store} on http://{args.host}:{args.port} (OpenAPI /docs, MCP /mcp)", flush=True)
+        # uvicorn handles SIGTERM/SIGINT itself (stop accepting, finish requests, lifespan shutdown,
+        # which drains writes), then re-raises the signal to the handlers it found: make those no-ops
+        # so that the memory is closed below and the exit status is 0, not death by signal.
+        for stop_signal in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(stop_signal, signal.SIG_IGN)
         uvicorn.Server(config).run()
     finally:
         memory.close()

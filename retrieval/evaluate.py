@@ -4,9 +4,10 @@
     python -m retrieval.evaluate --locomo ../shared/data/locomo/locomo_dev.json \\
         --kmeans-fingerprinter checkpoints/kmeans_minilm_dailydialog --out /tmp/eval_minilm --sweep
 
-Per conversation the sessions are ingested in order into ``OUT/store`` (a rerun resumes and
-reuses it), every AMU is embedded and fingerprinted with each fingerprinter, and each question
-of categories 1-4 is answered by retrieval alone and scored against its evidence dia_ids
+Per conversation the sessions are added in order through ``retrieval.Memory.add`` into
+``OUT/store``, the conversation being the user (a rerun finds the turns stored and reuses it;
+``--store DIR`` evaluates a memory already built there instead), every AMU is embedded and
+fingerprinted with each fingerprinter, and each question of categories 1-4 is answered by retrieval alone and scored against its evidence dia_ids
 (metrics: :mod:`retrieval.eval.metrics`; configuration names: :mod:`retrieval.eval.configs`).
 
 ``multi`` and ``multi+code`` are plan-guided multi-route retrieval (:mod:`retrieval.routes`),
@@ -35,6 +36,7 @@ from pathlib import Path
 from isq.encoders import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
 from isq.topology import AGGREGATES, ASSOCIATIONS, TopologyParams
+from retrieval.api.errors import MemoryAPIError
 from retrieval.consolidation.options import OPERATORS, make_operator
 from retrieval.eval.answers import AnswerStage
 from retrieval.eval.configs import KMEANS, TRAINED, EvaluationError, default_configs, resolve_configs
@@ -93,6 +95,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--consolidate", choices=OPERATORS,
                         help="consolidate each conversation's memory after ingestion (offline: near-duplicate "
                              "merges; llm: the endpoint's operations) and evaluate it consolidated")
+    parser.add_argument("--store", type=Path,
+                        help="evaluate the memory already built in this store directory (read-only; e.g. one "
+                             "consolidated through Memory.consolidate) instead of adding LoCoMo into OUT/store")
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -144,8 +149,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             topology=topology, sweep=args.sweep,
             answer_stage=answer_stage, answer_configs=answer_configs, settings=settings,
             progress=not args.no_progress, planner=planner, reranker=reranker, consolidator=consolidator,
+            store_dir=args.store,
         )
-    except (EvaluationError, IngestError, StoreError) as err:
+    except (EvaluationError, IngestError, StoreError, MemoryAPIError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(_summary_line(results, args.out))

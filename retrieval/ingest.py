@@ -1,5 +1,6 @@
-"""``python -m retrieval.ingest``: a conversation stream -> online segmentation -> one extraction
-per segment -> the AMU store (library: :mod:`retrieval.memory.ingest`).
+"""``python -m retrieval.ingest``: a recorded conversation stream added through the memory API
+(:class:`retrieval.Memory`): each conversation is a user, each session one ``add`` then a
+``flush`` (online segmentation, one extraction per segment, the store).
 
     python -m retrieval.ingest --locomo locomo10.json --store DIR [--extractor rule|llm]
         [--embedder NAME_OR_PATH] [--fingerprinter DIR] [--llm-cache DIR] [--no-progress]
@@ -7,8 +8,8 @@ per segment -> the AMU store (library: :mod:`retrieval.memory.ingest`).
     python -m retrieval.ingest --jsonl turns.jsonl --store DIR ...
 
 The JSONL turn stream is described in :mod:`retrieval.memory.turns_jsonl`. A rerun on the same
-store resumes it. ``--consolidate-in-background`` runs consolidation (:mod:`retrieval.consolidation`)
-in a worker beside the ingest and waits for its last round at the end.
+store adds nothing (stored turn ids are replays). ``--consolidate-in-background`` queues one
+durable consolidation job per conversation (:meth:`Memory.consolidate`) and waits for them at the end.
 """
 
 from __future__ import annotations
@@ -16,22 +17,21 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from contextlib import nullcontext
 from pathlib import Path
 
 from isq.encoders import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
+from retrieval.api.bulk import add_conversation
+from retrieval.api.errors import MemoryAPIError
+from retrieval.api.memory import Memory
+from retrieval.api.models import LLM_CACHE, Deferred
 from retrieval.consolidation.options import OPERATORS, make_operator
-from retrieval.consolidation.worker import ConsolidationWorker, SerializedEmbedder
 from retrieval.eval.locomo import load_locomo
-from retrieval.extract.base import Extractor
 from retrieval.extract.llm import LLMExtractor
 from retrieval.extract.rules import RuleExtractor
-from retrieval.index.embed import Embedder, SentenceEmbedder
-from retrieval.memory.errors import StoreError
-from retrieval.memory.ingest import IngestError, ingest_turns
+from retrieval.index.embed import SentenceEmbedder
+from retrieval.memory.ingest import IngestError
 from retrieval.memory.records import InputFormatError
-from retrieval.memory.store import AMUStore
 from retrieval.memory.turns_jsonl import read_turns_jsonl
 
 
@@ -46,8 +46,6 @@ def _parser() -> argparse.ArgumentParser:
                         "segmentation embeddings (default: offline all-MiniLM-L6-v2)")
     parser.add_argument("--fingerprinter", type=Path, help="exported ISQ fingerprinter directory")
     parser.add_argument("--llm-cache", type=Path, help="LLM response cache (default: STORE/llm_cache)")
-    parser.add_argument("--no-retry-fallbacks", action="store_true",
-                        help="do not extract again the stored segments that fell back to raw turns")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--consolidate-in-background", nargs="?", const="offline", choices=OPERATORS,
                         help="consolidate in a background worker beside the ingest (operator: offline by default)")
@@ -58,43 +56,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.locomo is not None:
-            conversations = load_locomo(args.locomo)
-            turns = [turn for conversation in conversations for turn in conversation.turns]
-            participants = {c.conversation_id: c.participants for c in conversations}
+            turns = [turn for conversation in load_locomo(args.locomo) for turn in conversation.turns]
         else:
-            turns, participants = read_turns_jsonl(args.jsonl), None
-        with AMUStore(args.store) as store:  # opened before any model loads: a bad store fails fast
-            embedder, extractor, fingerprinter = _models(args)
-            worker = None
+            turns = read_turns_jsonl(args.jsonl)
+        embedder, extractor, fingerprinter = _models(args)
+        operator = make_operator(args.consolidate_in_background or "offline", args.llm_cache or args.store / LLM_CACHE)
+        with Memory.open(args.store, embedder=embedder, extractor=extractor, fingerprinter=fingerprinter,
+                         consolidator=operator) as memory:
+            stats = add_conversation(memory, turns, progress=not args.no_progress)
+            jobs = []
             if args.consolidate_in_background:
-                embedder = SerializedEmbedder(embedder)  # shared with the worker thread
-                operator = make_operator(args.consolidate_in_background, args.llm_cache or args.store / "llm_cache")
-                worker = ConsolidationWorker(args.store, embedder, operator, fingerprinter=fingerprinter)
-            with worker or nullcontext():
-                stats = ingest_turns(turns, store, embedder, extractor, fingerprinter=fingerprinter,
-                                     participants=participants, progress=not args.no_progress,
-                                     retry_fallbacks=not args.no_retry_fallbacks)
-    except (InputFormatError, IngestError, StoreError, OSError, ValueError) as err:
+                jobs = [memory.consolidate(user_id=user, wait=False) for user in dict.fromkeys(t.conversation_id
+                                                                                                for t in turns)]
+                jobs = [memory.consolidate(user_id=job.user_id, wait=True) for job in jobs]
+    except (InputFormatError, IngestError, MemoryAPIError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(stats.summary())
-    for report in (worker.reports.values() if worker else ()):
-        print(f"consolidation {report.summary()}")
+    for job in jobs:
+        report = job.progress
+        print(f"consolidation {job.user_id}: active AMUs {report.get('amus_before')} -> "
+              f"{report.get('amus_active_after')} | archived {report.get('archived')} | created "
+              f"{report.get('created')} | job {job.id} {job.state}{': ' + job.error if job.error else ''}")
     return 0
 
 
-def _models(args: argparse.Namespace) -> tuple[Embedder, Extractor, Fingerprinter | None]:
-    """The embedder, extractor and (optional) fingerprinter the arguments name."""
-    extractor: Extractor
-    if args.extractor == "llm":
-        try:
-            extractor = LLMExtractor(cache_dir=args.llm_cache or args.store / "llm_cache")
-        except ValueError as err:
-            raise IngestError(str(err)) from None
-    else:
-        extractor = RuleExtractor()
-    fingerprinter = None if args.fingerprinter is None else Fingerprinter.from_pretrained(args.fingerprinter)
-    return SentenceEmbedder(args.embedder), extractor, fingerprinter
+def _models(args: argparse.Namespace) -> tuple[Deferred, Deferred, Deferred | None]:
+    """The embedder, extractor and (optional) fingerprinter the arguments name, loaded once the
+    store is open (a busy or broken store fails fast)."""
+    cache = args.llm_cache or args.store / LLM_CACHE
+    extractor = Deferred(LLMExtractor, cache_dir=cache) if args.extractor == "llm" else Deferred(RuleExtractor)
+    fingerprinter = None if args.fingerprinter is None else Deferred(Fingerprinter.from_pretrained, args.fingerprinter)
+    return Deferred(SentenceEmbedder, args.embedder), extractor, fingerprinter
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""``python -m retrieval.query``: plan-guided multi-route retrieval over a store, for one question
-(library: :mod:`retrieval.routes`).
+"""``python -m retrieval.query``: one search of a memory (:meth:`retrieval.Memory.search`, plan-guided
+multi-route retrieval, :mod:`retrieval.routes`), opened read-only; a conversation is a user.
 
     python -m retrieval.query --store DIR "When did Caroline go to the support group?"
         [--conversation ID] [-k 40] [--fingerprinter DIR] [--reranker DIR] [--planner rule|llm]
@@ -8,8 +8,8 @@
 Prints the plan, then each selected item (record or raw turn) with the route that found it, its
 channel scores, its record type and time, its provenance and the original turns, verbatim.
 ``--fingerprinter`` switches the codebook route on; ``--reranker`` names a local
-sentence-transformers CrossEncoder (off otherwise). The store is opened read-only; its cached
-embeddings are used (it must have been built with the same embedder). Bad input (no store, an
+sentence-transformers CrossEncoder (off otherwise). The store is opened read-only beside any
+writer; its cached embeddings are used (it must have been built with the same embedder). Bad input (no store, an
 empty question, an unknown conversation) ends with one line on stderr and exit status 2.
 """
 
@@ -24,15 +24,13 @@ from typing import Any
 
 from isq.encoders import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
+from retrieval.api.errors import InvalidInput, MemoryAPIError
+from retrieval.api.inputs import check_query
+from retrieval.api.memory import Memory
+from retrieval.api.models import Deferred
+from retrieval.api.results import SearchHit, SearchResult
 from retrieval.index.embed import SentenceEmbedder
-from retrieval.memory.cache import CachedEmbedder, CachedFingerprinter, model_identity
-from retrieval.memory.errors import StoreError, StoreMismatch
-from retrieval.memory.store import AMUStore
-from retrieval.retriever import check_query
-from retrieval.routes.bank import RouteBank
-from retrieval.routes.planner_llm import LLMPlanner
-from retrieval.routes.rerank import CrossEncoderReranker
-from retrieval.routes.retriever import MultiRouteRetriever, Retrieval, RouteHit
+from retrieval.routes.params import PLAN_DEPTH, final_top_k
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,67 +48,54 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _conversation(store: AMUStore, wanted: str | None) -> str:
-    known = store.conversations()
+def _user(memory: Memory, wanted: str | None) -> str:
+    known = memory.users()
+    where = memory.store.path
     if wanted is not None:
         if wanted not in known:
-            raise StoreError(f"{store.path}: no conversation {wanted!r} (it holds {', '.join(known) or 'none'})")
+            raise InvalidInput(f"{where}: no conversation {wanted!r} (it holds {', '.join(known) or 'none'})")
         return wanted
     if len(known) != 1:
-        raise StoreError(f"{store.path} holds {len(known)} conversations ({', '.join(known) or 'none'}); "
-                         "pass --conversation")
+        raise InvalidInput(f"{where} holds {len(known)} conversations ({', '.join(known) or 'none'}); "
+                           "pass --conversation")
     return known[0]
 
 
-def _check_embedder(store: AMUStore, embedder: Any) -> None:
-    bound = store.meta("embedder")
-    if bound is not None and bound != model_identity(embedder):
-        raise StoreMismatch(f"{store.directory} was built with embedder {bound!r}, not {model_identity(embedder)!r}; "
-                            "pass --embedder")
-
-
-def run(args: argparse.Namespace) -> tuple[Retrieval, AMUStore, str]:
-    """Open the store, build the conversation's bank and retrieve; returns the retrieval, the open
-    store (the caller closes it) and the conversation id."""
-    check_query(args.question)
+def run(args: argparse.Namespace) -> tuple[SearchResult, list[dict[str, Any]]]:
+    """Open the memory read-only, search the conversation (user) and read each hit's turns; returns
+    the result and the items in JSON form."""
     if args.k < 1:
-        raise ValueError(f"-k must be at least 1, got {args.k}")
-    store = AMUStore(args.store, read_only=True)
-    try:
-        conversation = _conversation(store, args.conversation)
-        embedder = SentenceEmbedder(args.embedder)
-        _check_embedder(store, embedder)
-        fingerprinter = None
-        if args.fingerprinter is not None:
-            fingerprinter = CachedFingerprinter(Fingerprinter.from_pretrained(args.fingerprinter), store)
-        planner = LLMPlanner(cache_dir=args.store / "llm_cache") if args.planner == "llm" else None
-        reranker = None if args.reranker is None else CrossEncoderReranker(args.reranker)
-        bank = RouteBank.build(store, conversation, CachedEmbedder(embedder, store), fingerprinter=fingerprinter)
-        retriever = MultiRouteRetriever(bank, planner, reranker)
-        return retriever.retrieve(args.question, args.k, use_code=fingerprinter is not None), store, conversation
-    except BaseException:
-        store.close()
-        raise
+        raise InvalidInput(f"-k must be at least 1, got {args.k}")
+    check_query(args.question)
+    fingerprinter = None if args.fingerprinter is None else Deferred(Fingerprinter.from_pretrained,
+                                                                      args.fingerprinter)
+    with Memory.open(args.store, read_only=True, embedder=Deferred(SentenceEmbedder, args.embedder),
+                     fingerprinter=fingerprinter, planner=args.planner, reranker=args.reranker) as memory:
+        user = _user(memory, args.conversation)
+        result = memory.search(args.question, user_id=user, k=final_top_k(args.k, PLAN_DEPTH), explain=True)
+        return result, [item_dict(rank, hit, memory, user) for rank, hit in enumerate(result.hits, start=1)]
 
 
-def item_dict(hit: RouteHit, store: AMUStore, conversation: str) -> dict[str, Any]:
+def item_dict(rank: int, hit: SearchHit, memory: Memory, user: str) -> dict[str, Any]:
     """One selected item as JSON: id, kind, text, type, time, routes, scores, provenance, turns."""
-    turns = [store.turn(conversation, turn_id) for turn_id in hit.source["turn_ids"]]
-    return {"rank": hit.rank, "id": hit.amu_id, "kind": hit.kind, "text": hit.text, "memory_type": hit.memory_type,
-            "time": hit.time, "routes": [number + 1 for number in hit.routes], "scores": dict(hit.scores),
-            "provenance": hit.source,
+    turns = [memory.store.turn(user, turn_id) for turn_id in hit.turns]
+    explain = hit.explain or {}
+    scores = {name: channel["score"] for name, channel in explain.get("channels", {}).items()}
+    return {"rank": rank, "id": hit.id, "kind": hit.kind, "text": hit.text, "memory_type": hit.memory_type,
+            "time": hit.time, "routes": explain.get("routes", []), "scores": {**scores, **explain.get("fused", {})},
+            "provenance": {"session_id": hit.session_id, "turn_ids": list(hit.turns)},
             "turns": [{"turn_id": t.turn_id, "speaker": t.speaker, "text": t.text, "image_caption": t.image_caption,
                        "session_time": t.session_time.isoformat() if t.session_time else None} for t in turns]}
 
 
-def render(result: Retrieval, items: Sequence[dict[str, Any]]) -> str:
+def render(result: SearchResult, items: Sequence[dict[str, Any]]) -> str:
     """The human-readable listing."""
-    plan = result.plan
-    lines = [f"Question: {result.question}", f"Plan ({plan.planner}): {plan.question_type}"]
-    for number, route in enumerate(plan.routes, start=1):
-        time = f"{route.time.start}..{route.time.end}" if route.time else "none"
-        lines.append(f"  route {number}: queries {list(route.queries)}; entities {list(route.entities)}; "
-                     f"topics {list(route.topics)}; time {time}")
+    plan = result.plan or {"planner": "-", "question_type": "-", "routes": []}
+    lines = [f"Question: {result.query}", f"Plan ({plan['planner']}): {plan['question_type']}"]
+    for number, route in enumerate(plan["routes"], start=1):
+        time = f"{route['time']['start']}..{route['time']['end']}" if route["time"] else "none"
+        lines.append(f"  route {number}: queries {route['queries']}; entities {route['entities']}; "
+                     f"topics {route['topics']}; time {time}")
     lines += [f"Reranker: {result.reranker}", f"{len(items)} items in {1000 * result.seconds:.0f} ms", ""]
     for item in items:
         scores = " ".join(f"{name} {value:.3g}" for name, value in item["scores"].items())
@@ -130,14 +115,12 @@ def render(result: Retrieval, items: Sequence[dict[str, Any]]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        result, store, conversation = run(args)
-    except (StoreError, OSError, ValueError) as err:
+        result, items = run(args)
+    except (MemoryAPIError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    with store:
-        items = [item_dict(hit, store, conversation) for hit in result.hits]
     if args.json:
-        print(json.dumps({"question": result.question, "plan": result.plan.to_dict(), "reranker": result.reranker,
+        print(json.dumps({"question": result.query, "plan": result.plan, "reranker": result.reranker,
                           "seconds": result.seconds, "items": items}, ensure_ascii=False, indent=2))
     else:
         print(render(result, items))

@@ -16,6 +16,8 @@ from typing import Any
 
 from retrieval.api.errors import InvalidInput
 from retrieval.memory.records import MAX_TURN_CHARS, Turn
+from retrieval.retriever import EmptyQuery
+from retrieval.retriever import check_query as check_words
 
 TURN_FIELDS = ("speaker", "text", "time", "turn_id", "image_caption")
 MAX_ID_CHARS = 200
@@ -50,8 +52,13 @@ def optional_id(name: str, value: Any) -> str | None:
 
 
 def check_query(query: Any) -> str:
-    if not isinstance(query, str) or not query.strip():
+    """A query: a string with a letter or digit (:func:`retrieval.retriever.check_query`), not oversized."""
+    if not isinstance(query, str):
         raise InvalidInput(f"query must be a non-empty string, got {query!r}")
+    try:
+        check_words(query)
+    except EmptyQuery as err:
+        raise InvalidInput(str(err)) from None
     if len(query) > MAX_TURN_CHARS:
         raise InvalidInput(f"query has {len(query)} characters; the limit is {MAX_TURN_CHARS}")
     return query

@@ -45,7 +45,7 @@ class Memory:
     """See the module docstring; open with :meth:`open`."""
 
     def __init__(self, store: AMUStore, models: LoadedModels, segmenter: SegmenterConfig) -> None:
-        self.store, self.models = store, models
+        self.store, self.models, self.segmenter = store, models, segmenter
         self._lock = threading.RLock()
         model_lock = threading.Lock()
         shared = SerializedEmbedder(models.embedder)
@@ -94,7 +94,8 @@ class Memory:
         try:
             for key, value in bindings.items():
                 saved = self.store.meta(key)
-                if read_only and saved is not None and key != "extractor" and saved != value:
+                checked = key == "embedder" or (key == "fingerprinter" and self.models.fingerprinter is not None)
+                if read_only and saved is not None and checked and saved != value:
                     raise StoreError(f"{self.store.directory} was built with {key} {saved!r}, not {value!r}")
                 if not read_only:
                     self.store.bind(key, value, hint=f"open it with the {key} it was built with")

@@ -1,6 +1,7 @@
 """The models :meth:`retrieval.api.memory.Memory.open` names, loaded once per memory: each
-argument is a name or path (loaded here) or an object already loaded (used as is), so a caller
-that holds models (the evaluation, the tests) passes them in."""
+argument is a name or path (loaded here), an object already loaded (used as is: the evaluation
+and the tests pass theirs) or a zero-argument function returning one (:class:`Deferred`; called
+after the store opened, so a busy or broken store is refused before any model loads)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,20 @@ from retrieval.api.errors import InvalidInput
 
 LLM_CACHE = "llm_cache"
 """The store's subdirectory holding LLM answers (extraction, planning, consolidation)."""
+
+
+class Deferred:
+    """A model to load only once the store is open: ``Deferred(SentenceEmbedder, name)``."""
+
+    def __init__(self, load: Any, *args: Any, **kwargs: Any) -> None:
+        self.load, self.args, self.kwargs = load, args, kwargs
+
+    def __call__(self) -> Any:
+        return self.load(*self.args, **self.kwargs)
+
+
+def _resolved(value: Any) -> Any:
+    return value() if isinstance(value, Deferred) else value
 
 
 @dataclass
@@ -94,6 +109,8 @@ def load_models(directory: Path, *, embedder: Any = MINILM_ALIAS, fingerprinter:
     """Load what is named; LLM answers are cached in ``<store>/llm_cache`` (purged with the data)."""
     cache = directory / LLM_CACHE
     try:
+        embedder, extractor, fingerprinter = _resolved(embedder), _resolved(extractor), _resolved(fingerprinter)
+        reranker = _resolved(reranker)
         return LoadedModels(_embedder(embedder), _extractor(extractor, cache), _fingerprinter(fingerprinter),
                             _planner(planner, cache), _operator(consolidator, cache), _reranker(reranker))
     except (OSError, ValueError) as err:

@@ -42,12 +42,15 @@ class SearchHit(_Plain):
 
 @dataclass(frozen=True)
 class SearchResult(_Plain):
-    """The hits of one search, best first, with the plan's question type and the wall time."""
+    """The hits of one search, best first, with the plan's question type, the plan itself (JSON
+    form: routes, their queries, entities, topics and time range), the reranker and the wall time."""
 
     query: str
     hits: tuple[SearchHit, ...]
     question_type: str = ""
     seconds: float = 0.0
+    plan: dict[str, Any] | None = None
+    reranker: str = ""
 
 
 @dataclass(frozen=True)

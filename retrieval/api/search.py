@@ -5,8 +5,8 @@ channel when the snapshot has a topology, exactly ``k`` items (``plan_depth=0``)
 ``routes`` names the channels that may vote (records, nodes, turns, lexical, temporal, code);
 the others are weighted 0 and an item only they found is dropped. ``session`` keeps the hits of
 one session: the retriever is asked for :data:`SESSION_WIDENING` times ``k`` items first.
-``explain`` adds each hit's per-channel rank and score and, for the code channel, the codes the
-record shares with the query's.
+``explain`` adds each hit's per-channel rank and score, the routes (from 1) that found it, its
+fused scores and, for the code channel, the codes the record shares with the query's.
 """
 
 from __future__ import annotations
@@ -53,14 +53,14 @@ def run_search(bank: RouteBank, query: str, k: int, *, session: str | None, rout
         texts = [q for route in result.plan.routes for q in route.queries]
         query_codes = frozenset().union(*(fp.codes for fp in bank.fingerprinter.fingerprint(texts)))
     return SearchResult(query, tuple(_hit(bank, hit, explain, query_codes) for hit in hits),
-                        result.plan.question_type, result.seconds)
+                        result.plan.question_type, result.seconds, result.plan.to_dict(), result.reranker)
 
 
 def _hit(bank: RouteBank, hit: RouteHit, explain: bool, query_codes: frozenset[int]) -> SearchHit:
     details = None
     if explain:
         channels = {name: {"rank": hit.ranks[name], "score": hit.scores[name]} for name in hit.ranks}
-        details = {"channels": channels, "fused": {name: hit.scores[name] for name in ("s_best", "s_route", "s_final")
+        details = {"channels": channels, "routes": [number + 1 for number in hit.routes], "fused": {name: hit.scores[name] for name in ("s_best", "s_route", "s_final")
                                                    if name in hit.scores}}
         if query_codes and hit.kind == "record":
             codes = set(bank.records[hit.index].fingerprint or ())

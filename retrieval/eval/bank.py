@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from isq.fingerprint import Fingerprinter
 from isq.topology import TopologyParams
+from retrieval.api.bulk import add_conversation
+from retrieval.api.memory import Memory
 from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import mean
 from retrieval.extract.base import Extractor
@@ -106,3 +109,15 @@ def ingest_locomo_conversation(conversation: LocomoConversation, store: AMUStore
     """Ingest one LoCoMo conversation, sessions in order (keyword options as :func:`ingest_turns`)."""
     return ingest_turns(conversation.turns, store, embedder, extractor,
                         participants={conversation.conversation_id: conversation.participants}, **options)
+
+
+def open_memory(directory: Path, embedder: Embedder, extractor: Extractor, *, read_only: bool = False) -> Memory:
+    """The evaluation's memory: records without fingerprints (each codebook fingerprints them
+    itself, cached in the store), so one store serves every fingerprinter."""
+    return Memory.open(directory, embedder=embedder, extractor=extractor, read_only=read_only)
+
+
+def add_locomo_conversation(conversation: LocomoConversation, memory: Memory) -> IngestStats:
+    """Build one LoCoMo conversation's memory the way users do, through :meth:`Memory.add`
+    (:func:`retrieval.api.bulk.add_conversation`): the conversation is a user."""
+    return add_conversation(memory, conversation.turns)

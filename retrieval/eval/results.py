@@ -96,7 +96,7 @@ AnswerSummary = Summary[AnswerBlock]
 
 class Construction(Record):
     """Cost of the memory: ``seconds``, ``ingest_seconds``, ``llm_calls`` and ``tokens`` are summed
-    over the runs that built the store; ``this_run`` has ``resumed_segments`` and ``<stage>_seconds``."""
+    over the runs that built the store; ``this_run`` has ``replayed_turns`` (turns a rerun found stored) and ``<stage>_seconds``."""
 
     seconds: float
     amus: int

@@ -30,9 +30,10 @@ from retrieval.eval.bank import (
     STORE_DIR,
     ConstructionLedger,
     ConversationBank,
+    add_locomo_conversation,
     build_retriever,
     codebook_diagnostics,
-    ingest_locomo_conversation,
+    open_memory,
 )
 from retrieval.eval.configs import (
     KMEANS,
@@ -72,7 +73,6 @@ from retrieval.extract.rules import RuleExtractor
 from retrieval.index.embed import Embedder
 from retrieval.memory.cache import CachedEmbedder, CachedFingerprinter, model_identity
 from retrieval.memory.segmenter import count_tokens
-from retrieval.memory.store import AMUStore
 from retrieval.retriever import Hit
 from retrieval.routes.bank import StoreLexical
 from retrieval.routes.rerank import CrossEncoderReranker
@@ -187,7 +187,8 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
              k_code: int = 20, topology: TopologyParams | None = None, sweep: bool = False,
              answer_stage: AnswerStage | None = None, answer_configs: Sequence[str] = (),
              settings: Mapping[str, Any] | None = None, progress: bool = True, planner: Any | None = None,
-             reranker: CrossEncoderReranker | None = None, consolidator: Operator | None = None) -> Results:
+             reranker: CrossEncoderReranker | None = None, consolidator: Operator | None = None,
+             store_dir: str | Path | None = None) -> Results:
     """Run the evaluation and write its reports to ``out_dir``; returns what ``results.json`` holds.
 
     ``fingerprinters`` maps ``"trained"`` (required) and optionally ``"kmeans"`` to loaded
@@ -198,6 +199,8 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
     configurations plan with ``planner`` (default: the rule planner) and rerank with ``reranker``
     (default: none). With ``consolidator`` each conversation's store is consolidated after
     ingestion and evaluated consolidated; a store stays bound to being consolidated or not.
+    Memory is built through :meth:`retrieval.api.memory.Memory.add` (what users call) into
+    ``out_dir/store``; with ``store_dir`` the memory already built there is evaluated, read-only.
     """
     started = time.perf_counter()
     topology = topology or TopologyParams()
@@ -209,15 +212,20 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
     selected = resolve_configs(names, fingerprinters, answer_configs, k_dense + k_code)
     with_routes = any(config.multi for config in selected)
     extractor = extractor or RuleExtractor()
-    store_dir = out_dir / STORE_DIR
 
-    with AMUStore(store_dir) as store:
+    built_store = store_dir is not None
+    store_dir = Path(store_dir) if built_store else out_dir / STORE_DIR
+    if built_store and consolidator is not None:
+        raise EvaluationError("--store evaluates a memory as built; consolidate it first (Memory.consolidate)")
+    with open_memory(store_dir, embedder, extractor, read_only=built_store) as memory:
+        store = memory.store
         ledger = ConstructionLedger(store)
         # Embeddings and fingerprints come from the store's cache when an earlier run computed them.
         embedder = CachedEmbedder(embedder, store)
         fingerprinters = {name: CachedFingerprinter(fp, store) for name, fp in fingerprinters.items()}
-        store.bind("consolidation", "none" if consolidator is None else consolidator.name,
-                   hint="evaluate consolidated and unconsolidated memory in two --out directories")
+        if not built_store:
+            store.bind("consolidation", "none" if consolidator is None else consolidator.name,
+                       hint="evaluate consolidated and unconsolidated memory in two --out directories")
         consolidated: list[ConsolidationReport] = []
         # -- construction: ingest (or reuse), embed, fingerprint, index
         report = EvidenceReport()
@@ -229,11 +237,15 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
         questions: list[EvalQuestion] = []
         for conversation in conversations:
             cid = conversation.conversation_id
-            logger.info("%s: ingesting %d turns", cid, len(conversation.turns))
-            stats = ingest_locomo_conversation(conversation, store, embedder, extractor, progress=progress)
-            ledger.add(cid, stats)
-            timings["ingest"] += stats.wall_s
-            resumed += stats.resumed_segments
+            if built_store:  # evaluated as it was built (e.g. consolidated through Memory.consolidate)
+                if cid not in store.conversations():
+                    raise EvaluationError(f"{store_dir} holds no memory of user {cid!r}")
+            else:
+                logger.info("%s: adding %d turns through Memory.add", cid, len(conversation.turns))
+                stats = add_locomo_conversation(conversation, memory)
+                ledger.add(cid, stats)
+                timings["ingest"] += stats.wall_s
+                resumed += len(conversation.turns) - stats.turns
             if consolidator is not None:
                 consolidated.append(consolidate_conversation(store, cid, embedder, consolidator))
             amus = list(store.amus(cid))
@@ -303,7 +315,7 @@ def evaluate(conversations: Sequence[LocomoConversation], fingerprinters: Mappin
             ingest_seconds=ledger.total(ids, "seconds"),
             extractor=str(model_identity(extractor)),
             per_conversation={cid: round(seconds, 2) for cid, seconds in per_conversation.items()},
-            this_run={"resumed_segments": resumed, "embeddings_computed": embedder.computed,
+            this_run={"replayed_turns": resumed, "embeddings_computed": embedder.computed,
                       "fingerprints_computed": sum(fp.computed for fp in fingerprinters.values()),
                       **{f"{k}_seconds": round(v, 2) for k, v in timings.items()}},
         )

@@ -1,0 +1,48 @@
+"""Adding a whole recorded conversation through the memory API (the ingest command line and the
+evaluation): the conversation is a user, each session is added in one :meth:`Memory.add` call
+and then flushed (a recorded session is complete). A rerun adds nothing: stored turn ids replay.
+The cost comes back as :class:`retrieval.memory.ingest.IngestStats` (construction ledger, summary).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+
+from tqdm.auto import tqdm
+
+from retrieval.api.memory import Memory
+from retrieval.memory.ingest import IngestStats
+from retrieval.memory.records import Turn
+from retrieval.memory.segmenter import pair_exchanges
+
+
+def add_conversation(memory: Memory, turns: Sequence[Turn], *, progress: bool = False) -> IngestStats:
+    """Add the turns of one or more conversations (each its own user), session by session, with a
+    progress bar of turns when ``progress``."""
+    started = time.perf_counter()
+    extractor = memory.models.extractor
+    usage_before = dataclasses.replace(extractor.usage)
+    stats = IngestStats()
+    sessions: dict[tuple[str, str], list[Turn]] = {}
+    for turn in turns:
+        sessions.setdefault((turn.conversation_id, turn.session_id), []).append(turn)
+    stats.conversations = len({user for user, _ in sessions})
+    bar = tqdm(total=len(turns), unit="turn", disable=not progress)
+    for (user, session_id), session_turns in sessions.items():
+        first_seq = memory.store.next_seq(user)
+        added = memory.add(session_turns, user_id=user, session_id=session_id)
+        closed = memory.flush(user_id=user, session_id=session_id)
+        stats.sessions += 1
+        stored = set(added.turn_ids)
+        stats.turns += len(stored)
+        stats.exchanges += len(pair_exchanges([t for t in session_turns if t.turn_id in stored],
+                                              memory.segmenter.pair_turns))
+        stats.amus += len(added.amu_ids) + len(closed.amu_ids)
+        stats.segments += memory.store.next_seq(user) - first_seq
+        bar.update(len(session_turns))
+    bar.close()
+    stats.llm = extractor.usage.since(usage_before)
+    stats.wall_s = time.perf_counter() - started
+    return stats

@@ -1,0 +1,216 @@
+"""The memory API (issue 21): turns searchable at once, users kept apart, replays idempotent,
+hard deletion that leaves no trace in the store's files, durable jobs, typed errors, migration."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from retrieval import Memory
+from retrieval.api.errors import InvalidInput, MemoryAPIError, MemoryBusy, NotFound
+from retrieval.memory.records import MAX_TURN_CHARS
+from retrieval.memory.store import AMUStore
+from tests.routes_fixtures import WordEmbedder, WordFingerprinter
+
+CANARY = "Zorblaxian"
+
+
+def open_memory(path: Path, **options) -> Memory:
+    return Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(), **options)
+
+
+def chat(prefix: str, n: int) -> list[dict]:
+    speakers = ("Ann", "Bob")
+    return [{"speaker": speakers[i % 2], "text": f"{prefix} story number {i} about gardens and tomatoes.",
+             "time": "2023-05-08T10:00:00", "turn_id": f"{prefix}-{i}"} for i in range(n)]
+
+
+def store_bytes(path: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file())
+
+
+def texts(result) -> list[str]:
+    return [hit.text for hit in result.hits]
+
+
+def test_a_turn_is_found_by_the_next_search_and_segments_commit_records(tmp_path):
+    with open_memory(tmp_path) as mem:
+        added = mem.add([{"speaker": "Maria", "text": "I adopted a cat called Pickle.",
+                          "time": "2023-05-08T10:00:00"}], user_id="alice", session_id="s1")
+        assert added.turn_ids == ("s1:1",) and added.amu_ids == ()
+        hits = mem.search("adopted cat Pickle", user_id="alice", k=5).hits
+        assert [(h.id, h.kind, h.turns) for h in hits] == [("alice:turn:s1:1", "turn", ("s1:1",))]
+        mem.add(chat("alpha", 30), user_id="alice", session_id="s1")
+        flushed = mem.flush(user_id="alice", session_id="s1")
+        page = mem.list(user_id="alice", limit=1000)
+        assert len(page.items) >= 20 and page.cursor is None
+        assert set(flushed.amu_ids) <= {item.id for item in page.items}
+        found = mem.search("cat called Pickle", user_id="alice", k=3).hits[0]
+        assert "Pickle" in found.text and found.kind == "record" and found.turns == ("s1:1",)
+        assert mem.get(found.id, user_id="alice").text == found.text
+        assert mem.get("alice:turn:s1:1", user_id="alice").text == "Maria: I adopted a cat called Pickle."
+
+
+def test_the_incremental_snapshot_matches_a_fresh_build(tmp_path):
+    queries = ["gardens story number 3", "tomatoes", "story number 17 about gardens"]
+    with open_memory(tmp_path) as mem:
+        mem.add(chat("first", 8), user_id="u", session_id="s1")
+        mem.search("tomatoes", user_id="u", k=5)  # builds the snapshot; later adds extend it
+        mem.add(chat("second", 24), user_id="u", session_id="s1")
+        mem.flush(user_id="u", session_id="s1")
+        mem.add(chat("third", 9), user_id="u", session_id="s2")
+        incremental = [[(h.id, round(h.score, 6)) for h in mem.search(q, user_id="u", k=8).hits] for q in queries]
+    with open_memory(tmp_path) as mem:
+        fresh = [[(h.id, round(h.score, 6)) for h in mem.search(q, user_id="u", k=8).hits] for q in queries]
+    assert incremental == fresh and all(len(hits) == 8 for hits in fresh)
+
+
+def test_users_are_kept_apart(tmp_path):
+    with open_memory(tmp_path) as mem:
+        mem.add(chat("alice", 12) + [{"speaker": "Ann", "text": f"My secret word is {CANARY}."}],
+                user_id="alice", session_id="s1")
+        mem.flush(user_id="alice", session_id="s1")
+        mem.add(chat("bob", 12), user_id="bob", session_id="s1")
+        hits = mem.search(f"secret word {CANARY} gardens", user_id="bob", k=20).hits
+        assert hits and all(CANARY not in h.text and h.id.startswith("bob:") for h in hits)
+        alice_record = mem.list(user_id="alice", limit=1).items[0]
+        with pytest.raises(NotFound, match="no record"):
+            mem.get(alice_record.id, user_id="bob")
+        with pytest.raises(NotFound):
+            mem.delete(alice_record.id, user_id="bob")
+        with pytest.raises(NotFound):
+            mem.history(alice_record.id, user_id="bob")
+        assert mem.list(user_id="carol").items == ()
+
+
+def test_replays_add_nothing(tmp_path):
+    with open_memory(tmp_path) as mem:
+        first = mem.add([{"speaker": "Ann", "text": "Hello there."}], user_id="u", session_id="s",
+                        idempotency_key="req-1")
+        again = mem.add([{"speaker": "Ann", "text": "Hello there."}], user_id="u", session_id="s",
+                        idempotency_key="req-1")
+        assert first.turn_ids == ("s:1",) and again.replayed and again.turn_ids == ()
+        mem.add(chat("x", 3), user_id="u", session_id="s")
+        replay = mem.add(chat("x", 4), user_id="u", session_id="s")
+        assert replay.turn_ids == ("x-3",) and replay.duplicates == ("x-0", "x-1", "x-2")
+        with AMUStore(tmp_path, read_only=True) as store:
+            assert len(store.turns("u")) == 5
+
+
+def test_forget_leaves_no_trace_and_other_users_results_do_not_change(tmp_path):
+    with open_memory(tmp_path) as mem:
+        mem.add(chat("bob", 14), user_id="bob", session_id="s1")
+        mem.flush(user_id="bob", session_id="s1")
+        before = mem.search("gardens tomatoes story", user_id="bob", k=10)
+        for session in ("s1", "s2"):
+            mem.add(chat(f"alice{session}", 10) + [{"speaker": "Ann", "text": f"{CANARY} is my password."}],
+                    user_id="alice", session_id=session)
+        mem.flush(user_id="alice", session_id="s1")
+        assert mem.search(CANARY, user_id="alice", k=3).hits
+        assert CANARY.encode() in store_bytes(tmp_path) or CANARY.lower().encode() in store_bytes(tmp_path)
+        mem.forget(user_id="alice", session_id="s1")
+        assert all(h.session_id == "s2" for h in mem.search(CANARY, user_id="alice", k=30).hits)
+        mem.forget(user_id="alice")
+        assert mem.search(CANARY, user_id="alice", k=3).hits == ()
+        after = mem.search("gardens tomatoes story", user_id="bob", k=10)
+        assert [(h.id, h.score) for h in after.hits] == [(h.id, h.score) for h in before.hits]
+    data = store_bytes(tmp_path)
+    for needle in (CANARY, CANARY.lower(), "zorblaxian"[:8], "alices1"):
+        assert needle.encode() not in data, needle
+
+
+def test_delete_removes_a_record_with_its_history_or_a_turn_with_its_records(tmp_path):
+    with open_memory(tmp_path) as mem:
+        mem.add(chat("u", 10) + [{"speaker": "Ann", "text": f"My {CANARY} is blue.", "turn_id": "secret"}],
+                user_id="u", session_id="s")
+        mem.flush(user_id="u", session_id="s")
+        derived = [item for item in mem.list(user_id="u", limit=100).items if "secret" in item.turns]
+        assert derived
+        mem.delete("u:turn:secret", user_id="u")
+        with pytest.raises(NotFound):
+            mem.get(derived[0].id, user_id="u")
+        with pytest.raises(NotFound):
+            mem.get("u:turn:secret", user_id="u")
+        victim = mem.list(user_id="u", limit=1).items[0]
+        mem.delete(victim.id, user_id="u")
+        assert victim.id not in {item.id for item in mem.list(user_id="u", limit=100).items}
+        assert all(CANARY not in h.text for h in mem.search(f"{CANARY} blue", user_id="u", k=10).hits)
+    assert CANARY.lower().encode() not in store_bytes(tmp_path).lower()
+
+
+def test_consolidation_is_a_durable_job(tmp_path):
+    with open_memory(tmp_path) as mem:
+        same = [{"speaker": "Ann", "text": "I love hiking in the Alps every summer."} for _ in range(6)]
+        mem.add(same, user_id="u", session_id="s")
+        mem.flush(user_id="u", session_id="s")
+        job = mem.consolidate(user_id="u", wait=True, timeout_s=60)
+        assert job.state == "done" and mem.job(job.id, user_id="u") == job
+        with pytest.raises(NotFound):
+            mem.job(job.id, user_id="other")
+        merged = [item for item in mem.list(user_id="u", limit=100).items if mem.history(item.id, user_id="u")]
+        assert job.progress["created"] == len(merged) >= 1
+        assert all(h.archived and h.successor for h in mem.history(merged[0].id, user_id="u"))
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda m: m.add([{"speaker": "A", "text": "hi"}], user_id="", session_id="s"), "user_id is required"),
+    (lambda m: m.add([{"speaker": "A", "text": "hi"}], user_id=None, session_id="s"), "user_id is required"),
+    (lambda m: m.add([{"speaker": "A", "text": "  "}], user_id="u", session_id="s"), r"turns\[0\]: field 'text'"),
+    (lambda m: m.add([{"speaker": "A", "text": "x" * (MAX_TURN_CHARS + 1)}], user_id="u", session_id="s"),
+     "limit is"),
+    (lambda m: m.add([{"speaker": "A", "text": "hi", "time": "yesterday"}], user_id="u", session_id="s"),
+     "not an ISO 8601"),
+    (lambda m: m.add([{"speaker": "A", "txt": "hi"}], user_id="u", session_id="s"), "unknown field"),
+    (lambda m: m.add([], user_id="u", session_id="s"), "non-empty list"),
+    (lambda m: m.flush(user_id="u", session_id="nope"), "has no session"),
+    (lambda m: m.search("hi", user_id="u", session_id="nope"), "has no session"),
+    (lambda m: m.forget(user_id="u", session_id="nope"), "has no session"),
+    (lambda m: m.search("", user_id="u"), "query must be"),
+    (lambda m: m.search("hi", user_id="u", k=0), "k must be"),
+    (lambda m: m.search("hi", user_id="u", routes=["telepathy"]), "routes must be"),
+    (lambda m: m.list(user_id="u", cursor="abc"), "cursor"),
+])
+def test_bad_input_raises_one_typed_error(tmp_path, call, message):
+    with open_memory(tmp_path) as mem:
+        with pytest.raises(MemoryAPIError, match=message) as caught:
+            call(mem)
+        assert isinstance(caught.value, (InvalidInput, NotFound))
+
+
+def test_a_second_writer_is_refused_naming_the_pid_and_readers_may_read(tmp_path):
+    with open_memory(tmp_path) as mem:
+        mem.add(chat("u", 4), user_id="u", session_id="s")
+        script = ("import sys; sys.path.insert(0, '.');\nfrom retrieval import Memory\n"
+                  "from tests.routes_fixtures import WordEmbedder\n"
+                  f"try:\n    Memory.open({str(tmp_path)!r}, embedder=WordEmbedder())\n"
+                  "except Exception as err:\n    print(type(err).__name__, err)\n")
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parents[1], timeout=120).stdout
+        assert out.startswith("MemoryBusy") and "pid" in out
+        with pytest.raises(MemoryBusy):
+            open_memory(tmp_path)
+        with open_memory(tmp_path, read_only=True) as reader:
+            assert reader.search("gardens", user_id="u", k=2).hits
+            with pytest.raises(MemoryAPIError, match="read-only"):
+                reader.add(chat("v", 1), user_id="u", session_id="s")
+
+
+def test_a_version_3_store_migrates_its_conversations_become_users(tmp_path):
+    with open_memory(tmp_path) as mem:
+        mem.add(chat("conv-26", 6), user_id="conv-26", session_id="session_1")
+        mem.flush(user_id="conv-26", session_id="session_1")
+    db = sqlite3.connect(tmp_path / AMUStore.DB_NAME)
+    for table in ("idempotency", "jobs", "purging"):
+        db.execute(f"DROP TABLE {table}")
+    db.execute("PRAGMA user_version=3")
+    db.commit()
+    db.close()
+    with open_memory(tmp_path) as mem:
+        assert mem.users() == ["conv-26"]
+        assert mem.search("story number 2", user_id="conv-26", session_id="session_1", k=3).hits
+        mem.forget(user_id="conv-26")
+        assert mem.users() == []

@@ -14,7 +14,7 @@ import pytest
 
 from retrieval.memory.store import AMUStore
 from retrieval.service.keys import KeyStore
-from tests.service_harness import Server, bearer
+from benchmarks.service_process import Server, bearer
 
 pytestmark = pytest.mark.slow
 CLIENTS, TURNS_PER_ADD = 4, 2

@@ -15,7 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from retrieval.service import limits
 from retrieval.service.keys import KeyStore
-from tests.service_harness import Server, bearer
+from benchmarks.service_process import Server, bearer
 
 pytestmark = pytest.mark.slow
 ALICE_CANARY, BOB_CANARY = "zebracorn-alice-7731", "quokkalith-bob-5512"

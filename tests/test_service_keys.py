@@ -15,7 +15,7 @@ import pytest
 from retrieval.service.drain import ShuttingDown, WriteGate
 from retrieval.service.keys import KEYS_FILE, KeyCommandError, KeyStore
 from retrieval.service.launch import is_loopback
-from tests.service_harness import ROOT, child_env
+from benchmarks.service_process import ROOT, child_env
 
 
 def serve(*args: str) -> subprocess.CompletedProcess:

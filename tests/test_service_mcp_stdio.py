@@ -12,7 +12,7 @@ import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from tests.service_harness import ROOT, child_env
+from benchmarks.service_process import ROOT, child_env
 
 pytestmark = pytest.mark.slow
 TOOLS = {"memory_add", "memory_search", "memory_list", "memory_delete", "memory_forget", "memory_consolidate"}

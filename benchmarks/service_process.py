@@ -1,5 +1,5 @@
-"""A real server for the service tests: ``python -m retrieval.serve`` in a subprocess on a free
-loopback port, started and stopped by the test module; keys made through the key store."""
+"""A real server for the service tests and the load test: ``python -m retrieval.serve`` in a
+subprocess on a free loopback port, started and stopped by its caller."""
 
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ import json
 import random
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -39,8 +40,11 @@ from typing import Any
 
 import httpx
 
-from benchmarks.service_process import Server, bearer
-from benchmarks.timing import interleaved_rounds, write_json
+if __package__ in (None, ""):  # run as a script: python benchmarks/bench_service.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.service_process import Server, bearer  # noqa: E402
+from benchmarks.timing import interleaved_rounds, write_json  # noqa: E402
 
 DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 PREFILL_MARK = "prefill.json"

@@ -282,6 +282,9 @@ def report(figures: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    if args.prefill_only:
+        print(prefill(args))
+        return
     figures = run(args)
     print(report(figures))
     write_json(args.json, figures)
@@ -300,6 +303,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--fingerprinter", type=Path, help="adds the codebook route (off by default)")
     parser.add_argument("--prefilled", type=Path, default=Path("stores/bench_service_prefilled"),
                         help="where the pre-filled store is built once and reused")
+    parser.add_argument("--prefill-only", action="store_true", help="build the pre-filled store and stop")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write the figures to this JSON file")
     return parser

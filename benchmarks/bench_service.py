@@ -59,7 +59,8 @@ def canary(user: str, client: int, number: int) -> str:
 
 
 def prefill(args: argparse.Namespace) -> dict[str, Any]:
-    """Build the pre-filled store under ``args.prefilled`` unless it was built with these settings."""
+    """Build the pre-filled store under ``args.prefilled`` unless it was built with these settings
+    (an interrupted build resumes; users are added in order, so its first users are complete)."""
     from retrieval import Memory
     from retrieval.api.bulk import add_conversation
     from retrieval.eval.locomo import load_locomo
@@ -69,8 +70,8 @@ def prefill(args: argparse.Namespace) -> dict[str, Any]:
     mark = args.prefilled / PREFILL_MARK
     if mark.is_file() and {k: v for k, v in json.loads(mark.read_text()).items() if k in wanted} == wanted:
         return {**json.loads(mark.read_text()), "reused": True}
-    if args.prefilled.exists():
-        shutil.rmtree(args.prefilled)
+    if mark.is_file():  # a finished build with other settings; an unfinished one (no mark) resumes:
+        shutil.rmtree(args.prefilled)  # add_conversation replays the turns it already stored
     conversations = load_locomo(args.locomo)
     began = time.perf_counter()
     with Memory.open(args.prefilled, fingerprinter=args.fingerprinter) as memory:

@@ -29,9 +29,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -96,8 +97,8 @@ def flop_parameters(model: ISQModel) -> dict[str, int]:
     def count(module: torch.nn.Module) -> int:
         return sum(p.numel() for p in module.parameters())
 
-    encoder = model.semantic_encoder.encoder
-    embedding = encoder.get_input_embeddings().weight.numel()
+    encoder = cast(PreTrainedModel, model.semantic_encoder.encoder)
+    embedding = cast(torch.nn.Embedding, encoder.get_input_embeddings()).weight.numel()
     return {
         "encoder_side": count(model.semantic_encoder) - embedding,
         "decoder_side": count(model.decoder) + count(model.up_projection),
@@ -125,7 +126,8 @@ def run(config: ISQConfig, vocab: int, shape: Shape, device: torch.device, bf16:
         warmup: int) -> dict[str, Any]:
     """Train ``warmup`` + ``steps`` steps; time the last ``steps`` one by one."""
     torch.manual_seed(0)
-    model = ISQModel(config, Vocabulary(vocab)).to(device).train()
+    # Vocabulary has what ISQModel reads of a tokenizer (size, special ids), no more
+    model = ISQModel(config, cast(PreTrainedTokenizerBase, Vocabulary(vocab))).to(device).train()
     groups = model.parameter_groups()
     optimizer = torch.optim.AdamW([{"params": groups["head"], "lr": 1e-3},
                                    {"params": groups["encoder"], "lr": 1e-4}], weight_decay=0.01)

@@ -19,6 +19,7 @@ bank or the parameters changed since the last query.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -29,7 +30,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from isq.identity import check_identity, normalise_identity
-from isq.topk import max_walk, sum_walk, top_k_of_scores
+from isq.topk import top_k_of_scores
+from isq.walks import max_walk, sum_walk
 
 AGGREGATES = ("max", "sum")
 ASSOCIATIONS = ("conditional", "lift", "target_idf")
@@ -176,6 +178,14 @@ class CooccurrenceTopology:
         self._incidence = sp.vstack([self._incidence, new], format="csr")
         self._postings = None
         self._version += 1
+
+    def with_params(self, params: TopologyParams) -> CooccurrenceTopology:
+        """The same counts scored under other parameters (a topology sweep): a copy that shares
+        the count matrices, for reading; AMUs added afterwards reach neither consistently."""
+        self._fold_pending()
+        view = copy.copy(self)
+        view.params = params
+        return view
 
     def prepare(self) -> None:
         """Do the lazy work now (fold new AMUs, S_code, inverted index), e.g. before serving queries."""

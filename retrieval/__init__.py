@@ -1,14 +1,15 @@
 """The memory system of MemCode / LycheeMemory: it needs only an exported fingerprinter (``isq``),
 never the training code or Lightning.
 
-Subpackages, one concept per file: ``memory`` (records, the SQLite store and its evidence
-indexes, the segmenter, ingestion, the JSONL turn stream), ``extract`` (dates, pronouns, the
-rule and LLM extractors), ``index`` (embedder, dense, FTS5 lexical, evidence nodes),
-``routes`` (plan-guided multi-route retrieval: plans, planners, channels, fusion, selection,
-reranking), ``eval`` (LoCoMo loading and evidence, metrics, configuration names, construction,
-the run, rendering, paired statistics). Beside them: ``llm`` (the one OpenAI-compatible client)
-and ``retriever`` (dense + codebook dual-path retrieval). The command lines are the top-level
-modules ``ingest``, ``query``, ``evaluate`` and ``paired`` (``python -m retrieval.<command>``).
+Layers from the floor up, one concept per file (``docs/architecture.md`` names every module):
+``memory`` (records, the SQLite store, its FTS5 and evidence-node rows, cached vectors and codes);
+``llm_client`` (the one OpenAI-compatible client) and ``contract`` (what every retriever
+promises: ``Query`` in, ``Retrieval`` of ``Hit`` items out); ``extract`` (dates, pronouns, the rule
+and LLM extractors) and ``index`` (embedder, dense, FTS5 lexical, evidence-node search, code
+BM25); ``ingestion`` (the online segmenter, the pipeline into the store, the JSONL turn stream);
+``routes`` (plan-guided multi-route retrieval); ``consolidation``; ``eval`` (LoCoMo, with the
+dense + codebook dual-path ablation). The command lines are the top-level modules ``ingest``,
+``query``, ``consolidate``, ``evaluate`` and ``paired`` (``python -m retrieval.<command>``).
 """
 
 __all__ = ["Memory"]

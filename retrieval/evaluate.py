@@ -43,13 +43,13 @@ from retrieval.eval.configs import KMEANS, TRAINED, EvaluationError, default_con
 from retrieval.eval.locomo import load_locomo
 from retrieval.eval.render import pct
 from retrieval.eval.results import Results
-from retrieval.eval.run import evaluate
+from retrieval.eval.run import EvaluationSettings, Models, evaluate
 from retrieval.extract.base import Extractor
-from retrieval.extract.llm import LLMExtractor
+from retrieval.extract.llm_extractor import LLMExtractor
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.embed import SentenceEmbedder
+from retrieval.ingestion.pipeline import IngestError
 from retrieval.memory.errors import StoreError
-from retrieval.memory.ingest import IngestError
 from retrieval.memory.records import InputFormatError
 from retrieval.routes.planner_llm import LLMPlanner
 from retrieval.routes.rerank import CrossEncoderReranker
@@ -143,14 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "kmeans_fingerprinter": str(args.kmeans_fingerprinter or ""), "embedder": args.embedder}
     embedder = SentenceEmbedder(args.embedder)
     try:
-        results = evaluate(
-            conversations, fingerprinters, embedder, args.out, extractor=extractor,
-            configs=configs, k_dense=args.k_dense, k_code=args.k_code,
-            topology=topology, sweep=args.sweep,
-            answer_stage=answer_stage, answer_configs=answer_configs, settings=settings,
-            progress=not args.no_progress, planner=planner, reranker=reranker, consolidator=consolidator,
-            store_dir=args.store,
-        )
+        models = Models(fingerprinters, embedder, extractor, planner, reranker, consolidator, answer_stage)
+        results = evaluate(conversations, models, args.out, EvaluationSettings(
+            configs=configs, k_dense=args.k_dense, k_code=args.k_code, topology=topology, sweep=args.sweep,
+            answer_configs=answer_configs, recorded=settings, progress=not args.no_progress, store=args.store))
     except (EvaluationError, IngestError, StoreError, MemoryAPIError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -7,7 +7,7 @@
         [--consolidate-in-background [offline|llm]]
     python -m retrieval.ingest --jsonl turns.jsonl --store DIR ...
 
-The JSONL turn stream is described in :mod:`retrieval.memory.turns_jsonl`. A rerun on the same
+The JSONL turn stream is described in :mod:`retrieval.ingestion.turns_jsonl`. A rerun on the same
 store adds nothing (stored turn ids are replays). ``--consolidate-in-background`` queues one
 durable consolidation job per conversation (:meth:`Memory.consolidate`) and waits for them at the end.
 """
@@ -27,12 +27,12 @@ from retrieval.api.memory import Memory
 from retrieval.api.models import LLM_CACHE, Deferred
 from retrieval.consolidation.options import OPERATORS, make_operator
 from retrieval.eval.locomo import load_locomo
-from retrieval.extract.llm import LLMExtractor
+from retrieval.extract.llm_extractor import LLMExtractor
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.embed import SentenceEmbedder
-from retrieval.memory.ingest import IngestError
+from retrieval.ingestion.pipeline import IngestError
+from retrieval.ingestion.turns_jsonl import read_turns_jsonl
 from retrieval.memory.records import InputFormatError
-from retrieval.memory.turns_jsonl import read_turns_jsonl
 
 
 def _parser() -> argparse.ArgumentParser:

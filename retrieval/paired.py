@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from retrieval.eval.paired import compare, render
+from retrieval.eval.paired_differences import compare, render
 
 
 def main(argv: Sequence[str] | None = None) -> int:

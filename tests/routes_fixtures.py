@@ -14,7 +14,7 @@ import numpy as np
 from retrieval.memory.cache import CachedEmbedder
 from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn, amu_id
 from retrieval.memory.store import AMUStore
-from retrieval.routes.bank import RouteBank
+from retrieval.routes.snapshot import MemorySnapshot
 
 CID = "conv-s"
 MAY, JUNE = datetime(2023, 5, 8, 10, 0), datetime(2023, 6, 20, 18, 0)
@@ -89,7 +89,7 @@ def build_store(path: Path) -> None:
         store.archive([ARCHIVED])
 
 
-def open_bank(store: AMUStore, *, codes: bool = True) -> RouteBank:
-    return RouteBank.build(store, CID, CachedEmbedder(WordEmbedder(), store),
+def open_bank(store: AMUStore, *, codes: bool = True) -> MemorySnapshot:
+    return MemorySnapshot.build(store, CID, CachedEmbedder(WordEmbedder(), store),
                            fingerprinter=WordFingerprinter() if codes else None)
 

@@ -7,9 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from isq.code_bm25 import CodeBM25
+from retrieval.contract import Query
 from retrieval.eval.configs import parse_config
-from retrieval.retriever import DualPathRetriever
+from retrieval.eval.dual_path import Channel, DualPath, DualPathMode, DualPathRetriever
+from retrieval.index.code_bm25 import CodeBM25
 
 UNITS = [[1, 1, 2], [2, 3], [1, 4, 4, 4], [5]]  # lengths 3, 2, 4, 1: mean 2.5
 
@@ -47,7 +48,7 @@ def test_the_retriever_runs_code_bm25_as_a_complement() -> None:
     retriever.add(["a", "b", "c", "d"], ["w x", "y z", "p q", "r s"], vectors, [set(u) for u in UNITS],
                   [{"session_id": "s", "turn_ids": [f"D1:{i}"]} for i in range(4)], UNITS)
     config = parse_config("dense1+codebm25_2")
-    assert (config.mode, config.k_dense, config.k_code, config.uses_codes) == ("dense+codebm25", 1, 2, True)
-    hits = retriever.retrieve(query_text="w", query_embedding=np.array([1, 0], dtype=np.float32),
-                              query_codes={1, 4}, k_dense=1, k_code=2, mode=config.mode)
-    assert [(h.amu_id, h.path) for h in hits] == [("a", "dense"), ("c", "codebm25")]
+    assert config.dual == DualPathMode(Channel.CODEBM25, 1) and config.budget == 3 and config.uses_codes
+    query = Query("w", np.array([1, 0], dtype=np.float32), frozenset({1, 4}))
+    hits = DualPath(retriever, config.dual).retrieve(query, config.budget).hits
+    assert [(h.id, h.channel) for h in hits] == [("a", "dense"), ("c", "codebm25")]

@@ -18,12 +18,13 @@ from retrieval.consolidation.engine import PLAN_KEY, consolidate_conversation
 from retrieval.consolidation.gates import is_count_sensitive, split_by_window
 from retrieval.consolidation.llm_operator import LLMOperator
 from retrieval.consolidation.members import Member
+from retrieval.consolidation.merge_plan import make_plan
 from retrieval.consolidation.operations import OfflineOperator, Operation
-from retrieval.consolidation.plan import make_plan
 from retrieval.consolidation.report import combined
 from retrieval.extract.rules import RuleExtractor
+from retrieval.index.fts import lexical_search
 from retrieval.ingest import main as ingest_main
-from retrieval.memory.ingest import ingest_turns
+from retrieval.ingestion.pipeline import ingest_turns
 from retrieval.memory.records import AMU, SourcePointer, Turn
 from retrieval.memory.store import AMUStore
 from tests.fake_chat import FakeChatServer, completion_body
@@ -244,7 +245,7 @@ def test_the_indexes_see_archived_amus_disappear_and_merged_ones_appear(store_di
         consolidate_conversation(store, CID, HashEmbedder())
         archived = {a.id for a in store.amus(include_archived=True) if a.archived}
         active = {a.id for a in store.amus()}
-        found = {unit_id for unit_id, _ in store.lexical_search("sourdough bread", CID, 10)}
+        found = {unit_id for unit_id, _ in lexical_search(store, "sourdough bread", CID, 10)}
         (bread,) = [a.id for a in store.amus() if "sourdough" in a.text]
         assert found == {bread}
         linked = {unit_id for node in store.evidence_nodes(CID) for unit_id in node.amu_ids}

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from isq.topology import TopologyParams
+from retrieval.contract import Query
+from retrieval.eval.dual_path import Channel, DualPathMode, DualPathRetriever
 from retrieval.index.dense import DenseIndex
 from retrieval.index.fts import word_tokens
-from retrieval.retriever import MODES, DualPathRetriever
 from tests.routes_fixtures import WordEmbedder
 
 IDENTITY = {"codebook_size": 32, "codebook_sha256": "c" * 64}
@@ -107,27 +108,41 @@ def make_bank(count: int = 40, seed: int = 0) -> tuple[DualPathRetriever, dict]:
     return retriever, data
 
 
-def query_inputs(text: str, codes: set[int]) -> dict:
-    return {"query_text": text, "query_embedding": hashed_embedder().encode([text])[0], "query_codes": codes}
+def query_inputs(text: str, codes: set[int]) -> Query:
+    return Query(text, hashed_embedder().encode([text])[0], frozenset(codes))
+
+
+MODES = [(None, True), (Channel.CODE, False), (Channel.BM25, False), (Channel.CODEBM25, False),
+         (Channel.CODE, True), (Channel.BM25, True), (Channel.CODEBM25, True)]
+"""(complement, with the dense path): every dual-path configuration."""
+
+
+def search(retriever: DualPathRetriever, query: Query, mode=(Channel.CODE, True), k_dense: int = 20,
+           k_code: int = 20):
+    """The hits of one configuration: Dense-k_dense, a complement alone with k_code, or both."""
+    complement, dense = mode
+    if complement is None:
+        return retriever.search(query, DualPathMode(None, 0), k_dense)
+    return retriever.search(query, DualPathMode(complement, k_dense if dense else 0), (k_dense if dense else 0) + k_code)
 
 
 def check_hits(hits, retriever: DualPathRetriever, data: dict) -> None:
     """Every hit carries the id, index and source it was added with; ranks count 1.. per path."""
     for hit in hits:
-        assert data["ids"][hit.index] == hit.amu_id and retriever.index_of(hit.amu_id) == hit.index
+        assert data["ids"][hit.index] == hit.id and retriever.index_of(hit.id) == hit.index
         assert hit.source == data["sources"][hit.index]
     for path in ("dense", "code", "bm25"):
-        assert [hit.rank for hit in hits if hit.path == path] == list(
-            range(1, sum(h.path == path for h in hits) + 1)
+        assert [hit.rank for hit in hits if hit.channel == path] == list(
+            range(1, sum(h.channel == path for h in hits) + 1)
         )
 
 
 def test_dense_plus_code_complements_path_a() -> None:
     retriever, data = make_bank()
     query = query_inputs("When did Caroline go to the support group?", {1, 2, 3})
-    hits = retriever.retrieve(**query, k_dense=5, k_code=8, mode="dense+code")
-    dense = [hit for hit in hits if hit.path == "dense"]
-    code = [hit for hit in hits if hit.path == "code"]
+    hits = search(retriever, query, k_dense=5, k_code=8, mode=(Channel.CODE, True))
+    dense = [hit for hit in hits if hit.channel == "dense"]
+    code = [hit for hit in hits if hit.channel == "code"]
     assert hits == dense + code and len(dense) == 5 and 0 < len(code) <= 8
     assert not {hit.index for hit in dense} & {hit.index for hit in code}
     expected_ids, expected_scores = retriever.topology.search(
@@ -143,52 +158,52 @@ def test_modes_respect_budgets_and_never_repeat() -> None:
     query = query_inputs("Melanie race mental health", {0, 4, 9, 17})
     for mode in MODES:
         for k_dense, k_code in [(0, 0), (3, 4), (20, 20), (100, 100)]:
-            hits = retriever.retrieve(**query, k_dense=k_dense, k_code=k_code, mode=mode)
+            hits = search(retriever, query, k_dense=k_dense, k_code=k_code, mode=mode)
             indices = [hit.index for hit in hits]
             assert len(indices) == len(set(indices))
-            n_dense = sum(hit.path == "dense" for hit in hits)
-            assert n_dense == (min(k_dense, len(retriever)) if mode.startswith("dense") else 0)
-            assert len(hits) - n_dense <= (k_code if mode != "dense" else 0)
-            assert all(hit.score > 0 for hit in hits if hit.path != "dense")
+            n_dense = sum(hit.channel == "dense" for hit in hits)
+            assert n_dense == (min(k_dense, len(retriever)) if mode[1] else 0)
+            assert len(hits) - n_dense <= (k_code if mode[0] is not None else 0)
+            assert all(hit.score > 0 for hit in hits if hit.channel != "dense")
             check_hits(hits, retriever, data)
-    full = retriever.retrieve(**query, k_dense=0, k_code=100, mode="code")
+    full = search(retriever, query, k_dense=0, k_code=100, mode=(Channel.CODE, False))
     assert len(full) == int((retriever.topology.unit_scores({0, 4, 9, 17}) > 0).sum())
 
 
 def test_bm25_path_finds_rare_words_outside_dense_hits() -> None:
     retriever, data = make_bank()
     query = query_inputs("pottery", set())
-    bm25 = retriever.retrieve(**query, k_dense=0, k_code=10, mode="bm25")
+    bm25 = search(retriever, query, k_dense=0, k_code=10, mode=(Channel.BM25, False))
     assert {hit.index for hit in bm25} == {i for i, text in enumerate(data["texts"]) if "pottery" in text}
     assert [hit.score for hit in bm25] == sorted((hit.score for hit in bm25), reverse=True)
-    hits = retriever.retrieve(**query, k_dense=3, k_code=10, mode="dense+bm25")
-    dense = {hit.index for hit in hits if hit.path == "dense"}
-    assert {hit.index for hit in hits if hit.path == "bm25"} == {hit.index for hit in bm25} - dense
+    hits = search(retriever, query, k_dense=3, k_code=10, mode=(Channel.BM25, True))
+    dense = {hit.index for hit in hits if hit.channel == "dense"}
+    assert {hit.index for hit in hits if hit.channel == "bm25"} == {hit.index for hit in bm25} - dense
     # an empty code fingerprint gives no code hits, not an error
-    assert retriever.retrieve(**query, k_code=10, mode="code") == []
+    assert search(retriever, query, k_code=10, mode=(Channel.CODE, False)) == []
 
 
 def test_bm25_sees_amus_added_after_a_query() -> None:
     retriever, data = make_bank()
     query = query_inputs("kayaking", set())
-    assert retriever.retrieve(**query, mode="bm25") == []
+    assert search(retriever, query, mode=(Channel.BM25, False)) == []
     retriever.add(
         ["late"], ["Caroline went kayaking."], hashed_embedder().encode(["x"]), [{5}], [{"session_id": "s9"}]
     )
-    assert [hit.amu_id for hit in retriever.retrieve(**query, mode="bm25")] == ["late"]
+    assert [hit.id for hit in search(retriever, query, mode=(Channel.BM25, False))] == ["late"]
 
 
 def test_empty_bank_and_bad_inputs() -> None:
     retriever = DualPathRetriever(DIM, IDENTITY)
     query = query_inputs("anything", {1})
     for mode in MODES:
-        assert retriever.retrieve(**query, mode=mode) == []
-    with pytest.raises(ValueError):
-        retriever.retrieve(**query, mode="hybrid")
-    with pytest.raises(ValueError):
-        retriever.retrieve(query_text="x", mode="dense")
-    with pytest.raises(ValueError):
-        retriever.retrieve(query_embedding=query["query_embedding"], mode="dense+code")
+        assert search(retriever, query, mode=mode) == []
+    with pytest.raises(ValueError, match="k_dense"):
+        retriever.search(query, DualPathMode(Channel.CODE, 5), 3)
+    with pytest.raises(ValueError, match="embedding"):
+        search(retriever, Query("x"), mode=(None, True))
+    with pytest.raises(ValueError, match="codes"):
+        search(retriever, Query("x", query.embedding), mode=(Channel.CODE, True), k_dense=0)
     with pytest.raises(ValueError):
         retriever.add(["a", "a"], ["x", "y"], np.zeros((2, DIM)), [{1}, {2}], [{}, {}])
     with pytest.raises(ValueError):
@@ -205,8 +220,8 @@ def test_retriever_save_load_round_trip(tmp_path) -> None:
     assert loaded.topology.params.self_term and len(loaded) == len(retriever)
     query = query_inputs("Caroline adoption agencies counselor", {2, 8, 30})
     for mode in MODES:
-        assert loaded.retrieve(**query, mode=mode) == retriever.retrieve(**query, mode=mode)
-    check_hits(loaded.retrieve(**query), loaded, data)
+        assert search(loaded, query, mode=mode) == search(retriever, query, mode=mode)
+    check_hits(search(loaded, query), loaded, data)
 
 
 def test_retriever_refuses_another_fingerprinter(tmp_path) -> None:
@@ -233,5 +248,5 @@ def test_real_embedder_feeds_path_a(sentence_embedder) -> None:
         [{"session_id": "s1", "turn_ids": [f"D1:{i}"]} for i in range(len(FACTS))],
     )
     query = sentence_embedder.encode(["Which class did Melanie enrol in?"])[0]
-    hits = retriever.retrieve(query_embedding=query, k_dense=1, mode="dense")
-    assert [hit.amu_id for hit in hits] == ["f7"] and hits[0].source["turn_ids"] == ["D1:7"]
+    hits = search(retriever, Query("Which class did Melanie enrol in?", query), (None, True), k_dense=1)
+    assert [hit.id for hit in hits] == ["f7"] and hits[0].source["turn_ids"] == ["D1:7"]

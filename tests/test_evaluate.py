@@ -15,15 +15,16 @@ import torch
 import retrieval.evaluate as evaluate_module
 from isq.fingerprint import Fingerprinter
 from isq.model import ISQModel
+from retrieval.contract import Hit
 from retrieval.eval.answers import JUDGE_PROMPT, locomo_f1, normalize_answer
 from retrieval.eval.configs import RetrievalConfig, default_configs, parse_config, sweep_grid
-from retrieval.eval.evidence import EvidenceReport, parse_evidence, select_questions
+from retrieval.eval.dual_path import Channel, DualPathMode
 from retrieval.eval.locomo import load_locomo
 from retrieval.eval.metrics import covered_turns, score_evidence, summarise, tied_at_cut
+from retrieval.eval.questions import EvidenceReport, parse_evidence, select_questions
 from retrieval.eval.results import read_results
-from retrieval.eval.run import evaluate
+from retrieval.eval.run import EvaluationSettings, Models, evaluate
 from retrieval.evaluate import main
-from retrieval.retriever import Hit
 from tests.conftest import tiny_config
 from tests.fake_chat import FakeChatServer, completion_body
 
@@ -162,14 +163,14 @@ def test_summary_is_a_micro_average_over_questions():
 
 
 def test_covered_turns_come_from_source_pointers():
-    hits = [Hit("a", 0, "dense", 0.9, 1, {"session_id": "session_1", "turn_ids": ["D1:1", "D1:2"]}),
-            Hit("b", 3, "code", 0.5, 1, {"session_id": "session_2", "turn_ids": ["D2:4"]})]
+    hits = [Hit("a", 0, "dense", 0.9, 1, {"session_id": "session_1", "turn_ids": ["D1:1", "D1:2"]}, "a"),
+            Hit("b", 3, "code", 0.5, 1, {"session_id": "session_2", "turn_ids": ["D2:4"]}, "b")]
     assert covered_turns(hits) == {"D1:1", "D1:2", "D2:4"}
 
 
 def test_ties_at_the_cut_of_the_complementary_path():
     def hit(path, score):
-        return Hit("x", 0, path, score, 1, {"turn_ids": []})
+        return Hit("x", 0, path, score, 1, {"turn_ids": []}, "x")
 
     hits = [hit("dense", 0.9), hit("code", 0.5), hit("code", 0.5), hit("code", 0.3), hit("code", 0.3),
             hit("code", 0.3)]
@@ -198,13 +199,15 @@ def test_question_selection_maps_categories_and_counts_evidence_problems(tmp_pat
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        ("dense20", RetrievalConfig("dense20", "dense", 20, 0)),
-        ("code40", RetrievalConfig("code40", "code", 0, 40)),
-        ("kmeans40", RetrievalConfig("kmeans40", "code", 0, 40, "kmeans")),
-        ("bm25_40", RetrievalConfig("bm25_40", "bm25", 0, 40)),
-        ("dense20+code20", RetrievalConfig("dense20+code20", "dense+code", 20, 20)),
-        ("dense20+kmeans20", RetrievalConfig("dense20+kmeans20", "dense+code", 20, 20, "kmeans")),
-        ("dense20+bm25_20", RetrievalConfig("dense20+bm25_20", "dense+bm25", 20, 20)),
+        ("dense20", RetrievalConfig("dense20", 20, None, DualPathMode(None, 0))),
+        ("code40", RetrievalConfig("code40", 40, "trained", DualPathMode(Channel.CODE, 0))),
+        ("kmeans40", RetrievalConfig("kmeans40", 40, "kmeans", DualPathMode(Channel.CODE, 0))),
+        ("bm25_40", RetrievalConfig("bm25_40", 40, None, DualPathMode(Channel.BM25, 0))),
+        ("dense20+code20", RetrievalConfig("dense20+code20", 40, "trained", DualPathMode(Channel.CODE, 20))),
+        ("dense20+kmeans20", RetrievalConfig("dense20+kmeans20", 40, "kmeans", DualPathMode(Channel.CODE, 20))),
+        ("dense20+bm25_20", RetrievalConfig("dense20+bm25_20", 40, None, DualPathMode(Channel.BM25, 20))),
+        ("multi", RetrievalConfig("multi", 40)),
+        ("multi+code", RetrievalConfig("multi+code", 40, "trained")),
     ],
 )
 def test_parse_config(name, expected):
@@ -272,8 +275,8 @@ def _timeless(configs) -> dict:
 def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
     conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
     out = tmp_path / "eval"
-    model = evaluate(conversations, fingerprinters, HashEmbedder(), out, k_dense=2, k_code=2, sweep=True,
-                     progress=False)
+    models = Models(fingerprinters, HashEmbedder())
+    model = evaluate(conversations, models, out, EvaluationSettings(k_dense=2, k_code=2, sweep=True, progress=False))
     names = ["dense2", "dense4", "dense2+code2", "dense2+bm25_2", "code4", "dense2+kmeans2", "multi", "multi+code"]
     results = json.loads((out / "results.json").read_text())  # the keys that downstream scripts read
     check_schema(results, names)
@@ -304,7 +307,7 @@ def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
     lines = (out / "questions.jsonl").read_text().splitlines()
     assert len(lines) == 5 and set(json.loads(lines[0])["found"]) == set(names)
 
-    again = evaluate(conversations, fingerprinters, HashEmbedder(), out, k_dense=2, k_code=2, progress=False)
+    again = evaluate(conversations, models, out, EvaluationSettings(k_dense=2, k_code=2, progress=False))
     assert _timeless(again.configs) == _timeless(model.configs)  # the same retrieval; only latencies differ
     assert again.construction.this_run["replayed_turns"] == sum(len(c.turns) for c in conversations)
     assert again.construction.this_run["embeddings_computed"] == 0  # everything came from the store's cache
@@ -316,8 +319,8 @@ def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
 def test_a_kmeans_configuration_needs_the_control(tmp_path, fingerprinters):
     conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
     with pytest.raises(ValueError, match="k-means control"):
-        evaluate(conversations, {"trained": fingerprinters["trained"]}, HashEmbedder(), tmp_path / "o",
-                 configs=["dense2+kmeans2"], progress=False)
+        evaluate(conversations, Models({"trained": fingerprinters["trained"]}, HashEmbedder()), tmp_path / "o",
+                 EvaluationSettings(configs=["dense2+kmeans2"], progress=False))
 
 
 # -- command line -----------------------------------------------------------------------------

@@ -10,8 +10,8 @@ import pytest
 
 from retrieval.consolidation.operations import OfflineOperator
 from retrieval.eval.locomo import load_locomo
-from retrieval.eval.paired import compare
-from retrieval.eval.run import evaluate
+from retrieval.eval.paired_differences import compare
+from retrieval.eval.run import EvaluationSettings, Models, evaluate
 from retrieval.memory.errors import StoreMismatch
 from tests.test_evaluate import HashEmbedder, fingerprinter_dirs, fingerprinters, write_locomo  # noqa: F401
 
@@ -29,10 +29,10 @@ def duplicated_locomo(path: Path) -> list:
 
 def test_consolidated_evaluation_reports_what_changed(tmp_path: Path, fingerprinters) -> None:  # noqa: F811
     conversations = duplicated_locomo(tmp_path / "locomo.json")
-    plain = evaluate(conversations, fingerprinters, HashEmbedder(), tmp_path / "plain", configs=CONFIGS,
-                     progress=False)
-    merged = evaluate(conversations, fingerprinters, HashEmbedder(), tmp_path / "merged", configs=CONFIGS,
-                      progress=False, consolidator=OfflineOperator())
+    settings = EvaluationSettings(configs=CONFIGS, progress=False)
+    plain = evaluate(conversations, Models(fingerprinters, HashEmbedder()), tmp_path / "plain", settings)
+    merged = evaluate(conversations, Models(fingerprinters, HashEmbedder(), consolidator=OfflineOperator()),
+                      tmp_path / "merged", settings)
     block = merged.consolidation
     assert plain.consolidation is None and block is not None
     assert block.archived >= 2 and block.created >= 1 and block.lost_turns == 0
@@ -40,8 +40,7 @@ def test_consolidated_evaluation_reports_what_changed(tmp_path: Path, fingerprin
     assert block.recall_ceiling_after == block.recall_ceiling_before
     assert "## Consolidation" in (tmp_path / "merged" / "results.md").read_text()
     with pytest.raises(StoreMismatch, match="consolidation"):
-        evaluate(conversations, fingerprinters, HashEmbedder(), tmp_path / "merged", configs=CONFIGS,
-                 progress=False)
+        evaluate(conversations, Models(fingerprinters, HashEmbedder()), tmp_path / "merged", settings)
     table = compare(tmp_path / "plain" / "questions.jsonl", "dense2", ["dense2@merged"],
                     tagged={"merged": tmp_path / "merged" / "questions.jsonl"})
     assert table["dense2@merged"]["overall"].n == plain.configs["dense2"].overall.n

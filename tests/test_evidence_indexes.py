@@ -14,10 +14,11 @@ import pytest
 from retrieval.extract.base import ReferenceContext
 from retrieval.extract.dates import absolute_dates
 from retrieval.extract.rules import RuleExtractor, temporal_scope
-from retrieval.index.evidence import normalise_key, record_nodes, segment_search_texts, temporal_keys
-from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn, amu_id
+from retrieval.index.evidence_nodes import segment_search_texts
+from retrieval.index.fts import lexical_search
+from retrieval.memory.evidence_keys import normalise_key, record_nodes, temporal_keys
 from retrieval.memory.schema import SCHEMA_VERSION
-from retrieval.memory.segmenter import Exchange, Segment
+from retrieval.memory.records import AMU, Exchange, Segment, SegmentRecord, SourcePointer, Turn, amu_id
 from retrieval.memory.store import AMUStore
 
 WHEN = datetime(2023, 5, 8, 13, 56)
@@ -82,12 +83,12 @@ def test_inserts_and_archiving_keep_fts_and_nodes_in_step(tmp_path):
         assert (frame.session_id, frame.turn_ids, frame.amu_ids) == ("session_1", ("D1:0", "D1:1"),
                                                                       ("conv-x:0:0", "conv-x:0:1"))
         # Porter stems match "potteries"; 1:0 says pottery in its text and twice in its topics
-        assert [amu for amu, _ in store.lexical_search("potteries", "conv-x", 5)] == ["conv-x:1:0", "conv-x:0:0"]
-        assert [amu for amu, _ in store.lexical_search("lgbtq", "conv-x", 5)] == ["conv-x:0:1"]  # entities column
-        assert store.lexical_search("pottery", "conv-other", 5) == []
+        assert [amu for amu, _ in lexical_search(store, "potteries", "conv-x", 5)] == ["conv-x:1:0", "conv-x:0:0"]
+        assert [amu for amu, _ in lexical_search(store, "lgbtq", "conv-x", 5)] == ["conv-x:0:1"]  # entities column
+        assert lexical_search(store, "pottery", "conv-other", 5) == []
 
         store.archive(["conv-x:0:0"])  # consolidation's path: gone from every index in that transaction
-        assert [amu for amu, _ in store.lexical_search("pottery", "conv-x", 5)] == ["conv-x:1:0"]
+        assert [amu for amu, _ in lexical_search(store, "pottery", "conv-x", 5)] == ["conv-x:1:0"]
         nodes = node_map(store)
         assert nodes["entity:ann"] == ("conv-x:1:0",) and "temporal:2023-05-07" not in nodes
         merged = record(1, 7, "Ann took a pottery class on 7 May 2023 and loves it.", ["Ann"], ["pottery"],
@@ -96,7 +97,7 @@ def test_inserts_and_archiving_keep_fts_and_nodes_in_step(tmp_path):
                                                revision=1), [merged])  # an insert outside commit_segment
         nodes = node_map(store)
         assert nodes["temporal:2023-05-07"] == ("conv-x:1:7",) and nodes["entity:ann"] == ("conv-x:1:7",)
-        assert [amu for amu, _ in store.lexical_search("pottery", "conv-x", 5)] == ["conv-x:1:7"]
+        assert [amu for amu, _ in lexical_search(store, "pottery", "conv-x", 5)] == ["conv-x:1:7"]
         with pytest.raises(sqlite3.DatabaseError, match="one-way"):
             store._db.execute("UPDATE amus SET archived = 0 WHERE id = 'conv-x:0:0'")
         with pytest.raises(sqlite3.DatabaseError, match="append-only"):
@@ -109,7 +110,7 @@ def test_a_failed_commit_leaves_no_index_rows(tmp_path):
         with pytest.raises(sqlite3.IntegrityError):
             commit(store, 1, [record(1, 0, "Bob sings.", ["Bob"], ["sing"]),
                               dataclasses.replace(record(1, 1, "Ann paints again."), id="conv-x:0:0")])
-        assert "entity:bob" not in node_map(store) and store.lexical_search("sings", "conv-x", 5) == []
+        assert "entity:bob" not in node_map(store) and lexical_search(store, "sings", "conv-x", 5) == []
 
 
 def _downgrade_to_version_2(path) -> None:
@@ -140,8 +141,8 @@ def test_a_version_2_store_migrates_and_gets_its_indexes(tmp_path):
         nodes = node_map(store)
         assert nodes["entity:ann"] == ("conv-x:0:0",) and "entity:bob" not in nodes  # archived: not indexed
         assert nodes["temporal:2023-05-08"] == ("conv-x:0:0",)  # falls back to the day it was stated
-        assert "event_frame:0" in nodes and store.lexical_search("pottery", "conv-x", 3)[0][0] == "conv-x:0:0"
-        assert store.lexical_search("race", "conv-x", 3) == []
+        assert "event_frame:0" in nodes and lexical_search(store, "pottery", "conv-x", 3)[0][0] == "conv-x:0:0"
+        assert lexical_search(store, "race", "conv-x", 3) == []
         commit(store, 1, [record(1, 0, "Ann bought clay.", ["Ann"], ["clay"], "2023-05-09")])
         assert node_map(store)["entity:ann"] == ("conv-x:0:0", "conv-x:1:0")
 

@@ -13,12 +13,11 @@ import pytest
 
 from retrieval.extract.base import ReferenceContext
 from retrieval.extract.dates import resolve_relative_dates
-from retrieval.extract.llm import LLMExtractor
+from retrieval.extract.llm_extractor import LLMExtractor
 from retrieval.extract.pronouns import resolve_pronouns
 from retrieval.extract.rules import RuleExtractor, is_informative
-from retrieval.llm import ChatClient, InvalidResponse
-from retrieval.memory.records import Turn
-from retrieval.memory.segmenter import Exchange, Segment
+from retrieval.llm_client import ChatClient, InvalidResponse
+from retrieval.memory.records import Exchange, Segment, Turn
 from tests.fake_chat import DROP, FakeChatServer, completion_body
 
 MONDAY = datetime(2023, 5, 8, 13, 56)  # a Monday
@@ -319,7 +318,7 @@ def test_cache_rerun_sends_nothing_and_skips_unreadable_entries(tmp_path, caplog
         assert (rerun.usage.prompt_tokens, rerun.usage.completion_tokens) == (0, 0)
         (entry,) = (tmp_path / "cache").glob("*.json")
         entry.write_text('{"choices": [')  # truncated by hand: ignored, asked again, rewritten
-        with caplog.at_level(logging.WARNING, logger="retrieval.llm"):
+        with caplog.at_level(logging.WARNING, logger="retrieval.llm_client"):
             fresh = client(server.base_url, tmp_path)
             assert fresh.complete(messages, expect_ok) == "ok"
         assert "unreadable cache entry" in caplog.text
@@ -335,7 +334,7 @@ def closed_port() -> int:
 
 @pytest.mark.parametrize("failure", ["dropped", "refused"])
 def test_transport_errors_give_none_after_retries(tmp_path, caplog, failure):
-    with FakeOpenAI([(DROP, None, 0.0)]) as server, caplog.at_level(logging.WARNING, logger="retrieval.llm"):
+    with FakeOpenAI([(DROP, None, 0.0)]) as server, caplog.at_level(logging.WARNING, logger="retrieval.llm_client"):
         base_url = server.base_url if failure == "dropped" else f"http://127.0.0.1:{closed_port()}/v1"
         chat = client(base_url, tmp_path, max_retries=2)
         assert chat.complete([{"role": "user", "content": "hi"}], expect_ok) is None

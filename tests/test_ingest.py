@@ -16,15 +16,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from retrieval.eval.bank import ingest_locomo_conversation
+from retrieval.eval.construction import ingest_locomo_conversation
 from retrieval.eval.locomo import load_locomo
 from retrieval.extract.rules import RuleExtractor
 from retrieval.ingest import main
-from retrieval.memory.ingest import IngestError, ingest_turns
+from retrieval.ingestion.pipeline import IngestError, ingest_turns
+from retrieval.ingestion.segmenter import SegmenterConfig
+from retrieval.ingestion.turns_jsonl import read_turns_jsonl
 from retrieval.memory.records import InputFormatError, Turn
-from retrieval.memory.segmenter import SegmenterConfig
 from retrieval.memory.store import AMUStore
-from retrieval.memory.turns_jsonl import read_turns_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 WHEN = datetime(2023, 5, 8, 13, 56)

@@ -1,9 +1,11 @@
-"""The package layout: dependencies point one way (training -> isq, retrieval -> isq), no import
-cycles, no module over 400 lines, the public API at the package root, one place per default."""
+"""The package layout: dependencies point one way (training -> isq, retrieval -> isq, and down the
+layers of retrieval/), no import cycles, no module over 400 lines, a module map that names every
+module, the public API at the package root, one place per default."""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +15,20 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("isq", "training", "retrieval")
 MAX_LINES = 400
+MODULE_MAP = REPO / "docs" / "architecture.md"
+
+RETRIEVAL_LAYERS = {
+    "retrieval.memory": 0,  # records and the store: the data floor
+    "retrieval.llm_client": 1, "retrieval.contract": 1,
+    "retrieval.extract": 2, "retrieval.index": 2,
+    "retrieval.ingestion": 3,
+    "retrieval.routes": 4,
+    "retrieval.consolidation": 5,
+    "retrieval.api": 6,
+    "retrieval.eval": 7, "retrieval.service": 7,
+}
+"""retrieval/ from the floor up: a module may import its own layer and those below. Top-level
+modules not listed (the command lines) sit above everything."""
 
 
 def module_name(path: Path) -> str:
@@ -60,6 +76,44 @@ def test_dependencies_point_one_way() -> None:
     assert not wrong, wrong
 
 
+def retrieval_layer(module: str) -> int | None:
+    for prefix, layer in RETRIEVAL_LAYERS.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return layer
+    return len(RETRIEVAL_LAYERS) if module.startswith("retrieval.") else None
+
+
+def test_retrieval_imports_point_down_its_layers() -> None:
+    wrong = [f"{module} imports {target}" for module, targets in import_graph().items()
+             if (layer := retrieval_layer(module)) is not None for target in targets
+             if (target_layer := retrieval_layer(target)) is not None and target_layer > layer]
+    assert not wrong, wrong
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    # A guard for the test above: the store importing the evaluation would be caught.
+    assert retrieval_layer("retrieval.memory.store") == 0 and retrieval_layer("retrieval.eval.run") == 7
+    assert retrieval_layer("retrieval.evaluate") > retrieval_layer("retrieval.eval.run")
+    assert retrieval_layer("isq.model") is None
+
+
+def mapped_modules(text: str) -> set[str]:
+    """The module files that a Markdown text names as `path/to/module.py`."""
+    return set(re.findall(r"`((?:isq|training|retrieval)/[\w/]*\.py)`", text))
+
+
+def test_the_module_map_names_every_module_and_only_real_ones() -> None:
+    named = mapped_modules(MODULE_MAP.read_text(encoding="utf-8"))
+    on_disk = {str(path.relative_to(REPO)) for path in project_modules().values() if path.name != "__init__.py"}
+    assert not on_disk - named, f"docs/architecture.md does not name {sorted(on_disk - named)}"
+    assert not named - on_disk, f"docs/architecture.md names missing files {sorted(named - on_disk)}"
+
+
+def test_the_module_map_parser_reads_table_rows() -> None:
+    row = "| `retrieval/memory/store.py` | the store |\n| `isq/model.py`, `isq/walks.py` | x | `notes.md`"
+    assert mapped_modules(row) == {"retrieval/memory/store.py", "isq/model.py", "isq/walks.py"}
+
+
 def test_no_import_cycles() -> None:
     graph = import_graph()
     state: dict[str, int] = {}  # 1 = on the current path, 2 = done
@@ -84,9 +138,9 @@ def test_the_graph_sees_lazy_imports(tmp_path: Path) -> None:
     # A guard for the two tests above: an import inside a function is an edge, a TYPE_CHECKING one is not.
     source = tmp_path / "probe.py"
     source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import isq.model\n"
-                      "def f():\n    from retrieval.retriever import Hit\n")
+                      "def f():\n    from retrieval.eval.dual_path import Hit\n")
     modules = project_modules()
-    assert imported_modules(source, modules) == {"retrieval.retriever"}
+    assert imported_modules(source, modules) == {"retrieval.eval.dual_path"}
 
 
 def test_no_module_over_400_lines() -> None:
@@ -103,7 +157,8 @@ def test_public_api_at_the_package_root() -> None:
     from isq import CooccurrenceTopology, EMAQuantizer, Fingerprinter, ISQConfig, ISQModel, TopologyParams
 
     assert Fingerprinter.__module__ == "isq.fingerprint" and ISQModel.__module__ == "isq.model"
-    assert {ISQConfig, EMAQuantizer, CooccurrenceTopology, TopologyParams}
+    assert [cls.__module__ for cls in (ISQConfig, EMAQuantizer, CooccurrenceTopology, TopologyParams)] == [
+        "isq.config", "isq.quantizer", "isq.topology", "isq.topology"]
     with pytest.raises(AttributeError):
         isq.NotAThing  # noqa: B018
 
@@ -112,7 +167,7 @@ def test_public_api_at_the_package_root() -> None:
     ("import isq", ("torch", "lightning")),
     ("import isq.markdown", ("torch", "numpy")),
     ("from isq import Fingerprinter", ("lightning", "training", "retrieval")),
-    ("import retrieval.eval.paired", ("torch", "transformers", "faiss")),
+    ("import retrieval.eval.paired_differences", ("torch", "transformers", "faiss")),
 ])
 def test_imports_stay_light(statement: str, absent: tuple[str, ...]) -> None:
     check = f"{statement}; import sys; print([m for m in {absent!r} if m in sys.modules])"
@@ -122,8 +177,8 @@ def test_imports_stay_light(statement: str, absent: tuple[str, ...]) -> None:
 
 def test_topology_defaults_are_defined_once() -> None:
     from isq.topology import TopologyParams
+    from retrieval.eval.dual_path import DualPathRetriever
     from retrieval.evaluate import _parser
-    from retrieval.retriever import DualPathRetriever
 
     defaults = TopologyParams()
     args = _parser().parse_args(["--locomo", "x", "--fingerprinter", "y", "--out", "z"])

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.eval.evidence import EvalQuestion
 from retrieval.eval.lexical_gap import content_stems, gap_flags, gap_recall
 from retrieval.eval.locomo import LocomoConversation, LocomoSession
 from retrieval.eval.metrics import score_evidence
-from retrieval.eval.paired import compare
+from retrieval.eval.paired_differences import compare
+from retrieval.eval.questions import EvalQuestion
 from retrieval.eval.results import QuestionRecord, write_questions
 from retrieval.memory.records import Turn
 

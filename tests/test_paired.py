@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retrieval.eval.paired import compare, paired_difference
+from retrieval.eval.paired_differences import compare, paired_difference
 from retrieval.eval.render import render_markdown
 from retrieval.eval.results import read_questions, read_results, write_questions
 from retrieval.paired import main

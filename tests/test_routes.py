@@ -9,15 +9,15 @@ import json
 import numpy as np
 import pytest
 
-from retrieval.llm import LLMUsage
+from retrieval.contract import EmptyQuery, Query
+from retrieval.llm_client import LLMUsage
 from retrieval.memory.store import AMUStore
-from retrieval.retriever import EmptyQuery
 from retrieval.routes import channels
 from retrieval.routes.fusion import final_scores, ranking, rrf
-from retrieval.routes.plan import Plan, PlanError, Route, TimeConstraint
+from retrieval.routes.multi_route import RERANKER_OFF, MultiRouteRetriever
 from retrieval.routes.planner_llm import LLMPlanner
 from retrieval.routes.planner_rules import RulePlanner, question_type
-from retrieval.routes.retriever import RERANKER_OFF, MultiRouteRetriever
+from retrieval.routes.query_plan import Plan, PlanError, Route, TimeConstraint
 from retrieval.routes.selection import mmr_select, similarity, similarity_matrix
 from tests.fake_chat import FakeChatServer, completion_body
 from tests.routes_fixtures import ARCHIVED, CID, build_store, open_bank
@@ -166,22 +166,33 @@ def test_mmr_by_hand():
 # -- the retriever -------------------------------------------------------------------------------------
 
 
-def test_exactly_k_distinct_items_and_never_an_archived_one(bank):
-    retriever = MultiRouteRetriever(bank)
+@pytest.mark.parametrize(("k", "use_code"), [(3, False), (8, True), (30, True)])
+def test_exactly_k_distinct_items_and_never_an_archived_one(bank, k, use_code):
     assert bank.size == 5 + 7 and int((bank.turn_record < 0).sum()) == 3  # D1:3, D2:3, D2:4 stay turns
-    for k, use_code in ((3, False), (8, True), (30, True)):
-        result = retriever.retrieve("What did Ann do with pottery?", k, use_code=use_code, plan_depth=0)
-        hit_ids = [hit.amu_id for hit in result.hits]
-        assert len(hit_ids) == len(set(hit_ids)) == min(k, 8) and ARCHIVED not in hit_ids
-        assert [hit.rank for hit in result.hits] == list(range(1, len(hit_ids) + 1))
-    assert result.reranker == RERANKER_OFF and "code" in result.hits[0].scores
-    default = retriever.retrieve("pottery", 3)
+    result = MultiRouteRetriever(bank, use_code=use_code, plan_depth=0).retrieve(
+        Query("What did Ann do with pottery?"), k)
+    hit_ids = [hit.id for hit in result.hits]
+    assert len(hit_ids) == len(set(hit_ids)) == min(k, 8) and ARCHIVED not in hit_ids
+    assert [hit.rank for hit in result.hits] == list(range(1, len(hit_ids) + 1))
+    assert result.reranker == RERANKER_OFF and ("code" in result.hits[0].channels) == use_code
+
+
+def test_the_final_top_k_is_at_least_the_plan_depth(bank):
+    default = MultiRouteRetriever(bank).retrieve(Query("pottery"), 3)
     assert len(default.hits) == 8  # final top-k = max(3, plan_depth 15, 1), capped by the bank
-    first = retriever.retrieve("When did Ann sign up for the pottery class?", 4, plan_depth=0).hits[0]
-    assert (first.amu_id, first.kind, first.time, first.source["turn_ids"]) == (f"{CID}:0:0", "record", "2023-05-07",
-                                                                                 ["D1:1"])
-    assert {"records", "lexical", "nodes", "s_final"} <= set(first.scores) and first.routes == (0,)
-    turn = next(h for h in retriever.retrieve("cool wow", 8, plan_depth=0).hits if h.kind == "turn")
+
+
+def test_a_record_hit_carries_its_provenance_and_channel_scores(bank):
+    retriever = MultiRouteRetriever(bank, plan_depth=0)
+    first = retriever.retrieve(Query("When did Ann sign up for the pottery class?"), 4).hits[0]
+    assert (first.id, first.kind, first.time, first.source["turn_ids"]) == (f"{CID}:0:0", "record", "2023-05-07",
+                                                                             ["D1:1"])
+    assert {"records", "lexical", "nodes", "s_final"} <= set(first.channels) and first.routes == (0,)
+
+
+def test_a_raw_turn_hit_has_no_memory_type(bank):
+    retriever = MultiRouteRetriever(bank, plan_depth=0)
+    turn = next(h for h in retriever.retrieve(Query("cool wow"), 8).hits if h.kind == "turn")
     assert turn.memory_type is None and turn.source["turn_ids"][0] in ("D1:3", "D2:3", "D2:4")
 
 
@@ -203,7 +214,7 @@ def test_a_tiny_random_cross_encoder_reranks_inside_routes(bank, tmp_path):
     scores = reranker.scores("pottery", ["Ann signed up for a pottery class.", "Bob ran a race."])
     assert scores.shape == (2,) and np.isfinite(scores).all()
     assert rerank([7, 8, 9], np.array([0.1, 0.5, 0.1])) == [8, 7, 9]
-    result = MultiRouteRetriever(bank, reranker=reranker).retrieve("pottery class", 5, plan_depth=0)
+    result = MultiRouteRetriever(bank, reranker=reranker, plan_depth=0).retrieve(Query("pottery class"), 5)
     assert result.reranker == str(tmp_path / "ce") and len(result.hits) == 5
     with pytest.raises(FileNotFoundError, match="no such model directory"):
         CrossEncoderReranker(tmp_path / "absent")

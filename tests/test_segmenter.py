@@ -8,14 +8,12 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from retrieval.memory.records import Turn
-from retrieval.memory.segmenter import (
+from retrieval.ingestion.segmenter import (
     CAPACITY_LIMIT,
     EXCHANGE_LIMIT,
     SEMANTIC_BOUNDARY,
     SESSION_FLUSH,
     TARGET_LENGTH,
-    Exchange,
     SegmenterConfig,
     SemanticSegmenter,
     absolute_surprise,
@@ -26,6 +24,7 @@ from retrieval.memory.segmenter import (
     pair_exchanges,
     robust_z,
 )
+from retrieval.memory.records import Exchange, Turn
 
 WHEN = datetime(2023, 5, 8, 13, 56)
 

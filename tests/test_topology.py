@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from isq import topk
-from isq.topk import sum_walk, top_k_of_scores
+from isq import walks
+from isq.topk import top_k_of_scores
 from isq.topology import CooccurrenceTopology, TopologyParams
+from isq.walks import sum_walk
 
 IDENTITY = {"codebook_size": 16, "codebook_sha256": "a" * 64}
 
@@ -352,7 +353,7 @@ def test_sum_walk_prunes_without_scanning(monkeypatch) -> None:
     topology.add(bank)
     rare = np.argsort(topology.doc_freq)[:3]
     ref = topology.search_bruteforce(rare, 10)
-    monkeypatch.setattr(topk, "top_k_of_scores", lambda *args: pytest.fail("the walk scanned the bank"))
+    monkeypatch.setattr(walks, "top_k_of_scores", lambda *args: pytest.fail("the walk scanned the bank"))
     walk = sum_walk(topology.activation(rare), topology.incidence, topology.postings(), 10, scan_below=0)
     assert_same_result(walk, ref)
 
@@ -365,7 +366,7 @@ def test_sum_walk_bounds_unseen_amus_by_their_widest_row() -> None:
     act = np.array([1.0, 0.4, 0.4, 0.4])
     topology = CooccurrenceTopology(4)
     topology.add(bank)
-    assert topk.window_bounds(act, 3, 1.0)[1] >= 1.2
+    assert walks.window_bounds(act, 3, 1.0)[1] >= 1.2
     for k in (1, 2):
         fast = sum_walk(act, topology.incidence, topology.postings(), k, scan_share=math.inf, scan_below=0)
         assert_same_result(fast, top_k_of_scores(topology.incidence @ act, k))

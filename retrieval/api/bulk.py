@@ -1,7 +1,7 @@
 """Adding a whole recorded conversation through the memory API (the ingest command line and the
 evaluation): the conversation is a user, each session is added in one :meth:`Memory.add` call
 and then flushed (a recorded session is complete). A rerun adds nothing: stored turn ids replay.
-The cost comes back as :class:`retrieval.memory.ingest.IngestStats` (construction ledger, summary).
+The cost comes back as :class:`retrieval.ingestion.pipeline.IngestStats` (construction ledger, summary).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from tqdm.auto import tqdm
 
 from retrieval.api.memory import Memory
-from retrieval.memory.ingest import IngestStats
+from retrieval.ingestion.pipeline import IngestStats
+from retrieval.ingestion.segmenter import pair_exchanges
 from retrieval.memory.records import Turn
-from retrieval.memory.segmenter import pair_exchanges
 
 
 def add_conversation(memory: Memory, turns: Sequence[Turn], *, progress: bool = False) -> IngestStats:

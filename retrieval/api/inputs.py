@@ -15,9 +15,9 @@ from datetime import datetime
 from typing import Any
 
 from retrieval.api.errors import InvalidInput
+from retrieval.contract import EmptyQuery
+from retrieval.contract import check_query as check_words
 from retrieval.memory.records import MAX_TURN_CHARS, Turn
-from retrieval.retriever import EmptyQuery
-from retrieval.retriever import check_query as check_words
 
 TURN_FIELDS = ("speaker", "text", "time", "turn_id", "image_caption")
 MAX_ID_CHARS = 200
@@ -52,7 +52,7 @@ def optional_id(name: str, value: Any) -> str | None:
 
 
 def check_query(query: Any) -> str:
-    """A query: a string with a letter or digit (:func:`retrieval.retriever.check_query`), not oversized."""
+    """A query: a string with a letter or digit (:func:`retrieval.contract.check_query`), not oversized."""
     if not isinstance(query, str):
         raise InvalidInput(f"query must be a non-empty string, got {query!r}")
     try:

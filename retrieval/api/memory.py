@@ -31,10 +31,10 @@ from retrieval.api.results import AddResult, Job, MemoryItem, Page, SearchResult
 from retrieval.api.search import run_search
 from retrieval.api.snapshot import Snapshot
 from retrieval.consolidation.worker import SerializedEmbedder
+from retrieval.ingestion.segmenter import SegmenterConfig
 from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.errors import StoreBusy, StoreError
 from retrieval.memory.records import AMU, Turn
-from retrieval.memory.segmenter import SegmenterConfig
 from retrieval.memory.store import AMUStore
 
 TURN_MARK = ":turn:"

@@ -64,7 +64,7 @@ def _extractor(value: Any, cache: Path) -> Any:
 
         return RuleExtractor()
     if value == "llm":
-        from retrieval.extract.llm import LLMExtractor
+        from retrieval.extract.llm_extractor import LLMExtractor
 
         return LLMExtractor(cache_dir=cache)
     if isinstance(value, str):

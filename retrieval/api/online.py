@@ -2,10 +2,10 @@
 per (user, session), closed by the boundary policy, by :meth:`UserStream.flush` or never (it
 stays open across restarts: its turns are stored, and :meth:`UserStream.load` feeds them again).
 
-It reproduces the batch ingestion (:mod:`retrieval.memory.ingest`) turn by turn:
+It reproduces the batch ingestion (:mod:`retrieval.ingestion.pipeline`) turn by turn:
 
 * exchanges pair a turn with the next turn of its session when the speaker changes
-  (:func:`retrieval.memory.segmenter.pair_exchanges`): a turn waits for its reply before it
+  (:func:`retrieval.ingestion.segmenter.pair_exchanges`): a turn waits for its reply before it
   enters the segmenter (it is stored, hence searchable, at once);
 * the surprise history is the user's, shared by its sessions, as one conversation's is in the
   batch; segment numbers are the user's, in the order segments close;
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from retrieval.extract.base import Extractor, ReferenceContext
-from retrieval.memory.ingest import embed_segment, fingerprinted, segment_record
-from retrieval.memory.records import AMU, Turn
-from retrieval.memory.segmenter import Exchange, Segment, SegmenterConfig, SemanticSegmenter
+from retrieval.ingestion.pipeline import embed_segment, fingerprinted, segment_record
+from retrieval.ingestion.segmenter import SegmenterConfig, SemanticSegmenter
+from retrieval.memory.records import AMU, Exchange, Segment, Turn
 from retrieval.memory.store import AMUStore
 
 

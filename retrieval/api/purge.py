@@ -10,10 +10,9 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from retrieval.index.evidence import segment_search_texts
+from retrieval.index.evidence_nodes import segment_search_texts
 from retrieval.memory.purge import Purged
-from retrieval.memory.records import Turn
-from retrieval.memory.segmenter import Exchange
+from retrieval.memory.records import Exchange, Turn
 from retrieval.memory.store import AMUStore
 
 

@@ -1,5 +1,5 @@
 """One search of the memory API over a user's snapshot: plan-guided multi-route retrieval
-(:class:`retrieval.routes.retriever.MultiRouteRetriever`, SPEC section 7) with the codebook
+(:class:`retrieval.routes.multi_route.MultiRouteRetriever`, SPEC section 7) with the codebook
 channel when the snapshot has a topology, exactly ``k`` items (``plan_depth=0``).
 
 ``routes`` names the channels that may vote (records, nodes, turns, lexical, temporal, code);
@@ -16,9 +16,10 @@ from typing import Any
 
 from retrieval.api.errors import InvalidInput
 from retrieval.api.results import SearchHit, SearchResult
-from retrieval.routes.bank import RouteBank
+from retrieval.contract import Hit, Query
+from retrieval.routes.multi_route import MultiRouteRetriever
 from retrieval.routes.params import CHANNELS, ChannelWeights
-from retrieval.routes.retriever import MultiRouteRetriever, RouteHit
+from retrieval.routes.snapshot import MemorySnapshot
 
 SESSION_WIDENING = 4
 
@@ -35,17 +36,18 @@ def _weights(routes: Sequence[str] | None, has_code: bool) -> tuple[ChannelWeigh
     return ChannelWeights(default={c: float(c in chosen) for c in known}, by_type={}), chosen
 
 
-def run_search(bank: RouteBank, query: str, k: int, *, session: str | None, routes: Sequence[str] | None,
+def run_search(bank: MemorySnapshot, query: str, k: int, *, session: str | None, routes: Sequence[str] | None,
                explain: bool, planner: Any | None, reranker: Any | None) -> SearchResult:
     """The user's hits for ``query`` (see the module docstring)."""
     has_code = bank.topology is not None
     weights, chosen = _weights(routes, has_code)
     if bank.size == 0:
         return SearchResult(query, ())
-    retriever = MultiRouteRetriever(bank, planner, reranker, weights)
-    budget = min(bank.size, k * SESSION_WIDENING) if session is not None else k
     use_code = has_code and "code" in chosen
-    result = retriever.retrieve(query, budget, use_code=use_code, plan_depth=0)
+    retriever = MultiRouteRetriever(bank, planner, reranker, weights, use_code=use_code, plan_depth=0)
+    budget = min(bank.size, k * SESSION_WIDENING) if session is not None else k
+    result = retriever.retrieve(Query(query), budget)
+    assert result.plan is not None  # multi-route retrieval always plans
     hits = [hit for hit in result.hits if (session is None or hit.source["session_id"] == session)
             and (routes is None or chosen & set(hit.ranks))][:k]
     query_codes: frozenset[int] = frozenset()
@@ -53,17 +55,17 @@ def run_search(bank: RouteBank, query: str, k: int, *, session: str | None, rout
         texts = [q for route in result.plan.routes for q in route.queries]
         query_codes = frozenset().union(*(fp.codes for fp in bank.fingerprinter.fingerprint(texts)))
     return SearchResult(query, tuple(_hit(bank, hit, explain, query_codes) for hit in hits),
-                        result.plan.question_type, result.seconds, result.plan.to_dict(), result.reranker)
+                        result.plan.question_type, result.seconds, result.plan.to_dict(), result.reranker or "")
 
 
-def _hit(bank: RouteBank, hit: RouteHit, explain: bool, query_codes: frozenset[int]) -> SearchHit:
+def _hit(bank: MemorySnapshot, hit: Hit, explain: bool, query_codes: frozenset[int]) -> SearchHit:
     details = None
     if explain:
-        channels = {name: {"rank": hit.ranks[name], "score": hit.scores[name]} for name in hit.ranks}
-        details = {"channels": channels, "routes": [number + 1 for number in hit.routes], "fused": {name: hit.scores[name] for name in ("s_best", "s_route", "s_final")
-                                                   if name in hit.scores}}
+        channels = {name: {"rank": hit.ranks[name], "score": hit.channels[name]} for name in hit.ranks}
+        details = {"channels": channels, "routes": [number + 1 for number in hit.routes], "fused": {name: hit.channels[name] for name in ("s_best", "s_route", "s_final")
+                                                   if name in hit.channels}}
         if query_codes and hit.kind == "record":
             codes = set(bank.records[hit.index].fingerprint or ())
             details["shared_codes"] = sorted(codes & query_codes)
-    return SearchHit(hit.amu_id, hit.text, float(hit.score), hit.kind, hit.source["session_id"],
+    return SearchHit(hit.id, hit.text, float(hit.score), hit.kind, hit.source["session_id"],
                      tuple(hit.source["turn_ids"]), hit.memory_type, hit.time, details)

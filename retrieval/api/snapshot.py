@@ -1,4 +1,4 @@
-"""One user's search snapshot: the :class:`retrieval.routes.bank.RouteBank` that multi-route
+"""One user's search snapshot: the :class:`retrieval.routes.snapshot.MemorySnapshot` that multi-route
 retrieval reads, built once from the store (cached arrays: SELECTs, no model forward) and then
 extended in place as turns and segments are added, so a search never rebuilds it from SQL.
 
@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from isq.topology import CooccurrenceTopology, TopologyParams
-from retrieval.index.evidence import SEARCHABLE_TYPES, searchable_text
+from retrieval.index.evidence_nodes import SEARCHABLE_TYPES, searchable_text
 from retrieval.memory.records import AMU, Turn
 from retrieval.memory.store import AMUStore
-from retrieval.routes.bank import RouteBank
 from retrieval.routes.planner_rules import PlanContext
+from retrieval.routes.snapshot import MemorySnapshot
 
 
 class GrowingRows:
@@ -51,7 +51,7 @@ class GrowingRows:
 class Snapshot:
     """A user's bank and what extending it needs (see the module docstring)."""
 
-    def __init__(self, bank: RouteBank, embedder: Any) -> None:
+    def __init__(self, bank: MemorySnapshot, embedder: Any) -> None:
         self.bank, self.embedder = bank, embedder
         self._records = GrowingRows(bank.record_vectors)
         self._turns = GrowingRows(bank.turn_vectors)
@@ -68,7 +68,7 @@ class Snapshot:
         if fingerprinter is not None:
             topology = CooccurrenceTopology(fingerprinter.codebook_size, TopologyParams(), fingerprinter.identity)
             topology.add([frozenset(amu.fingerprint or ()) for amu in records])
-        bank = RouteBank.build(store, user, embedder, records=records, topology=topology, fingerprinter=fingerprinter)
+        bank = MemorySnapshot.build(store, user, embedder, records=records, topology=topology, fingerprinter=fingerprinter)
         bank.embedder = query_embedder
         return cls(bank, embedder)
 

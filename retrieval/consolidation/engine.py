@@ -22,16 +22,16 @@ import dataclasses
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from retrieval.consolidation.config import ConsolidationConfig
 from retrieval.consolidation.forward import merged_amu
 from retrieval.consolidation.members import Member, members
+from retrieval.consolidation.merge_plan import make_plan
 from retrieval.consolidation.operations import OfflineOperator, Operation, Operator
-from retrieval.consolidation.plan import make_plan
 from retrieval.consolidation.report import ConsolidationReport
+from retrieval.ingestion.pipeline import fingerprinted
 from retrieval.memory.cache import CachedEmbedder, model_identity
-from retrieval.memory.ingest import fingerprinted
+from retrieval.memory.models import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU
 from retrieval.memory.store import AMUStore
 
@@ -40,9 +40,9 @@ logger = logging.getLogger(__name__)
 PLAN_KEY = "consolidation_plan:{}"
 
 
-def consolidate_conversation(store: AMUStore, conversation_id: str, embedder: Any, operator: Operator | None = None,
+def consolidate_conversation(store: AMUStore, conversation_id: str, embedder: Embedder, operator: Operator | None = None,
                              config: ConsolidationConfig | None = None, *,
-                             fingerprinter: Any | None = None) -> ConsolidationReport:
+                             fingerprinter: TextFingerprinter | None = None) -> ConsolidationReport:
     """Consolidate the active AMUs of one conversation in ``store`` (open for writing; beside an
     ingest, open it with ``role="consolidate"``).
 
@@ -116,7 +116,7 @@ class _Step:
     operator: Operator
     config: ConsolidationConfig
     turn_order: dict[str, int]
-    fingerprinter: Any | None
+    fingerprinter: TextFingerprinter | None
     report: ConsolidationReport
     seen: set[tuple[str, ...]] = dataclasses.field(default_factory=set)
 

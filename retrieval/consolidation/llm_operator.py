@@ -1,6 +1,6 @@
 """The LLM operator: one call per gated cluster chooses AGGREGATE, MERGE, UPDATE or KEEP and
 writes the compact AMU (MemCode key design 4), through the project's one client
-(:class:`retrieval.llm.ChatClient`: retries, response cache, token accounting).
+(:class:`retrieval.llm_client.ChatClient`: retries, response cache, token accounting).
 
 The answer is a JSON object validated against :data:`ANSWER_SCHEMA` (and its event times against
 :func:`retrieval.memory.times.time_interval`); an invalid answer is retried like an HTTP error
@@ -22,7 +22,7 @@ from retrieval.consolidation.config import LLM_THRESHOLD
 from retrieval.consolidation.members import Member
 from retrieval.consolidation.operations import Draft, Operation, keep_newest, union
 from retrieval.consolidation.prefix import strip_prefix
-from retrieval.llm import InvalidResponse, LLMRole, json_answer
+from retrieval.llm_client import InvalidResponse, LLMRole, json_answer
 from retrieval.memory.records import MEMORY_TYPES
 from retrieval.memory.times import time_interval
 

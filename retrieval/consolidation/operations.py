@@ -27,7 +27,7 @@ from typing import Protocol
 from retrieval.consolidation.config import OFFLINE_THRESHOLD
 from retrieval.consolidation.members import Member
 from retrieval.consolidation.prefix import strip_prefix
-from retrieval.llm import LLMUsage
+from retrieval.llm_client import LLMUsage
 
 
 class Operation(str, Enum):
@@ -59,9 +59,14 @@ class Draft:
 class Operator(Protocol):
     """Decides what one gated cluster becomes."""
 
-    name: str
-    default_threshold: float
-    usage: LLMUsage
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def default_threshold(self) -> float: ...
+
+    @property
+    def usage(self) -> LLMUsage: ...
 
     def decide(self, cluster: Sequence[Member]) -> list[Draft] | None:
         """Drafts for (parts of) the cluster, [] to keep it as it is, None without a usable answer."""

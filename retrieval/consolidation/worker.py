@@ -15,7 +15,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -24,6 +23,7 @@ from retrieval.consolidation.engine import consolidate_conversation
 from retrieval.consolidation.operations import OfflineOperator, Operator
 from retrieval.consolidation.report import ConsolidationReport
 from retrieval.memory.cache import CachedEmbedder, model_identity
+from retrieval.memory.models import Embedder, TextFingerprinter
 from retrieval.memory.store import AMUStore
 
 
@@ -31,7 +31,7 @@ class SerializedEmbedder:
     """An embedder shared by two threads: one ``encode`` at a time (a fast tokenizer refuses
     concurrent use). Its identity is the wrapped embedder's, so stores see the same model."""
 
-    def __init__(self, embedder: Any) -> None:
+    def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
         self.dim = embedder.dim
         self.identity = model_identity(embedder)
@@ -50,8 +50,8 @@ class ConsolidationWorker:
     conversation, summed over the rounds. An error in the thread is raised again by :meth:`stop`.
     """
 
-    def __init__(self, directory: str | Path, embedder: Any, operator: Operator | None = None,
-                 config: ConsolidationConfig | None = None, *, fingerprinter: Any | None = None,
+    def __init__(self, directory: str | Path, embedder: Embedder, operator: Operator | None = None,
+                 config: ConsolidationConfig | None = None, *, fingerprinter: TextFingerprinter | None = None,
                  conversations: Sequence[str] | None = None, interval_s: float = WORKER_INTERVAL_S) -> None:
         self.directory = Path(directory)
         self.embedder, self.operator, self.config = embedder, operator or OfflineOperator(), config

@@ -12,14 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from retrieval.eval.bank import ConversationBank
-from retrieval.eval.evidence import DIA_ID, EvalQuestion
+from retrieval.contract import Hit
+from retrieval.eval.construction import BuiltConversation
 from retrieval.eval.metrics import mean, summarise
+from retrieval.eval.questions import DIA_ID, EvalQuestion
 from retrieval.eval.results import AnswersDone, AnswerSummary
-from retrieval.llm import ChatClient, InvalidResponse
+from retrieval.llm_client import ChatClient, InvalidResponse
 from retrieval.memory.records import AMU, Turn
 from retrieval.memory.store import AMUStore
-from retrieval.retriever import Hit
 
 ANSWER_PROMPT = """You answer questions about a long conversation between two people, using only the
 memories retrieved for the question and the original conversation turns they come from.
@@ -127,12 +127,13 @@ class AnswerStage:
 
 
 def run_answer_stage(stage: AnswerStage, config_names: Sequence[str], questions: Sequence[EvalQuestion],
-                     hits: Mapping[str, Sequence[Sequence[Hit]]], banks: Mapping[str, ConversationBank],
+                     hits: Mapping[str, Sequence[Sequence[Hit]]], banks: Mapping[str, BuiltConversation],
                      store: AMUStore, out_dir: Path) -> AnswersDone:
     """Answer and grade every question with each configuration's retrieved AMUs (and raw turns);
     writes ``answers.jsonl`` and returns the summary for ``results.json``."""
     amus_by_id = {amu.id: amu for bank in banks.values() for amu in bank.amus}
-    summaries, failed = {}, Counter()
+    summaries: dict[str, AnswerSummary] = {}
+    failed: Counter[str] = Counter()
     with open(out_dir / "answers.jsonl", "w", encoding="utf-8") as handle:
         for name in config_names:
             rows = []
@@ -140,11 +141,11 @@ def run_answer_stage(stage: AnswerStage, config_names: Sequence[str], questions:
                 if question.answer is None:
                     failed["no_gold_answer"] += 1
                     continue
-                amus = [amus_by_id[hit.amu_id] for hit in question_hits if hit.amu_id in amus_by_id]
+                amus = [amus_by_id[hit.id] for hit in question_hits if hit.id in amus_by_id]
                 turns = [turn for amu in amus for turn in store.source_turns(amu)]
                 # raw-turn items of the multi-route configurations: the turn itself
                 turns += [store.turn(question.conversation_id, turn_id) for hit in question_hits
-                          if hit.amu_id not in amus_by_id for turn_id in hit.source["turn_ids"]]
+                          if hit.id not in amus_by_id for turn_id in hit.source["turn_ids"]]
                 prediction = stage.answer(question, amus, turns)
                 verdict = stage.judge(question, prediction) if prediction is not None else None
                 failed["answer"] += prediction is None

@@ -15,6 +15,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from isq.topology import AGGREGATES, TopologyParams
+from retrieval.eval.dual_path import Channel, DualPathMode
 
 TRAINED, KMEANS = "trained", "kmeans"
 """Names of the two codebooks: the trained fingerprinter and the k-means control."""
@@ -33,27 +34,30 @@ MULTI_CONFIGS = ("multi", "multi+code")
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    """One retrieval configuration: its name, DualPathRetriever mode ("multi" or "multi+code" for
-    multi-route retrieval) and budgets (a multi-route configuration's whole budget is ``k_dense``),
-    and the codebook whose retriever runs it."""
+    """One retrieval configuration: its name, its whole budget of items, the codebook whose codes it
+    uses (``None``: none) and, for the dual-path ablation, which channels run
+    (:class:`DualPathMode`); ``dual`` is None for multi-route retrieval."""
 
     name: str
-    mode: str
-    k_dense: int
-    k_code: int
-    codebook: str = TRAINED
+    budget: int
+    codebook: str | None = None
+    dual: DualPathMode | None = None
 
     @property
     def uses_codes(self) -> bool:
-        return self.mode.endswith(("code", "codebm25"))
+        return self.codebook is not None
 
     @property
     def multi(self) -> bool:
-        return self.mode in MULTI_CONFIGS
+        return self.dual is None
 
     @property
-    def budget(self) -> int:
-        return self.k_dense + self.k_code
+    def walks_topology(self) -> bool:
+        """Whether Path B's topology scores it (what a topology sweep changes)."""
+        return self.dual is not None and self.dual.complement is Channel.CODE
+
+
+_CHANNELS = {"code": Channel.CODE, "kmeans": Channel.CODE, "bm25_": Channel.BM25, "codebm25_": Channel.CODEBM25}
 
 
 def parse_config(name: str, budget: int = 40) -> RetrievalConfig:
@@ -61,19 +65,20 @@ def parse_config(name: str, budget: int = 40) -> RetrievalConfig:
     ``dense20+kmeans20`` / ``dense20+bm25_20`` / ``dense20+codebm25_20`` -> :class:`RetrievalConfig`; ``multi`` and
     ``multi+code`` take ``budget`` items."""
     if name in MULTI_CONFIGS:
-        return RetrievalConfig(name, name, budget, 0)
-    parts = [_PART.fullmatch(part) for part in name.split("+")]
-    valid = all(parts) and (len(parts) == 1 or (len(parts) == 2 and parts[0][1] == "dense" and parts[1][1] != "dense"))
+        return RetrievalConfig(name, budget, TRAINED if name == "multi+code" else None)
+    parts = [match for part in name.split("+") if (match := _PART.fullmatch(part)) is not None]
+    valid = len(parts) == name.count("+") + 1 and (
+        len(parts) == 1 or (len(parts) == 2 and parts[0][1] == "dense" and parts[1][1] != "dense"))
     if not valid:
         raise EvaluationError(f"unknown configuration {name!r}: expected dense<K>, code<K>, kmeans<K>, bm25_<K>, "
                               "codebm25_<K>, dense<K>+ one of those, multi or multi+code")
     k_dense = int(parts[0][2]) if parts[0][1] == "dense" else 0
     other = parts[-1] if parts[-1][1] != "dense" else None
-    path = {None: "dense", "code": "code", "kmeans": "code", "bm25_": "bm25", "codebm25_": "codebm25"}[
-        other[1] if other else None]
-    mode = f"dense+{path}" if k_dense and other else path
-    return RetrievalConfig(name, mode, k_dense, int(other[2]) if other else 0,
-                           KMEANS if other is not None and other[1] == "kmeans" else TRAINED)
+    if other is None:
+        return RetrievalConfig(name, k_dense, None, DualPathMode(None, 0))
+    complement = _CHANNELS[other[1]]
+    codebook = (KMEANS if other[1] == "kmeans" else TRAINED) if complement.uses_codes else None
+    return RetrievalConfig(name, k_dense + int(other[2]), codebook, DualPathMode(complement, k_dense))
 
 
 def default_configs(k_dense: int = 20, k_code: int = 20, with_kmeans: bool = False) -> list[str]:
@@ -91,7 +96,7 @@ def resolve_configs(names: Sequence[str], codebooks: Collection[str], answer_con
     """Parse ``names`` (multi-route ones with ``budget`` items), checking that each one's codebook
     is among ``codebooks`` and that every answer configuration is one of them."""
     selected = [parse_config(name, budget) for name in names]
-    missing = [c.name for c in selected if c.codebook not in codebooks]
+    missing = [c.name for c in selected if c.codebook is not None and c.codebook not in codebooks]
     if missing:
         raise EvaluationError(f"configuration(s) {', '.join(missing)} need a k-means control fingerprinter")
     unknown = [name for name in answer_configs if name not in names]

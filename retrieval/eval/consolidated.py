@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence, Set
 
 from retrieval.consolidation.report import ConsolidationReport, combined
-from retrieval.eval.evidence import EvalQuestion
 from retrieval.eval.metrics import score_evidence, summarise
+from retrieval.eval.questions import EvalQuestion
 from retrieval.eval.results import CeilingBlock, ConsolidationBlock, Summary
 
 

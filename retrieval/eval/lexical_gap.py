@@ -14,9 +14,9 @@ from functools import cache
 
 import snowballstemmer
 
-from retrieval.eval.evidence import EvalQuestion
 from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import EvidenceScore
+from retrieval.eval.questions import EvalQuestion
 from retrieval.extract.rules import content_words
 
 _STEMMER = snowballstemmer.stemmer("english")

@@ -166,9 +166,9 @@ def _field(mapping: Mapping[str, Any], name: str, kind: type, where: str) -> Any
     value = mapping[name]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise InputFormatError(f"{where}: field {name!r} must be {kind.__name__}, got {type(value).__name__}")
-    if name in _NON_EMPTY and not value.strip():
+    if name in _NON_EMPTY and isinstance(value, str) and not value.strip():
         raise InputFormatError(f"{where}: field {name!r} is empty")
-    if name == "text" and len(value) > MAX_TURN_CHARS:
+    if name == "text" and isinstance(value, str) and len(value) > MAX_TURN_CHARS:
         raise InputFormatError(f"{where}: field 'text' has {len(value)} characters, over the limit of {MAX_TURN_CHARS}")
     return value
 

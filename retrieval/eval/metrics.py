@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from retrieval.eval.evidence import CATEGORY_NAMES
+from retrieval.eval.questions import CATEGORY_NAMES
 
 if TYPE_CHECKING:  # only for annotations: the paired statistics import this module without faiss
-    from retrieval.retriever import Hit
+    from retrieval.contract import Hit
 
 
 @dataclass(frozen=True)
@@ -69,5 +69,5 @@ def tied_at_cut(hits: Sequence[Hit]) -> float | None:
     """Share of the code or BM25 path's hits whose score equals that path's last (lowest) score:
     among tied AMUs the order of the bank decides, not the score. None without such hits (dense
     and multi-route lists)."""
-    scores = [hit.score for hit in hits if hit.path in ("code", "bm25", "codebm25")]
+    scores = [hit.score for hit in hits if hit.channel in ("code", "bm25", "codebm25")]
     return sum(score == scores[-1] for score in scores) / len(scores) if scores else None

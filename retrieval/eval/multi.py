@@ -8,32 +8,38 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
 from isq.topology import CooccurrenceTopology
-from retrieval.eval.evidence import EvalQuestion
+from retrieval.eval.configs import RetrievalConfig
+from retrieval.eval.questions import EvalQuestion
 from retrieval.eval.results import MultiRouteInfo
+from retrieval.memory.models import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU
 from retrieval.memory.store import AMUStore
-from retrieval.routes.bank import RouteBank
-from retrieval.routes.plan import Plan
+from retrieval.routes.multi_route import RERANKER_OFF, MultiRouteRetriever
+from retrieval.routes.planner_rules import Planner
+from retrieval.routes.query_plan import Plan
 from retrieval.routes.rerank import CrossEncoderReranker
-from retrieval.routes.retriever import RERANKER_OFF, MultiRouteRetriever
+from retrieval.routes.snapshot import MemorySnapshot
 
 
-def build_route_retriever(store: AMUStore, conversation_id: str, embedder: Any, amus: Sequence[AMU],
-                          embeddings: np.ndarray, topology: CooccurrenceTopology, fingerprinter: Any,
-                          planner: Any | None, reranker: CrossEncoderReranker | None) -> MultiRouteRetriever:
-    """The conversation's route bank (the given records, vectors and topology) and its retriever."""
-    bank = RouteBank.build(store, conversation_id, embedder, records=amus, record_vectors=embeddings,
-                           topology=topology, fingerprinter=fingerprinter)
-    return MultiRouteRetriever(bank, planner, reranker)
+def build_route_retrievers(store: AMUStore, conversation_id: str, embedder: Embedder, amus: Sequence[AMU],
+                           embeddings: np.ndarray, topology: CooccurrenceTopology, fingerprinter: TextFingerprinter,
+                           planner: Planner | None, reranker: CrossEncoderReranker | None,
+                           configs: Sequence[RetrievalConfig]) -> dict[str, MultiRouteRetriever]:
+    """The conversation's memory snapshot (the given records, vectors and topology) and, over it,
+    one retriever per multi-route configuration of ``configs`` (the codebook route where the
+    configuration uses codes). Equal budgets: plan_depth 0, so each returns exactly the budget asked for."""
+    bank = MemorySnapshot.build(store, conversation_id, embedder, records=amus, record_vectors=embeddings,
+                                topology=topology, fingerprinter=fingerprinter)
+    return {config.name: MultiRouteRetriever(bank, planner, reranker, use_code=config.uses_codes, plan_depth=0)
+            for config in configs}
 
 
 def prepare_queries(retrievers: Mapping[str, MultiRouteRetriever], questions: Sequence[EvalQuestion],
-                    embedder: Any, fingerprinter: Any | None) -> list[Plan]:
+                    embedder: Embedder, fingerprinter: TextFingerprinter | None) -> list[Plan]:
     """Plan every question and put its route queries' vectors (and codes) in the store's caches
     with one batched call each; returns the plans, in question order."""
     plans = [retrievers[q.conversation_id].plan(q.question) for q in questions]

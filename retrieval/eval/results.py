@@ -48,7 +48,7 @@ class Record(BaseModel):
 class RetrievalBlock(Record):
     """Evidence recall, hit and completeness of one configuration (see :mod:`retrieval.eval.metrics`);
     the overall block also has the mean number of items retrieved, the mean number of tokens of
-    their text (whitespace words x 1.3, :func:`retrieval.memory.segmenter.count_tokens`), the
+    their text (whitespace words x 1.3, :func:`retrieval.ingestion.segmenter.count_tokens`), the
     median query latency in milliseconds and, with a code or BM25 path, the mean share of that
     path's hits tied at its cut."""
 
@@ -123,7 +123,7 @@ class EvidenceCounts(Record):
 
 
 class CodebookStats(Record):
-    """How one codebook spreads over the AMU banks (:func:`retrieval.eval.bank.codebook_diagnostics`)."""
+    """How one codebook spreads over the AMU banks (:func:`retrieval.eval.construction.codebook_diagnostics`)."""
 
     codebook_size: int
     codes_used: int

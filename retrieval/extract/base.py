@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from retrieval.llm import LLMUsage
-from retrieval.memory.records import AMU, SourcePointer, Turn, amu_id
-from retrieval.memory.segmenter import Segment
+from retrieval.llm_client import LLMUsage
+from retrieval.memory.records import AMU, Segment, SourcePointer, Turn, amu_id
 
 
 @dataclass
@@ -74,7 +73,8 @@ class ReferenceContext:
 class Extractor(Protocol):
     """One call per finalized segment."""
 
-    usage: LLMUsage
+    @property
+    def usage(self) -> LLMUsage: ...
 
     def extract(self, segment: Segment, context: ReferenceContext) -> Extraction: ...
 

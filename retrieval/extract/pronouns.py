@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import partial
 
 _ADVERBS = ("really", "just", "also", "always", "still", "never", "actually", "totally", "definitely", "usually",
             "often", "sometimes", "truly", "absolutely", "already", "even", "only", "kinda", "honestly")
@@ -82,8 +83,12 @@ def resolve_pronouns(text: str, speaker: str, addressee: str | None) -> str:
         if name is None:
             continue
         for pattern, build in rules:
-            text = pattern.sub(lambda m, build=build, name=name: _keep_case(m[0], build(m, name)), text)
+            text = pattern.sub(partial(_replace, build=build, name=name), text)
     return text
+
+
+def _replace(match: re.Match[str], *, build: Callable[[re.Match[str], str], str], name: str) -> str:
+    return _keep_case(match[0], build(match, name))
 
 
 def _keep_case(original: str, replacement: str) -> str:

@@ -9,9 +9,8 @@ from retrieval.extract.base import Extraction, ReferenceContext, make_amu
 from retrieval.extract.dates import MONTHS, WEEKDAYS, absolute_dates, resolve_dates
 from retrieval.extract.pronouns import resolve_pronouns
 from retrieval.index.stopwords import STOPWORDS
-from retrieval.llm import LLMUsage
-from retrieval.memory.records import AMU, Turn
-from retrieval.memory.segmenter import Segment
+from retrieval.llm_client import LLMUsage
+from retrieval.memory.records import AMU, Segment, Turn
 
 # Greetings, thanks and acknowledgements: a turn made only of these (plus names) carries no fact.
 _FILLERS = frozenset("""

@@ -5,19 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from isq.encoders import MINILM_ALIAS, resolve_encoder_path, weights_checksum
-
-
-class Embedder(Protocol):
-    """Anything that maps texts to L2-normalised float32 vectors of a fixed dimension."""
-
-    dim: int
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 class SentenceEmbedder:
@@ -33,7 +25,10 @@ class SentenceEmbedder:
         self.batch_size = batch_size
         self._model = SentenceTransformer(resolve_encoder_path(model), device=device)
         getter = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
-        self.dim = int(getter())
+        dim = getter()
+        if dim is None:
+            raise ValueError(f"{model}: the sentence-transformers model does not say its embedding dimension")
+        self.dim = int(dim)
 
     @cached_property
     def identity(self) -> dict[str, Any]:

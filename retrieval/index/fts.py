@@ -2,7 +2,7 @@
 "SQLite + FTS5"; SPEC section 7).
 
 The store keeps an FTS5 table over every active record's text, entities and topic tags
-(:mod:`retrieval.memory.schema`); :class:`FTSIndex` is the same table in memory for a bank
+(:mod:`retrieval.memory.schema`, ranked by :func:`retrieval.memory.fts.bm25_rows`); :class:`FTSIndex` is the same table in memory for a bank
 given as texts (the dual-path retriever without a store). Both tokenise with
 :data:`FTS_TOKENIZER` (Porter stemming) and rank with :func:`bm25_search`: a query matches any of
 its words other than stopwords (OR), scored by FTS5's Okapi BM25 (k1 = 1.2, b = 0.75, columns weighted equally), best first,
@@ -19,9 +19,8 @@ import numpy as np
 
 from isq.topk import as_exclude_array, empty_result
 from retrieval.index.stopwords import STOPWORDS
-
-FTS_TOKENIZER = "porter unicode61"
-"""Unicode word splitting, case folding and diacritics removal, then Porter stemming."""
+from retrieval.memory.fts import FTS_TOKENIZER, bm25_rows
+from retrieval.memory.store import AMUStore
 
 _WORD = re.compile(r"\w+")
 
@@ -42,18 +41,18 @@ def match_expression(text: str) -> str | None:
     return " OR ".join(quoted) if quoted else None
 
 
-def bm25_search(db: sqlite3.Connection, table: str, query: str, k: int, *, join: str = "",
-                where: str = "", params: Sequence[object] = (), select: str = "") -> list[tuple]:
-    """Up to ``k`` rows ``(select, score)`` of FTS5 table ``table`` matching
-    ``query``, best first: score = -bm25() (higher is better), ties by rowid. ``join`` and
-    ``where`` (with ``params``) restrict the rows, e.g. to one conversation's active records;
-    ``select`` is the first column (default the rowid)."""
+def bm25_search(db: sqlite3.Connection, table: str, query: str, k: int, **restrict: object) -> list[tuple]:
+    """:func:`retrieval.memory.fts.bm25_rows` for free text (its :func:`match_expression`); no rows
+    when the text has no word. ``restrict`` passes ``join``, ``where``, ``params`` and ``select`` on."""
     expression = match_expression(query)
-    if expression is None or k <= 0:
-        return []
-    sql = (f"SELECT {select or table + '.rowid'}, -bm25({table}) AS score FROM {table} {join} "
-           f"WHERE {table} MATCH ? {('AND ' + where) if where else ''} ORDER BY bm25({table}), {table}.rowid LIMIT ?")
-    return db.execute(sql, [expression, *params, k]).fetchall()
+    return [] if expression is None else bm25_rows(db, table, expression, k, **restrict)  # type: ignore[arg-type]
+
+
+def lexical_search(store: AMUStore, query: str, conversation_id: str, k: int) -> list[tuple[str, float]]:
+    """FTS5 ``bm25()`` over the conversation's active AMUs in ``store``: up to ``k`` (AMU id, score),
+    best first."""
+    expression = match_expression(query)
+    return [] if expression is None else store.fts_search(expression, conversation_id, k)
 
 
 class FTSIndex:

@@ -1,1 +1,2 @@
-"""Memory records, the durable AMU store, online segmentation and ingestion."""
+"""Memory records and the durable AMU store: the data floor of :mod:`retrieval` (it imports nothing
+above itself)."""

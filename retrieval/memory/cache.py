@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from isq.fingerprint import Fingerprint
+from retrieval.memory.models import Embedder, TextFingerprinter
 
 CHUNK = 500
 """Items per SELECT ... IN (...) (SQLite's default limit of host parameters is 999)."""
@@ -69,12 +70,12 @@ class ArrayCache:
 
 
 class CachedEmbedder:
-    """An :class:`retrieval.index.embed.Embedder` whose vectors live in a store's cache.
+    """An :class:`retrieval.memory.models.Embedder` whose vectors live in a store's cache.
 
     Texts not cached yet are embedded in one call, in input order, and stored.
     """
 
-    def __init__(self, embedder: Any, store: ArrayCache) -> None:
+    def __init__(self, embedder: Embedder, store: ArrayCache) -> None:
         self.embedder, self.store = embedder, store
         self.dim = embedder.dim
         self.identity = model_identity(embedder)
@@ -101,14 +102,14 @@ class CachedFingerprinter:
     """A fingerprinter whose token codes live in a store's cache (same interface for callers:
     ``fingerprint(texts)``, ``identity``, ``codebook_size``)."""
 
-    def __init__(self, fingerprinter: Any, store: ArrayCache) -> None:
+    def __init__(self, fingerprinter: TextFingerprinter, store: ArrayCache) -> None:
         self.fingerprinter, self.store = fingerprinter, store
         self.identity = fingerprinter.identity
         self.codebook_size = fingerprinter.codebook_size
         self.key = model_key(self.identity)
         self.computed = 0
 
-    def fingerprint(self, texts: Sequence[str]) -> list[Any]:
+    def fingerprint(self, texts: Sequence[str]) -> list[Fingerprint]:
         keys = [text_key(text) for text in texts]
         found = self.store.cached("codes", self.key, keys)
         missing = list(dict.fromkeys(text for text, key in zip(texts, keys, strict=True) if key not in found))

@@ -3,7 +3,7 @@ section 7): their maintenance inside the store's write transactions and their re
 
 Writes. Every AMU the store inserts goes through :func:`index_amu` in the same transaction
 (``AMUStore._insert_amu``, the one insert path of ingestion, retried extraction and
-consolidation): it links the AMU to its evidence nodes (:func:`retrieval.index.evidence.
+consolidation): it links the AMU to its evidence nodes (:func:`retrieval.index.evidence_nodes.
 record_nodes`), creating a node the first time its ``node_type:key`` appears in the
 conversation (repeated nodes merge). A committed segment first gets its event-frame node with
 its session and full turn range (:func:`add_event_frame`). The FTS5 rows follow by SQL triggers
@@ -21,8 +21,8 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from retrieval.index.evidence import node_id, record_nodes
-from retrieval.index.fts import bm25_search
+from retrieval.memory.evidence_keys import node_id, record_nodes
+from retrieval.memory.fts import bm25_rows
 from retrieval.memory.reads import AMU_COLUMNS, amu_from_row
 from retrieval.memory.records import AMU
 
@@ -115,9 +115,11 @@ class EvidenceReads:
                                     tuple(json.loads(row["turn_ids"] or "[]"))), row["amu"]) for row in rows]
         return found
 
-    def lexical_search(self, query: str, conversation_id: str, k: int) -> list[tuple[str, float]]:
-        """FTS5 ``bm25()`` over the conversation's active AMUs: up to ``k`` (AMU id, score), best first."""
-        rows = bm25_search(self._db, "amu_fts", query, k, join="JOIN amus a ON a.position = amu_fts.rowid",
-                           where="a.conversation_id = ? AND a.archived = 0", params=[conversation_id],
-                           select="a.id")
+    def fts_search(self, expression: str, conversation_id: str, k: int) -> list[tuple[str, float]]:
+        """FTS5 ``bm25()`` over the conversation's active AMUs for an FTS5 MATCH ``expression``: up
+        to ``k`` (AMU id, score), best first (free text goes through
+        :func:`retrieval.index.fts.lexical_search`)."""
+        rows = bm25_rows(self._db, "amu_fts", expression, k, join="JOIN amus a ON a.position = amu_fts.rowid",
+                         where="a.conversation_id = ? AND a.archived = 0", params=[conversation_id],
+                         select="a.id")
         return [(row[0], float(row[1])) for row in rows]

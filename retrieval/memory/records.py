@@ -208,3 +208,30 @@ class SegmentRecord:
     amu_count: int = 0
     content_sha256: str | None = None
     revision: int = 0
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """A turn and, when another speaker answers it, that reply (:mod:`retrieval.ingestion.segmenter` pairs them)."""
+
+    turns: tuple[Turn, ...]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(turn.render() for turn in self.turns)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A finalized segment: consecutive exchanges of one session of one conversation."""
+
+    conversation_id: str
+    session_id: str
+    seq: int
+    exchanges: tuple[Exchange, ...]
+    reason: str
+    tokens: int
+
+    @property
+    def turns(self) -> list[Turn]:
+        return [turn for exchange in self.exchanges for turn in exchange.turns]

@@ -29,7 +29,7 @@ import json
 import sqlite3
 from collections.abc import Iterable
 
-from retrieval.index.fts import FTS_TOKENIZER
+from retrieval.memory.fts import FTS_TOKENIZER
 from retrieval.memory.indexing import backfill
 
 SCHEMA_VERSION = 4

@@ -249,6 +249,7 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows):
              amu.t_ref, amu.valid_from, amu.valid_to),
         )
         position = cursor.lastrowid
+        assert position is not None  # an INSERT always sets it
         db.executemany("INSERT INTO amu_entities (amu, entity) VALUES (?, ?)",
                        [(position, entity.casefold()) for entity in set(amu.entities)])
         times = ([amu.observed_at] if amu.observed_at else []) + list(amu.timestamps)

@@ -1,5 +1,5 @@
 """The recall channels of one route (LycheeMemory section 3.5, Algorithm B.2 lines 6-11; SPEC
-section 7), each a ranked list of bank items (:class:`retrieval.routes.bank.RouteBank`) with
+section 7), each a ranked list of bank items (:class:`retrieval.routes.snapshot.MemorySnapshot`) with
 its own scores. Ties are broken by item order (:func:`isq.topk.select_top_k`), so every list is
 deterministic.
 
@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from isq.topk import empty_result, select_top_k, top_k_of_scores
-from retrieval.index.evidence import PAIR_SEPARATOR, normalise_key
+from retrieval.memory.evidence_keys import PAIR_SEPARATOR, normalise_key
 from retrieval.memory.times import time_interval
-from retrieval.routes.bank import RouteBank
 from retrieval.routes.params import NODE_MATCHES, NODE_RELEVANCE
-from retrieval.routes.plan import Route, TimeConstraint
+from retrieval.routes.query_plan import Route, TimeConstraint
+from retrieval.routes.snapshot import MemorySnapshot
 
 MONTH_DAYS = 28
 """A time range this long or longer also matches month keys in full; shorter ranges match the
@@ -48,12 +48,12 @@ def _ranked(channel: str, items: np.ndarray, scores: np.ndarray) -> ChannelList:
     return ChannelList(channel, np.asarray(items, dtype=np.int64), np.asarray(scores, dtype=np.float64))
 
 
-def record_recall(bank: RouteBank, query: np.ndarray, budget: int) -> ChannelList:
+def record_recall(bank: MemorySnapshot, query: np.ndarray, budget: int) -> ChannelList:
     """Direct record recall: the ``budget`` records most similar to the query (positive cosine)."""
     return _ranked("records", *top_k_of_scores(bank.record_vectors @ query, budget))
 
 
-def turn_recall(bank: RouteBank, query: np.ndarray, budget: int) -> ChannelList:
+def turn_recall(bank: MemorySnapshot, query: np.ndarray, budget: int) -> ChannelList:
     """Raw-turn recall: the ``budget`` turns most similar to the query, a turn that is a record's
     whole provenance standing for that record."""
     turns, scores = top_k_of_scores(bank.turn_vectors @ query, budget)
@@ -61,25 +61,25 @@ def turn_recall(bank: RouteBank, query: np.ndarray, budget: int) -> ChannelList:
     return _ranked("turns", merged, scores)
 
 
-def lexical_recall(bank: RouteBank, text: str, budget: int) -> ChannelList:
+def lexical_recall(bank: MemorySnapshot, text: str, budget: int) -> ChannelList:
     """FTS5 ``bm25()`` over the conversation's active records."""
     return _ranked("lexical", *bank.lexical.search(text, budget))
 
 
-def code_recall(bank: RouteBank, codes: Iterable[int], budget: int) -> ChannelList:
+def code_recall(bank: MemorySnapshot, codes: Iterable[int], budget: int) -> ChannelList:
     """The codebook path: the ``budget`` best S_amu records for the query's code set."""
     if bank.topology is None:
         raise ValueError("the codebook channel needs a bank built with a fingerprinter or topology")
     return _ranked("code", *bank.topology.search(codes, budget))
 
 
-def _specificity(bank: RouteBank, node: int) -> float:
+def _specificity(bank: MemorySnapshot, node: int) -> float:
     """How specific a node is, in (0, 1]: log(1 + R/|members|) / log(1 + R) over R records."""
     total = max(len(bank.records), 1)
     return math.log1p(total / max(bank.node_members[node].size, 1)) / math.log1p(total)
 
 
-def _expand(bank: RouteBank, channel: str, matched: dict[int, float], query: np.ndarray,
+def _expand(bank: MemorySnapshot, channel: str, matched: dict[int, float], query: np.ndarray,
             budget: int) -> ChannelList:
     """Records of the matched nodes, each scoring the sum of its nodes' weights (match score x
     specificity) plus :data:`NODE_RELEVANCE` x its cosine to the query."""
@@ -100,7 +100,7 @@ def _expand(bank: RouteBank, channel: str, matched: dict[int, float], query: np.
     return ChannelList(channel, items, best, {int(i): tuple(via[int(i)]) for i in items})
 
 
-def node_recall(bank: RouteBank, route: Route, query: np.ndarray, budget: int) -> ChannelList:
+def node_recall(bank: MemorySnapshot, route: Route, query: np.ndarray, budget: int) -> ChannelList:
     """Evidence-node recall: exact matches (score 1) of the route's entities, topics and their
     pairs, and the :data:`NODE_MATCHES` searchable nodes most similar to the query (score =
     cosine), expanded to their records."""
@@ -118,7 +118,7 @@ def node_recall(bank: RouteBank, route: Route, query: np.ndarray, budget: int) -
     return _expand(bank, "nodes", matched, query, budget)
 
 
-def temporal_recall(bank: RouteBank, time: TimeConstraint, query: np.ndarray, budget: int) -> ChannelList:
+def temporal_recall(bank: MemorySnapshot, time: TimeConstraint, query: np.ndarray, budget: int) -> ChannelList:
     """Temporal recall: records with a day key inside the range score 1; month keys overlapping
     the range count in full for a range of :data:`MONTH_DAYS` days or more, else at 0.5 and only
     for records dated to the month alone (a record dated to another day of that month is not a

@@ -2,7 +2,7 @@
 
 Query entities are the question's names (participants and capitalised word runs, as the rule
 extractor finds them) and the conversation's known entity keys found in it, all through the
-store's key normaliser (:func:`retrieval.index.evidence.normalise_key`); only keys that name an
+store's key normaliser (:func:`retrieval.memory.evidence_keys.normalise_key`); only keys that name an
 entity node of the conversation are kept. Topics are the question's content words that are
 known topic keys. Temporal expressions go through the project's date resolver (relative dates
 against the conversation's latest session time, and absolute dates). The question type comes
@@ -17,14 +17,15 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol
 
+from retrieval.contract import check_query
 from retrieval.extract.dates import absolute_dates, resolve_dates
 from retrieval.extract.rules import content_words, find_entities
-from retrieval.index.evidence import normalise_key
+from retrieval.memory.evidence_keys import normalise_key
 from retrieval.memory.times import time_interval
-from retrieval.retriever import check_query
 from retrieval.routes.params import MAX_ROUTES
-from retrieval.routes.plan import Plan, Route, TimeConstraint
+from retrieval.routes.query_plan import Plan, Route, TimeConstraint
 
 _TYPE_PATTERNS = (
     ("prior_assistant_response", r"\b(you|assistant) (said|told|mention(ed)?|suggest(ed)?|recommend(ed)?|answer(ed)?)\b"
@@ -108,3 +109,13 @@ class RulePlanner:
                        for entity in entities[: MAX_ROUTES - 1]]
         return Plan(kind, tuple(routes), self.name)
 
+
+
+class Planner(Protocol):
+    """What multi-route retrieval plans with: the rule planner here or
+    :class:`retrieval.routes.planner_llm.LLMPlanner`."""
+
+    @property
+    def name(self) -> str: ...
+
+    def plan(self, question: str, context: PlanContext) -> Plan: ...

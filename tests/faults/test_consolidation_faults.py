@@ -20,8 +20,8 @@ from retrieval.consolidation.audit import audit
 from retrieval.consolidation.engine import consolidate_conversation
 from retrieval.consolidation.worker import ConsolidationWorker, SerializedEmbedder
 from retrieval.extract.rules import RuleExtractor
+from retrieval.ingestion.pipeline import ingest_turns
 from retrieval.memory.errors import StoreBusy, StoreMismatch
-from retrieval.memory.ingest import ingest_turns
 from retrieval.memory.store import AMUStore
 from tests.test_consolidation import CID, built, duplicate_turns, snapshot  # noqa: F401 - the fixture
 from tests.test_ingest import HashEmbedder

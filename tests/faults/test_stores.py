@@ -15,15 +15,16 @@ import numpy as np
 import pytest
 
 from isq.topology import CooccurrenceTopology
+from retrieval.contract import EmptyQuery, Query
+from retrieval.eval.dual_path import Channel, DualPathMode, DualPathRetriever
 from retrieval.eval.locomo import load_locomo
-from retrieval.extract.llm import LLMExtractor
+from retrieval.extract.llm_extractor import LLMExtractor
 from retrieval.extract.rules import RuleExtractor
 from retrieval.ingest import main as ingest_main
+from retrieval.ingestion.pipeline import IngestError, ingest_turns
 from retrieval.memory.errors import StoreBusy, StoreError, StoreMismatch
-from retrieval.memory.ingest import IngestError, ingest_turns
 from retrieval.memory.records import InputFormatError, Turn
 from retrieval.memory.store import AMUStore
-from retrieval.retriever import DualPathRetriever, EmptyQuery
 from tests.fake_chat import FakeChatServer, completion_body
 from tests.test_ingest import WHEN, HashEmbedder, conversation_turns
 
@@ -185,7 +186,7 @@ def test_entity_extraction_of_a_long_turn_is_linear() -> None:
     text = ("Anna met Ben at The Old Library. I love my Blue Bike. " * 400)[:20_000]
     turn = Turn("conv-a", "s1", "D1:1", "Anna", text, WHEN)
     from retrieval.extract.base import ReferenceContext
-    from retrieval.memory.segmenter import Exchange, Segment
+    from retrieval.memory.records import Exchange, Segment
 
     segment = Segment("conv-a", "s1", 0, (Exchange((turn,)),), "session_flush", 0)
     (amu,) = RuleExtractor().extract(segment, ReferenceContext(["Anna", "Ben"])).amus
@@ -210,7 +211,7 @@ def test_queries_without_words_retrieve_nothing(query: str) -> None:
     retriever.add(["a"], ["Anna went home."], np.eye(4, dtype=np.float32)[:1], [{0, 1}],
                   [{"session_id": "s", "turn_ids": ["D1:1"]}])
     with pytest.raises(EmptyQuery, match="no letter or digit"):
-        retriever.retrieve(query_text=query, query_embedding=np.ones(4, dtype=np.float32), query_codes={0, 1})
+        retriever.search(Query(query, np.ones(4, dtype=np.float32), frozenset({0, 1})), DualPathMode(Channel.CODE, 1), 2)
 
 
 # ---------------------------------------------------------------------------- 3. fallback segments

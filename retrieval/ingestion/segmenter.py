@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from retrieval.index.embed import Embedder
-from retrieval.memory.records import Turn
+from retrieval.memory.models import Embedder
+from retrieval.memory.records import Exchange, Segment, Turn
 
 # Why a segment was finalized (Algorithm B.1).
 SEMANTIC_BOUNDARY = "semantic_boundary"
@@ -145,17 +145,6 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / max(float(np.linalg.norm(a) * np.linalg.norm(b)), 1e-12))
 
 
-@dataclass(frozen=True)
-class Exchange:
-    """A turn and, when another speaker answers it, that reply (see module doc)."""
-
-    turns: tuple[Turn, ...]
-
-    @property
-    def text(self) -> str:
-        return "\n".join(turn.render() for turn in self.turns)
-
-
 def pair_exchanges(turns: Sequence[Turn], pair: bool = True) -> list[Exchange]:
     """Group a session's turns into exchanges: each turn with the following turn when the
     speaker changes, otherwise alone (every turn alone when ``pair`` is false)."""
@@ -169,22 +158,6 @@ def pair_exchanges(turns: Sequence[Turn], pair: bool = True) -> list[Exchange]:
             exchanges.append(Exchange((turns[index],)))
             index += 1
     return exchanges
-
-
-@dataclass(frozen=True)
-class Segment:
-    """A finalized segment: consecutive exchanges of one session of one conversation."""
-
-    conversation_id: str
-    session_id: str
-    seq: int
-    exchanges: tuple[Exchange, ...]
-    reason: str
-    tokens: int
-
-    @property
-    def turns(self) -> list[Turn]:
-        return [turn for exchange in self.exchanges for turn in exchange.turns]
 
 
 @dataclass(frozen=True)

@@ -17,17 +17,16 @@ import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from tqdm.auto import tqdm
 
 from retrieval.extract.base import Extractor, ReferenceContext
-from retrieval.index.embed import Embedder
-from retrieval.index.evidence import segment_search_texts
-from retrieval.llm import LLMUsage
+from retrieval.index.evidence_nodes import segment_search_texts
+from retrieval.ingestion.segmenter import SegmenterConfig, SemanticSegmenter
+from retrieval.llm_client import LLMUsage
 from retrieval.memory.cache import CachedEmbedder, model_identity
-from retrieval.memory.records import AMU, MAX_TURN_CHARS, SegmentRecord, Turn, amu_id
-from retrieval.memory.segmenter import Segment, SegmenterConfig, SemanticSegmenter
+from retrieval.memory.models import Embedder, TextFingerprinter
+from retrieval.memory.records import AMU, MAX_TURN_CHARS, Segment, SegmentRecord, Turn, amu_id
 from retrieval.memory.store import AMUStore, turns_sha256
 
 
@@ -84,7 +83,7 @@ class IngestStats:
 
 
 def ingest_turns(turns: Iterable[Turn], store: AMUStore, embedder: Embedder, extractor: Extractor, *,
-                 fingerprinter: Any | None = None, config: SegmenterConfig | None = None,
+                 fingerprinter: TextFingerprinter | None = None, config: SegmenterConfig | None = None,
                  participants: Mapping[str, Sequence[str]] | None = None, progress: bool = True,
                  retry_fallbacks: bool = True) -> IngestStats:
     """Ingest an ordered turn stream (one or more conversations) into ``store``.
@@ -151,7 +150,7 @@ def _group(turns: Iterable[Turn]) -> dict[str, dict[str, list[Turn]]]:
 
 
 def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]], store: AMUStore,
-                         embedder: Embedder, extractor: Extractor, fingerprinter: Any | None,
+                         embedder: Embedder, extractor: Extractor, fingerprinter: TextFingerprinter | None,
                          config: SegmenterConfig, context: ReferenceContext, stats: IngestStats,
                          bar: tqdm, retry_fallbacks: bool) -> None:
     segmenter = SemanticSegmenter(embedder, conversation_id, config)
@@ -235,7 +234,7 @@ def _current_amus(store: AMUStore, stored: SegmentRecord) -> list[AMU]:
     return [amu for amu in store.by_segment(stored.conversation_id, stored.seq) if revision(amu) == stored.revision]
 
 
-def fingerprinted(amus: list[AMU], fingerprinter: Any | None) -> list[AMU]:
+def fingerprinted(amus: list[AMU], fingerprinter: TextFingerprinter | None) -> list[AMU]:
     """``amus`` with their fingerprint code sequences (unchanged without a fingerprinter)."""
     if fingerprinter is None or not amus:
         return amus

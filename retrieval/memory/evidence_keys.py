@@ -1,4 +1,4 @@
-"""Structured evidence nodes of a record (LycheeMemory section 3.4, appendix C.3, Table 13; SPEC
+"""The evidence nodes of a record (LycheeMemory section 3.4, appendix C.3, Table 13; SPEC
 section 7): which ``node_type:key`` nodes a record links to, and how keys are normalised.
 
 Five node types: ``entity`` (one per entity), ``topic`` (one per topic tag), ``entity_topic``
@@ -7,8 +7,11 @@ Five node types: ``entity`` (one per entity), ``topic`` (one per topic tag), ``e
 record came from, key = its sequence number). Keys are normalised as Table 13 says (case
 folding, separator normalisation, punctuation clean-up, repeated whitespace merged), so nodes
 whose keys normalise alike merge: "LGBTQ" and "lgbtq" are one entity node. Everything here is
-derived from record metadata: no LLM call, no model.
+derived from record metadata: no LLM call, no model. The store
+maintains the nodes inside its write transactions (:mod:`retrieval.memory.indexing`); the
+search side is :mod:`retrieval.index.evidence_nodes`.
 """
+
 
 from __future__ import annotations
 
@@ -21,15 +24,6 @@ from datetime import date, timedelta
 from retrieval.memory.records import AMU
 from retrieval.memory.times import time_interval
 
-SEARCHABLE_TYPES = ("entity", "topic", "event_frame")
-"""Node types matched by semantic search (Algorithm B.2 line 8); temporal nodes are filtered.
-Entity-topic nodes are matched by key only (the plan's entity x topic pairs): this project's
-choice, against line 8, for cost. Their text is an entity and a tag whose own nodes are already
-searched, they are 63% of all nodes (2,961 of 4,668 on the LoCoMo dev conversations), and
-searching them too needed 6,317 instead of 3,356 embeddings to build the dev memory and several
-times the query latency (49 against 8 ms median), for no recall on the dev file (82.6 / 84.1
-with them against 83.1 / 84.7 without, multi / multi+code)."""
-
 PAIR_SEPARATOR = "|"
 """Joins the entity and topic keys of an entity-topic node (normalisation never leaves one)."""
 
@@ -39,9 +33,6 @@ MAX_DAY_KEYS = 14
 
 MAX_MONTH_KEYS = 24
 """At most this many month keys per time value (an open decade is not 120 month nodes)."""
-
-EVENT_FRAME_CHARS = 2000
-"""The searchable text of an event frame is its records' texts, cut at this many characters."""
 
 _SEPARATORS = re.compile(r"[\s_\-–—/\\|.·•:;,+&]+")
 _PUNCTUATION = re.compile(r"[^\w\s]")
@@ -132,20 +123,3 @@ def record_nodes(amu: AMU) -> list[NodeRef]:
     if amu.source.segment is not None:
         nodes.append(NodeRef("event_frame", str(amu.source.segment), ""))
     return nodes
-
-
-def searchable_text(node_type: str, text: str, member_texts: Sequence[str]) -> str:
-    """What semantic node search embeds: the key's spelling, or an event frame's record texts."""
-    if node_type == "event_frame":
-        return " ".join(member_texts)[:EVENT_FRAME_CHARS] or text
-    return text
-
-
-def segment_search_texts(amus: Sequence[AMU]) -> list[str]:
-    """The searchable texts of the nodes one segment's records link to (its event frame included),
-    without repeats: what ingestion embeds so that retrieval finds them cached."""
-    texts = [node.text for amu in amus for node in record_nodes(amu)
-             if node.node_type in SEARCHABLE_TYPES and node.node_type != "event_frame"]
-    if any(amu.source.segment is not None for amu in amus):
-        texts.append(searchable_text("event_frame", "", [amu.text for amu in amus]))
-    return list(dict.fromkeys(text for text in texts if text))

@@ -3,44 +3,54 @@ the construction-cost ledger of the store."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from isq.fingerprint import Fingerprinter
 from isq.topology import TopologyParams
 from retrieval.api.bulk import add_conversation
 from retrieval.api.memory import Memory
+from retrieval.contract import Retriever
+from retrieval.eval.configs import TRAINED, EvaluationError, RetrievalConfig
+from retrieval.eval.dual_path import DualPath, DualPathRetriever, Lexical
 from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import mean
 from retrieval.extract.base import Extractor
-from retrieval.index.embed import Embedder
-from retrieval.memory.cache import CachedFingerprinter
-from retrieval.memory.ingest import IngestStats, ingest_turns
+from retrieval.ingestion.pipeline import IngestStats, ingest_turns
+from retrieval.memory.models import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU
 from retrieval.memory.store import AMUStore
-from retrieval.retriever import DualPathRetriever, Lexical
-from retrieval.routes.retriever import MultiRouteRetriever
+from retrieval.routes.multi_route import MultiRouteRetriever
 
 STORE_DIR = "store"
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass
-class ConversationBank:
-    """One conversation's AMUs, its dual-path retrievers (one per codebook, same AMU order) and,
-    for the multi-route configurations, its multi-route retriever."""
+class BuiltConversation:
+    """One conversation as the evaluation built it: its AMUs, one dual-path bank per codebook
+    (same AMU order) and one multi-route retriever per multi-route configuration."""
 
     amus: list[AMU]
-    retrievers: dict[str, DualPathRetriever]
-    routes: MultiRouteRetriever | None = None
+    banks: dict[str, DualPathRetriever]
+    multi: dict[str, MultiRouteRetriever] = field(default_factory=dict)
 
     @property
     def coverable(self) -> set[str]:
         """Turn ids that some AMU points to: the most any retrieval can cover."""
         return {turn_id for amu in self.amus for turn_id in amu.source.turn_ids}
+
+    def retriever(self, config: RetrievalConfig, topology: TopologyParams | None = None) -> Retriever:
+        """``config``'s retriever over this conversation; ``topology`` rescores Path B (a sweep)."""
+        if config.dual is None:
+            return self.multi[config.name]
+        bank = self.banks[config.codebook or TRAINED]
+        return DualPath(bank if topology is None else bank.with_topology_params(topology), config.dual)
 
 
 class ConstructionLedger:
@@ -65,7 +75,7 @@ class ConstructionLedger:
         return sum((self.store.meta(f"construction:{cid}") or {}).get(key, 0) for cid in conversation_ids)
 
 
-def build_retriever(fingerprinter: Fingerprinter | CachedFingerprinter, amus: Sequence[AMU], embeddings: np.ndarray,
+def build_retriever(fingerprinter: TextFingerprinter, amus: Sequence[AMU], embeddings: np.ndarray,
                     params: TopologyParams, lexical: Lexical | None = None) -> DualPathRetriever:
     """A dual-path bank over ``amus`` with their fingerprints by ``fingerprinter``; ``lexical`` is
     its BM25 channel (the store's FTS5 table over the same AMUs, in the evaluation)."""
@@ -78,14 +88,14 @@ def build_retriever(fingerprinter: Fingerprinter | CachedFingerprinter, amus: Se
     return retriever
 
 
-def codebook_diagnostics(fingerprinter: Fingerprinter | CachedFingerprinter, banks: Sequence[ConversationBank], codebook: str,
+def codebook_diagnostics(fingerprinter: TextFingerprinter, banks: Sequence[BuiltConversation], codebook: str,
                          query_codes: Sequence[frozenset[int]]) -> dict[str, Any]:
     """How the codebook spreads over the AMU banks: codes in use, codes per AMU and query, and
     how generic the codes are (a code in every AMU has IDF 0 and cannot discriminate)."""
     used: set[int] = set()
     per_amu, df_share, generic = [], [], []
     for bank in banks:
-        topology = bank.retrievers[codebook].topology
+        topology = bank.banks[codebook].topology
         incidence = topology.incidence
         doc_freq = topology.doc_freq
         units = max(topology.num_units, 1)
@@ -111,13 +121,36 @@ def ingest_locomo_conversation(conversation: LocomoConversation, store: AMUStore
                         participants={conversation.conversation_id: conversation.participants}, **options)
 
 
-def open_memory(directory: Path, embedder: Embedder, extractor: Extractor, *, read_only: bool = False) -> Memory:
+def open_memory(directory: Path, embedder: Embedder, extractor: Extractor, consolidator: Any | None, *,
+                read_only: bool) -> Memory:
     """The evaluation's memory: records without fingerprints (each codebook fingerprints them
-    itself, cached in the store), so one store serves every fingerprinter."""
-    return Memory.open(directory, embedder=embedder, extractor=extractor, read_only=read_only)
+    itself, cached in the store), so one store serves every fingerprinter. Written, it is bound to
+    being consolidated or not; read-only (``--store``), it is evaluated as it was built."""
+    if read_only and consolidator is not None:
+        raise EvaluationError("--store evaluates a memory as built; consolidate it first (Memory.consolidate)")
+    memory = Memory.open(directory, embedder=embedder, extractor=extractor, read_only=read_only)
+    if not read_only:
+        try:
+            memory.store.bind("consolidation", "none" if consolidator is None else consolidator.name,
+                              hint="evaluate consolidated and unconsolidated memory in two --out directories")
+        except BaseException:
+            memory.close()
+            raise
+    return memory
 
 
-def add_locomo_conversation(conversation: LocomoConversation, memory: Memory) -> IngestStats:
+def add_locomo_conversation(conversation: LocomoConversation, memory: Memory,
+                            ledger: ConstructionLedger) -> tuple[float, int]:
     """Build one LoCoMo conversation's memory the way users do, through :meth:`Memory.add`
-    (:func:`retrieval.api.bulk.add_conversation`): the conversation is a user."""
-    return add_conversation(memory, conversation.turns)
+    (:func:`retrieval.api.bulk.add_conversation`; the conversation is a user), its cost in the
+    ledger; returns the seconds spent and the turns found stored (a rerun). A read-only memory
+    (``--store``) is only checked to hold the conversation."""
+    cid = conversation.conversation_id
+    if memory.store.read_only:
+        if cid not in memory.store.conversations():
+            raise EvaluationError(f"{memory.store.directory} holds no memory of {cid!r}")
+        return 0.0, 0
+    logger.info("%s: adding %d turns through Memory.add", cid, len(conversation.turns))
+    stats = add_conversation(memory, conversation.turns)
+    ledger.add(cid, stats)
+    return stats.wall_s, len(conversation.turns) - stats.turns

@@ -13,36 +13,52 @@ and the metadata lists (AMU id, text, source pointer).
 
 from __future__ import annotations
 
+import copy
 import json
-import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from isq.code_bm25 import CodeBM25
 from isq.identity import check_identity, normalise_identity
 from isq.topology import CooccurrenceTopology, TopologyParams
+from retrieval.contract import Hit, Query, Retrieval, check_query
+from retrieval.index.code_bm25 import CodeBM25
 from retrieval.index.dense import DenseIndex
 from retrieval.index.fts import FTSIndex
 
-MODES = ("dense", "code", "bm25", "codebm25", "dense+code", "dense+bm25", "dense+codebm25")
-_WORD = re.compile(r"[^\W_]", re.UNICODE)
+
+class Channel(str, Enum):
+    """A dual-path channel: Path A (dense), Path B (code: the topology's S_amu) and the lexical
+    controls, BM25 over words and BM25 over token codes (:class:`retrieval.index.code_bm25.CodeBM25`)."""
+
+    DENSE = "dense"
+    CODE = "code"
+    BM25 = "bm25"
+    CODEBM25 = "codebm25"
+
+    @property
+    def uses_codes(self) -> bool:
+        return self in (Channel.CODE, Channel.CODEBM25)
 
 
-class EmptyQuery(ValueError):
-    """A query with no letter or digit: nothing to retrieve for (its codes would be those of the
-    tokenizer's special tokens, its embedding that of an empty sentence)."""
+@dataclass(frozen=True)
+class DualPathMode:
+    """Which channels run: ``dense`` with ``k_dense`` items, then ``complement`` with the rest of
+    the budget among the items the dense path did not return (SPEC section 4). ``complement``
+    alone (``k_dense`` 0) is that channel with the whole budget; no complement is Dense-K."""
 
+    complement: Channel | None
+    k_dense: int
 
-def check_query(text: str) -> str:
-    """``text`` unchanged, or :class:`EmptyQuery` when it holds no letter or digit (empty,
-    whitespace, punctuation or emoji only)."""
-    if not _WORD.search(text):
-        raise EmptyQuery(f"the query {text!r} has no letter or digit: nothing to retrieve for")
-    return text
+    @property
+    def uses_codes(self) -> bool:
+        return self.complement is not None and self.complement.uses_codes
+
 
 _CONFIG_FILE = "retriever.json"
 
@@ -51,23 +67,6 @@ class Lexical(Protocol):
     """A lexical index over the bank's positions: top-k (positions, scores), ``exclude`` left out."""
 
     def search(self, query: str, k: int, exclude: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]: ...
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One retrieved AMU.
-
-    ``path`` is the path that found it ("dense", "code" or "bm25"), ``score`` that path's score
-    (cosine, S_amu or BM25) and ``rank`` its 1-based position within that path's list.
-    ``source`` is the AMU's source pointer (session id, turn ids, ...), as given to ``add``.
-    """
-
-    amu_id: str
-    index: int
-    path: str
-    score: float
-    rank: int
-    source: dict[str, Any]
 
 
 class DualPathRetriever:
@@ -80,7 +79,7 @@ class DualPathRetriever:
         params: Path B's topology parameters (:class:`isq.topology.TopologyParams`).
         dense_kind: faiss index kind (see DenseIndex); exact "flat" by default.
         lexical: the lexical index over the bank's positions (e.g. the store's FTS5 table seen
-            through the bank, :class:`retrieval.routes.bank.StoreLexical`); by default an
+            through the bank, :class:`retrieval.routes.snapshot.StoreLexical`); by default an
             in-memory FTS5 table that :meth:`add` fills with the texts.
     """
 
@@ -140,9 +139,9 @@ class DualPathRetriever:
         if clashes or len(set(ids)) != count:
             raise ValueError(f"AMU ids must be unique; repeated: {clashes or sorted(ids)}")
         # the topology validates every code before it changes anything, so it goes first
-        code_sets = [list(codes) for codes in code_sets]
-        self.topology.add(code_sets)
-        self.code_bm25.add(code_sequences if code_sequences is not None else code_sets)
+        code_lists = [list(codes) for codes in code_sets]
+        self.topology.add(code_lists)
+        self.code_bm25.add(code_sequences if code_sequences is not None else code_lists)
         self.dense.add(embeddings)
         for amu_id, text, source in zip(ids, texts, sources, strict=True):
             self._index_of[amu_id] = len(self.ids)
@@ -152,66 +151,52 @@ class DualPathRetriever:
         if self._own_lexical:
             self.lexical.add(texts)  # type: ignore[attr-defined]
 
-    def retrieve(
-        self,
-        query_text: str | None = None,
-        query_embedding: np.ndarray | None = None,
-        query_codes: Iterable[int] | None = None,
-        k_dense: int = 20,
-        k_code: int = 20,
-        mode: str = "dense+code",
-    ) -> list[Hit]:
-        """Retrieve for one query; dense hits come first, then the complementary path's hits.
+    def with_topology_params(self, params: TopologyParams) -> DualPathRetriever:
+        """The same bank with Path B scored under other topology parameters (a sweep), sharing
+        every index."""
+        view = copy.copy(self)
+        view.topology = self.topology.with_params(params)
+        return view
 
-        Modes and budgets:
-            "dense": Dense-K, the k_dense nearest AMUs (needs ``query_embedding``).
-            "code": codebook only, the k_code best S_amu (needs ``query_codes``).
-            "bm25": BM25 only, k_code AMUs (needs ``query_text``).
-            "codebm25": BM25 over token codes (:class:`isq.code_bm25.CodeBM25`), k_code AMUs
-                (needs ``query_codes``): the lexical control of Path B.
-            "dense+code": Path A (k_dense), then Path B's k_code best among the rest (SPEC 4).
-            "dense+bm25": Path A (k_dense), then BM25's k_code best among the rest.
-            "dense+codebm25": Path A (k_dense), then code BM25's k_code best among the rest.
-        AMUs with a non-positive code or BM25 score are never returned, so a complementary path
-        may return fewer than its budget. A ``query_text`` without a letter or digit raises
-        :class:`EmptyQuery`.
+    def search(self, query: Query, mode: DualPathMode, k: int) -> list[Hit]:
+        """The ``k`` items of ``mode`` for one query; dense hits come first, then the complement's.
+
+        Dense-K (no complement) takes the k nearest AMUs by cosine (needs ``query.embedding``);
+        a complement alone takes its k best; ``dense`` + complement takes ``mode.k_dense`` dense
+        hits, then the complement's ``k - k_dense`` best among the rest (SPEC section 4). The
+        code channels need ``query.codes``, BM25 the query text. AMUs with a non-positive code
+        or BM25 score are never returned, so a complement may return fewer than its budget. A
+        query without a letter or digit raises :class:`retrieval.contract.EmptyQuery`.
         """
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if query_text is not None:
-            check_query(query_text)
-        if k_dense < 0 or k_code < 0:
-            raise ValueError(f"budgets must be >= 0, got k_dense={k_dense}, k_code={k_code}")
-        hits: list[Hit] = []
-        if mode.startswith("dense"):
-            hits += self._dense_hits(query_embedding, k_dense)
+        check_query(query.text)
+        k_dense = k if mode.complement is None else mode.k_dense
+        if k_dense < 0 or k < k_dense:
+            raise ValueError(f"budgets must satisfy 0 <= k_dense <= k, got k_dense={k_dense}, k={k}")
+        hits = self._dense_hits(query.embedding, k_dense) if k_dense else []
         exclude = [hit.index for hit in hits]
-        if mode.endswith(("code", "codebm25")):
-            if query_codes is None:
-                raise ValueError(f"mode {mode!r} needs query_codes")
-            index = self.code_bm25 if mode.endswith("codebm25") else self.topology
-            hits += self._hits(mode.split("+")[-1], *index.search(query_codes, k_code, exclude))
-        elif mode.endswith("bm25"):
-            hits += self._bm25_hits(query_text, k_code, exclude)
-        return hits
+        channel, rest = mode.complement, k - k_dense
+        if channel is None:
+            return hits
+        if channel.uses_codes:
+            if query.codes is None:
+                raise ValueError(f"the {channel.value} channel needs the query's codes")
+            index = self.code_bm25 if channel is Channel.CODEBM25 else self.topology
+            return hits + self._hits(channel, *index.search(query.codes, rest, exclude))
+        return hits + self._hits(channel, *self.lexical.search(query.text, rest, exclude))
 
-    def _hits(self, path: str, indices: np.ndarray, scores: np.ndarray) -> list[Hit]:
+    def _hits(self, channel: Channel, indices: np.ndarray, scores: np.ndarray) -> list[Hit]:
         return [
-            Hit(self.ids[i], int(i), path, float(score), rank, self.sources[i])
+            Hit(self.ids[i], int(i), channel.value, float(score), rank, self.sources[i], self.texts[i],
+                {channel.value: float(score)})
             for rank, (i, score) in enumerate(zip(indices, scores, strict=True), start=1)
         ]
 
     def _dense_hits(self, query_embedding: np.ndarray | None, k: int) -> list[Hit]:
         if query_embedding is None:
-            raise ValueError("dense modes need query_embedding")
+            raise ValueError("the dense channel needs the query's embedding")
         scores, ids = self.dense.search(np.asarray(query_embedding, dtype=np.float32).reshape(1, -1), k)
         found = ids[0] >= 0  # approximate faiss kinds pad missing neighbours with -1
-        return self._hits("dense", ids[0][found], scores[0][found])
-
-    def _bm25_hits(self, query_text: str | None, k: int, exclude: Sequence[int]) -> list[Hit]:
-        if query_text is None:
-            raise ValueError("BM25 modes need query_text")
-        return self._hits("bm25", *self.lexical.search(query_text, k, exclude))
+        return self._hits(Channel.DENSE, ids[0][found], scores[0][found])
 
     def save(self, directory: str | Path) -> None:
         """Write the bank: ``retriever.json`` (identity, ids, texts, sources), the dense index, the
@@ -244,3 +229,17 @@ class DualPathRetriever:
         retriever.lexical.add(retriever.texts)  # type: ignore[attr-defined]
         retriever._index_of = {amu_id: i for i, amu_id in enumerate(retriever.ids)}
         return retriever
+
+
+@dataclass(frozen=True)
+class DualPath:
+    """One configuration of the dual-path ablation over a bank, as a :class:`retrieval.contract.
+    Retriever` (several configurations share one bank)."""
+
+    bank: DualPathRetriever
+    mode: DualPathMode
+
+    def retrieve(self, query: Query, k: int) -> Retrieval:
+        started = time.perf_counter()
+        hits = self.bank.search(query, self.mode, k)
+        return Retrieval(query.text, hits, time.perf_counter() - started)

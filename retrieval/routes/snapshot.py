@@ -21,8 +21,10 @@ import numpy as np
 
 from isq.topk import as_exclude_array, empty_result
 from isq.topology import CooccurrenceTopology, TopologyParams
-from retrieval.index.evidence import SEARCHABLE_TYPES, searchable_text
+from retrieval.index.evidence_nodes import SEARCHABLE_TYPES, searchable_text
+from retrieval.index.fts import lexical_search
 from retrieval.memory.indexing import EvidenceNode
+from retrieval.memory.models import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU, Turn
 from retrieval.memory.store import AMUStore
 from retrieval.routes.planner_rules import PlanContext
@@ -30,7 +32,7 @@ from retrieval.routes.planner_rules import PlanContext
 
 class StoreLexical:
     """The store's FTS5 ``bm25()`` channel over one conversation, in a bank's positions (the
-    bank's AMU ids, in order): what :class:`retrieval.retriever.DualPathRetriever` takes as
+    bank's AMU ids, in order): what :class:`retrieval.eval.dual_path.DualPathRetriever` takes as
     ``lexical`` for the Dense + BM25 configuration."""
 
     def __init__(self, store: AMUStore, conversation_id: str, ids: Sequence[str]) -> None:
@@ -39,7 +41,7 @@ class StoreLexical:
 
     def search(self, query: str, k: int, exclude: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
         excluded = set(as_exclude_array(exclude).tolist())
-        rows = self.store.lexical_search(query, self.conversation_id, k + len(excluded))
+        rows = lexical_search(self.store, query, self.conversation_id, k + len(excluded))
         kept = [(self.position[amu_id], score) for amu_id, score in rows
                 if amu_id in self.position and self.position[amu_id] not in excluded][:k]
         if not kept:
@@ -48,7 +50,7 @@ class StoreLexical:
 
 
 @dataclass
-class RouteBank:
+class MemorySnapshot:
     """See the module docstring. ``embedder`` and ``fingerprinter`` encode queries (cached)."""
 
     conversation_id: str
@@ -63,10 +65,10 @@ class RouteBank:
     searchable: np.ndarray
     node_vectors: np.ndarray
     lexical: StoreLexical
-    embedder: Any
+    embedder: Embedder
     context: PlanContext
     topology: CooccurrenceTopology | None = None
-    fingerprinter: Any | None = None
+    fingerprinter: TextFingerprinter | None = None
 
     @property
     def size(self) -> int:
@@ -94,9 +96,9 @@ class RouteBank:
         return f"{self.conversation_id}:turn:{self.turns[item - len(self.records)].turn_id}"
 
     @classmethod
-    def build(cls, store: AMUStore, conversation_id: str, embedder: Any, *, records: Sequence[AMU] | None = None,
+    def build(cls, store: AMUStore, conversation_id: str, embedder: Embedder, *, records: Sequence[AMU] | None = None,
               record_vectors: np.ndarray | None = None, topology: CooccurrenceTopology | None = None,
-              fingerprinter: Any | None = None, topology_params: TopologyParams = TopologyParams()) -> RouteBank:
+              fingerprinter: TextFingerprinter | None = None, topology_params: TopologyParams = TopologyParams()) -> MemorySnapshot:
         """The bank of one stored conversation. ``records`` / ``record_vectors`` / ``topology``
         may be passed when the caller has them (same active records, same order); with a
         ``fingerprinter`` and no ``topology`` the codebook topology is built here."""

@@ -8,9 +8,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from retrieval.extract.base import Extraction, ReferenceContext, make_amu, raw_turn_amus, session_time
-from retrieval.llm import InvalidResponse, LLMRole, json_answer
-from retrieval.memory.records import MEMORY_TYPES, AMUValidationError
-from retrieval.memory.segmenter import Segment
+from retrieval.llm_client import InvalidResponse, LLMRole, json_answer
+from retrieval.memory.records import MEMORY_TYPES, AMUValidationError, Segment
 
 logger = logging.getLogger(__name__)
 

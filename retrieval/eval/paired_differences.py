@@ -18,8 +18,8 @@ import numpy as np
 from scipy import stats
 
 from isq.markdown import markdown_table
-from retrieval.eval.evidence import CATEGORY_NAMES
 from retrieval.eval.metrics import score_evidence
+from retrieval.eval.questions import CATEGORY_NAMES
 from retrieval.eval.results import read_questions
 
 

@@ -21,10 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from retrieval.contract import Hit, Query, Retrieval
 from retrieval.extract.rules import content_words
-from retrieval.index.evidence import normalise_key
-from retrieval.retriever import Hit
-from retrieval.routes.bank import RouteBank
+from retrieval.memory.evidence_keys import normalise_key
 from retrieval.routes.channels import (
     ChannelList,
     code_recall,
@@ -45,40 +44,13 @@ from retrieval.routes.params import (
     temporal_budget,
     turn_budget,
 )
-from retrieval.routes.plan import Plan, Route
-from retrieval.routes.planner_rules import RulePlanner
+from retrieval.routes.planner_rules import Planner, RulePlanner
+from retrieval.routes.query_plan import Plan, Route
 from retrieval.routes.rerank import CrossEncoderReranker, rerank
 from retrieval.routes.selection import Signature, mmr_select
+from retrieval.routes.snapshot import MemorySnapshot
 
 RERANKER_OFF = "off (no reranker path given)"
-
-
-@dataclass(frozen=True)
-class RouteHit(Hit):
-    """A selected item. Beyond :class:`retrieval.retriever.Hit` (``amu_id`` is the item id, ``path``
-    is ``"multi"``, ``score`` is s_final, ``source`` its provenance): ``kind`` ("record" or
-    "turn"), its ``text``, ``memory_type`` and ``time`` (t_ref, else when it was stated), the
-    ``routes`` that found it and its ``scores`` (each channel's best score, then s_best, s_route,
-    s_final) and ``ranks`` (each channel's best rank of it, from 1)."""
-
-    kind: str = "record"
-    text: str = ""
-    memory_type: str | None = None
-    time: str | None = None
-    routes: tuple[int, ...] = ()
-    scores: Mapping[str, float] = field(default_factory=dict)
-    ranks: Mapping[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Retrieval:
-    """What one question retrieved: the plan, the hits, whether a reranker ran, the wall time."""
-
-    question: str
-    plan: Plan
-    hits: list[RouteHit]
-    reranker: str
-    seconds: float
 
 
 @dataclass
@@ -91,28 +63,31 @@ class _Candidate:
 
 
 class MultiRouteRetriever:
-    """Multi-route retrieval over one :class:`RouteBank`. ``planner`` defaults to the rule
-    planner; ``reranker`` (a :class:`CrossEncoderReranker`) is off when None."""
+    """Multi-route retrieval over one :class:`MemorySnapshot`, as a :class:`retrieval.contract.
+    Retriever`. ``planner`` defaults to the rule planner; ``reranker`` (a
+    :class:`CrossEncoderReranker`) is off when None; ``use_code`` adds the codebook channel;
+    ``plan_depth`` is Table 14's (an equal-budget comparison passes 0 to get exactly k items)."""
 
-    def __init__(self, bank: RouteBank, planner: Any | None = None, reranker: CrossEncoderReranker | None = None,
-                 weights: ChannelWeights | None = None) -> None:
+    def __init__(self, bank: MemorySnapshot, planner: Planner | None = None,
+                 reranker: CrossEncoderReranker | None = None, weights: ChannelWeights | None = None, *,
+                 use_code: bool = False, plan_depth: int = PLAN_DEPTH) -> None:
         self.bank = bank
-        self.planner = planner or RulePlanner()
+        self.planner: Planner = planner or RulePlanner()
         self.reranker = reranker
         self.weights = weights or ChannelWeights()
+        self.use_code, self.plan_depth = use_code, plan_depth
         self._signatures: dict[int, dict[str, frozenset[str]]] = {}
 
     def plan(self, question: str) -> Plan:
         return self.planner.plan(question, self.bank.context)
 
-    def retrieve(self, question: str, k: int = 40, *, use_code: bool = False, plan: Plan | None = None,
-                 plan_depth: int = PLAN_DEPTH) -> Retrieval:
-        """The final top-k = max(k, plan_depth, 1) items for ``question`` (Algorithm B.2 line 3;
-        an equal-budget comparison passes ``plan_depth=0`` to get exactly k)."""
+    def retrieve(self, query: Query, k: int = 40, *, plan: Plan | None = None) -> Retrieval:
+        """The final top-k = max(k, plan_depth, 1) items for ``query`` (Algorithm B.2 line 3)."""
+        question, use_code = query.text, self.use_code
         started = time.perf_counter()
         plan = plan or self.plan(question)
-        k = final_top_k(k, plan_depth)
-        texts = list(dict.fromkeys(query for route in plan.routes for query in route.queries))
+        k = final_top_k(k, self.plan_depth)
+        texts = list(dict.fromkeys(text for route in plan.routes for text in route.queries))
         vectors = dict(zip(texts, self.bank.embedder.encode(texts), strict=True))
         codes: dict[str, Any] = {}
         if use_code:
@@ -138,7 +113,7 @@ class MultiRouteRetriever:
         hits = [self._hit(rank, item, candidates.get(item), scores.get(item))
                 for rank, item in enumerate(selected, start=1)]
         reranker = self.reranker.name if self.reranker is not None else RERANKER_OFF
-        return Retrieval(question, plan, hits, reranker, time.perf_counter() - started)
+        return Retrieval(question, hits, time.perf_counter() - started, plan, reranker)
 
     def _route(self, number: int, route: Route, question_type: str, vectors: Mapping[str, np.ndarray],
                codes: Mapping[str, Any], k: int, candidates: dict[int, _Candidate]) -> list[int]:
@@ -196,7 +171,7 @@ class MultiRouteRetriever:
         similarity = np.concatenate([bank.record_vectors @ vector, bank.turn_vectors[turns] @ vector])
         return [int(items[i]) for i in np.lexsort((items, -similarity))]
 
-    def _hit(self, rank: int, item: int, candidate: _Candidate | None, score: Any) -> RouteHit:
+    def _hit(self, rank: int, item: int, candidate: _Candidate | None, score: Any) -> Hit:
         bank = self.bank
         parts = dict(candidate.channels) if candidate else {}
         if score is not None:
@@ -208,8 +183,6 @@ class MultiRouteRetriever:
             turn = bank.turns[item - len(bank.records)]
             kind, memory_type = "turn", None
             when = turn.session_time.isoformat() if turn.session_time else None
-        return RouteHit(bank.item_id(item), item, "multi", parts.get("s_final", 0.0), rank, bank.source(item),
-                        kind, bank.text(item), memory_type, when,
-                        tuple(sorted(candidate.routes)) if candidate else (), parts,
-                        dict(candidate.ranks) if candidate else {})
-
+        return Hit(bank.item_id(item), item, "multi", parts.get("s_final", 0.0), rank, bank.source(item),
+                   bank.text(item), parts, kind, memory_type, when,
+                   tuple(sorted(candidate.routes)) if candidate else (), dict(candidate.ranks) if candidate else {})

@@ -1,0 +1,107 @@
+"""A hypothesis state machine over the memory API: three users, random interleavings of add,
+replayed add, search, delete, forget and consolidate. Invariants: no result ever carries another
+user's text; after ``forget`` the user's canary is in no file of the store; replays add nothing;
+a turn is found by the next search."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from retrieval import Memory
+from retrieval.memory.store import AMUStore
+from tests.routes_fixtures import WordEmbedder, WordFingerprinter
+
+USERS = ("alice", "bob", "carol")
+WORDS = ("garden", "violin", "puppy", "bread", "hiking", "lake", "museum", "pottery")
+
+
+def canary(user: str) -> str:
+    """A word only this user ever says (the same for every add: it must vanish with ``forget``)."""
+    return f"Qx{user}canary"
+
+
+class MemoryMachine(RuleBasedStateMachine):
+    @initialize()
+    def open_memory(self) -> None:
+        self.path = Path(tempfile.mkdtemp(prefix="memory-sm-"))
+        self.memory = Memory.open(self.path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+        self.turns: dict[str, int] = dict.fromkeys(USERS, 0)
+        self.keys: dict[str, str] = {}
+        self.counter = 0
+
+    def teardown(self) -> None:
+        if hasattr(self, "memory"):
+            self.memory.close()
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def stored(self, user: str) -> int:
+        with AMUStore(self.path, read_only=True) as reader:
+            return len(reader.turns(user))
+
+    @rule(user=st.sampled_from(USERS), session=st.sampled_from(("s1", "s2")), word=st.sampled_from(WORDS),
+          size=st.integers(1, 4))
+    def add(self, user: str, session: str, word: str, size: int) -> None:
+        self.counter += 1
+        key = f"k{self.counter}"
+        turns = [{"speaker": "AB"[i % 2], "text": f"{canary(user)} talks about the {word} number{self.counter}x{i}"}
+                 for i in range(size)]
+        result = self.memory.add(turns, user_id=user, session_id=session, idempotency_key=key)
+        assert len(result.turn_ids) == size and not result.replayed
+        self.turns[user] += size
+        self.keys[key] = user
+        hits = self.memory.search(f"number{self.counter}x0", user_id=user, k=5).hits
+        assert any(f"number{self.counter}x0" in hit.text for hit in hits)
+
+    @precondition(lambda self: bool(self.keys))
+    @rule(data=st.data())
+    def replay(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.keys)))
+        user = self.keys[key]
+        before = self.stored(user)
+        result = self.memory.add([{"speaker": "A", "text": "a retried write"}], user_id=user, session_id="s1",
+                                 idempotency_key=key)
+        assert result.replayed and result.turn_ids == () and self.stored(user) == before
+
+    @rule(user=st.sampled_from(USERS), word=st.sampled_from(WORDS))
+    def search(self, user: str, word: str) -> None:
+        for hit in self.memory.search(f"{word} {canary('alice')} {canary('bob')}", user_id=user, k=10).hits:
+            assert hit.id.startswith(f"{user}:")
+            assert all(canary(other) not in hit.text for other in USERS if other != user), hit
+
+    @rule(user=st.sampled_from(USERS), data=st.data())
+    def delete(self, user: str, data: st.DataObject) -> None:
+        items = self.memory.list(user_id=user, limit=50).items
+        if items:
+            victim = data.draw(st.sampled_from(items))
+            self.memory.delete(victim.id, user_id=user)
+            assert victim.id not in {item.id for item in self.memory.list(user_id=user, limit=1000).items}
+
+    @rule(user=st.sampled_from(USERS))
+    def forget(self, user: str) -> None:
+        self.memory.forget(user_id=user)
+        self.turns[user] = 0
+        self.keys = {key: owner for key, owner in self.keys.items() if owner != user}
+        data = b"".join(p.read_bytes() for p in self.path.rglob("*") if p.is_file())
+        assert canary(user).encode() not in data and canary(user).lower().encode() not in data
+
+    @rule(user=st.sampled_from(USERS))
+    def consolidate(self, user: str) -> None:
+        if self.memory.list(user_id=user, limit=1).items:
+            assert self.memory.consolidate(user_id=user, wait=True, timeout_s=60).state == "done"
+
+    @invariant()
+    def turns_are_counted(self) -> None:
+        if hasattr(self, "memory"):
+            for user in USERS:
+                assert self.stored(user) <= self.turns[user]
+
+
+MemoryMachine.TestCase.settings = settings(max_examples=12, stateful_step_count=12, deadline=None,
+                                           suppress_health_check=[HealthCheck.too_slow])
+test_memory_state_machine = MemoryMachine.TestCase

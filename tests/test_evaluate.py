@@ -15,6 +15,7 @@ import torch
 import retrieval.evaluate as evaluate_module
 from isq.fingerprint import Fingerprinter
 from isq.model import ISQModel
+from retrieval.api.errors import MemoryAPIError
 from retrieval.contract import Hit
 from retrieval.eval.answers import JUDGE_PROMPT, locomo_f1, normalize_answer
 from retrieval.eval.configs import RetrievalConfig, default_configs, parse_config, sweep_grid
@@ -314,6 +315,14 @@ def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
     assert again.construction.this_run["fingerprints_computed"] == 0
     assert again.construction.ingest_seconds == construction["ingest_seconds"]  # not counted twice
     assert again.construction.amus == construction["amus"]
+
+    # --store: the memory built there, evaluated read-only as it is (nothing added, same retrieval)
+    stored = evaluate(conversations, models, tmp_path / "elsewhere",
+                      EvaluationSettings(k_dense=2, k_code=2, progress=False, store=out / "store"))
+    assert _timeless(stored.configs) == _timeless(model.configs) and stored.construction.this_run["replayed_turns"] == 0
+    with pytest.raises(MemoryAPIError, match="no store at"):
+        evaluate(conversations, models, tmp_path / "x",
+                 EvaluationSettings(k_dense=2, k_code=2, progress=False, store=tmp_path / "elsewhere" / "store"))
 
 
 def test_a_kmeans_configuration_needs_the_control(tmp_path, fingerprinters):

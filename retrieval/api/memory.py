@@ -205,7 +205,7 @@ class Memory:
             if session is not None:
                 self._require_session(user, session)
             snapshot = self._snapshot(user)
-            return run_search(snapshot.bank, text, k, session=session, routes=routes, explain=explain,
+            return run_search(snapshot, text, k, session=session, routes=routes, explain=explain,
                               planner=self.models.planner, reranker=self.models.reranker)
 
     def get(self, id: str, *, user_id: str) -> MemoryItem:

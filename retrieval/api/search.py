@@ -16,8 +16,8 @@ from typing import Any
 
 from retrieval.api.errors import InvalidInput
 from retrieval.api.results import SearchHit, SearchResult
+from retrieval.api.snapshot import Snapshot
 from retrieval.contract import Hit, Query
-from retrieval.routes.multi_route import MultiRouteRetriever
 from retrieval.routes.params import CHANNELS, ChannelWeights
 from retrieval.routes.snapshot import MemorySnapshot
 
@@ -36,15 +36,17 @@ def _weights(routes: Sequence[str] | None, has_code: bool) -> tuple[ChannelWeigh
     return ChannelWeights(default={c: float(c in chosen) for c in known}, by_type={}), chosen
 
 
-def run_search(bank: MemorySnapshot, query: str, k: int, *, session: str | None, routes: Sequence[str] | None,
+def run_search(snapshot: Snapshot, query: str, k: int, *, session: str | None, routes: Sequence[str] | None,
                explain: bool, planner: Any | None, reranker: Any | None) -> SearchResult:
     """The user's hits for ``query`` (see the module docstring)."""
+    bank = snapshot.bank
     has_code = bank.topology is not None
     weights, chosen = _weights(routes, has_code)
     if bank.size == 0:
         return SearchResult(query, ())
     use_code = has_code and "code" in chosen
-    retriever = MultiRouteRetriever(bank, planner, reranker, weights, use_code=use_code, plan_depth=0)
+    retriever = snapshot.retriever(planner, reranker)
+    retriever.weights, retriever.use_code = weights or ChannelWeights(), use_code
     budget = min(bank.size, k * SESSION_WIDENING) if session is not None else k
     result = retriever.retrieve(Query(query), budget)
     assert result.plan is not None  # multi-route retrieval always plans

@@ -24,6 +24,7 @@ from isq.topology import CooccurrenceTopology, TopologyParams
 from retrieval.index.evidence_nodes import SEARCHABLE_TYPES, searchable_text
 from retrieval.memory.records import AMU, Turn
 from retrieval.memory.store import AMUStore
+from retrieval.routes.multi_route import MultiRouteRetriever
 from retrieval.routes.planner_rules import PlanContext
 from retrieval.routes.snapshot import MemorySnapshot
 
@@ -57,6 +58,14 @@ class Snapshot:
         self._turns = GrowingRows(bank.turn_vectors)
         self._nodes = GrowingRows(bank.node_vectors)
         self._turn_index = {turn.turn_id: j for j, turn in enumerate(bank.turns)}
+        self._retriever: MultiRouteRetriever | None = None
+
+    def retriever(self, planner: Any | None, reranker: Any | None) -> MultiRouteRetriever:
+        """The snapshot's retriever, kept between searches (it caches each item's selection
+        signature); a new one after the snapshot grew, since growth renumbers the raw turns."""
+        if self._retriever is None:
+            self._retriever = MultiRouteRetriever(self.bank, planner, reranker, plan_depth=0)
+        return self._retriever
 
     @classmethod
     def build(cls, store: AMUStore, user: str, embedder: Any, query_embedder: Any,
@@ -76,7 +85,7 @@ class Snapshot:
         """Stored turns join the raw-turn channel at once (their vectors go to the store's cache)."""
         if not turns:
             return
-        bank = self.bank
+        bank, self._retriever = self.bank, None
         vectors = self.embedder.encode([turn.render() for turn in turns])
         for turn in turns:
             self._turn_index[turn.turn_id] = len(bank.turns)
@@ -95,7 +104,7 @@ class Snapshot:
         amus = [amu for amu in amus if not amu.archived]
         if not amus:
             return
-        bank = self.bank
+        bank, self._retriever = self.bank, None
         first = len(bank.records)
         bank.records.extend(amus)
         bank.record_vectors = self._records.extend(self.embedder.encode([amu.text for amu in amus]))

@@ -84,6 +84,10 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows):
                 self._db.execute("PRAGMA journal_mode=WAL")
                 # Freed pages are zeroed, so a purged user's text leaves no trace in the file.
                 self._db.execute("PRAGMA secure_delete=ON")
+                # WAL + NORMAL: a commit survives the process being killed (the online API acknowledges
+                # each add after its commit); only a power cut may undo the last commits. One fsync
+                # per checkpoint instead of one per transaction: adds are ~2x faster.
+                self._db.execute("PRAGMA synchronous=NORMAL")
             except BaseException:
                 self._lock.release()
                 raise

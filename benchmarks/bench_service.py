@@ -61,8 +61,8 @@ def canary(user: str, client: int, number: int) -> str:
 def prefill(args: argparse.Namespace) -> dict[str, Any]:
     """Build the pre-filled store under ``args.prefilled`` unless it was built with these settings
     (an interrupted build resumes; users are added in order, so its first users are complete)."""
-    from retrieval import Memory
     from retrieval.api.bulk import add_conversation
+    from retrieval.api.memory import Memory
     from retrieval.eval.locomo import load_locomo
 
     wanted = {"users": args.users, "locomo": str(args.locomo.resolve()),
@@ -105,7 +105,7 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
 def compare_in_process(args: argparse.Namespace, store: Path, url: str, keys: dict[str, str],
                        asked: list[str]) -> dict[str, Any]:
     """The same searches in-process (read-only memory) and over HTTP, interleaved query by query."""
-    from retrieval import Memory
+    from retrieval.api.memory import Memory
 
     rng = random.Random(args.seed + 1)
     pairs = [(user_name(rng.randrange(args.users)), rng.choice(asked)) for _ in range(args.compare_queries)]

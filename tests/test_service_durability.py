@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchmarks.service_process import Server, bearer
 from retrieval.memory.store import AMUStore
 from retrieval.service.keys import KeyStore
-from benchmarks.service_process import Server, bearer
 
 pytestmark = pytest.mark.slow
 CLIENTS, TURNS_PER_ADD = 4, 2

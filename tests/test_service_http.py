@@ -13,9 +13,9 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from benchmarks.service_process import Server, bearer
 from retrieval.service import limits
 from retrieval.service.keys import KeyStore
-from benchmarks.service_process import Server, bearer
 
 pytestmark = pytest.mark.slow
 ALICE_CANARY, BOB_CANARY = "zebracorn-alice-7731", "quokkalith-bob-5512"

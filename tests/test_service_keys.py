@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.service_process import ROOT, child_env
 from retrieval.service.drain import ShuttingDown, WriteGate
 from retrieval.service.keys import KEYS_FILE, KeyCommandError, KeyStore
 from retrieval.service.launch import is_loopback
-from benchmarks.service_process import ROOT, child_env
 
 
 def serve(*args: str) -> subprocess.CompletedProcess:

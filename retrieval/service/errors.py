@@ -8,20 +8,21 @@ An unexpected failure is logged here and answered 500 without internals.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from retrieval.api.errors import InvalidInput, NotFound
 from starlette.exceptions import HTTPException
 
+from retrieval.api.errors import InvalidInput, NotFound
 from retrieval.service.drain import ShuttingDown
 
 log = logging.getLogger("retrieval.service")
 
 
 def error_response(status: int, message: str, field: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+                   headers: Mapping[str, str] | None = None) -> JSONResponse:
     content = {"error": message} if field is None else {"error": message, "field": field}
     return JSONResponse(content, status_code=status, headers=headers)
 
@@ -30,7 +31,9 @@ def _field(location: tuple | list) -> str:
     return ".".join(str(part) for part in location)
 
 
-async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+# Starlette types every handler as taking an Exception; each is registered for one class below.
+async def _validation(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0]
     # a body that is not JSON has the parser's character offset as its location: the field is the body
     field = "body" if first.get("type") == "json_invalid" else _field(first.get("loc", ()))
@@ -38,19 +41,20 @@ async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
     return error_response(status, f"{field}: {first.get('msg', 'invalid')}", field)
 
 
-async def _http(_: Request, exc: HTTPException) -> JSONResponse:
+async def _http(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
     return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
 
 
-async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
+async def _not_found(_: Request, exc: Exception) -> JSONResponse:
     return error_response(404, str(exc))
 
 
-async def _invalid(_: Request, exc: InvalidInput) -> JSONResponse:
+async def _invalid(_: Request, exc: Exception) -> JSONResponse:
     return error_response(422, str(exc))
 
 
-async def _shutting_down(_: Request, exc: ShuttingDown) -> JSONResponse:
+async def _shutting_down(_: Request, exc: Exception) -> JSONResponse:
     return error_response(503, str(exc), headers={"Retry-After": "1"})
 
 

@@ -17,7 +17,7 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
 
 def open_memory(args: argparse.Namespace) -> Any:
     """``Memory.open`` with the command line's options."""
-    from retrieval import Memory
+    from retrieval.api.memory import Memory
 
     return Memory.open(args.store, fingerprinter=args.fingerprinter)
 

@@ -13,8 +13,8 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
-from retrieval.api.errors import InvalidInput, NotFound
 
+from retrieval.api.errors import InvalidInput, NotFound
 from retrieval.service import limits, models, operations
 from retrieval.service.drain import ShuttingDown, WriteGate
 
@@ -82,4 +82,6 @@ def fixed_user(user_id: str) -> UserOf:
 
 def key_user(ctx: Context) -> str:
     """The user :class:`~retrieval.service.auth.KeyGuard` put in the HTTP request's state."""
-    return ctx.request_context.request.state.user_id
+    request = ctx.request_context.request
+    assert request is not None, "key_user serves HTTP calls only"
+    return str(request.state.user_id)

@@ -99,7 +99,7 @@ class KeyStore:
         if user_id is not None:
             query, args = query + " WHERE user_id = ?", (user_id,)
         with self._lock:
-            rows = self._db.execute(query + " ORDER BY created, key_id", args).fetchall()
+            rows = self._db.execute(query + " ORDER BY rowid", args).fetchall()  # creation order
         return [KeyInfo(*row) for row in rows]
 
     def revoke(self, key_or_id: str) -> KeyInfo:

@@ -1,0 +1,314 @@
+"""Load test of the HTTP service (issue 22), loopback only, bounded in requests and time.
+
+    python benchmarks/bench_service.py --json service.json [--users 100] [--clients 16] [--seconds 60]
+
+1. A store pre-filled with the LoCoMo dev conversations copied per user (each copy added through
+   ``Memory.add`` session by session, as ``retrieval.ingest`` does); built once under
+   ``--prefilled`` and copied to a scratch directory for each run, so runs start alike.
+2. ``python -m retrieval.serve`` on a free loopback port, one API key per user, one warm-up
+   search per user (the memory builds a user's search snapshot at its first search).
+3. The same dev questions searched in-process (a read-only ``Memory`` beside the server) and over
+   HTTP by one client, interleaved query by query: the p50 ratio HTTP / in-process.
+4. ``--clients`` threads for ``--seconds``: each request picks a user at random; 80% search (a dev
+   question, or one in five times another user's canary), 20% add one turn carrying a canary
+   unique to its user. Every hit must carry the requesting user's id prefix and no other user's
+   canary (else a leak); any non-200 answer or transport failure is an error.
+5. SIGTERM (the server drains), then the store is read: every acknowledged add must be stored
+   exactly once (lost, duplicated).
+
+Figures: throughput, p50/p95/p99 per route, errors, lost, duplicated, leaks, the p50 ratio, and
+the goals of issue 22 (0 errors, 0 lost, 0 leaks, search p99 <= 100 ms, HTTP p50 <= 1.5x
+in-process). The client threads share the machine with the server (and, on the team's 2-core
+machine, with other work): the figures say so through the recorded load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+if __package__ in (None, ""):  # run as a script: python benchmarks/bench_service.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.service_process import Server, bearer  # noqa: E402
+from benchmarks.timing import interleaved_rounds, write_json  # noqa: E402
+
+DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
+PREFILL_MARK = "prefill.json"
+
+
+def user_name(number: int) -> str:
+    return f"u{number:03d}"
+
+
+def canary(user: str, client: int, number: int) -> str:
+    return f"canary{user}x{client}x{number}"
+
+
+def prefill(args: argparse.Namespace) -> dict[str, Any]:
+    """Build the pre-filled store under ``args.prefilled`` unless it was built with these settings
+    (an interrupted build resumes; users are added in order, so its first users are complete)."""
+    from retrieval.api.bulk import add_conversation
+    from retrieval.api.memory import Memory
+    from retrieval.eval.locomo import load_locomo
+
+    wanted = {"users": args.users, "locomo": str(args.locomo.resolve()),
+              "fingerprinter": str(args.fingerprinter) if args.fingerprinter else None}
+    mark = args.prefilled / PREFILL_MARK
+    if mark.is_file() and {k: v for k, v in json.loads(mark.read_text()).items() if k in wanted} == wanted:
+        return {**json.loads(mark.read_text()), "reused": True}
+    if mark.is_file():  # a finished build with other settings; an unfinished one (no mark) resumes:
+        shutil.rmtree(args.prefilled)  # add_conversation replays the turns it already stored
+    conversations = load_locomo(args.locomo)
+    began = time.perf_counter()
+    with Memory.open(args.prefilled, fingerprinter=args.fingerprinter) as memory:
+        for number in range(args.users):
+            user = user_name(number)
+            add_conversation(memory, [dataclasses.replace(
+                turn, conversation_id=user, session_id=f"{conversation.conversation_id}-{turn.session_id}",
+                turn_id=f"{conversation.conversation_id}-{turn.turn_id}")
+                for conversation in conversations for turn in conversation.turns])
+            print(f"prefill: {number + 1}/{args.users} users, {time.perf_counter() - began:.0f} s", flush=True)
+    built = {**wanted, "turns_per_user": sum(len(c.turns) for c in conversations),
+             "seconds": round(time.perf_counter() - began, 1)}
+    mark.write_text(json.dumps(built, indent=2) + "\n")
+    return {**built, "reused": False}
+
+
+def questions(path: Path) -> list[str]:
+    from retrieval.eval.locomo import load_locomo
+
+    return [question.question for conversation in load_locomo(path) for question in conversation.questions]
+
+
+def percentiles(seconds: list[float]) -> dict[str, float]:
+    if len(seconds) < 2:
+        return {"p50_ms": 1000 * seconds[0], "p95_ms": 1000 * seconds[0], "p99_ms": 1000 * seconds[0]} \
+            if seconds else {}
+    cuts = statistics.quantiles(seconds, n=100, method="inclusive")
+    return {"p50_ms": 1000 * statistics.median(seconds), "p95_ms": 1000 * cuts[94], "p99_ms": 1000 * cuts[98]}
+
+
+def compare_in_process(args: argparse.Namespace, store: Path, url: str, keys: dict[str, str],
+                       asked: list[str]) -> dict[str, Any]:
+    """The same searches in-process (read-only memory) and over HTTP, interleaved query by query."""
+    from retrieval.api.memory import Memory
+
+    rng = random.Random(args.seed + 1)
+    pairs = [(user_name(rng.randrange(args.users)), rng.choice(asked)) for _ in range(args.compare_queries)]
+    with Memory.open(store, fingerprinter=args.fingerprinter, read_only=True) as memory, \
+            httpx.Client(base_url=url, timeout=60) as http:
+        def in_process(index: int) -> None:
+            user, query = pairs[index]
+            memory.search(query, user_id=user, k=args.k)
+
+        def over_http(index: int) -> None:
+            user, query = pairs[index]
+            response = http.post("/v1/search", json={"query": query, "k": args.k}, headers=bearer(keys[user]))
+            response.raise_for_status()
+
+        for user in sorted({user for user, _ in pairs}):  # build each user's snapshot on both sides first
+            memory.search(asked[0], user_id=user, k=args.k)
+        seconds = interleaved_rounds({"in_process": in_process, "http": over_http}, len(pairs))
+    inside, outside = statistics.median(seconds["in_process"]), statistics.median(seconds["http"])
+    return {"queries": len(pairs), "in_process": percentiles(seconds["in_process"]),
+            "http_one_client": percentiles(seconds["http"]), "http_over_in_process_p50": outside / inside}
+
+
+@dataclasses.dataclass
+class LoadLog:
+    """What the clients saw, shared between their threads under a lock."""
+
+    latencies: dict[str, list[float]] = dataclasses.field(default_factory=lambda: defaultdict(list))
+    errors: Counter = dataclasses.field(default_factory=Counter)
+    leaks: list[str] = dataclasses.field(default_factory=list)
+    acknowledged: dict[str, list[str]] = dataclasses.field(default_factory=lambda: defaultdict(list))
+    canaries: dict[str, list[str]] = dataclasses.field(default_factory=lambda: defaultdict(list))
+    requests: int = 0
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+
+def check_hits(user: str, hits: list[dict], users: int) -> list[str]:
+    """Leaks in one answer: a hit without the user's id prefix, or with another user's canary."""
+    leaks = [f"{user} got hit {hit['id']}" for hit in hits if not hit["id"].startswith(f"{user}:")]
+    for hit in hits:
+        text = json.dumps(hit)
+        leaks += [f"{user} got {other}'s canary" for other in map(user_name, range(users))
+                  if other != user and f"canary{other}x" in text]
+    return leaks
+
+
+def client_loop(args: argparse.Namespace, client: int, url: str, keys: dict[str, str], asked: list[str],
+                log: LoadLog, deadline: float) -> None:
+    rng = random.Random(args.seed * 1000 + client)
+    with httpx.Client(base_url=url, timeout=60) as http:
+        for number in range(args.max_requests):
+            with log.lock:
+                if time.monotonic() >= deadline or log.requests >= args.max_requests:
+                    return
+                log.requests += 1
+            user = user_name(rng.randrange(args.users))
+            searching = rng.random() < args.search_share
+            if searching:
+                others = [u for u in log.canaries if u != user and log.canaries[u]]
+                query = rng.choice(log.canaries[rng.choice(others)]) if others and rng.random() < 0.2 \
+                    else rng.choice(asked)
+                route, body, path = "search", {"query": query, "k": args.k}, "/v1/search"
+            else:
+                mark = canary(user, client, number)
+                turn = {"speaker": "Load", "text": f"Load note {mark}: remember item {number}.",
+                        "turn_id": f"load-{client}-{number}"}
+                route, body, path = "add", {"turns": [turn]}, f"/v1/sessions/load-{client}/turns"
+            began = time.perf_counter()
+            try:
+                response = http.post(path, json=body, headers=bearer(keys[user]))
+            except httpx.TransportError as err:
+                with log.lock:
+                    log.errors[f"{route}: {type(err).__name__}"] += 1
+                continue
+            elapsed = time.perf_counter() - began
+            with log.lock:
+                log.latencies[route].append(elapsed)
+                if response.status_code != 200:
+                    log.errors[f"{route}: {response.status_code}"] += 1
+                elif searching:
+                    log.leaks += check_hits(user, response.json()["hits"], args.users)
+                else:
+                    log.acknowledged[user] += response.json()["turn_ids"]
+                    log.canaries[user].append(mark)
+
+
+def run_load(args: argparse.Namespace, url: str, keys: dict[str, str], asked: list[str]) -> tuple[LoadLog, float]:
+    log = LoadLog()
+    began = time.monotonic()
+    threads = [threading.Thread(target=client_loop, args=(args, n, url, keys, asked, log, began + args.seconds))
+               for n in range(args.clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return log, time.monotonic() - began
+
+
+def verify(store: Path, log: LoadLog) -> dict[str, int]:
+    """Every acknowledged add stored exactly once (read after the server exited)."""
+    from retrieval.memory.store import AMUStore
+
+    lost = duplicated = 0
+    with AMUStore(store, read_only=True) as reader:
+        for user, turn_ids in log.acknowledged.items():
+            stored = Counter(turn.turn_id for turn in reader.turns(user) if turn.turn_id.startswith("load-"))
+            lost += sum(1 for turn_id in turn_ids if stored[turn_id] == 0)
+            duplicated += sum(1 for turn_id in turn_ids if stored[turn_id] > 1)
+    return {"acknowledged_adds": sum(map(len, log.acknowledged.values())), "lost": lost, "duplicated": duplicated}
+
+
+def summary(log: LoadLog, seconds: float) -> dict[str, Any]:
+    routes = {route: {"requests": len(times), "per_s": len(times) / seconds, **percentiles(times)}
+              for route, times in sorted(log.latencies.items())}
+    return {"seconds": seconds, "requests": log.requests, "per_s": log.requests / seconds, "routes": routes,
+            "errors": sum(log.errors.values()), "error_kinds": dict(log.errors), "leaks": len(log.leaks),
+            "leak_examples": log.leaks[:5]}
+
+
+def warm_up(url: str, keys: dict[str, str], asked: list[str]) -> float:
+    """One search per user (the memory builds each user's search snapshot at its first search)."""
+    began = time.perf_counter()
+    with httpx.Client(base_url=url, timeout=300) as http:
+        for key in keys.values():
+            http.post("/v1/search", json={"query": asked[0]}, headers=bearer(key)).raise_for_status()
+    return time.perf_counter() - began
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from retrieval.service.keys import KeyStore
+
+    built = prefill(args)
+    asked = questions(args.locomo)
+    with tempfile.TemporaryDirectory(prefix="bench_service_") as scratch:
+        store = Path(scratch) / "store"
+        shutil.copytree(args.prefilled, store)
+        key_store = KeyStore(store)
+        keys = {user_name(n): key_store.create(user_name(n)) for n in range(args.users)}
+        key_store.close()
+        server = Server(store, *(("--fingerprinter", str(args.fingerprinter)) if args.fingerprinter else ()))
+        server.start()
+        try:
+            warm_s = warm_up(server.url, keys, asked)
+            compared = compare_in_process(args, store, server.url, keys, asked)
+            log, seconds = run_load(args, server.url, keys, asked)
+            exit_status = server.stop()
+        finally:
+            server.kill()
+        checked = verify(store, log)
+    load = summary(log, seconds)
+    search = load["routes"].get("search", {})
+    goals = {"no_errors": load["errors"] == 0, "none_lost": checked["lost"] == checked["duplicated"] == 0,
+             "no_leaks": load["leaks"] == 0, "search_p99_at_most_100ms": search.get("p99_ms", float("inf")) <= 100,
+             "http_p50_at_most_1.5x_in_process": compared["http_over_in_process_p50"] <= 1.5}
+    return {"prefill": built, "warm_up_s": warm_s, "compare": compared, "load": load, "verify": checked,
+            "server_exit_status": exit_status, "goals": goals, "settings": {
+                k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
+
+
+def report(figures: dict[str, Any]) -> str:
+    load, compare, built = figures["load"], figures["compare"], figures["prefill"]
+    how = "reused" if built["reused"] else f"built in {built['seconds']} s"
+    lines = [f"prefill: {built['users']} users x {built['turns_per_user']} turns ({how})",
+             f"load: {load['requests']} requests in {load['seconds']:.1f} s = {load['per_s']:.1f}/s, "
+             f"errors {load['errors']} {load['error_kinds'] or ''}, leaks {load['leaks']}"]
+    for route, row in load["routes"].items():
+        lines.append(f"  {route}: {row['requests']} ({row['per_s']:.1f}/s)  p50 {row['p50_ms']:.1f} ms  "
+                     f"p95 {row['p95_ms']:.1f} ms  p99 {row['p99_ms']:.1f} ms")
+    lines.append(f"adds acknowledged {figures['verify']['acknowledged_adds']}, lost {figures['verify']['lost']}, "
+                 f"duplicated {figures['verify']['duplicated']}")
+    lines.append(f"search p50, one client: in-process {compare['in_process']['p50_ms']:.1f} ms, HTTP "
+                 f"{compare['http_one_client']['p50_ms']:.1f} ms, ratio {compare['http_over_in_process_p50']:.2f}")
+    lines.append("goals: " + ", ".join(f"{goal} {'met' if met else 'NOT met'}" for goal, met in figures["goals"].items()))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    if args.prefill_only:
+        print(prefill(args))
+        return
+    figures = run(args)
+    print(report(figures))
+    write_json(args.json, figures)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--users", type=int, default=100)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--max-requests", type=int, default=200_000, help="a bound on requests, whatever the time")
+    parser.add_argument("--search-share", type=float, default=0.8)
+    parser.add_argument("-k", dest="k", type=int, default=10)
+    parser.add_argument("--compare-queries", type=int, default=100, help="searches of the in-process comparison")
+    parser.add_argument("--locomo", type=Path, default=DEV)
+    parser.add_argument("--fingerprinter", type=Path, help="adds the codebook route (off by default)")
+    parser.add_argument("--prefilled", type=Path, default=Path("stores/bench_service_prefilled"),
+                        help="where the pre-filled store is built once and reused")
+    parser.add_argument("--prefill-only", action="store_true", help="build the pre-filled store and stop")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="write the figures to this JSON file")
+    return parser
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""``python -m retrieval.mcp``: the memory as an MCP server over stdio, for one user.
+
+    python -m retrieval.mcp --store DIR --user USER [--fingerprinter DIR]
+
+Tools: memory_add, memory_search, memory_list, memory_delete, memory_forget, memory_consolidate
+(:mod:`retrieval.service.mcp_tools`). Every call acts for ``--user``: whoever can start this
+process owns that user's memory. Over the network, use ``python -m retrieval.serve``, whose
+``/mcp`` endpoint takes the user from the API key. Bad input ends with one ``error:`` line on
+stderr and exit status 2 (stdout carries only the protocol).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Sequence
+
+from retrieval.api.errors import MemoryAPIError
+from retrieval.service.launch import add_memory_arguments, open_memory
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m retrieval.mcp", description=__doc__.split("\n\n")[0])
+    add_memory_arguments(parser)
+    parser.add_argument("--user", required=True, help="the user every tool call acts for")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from retrieval.service.drain import WriteGate
+    from retrieval.service.mcp_tools import build_mcp, fixed_user
+
+    try:
+        if not args.user.strip():
+            raise ValueError("--user must not be empty")
+        with contextlib.redirect_stdout(sys.stderr):  # stdout is the protocol's: model loaders print
+            memory = open_memory(args)
+    except (MemoryAPIError, OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    with memory:
+        build_mcp(memory, WriteGate(), fixed_user(args.user)).run("stdio")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""``python -m retrieval.serve``: the memory over HTTP (FastAPI + uvicorn) and MCP (at ``/mcp``),
+and the API keys that bind callers to users.
+
+    python -m retrieval.serve --store DIR [--fingerprinter DIR] [--host 127.0.0.1] [--port 8765]
+                              [--allow-remote]
+    python -m retrieval.serve keys create --store DIR --user USER   # prints the new key last
+    python -m retrieval.serve keys list   --store DIR [--user USER]
+    python -m retrieval.serve keys revoke --store DIR KEY_ID         # or the whole key
+
+The server listens on 127.0.0.1 unless told otherwise; any other address needs
+``--allow-remote``. SIGTERM (or Ctrl-C) stops accepting requests, lets running writes finish,
+then closes the memory: a turn answered 200 is stored. Bad input ends with one ``error:`` line
+and exit status 2. Keys are kept as salted hashes in ``STORE/keys.sqlite``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from retrieval.api.errors import MemoryAPIError
+from retrieval.service.keys import KeyCommandError, KeyStore
+from retrieval.service.launch import add_memory_arguments, is_loopback, open_memory
+
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
+GRACEFUL_SHUTDOWN_S = 30
+"""After SIGTERM, how long open connections (an MCP stream, a slow client) may keep the server up."""
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m retrieval.serve", description=__doc__.split("\n\n")[0],
+                                     epilog="keys: python -m retrieval.serve keys {create,list,revoke} --help")
+    add_memory_arguments(parser)
+    parser.add_argument("--host", default=DEFAULT_HOST, help="address to listen on (loopback by default)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--allow-remote", action="store_true", help="allow a --host other than loopback")
+    return parser
+
+
+def _keys_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m retrieval.serve keys", description="manage API keys")
+    commands = parser.add_subparsers(dest="command", required=True)
+    create = commands.add_parser("create", help="create a key for a user; prints it as the last line")
+    create.add_argument("--user", required=True)
+    listing = commands.add_parser("list", help="key ids, users, creation and revocation times (never secrets)")
+    listing.add_argument("--user")
+    revoke = commands.add_parser("revoke", help="revoke a key (by id or in full); the server refuses it at once")
+    revoke.add_argument("key")
+    for command in (create, listing, revoke):
+        command.add_argument("--store", type=Path, required=True, help="the memory's store directory")
+    return parser
+
+
+def keys_main(argv: Sequence[str]) -> int:
+    args = _keys_parser().parse_args(argv)
+    keys = KeyStore(args.store)
+    try:
+        if args.command == "create":
+            key = keys.create(args.user)
+            print(f"created a key for user {args.user!r}; it is shown only now (the store keeps a salted hash):")
+            print(key)
+        elif args.command == "list":
+            for info in keys.list(args.user):
+                print(f"{info.key_id}  user={info.user_id}  created={info.created}  "
+                      f"{'revoked=' + info.revoked if info.revoked else 'active'}")
+        else:
+            info = keys.revoke(args.key)
+            print(f"revoked {info.key_id} (user {info.user_id}) at {info.revoked}")
+    finally:
+        keys.close()
+    return 0
+
+
+def serve_main(argv: Sequence[str]) -> int:
+    args = _serve_parser().parse_args(argv)
+    if not is_loopback(args.host) and not args.allow_remote:
+        raise ValueError(f"--host {args.host} would expose the memory beyond this machine; "
+                         "pass --allow-remote to mean it")
+    if not 0 < args.port < 65536:
+        raise ValueError(f"--port must be 1-65535, got {args.port}")
+    import uvicorn
+
+    from retrieval.service.app import create_app
+
+    keys = KeyStore(args.store)
+    memory = open_memory(args)
+    try:
+        config = uvicorn.Config(create_app(memory, keys, args.store, host=args.host), host=args.host, port=args.port,
+                                access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+        print(f"serving {args.store} on http://{args.host}:{args.port} (OpenAPI /docs, MCP /mcp)", flush=True)
+        # uvicorn handles SIGTERM/SIGINT itself (stop accepting, finish requests, lifespan shutdown,
+        # which drains writes), then re-raises the signal to the handlers it found: make those no-ops
+        # so that the memory is closed below and the exit status is 0, not death by signal.
+        for stop_signal in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(stop_signal, signal.SIG_IGN)
+        uvicorn.Server(config).run()
+    finally:
+        memory.close()
+        keys.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return keys_main(argv[1:]) if argv[:1] == ["keys"] else serve_main(argv)
+    except (MemoryAPIError, KeyCommandError, OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""The FastAPI application: the ``/v1`` routers, ``/healthz``, ``/metrics`` and MCP at ``/mcp``.
+
+:func:`create_app` takes an open memory and the key store; it owns neither (the caller closes
+them after the server stops). Its lifespan runs the MCP session manager and, on shutdown, drains
+writes (:mod:`retrieval.service.drain`) before the caller may close the memory. OpenAPI is at
+``/docs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+from fastapi import FastAPI
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from starlette.routing import Route
+
+from retrieval.service import errors
+from retrieval.service.auth import KeyGuard
+from retrieval.service.body_limit import BodyLimit
+from retrieval.service.drain import WriteGate
+from retrieval.service.gauges import StoreGauges
+from retrieval.service.keys import KeyStore
+from retrieval.service.mcp_tools import build_mcp, key_user
+from retrieval.service.metrics import RequestMetrics, ServiceMetrics
+from retrieval.service.routes import jobs, memories, search, sessions, system, user
+from retrieval.service.state import Service
+
+DRAIN_TIMEOUT_S = 60.0
+"""How long shutdown waits for running writes (an add that closes a segment runs extraction)."""
+
+
+def create_app(memory: Any, keys: KeyStore, store: Path, *, host: str = "127.0.0.1") -> FastAPI:
+    """The HTTP + MCP application over ``memory`` (open on the directory ``store``); ``host`` is
+    the address served (MCP's DNS-rebinding protection accepts only it and loopback names)."""
+    gate, gauges = WriteGate(), StoreGauges(store)
+    service = Service(memory, keys, gate, ServiceMetrics(gauges))
+    mcp = build_mcp(memory, gate, key_user)
+    mcp.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True, host=host)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with mcp.session_manager.run():
+            yield
+        await anyio.to_thread.run_sync(gate.close, DRAIN_TIMEOUT_S)
+        gauges.close()
+
+    app = FastAPI(title="isq-memory", version="1", lifespan=lifespan,
+                  description="Long-term memory for agents: every /v1 call acts for the user of its API key.")
+    app.state.service = service
+    errors.install(app)
+    for module in (sessions, search, memories, user, jobs, system):
+        app.include_router(module.router)
+    app.router.routes.append(Route("/mcp", KeyGuard(StreamableHTTPASGIApp(mcp.session_manager), keys),
+                                   methods=["GET", "POST", "DELETE"]))
+    app.add_middleware(BodyLimit)
+    app.add_middleware(RequestMetrics, metrics=service.metrics)
+    return app

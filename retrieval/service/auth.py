@@ -1,0 +1,62 @@
+"""Who is asking: the user of the request's API key (``Authorization: Bearer KEY``).
+
+The user is never read from a body, path or query: routes get it only from :func:`current_user`.
+No key, or a key that is malformed, unknown or revoked, is 401. The MCP endpoint is guarded by
+:class:`KeyGuard`, which puts the user in the ASGI scope's state for the tools to read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from retrieval.service.keys import KeyStore
+
+_bearer = HTTPBearer(auto_error=False, description="an API key from `python -m retrieval.serve keys create`")
+UNAUTHORIZED = "a valid API key is required: Authorization: Bearer KEY"
+
+
+def user_of_header(keys: KeyStore, authorization: str | None) -> str | None:
+    """The user of an ``Authorization`` header's bearer key, or None."""
+    scheme, _, key = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        return None
+    return keys.user(key.strip())
+
+
+def current_user(request: Request,
+                 credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> str:
+    """The key's user; 401 without a live key."""
+    user = None if credentials is None else request.app.state.service.keys.user(credentials.credentials)
+    if user is None:
+        raise HTTPException(401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
+    return user
+
+
+User = Annotated[str, Depends(current_user)]
+
+
+class KeyGuard:
+    """ASGI wrapper: 401 without a live key, else ``scope["state"]["user_id"]`` is the key's user."""
+
+    def __init__(self, app: ASGIApp, keys: KeyStore) -> None:
+        self.app, self.keys = app, keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+        user = user_of_header(self.keys, headers.get("authorization"))
+        if user is None:
+            body = json.dumps({"error": UNAUTHORIZED}).encode()
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        scope.setdefault("state", {})["user_id"] = user
+        await self.app(scope, receive, send)

@@ -1,0 +1,39 @@
+"""The memory's gauges for ``/metrics``: units (AMUs), open segments and unfinished jobs.
+
+The memory API has no counters of its own, so they are read from the store through a second,
+read-only connection (SQLite WAL readers never wait for the writer, and the memory's lock is not
+taken, so a scrape never delays a request). Open segments are the (user, session) pairs whose
+stored turns no committed segment covers yet; counting them reads every user's uncovered turns,
+which is fine at scrape frequency.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from retrieval.memory.store import AMUStore
+
+
+class StoreGauges:
+    """Callable returning ``amus``, ``open_segments`` and ``queued_jobs`` of the store at ``directory``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._store: AMUStore | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> dict[str, float]:
+        with self._lock:
+            if self._store is None:  # opened at the first scrape: the memory has created the store by then
+                self._store = AMUStore(self.directory, read_only=True)
+            store = self._store
+            open_segments = sum(len({turn.session_id for turn in store.uncovered_turns(user)}) for user in store.users())
+            return {"amus": store.count(include_archived=False), "open_segments": open_segments,
+                    "queued_jobs": len(store.unfinished())}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None

@@ -1,0 +1,32 @@
+"""What both command lines (``retrieval.serve``, ``retrieval.mcp``) share: the memory options,
+opening the memory, and the one-line failure."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+
+def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", type=Path, required=True, help="the memory's store directory (created if missing)")
+    parser.add_argument("--fingerprinter", type=Path,
+                        help="ISQ fingerprinter directory: adds the codebook route to search")
+
+
+def open_memory(args: argparse.Namespace) -> Any:
+    """``Memory.open`` with the command line's options."""
+    from retrieval.api.memory import Memory
+
+    return Memory.open(args.store, fingerprinter=args.fingerprinter)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

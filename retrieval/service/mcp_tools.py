@@ -1,0 +1,87 @@
+"""The memory as MCP tools (the official ``mcp`` SDK's ``MCPServer``, formerly ``FastMCP``).
+
+Six tools over :mod:`retrieval.service.operations`, the same code as the HTTP routes, with the
+same argument models and limits. The user is never an argument: ``user_of`` gives it from the
+call's context (the server's ``--user`` over stdio, the request's key over HTTP).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from retrieval.api.errors import InvalidInput, NotFound
+from retrieval.service import limits, models, operations
+from retrieval.service.drain import ShuttingDown, WriteGate
+
+UserOf = Callable[[Context], str]
+INSTRUCTIONS = ("Long-term memory of one user. Add dialogue turns as they happen (memory_add), find what was "
+                "said before (memory_search), list, delete or forget memories, and consolidate near-duplicates.")
+
+
+def _refusals(call: Callable[[], Any]) -> Any:
+    """A refusal of the memory becomes the tool's error message (is_error), not a crash."""
+    try:
+        return call()
+    except (NotFound, InvalidInput, ShuttingDown) as err:
+        raise ToolError(str(err)) from None
+
+
+def build_mcp(memory: Any, gate: WriteGate, user_of: UserOf) -> MCPServer:
+    """An MCP server whose tools act on ``memory`` for the user ``user_of`` names."""
+    server = MCPServer("isq-memory", instructions=INSTRUCTIONS)
+
+    @server.tool()
+    def memory_add(session_id: models.SessionId, turns: Annotated[list[models.TurnIn], Field(
+            min_length=1, max_length=limits.MAX_TURNS)], ctx: Context,
+            idempotency_key: models.ShortText | None = None) -> models.AddTurnsResponse:
+        """Add dialogue turns (speaker, text, optional ISO time and turn_id) to a session; searchable at once."""
+        request = models.AddTurnsRequest(turns=turns, idempotency_key=idempotency_key)
+        return _refusals(lambda: operations.add_turns(memory, gate, user_of(ctx), session_id, request))
+
+    @server.tool()
+    def memory_search(query: str, ctx: Context, k: int = limits.DEFAULT_K,
+                      session_id: models.SessionId | None = None) -> models.SearchResponse:
+        """Search the memory: the best-matching memories with their source turns."""
+        request = models.SearchRequest(query=query, k=k, session_id=session_id)
+        return _refusals(lambda: operations.search(memory, user_of(ctx), request))
+
+    @server.tool()
+    def memory_list(ctx: Context, session_id: models.SessionId | None = None,
+                    limit: Annotated[int, Field(ge=1, le=limits.MAX_PAGE)] = limits.DEFAULT_PAGE,
+                    cursor: str | None = None) -> models.MemoryPage:
+        """List stored memories, oldest first; pass next_cursor back for the next page."""
+        return _refusals(lambda: operations.list_memories(memory, user_of(ctx), session_id, limit, cursor))
+
+    @server.tool()
+    def memory_delete(memory_id: models.ShortText, ctx: Context) -> models.Deleted:
+        """Delete one memory, completely."""
+        return _refusals(lambda: operations.delete_memory(memory, gate, user_of(ctx), memory_id))
+
+    @server.tool()
+    def memory_forget(ctx: Context, session_id: models.SessionId | None = None) -> models.Deleted:
+        """Forget one session, or (without session_id) everything of this user."""
+        return _refusals(lambda: operations.forget(memory, gate, user_of(ctx), session_id))
+
+    @server.tool()
+    def memory_consolidate(ctx: Context, session_id: models.SessionId | None = None) -> models.Job:
+        """Start consolidating (merging near-duplicate memories); returns the job and its status."""
+        return _refusals(lambda: operations.consolidate(memory, gate, user_of(ctx), session_id))
+
+    return server
+
+
+def fixed_user(user_id: str) -> UserOf:
+    """Every call is ``user_id``'s (stdio: the process belongs to one user)."""
+    return lambda _: user_id
+
+
+def key_user(ctx: Context) -> str:
+    """The user :class:`~retrieval.service.auth.KeyGuard` put in the HTTP request's state."""
+    request = ctx.request_context.request
+    assert request is not None, "key_user serves HTTP calls only"
+    return str(request.state.user_id)

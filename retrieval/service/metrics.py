@@ -1,0 +1,88 @@
+"""Prometheus metrics of one server (prometheus-client, its own registry per app).
+
+Per route (the route's path template, so ids do not multiply the series): requests by status,
+latency histogram, errors (status >= 400). At scrape time, from the memory: units (AMUs), open
+segments and queued consolidation jobs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+MemoryGauges = Callable[[], Mapping[str, float]]
+"""Returns the memory's current ``amus``, ``open_segments`` and ``queued_jobs``."""
+
+_GAUGES = {"amus": "units (AMUs) stored, all users", "open_segments": "segments still open (turns not yet extracted)",
+           "queued_jobs": "consolidation jobs queued or running"}
+
+
+class _MemoryCollector(Collector):
+    def __init__(self, read: MemoryGauges) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        values = self.read()
+        for name, help_text in _GAUGES.items():
+            yield GaugeMetricFamily(f"isq_memory_{name}", help_text, value=values[name])
+
+
+def route_label(scope: Scope) -> str:
+    """The matched route's template (``/v1/memories/{memory_id}``); ``not_routed`` for a request
+    refused before routing (413) or matching no route (404)."""
+    route = scope.get("route")
+    return route.path if route is not None else "not_routed"
+
+
+class ServiceMetrics:
+    """The registry and its instruments (:class:`RequestMetrics` fills the HTTP ones)."""
+
+    def __init__(self, memory_gauges: MemoryGauges) -> None:
+        self.registry = CollectorRegistry()
+        labels = ("method", "route")
+        self.requests = Counter("isq_http_requests", "HTTP requests answered", (*labels, "status"),
+                                registry=self.registry)
+        self.latency = Histogram("isq_http_request_seconds", "time to answer, by route", labels,
+                                 buckets=LATENCY_BUCKETS_S, registry=self.registry)
+        self.errors = Counter("isq_http_errors", "requests answered with status >= 400", (*labels, "status"),
+                              registry=self.registry)
+        self.registry.register(_MemoryCollector(memory_gauges))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class RequestMetrics:
+    """ASGI middleware recording every HTTP request in a :class:`ServiceMetrics`."""
+
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        began, status = time.perf_counter(), 500
+
+        async def record_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, record_status)
+        finally:
+            labels = (scope["method"], route_label(scope))
+            self.metrics.latency.labels(*labels).observe(time.perf_counter() - began)
+            self.metrics.requests.labels(*labels, str(status)).inc()
+            if status >= 400:
+                self.metrics.errors.labels(*labels, str(status)).inc()

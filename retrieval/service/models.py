@@ -1,0 +1,130 @@
+"""Request and response bodies of the HTTP API (and the MCP tools' arguments), as pydantic models.
+
+Request models forbid unknown fields: a body that names a ``user_id`` is refused (422), never
+silently ignored, because the user is always the key's. Their limits are those of
+:mod:`retrieval.service.limits`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from retrieval.service import limits
+
+ShortText = Annotated[str, Field(min_length=1, max_length=limits.MAX_ID_CHARS)]
+SessionId = Annotated[str, Field(min_length=1, max_length=limits.MAX_ID_CHARS, pattern=limits.ID_PATTERN)]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TurnIn(_Request):
+    """One dialogue turn; ``time`` is ISO 8601 (the memory parses it), ``turn_id`` makes a retry
+    of the same turn add nothing."""
+
+    speaker: ShortText
+    text: Annotated[str, Field(min_length=1, max_length=limits.MAX_TEXT_CHARS)]
+    time: ShortText | None = None
+    turn_id: ShortText | None = None
+
+
+class AddTurnsRequest(_Request):
+    turns: Annotated[list[TurnIn], Field(min_length=1, max_length=limits.MAX_TURNS)]
+    idempotency_key: ShortText | None = None
+
+
+class SearchRequest(_Request):
+    query: Annotated[str, Field(min_length=1, max_length=limits.MAX_QUERY_CHARS)]
+    k: Annotated[int, Field(ge=1, le=limits.MAX_K)] = limits.DEFAULT_K
+    session_id: SessionId | None = None
+    explain: bool = False
+
+
+class ConsolidateRequest(_Request):
+    session_id: SessionId | None = None
+
+
+class AddTurnsResponse(BaseModel):
+    """What ``add`` committed: the turns stored now, the units (AMUs) of every segment that closed;
+    a replayed idempotency key or turn id adds nothing (``replayed``, ``duplicates``)."""
+
+    session_id: str
+    turn_ids: list[str]
+    memory_ids: list[str]
+    duplicates: list[str] = []
+    replayed: bool = False
+
+
+class Hit(BaseModel):
+    """One search result: a stored unit (``kind`` "record") or a raw turn (``kind`` "turn"), with
+    the ids of the turns it came from; ``channels`` (with ``explain``) gives each channel's rank and
+    score and the codes shared with the query."""
+
+    id: str
+    text: str
+    score: float
+    turns: list[str]
+    kind: str
+    session_id: str
+    memory_type: str | None = None
+    time: str | None = None
+    channels: dict[str, Any] | None = None
+
+
+class SearchResponse(BaseModel):
+    hits: list[Hit]
+
+
+class MemoryItem(BaseModel):
+    """A stored unit or raw turn: its text, session, type and time, and the turns it came from;
+    ``successor`` names the unit consolidation merged an archived one into."""
+
+    id: str
+    kind: str
+    text: str
+    session_id: str
+    turns: list[str]
+    memory_type: str | None = None
+    time: str | None = None
+    archived: bool = False
+    successor: str | None = None
+
+
+class MemoryPage(BaseModel):
+    items: list[MemoryItem]
+    next_cursor: str | None
+
+
+class History(BaseModel):
+    """A unit and what consolidation merged into it."""
+
+    id: str
+    history: list[MemoryItem]
+
+
+class Deleted(BaseModel):
+    deleted: bool = True
+
+
+class JobAccepted(BaseModel):
+    job_id: str
+
+
+class Job(BaseModel):
+    """A consolidation job: ``status`` is queued, running, done or failed."""
+
+    job_id: str
+    status: str
+    session_id: str | None = None
+    progress: dict[str, Any] = {}
+    error: str | None = None
+
+
+class Error(BaseModel):
+    """Every refusal: what is wrong, and the field it concerns when there is one."""
+
+    error: str
+    field: str | None = None

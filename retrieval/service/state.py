@@ -1,0 +1,27 @@
+"""What the routes share: the memory, the key store, the write gate and the metrics of one app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+
+from retrieval.service.drain import WriteGate
+from retrieval.service.keys import KeyStore
+from retrieval.service.metrics import ServiceMetrics
+
+
+@dataclass(frozen=True)
+class Service:
+    memory: Any
+    keys: KeyStore
+    gate: WriteGate
+    metrics: ServiceMetrics
+
+
+def service(request: Request) -> Service:
+    return request.app.state.service
+
+
+Shared = Annotated[Service, Depends(service)]

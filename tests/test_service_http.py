@@ -1,0 +1,275 @@
+"""The HTTP API against a real server (uvicorn on a free loopback port, one per module): routes,
+the auth matrix (the user is always the key's), every limit, metrics, OpenAPI and MCP at /mcp."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from benchmarks.service_process import Server, bearer
+from retrieval.service import limits
+from retrieval.service.keys import KeyStore
+
+pytestmark = pytest.mark.slow
+ALICE_CANARY, BOB_CANARY = "zebracorn-alice-7731", "quokkalith-bob-5512"
+
+
+class Api:
+    """The server plus keys and clients for alice and bob."""
+
+    def __init__(self, server: Server, keys: KeyStore) -> None:
+        self.server, self.keys = server, keys
+        self.alice_key, self.bob_key = keys.create("alice"), keys.create("bob")
+        self.alice = httpx.Client(base_url=server.url, headers=bearer(self.alice_key), timeout=120)
+        self.bob = httpx.Client(base_url=server.url, headers=bearer(self.bob_key), timeout=120)
+        self.anonymous = httpx.Client(base_url=server.url, timeout=120)
+
+    def add(self, client: httpx.Client, session: str, *texts: str, **extra) -> httpx.Response:
+        """Turns alternating between two speakers (exchanges), so that enough of them close a segment."""
+        turns = [{"speaker": ("Maria", "Jon")[n % 2], "text": text, "time": "2023-05-08T10:00:00"}
+                 for n, text in enumerate(texts)]
+        return client.post(f"/v1/sessions/{session}/turns", json={"turns": turns, **extra})
+
+
+def conversation(topic: str, canary: str) -> list[str]:
+    """Enough turns for the segmenter to close segments (it closes one at 10 exchanges at most)."""
+    return [f"Turn {n} about {topic}: {canary} number {n}." for n in range(30)]
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory) -> Iterator[Api]:
+    store = tmp_path_factory.mktemp("service") / "store"
+    keys = KeyStore(store)
+    server = Server(store).start()
+    api = Api(server, keys)
+    try:
+        alice = api.add(api.alice, "s1", "I adopted a cat called Pickle.", *conversation("the cat", ALICE_CANARY))
+        bob = api.add(api.bob, "s1", "I adopted a dog called Rex.", *conversation("the dog", BOB_CANARY))
+        assert alice.status_code == bob.status_code == 200 and bob.json()["memory_ids"], bob.text
+        api.bob_turns = [f"bob:turn:{turn_id}" for turn_id in bob.json()["turn_ids"]]
+        yield api
+    finally:
+        server.kill()
+        keys.close()
+
+
+def texts_of(response: httpx.Response) -> str:
+    return json.dumps(response.json())
+
+
+def bob_ids(api: Api) -> list[str]:
+    """Bob's records (from the list) and raw turns (from the add)."""
+    page = api.bob.get("/v1/memories", params={"limit": limits.MAX_PAGE}).json()
+    assert page["items"], page
+    return [item["id"] for item in page["items"]] + api.bob_turns
+
+
+def test_health_docs_and_openapi_need_no_key(api: Api) -> None:
+    assert api.anonymous.get("/healthz").json() == {"status": "ok"}
+    assert api.anonymous.get("/docs").status_code == 200
+    paths = set(api.anonymous.get("/openapi.json").json()["paths"])
+    assert {"/v1/sessions/{session_id}/turns", "/v1/search", "/v1/memories", "/v1/memories/{memory_id}",
+            "/v1/memories/{memory_id}/history", "/v1/sessions/{session_id}", "/v1/user", "/v1/consolidate",
+            "/v1/jobs/{job_id}", "/healthz", "/metrics"} <= paths
+
+
+def test_a_turn_is_found_by_the_next_search(api: Api) -> None:
+    added = api.add(api.alice, "s2", "Maria's sister Lena moved to Lisbon in March.")
+    assert added.status_code == 200 and added.json()["session_id"] == "s2" and added.json()["turn_ids"]
+    found = api.alice.post("/v1/search", json={"query": "Where did Lena move?", "k": 20})
+    assert found.status_code == 200
+    hits = found.json()["hits"]
+    assert any("Lisbon" in hit["text"] for hit in hits), hits
+    assert all({"id", "text", "score", "turns"} <= set(hit) and "channels" not in hit for hit in hits)
+    explained = api.alice.post("/v1/search", json={"query": "Where did Lena move?", "k": 5, "explain": True})
+    assert all(hit["channels"] for hit in explained.json()["hits"])
+
+
+ROUTES = [("POST", "/v1/sessions/s1/turns", {"turns": [{"speaker": "a", "text": "b"}]}),
+          ("POST", "/v1/search", {"query": "cat"}), ("GET", "/v1/memories", None),
+          ("GET", "/v1/memories/x", None), ("GET", "/v1/memories/x/history", None),
+          ("DELETE", "/v1/memories/x", None), ("DELETE", "/v1/sessions/s1", None), ("DELETE", "/v1/user", None),
+          ("POST", "/v1/consolidate", None), ("GET", "/v1/jobs/1", None)]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), ROUTES)
+@pytest.mark.parametrize("header", [None, "Bearer", "Bearer nonsense", "Basic abc",
+                                    "Bearer isqm_0123456789abcdef_notthesecret"])
+def test_no_or_unknown_key_is_401(api: Api, method: str, path: str, body, header: str | None) -> None:
+    headers = {} if header is None else {"Authorization": header}
+    response = api.anonymous.request(method, path, json=body, headers=headers)
+    assert response.status_code == 401 and "API key" in response.json()["error"]
+
+
+def test_a_revoked_key_is_refused_at_once(api: Api) -> None:
+    key = api.keys.create("alice")
+    assert api.anonymous.get("/v1/memories", headers=bearer(key)).status_code == 200
+    api.keys.revoke(key)
+    assert api.anonymous.get("/v1/memories", headers=bearer(key)).status_code == 401
+    forged = key[:-2] + ("AA" if not key.endswith("AA") else "BB")
+    assert api.anonymous.get("/v1/memories", headers=bearer(forged)).status_code == 401
+
+
+def test_alice_cannot_see_or_touch_bobs_memories(api: Api) -> None:
+    ids = bob_ids(api)
+    for memory_id in ids:
+        for method, path in (("GET", f"/v1/memories/{memory_id}"), ("GET", f"/v1/memories/{memory_id}/history"),
+                             ("DELETE", f"/v1/memories/{memory_id}")):
+            response = api.alice.request(method, path)
+            assert response.status_code == 404, (method, path, response.text)
+            assert BOB_CANARY not in response.text
+    for query in (BOB_CANARY, "dog called Rex", "What pet does Maria have?"):
+        for session in (None, "s1"):
+            found = api.alice.post("/v1/search", json={"query": query, "k": limits.MAX_K, "session_id": session})
+            assert found.status_code == 200 and BOB_CANARY not in texts_of(found)
+            assert not set(ids) & {hit["id"] for hit in found.json()["hits"]}
+    listed = api.alice.get("/v1/memories", params={"session_id": "s1", "limit": limits.MAX_PAGE})
+    assert BOB_CANARY not in texts_of(listed)
+    assert bob_ids(api) == ids  # nothing of bob's was touched
+    assert BOB_CANARY in texts_of(api.bob.post("/v1/search", json={"query": BOB_CANARY}))
+
+
+def test_no_body_field_can_name_another_user(api: Api) -> None:
+    for path, body in (("/v1/search", {"query": BOB_CANARY, "user_id": "bob"}),
+                       ("/v1/sessions/s1/turns", {"turns": [{"speaker": "a", "text": "b"}], "user_id": "bob"}),
+                       ("/v1/consolidate", {"user_id": "bob"})):
+        response = api.alice.post(path, json=body)
+        assert response.status_code == 422 and response.json()["field"] == "body.user_id"
+    response = api.alice.get("/v1/memories", params={"user_id": "bob"})
+    assert BOB_CANARY not in response.text
+
+
+def test_jobs_are_the_users_own(api: Api) -> None:
+    accepted = api.bob.post("/v1/consolidate", json={"session_id": "s1"})
+    assert accepted.status_code == 202
+    job_id = accepted.json()["job_id"]
+    job = api.bob.get(f"/v1/jobs/{job_id}")
+    assert job.status_code == 200 and job.json()["status"] in ("queued", "running", "done")
+    assert api.alice.get(f"/v1/jobs/{job_id}").status_code == 404
+    assert api.alice.get("/v1/jobs/999999").status_code == 404
+    assert api.alice.post("/v1/consolidate").status_code == 202  # no body: the whole user
+    assert api.alice.post("/v1/consolidate", json={"session_id": "never"}).status_code == 404
+
+
+def test_pages_and_cursor(api: Api) -> None:
+    seen, cursor = [], None
+    while True:
+        page = api.alice.get("/v1/memories", params={"session_id": "s1", "limit": 2,
+                                                     **({"cursor": cursor} if cursor else {})}).json()
+        assert len(page["items"]) <= 2
+        seen += [item["id"] for item in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    everything = api.alice.get("/v1/memories", params={"limit": limits.MAX_PAGE}).json()
+    assert seen == [item["id"] for item in everything["items"]] and len(seen) >= 3
+    one = api.alice.get(f"/v1/memories/{seen[0]}").json()
+    assert one["id"] == seen[0] and one["kind"] == "record" and one["text"] and one["turns"]
+    assert api.alice.get(f"/v1/memories/{seen[0]}/history").json() == {"id": seen[0], "history": []}
+    assert api.alice.get("/v1/memories", params={"cursor": "not-a-cursor"}).status_code == 422
+
+
+def test_delete_and_forget_remove_only_the_users_data(api: Api) -> None:
+    added = api.add(api.alice, "gone", "The gone session mentions a lighthouse keeper named Ortwin.").json()
+    turn = f"alice:turn:{added['turn_ids'][0]}"
+    assert api.alice.get(f"/v1/memories/{turn}").json()["kind"] == "turn"
+    assert api.alice.delete(f"/v1/memories/{turn}").status_code == 200
+    assert api.alice.get(f"/v1/memories/{turn}").status_code == 404
+    assert api.alice.delete(f"/v1/memories/{turn}").status_code == 404
+    api.add(api.alice, "gone", "Ortwin the lighthouse keeper again.")
+    assert "Ortwin" in texts_of(api.alice.post("/v1/search", json={"query": "lighthouse keeper Ortwin"}))
+    assert api.alice.delete("/v1/sessions/gone").status_code == 200
+    assert api.alice.delete("/v1/sessions/gone").status_code == 404
+    assert "Ortwin" not in texts_of(api.alice.post("/v1/search", json={"query": "lighthouse keeper Ortwin"}))
+    before = bob_ids(api)
+    carol = httpx.Client(base_url=api.server.url, headers=bearer(api.keys.create("carol")), timeout=120)
+    api.add(carol, "c1", "Carol keeps bees.")
+    assert carol.delete("/v1/user").status_code == 200
+    assert carol.get("/v1/memories").json() == {"items": [], "next_cursor": None}
+    assert bob_ids(api) == before
+
+
+LIMIT_CASES = [
+    ("too many turns", "/v1/sessions/s1/turns",
+     {"turns": [{"speaker": "a", "text": "b"}] * (limits.MAX_TURNS + 1)}, 413, "body.turns"),
+    ("text too long", "/v1/sessions/s1/turns",
+     {"turns": [{"speaker": "a", "text": "x" * (limits.MAX_TEXT_CHARS + 1)}]}, 422, "body.turns.0.text"),
+    ("empty text", "/v1/sessions/s1/turns", {"turns": [{"speaker": "a", "text": ""}]}, 422, "body.turns.0.text"),
+    ("no turns", "/v1/sessions/s1/turns", {"turns": []}, 422, "body.turns"),
+    ("missing speaker", "/v1/sessions/s1/turns", {"turns": [{"text": "b"}]}, 422, "body.turns.0.speaker"),
+    ("bad session id", "/v1/sessions/a%20b/turns", {"turns": [{"speaker": "a", "text": "b"}]}, 422,
+     "path.session_id"),
+    ("long session id", f"/v1/sessions/{'s' * (limits.MAX_ID_CHARS + 1)}/turns",
+     {"turns": [{"speaker": "a", "text": "b"}]}, 422, "path.session_id"),
+    ("k too large", "/v1/search", {"query": "cat", "k": limits.MAX_K + 1}, 422, "body.k"),
+    ("k zero", "/v1/search", {"query": "cat", "k": 0}, 422, "body.k"),
+    ("k not a number", "/v1/search", {"query": "cat", "k": "many"}, 422, "body.k"),
+    ("query too long", "/v1/search", {"query": "q" * (limits.MAX_QUERY_CHARS + 1)}, 422, "body.query"),
+    ("empty query", "/v1/search", {"query": ""}, 422, "body.query"),
+    ("unknown field", "/v1/search", {"query": "cat", "limit": 3}, 422, "body.limit"),
+]
+
+
+@pytest.mark.parametrize(("case", "path", "body", "status", "field"), LIMIT_CASES, ids=[c[0] for c in LIMIT_CASES])
+def test_limits_name_the_field(api: Api, case: str, path: str, body, status: int, field: str) -> None:
+    response = api.alice.post(path, json=body)
+    assert (response.status_code, response.json()["field"]) == (status, field), response.text
+
+
+def test_oversized_and_malformed_bodies(api: Api) -> None:
+    big = json.dumps({"query": "x" * limits.MAX_BODY_BYTES}).encode()
+    declared = api.alice.post("/v1/search", content=big, headers={"Content-Type": "application/json"})
+    assert declared.status_code == 413 and declared.json()["field"] == "body"
+    chunked = api.alice.post("/v1/search", content=iter([big[:1000], big[1000:]]),
+                             headers={"Content-Type": "application/json"})
+    assert chunked.status_code == 413
+    for content in (b"{not json", b"[1, 2]", b""):
+        response = api.alice.post("/v1/search", content=content, headers={"Content-Type": "application/json"})
+        assert response.status_code == 422 and response.json()["field"].startswith("body"), response.text
+    assert api.alice.get("/v1/memories", params={"limit": limits.MAX_PAGE + 1}).json()["field"] == "query.limit"
+
+
+def test_the_memorys_refusals_are_422(api: Api) -> None:
+    response = api.alice.post("/v1/sessions/s1/turns",
+                              json={"turns": [{"speaker": "a", "text": "b", "time": "not a time"}]})
+    assert response.status_code == 422 and "time" in response.json()["error"], response.text
+
+
+async def _mcp_calls(url: str, key: str) -> tuple[list[str], dict, dict]:
+    async with httpx2.AsyncClient(headers=bearer(key), timeout=120) as http, \
+            streamable_http_client(f"{url}/mcp", http_client=http) as streams, \
+            ClientSession(streams[0], streams[1]) as session:
+        await session.initialize()
+        tools = [tool.name for tool in (await session.list_tools()).tools]
+        added = await session.call_tool("memory_add", {"session_id": "mcp", "turns": [
+            {"speaker": "Maria", "text": "Over MCP: Maria bought a red kayak."}]})
+        found = await session.call_tool("memory_search", {"query": "What did Maria buy?", "k": limits.MAX_K})
+        return tools, added.structured_content, found.structured_content
+
+
+def test_mcp_over_http_takes_the_user_from_the_key(api: Api) -> None:
+    tools, added, found = anyio.run(_mcp_calls, api.server.url, api.alice_key)
+    assert {"memory_add", "memory_search", "memory_list", "memory_delete", "memory_forget",
+            "memory_consolidate"} <= set(tools)
+    assert added["turn_ids"] and "kayak" in json.dumps(found) and BOB_CANARY not in json.dumps(found)
+    assert "kayak" not in texts_of(api.bob.post("/v1/search", json={"query": "red kayak"}))
+    assert api.anonymous.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).status_code == 401
+
+
+def test_metrics_count_routes_and_no_request_failed_with_500(api: Api) -> None:
+    api.alice.post("/v1/search", json={"query": "cat"})
+    text = api.anonymous.get("/metrics").text
+    assert 'isq_http_requests_total{method="POST",route="/v1/search",status="200"}' in text
+    assert 'isq_http_request_seconds_bucket{le="0.1",method="POST",route="/v1/search"}' in text
+    assert 'isq_http_errors_total{method="GET",route="/v1/memories/{memory_id}",status="404"}' in text
+    for gauge in ("isq_memory_amus", "isq_memory_open_segments", "isq_memory_queued_jobs"):
+        assert f"\n{gauge} " in text, gauge
+    assert 'status="500"' not in text, "a request got a 500:\n" + api.server.log_tail()
+    assert "Traceback" not in api.server.log_tail(100_000)

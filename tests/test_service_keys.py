@@ -1,0 +1,110 @@
+"""Keys bound to users (salted hashes only), the ``retrieval.serve`` command line (keys, the
+loopback default, one-line errors) and the write gate that drains on shutdown."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.service_process import ROOT, child_env
+from retrieval.service.drain import ShuttingDown, WriteGate
+from retrieval.service.keys import KEYS_FILE, KeyCommandError, KeyStore
+from retrieval.service.launch import is_loopback
+
+
+def serve(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "retrieval.serve", *args], cwd=ROOT, env=child_env(),
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_key_belongs_to_its_user_and_only_its_hash_is_kept(tmp_path: Path) -> None:
+    keys = KeyStore(tmp_path)
+    alice, bob = keys.create("alice"), keys.create("bob")
+    assert alice != bob and keys.user(alice) == "alice" and keys.user(bob) == "bob"
+    stored = (tmp_path / KEYS_FILE).read_bytes() + b"".join(p.read_bytes() for p in tmp_path.glob(f"{KEYS_FILE}-*"))
+    secret = alice.split("_", 2)[2]
+    assert secret.encode() not in stored and alice.encode() not in stored
+    rows = sqlite3.connect(tmp_path / KEYS_FILE).execute("SELECT salt, digest FROM api_keys").fetchall()
+    assert len({salt for salt, _ in rows}) == 2 and all(len(digest) == 32 for _, digest in rows)
+    for wrong in ("", "alice", alice + "x", alice[:-1], alice.replace("isqm_", "abcd_"), f"isqm_{bob.split('_')[1]}_"
+                  + secret):
+        assert keys.user(wrong) is None, wrong
+    info = keys.revoke(alice.split("_")[1])
+    assert info.user_id == "alice" and info.revoked and keys.user(alice) is None and keys.user(bob) == "bob"
+    assert keys.revoke(alice).revoked == info.revoked  # revoking twice keeps the first time
+    with pytest.raises(KeyCommandError, match="no key with id"):
+        keys.revoke("0000")
+    with pytest.raises(KeyCommandError, match="user id"):
+        keys.create(" ")
+    assert [(k.user_id, k.revoked is None) for k in keys.list()] == [("alice", False), ("bob", True)]
+    assert [k.user_id for k in keys.list("bob")] == ["bob"]
+
+
+def test_keys_command_line(tmp_path: Path) -> None:
+    created = serve("keys", "create", "--store", str(tmp_path), "--user", "alice")
+    assert created.returncode == 0
+    key = created.stdout.strip().splitlines()[-1]
+    assert KeyStore(tmp_path).user(key) == "alice"
+    listed = serve("keys", "list", "--store", str(tmp_path))
+    key_id = key.split("_")[1]
+    assert key_id in listed.stdout and "user=alice" in listed.stdout and "active" in listed.stdout
+    assert key.split("_", 2)[2] not in listed.stdout
+    assert serve("keys", "revoke", "--store", str(tmp_path), key_id).returncode == 0
+    assert "revoked=" in serve("keys", "list", "--store", str(tmp_path), "--user", "alice").stdout
+    missing = serve("keys", "revoke", "--store", str(tmp_path), "nope")
+    assert missing.returncode == 2 and missing.stderr.startswith("error: ") and missing.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "example.org", "::"])
+def test_the_server_refuses_a_remote_host_without_allow_remote(tmp_path: Path, host: str) -> None:
+    refused = serve("--store", str(tmp_path), "--host", host)
+    assert refused.returncode == 2 and "--allow-remote" in refused.stderr and refused.stderr.count("\n") == 1
+    assert not (tmp_path / "amus.sqlite3").exists()
+
+
+def test_loopback_hosts() -> None:
+    assert all(map(is_loopback, ("127.0.0.1", "127.0.0.2", "::1", "localhost")))
+    assert not any(map(is_loopback, ("0.0.0.0", "::", "10.0.0.1", "localhost.example.org")))
+
+
+def test_bad_port_is_one_error_line(tmp_path: Path) -> None:
+    refused = serve("--store", str(tmp_path), "--port", "70000")
+    assert refused.returncode == 2 and refused.stderr.startswith("error: --port")
+
+
+def test_the_gate_waits_for_running_writes_and_refuses_new_ones() -> None:
+    gate, finished = WriteGate(), []
+
+    def slow_write() -> None:
+        with gate.write():
+            time.sleep(0.3)
+            finished.append(True)
+
+    writer = threading.Thread(target=slow_write)
+    writer.start()
+    time.sleep(0.05)
+    assert gate.close(timeout_s=10) and finished == [True]
+    with pytest.raises(ShuttingDown), gate.write():
+        pass
+    writer.join()
+
+
+def test_the_gate_reports_a_write_still_running_after_the_timeout() -> None:
+    gate, release = WriteGate(), threading.Event()
+
+    def stuck() -> None:
+        with gate.write():
+            release.wait(10)
+
+    writer = threading.Thread(target=stuck)
+    writer.start()
+    time.sleep(0.05)
+    assert gate.close(timeout_s=0.1) is False
+    release.set()
+    writer.join()

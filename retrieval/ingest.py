@@ -32,6 +32,7 @@ from retrieval.extract.rules import RuleExtractor
 from retrieval.index.embed import SentenceEmbedder
 from retrieval.ingestion.pipeline import IngestError
 from retrieval.ingestion.turns_jsonl import read_turns_jsonl
+from retrieval.memory.errors import StoreError
 from retrieval.memory.fingerprinter_source import remember_fingerprinter
 from retrieval.memory.records import InputFormatError
 
@@ -74,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 jobs = [memory.consolidate(user_id=user, wait=False) for user in dict.fromkeys(t.conversation_id
                                                                                                 for t in turns)]
                 jobs = [memory.consolidate(user_id=job.user_id, wait=True) for job in jobs]
-    except (InputFormatError, IngestError, MemoryAPIError, OSError, ValueError) as err:
+    except (InputFormatError, IngestError, MemoryAPIError, StoreError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(stats.summary())

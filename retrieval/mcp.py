@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from retrieval.api.errors import MemoryAPIError
+from retrieval.memory.errors import StoreError
 from retrieval.service.launch import add_memory_arguments, open_memory
 
 
@@ -37,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError("--user must not be empty")
         with contextlib.redirect_stdout(sys.stderr):  # stdout is the protocol's: model loaders print
             memory = open_memory(args)
-    except (MemoryAPIError, OSError, ValueError) as err:
+    except (MemoryAPIError, StoreError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     with memory:

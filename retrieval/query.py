@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         result, items = run(args)
-    except (MemoryAPIError, OSError, ValueError) as err:
+    except (MemoryAPIError, StoreError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.json:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from retrieval.api.errors import MemoryAPIError
+from retrieval.memory.errors import StoreError
 from retrieval.service.keys import KeyCommandError, KeyStore
 from retrieval.service.launch import add_memory_arguments, is_loopback, open_memory
 
@@ -107,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return keys_main(argv[1:]) if argv[:1] == ["keys"] else serve_main(argv)
-    except (MemoryAPIError, KeyCommandError, OSError, ValueError) as err:
+    except (MemoryAPIError, KeyCommandError, StoreError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

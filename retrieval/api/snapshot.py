@@ -76,7 +76,7 @@ class Snapshot:
         topology = None
         if fingerprinter is not None:
             topology = CooccurrenceTopology(fingerprinter.codebook_size, TopologyParams(), fingerprinter.identity)
-            topology.add([frozenset(amu.fingerprint or ()) for amu in records])
+            topology.add(code_sets(records, fingerprinter))
         bank = MemorySnapshot.build(store, user, embedder, records=records, topology=topology, fingerprinter=fingerprinter)
         bank.embedder = query_embedder
         return cls(bank, embedder)
@@ -114,8 +114,8 @@ class Snapshot:
                 j = self._turn_index.get(amu.source.turn_ids[0])
                 if j is not None and bank.turn_record[j] < 0:
                     bank.turn_record[j] = first + offset
-        if bank.topology is not None:
-            bank.topology.add([frozenset(amu.fingerprint or ()) for amu in amus])
+        if bank.topology is not None and bank.fingerprinter is not None:
+            bank.topology.add(code_sets(amus, bank.fingerprinter))
         self._add_nodes(store, [amu.id for amu in amus])
 
     def _add_nodes(self, store: AMUStore, amu_ids: Sequence[str]) -> None:
@@ -144,3 +144,15 @@ class Snapshot:
                 for kind in ("entity", "topic")}
         bank.context = PlanContext(bank.context.participants, frozenset(keys["entity"]), frozenset(keys["topic"]),
                                    bank.context.now)
+
+
+def code_sets(records: Sequence[AMU], fingerprinter: Any) -> list[frozenset[int]]:
+    """Each record's code set U_fp: the stored fingerprint, or, for a record stored without one (a
+    store built before it had a fingerprinter), its text fingerprinted now."""
+    sets = [frozenset(amu.fingerprint or ()) for amu in records]
+    unprinted = [i for i, amu in enumerate(records) if not amu.fingerprint]
+    if unprinted:
+        for i, printed in zip(unprinted, fingerprinter.fingerprint([records[i].text for i in unprinted]),
+                              strict=True):
+            sets[i] = frozenset(printed.codes)
+    return sets

@@ -79,7 +79,6 @@ def test_the_store_names_its_fingerprinter(store_dir, tmp_path, capsys, monkeypa
         return WordFingerprinter()
 
     monkeypatch.setattr(query_module.Fingerprinter, "from_pretrained", from_pretrained)
-    monkeypatch.setattr(query_module, "CachedFingerprinter", lambda fingerprinter, store: fingerprinter)
     with AMUStore(store_dir) as store:
         assert recorded_fingerprinter(store) is None  # a store without one
         store.bind("fingerprinter", IDENTITY)

@@ -3,8 +3,8 @@ copied N times, each copy with other speaker names throughout (so every text dif
 copy is served from another's cache). Used to time construction and reruns at the scale of the
 8 LoCoMo conversations kept outside the project (docs/performance.md).
 
-    python -m benchmarks.locomo_standin --locomo ../shared/data/locomo/locomo_dev.json --copies 7 --out
-    /tmp/standin.json
+    python -m benchmarks.locomo_standin --locomo ../shared/data/locomo/locomo_dev.json --copies 7
+        --out /tmp/standin.json
 """
 
 from __future__ import annotations

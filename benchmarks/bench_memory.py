@@ -50,7 +50,8 @@ FINGERPRINTER = ROOT / "checkpoints" / "isq_minilm_dailydialog_cpu"
 PER_SEGMENT = 5
 NAMES = [f"Person{i}" for i in range(200)]
 TOPICS = ["garden", "violin", "puppy", "bread", "hiking", "lake", "museum", "pottery", "camping", "painting",
-          "running", "charity", "school", "concert", "recipe", "travel", "library", "soccer", "poetry", "sunset"]
+          "running", "charity", "school", "concert", "recipe", "travel", "library", "soccer", "poetry",
+          "sunset"]
 
 
 def percentiles(seconds: Sequence[float]) -> dict[str, float]:
@@ -66,7 +67,8 @@ class RandomVectors:
         self.identity, self.dim = identity, dim
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.stack([np.random.default_rng(zlib.crc32(t.encode())).standard_normal(self.dim) for t in texts]) \
+        out = np.stack([np.random.default_rng(zlib.crc32(t.encode())).standard_normal(self.dim)
+                        for t in texts]) \
             if texts else np.zeros((0, self.dim))
         return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32) if len(texts) else out
 
@@ -107,8 +109,8 @@ def synthetic_user(store: AMUStore, user: str, count: int, rng: np.random.Genera
             turn_id = f"t{seq}-{index}"
             turns.append(Turn(user, session, turn_id, who, text))
             codes = rng.choice(codebook, size=int(rng.integers(8, 40)), replace=False)
-            amus.append(AMU(amu_id(user, seq, index), text, "event", SourcePointer(user, session, (turn_id,), (who,),
-                                                                                  seq),
+            amus.append(AMU(amu_id(user, seq, index), text, "event",
+                            SourcePointer(user, session, (turn_id,), (who,), seq),
                             observed_at="2023-05-08T10:00:00", entities=(who,), tags=(topic,),
                             fingerprint=tuple(int(c) for c in codes), t_ref="2023-05-08"))
         store.commit_segment(SegmentRecord(user, seq, session, tuple(t.turn_id for t in turns), "synthetic"),
@@ -151,18 +153,22 @@ def bench_search(directory: Path, users: dict[str, int], queries: Sequence[str],
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--locomo", type=Path, default=LOCOMO)
     parser.add_argument("--fingerprinter", type=Path, default=FINGERPRINTER)
     parser.add_argument("--embedder", default=MINILM_ALIAS)
-    parser.add_argument("--add-turns", type=int, default=0, help="turns to add (default: the first conversation's)")
-    parser.add_argument("--sizes", type=int, nargs="*", default=[1000, 10000, 100000], help="AMUs in one user")
+    parser.add_argument("--add-turns", type=int, default=0,
+                        help="turns to add (default: the first conversation's)")
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1000, 10000, 100000],
+                        help="AMUs in one user")
     parser.add_argument("--users", type=int, default=1000, help="users of 100 AMUs each (0: skip)")
     parser.add_argument("--searches", type=int, default=200, help="timed searches per memory")
     parser.add_argument("--json", help="write the figures to this JSON file")
     args = parser.parse_args(argv)
     conversations = load_locomo(args.locomo)
-    embedder, fingerprinter = SentenceEmbedder(args.embedder), Fingerprinter.from_pretrained(args.fingerprinter)
+    embedder, fingerprinter = (SentenceEmbedder(args.embedder),
+                               Fingerprinter.from_pretrained(args.fingerprinter))
     queries = [q.question for c in conversations for q in c.questions]
     figures: dict[str, Any] = {"search": {}}
     turns = list(conversations[0].turns)[: args.add_turns or None]

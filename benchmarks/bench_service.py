@@ -81,7 +81,8 @@ def prefill(args: argparse.Namespace) -> dict[str, Any]:
                 turn, conversation_id=user, session_id=f"{conversation.conversation_id}-{turn.session_id}",
                 turn_id=f"{conversation.conversation_id}-{turn.turn_id}")
                 for conversation in conversations for turn in conversation.turns])
-            print(f"prefill: {number + 1}/{args.users} users, {time.perf_counter() - began:.0f} s", flush=True)
+            print(f"prefill: {number + 1}/{args.users} users, {time.perf_counter() - began:.0f} s",
+                  flush=True)
     built = {**wanted, "turns_per_user": sum(len(c.turns) for c in conversations),
              "seconds": round(time.perf_counter() - began, 1)}
     mark.write_text(json.dumps(built, indent=2) + "\n")
@@ -191,10 +192,12 @@ def client_loop(args: argparse.Namespace, client: int, url: str, keys: dict[str,
                     log.canaries[user].append(mark)
 
 
-def run_load(args: argparse.Namespace, url: str, keys: dict[str, str], asked: list[str]) -> tuple[LoadLog, float]:
+def run_load(args: argparse.Namespace, url: str, keys: dict[str, str],
+             asked: list[str]) -> tuple[LoadLog, float]:
     log = LoadLog()
     began = time.monotonic()
-    threads = [threading.Thread(target=client_loop, args=(args, n, url, keys, asked, log, began + args.seconds))
+    threads = [threading.Thread(target=client_loop,
+                                args=(args, n, url, keys, asked, log, began + args.seconds))
                for n in range(args.clients)]
     for thread in threads:
         thread.start()
@@ -213,7 +216,8 @@ def verify(store: Path, log: LoadLog) -> dict[str, int]:
             stored = Counter(turn.turn_id for turn in reader.turns(user) if turn.turn_id.startswith("load-"))
             lost += sum(1 for turn_id in turn_ids if stored[turn_id] == 0)
             duplicated += sum(1 for turn_id in turn_ids if stored[turn_id] > 1)
-    return {"acknowledged_adds": sum(map(len, log.acknowledged.values())), "lost": lost, "duplicated": duplicated}
+    return {"acknowledged_adds": sum(map(len, log.acknowledged.values())), "lost": lost,
+            "duplicated": duplicated}
 
 
 def summary(log: LoadLog, seconds: float) -> dict[str, Any]:
@@ -257,7 +261,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     load = summary(log, seconds)
     search = load["routes"].get("search", {})
     goals = {"no_errors": load["errors"] == 0, "none_lost": checked["lost"] == checked["duplicated"] == 0,
-             "no_leaks": load["leaks"] == 0, "search_p99_at_most_100ms": search.get("p99_ms", float("inf")) <= 100,
+             "no_leaks": load["leaks"] == 0,
+             "search_p99_at_most_100ms": search.get("p99_ms", float("inf")) <= 100,
              "http_p50_at_most_1.5x_in_process": compared["http_over_in_process_p50"] <= 1.5}
     return {"prefill": built, "warm_up_s": warm_s, "compare": compared, "load": load, "verify": checked,
             "server_exit_status": exit_status, "goals": goals, "settings": {
@@ -273,11 +278,14 @@ def report(figures: dict[str, Any]) -> str:
     for route, row in load["routes"].items():
         lines.append(f"  {route}: {row['requests']} ({row['per_s']:.1f}/s)  p50 {row['p50_ms']:.1f} ms  "
                      f"p95 {row['p95_ms']:.1f} ms  p99 {row['p99_ms']:.1f} ms")
-    lines.append(f"adds acknowledged {figures['verify']['acknowledged_adds']}, lost {figures['verify']['lost']}, "
-                 f"duplicated {figures['verify']['duplicated']}")
+    lines.append(f"adds acknowledged {figures['verify']['acknowledged_adds']}, "
+                 f"lost {figures['verify']['lost']}, duplicated {figures['verify']['duplicated']}")
     lines.append(f"search p50, one client: in-process {compare['in_process']['p50_ms']:.1f} ms, HTTP "
-                 f"{compare['http_one_client']['p50_ms']:.1f} ms, ratio {compare['http_over_in_process_p50']:.2f}")
-    lines.append("goals: " + ", ".join(f"{goal} {'met' if met else 'NOT met'}" for goal, met in figures["goals"].items()))
+                 f"{compare['http_one_client']['p50_ms']:.1f} ms, "
+                 f"ratio {compare['http_over_in_process_p50']:.2f}")
+    lines.append("goals: "
+                 + ", ".join(f"{goal} {'met' if met else 'NOT met'}"
+                             for goal, met in figures["goals"].items()))
     return "\n".join(lines)
 
 
@@ -292,14 +300,17 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--users", type=int, default=100)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--max-requests", type=int, default=200_000, help="a bound on requests, whatever the time")
+    parser.add_argument("--max-requests", type=int, default=200_000,
+                        help="a bound on requests, whatever the time")
     parser.add_argument("--search-share", type=float, default=0.8)
     parser.add_argument("-k", dest="k", type=int, default=10)
-    parser.add_argument("--compare-queries", type=int, default=100, help="searches of the in-process comparison")
+    parser.add_argument("--compare-queries", type=int, default=100,
+                        help="searches of the in-process comparison")
     parser.add_argument("--locomo", type=Path, default=DEV)
     parser.add_argument("--fingerprinter", type=Path, help="adds the codebook route (off by default)")
     parser.add_argument("--prefilled", type=Path, default=Path("stores/bench_service_prefilled"),

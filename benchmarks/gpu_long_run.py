@@ -63,7 +63,8 @@ def train(data_root: str, out: Path, tiny: bool) -> Path:
     _run("training", [sys.executable, "-m", "training.fit", "--config", str(CONFIG), "--data.root", data_root,
                       "--data.cache_dir", str(out / "cache"), "--trainer.enable_progress_bar", "false",
                       "--trainer.logger.init_args.save_dir", str(out / "runs"), *(TINY if tiny else ())])
-    exports = sorted((out / "runs" / RUN_NAME).glob("version_*/fingerprinter"), key=lambda p: p.stat().st_mtime)
+    exports = sorted((out / "runs" / RUN_NAME).glob("version_*/fingerprinter"),
+                     key=lambda p: p.stat().st_mtime)
     if not exports:
         raise RunError(f"training wrote no fingerprinter under {out / 'runs' / RUN_NAME}")
     return exports[-1]
@@ -71,9 +72,10 @@ def train(data_root: str, out: Path, tiny: bool) -> Path:
 
 def evaluate(fingerprinter: Path, locomo: Path, out: Path) -> Path:
     """Evaluate ``fingerprinter`` against the control on ``locomo``; returns its questions.jsonl."""
-    _run("evaluation", [sys.executable, "-m", "retrieval.evaluate", "--locomo", str(locomo), "--fingerprinter",
-                        str(fingerprinter), "--kmeans-fingerprinter", str(CONTROL), "--configs", ",".join(CONFIGS),
-                        "--out", str(out / "eval"), "--no-progress"])
+    _run("evaluation", [sys.executable, "-m", "retrieval.evaluate", "--locomo", str(locomo),
+                        "--fingerprinter",
+                        str(fingerprinter), "--kmeans-fingerprinter", str(CONTROL), "--configs",
+                        ",".join(CONFIGS), "--out", str(out / "eval"), "--no-progress"])
     return out / "eval" / "questions.jsonl"
 
 
@@ -81,7 +83,8 @@ def summarise(fingerprinter: Path, questions: Path, seconds: dict[str, float]) -
     """Steps reached, wall times, overall recall and the paired differences of COMPARISONS."""
     record = json.loads((fingerprinter / "training_run.json").read_text())
     results = json.loads((questions.parent / "results.json").read_text())
-    paired = {f"{name} − {baseline}": {group: vars(d) for group, d in compare(questions, baseline, [name])[name].items()}
+    paired = {f"{name} − {baseline}": {group: vars(d)
+                                       for group, d in compare(questions, baseline, [name])[name].items()}
               for name, baseline in COMPARISONS}
     return {"fingerprinter": str(fingerprinter), "global_step": record.get("global_step"),
             "seconds": {k: round(v, 1) for k, v in seconds.items()},
@@ -91,10 +94,13 @@ def summarise(fingerprinter: Path, questions: Path, seconds: dict[str, float]) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-root", default="../shared/data/dailydialog", help="DailyDialog release directory")
+    parser.add_argument("--data-root", default="../shared/data/dailydialog",
+                        help="DailyDialog release directory")
     parser.add_argument("--locomo", type=Path, default=Path("../shared/data/locomo/locomo_dev.json"))
-    parser.add_argument("--out", type=Path, required=True, help="directory for the run, the evaluation and summary.json")
-    parser.add_argument("--tiny", action="store_true", help="2 CPU steps on the synthetic corpus (a test of the path)")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="directory for the run, the evaluation and summary.json")
+    parser.add_argument("--tiny", action="store_true",
+                        help="2 CPU steps on the synthetic corpus (a test of the path)")
     args = parser.parse_args(argv)
     locomo = args.locomo if args.locomo.is_absolute() else Path.cwd() / args.locomo
     out = args.out if args.out.is_absolute() else Path.cwd() / args.out

@@ -3,7 +3,8 @@ copied N times, each copy with other speaker names throughout (so every text dif
 copy is served from another's cache). Used to time construction and reruns at the scale of the
 8 LoCoMo conversations kept outside the project (docs/performance.md).
 
-    python -m benchmarks.locomo_standin --locomo ../shared/data/locomo/locomo_dev.json --copies 7 --out /tmp/standin.json
+    python -m benchmarks.locomo_standin --locomo ../shared/data/locomo/locomo_dev.json --copies 7
+        --out /tmp/standin.json
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def standin(conversations: list[dict], copies: int) -> list[dict]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.locomo_standin", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.locomo_standin",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--locomo", type=Path, required=True)
     parser.add_argument("--copies", type=int, default=7)
     parser.add_argument("--out", type=Path, required=True)

@@ -40,8 +40,8 @@ class Server:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> Server:
-        command = [sys.executable, "-m", "retrieval.serve", "--store", str(self.store), "--port", str(self.port),
-                   *self.extra]
+        command = [sys.executable, "-m", "retrieval.serve", "--store", str(self.store), "--port",
+                   str(self.port), *self.extra]
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(command, cwd=ROOT, env=child_env(), stdout=log, stderr=log)
         deadline = time.monotonic() + START_TIMEOUT_S

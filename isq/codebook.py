@@ -124,7 +124,8 @@ class Codebook(nn.Module):
         the per-code counts of this step; counts and sums are SUM-all-reduced across ranks."""
         self._require_statistics()
         with fp32_island():
-            counts = torch.bincount(indices, minlength=self.num_codes).float() if counts is None else counts.clone()
+            counts = (torch.bincount(indices, minlength=self.num_codes).float() if counts is None
+                      else counts.clone())
             sums = torch.zeros(self.num_codes, self.code_dim, device=z.device)
             sums.index_add_(0, indices, z.float())
             if distributed():  # checked per call: a module built before init_process_group still syncs

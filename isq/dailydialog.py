@@ -55,7 +55,8 @@ def read_dialogues(path: Path) -> list[list[str]]:
         turns = [detokenize(t) for t in line.split(EOU)]
         turns = [t for t in turns if t]
         if len(turns) < 2:
-            raise DataFormatError(f"{path}:{number}: a dialogue needs at least two utterances, found {len(turns)}")
+            raise DataFormatError(f"{path}:{number}: a dialogue needs at least two utterances, "
+                                  f"found {len(turns)}")
         dialogues.append(turns)
     if not dialogues:
         raise DataFormatError(f"{path}: no dialogues")

@@ -113,9 +113,9 @@ def _load(loader: Any, name_or_path: str, **kwargs: Any) -> Any:
         if offline or not _hub_reachable():
             reason = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face hub cannot be reached"
             raise EncoderUnavailable(
-                f"cannot load {name_or_path!r}: it is not a local directory, not in the Hugging Face cache, and "
-                f"{reason}; pass a local copy (e.g. --model.isq.encoder /path/to/{name_or_path}) or set up hub "
-                f"access ({_gpu_note()})")
+                f"cannot load {name_or_path!r}: it is not a local directory, not in the Hugging Face cache, "
+                f"and {reason}; pass a local copy (e.g. --model.isq.encoder /path/to/{name_or_path}) or set "
+                f"up hub access ({_gpu_note()})")
     try:
         return loader.from_pretrained(path, **kwargs)
     except OSError as err:

@@ -40,8 +40,8 @@ def length_order(texts: Sequence[str]) -> list[int]:
 
 
 @torch.inference_mode()
-def encode_batches(semantic_encoder: SemanticEncoder, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
-                   max_length: int, batch_size: int = 64) -> Iterator[EncodedBatch]:
+def encode_batches(semantic_encoder: SemanticEncoder, tokenizer: PreTrainedTokenizerBase,
+                   texts: Sequence[str], max_length: int, batch_size: int = 64) -> Iterator[EncodedBatch]:
     """Encode ``texts`` (truncated to ``max_length`` tokens) batch by batch, in length order."""
     if isinstance(texts, str):
         raise TypeError("encode_batches() takes a sequence of texts, not a single string")

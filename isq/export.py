@@ -73,7 +73,8 @@ def write_directory(directory: Path, tensors: Mapping[str, Tensor], meta: dict[s
         if run_record is not None:
             (staging / RUN_RECORD_NAME).write_text(json.dumps(run_record, indent=2, default=str))
         files = sorted(p.name for p in staging.iterdir() if p.name != RUN_RECORD_NAME)
-        meta = {"format_version": FORMAT_VERSION, **meta, "files": {name: sha256_file(staging / name) for name in files}}
+        meta = {"format_version": FORMAT_VERSION, **meta,
+                "files": {name: sha256_file(staging / name) for name in files}}
         (staging / CONFIG_NAME).write_text(json.dumps(meta, indent=2, default=str))
         retired = directory.parent / f".{directory.name}.old-{os.getpid()}"
         if directory.exists():
@@ -93,7 +94,8 @@ def read_meta(directory: Path) -> dict[str, Any]:
     if not directory.is_dir():
         raise FingerprinterLoadError(f"{directory}: fingerprinter directory not found")
     if not path.is_file():
-        raise FingerprinterLoadError(f"{directory} is not a fingerprinter directory: {CONFIG_NAME} is missing")
+        raise FingerprinterLoadError(f"{directory} is not a fingerprinter directory: "
+                                     f"{CONFIG_NAME} is missing")
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -106,7 +108,8 @@ def read_meta(directory: Path) -> dict[str, Any]:
     for name, kind in META_FIELDS.items():
         if not isinstance(meta.get(name), kind):
             raise FingerprinterLoadError(f"{path}: field {name!r} is missing or not a {kind.__name__}")
-    required = [WEIGHTS_NAME, *TOKENIZER_NAMES] if meta["format_version"] == 1 else list(meta.get("files") or {})
+    required = ([WEIGHTS_NAME, *TOKENIZER_NAMES] if meta["format_version"] == 1
+                else list(meta.get("files") or {}))
     if meta["format_version"] == 2 and WEIGHTS_NAME not in required:
         raise FingerprinterLoadError(f"{path}: field 'files' does not list {WEIGHTS_NAME}")
     for name in required:
@@ -148,8 +151,8 @@ def check_identity(directory: Path, recorded: Mapping[str, Any], loaded: Mapping
     for key in ("codebook_size", "codebook_sha256"):
         if recorded.get(key) != loaded[key]:
             raise FingerprinterLoadError(
-                f"{directory / CONFIG_NAME}: field 'identity.{key}' is {recorded.get(key)!r}, but the codebook in "
-                f"{WEIGHTS_NAME} gives {loaded[key]!r}")
+                f"{directory / CONFIG_NAME}: field 'identity.{key}' is {recorded.get(key)!r}, "
+                f"but the codebook in {WEIGHTS_NAME} gives {loaded[key]!r}")
 
 
 def read_run_record(directory: Path) -> dict[str, Any] | None:

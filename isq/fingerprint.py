@@ -89,7 +89,8 @@ class Fingerprinter(nn.Module):
     def identity(self) -> dict[str, Any]:
         """What a memory bank records to refuse a different fingerprinter later."""
         vectors = self.codebook.vectors.detach().cpu().contiguous().numpy()
-        return {"codebook_size": self.codebook_size, "codebook_sha256": hashlib.sha256(vectors.tobytes()).hexdigest()}
+        return {"codebook_size": self.codebook_size,
+                "codebook_sha256": hashlib.sha256(vectors.tobytes()).hexdigest()}
 
     @property
     def device(self) -> torch.device:
@@ -111,7 +112,8 @@ class Fingerprinter(nn.Module):
         if isinstance(texts, str):
             raise TypeError("fingerprint() takes a sequence of texts, not a single string")
         results: list[Fingerprint | None] = [None] * len(texts)
-        for batch in encode_batches(self.semantic_encoder, self.tokenizer, texts, self.config.max_length, batch_size):
+        for batch in encode_batches(self.semantic_encoder, self.tokenizer, texts, self.config.max_length,
+                                    batch_size):
             codes = self._codes(batch.z, batch.attention_mask).cpu().numpy()
             mask = batch.mask.cpu().numpy()
             for row, position in enumerate(batch.positions):
@@ -155,8 +157,8 @@ class Fingerprinter(nn.Module):
             "identity": self.identity,
         }
         return export.write_directory(Path(directory), self.stored_tensors(bool(reference)), meta,
-                                      lambda staging: self.tokenizer.save_pretrained(str(staging)), run_record,
-                                      overwrite=overwrite)
+                                      lambda staging: self.tokenizer.save_pretrained(str(staging)),
+                                      run_record, overwrite=overwrite)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, device: str | torch.device = "cpu") -> Fingerprinter:
@@ -177,8 +179,8 @@ class Fingerprinter(nn.Module):
                 found = weights_checksum(resolve_encoder_path(reference["encoder"]))
                 if found != reference["sha256"]:
                     raise export.FingerprinterLoadError(
-                        f"{where}: the installed encoder {reference['encoder']!r} has weights SHA-256 {found[:12]}…, "
-                        f"but this fingerprinter was trained with {reference['sha256'][:12]}…")
+                        f"{where}: the installed encoder {reference['encoder']!r} has weights SHA-256 "
+                        f"{found[:12]}…, but this fingerprinter was trained with {reference['sha256'][:12]}…")
                 encoder = build_encoder(config)
             else:
                 encoder = build_encoder(config, architecture=meta.get("encoder_architecture"))
@@ -186,11 +188,13 @@ class Fingerprinter(nn.Module):
         except (OSError, KeyError, TypeError, ValueError) as err:
             if isinstance(err, export.FingerprinterLoadError):
                 raise
-            raise export.FingerprinterLoadError(f"{where}: cannot build the encoder or tokenizer ({err})") from None
+            raise export.FingerprinterLoadError(
+                f"{where}: cannot build the encoder or tokenizer ({err})") from None
         semantic = SemanticEncoder.build(config, encoder, frozen=bool(meta["frozen_encoder"]))
         model = cls(config, tokenizer, semantic, torch.zeros(config.num_codes, config.code_dim))
         expected = model.stored_tensors(bool(reference))
-        # Not strict: tied copies and a referenced encoder are absent on purpose; read_tensors checked the rest.
+        # Not strict: tied copies and a referenced encoder are absent on
+        # purpose; read_tensors checked the rest.
         model.load_state_dict(export.read_tensors(directory, expected), strict=False)
         export.check_identity(directory, meta["identity"], model.identity)
         model.run_record = export.read_run_record(directory)

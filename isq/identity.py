@@ -25,7 +25,8 @@ def normalise_identity(identity: Mapping[str, Any] | None) -> dict[str, Any] | N
     missing = [key for key in IDENTITY_KEYS if key not in identity]
     if missing:
         raise ValueError(f"fingerprinter identity lacks {missing}: {dict(identity)}")
-    return {"codebook_size": int(identity["codebook_size"]), "codebook_sha256": str(identity["codebook_sha256"])}
+    return {"codebook_size": int(identity["codebook_size"]),
+            "codebook_sha256": str(identity["codebook_sha256"])}
 
 
 def check_identity(saved: Mapping[str, Any] | None, expected: Mapping[str, Any], what: str) -> None:
@@ -34,6 +35,7 @@ def check_identity(saved: Mapping[str, Any] | None, expected: Mapping[str, Any],
     saved_key, expected_key = normalise_identity(saved), normalise_identity(expected)
     if saved_key is None or saved_key != expected_key:
         raise IdentityMismatch(
-            f"{what} was built with fingerprinter identity {saved_key}, but it is being used with fingerprinter "
-            f"identity {expected_key}; codes of different codebooks are not comparable, rebuild it"
+            f"{what} was built with fingerprinter identity {saved_key}, "
+            f"but it is being used with fingerprinter identity {expected_key}; "
+            "codes of different codebooks are not comparable, rebuild it"
         )

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]], align: Sequence[str] | None = None,
-                   float_format: str = ".4g") -> str:
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]],
+                   align: Sequence[str] | None = None, float_format: str = ".4g") -> str:
     """A GitHub-flavoured Markdown table. Floats are written with ``float_format``, every cell is
     escaped for '|'; ``align`` gives one of "l" (default) or "r" per column."""
     def cell(value: object) -> str:

@@ -67,9 +67,11 @@ class ISQOutput:
 def info_nce(context: Tensor, following: Tensor, temperature: float) -> Tensor:
     """Symmetric InfoNCE over a batch of paired vectors (B, N): row i of each is the positive
     of row i of the other, the other rows are negatives; cosine similarity / ``temperature``."""
-    logits = nn.functional.normalize(context, dim=1) @ nn.functional.normalize(following, dim=1).t() / temperature
+    logits = (nn.functional.normalize(context, dim=1) @ nn.functional.normalize(following, dim=1).t()
+              / temperature)
     target = torch.arange(logits.shape[0], device=logits.device)
-    return 0.5 * (nn.functional.cross_entropy(logits, target) + nn.functional.cross_entropy(logits.t(), target))
+    return 0.5 * (nn.functional.cross_entropy(logits, target)
+                  + nn.functional.cross_entropy(logits.t(), target))
 
 
 class ISQModel(nn.Module):
@@ -84,7 +86,8 @@ class ISQModel(nn.Module):
         super().__init__()
         self.config = config
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config)
-        self.semantic_encoder = SemanticEncoder.build(config, build_encoder(config), frozen=config.freeze_encoder)
+        self.semantic_encoder = SemanticEncoder.build(config, build_encoder(config),
+                                                      frozen=config.freeze_encoder)
         self.quantizer = EMAQuantizer(
             num_codes=config.num_codes, code_dim=config.code_dim, ema_decay=config.ema_decay,
             ema_eps=config.ema_eps,
@@ -121,7 +124,8 @@ class ISQModel(nn.Module):
             z_next = self.semantic_encoder(labels.masked_fill(~next_mask, pad), next_mask.long())
             with fp32_island():  # cosine logits / 0.1 would lose digits in bf16
                 contrastive = info_nce(self.quantizer.code_distribution(z, mask),
-                                       self.quantizer.code_distribution(z_next, next_mask), self.config.nce_temperature)
+                                       self.quantizer.code_distribution(z_next, next_mask),
+                                       self.config.nce_temperature)
             loss = loss + self.config.lambda_nce * contrastive
         return ISQOutput(
             loss=loss, ce_loss=ce, codebook_loss=q.codebook_loss, commitment_loss=q.commitment_loss,
@@ -157,7 +161,8 @@ class ISQModel(nn.Module):
         if fingerprinter.tokenizer.get_vocab() != self.tokenizer.get_vocab():
             raise ValueError("the fingerprinter's tokenizer differs from this model's")
         source = fingerprinter.semantic_encoder.state_dict()
-        for key in self.semantic_encoder.state_dict():  # adapters wrap a layer: its weights move under base_layer
+        # adapters wrap a layer: its weights move under base_layer
+        for key in self.semantic_encoder.state_dict():
             plain = key.replace(".base_layer.", ".")
             if plain != key and plain in source:
                 source[key] = source.pop(plain)

@@ -16,7 +16,8 @@ SYNTHETIC = "synthetic"
 """The value of ``--data.root`` or ``$ISQ_DAILYDIALOG`` that selects this corpus."""
 
 NAMES = ["Anna", "Ben", "Carla", "David", "Elif", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Keiko", "Luis"]
-PLACES = ["the library", "the gym", "the station", "the market", "the museum", "the park", "the cinema", "the office"]
+PLACES = ["the library", "the gym", "the station", "the market", "the museum", "the park", "the cinema",
+          "the office"]
 ITEMS = ["coat", "laptop", "bike", "ticket", "lamp", "camera", "sofa", "phone"]
 DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 FOODS = ["pizza", "noodles", "salad", "curry", "soup", "sushi"]
@@ -78,7 +79,8 @@ def synthetic_dialogues(count: int, seed: int) -> list[list[str]]:
     return dialogues
 
 
-def write_synthetic_corpus(root: str | Path, sizes: tuple[int, int, int] = (600, 80, 80), seed: int = 0) -> Path:
+def write_synthetic_corpus(root: str | Path, sizes: tuple[int, int, int] = (600, 80, 80),
+                           seed: int = 0) -> Path:
     """Write train/validation/test files in the DailyDialog release layout under ``root``.
 
     Each file is written beside its target and moved into place, because under DDP every rank
@@ -87,7 +89,8 @@ def write_synthetic_corpus(root: str | Path, sizes: tuple[int, int, int] = (600,
     root = Path(root)
     for offset, (split, count) in enumerate(zip(("train", "validation", "test"), sizes, strict=False)):
         (root / split).mkdir(parents=True, exist_ok=True)
-        lines = [" __eou__ ".join(turns) + " __eou__\n" for turns in synthetic_dialogues(count, seed + offset)]
+        lines = [" __eou__ ".join(turns) + " __eou__\n"
+                 for turns in synthetic_dialogues(count, seed + offset)]
         target = root / split / f"dialogues_{split}.txt"
         staging = target.with_name(f".{target.name}.tmp-{os.getpid()}")
         staging.write_text("".join(lines), encoding="utf-8")

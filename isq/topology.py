@@ -86,7 +86,8 @@ class TopologyParams:
         if self.association not in ASSOCIATIONS:
             raise ValueError(f"association must be one of {ASSOCIATIONS}, got {self.association!r}")
         if self.length_norm < 0 or (self.length_norm and self.aggregate != "sum"):
-            raise ValueError(f"length_norm must be >= 0 and applies to aggregate 'sum', got {self.length_norm}")
+            raise ValueError("length_norm must be >= 0 and applies to aggregate 'sum', "
+                             f"got {self.length_norm}")
 
     def label(self) -> str:
         extra = "" if self.association == "conditional" else f" {self.association}"
@@ -155,7 +156,8 @@ class CooccurrenceTopology:
         start = self.num_units
         count = indptr.size - 1
         if count:
-            new = sp.csr_matrix((np.ones(codes.size, dtype=np.int32), codes, indptr), shape=(count, self.num_codes))
+            new = sp.csr_matrix((np.ones(codes.size, dtype=np.int32), codes, indptr),
+                                shape=(count, self.num_codes))
             new.sum_duplicates()  # a code set is a set: repeated codes merge into one entry
             # 0/1 entries stored as int8 to keep the bank small; upcast where counts are summed
             self._pending.append(sp.csr_matrix((np.ones(new.nnz, dtype=np.int8), new.indices, new.indptr),
@@ -285,7 +287,8 @@ class CooccurrenceTopology:
         """[P^h]_ab as is ("conditional"), or its positive log-lift over π(b) ("lift")."""
         if target_share is None:
             return walk
-        lift = np.divide(walk, target_share[None, :], out=np.zeros_like(walk), where=target_share[None, :] > 0)
+        lift = np.divide(walk, target_share[None, :], out=np.zeros_like(walk),
+                         where=target_share[None, :] > 0)
         weighted: np.ndarray = np.log(np.maximum(lift, 1.0))
         return weighted
 
@@ -381,7 +384,8 @@ class CooccurrenceTopology:
         directory = Path(directory)
         config = json.loads((directory / _CONFIG_FILE).read_text())
         check_identity(config["identity"], identity, f"topology in {directory}")
-        params = TopologyParams(**{key: config[key] for key in TopologyParams.__dataclass_fields__ if key in config})
+        params = TopologyParams(**{key: config[key] for key in TopologyParams.__dataclass_fields__
+                                   if key in config})
         topology = cls(num_codes=config["num_codes"], params=params, identity=config["identity"])
         n_codes = topology.num_codes
         with np.load(directory / _ARRAYS_FILE) as arrays:
@@ -389,7 +393,8 @@ class CooccurrenceTopology:
             topology._incidence = sp.csr_matrix(
                 (np.ones(indices.size, dtype=np.int8), indices, arrays["incidence_indptr"]),
                 shape=(config["num_units"], n_codes))
-            topology._cooc = sp.csr_matrix((arrays["cooc_data"], arrays["cooc_indices"], arrays["cooc_indptr"]),
+            topology._cooc = sp.csr_matrix((arrays["cooc_data"], arrays["cooc_indices"],
+                                            arrays["cooc_indptr"]),
                                            shape=(n_codes, n_codes))
             topology._doc_freq = arrays["doc_freq"].astype(np.int64)
         return topology

@@ -30,16 +30,20 @@ from retrieval.memory.store import AMUStore
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m retrieval.consolidate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--store", type=Path, required=True, help="store directory written by retrieval.ingest")
+    parser = argparse.ArgumentParser(prog="python -m retrieval.consolidate",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", type=Path, required=True,
+                        help="store directory written by retrieval.ingest")
     parser.add_argument("--operator", choices=OPERATORS, default="offline",
-                        help="offline near-duplicate MERGE (default) or an LLM (ISQ_LLM_BASE_URL, ISQ_LLM_MODEL)")
+                        help="offline near-duplicate MERGE (default) or an LLM (ISQ_LLM_BASE_URL, "
+                             "ISQ_LLM_MODEL)")
     parser.add_argument("--threshold", type=float, help="HAC cut, cosine distance (default: the operator's)")
     parser.add_argument("--linkage", choices=LINKAGES, default="complete")
     parser.add_argument("--window-days", type=float, default=WINDOW_DAYS, help="time-window gate, in days")
     parser.add_argument("--conversation", action="append", help="only this conversation (repeatable)")
     parser.add_argument("--embedder", default=MINILM_ALIAS, help="sentence embedder of the AMUs")
-    parser.add_argument("--fingerprinter", type=Path, help="the fingerprinter the store was built with, if any")
+    parser.add_argument("--fingerprinter", type=Path,
+                        help="the fingerprinter the store was built with, if any")
     parser.add_argument("--llm-cache", type=Path, help="LLM response cache (default: STORE/llm_cache)")
     return parser
 
@@ -47,17 +51,21 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        config = ConsolidationConfig(threshold=args.threshold, linkage=args.linkage, window_days=args.window_days)
+        config = ConsolidationConfig(threshold=args.threshold, linkage=args.linkage,
+                                     window_days=args.window_days)
         if not (args.store / AMUStore.DB_NAME).is_file():
-            raise StoreError(f"no store at {args.store} ({AMUStore.DB_NAME} is missing); ingest into it first")
+            raise StoreError(f"no store at {args.store} ({AMUStore.DB_NAME} is missing); "
+                             "ingest into it first")
         with AMUStore(args.store, role="consolidate") as store:
             stored = store.conversations()
             conversations = args.conversation or stored
             unknown = [cid for cid in conversations if cid not in stored]
             if unknown:
-                raise ValueError(f"{args.store} holds no conversation {unknown[0]!r} (it holds {len(stored)})")
+                raise ValueError(f"{args.store} holds no conversation {unknown[0]!r} "
+                                 f"(it holds {len(stored)})")
             operator = make_operator(args.operator, args.llm_cache or args.store / "llm_cache")
-            fingerprinter = None if args.fingerprinter is None else Fingerprinter.from_pretrained(args.fingerprinter)
+            fingerprinter = (None if args.fingerprinter is None
+                             else Fingerprinter.from_pretrained(args.fingerprinter))
             embedder = SentenceEmbedder(args.embedder)
             for conversation_id in conversations:
                 report = consolidate_conversation(store, conversation_id, embedder, operator, config,

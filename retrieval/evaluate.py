@@ -7,8 +7,9 @@
 Per conversation the sessions are added in order through ``retrieval.Memory.add`` into
 ``OUT/store``, the conversation being the user (a rerun finds the turns stored and reuses it;
 ``--store DIR`` evaluates a memory already built there instead), every AMU is embedded and
-fingerprinted with each fingerprinter, and each question of categories 1-4 is answered by retrieval alone and scored against its evidence dia_ids
-(metrics: :mod:`retrieval.eval.metrics`; configuration names: :mod:`retrieval.eval.configs`).
+fingerprinted with each fingerprinter, and each question of categories 1-4 is answered by retrieval alone and
+scored against its evidence dia_ids (metrics: :mod:`retrieval.eval.metrics`; configuration names:
+:mod:`retrieval.eval.configs`).
 
 ``multi`` and ``multi+code`` are plan-guided multi-route retrieval (:mod:`retrieval.routes`),
 planned by the rule planner (``--planner llm`` asks the endpoint below) and without reranking
@@ -61,45 +62,55 @@ DEFAULT_FINGERPRINTER = Path(__file__).resolve().parents[1] / "checkpoints" / "i
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m retrieval.evaluate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m retrieval.evaluate",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--locomo", type=Path, required=True, help="LoCoMo JSON file (e.g. locomo10.json)")
     parser.add_argument("--fingerprinter", type=Path, default=DEFAULT_FINGERPRINTER,
-                        help="trained fingerprinter directory (default: the committed checkpoints/isq_minilm_dailydialog_cpu)")
+                        help="trained fingerprinter directory (default: "
+                             "the committed checkpoints/isq_minilm_dailydialog_cpu)")
     parser.add_argument("--kmeans-fingerprinter", type=Path, help="k-means control fingerprinter directory")
-    parser.add_argument("--out", type=Path, required=True, help="output directory (the store goes to OUT/store)")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="output directory (the store goes to OUT/store)")
     parser.add_argument("--extractor", choices=("rule", "llm"), default="rule")
     parser.add_argument("--embedder", default=MINILM_ALIAS,
                         help="sentence-transformers name or path for segmentation and Path A")
     parser.add_argument("--k-dense", type=int, default=20)
     parser.add_argument("--k-code", type=int, default=20)
     defaults = TopologyParams()
-    parser.add_argument("--max-hops", type=int, default=defaults.max_hops, help="H_r (0: the self term alone)")
+    parser.add_argument("--max-hops", type=int, default=defaults.max_hops,
+                        help="H_r (0: the self term alone)")
     parser.add_argument("--alpha", type=float, default=defaults.alpha)
     parser.add_argument("--self-term", action=argparse.BooleanOptionalAction, default=defaults.self_term,
                         help="a query code also activates itself (h = 0 term)")
     parser.add_argument("--aggregate", choices=AGGREGATES, default=defaults.aggregate)
     parser.add_argument("--association", choices=ASSOCIATIONS, default=defaults.association,
-                        help="weight of a walk: the SPEC's conditional probability, its lift, or IDF on the target")
+                        help="weight of a walk: the SPEC's conditional probability, its lift, "
+                             "or IDF on the target")
     parser.add_argument("--length-norm", type=float, default=defaults.length_norm,
                         help="divide a summed S_amu by |U_fp|^LENGTH_NORM (0 = off)")
-    parser.add_argument("--configs", help="comma-separated configurations (default: the equal-budget ablation)")
+    parser.add_argument("--configs",
+                        help="comma-separated configurations (default: the equal-budget ablation)")
     parser.add_argument("--sweep", action="store_true", help="sweep H_r, α, self term and aggregate")
     parser.add_argument("--planner", choices=("rule", "llm"), default="rule",
                         help="planner of the multi-route configurations (llm: the endpoint below)")
     parser.add_argument("--reranker", type=Path,
-                        help="sentence-transformers CrossEncoder directory reranking inside each route (default: off)")
+                        help="sentence-transformers CrossEncoder directory reranking inside each route "
+                             "(default: off)")
     parser.add_argument("--llm-base-url", help="OpenAI-compatible endpoint (default: $ISQ_LLM_BASE_URL)")
-    parser.add_argument("--llm-model", help="model name (default: $ISQ_LLM_MODEL); the key is $ISQ_LLM_API_KEY")
+    parser.add_argument("--llm-model",
+                        help="model name (default: $ISQ_LLM_MODEL); the key is $ISQ_LLM_API_KEY")
     parser.add_argument("--llm-cache", type=Path, help="LLM response cache (default: OUT/llm_cache)")
     parser.add_argument("--answer-configs", default=None,
                         help="configurations answered by the LLM (default: dense+code and the dense "
                              "configuration of the same budget)")
     parser.add_argument("--consolidate", choices=OPERATORS,
-                        help="consolidate each conversation's memory after ingestion (offline: near-duplicate "
-                             "merges; llm: the endpoint's operations) and evaluate it consolidated")
+                        help="consolidate each conversation's memory after ingestion (offline: "
+                             "near-duplicate merges; llm: the endpoint's operations) and evaluate it "
+                             "consolidated")
     parser.add_argument("--store", type=Path,
                         help="evaluate the memory already built in this store directory (read-only; e.g. one "
-                             "consolidated through Memory.consolidate) instead of adding LoCoMo into OUT/store")
+                             "consolidated through Memory.consolidate) instead of adding LoCoMo into "
+                             "OUT/store")
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -129,7 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         answer_configs = _split(args.answer_configs)
         if answer_configs is None:
             k = args.k_dense + args.k_code
-            answer_configs = [n for n in (f"dense{args.k_dense}+code{args.k_code}", f"dense{k}") if n in names]
+            answer_configs = [n for n in (f"dense{args.k_dense}+code{args.k_code}", f"dense{k}")
+                              if n in names]
         resolve_configs(names, fingerprinters, answer_configs)
         topology = TopologyParams(args.max_hops, args.alpha, args.self_term, args.aggregate, args.association,
                                   args.length_norm)
@@ -149,7 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         models = Models(fingerprinters, embedder, extractor, planner, reranker, consolidator, answer_stage)
         results = evaluate(conversations, models, args.out, EvaluationSettings(
             configs=configs, k_dense=args.k_dense, k_code=args.k_code, topology=topology, sweep=args.sweep,
-            answer_configs=answer_configs, recorded=settings, progress=not args.no_progress, store=args.store))
+            answer_configs=answer_configs, recorded=settings, progress=not args.no_progress,
+            store=args.store))
     except (EvaluationError, IngestError, StoreError, MemoryAPIError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -166,8 +179,8 @@ def _check_inputs(args: argparse.Namespace, conversations: Sequence[LocomoConver
         raise EvaluationError(f"--out {args.out} is a file, not a directory")
     report = EvidenceReport()
     if not any(select_questions(conversation, report) for conversation in conversations):
-        raise EvaluationError(f"{args.locomo}: no question of categories 1-4 whose evidence names a turn of its "
-                              "conversation; nothing to evaluate")
+        raise EvaluationError(f"{args.locomo}: no question of categories 1-4 whose evidence names a turn of "
+                              "its conversation; nothing to evaluate")
 
 
 def _summary_line(results: Results, out: Path) -> str:

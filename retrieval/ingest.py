@@ -50,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--llm-cache", type=Path, help="LLM response cache (default: STORE/llm_cache)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--consolidate-in-background", nargs="?", const="offline", choices=OPERATORS,
-                        help="consolidate in a background worker beside the ingest (operator: offline by default)")
+                        help="consolidate in a background worker beside the ingest (operator: "
+                             "offline by default)")
     return parser
 
 
@@ -64,7 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not turns:  # an empty input would create a store and fix its models for nothing
             raise InputFormatError(f"{args.locomo or args.jsonl}: no turns; nothing to ingest")
         embedder, extractor, fingerprinter = _models(args)
-        operator = make_operator(args.consolidate_in_background or "offline", args.llm_cache or args.store / LLM_CACHE)
+        operator = make_operator(args.consolidate_in_background or "offline",
+                                 args.llm_cache or args.store / LLM_CACHE)
         with Memory.open(args.store, embedder=embedder, extractor=extractor, fingerprinter=fingerprinter,
                          consolidator=operator) as memory:
             if args.fingerprinter is not None:  # so that a reader need not name it again
@@ -72,8 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             stats = add_conversation(memory, turns, progress=not args.no_progress)
             jobs = []
             if args.consolidate_in_background:
-                jobs = [memory.consolidate(user_id=user, wait=False) for user in dict.fromkeys(t.conversation_id
-                                                                                                for t in turns)]
+                jobs = [memory.consolidate(user_id=user, wait=False)
+                        for user in dict.fromkeys(t.conversation_id for t in turns)]
                 jobs = [memory.consolidate(user_id=job.user_id, wait=True) for job in jobs]
     except (InputFormatError, IngestError, MemoryAPIError, StoreError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -91,8 +93,10 @@ def _models(args: argparse.Namespace) -> tuple[Deferred, Deferred, Deferred | No
     """The embedder, extractor and (optional) fingerprinter the arguments name, loaded once the
     store is open (a busy or broken store fails fast)."""
     cache = args.llm_cache or args.store / LLM_CACHE
-    extractor = Deferred(LLMExtractor, cache_dir=cache) if args.extractor == "llm" else Deferred(RuleExtractor)
-    fingerprinter = None if args.fingerprinter is None else Deferred(Fingerprinter.from_pretrained, args.fingerprinter)
+    extractor = (Deferred(LLMExtractor, cache_dir=cache) if args.extractor == "llm"
+                 else Deferred(RuleExtractor))
+    fingerprinter = (None if args.fingerprinter is None
+                     else Deferred(Fingerprinter.from_pretrained, args.fingerprinter))
     return Deferred(SentenceEmbedder, args.embedder), extractor, fingerprinter
 
 

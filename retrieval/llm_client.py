@@ -48,13 +48,15 @@ class LLMUsage:
 
     @property
     def calls(self) -> int:
-        """Requests answered, from the endpoint or the cache (a hit stands for a call an earlier run paid for)."""
+        """Requests answered, from the endpoint or the cache (a hit stands for a call an earlier run paid
+        for)."""
         return self.http_calls + self.cache_hits
 
     @property
     def tokens(self) -> int:
         """Prompt and completion tokens, billed now or recorded with cache hits."""
-        return self.prompt_tokens + self.completion_tokens + self.cached_prompt_tokens + self.cached_completion_tokens
+        return (self.prompt_tokens + self.completion_tokens + self.cached_prompt_tokens
+                + self.cached_completion_tokens)
 
     def __add__(self, other: LLMUsage) -> LLMUsage:
         return LLMUsage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(LLMUsage)})

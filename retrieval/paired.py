@@ -23,7 +23,8 @@ from retrieval.eval.paired_differences import compare, render
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m retrieval.paired", description=__doc__.split("\n\n")[0])
-    parser.add_argument("questions", type=Path, help="questions.jsonl written by python -m retrieval.evaluate")
+    parser.add_argument("questions", type=Path,
+                        help="questions.jsonl written by python -m retrieval.evaluate")
     parser.add_argument("configs", nargs="+", help="configurations to compare with the baseline")
     parser.add_argument("--baseline", required=True, help="configuration to subtract, e.g. dense40")
     parser.add_argument("--pool", type=Path, action="append", default=[], metavar="QUESTIONS",
@@ -31,8 +32,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "seed); recalls are averaged over all runs question by question (repeatable)")
     parser.add_argument("--with", dest="tagged", action="append", default=[], metavar="QUESTIONS:TAG",
                         help="another run over the same questions whose configurations join as CONFIG@TAG, "
-                             "e.g. --with consolidated/questions.jsonl:consolidated then dense40@consolidated; "
-                             "runs given with the same TAG are averaged like --pool")
+                             "e.g. --with consolidated/questions.jsonl:consolidated then "
+                             "dense40@consolidated; runs given with the same TAG are averaged like --pool")
     parser.add_argument("--forest", type=Path, metavar="PNG",
                         help="also draw the table as a forest plot (one panel per group) into this PNG file")
     parser.add_argument("--resamples", type=int, default=2000)
@@ -53,7 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(render(args.baseline, table))
     if args.forest is not None:
         try:
-            plot_forest({label(name, args.baseline): row for name, row in table.items()}, args.forest, FOREST_TITLE)
+            plot_forest({label(name, args.baseline): row for name, row in table.items()}, args.forest,
+                        FOREST_TITLE)
         except OSError as err:
             print(f"error: {args.forest}: {err}", file=sys.stderr)
             return 2

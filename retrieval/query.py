@@ -45,13 +45,15 @@ from retrieval.routes.score_legend import ORDER_NOTE, SCORE_COLUMNS, legend_line
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m retrieval.query", description=__doc__.split("\n\n")[0])
     parser.add_argument("question", help="the question to retrieve evidence for")
-    parser.add_argument("--store", type=Path, required=True, help="store directory (python -m retrieval.ingest)")
+    parser.add_argument("--store", type=Path, required=True,
+                        help="store directory (python -m retrieval.ingest)")
     parser.add_argument("--conversation", help="conversation id (needed when the store holds several)")
     parser.add_argument("-k", type=int, default=40, help="evidence budget (final top-k = max(k, 15))")
     parser.add_argument("--exact-k", action="store_true", help="return exactly k items, also below 15")
     parser.add_argument("--fingerprinter", type=Path, help="ISQ fingerprinter directory for the codebook "
                         "route (default: the one the store was built with, if any)")
-    parser.add_argument("--reranker", type=Path, help="local CrossEncoder directory reranking inside each route")
+    parser.add_argument("--reranker", type=Path,
+                        help="local CrossEncoder directory reranking inside each route")
     parser.add_argument("--planner", choices=("rule", "llm"), default="rule",
                         help="llm: ISQ_LLM_BASE_URL / ISQ_LLM_MODEL")
     parser.add_argument("--llm-cache", type=Path, default=reader_cache_dir(),
@@ -107,10 +109,13 @@ def item_dict(rank: int, hit: SearchHit, memory: Memory, user: str) -> dict[str,
     explain = hit.explain or {}
     scores = {name: channel["score"] for name, channel in explain.get("channels", {}).items()}
     return {"rank": rank, "id": hit.id, "kind": hit.kind, "text": hit.text, "memory_type": hit.memory_type,
-            "time": hit.time, "routes": explain.get("routes", []), "scores": {**scores, **explain.get("fused", {})},
+            "time": hit.time, "routes": explain.get("routes", []),
+            "scores": {**scores, **explain.get("fused", {})},
             "provenance": {"session_id": hit.session_id, "turn_ids": list(hit.turns)},
-            "turns": [{"turn_id": t.turn_id, "speaker": t.speaker, "text": t.text, "image_caption": t.image_caption,
-                       "session_time": t.session_time.isoformat() if t.session_time else None} for t in turns]}
+            "turns": [{"turn_id": t.turn_id, "speaker": t.speaker, "text": t.text,
+                       "image_caption": t.image_caption,
+                       "session_time": t.session_time.isoformat() if t.session_time else None}
+                      for t in turns]}
 
 
 def render(result: SearchResult, items: Sequence[dict[str, Any]], args: argparse.Namespace) -> str:

@@ -33,7 +33,8 @@ GRACEFUL_SHUTDOWN_S = 30
 
 def _serve_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m retrieval.serve", description=__doc__.split("\n\n")[0],
-                                     epilog="keys: python -m retrieval.serve keys {create,list,revoke} --help")
+                                     epilog="keys: python -m retrieval.serve keys {create,list,revoke} "
+                                            "--help")
     add_memory_arguments(parser)
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to listen on (loopback by default)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
@@ -46,9 +47,11 @@ def _keys_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     create = commands.add_parser("create", help="create a key for a user; prints it as the last line")
     create.add_argument("--user", required=True)
-    listing = commands.add_parser("list", help="key ids, users, creation and revocation times (never secrets)")
+    listing = commands.add_parser("list",
+                                  help="key ids, users, creation and revocation times (never secrets)")
     listing.add_argument("--user")
-    revoke = commands.add_parser("revoke", help="revoke a key (by id or in full); the server refuses it at once")
+    revoke = commands.add_parser("revoke",
+                                 help="revoke a key (by id or in full); the server refuses it at once")
     revoke.add_argument("key")
     for command in (create, listing, revoke):
         command.add_argument("--store", type=Path, required=True, help="the memory's store directory")
@@ -61,7 +64,8 @@ def keys_main(argv: Sequence[str]) -> int:
     try:
         if args.command == "create":
             key = keys.create(args.user)
-            print(f"created a key for user {args.user!r}; it is shown only now (the store keeps a salted hash):")
+            print(f"created a key for user {args.user!r}; it is shown only now "
+                  "(the store keeps a salted hash):")
             print(key)
         elif args.command == "list":
             for info in keys.list(args.user):
@@ -89,7 +93,8 @@ def serve_main(argv: Sequence[str]) -> int:
     keys = KeyStore(args.store)
     memory = open_memory(args)
     try:
-        config = uvicorn.Config(create_app(memory, keys, args.store, host=args.host), host=args.host, port=args.port,
+        config = uvicorn.Config(create_app(memory, keys, args.store, host=args.host), host=args.host,
+                                port=args.port,
                                 access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
         print(f"serving {args.store} on http://{args.host}:{args.port} (OpenAPI /docs, MCP /mcp)", flush=True)
         # uvicorn handles SIGTERM/SIGINT itself (stop accepting, finish requests, lifespan shutdown,

@@ -30,7 +30,8 @@ TURNS = [  # (session, turn id, speaker, text, time)
     ("session_2", "D2:4", "Ann", "Yes, Yosemite would be perfect.", JUNE),
 ]
 RECORDS = [  # (segment, text, entities, tags, t_ref, turn ids)
-    (0, "Ann signed up for a pottery class on 7 May 2023.", ["Ann"], ["pottery", "class"], "2023-05-07", ["D1:1"]),
+    (0, "Ann signed up for a pottery class on 7 May 2023.", ["Ann"], ["pottery", "class"], "2023-05-07",
+     ["D1:1"]),
     (0, "Bob ran a charity race for mental health on 6 May 2023.", ["Bob"], ["charity", "race"], "2023-05-06",
      ["D1:2"]),
     (1, "Bob's dog Biscuit learned to sit.", ["Bob", "Biscuit"], ["dog"], "2023-06-20", ["D2:1"]),
@@ -80,11 +81,13 @@ def build_store(path: Path) -> None:
         for seq, session in enumerate(("session_1", "session_2")):
             turns = [Turn(CID, s, tid, who, text, when) for s, tid, who, text, when in TURNS if s == session]
             amus = [AMU(amu_id(CID, seq, i), text, "fact",
-                        SourcePointer(CID, session, tuple(ids), ("Ann",), seq), observed_at=turns[0].session_time
+                        SourcePointer(CID, session, tuple(ids), ("Ann",), seq),
+                        observed_at=turns[0].session_time
                         .isoformat(), entities=tuple(entities), tags=tuple(tags), t_ref=t_ref)
                     for i, (segment, text, entities, tags, t_ref, ids) in enumerate(
                         [r for r in RECORDS if r[0] == seq])]
-            store.commit_segment(SegmentRecord(CID, seq, session, tuple(t.turn_id for t in turns), "session_flush"),
+            store.commit_segment(SegmentRecord(CID, seq, session, tuple(t.turn_id for t in turns),
+                                               "session_flush"),
                                  turns, amus)
         store.archive([ARCHIVED])
 

@@ -37,7 +37,9 @@ def test_only_adapters_of_the_encoder_train(pair) -> None:
     assert encoder and all(".lora_" in n for n in encoder)
     assert len(encoder) == 6 * 2 * 2  # 6 layers x (query, value) x (A, B)
     groups = adapted.parameter_groups()
-    assert {id(p) for p in groups["encoder"]} == {id(p) for n, p in adapted.semantic_encoder.encoder.named_parameters()
+    assert {id(p) for p in groups["encoder"]} == {id(p)
+                                                  for n,
+                                                  p in adapted.semantic_encoder.encoder.named_parameters()
                                                   if ".lora_" in n}
 
 

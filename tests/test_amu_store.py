@@ -21,11 +21,13 @@ from retrieval.memory.times import time_interval
 WHEN = datetime(2023, 5, 8, 13, 56)
 
 
-def make_turn(turn_id: str, speaker: str = "Caroline", session: str = "session_1", text: str = "hello") -> Turn:
+def make_turn(turn_id: str, speaker: str = "Caroline", session: str = "session_1",
+              text: str = "hello") -> Turn:
     return Turn("conv-x", session, turn_id, speaker, text, WHEN)
 
 
-def make_amu(seq: int, index: int, text: str = "Caroline paints.", session: str = "session_1", **overrides) -> AMU:
+def make_amu(seq: int, index: int, text: str = "Caroline paints.", session: str = "session_1",
+             **overrides) -> AMU:
     values = dict(
         id=amu_id("conv-x", seq, index),
         text=text,

@@ -42,7 +42,8 @@ def test_lift_is_the_positive_pointwise_mutual_information_of_the_walk() -> None
     expected = with_self_term(0.5 * np.log(np.maximum(P / SHARE[None, :], 1.0)))
     np.testing.assert_allclose(topology(alpha=0.5, association="lift").code_scores(), expected, rtol=1e-12)
     # code 0 is reached from 1 with P = 3/4 but holds 5/12 of all co-occurrences: lift 1.8
-    assert topology(alpha=1.0, association="lift").code_scores()[1, 0] == pytest.approx(math.log(0.75 / (5 / 12)))
+    assert (topology(alpha=1.0, association="lift").code_scores()[1, 0]
+            == pytest.approx(math.log(0.75 / (5 / 12))))
 
 
 def test_idf_on_the_target_discounts_common_targets() -> None:
@@ -61,7 +62,8 @@ def test_two_hops_take_the_best_walk() -> None:
 def test_no_hops_keeps_the_self_term_alone() -> None:
     built = topology(max_hops=0)
     np.testing.assert_allclose(built.code_scores(), np.diag(IDF), rtol=1e-12)
-    np.testing.assert_allclose(built.unit_scores({1, 2}), [IDF[1], IDF[1], IDF[2], IDF[1] + IDF[2]], rtol=1e-12)
+    np.testing.assert_allclose(built.unit_scores({1, 2}), [IDF[1], IDF[1], IDF[2], IDF[1] + IDF[2]],
+                               rtol=1e-12)
     with pytest.raises(ValueError, match="self_term"):
         TopologyParams(max_hops=0, self_term=False)
 

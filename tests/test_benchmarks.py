@@ -129,11 +129,14 @@ def test_the_locomo_standin_renames_every_copy(tmp_path) -> None:
     from benchmarks.locomo_standin import main as standin_main
 
     source = tmp_path / "l.json"
-    source.write_text(json.dumps([{"sample_id": "c", "qa": [{"question": "Where did Anna go?"}], "conversation": {
-        "speaker_a": "Anna", "speaker_b": "Bo", "session_1": [{"speaker": "Anna", "dia_id": "D1:1", "text": "Hi Bo"}]}}]))
+    source.write_text(json.dumps([{
+        "sample_id": "c", "qa": [{"question": "Where did Anna go?"}], "conversation": {
+            "speaker_a": "Anna", "speaker_b": "Bo",
+            "session_1": [{"speaker": "Anna", "dia_id": "D1:1", "text": "Hi Bo"}]}}]))
     assert standin_main(["--locomo", str(source), "--copies", "2", "--out", str(tmp_path / "s.json")]) == 0
     copies = json.loads((tmp_path / "s.json").read_text())
     assert [c["sample_id"] for c in copies] == ["c-copy0", "c-copy1"]
-    assert copies[1]["conversation"]["session_1"][0] == {"speaker": "Clara", "dia_id": "D1:1", "text": "Hi Dev"}
+    assert (copies[1]["conversation"]["session_1"][0]
+            == {"speaker": "Clara", "dia_id": "D1:1", "text": "Hi Dev"})
     assert copies[0]["qa"][0]["question"] == "Where did Ana go?"
     assert standin_main(["--locomo", str(tmp_path / "absent.json"), "--out", str(tmp_path / "x.json")]) == 2

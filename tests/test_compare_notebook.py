@@ -38,7 +38,8 @@ def _questions(path: Path) -> Path:
             ("single-hop", ["D1:3"], [], ["D1:3"], True),
             ("temporal", ["D1:4"], ["D1:4"], ["D1:4"], False)]
     path.write_text("".join(json.dumps({
-        "conversation": "c", "qa_index": i, "category": category, "question": f"question {i}?", "evidence": evidence,
+        "conversation": "c", "qa_index": i, "category": category, "question": f"question {i}?",
+        "evidence": evidence,
         "found": {"multi": [], "multi+code": a, "multi+kmeans": b}, "lexical_gap": gap}) + "\n"
         for i, (category, evidence, a, b, gap) in enumerate(rows)))
     return path
@@ -55,7 +56,8 @@ def test_notebook_puts_two_codebooks_side_by_side(pair, tmp_path, monkeypatch):
     monkeypatch.setenv("ISQ_FINGERPRINTER_A", str(pair["A"]))
     monkeypatch.setenv("ISQ_FINGERPRINTER_B", str(pair["B"]))
     monkeypatch.setenv("ISQ_SAMPLE_SIZE", "40")
-    monkeypatch.setenv("ISQ_QUESTIONS", f"{_questions(tmp_path / 'q.jsonl')}:{_questions(tmp_path / 'q2.jsonl')}")
+    monkeypatch.setenv("ISQ_QUESTIONS",
+                       f"{_questions(tmp_path / 'q.jsonl')}:{_questions(tmp_path / 'q2.jsonl')}")
     monkeypatch.setenv("ISQ_DAILYDIALOG", "synthetic")
     monkeypatch.delenv("ISQ_CONFIG_A", raising=False)
     monkeypatch.delenv("ISQ_CONFIG_B", raising=False)

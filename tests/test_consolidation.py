@@ -117,9 +117,11 @@ def test_count_sensitive_lexicon(text: str, sensitive: bool) -> None:
 
 def test_gates_on_hand_built_clusters() -> None:
     may, june, sept = datetime(2023, 5, 1), datetime(2023, 5, 25), datetime(2023, 9, 1)
-    members = [member("a1", "Ann loves tea.", when=may), member("b1", "Bob loves tea.", speaker="Bob", when=may),
+    members = [member("a1", "Ann loves tea.", when=may),
+               member("b1", "Bob loves tea.", speaker="Bob", when=may),
                member("a2", "Ann loves tea!", when=june), member("a3", "Ann has two teapots.", when=june),
-               member("a4", "Ann loves tea.", when=sept), member("b2", "Bob loves tea.", speaker="Bob", when=june),
+               member("a4", "Ann loves tea.", when=sept),
+               member("b2", "Bob loves tea.", speaker="Bob", when=june),
                member("a5", "Ann loves tea.", when=None), member("a6", "Ann loves tea.", when=None)]
     same = lambda texts: np.ones((len(texts), 4), dtype=np.float32)  # noqa: E731 - every pair at distance 0
     plan = make_plan(members, same, ConsolidationConfig(threshold=0.1))
@@ -153,7 +155,8 @@ def test_offline_consolidation_of_a_conversation_with_known_duplicates(store_dir
     with AMUStore(store_dir, role="consolidate") as store:
         before = {a.id: a for a in store.amus()}
         report = consolidate_conversation(store, CID, HashEmbedder())
-        assert (report.amus_before, report.amus_active_after, report.archived, report.created) == (19, 13, 12, 6)
+        assert ((report.amus_before, report.amus_active_after, report.archived, report.created)
+                == (19, 13, 12, 6))
         assert report.operations == {"MERGE": 6, "KEEP": 1} and report.exact_duplicates == 3
         assert (report.count_sensitive, report.passes, report.llm_calls, report.tokens) == (2, 3, 0, 0)
         assert report.turns_before == report.turns_after and not report.lost_turns
@@ -167,7 +170,8 @@ def test_offline_consolidation_of_a_conversation_with_known_duplicates(store_dir
         assert hike.source == SourcePointer(CID, "s2", ("D1:1", "D2:1"), ("Ann",), None)
         assert hike.observed_at == SESSIONS[1][1].isoformat() and hike.id.startswith(f"{CID}:c:")
         guitar = next(a for a in active if "guitar" in a.text and a.source.session_id == "s2")
-        assert guitar.text == "[2023-05-08 to 2023-05-20] Bob is learning to play acoustic guitar this summer!"
+        assert (guitar.text
+                == "[2023-05-08 to 2023-05-20] Bob is learning to play acoustic guitar this summer!")
         (bread,) = [a for a in active if "sourdough" in a.text]  # merged in two passes
         assert bread.source.turn_ids == ("D1:8", "D2:7", "D2:8")
         archived = [a for a in store.amus(include_archived=True) if a.archived]
@@ -201,7 +205,8 @@ def test_a_saved_plan_of_other_settings_is_not_resumed(store_dir: Path) -> None:
 def test_forwarding_keeps_every_source_turn_reachable(store_dir: Path) -> None:
     with AMUStore(store_dir, role="consolidate") as store:
         consolidate_conversation(store, CID, HashEmbedder())
-        wider = consolidate_conversation(store, CID, HashEmbedder(), config=ConsolidationConfig(window_days=100))
+        wider = consolidate_conversation(store, CID, HashEmbedder(),
+                                         config=ConsolidationConfig(window_days=100))
         assert wider.created == 3  # the s3 statements join their merged May AMUs
         result = audit(store)
         assert result.ok and result.longest_chain == 2 and result.forwarded == 18 and result.active == 10
@@ -256,14 +261,17 @@ def test_the_indexes_see_archived_amus_disappear_and_merged_ones_appear(store_di
 
 MARATHON = [Turn("conv-m", "s1", "D1:1", "Ann", "I am training for the city marathon in the spring.",
                  SESSIONS[0][1]),
-            Turn("conv-m", "s1", "D1:2", "Bob", "Good luck with that, the course looks hard!", SESSIONS[0][1]),
+            Turn("conv-m", "s1", "D1:2", "Bob", "Good luck with that, the course looks hard!",
+                 SESSIONS[0][1]),
             Turn("conv-m", "s2", "D2:1", "Ann", "I am training hard for the city marathon this spring.",
                  SESSIONS[1][1])]
 ANSWERS = {
     "MERGE": {"operation": "MERGE", "text": "Ann is training for the city marathon in spring 2023.",
               "memory_type": "event", "entities": ["Ann"], "tags": ["marathon"], "timestamps": ["2023"]},
-    "UPDATE": {"operation": "UPDATE", "text": "Ann now trains hard for the city marathon.", "memory_type": "fact"},
-    "AGGREGATE": {"operation": "AGGREGATE", "text": "Ann trains for the city marathon, harder since May 2023.",
+    "UPDATE": {"operation": "UPDATE", "text": "Ann now trains hard for the city marathon.",
+               "memory_type": "fact"},
+    "AGGREGATE": {"operation": "AGGREGATE",
+                  "text": "Ann trains for the city marathon, harder since May 2023.",
                   "memory_type": "event", "timestamps": ["2023-05"]},
 }
 
@@ -287,8 +295,10 @@ def answering(*contents: str):
 @pytest.mark.parametrize("operation", ["MERGE", "UPDATE", "AGGREGATE"])
 def test_each_llm_operation_through_a_local_endpoint(marathon: Path, tmp_path: Path, operation: str) -> None:
     answer = ANSWERS[operation]
-    with FakeChatServer(answering(json.dumps(answer))) as server, AMUStore(marathon, role="consolidate") as store:
-        operator = LLMOperator(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=1, backoff_s=0.0)
+    with FakeChatServer(answering(json.dumps(answer))) as server, \
+            AMUStore(marathon, role="consolidate") as store:
+        operator = LLMOperator(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=1,
+                               backoff_s=0.0)
         report = consolidate_conversation(store, "conv-m", HashEmbedder(), operator)
         assert report.operations == {operation: 1} and (report.archived, report.created) == (2, 1)
         assert (report.llm_calls, report.tokens) == (1, 120)
@@ -304,7 +314,8 @@ def test_each_llm_operation_through_a_local_endpoint(marathon: Path, tmp_path: P
         assert "stated 2023-05-08 13:56 by Ann" in prompt
 
 
-def test_a_bad_llm_answer_is_retried_and_a_rerun_is_served_from_the_cache(marathon: Path, tmp_path: Path) -> None:
+def test_a_bad_llm_answer_is_retried_and_a_rerun_is_served_from_the_cache(marathon: Path,
+                                                                          tmp_path: Path) -> None:
     second_store = tmp_path / "second"
     shutil.copytree(marathon, second_store)
     missing_text = json.dumps({"operation": "MERGE", "memory_type": "fact"})
@@ -313,7 +324,8 @@ def test_a_bad_llm_answer_is_retried_and_a_rerun_is_served_from_the_cache(marath
     replies = answering("not json", missing_text, bad_time, only_prefix, json.dumps(ANSWERS["MERGE"]))
     with FakeChatServer(replies) as server:
         with AMUStore(marathon, role="consolidate") as store:
-            operator = LLMOperator(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=4, backoff_s=0.0)
+            operator = LLMOperator(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=4,
+                                   backoff_s=0.0)
             report = consolidate_conversation(store, "conv-m", HashEmbedder(), operator)
             assert report.created == 1 and operator.usage.retries == 4 and operator.usage.http_calls == 5
             first = [(a.text, a.source) for a in store.amus()]
@@ -377,7 +389,8 @@ def test_ingest_cli_consolidates_in_the_background(tmp_path: Path, capsys, monke
     path = tmp_path / "talk.jsonl"
     path.write_text("\n".join(json.dumps({"conversation_id": t.conversation_id, "session_id": t.session_id,
                                           "session_time": t.session_time.isoformat(), "speaker": t.speaker,
-                                          "turn_id": t.turn_id, "text": t.text}) for t in duplicate_turns()) + "\n")
+                                          "turn_id": t.turn_id, "text": t.text}) for t in duplicate_turns())
+                    + "\n")
     store = tmp_path / "store"
     assert ingest_main(["--jsonl", str(path), "--store", str(store), "--no-progress",
                         "--consolidate-in-background"]) == 0

@@ -19,7 +19,8 @@ def write_release(root: Path, train: list[str], validation: list[str], test: lis
 
 
 @pytest.mark.parametrize(("raw", "clean"), [
-    ("Say , Jim , how about going for a few beers after dinner ?", "Say, Jim, how about going for a few beers after dinner?"),
+    ("Say , Jim , how about going for a few beers after dinner ?",
+     "Say, Jim, how about going for a few beers after dinner?"),
     ("It ' s 5 % off ( today only ) .", "It's 5% off (today only)."),
     ("I don ' t know . You ' re right !", "I don't know. You're right!"),
     ("It costs $ 20 .", "It costs $20."),
@@ -44,8 +45,8 @@ def test_leaked_evaluation_dialogues_are_dropped_and_counted(tmp_path):
 
 
 def test_act_label_count_mismatch_is_tolerated_and_counted(tmp_path):
-    root = write_release(tmp_path, ["A . __eou__ B . __eou__", "C . __eou__ D . __eou__"], ["E . __eou__ F . __eou__"],
-                         ["G . __eou__ H . __eou__"])
+    root = write_release(tmp_path, ["A . __eou__ B . __eou__", "C . __eou__ D . __eou__"],
+                         ["E . __eou__ F . __eou__"], ["G . __eou__ H . __eou__"])
     (root / "train" / "dialogues_act_train.txt").write_text("1 2\n1 2 3\n")
     assert load_splits(root).label_mismatches["train"] == 1
 
@@ -111,5 +112,6 @@ def test_rewriting_the_synthetic_corpus_never_exposes_a_partial_file(tmp_path, m
 def test_synthetic_corpus_is_deterministic(tmp_path):
     a = write_synthetic_corpus(tmp_path / "a", sizes=(5, 2, 2), seed=3)
     b = write_synthetic_corpus(tmp_path / "b", sizes=(5, 2, 2), seed=3)
-    assert (a / "train" / "dialogues_train.txt").read_text() == (b / "train" / "dialogues_train.txt").read_text()
+    assert ((a / "train" / "dialogues_train.txt").read_text()
+            == (b / "train" / "dialogues_train.txt").read_text())
     assert len(read_dialogues(a / "train" / "dialogues_train.txt")) == 5

@@ -123,7 +123,8 @@ def search(retriever: DualPathRetriever, query: Query, mode=(Channel.CODE, True)
     complement, dense = mode
     if complement is None:
         return retriever.search(query, DualPathMode(None, 0), k_dense)
-    return retriever.search(query, DualPathMode(complement, k_dense if dense else 0), (k_dense if dense else 0) + k_code)
+    return retriever.search(query, DualPathMode(complement, k_dense if dense else 0),
+                            (k_dense if dense else 0) + k_code)
 
 
 def check_hits(hits, retriever: DualPathRetriever, data: dict) -> None:

@@ -30,7 +30,8 @@ ITEMS: dict[str, int] = {}
 
 def hit(path: str, rank: int, turn: str) -> Hit:
     """A hit of the bank item that covers ``turn`` (one item per turn, whatever path finds it)."""
-    return Hit(turn, ITEMS.setdefault(turn, len(ITEMS)), path, 1.0, rank, {"session_id": "s", "turn_ids": [turn]}, "")
+    return Hit(turn, ITEMS.setdefault(turn, len(ITEMS)), path, 1.0, rank,
+               {"session_id": "s", "turn_ids": [turn]}, "")
 
 
 @pytest.mark.parametrize(("name", "runs"), [
@@ -62,11 +63,13 @@ def test_a_two_path_cut_is_the_configuration_at_that_budget():
 
 
 def test_curve_is_recall_of_each_cut_overall_and_per_category():
-    questions = [EvalQuestion("c", 0, 1, "?", None, ("t1", "t3")), EvalQuestion("c", 1, 4, "?", None, ("t2",))]
+    questions = [EvalQuestion("c", 0, 1, "?", None, ("t1", "t3")),
+                 EvalQuestion("c", 1, 4, "?", None, ("t2",))]
     lists = [[hit("dense", 1, "t1"), hit("dense", 2, "x"), hit("dense", 3, "t3")],
              [hit("dense", 1, "y"), hit("dense", 2, "t2")]]
     result = curve(questions, lambda i, k: lists[i][:k], [1, 2, 3])
-    assert result == {"overall": [0.25, 0.75, 1.0], "multi-hop": [0.5, 0.5, 1.0], "single-hop": [0.0, 1.0, 1.0]}
+    assert (result
+            == {"overall": [0.25, 0.75, 1.0], "multi-hop": [0.5, 0.5, 1.0], "single-hop": [0.0, 1.0, 1.0]})
 
 
 def test_recall_curves_retrieve_each_path_once_at_the_largest_k():
@@ -76,7 +79,8 @@ def test_recall_curves_retrieve_each_path_once_at_the_largest_k():
     def retrieve(config):
         asked.append((config.dual.complement, config.dual.k_dense, config.budget))
         dense = config.dual.complement is None
-        return SimpleNamespace(hits=[[hit("dense", 1, "t1"), hit("dense", 2, "t3")] if dense else [hit("code", 1, "t2")]])
+        return SimpleNamespace(hits=[[hit("dense", 1, "t1"), hit("dense", 2, "t3")] if dense
+                                     else [hit("code", 1, "t2")]])
 
     curves = recall_curves([parse_config("dense2+code2")], questions, retrieve, ks=(1, 2, 10))
     assert asked == [(None, 0, 10), (Channel.CODE, 0, 10)]

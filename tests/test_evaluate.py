@@ -63,8 +63,8 @@ QA = [
      "evidence": ["D1:1", "D1:3"], "category": 1},
     {"question": "When did Ben adopt his dog?", "answer": "the week before 8 May 2023", "evidence": ["D1:4"],
      "category": 2},
-    {"question": "Would Anna enjoy a long walk outdoors?", "answer": "yes; she hikes", "evidence": ["D2:2;D2:4"],
-     "category": 3},
+    {"question": "Would Anna enjoy a long walk outdoors?", "answer": "yes; she hikes",
+     "evidence": ["D2:2;D2:4"], "category": 3},
     {"question": "What is the name of Ben's dog?", "answer": "Biscuit", "evidence": ["D 1:6"], "category": 4},
     {"question": "What did Anna cook after the hike?", "answer": "lentil soup", "evidence": ["D2: 6", "D9:1"],
      "category": 4},
@@ -205,7 +205,8 @@ def test_question_selection_maps_categories_and_counts_evidence_problems(tmp_pat
         ("kmeans40", RetrievalConfig("kmeans40", 40, "kmeans", DualPathMode(Channel.CODE, 0))),
         ("bm25_40", RetrievalConfig("bm25_40", 40, None, DualPathMode(Channel.BM25, 0))),
         ("dense20+code20", RetrievalConfig("dense20+code20", 40, "trained", DualPathMode(Channel.CODE, 20))),
-        ("dense20+kmeans20", RetrievalConfig("dense20+kmeans20", 40, "kmeans", DualPathMode(Channel.CODE, 20))),
+        ("dense20+kmeans20",
+         RetrievalConfig("dense20+kmeans20", 40, "kmeans", DualPathMode(Channel.CODE, 20))),
         ("dense20+bm25_20", RetrievalConfig("dense20+bm25_20", 40, None, DualPathMode(Channel.BM25, 20))),
         ("multi", RetrievalConfig("multi", 40)),
         ("multi+code", RetrievalConfig("multi+code", 40, "trained")),
@@ -215,7 +216,8 @@ def test_parse_config(name, expected):
     assert parse_config(name) == expected
 
 
-@pytest.mark.parametrize("name", ["dense", "code20+dense20", "dense20+dense20", "bm2520", "dense20+code20+bm25_5"])
+@pytest.mark.parametrize("name",
+                         ["dense", "code20+dense20", "dense20+dense20", "bm2520", "dense20+code20+bm25_5"])
 def test_bad_config_names_are_rejected(name):
     with pytest.raises(ValueError, match="unknown configuration"):
         parse_config(name)
@@ -250,7 +252,8 @@ def test_locomo_f1():
 
 def _check_block(block):
     assert {"recall", "hit", "n"} <= set(block)
-    assert isinstance(block["recall"], float) and isinstance(block["hit"], float) and isinstance(block["n"], int)
+    assert (isinstance(block["recall"], float) and isinstance(block["hit"], float)
+            and isinstance(block["n"], int))
     assert 0.0 <= block["recall"] <= 1.0 and 0.0 <= block["hit"] <= 1.0
 
 
@@ -279,9 +282,10 @@ def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
     conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
     out = tmp_path / "eval"
     models = Models(fingerprinters, HashEmbedder())
-    model = evaluate(conversations, models, out, EvaluationSettings(k_dense=2, k_code=2, sweep=True, progress=False))
-    names = ["dense2", "dense4", "dense2+code2", "dense2+bm25_2", "code4", "dense2+kmeans2", "multi", "multi+code",
-             "multi+kmeans"]
+    model = evaluate(conversations, models, out,
+                     EvaluationSettings(k_dense=2, k_code=2, sweep=True, progress=False))
+    names = ["dense2", "dense4", "dense2+code2", "dense2+bm25_2", "code4", "dense2+kmeans2", "multi",
+             "multi+code", "multi+kmeans"]
     results = json.loads((out / "results.json").read_text())  # the keys that downstream scripts read
     check_schema(results, names)
     for name in ("multi", "multi+code", "multi+kmeans"):  # exactly the budget, like dense4, with cost figures
@@ -295,7 +299,8 @@ def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
     # a larger dense budget and a complementary path only add AMUs
     assert recall["dense4"] >= recall["dense2"] and recall["dense2+code2"] >= recall["dense2"]
     assert configs["dense4"]["overall"]["mean_retrieved"] == 4.0
-    assert "tied_at_cut" in configs["dense2+code2"]["overall"] and "tied_at_cut" not in configs["dense4"]["overall"]
+    assert ("tied_at_cut" in configs["dense2+code2"]["overall"]
+            and "tied_at_cut" not in configs["dense4"]["overall"])
     construction = results["construction"]
     assert construction["amus"] > 4 and construction["segments"] >= 1
     assert (construction["llm_calls"], construction["tokens"]) == (0, 0)
@@ -322,17 +327,19 @@ def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
     # --store: the memory built there, evaluated read-only as it is (nothing added, same retrieval)
     stored = evaluate(conversations, models, tmp_path / "elsewhere",
                       EvaluationSettings(k_dense=2, k_code=2, progress=False, store=out / "store"))
-    assert _timeless(stored.configs) == _timeless(model.configs) and stored.construction.this_run["replayed_turns"] == 0
+    assert (_timeless(stored.configs) == _timeless(model.configs)
+            and stored.construction.this_run["replayed_turns"] == 0)
     with pytest.raises(MemoryAPIError, match="no store at"):
         evaluate(conversations, models, tmp_path / "x",
-                 EvaluationSettings(k_dense=2, k_code=2, progress=False, store=tmp_path / "elsewhere" / "store"))
+                 EvaluationSettings(k_dense=2, k_code=2, progress=False,
+                                    store=tmp_path / "elsewhere" / "store"))
 
 
 def test_a_kmeans_configuration_needs_the_control(tmp_path, fingerprinters):
     conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
     with pytest.raises(ValueError, match="k-means control"):
-        evaluate(conversations, Models({"trained": fingerprinters["trained"]}, HashEmbedder()), tmp_path / "o",
-                 EvaluationSettings(configs=["dense2+kmeans2"], progress=False))
+        evaluate(conversations, Models({"trained": fingerprinters["trained"]}, HashEmbedder()),
+                 tmp_path / "o", EvaluationSettings(configs=["dense2+kmeans2"], progress=False))
 
 
 # -- command line -----------------------------------------------------------------------------
@@ -355,12 +362,14 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, capsys, fingerprinte
     err = _error(capsys)
     assert str(broken) in err and "invalid JSON" in err
     locomo = write_locomo(tmp_path / "locomo.json")
-    assert main(["--locomo", locomo, "--fingerprinter", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
+    assert (main(["--locomo", locomo, "--fingerprinter", str(tmp_path / "nope"), "--out",
+                  str(tmp_path / "o")]) == 2)
     assert "nope" in _error(capsys)
     assert main(["--locomo", locomo, "--fingerprinter", trained, "--configs", "dense20+kmeans20",
                  "--out", str(tmp_path / "o")]) == 2
     assert "k-means control" in _error(capsys)
-    assert main(["--locomo", locomo, "--fingerprinter", trained, "--alpha", "1.5", "--out", str(tmp_path / "o")]) == 2
+    assert (main(["--locomo", locomo, "--fingerprinter", trained, "--alpha", "1.5", "--out",
+                  str(tmp_path / "o")]) == 2)
     assert "alpha" in _error(capsys)
 
 
@@ -395,7 +404,8 @@ def test_cli_run_with_the_answer_stage(tmp_path, monkeypatch, fingerprinter_dirs
                      "--answer-configs", "dense2+code2", "--no-progress"])
     assert code == 0
     results = json.loads((out / "results.json").read_text())
-    check_schema(results, ["dense2", "dense4", "dense2+code2", "dense2+bm25_2", "code4", "multi", "multi+code"])
+    check_schema(results,
+                 ["dense2", "dense4", "dense2+code2", "dense2+bm25_2", "code4", "multi", "multi+code"])
     answers = results["answers"]
     assert answers["status"] == "done" and answers["model"] == "fake-model" and set(answers["configs"]) == {
         "dense2+code2"}

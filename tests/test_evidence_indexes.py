@@ -26,16 +26,18 @@ WHEN = datetime(2023, 5, 8, 13, 56)
 
 def record(seq: int, index: int, text: str, entities=(), tags=(), t_ref=None, turns=None, **extra) -> AMU:
     return AMU(amu_id("conv-x", seq, index), text, "fact",
-               SourcePointer("conv-x", f"session_{seq // 10 + 1}", tuple(turns or (f"D1:{seq * 10 + index}",)),
-                             ("Ann",), seq),
+               SourcePointer("conv-x", f"session_{seq // 10 + 1}",
+                             tuple(turns or (f"D1:{seq * 10 + index}",)), ("Ann",), seq),
                observed_at=WHEN.isoformat(), entities=tuple(entities), tags=tuple(tags), t_ref=t_ref, **extra)
 
 
 def commit(store: AMUStore, seq: int, amus: list[AMU]) -> None:
     turn_ids = [turn for amu in amus for turn in amu.source.turn_ids] or [f"D1:{seq * 10}"]
     session = f"session_{seq // 10 + 1}"
-    turns = [Turn("conv-x", session, turn_id, "Ann", f"raw {turn_id}", WHEN) for turn_id in dict.fromkeys(turn_ids)]
-    store.commit_segment(SegmentRecord("conv-x", seq, session, tuple(t.turn_id for t in turns), "semantic_boundary"),
+    turns = [Turn("conv-x", session, turn_id, "Ann", f"raw {turn_id}", WHEN)
+             for turn_id in dict.fromkeys(turn_ids)]
+    store.commit_segment(SegmentRecord("conv-x", seq, session, tuple(t.turn_id for t in turns),
+                                       "semantic_boundary"),
                          turns, amus)
 
 
@@ -44,7 +46,8 @@ def node_map(store: AMUStore) -> dict[str, tuple[str, ...]]:
 
 
 @pytest.mark.parametrize(("raw", "key"), [
-    ("LGBTQ", "lgbtq"), ("  Support-Group ", "support group"), ("Caroline's", "caroline"), ("Dr. Seuss", "dr seuss"),
+    ("LGBTQ", "lgbtq"), ("  Support-Group ", "support group"), ("Caroline's", "caroline"),
+    ("Dr. Seuss", "dr seuss"),
     ("rock_climbing / hiking", "rock climbing hiking"), ("Café  Nero!", "café nero"), ("?!", ""),
 ])
 def test_keys_are_normalised_as_table_13_says(raw, key):
@@ -62,16 +65,20 @@ def test_the_nodes_of_a_record():
     assert temporal_keys(["2023"]) == [f"2023-{m:02d}" for m in range(1, 13)]  # a year: months, not 365 days
     assert temporal_keys(["2023-12-31/2024-01-01"]) == ["2023-12-31", "2024-01-01", "2023-12", "2024-01"]
     # a record of schema 2 (no scope) falls back to its first timestamp, else the day it was stated
-    assert [n.key for n in record_nodes(record(1, 0, "x", timestamps=["2022"])) if n.node_type == "temporal"][0] \
+    assert [n.key for n in record_nodes(record(1, 0, "x", timestamps=["2022"]))
+            if n.node_type == "temporal"][0] \
         == "2022-01"
-    assert [n.key for n in record_nodes(record(1, 0, "x")) if n.node_type == "temporal"] == ["2023-05-08", "2023-05"]
+    assert ([n.key for n in record_nodes(record(1, 0, "x")) if n.node_type == "temporal"]
+            == ["2023-05-08", "2023-05"])
     assert segment_search_texts([amu])[-1] == amu.text  # the event frame's searchable text
 
 
 def test_inserts_and_archiving_keep_fts_and_nodes_in_step(tmp_path):
     with AMUStore(tmp_path) as store:
-        commit(store, 0, [record(0, 0, "Ann signed up for a pottery class.", ["Ann"], ["pottery"], "2023-05-07"),
-                          record(0, 1, "Bob ran a charity race for LGBTQ youth.", ["Bob", "LGBTQ"], ["race"])])
+        commit(store, 0, [record(0, 0, "Ann signed up for a pottery class.", ["Ann"], ["pottery"],
+                                 "2023-05-07"),
+                          record(0, 1, "Bob ran a charity race for LGBTQ youth.", ["Bob", "LGBTQ"],
+                                 ["race"])])
         commit(store, 1, [record(1, 0, "Ann loves pottery and painting.", ["ann"], ["Pottery", "painting"])])
         nodes = node_map(store)
         assert nodes["entity:ann"] == ("conv-x:0:0", "conv-x:1:0")  # "Ann" and "ann" merged into one node
@@ -83,8 +90,10 @@ def test_inserts_and_archiving_keep_fts_and_nodes_in_step(tmp_path):
         assert (frame.session_id, frame.turn_ids, frame.amu_ids) == ("session_1", ("D1:0", "D1:1"),
                                                                       ("conv-x:0:0", "conv-x:0:1"))
         # Porter stems match "potteries"; 1:0 says pottery in its text and twice in its topics
-        assert [amu for amu, _ in lexical_search(store, "potteries", "conv-x", 5)] == ["conv-x:1:0", "conv-x:0:0"]
-        assert [amu for amu, _ in lexical_search(store, "lgbtq", "conv-x", 5)] == ["conv-x:0:1"]  # entities column
+        assert ([amu for amu, _ in lexical_search(store, "potteries", "conv-x", 5)]
+                == ["conv-x:1:0", "conv-x:0:0"])
+        # entities column
+        assert [amu for amu, _ in lexical_search(store, "lgbtq", "conv-x", 5)] == ["conv-x:0:1"]
         assert lexical_search(store, "pottery", "conv-other", 5) == []
 
         store.archive(["conv-x:0:0"])  # consolidation's path: gone from every index in that transaction
@@ -129,7 +138,8 @@ def _downgrade_to_version_2(path) -> None:
 
 def test_a_version_2_store_migrates_and_gets_its_indexes(tmp_path):
     with AMUStore(tmp_path) as store:
-        commit(store, 0, [record(0, 0, "Ann signed up for a pottery class.", ["Ann"], ["pottery"], "2023-05-07"),
+        commit(store, 0, [record(0, 0, "Ann signed up for a pottery class.", ["Ann"], ["pottery"],
+                                 "2023-05-07"),
                           record(0, 1, "Bob ran a race.", ["Bob"], ["race"])])
         store.archive(["conv-x:0:1"])
     _downgrade_to_version_2(tmp_path / AMUStore.DB_NAME)
@@ -141,14 +151,16 @@ def test_a_version_2_store_migrates_and_gets_its_indexes(tmp_path):
         nodes = node_map(store)
         assert nodes["entity:ann"] == ("conv-x:0:0",) and "entity:bob" not in nodes  # archived: not indexed
         assert nodes["temporal:2023-05-08"] == ("conv-x:0:0",)  # falls back to the day it was stated
-        assert "event_frame:0" in nodes and lexical_search(store, "pottery", "conv-x", 3)[0][0] == "conv-x:0:0"
+        assert ("event_frame:0" in nodes
+                and lexical_search(store, "pottery", "conv-x", 3)[0][0] == "conv-x:0:0")
         assert lexical_search(store, "race", "conv-x", 3) == []
         commit(store, 1, [record(1, 0, "Ann bought clay.", ["Ann"], ["clay"], "2023-05-09")])
         assert node_map(store)["entity:ann"] == ("conv-x:0:0", "conv-x:1:0")
 
 
 def test_the_rule_extractor_fills_scope_tags_and_entities():
-    text = "Since last week I take pottery classes with Mel until tomorrow, and we met on 3 May 2023 in Boston."
+    text = ("Since last week I take pottery classes with Mel until tomorrow, "
+            "and we met on 3 May 2023 in Boston.")
     turn = Turn("conv-x", "s1", "D1:1", "Ann", text, WHEN)
     segment = Segment("conv-x", "s1", 0, (Exchange((turn,)),), "session_flush", 0)
     (amu,) = RuleExtractor().extract(segment, ReferenceContext(["Ann", "Mel"])).amus

@@ -334,7 +334,8 @@ def closed_port() -> int:
 
 @pytest.mark.parametrize("failure", ["dropped", "refused"])
 def test_transport_errors_give_none_after_retries(tmp_path, caplog, failure):
-    with FakeOpenAI([(DROP, None, 0.0)]) as server, caplog.at_level(logging.WARNING, logger="retrieval.llm_client"):
+    with FakeOpenAI([(DROP, None, 0.0)]) as server, \
+            caplog.at_level(logging.WARNING, logger="retrieval.llm_client"):
         base_url = server.base_url if failure == "dropped" else f"http://127.0.0.1:{closed_port()}/v1"
         chat = client(base_url, tmp_path, max_retries=2)
         assert chat.complete([{"role": "user", "content": "hi"}], expect_ok) is None

@@ -91,7 +91,8 @@ def test_init_from_starts_from_an_exported_fingerprinter(tmp_path):
     # At step 0 the warm-started model holds the source's encoder, projection and codebook.
     isq = ISQConfig.from_dict(yaml.safe_load(Path(SMOKE).read_text())["model"]["isq"])
     module = ISQLightningModule(isq, init_from=str(source_dir))
-    torch.testing.assert_close(module.model.quantizer.codebook.vectors, source.codebook.vectors, rtol=0, atol=0)
+    torch.testing.assert_close(module.model.quantizer.codebook.vectors, source.codebook.vectors, rtol=0,
+                               atol=0)
     for name, tensor in source.semantic_encoder.state_dict().items():
         torch.testing.assert_close(module.model.semantic_encoder.state_dict()[name], tensor, rtol=0, atol=0)
     # Through the CLI it trains on and exports as usual.
@@ -148,7 +149,8 @@ def test_two_process_ddp_keeps_codebooks_identical(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "sync_dist" not in proc.stderr, "values already equal on every rank drew a sync_dist warning"
     rows = read_metrics(tmp_path / "runs")
-    divergence = [float(r["val/codebook_rank_divergence"]) for r in rows if r.get("val/codebook_rank_divergence")]
+    divergence = [float(r["val/codebook_rank_divergence"]) for r in rows
+                  if r.get("val/codebook_rank_divergence")]
     assert divergence and max(divergence) == 0.0
     revived = [float(r["train/revived_codes"]) for r in rows if r.get("train/revived_codes")]
     assert max(revived) > 0, "revival never ran, so its cross-rank agreement was not exercised"
@@ -161,7 +163,8 @@ def test_fp16_and_bf16_true_are_refused(tmp_path, precision, capsys):
     assert "refused" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("config", ["smoke.yaml", "isq_t5base_dailydialog.yaml", "isq_minilm_dailydialog_cpu.yaml"])
+@pytest.mark.parametrize("config",
+                         ["smoke.yaml", "isq_t5base_dailydialog.yaml", "isq_minilm_dailydialog_cpu.yaml"])
 def test_print_config(config, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--config", str(REPO / "configs" / config), "--print_config"])
@@ -173,7 +176,8 @@ def test_print_config(config, capsys):
 def test_missing_and_malformed_data_give_one_clear_line(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     missing = subprocess.run(
-        [sys.executable, "-m", "training.fit", *smoke_args(tmp_path, 1, "--data.root", str(tmp_path / "absent"))],
+        [sys.executable, "-m", "training.fit",
+         *smoke_args(tmp_path, 1, "--data.root", str(tmp_path / "absent"))],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert missing.returncode == 2
     assert "DailyDialog directory not found" in missing.stderr and "Traceback" not in missing.stderr

@@ -20,7 +20,8 @@ SCRIPT = [sys.executable, "benchmarks/gpu_long_run.py"]
 def test_the_gpu_config_is_the_cpu_recipe_100x_longer_in_bf16_within_9_minutes():
     cpu = yaml.safe_load((REPO / "configs" / "isq_minilm_dailydialog_cpu.yaml").read_text())
     gpu = yaml.safe_load((REPO / "configs" / "isq_minilm_dailydialog_gpu.yaml").read_text())
-    pairs = {name: c["trainer"]["max_steps"] * c["data"]["batch_size"] for name, c in (("cpu", cpu), ("gpu", gpu))}
+    pairs = {name: c["trainer"]["max_steps"] * c["data"]["batch_size"]
+             for name, c in (("cpu", cpu), ("gpu", gpu))}
     assert pairs["gpu"] == 100 * pairs["cpu"]
     assert gpu["trainer"]["precision"] == "bf16-mixed" and gpu["trainer"]["max_time"] == "00:00:09:00"
     assert gpu["model"]["init_from"] == cpu["model"]["init_from"] and gpu["model"]["isq"]["lora_rank"] == 8
@@ -28,7 +29,8 @@ def test_the_gpu_config_is_the_cpu_recipe_100x_longer_in_bf16_within_9_minutes()
     assert {k: gpu["model"]["isq"][k] for k in same} == {k: cpu["model"]["isq"][k] for k in same}
     # the revival rate per token is the recipe's: threshold scaled with the pairs per step
     ratio = gpu["data"]["batch_size"] / cpu["data"]["batch_size"]
-    assert gpu["model"]["isq"]["revive_threshold"] == pytest.approx(ratio * cpu["model"]["isq"]["revive_threshold"])
+    assert gpu["model"]["isq"]["revive_threshold"] == pytest.approx(ratio
+                                                                    * cpu["model"]["isq"]["revive_threshold"])
 
 
 @pytest.mark.slow

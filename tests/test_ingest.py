@@ -122,7 +122,8 @@ def test_ingest_turns_stores_every_segment(tmp_path, reference):
         assert [t for s in segments for t in s.turn_ids] == [t.turn_id for t in turns]
         assert {s.session_id for s in segments} == {"s1", "s2"}
         assert (stats.turns, stats.sessions, stats.conversations, stats.amus) == (22, 2, 1, len(reference))
-        assert stats.exchanges == 11 and stats.mean_exchanges_per_segment == pytest.approx(11 / stats.segments)
+        assert stats.exchanges == 11 and stats.mean_exchanges_per_segment == pytest.approx(11
+                                                                                           / stats.segments)
         amu = next(store.amus())
         assert "on 7 May 2023" in amu.text and amu.timestamps == ("2023-05-07",)
         assert store.source_turns(amu)[0].text.endswith("yesterday, number 0.")
@@ -169,7 +170,8 @@ def test_changed_segmentation_is_refused(tmp_path):
 def test_fingerprints_are_stored(tmp_path):
     class FakeFingerprinter:
         def fingerprint(self, texts):
-            return [SimpleNamespace(sequence=(len(t) % 7, 3), codes=frozenset({len(t) % 7, 3})) for t in texts]
+            return [SimpleNamespace(sequence=(len(t) % 7, 3), codes=frozenset({len(t) % 7, 3}))
+                    for t in texts]
 
     with AMUStore(tmp_path) as store:
         ingest_turns(conversation_turns(), store, HashEmbedder(), RuleExtractor(),
@@ -195,7 +197,8 @@ def locomo_fixture() -> list[dict]:
     first = session(1, ["I went to a support group yesterday, it was powerful.",
                         "That is great! I painted a lake sunrise last year.",
                         "I love your painting colours so much."])
-    first[1].update(img_url=["http://x/y.jpg"], blip_caption="a photo of a sunset over a lake", query="sunrise")
+    first[1].update(img_url=["http://x/y.jpg"], blip_caption="a photo of a sunset over a lake",
+                    query="sunrise")
     conversation = {
         "speaker_a": "Caroline", "speaker_b": "Melanie",
         "session_1_date_time": "1:56 pm on 8 May, 2023", "session_1": first,
@@ -206,10 +209,12 @@ def locomo_fixture() -> list[dict]:
         "session_2": session(2, ["I ran a charity race for mental health last Saturday."]),
         "session_11_date_time": "8:00 pm on 1 July, 2023",  # a date without turns: skipped
     }
-    qa = [{"question": "When did Caroline go to the support group?", "answer": "7 May 2023", "evidence": ["D1:1"],
+    qa = [{"question": "When did Caroline go to the support group?", "answer": "7 May 2023",
+           "evidence": ["D1:1"], "category": 2},
+          {"question": "When did Melanie paint a sunrise?", "answer": 2022, "evidence": ["D1:2"],
            "category": 2},
-          {"question": "When did Melanie paint a sunrise?", "answer": 2022, "evidence": ["D1:2"], "category": 2},
-          {"question": "What did Caroline paint?", "adversarial_answer": "nothing", "evidence": [], "category": 5}]
+          {"question": "What did Caroline paint?", "adversarial_answer": "nothing", "evidence": [],
+           "category": 5}]
     return [{"sample_id": "conv-t", "conversation": conversation, "qa": qa, "event_summary": {}}]
 
 
@@ -235,7 +240,8 @@ def test_load_locomo_orders_sessions_and_parses_fields(tmp_path):
 def test_ingest_locomo_conversation(tmp_path):
     (conversation,) = load_locomo(write_json(tmp_path / "locomo.json", locomo_fixture()))
     with AMUStore(tmp_path / "store") as store:
-        stats = ingest_locomo_conversation(conversation, store, HashEmbedder(), RuleExtractor(), progress=False)
+        stats = ingest_locomo_conversation(conversation, store, HashEmbedder(), RuleExtractor(),
+                                           progress=False)
         amus = list(store.amus("conv-t"))
         assert stats.turns == 6 and stats.amus == len(amus) == 6
         assert [(a.source.session_id, a.source.turn_ids) for a in amus][:2] == [
@@ -266,10 +272,13 @@ def test_malformed_locomo_names_file_and_place(tmp_path):
         return write_json(tmp_path / "bad.json", [locomo_fixture()[0], data[0]])
 
     cases = [
-        (lambda c: c["conversation"].pop("speaker_b"), r"\(conv-t\): conversation: missing field 'speaker_b'"),
+        (lambda c: c["conversation"].pop("speaker_b"),
+         r"\(conv-t\): conversation: missing field 'speaker_b'"),
         (lambda c: c["conversation"].update(session_2_date_time="someday"), r".*session_2_date_time"),
-        (lambda c: c["conversation"]["session_1"][1].pop("text"), r".*session_1 turn 1: missing field 'text'"),
-        (lambda c: c["conversation"]["session_2"][0].update(dia_id="D1:1"), r"\(conv-t\): duplicate dia_id 'D1:1'"),
+        (lambda c: c["conversation"]["session_1"][1].pop("text"),
+         r".*session_1 turn 1: missing field 'text'"),
+        (lambda c: c["conversation"]["session_2"][0].update(dia_id="D1:1"),
+         r"\(conv-t\): duplicate dia_id 'D1:1'"),
         (lambda c: c.pop("qa"), r".*missing field 'qa'"),
         (lambda c: c["qa"][0].update(category="two"), r".*qa 0: field 'category' must be int"),
     ]
@@ -287,7 +296,8 @@ def jsonl_line(**overrides) -> str:
 
 def test_read_turns_jsonl(tmp_path):
     path = tmp_path / "talk.jsonl"
-    path.write_text("\n".join([jsonl_line(), "", jsonl_line(turn_id="t2", speaker="Bob", image_caption="a dog"),
+    path.write_text("\n".join([jsonl_line(), "",
+                               jsonl_line(turn_id="t2", speaker="Bob", image_caption="a dog"),
                                jsonl_line(turn_id="t3", session_id="s2", session_time="2023-05-09T10:00:00",
                                           conversation_id="other")]) + "\n")
     turns = read_turns_jsonl(path)
@@ -300,7 +310,8 @@ def test_read_turns_jsonl(tmp_path):
     ("lines", "message"),
     [
         ([jsonl_line(), "{oops", jsonl_line(turn_id="t3")], r"talk\.jsonl:2:2: invalid JSON"),
-        ([jsonl_line(), jsonl_line(turn_id="t2", text=None)], r"talk\.jsonl:2: 'text' is a required property"),
+        ([jsonl_line(), jsonl_line(turn_id="t2", text=None)],
+         r"talk\.jsonl:2: 'text' is a required property"),
         ([jsonl_line(speaker=7)], r"talk\.jsonl:1: field 'speaker': 7 is not of type 'string'"),
         ([jsonl_line(session_time="8 May")], r"talk\.jsonl:1: field 'session_time': '8 May' is not an ISO"),
         ([jsonl_line(), jsonl_line()], r"talk\.jsonl:2: duplicate turn_id 't1'"),

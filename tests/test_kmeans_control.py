@@ -25,7 +25,8 @@ def control(texts):
     return build_kmeans_fingerprinter(tiny_config(num_codes=8), texts, max_tokens=500, seed=0, niter=5)
 
 
-def hidden_states(fingerprinter: Fingerprinter, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def hidden_states(fingerprinter: Fingerprinter,
+                  texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     batch = fingerprinter.tokenizer(texts, padding=True, return_tensors="pt")
     with torch.inference_mode():
         h = fingerprinter.semantic_encoder.encoder(**batch).last_hidden_state
@@ -96,9 +97,10 @@ def test_projection_from_a_trained_fingerprinter_clusters_its_projected_states(t
 
     torch.manual_seed(1)
     trained = ISQModel(tiny_config(normalize_projection="token")).eval()
-    source = Fingerprinter(trained.config, trained.tokenizer, trained.semantic_encoder, trained.quantizer.codebook.vectors)
-    fingerprinter, record = build_kmeans_fingerprinter(tiny_config(num_codes=8), texts, max_tokens=500, seed=0,
-                                                       niter=5, projection_from=source)
+    source = Fingerprinter(trained.config, trained.tokenizer, trained.semantic_encoder,
+                           trained.quantizer.codebook.vectors)
+    fingerprinter, record = build_kmeans_fingerprinter(tiny_config(num_codes=8), texts, max_tokens=500,
+                                                       seed=0, niter=5, projection_from=source)
     assert record["projection"] == "trained" and fingerprinter.config.normalize_projection == "token"
     assert fingerprinter.codebook.vectors.shape == (8, 16)
     sample = texts[:5]
@@ -109,7 +111,8 @@ def test_projection_from_a_trained_fingerprinter_clusters_its_projected_states(t
     codebook = fingerprinter.codebook.vectors.double().numpy()
     for row, fp in enumerate(fingerprinter.fingerprint(sample)):
         states = z[row][mask[row]].double().numpy()
-        assert fp.token_codes == tuple(int(c) for c in ((states[:, None] - codebook[None]) ** 2).sum(-1).argmin(1))
+        assert fp.token_codes == tuple(int(c)
+                                       for c in ((states[:, None] - codebook[None]) ** 2).sum(-1).argmin(1))
 
 
 def test_cli_names_a_bad_projection_directory(tmp_path, capsys):
@@ -125,17 +128,20 @@ def test_warm_start_from_the_control_fingerprints_exactly_like_it(texts):
     from isq.model import ISQModel
 
     torch.manual_seed(0)
-    source, _ = build_kmeans_fingerprinter(tiny_config(num_codes=8, kernel_size=1), texts, max_tokens=500, niter=5)
+    source, _ = build_kmeans_fingerprinter(tiny_config(num_codes=8, kernel_size=1), texts, max_tokens=500,
+                                           niter=5)
     model = ISQModel(tiny_config(num_codes=8, code_dim=32, kernel_size=1))  # encoder width 32
     model.warm_start(source)
     assert bool(model.quantizer.initialized)
-    started = Fingerprinter(model.config, model.tokenizer, model.semantic_encoder, model.quantizer.codebook.vectors)
+    started = Fingerprinter(model.config, model.tokenizer, model.semantic_encoder,
+                            model.quantizer.codebook.vectors)
     assert started.identity == source.identity
     assert [fp.token_codes for fp in started.fingerprint(texts[:8])] == \
         [fp.token_codes for fp in source.fingerprint(texts[:8])]
 
 
-@pytest.mark.parametrize(("override", "named"), [({"kernel_size": 1}, "kernel_size"), ({"code_dim": 16}, "code_dim"),
+@pytest.mark.parametrize(("override", "named"), [({"kernel_size": 1}, "kernel_size"),
+                                                 ({"code_dim": 16}, "code_dim"),
                                                   ({"num_codes": 16}, "num_codes")])
 def test_warm_start_names_the_setting_that_differs(control, override, named):
     from isq.model import ISQModel

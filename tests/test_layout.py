@@ -37,7 +37,8 @@ def module_name(path: Path) -> str:
 
 
 def project_modules() -> dict[str, Path]:
-    return {module_name(path): path for package in PACKAGES for path in sorted((REPO / package).rglob("*.py"))}
+    return {module_name(path): path for package in PACKAGES
+            for path in sorted((REPO / package).rglob("*.py"))}
 
 
 def _type_checking_block(node: ast.AST) -> bool:
@@ -104,7 +105,8 @@ def mapped_modules(text: str) -> set[str]:
 
 def test_the_module_map_names_every_module_and_only_real_ones() -> None:
     named = mapped_modules(MODULE_MAP.read_text(encoding="utf-8"))
-    on_disk = {str(path.relative_to(REPO)) for path in project_modules().values() if path.name != "__init__.py"}
+    on_disk = {str(path.relative_to(REPO)) for path in project_modules().values()
+               if path.name != "__init__.py"}
     assert not on_disk - named, f"docs/architecture.md does not name {sorted(on_disk - named)}"
     assert not named - on_disk, f"docs/architecture.md names missing files {sorted(named - on_disk)}"
 
@@ -171,7 +173,8 @@ def test_public_api_at_the_package_root() -> None:
 ])
 def test_imports_stay_light(statement: str, absent: tuple[str, ...]) -> None:
     check = f"{statement}; import sys; print([m for m in {absent!r} if m in sys.modules])"
-    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=REPO, check=True)
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=REPO,
+                            check=True)
     assert result.stdout.strip() == "[]", result.stdout
 
 

@@ -47,8 +47,8 @@ def test_gap_recall_averages_the_flagged_questions_only() -> None:
 
 
 def run_file(path: Path, found_base: list[list[str]], found_other: list[list[str]]) -> Path:
-    rows = [QuestionRecord(conversation="c", qa_index=i, category="multi-hop", question=f"q{i}", evidence=["D1:1"],
-                           found={"base": base, "other": other}, lexical_gap=(i % 2 == 0))
+    rows = [QuestionRecord(conversation="c", qa_index=i, category="multi-hop", question=f"q{i}",
+                           evidence=["D1:1"], found={"base": base, "other": other}, lexical_gap=(i % 2 == 0))
             for i, (base, other) in enumerate(zip(found_base, found_other, strict=True))]
     write_questions(path, rows)
     return path

@@ -63,7 +63,8 @@ def test_the_incremental_snapshot_matches_a_fresh_build(tmp_path):
         mem.add(chat("second", 24), user_id="u", session_id="s1")
         mem.flush(user_id="u", session_id="s1")
         mem.add(chat("third", 9), user_id="u", session_id="s2")
-        incremental = [[(h.id, round(h.score, 6)) for h in mem.search(q, user_id="u", k=8).hits] for q in queries]
+        incremental = [[(h.id, round(h.score, 6)) for h in mem.search(q, user_id="u", k=8).hits]
+                       for q in queries]
     with open_memory(tmp_path) as mem:
         fresh = [[(h.id, round(h.score, 6)) for h in mem.search(q, user_id="u", k=8).hits] for q in queries]
     assert incremental == fresh and all(len(hits) == 8 for hits in fresh)
@@ -151,7 +152,8 @@ def test_consolidation_is_a_durable_job(tmp_path):
         assert job.state == "done" and mem.job(job.id, user_id="u") == job
         with pytest.raises(NotFound):
             mem.job(job.id, user_id="other")
-        merged = [item for item in mem.list(user_id="u", limit=100).items if mem.history(item.id, user_id="u")]
+        merged = [item for item in mem.list(user_id="u", limit=100).items
+                  if mem.history(item.id, user_id="u")]
         assert job.progress["created"] == len(merged) >= 1
         assert all(h.archived and h.successor for h in mem.history(merged[0].id, user_id="u"))
 
@@ -159,7 +161,8 @@ def test_consolidation_is_a_durable_job(tmp_path):
 @pytest.mark.parametrize(("call", "message"), [
     (lambda m: m.add([{"speaker": "A", "text": "hi"}], user_id="", session_id="s"), "user_id is required"),
     (lambda m: m.add([{"speaker": "A", "text": "hi"}], user_id=None, session_id="s"), "user_id is required"),
-    (lambda m: m.add([{"speaker": "A", "text": "  "}], user_id="u", session_id="s"), r"turns\[0\]: field 'text'"),
+    (lambda m: m.add([{"speaker": "A", "text": "  "}], user_id="u", session_id="s"),
+     r"turns\[0\]: field 'text'"),
     (lambda m: m.add([{"speaker": "A", "text": "x" * (MAX_TURN_CHARS + 1)}], user_id="u", session_id="s"),
      "limit is"),
     (lambda m: m.add([{"speaker": "A", "text": "hi", "time": "yesterday"}], user_id="u", session_id="s"),

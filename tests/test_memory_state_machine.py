@@ -49,7 +49,8 @@ class MemoryMachine(RuleBasedStateMachine):
     def add(self, user: str, session: str, word: str, size: int) -> None:
         self.counter += 1
         key = f"k{self.counter}"
-        turns = [{"speaker": "AB"[i % 2], "text": f"{canary(user)} talks about the {word} number{self.counter}x{i}"}
+        turns = [{"speaker": "AB"[i % 2],
+                  "text": f"{canary(user)} talks about the {word} number{self.counter}x{i}"}
                  for i in range(size)]
         result = self.memory.add(turns, user_id=user, session_id=session, idempotency_key=key)
         assert len(result.turn_ids) == size and not result.replayed

@@ -114,7 +114,8 @@ def test_contrastive_term_compares_context_codes_with_next_turn_codes(tiny):
     with torch.no_grad():
         z = model.semantic_encoder(input_ids, attention_mask)
         z_next = model.semantic_encoder(next_ids, next_mask.long())
-        bags = model.quantizer.code_distribution(z, attention_mask), model.quantizer.code_distribution(z_next, next_mask)
+        bags = (model.quantizer.code_distribution(z, attention_mask),
+                model.quantizer.code_distribution(z_next, next_mask))
     torch.testing.assert_close(out.contrastive_loss, info_nce(*bags, tiny.nce_temperature))
     out.contrastive_loss.backward()
     assert model.semantic_encoder.projection.conv.weight.grad.abs().sum() > 0
@@ -225,7 +226,8 @@ def test_frozen_pretrained_encoder_is_referenced_not_copied(minilm_export):
     meta = json.loads((path / "config.json").read_text())
     assert meta["encoder_reference"]["encoder"] == MINILM_ALIAS
     assert len(meta["encoder_reference"]["sha256"]) == 64
-    assert not any(k.startswith("semantic_encoder.encoder.") for k in load_file(str(path / "model.safetensors")))
+    assert not any(k.startswith("semantic_encoder.encoder.")
+                   for k in load_file(str(path / "model.safetensors")))
     assert (path / "model.safetensors").stat().st_size < 100_000
     loaded = Fingerprinter.from_pretrained(path)
     tok = model.tokenizer(["my sister lives in Paris"], return_tensors="pt")

@@ -23,8 +23,9 @@ SAMPLE_FIGURES = ("usage", "norms", "distances", "pca", "lengths", "stability", 
 TRAINING_FIGURES = ("training_losses", "training_codes", "training_perplexity")
 
 # A CSVLogger file: each row fills only the columns of one logging call.
-METRICS_CSV = """epoch,step,train/loss,train/ce_loss,train/commitment_loss,train/codebook_loss,train/entropy_loss,\
-train/perplexity,train/codes_used,train/dead_codes,train/revived_codes,val/ce_loss,val/loss,val/codebook_perplexity,val/codes_used
+METRICS_CSV = """epoch,step,train/loss,train/ce_loss,train/commitment_loss,train/codebook_loss,\
+train/entropy_loss,train/perplexity,train/codes_used,train/dead_codes,train/revived_codes,val/ce_loss,\
+val/loss,val/codebook_perplexity,val/codes_used
 0,9,12.0,10.0,1.5,1.5,-2.0,40.0,50,10,0,,,,
 0,19,9.0,8.0,0.8,0.8,-1.0,60.0,70,12,12,,,,
 0,19,,,,,,,,,,7.5,8.1,55.0,66
@@ -151,7 +152,8 @@ def _report_files(out: Path) -> set[str]:
 
 def test_report_writes_figures_and_summary(fingerprinter_dir, dialogue_file, tmp_path, capsys):
     out = tmp_path / "report"
-    assert main([str(fingerprinter_dir), "--texts", str(dialogue_file), "--out", str(out), "--sample", "30"]) == 0
+    assert (main([str(fingerprinter_dir), "--texts", str(dialogue_file), "--out", str(out), "--sample",
+                  "30"]) == 0)
     assert _report_files(out) == set(SAMPLE_FIGURES)
     report = (out / "report.md").read_text()
     for figure in SAMPLE_FIGURES:
@@ -184,7 +186,8 @@ def test_report_with_training_log(fingerprinter_dir, dialogue_file, tmp_path):
 
 
 @pytest.mark.parametrize("broken", ["directory", "texts", "empty texts", "log"])
-def test_bad_input_exits_2_with_one_line_naming_the_file(broken, fingerprinter_dir, dialogue_file, tmp_path, capsys):
+def test_bad_input_exits_2_with_one_line_naming_the_file(broken, fingerprinter_dir, dialogue_file, tmp_path,
+                                                         capsys):
     paths = {"directory": fingerprinter_dir, "texts": dialogue_file, "log": None}
     if broken == "empty texts":
         paths["texts"] = tmp_path / "empty.txt"
@@ -205,7 +208,8 @@ def test_bad_input_exits_2_with_one_line_naming_the_file(broken, fingerprinter_d
 def test_analysis_and_report_import_neither_training_nor_retrieval():
     code = ("import sys, isq.analysis, isq.report; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'training', 'retrieval', 'lightning'}))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                            timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
@@ -213,7 +217,8 @@ def test_analysis_and_report_import_neither_training_nor_retrieval():
 def test_bad_input_from_the_command_line_has_no_traceback(tmp_path):
     missing = tmp_path / "nothing_here.txt"
     result = subprocess.run(
-        [sys.executable, "-m", "isq.report", str(tmp_path), "--texts", str(missing), "--out", str(tmp_path / "o")],
+        [sys.executable, "-m", "isq.report", str(tmp_path), "--texts", str(missing), "--out",
+         str(tmp_path / "o")],
         capture_output=True, text=True, cwd=REPO, timeout=120,
     )
     assert result.returncode == 2

@@ -39,7 +39,8 @@ def test_laplace_smoothing_of_cluster_sizes():
     q(torch.tensor([[[1.0, 0.0], [0.0, 1.0], [9.0, 10.0]]]))
     size, total = torch.tensor([1.5, 1.0]), 2.5
     smoothed = (size + 0.1) / (total + 2 * 0.1) * total
-    torch.testing.assert_close(q.codebook.vectors, torch.tensor([[0.5, 0.5], [9.5, 10.0]]) / smoothed.unsqueeze(1))
+    torch.testing.assert_close(q.codebook.vectors,
+                               torch.tensor([[0.5, 0.5], [9.5, 10.0]]) / smoothed.unsqueeze(1))
 
 
 def test_masked_positions_change_nothing():
@@ -83,7 +84,8 @@ def test_reactivation_replaces_exactly_the_dead_codes_and_survives_next_step():
     torch.testing.assert_close(q.codebook.vectors[:4], before[:4], rtol=1e-4, atol=1e-5)
     samples = batch.reshape(-1, 4)
     for code in range(4, 8):
-        assert torch.isclose(samples, q.codebook.vectors[code]).all(1).any(), f"code {code} is not a batch vector"
+        assert torch.isclose(samples,
+                             q.codebook.vectors[code]).all(1).any(), f"code {code} is not a batch vector"
         assert q.codebook.cluster_size[code] == 1.0
         torch.testing.assert_close(q.codebook.embed_sum[code], q.codebook.vectors[code], rtol=1e-3, atol=1e-4)
     assert q.codebook.window_counts.sum() == 0 and int(q.codebook.window_steps) == 0
@@ -144,7 +146,8 @@ def test_bf16_autocast_keeps_codebook_and_distances_fp32():
     expected = reference(z.bfloat16().float()).indices
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = q(z.bfloat16())
-    assert q.codebook.vectors.dtype == q.codebook.embed_sum.dtype == q.codebook.cluster_size.dtype == torch.float32
+    assert (q.codebook.vectors.dtype == q.codebook.embed_sum.dtype == q.codebook.cluster_size.dtype
+            == torch.float32)
     assert out.commitment_loss.dtype == out.entropy_loss.dtype == out.quantized.dtype == torch.float32
     assert torch.equal(out.indices, expected)
 

@@ -60,7 +60,8 @@ def test_each_channel_finds_its_known_answer(bank):
     may = channels.temporal_recall(bank, TimeConstraint("2023-05", "2023-05"), vector(bank, "race"), 10)
     assert ids(bank, may) == [f"{CID}:0:1", f"{CID}:0:0"]
     july = channels.temporal_recall(bank, TimeConstraint("2023-07-14", "2023-07-14"), vector(bank, "x"), 10)
-    assert ids(bank, july) == [f"{CID}:1:2"] and july.via[int(july.items[0])] == ("temporal:2023-07",)  # month only
+    # month only
+    assert ids(bank, july) == [f"{CID}:1:2"] and july.via[int(july.items[0])] == ("temporal:2023-07",)
     code = channels.code_recall(bank, bank.fingerprinter.fingerprint(["Yosemite camping"])[0].codes, 2)
     assert ids(bank, code)[0] == f"{CID}:1:2"
     everything = [ranked for ranked in (channels.lexical_recall(bank, "pottery archived records hates", 9),
@@ -89,12 +90,14 @@ def test_the_rule_planner(bank):
     planner = RulePlanner()
     plan = planner.plan("When did ann go to the POTTERY class?", bank.context)
     (route,) = plan.routes
-    assert plan.question_type == "temporal" and route.entities == ("ann",) and route.topics == ("pottery", "class")
+    assert (plan.question_type == "temporal" and route.entities == ("ann",)
+            and route.topics == ("pottery", "class"))
     assert route.queries == ("When did ann go to the POTTERY class?",) and route.time is None
     dated = planner.plan("What did Bob do in May 2023?", bank.context).routes[0]
     assert dated.time == TimeConstraint("2023-05", "2023-05") and dated.entities == ("bob",)
     relative = planner.plan("What did Ann paint yesterday?", bank.context)  # now = the latest session
-    assert relative.question_type == "temporal" and relative.routes[0].time == TimeConstraint("2023-06-19", "2023-06-19")
+    assert (relative.question_type == "temporal"
+            and relative.routes[0].time == TimeConstraint("2023-06-19", "2023-06-19"))
     both = planner.plan("What do Ann and Bob both like about Yosemite?", bank.context)
     assert both.question_type == "comparison" and [r.entities for r in both.routes] == [
         ("ann", "bob", "yosemite"), ("ann",), ("bob",), ("yosemite",)]
@@ -103,12 +106,15 @@ def test_the_rule_planner(bank):
 
 
 def test_the_plan_schema_round_trips_and_names_bad_fields():
-    plan = Plan("comparison", (Route("g", ("q1", "q2"), ("ann",), ("dog",), TimeConstraint("2023-05", "2023-06")),))
+    plan = Plan("comparison",
+                (Route("g", ("q1", "q2"), ("ann",), ("dog",), TimeConstraint("2023-05", "2023-06")),))
     assert Plan.from_dict(json.loads(json.dumps(plan.to_dict())), "rules") == plan
     good = {"question_type": "single", "routes": [{"goal": "g", "queries": ["q"]}]}
     assert Plan.from_dict(good, "x").routes[0] == Route("g", ("q",))
-    for bad, field in [({**good, "question_type": "opinion"}, "question_type"), ({**good, "routes": []}, "routes"),
-                       ({"question_type": "single", "routes": [{"goal": "g", "queries": []}]}, "routes/0/queries"),
+    for bad, field in [({**good, "question_type": "opinion"}, "question_type"),
+                       ({**good, "routes": []}, "routes"),
+                       ({"question_type": "single", "routes": [{"goal": "g", "queries": []}]},
+                        "routes/0/queries"),
                        ({"question_type": "single", "routes": [{"goal": "g", "queries": ["q"],
                                                                 "time": {"start": "May", "end": "2023"}}]},
                         "routes/0/time")]:
@@ -119,7 +125,8 @@ def test_the_plan_schema_round_trips_and_names_bad_fields():
 def test_the_llm_planner_through_the_one_client(bank, tmp_path):
     answer = {"question_type": "temporal", "routes": [{"goal": "when", "queries": ["Ann pottery class"],
                                                        "entities": ["Ann"], "time": None}]}
-    replies = iter([(200, completion_body("not json", 5, 1), 0.0), (200, completion_body(json.dumps(answer), 40, 9), 0.0)])
+    replies = iter([(200, completion_body("not json", 5, 1), 0.0),
+                    (200, completion_body(json.dumps(answer), 40, 9), 0.0)])
     with FakeChatServer(lambda body: next(replies)) as server:
         planner = LLMPlanner(server.base_url, "fake", cache_dir=tmp_path / "cache", backoff_s=0.0)
         plan = planner.plan("When did Ann go to pottery?", bank.context)
@@ -128,7 +135,8 @@ def test_the_llm_planner_through_the_one_client(bank, tmp_path):
         requests = list(server.requests)
     assert plan == again == Plan("temporal", (Route("when", ("Ann pottery class",), ("Ann",)),), "llm:fake")
     assert len(requests) == 2 and requests[0]["temperature"] == 0.0
-    assert requests[0]["response_format"] == {"type": "json_object"} and "2023" in requests[0]["messages"][1]["content"]
+    assert (requests[0]["response_format"] == {"type": "json_object"}
+            and "2023" in requests[0]["messages"][1]["content"])
     assert planner.usage == LLMUsage(http_calls=2, retries=1, prompt_tokens=45, completion_tokens=10)
     with FakeChatServer(lambda body: (503, {"error": "down"}, 0.0)) as server:
         down = LLMPlanner(server.base_url, "fake", max_retries=0)
@@ -185,7 +193,8 @@ def test_the_final_top_k_is_at_least_the_plan_depth(bank):
 def test_a_record_hit_carries_its_provenance_and_channel_scores(bank):
     retriever = MultiRouteRetriever(bank, plan_depth=0)
     first = retriever.retrieve(Query("When did Ann sign up for the pottery class?"), 4).hits[0]
-    assert (first.id, first.kind, first.time, first.source["turn_ids"]) == (f"{CID}:0:0", "record", "2023-05-07",
+    assert (first.id, first.kind, first.time, first.source["turn_ids"]) == (f"{CID}:0:0", "record",
+                                                                            "2023-05-07",
                                                                              ["D1:1"])
     assert {"records", "lexical", "nodes", "s_final"} <= set(first.channels) and first.routes == (0,)
 

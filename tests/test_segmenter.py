@@ -73,8 +73,8 @@ def test_length_pressure_piecewise(tokens, expected):
     assert length_pressure(tokens) == pytest.approx(expected, abs=1e-6)
 
 
-@pytest.mark.parametrize(("n", "expected"), [(1, -0.85), (2, -0.15), (3, 0.15), (4, 0.30), (5, 0.45), (8, 0.90),
-                                             (9, 1.0), (10, 1.0)])
+@pytest.mark.parametrize(("n", "expected"), [(1, -0.85), (2, -0.15), (3, 0.15), (4, 0.30), (5, 0.45),
+                                             (8, 0.90), (9, 1.0), (10, 1.0)])
 def test_count_pressure(n, expected):
     assert count_pressure(n) == pytest.approx(expected)
 
@@ -179,14 +179,16 @@ def test_topic_change_cuts_and_homogeneous_stream_waits_for_pressure():
 
 def test_caps_hold():
     # Two 500-token exchanges cannot share a segment: the hard cap finalizes before appending.
-    big = SemanticSegmenter(TopicEmbedder(), "c").segment_session(turns_of([words(384)] * 4, speakers=("Ann",)))
+    big = SemanticSegmenter(TopicEmbedder(),
+                            "c").segment_session(turns_of([words(384)] * 4, speakers=("Ann",)))
     assert [s.reason for s in big[:-1]] == [CAPACITY_LIMIT] * 3
     assert all(s.tokens <= 900 for s in big)
     # One exchange longer than the cap cannot be split: it is a segment of its own.
     huge = SemanticSegmenter(TopicEmbedder(), "c").segment_session(turns_of([words(800)]))
     assert [(len(s.exchanges), s.reason) for s in huge] == [(1, TARGET_LENGTH)]
     # Tiny identical exchanges never cross the threshold: the 10-exchange cap ends each segment.
-    tiny = SemanticSegmenter(TopicEmbedder(), "c").segment_session(turns_of(["cooking"] * 50, speakers=("Ann",)))
+    tiny = SemanticSegmenter(TopicEmbedder(),
+                             "c").segment_session(turns_of(["cooking"] * 50, speakers=("Ann",)))
     assert [len(s.exchanges) for s in tiny] == [10] * 5
     assert [s.reason for s in tiny] == [EXCHANGE_LIMIT] * 5
 
@@ -212,7 +214,8 @@ def test_sessions_flush_number_segments_and_embed_in_one_batch():
     assert embedder.calls == 2  # one encode() per session
     assert first[-1].reason == SESSION_FLUSH and second[-1].reason == SESSION_FLUSH
     assert [s.seq for s in first + second] == list(range(len(first) + len(second)))
-    assert {t.session_id for t in first[-1].turns} == {"s1"} and {t.session_id for t in second[0].turns} == {"s2"}
+    assert {t.session_id
+            for t in first[-1].turns} == {"s1"} and {t.session_id for t in second[0].turns} == {"s2"}
     assert len(segmenter.history) > history  # the surprise history spans sessions
 
 

@@ -50,7 +50,8 @@ def api(tmp_path_factory) -> Iterator[Api]:
     server = Server(store).start()
     api = Api(server, keys)
     try:
-        alice = api.add(api.alice, "s1", "I adopted a cat called Pickle.", *conversation("the cat", ALICE_CANARY))
+        alice = api.add(api.alice, "s1", "I adopted a cat called Pickle.",
+                        *conversation("the cat", ALICE_CANARY))
         bob = api.add(api.bob, "s1", "I adopted a dog called Rex.", *conversation("the dog", BOB_CANARY))
         assert alice.status_code == bob.status_code == 200 and bob.json()["memory_ids"], bob.text
         api.bob_turns = [f"bob:turn:{turn_id}" for turn_id in bob.json()["turn_ids"]]
@@ -95,8 +96,8 @@ def test_a_turn_is_found_by_the_next_search(api: Api) -> None:
 ROUTES = [("POST", "/v1/sessions/s1/turns", {"turns": [{"speaker": "a", "text": "b"}]}),
           ("POST", "/v1/search", {"query": "cat"}), ("GET", "/v1/memories", None),
           ("GET", "/v1/memories/x", None), ("GET", "/v1/memories/x/history", None),
-          ("DELETE", "/v1/memories/x", None), ("DELETE", "/v1/sessions/s1", None), ("DELETE", "/v1/user", None),
-          ("POST", "/v1/consolidate", None), ("GET", "/v1/jobs/1", None)]
+          ("DELETE", "/v1/memories/x", None), ("DELETE", "/v1/sessions/s1", None),
+          ("DELETE", "/v1/user", None), ("POST", "/v1/consolidate", None), ("GET", "/v1/jobs/1", None)]
 
 
 @pytest.mark.parametrize(("method", "path", "body"), ROUTES)
@@ -120,14 +121,16 @@ def test_a_revoked_key_is_refused_at_once(api: Api) -> None:
 def test_alice_cannot_see_or_touch_bobs_memories(api: Api) -> None:
     ids = bob_ids(api)
     for memory_id in ids:
-        for method, path in (("GET", f"/v1/memories/{memory_id}"), ("GET", f"/v1/memories/{memory_id}/history"),
+        for method, path in (("GET", f"/v1/memories/{memory_id}"),
+                             ("GET", f"/v1/memories/{memory_id}/history"),
                              ("DELETE", f"/v1/memories/{memory_id}")):
             response = api.alice.request(method, path)
             assert response.status_code == 404, (method, path, response.text)
             assert BOB_CANARY not in response.text
     for query in (BOB_CANARY, "dog called Rex", "What pet does Maria have?"):
         for session in (None, "s1"):
-            found = api.alice.post("/v1/search", json={"query": query, "k": limits.MAX_K, "session_id": session})
+            found = api.alice.post("/v1/search",
+                                   json={"query": query, "k": limits.MAX_K, "session_id": session})
             assert found.status_code == 200 and BOB_CANARY not in texts_of(found)
             assert not set(ids) & {hit["id"] for hit in found.json()["hits"]}
     listed = api.alice.get("/v1/memories", params={"session_id": "s1", "limit": limits.MAX_PAGE})
@@ -138,7 +141,8 @@ def test_alice_cannot_see_or_touch_bobs_memories(api: Api) -> None:
 
 def test_no_body_field_can_name_another_user(api: Api) -> None:
     for path, body in (("/v1/search", {"query": BOB_CANARY, "user_id": "bob"}),
-                       ("/v1/sessions/s1/turns", {"turns": [{"speaker": "a", "text": "b"}], "user_id": "bob"}),
+                       ("/v1/sessions/s1/turns",
+                        {"turns": [{"speaker": "a", "text": "b"}], "user_id": "bob"}),
                        ("/v1/consolidate", {"user_id": "bob"})):
         response = api.alice.post(path, json=body)
         assert response.status_code == 422 and response.json()["field"] == "body.user_id"
@@ -201,7 +205,8 @@ LIMIT_CASES = [
      {"turns": [{"speaker": "a", "text": "b"}] * (limits.MAX_TURNS + 1)}, 413, "body.turns"),
     ("text too long", "/v1/sessions/s1/turns",
      {"turns": [{"speaker": "a", "text": "x" * (limits.MAX_TEXT_CHARS + 1)}]}, 422, "body.turns.0.text"),
-    ("empty text", "/v1/sessions/s1/turns", {"turns": [{"speaker": "a", "text": ""}]}, 422, "body.turns.0.text"),
+    ("empty text", "/v1/sessions/s1/turns", {"turns": [{"speaker": "a", "text": ""}]}, 422,
+     "body.turns.0.text"),
     ("no turns", "/v1/sessions/s1/turns", {"turns": []}, 422, "body.turns"),
     ("missing speaker", "/v1/sessions/s1/turns", {"turns": [{"text": "b"}]}, 422, "body.turns.0.speaker"),
     ("bad session id", "/v1/sessions/a%20b/turns", {"turns": [{"speaker": "a", "text": "b"}]}, 422,
@@ -217,7 +222,8 @@ LIMIT_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("case", "path", "body", "status", "field"), LIMIT_CASES, ids=[c[0] for c in LIMIT_CASES])
+@pytest.mark.parametrize(("case", "path", "body", "status", "field"), LIMIT_CASES,
+                         ids=[c[0] for c in LIMIT_CASES])
 def test_limits_name_the_field(api: Api, case: str, path: str, body, status: int, field: str) -> None:
     response = api.alice.post(path, json=body)
     assert (response.status_code, response.json()["field"]) == (status, field), response.text
@@ -233,7 +239,8 @@ def test_oversized_and_malformed_bodies(api: Api) -> None:
     for content in (b"{not json", b"[1, 2]", b""):
         response = api.alice.post("/v1/search", content=content, headers={"Content-Type": "application/json"})
         assert response.status_code == 422 and response.json()["field"].startswith("body"), response.text
-    assert api.alice.get("/v1/memories", params={"limit": limits.MAX_PAGE + 1}).json()["field"] == "query.limit"
+    assert (api.alice.get("/v1/memories", params={"limit": limits.MAX_PAGE + 1}).json()["field"]
+            == "query.limit")
 
 
 def test_the_memorys_refusals_are_422(api: Api) -> None:
@@ -260,7 +267,8 @@ def test_mcp_over_http_takes_the_user_from_the_key(api: Api) -> None:
             "memory_consolidate"} <= set(tools)
     assert added["turn_ids"] and "kayak" in json.dumps(found) and BOB_CANARY not in json.dumps(found)
     assert "kayak" not in texts_of(api.bob.post("/v1/search", json={"query": "red kayak"}))
-    assert api.anonymous.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).status_code == 401
+    assert (api.anonymous.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).status_code
+            == 401)
 
 
 def test_metrics_count_routes_and_no_request_failed_with_500(api: Api) -> None:

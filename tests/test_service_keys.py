@@ -27,12 +27,14 @@ def test_a_key_belongs_to_its_user_and_only_its_hash_is_kept(tmp_path: Path) -> 
     keys = KeyStore(tmp_path)
     alice, bob = keys.create("alice"), keys.create("bob")
     assert alice != bob and keys.user(alice) == "alice" and keys.user(bob) == "bob"
-    stored = (tmp_path / KEYS_FILE).read_bytes() + b"".join(p.read_bytes() for p in tmp_path.glob(f"{KEYS_FILE}-*"))
+    stored = (tmp_path
+              / KEYS_FILE).read_bytes() + b"".join(p.read_bytes() for p in tmp_path.glob(f"{KEYS_FILE}-*"))
     secret = alice.split("_", 2)[2]
     assert secret.encode() not in stored and alice.encode() not in stored
     rows = sqlite3.connect(tmp_path / KEYS_FILE).execute("SELECT salt, digest FROM api_keys").fetchall()
     assert len({salt for salt, _ in rows}) == 2 and all(len(digest) == 32 for _, digest in rows)
-    for wrong in ("", "alice", alice + "x", alice[:-1], alice.replace("isqm_", "abcd_"), f"isqm_{bob.split('_')[1]}_"
+    for wrong in ("", "alice", alice + "x", alice[:-1], alice.replace("isqm_", "abcd_"),
+                  f"isqm_{bob.split('_')[1]}_"
                   + secret):
         assert keys.user(wrong) is None, wrong
     info = keys.revoke(alice.split("_")[1])
@@ -58,7 +60,8 @@ def test_keys_command_line(tmp_path: Path) -> None:
     assert serve("keys", "revoke", "--store", str(tmp_path), key_id).returncode == 0
     assert "revoked=" in serve("keys", "list", "--store", str(tmp_path), "--user", "alice").stdout
     missing = serve("keys", "revoke", "--store", str(tmp_path), "nope")
-    assert missing.returncode == 2 and missing.stderr.startswith("error: ") and missing.stderr.count("\n") == 1
+    assert (missing.returncode == 2 and missing.stderr.startswith("error: ")
+            and missing.stderr.count("\n") == 1)
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "example.org", "::"])

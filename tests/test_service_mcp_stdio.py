@@ -36,7 +36,8 @@ async def _session(store: Path, user: str, calls) -> list:
 
 async def _every_tool(session: ClientSession) -> dict:
     tools = {tool.name for tool in (await session.list_tools()).tools}
-    chat = [{"speaker": ("Jon", "Maria")[n % 2], "text": f"Small talk line {n} about the weather."} for n in range(24)]
+    chat = [{"speaker": ("Jon", "Maria")[n % 2], "text": f"Small talk line {n} about the weather."}
+            for n in range(24)]
     added = content(await session.call_tool("memory_add", {"session_id": "s1", "turns": [
         {"speaker": "Maria", "text": "I adopted a cat called Pickle.", "time": "2023-05-08T10:00:00"},
         *chat], "idempotency_key": "k1"}))
@@ -54,17 +55,19 @@ async def _every_tool(session: ClientSession) -> dict:
     forgot = content(await session.call_tool("memory_forget", {}))
     after = content(await session.call_tool("memory_list", {}))
     return {"tools": tools, "added": added, "replay": replay, "found": found, "listed": listed, "job": job,
-            "deleted": deleted, "again": again, "bad": bad, "bad_time": bad_time, "forgot": forgot, "after": after}
+            "deleted": deleted, "again": again, "bad": bad, "bad_time": bad_time, "forgot": forgot,
+            "after": after}
 
 
 def test_every_tool_over_stdio(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    bob = anyio.run(_session, store, "bob", lambda s: s.call_tool("memory_add", {"session_id": "s1", "turns": [
-        {"speaker": "Rex", "text": "Bob's secret word is quokkalith."}]}))
+    bob = anyio.run(_session, store, "bob", lambda s: s.call_tool("memory_add", {
+        "session_id": "s1", "turns": [{"speaker": "Rex", "text": "Bob's secret word is quokkalith."}]}))
     assert not bob[0].is_error
     [seen] = anyio.run(_session, store, "alice", _every_tool)
     assert seen["tools"] == TOOLS
-    assert len(seen["added"]["turn_ids"]) == 25 and seen["added"]["memory_ids"] and seen["replay"]["replayed"] and not seen["replay"]["turn_ids"]
+    assert (len(seen["added"]["turn_ids"]) == 25 and seen["added"]["memory_ids"]
+            and seen["replay"]["replayed"] and not seen["replay"]["turn_ids"])
     assert any("Pickle" in hit["text"] for hit in seen["found"]["hits"])
     assert "quokkalith" not in json.dumps(seen["found"]) + json.dumps(seen["listed"])
     assert seen["job"]["status"] in ("queued", "running", "done") and seen["deleted"] == {"deleted": True}
@@ -72,13 +75,15 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
         assert seen[refused].is_error, refused
     assert "text" in seen["bad"].content[0].text and "time" in seen["bad_time"].content[0].text
     assert seen["forgot"] == {"deleted": True} and seen["after"]["items"] == []
-    [bobs] = anyio.run(_session, store, "bob", lambda s: s.call_tool("memory_search", {"query": "secret word"}))
+    [bobs] = anyio.run(_session, store, "bob",
+                       lambda s: s.call_tool("memory_search", {"query": "secret word"}))
     assert "quokkalith" in json.dumps(content(bobs))  # alice's forget left bob's memory alone
 
 
 def test_bad_arguments_exit_2_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a directory")
-    for args in (["--store", str(tmp_path / "file"), "--user", "alice"], ["--store", str(tmp_path), "--user", " "]):
+    for args in (["--store", str(tmp_path / "file"), "--user", "alice"],
+                 ["--store", str(tmp_path), "--user", " "]):
         result = subprocess.run([sys.executable, "-m", "retrieval.mcp", *args], cwd=ROOT, env=child_env(),
                                 capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
         assert result.returncode == 2 and result.stdout == ""

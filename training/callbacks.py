@@ -65,9 +65,9 @@ class ExportFingerprinter(L.Callback):
         """ExportExistsError if ``target`` holds files and overwriting was not asked for."""
         if target.exists() and not self.overwrite and (not target.is_dir() or any(target.iterdir())):
             raise ExportExistsError(
-                f"the fingerprinter export directory {target} already exists and is not empty; choose another "
-                "ExportFingerprinter dirpath, leave it unset (export into the run's own directory) or set "
-                "overwrite: true")
+                f"the fingerprinter export directory {target} already exists and is not empty; "
+                "choose another ExportFingerprinter dirpath, leave it unset "
+                "(export into the run's own directory) or set overwrite: true")
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.is_global_zero:
@@ -83,7 +83,8 @@ class ExportFingerprinter(L.Callback):
             "checkpoint": best or None,
             "global_step": trainer.global_step,
             "epochs": trainer.current_epoch,
-            "data": dict(getattr(datamodule, "stats", {})) | {"hparams": dict(getattr(datamodule, "hparams", {}))},
+            "data": dict(getattr(datamodule, "stats", {}))
+            | {"hparams": dict(getattr(datamodule, "hparams", {}))},
             "trainer": {"precision": str(trainer.precision), "world_size": trainer.world_size,
                         "accumulate_grad_batches": trainer.accumulate_grad_batches},
             "optim": {k: v for k, v in pl_module.hparams.items() if k != "isq"},
@@ -127,7 +128,8 @@ class StepProgressBar(RichProgressBar):
 
     def _get_train_description(self, current_epoch: int) -> str:  # the stock bar's hook for this text
         max_epochs = self.trainer.max_epochs
-        return f"Epoch {current_epoch}" + (f"/{max_epochs - 1}" if max_epochs is not None and max_epochs > 0 else "")
+        return f"Epoch {current_epoch}" + (f"/{max_epochs - 1}" if max_epochs is not None and max_epochs > 0
+                                           else "")
 
     def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
         items = super().get_metrics(trainer, pl_module)

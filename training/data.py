@@ -67,7 +67,8 @@ class DialogueDataModule(L.LightningDataModule):
         check_ranges("data", locals(), RANGES)
         self.save_hyperparameters()
         self.root = root if root is not None else os.environ.get(ROOT_ENV)
-        self.cache_dir = Path(cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "isq")
+        self.cache_dir = Path(cache_dir
+                              or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "isq")
         self._tokenizer: PreTrainedTokenizerBase | None = None
         self.pairs: dict[str, dict[str, list[str]]] = {}
         self.datasets: dict[str, Dataset] = {}
@@ -84,7 +85,8 @@ class DialogueDataModule(L.LightningDataModule):
             from datasets import load_dataset
 
             hub = load_dataset(self.hparams["hub_id"])
-            return {s: [[detokenize(t) for t in d] for d in hub[s]["dialog"]] for s in SPLITS}, self.hparams["hub_id"]
+            return {s: [[detokenize(t) for t in d] for d in hub[s]["dialog"]]
+                    for s in SPLITS}, self.hparams["hub_id"]
         if self.root is None:
             raise FileNotFoundError(f"no DailyDialog directory: pass --data.root or set ${ROOT_ENV}")
         root = Path(self.root)

@@ -34,7 +34,8 @@ DEFAULTS = Path(__file__).resolve().parents[1] / "configs" / "trainer_defaults.y
 
 _FP16 = "fp16 overflows in T5 (use bf16-mixed on CUDA or 32-true)"
 _BF16_TRUE = "bf16-true casts the EMA codebook buffers to bf16 (use bf16-mixed)"
-REFUSED_PRECISION = {"16": _FP16, "16-mixed": _FP16, "16-true": _FP16, "bf16": _BF16_TRUE, "bf16-true": _BF16_TRUE}
+REFUSED_PRECISION = {"16": _FP16, "16-mixed": _FP16, "16-true": _FP16, "bf16": _BF16_TRUE,
+                     "bf16-true": _BF16_TRUE}
 
 
 def default_precision() -> str:
@@ -127,7 +128,8 @@ def check_checkpoint(path: str | None) -> None:
         with zipfile.ZipFile(path) as archive:
             archive.namelist()
     except (zipfile.BadZipFile, OSError) as err:
-        raise CheckpointError(f"--ckpt_path {path}: not a readable checkpoint (truncated or corrupt: {err})") from None
+        raise CheckpointError(
+            f"--ckpt_path {path}: not a readable checkpoint (truncated or corrupt: {err})") from None
 
 
 BAD_INPUT = (FileNotFoundError, DataFormatError, WarmStartError, EncoderUnavailable, ExportExistsError,
@@ -145,7 +147,8 @@ def main(args: list[str] | None = None) -> ISQCLI:
         )
         ckpt_path = cli.config.get("ckpt_path")
         check_checkpoint(ckpt_path)
-        for callback in getattr(cli.trainer, "callbacks", []):  # an occupied export directory: refused before data setup
+        # an occupied export directory: refused before data setup
+        for callback in getattr(cli.trainer, "callbacks", []):
             if isinstance(callback, ExportFingerprinter) and callback.dirpath is not None:
                 callback.refuse_occupied(Path(callback.dirpath))
         for note in cli.notes:

@@ -53,7 +53,8 @@ def identity_projection(config: ISQConfig, d_model: int) -> StrideOneProjection:
     return projection
 
 
-def sample_texts(texts: Sequence[str], tokenizer: Any, max_tokens: int, max_length: int, seed: int) -> list[str]:
+def sample_texts(texts: Sequence[str], tokenizer: Any, max_tokens: int, max_length: int,
+                 seed: int) -> list[str]:
     """Texts in a seeded random order, just enough of them to hold ``max_tokens`` non-padding
     tokens (as the fingerprinter tokenizes them: special tokens included, truncated)."""
     order = list(range(len(texts)))
@@ -93,14 +94,15 @@ def _check_identity(semantic_encoder: SemanticEncoder, tokenizer: Any, texts: Se
 
 def build_kmeans_fingerprinter(config: ISQConfig, texts: Sequence[str], *, max_tokens: int = 200_000,
                                seed: int = 0, niter: int = 20, batch_size: int = 64,
-                               projection_from: Fingerprinter | None = None) -> tuple[Fingerprinter, dict[str, Any]]:
+                               projection_from: Fingerprinter | None = None) -> tuple[Fingerprinter,
+                                                                                      dict[str, Any]]:
     """Texts -> frozen-encoder token states -> k-means -> an untrained :class:`Fingerprinter`.
 
     ``config`` names the encoder, tokenizer, ``num_codes``, ``kernel_size`` and ``max_length``;
     ``freeze_encoder`` and ``code_dim`` (= the encoder width) are set here. Token states of a
     seeded random subset of ``texts`` holding ``max_tokens`` non-padding tokens (the surplus,
-    less than one text, is cut from the longest) are clustered by ``faiss.Kmeans`` with ``seed`` and ``niter`` iterations; the
-    centroids become the codebook. Returns the fingerprinter and a record of the run.
+    less than one text, is cut from the longest) are clustered by ``faiss.Kmeans`` with ``seed`` and ``niter``
+    iterations; the centroids become the codebook. Returns the fingerprinter and a record of the run.
 
     ``projection_from`` (a trained fingerprinter) replaces the identity projection by that
     fingerprinter's encoder + projection: k-means then runs on its z_t, which separates what
@@ -116,12 +118,14 @@ def build_kmeans_fingerprinter(config: ISQConfig, texts: Sequence[str], *, max_t
         config = dataclasses.replace(config, freeze_encoder=True, code_dim=d_model)
         semantic = SemanticEncoder(encoder, identity_projection(config, d_model), frozen=True).eval()
     else:
-        tokenizer, semantic, d_model = projection_from.tokenizer, projection_from.semantic_encoder, projection_from.config.code_dim
+        tokenizer, semantic, d_model = (projection_from.tokenizer, projection_from.semantic_encoder,
+                                        projection_from.config.code_dim)
         config = dataclasses.replace(projection_from.config, num_codes=config.num_codes)
     chosen = sample_texts(texts, tokenizer, max_tokens, config.max_length, seed)
     if projection_from is None:
         _check_identity(semantic, tokenizer, chosen[:batch_size], config)
-    states = np.ascontiguousarray(token_states(semantic, tokenizer, chosen, config.max_length, batch_size)[:max_tokens])
+    states = np.ascontiguousarray(token_states(semantic, tokenizer, chosen, config.max_length,
+                                               batch_size)[:max_tokens])
     if states.shape[0] < config.num_codes:
         raise ValueError(f"{states.shape[0]} token states cannot place {config.num_codes} codes; "
                          "give more texts or a larger max_tokens")
@@ -148,17 +152,22 @@ def build_kmeans_fingerprinter(config: ISQConfig, texts: Sequence[str], *, max_t
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m training.kmeans_control", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--encoder", default=MINILM_ALIAS, help="encoder name or path (default: offline MiniLM)")
+    parser = argparse.ArgumentParser(prog="python -m training.kmeans_control",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--encoder", default=MINILM_ALIAS,
+                        help="encoder name or path (default: offline MiniLM)")
     parser.add_argument("--data-root", type=Path, required=True,
                         help="DailyDialog release directory (train/dialogues_train.txt is read)")
     parser.add_argument("--num-codes", type=int, default=1024)
     parser.add_argument("--max-tokens", type=int, default=200_000, help="non-padding tokens clustered")
     parser.add_argument("--max-length", type=int, default=256,
-                        help="truncation length, as the trained CPU fingerprinter (configs/isq_minilm_dailydialog_cpu)")
+                        help="truncation length, as the trained CPU fingerprinter "
+                             "(configs/isq_minilm_dailydialog_cpu)")
     parser.add_argument("--kernel-size", type=int, default=1,
-                        help="projection kernel (identity on the centre tap, so the codes do not depend on it); "
-                             "match the config of a run that will start from this control (--model.init_from)")
+                        help="projection kernel (identity on the centre tap, "
+                             "so the codes do not depend on it); "
+                             "match the config of a run that will start from this control "
+                             "(--model.init_from)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--niter", type=int, default=20, help="k-means iterations")
     parser.add_argument("--batch-size", type=int, default=64)
@@ -197,8 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: --projection-from: {err}", file=sys.stderr)
             return 2
     fingerprinter, record = build_kmeans_fingerprinter(config, utterances, max_tokens=args.max_tokens,
-                                                       seed=args.seed, niter=args.niter, batch_size=args.batch_size,
-                                                       projection_from=trained)
+                                                       seed=args.seed, niter=args.niter,
+                                                       batch_size=args.batch_size, projection_from=trained)
     record = {
         "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": "python -m training.kmeans_control " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -207,7 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     fingerprinter.save_pretrained(args.out, run_record=record, overwrite=args.overwrite)
     print(f"k-means control: {record['tokens']} tokens from {record['texts_used']} utterances, "
-          f"{record['codes_used']}/{record['num_codes']} codes used, {record['seconds']['total']} s -> {args.out}")
+          f"{record['codes_used']}/{record['num_codes']} codes used, "
+          f"{record['seconds']['total']} s -> {args.out}")
     return 0
 
 

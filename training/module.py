@@ -148,7 +148,8 @@ class ISQLightningModule(L.LightningModule):
             param_groups.append({"params": groups["encoder"], "lr": h.encoder_lr, "name": "encoder"})
         optimizer = torch.optim.AdamW(param_groups, weight_decay=h.weight_decay)
         scheduler = get_cosine_with_min_lr_schedule_with_warmup(
-            optimizer, h.warmup_steps, int(self.trainer.estimated_stepping_batches), min_lr_rate=h.min_lr_ratio)
+            optimizer, h.warmup_steps, int(self.trainer.estimated_stepping_batches),
+            min_lr_rate=h.min_lr_ratio)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 

@@ -78,7 +78,8 @@ def _time(where: str, value: Any) -> datetime | None:
             return datetime.fromisoformat(value)
         except ValueError:
             pass
-    raise InvalidInput(f"{where}: field 'time': {value!r} is not an ISO 8601 datetime (e.g. 2023-05-08T10:00:00)")
+    raise InvalidInput(f"{where}: field 'time': {value!r} is not an ISO 8601 datetime (e.g. "
+                       "2023-05-08T10:00:00)")
 
 
 def _text(where: str, name: str, value: Any, *, required: bool) -> str | None:
@@ -87,8 +88,8 @@ def _text(where: str, name: str, value: Any, *, required: bool) -> str | None:
     if not isinstance(value, str) or (required and not value.strip()):
         raise InvalidInput(f"{where}: field {name!r} must be a non-empty string, got {value!r}")
     if len(value) > MAX_TURN_CHARS:
-        raise InvalidInput(f"{where}: field {name!r} has {len(value)} characters; the limit is {MAX_TURN_CHARS} "
-                           "(split it into several turns)")
+        raise InvalidInput(f"{where}: field {name!r} has {len(value)} characters; "
+                           f"the limit is {MAX_TURN_CHARS} (split it into several turns)")
     return value
 
 
@@ -96,10 +97,11 @@ def check_turn(index: int, turn: Any) -> TurnInput:
     """One turn of an ``add`` (a dict or a :class:`Turn`), checked."""
     where = f"turns[{index}]"
     if isinstance(turn, Turn):
-        turn = {"speaker": turn.speaker, "text": turn.text, "time": turn.session_time, "turn_id": turn.turn_id,
-                "image_caption": turn.image_caption}
+        turn = {"speaker": turn.speaker, "text": turn.text, "time": turn.session_time,
+                "turn_id": turn.turn_id, "image_caption": turn.image_caption}
     if not isinstance(turn, Mapping):
-        raise InvalidInput(f"{where}: a turn is a dict with 'speaker' and 'text' (or a Turn), got {type(turn).__name__}")
+        raise InvalidInput(f"{where}: a turn is a dict with 'speaker' and 'text' (or a Turn), "
+                           f"got {type(turn).__name__}")
     unknown = sorted(set(turn) - set(TURN_FIELDS))
     if unknown:
         raise InvalidInput(f"{where}: unknown field(s) {unknown}; a turn has {list(TURN_FIELDS)}")
@@ -120,5 +122,6 @@ def check_turns(turns: Any) -> list[TurnInput]:
     checked = [check_turn(index, turn) for index, turn in enumerate(turns)]
     given = [turn.turn_id for turn in checked if turn.turn_id is not None]
     if len(given) != len(set(given)):
-        raise InvalidInput(f"turns: a turn_id appears twice in one add: {sorted(t for t in given if given.count(t) > 1)}")
+        raise InvalidInput("turns: a turn_id appears twice in one add: "
+                           f"{sorted(t for t in given if given.count(t) > 1)}")
     return checked

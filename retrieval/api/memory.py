@@ -2,8 +2,8 @@
 scoped to a user, forgotten completely (issue 21).
 
     with Memory.open("stores/agent", fingerprinter="checkpoints/isq_minilm_dailydialog_cpu") as mem:
-        mem.add([{"speaker": "Maria", "text": "I adopted a cat called Pickle."}], user_id="alice", session_id="s1")
-        hits = mem.search("What pet does Maria have?", user_id="alice", k=10).hits
+        mem.add([{"speaker": "Maria", "text": "I adopted a cat called Pickle."}], user_id="alice",
+        session_id="s1") hits = mem.search("What pet does Maria have?", user_id="alice", k=10).hits
 
 Scoping: the store's ``conversation_id`` is the user; every read names it, so another user's id
 finds nothing (:class:`NotFound`). Concurrency: one :class:`Memory` writes a store; a second
@@ -60,9 +60,10 @@ class Memory:
         self._jobs = JobRunner(store.directory, shared, models.operator, fingerprinter, self._forget_snapshot)
 
     @classmethod
-    def open(cls, path: str | Path, *, fingerprinter: Any = None, embedder: Any = None, extractor: Any = "rule",
-             planner: Any = "rule", consolidator: Any = "offline", reranker: Any = None, read_only: bool = False,
-             segmenter: SegmenterConfig | None = None) -> Memory:
+    def open(cls, path: str | Path, *, fingerprinter: Any = None, embedder: Any = None,
+             extractor: Any = "rule",
+             planner: Any = "rule", consolidator: Any = "offline", reranker: Any = None,
+             read_only: bool = False, segmenter: SegmenterConfig | None = None) -> Memory:
         """Open (or create) the memory at ``path``. Models are names/paths or loaded objects
         (:mod:`retrieval.api.models`); ``embedder`` defaults to the offline all-MiniLM-L6-v2. The
         store is bound to the embedder, extractor and fingerprinter that built it: other ones are
@@ -98,7 +99,8 @@ class Memory:
         try:
             for key, value in bindings.items():
                 saved = self.store.meta(key)
-                checked = key == "embedder" or (key == "fingerprinter" and self.models.fingerprinter is not None)
+                checked = key == "embedder" or (key == "fingerprinter"
+                                                and self.models.fingerprinter is not None)
                 if read_only and saved is not None and checked and saved != value:
                     raise StoreError(f"{self.store.directory} was built with {key} {saved!r}, not {value!r}")
                 if not read_only:
@@ -134,7 +136,8 @@ class Memory:
             ids_given = {turn.turn_id for turn in checked}
             stored = self.store.append_turns(user, bound, key)
             if stored is None:
-                return AddResult((), (), tuple(t.turn_id for t in bound if t.turn_id in ids_given), replayed=True)
+                return AddResult((), (), tuple(t.turn_id for t in bound if t.turn_id in ids_given),
+                                 replayed=True)
             new_ids = {turn.turn_id for turn in stored}
             if user in self._snapshots:
                 self._snapshots[user].add_turns(stored)
@@ -338,10 +341,10 @@ class Memory:
 
 
 def _record_item(amu: AMU, successor: str | None) -> MemoryItem:
-    return MemoryItem(amu.id, "record", amu.text, amu.source.session_id, tuple(amu.source.turn_ids), amu.memory_type,
-                      amu.t_ref or amu.observed_at, amu.archived, successor)
+    return MemoryItem(amu.id, "record", amu.text, amu.source.session_id, tuple(amu.source.turn_ids),
+                      amu.memory_type, amu.t_ref or amu.observed_at, amu.archived, successor)
 
 
 def _turn_item(turn: Turn, user: str) -> MemoryItem:
-    return MemoryItem(f"{user}{TURN_MARK}{turn.turn_id}", "turn", turn.render(), turn.session_id, (turn.turn_id,),
-                      None, turn.session_time.isoformat() if turn.session_time else None)
+    return MemoryItem(f"{user}{TURN_MARK}{turn.turn_id}", "turn", turn.render(), turn.session_id,
+                      (turn.turn_id,), None, turn.session_time.isoformat() if turn.session_time else None)

@@ -53,7 +53,8 @@ def _fingerprinter(value: Any) -> Any | None:
         from isq.fingerprint import Fingerprinter
 
         if not Path(value).is_dir():
-            raise InvalidInput(f"fingerprinter {str(value)!r} is not a directory (an exported ISQ fingerprinter)")
+            raise InvalidInput(f"fingerprinter {str(value)!r} is not a directory "
+                               "(an exported ISQ fingerprinter)")
         return Fingerprinter.from_pretrained(value)
     return value
 
@@ -109,10 +110,12 @@ def load_models(directory: Path, *, embedder: Any = MINILM_ALIAS, fingerprinter:
     """Load what is named; LLM answers are cached in ``<store>/llm_cache`` (purged with the data)."""
     cache = directory / LLM_CACHE
     try:
-        embedder, extractor, fingerprinter = _resolved(embedder), _resolved(extractor), _resolved(fingerprinter)
+        embedder, extractor, fingerprinter = (_resolved(embedder), _resolved(extractor),
+                                              _resolved(fingerprinter))
         reranker = _resolved(reranker)
         return LoadedModels(_embedder(embedder), _extractor(extractor, cache), _fingerprinter(fingerprinter),
-                            _planner(_resolved(planner), cache), _operator(consolidator, cache), _reranker(reranker))
+                            _planner(_resolved(planner), cache), _operator(consolidator, cache),
+                            _reranker(reranker))
     except (OSError, ValueError) as err:
         if isinstance(err, InvalidInput):
             raise

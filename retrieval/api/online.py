@@ -136,7 +136,8 @@ class UserStream:
         context.enter(segment.session_id)
         extraction = models.extractor.extract(segment, context)
         amus = fingerprinted(extraction.amus, models.fingerprinter)
-        self.store.commit_stored_turns(segment_record(segment, extraction.state, extraction.fallback, len(amus)),
+        self.store.commit_stored_turns(segment_record(segment, extraction.state, extraction.fallback,
+                                                      len(amus)),
                                        amus)
         embed_segment(models.embedder, segment.turns, amus)
         context.record(extraction.state, [amu.text for amu in amus])

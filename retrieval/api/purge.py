@@ -50,9 +50,11 @@ def drop_llm_answers(cache_dir: Path, texts: Iterable[str]) -> int:
 def hard_purge(store: AMUStore, user: str, llm_cache: Path, *, session_id: str | None = None,
                amu_ids: Sequence[str] = (), turn_ids: Sequence[str] = (), everything: bool = False) -> Purged:
     """Purge the selection with everything derived from it, then scrub the store's files."""
-    sessions = {session_id} if session_id else {t.session_id for t in store.turns(user) if t.turn_id in turn_ids}
+    sessions = {session_id} if session_id else {t.session_id for t in store.turns(user)
+                                                if t.turn_id in turn_ids}
     before = [turn for turn in store.turns(user) if everything or turn.session_id in sessions]
-    purged = store.purge(user, session_id=session_id, amu_ids=amu_ids, turn_ids=turn_ids, everything=everything)
+    purged = store.purge(user, session_id=session_id, amu_ids=amu_ids, turn_ids=turn_ids,
+                         everything=everything)
     texts = derived_texts(purged, before)
     store.scrub(texts)
     drop_llm_answers(llm_cache, texts)

@@ -57,15 +57,17 @@ def run_search(snapshot: Snapshot, query: str, k: int, *, session: str | None, r
         texts = [q for route in result.plan.routes for q in route.queries]
         query_codes = frozenset().union(*(fp.codes for fp in bank.fingerprinter.fingerprint(texts)))
     return SearchResult(query, tuple(_hit(bank, hit, explain, query_codes) for hit in hits),
-                        result.plan.question_type, result.seconds, result.plan.to_dict(), result.reranker or "")
+                        result.plan.question_type, result.seconds, result.plan.to_dict(),
+                        result.reranker or "")
 
 
 def _hit(bank: MemorySnapshot, hit: Hit, explain: bool, query_codes: frozenset[int]) -> SearchHit:
     details = None
     if explain:
         channels = {name: {"rank": hit.ranks[name], "score": hit.channels[name]} for name in hit.ranks}
-        details = {"channels": channels, "routes": [number + 1 for number in hit.routes], "fused": {name: hit.channels[name] for name in ("s_best", "s_route", "s_final")
-                                                   if name in hit.channels}}
+        details = {"channels": channels, "routes": [number + 1 for number in hit.routes],
+                   "fused": {name: hit.channels[name] for name in ("s_best", "s_route", "s_final")
+                             if name in hit.channels}}
         if query_codes and hit.kind == "record":
             codes = set(bank.records[hit.index].fingerprint or ())
             details["shared_codes"] = sorted(codes & query_codes)

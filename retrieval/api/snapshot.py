@@ -75,9 +75,11 @@ class Snapshot:
         records = list(store.amus(user))
         topology = None
         if fingerprinter is not None:
-            topology = CooccurrenceTopology(fingerprinter.codebook_size, TopologyParams(), fingerprinter.identity)
+            topology = CooccurrenceTopology(fingerprinter.codebook_size, TopologyParams(),
+                                            fingerprinter.identity)
             topology.add(code_sets(records, fingerprinter))
-        bank = MemorySnapshot.build(store, user, embedder, records=records, topology=topology, fingerprinter=fingerprinter)
+        bank = MemorySnapshot.build(store, user, embedder, records=records, topology=topology,
+                                    fingerprinter=fingerprinter)
         bank.embedder = query_embedder
         return cls(bank, embedder)
 
@@ -137,13 +139,14 @@ class Snapshot:
                 bank.node_members[index] = np.append(bank.node_members[index], record)
         if new_searchable:
             texts = [searchable_text(bank.nodes[i].node_type, bank.nodes[i].text,
-                                     [bank.records[r].text for r in bank.node_members[i]]) for i in new_searchable]
+                                     [bank.records[r].text for r in bank.node_members[i]])
+                     for i in new_searchable]
             bank.node_vectors = self._nodes.extend(self.embedder.encode(texts))
             bank.searchable = np.concatenate([bank.searchable, np.array(new_searchable, dtype=np.int64)])
         keys = {kind: {key for (node_type, key) in bank.node_lookup if node_type == kind}
                 for kind in ("entity", "topic")}
-        bank.context = PlanContext(bank.context.participants, frozenset(keys["entity"]), frozenset(keys["topic"]),
-                                   bank.context.now)
+        bank.context = PlanContext(bank.context.participants, frozenset(keys["entity"]),
+                                   frozenset(keys["topic"]), bank.context.now)
 
 
 def code_sets(records: Sequence[AMU], fingerprinter: Any) -> list[frozenset[int]]:

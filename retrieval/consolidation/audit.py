@@ -99,6 +99,7 @@ def _walk(amu: AMU, amus: dict[str, AMU], successors: dict[str, str], report: Au
         report.problems.append(f"{amu.id}: chain {' -> '.join(chain)} ends at an archived AMU")
     missing = set(amu.source.turn_ids) - set(current.source.turn_ids)
     if missing:
-        report.problems.append(f"{amu.id}: its turns {sorted(missing)} are not in {current.id}'s source pointer")
+        report.problems.append(f"{amu.id}: its turns {sorted(missing)} are not in {current.id}'s source "
+                               "pointer")
     if lost := lost_content(amu, current):
         report.problems.append(f"{amu.id}: {', '.join(lost)} not stated by {current.id}")

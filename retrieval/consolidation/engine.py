@@ -44,8 +44,8 @@ logger = logging.getLogger(__name__)
 PLAN_KEY = "consolidation_plan:{}"
 
 
-def consolidate_conversation(store: AMUStore, conversation_id: str, embedder: Embedder, operator: Operator | None = None,
-                             config: ConsolidationConfig | None = None, *,
+def consolidate_conversation(store: AMUStore, conversation_id: str, embedder: Embedder,
+                             operator: Operator | None = None, config: ConsolidationConfig | None = None, *,
                              fingerprinter: TextFingerprinter | None = None) -> ConsolidationReport:
     """Consolidate the active AMUs of one conversation in ``store`` (open for writing; beside an
     ingest, open it with ``role="consolidate"``).
@@ -86,7 +86,8 @@ def consolidate_conversation(store: AMUStore, conversation_id: str, embedder: Em
             plan = make_plan(current, cached.encode, config, fallback)
             if not gated:  # what the gates held back, as the first fresh plan saw it
                 gated = True
-                report.count_sensitive, report.pending_reextraction = plan.count_sensitive, plan.pending_reextraction
+                report.count_sensitive, report.pending_reextraction = (plan.count_sensitive,
+                                                                       plan.pending_reextraction)
                 report.window_splits = plan.window_splits
             clusters = plan.clusters
             if not clusters:
@@ -141,7 +142,8 @@ class _Step:
         applied = 0
         for draft in drafts:
             amu = merged_amu(cluster, draft, self.turn_order, self.config.prefix_min_span)
-            problems = merge_problems([member.amu for member in cluster if member.id in draft.member_ids], amu)
+            problems = merge_problems([member.amu for member in cluster if member.id in draft.member_ids],
+                                      amu)
             if problems:  # the members stay active: a merge never drops what they state
                 self.report.refused += 1
                 logger.info("%s: %s refused (%s)", amu.source.conversation_id, draft.operation.value,

@@ -40,7 +40,8 @@ def merged_amu(members: Sequence[Member], draft: Draft, turn_order: Mapping[str,
     the conversation). Raises ``AMUValidationError`` for an invalid draft."""
     chosen = [m for m in members if m.id in set(draft.member_ids)]
     if len(chosen) < 2 or len(chosen) != len(set(draft.member_ids)):
-        raise ValueError(f"a draft must name two or more members of its cluster, not {list(draft.member_ids)}")
+        raise ValueError("a draft must name two or more members of its cluster, "
+                         f"not {list(draft.member_ids)}")
     last = newest(chosen)
     firsts = [m.first for m in chosen if m.first is not None]
     conversation_id = last.amu.source.conversation_id
@@ -48,8 +49,10 @@ def merged_amu(members: Sequence[Member], draft: Draft, turn_order: Mapping[str,
     ordered = tuple(sorted(turns, key=lambda turn_id: turn_order.get(turn_id, len(turn_order))))
     speakers = tuple(dict.fromkeys(speaker for m in chosen for speaker in m.amu.source.speakers))
     source = SourcePointer(conversation_id, last.amu.source.session_id, ordered, speakers, None)
-    text = time_prefix(min(firsts) if firsts else None, last.last, prefix_min_span) + strip_prefix(draft.text).strip()
-    return AMU(id=merged_id(conversation_id, [m.id for m in chosen]), text=text, memory_type=draft.memory_type,
+    text = (time_prefix(min(firsts) if firsts else None, last.last, prefix_min_span)
+            + strip_prefix(draft.text).strip())
+    return AMU(id=merged_id(conversation_id, [m.id for m in chosen]), text=text,
+               memory_type=draft.memory_type,
                source=source, observed_at=last.amu.observed_at, timestamps=draft.timestamps,
                entities=draft.entities, tags=draft.tags, t_ref=draft.t_ref, valid_from=draft.valid_from,
                valid_to=draft.valid_to)

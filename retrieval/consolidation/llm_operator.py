@@ -85,7 +85,8 @@ class LLMOperator(LLMRole):
             when = f"{member.last:%Y-%m-%d %H:%M}" if member.last else "an unknown time"
             events = ", ".join(amu.timestamps) or "none"
             speakers = ", ".join(amu.source.speakers) or "unknown"
-            lines += [f"[{number}] stated {when} by {speakers} (type {amu.memory_type}; event times {events})",
+            lines += [f"[{number}] stated {when} by {speakers} (type {amu.memory_type}; "
+                      f"event times {events})",
                       amu.text]
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
 
@@ -104,7 +105,8 @@ def _parse(content: str, ordered: Sequence[Member]) -> Draft:
     if not strip_prefix(answer["text"]).strip():
         raise InvalidResponse("text: nothing but a time prefix")
     base = keep_newest(operation, ordered)  # the newest statement's scope for MERGE and UPDATE
-    scope = (None, None, None) if operation == Operation.AGGREGATE else (base.t_ref, base.valid_from, base.valid_to)
+    scope = ((None, None, None) if operation == Operation.AGGREGATE
+             else (base.t_ref, base.valid_from, base.valid_to))
     return Draft(operation, base.member_ids, answer["text"].strip(), answer["memory_type"],
                  union([answer.get("entities", base.entities)]), union([answer.get("tags", base.tags)]),
                  union([answer.get("timestamps", base.timestamps)]), *scope)

@@ -54,7 +54,8 @@ def members(amus: Iterable[AMU], successors: Mapping[str, str]) -> list[Member]:
     def first(unit_id: str) -> datetime | None:
         if unit_id not in earliest:
             earliest[unit_id] = None  # guards a (corrupt) cycle
-            times = [statement_time(by_id[unit_id])] + [first(p) for p in predecessors.get(unit_id, ()) if p in by_id]
+            times = [statement_time(by_id[unit_id])] + [first(p) for p in predecessors.get(unit_id, ())
+                                                        if p in by_id]
             known = [t for t in times if t is not None]
             earliest[unit_id] = min(known) if known else None
         return earliest[unit_id]

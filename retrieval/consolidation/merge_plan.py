@@ -31,8 +31,8 @@ class Plan:
     window_splits: int = 0
 
 
-def make_plan(members: Sequence[Member], embed: Callable[[list[str]], np.ndarray], config: ConsolidationConfig,
-              fallback_segments: Collection[int] = ()) -> Plan:
+def make_plan(members: Sequence[Member], embed: Callable[[list[str]], np.ndarray],
+              config: ConsolidationConfig, fallback_segments: Collection[int] = ()) -> Plan:
     """The plan over a conversation's active ``members`` (store order). ``embed`` maps texts to
     vectors (the store's cached embedder); ``config.threshold`` must be resolved."""
     assert config.threshold is not None, "resolve the threshold first"

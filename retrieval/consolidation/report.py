@@ -23,9 +23,9 @@ class ConsolidationReport:
     time window, as the first fresh plan of the run saw them; ``conflicts``: drafts not applied
     because a member had been archived meanwhile; ``refused``: drafts not applied because the
     merged AMU would not state what its members stated or absorb too many
-    (:mod:`retrieval.consolidation.fidelity`); ``unanswered``: clusters without a usable LLM answer (retried by a later run).
-    ``turns_before`` / ``turns_after``: the turn ids the active AMUs point to, from which a caller
-    computes recall ceilings (:meth:`lost_turns` must be empty). ``llm`` is this run's usage;
+    (:mod:`retrieval.consolidation.fidelity`); ``unanswered``: clusters without a usable LLM answer (retried
+    by a later run). ``turns_before`` / ``turns_after``: the turn ids the active AMUs point to, from which a
+    caller computes recall ceilings (:meth:`lost_turns` must be empty). ``llm`` is this run's usage;
     :attr:`llm_calls` and :attr:`tokens` count cache hits too (what building the memory cost).
     """
 
@@ -67,8 +67,8 @@ class ConsolidationReport:
     def absorb(self, later: ConsolidationReport) -> None:
         """Fold a later run over the same conversation into this one (the background worker's
         rounds): counts add up, ``amus_active_after`` and ``turns_after`` are the later run's."""
-        for name in ("archived", "created", "clusters", "exact_duplicates", "conflicts", "refused", "unanswered",
-                     "passes", "seconds"):
+        for name in ("archived", "created", "clusters", "exact_duplicates", "conflicts", "refused",
+                     "unanswered", "passes", "seconds"):
             setattr(self, name, getattr(self, name) + getattr(later, name))
         self.operations.update(later.operations)
         self.llm = self.llm + later.llm
@@ -91,17 +91,18 @@ class ConsolidationReport:
             "window_splits": self.window_splits, "conflicts": self.conflicts, "refused": self.refused,
             "unanswered": self.unanswered,
             "passes": self.passes, "seconds": round(self.seconds, 3), "llm_calls": self.llm_calls,
-            "tokens": self.tokens, "turns_before": len(self.turns_before), "turns_after": len(self.turns_after),
-            "lost_turns": len(self.lost_turns),
+            "tokens": self.tokens, "turns_before": len(self.turns_before),
+            "turns_after": len(self.turns_after), "lost_turns": len(self.lost_turns),
         }
 
     def summary(self) -> str:
         """One line for the command line."""
         operations = ", ".join(f"{name} {count}" for name, count in sorted(self.operations.items())) or "none"
         return (f"{self.conversation_id}: active AMUs {self.amus_before} -> {self.amus_active_after} | "
-                f"clusters {self.clusters} | archived {self.archived} | created {self.created} ({operations}; "
-                f"exact {self.exact_duplicates}) | held back: count-sensitive {self.count_sensitive}, "
-                f"window splits {self.window_splits}, merges refused {self.refused} | passes {self.passes} | LLM calls {self.llm_calls}, "
+                f"clusters {self.clusters} | archived {self.archived} | created {self.created} "
+                f"({operations}; exact {self.exact_duplicates}) | held back: "
+                f"count-sensitive {self.count_sensitive}, window splits {self.window_splits}, "
+                f"merges refused {self.refused} | passes {self.passes} | LLM calls {self.llm_calls}, "
                 f"tokens {self.tokens} | turns lost {len(self.lost_turns)} | {self.seconds:.1f} s")
 
 
@@ -110,7 +111,8 @@ def combined(reports: Iterable[ConsolidationReport]) -> dict[str, Any]:
     block; the caller adds the recall ceilings it computes from the turn sets)."""
     reports = list(reports)
     keys = ("amus_before", "amus_active_after", "archived", "created", "clusters", "exact_duplicates",
-            "count_sensitive", "window_splits", "conflicts", "refused", "unanswered", "llm_calls", "tokens", "lost_turns")
+            "count_sensitive", "window_splits", "conflicts", "refused", "unanswered", "llm_calls", "tokens",
+            "lost_turns")
     rows = [report.to_dict() for report in reports]
     block: dict[str, Any] = {key: sum(row[key] for row in rows) for key in keys}
     block["operations"] = dict(sorted(sum((r.operations for r in reports), Counter()).items()))

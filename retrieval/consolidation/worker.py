@@ -112,9 +112,10 @@ class ConsolidationWorker:
             count = self._store.count(conversation_id)
             if count == self._counts.get(conversation_id):
                 continue  # nothing committed since this conversation's last consolidation
-            report = consolidate_conversation(self._store, conversation_id, embedder, self.operator, self.config,
-                                              fingerprinter=self.fingerprinter)
-            self._counts[conversation_id] = count + report.created  # less than the store's if ingested meanwhile
+            report = consolidate_conversation(self._store, conversation_id, embedder, self.operator,
+                                              self.config, fingerprinter=self.fingerprinter)
+            # less than the store's if ingested meanwhile
+            self._counts[conversation_id] = count + report.created
             if conversation_id in self.reports:
                 self.reports[conversation_id].absorb(report)
             else:

@@ -109,9 +109,11 @@ class AnswerStage:
     def messages(question: EvalQuestion, amus: Sequence[AMU], turns: Sequence[Turn]) -> list[dict[str, str]]:
         """System prompt, then the memories (with the date each was stated), the source turns in
         conversation order (with session dates) and the question."""
-        memories = [f"{i}. ({(amu.observed_at or 'undated')[:10]}) {amu.text}" for i, amu in enumerate(amus, 1)]
+        memories = [f"{i}. ({(amu.observed_at or 'undated')[:10]}) {amu.text}"
+                    for i, amu in enumerate(amus, 1)]
         ordered = sorted({turn.turn_id: turn for turn in turns}.values(), key=_turn_order)
-        lines = [f"[{t.turn_id}] ({f'{t.session_time:%d %B %Y}' if t.session_time else 'undated'}) {t.render()}"
+        lines = [f"[{t.turn_id}] ({f'{t.session_time:%d %B %Y}' if t.session_time else 'undated'}) "
+                 f"{t.render()}"
                  for t in ordered]
         hint = TEMPORAL_HINT if question.category == 2 else ""
         user = "\n".join(["Memories:", *memories, "", "Original turns:", *lines, "",
@@ -123,13 +125,15 @@ class AnswerStage:
         return self.answer_client.complete(self.messages(question, amus, turns), _parse_answer, label=label)
 
     def judge(self, question: EvalQuestion, prediction: str) -> bool | None:
-        user = f"Question: {question.question}\nGold answer: {question.answer}\nGenerated answer: {prediction}"
+        user = (f"Question: {question.question}\nGold answer: {question.answer}\n"
+                f"Generated answer: {prediction}")
         messages = [{"role": "system", "content": JUDGE_PROMPT}, {"role": "user", "content": user}]
         return self.judge_client.complete(messages, _parse_verdict,
                                           label=f"judge {question.conversation_id}/{question.qa_index}")
 
 
-def run_answer_stage(stage: AnswerStage | None, config_names: Sequence[str], questions: Sequence[EvalQuestion],
+def run_answer_stage(stage: AnswerStage | None, config_names: Sequence[str],
+                     questions: Sequence[EvalQuestion],
                      hits: Mapping[str, Sequence[Sequence[Hit]]], banks: Mapping[str, BuiltConversation],
                      store: AMUStore, out_dir: Path) -> AnswersDone | AnswersSkipped:
     """Answer and grade every question with each configuration's retrieved AMUs (and raw turns);
@@ -160,12 +164,13 @@ def run_answer_stage(stage: AnswerStage | None, config_names: Sequence[str], que
                 verdict = stage.judge(question, prediction) if prediction is not None else None
                 failed["answer"] += prediction is None
                 failed["judge"] += prediction is not None and verdict is None
-                f1 = locomo_f1(prediction, question.answer, question.category) if prediction is not None else 0.0
+                f1 = (locomo_f1(prediction, question.answer, question.category) if prediction is not None
+                      else 0.0)
                 rows.append((question.category_name, {"f1": f1, "judge": float(bool(verdict))}))
                 handle.write(json.dumps({
                     "config": name, "conversation": question.conversation_id, "qa_index": question.qa_index,
-                    "category": question.category_name, "question": question.question, "gold": question.answer,
-                    "prediction": prediction, "f1": f1, "judge": verdict,
+                    "category": question.category_name, "question": question.question,
+                    "gold": question.answer, "prediction": prediction, "f1": f1, "judge": verdict,
                 }, ensure_ascii=False) + "\n")
             summaries[name] = AnswerSummary.model_validate(summarise(rows))
     answer_usage, judge_usage = stage.answer_client.usage, stage.judge_client.usage

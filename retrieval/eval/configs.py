@@ -60,21 +60,23 @@ class RetrievalConfig:
         return self.dual is not None and self.dual.complement is Channel.CODE
 
 
-_CHANNELS = {"code": Channel.CODE, "kmeans": Channel.CODE, "bm25_": Channel.BM25, "codebm25_": Channel.CODEBM25}
+_CHANNELS = {"code": Channel.CODE, "kmeans": Channel.CODE, "bm25_": Channel.BM25,
+             "codebm25_": Channel.CODEBM25}
 
 
 def parse_config(name: str, budget: int = 40) -> RetrievalConfig:
     """``dense20`` / ``code40`` / ``kmeans40`` / ``bm25_40`` / ``codebm25_40`` / ``dense20+code20`` /
-    ``dense20+kmeans20`` / ``dense20+bm25_20`` / ``dense20+codebm25_20`` -> :class:`RetrievalConfig`; ``multi`` and
-    ``multi+code`` / ``multi+kmeans`` take ``budget`` items."""
+    ``dense20+kmeans20`` / ``dense20+bm25_20`` / ``dense20+codebm25_20`` -> :class:`RetrievalConfig`;
+    ``multi`` and ``multi+code`` / ``multi+kmeans`` take ``budget`` items."""
     if name in MULTI_CONFIGS:
         return RetrievalConfig(name, budget, {"multi+code": TRAINED, "multi+kmeans": KMEANS}.get(name))
     parts = [match for part in name.split("+") if (match := _PART.fullmatch(part)) is not None]
     valid = len(parts) == name.count("+") + 1 and (
         len(parts) == 1 or (len(parts) == 2 and parts[0][1] == "dense" and parts[1][1] != "dense"))
     if not valid:
-        raise EvaluationError(f"unknown configuration {name!r}: expected dense<K>, code<K>, kmeans<K>, bm25_<K>, "
-                              "codebm25_<K>, dense<K>+ one of those, multi, multi+code or multi+kmeans")
+        raise EvaluationError(f"unknown configuration {name!r}: expected dense<K>, code<K>, kmeans<K>, "
+                              "bm25_<K>, codebm25_<K>, dense<K>+ one of those, multi, "
+                              "multi+code or multi+kmeans")
     k_dense = int(parts[0][2]) if parts[0][1] == "dense" else 0
     other = parts[-1] if parts[-1][1] != "dense" else None
     if other is None:
@@ -89,8 +91,8 @@ def default_configs(k_dense: int = 20, k_code: int = 20, with_kmeans: bool = Fal
     Dense-K + k-means-K, and multi-route retrieval without and with the codebook route (with the
     control: also with the control as that route): the ablation at equal budgets."""
     total = k_dense + k_code
-    names = [f"dense{k_dense}", f"dense{total}", f"dense{k_dense}+code{k_code}", f"dense{k_dense}+bm25_{k_code}",
-             f"code{total}"]
+    names = [f"dense{k_dense}", f"dense{total}", f"dense{k_dense}+code{k_code}",
+             f"dense{k_dense}+bm25_{k_code}", f"code{total}"]
     multi = [name for name in MULTI_CONFIGS if with_kmeans or parse_config(name).codebook != KMEANS]
     return names + ([f"dense{k_dense}+kmeans{k_code}"] if with_kmeans else []) + multi
 

@@ -12,14 +12,16 @@ from retrieval.eval.questions import EvalQuestion
 from retrieval.eval.results import CeilingBlock, ConsolidationBlock, Summary
 
 
-def recall_ceiling(questions: Sequence[EvalQuestion], covered: Mapping[str, Set[str]]) -> Summary[CeilingBlock]:
+def recall_ceiling(questions: Sequence[EvalQuestion],
+                   covered: Mapping[str, Set[str]]) -> Summary[CeilingBlock]:
     """Evidence recall if every AMU were retrieved: the share of evidence turns some AMU points to."""
     return Summary[CeilingBlock].model_validate(summarise(
         (q.category_name, {"recall": score_evidence(q.evidence, covered[q.conversation_id]).recall})
         for q in questions))
 
 
-def consolidation_block(reports: Sequence[ConsolidationReport], questions: Sequence[EvalQuestion]) -> ConsolidationBlock:
+def consolidation_block(reports: Sequence[ConsolidationReport],
+                        questions: Sequence[EvalQuestion]) -> ConsolidationBlock:
     """The ``consolidation`` block of ``results.json``."""
     before = recall_ceiling(questions, {r.conversation_id: r.turns_before for r in reports})
     after = recall_ceiling(questions, {r.conversation_id: r.turns_after for r in reports})

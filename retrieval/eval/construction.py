@@ -127,7 +127,8 @@ def open_memory(directory: Path, embedder: Embedder, extractor: Extractor, conso
     itself, cached in the store), so one store serves every fingerprinter. Written, it is bound to
     being consolidated or not; read-only (``--store``), it is evaluated as it was built."""
     if read_only and consolidator is not None:
-        raise EvaluationError("--store evaluates a memory as built; consolidate it first (Memory.consolidate)")
+        raise EvaluationError("--store evaluates a memory as built; consolidate it first "
+                              "(Memory.consolidate)")
     memory = Memory.open(directory, embedder=embedder, extractor=extractor, read_only=read_only)
     if not read_only:
         try:

@@ -3,8 +3,8 @@
 Each path of a configuration retrieves once at the largest k and the lists are cut at every k.
 A single path (``dense40``, ``code40``) or multi-route retrieval is its own list cut at k. A
 two-path configuration (``dense20+code20``) keeps its split in proportion, k_d = k·k_dense/budget:
-the cut takes the first k_d dense hits (rounded half up), then the complementary path's best hits among the rest,
-read from that path's list retrieved without exclusions. A path ranks the remaining items in
+the cut takes the first k_d dense hits (rounded half up), then the complementary path's best hits among the
+rest, read from that path's list retrieved without exclusions. A path ranks the remaining items in
 the same order whatever it excludes, so every cut of a single or two-path configuration is
 exactly that configuration at that budget (``dense20+code20`` at k = 40 is the table's figure).
 Multi-route retrieval is the exception: it sizes its channels and selection by the k it is
@@ -75,7 +75,8 @@ def curve(questions: Sequence[EvalQuestion], recalled: Callable[[int, int], Sequ
 
 
 def recall_curves(configs: Sequence[RetrievalConfig], questions: Sequence[EvalQuestion],
-                  retrieve: Callable[[RetrievalConfig], HitsRun], ks: Sequence[int] = CURVE_KS) -> RecallCurves:
+                  retrieve: Callable[[RetrievalConfig], HitsRun],
+                  ks: Sequence[int] = CURVE_KS) -> RecallCurves:
     """The curve of every configuration: ``retrieve`` (the evaluation's run of a configuration)
     runs once per path of each configuration at ``max(ks)`` items."""
     top = max(ks)

@@ -61,7 +61,8 @@ def plot_forest(table: Table, path: Path, title: str = "") -> None:
 
     rows_labels = list(table)
     groups = list(next(iter(table.values())))
-    figure, axes = plt.subplots(1, len(groups), figsize=(2.2 + 2.6 * len(groups), 1.2 + 0.38 * len(rows_labels)),
+    figure, axes = plt.subplots(1, len(groups),
+                                figsize=(2.2 + 2.6 * len(groups), 1.2 + 0.38 * len(rows_labels)),
                                 sharey=True, squeeze=False)
     rows = range(len(rows_labels))[::-1]
     for axis, group in zip(axes[0], groups, strict=True):

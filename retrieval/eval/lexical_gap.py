@@ -47,7 +47,8 @@ def gap_flags(questions: Sequence[EvalQuestion], conversations: Sequence[LocomoC
     return flags
 
 
-def gap_recall(flags: Sequence[bool], per_question: Mapping[str, Sequence[EvidenceScore]]) -> dict[str, float]:
+def gap_recall(flags: Sequence[bool],
+               per_question: Mapping[str, Sequence[EvidenceScore]]) -> dict[str, float]:
     """Mean evidence recall of every configuration over the flagged questions (empty: none)."""
     rows = [i for i, flag in enumerate(flags) if flag]
     if not rows:

@@ -117,7 +117,8 @@ def _parse_conversation(item: Any, where: str) -> LocomoConversation:
             raise InputFormatError(f"{where}: duplicate dia_id {turn.turn_id!r}")
         seen.add(turn.turn_id)
     questions = tuple(
-        _parse_question(raw, f"{where}: qa {index}") for index, raw in enumerate(_field(item, "qa", list, where))
+        _parse_question(raw, f"{where}: qa {index}")
+        for index, raw in enumerate(_field(item, "qa", list, where))
     )
     return LocomoConversation(conversation_id, speaker_a, speaker_b, tuple(sessions), questions)
 
@@ -174,7 +175,8 @@ def _field(mapping: Mapping[str, Any], name: str, kind: type, where: str) -> Any
     if name == "question" and isinstance(value, str) and not any(char.isalnum() for char in value):
         raise InputFormatError(f"{where}: field 'question' has no letter or digit ({value!r})")
     if name == "text" and isinstance(value, str) and len(value) > MAX_TURN_CHARS:
-        raise InputFormatError(f"{where}: field 'text' has {len(value)} characters, over the limit of {MAX_TURN_CHARS}")
+        raise InputFormatError(f"{where}: field 'text' has {len(value)} characters, "
+                               f"over the limit of {MAX_TURN_CHARS}")
     return value
 
 

@@ -67,7 +67,8 @@ def multi_info(retrievers: Mapping[str, MultiRouteRetriever], plans: Sequence[Pl
     first = next(iter(retrievers.values()))
     reranker = first.reranker.name if first.reranker is not None else RERANKER_OFF
     nodes = {cid: dict(Counter(node.node_type for node in r.bank.nodes)) for cid, r in retrievers.items()}
-    return MultiRouteInfo(planner=getattr(first.planner, "name", type(first.planner).__name__), reranker=reranker,
+    return MultiRouteInfo(planner=getattr(first.planner, "name", type(first.planner).__name__),
+                          reranker=reranker,
                           question_types=dict(Counter(plan.question_type for plan in plans)),
                           mean_routes=float(np.mean([len(plan.routes) for plan in plans])) if plans else 0.0,
                           nodes=nodes, bank_seconds={cid: round(s, 2) for cid, s in bank_seconds.items()})

@@ -100,7 +100,9 @@ def read_recalls(paths: Sequence[Path], tagged: Mapping[str, Path | Sequence[Pat
 
 
 def compare(paths: Path | Sequence[Path], baseline: str, others: Sequence[str], resamples: int = 2000,
-            seed: int = 0, tagged: Mapping[str, Path | Sequence[Path]] | None = None) -> dict[str, dict[str, PairedDifference]]:
+            seed: int = 0,
+            tagged: Mapping[str, Path | Sequence[Path]] | None = None) -> dict[str,
+                                                                               dict[str, PairedDifference]]:
     """``{config: {"overall" | category | "lexical gap": PairedDifference}}`` against ``baseline``
     (the lexical-gap group when the file flags such questions); ``tagged`` as :func:`read_recalls`."""
     paths = [paths] if isinstance(paths, Path) else list(paths)
@@ -115,8 +117,8 @@ def compare(paths: Path | Sequence[Path], baseline: str, others: Sequence[str], 
     if any(gaps):
         groups["lexical gap"] = [i for i, gap in enumerate(gaps) if gap]
     return {
-        name: {group: paired_difference([recalls[baseline][i] for i in rows], [recalls[name][i] for i in rows],
-                                        resamples, seed)
+        name: {group: paired_difference([recalls[baseline][i] for i in rows],
+                                        [recalls[name][i] for i in rows], resamples, seed)
                for group, rows in groups.items()}
         for name in others
     }

@@ -84,9 +84,10 @@ def render_markdown(results: Results, sweep_rows: Sequence[SweepRow]) -> str:
               _metric_table(configs, "hit", categories), "",
               "## All evidence retrieved (%)", "", _metric_table(configs, "complete", categories), "",
               "## Cost per query", "", _cost_table(configs), "",
-              "Tokens: whitespace words x 1.3 of the retrieved items' text (records, raw turns). Latency: median "
-              "wall time of one retrieval (planning included; question and route-query vectors and codes are "
-              "computed beforehand in one batch for every configuration).",
+              "Tokens: whitespace words x 1.3 of the retrieved items' text (records, raw turns). Latency: "
+              "median wall time of one retrieval (planning included; "
+              "question and route-query vectors and codes are computed beforehand in one batch for every "
+              "configuration).",
               "Code/BM25 path hits tied with that path's last score (so ranked by AMU order, not score): "
               + ", ".join(f"{name} {pct(s.overall.tied_at_cut)}%" for name, s in configs.items()
                           if s.overall.tied_at_cut is not None) + ".", ""]
@@ -96,19 +97,22 @@ def render_markdown(results: Results, sweep_rows: Sequence[SweepRow]) -> str:
     if block is not None:
         before, after = block.recall_ceiling_before.overall.recall, block.recall_ceiling_after.overall.recall
         lines += ["## Consolidation", "",
-                  f"Operator {', '.join(block.operator)} (distance threshold {', '.join(map(str, block.threshold))}): "
+                  f"Operator {', '.join(block.operator)} (distance threshold "
+                  f"{', '.join(map(str, block.threshold))}): "
                   f"active AMUs {block.amus_before} -> {block.amus_active_after}, {block.clusters} clusters, "
                   f"{block.archived} archived into {block.created} merged AMUs ("
                   + (", ".join(f"{op} {n}" for op, n in block.operations.items()) or "none")
-                  + f"); {block.count_sensitive} held back as count-sensitive; {block.lost_turns} source turns "
+                  + f"); {block.count_sensitive} held back as count-sensitive; "
+                    f"{block.lost_turns} source turns "
                   f"lost; {block.seconds:.1f} s, {block.llm_calls} LLM calls, {block.tokens} tokens. Recall "
                   f"ceiling {pct(before)}% before, {pct(after)}% after.", ""]
     gap = results.lexical_gap
     if gap is not None and gap.recall:
         lines += ["## Lexical-gap subset", "",
-                  f"{gap.questions} questions ({pct(gap.share)}%) whose evidence turns share no content-word stem "
-                  "with the question; evidence recall@k (%) on them:", "",
-                  markdown_table(("configuration", "recall"), [(name, pct(value)) for name, value in gap.recall.items()],
+                  f"{gap.questions} questions ({pct(gap.share)}%) whose evidence turns share no content-word "
+                  "stem with the question; evidence recall@k (%) on them:", "",
+                  markdown_table(("configuration", "recall"),
+                                 [(name, pct(value)) for name, value in gap.recall.items()],
                                  align=("l", "r")), ""]
     evidence = results.evidence
     lines += ["## Evidence", "",
@@ -130,7 +134,8 @@ def render_markdown(results: Results, sweep_rows: Sequence[SweepRow]) -> str:
               "that built the store, + AMU embedding, trained-codebook indexing and route banks of this run; "
               "on a reused store the cached embeddings make the last three cheap)",
               "- this run: " + ", ".join(f"{k} {v}" for k, v in c.this_run.items()),
-              *(["- per conversation: " + ", ".join(f"{cid} {s:.1f} s" for cid, s in c.per_conversation.items())]
+              *(["- per conversation: "
+                 + ", ".join(f"{cid} {s:.1f} s" for cid, s in c.per_conversation.items())]
                 if c.per_conversation else []),
               f"- wall time of this run: {results.wall_seconds:.1f} s", "",
               "## Codebooks", "", _codebook_table(results)]
@@ -152,8 +157,8 @@ def render_markdown(results: Results, sweep_rows: Sequence[SweepRow]) -> str:
                   "(`retrieval/eval/curves.py`):", "", f"![recall@k curves]({CURVES_FILE})", ""]
     if comparisons(settings.configs, settings.k_dense + settings.k_code):
         lines += ["Paired differences per category and on the lexical-gap subset, mean and 95% bootstrap "
-                  "interval (`python -m retrieval.paired`'s statistics):", "", f"![paired differences]({FOREST_FILE})",
-                  ""]
+                  "interval (`python -m retrieval.paired`'s statistics):", "",
+                  f"![paired differences]({FOREST_FILE})", ""]
     return "\n".join(lines)
 
 
@@ -207,7 +212,8 @@ def plot_recall(results: Results, path: Path) -> None:
     positions = np.arange(len(groups))
     for i, (name, summary) in enumerate(configs.items()):
         values = [summary.overall.recall] + [summary.by_category[g].recall for g in groups[1:]]
-        axes.bar(positions + (i - (len(configs) - 1) / 2) * width, [100 * v for v in values], width, label=name)
+        axes.bar(positions + (i - (len(configs) - 1) / 2) * width, [100 * v for v in values], width,
+                 label=name)
     axes.set_xticks(positions, [f"{g}\n(n={n})" for g, n in zip(groups, counts, strict=True)])
     axes.set_ylabel("evidence recall@k (%)")
     axes.set_ylim(0, 100)

@@ -96,7 +96,8 @@ AnswerSummary = Summary[AnswerBlock]
 
 class Construction(Record):
     """Cost of the memory: ``seconds``, ``ingest_seconds``, ``llm_calls`` and ``tokens`` are summed
-    over the runs that built the store; ``this_run`` has ``replayed_turns`` (turns a rerun found stored) and ``<stage>_seconds``."""
+    over the runs that built the store; ``this_run`` has ``replayed_turns`` (turns a rerun found stored) and
+    ``<stage>_seconds``."""
 
     seconds: float
     amus: int
@@ -123,7 +124,8 @@ class EvidenceCounts(Record):
 
 
 class CodebookStats(Record):
-    """How one codebook spreads over the AMU banks (:func:`retrieval.eval.construction.codebook_diagnostics`)."""
+    """How one codebook spreads over the AMU banks
+    (:func:`retrieval.eval.construction.codebook_diagnostics`)."""
 
     codebook_size: int
     codes_used: int

@@ -184,7 +184,8 @@ def score_config(queries: QuerySet, run: ConfigRun) -> tuple[RetrievalSummary, l
     query latency and, for a configuration with a code or BM25 path, the mean
     :func:`tied_at_cut` of that path."""
     hits = run.hits
-    scores = [score_evidence(q.evidence, covered_turns(h)) for q, h in zip(queries.questions, hits, strict=True)]
+    scores = [score_evidence(q.evidence, covered_turns(h))
+              for q, h in zip(queries.questions, hits, strict=True)]
     summary = RetrievalSummary.model_validate(summarise(
         (q.category_name, {"recall": s.recall, "hit": float(s.hit), "complete": float(s.complete)})
         for q, s in zip(queries.questions, scores, strict=True)
@@ -260,7 +261,8 @@ def construct(conversations: Sequence[LocomoConversation], memory: Memory, model
         for step, spent in seconds.items():
             built.timings[step] += spent
         # ingestion (summed over the runs that built the store) + what this run built for it
-        built.per_conversation[cid] = (ledger.total([cid], "seconds") + seconds["embed"] + seconds[f"index_{TRAINED}"]
+        built.per_conversation[cid] = (ledger.total([cid], "seconds") + seconds["embed"]
+                                       + seconds[f"index_{TRAINED}"]
                                        + seconds.get("route_banks", 0.0))
         built.conversations[cid] = BuiltConversation(amus, banks, multi)
         built.questions += select_questions(conversation, built.report)
@@ -282,12 +284,13 @@ def encode_queries(built: Built, fingerprinters: Mapping[str, CachedFingerprinte
 
 
 def construction_record(built: Built, store: AMUStore, ids: Sequence[str], extractor: Extractor,
-                        embedder: CachedEmbedder, fingerprinters: Mapping[str, CachedFingerprinter]) -> Construction:
+                        embedder: CachedEmbedder,
+                        fingerprinters: Mapping[str, CachedFingerprinter]) -> Construction:
     """What building the memory cost, over the runs that built the store and in this run."""
     ledger, timings = ConstructionLedger(store), built.timings
     return Construction(
-        seconds=ledger.total(ids, "seconds") + timings["embed"] + timings[f"index_{TRAINED}"] + timings["route_banks"],
-        amus=sum(store.count(cid) for cid in ids),
+        seconds=ledger.total(ids, "seconds") + timings["embed"] + timings[f"index_{TRAINED}"]
+        + timings["route_banks"], amus=sum(store.count(cid) for cid in ids),
         segments=sum(len(store.segments(cid)) for cid in ids),
         llm_calls=int(ledger.total(ids, "llm_calls")),
         tokens=int(ledger.total(ids, "tokens")),
@@ -308,7 +311,8 @@ def sweep_topology(selected: Sequence[RetrievalConfig], built: Built, queries: Q
         raise EvaluationError("--sweep needs a configuration with a codebook path")
     tick = time.perf_counter()
     rows = run_sweep(swept, built.conversations, queries, sweep_grid())
-    primary = next((c.name for c in swept if c.dual and c.dual.k_dense and c.codebook == TRAINED), swept[0].name)
+    primary = next((c.name for c in swept if c.dual and c.dual.k_dense and c.codebook == TRAINED),
+                   swept[0].name)
     write_sweep(out_dir / "sweep.json", rows)
     return rows, SweepInfo(file="sweep.json", settings=len(rows), configs=[c.name for c in swept],
                            seconds=round(time.perf_counter() - tick, 2), recommended=recommend(rows, primary))
@@ -331,7 +335,8 @@ def evaluate(conversations: Sequence[LocomoConversation], models: Models, out_di
     extractor = models.extractor or RuleExtractor()
     with open_memory(settings.store or out_dir / STORE_DIR, models.embedder, extractor, models.consolidator,
                      read_only=settings.store is not None) as memory:
-        store = memory.store  # embeddings and fingerprints come from its cache when an earlier run computed them
+        # embeddings and fingerprints come from its cache when an earlier run computed them
+        store = memory.store
         embedder = CachedEmbedder(models.embedder, store)
         fingerprinters = {name: CachedFingerprinter(fp, store) for name, fp in models.fingerprinters.items()}
         built = construct(conversations, memory, models, fingerprinters, embedder, settings, selected)
@@ -361,7 +366,8 @@ def evaluate(conversations: Sequence[LocomoConversation], models: Models, out_di
         ceiling = recall_ceiling(questions, {cid: c.coverable for cid, c in built.conversations.items()})
         ids = [c.conversation_id for c in conversations]
         construction = construction_record(built, store, ids, extractor, embedder, fingerprinters)
-        codebooks = {name: CodebookStats(**codebook_diagnostics(fp_model, list(built.conversations.values()), name,
+        codebooks = {name: CodebookStats(**codebook_diagnostics(fp_model, list(built.conversations.values()),
+                                                                name,
                                                                  queries.codes[name]))
                      for name, fp_model in fingerprinters.items()}
         recorded = Settings(**{**settings.recorded, "configs": names, "k_dense": settings.k_dense,

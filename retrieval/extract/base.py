@@ -109,4 +109,5 @@ def make_amu(segment: Segment, index: int, text: str, memory_type: str, turns: S
 
 def raw_turn_amus(segment: Segment) -> list[AMU]:
     """The fallback: one ``fact`` AMU per turn, text ``"Speaker: text"`` (image caption kept)."""
-    return [make_amu(segment, index, turn.render(), "fact", [turn]) for index, turn in enumerate(segment.turns)]
+    return [make_amu(segment, index, turn.render(), "fact", [turn])
+            for index, turn in enumerate(segment.turns)]

@@ -71,7 +71,8 @@ def _resolve(match: re.Match[str], today: date) -> tuple[str, str, str]:
         day = today - timedelta(days=1 if expr == "last night" else 0)
         return f"the night of {_day_text(day)}", day.isoformat(), "on"
     if match["num"]:
-        count = int(match["num"]) if match["num"].isdigit() else _NUMBERS[" ".join(match["num"].lower().split())]
+        count = (int(match["num"]) if match["num"].isdigit()
+                 else _NUMBERS[" ".join(match["num"].lower().split())])
         unit = match["agounit"].lower()
         if unit == "day":
             day = today - timedelta(days=count)
@@ -163,7 +164,8 @@ def resolve_dates(text: str, when: datetime | date | None) -> tuple[str, list[Re
     return _RELATIVE_DATE.sub(replace, text), found
 
 
-_MONTH = r"(?P<month>" + "|".join(f"{name[:3]}(?:{name[3:]})?" if len(name) > 3 else name for name in MONTHS) + r")\.?"
+_MONTH = r"(?P<month>" + "|".join(f"{name[:3]}(?:{name[3:]})?" if len(name) > 3 else name
+                                  for name in MONTHS) + r")\.?"
 _ABSOLUTE_DATE = re.compile(
     r"\b(?:(?P<day1>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH + r",?\s+(?P<year1>\d{4})"
     r"|" + _MONTH.replace("month", "month2") + r"\s+(?P<day2>\d{1,2})(?:st|nd|rd|th)?,?\s+(?P<year2>\d{4})"

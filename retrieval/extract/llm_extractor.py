@@ -100,7 +100,8 @@ class LLMExtractor(LLMRole):
         return {
             "type": "object",
             "required": ["records"],
-            "properties": {"records": {"type": "array", "items": record}, "disambiguation": {"type": "string"}},
+            "properties": {"records": {"type": "array", "items": record},
+                           "disambiguation": {"type": "string"}},
         }
 
     @staticmethod

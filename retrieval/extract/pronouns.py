@@ -6,7 +6,8 @@ import re
 from collections.abc import Callable
 from functools import partial
 
-_ADVERBS = ("really", "just", "also", "always", "still", "never", "actually", "totally", "definitely", "usually",
+_ADVERBS = ("really", "just", "also", "always", "still", "never", "actually", "totally", "definitely",
+            "usually",
             "often", "sometimes", "truly", "absolutely", "already", "even", "only", "kinda", "honestly")
 # Present-tense verbs conjugated after a resolved "I"/"you" ("I love" -> "Caroline loves"). A closed
 # list, because guessing whether an arbitrary word is a present-tense verb would mangle past forms.
@@ -18,7 +19,8 @@ _VERBS = ("love", "like", "want", "need", "think", "feel", "know", "hope", "gues
 _ADVERB_RUN = r"((?:(?:" + "|".join(_ADVERBS) + r")\s+)*)"
 # The verb keeps its base form after an auxiliary ("can you see") or a causative/perception verb
 # ("makes you feel"), where the pronoun is not the subject of a present-tense verb.
-_BASE_FORM_TRIGGERS = ("do", "does", "did", "can", "could", "will", "would", "should", "might", "must", "shall",
+_BASE_FORM_TRIGGERS = ("do", "does", "did", "can", "could", "will", "would", "should", "might", "must",
+                       "shall",
                        "may", "make", "makes", "made", "let", "lets", "help", "helps", "helped", "see", "saw",
                        "watch", "hear", "heard", "have", "had", "to", "n't", "n’t")
 _NOT_AFTER_BASE_FORM = "".join(rf"(?<!{re.escape(word)} )" for word in _BASE_FORM_TRIGGERS)

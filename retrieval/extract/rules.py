@@ -14,7 +14,8 @@ from retrieval.memory.records import AMU, Segment, Turn
 
 # Greetings, thanks and acknowledgements: a turn made only of these (plus names) carries no fact.
 _FILLERS = frozenset("""
-hi hey hello hiya yo bye goodbye thanks thank ok okay yeah yes yep yup no nope sure cool wow great awesome nice
+hi hey hello hiya yo bye goodbye thanks thank ok okay yeah yes yep yup no nope sure cool wow great awesome \
+nice
 lol haha oh ah hmm good glad see talk soon later take care cheers congrats congratulations amazing totally
 definitely right agreed same much really well welcome pleasure night morning evening day anytime again
 absolutely exactly true love lovely sounds sound fun happy hear gonna keep going luck best wishes
@@ -22,8 +23,10 @@ absolutely exactly true love lovely sounds sound fun happy hear gonna keep going
 _NOT_NAMES = STOPWORDS | _FILLERS | frozenset(MONTHS) | frozenset(WEEKDAYS)
 # Frequent verbs, adverbs and time words that say nothing about the topic of a turn: never topic tags.
 _GENERIC = frozenset("""
-also always anything back come comes coming could does done doing ever even every everything feel feeling feels
-felt find found gets getting give gives going gone gonna gotta know knew kind kinda last later lately like made
+also always anything back come comes coming could does done doing ever even every everything feel feeling \
+feels
+felt find found gets getting give gives going gone gonna gotta know knew kind kinda last later lately like \
+made
 make makes making many maybe mean means might much need never next nothing often pretty quite recently said
 says seem seems something sometimes soon still stuff sure tell tells thing things think thinking thought time
 times told took tried trying used want wanted wants went whole will without yeah years lots little
@@ -39,9 +42,9 @@ _PREFERENCE = re.compile(r"\b(love|loves|like|likes|enjoy|enjoys|prefer|prefers|
 _CONSTRAINT = re.compile(r"\b(can['’]?t|cannot|must|have to|has to|need to|needs to|allergic|not allowed|"
                          r"unable)\b", re.IGNORECASE)
 _PROCEDURE = re.compile(r"\b(step by step|steps?|recipe|how to|instructions|tutorial)\b", re.IGNORECASE)
-_PAST_EVENT = re.compile(r"\b(went|visited|attended|joined|started|finished|bought|moved|met|won|lost|celebrated|"
-                         r"graduated|adopted|painted|signed|received|traveled|travelled|married|ran|took|built|"
-                         r"launched|got)\b", re.IGNORECASE)
+_PAST_EVENT = re.compile(r"\b(went|visited|attended|joined|started|finished|bought|moved|met|won|lost|"
+                         r"celebrated|graduated|adopted|painted|signed|received|traveled|travelled|married|ran|"
+                         r"took|built|launched|got)\b", re.IGNORECASE)
 
 
 def content_words(text: str, names: set[str]) -> list[str]:
@@ -73,7 +76,8 @@ def find_entities(text: str, participants: Sequence[str]) -> list[str]:
         while before >= 0 and text[before].isspace():
             before -= 1
         at_sentence_start = before < 0 or text[before] in ".!?:[]"
-        if at_sentence_start and not (words[0].isupper() and len(words[0]) > 1) and words[0] not in participants:
+        if at_sentence_start and not (words[0].isupper()
+                                      and len(words[0]) > 1) and words[0] not in participants:
             words = words[1:]
         while words and words[0].lower().strip("'’") in _NOT_NAMES:
             words = words[1:]
@@ -88,7 +92,8 @@ def topic_tags(text: str, names: set[str], entities: Sequence[str]) -> list[str]
     """The first :data:`TAGS_PER_RECORD` distinct content words of at least four letters that are
     neither generic verbs or adverbs nor words of the record's entities (those have entity nodes)."""
     entity_words = {word.lower() for entity in entities for word in _WORD.findall(entity)}
-    words = (w for w in content_words(text, names) if len(w) >= 4 and w not in _GENERIC and w not in entity_words)
+    words = (w for w in content_words(text, names)
+             if len(w) >= 4 and w not in _GENERIC and w not in entity_words)
     return list(dict.fromkeys(words))[:TAGS_PER_RECORD]
 
 
@@ -142,7 +147,8 @@ class RuleExtractor:
     (:func:`retrieval.extract.dates.absolute_dates`), and the temporal scope follows their
     prepositions (:func:`temporal_scope`; ``t_ref`` defaults to the session day); the memory type
     is a keyword heuristic. A relative date outside the years 1 to 9999 stays as written, with no
-    timestamp, and is counted in ``Extraction.unresolved_dates``. No reference context is used (the state stays empty).
+    timestamp, and is counted in ``Extraction.unresolved_dates``. No reference context is used (the state
+    stays empty).
     """
 
     name = "rule"

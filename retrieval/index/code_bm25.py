@@ -67,7 +67,8 @@ class CodeBM25:
         if self._weights is None:
             tf = self._term_frequencies()
             lengths = np.asarray(tf.sum(axis=1)).ravel()
-            norm = self.k1 * (1 - self.b + self.b * lengths / max(lengths.mean(), 1e-12)) if lengths.size else lengths
+            norm = self.k1 * (1 - self.b
+                              + self.b * lengths / max(lengths.mean(), 1e-12)) if lengths.size else lengths
             per_entry = np.repeat(norm, np.diff(tf.indptr))
             weights = tf.copy()
             weights.data = tf.data * (self.k1 + 1) / (tf.data + per_entry)
@@ -86,7 +87,8 @@ class CodeBM25:
         vector[query] = idf[query]
         return weights @ vector
 
-    def search(self, query_codes: Iterable[int], k: int, exclude: Iterable[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, query_codes: Iterable[int], k: int,
+               exclude: Iterable[int] = ()) -> tuple[np.ndarray, np.ndarray]:
         """Top-k (unit indices, scores) with a positive score, ``exclude`` left out, ties by index."""
         if len(self) == 0:
             return empty_result()

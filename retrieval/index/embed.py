@@ -24,7 +24,8 @@ class SentenceEmbedder:
         self.name = model
         self.batch_size = batch_size
         self._model = SentenceTransformer(resolve_encoder_path(model), device=device)
-        getter = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        getter = (getattr(self._model, "get_embedding_dimension", None)
+                  or self._model.get_sentence_embedding_dimension)
         dim = getter()
         if dim is None:
             raise ValueError(f"{model}: the sentence-transformers model does not say its embedding dimension")

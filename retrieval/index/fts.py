@@ -2,11 +2,11 @@
 "SQLite + FTS5"; SPEC section 7).
 
 The store keeps an FTS5 table over every active record's text, entities and topic tags
-(:mod:`retrieval.memory.schema`, ranked by :func:`retrieval.memory.fts.bm25_rows`); :class:`FTSIndex` is the same table in memory for a bank
-given as texts (the dual-path retriever without a store). Both tokenise with
+(:mod:`retrieval.memory.schema`, ranked by :func:`retrieval.memory.fts.bm25_rows`); :class:`FTSIndex` is the
+same table in memory for a bank given as texts (the dual-path retriever without a store). Both tokenise with
 :data:`FTS_TOKENIZER` (Porter stemming) and rank with :func:`bm25_search`: a query matches any of
-its words other than stopwords (OR), scored by FTS5's Okapi BM25 (k1 = 1.2, b = 0.75, columns weighted equally), best first,
-ties by insertion order.
+its words other than stopwords (OR), scored by FTS5's Okapi BM25 (k1 = 1.2, b = 0.75, columns weighted
+equally), best first, ties by insertion order.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def bm25_search(db: sqlite3.Connection, table: str, query: str, k: int, **restri
     """:func:`retrieval.memory.fts.bm25_rows` for free text (its :func:`match_expression`); no rows
     when the text has no word. ``restrict`` passes ``join``, ``where``, ``params`` and ``select`` on."""
     expression = match_expression(query)
-    return [] if expression is None else bm25_rows(db, table, expression, k, **restrict)  # type: ignore[arg-type]
+    return ([] if expression is None
+            else bm25_rows(db, table, expression, k, **restrict))  # type: ignore[arg-type]
 
 
 def lexical_search(store: AMUStore, query: str, conversation_id: str, k: int) -> list[tuple[str, float]]:

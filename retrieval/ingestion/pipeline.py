@@ -152,12 +152,12 @@ def _group(turns: Iterable[Turn]) -> dict[str, dict[str, list[Turn]]]:
     previous: dict[str, str] = {}
     for turn in turns:
         if len(turn.text) > MAX_TURN_CHARS:
-            raise IngestError(f"turn {turn.turn_id!r} of {turn.conversation_id!r} has {len(turn.text)} characters; "
-                              f"the limit is {MAX_TURN_CHARS} (split it into several turns)")
+            raise IngestError(f"turn {turn.turn_id!r} of {turn.conversation_id!r} has {len(turn.text)} "
+                              f"characters; the limit is {MAX_TURN_CHARS} (split it into several turns)")
         sessions = grouped.setdefault(turn.conversation_id, {})
         if turn.session_id in sessions and previous[turn.conversation_id] != turn.session_id:
-            raise IngestError(f"turn {turn.turn_id!r}: session {turn.session_id!r} of {turn.conversation_id!r} "
-                              "continues after another session started")
+            raise IngestError(f"turn {turn.turn_id!r}: session {turn.session_id!r} of "
+                              f"{turn.conversation_id!r} continues after another session started")
         sessions.setdefault(turn.session_id, []).append(turn)
         previous[turn.conversation_id] = turn.session_id
     return grouped
@@ -178,7 +178,8 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
                 extraction = _extract(extractor, segment, context)
                 stats.unresolved_dates += extraction.unresolved_dates
                 amus = fingerprinted(extraction.amus, fingerprinter)
-                store.commit_segment(segment_record(segment, extraction.state, extraction.fallback, len(amus)),
+                store.commit_segment(segment_record(segment, extraction.state, extraction.fallback,
+                                                    len(amus)),
                                      segment.turns, amus)
                 embed_segment(embedder, segment.turns, amus)
                 state = extraction.state
@@ -193,11 +194,13 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
                     retried = _extract(extractor, segment, context)
                     if not retried.fallback:
                         revision = stored.revision + 1
-                        renamed = [dataclasses.replace(amu, id=amu_id(conversation_id, segment.seq, i, revision))
+                        renamed = [dataclasses.replace(amu,
+                                                       id=amu_id(conversation_id, segment.seq, i, revision))
                                    for i, amu in enumerate(retried.amus)]
                         amus = fingerprinted(renamed, fingerprinter)
                         store.replace_extraction(dataclasses.replace(
-                            segment_record(segment, retried.state, False, len(amus)), revision=revision), amus)
+                            segment_record(segment, retried.state, False, len(amus)), revision=revision),
+                                                 amus)
                         embed_segment(embedder, segment.turns, amus)
                         state = retried.state
                         stats.amus += len(amus)
@@ -220,19 +223,22 @@ def _extract(extractor: Extractor, segment: Segment, context: ReferenceContext) 
         return extractor.extract(segment, context)
     except AMUValidationError as err:
         turn_ids = [turn.turn_id for turn in segment.turns]
-        raise IngestError(f"{segment.conversation_id!r} segment {segment.seq} (turns {turn_ids[0]}..{turn_ids[-1]}): "
-                          f"the extractor made an invalid record: {err}") from None
+        raise IngestError(f"{segment.conversation_id!r} segment {segment.seq} "
+                          f"(turns {turn_ids[0]}..{turn_ids[-1]}): the extractor made an invalid record: "
+                          f"{err}") from None
 
 
 def embed_segment(embedder: Embedder, turns: Sequence[Turn], amus: Sequence[AMU]) -> None:
     """Embed a committed segment's raw turns (verbatim, as rendered), records and the texts of its
     searchable evidence nodes into the store's vector cache: multi-route retrieval reads them back."""
-    embedder.encode([turn.render() for turn in turns] + [amu.text for amu in amus] + segment_search_texts(amus))
+    embedder.encode([turn.render() for turn in turns] + [amu.text for amu in amus]
+                    + segment_search_texts(amus))
 
 
 def segment_record(segment: Segment, state: str, fallback: bool, count: int) -> SegmentRecord:
     return SegmentRecord(segment.conversation_id, segment.seq, segment.session_id,
-                         tuple(turn.turn_id for turn in segment.turns), segment.reason, state, fallback, count)
+                         tuple(turn.turn_id for turn in segment.turns), segment.reason, state, fallback,
+                         count)
 
 
 def _check_unchanged(stored: SegmentRecord, segment: Segment) -> None:
@@ -241,12 +247,12 @@ def _check_unchanged(stored: SegmentRecord, segment: Segment) -> None:
     where = f"{segment.conversation_id!r} segment {segment.seq}"
     if stored.turn_ids != turn_ids:
         raise IngestError(f"{where}: the store holds turns {list(stored.turn_ids)}, this run segments "
-                          f"{list(turn_ids)}; the input, embedder or segmenter settings changed since the store "
-                          "was written (use a new store)")
+                          f"{list(turn_ids)}; the input, embedder or segmenter settings changed since the "
+                          "store was written (use a new store)")
     if stored.content_sha256 != turns_sha256(segment.turns):
-        raise IngestError(f"{where} (turns {turn_ids[0]}..{turn_ids[-1]}): the input's text differs from what the "
-                          "store holds; the store is append-only, so ingest the edited conversation into a new "
-                          "store")
+        raise IngestError(f"{where} (turns {turn_ids[0]}..{turn_ids[-1]}): "
+                          "the input's text differs from what the store holds; the store is append-only, "
+                          "so ingest the edited conversation into a new store")
 
 
 def _current_amus(store: AMUStore, stored: SegmentRecord) -> list[AMU]:
@@ -258,7 +264,8 @@ def _current_amus(store: AMUStore, stored: SegmentRecord) -> list[AMU]:
         rest = unit.id[len(prefix):]
         return int(rest.split(":r", 1)[1]) if ":r" in rest else 0
 
-    return [amu for amu in store.by_segment(stored.conversation_id, stored.seq) if revision(amu) == stored.revision]
+    return [amu for amu in store.by_segment(stored.conversation_id, stored.seq)
+            if revision(amu) == stored.revision]
 
 
 def fingerprinted(amus: list[AMU], fingerprinter: TextFingerprinter | None) -> list[AMU]:
@@ -266,4 +273,5 @@ def fingerprinted(amus: list[AMU], fingerprinter: TextFingerprinter | None) -> l
     if fingerprinter is None or not amus:
         return amus
     prints = fingerprinter.fingerprint([amu.text for amu in amus])
-    return [dataclasses.replace(amu, fingerprint=tuple(fp.sequence)) for amu, fp in zip(amus, prints, strict=True)]
+    return [dataclasses.replace(amu, fingerprint=tuple(fp.sequence))
+            for amu, fp in zip(amus, prints, strict=True)]

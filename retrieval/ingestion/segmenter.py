@@ -227,13 +227,15 @@ class SemanticSegmenter:
         count = count_pressure(len(active.exchanges))
         score = (cfg.bias + cfg.surprise_weight * phi + cfg.cohesion_weight * drop
                  + cfg.length_weight * length + cfg.count_weight * count)
-        return BoundarySignals(surprise, z, absolute, drop, length, count, score, 1.0 / (1.0 + math.exp(-score)))
+        return BoundarySignals(surprise, z, absolute, drop, length, count, score,
+                               1.0 / (1.0 + math.exp(-score)))
 
     def push(self, exchange: Exchange, embedding: np.ndarray) -> list[Segment]:
         """Feed one exchange (Algorithm B.1, lines 10-15); returns the segments it finalized."""
         session_id = exchange.turns[0].session_id
         if self._session_id is not None and session_id != self._session_id and self._active.exchanges:
-            raise ValueError(f"exchange of {session_id!r} pushed before session {self._session_id!r} was flushed")
+            raise ValueError(f"exchange of {session_id!r} pushed before session {self._session_id!r} was "
+                             "flushed")
         self._session_id = session_id
         embedding = np.asarray(embedding, dtype=np.float64)
         tokens = count_tokens(exchange.text, self.config.words_to_tokens)
@@ -279,7 +281,8 @@ class SemanticSegmenter:
 
 
 __all__ = [
-    "CAPACITY_LIMIT", "EXCHANGE_LIMIT", "SEMANTIC_BOUNDARY", "SESSION_FLUSH", "TARGET_LENGTH", "BoundarySignals",
+    "CAPACITY_LIMIT", "EXCHANGE_LIMIT", "SEMANTIC_BOUNDARY", "SESSION_FLUSH", "TARGET_LENGTH",
+    "BoundarySignals",
     "Exchange", "Segment", "SegmenterConfig", "SemanticSegmenter", "absolute_surprise", "cohesion",
     "count_pressure", "count_tokens", "length_pressure", "pair_exchanges", "robust_z",
 ]

@@ -54,7 +54,8 @@ class ArrayCache:
         for start in range(0, len(wanted), CHUNK):
             chunk = wanted[start : start + CHUNK]
             marks = ",".join("?" * len(chunk))
-            rows = self._db.execute(f"SELECT item, {column} FROM {table} WHERE model = ? AND item IN ({marks})",
+            rows = self._db.execute(f"SELECT item, {column} FROM {table} WHERE model = ? AND item IN "
+                                    f"({marks})",
                                     [model, *chunk])
             found.update((item, bytes(blob)) for item, blob in rows)
         return found

@@ -112,7 +112,8 @@ def record_nodes(amu: AMU) -> list[NodeRef]:
     entities, topics = _normalised(amu.entities), _normalised(amu.tags)
     nodes = [NodeRef("entity", key, text) for key, text in entities.items()]
     nodes += [NodeRef("topic", key, text) for key, text in topics.items()]
-    nodes += [NodeRef("entity_topic", f"{entity}{PAIR_SEPARATOR}{topic}", f"{entities[entity]} {topics[topic]}")
+    nodes += [NodeRef("entity_topic", f"{entity}{PAIR_SEPARATOR}{topic}",
+                      f"{entities[entity]} {topics[topic]}")
               for entity in entities for topic in topics if entity != topic]
     nodes += [NodeRef("temporal", key, key) for key in temporal_keys(temporal_values(amu))]
     if amu.source.segment is not None:

@@ -21,17 +21,20 @@ T = TypeVar("T")
 
 _CHECK = "python -m retrieval.store check --store {directory}"
 _ADVICE = {
-    "SQLITE_FULL": "the disk is full; nothing committed is lost: free space and rerun (ingestion resumes after "
-                   "the last stored segment)",
-    "SQLITE_CORRUPT": "the store file is damaged; see `" + _CHECK + "`, then rebuild the store from its input "
+    "SQLITE_FULL": "the disk is full; nothing committed is lost: free space and rerun "
+                   "(ingestion resumes after the last stored segment)",
+    "SQLITE_CORRUPT": "the store file is damaged; see `" + _CHECK
+    + "`, then rebuild the store from its input "
                       "into a new directory (or restore a copy)",
-    "SQLITE_NOTADB": "the file is not a usable SQLite store; rebuild the store from its input into a new directory",
+    "SQLITE_NOTADB": "the file is not a usable SQLite store; "
+                     "rebuild the store from its input into a new directory",
     "SQLITE_ERROR": "the store's schema was changed outside this code (a table or column is missing); see `"
                     + _CHECK + "`, then rebuild the store from its input into a new directory",
     "SQLITE_IOERR": "the disk reported an I/O error; check the medium and rerun (nothing committed is lost)",
-    "SQLITE_READONLY": "the store cannot be written here (read-only file or medium); copy it somewhere writable",
-    "SQLITE_CANTOPEN": "a file beside the store cannot be created or opened (its directory may be read-only); "
-                       "copy the store somewhere writable",
+    "SQLITE_READONLY": "the store cannot be written here (read-only file or medium); "
+                       "copy it somewhere writable",
+    "SQLITE_CANTOPEN": "a file beside the store cannot be created or opened "
+                       "(its directory may be read-only); copy the store somewhere writable",
     "SQLITE_BUSY": "another process kept the store locked too long; rerun when it has finished",
     "SQLITE_LOCKED": "another process kept the store locked too long; rerun when it has finished",
 }
@@ -80,7 +83,8 @@ class GuardedCursor(sqlite3.Cursor):
     def fetchall(self) -> list[Any]:
         return _guarded(self.connection.store_path, super().fetchall)
 
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # sqlite3.Cursor types it as returning itself
+    # sqlite3.Cursor types __iter__ as returning itself, hence the ignore
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         # One guarded fetch for all rows: a Python-level __next__ per row would double the cost of
         # reading a large result (the store's queries return bounded results).
         return iter(self.fetchall())

@@ -24,5 +24,6 @@ def bm25_rows(db: sqlite3.Connection, table: str, expression: str, k: int, *, jo
     if k <= 0:
         return []
     sql = (f"SELECT {select or table + '.rowid'}, -bm25({table}) AS score FROM {table} {join} "
-           f"WHERE {table} MATCH ? {('AND ' + where) if where else ''} ORDER BY bm25({table}), {table}.rowid LIMIT ?")
+           f"WHERE {table} MATCH ? {('AND ' + where) if where else ''} ORDER BY bm25({table}), {table}.rowid "
+           "LIMIT ?")
     return db.execute(sql, [expression, *params, k]).fetchall()

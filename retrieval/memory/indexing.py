@@ -31,8 +31,8 @@ def add_event_frame(db: sqlite3.Connection, conversation_id: str, seq: int, sess
                     turn_ids: Sequence[str]) -> None:
     """The event-frame node of one finalized segment, with its session and turns (kept if it exists)."""
     label = f"{session_id} {turn_ids[0]}..{turn_ids[-1]}" if turn_ids else session_id
-    db.execute("INSERT OR IGNORE INTO evidence_nodes (conversation_id, node_type, key, text, session_id, turn_ids) "
-               "VALUES (?, 'event_frame', ?, ?, ?, ?)",
+    db.execute("INSERT OR IGNORE INTO evidence_nodes (conversation_id, node_type, key, text, session_id, "
+               "turn_ids) VALUES (?, 'event_frame', ?, ?, ?, ?)",
                (conversation_id, str(seq), label, session_id, json.dumps(list(turn_ids))))
 
 
@@ -42,7 +42,8 @@ def index_amu(db: sqlite3.Connection, position: int, amu: AMU) -> None:
         return
     src = amu.source
     for node in record_nodes(amu):
-        db.execute("INSERT OR IGNORE INTO evidence_nodes (conversation_id, node_type, key, text) VALUES (?, ?, ?, ?)",
+        db.execute("INSERT OR IGNORE INTO evidence_nodes (conversation_id, node_type, key, text) "
+                   "VALUES (?, ?, ?, ?)",
                    (src.conversation_id, node.node_type, node.key, node.text))
         (node_row,) = db.execute("SELECT id FROM evidence_nodes WHERE conversation_id = ? AND node_type = ? "
                                  "AND key = ?", (src.conversation_id, node.node_type, node.key)).fetchone()
@@ -54,7 +55,8 @@ def backfill(db: sqlite3.Connection) -> None:
     for conversation_id, seq, session_id, turn_ids in db.execute(
             "SELECT conversation_id, seq, session_id, turn_ids FROM segments ORDER BY rowid").fetchall():
         add_event_frame(db, conversation_id, seq, session_id, json.loads(turn_ids))
-    for row in db.execute(f"SELECT position, {AMU_COLUMNS} FROM amus WHERE archived = 0 ORDER BY position").fetchall():
+    for row in db.execute(f"SELECT position, {AMU_COLUMNS} FROM amus WHERE archived = 0 "
+                          "ORDER BY position").fetchall():
         index_amu(db, row["position"], amu_from_row(row))
     db.execute("INSERT INTO amu_fts (rowid, text, entities, topics) SELECT position, text, "
                "(SELECT group_concat(value, ' ') FROM json_each(amus.entities)), "
@@ -90,8 +92,8 @@ class EvidenceReads:
         if node_type is not None:
             where, params = where + " AND n.node_type = ?", params + [node_type]
         rows = self._db.execute(
-            "SELECT n.id, n.node_type, n.key, n.text, n.session_id, n.turn_ids, a.id AS amu FROM evidence_nodes n "
-            "JOIN evidence_links l ON l.node = n.id JOIN amus a ON a.position = l.amu "
+            "SELECT n.id, n.node_type, n.key, n.text, n.session_id, n.turn_ids, a.id AS amu "
+            "FROM evidence_nodes n JOIN evidence_links l ON l.node = n.id JOIN amus a ON a.position = l.amu "
             f"WHERE {where} ORDER BY n.id, a.position", params).fetchall()
         grouped: dict[int, list[sqlite3.Row]] = {}
         for row in rows:
@@ -107,11 +109,13 @@ class EvidenceReads:
         for start in range(0, len(amu_ids), 500):
             chunk = list(amu_ids[start:start + 500])
             rows = self._db.execute(
-                "SELECT n.node_type, n.key, n.text, n.session_id, n.turn_ids, a.id AS amu FROM evidence_nodes n "
-                "JOIN evidence_links l ON l.node = n.id JOIN amus a ON a.position = l.amu "
-                f"WHERE a.archived = 0 AND a.id IN ({','.join('?' * len(chunk))}) ORDER BY n.id, a.position",
+                "SELECT n.node_type, n.key, n.text, n.session_id, n.turn_ids, a.id AS amu "
+                "FROM evidence_nodes n JOIN evidence_links l ON l.node = n.id JOIN amus a "
+                f"ON a.position = l.amu WHERE a.archived = 0 AND a.id IN ({','.join('?' * len(chunk))}) "
+                "ORDER BY n.id, a.position",
                 chunk).fetchall()
-            found += [(EvidenceNode(row["node_type"], row["key"], row["text"], (row["amu"],), row["session_id"],
+            found += [(EvidenceNode(row["node_type"], row["key"], row["text"], (row["amu"],),
+                                    row["session_id"],
                                     tuple(json.loads(row["turn_ids"] or "[]"))), row["amu"]) for row in rows]
         return found
 

@@ -46,13 +46,14 @@ class JobRows:
         """A queued job for (user, session), unless one is unfinished: then that one. Returns the job
         and whether it was created now."""
         with self._transaction() as db:  # type: ignore[attr-defined]
-            row = db.execute("SELECT * FROM jobs WHERE conversation_id = ? AND session_id IS ? AND kind = ? AND "
-                             f"state IN {UNFINISHED}", (user, session_id, kind)).fetchone()
+            row = db.execute("SELECT * FROM jobs WHERE conversation_id = ? AND session_id IS ? AND kind = ? "
+                             f"AND state IN {UNFINISHED}", (user, session_id, kind)).fetchone()
             if row is not None:
                 return _job(row), False
             now = time.time()
-            cursor = db.execute("INSERT INTO jobs (conversation_id, session_id, kind, state, progress, created, "
-                                "updated) VALUES (?, ?, ?, ?, '{}', ?, ?)", (user, session_id, kind, QUEUED, now, now))
+            cursor = db.execute("INSERT INTO jobs (conversation_id, session_id, kind, state, progress, "
+                                "created, updated) VALUES (?, ?, ?, ?, '{}', ?, ?)",
+                                (user, session_id, kind, QUEUED, now, now))
             job_id = cursor.lastrowid
         assert job_id is not None  # an INSERT always sets it
         row = self.job_row(job_id)

@@ -61,7 +61,8 @@ class Purge:
             turns = self._select_turns(db, user, session_id, turn_ids, everything)
             purged_turns = {turn.turn_id for turn in turns}
             positions = self._select_amus(db, user, session_id, amu_ids, purged_turns, everything)
-            rows = self._rows(db, "SELECT position, " + AMU_COLUMNS + " FROM amus WHERE {}", "position", positions)
+            rows = self._rows(db, "SELECT position, " + AMU_COLUMNS + " FROM amus WHERE {}", "position",
+                              positions)
             amus = [amu_from_row(row) for row in rows]
             nodes = self._drop_amus(db, user, positions)
             segments = self._drop_segments(db, user, session_id, everything)
@@ -102,31 +103,35 @@ class Purge:
         return rows
 
     @staticmethod
-    def _delete(db: sqlite3.Connection, table: str, column: str, values: Sequence[object], user: str | None) -> None:
+    def _delete(db: sqlite3.Connection, table: str, column: str, values: Sequence[object],
+                user: str | None) -> None:
         scope = "conversation_id = ? AND " if user is not None else ""
         for start in range(0, len(values), CHUNK):
             chunk = list(values[start:start + CHUNK])
             db.execute(f"DELETE FROM {table} WHERE {scope}{_in(column, chunk)}",
                        ([user] if user is not None else []) + chunk)
 
-    def _select_turns(self, db: sqlite3.Connection, user: str, session_id: str | None, turn_ids: Sequence[str],
-                      everything: bool) -> list[Turn]:
+    def _select_turns(self, db: sqlite3.Connection, user: str, session_id: str | None,
+                      turn_ids: Sequence[str], everything: bool) -> list[Turn]:
         if everything or session_id is not None:
             where, params = ("", [user]) if everything else (" AND session_id = ?", [user, session_id])
-            found = db.execute(f"SELECT * FROM turns WHERE conversation_id = ?{where} ORDER BY position", params)
+            found = db.execute(f"SELECT * FROM turns WHERE conversation_id = ?{where} ORDER BY position",
+                               params)
             return [turn_from_row(row) for row in found.fetchall()]
-        rows = self._rows(db, "SELECT * FROM turns WHERE conversation_id = ? AND {}", "turn_id", list(turn_ids),
-                          [user])
+        rows = self._rows(db, "SELECT * FROM turns WHERE conversation_id = ? AND {}", "turn_id",
+                          list(turn_ids), [user])
         return [turn_from_row(row) for row in rows]
 
     @staticmethod
     def _select_amus(db: sqlite3.Connection, user: str, session_id: str | None, amu_ids: Sequence[str],
                      purged_turns: set[str], everything: bool) -> list[int]:
         """Positions of the selected AMUs, those derived from purged turns, and their history."""
-        rows = db.execute("SELECT position, id, session_id, turn_ids, successor FROM amus WHERE conversation_id = ?",
+        rows = db.execute("SELECT position, id, session_id, turn_ids, successor FROM amus "
+                          "WHERE conversation_id = ?",
                           (user,)).fetchall()
         wanted = set(amu_ids)
-        chosen = {row["id"] for row in rows if everything or row["id"] in wanted or row["session_id"] == session_id
+        chosen = {row["id"] for row in rows
+                  if everything or row["id"] in wanted or row["session_id"] == session_id
                   or purged_turns.intersection(json.loads(row["turn_ids"]))}
         predecessors: dict[str, list[str]] = {}
         for row in rows:
@@ -142,19 +147,22 @@ class Purge:
 
     def _drop_amus(self, db: sqlite3.Connection, user: str, positions: Sequence[int]) -> set[int]:
         """Delete the AMUs and their index rows; returns the evidence nodes they were linked to."""
-        nodes = {row[0] for row in self._rows(db, "SELECT node FROM evidence_links WHERE {}", "amu", positions)}
+        nodes = {row[0]
+                 for row in self._rows(db, "SELECT node FROM evidence_links WHERE {}", "amu", positions)}
         for table, column in (("evidence_links", "amu"), ("amu_entities", "amu"), ("amu_times", "amu"),
                               ("amu_fts", "rowid"), ("amus", "position")):
             self._delete(db, table, column, positions, None)
         return nodes
 
     @staticmethod
-    def _drop_segments(db: sqlite3.Connection, user: str, session_id: str | None, everything: bool) -> list[int]:
+    def _drop_segments(db: sqlite3.Connection, user: str, session_id: str | None,
+                       everything: bool) -> list[int]:
         """Delete the progress rows of a purged session (or of every session); returns their numbers."""
         if not everything and session_id is None:
             return []
         where, params = ("", [user]) if everything else (" AND session_id = ?", [user, session_id])
-        seqs = [row[0] for row in db.execute(f"SELECT seq FROM segments WHERE conversation_id = ?{where}", params)]
+        seqs = [row[0]
+                for row in db.execute(f"SELECT seq FROM segments WHERE conversation_id = ?{where}", params)]
         db.execute(f"DELETE FROM segments WHERE conversation_id = ?{where}", params)
         return seqs
 
@@ -163,11 +171,13 @@ class Purge:
         """Delete the user's nodes left without links among ``nodes``, the event frames of purged
         segments (all nodes for ``everything``); returns their texts."""
         if everything:
-            rows = db.execute("SELECT id, text FROM evidence_nodes WHERE conversation_id = ?", (user,)).fetchall()
+            rows = db.execute("SELECT id, text FROM evidence_nodes WHERE conversation_id = ?",
+                              (user,)).fetchall()
         else:
             orphans = [row for row in self._rows(db, "SELECT id, text FROM evidence_nodes WHERE {}", "id",
                                                  sorted(nodes))
-                       if not db.execute("SELECT 1 FROM evidence_links WHERE node = ? LIMIT 1", (row[0],)).fetchone()]
+                       if not db.execute("SELECT 1 FROM evidence_links WHERE node = ? LIMIT 1",
+                                         (row[0],)).fetchone()]
             frames = self._rows(db, "SELECT id, text FROM evidence_nodes WHERE conversation_id = ? AND "
                                 "node_type = 'event_frame' AND {}", "key", [str(seq) for seq in segments],
                                 [user])

@@ -41,10 +41,12 @@ class StoreReads:
         """Archived id -> the id of the AMU consolidation forwarded it to (pointer forwarding)."""
         where, params = self._filters(conversation_id=conversation_id, include_archived=True)
         where.append("successor IS NOT NULL")
-        rows = self._db.execute(f"SELECT id, successor FROM amus WHERE {' AND '.join(where)} ORDER BY position", params)
+        rows = self._db.execute(f"SELECT id, successor FROM amus WHERE {' AND '.join(where)} "
+                                "ORDER BY position", params)
         return {row[0]: row[1] for row in rows.fetchall()}
 
-    def by_session(self, conversation_id: str, session_id: str, *, include_archived: bool = False) -> list[AMU]:
+    def by_session(self, conversation_id: str, session_id: str, *,
+                   include_archived: bool = False) -> list[AMU]:
         where, params = self._filters(conversation_id=conversation_id, include_archived=include_archived)
         return list(self._select(where + ["session_id = ?"], params + [session_id]))
 
@@ -104,7 +106,8 @@ class StoreReads:
 
     def turns(self, conversation_id: str) -> list[Turn]:
         """The stored raw turns of a conversation, verbatim, in ingestion order."""
-        rows = self._db.execute("SELECT * FROM turns WHERE conversation_id = ? ORDER BY position", (conversation_id,))
+        rows = self._db.execute("SELECT * FROM turns WHERE conversation_id = ? ORDER BY position",
+                                (conversation_id,))
         return [turn_from_row(row) for row in rows.fetchall()]
 
     def source_turns(self, amu: AMU) -> list[Turn]:
@@ -167,10 +170,12 @@ def amu_from_row(row: sqlite3.Row) -> AMU:
 
 def turn_from_row(row: sqlite3.Row) -> Turn:
     return Turn(row["conversation_id"], row["session_id"], row["turn_id"], row["speaker"], row["text"],
-                datetime.fromisoformat(row["session_time"]) if row["session_time"] else None, row["image_caption"])
+                datetime.fromisoformat(row["session_time"]) if row["session_time"] else None,
+                row["image_caption"])
 
 
 def segment_from_row(row: sqlite3.Row) -> SegmentRecord:
-    return SegmentRecord(row["conversation_id"], row["seq"], row["session_id"], tuple(json.loads(row["turn_ids"])),
+    return SegmentRecord(row["conversation_id"], row["seq"], row["session_id"],
+                         tuple(json.loads(row["turn_ids"])),
                          row["reason"], row["state"], bool(row["fallback"]), row["amu_count"],
                          row["content_sha256"], row["revision"])

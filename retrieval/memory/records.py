@@ -222,7 +222,8 @@ class SegmentRecord:
 
 @dataclass(frozen=True)
 class Exchange:
-    """A turn and, when another speaker answers it, that reply (:mod:`retrieval.ingestion.segmenter` pairs them)."""
+    """A turn and, when another speaker answers it, that reply (:mod:`retrieval.ingestion.segmenter` pairs
+    them)."""
 
     turns: tuple[Turn, ...]
 

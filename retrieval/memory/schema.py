@@ -84,7 +84,8 @@ CREATE TABLE IF NOT EXISTS amus (
 );
 CREATE INDEX IF NOT EXISTS amus_by_session ON amus (conversation_id, session_id);
 CREATE INDEX IF NOT EXISTS amus_by_segment ON amus (conversation_id, segment);
-CREATE TABLE IF NOT EXISTS amu_entities (amu INTEGER NOT NULL REFERENCES amus(position), entity TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS amu_entities (amu INTEGER NOT NULL REFERENCES amus(position), \
+entity TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS amu_entities_by_entity ON amu_entities (entity);
 CREATE TABLE IF NOT EXISTS amu_times (
     amu INTEGER NOT NULL REFERENCES amus(position), start TEXT NOT NULL, end TEXT NOT NULL
@@ -116,7 +117,8 @@ CREATE INDEX IF NOT EXISTS evidence_links_by_amu ON evidence_links (amu);
 -- Online API (schema 4): replayed add keys, durable jobs, the purge guard.
 CREATE INDEX IF NOT EXISTS turns_by_session ON turns (conversation_id, session_id);
 CREATE TABLE IF NOT EXISTS idempotency (
-    conversation_id TEXT NOT NULL, key TEXT NOT NULL, turn_ids TEXT NOT NULL, PRIMARY KEY (conversation_id, key)
+    conversation_id TEXT NOT NULL, key TEXT NOT NULL, turn_ids TEXT NOT NULL, \
+PRIMARY KEY (conversation_id, key)
 );
 CREATE TABLE IF NOT EXISTS jobs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -140,14 +142,18 @@ BEFORE UPDATE OF id, conversation_id, session_id, segment, text, memory_type, ob
                  timestamps, entities, tags, turn_ids, speakers, t_ref, valid_from, valid_to ON amus
 BEGIN SELECT RAISE(ABORT, 'AMUs are append-only: only archived, fingerprint and successor may change'); END;
 DROP TRIGGER IF EXISTS amus_archive_one_way;
-CREATE TRIGGER amus_archive_one_way BEFORE UPDATE OF archived ON amus WHEN old.archived = 1 AND new.archived = 0
+CREATE TRIGGER amus_archive_one_way BEFORE UPDATE OF archived ON amus \
+WHEN old.archived = 1 AND new.archived = 0
 BEGIN SELECT RAISE(ABORT, 'archiving is one-way: an archived AMU is never restored'); END;
 DROP TRIGGER IF EXISTS amus_fts_insert;
 CREATE TRIGGER amus_fts_insert AFTER INSERT ON amus WHEN new.archived = 0
-BEGIN INSERT INTO amu_fts (rowid, text, entities, topics) VALUES (new.position, new.text, (SELECT group_concat(value, ' ') FROM json_each(new.entities)), (SELECT group_concat(value, ' ') FROM json_each(new.tags))); END;
+BEGIN INSERT INTO amu_fts (rowid, text, entities, topics) VALUES (new.position, new.text, \
+(SELECT group_concat(value, ' ') FROM json_each(new.entities)), \
+(SELECT group_concat(value, ' ') FROM json_each(new.tags))); END;
 DROP TRIGGER IF EXISTS amus_index_archive;
 CREATE TRIGGER amus_index_archive AFTER UPDATE OF archived ON amus WHEN old.archived = 0 AND new.archived = 1
-BEGIN DELETE FROM amu_fts WHERE rowid = old.position; DELETE FROM evidence_links WHERE amu = old.position; END;
+BEGIN DELETE FROM amu_fts WHERE rowid = old.position; \
+DELETE FROM evidence_links WHERE amu = old.position; END;
 DROP TRIGGER IF EXISTS amus_no_delete;
 CREATE TRIGGER amus_no_delete BEFORE DELETE ON amus WHEN NOT EXISTS (SELECT 1 FROM purging)
 BEGIN SELECT RAISE(ABORT, 'AMUs are append-only: they can be archived, not deleted'); END;
@@ -202,7 +208,8 @@ def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
         for (conversation_id, seq, turn_ids) in db.execute(
                 "SELECT conversation_id, seq, turn_ids FROM segments").fetchall():
             rows = [db.execute("SELECT turn_id, speaker, text, session_time, image_caption FROM turns "
-                               "WHERE conversation_id = ? AND turn_id = ?", (conversation_id, turn_id)).fetchone()
+                               "WHERE conversation_id = ? AND turn_id = ?",
+                               (conversation_id, turn_id)).fetchone()
                     for turn_id in json.loads(turn_ids)]
             db.execute("UPDATE segments SET content_sha256 = ? WHERE conversation_id = ? AND seq = ?",
                        (content_sha256(tuple(row) for row in rows), conversation_id, seq))

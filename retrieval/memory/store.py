@@ -43,7 +43,8 @@ BUSY_TIMEOUT_S = 30.0
 
 def turns_sha256(turns: Sequence[Turn]) -> str:
     """:func:`retrieval.memory.schema.content_sha256` of these turns."""
-    return content_sha256((t.turn_id, t.speaker, t.text, t.session_time.isoformat() if t.session_time else None,
+    return content_sha256((t.turn_id, t.speaker, t.text,
+                           t.session_time.isoformat() if t.session_time else None,
                            t.image_caption) for t in turns)
 
 
@@ -81,7 +82,8 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows):
                 self._lock = WriterLock(self.directory, role)
                 self._lock.acquire()
             except PermissionError as err:
-                raise StoreError(f"{self.directory} is not writable ({err.strerror}); open it read-only") from None
+                raise StoreError(
+                    f"{self.directory} is not writable ({err.strerror}); open it read-only") from None
             try:
                 self._db = self._connect(str(self.path))
                 self._db.execute("PRAGMA journal_mode=WAL")
@@ -130,8 +132,8 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows):
             if version == SCHEMA_VERSION:
                 return
             if self.read_only:
-                raise StoreError(f"{self.path}: schema version {version} needs a migration to {SCHEMA_VERSION}; "
-                                 "open the store for writing once")
+                raise StoreError(f"{self.path}: schema version {version} needs a migration to "
+                                 f"{SCHEMA_VERSION}; open the store for writing once")
             with self._transaction() as db:  # a half-created or half-migrated schema is never left behind
                 create_or_migrate(db, version)
         except sqlite3.DatabaseError as err:
@@ -247,27 +249,28 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows):
         self._check_sources(record, amus)
         stored = self.segment(record.conversation_id, record.seq)
         if stored is None or record.revision <= stored.revision:
-            raise ValueError(f"segment {record.seq} of {record.conversation_id!r}: revision {record.revision} "
-                             "does not follow the stored one")
+            raise ValueError(f"segment {record.seq} of {record.conversation_id!r}: "
+                             f"revision {record.revision} does not follow the stored one")
         with self._transaction() as db:
-            db.execute("UPDATE amus SET archived = 1 WHERE conversation_id = ? AND segment = ? AND archived = 0",
+            db.execute("UPDATE amus SET archived = 1 WHERE conversation_id = ? AND segment = ? "
+                       "AND archived = 0",
                        (record.conversation_id, record.seq))
             for amu in amus:
                 self._insert_amu(db, amu)
             db.execute("UPDATE segments SET state = ?, fallback = ?, amu_count = ?, revision = ? "
                        "WHERE conversation_id = ? AND seq = ?",
-                       (record.state, int(record.fallback), len(amus), record.revision, record.conversation_id,
-                        record.seq))
+                       (record.state, int(record.fallback), len(amus), record.revision,
+                        record.conversation_id, record.seq))
 
     @staticmethod
     def _check_sources(record: SegmentRecord, amus: Sequence[AMU]) -> None:
         for amu in amus:
             src = amu.source
-            if (src.conversation_id, src.session_id, src.segment) != (record.conversation_id, record.session_id,
-                                                                      record.seq):
-                raise ValueError(f"AMU {amu.id!r} belongs to {src.conversation_id!r} {src.session_id!r} segment "
-                                 f"{src.segment}, not to {record.conversation_id!r} {record.session_id!r} "
-                                 f"segment {record.seq}")
+            if (src.conversation_id, src.session_id, src.segment) != (record.conversation_id,
+                                                                      record.session_id, record.seq):
+                raise ValueError(f"AMU {amu.id!r} belongs to {src.conversation_id!r} {src.session_id!r} "
+                                 f"segment {src.segment}, not to {record.conversation_id!r} "
+                                 f"{record.session_id!r} segment {record.seq}")
 
     @staticmethod
     def _insert_amu(db: sqlite3.Connection, amu: AMU) -> None:
@@ -309,12 +312,13 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows):
             raise ValueError(f"forwarding {ids} to {merged.id!r}: need active AMUs other than the new one")
         with self._transaction() as db:
             marks = ", ".join("?" * len(ids))
-            active = db.execute(f"SELECT COUNT(*) FROM amus WHERE archived = 0 AND conversation_id = ? AND id IN "
-                                f"({marks})", [merged.source.conversation_id, *ids]).fetchone()[0]
+            active = db.execute("SELECT COUNT(*) FROM amus WHERE archived = 0 AND conversation_id = ? "
+                                f"AND id IN ({marks})", [merged.source.conversation_id, *ids]).fetchone()[0]
             if active != len(ids):
                 return False
             self._insert_amu(db, merged)
-            db.executemany("UPDATE amus SET archived = 1, successor = ? WHERE id = ?", [(merged.id, i) for i in ids])
+            db.executemany("UPDATE amus SET archived = 1, successor = ? WHERE id = ?",
+                           [(merged.id, i) for i in ids])
             db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
                        (f"consolidation:{merged.id}", json.dumps({"operation": operation})))
         return True

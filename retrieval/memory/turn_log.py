@@ -20,8 +20,8 @@ from retrieval.memory.records import Turn
 def insert_turns(db: sqlite3.Connection, turns: Sequence[Turn]) -> None:
     """Insert raw turns in the caller's transaction."""
     db.executemany(
-        "INSERT INTO turns (conversation_id, session_id, turn_id, speaker, text, session_time, image_caption) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO turns (conversation_id, session_id, turn_id, speaker, text, session_time, "
+        "image_caption) VALUES (?, ?, ?, ?, ?, ?, ?)",
         [(t.conversation_id, t.session_id, t.turn_id, t.speaker, t.text,
           t.session_time.isoformat() if t.session_time else None, t.image_caption) for t in turns],
     )
@@ -36,7 +36,8 @@ class TurnLog:
         """Store the turns whose id ``user`` has not stored yet, with ``key`` (if given), in one
         transaction; returns the turns stored now, or None when ``key`` was seen before (a replay)."""
         with self._transaction() as db:  # type: ignore[attr-defined]
-            if key is not None and db.execute("SELECT 1 FROM idempotency WHERE conversation_id = ? AND key = ?",
+            if key is not None and db.execute("SELECT 1 FROM idempotency WHERE conversation_id = ? "
+                                              "AND key = ?",
                                               (user, key)).fetchone():
                 return None
             stored = self.stored_turn_ids(user, [turn.turn_id for turn in turns])
@@ -64,7 +65,8 @@ class TurnLog:
     def uncovered_turns(self, user: str) -> list[Turn]:
         """The user's stored turns that no committed segment covers (its open segments), in order."""
         covered = {turn_id for (turn_ids,) in self._db.execute(
-            "SELECT turn_ids FROM segments WHERE conversation_id = ?", (user,)) for turn_id in json.loads(turn_ids)}
+            "SELECT turn_ids FROM segments WHERE conversation_id = ?", (user,))
+                   for turn_id in json.loads(turn_ids)}
         rows = self._db.execute("SELECT * FROM turns WHERE conversation_id = ? ORDER BY position", (user,))
         return [turn_from_row(row) for row in rows.fetchall() if row["turn_id"] not in covered]
 
@@ -75,11 +77,13 @@ class TurnLog:
 
     def users(self) -> list[str]:
         """Users (conversation ids) with at least one stored turn, in order of their first turn."""
-        rows = self._db.execute("SELECT conversation_id FROM turns GROUP BY conversation_id ORDER BY MIN(position)")
+        rows = self._db.execute("SELECT conversation_id FROM turns GROUP BY conversation_id "
+                                "ORDER BY MIN(position)")
         return [row[0] for row in rows]
 
     def has_user(self, user: str) -> bool:
-        return self._db.execute("SELECT 1 FROM turns WHERE conversation_id = ? LIMIT 1", (user,)).fetchone() is not None
+        return (self._db.execute("SELECT 1 FROM turns WHERE conversation_id = ? LIMIT 1",
+                                 (user,)).fetchone() is not None)
 
     def has_session(self, user: str, session_id: str) -> bool:
         return self._db.execute("SELECT 1 FROM turns WHERE conversation_id = ? AND session_id = ? LIMIT 1",

@@ -118,7 +118,8 @@ def node_recall(bank: MemorySnapshot, route: Route, query: np.ndarray, budget: i
     return _expand(bank, "nodes", matched, query, budget)
 
 
-def temporal_recall(bank: MemorySnapshot, time: TimeConstraint, query: np.ndarray, budget: int) -> ChannelList:
+def temporal_recall(bank: MemorySnapshot, time: TimeConstraint, query: np.ndarray,
+                    budget: int) -> ChannelList:
     """Temporal recall: records with a day key inside the range score 1; month keys overlapping
     the range count in full for a range of :data:`MONTH_DAYS` days or more, else at 0.5 and only
     for records dated to the month alone (a record dated to another day of that month is not a
@@ -148,6 +149,7 @@ def temporal_recall(bank: MemorySnapshot, time: TimeConstraint, query: np.ndarra
     records = np.flatnonzero(weight > 0)
     if records.size == 0:
         return ChannelList("temporal", *empty_result())
-    items, scores = select_top_k(records, weight[records] + NODE_RELEVANCE * (bank.record_vectors[records] @ query),
+    items, scores = select_top_k(records,
+                                 weight[records] + NODE_RELEVANCE * (bank.record_vectors[records] @ query),
                                  budget)
     return ChannelList("temporal", items, scores, {int(i): tuple(via[int(i)]) for i in items})

@@ -93,7 +93,8 @@ class MultiRouteRetriever:
         if use_code:
             if self.bank.fingerprinter is None:
                 raise ValueError("the codebook route needs a bank built with a fingerprinter")
-            codes = {text: fp.codes for text, fp in zip(texts, self.bank.fingerprinter.fingerprint(texts), strict=True)}
+            codes = {text: fp.codes
+                     for text, fp in zip(texts, self.bank.fingerprinter.fingerprint(texts), strict=True)}
         candidates: dict[int, _Candidate] = {}
         route_lists = [self._route(number, route, plan.question_type, vectors, codes, k, candidates)
                        for number, route in enumerate(plan.routes)]
@@ -108,7 +109,8 @@ class MultiRouteRetriever:
         if len(selected) < k:
             taken = set(selected)
             rest = [item for item in order if item not in taken]
-            rest += [item for item in self._fallback(vectors[texts[0]]) if item not in taken and item not in scores]
+            rest += [item for item in self._fallback(vectors[texts[0]])
+                     if item not in taken and item not in scores]
             selected += rest[: k - len(selected)]
         hits = [self._hit(rank, item, candidates.get(item), scores.get(item))
                 for rank, item in enumerate(selected, start=1)]
@@ -132,7 +134,9 @@ class MultiRouteRetriever:
             lists.append((f"r{number}t", temporal_recall(bank, route.time, vectors[route.queries[0]],
                                                          temporal_budget(k))))
         for tag, ranked in lists:
-            for rank, (item, score) in enumerate(zip(ranked.items.tolist(), ranked.scores.tolist(), strict=True), 1):
+            for rank, (item,
+                       score) in enumerate(zip(ranked.items.tolist(), ranked.scores.tolist(), strict=True),
+                                           1):
                 candidate = candidates.setdefault(item, _Candidate())
                 candidate.channels[ranked.channel] = max(candidate.channels.get(ranked.channel, score), score)
                 candidate.ranks[ranked.channel] = min(candidate.ranks.get(ranked.channel, rank), rank)
@@ -185,4 +189,5 @@ class MultiRouteRetriever:
             when = turn.session_time.isoformat() if turn.session_time else None
         return Hit(bank.item_id(item), item, "multi", parts.get("s_final", 0.0), rank, bank.source(item),
                    bank.text(item), parts, kind, memory_type, when,
-                   tuple(sorted(candidate.routes)) if candidate else (), dict(candidate.ranks) if candidate else {})
+                   tuple(sorted(candidate.routes)) if candidate else (),
+                   dict(candidate.ranks) if candidate else {})

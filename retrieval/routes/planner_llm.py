@@ -52,7 +52,8 @@ class LLMPlanner(LLMRole):
 
     def plan(self, question: str, context: PlanContext) -> Plan:
         check_query(question)
-        plan = self.client.complete(self.messages(question, context), self._parse, label=f"plan {question[:40]!r}")
+        plan = self.client.complete(self.messages(question, context), self._parse,
+                                    label=f"plan {question[:40]!r}")
         if plan is not None:
             return plan
         self.fallbacks += 1

@@ -28,15 +28,18 @@ from retrieval.routes.params import MAX_ROUTES
 from retrieval.routes.query_plan import Plan, Route, TimeConstraint
 
 _TYPE_PATTERNS = (
-    ("prior_assistant_response", r"\b(you|assistant) (said|told|mention(ed)?|suggest(ed)?|recommend(ed)?|answer(ed)?)\b"
-                                 r"|\b(earlier|previously|last time) you\b|\byou\b.*\b(earlier|previously|last time)\b"),
+    ("prior_assistant_response",
+     r"\b(you|assistant) (said|told|mention(ed)?|suggest(ed)?|recommend(ed)?|answer(ed)?)\b"
+                                 r"|\b(earlier|previously|last time) "
+                                 r"you\b|\byou\b.*\b(earlier|previously|last time)\b"),
     ("personalized_advice", r"^\s*(would|might|could)\b.*\b(likely|enjoy|want|prefer|interested|like)\b"
                             r"|\bshould (i|he|she|they|we)\b|\b(recommend|suggest)\b"),
     ("comparison", r"\b(both|in common|compare[ds]?|difference|differ|similar|same as|more than|less than|"
                    r"which of)\b"),
     ("temporal", r"^\s*(when|what (date|day|month|year|time))\b|\bhow long\b"
                  r"|\bhow many (days|weeks|months|years)\b"),
-    ("aggregate", r"\bhow (many|often)\b|^\s*(what|which)\s+(kinds? of\s+)?\w+s\s+(has|have|do|does|did|are)\b"
+    ("aggregate",
+     r"\bhow (many|often)\b|^\s*(what|which)\s+(kinds? of\s+)?\w+s\s+(has|have|do|does|did|are)\b"
                   r"|\b(all|list|every|activities|hobbies)\b"),
 )
 

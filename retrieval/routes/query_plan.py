@@ -84,7 +84,8 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (:data:`PLAN_SCHEMA`, plus ``planner``)."""
         return {"question_type": self.question_type, "planner": self.planner, "routes": [
-            {"goal": r.goal, "queries": list(r.queries), "entities": list(r.entities), "topics": list(r.topics),
+            {"goal": r.goal, "queries": list(r.queries), "entities": list(r.entities),
+             "topics": list(r.topics),
              "time": None if r.time is None else {"start": r.time.start, "end": r.time.end}}
             for r in self.routes]}
 

@@ -47,7 +47,8 @@ def similarity_matrix(items: Sequence[int], signatures: Mapping[int, Signature])
         vocabulary: dict[str, int] = {}
         rows = [row for row, members in enumerate(values) for _ in members]
         columns = [vocabulary.setdefault(value, len(vocabulary)) for members in values for value in members]
-        incidence = sp.csr_matrix((np.ones(len(rows)), (rows, columns)), shape=(len(items), max(len(vocabulary), 1)))
+        incidence = sp.csr_matrix((np.ones(len(rows)), (rows, columns)),
+                                  shape=(len(items), max(len(vocabulary), 1)))
         sizes = np.array([len(members) for members in values], dtype=np.float64)
         common = (incidence @ incidence.T).toarray()
         union = sizes[:, None] + sizes[None, :] - common

@@ -46,7 +46,8 @@ class StoreLexical:
                 if amu_id in self.position and self.position[amu_id] not in excluded][:k]
         if not kept:
             return empty_result()
-        return np.array([p for p, _ in kept], dtype=np.int64), np.array([s for _, s in kept], dtype=np.float64)
+        return (np.array([p for p, _ in kept], dtype=np.int64),
+                np.array([s for _, s in kept], dtype=np.float64))
 
 
 @dataclass
@@ -79,7 +80,8 @@ class MemorySnapshot:
         return item < len(self.records)
 
     def text(self, item: int) -> str:
-        return self.records[item].text if self.is_record(item) else self.turns[item - len(self.records)].render()
+        return (self.records[item].text if self.is_record(item)
+                else self.turns[item - len(self.records)].render())
 
     def source(self, item: int) -> dict[str, Any]:
         """Provenance in the evaluation's form: session id and turn ids (a raw turn covers itself)."""
@@ -96,9 +98,11 @@ class MemorySnapshot:
         return f"{self.conversation_id}:turn:{self.turns[item - len(self.records)].turn_id}"
 
     @classmethod
-    def build(cls, store: AMUStore, conversation_id: str, embedder: Embedder, *, records: Sequence[AMU] | None = None,
+    def build(cls, store: AMUStore, conversation_id: str, embedder: Embedder, *,
+              records: Sequence[AMU] | None = None,
               record_vectors: np.ndarray | None = None, topology: CooccurrenceTopology | None = None,
-              fingerprinter: TextFingerprinter | None = None, topology_params: TopologyParams = TopologyParams()) -> MemorySnapshot:
+              fingerprinter: TextFingerprinter | None = None,
+              topology_params: TopologyParams = TopologyParams()) -> MemorySnapshot:
         """The bank of one stored conversation. ``records`` / ``record_vectors`` / ``topology``
         may be passed when the caller has them (same active records, same order); with a
         ``fingerprinter`` and no ``topology`` the codebook topology is built here."""
@@ -118,12 +122,14 @@ class MemorySnapshot:
                    for node in nodes]
         searchable = np.array([i for i, node in enumerate(nodes) if node.node_type in SEARCHABLE_TYPES],
                               dtype=np.int64)
-        node_texts = [searchable_text(nodes[i].node_type, nodes[i].text, [records[r].text for r in members[i]])
+        node_texts = [searchable_text(nodes[i].node_type, nodes[i].text,
+                                      [records[r].text for r in members[i]])
                       for i in searchable]
         node_vectors = embedder.encode(node_texts) if node_texts else np.zeros((0, record_vectors.shape[1]),
                                                                                  dtype=np.float32)
         if topology is None and fingerprinter is not None:
-            topology = CooccurrenceTopology(fingerprinter.codebook_size, topology_params, fingerprinter.identity)
+            topology = CooccurrenceTopology(fingerprinter.codebook_size, topology_params,
+                                            fingerprinter.identity)
             topology.add([fp.codes for fp in fingerprinter.fingerprint([amu.text for amu in records])])
         times = [turn.session_time for turn in turns if turn.session_time is not None]
         context = PlanContext(

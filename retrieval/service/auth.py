@@ -55,7 +55,8 @@ class KeyGuard:
         if user is None:
             body = json.dumps({"error": UNAUTHORIZED}).encode()
             await send({"type": "http.response.start", "status": 401,
-                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"www-authenticate", b"Bearer")]})
             await send({"type": "http.response.body", "body": body})
             return
         scope.setdefault("state", {})["user_id"] = user

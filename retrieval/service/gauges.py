@@ -28,7 +28,8 @@ class StoreGauges:
             if self._store is None:  # opened at the first scrape: the memory has created the store by then
                 self._store = AMUStore(self.directory, read_only=True)
             store = self._store
-            open_segments = sum(len({turn.session_id for turn in store.uncovered_turns(user)}) for user in store.users())
+            open_segments = sum(len({turn.session_id for turn in store.uncovered_turns(user)})
+                                for user in store.users())
             return {"amus": store.count(include_archived=False), "open_segments": open_segments,
                     "queued_jobs": len(store.unfinished())}
 

@@ -86,7 +86,8 @@ class KeyStore:
         if prefix != PREFIX or not key_id or not secret:
             return None
         with self._lock:
-            row = self._db.execute("SELECT user_id, salt, digest FROM api_keys WHERE key_id = ? AND revoked IS NULL",
+            row = self._db.execute("SELECT user_id, salt, digest FROM api_keys WHERE key_id = ? "
+                                   "AND revoked IS NULL",
                                    (key_id,)).fetchone()
         if row is None or not hmac.compare_digest(_digest(row[1], secret), row[2]):
             return None
@@ -106,7 +107,8 @@ class KeyStore:
         """Revoke a key given by its id or in full; revoking twice keeps the first time."""
         key_id = key_or_id.split("_")[1] if key_or_id.startswith(f"{PREFIX}_") else key_or_id
         with self._lock:
-            self._db.execute("UPDATE api_keys SET revoked = ? WHERE key_id = ? AND revoked IS NULL", (_now(), key_id))
+            self._db.execute("UPDATE api_keys SET revoked = ? WHERE key_id = ? AND revoked IS NULL",
+                             (_now(), key_id))
             row = self._db.execute("SELECT key_id, user_id, created, revoked FROM api_keys WHERE key_id = ?",
                                    (key_id,)).fetchone()
         if row is None:

@@ -10,7 +10,8 @@ from typing import Any
 
 
 def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", type=Path, required=True, help="the memory's store directory (created if missing)")
+    parser.add_argument("--store", type=Path, required=True,
+                        help="the memory's store directory (created if missing)")
     parser.add_argument("--fingerprinter", type=Path,
                         help="ISQ fingerprinter directory: adds the codebook route to search")
 

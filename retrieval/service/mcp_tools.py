@@ -20,7 +20,8 @@ from retrieval.service.drain import ShuttingDown, WriteGate
 
 UserOf = Callable[[Context], str]
 INSTRUCTIONS = ("Long-term memory of one user. Add dialogue turns as they happen (memory_add), find what was "
-                "said before (memory_search), list, delete or forget memories, and consolidate near-duplicates.")
+                "said before (memory_search), list, delete or forget memories, "
+                "and consolidate near-duplicates.")
 
 
 def _refusals(call: Callable[[], Any]) -> Any:
@@ -39,7 +40,8 @@ def build_mcp(memory: Any, gate: WriteGate, user_of: UserOf) -> MCPServer:
     def memory_add(session_id: models.SessionId, turns: Annotated[list[models.TurnIn], Field(
             min_length=1, max_length=limits.MAX_TURNS)], ctx: Context,
             idempotency_key: models.ShortText | None = None) -> models.AddTurnsResponse:
-        """Add dialogue turns (speaker, text, optional ISO time and turn_id) to a session; searchable at once."""
+        """Add dialogue turns (speaker, text, optional ISO time and turn_id) to a session; searchable at
+        once."""
         request = models.AddTurnsRequest(turns=turns, idempotency_key=idempotency_key)
         return _refusals(lambda: operations.add_turns(memory, gate, user_of(ctx), session_id, request))
 

@@ -21,7 +21,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MemoryGauges = Callable[[], Mapping[str, float]]
 """Returns the memory's current ``amus``, ``open_segments`` and ``queued_jobs``."""
 
-_GAUGES = {"amus": "units (AMUs) stored, all users", "open_segments": "segments still open (turns not yet extracted)",
+_GAUGES = {"amus": "units (AMUs) stored, all users",
+           "open_segments": "segments still open (turns not yet extracted)",
            "queued_jobs": "consolidation jobs queued or running"}
 
 

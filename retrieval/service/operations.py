@@ -19,7 +19,8 @@ def add_turns(memory: Any, gate: WriteGate, user_id: str, session_id: str,
               request: models.AddTurnsRequest) -> models.AddTurnsResponse:
     turns = [turn.model_dump(exclude_none=True) for turn in request.turns]
     with gate.write():
-        result = memory.add(turns, user_id=user_id, session_id=session_id, idempotency_key=request.idempotency_key)
+        result = memory.add(turns, user_id=user_id, session_id=session_id,
+                            idempotency_key=request.idempotency_key)
     return models.AddTurnsResponse(session_id=session_id, turn_ids=list(result.turn_ids),
                                    memory_ids=list(result.amu_ids), duplicates=list(result.duplicates),
                                    replayed=result.replayed)

@@ -56,8 +56,10 @@ def test_training_refuses_an_occupied_export_directory_before_it_trains(tmp_path
     before = tree_bytes(occupied)
     with pytest.raises(SystemExit) as exit_info:
         fit_main(["--config", str(REPO / "configs" / "smoke.yaml"), "--trainer.max_steps", "1",
-                  "--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.save_dir", str(tmp_path),
-                  "--trainer.callbacks.init_args.dirpath", str(occupied), "--data.cache_dir", str(tmp_path / "c")])
+                  "--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.save_dir",
+                  str(tmp_path),
+                  "--trainer.callbacks.init_args.dirpath", str(occupied), "--data.cache_dir",
+                  str(tmp_path / "c")])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert str(occupied) in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
@@ -82,7 +84,8 @@ def test_kmeans_control_refuses_an_existing_out_before_any_work(tmp_path: Path, 
     assert "--out" in capsys.readouterr().err and tree_bytes(out) == before
 
 
-# ---------------------------------------------------------------------------- 2. silently wrong fingerprinters
+# ----------------------------------------------------------------------------
+# 2. silently wrong fingerprinters
 
 
 def as_format1(directory: Path) -> Path:
@@ -183,8 +186,8 @@ def test_a_hub_encoder_without_the_hub_is_one_line(monkeypatch) -> None:
 def test_the_paper_config_without_the_hub_exits_with_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(SystemExit) as exit_info:
-        fit_main(["--config", str(REPO / "configs" / "isq_t5base_dailydialog.yaml"), "--data.root", "synthetic",
-                  "--trainer.logger", "false"])
+        fit_main(["--config", str(REPO / "configs" / "isq_t5base_dailydialog.yaml"), "--data.root",
+                  "synthetic", "--trainer.logger", "false"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "t5-base" in err and "GPU" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

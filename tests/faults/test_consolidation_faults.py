@@ -71,10 +71,12 @@ def reference(built, tmp_path_factory) -> list[tuple]:  # noqa: F811 - the impor
 
 
 @pytest.mark.parametrize(("where", "step"), [("insert", 6), ("commit", 3), ("clear", 0)])
-def test_a_killed_consolidation_reruns_to_the_uninterrupted_store(built, reference, tmp_path, where, step):  # noqa: F811
+def test_a_killed_consolidation_reruns_to_the_uninterrupted_store(built, reference,  # noqa: F811
+                                                                  tmp_path, where, step):
     store_dir = tmp_path / "store"
     shutil.copytree(built, store_dir)
-    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from tests.faults import test_consolidation_faults as t; "
+    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); "
+            "from tests.faults import test_consolidation_faults as t; "
             f"t.consolidate_and_die({str(store_dir)!r}, {where!r}, {step})")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, timeout=300)
     assert result.returncode == -signal.SIGKILL, result.stderr.decode()[-2000:]
@@ -119,7 +121,8 @@ def test_ingestion_and_background_consolidation_lose_and_duplicate_nothing(tmp_p
         assert all(a.id in successors for a in units if a.archived)
         assert audit(store).ok
         merged_at = [index for index, a in enumerate(units) if ":c:" in a.id]
-        assert merged_at and merged_at[0] < max(i for i, a in enumerate(units) if ":c:" not in a.id)  # concurrent
+        # concurrent
+        assert merged_at and merged_at[0] < max(i for i, a in enumerate(units) if ":c:" not in a.id)
         summed = {cid: (r.amus_before, r.amus_active_after, r.archived, len(r.lost_turns))
                   for cid, r in worker.reports.items()}
         assert summed == {cid: (19, 13, 12, 0) for cid in conversations}  # the rounds add up
@@ -155,5 +158,6 @@ def test_consolidation_with_another_fingerprinter_is_refused(built, tmp_path: Pa
     class OtherFingerprinter:
         identity = {"codebook_sha256": "b" * 64}
 
-    with AMUStore(store_dir, role="consolidate") as store, pytest.raises(StoreMismatch, match="fingerprinter"):
+    with AMUStore(store_dir, role="consolidate") as store, \
+            pytest.raises(StoreMismatch, match="fingerprinter"):
         consolidate_conversation(store, CID, HashEmbedder(), fingerprinter=OtherFingerprinter())

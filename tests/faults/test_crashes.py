@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 def fit_args(tmp: Path, steps: int, *extra: str) -> list[str]:
     return ["--config", str(REPO / "configs" / "smoke.yaml"), "--trainer.max_steps", str(steps),
             "--trainer.val_check_interval", "4", "--trainer.limit_val_batches", "1",
-            "--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.save_dir", str(tmp / "runs"),
-            "--data.cache_dir", str(tmp / "cache"), "--data.batch_size", "8", *extra]
+            "--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.save_dir",
+            str(tmp / "runs"), "--data.cache_dir", str(tmp / "cache"), "--data.batch_size", "8", *extra]
 
 
 def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
@@ -32,8 +32,8 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
                     "--trainer.callbacks.save_last", "true",
                     "--trainer.callbacks+=tests.faults.killer.KillAfterStep", "--trainer.callbacks.step", "5")
     code = f"from training.fit import main; main({args!r})"
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600,
-                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                            timeout=600, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
     last = saves / "last.ckpt"
     saved_step = torch.load(last, weights_only=False, map_location="cpu")["global_step"]

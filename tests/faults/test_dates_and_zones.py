@@ -29,8 +29,10 @@ OUT_OF_RANGE = ["1000000 days ago", "200000 weeks ago", "30000 months ago", "900
 
 
 def test_a_distant_year_resolves_to_a_four_digit_iso_year():
-    assert resolve_relative_dates("a castle built 1500 years ago", WHEN) == ("a castle built in 523", ["0523"])
-    assert resolve_relative_dates("That was 20000 months ago", WHEN) == ("That was in September 356", ["0356-09"])
+    assert (resolve_relative_dates("a castle built 1500 years ago", WHEN)
+            == ("a castle built in 523", ["0523"]))
+    assert (resolve_relative_dates("That was 20000 months ago", WHEN)
+            == ("That was in September 356", ["0356-09"]))
     assert query_time("What castle was built 1500 years ago?", WHEN).start == "0523"
 
 
@@ -56,7 +58,8 @@ def castle_turns() -> list[Turn]:
              "Ancient people walked here 200000 weeks ago through the mountain pass.",
              "The library archives started 30000 months ago with handwritten books.",
              "The garden festival opens tomorrow with tulips and music."]
-    return [Turn("conv-d", "s1", f"D1:{i + 1}", ("Ann", "Bob")[i % 2], text, WHEN) for i, text in enumerate(texts)]
+    return [Turn("conv-d", "s1", f"D1:{i + 1}", ("Ann", "Bob")[i % 2], text, WHEN)
+            for i, text in enumerate(texts)]
 
 
 def test_ingestion_stores_every_turn_and_counts_the_unresolved(tmp_path: Path):
@@ -83,10 +86,12 @@ def test_an_edge_session_time_ingests(tmp_path: Path):
 def test_an_invalid_record_names_the_conversation_and_turns(tmp_path: Path):
     class BadExtractor(RuleExtractor):
         def extract(self, segment, context):
-            return Extraction([AMU("x", "text", "fact", SourcePointer(segment.conversation_id, segment.session_id,
+            return Extraction([AMU("x", "text", "fact", SourcePointer(segment.conversation_id,
+                                                                      segment.session_id,
                                                                       ("D1:1",)), timestamps=("523",))])
 
-    with AMUStore(tmp_path) as store, pytest.raises(IngestError, match=r"'conv-d' segment 0 \(turns D1:1\.\.D1:"):
+    with AMUStore(tmp_path) as store, \
+            pytest.raises(IngestError, match=r"'conv-d' segment 0 \(turns D1:1\.\.D1:"):
         ingest_turns(castle_turns(), store, HashEmbedder(), BadExtractor(), progress=False)
 
 
@@ -100,7 +105,8 @@ def test_a_time_with_an_offset_is_stored_as_naive_utc():
 
 
 def mixed_jsonl(path: Path) -> Path:
-    rows = [("s1", "2023-05-08T13:56:00+02:00", "Ann", "I planted tomatoes and basil in my garden yesterday."),
+    rows = [("s1", "2023-05-08T13:56:00+02:00", "Ann",
+             "I planted tomatoes and basil in my garden yesterday."),
             ("s1", "2023-05-08T13:56:00+02:00", "Bob", "I ran a charity race for mental health last week."),
             ("s2", "2023-05-20T09:00:00", "Ann", "My tomatoes and basil in the garden are growing well."),
             ("s2", "2023-05-20T09:00:00", "Bob", "I signed up for another charity race next month."),

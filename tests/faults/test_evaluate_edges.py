@@ -51,5 +51,6 @@ def test_unusable_input_is_one_line_and_exit_2(case, extra, message, locomo, tmp
 def test_a_question_of_punctuation_is_named_by_the_loader(locomo, tmp_path):
     path = tmp_path / "locomo.json"
     path.write_text(json.dumps([dict(locomo[0], qa=QA[:2] + [dict(QA[2], question=" ?! ")])]))
-    with pytest.raises(InputFormatError, match=r"locomo\.json: conversation 0 \(conv-t\): qa 2: field 'question'"):
+    with pytest.raises(InputFormatError,
+                       match=r"locomo\.json: conversation 0 \(conv-t\): qa 2: field 'question'"):
         load_locomo(path)

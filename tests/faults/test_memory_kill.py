@@ -43,7 +43,8 @@ class Slow(OfflineOperator):
         time.sleep(1.0)
         return super().decide(cluster)
 
-STATEMENTS = ["I love hiking in the Alps.", "My sister bakes bread on Sundays.", "We adopted a puppy named Rex.",
+STATEMENTS = ["I love hiking in the Alps.", "My sister bakes bread on Sundays.", \
+"We adopted a puppy named Rex.",
               "Tom plays the violin beautifully."]
 
 mem = Memory.open({path!r}, embedder=WordEmbedder(), consolidator=Slow())
@@ -75,7 +76,8 @@ def test_every_acknowledged_add_survives_a_kill_exactly_once(tmp_path):
             stored = [turn.turn_id for turn in reader.turns("u")]
         assert len(stored) == len(set(stored)) and {f"t{i}" for i in acked} <= set(stored)
         assert mem.search("turn 96 talks about gardens", user_id="u", k=3).hits
-        again = mem.add([{"speaker": "A", "text": "turn 5 again", "turn_id": "t5"}], user_id="u", session_id="s0")
+        again = mem.add([{"speaker": "A", "text": "turn 5 again", "turn_id": "t5"}], user_id="u",
+                        session_id="s0")
         assert again.turn_ids == () and again.duplicates == ("t5",)
         for session in {f"s{i // 40}" for i in acked}:
             mem.flush(user_id="u", session_id=session)

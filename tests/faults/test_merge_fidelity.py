@@ -71,11 +71,13 @@ def test_the_audit_fails_a_lumped_merge_naming_what_was_lost(store_dir: Path):
         assert store.forward([m.id for m in members], lumped, "MERGE")
         result = audit(store)
     assert not result.ok and not any(result.lost_turns.values())  # every turn is still reachable ...
-    assert any("not stated by" in problem and lumped.id in problem for problem in result.problems)  # ... not every fact
+    # ... not every fact
+    assert any("not stated by" in problem and lumped.id in problem for problem in result.problems)
 
 
 def test_a_merge_may_absorb_at_most_the_bound():
-    base = AMU("c:0:0", "Ann likes tea.", "fact", SourcePointer("c", "s", ("D1",), ("Ann",), 0), entities=("Ann",))
+    base = AMU("c:0:0", "Ann likes tea.", "fact", SourcePointer("c", "s", ("D1",), ("Ann",), 0),
+               entities=("Ann",))
     members = [dataclasses.replace(base, id=f"c:0:{i}") for i in range(MAX_MERGE_MEMBERS + 1)]
     merged = dataclasses.replace(base, id="c:c:1", source=SourcePointer("c", "s", ("D1",), ("Ann",)))
     assert merge_problems(members[:MAX_MERGE_MEMBERS], merged) == []

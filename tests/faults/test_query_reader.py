@@ -55,7 +55,8 @@ def test_the_llm_planner_caches_outside_the_store(store_dir, tmp_path, capsys, m
 
 
 def test_the_listing_has_a_legend_and_says_why_it_has_15_items(store_dir, capsys):
-    assert query_module.main(["--store", str(store_dir), "Where will Ann and Bob go camping?", "-k", "5"]) == 0
+    assert (query_module.main(["--store", str(store_dir), "Where will Ann and Bob go camping?", "-k", "5"])
+            == 0)
     out = capsys.readouterr().out
     for column in ("records", "lexical", "code", "s_best", "s_route", "s_final"):
         assert f"  {column} " in out
@@ -64,9 +65,11 @@ def test_the_listing_has_a_legend_and_says_why_it_has_15_items(store_dir, capsys
 
 
 def test_exact_k_returns_k(store_dir, capsys):
-    assert query_module.main(["--store", str(store_dir), "pottery class", "-k", "3", "--exact-k", "--json"]) == 0
+    assert (query_module.main(["--store", str(store_dir), "pottery class", "-k", "3", "--exact-k", "--json"])
+            == 0)
     out = json.loads(capsys.readouterr().out)
-    assert len(out["items"]) == 3 and out["size"] == "3 items (k = 3)" and out["score_columns"] == SCORE_COLUMNS
+    assert (len(out["items"]) == 3 and out["size"] == "3 items (k = 3)"
+            and out["score_columns"] == SCORE_COLUMNS)
 
 
 def test_the_store_names_its_fingerprinter(store_dir, tmp_path, capsys, monkeypatch):
@@ -94,7 +97,8 @@ def test_the_store_names_its_fingerprinter(store_dir, tmp_path, capsys, monkeypa
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("I challenged myself to run a marathon.", "Maria challenged themselves to run a marathon."),
-    ("Painting is about letting you express yourself.", "Painting is about letting Melanie express themselves."),
+    ("Painting is about letting you express yourself.",
+     "Painting is about letting Melanie express themselves."),
     ("You should be proud of yourself!", "Melanie should be proud of themselves!"),
     ("Myself, I prefer tea.", "Maria, Maria prefers tea."),
 ])

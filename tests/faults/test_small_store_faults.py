@@ -45,7 +45,8 @@ def test_a_kill_before_the_embeddings_is_repaired_on_resume(tmp_path: Path, monk
     monkeypatch.setattr(ingest_module, "embed_segment", embed)
     with AMUStore(tmp_path / "store") as store:
         stats = ingest_turns(conversation_turns(), store, HashEmbedder(), RuleExtractor(), progress=False)
-    assert stats.resumed_segments == 2 and vector_rows(tmp_path / "store") == vector_rows(tmp_path / "reference")
+    assert stats.resumed_segments == 2 and vector_rows(tmp_path
+                                                       / "store") == vector_rows(tmp_path / "reference")
 
 
 @contextmanager
@@ -90,7 +91,8 @@ def test_an_empty_input_binds_nothing_and_creates_no_store(tmp_path: Path, capsy
 def test_a_failed_start_leaves_no_store_behind(tmp_path: Path, capsys, monkeypatch):
     monkeypatch.setattr("retrieval.ingest.SentenceEmbedder", NamedHashEmbedder)
     path = tmp_path / "talk.jsonl"
-    path.write_text("\n".join(json.dumps({"session_id": t.session_id, "session_time": t.session_time.isoformat(),
+    path.write_text("\n".join(json.dumps({"session_id": t.session_id,
+                                          "session_time": t.session_time.isoformat(),
                                           "speaker": t.speaker, "turn_id": t.turn_id, "text": t.text})
                               for t in conversation_turns()))
     bad = ["--fingerprinter", str(tmp_path / "no-such-fingerprinter"), "--no-progress"]

@@ -31,7 +31,8 @@ def cli(tmp_path: Path, monkeypatch) -> Path:
     path = tmp_path / "talk.jsonl"
     path.write_text("\n".join(json.dumps({"conversation_id": t.conversation_id, "session_id": t.session_id,
                                           "session_time": t.session_time.isoformat(), "speaker": t.speaker,
-                                          "turn_id": t.turn_id, "text": t.text}) for t in conversation_turns()))
+                                          "turn_id": t.turn_id, "text": t.text})
+                              for t in conversation_turns()))
     return path
 
 
@@ -109,7 +110,8 @@ def test_a_full_disk_loses_nothing_and_says_so(cli: Path, tmp_path: Path, capsys
     monkeypatch.setattr(AMUStore, "_connect", connect)
     assert ingest(cli, full) == 0 and "already stored" in capsys.readouterr().out
     assert ingest(cli, tmp_path / "reference") == 0
-    with AMUStore(full, read_only=True) as resumed, AMUStore(tmp_path / "reference", read_only=True) as reference:
+    with AMUStore(full, read_only=True) as resumed, \
+            AMUStore(tmp_path / "reference", read_only=True) as reference:
         assert [a.text for a in resumed.amus()] == [a.text for a in reference.amus()]
         assert 0 < stored < len(reference.segments("conv-a"))
 

@@ -57,7 +57,8 @@ def test_resuming_with_another_fingerprinter_is_refused(tmp_path: Path) -> None:
         with pytest.raises(StoreMismatch, match="fingerprinter"):
             ingest(store)  # no fingerprinter at all: the new AMUs would carry no codes
         assert [a.fingerprint for a in store.amus()] == before
-        assert ingest(store, fingerprinter=FakeFingerprinter(IDENTITY)).resumed_segments > 0  # the same one resumes
+        # the same one resumes
+        assert ingest(store, fingerprinter=FakeFingerprinter(IDENTITY)).resumed_segments > 0
 
 
 def test_resuming_with_another_embedder_or_extractor_is_refused(tmp_path: Path) -> None:
@@ -82,8 +83,8 @@ def test_an_edited_conversation_is_refused_not_kept_stale(tmp_path: Path) -> Non
         before = [(a.id, a.text) for a in store.amus()]
         edited = list(turns)
         old = edited[3]
-        edited[3] = Turn(old.conversation_id, old.session_id, old.turn_id, old.speaker, old.text + " Not really.",
-                         old.session_time)
+        edited[3] = Turn(old.conversation_id, old.session_id, old.turn_id, old.speaker,
+                         old.text + " Not really.", old.session_time)
         with pytest.raises(IngestError, match=r"segment \d+ .*D1:\d+\.\.D1:\d+.*differs.*new store"):
             ingest(store, edited)
         assert [(a.id, a.text) for a in store.amus()] == before
@@ -198,7 +199,8 @@ def test_entity_extraction_of_a_long_turn_is_linear() -> None:
 
 
 def test_loading_a_topology_always_checks_identity(tmp_path: Path) -> None:
-    assert inspect.signature(CooccurrenceTopology.load).parameters["identity"].default is inspect.Parameter.empty
+    assert (inspect.signature(CooccurrenceTopology.load).parameters["identity"].default
+            is inspect.Parameter.empty)
     topology = CooccurrenceTopology(8, identity=IDENTITY)
     topology.add([{1, 2}])
     topology.save(tmp_path)
@@ -212,7 +214,8 @@ def test_queries_without_words_retrieve_nothing(query: str) -> None:
     retriever.add(["a"], ["Anna went home."], np.eye(4, dtype=np.float32)[:1], [{0, 1}],
                   [{"session_id": "s", "turn_ids": ["D1:1"]}])
     with pytest.raises(EmptyQuery, match="no letter or digit"):
-        retriever.search(Query(query, np.ones(4, dtype=np.float32), frozenset({0, 1})), DualPathMode(Channel.CODE, 1), 2)
+        retriever.search(Query(query, np.ones(4, dtype=np.float32), frozenset({0, 1})),
+                         DualPathMode(Channel.CODE, 1), 2)
 
 
 # ---------------------------------------------------------------------------- 3. fallback segments
@@ -237,7 +240,8 @@ class SegmentEchoServer(FakeChatServer):
 def test_fallback_segments_are_retried_when_the_endpoint_is_back(tmp_path: Path) -> None:
     turns = conversation_turns()
     with SegmentEchoServer() as server, AMUStore(tmp_path / "store") as store:
-        extractor = LLMExtractor(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=0, backoff_s=0.0)
+        extractor = LLMExtractor(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=0,
+                                 backoff_s=0.0)
         first = ingest_turns(turns, store, HashEmbedder(), extractor, progress=False)
         assert first.fallback_segments == first.segments and all(s.fallback for s in store.segments("conv-a"))
         raw = {a.id: a.text for a in store.amus()}

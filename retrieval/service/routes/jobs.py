@@ -24,5 +24,6 @@ def consolidate(user: User, service: Shared,
 
 
 @router.get("/jobs/{job_id}", response_model=models.Job)
-def job(job_id: Annotated[str, Path(max_length=limits.MAX_ID_CHARS)], user: User, service: Shared) -> models.Job:
+def job(job_id: Annotated[str, Path(max_length=limits.MAX_ID_CHARS)], user: User,
+        service: Shared) -> models.Job:
     return operations.job(service.memory, user, job_id)

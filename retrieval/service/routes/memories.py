@@ -19,7 +19,8 @@ def list_memories(user: User, service: Shared,
                   session_id: Annotated[str | None, Query(max_length=limits.MAX_ID_CHARS,
                                                           pattern=limits.ID_PATTERN)] = None,
                   limit: Annotated[int, Query(ge=1, le=limits.MAX_PAGE)] = limits.DEFAULT_PAGE,
-                  cursor: Annotated[str | None, Query(max_length=limits.MAX_ID_CHARS)] = None) -> models.MemoryPage:
+                  cursor: Annotated[str | None,
+                                    Query(max_length=limits.MAX_ID_CHARS)] = None) -> models.MemoryPage:
     """One page of the key user's memories, oldest first; ``next_cursor`` is null on the last page."""
     return operations.list_memories(service.memory, user, session_id, limit, cursor)
 

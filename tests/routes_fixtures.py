@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from retrieval.memory.cache import CachedEmbedder
 from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn, amu_id
@@ -96,3 +97,14 @@ def open_bank(store: AMUStore, *, codes: bool = True) -> MemorySnapshot:
     return MemorySnapshot.build(store, CID, CachedEmbedder(WordEmbedder(), store),
                            fingerprinter=WordFingerprinter() if codes else None)
 
+
+def query_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A built store bound to :class:`WordEmbedder`, with ``retrieval.query`` loading that embedder:
+    what the query command-line tests read."""
+    import retrieval.query as query_module  # imported here: the other fixtures need no command line
+
+    build_store(tmp_path / "store")
+    with AMUStore(tmp_path / "store") as store:
+        store.bind("embedder", WordEmbedder.name)
+    monkeypatch.setattr(query_module, "SentenceEmbedder", lambda name: WordEmbedder())
+    return tmp_path / "store"

@@ -16,7 +16,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from retrieval.eval.construction import ingest_locomo_conversation
 from retrieval.eval.locomo import load_locomo
 from retrieval.extract.rules import RuleExtractor
 from retrieval.ingest import main
@@ -240,8 +239,8 @@ def test_load_locomo_orders_sessions_and_parses_fields(tmp_path):
 def test_ingest_locomo_conversation(tmp_path):
     (conversation,) = load_locomo(write_json(tmp_path / "locomo.json", locomo_fixture()))
     with AMUStore(tmp_path / "store") as store:
-        stats = ingest_locomo_conversation(conversation, store, HashEmbedder(), RuleExtractor(),
-                                           progress=False)
+        stats = ingest_turns(conversation.turns, store, HashEmbedder(), RuleExtractor(), progress=False,
+                             participants={conversation.conversation_id: conversation.participants})
         amus = list(store.amus("conv-t"))
         assert stats.turns == 6 and stats.amus == len(amus) == 6
         assert [(a.source.session_id, a.source.turn_ids) for a in amus][:2] == [

@@ -8,18 +8,13 @@ import json
 import pytest
 
 import retrieval.query as query_module
-from retrieval.memory.store import AMUStore
 from retrieval.query import main
-from tests.routes_fixtures import ARCHIVED, CID, WordEmbedder, build_store
+from tests.routes_fixtures import ARCHIVED, CID, WordEmbedder, query_store
 
 
 @pytest.fixture
 def store_dir(tmp_path, monkeypatch):
-    build_store(tmp_path / "store")
-    with AMUStore(tmp_path / "store") as store:
-        store.bind("embedder", WordEmbedder.name)
-    monkeypatch.setattr(query_module, "SentenceEmbedder", lambda name: WordEmbedder())
-    return tmp_path / "store"
+    return query_store(tmp_path, monkeypatch)
 
 
 def test_json_lists_items_with_route_scores_type_time_provenance_and_turns(store_dir, capsys):

@@ -20,7 +20,7 @@ from retrieval.eval.dual_path import DualPath, DualPathRetriever, Lexical
 from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import mean
 from retrieval.extract.base import Extractor
-from retrieval.ingestion.pipeline import IngestStats, ingest_turns
+from retrieval.ingestion.pipeline import IngestStats
 from retrieval.memory.models import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU
 from retrieval.memory.store import AMUStore
@@ -112,13 +112,6 @@ def codebook_diagnostics(fingerprinter: TextFingerprinter, banks: Sequence[Built
         "mean_amu_share_per_code": mean(df_share),
         "codes_in_half_the_amus": mean(generic),
     }
-
-
-def ingest_locomo_conversation(conversation: LocomoConversation, store: AMUStore, embedder: Embedder,
-                               extractor: Extractor, **options: Any) -> IngestStats:
-    """Ingest one LoCoMo conversation, sessions in order (keyword options as :func:`ingest_turns`)."""
-    return ingest_turns(conversation.turns, store, embedder, extractor,
-                        participants={conversation.conversation_id: conversation.participants}, **options)
 
 
 def open_memory(directory: Path, embedder: Embedder, extractor: Extractor, consolidator: Any | None, *,

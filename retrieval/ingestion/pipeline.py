@@ -3,7 +3,8 @@
 Library use::
 
     store = AMUStore("runs/store")
-    stats = ingest_locomo_conversation(conversation, store, SentenceEmbedder(), RuleExtractor())
+    stats = ingest_turns(conversation.turns, store, SentenceEmbedder(), RuleExtractor(),
+                         participants={conversation.conversation_id: conversation.participants})
 
 Resuming: each segment's turns, AMUs and progress row commit in one transaction. A rerun on
 the same store recomputes the (deterministic) segmentation, skips the segments already stored

@@ -16,16 +16,12 @@ from retrieval.memory.fingerprinter_source import recorded_fingerprinter, rememb
 from retrieval.memory.store import AMUStore
 from retrieval.routes.score_legend import SCORE_COLUMNS
 from tests.fake_chat import FakeChatServer, completion_body
-from tests.routes_fixtures import IDENTITY, WordEmbedder, WordFingerprinter, build_store
+from tests.routes_fixtures import IDENTITY, WordFingerprinter, query_store
 
 
 @pytest.fixture
 def store_dir(tmp_path, monkeypatch):
-    build_store(tmp_path / "store")
-    with AMUStore(tmp_path / "store") as store:
-        store.bind("embedder", WordEmbedder.name)
-    monkeypatch.setattr(query_module, "SentenceEmbedder", lambda name: WordEmbedder())
-    return tmp_path / "store"
+    return query_store(tmp_path, monkeypatch)
 
 
 def files(directory: Path) -> set[str]:

@@ -85,12 +85,12 @@ def _gpu_note() -> str:
 def from_pretrained(loader: Any, name_or_path: str, **kwargs: Any) -> Any:
     """``loader.from_pretrained`` (a transformers class) for a local path, the offline alias, a
     cached name or, with the hub reachable, a hub name; otherwise one :class:`EncoderUnavailable`."""
-    with _quiet_loading():
+    with quiet_loading():
         return _load(loader, name_or_path, **kwargs)
 
 
 @contextlib.contextmanager
-def _quiet_loading() -> Iterator[None]:
+def quiet_loading() -> Iterator[None]:
     """No "Loading weights" progress bar: loading a few-MB encoder is not news to the user."""
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()

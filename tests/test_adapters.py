@@ -89,3 +89,10 @@ def test_the_trainable_line_says_only_adapters_train(pair) -> None:
 def test_loading_an_encoder_draws_no_progress_bar(capfd) -> None:
     ISQModel(minilm())
     assert "Loading weights" not in capfd.readouterr().err
+
+
+def test_loading_the_sentence_embedder_draws_no_progress_bar(capfd) -> None:
+    from retrieval.index.embed import SentenceEmbedder
+
+    assert SentenceEmbedder().dim == 384
+    assert "Loading weights" not in capfd.readouterr().err

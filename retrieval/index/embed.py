@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from isq.encoders import MINILM_ALIAS, resolve_encoder_path, weights_checksum
+from isq.encoders import MINILM_ALIAS, quiet_loading, resolve_encoder_path, weights_checksum
 
 
 class SentenceEmbedder:
@@ -23,7 +23,8 @@ class SentenceEmbedder:
 
         self.name = model
         self.batch_size = batch_size
-        self._model = SentenceTransformer(resolve_encoder_path(model), device=device)
+        with quiet_loading():
+            self._model = SentenceTransformer(resolve_encoder_path(model), device=device)
         getter = (getattr(self._model, "get_embedding_dimension", None)
                   or self._model.get_sentence_embedding_dimension)
         dim = getter()

@@ -12,9 +12,9 @@ A query fingerprint Q_fp activates every code b with A(b) = max_{a in Q_fp} S_co
 an AMU scores S_amu(u) = max_{b in U_fp(u)} A(b). Path B returns the K best AMUs.
 
 The bank itself is an AMU x code incidence matrix X (CSR, never dense); M grows by X_new^T X_new
-as AMUs arrive, so adding never rebuilds the co-occurrence counts. Because N_c is small (1024),
-P, its powers and S_code are held as dense N_c x N_c arrays and recomputed lazily, only when the
-bank or the parameters changed since the last query.
+as AMUs arrive, so adding never rebuilds the co-occurrence counts. P is held sparse (recomputed
+lazily when the bank changed) and a query expands only its own codes' rows of S_code, so no
+N_c x N_c array is ever held: 16,384 codes would need 2 GB for each dense one.
 """
 
 from __future__ import annotations
@@ -126,8 +126,7 @@ class CooccurrenceTopology:
         self._cooc = sp.csr_matrix((num_codes, num_codes), dtype=np.int64)
         self._postings: sp.csc_matrix | None = None
         self._version = 0
-        self._transition: tuple[int, np.ndarray] | None = None
-        self._code_scores: tuple[tuple[Any, ...], np.ndarray] | None = None
+        self._transition: tuple[int, sp.csr_matrix] | None = None
 
     # ------------------------------------------------------------------ building
 
@@ -190,8 +189,8 @@ class CooccurrenceTopology:
         return view
 
     def prepare(self) -> None:
-        """Do the lazy work now (fold new AMUs, S_code, inverted index), e.g. before serving queries."""
-        self.code_scores()
+        """Do the lazy work now (fold new AMUs, P, inverted index), e.g. before serving queries."""
+        self.transition()
         self.postings()
 
     # ------------------------------------------------------------------ statistics
@@ -222,24 +221,23 @@ class CooccurrenceTopology:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the bank's sparse structures and the cached dense N_c x N_c arrays."""
+        """Bytes held by the bank's sparse structures (X, its inverted index, M and the cached P)."""
         self._fold_pending()
         total = self._doc_freq.nbytes
-        for matrix in (self._incidence, self._postings, self._cooc):
+        cached_transition = None if self._transition is None else self._transition[1]
+        for matrix in (self._incidence, self._postings, self._cooc, cached_transition):
             if matrix is not None:
                 total += matrix.data.nbytes + matrix.indices.nbytes + matrix.indptr.nbytes
-        for cached in (self._transition, self._code_scores):
-            if cached is not None:
-                total += cached[1].nbytes
         return total
 
-    def transition(self) -> np.ndarray:
-        """P(b|a) as a dense N_c x N_c float64 array; rows of codes without co-occurrences are zero."""
+    def transition(self) -> sp.csr_matrix:
+        """P(b|a) as a sparse N_c x N_c CSR matrix; rows of codes without co-occurrences are empty."""
         self._fold_pending()
         if self._transition is None or self._transition[0] != self._version:
-            counts = self._cooc.toarray().astype(np.float64)
-            totals = counts.sum(axis=1, keepdims=True)
-            probs = np.divide(counts, totals, out=np.zeros_like(counts), where=totals > 0)
+            probs = self._cooc.astype(np.float64)
+            probs.eliminate_zeros()
+            totals = np.asarray(probs.sum(axis=1), dtype=np.float64).ravel()
+            probs.data /= np.repeat(totals, np.diff(probs.indptr))  # division, as M_ab / sum_b' M_ab'
             self._transition = (self._version, probs)
         return self._transition[1]
 
@@ -250,31 +248,33 @@ class CooccurrenceTopology:
         idf: np.ndarray = np.log((units + 1) / (self._doc_freq + 1.0))
         return idf
 
-    def code_scores(self) -> np.ndarray:
-        """S_code as a dense N_c x N_c float64 array, row a = source code, column b = target."""
-        self._fold_pending()
+    def code_score_rows(self, sources: np.ndarray) -> np.ndarray:
+        """Rows ``sources`` of S_code (SPEC 3), shape (len(sources), N_c), column b = target code:
+        P^h is walked from these rows only, so a query holds |Q_fp| x N_c floats at any N_c."""
         params = self.params
-        key = (self._version, params.max_hops, params.alpha, params.self_term, params.association)
-        if self._code_scores is None or self._code_scores[0] != key:
-            idf = self.idf()
-            best = np.zeros((self.num_codes, self.num_codes))
-            if params.max_hops:
-                probs = self.transition()
-                target_share = self._target_share() if params.association == "lift" else None
-                power = probs
-                for hop in range(1, params.max_hops + 1):
-                    if hop > 1:
-                        power = power @ probs  # dense: P fills up quickly and N_c^3 is cheap at 1024
-                    np.maximum(best, self._weigh(power, target_share) * params.alpha**hop, out=best)
-                if params.association == "conditional":
-                    best *= idf[:, None]
-                elif params.association == "target_idf":
-                    best *= idf[None, :]
-            if params.self_term:
-                diagonal = np.arange(self.num_codes)
-                best[diagonal, diagonal] = np.maximum(best[diagonal, diagonal], idf)
-            self._code_scores = (key, best)
-        return self._code_scores[1]
+        sources = np.asarray(sources, dtype=np.int64)
+        idf = self.idf()
+        best = np.zeros((sources.size, self.num_codes))
+        if params.max_hops:
+            probs = self.transition()
+            target_share = self._target_share() if params.association == "lift" else None
+            power = probs[sources].toarray()
+            for hop in range(1, params.max_hops + 1):
+                if hop > 1:
+                    power = np.asarray(power @ probs)
+                np.maximum(best, self._weigh(power, target_share) * params.alpha**hop, out=best)
+            if params.association == "conditional":
+                best *= idf[sources][:, None]
+            elif params.association == "target_idf":
+                best *= idf[None, :]
+        if params.self_term:
+            rows = np.arange(sources.size)
+            best[rows, sources] = np.maximum(best[rows, sources], idf[sources])
+        return best
+
+    def code_scores(self) -> np.ndarray:
+        """All of S_code as a dense N_c x N_c float64 array (analysis and tests; queries use rows)."""
+        return self.code_score_rows(np.arange(self.num_codes))
 
     def _target_share(self) -> np.ndarray:
         """π(b): code b's share of all co-occurrence counts (0 for a code that never co-occurs)."""
@@ -301,7 +301,7 @@ class CooccurrenceTopology:
             raise ValueError(f"query codes must lie in [0, {self.num_codes})")
         if query.size == 0:
             return np.zeros(self.num_codes, dtype=np.float64)
-        best: np.ndarray = self.code_scores()[query].max(axis=0)
+        best: np.ndarray = self.code_score_rows(query).max(axis=0)
         return best
 
     def unit_scores(self, query_codes: Iterable[int]) -> np.ndarray:

@@ -84,7 +84,7 @@ def test_statistics_match_direct_counting() -> None:
     doc_freq, cooc, trans = reference_statistics(bank, 16)
     np.testing.assert_array_equal(topology.doc_freq, doc_freq)
     np.testing.assert_array_equal(topology.cooccurrence.toarray(), cooc)
-    np.testing.assert_allclose(topology.transition(), trans)
+    np.testing.assert_allclose(topology.transition().toarray(), trans)
     assert topology.num_units == len(bank)
 
 
@@ -92,7 +92,7 @@ def test_transition_rows_sum_to_one_or_are_empty() -> None:
     # code 15 never occurs, code 14 occurs only alone: both rows must stay zero
     bank = [{0, 1, 2}, {1, 3}, {2, 3, 4, 5}, {14}, {0, 5}]
     topology = build(bank)
-    sums = topology.transition().sum(axis=1)
+    sums = topology.transition().toarray().sum(axis=1)
     np.testing.assert_allclose(sums[:6], 1.0)
     np.testing.assert_array_equal(sums[6:], 0.0)
 
@@ -104,6 +104,30 @@ def test_code_scores_match_reference(max_hops: int, self_term: bool) -> None:
     topology = build(bank, num_codes=12, max_hops=max_hops, alpha=0.7, self_term=self_term)
     expected = reference_code_scores(bank, 12, max_hops, 0.7, self_term)
     np.testing.assert_allclose(topology.code_scores(), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("max_hops", [0, 1, 2])
+def test_query_rows_equal_the_full_matrix_rows(max_hops: int) -> None:
+    bank = random_bank(7, count=40, num_codes=12)
+    topology = build(bank, num_codes=12, max_hops=max_hops, alpha=0.6, self_term=True)
+    full = reference_code_scores(bank, 12, max_hops, 0.6, True) if max_hops else None
+    sources = np.array([11, 0, 5])
+    rows = topology.code_score_rows(sources)
+    assert rows.shape == (3, 12)
+    if full is not None:
+        np.testing.assert_allclose(rows, full[sources], rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(topology.activation({0, 5, 11}), rows.max(axis=0))
+
+
+def test_a_16384_code_bank_holds_no_dense_code_by_code_array() -> None:
+    # a dense P or S_code at 16,384 codes would be 2 GB each; the bank must stay sparse
+    rng = np.random.default_rng(0)
+    bank = [set(rng.choice(16384, size=30, replace=False).tolist()) for _ in range(200)]
+    topology = build(bank, num_codes=16384, max_hops=2, self_term=True)
+    topology.prepare()
+    indices, scores = topology.search(bank[3], k=5)
+    assert indices[0] == 3 and scores[0] > 0
+    assert topology.nbytes < 20 * 2**20
 
 
 def test_reassigned_parameters_take_effect() -> None:

@@ -121,7 +121,7 @@ def _split(value: str | None) -> list[str] | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.no_progress else logging.INFO, format="%(message)s")
+    show_progress(not args.no_progress)
     cache = args.llm_cache or args.out / "llm_cache"
     try:
         conversations = load_locomo(args.locomo)
@@ -168,6 +168,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(_summary_line(results, args.out))
     return 0
+
+
+def show_progress(progress: bool) -> None:
+    """The evaluation's own progress lines on stderr (``retrieval.*`` at INFO unless --no-progress);
+    other libraries only from WARNING up: sentence-transformers' "Loading SentenceTransformer model
+    from ..." and the like are not the user's business."""
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("retrieval").setLevel(logging.INFO if progress else logging.WARNING)
 
 
 def _check_inputs(args: argparse.Namespace, conversations: Sequence[LocomoConversation]) -> None:

@@ -16,6 +16,7 @@ and exit status 2. Keys are kept as salted hashes in ``STORE/keys.sqlite``.
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 from collections.abc import Sequence
@@ -28,6 +29,13 @@ from retrieval.service.launch import add_memory_arguments, is_loopback, open_mem
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
 GRACEFUL_SHUTDOWN_S = 30
+MCP_SESSION_LOGGER = "mcp.server.streamable_http_manager"
+
+
+def quiet_mcp_session_logs() -> None:
+    """The MCP SDK logs every start and stop of its session manager at INFO, in its own format
+    beside uvicorn's lines: not the user's business. Its warnings and errors stay."""
+    logging.getLogger(MCP_SESSION_LOGGER).setLevel(logging.WARNING)
 """After SIGTERM, how long open connections (an MCP stream, a slow client) may keep the server up."""
 
 
@@ -89,6 +97,8 @@ def serve_main(argv: Sequence[str]) -> int:
     import uvicorn
 
     from retrieval.service.app import create_app
+
+    quiet_mcp_session_logs()
 
     keys = KeyStore(args.store)
     memory = open_memory(args)

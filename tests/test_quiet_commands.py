@@ -44,3 +44,14 @@ def test_a_resumed_or_validated_checkpoint_does_not_warn_about_its_old_directory
         warnings.warn(message, stacklevel=1)
         warnings.warn("a warning that is the user's business", stacklevel=1)
     assert [str(w.message) for w in caught] == ["a warning that is the user's business"]
+
+
+def test_the_server_drops_the_mcp_session_manager_chatter_and_keeps_its_warnings():
+    stderr = _stderr_of(
+        "import logging\n"
+        "from retrieval.serve import MCP_SESSION_LOGGER, quiet_mcp_session_logs\n"
+        "logging.basicConfig(level=logging.INFO, format='%(message)s')\n"
+        "quiet_mcp_session_logs()\n"
+        "logging.getLogger(MCP_SESSION_LOGGER).info('StreamableHTTP session manager started')\n"
+        "logging.getLogger(MCP_SESSION_LOGGER).warning('a session failed')\n")
+    assert stderr.strip() == "a session failed"

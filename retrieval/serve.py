@@ -29,6 +29,7 @@ from retrieval.service.launch import add_memory_arguments, is_loopback, open_mem
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
 GRACEFUL_SHUTDOWN_S = 30
+"""After SIGTERM, how long open connections (an MCP stream, a slow client) may keep the server up."""
 MCP_SESSION_LOGGER = "mcp.server.streamable_http_manager"
 
 
@@ -36,7 +37,6 @@ def quiet_mcp_session_logs() -> None:
     """The MCP SDK logs every start and stop of its session manager at INFO, in its own format
     beside uvicorn's lines: not the user's business. Its warnings and errors stay."""
     logging.getLogger(MCP_SESSION_LOGGER).setLevel(logging.WARNING)
-"""After SIGTERM, how long open connections (an MCP stream, a slow client) may keep the server up."""
 
 
 def _serve_parser() -> argparse.ArgumentParser:

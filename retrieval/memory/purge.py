@@ -64,7 +64,7 @@ class Purge:
             rows = self._rows(db, "SELECT position, " + AMU_COLUMNS + " FROM amus WHERE {}", "position",
                               positions)
             amus = [amu_from_row(row) for row in rows]
-            nodes = self._drop_amus(db, user, positions)
+            nodes = self._drop_amus(db, positions)
             segments = self._drop_segments(db, user, session_id, everything)
             node_texts = self._drop_nodes(db, user, nodes, segments, everything)
             self._delete(db, "turns", "turn_id", sorted(purged_turns), user)
@@ -145,7 +145,7 @@ class Purge:
                     stack.append(previous)
         return sorted(row["position"] for row in rows if row["id"] in chosen)
 
-    def _drop_amus(self, db: sqlite3.Connection, user: str, positions: Sequence[int]) -> set[int]:
+    def _drop_amus(self, db: sqlite3.Connection, positions: Sequence[int]) -> set[int]:
         """Delete the AMUs and their index rows; returns the evidence nodes they were linked to."""
         nodes = {row[0]
                  for row in self._rows(db, "SELECT node FROM evidence_links WHERE {}", "amu", positions)}

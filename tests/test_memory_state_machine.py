@@ -33,6 +33,7 @@ class MemoryMachine(RuleBasedStateMachine):
         self.memory = Memory.open(self.path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
         self.turns: dict[str, int] = dict.fromkeys(USERS, 0)
         self.keys: dict[str, str] = {}
+        self.key_turns: dict[str, set[str]] = {}
         self.counter = 0
 
     def teardown(self) -> None:
@@ -56,6 +57,7 @@ class MemoryMachine(RuleBasedStateMachine):
         assert len(result.turn_ids) == size and not result.replayed
         self.turns[user] += size
         self.keys[key] = user
+        self.key_turns[key] = set(result.turn_ids)
         hits = self.memory.search(f"number{self.counter}x0", user_id=user, k=5).hits
         assert any(f"number{self.counter}x0" in hit.text for hit in hits)
 
@@ -80,8 +82,10 @@ class MemoryMachine(RuleBasedStateMachine):
         items = self.memory.list(user_id=user, limit=50).items
         if items:
             victim = data.draw(st.sampled_from(items))
-            self.memory.delete(victim.id, user_id=user)
+            self.memory.delete(victim.id, user_id=user)  # with the turns it names
             assert victim.id not in {item.id for item in self.memory.list(user_id=user, limit=1000).items}
+            self.keys = {key: owner for key, owner in self.keys.items()  # a key that stored one is forgotten
+                         if owner != user or not self.key_turns[key] & set(victim.turns)}
 
     @rule(user=st.sampled_from(USERS))
     def forget(self, user: str) -> None:

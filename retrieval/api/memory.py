@@ -157,8 +157,15 @@ class Memory:
             return AddResult((), tuple(a.id for a in amus))
 
     def delete(self, id: str, *, user_id: str) -> None:
-        """Hard-purge one record (with its consolidation history) or one raw turn (with the records
-        derived from it) of this user (:mod:`retrieval.api.purge`)."""
+        """Hard-purge one record or one raw turn of this user and everything derived from it.
+
+        A record's words are those of the turns it names, so deleting a record deletes those turns;
+        deleting turns deletes every record, active or archived, that names one of them (a merged
+        record included), the segments left without turns, their evidence nodes, FTS5 rows and
+        cached arrays. Archived records that name no deleted turn and were merged into a deleted
+        record are restored (active again): deleting one turn of a merged record keeps what the
+        other turns stated. Deleting the user's last turn is ``forget(user_id=)``
+        (:mod:`retrieval.memory.purge`, :mod:`retrieval.api.purge`)."""
         user, item = check_id("user_id", user_id), check_id("id", id)
         with self._lock:
             self._writable()
@@ -172,7 +179,8 @@ class Memory:
                 self._purge(user, amu_ids=[item])
 
     def forget(self, *, user_id: str, session_id: str | None = None) -> None:
-        """Hard-purge everything of the user (or of one of its sessions)."""
+        """Hard-purge everything of the user, or one of its sessions: the session's turns and what
+        derives from them, as :meth:`delete` of each turn does."""
         user, session = check_id("user_id", user_id), optional_id("session_id", session_id)
         with self._lock:
             self._writable()

@@ -27,10 +27,15 @@ from retrieval.memory.reads import AMU_COLUMNS, amu_from_row
 from retrieval.memory.records import AMU
 
 
+def frame_label(session_id: str, turn_ids: Sequence[str]) -> str:
+    """An event frame's own text: its session and turn range."""
+    return f"{session_id} {turn_ids[0]}..{turn_ids[-1]}" if turn_ids else session_id
+
+
 def add_event_frame(db: sqlite3.Connection, conversation_id: str, seq: int, session_id: str,
                     turn_ids: Sequence[str]) -> None:
     """The event-frame node of one finalized segment, with its session and turns (kept if it exists)."""
-    label = f"{session_id} {turn_ids[0]}..{turn_ids[-1]}" if turn_ids else session_id
+    label = frame_label(session_id, turn_ids)
     db.execute("INSERT OR IGNORE INTO evidence_nodes (conversation_id, node_type, key, text, session_id, "
                "turn_ids) VALUES (?, 'event_frame', ?, ?, ?, ?)",
                (conversation_id, str(seq), label, session_id, json.dumps(list(turn_ids))))

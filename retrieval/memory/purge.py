@@ -1,13 +1,29 @@
 """Hard deletion (the online API's ``delete`` and ``forget``): rows are removed, not archived.
 
-What goes, in one transaction (the no-delete triggers stand down only while it holds the
-``purging`` guard row, :mod:`retrieval.memory.schema`):
+What derives from what. A raw turn is the source of everything else: a record derives from the
+turns its source pointer names (a merged record from the union of its members' turns), a
+segment from its turns, an evidence node from the records it links, a cached array from the
+text it was computed from. Purging a selection of turns therefore removes, in one transaction
+(the no-delete triggers stand down only while it holds the ``purging`` guard row,
+:mod:`retrieval.memory.schema`):
 
-* the selected raw turns, and every AMU derived from one of them (its provenance names it);
-* the selected AMUs, and their history: every archived AMU whose successor chain leads to one;
-* those AMUs' entity, time, FTS5 and evidence-link rows, the evidence nodes left without links,
-  the event frames and progress rows of purged segments, their consolidation pointers (meta);
-* for a whole user: its idempotency keys, jobs and per-user meta entries.
+* the turns, and every AMU, active or archived, that names one of them, with its entity, time,
+  FTS5 and evidence-link rows and its consolidation pointer (meta);
+* the segments left without a turn, with their event frames and every AMU extracted from them;
+  a segment that keeps turns keeps its number, its remaining turns and its records, and forgets
+  the purged ones (turn list, content checksum, event frame; the extractor's state, which may
+  quote a purged turn, is cleared);
+* the evidence nodes left without links (an event frame lives as long as its segment);
+* the idempotency keys that stored a purged turn.
+
+Consolidation history that does not derive from a purged turn is kept: an archived AMU whose
+successor is purged, and that names no purged turn itself, is restored in place (active again,
+at its old position, without a successor). So deleting one turn of a merged record keeps what
+the other turns stated, as the records consolidation had merged.
+
+Selections: turns by id, a session's turns, AMUs by id (a record stands for the turns it names:
+its words are theirs), or everything. When no turn of the user is left the purge is the whole
+user's: also its jobs, idempotency keys and per-user meta entries, whichever path led there.
 
 Then :meth:`Purge.scrub`: cached arrays of the purged texts (the caller names the texts, it knows
 how they were derived), FTS5 ``optimize`` (its index keeps deleted terms until segments merge),
@@ -17,14 +33,17 @@ purged text is in none of the store's files afterwards.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from retrieval.memory.cache import text_key
-from retrieval.memory.reads import AMU_COLUMNS, amu_from_row, turn_from_row
-from retrieval.memory.records import AMU, Turn
+from retrieval.memory.indexing import frame_label
+from retrieval.memory.reads import AMU_COLUMNS, amu_from_row, segment_from_row, turn_from_row
+from retrieval.memory.records import AMU, SegmentRecord, Turn
+from retrieval.memory.schema import turns_sha256
 
 CHUNK = 500
 """Host parameters per ``IN (...)`` (SQLite's default limit is 999)."""
@@ -32,19 +51,51 @@ CHUNK = 500
 
 @dataclass
 class Purged:
-    """What a purge removed: raw turns, AMUs (archived history included) and evidence-node texts."""
+    """What a purge removed: raw turns, AMUs (archived history included), evidence-node texts and,
+    for each segment it touched, the member texts its event frame had at each point of its
+    history (what a search snapshot embedded); and the ids of the AMUs it restored."""
 
     turns: list[Turn] = field(default_factory=list)
     amus: list[AMU] = field(default_factory=list)
     node_texts: list[str] = field(default_factory=list)
+    frames: list[list[str]] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
         return not self.turns and not self.amus
 
 
+@dataclass(frozen=True)
+class Stored:
+    """One AMU row as the purge reads it."""
+
+    position: int
+    amu: AMU
+    successor: str | None
+
+
 def _in(column: str, values: Sequence[object]) -> str:
     return f"{column} IN ({','.join('?' * len(values))})"
+
+
+def frame_states(stored: Sequence[Stored], seq: int) -> list[list[str]]:
+    """The member texts (store order) of segment ``seq``'s event frame after each insert or
+    archive that changed it, and now: an AMU is a member from its position until its successor's
+    (archived without one: until the segment's next AMU, a retried extraction)."""
+    position = {row.amu.id: row.position for row in stored}
+    members = [row for row in stored if row.amu.source.segment == seq]
+    spans: list[tuple[int, int | None, str]] = []
+    for row in members:
+        end = None
+        if row.amu.archived:
+            end = (position.get(row.successor) if row.successor is not None
+                   else next((o.position for o in members if o.position > row.position), None))
+        spans.append((row.position, end, row.amu.text))
+    times = sorted({t for start, end, _ in spans for t in (start, end) if t is not None})
+    states = [[text for start, end, text in spans if start <= t and (end is None or t < end)] for t in times]
+    states.append([row.amu.text for row in members if not row.amu.archived])
+    return [state for state in states if state]
 
 
 class Purge:
@@ -55,29 +106,50 @@ class Purge:
     def purge(self, user: str, *, session_id: str | None = None, amu_ids: Sequence[str] = (),
               turn_ids: Sequence[str] = (), everything: bool = False) -> Purged:
         """Remove the user's selection (a session, AMUs, turns, or ``everything``) and what derives
-        from it; returns what went. Call :meth:`scrub` afterwards."""
+        from it (see the module docstring); returns what went. Call :meth:`scrub` afterwards."""
         with self._transaction() as db:  # type: ignore[attr-defined]
             db.execute("INSERT INTO purging (flag) VALUES (1)")
-            turns = self._select_turns(db, user, session_id, turn_ids, everything)
-            purged_turns = {turn.turn_id for turn in turns}
-            positions = self._select_amus(db, user, session_id, amu_ids, purged_turns, everything)
-            rows = self._rows(db, "SELECT position, " + AMU_COLUMNS + " FROM amus WHERE {}", "position",
-                              positions)
-            amus = [amu_from_row(row) for row in rows]
-            nodes = self._drop_amus(db, user, positions)
-            segments = self._drop_segments(db, user, session_id, everything)
-            node_texts = self._drop_nodes(db, user, nodes, segments, everything)
-            self._delete(db, "turns", "turn_id", sorted(purged_turns), user)
-            db.executemany("DELETE FROM meta WHERE key = ?", [(f"consolidation:{amu.id}",) for amu in amus])
+            stored = [Stored(row["position"], amu_from_row(row), row["successor"]) for row in db.execute(
+                f"SELECT position, successor, {AMU_COLUMNS} FROM amus WHERE conversation_id = ? "
+                "ORDER BY position", (user,)).fetchall()]
+            named = {row.amu.id for row in stored if row.amu.id in set(amu_ids)}
+            sources = [turn for row in stored if row.amu.id in named for turn in row.amu.source.turn_ids]
+            turns = self._select_turns(db, user, session_id, [*turn_ids, *sources], everything)
+            gone = {turn.turn_id for turn in turns}
+            total = db.execute("SELECT COUNT(*) FROM turns WHERE conversation_id = ?", (user,)).fetchone()[0]
+            everything = everything or total == len(gone)
+            segments = [segment_from_row(row) for row in db.execute(
+                "SELECT * FROM segments WHERE conversation_id = ? ORDER BY seq", (user,)).fetchall()]
+            touched = [s for s in segments if everything or gone.intersection(s.turn_ids)]
+            dropped = {s.seq for s in touched if everything or gone.issuperset(s.turn_ids)}
+            chosen = [row for row in stored if everything or row.amu.id in named
+                      or row.amu.source.segment in dropped or gone.intersection(row.amu.source.turn_ids)]
+            chosen_ids = {row.amu.id for row in chosen}
+            restored = [row for row in stored if row.successor in chosen_ids and row.amu.id not in chosen_ids]
+            frames = [state for s in touched for state in frame_states(stored, s.seq)]
+            self._drop_amus(db, [row.position for row in chosen + restored])
+            for row in restored:  # through the store's one insert path, so the indexes follow
+                self._insert_amu(db, dataclasses.replace(row.amu, archived=False),  # type: ignore[attr-defined]
+                                 row.position)
+            kept = [s for s in touched if s.seq not in dropped]
+            self._rewrite_segments(db, kept, gone)
+            self._delete(db, "segments", "seq", sorted(dropped), user)
+            node_texts = self._drop_nodes(db, user, {str(s.seq) for s in segments if s.seq not in dropped},
+                                          everything)
+            node_texts += [frame_label(s.session_id, s.turn_ids) for s in kept]  # their old own texts
+            self._delete(db, "turns", "turn_id", sorted(gone), user)
+            db.executemany("DELETE FROM meta WHERE key = ?",
+                           [(f"consolidation:{amu_id}",) for amu_id in sorted(chosen_ids)])
             if everything:
                 for table in ("idempotency", "jobs"):
                     db.execute(f"DELETE FROM {table} WHERE conversation_id = ?", (user,))
                 for prefix in ("construction:", "consolidation_plan:"):
                     db.execute("DELETE FROM meta WHERE key = ?", (prefix + user,))
             else:
-                self._drop_keys(db, user, purged_turns)
+                self._drop_keys(db, user, gone)
             db.execute("DELETE FROM purging")
-        return Purged(turns, amus, node_texts)
+        return Purged(turns, [row.amu for row in chosen], node_texts, frames,
+                      [row.amu.id for row in restored])
 
     def scrub(self, texts: Iterable[str]) -> None:
         """Drop the cached arrays of ``texts``, rewrite the FTS5 index without deleted terms and
@@ -113,79 +185,55 @@ class Purge:
 
     def _select_turns(self, db: sqlite3.Connection, user: str, session_id: str | None,
                       turn_ids: Sequence[str], everything: bool) -> list[Turn]:
-        if everything or session_id is not None:
-            where, params = ("", [user]) if everything else (" AND session_id = ?", [user, session_id])
-            found = db.execute(f"SELECT * FROM turns WHERE conversation_id = ?{where} ORDER BY position",
-                               params)
-            return [turn_from_row(row) for row in found.fetchall()]
-        rows = self._rows(db, "SELECT * FROM turns WHERE conversation_id = ? AND {}", "turn_id",
-                          list(turn_ids), [user])
-        return [turn_from_row(row) for row in rows]
+        """The user's turns selected: all, a session's, and those named (without repeats)."""
+        where = "" if everything else " AND session_id = ?"
+        rows = [] if not everything and session_id is None else db.execute(
+            f"SELECT * FROM turns WHERE conversation_id = ?{where} ORDER BY position",
+            [user] if everything else [user, session_id]).fetchall()
+        rows += self._rows(db, "SELECT * FROM turns WHERE conversation_id = ? AND {}", "turn_id",
+                           sorted(set(turn_ids)), [user])
+        return list({row["turn_id"]: turn_from_row(row) for row in rows}.values())
 
-    @staticmethod
-    def _select_amus(db: sqlite3.Connection, user: str, session_id: str | None, amu_ids: Sequence[str],
-                     purged_turns: set[str], everything: bool) -> list[int]:
-        """Positions of the selected AMUs, those derived from purged turns, and their history."""
-        rows = db.execute("SELECT position, id, session_id, turn_ids, successor FROM amus "
-                          "WHERE conversation_id = ?",
-                          (user,)).fetchall()
-        wanted = set(amu_ids)
-        chosen = {row["id"] for row in rows
-                  if everything or row["id"] in wanted or row["session_id"] == session_id
-                  or purged_turns.intersection(json.loads(row["turn_ids"]))}
-        predecessors: dict[str, list[str]] = {}
-        for row in rows:
-            if row["successor"] is not None:
-                predecessors.setdefault(row["successor"], []).append(row["id"])
-        stack = list(chosen)
-        while stack:  # the history: everything forwarded, directly or not, into a chosen AMU
-            for previous in predecessors.get(stack.pop(), []):
-                if previous not in chosen:
-                    chosen.add(previous)
-                    stack.append(previous)
-        return sorted(row["position"] for row in rows if row["id"] in chosen)
-
-    def _drop_amus(self, db: sqlite3.Connection, user: str, positions: Sequence[int]) -> set[int]:
-        """Delete the AMUs and their index rows; returns the evidence nodes they were linked to."""
-        nodes = {row[0]
-                 for row in self._rows(db, "SELECT node FROM evidence_links WHERE {}", "amu", positions)}
+    def _drop_amus(self, db: sqlite3.Connection, positions: Sequence[int]) -> None:
+        """Delete the AMUs at ``positions`` and their index rows."""
         for table, column in (("evidence_links", "amu"), ("amu_entities", "amu"), ("amu_times", "amu"),
                               ("amu_fts", "rowid"), ("amus", "position")):
             self._delete(db, table, column, positions, None)
-        return nodes
 
     @staticmethod
-    def _drop_segments(db: sqlite3.Connection, user: str, session_id: str | None,
-                       everything: bool) -> list[int]:
-        """Delete the progress rows of a purged session (or of every session); returns their numbers."""
-        if not everything and session_id is None:
-            return []
-        where, params = ("", [user]) if everything else (" AND session_id = ?", [user, session_id])
-        seqs = [row[0]
-                for row in db.execute(f"SELECT seq FROM segments WHERE conversation_id = ?{where}", params)]
-        db.execute(f"DELETE FROM segments WHERE conversation_id = ?{where}", params)
-        return seqs
+    def _rewrite_segments(db: sqlite3.Connection, segments: Sequence[SegmentRecord], gone: set[str]) -> None:
+        """Segments that keep some turns: their rows and event frames without the purged ones (the
+        identity triggers forbid an update, so the row is replaced), the extractor's state cleared."""
+        for record in segments:
+            user, seq = record.conversation_id, record.seq
+            left = [turn_id for turn_id in record.turn_ids if turn_id not in gone]
+            turns = [turn_from_row(db.execute("SELECT * FROM turns WHERE conversation_id = ? AND turn_id = ?",
+                                              (user, turn_id)).fetchone()) for turn_id in left]
+            count = db.execute("SELECT COUNT(*) FROM amus WHERE conversation_id = ? AND segment = ?",
+                               (user, seq)).fetchone()[0]
+            db.execute("DELETE FROM segments WHERE conversation_id = ? AND seq = ?", (user, seq))
+            db.execute("INSERT INTO segments (conversation_id, seq, session_id, turn_ids, reason, state, "
+                       "fallback, amu_count, content_sha256, revision) "
+                       "VALUES (?, ?, ?, ?, ?, '', ?, ?, ?, ?)",
+                       (user, seq, record.session_id, json.dumps(left), record.reason, int(record.fallback),
+                        count, turns_sha256(turns), record.revision))
+            db.execute("UPDATE evidence_nodes SET text = ?, turn_ids = ? WHERE conversation_id = ? "
+                       "AND node_type = 'event_frame' AND key = ?",
+                       (frame_label(record.session_id, left), json.dumps(left), user, str(seq)))
 
-    def _drop_nodes(self, db: sqlite3.Connection, user: str, nodes: set[int], segments: Sequence[int],
+    def _drop_nodes(self, db: sqlite3.Connection, user: str, frames_kept: set[str],
                     everything: bool) -> list[str]:
-        """Delete the user's nodes left without links among ``nodes``, the event frames of purged
-        segments (all nodes for ``everything``); returns their texts."""
-        if everything:
-            rows = db.execute("SELECT id, text FROM evidence_nodes WHERE conversation_id = ?",
-                              (user,)).fetchall()
-        else:
-            orphans = [row for row in self._rows(db, "SELECT id, text FROM evidence_nodes WHERE {}", "id",
-                                                 sorted(nodes))
-                       if not db.execute("SELECT 1 FROM evidence_links WHERE node = ? LIMIT 1",
-                                         (row[0],)).fetchone()]
-            frames = self._rows(db, "SELECT id, text FROM evidence_nodes WHERE conversation_id = ? AND "
-                                "node_type = 'event_frame' AND {}", "key", [str(seq) for seq in segments],
-                                [user])
-            rows = orphans + [row for row in frames if row[0] not in {o[0] for o in orphans}]
-        ids = [row[0] for row in rows]
+        """Delete the user's nodes (``everything``) or those left without links, except the event
+        frames of segments kept (``frames_kept``: their numbers); returns their texts."""
+        rows = [row for row in db.execute(
+            "SELECT id, node_type, key, text FROM evidence_nodes n WHERE conversation_id = ? AND "
+            "(? OR NOT EXISTS (SELECT 1 FROM evidence_links l WHERE l.node = n.id))",
+            (user, everything)).fetchall()
+                if everything or not (row["node_type"] == "event_frame" and row["key"] in frames_kept)]
+        ids = [row["id"] for row in rows]
         self._delete(db, "evidence_links", "node", ids, None)
         self._delete(db, "evidence_nodes", "id", ids, None)
-        return [row[1] for row in rows]
+        return [row["text"] for row in rows]
 
     @staticmethod
     def _drop_keys(db: sqlite3.Connection, user: str, purged_turns: set[str]) -> None:

@@ -6,6 +6,8 @@ forward pointer consolidation sets, may); a segment's identity never changes (a 
 extraction may replace its ``state``, ``fallback``, ``amu_count`` and ``revision``); nothing is
 deleted, except by a hard purge (:mod:`retrieval.memory.purge`): the no-delete triggers stand
 down only while the purging transaction holds a row in ``purging``, so no other path can delete.
+(A purge that removes an archived AMU's successor restores the AMU by deleting and inserting its
+row again; archiving itself stays one-way.)
 
 Version 3 adds the temporal scope of a record (``t_ref``, ``valid_from``, ``valid_to``) and the
 structured evidence indexes of LycheeMemory section 3.4 (SPEC section 7): ``amu_fts``, an FTS5
@@ -28,10 +30,11 @@ import hashlib
 import json
 import re
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from retrieval.memory.fts import FTS_TOKENIZER
 from retrieval.memory.indexing import backfill
+from retrieval.memory.records import Turn
 
 SCHEMA_VERSION = 4
 
@@ -192,6 +195,13 @@ def content_sha256(rows: Iterable[tuple[str, str, str, str | None, str | None]])
     """What a segment says, as one checksum: (turn id, speaker, text, session time, image caption)
     of each turn, in order. Resuming compares it, so an edited input is never silently kept old."""
     return hashlib.sha256(json.dumps(list(rows), ensure_ascii=False).encode()).hexdigest()
+
+
+def turns_sha256(turns: Sequence[Turn]) -> str:
+    """:func:`content_sha256` of these turns."""
+    return content_sha256((t.turn_id, t.speaker, t.text,
+                           t.session_time.isoformat() if t.session_time else None,
+                           t.image_caption) for t in turns)
 
 
 def _statements(script: str) -> list[str]:

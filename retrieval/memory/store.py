@@ -33,19 +33,12 @@ from retrieval.memory.lock import WriterLock
 from retrieval.memory.purge import Purge
 from retrieval.memory.reads import AMU_COLUMNS, StoreReads
 from retrieval.memory.records import AMU, SegmentRecord, Turn
-from retrieval.memory.schema import SCHEMA_OBJECTS, SCHEMA_VERSION, content_sha256, create_or_migrate
+from retrieval.memory.schema import SCHEMA_OBJECTS, SCHEMA_VERSION, create_or_migrate, turns_sha256
 from retrieval.memory.times import iso_text, time_interval
 from retrieval.memory.turn_log import TurnLog, insert_turns
 
 BUSY_TIMEOUT_S = 30.0
 """How long a write waits for another role's transaction (e.g. consolidation beside ingestion)."""
-
-
-def turns_sha256(turns: Sequence[Turn]) -> str:
-    """:func:`retrieval.memory.schema.content_sha256` of these turns."""
-    return content_sha256((t.turn_id, t.speaker, t.text,
-                           t.session_time.isoformat() if t.session_time else None,
-                           t.image_caption) for t in turns)
 
 
 class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows):
@@ -273,11 +266,13 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows):
                                  f"{record.session_id!r} segment {record.seq}")
 
     @staticmethod
-    def _insert_amu(db: sqlite3.Connection, amu: AMU) -> None:
+    def _insert_amu(db: sqlite3.Connection, amu: AMU, position: int | None = None) -> None:
+        """Insert ``amu`` with its index rows, at the next position or at ``position`` (a purge
+        restoring an archived AMU in place, :mod:`retrieval.memory.purge`)."""
         src = amu.source
         cursor = db.execute(
-            f"INSERT INTO amus ({AMU_COLUMNS}) VALUES ({', '.join('?' * 17)})",
-            (amu.id, src.conversation_id, src.session_id, src.segment, amu.text, amu.memory_type,
+            f"INSERT INTO amus (position, {AMU_COLUMNS}) VALUES ({', '.join('?' * 18)})",
+            (position, amu.id, src.conversation_id, src.session_id, src.segment, amu.text, amu.memory_type,
              amu.observed_at, json.dumps(amu.timestamps), json.dumps(amu.entities), json.dumps(amu.tags),
              json.dumps(src.turn_ids), json.dumps(src.speakers),
              None if amu.fingerprint is None else json.dumps(amu.fingerprint), int(amu.archived),

@@ -1,0 +1,209 @@
+"""Deletion that is honest: deleting a record removes its words from every read and from the store's
+files; deleting one turn of a merged record keeps what the other turns stated; every path to
+"nothing of this user" (turn by turn, session by session) leaves the same nothing as ``forget``."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from benchmarks.service_process import bearer, free_port
+from retrieval import Memory
+from retrieval.api.errors import NotFound
+from retrieval.service.app import create_app
+from retrieval.service.keys import KeyStore
+from tests.routes_fixtures import WordEmbedder, WordFingerprinter
+
+SECRET = "Quenfrithal"
+HIKE = "I love hiking in the Alps every summer."
+USER_TABLES = ("turns", "segments", "amus", "evidence_nodes", "idempotency", "jobs")
+
+
+def open_memory(path: Path) -> Memory:
+    return Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+
+
+def chat(prefix: str, n: int, session: str = "s") -> list[dict]:
+    speakers = ("Ann", "Bob")
+    return [{"speaker": speakers[i % 2], "text": f"{prefix} story number {i} about gardens and tomatoes.",
+             "time": "2023-05-08T10:00:00", "turn_id": f"{session}-{prefix}-{i}"} for i in range(n)]
+
+
+def store_files(path: Path) -> bytes:
+    """The store's database and write-ahead log, lower-cased."""
+    return b"".join(p.read_bytes() for p in sorted(path.glob("amus.sqlite3*"))).lower()
+
+
+def every_text(mem: Memory, user: str, query: str) -> str:
+    """All a user can read back: search hits, the list, each listed record and its history."""
+    items = mem.list(user_id=user, limit=1000).items
+    texts = [hit.text for hit in mem.search(query, user_id=user, k=50).hits]
+    texts += [item.text for item in items] + [mem.get(item.id, user_id=user).text for item in items]
+    texts += [old.text for item in items for old in mem.history(item.id, user_id=user)]
+    return "\n".join(texts)
+
+
+def covered(mem: Memory, user: str) -> set[str]:
+    """The turn ids the user's active records name."""
+    return {turn for item in mem.list(user_id=user, limit=1000).items for turn in item.turns}
+
+
+def test_deleting_a_record_removes_its_words_from_every_read_and_the_files(tmp_path):
+    secret = {"speaker": "Ann", "text": f"My neighbour {SECRET} repairs old violins in Lisbon.",
+              "time": "2023-05-08T10:00:00", "turn_id": "secret"}
+    with open_memory(tmp_path) as mem:
+        mem.add(chat("u", 6) + [secret] + chat("v", 6), user_id="u", session_id="s")
+        mem.flush(user_id="u", session_id="s")
+        query = f"{SECRET} violins Lisbon neighbour"
+        assert SECRET in every_text(mem, "u", query) and SECRET.lower().encode() in store_files(tmp_path)
+        [record] = [item for item in mem.list(user_id="u", limit=100).items if SECRET in item.text]
+        assert record.turns == ("secret",)
+        kept = covered(mem, "u") - {"secret"}
+        mem.delete(record.id, user_id="u")
+        for gone in (record.id, "u:turn:secret"):
+            with pytest.raises(NotFound):
+                mem.get(gone, user_id="u")
+        assert SECRET not in every_text(mem, "u", query)
+        assert covered(mem, "u") == kept  # the other turns' records stay
+        assert mem.search("story number 3 gardens", user_id="u", k=3).hits
+    assert SECRET.lower().encode() not in store_files(tmp_path)
+
+
+def test_http_delete_of_a_record_removes_its_words_from_search_and_the_files(tmp_path):
+    store = tmp_path / "store"
+    mem, keys = open_memory(store), KeyStore(store)
+    server = uvicorn.Server(uvicorn.Config(create_app(mem, keys, store), host="127.0.0.1", port=free_port(),
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        for _ in range(600):  # at most 60 s
+            if server.started:
+                break
+            time.sleep(0.1)
+        client = httpx.Client(base_url=f"http://127.0.0.1:{server.config.port}",
+                              headers=bearer(keys.create("alice")), timeout=120)
+        turns = [{"speaker": "Bob", "text": f"My neighbour {SECRET} repairs old violins."}] + chat("u", 30)
+        added = client.post("/v1/sessions/s/turns", json={"turns": turns})
+        assert added.status_code == 200 and added.json()["memory_ids"], added.text
+        [record] = [item for item in client.get("/v1/memories").json()["items"] if SECRET in item["text"]]
+        assert client.delete(f"/v1/memories/{record['id']}").status_code == 200
+        found = client.post("/v1/search", json={"query": f"{SECRET} violins", "k": 20})
+        assert found.status_code == 200 and found.json()["hits"] and SECRET not in found.text
+        assert client.get(f"/v1/memories/alice:turn:{record['turns'][0]}").status_code == 404
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)
+        keys.close()
+        mem.close()
+    assert SECRET.lower().encode() not in store_files(store)
+
+
+def hikes(user_session: str, numbers: range) -> list[dict]:
+    return [{"speaker": "Ann", "text": HIKE, "time": "2023-05-08T10:00:00", "turn_id": f"{user_session}{n}"}
+            for n in numbers]
+
+
+def consolidated(mem: Memory, user: str) -> dict:
+    """Consolidate; returns the merged record of the hiking turns."""
+    assert mem.consolidate(user_id=user, wait=True, timeout_s=120).state == "done"
+    items = mem.list(user_id=user, limit=1000).items
+    [merged] = [item for item in items if mem.history(item.id, user_id=user)]
+    return {"id": merged.id, "turns": merged.turns,
+            "history": [old.id for old in mem.history(merged.id, user_id=user)]}
+
+
+def test_deleting_one_turn_of_a_merged_record_keeps_what_the_others_stated(tmp_path):
+    with open_memory(tmp_path) as mem:
+        mem.add(chat("u", 4) + hikes("c", range(1, 4)) + chat("w", 4), user_id="u", session_id="s")
+        mem.flush(user_id="u", session_id="s")
+        merged = consolidated(mem, "u")
+        assert merged["turns"] == ("c1", "c2", "c3") and len(merged["history"]) == 3
+        before = covered(mem, "u")
+        mem.delete("u:turn:c1", user_id="u")
+        with pytest.raises(NotFound):
+            mem.get(merged["id"], user_id="u")
+        assert covered(mem, "u") == before - {"c1"}
+        items = mem.list(user_id="u", limit=1000).items
+        restored = [item for item in items if item.turns in (("c2",), ("c3",))]
+        assert [item.id for item in restored] == merged["history"][1:]
+        assert all(not item.archived and item.successor is None and "hiking in the Alps" in item.text
+                   for item in restored)
+        assert any(hit.kind == "record" and hit.turns in (("c2",), ("c3",))
+                   for hit in mem.search("hiking Alps summer", user_id="u", k=5).hits)
+        again = consolidated(mem, "u")  # the restored records merge again, as any others would
+        assert again["turns"] == ("c2", "c3") and again["history"] == merged["history"][1:]
+        mem.delete(again["id"], user_id="u")  # a merged record's words are all its turns'
+        assert covered(mem, "u") == before - {"c1", "c2", "c3"}
+        assert "hiking" not in every_text(mem, "u", "hiking Alps summer")
+
+
+def build(path: Path) -> None:
+    """Bob's memory beside alice's: two sessions, a merged record, an open segment, searches."""
+    with open_memory(path) as mem:
+        mem.add(chat("bob", 8), user_id="bob", session_id="b1")
+        mem.flush(user_id="bob", session_id="b1")
+        mem.search("gardens tomatoes", user_id="bob", k=5)
+        mem.add(chat("alice", 6, "s1") + hikes("s1-h", range(3)), user_id="alice", session_id="s1",
+                idempotency_key="first")
+        mem.flush(user_id="alice", session_id="s1")
+        mem.add(chat("more", 5, "s2") + hikes("s2-h", range(1)), user_id="alice", session_id="s2")
+        mem.search("hiking", user_id="alice", k=5)
+        consolidated(mem, "alice")
+        mem.search(f"hiking {SECRET}", user_id="alice", k=5)
+
+
+def residue(path: Path) -> dict:
+    """Alice's rows in every table that names a user, the meta keys naming her, and the store-wide
+    index and cache rows (links, FTS5 rows, cached vectors and codes)."""
+    db = sqlite3.connect(path / "amus.sqlite3")
+    try:
+        found = {table: sorted(map(tuple, db.execute(f"SELECT * FROM {table} WHERE conversation_id = ?",
+                                                     ("alice",))))
+                 for table in USER_TABLES}
+        found["meta"] = sorted(map(tuple, db.execute("SELECT * FROM meta WHERE key LIKE '%alice%'")))
+        found["links"] = db.execute("SELECT COUNT(*) FROM evidence_links").fetchone()[0]
+        found["fts"] = db.execute("SELECT COUNT(*) FROM amu_fts").fetchone()[0]
+        for table in ("vectors", "codes"):
+            found[table] = sorted(map(tuple, db.execute(f"SELECT model, item FROM {table}")))
+        return found
+    finally:
+        db.close()
+
+
+def test_every_path_to_nothing_leaves_the_same_nothing_as_forget(tmp_path):
+    build(tmp_path / "built")
+    with open_memory(tmp_path / "bob-only") as mem:  # the same store had alice never written
+        mem.add(chat("bob", 8), user_id="bob", session_id="b1")
+        mem.flush(user_id="bob", session_id="b1")
+        mem.search("gardens tomatoes", user_id="bob", k=5)
+    paths = {name: shutil.copytree(tmp_path / "built", tmp_path / name)
+             for name in ("forget", "turns", "sessions")}
+    with open_memory(paths["forget"]) as mem:
+        assert residue(paths["forget"])["jobs"] and residue(paths["forget"])["meta"]
+        mem.forget(user_id="alice")
+    with open_memory(paths["turns"]) as mem:
+        turns = [f"alice:turn:{turn.turn_id}" for turn in mem.store.turns("alice")]
+        for number, item in enumerate(turns[1::2] + turns[::2]):  # partial segments on the way
+            mem.delete(item, user_id="alice")
+            if number % 3 == 0 and number < len(turns) - 1:  # searches cache new snapshot texts
+                mem.search("hiking gardens story", user_id="alice", k=5)
+    with open_memory(paths["sessions"]) as mem:
+        mem.forget(user_id="alice", session_id="s2")
+        mem.search("hiking gardens story", user_id="alice", k=5)
+        mem.forget(user_id="alice", session_id="s1")
+    after_forget = residue(paths["forget"])
+    assert all(not after_forget[table] for table in (*USER_TABLES, "meta"))
+    assert residue(paths["turns"]) == after_forget
+    assert residue(paths["sessions"]) == after_forget
+    bob_only = residue(tmp_path / "bob-only")
+    assert (after_forget["links"], after_forget["fts"]) == (bob_only["links"], bob_only["fts"])
+    for table in ("vectors", "codes"):  # what is cached is what a store without alice caches
+        assert set(after_forget[table]) <= set(bob_only[table]), table

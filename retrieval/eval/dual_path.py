@@ -108,10 +108,6 @@ class DualPathRetriever:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def index_of(self, amu_id: str) -> int:
-        """The bank index of an AMU id."""
-        return self._index_of[amu_id]
-
     def add(
         self,
         ids: Sequence[str],

@@ -1,4 +1,4 @@
-"""Dense faiss index and dual-path retrieval (SPEC 4)."""
+"""Dense faiss index and dual-path retrieval (docs/design.md §4)."""
 
 from __future__ import annotations
 

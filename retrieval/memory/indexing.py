@@ -1,5 +1,5 @@
-"""The store's structured evidence indexes (schema 3; LycheeMemory section 3.4, Table 13; SPEC
-section 7): their maintenance inside the store's write transactions and their reads.
+"""The store's structured evidence indexes (schema 3; LycheeMemory section 3.4, Table 13;
+docs/design.md §7.1): their maintenance inside the store's write transactions and their reads.
 
 Writes. Every AMU the store inserts goes through :func:`index_amu` in the same transaction
 (``AMUStore._insert_amu``, the one insert path of ingestion, retried extraction and

@@ -302,7 +302,7 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows):
                     raise KeyError(f"no AMU with id {unit_id!r}")
 
     def forward(self, archived_ids: Sequence[str], merged: AMU, operation: str) -> bool:
-        """Pointer forwarding (consolidation, SPEC section 8) in one transaction: insert ``merged``
+        """Pointer forwarding (consolidation, docs/design.md §8.3) in one transaction: insert ``merged``
         (through ``_insert_amu``, so the indexes follow), archive ``archived_ids`` with
         ``successor`` = ``merged.id`` and record the operation (meta ``consolidation:<id>``).
         Writes nothing and returns False when one of them is no longer active (consolidated by an

@@ -1,6 +1,7 @@
 """The package layout: no module over 400 lines, a module map that names every module, the public
-API at the package root, light imports, one place per default. The import directions and the
-absence of cycles are import-linter contracts (pyproject.toml, run by .ci/run)."""
+API at the package root, light imports, one place per default, comments that say what and why
+(not which issue brought them). The import directions and the absence of cycles are
+import-linter contracts (pyproject.toml, run by .ci/run)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,22 @@ def test_the_module_map_names_every_module_and_only_real_ones() -> None:
 def test_the_module_map_parser_reads_table_rows() -> None:
     row = "| `retrieval/memory/store.py` | the store |\n| `isq/model.py`, `isq/walks.py` | x | `notes.md`"
     assert mapped_modules(row) == {"retrieval/memory/store.py", "isq/model.py", "isq/walks.py"}
+
+
+WHEN = re.compile(r"\bissues? #?\d+|\bround[- ]\d+\b|\bnewcomer", re.IGNORECASE)
+"""Which issue, round or reviewer brought a line: history, kept in docs/results.md and git, not in code."""
+SAYS_WHAT = ("isq", "training", "retrieval", "tests", "benchmarks", "scripts", "configs")
+
+
+def test_code_says_what_and_why_not_which_issue_or_round():
+    files = [path for folder in SAYS_WHAT for path in sorted((REPO / folder).rglob("*"))]
+    found = [f"{path.relative_to(REPO)}:{number}" for path in files
+             if path.suffix in (".py", ".yaml", ".sh") and path != Path(__file__).resolve()
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+             if WHEN.search(line)]
+    assert not found, found
+    assert WHEN.search('"""Round-2 fault class 7 (issue 23)') and WHEN.search("# newcomer: the listing")
+    assert not WHEN.search("rounded half up; an issue of scale")
 
 
 def test_no_module_over_400_lines() -> None:

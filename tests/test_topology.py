@@ -72,7 +72,7 @@ PAPER_FORMULA = {"max_hops": 2, "alpha": 0.5, "self_term": False, "aggregate": "
 
 
 def build(code_sets: list[set[int]], num_codes: int = 16, identity=None, **kwargs) -> CooccurrenceTopology:
-    """A topology with the spec's formula unless a test overrides a parameter."""
+    """A topology with the paper's formula (docs/design.md §3.2) unless a test overrides a parameter."""
     topology = CooccurrenceTopology(num_codes, TopologyParams(**(PAPER_FORMULA | kwargs)), identity)
     topology.add(code_sets)
     return topology

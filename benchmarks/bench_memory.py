@@ -1,4 +1,4 @@
-"""Benchmark of the memory API (issue 21): add latency against the model floor, search latency by
+"""Benchmark of the memory API: add latency against the model floor, search latency by
 memory size. Not a test: prints figures (and writes them with ``--json PATH``).
 
 Add. One user's LoCoMo dev turns are added one at a time through :meth:`retrieval.Memory.add`

@@ -1,13 +1,13 @@
 """Scaling benchmark of Path B (codebook topology) against Path A (exact faiss) on synthetic banks.
 
-Not a test: prints figures (and writes them with ``--json PATH``). For each bank size it reports
-the build time and memory of the topology (incidence, M = X^T X, S_code, inverted index) and of
-an exact faiss ``IndexFlatIP``, then times, query by query and in rotated order within each
-query (see :mod:`benchmarks.timing`): Path B in the library default (self term + sum, the
-MaxScore walk :func:`isq.topk.sum_walk`), Path B in the SPEC's setting (max, the inverted-index
-walk :func:`isq.topk.max_walk`), the brute-force scorer of each setting (every AMU scored), and
-faiss. Every query's Path B result is checked against brute force: same AMUs, same order,
-bitwise the same scores. Ratios are medians of per-query ratios, with quartiles and extremes.
+Not a test: prints figures (and writes them with ``--json PATH``). For each bank size it reports the
+build time and memory of the topology (incidence, M = X^T X, S_code, inverted index) and of an exact
+faiss ``IndexFlatIP``, then times, query by query and in rotated order within each query (see
+:mod:`benchmarks.timing`): Path B in the library default (self term + sum, the MaxScore walk
+:func:`isq.topk.sum_walk`), Path B in the paper's setting (docs/design.md §3.5: max, the
+inverted-index walk :func:`isq.topk.max_walk`), the brute-force scorer of each setting (every AMU
+scored), and faiss. Every query's Path B result is checked against brute force: same AMUs, same
+order, bitwise the same scores. Ratios are medians of per-query ratios, with quartiles and extremes.
 
 Synthetic fingerprints (:class:`CodeModel`): each AMU draws codes from a Zipf law over the
 codebook (code ids shuffled) mixed with one of a set of topics, small groups of codes that
@@ -142,7 +142,7 @@ def bench_size(args: argparse.Namespace, size: int, model: CodeModel,
     excludes = [rng.choice(size, size=args.k, replace=False) for _ in range(args.queries)]
 
     default, build_s, build_peak = build_topology(indptr, codes, args.num_codes)
-    # The SPEC's setting on the same bank: a shallow copy shares X and the postings, and keeps
+    # The paper's setting on the same bank: a shallow copy shares X and the postings, and keeps
     # its own S_code cache, so neither setting recomputes S_code between queries.
     paper = copy.copy(default)
     paper.params = TopologyParams(args.max_hops, args.alpha, self_term=False, aggregate="max")
@@ -250,8 +250,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--topic-share", type=float, default=0.4, help="share of draws from the topic")
     parser.add_argument("--amu-codes", type=int, nargs=2, default=[8, 40], metavar=("LOW", "HIGH"))
     parser.add_argument("--query-codes", type=int, nargs=2, default=[6, 16], metavar=("LOW", "HIGH"))
-    parser.add_argument("--max-hops", type=int, default=2, help="H_r of the SPEC setting")
-    parser.add_argument("--alpha", type=float, default=0.5, help="alpha of the SPEC setting")
+    parser.add_argument("--max-hops", type=int, default=2, help="H_r of the paper's setting")
+    parser.add_argument("--alpha", type=float, default=0.5, help="alpha of the paper's setting")
     parser.add_argument("--json", help="write the figures to this JSON file")
     args = parser.parse_args(argv)
 

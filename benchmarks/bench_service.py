@@ -1,4 +1,4 @@
-"""Load test of the HTTP service (issue 22), loopback only, bounded in requests and time.
+"""Load test of the HTTP service, loopback only, bounded in requests and time.
 
     python benchmarks/bench_service.py --json service.json [--users 100] [--clients 16] [--seconds 60]
 
@@ -17,7 +17,7 @@
    exactly once (lost, duplicated).
 
 Figures: throughput, p50/p95/p99 per route, errors, lost, duplicated, leaks, the p50 ratio, and
-the goals of issue 22 (0 errors, 0 lost, 0 leaks, search p99 <= 100 ms, HTTP p50 <= 1.5x
+the service's goals (0 errors, 0 lost, 0 leaks, search p99 <= 100 ms, HTTP p50 <= 1.5x
 in-process). The client threads share the machine with the server (and, on the team's 2-core
 machine, with other work): the figures say so through the recorded load average.
 """

@@ -5,7 +5,7 @@ from its config with random weights (no hub access): a T5-base encoder (d_model 
 12 layers, 12 heads, d_kv 64, vocabulary 32128), the stride-1 projection to 1024 codes of
 dimension 256, and a T5-base-sized decoder. Each step is what training runs: bf16-mixed forward
 (``torch.autocast`` cuda bf16, fp32 weights), backward, gradient clipping at 1.0, AdamW with the
-SPEC's two learning rates (:meth:`isq.model.ISQModel.parameter_groups`: encoder 1e-4, the rest
+two learning rates of docs/design.md §1.8 (:meth:`isq.model.ISQModel.parameter_groups`: encoder 1e-4, the rest
 1e-3), then the quantizer's ``optimizer_step`` (dead-code revival). Batches are synthetic token
 ids shaped like the paper config: 32 contexts of 192 tokens, 32 targets of 64, no padding.
 

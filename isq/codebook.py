@@ -1,6 +1,6 @@
 """The codebook: N_c Euclidean code vectors, their nearest-code lookup, EMA update and revival.
 
-SPEC section 1 ("Codebook", "EMA codebook", "Dead-code reactivation"). One module serves
+docs/design.md §1.3-§1.5 (lookup, EMA update, dead-code revival). One module serves
 training (:class:`isq.quantizer.EMAQuantizer` adds the straight-through estimator and the
 losses on top) and inference (:class:`isq.fingerprint.Fingerprinter` holds a frozen one).
 
@@ -64,7 +64,7 @@ class Codebook(nn.Module):
     counts that decide which codes are dead.
 
     Args (named as in :class:`isq.config.ISQConfig`):
-        num_codes: N_c (SPEC default 1024).
+        num_codes: N_c (default 1024, docs/design.md §1.3).
         code_dim: code dimension.
         ema_decay: EMA decay of cluster sizes and embedding sums (0.99).
         ema_eps: Laplace smoothing constant of the cluster sizes (1e-5).

@@ -1,4 +1,4 @@
-"""``ISQConfig``: every hyper-parameter of the ISQ model, with the SPEC / MemCode defaults.
+"""``ISQConfig``: every hyper-parameter of the ISQ model, with MemCode's defaults (docs/design.md §1).
 
 Saved inside every exported fingerprinter (``config.json``, key ``isq_config``) and read back by
 :meth:`ISQConfig.from_dict`, which names the first unknown or mistyped field. Every numeric
@@ -20,7 +20,7 @@ DECODER_SIZES = ("d_model", "d_ff", "num_decoder_layers", "num_heads", "d_kv")
 
 @dataclass
 class ISQConfig:
-    """Every hyper-parameter of the ISQ model (defaults = SPEC / MemCode paper)."""
+    """Every hyper-parameter of the ISQ model (defaults: MemCode's, docs/design.md §1)."""
 
     encoder: str = "t5-base"
     """Hugging Face name or path of the encoder (or ``offline:all-MiniLM-L6-v2``)."""
@@ -40,7 +40,7 @@ class ISQConfig:
     code_dim: int = 256
     kernel_size: int = 3
     normalize_projection: str = "none"
-    """Normalisation of z after the convolution: "none" (SPEC), "token" or "layer"
+    """Normalisation of z after the convolution: "none" (the paper's), "token" or "layer"
     (see :class:`isq.projection.StrideOneProjection`); guards against codebook collapse."""
     num_codes: int = 1024
     ema_decay: float = 0.99
@@ -49,22 +49,23 @@ class ISQConfig:
     lambda_vq: float = 1.0
     lambda_ent: float = 0.01
     lambda_rec: float = 0.0
-    """Weight of an optional token-reconstruction term (not in the SPEC; 0 = off): CE of each
-    input token given its own quantized code, through a linear head. It asks every code to
-    name its token; in the CPU ablations (docs/results.md) that made codes more word-like but
+    """Weight of an optional token-reconstruction term (not in the papers, docs/design.md §1.10;
+    0 = off): CE of each input token given its own quantized code, through a linear head. It asks
+    every code to name its token; in the CPU ablations (docs/results.md) that made codes more word-like but
     did not improve LoCoMo recall, so it is off in every shipped config."""
     lambda_nce: float = 0.0
-    """Weight of an optional contrastive predictive-coding term (not in the SPEC; 0 = off):
-    InfoNCE between the soft code bags (:meth:`isq.quantizer.EMAQuantizer.code_distribution`)
-    of each context and of its own next turn, the other next turns of the batch as negatives.
-    It rewards what Path B's code matching needs: related utterances sharing codes."""
+    """Weight of an optional contrastive predictive-coding term (not in the papers,
+    docs/design.md §1.10; 0 = off): InfoNCE between the soft code bags
+    (:meth:`isq.quantizer.EMAQuantizer.code_distribution`) of each context and of its own next turn,
+    the other next turns of the batch as negatives. It rewards what Path B's code matching needs:
+    related utterances sharing codes."""
     nce_temperature: float = 0.1
     entropy_temperature: float = 1.0
     revive_every: int = 20
     revive_threshold: float = 1.0
     kmeans_init: bool = False
     """Place the codes by k-means on the first training batch's z instead of a random init. Not
-    in the paper or the SPEC (so off by default and in the paper config); the smoke config uses
+    in the paper (docs/design.md §1.10; so off by default and in the paper config); the smoke config uses
     it to be useful within 120 steps."""
     decoder: dict[str, Any] = field(default_factory=dict)
     """T5 decoder sizes (``d_model``, ``d_ff``, ``num_decoder_layers``, ``num_heads``, ``d_kv``)

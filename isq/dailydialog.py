@@ -1,7 +1,7 @@
 """DailyDialog's original release layout: reading, detokenising and splitting it.
 
 ``train/dialogues_train.txt`` (and validation, test): one dialogue per line, utterances
-separated by ``__eou__``, punctuation split off by spaces. SPEC section 1, "Data". The reader
+separated by ``__eou__``, punctuation split off by spaces. docs/design.md §1.9. The reader
 lives in ``isq`` because training, the k-means control and the codebook report must all see
 the same (detokenised) utterances.
 """

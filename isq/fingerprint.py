@@ -1,4 +1,4 @@
-"""Frozen fingerprinter: text -> discrete code sequence S_fp and code set U_fp (SPEC section 2).
+"""Frozen fingerprinter: text -> discrete code sequence S_fp and code set U_fp (docs/design.md §2.1).
 
 An exported fingerprinter is a directory in the ``save_pretrained`` style:
 

@@ -1,6 +1,6 @@
 """ISQ model: encoder -> stride-1 projection -> EMA codebook -> predictive-coding decoder.
 
-SPEC section 1. The decoder (a T5 decoder, T5's own when the encoder is T5) cross-attends to
+docs/design.md §1.7. The decoder (a T5 decoder, T5's own when the encoder is T5) cross-attends to
 the up-projected quantized context and is trained with teacher forcing to produce the next
 turn of the dialogue, so the codes must carry what predicts the conversation.
 """
@@ -37,7 +37,7 @@ def build_decoder(config: ISQConfig, tokenizer: PreTrainedTokenizerBase) -> T5Fo
     else:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
-        # from_dict: config.decoder is a JSON object of T5Config fields (SPEC sizes by default).
+        # from_dict: config.decoder is a JSON object of T5Config fields (these sizes by default).
         values = {"d_model": 256, "d_ff": 1024, "num_decoder_layers": 2, "num_heads": 4, "d_kv": 64,
                   **config.decoder, "vocab_size": len(tokenizer), "num_layers": 1, "pad_token_id": pad,
                   "eos_token_id": eos, "decoder_start_token_id": pad, "tie_word_embeddings": True}
@@ -48,7 +48,7 @@ def build_decoder(config: ISQConfig, tokenizer: PreTrainedTokenizerBase) -> T5Fo
 
 @dataclass
 class ISQOutput:
-    """Total loss and each component (SPEC "loss"), plus codebook statistics of the batch."""
+    """Total loss and each component (docs/design.md §1.6), plus codebook statistics of the batch."""
 
     loss: Tensor
     ce_loss: Tensor
@@ -79,7 +79,8 @@ class ISQModel(nn.Module):
 
     L = CE(next turn | quantized context) + λ_vq · mean_t(||sg[z]−z̄||² + β ||z−sg[z̄]||²) + λ_ent · L_ent
     (+ λ_rec · CE(input token | its own code) when ``lambda_rec`` > 0, and
-    + λ_nce · InfoNCE(context codes, next-turn codes) when ``lambda_nce`` > 0, both outside the SPEC).
+    + λ_nce · InfoNCE(context codes, next-turn codes) when ``lambda_nce`` > 0, both outside the
+    papers, docs/design.md §1.10).
     """
 
     def __init__(self, config: ISQConfig, tokenizer: PreTrainedTokenizerBase | None = None) -> None:
@@ -135,7 +136,7 @@ class ISQModel(nn.Module):
         )
 
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
-        """Trainable parameters split as the SPEC's two learning rates: encoder vs the rest."""
+        """Trainable parameters split by the two learning rates (docs/design.md §1.8): encoder, the rest."""
         encoder_ids = {id(p) for p in self.encoder.parameters()}
         trainable = [(n, p) for n, p in self.named_parameters() if p.requires_grad]
         return {

@@ -1,4 +1,4 @@
-"""Stride-1 convolutional projection from encoder states to code space (SPEC section 1)."""
+"""Stride-1 convolutional projection from encoder states to code space (docs/design.md §1.2)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 NORMALIZATIONS = ("none", "token", "layer")
-"""Values of ``normalize_projection``: none (SPEC), per-dimension over tokens, per token."""
+"""Values of ``normalize_projection``: none (the paper's), per-dimension over tokens, per token."""
 
 
 class MaskedTokenNorm(nn.Module):

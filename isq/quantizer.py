@@ -1,6 +1,6 @@
 """EMA vector quantizer: straight-through estimator and losses over a :class:`Codebook`.
 
-SPEC section 1 ("Codebook", "Loss"). The codebook itself (lookup, EMA update, revival) is
+docs/design.md §1.3 and §1.6. The codebook itself (lookup, EMA update, revival) is
 :class:`isq.codebook.Codebook`; this module adds what training needs around it: the masked
 forward pass, the plain STE, the VQ and entropy losses, first-batch k-means initialisation and
 the dead-code window.
@@ -43,7 +43,7 @@ class EMAQuantizer(nn.Module):
     """Euclidean codebook updated by exponential moving averages, with a plain STE.
 
     Args (named as in :class:`isq.config.ISQConfig`):
-        num_codes: N_c, codebook size (SPEC default 1024).
+        num_codes: N_c, codebook size (default 1024, docs/design.md §1.3).
         code_dim: code dimension (the projection's output width).
         ema_decay: EMA decay of cluster sizes and embedding sums (0.99).
         ema_eps: Laplace smoothing constant for cluster sizes (1e-5).
@@ -53,7 +53,7 @@ class EMAQuantizer(nn.Module):
         revive_every: optimizer steps per dead-code window (20).
         revive_threshold: a code is dead when its mean per-step count over the window is below this (1.0).
         kmeans_init: initialise the codebook by k-means on the first training batch (not in the
-            paper or the SPEC; on in the paper config, see ``ISQConfig.kmeans_init``).
+            paper (docs/design.md §1.10); on in the paper config, see ``ISQConfig.kmeans_init``).
         kmeans_iters: Lloyd iterations for that initialisation.
     """
 
@@ -109,7 +109,7 @@ class EMAQuantizer(nn.Module):
             lookup = self.codebook.nearest(z_valid)
             codes = self.codebook.vectors[lookup.indices]  # a copy: the EMA step below edits the buffer
 
-            # Per-position squared norms, averaged over real tokens (SPEC "loss").
+            # Per-position squared norms, averaged over real tokens (docs/design.md §1.6).
             codebook_loss = _masked_mean((z_valid.detach() - codes).pow(2).sum(1))
             commitment_loss = _masked_mean((z_valid - codes.detach()).pow(2).sum(1))
             vq_loss = codebook_loss + self.beta * commitment_loss
@@ -147,7 +147,7 @@ class EMAQuantizer(nn.Module):
             return summed / weights.sum(1).clamp_min(1.0)
 
     def _entropy_loss(self, distances: Tensor) -> Tensor:
-        """L_ent = mean_t H(p_t) - H(mean_t p_t), p_t = softmax(-d_t / τ) (SPEC "loss")."""
+        """L_ent = mean_t H(p_t) - H(mean_t p_t), p_t = softmax(-d_t / τ) (docs/design.md §1.6)."""
         if distances.shape[0] == 0:
             return distances.sum()
         log_p = F.log_softmax(-distances / self.entropy_temperature, dim=1)

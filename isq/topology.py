@@ -1,4 +1,4 @@
-"""Codebook co-occurrence topology and Path B search (SPEC section 3, MemCode "key design 3").
+"""Codebook co-occurrence topology and Path B search (docs/design.md §3, MemCode "key design 3").
 
 Every AMU u is reduced to its fingerprint code set U_fp(u) (distinct codes of a codebook
 of N_c codes). Over the bank of N_u AMUs the topology keeps
@@ -51,7 +51,7 @@ class TopologyParams:
         self_term: add an h = 0 term, so a query code also activates itself with its IDF:
             S_code(a|a) = max(S_code(a|a), IDF(a)) (the paper's formula starts at h = 1).
         aggregate: "max" (the paper's S_amu) or "sum" (sum of A(b) over the AMU's codes).
-        association: how a walk of h hops from a to b is weighted. "conditional" is the SPEC's
+        association: how a walk of h hops from a to b is weighted. "conditional" is the paper's
             IDF(a) · α^h · [P^h]_ab, which favours common targets (a code found in most units is
             reached from anywhere). "lift" divides by the target's share of all co-occurrences,
             π(b) = Σ_a M_ab / Σ M: α^h · max(0, log([P^h]_ab / π(b))), the pointwise mutual
@@ -63,8 +63,8 @@ class TopologyParams:
     The paper gives no H_r or α. The defaults (H_r = 1, α = 0.3, self term, sum, conditional)
     were chosen by the 36-setting sweep on the LoCoMo development conversations
     (``docs/results.md``), where the self term and sum aggregation mattered and the walk did
-    not. The SPEC's formula is ``TopologyParams(2, 0.5, False, "max")`` (or any H_r, α), the
-    setting whose search walks an inverted index without scanning the bank.
+    not. The paper's setting (docs/design.md §3.5) is ``TopologyParams(2, 0.5, False, "max")`` (or
+    any H_r, α), the setting whose search walks an inverted index without scanning the bank.
     """
 
     max_hops: int = 1
@@ -172,7 +172,7 @@ class CooccurrenceTopology:
         self._doc_freq += np.bincount(new.indices, minlength=self.num_codes)
         new_counts = new.astype(np.int32)
         gram = (new_counts.T @ new_counts).tocsr().astype(np.int64)
-        # SPEC 3: M_ab counts a != b only
+        # docs/design.md §3.1: M_ab counts a != b only
         gram = gram - sp.diags(gram.diagonal(), format="csr", dtype=np.int64)
         gram.eliminate_zeros()
         self._cooc = (self._cooc + gram).tocsr()
@@ -242,15 +242,15 @@ class CooccurrenceTopology:
         return self._transition[1]
 
     def idf(self) -> np.ndarray:
-        """log((N_u + 1) / (n(a) + 1)) for every code a (SPEC 3)."""
+        """log((N_u + 1) / (n(a) + 1)) for every code a (docs/design.md §3.2)."""
         self._fold_pending()
         units = int(self._incidence.shape[0])
         idf: np.ndarray = np.log((units + 1) / (self._doc_freq + 1.0))
         return idf
 
     def code_score_rows(self, sources: np.ndarray) -> np.ndarray:
-        """Rows ``sources`` of S_code (SPEC 3), shape (len(sources), N_c), column b = target code:
-        P^h is walked from these rows only, so a query holds |Q_fp| x N_c floats at any N_c."""
+        """Rows ``sources`` of S_code (docs/design.md §3.2), shape (len(sources), N_c), column b =
+        target code: P^h is walked from these rows only, so a query holds |Q_fp| x N_c floats at any N_c."""
         params = self.params
         sources = np.asarray(sources, dtype=np.int64)
         idf = self.idf()

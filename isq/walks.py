@@ -1,4 +1,4 @@
-"""Path B's walks over an inverted index (SPEC section 3): the exact top-K of S_amu without
+"""Path B's walks over an inverted index (docs/design.md §3.3): the exact top-K of S_amu without
 scanning the bank.
 
 Every walk returns the same list as scoring the whole bank and keeping the K best

@@ -1,5 +1,5 @@
 """``python -m retrieval.consolidate``: asynchronous consolidation of a store's conversations
-(library: :mod:`retrieval.consolidation`; SPEC section 8).
+(library: :mod:`retrieval.consolidation`; docs/design.md §8).
 
     python -m retrieval.consolidate --store DIR [--operator offline|llm] [--threshold T]
         [--linkage complete|average|single] [--window-days D] [--conversation ID ...]

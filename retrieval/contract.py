@@ -1,4 +1,4 @@
-"""What every retriever promises (SPEC sections 4 and 7): a :class:`Query` in, a :class:`Retrieval`
+"""What every retriever promises (docs/design.md §4 and §7): a :class:`Query` in, a :class:`Retrieval`
 out, whose :class:`Hit` items carry their provenance (session and turn ids) and each channel's
 score. The multi-route retriever (:mod:`retrieval.routes.multi_route`), the dual-path ablation
 of the evaluation (:mod:`retrieval.eval.dual_path`) and the ``Memory`` API all speak it, so the

@@ -84,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="a query code also activates itself (h = 0 term)")
     parser.add_argument("--aggregate", choices=AGGREGATES, default=defaults.aggregate)
     parser.add_argument("--association", choices=ASSOCIATIONS, default=defaults.association,
-                        help="weight of a walk: the SPEC's conditional probability, its lift, "
+                        help="weight of a walk: the paper's conditional probability, its lift, "
                              "or IDF on the target")
     parser.add_argument("--length-norm", type=float, default=defaults.length_norm,
                         help="divide a summed S_amu by |U_fp|^LENGTH_NORM (0 = off)")

@@ -7,6 +7,7 @@ from datetime import datetime
 
 import pytest
 
+from retrieval.memory.in_chunks import IN_CHUNK, in_chunks
 from retrieval.memory.records import (
     AMU,
     AMUValidationError,
@@ -16,9 +17,31 @@ from retrieval.memory.records import (
     amu_id,
 )
 from retrieval.memory.store import AMUStore
-from retrieval.memory.times import time_interval
+from retrieval.memory.times import iso_text, time_interval
 
 WHEN = datetime(2023, 5, 8, 13, 56)
+
+
+def by_session(store: AMUStore, conversation_id: str, session_id: str) -> list[AMU]:
+    """The active units of one session, read through the store's own filters."""
+    where, params = store._filters(conversation_id=conversation_id)
+    return list(store._select(where + ["session_id = ?"], params + [session_id]))
+
+
+def by_entity(store: AMUStore, entity: str) -> list[AMU]:
+    """Active units listing this entity (case-insensitive): what the ``amu_entities`` index holds."""
+    where, params = store._filters()
+    where.append("position IN (SELECT amu FROM amu_entities WHERE entity = ?)")
+    return list(store._select(where, params + [entity.casefold()]))
+
+
+def in_time_range(store: AMUStore, start: str, end: str) -> list[AMU]:
+    """Active units whose observation time or any timestamp overlaps [start, end] (ISO values of any
+    precision): what the ``amu_times`` index holds."""
+    low, high = time_interval(start)[0], time_interval(end)[1]
+    where, params = store._filters()
+    where.append("position IN (SELECT amu FROM amu_times WHERE start <= ? AND end >= ?)")
+    return list(store._select(where, params + [iso_text(high), iso_text(low)]))
 
 
 def make_turn(turn_id: str, speaker: str = "Caroline", session: str = "session_1",
@@ -106,13 +129,13 @@ def test_store_round_trip_and_lookups(tmp_path):
         ids = [amu.id for amu in store.amus("conv-x")]
         assert ids == ["conv-x:0:0", "conv-x:0:1", "conv-x:1:0"]
         assert store.get("conv-x:1:0").fingerprint == (5, 9, 5)
-        assert [a.id for a in store.by_session("conv-x", "session_2")] == ["conv-x:1:0"]
+        assert [a.id for a in by_session(store, "conv-x", "session_2")] == ["conv-x:1:0"]
         assert [a.id for a in store.by_segment("conv-x", 0)] == ["conv-x:0:0", "conv-x:0:1"]
-        assert [a.id for a in store.by_entity("caroline")] == ["conv-x:0:0", "conv-x:1:0"]
+        assert [a.id for a in by_entity(store, "caroline")] == ["conv-x:0:0", "conv-x:1:0"]
         # "2022" only overlaps the year 2022; the session time (2023-05-08) matches every unit in May.
-        assert [a.id for a in store.in_time_range("2022-06", "2022-07")] == ["conv-x:0:1"]
-        assert [a.id for a in store.in_time_range("2023-05-15", "2023-05-16")] == ["conv-x:1:0"]
-        assert len(store.in_time_range("2023-05", "2023-05")) == 3
+        assert [a.id for a in in_time_range(store, "2022-06", "2022-07")] == ["conv-x:0:1"]
+        assert [a.id for a in in_time_range(store, "2023-05-15", "2023-05-16")] == ["conv-x:1:0"]
+        assert len(in_time_range(store, "2023-05", "2023-05")) == 3
         source = store.source_turns(store.get("conv-x:0:1"))
         assert [(t.turn_id, t.text, t.session_time) for t in source] == [("D1:0", "turn 0", WHEN)]
         record = store.segment("conv-x", 1)
@@ -129,7 +152,8 @@ def test_archive_and_fingerprints_are_the_only_updates(tmp_path):
         assert [a.id for a in store.amus()] == ["conv-x:0:1"]
         assert store.get("conv-x:0:0").archived
         assert len(list(store.amus(include_archived=True))) == 2
-        store.set_fingerprints({"conv-x:0:1": [7, 8]})
+        with store._transaction() as db:  # the fingerprint column stays writable (a new fingerprinter)
+            db.execute("UPDATE amus SET fingerprint = '[7, 8]' WHERE id = 'conv-x:0:1'")
         assert store.get("conv-x:0:1").fingerprint == (7, 8)
         with pytest.raises(sqlite3.DatabaseError, match="append-only"):
             store._db.execute("UPDATE amus SET text = 'changed' WHERE id = 'conv-x:0:1'")
@@ -162,3 +186,18 @@ def test_segment_commit_is_atomic_and_unique(tmp_path):
                       SourcePointer("conv-x", "session_1", ("D1:2",), segment=3)):
             with pytest.raises(ValueError, match="belongs to"):
                 commit(store, 2, [make_amu(2, 0, source=wrong)])
+
+
+def test_in_lists_are_bound_in_chunks_under_sqlite_s_parameter_limit():
+    values = [f"v{i}" for i in range(2 * IN_CHUNK + 1)]
+    chunks = list(in_chunks(values))
+    assert [len(chunk) for _, chunk in chunks] == [IN_CHUNK, IN_CHUNK, 1]
+    assert [marks.count("?") for marks, _ in chunks] == [IN_CHUNK, IN_CHUNK, 1] and chunks[2][0] == "?"
+    assert [v for _, chunk in chunks for v in chunk] == values and list(in_chunks([])) == []
+
+
+def test_a_cache_read_of_more_items_than_sqlite_binds_at_once(tmp_path):
+    with AMUStore(tmp_path) as store:
+        blobs = {f"item{i}": bytes([i % 256]) for i in range(1500)}  # over SQLite's 999 parameters
+        store.cache("vectors", "m", blobs)
+        assert store.cached("vectors", "m", list(blobs) + ["absent"]) == blobs

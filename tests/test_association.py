@@ -1,5 +1,5 @@
-"""Path B's association options against hand-computed values: the SPEC's conditional walk, the
-lift (pointwise mutual information) of the walk, IDF on the target, the self term alone
+"""Path B's association options (docs/design.md §3.5) against hand-computed values: the paper's
+conditional walk, the lift (pointwise mutual information) of the walk, IDF on the target, the self term alone
 (H_r = 0) and length normalisation of the summed score."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Asynchronous consolidation (SPEC section 8): gates, HAC plan, the offline and LLM operators,
+"""Asynchronous consolidation (docs/design.md §8): gates, HAC plan, the offline and LLM operators,
 pointer forwarding with its audit, idempotence, the indexes, the command lines."""
 
 from __future__ import annotations

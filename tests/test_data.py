@@ -1,4 +1,4 @@
-"""DailyDialog reading: detokenisation, pairs, leakage, malformed files (SPEC section 1, Data)."""
+"""DailyDialog reading: detokenisation, pairs, leakage, malformed files (docs/design.md §1.9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Dense faiss index and dual-path retrieval (SPEC 4)."""
+"""Dense faiss index and dual-path retrieval (docs/design.md §4)."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def search(retriever: DualPathRetriever, query: Query, mode=(Channel.CODE, True)
 def check_hits(hits, retriever: DualPathRetriever, data: dict) -> None:
     """Every hit carries the id, index and source it was added with; ranks count 1.. per path."""
     for hit in hits:
-        assert data["ids"][hit.index] == hit.id and retriever.index_of(hit.id) == hit.index
+        assert data["ids"][hit.index] == hit.id and retriever.ids[hit.index] == hit.id
         assert hit.source == data["sources"][hit.index]
     for path in ("dense", "code", "bm25"):
         assert [hit.rank for hit in hits if hit.channel == path] == list(

@@ -3,21 +3,24 @@ plot of paired differences (the statistics of retrieval.paired), unit by unit an
 
 from __future__ import annotations
 
+import colorsys
 import json
 import subprocess
 import sys
 from types import SimpleNamespace
 
+import matplotlib.colors
 import pytest
 
 from retrieval.contract import Hit
 from retrieval.eval.configs import parse_config
-from retrieval.eval.curves import CURVES_FILE, curve, cut, path_runs, recall_curves
+from retrieval.eval.curves import CURVES_FILE, curve, curve_styles, cut, path_runs, plot_curves, recall_curves
 from retrieval.eval.dual_path import Channel
 from retrieval.eval.forest import FOREST_FILE, comparisons, forest_table, plot_forest
 from retrieval.eval.locomo import load_locomo
 from retrieval.eval.paired_differences import compare
 from retrieval.eval.questions import EvalQuestion
+from retrieval.eval.results import RecallCurves
 from retrieval.eval.run import EvaluationSettings, Models, evaluate
 from tests.test_evaluate import HashEmbedder, fingerprinter_dirs, fingerprinters, write_locomo  # noqa: F401
 from tests.test_paired import REPO, question, write_questions_file
@@ -85,6 +88,55 @@ def test_recall_curves_retrieve_each_path_once_at_the_largest_k():
     curves = recall_curves([parse_config("dense2+code2")], questions, retrieve, ks=(1, 2, 10))
     assert asked == [(None, 0, 10), (Channel.CODE, 0, 10)]
     assert curves.ks == [1, 2, 10] and curves.configs["dense2+code2"]["overall"] == [0.0, 1.0, 1.0]
+
+
+TWELVE = ["dense20", "dense40", "dense20+code20", "dense20+kmeans20", "dense20+bm25_20",
+          "dense20+codebm25_20", "code40", "kmeans40", "codebm25_40", "multi", "multi+code", "multi+kmeans"]
+
+
+def hue_and_lightness(colour: str) -> tuple[float, float]:
+    hue, lightness, _ = colorsys.rgb_to_hls(*matplotlib.colors.to_rgb(colour))
+    return 360 * hue, lightness
+
+
+def check_styles(styles: dict[str, tuple[str, str, str]]) -> None:
+    """Every curve its own colour and its own marker; a k-means control in its configuration's hue,
+    lighter and dashed, the configuration solid."""
+    assert len(set(styles.values())) == len(styles)
+    assert len({colour for colour, _, _ in styles.values()}) == len(styles)
+    assert len({marker for _, marker, _ in styles.values()}) == len(styles)
+    controls = [name for name in styles if "kmeans" in name]
+    assert controls
+    for control in controls:
+        (colour, _, line), (twin, _, twin_line) = styles[control], styles[control.replace("kmeans", "code")]
+        (hue, lightness), (twin_hue, twin_lightness) = hue_and_lightness(colour), hue_and_lightness(twin)
+        assert min(abs(hue - twin_hue), 360 - abs(hue - twin_hue)) < 10 and lightness > twin_lightness
+        assert (line, twin_line) == ("--", "-")
+
+
+def test_every_configuration_s_curve_has_its_own_colour_and_marker_and_a_control_its_twin_s_hue():
+    check_styles(curve_styles(TWELVE))
+    # with matplotlib's default 10-colour cycle, the 11th and 12th curves repeated the 1st and 2nd colours
+    styles = curve_styles(TWELVE)
+    assert styles["dense20"][0] != styles["multi+code"][0]
+    assert styles["dense40"][0] != styles["multi+kmeans"][0]
+
+
+def test_the_drawn_curves_take_those_styles(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    drawn = []
+    monkeypatch.setattr(plt, "close", drawn.append)
+    curves = RecallCurves(ks=[5, 10], configs={name: {"overall": [0.1, 0.2], "temporal": [0.3, 0.4]}
+                                               for name in TWELVE})
+    plot_curves(curves, tmp_path / CURVES_FILE)
+    assert (tmp_path / CURVES_FILE).read_bytes()[:4] == PNG
+    for axis in drawn[0].axes:
+        found = {line.get_label(): (matplotlib.colors.to_hex(line.get_color()), line.get_marker(),
+                                    line.get_linestyle()) for line in axis.get_lines()}
+        assert found == curve_styles(TWELVE)
+    check_styles(found)
+    plt.close(drawn[0])
 
 
 def test_comparisons_pair_each_configuration_with_the_dense_baseline_multi_and_its_kmeans_twin():

@@ -1,4 +1,4 @@
-"""Structured evidence indexes of the store (schema 3; SPEC section 7): key normalisation, the nodes
+"""Structured evidence indexes of the store (schema 3; docs/design.md §7): key normalisation, the nodes
 of a record, FTS5 and evidence nodes kept in step with inserts and archiving inside the store's
 transactions, the migration of a version-2 store, and the temporal scope both extractors fill."""
 

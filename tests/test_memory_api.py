@@ -1,4 +1,4 @@
-"""The memory API (issue 21): turns searchable at once, users kept apart, replays idempotent,
+"""The memory API: turns searchable at once, users kept apart, replays idempotent,
 hard deletion that leaves no trace in the store's files, durable jobs, typed errors, migration."""
 
 from __future__ import annotations

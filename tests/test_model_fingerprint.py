@@ -1,4 +1,4 @@
-"""ISQModel, projection and the exported fingerprinter (SPEC sections 1-2)."""
+"""ISQModel, projection and the exported fingerprinter (docs/design.md §1 and §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""EMAQuantizer mathematics against hand-computed values (SPEC section 1)."""
+"""EMAQuantizer mathematics against hand-computed values (docs/design.md §1)."""
 
 from __future__ import annotations
 

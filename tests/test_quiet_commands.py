@@ -1,6 +1,7 @@
-"""What the README's commands print: their own lines, no third-party chatter (issue 23, the
-fresh-clone walk-through). Each check runs the command's logging set-up in a fresh interpreter,
-as a user's shell does, and captures what reaches the terminal."""
+"""What the README's commands print: their own lines, no third-party chatter, so a reader
+following the README on a fresh clone sees only what concerns them. Each check runs the
+command's logging set-up in a fresh interpreter, as a user's shell does, and captures what
+reaches the terminal."""
 
 from __future__ import annotations
 

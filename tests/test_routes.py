@@ -1,4 +1,4 @@
-"""Plan-guided multi-route retrieval (SPEC section 7): each channel on a small synthetic store with
+"""Plan-guided multi-route retrieval (docs/design.md §7): each channel on a small synthetic store with
 known answers, the planners and the plan schema, RRF, s_final and MMR against hand-computed
 values, the reranker and the retriever's guarantees (exactly k distinct items, no archived one)."""
 

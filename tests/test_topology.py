@@ -1,4 +1,4 @@
-"""Codebook co-occurrence topology (SPEC 3) and exact sublinear Path B search."""
+"""Codebook co-occurrence topology (docs/design.md §3) and exact sublinear Path B search."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def reference_statistics(
 def reference_code_scores(
     code_sets: list[set[int]], num_codes: int, max_hops: int, alpha: float, self_term: bool
 ) -> np.ndarray:
-    """S_code(b|a) written out entry by entry from the SPEC 3 formula."""
+    """S_code(b|a) written out entry by entry from the formula of docs/design.md §3.2."""
     doc_freq, _, trans = reference_statistics(code_sets, num_codes)
     powers = [np.linalg.matrix_power(trans, h) for h in range(1, max_hops + 1)]
     scores = np.zeros((num_codes, num_codes))
@@ -68,12 +68,12 @@ def reference_unit_scores(
     return np.array([combine(act[b] for b in codes) if codes else 0.0 for codes in code_sets])
 
 
-SPEC_FORMULA = {"max_hops": 2, "alpha": 0.5, "self_term": False, "aggregate": "max"}
+PAPER_FORMULA = {"max_hops": 2, "alpha": 0.5, "self_term": False, "aggregate": "max"}
 
 
 def build(code_sets: list[set[int]], num_codes: int = 16, identity=None, **kwargs) -> CooccurrenceTopology:
-    """A topology with the spec's formula unless a test overrides a parameter."""
-    topology = CooccurrenceTopology(num_codes, TopologyParams(**(SPEC_FORMULA | kwargs)), identity)
+    """A topology with the paper's formula (docs/design.md §3.2) unless a test overrides a parameter."""
+    topology = CooccurrenceTopology(num_codes, TopologyParams(**(PAPER_FORMULA | kwargs)), identity)
     topology.add(code_sets)
     return topology
 
@@ -262,7 +262,7 @@ def test_invalid_inputs_are_refused() -> None:
 def test_incremental_add_equals_rebuild() -> None:
     bank = random_bank(6, count=50)
     whole = build(bank, self_term=True)
-    parts = CooccurrenceTopology(num_codes=16, params=TopologyParams(**(SPEC_FORMULA | {"self_term": True})))
+    parts = CooccurrenceTopology(num_codes=16, params=TopologyParams(**(PAPER_FORMULA | {"self_term": True})))
     parts.add(bank[:10])
     parts.search({1, 2}, 5)  # a query in between folds the first batch in
     parts.add([])

@@ -3,7 +3,7 @@
 Reads the original release layout (``train/dialogues_train.txt`` ..., one dialogue per line,
 utterances separated by ``__eou__``) from a local directory: the Hugging Face ``daily_dialog``
 loading script does not run on ``datasets>=4``, so a hub parquet copy is optional only.
-SPEC section 1, "Data".
+docs/design.md §1.9.
 """
 
 from __future__ import annotations

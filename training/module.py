@@ -32,7 +32,7 @@ RANGES = {"encoder_lr": POSITIVE, "head_lr": POSITIVE, "weight_decay": NON_NEGAT
 
 
 class ISQLightningModule(L.LightningModule):
-    """Trains the ISQ codebook with the predictive-coding objective (SPEC section 1).
+    """Trains the ISQ codebook with the predictive-coding objective (docs/design.md §1).
 
     Args:
         isq: the model configuration.

@@ -3,7 +3,7 @@
 One fingerprinter pass, :func:`collect`, turns a text sample into :class:`SampleCodes` (tokens,
 token codes, ||z_t|| and the quantisation error ||z_t - e_k||^2 of every non-padding token).
 Everything else is a plain function over arrays (counts, code vectors, code sequences, the
-co-occurrence matrix M and the S_code matrix of SPEC section 3), so each statistic can be
+co-occurrence matrix M and the S_code matrix of docs/design.md §3.2), so each statistic can be
 checked on hand-built inputs. ``isq.report`` and ``notebooks/codebook_analysis.ipynb`` draw them.
 
 Modules: ``sample`` (the fingerprinter pass), ``usage`` (utilisation, fingerprint lengths),

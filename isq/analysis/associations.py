@@ -1,4 +1,4 @@
-"""Co-occurrence topology views (SPEC section 3): code degrees and the strongest S_code links.
+"""Co-occurrence topology views (docs/design.md §3): code degrees and the strongest S_code links.
 
 The functions take arrays (M and S_code, e.g. from :class:`isq.topology.CooccurrenceTopology`),
 so each can be checked on hand-built matrices.

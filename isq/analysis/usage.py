@@ -103,7 +103,7 @@ class FingerprintLengths:
 
 
 def fingerprint_lengths(token_codes: Sequence[Sequence[int] | np.ndarray]) -> FingerprintLengths:
-    """Lengths of L, S_fp and U_fp (SPEC section 2) for every text's token codes."""
+    """Lengths of L, S_fp and U_fp (docs/design.md §2.1) for every text's token codes."""
     if not token_codes:
         raise ValueError("no fingerprints")
     codes = [list(np.asarray(c).tolist()) for c in token_codes]

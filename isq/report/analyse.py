@@ -42,7 +42,7 @@ DEFAULT_WORDS = 8
 
 def sample_topology(sample: SampleCodes,
                     identity: Mapping[str, object] | None = None) -> CooccurrenceTopology:
-    """The co-occurrence topology (SPEC 3) over the sample, one unit per text, default
+    """The co-occurrence topology (docs/design.md §3) over the sample, one unit per text, default
     :class:`isq.topology.TopologyParams` (H_r, alpha)."""
     topology = CooccurrenceTopology(num_codes=sample.num_codes, identity=identity)
     topology.add(set(codes.tolist()) for codes in sample.token_codes)

@@ -1,4 +1,4 @@
-"""Durable consolidation jobs (SPEC section 8 run in the background of the memory API).
+"""Durable consolidation jobs (docs/design.md §8, run in the background of the memory API).
 
 A job is a row of the store's ``jobs`` table (:mod:`retrieval.memory.job_rows`) before it runs,
 so a job survives its process: :class:`JobRunner` runs the unfinished ones again when the memory

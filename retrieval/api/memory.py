@@ -1,5 +1,5 @@
 """``retrieval.Memory``: a memory an agent uses — turns added as they happen, searched at once,
-scoped to a user, forgotten completely (issue 21).
+scoped to a user, forgotten completely.
 
     with Memory.open("stores/agent", fingerprinter="checkpoints/isq_minilm_dailydialog_cpu") as mem:
         mem.add([{"speaker": "Maria", "text": "I adopted a cat called Pickle."}], user_id="alice",

@@ -1,4 +1,4 @@
-"""Online segmentation for the memory API (SPEC section 5, LycheeMemory C.1): one open segment
+"""Online segmentation for the memory API (docs/design.md §5.2, LycheeMemory C.1): one open segment
 per (user, session), closed by the boundary policy, by :meth:`UserStream.flush` or never (it
 stays open across restarts: its turns are stored, and :meth:`UserStream.load` feeds them again).
 

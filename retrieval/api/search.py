@@ -1,5 +1,5 @@
 """One search of the memory API over a user's snapshot: plan-guided multi-route retrieval
-(:class:`retrieval.routes.multi_route.MultiRouteRetriever`, SPEC section 7) with the codebook
+(:class:`retrieval.routes.multi_route.MultiRouteRetriever`, docs/design.md §7) with the codebook
 channel when the snapshot has a topology, exactly ``k`` items (``plan_depth=0``).
 
 ``routes`` names the channels that may vote (records, nodes, turns, lexical, temporal, code);

@@ -1,4 +1,4 @@
-"""Asynchronous memory consolidation (MemCode key design 4; SPEC section 8).
+"""Asynchronous memory consolidation (MemCode key design 4; docs/design.md §8).
 
 Off the ingestion path, the active AMUs of a conversation are clustered (HAC on cosine distances
 of their embeddings), the clusters pass strict gates (no count-sensitive facts, one speaker, a

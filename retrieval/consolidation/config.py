@@ -1,4 +1,4 @@
-"""Every setting of asynchronous consolidation (SPEC section 8, MemCode key design 4) in one place.
+"""Every setting of asynchronous consolidation (docs/design.md §8, MemCode key design 4) in one place.
 
 The paper gives no numbers for the clustering threshold, the time window or the prefix span;
 the values here are this project's choices (``docs/consolidation.md`` says why):

@@ -1,5 +1,5 @@
 """The consolidation engine: passes of plan -> operator -> pointer forwarding over one
-conversation of a store, until a pass changes nothing (SPEC section 8).
+conversation of a store, until a pass changes nothing (docs/design.md §8).
 
 A draft that would drop what a member states (an entity its text names, a date it mentions) or
 absorb too many members is refused and counted (:mod:`retrieval.consolidation.fidelity`).

@@ -1,4 +1,4 @@
-"""What a merged AMU must keep of its members (SPEC section 8: consolidation loses no fact).
+"""What a merged AMU must keep of its members (docs/design.md §8.2: consolidation loses no fact).
 
 Turns are not enough: a merged AMU that points to fifteen turns but keeps one statement still
 covers every turn. So a merge must also state what each member stated, at least:

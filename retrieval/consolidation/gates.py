@@ -1,4 +1,4 @@
-"""The strict gates of consolidation (MemCode key design 4; SPEC section 8).
+"""The strict gates of consolidation (MemCode key design 4; docs/design.md §8).
 
 1. Count-sensitive facts are never consolidated: merging "Melanie has two kids" with "Melanie has
    three kids", or summarising "went running 3 times" with "goes running every day", would lose

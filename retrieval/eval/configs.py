@@ -3,11 +3,11 @@
 Configurations at equal budget are named ``dense{K}``, ``code{K}``, ``kmeans{K}``, ``bm25_{K}`` or
 ``dense{K}+code{K}`` / ``dense{K}+kmeans{K}`` / ``dense{K}+bm25_{K}``: ``code`` is Path B with the
 trained fingerprinter, ``kmeans`` Path B with the k-means control, and a ``+`` path only adds
-items that the dense path did not return (SPEC section 4). ``multi`` is plan-guided multi-route
-retrieval with every route but the codebook, ``multi+code`` adds the codebook route (SPEC
-section 7) and ``multi+kmeans`` adds it with the k-means control as its codebook (the same plans
-and routes otherwise); all three return the evaluation's total budget (k_dense + k_code) of
-distinct items.
+items that the dense path did not return (docs/design.md §4.2). ``multi`` is plan-guided
+multi-route retrieval with every route but the codebook, ``multi+code`` adds the codebook route
+(docs/design.md §7.5) and ``multi+kmeans`` adds it with the k-means control as its codebook (the
+same plans and routes otherwise); all three return the evaluation's total budget (k_dense +
+k_code) of distinct items.
 """
 
 from __future__ import annotations

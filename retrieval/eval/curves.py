@@ -33,6 +33,11 @@ if TYPE_CHECKING:
 CURVE_KS = tuple(range(5, 101, 5))
 """The cuts of the curves: k = 5 ... 100 items."""
 CURVES_FILE = "recall_at_k.png"
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*", "h", "p", "d", "8")
+"""One marker per configuration, in order (they repeat only past 14 configurations)."""
+CONTROL, TRAINED_PART = "kmeans", "code"
+"""A k-means control is named as its configuration with ``kmeans`` for ``code``
+(``dense20+kmeans20`` is the control of ``dense20+code20``)."""
 
 
 class HitsRun(Protocol):
@@ -93,6 +98,31 @@ def _cut_question(config: RetrievalConfig, runs: Sequence[Sequence[Sequence[Hit]
     return cut(config, [run[question] for run in runs], k)
 
 
+def curve_family(name: str) -> tuple[str, bool]:
+    """The configuration whose hue a curve takes (a control takes its configuration's) and whether
+    it is a k-means control."""
+    return name.replace(CONTROL, TRAINED_PART), CONTROL in name
+
+
+def curve_styles(names: Sequence[str]) -> dict[str, tuple[str, str, str]]:
+    """(colour, marker, line style) of each configuration's curve. Each family (a configuration
+    and its k-means control) has one hue of matplotlib's paired ``tab20`` palette, in order of
+    first appearance: the configuration its dark shade with a solid line, the control its light
+    shade with a dashed line; every configuration has its own marker."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    palette = [to_hex(colour) for colour in colormaps["tab20"].colors]  # dark, light, dark, light ...
+    families: dict[str, int] = {}
+    styles = {}
+    for position, name in enumerate(names):
+        family, control = curve_family(name)
+        hue = families.setdefault(family, len(families)) % (len(palette) // 2)
+        line = "--" if control else "-"
+        styles[name] = (palette[2 * hue + int(control)], MARKERS[position % len(MARKERS)], line)
+    return styles
+
+
 def plot_curves(curves: RecallCurves, path: Path) -> None:
     """One panel per group (overall first, then the categories): recall@k per configuration."""
     import matplotlib
@@ -101,10 +131,13 @@ def plot_curves(curves: RecallCurves, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     groups = list(next(iter(curves.configs.values())))
+    styles = curve_styles(list(curves.configs))
     figure, axes = plt.subplots(1, len(groups), figsize=(3.6 * len(groups), 4), sharey=True, squeeze=False)
     for axis, group in zip(axes[0], groups, strict=True):
         for name, by_group in curves.configs.items():
-            axis.plot(curves.ks, [100 * v for v in by_group[group]], marker=".", label=name)
+            colour, marker, line = styles[name]
+            axis.plot(curves.ks, [100 * v for v in by_group[group]], color=colour, marker=marker,
+                      markersize=4, linestyle=line, label=name)
         axis.set_title(group)
         axis.set_xlabel("k (items retrieved)")
         axis.grid(alpha=0.3)

@@ -1,4 +1,4 @@
-"""Dense + codebook dual-path retrieval over an AMU bank (SPEC section 4).
+"""Dense + codebook dual-path retrieval over an AMU bank (docs/design.md §4).
 
 Path A takes the K_v nearest AMUs by cosine similarity (faiss). Path B takes the K_c best AMUs
 by topology score S_amu that Path A did not return: it only complements Path A (asymmetric).
@@ -49,7 +49,7 @@ class Channel(str, Enum):
 @dataclass(frozen=True)
 class DualPathMode:
     """Which channels run: ``dense`` with ``k_dense`` items, then ``complement`` with the rest of
-    the budget among the items the dense path did not return (SPEC section 4). ``complement``
+    the budget among the items the dense path did not return (docs/design.md §4.2). ``complement``
     alone (``k_dense`` 0) is that channel with the whole budget; no complement is Dense-K."""
 
     complement: Channel | None
@@ -108,10 +108,6 @@ class DualPathRetriever:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def index_of(self, amu_id: str) -> int:
-        """The bank index of an AMU id."""
-        return self._index_of[amu_id]
-
     def add(
         self,
         ids: Sequence[str],
@@ -163,7 +159,7 @@ class DualPathRetriever:
 
         Dense-K (no complement) takes the k nearest AMUs by cosine (needs ``query.embedding``);
         a complement alone takes its k best; ``dense`` + complement takes ``mode.k_dense`` dense
-        hits, then the complement's ``k - k_dense`` best among the rest (SPEC section 4). The
+        hits, then the complement's ``k - k_dense`` best among the rest (docs/design.md §4.2). The
         code channels need ``query.codes``, BM25 the query text. AMUs with a non-positive code
         or BM25 score are never returned, so a complement may return fewer than its budget. A
         query without a letter or digit raises :class:`retrieval.contract.EmptyQuery`.

@@ -1,4 +1,4 @@
-"""Loading the LoCoMo benchmark (``locomo10.json`` or a subset of it, SPEC section 6).
+"""Loading the LoCoMo benchmark (``locomo10.json`` or a subset of it, docs/design.md §6.1).
 
 The file is a JSON list of conversations. Each has ``sample_id``, ``conversation`` (with
 ``speaker_a``, ``speaker_b``, ``session_<n>`` turn lists and ``session_<n>_date_time`` strings

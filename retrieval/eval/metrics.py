@@ -1,4 +1,4 @@
-"""Evidence metrics per question and their averages (SPEC section 6).
+"""Evidence metrics per question and their averages (docs/design.md §6.1).
 
 Per question with evidence ids E and the turn ids R that the retrieved items' source pointers
 cover: recall@k = |E ∩ R| / |E|; hit@k = 1 if at least one evidence id is covered; complete@k

@@ -1,5 +1,5 @@
 """The multi-route configurations of the evaluation (``multi``, ``multi+code``, ``multi+kmeans``;
-SPEC section 7): one :class:`MultiRouteRetriever` per conversation and configuration over the
+docs/design.md §7): one :class:`MultiRouteRetriever` per conversation and configuration over the
 same active AMUs and embeddings as the dual-path banks, whose code route searches the
 configuration's codebook (the trained one's topology for ``multi+code``, the control's for
 ``multi+kmeans``; the other routes and the plans are shared), and the plans' query texts

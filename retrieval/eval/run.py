@@ -1,4 +1,4 @@
-"""The LoCoMo evaluation run (SPEC section 6, MemCode's retrieval ablation).
+"""The LoCoMo evaluation run (docs/design.md §6, MemCode's retrieval ablation).
 
 Four steps over one :class:`EvaluationSettings`: :func:`construct` ingests each conversation's
 sessions in order into ``OUT/store`` (a rerun resumes and reuses it), embeds and fingerprints

@@ -1,4 +1,4 @@
-"""BM25 over codes: a lexical control for Path B (issue 16).
+"""BM25 over codes: a lexical control for Path B.
 
 Path B with the self term and sum aggregation scores a unit by the IDF-weighted overlap of code
 sets. Okapi BM25 over the codes themselves adds what full-text retrieval would: term frequency

@@ -1,4 +1,4 @@
-"""Path A: dense k-NN over L2-normalised AMU embeddings with faiss (SPEC section 4).
+"""Path A: dense k-NN over L2-normalised AMU embeddings with faiss (docs/design.md §4.1).
 
 Vectors are L2-normalised, so inner product is cosine similarity. Ids are the insertion order
 (0, 1, 2, ...), which is the AMU index shared with the topology and the retriever's metadata.

@@ -1,5 +1,5 @@
 """The search side of the structured evidence nodes (LycheeMemory section 3.4, Algorithm B.2 line 8;
-SPEC section 7): which node types semantic search matches and the text it embeds for a node.
+docs/design.md §7.1): which node types semantic search matches and the text it embeds for a node.
 The nodes themselves (keys, normalisation) are :mod:`retrieval.memory.evidence_keys`.
 """
 

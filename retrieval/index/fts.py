@@ -1,5 +1,5 @@
 """The lexical channel: SQLite FTS5 and its ``bm25()`` ranking (LycheeMemory Table 13's
-"SQLite + FTS5"; SPEC section 7).
+"SQLite + FTS5"; docs/design.md §7.1).
 
 The store keeps an FTS5 table over every active record's text, entities and topic tags
 (:mod:`retrieval.memory.schema`, ranked by :func:`retrieval.memory.fts.bm25_rows`); :class:`FTSIndex` is the

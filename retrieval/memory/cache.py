@@ -19,10 +19,8 @@ from typing import Any
 import numpy as np
 
 from isq.fingerprint import Fingerprint
+from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.models import Embedder, TextFingerprinter
-
-CHUNK = 500
-"""Items per SELECT ... IN (...) (SQLite's default limit of host parameters is 999)."""
 
 
 def model_identity(model: Any) -> Any:
@@ -51,9 +49,7 @@ class ArrayCache:
         column = {"vectors": "vector", "codes": "codes"}[table]
         wanted = list(dict.fromkeys(items))
         found: dict[str, bytes] = {}
-        for start in range(0, len(wanted), CHUNK):
-            chunk = wanted[start : start + CHUNK]
-            marks = ",".join("?" * len(chunk))
+        for marks, chunk in in_chunks(wanted):
             rows = self._db.execute(f"SELECT item, {column} FROM {table} WHERE model = ? AND item IN "
                                     f"({marks})",
                                     [model, *chunk])

@@ -1,5 +1,5 @@
-"""The evidence nodes of a record (LycheeMemory section 3.4, appendix C.3, Table 13; SPEC
-section 7): which ``node_type:key`` nodes a record links to, and how keys are normalised.
+"""The evidence nodes of a record (LycheeMemory section 3.4, appendix C.3, Table 13;
+docs/design.md §7.1): which ``node_type:key`` nodes a record links to, and how keys are normalised.
 
 Five node types: ``entity`` (one per entity), ``topic`` (one per topic tag), ``entity_topic``
 (one per co-occurring entity x tag pair), ``temporal`` (day keys ``YYYY-MM-DD`` and month keys

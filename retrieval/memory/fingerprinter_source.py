@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.memory.cache import model_identity
-from retrieval.memory.errors import StoreMismatch
 from retrieval.memory.store import AMUStore
 
 PATH_KEY = "fingerprinter_path"
@@ -33,10 +32,3 @@ def recorded_fingerprinter(store: AMUStore) -> Path | None:
     recorded = Path(store.meta(PATH_KEY))
     return recorded if recorded.is_dir() else None
 
-
-def check_fingerprinter(store: AMUStore, fingerprinter: Any) -> None:
-    """Refuse a fingerprinter other than the one the store's codes were computed with."""
-    bound = store.meta("fingerprinter")
-    if bound not in (None, "none") and bound != model_identity(fingerprinter):
-        raise StoreMismatch(f"{store.directory} was built with fingerprinter {bound!r}, not "
-                            f"{model_identity(fingerprinter)!r}; pass the one it was built with")

@@ -1,5 +1,5 @@
 """The store's FTS5 tables and their ``bm25()`` ranking (LycheeMemory Table 13's "SQLite + FTS5";
-SPEC section 7): the tokenizer every FTS5 table uses and the one ranking query.
+docs/design.md §7.1): the tokenizer every FTS5 table uses and the one ranking query.
 
 Queries arrive here as FTS5 MATCH expressions; turning free text into one (stopwords, quoting)
 is the lexical channel's job (:func:`retrieval.index.fts.match_expression`).

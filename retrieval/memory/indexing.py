@@ -1,5 +1,5 @@
-"""The store's structured evidence indexes (schema 3; LycheeMemory section 3.4, Table 13; SPEC
-section 7): their maintenance inside the store's write transactions and their reads.
+"""The store's structured evidence indexes (schema 3; LycheeMemory section 3.4, Table 13;
+docs/design.md §7.1): their maintenance inside the store's write transactions and their reads.
 
 Writes. Every AMU the store inserts goes through :func:`index_amu` in the same transaction
 (``AMUStore._insert_amu``, the one insert path of ingestion, retried extraction and
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from retrieval.memory.evidence_keys import node_id, record_nodes
 from retrieval.memory.fts import bm25_rows
+from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.reads import AMU_COLUMNS, amu_from_row
 from retrieval.memory.records import AMU
 
@@ -111,12 +112,11 @@ class EvidenceReads:
         """(node, AMU id) for every evidence link of these active AMUs, in node creation order: what
         a cached search snapshot adds when a segment commits (the node carries only that AMU)."""
         found: list[tuple[EvidenceNode, str]] = []
-        for start in range(0, len(amu_ids), 500):
-            chunk = list(amu_ids[start:start + 500])
+        for marks, chunk in in_chunks(amu_ids):
             rows = self._db.execute(
                 "SELECT n.node_type, n.key, n.text, n.session_id, n.turn_ids, a.id AS amu "
                 "FROM evidence_nodes n JOIN evidence_links l ON l.node = n.id JOIN amus a "
-                f"ON a.position = l.amu WHERE a.archived = 0 AND a.id IN ({','.join('?' * len(chunk))}) "
+                f"ON a.position = l.amu WHERE a.archived = 0 AND a.id IN ({marks}) "
                 "ORDER BY n.id, a.position",
                 chunk).fetchall()
             found += [(EvidenceNode(row["node_type"], row["key"], row["text"], (row["amu"],),

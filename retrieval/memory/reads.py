@@ -1,6 +1,6 @@
-"""Reading memory records back from the store: units by conversation, session, segment, entity
-or time, segments, raw turns and source pointers. A mixin of :class:`retrieval.memory.store.
-AMUStore` (which owns the connection); every read returns units in insertion order.
+"""Reading memory records back from the store: units by conversation or segment, segments, raw
+turns and source pointers. A mixin of :class:`retrieval.memory.store.AMUStore` (which owns the
+connection); every read returns units in insertion order.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import Any
 
 from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn
-from retrieval.memory.times import iso_text, time_interval
 
 AMU_COLUMNS = (
     "id, conversation_id, session_id, segment, text, memory_type, observed_at, timestamps, "
@@ -45,31 +44,9 @@ class StoreReads:
                                 "ORDER BY position", params)
         return {row[0]: row[1] for row in rows.fetchall()}
 
-    def by_session(self, conversation_id: str, session_id: str, *,
-                   include_archived: bool = False) -> list[AMU]:
-        where, params = self._filters(conversation_id=conversation_id, include_archived=include_archived)
-        return list(self._select(where + ["session_id = ?"], params + [session_id]))
-
     def by_segment(self, conversation_id: str, seq: int) -> list[AMU]:
         """The units extracted from one segment (LycheeMemory's event frame), archived included."""
         return list(self._select(["conversation_id = ?", "segment = ?"], [conversation_id, seq]))
-
-    def by_entity(self, entity: str, *, include_archived: bool = False) -> list[AMU]:
-        """Units listing this entity (case-insensitive exact match)."""
-        where, params = self._filters(include_archived=include_archived)
-        where.append("position IN (SELECT amu FROM amu_entities WHERE entity = ?)")
-        return list(self._select(where, params + [entity.casefold()]))
-
-    def in_time_range(self, start: str, end: str, *, include_archived: bool = False) -> list[AMU]:
-        """Units whose observation time or any timestamp overlaps [start, end].
-
-        ``start`` and ``end`` are ISO values of any precision: ``in_time_range("2023-05",
-        "2023-05")`` is the whole of May 2023.
-        """
-        low, high = time_interval(start)[0], time_interval(end)[1]
-        where, params = self._filters(include_archived=include_archived)
-        where.append("position IN (SELECT amu FROM amu_times WHERE start <= ? AND end >= ?)")
-        return list(self._select(where, params + [iso_text(high), iso_text(low)]))
 
     def count(self, conversation_id: str | None = None, *, include_archived: bool = True) -> int:
         where, params = self._filters(conversation_id=conversation_id, include_archived=include_archived)

@@ -1,6 +1,6 @@
 """Memory records: raw turns, source pointers, atomic memory units (AMUs) and segment markers.
 
-An AMU (MemCode key design 1, record schema of LycheeMemory Table 12; SPEC section 5) is one
+An AMU (MemCode key design 1, record schema of LycheeMemory Table 12; docs/design.md §5.1) is one
 self-contained fact: pronouns and relative dates already resolved, absolute times attached,
 and a source pointer back to the original dialogue turns (MemCode's Lambda_src), so that the
 raw context can always be recovered.

@@ -10,7 +10,7 @@ down only while the purging transaction holds a row in ``purging``, so no other 
 row again; archiving itself stays one-way.)
 
 Version 3 adds the temporal scope of a record (``t_ref``, ``valid_from``, ``valid_to``) and the
-structured evidence indexes of LycheeMemory section 3.4 (SPEC section 7): ``amu_fts``, an FTS5
+structured evidence indexes of LycheeMemory section 3.4 (docs/design.md §7.1): ``amu_fts``, an FTS5
 table (porter stemmer) over each active AMU's text, entities and topic tags, and the evidence
 nodes (``evidence_nodes``) with their links to AMUs (``evidence_links``). Triggers keep
 ``amu_fts`` in step with ``amus`` inside the inserting or archiving transaction, and drop an

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -297,7 +297,7 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows):
                     raise KeyError(f"no AMU with id {unit_id!r}")
 
     def forward(self, archived_ids: Sequence[str], merged: AMU, operation: str) -> bool:
-        """Pointer forwarding (consolidation, SPEC section 8) in one transaction: insert ``merged``
+        """Pointer forwarding (consolidation, docs/design.md §8.3) in one transaction: insert ``merged``
         (through ``_insert_amu``, so the indexes follow), archive ``archived_ids`` with
         ``successor`` = ``merged.id`` and record the operation (meta ``consolidation:<id>``).
         Writes nothing and returns False when one of them is no longer active (consolidated by an
@@ -318,10 +318,3 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows):
                        (f"consolidation:{merged.id}", json.dumps({"operation": operation})))
         return True
 
-    def set_fingerprints(self, fingerprints: Mapping[str, Sequence[int]]) -> None:
-        """Replace the fingerprints of existing units (e.g. after exporting a new fingerprinter)."""
-        with self._transaction() as db:
-            for unit_id, sequence in fingerprints.items():
-                value = json.dumps([int(code) for code in sequence])
-                if db.execute("UPDATE amus SET fingerprint = ? WHERE id = ?", (value, unit_id)).rowcount != 1:
-                    raise KeyError(f"no AMU with id {unit_id!r}")

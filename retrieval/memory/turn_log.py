@@ -13,6 +13,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
+from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.reads import turn_from_row
 from retrieval.memory.records import Turn
 
@@ -51,10 +52,9 @@ class TurnLog:
     def stored_turn_ids(self, user: str, turn_ids: Sequence[str]) -> set[str]:
         """Which of ``turn_ids`` the user has stored."""
         found: set[str] = set()
-        for start in range(0, len(turn_ids), 500):
-            chunk = list(turn_ids[start:start + 500])
+        for marks, chunk in in_chunks(turn_ids):
             rows = self._db.execute(f"SELECT turn_id FROM turns WHERE conversation_id = ? AND turn_id IN "
-                                    f"({','.join('?' * len(chunk))})", [user, *chunk])
+                                    f"({marks})", [user, *chunk])
             found.update(row[0] for row in rows)
         return found
 

@@ -1,7 +1,7 @@
-"""The recall channels of one route (LycheeMemory section 3.5, Algorithm B.2 lines 6-11; SPEC
-section 7), each a ranked list of bank items (:class:`retrieval.routes.snapshot.MemorySnapshot`) with
-its own scores. Ties are broken by item order (:func:`isq.topk.select_top_k`), so every list is
-deterministic.
+"""The recall channels of one route (LycheeMemory section 3.5, Algorithm B.2 lines 6-11;
+docs/design.md §7.3), each a ranked list of bank items
+(:class:`retrieval.routes.snapshot.MemorySnapshot`) with its own scores. Ties are broken by item
+order (:func:`isq.topk.select_top_k`), so every list is deterministic.
 
 - ``records``: direct record recall, cosine over record embeddings.
 - ``nodes``: evidence-node recall: nodes matched exactly (the plan's entities, topics and their
@@ -10,7 +10,7 @@ deterministic.
 - ``temporal``: records of the temporal nodes inside the route's time range (exact date or range).
 - ``turns``: raw-turn recall, cosine over verbatim turn embeddings.
 - ``lexical``: FTS5 ``bm25()`` over record text, entities and topics.
-- ``code``: the codebook path (SPEC section 3), top S_amu over the same records.
+- ``code``: the codebook path (docs/design.md §7.5), top S_amu over the same records.
 """
 
 from __future__ import annotations

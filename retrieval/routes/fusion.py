@@ -1,4 +1,4 @@
-"""Reciprocal-rank fusion and the final score (LycheeMemory eq. 9 and appendix C.4; SPEC 7).
+"""Reciprocal-rank fusion and the final score (LycheeMemory eq. 9 and appendix C.4; docs/design.md §7.4).
 
 Inside a route the channels' lists fuse by weighted RRF into the route-level list L_i; across
 routes the lists L_1..L_m fuse by RRF, RRF(d) = sum_j 1 / (κ + rank_j(d)) with κ = 60 and

@@ -1,4 +1,4 @@
-"""Plan-guided multi-route retrieval (LycheeMemory section 3.5, Algorithm B.2; SPEC section 7).
+"""Plan-guided multi-route retrieval (LycheeMemory section 3.5, Algorithm B.2; docs/design.md §7).
 
 One plan per question (:mod:`retrieval.routes.planner_rules` or ``planner_llm``), then
 non-generative recall: per route and query the channels of :mod:`retrieval.routes.channels`

@@ -13,7 +13,8 @@ benchmark categories."""
 
 CHANNELS = ("records", "nodes", "temporal", "turns", "lexical", "code")
 """Recall channels of a route: direct record recall (dense), evidence-node recall, temporal
-recall, raw-turn recall (section 3.5), the FTS5 lexical channel and the codebook path (SPEC 7)."""
+recall, raw-turn recall (section 3.5), the FTS5 lexical channel and the codebook path
+(docs/design.md §7.3)."""
 
 PLAN_DEPTH = 15
 """Table 14: plan_depth; the final top-k is max(requested k, plan_depth, 1) (Algorithm B.2 line 3)."""

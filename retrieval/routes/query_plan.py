@@ -1,4 +1,4 @@
-"""The retrieval plan (LycheeMemory eq. 8; SPEC section 7): a question type and routes, each a
+"""The retrieval plan (LycheeMemory eq. 8; docs/design.md §7.2): a question type and routes, each a
 goal, search queries, structured constraints (entities, topics) and an optional temporal
 constraint. Both planners produce it; its JSON form is validated against :data:`PLAN_SCHEMA`."""
 

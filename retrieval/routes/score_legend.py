@@ -11,7 +11,7 @@ SCORE_COLUMNS = {
     "nodes": f"evidence-node weight (match x key specificity) + {NODE_RELEVANCE} x cosine",
     "temporal": f"time-node weight inside the route's time range + {NODE_RELEVANCE} x cosine",
     "lexical": "FTS5 BM25 of the query's content words (0 and up, unbounded)",
-    "code": "S_amu of the codebook walk (SPEC 3; its own scale, not comparable to the others)",
+    "code": "S_amu of the codebook walk (docs/design.md §3.3; its own scale, not comparable to the others)",
     "s_best": "best route-level rank as a reciprocal rank, 1 at rank 1 (0..1]",
     "s_route": "fused RRF support across routes, 1 for the best-supported item (0..1]",
     "s_final": f"{S_BEST} s_best + {S_ROUTE} s_route: the relevance the selection uses (0..1]",

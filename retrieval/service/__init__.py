@@ -1,4 +1,4 @@
-"""The memory served to agents (issue 22): an HTTP API (FastAPI, :mod:`retrieval.service.app`)
+"""The memory served to agents: an HTTP API (FastAPI, :mod:`retrieval.service.app`)
 whose API keys are bound to users, and MCP tools (:mod:`retrieval.service.mcp_tools`) over stdio
 (``python -m retrieval.mcp``) and streamable HTTP (``/mcp`` of the same app). The command line is
 ``python -m retrieval.serve``. The user is always the key's (or the stdio server's ``--user``):

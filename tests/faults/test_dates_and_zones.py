@@ -1,5 +1,5 @@
-"""Round-2 fault classes 1 and 2 (issue 23): ordinary date phrases never block ingestion, and a
-conversation with and without time-zone offsets works through every command."""
+"""Ordinary date phrases never block ingestion, and a conversation with and without time-zone
+offsets works through every command: real transcripts carry both."""
 
 from __future__ import annotations
 

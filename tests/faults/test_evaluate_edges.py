@@ -1,6 +1,6 @@
-"""Round-2 fault class 6 (issue 23): ``retrieval.evaluate`` refuses what it cannot evaluate with
-one ``error:`` line and exit status 2, before any model loads: an empty conversation list, no
-scorable question, an empty question, ``--out`` naming a file, a zero budget."""
+"""``retrieval.evaluate`` refuses what it cannot evaluate with one ``error:`` line and exit status
+2, before any model loads (so a mistake costs seconds, not a model load): an empty conversation
+list, no scorable question, an empty question, ``--out`` naming a file, a zero budget."""
 
 from __future__ import annotations
 

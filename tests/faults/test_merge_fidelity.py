@@ -1,6 +1,6 @@
-"""Round-2 fault class 7 (issue 23): the consolidation audit counts facts, not only turns. With
-loose settings a merge may not lump unrelated facts into one statement, and a store where one
-did (written by an older version) fails the audit, naming what was lost."""
+"""The consolidation audit counts facts, not only turns, so a merge that drops a fact is caught:
+with loose settings a merge may not lump unrelated facts into one statement, and a store where
+one did (written by an older version) fails the audit, naming what was lost."""
 
 from __future__ import annotations
 

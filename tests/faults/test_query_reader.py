@@ -1,7 +1,8 @@
-"""Round-2 fault class 4 and the newcomer's query items (issue 23): a query writes nothing into
-the store (the LLM planner's cache goes to a user cache directory); the listing explains its
-score columns, its size and its order; the store's fingerprinter is found without naming it
-again; the rule extractor writes reflexives as reflexives."""
+"""What a reader of a store meets: a query writes nothing into the store (the LLM planner's cache
+goes to a user cache directory), so a store on shared or read-only media stays as it was; the
+listing explains its score columns, its size and its order, so it reads without the source; the
+store's fingerprinter is found without naming it again; the rule extractor writes reflexives as
+reflexives ("themselves", not "Maria")."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def test_the_llm_planner_caches_outside_the_store(store_dir, tmp_path, capsys, m
     assert len(list((tmp_path / "mine").glob("*.json"))) == 1
 
 
-# ---------------------------------------------------------------------------- newcomer: the listing
+# ------------------------------------------------ the listing explains itself to a first-time reader
 
 
 def test_the_listing_has_a_legend_and_says_why_it_has_15_items(store_dir, capsys):
@@ -88,7 +89,7 @@ def test_the_store_names_its_fingerprinter(store_dir, tmp_path, capsys, monkeypa
     assert loaded == [checkpoint.resolve()] and any("code" in item["scores"] for item in out["items"])
 
 
-# ---------------------------------------------------------------------------- newcomer: reflexives
+# ---------------------------------------------------- reflexives stay reflexive in extracted facts
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -1,4 +1,4 @@
-"""Round-2 fault class 8 (issue 23): a kill between a segment's commit and its embeddings is
+"""Faults of small and unusual stores: a kill between a segment's commit and its embeddings is
 repaired on resume; a WAL store on read-only media without its ``-shm`` opens; a JSONL file that
 is not UTF-8 names file and line; an empty input binds no models; a failed start leaves no store."""
 

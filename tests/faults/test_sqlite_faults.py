@@ -1,6 +1,6 @@
-"""Round-2 fault class 3 (issue 23): SQLite errors after a store is opened (a damaged page, a
-dropped table, a full disk) end in one ``error:`` line naming the store and what to do, in ingest,
-query and consolidate; ``python -m retrieval.store check`` finds the damage."""
+"""SQLite errors after a store is opened (a damaged page, a dropped table, a full disk) end in one
+``error:`` line naming the store and what to do, in ingest, query and consolidate, never in a
+traceback; ``python -m retrieval.store check`` finds the damage."""
 
 from __future__ import annotations
 

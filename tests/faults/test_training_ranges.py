@@ -1,4 +1,4 @@
-"""Issue 23, class 5: training and fingerprinter values are range-checked.
+"""Training and fingerprinter values are range-checked, so a bad value fails at once, by name.
 
 Every numeric field of ``ISQConfig``, the LightningModule and the DataModule is refused outside
 its range with one line naming the field and the range (``training.fit``: ``error:`` + exit 2;

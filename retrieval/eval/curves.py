@@ -112,7 +112,8 @@ def curve_styles(names: Sequence[str]) -> dict[str, tuple[str, str, str]]:
     from matplotlib import colormaps
     from matplotlib.colors import to_hex
 
-    palette = [to_hex(colour) for colour in colormaps["tab20"].colors]  # dark, light, dark, light ...
+    tab20 = colormaps["tab20"]
+    palette = [to_hex(tab20(index)) for index in range(tab20.N)]  # dark, light, dark, light ...
     families: dict[str, int] = {}
     styles = {}
     for position, name in enumerate(names):

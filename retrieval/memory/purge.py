@@ -40,13 +40,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from retrieval.memory.cache import text_key
+from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.indexing import frame_label
 from retrieval.memory.reads import AMU_COLUMNS, amu_from_row, segment_from_row, turn_from_row
 from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.schema import turns_sha256
-
-CHUNK = 500
-"""Host parameters per ``IN (...)`` (SQLite's default limit is 999)."""
 
 
 @dataclass
@@ -74,9 +72,6 @@ class Stored:
     amu: AMU
     successor: str | None
 
-
-def _in(column: str, values: Sequence[object]) -> str:
-    return f"{column} IN ({','.join('?' * len(values))})"
 
 
 def frame_states(stored: Sequence[Stored], seq: int) -> list[list[str]]:
@@ -157,9 +152,8 @@ class Purge:
         keys = sorted({text_key(text) for text in texts})
         with self._transaction() as db:  # type: ignore[attr-defined]
             for table in ("vectors", "codes"):
-                for start in range(0, len(keys), CHUNK):
-                    chunk = keys[start:start + CHUNK]
-                    db.execute(f"DELETE FROM {table} WHERE {_in('item', chunk)}", chunk)
+                for marks, chunk in in_chunks(keys):
+                    db.execute(f"DELETE FROM {table} WHERE item IN ({marks})", chunk)
             db.execute("INSERT INTO amu_fts (amu_fts) VALUES ('optimize')")
         self._db.execute("VACUUM")
         self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -169,18 +163,16 @@ class Purge:
               params: Sequence[object] = ()) -> list[sqlite3.Row]:
         """``sql`` with ``{}`` replaced by ``column IN (...)`` over ``values`` in chunks, after ``params``."""
         rows: list[sqlite3.Row] = []
-        for start in range(0, len(values), CHUNK):
-            chunk = list(values[start:start + CHUNK])
-            rows += db.execute(sql.format(_in(column, chunk)), [*params, *chunk]).fetchall()
+        for marks, chunk in in_chunks(values):
+            rows += db.execute(sql.format(f"{column} IN ({marks})"), [*params, *chunk]).fetchall()
         return rows
 
     @staticmethod
     def _delete(db: sqlite3.Connection, table: str, column: str, values: Sequence[object],
                 user: str | None) -> None:
         scope = "conversation_id = ? AND " if user is not None else ""
-        for start in range(0, len(values), CHUNK):
-            chunk = list(values[start:start + CHUNK])
-            db.execute(f"DELETE FROM {table} WHERE {scope}{_in(column, chunk)}",
+        for marks, chunk in in_chunks(values):
+            db.execute(f"DELETE FROM {table} WHERE {scope}{column} IN ({marks})",
                        ([user] if user is not None else []) + chunk)
 
     def _select_turns(self, db: sqlite3.Connection, user: str, session_id: str | None,

@@ -8,9 +8,10 @@ and the API keys that bind callers to users.
     python -m retrieval.serve keys revoke --store DIR KEY_ID         # or the whole key
 
 The server listens on 127.0.0.1 unless told otherwise; any other address needs
-``--allow-remote``. SIGTERM (or Ctrl-C) stops accepting requests, lets running writes finish,
-then closes the memory: a turn answered 200 is stored. Bad input ends with one ``error:`` line
-and exit status 2. Keys are kept as salted hashes in ``STORE/keys.sqlite``.
+``--allow-remote``. SIGTERM (or Ctrl-C) stops accepting requests, lets running requests finish
+for a bounded time and running writes after them, then closes the memory: a turn answered 200 is
+stored. Slow clients are disconnected (:mod:`retrieval.service.connections`). Bad input ends with
+one ``error:`` line and exit status 2. Keys are kept as salted hashes in ``STORE/keys.sqlite``.
 """
 
 from __future__ import annotations
@@ -21,15 +22,17 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from retrieval.api.errors import MemoryAPIError
 from retrieval.memory.errors import StoreError
 from retrieval.service.keys import KeyCommandError, KeyStore
 from retrieval.service.launch import add_memory_arguments, is_loopback, open_memory
 
+if TYPE_CHECKING:
+    from retrieval.service.connections import ConnectionTimeouts
+
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
-GRACEFUL_SHUTDOWN_S = 30
-"""After SIGTERM, how long open connections (an MCP stream, a slow client) may keep the server up."""
 MCP_SESSION_LOGGER = "mcp.server.streamable_http_manager"
 
 
@@ -94,29 +97,34 @@ def serve_main(argv: Sequence[str]) -> int:
                          "pass --allow-remote to mean it")
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be 1-65535, got {args.port}")
-    import uvicorn
-
     from retrieval.service.app import create_app
-
-    quiet_mcp_session_logs()
 
     keys = KeyStore(args.store)
     memory = open_memory(args)
     try:
-        config = uvicorn.Config(create_app(memory, keys, args.store, host=args.host), host=args.host,
-                                port=args.port,
-                                access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+        app = create_app(memory, keys, args.store, host=args.host)
         print(f"serving {args.store} on http://{args.host}:{args.port} (OpenAPI /docs, MCP /mcp)", flush=True)
-        # uvicorn handles SIGTERM/SIGINT itself (stop accepting, finish requests, lifespan shutdown,
-        # which drains writes), then re-raises the signal to the handlers it found: make those no-ops
-        # so that the memory is closed below and the exit status is 0, not death by signal.
-        for stop_signal in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(stop_signal, signal.SIG_IGN)
-        uvicorn.Server(config).run()
+        run(app, args.host, args.port)
     finally:
         memory.close()
         keys.close()
     return 0
+
+
+def run(app: Any, host: str, port: int, timeouts: ConnectionTimeouts | None = None) -> None:
+    """Serve ``app`` until SIGTERM or SIGINT, then return once it has drained (``timeouts``: those
+    of :mod:`retrieval.service.limits` unless given)."""
+    import uvicorn
+
+    from retrieval.service.connections import ConnectionTimeouts, uvicorn_config
+
+    # uvicorn handles SIGTERM/SIGINT itself (stop accepting, finish requests, lifespan shutdown,
+    # which drains writes), then re-raises the signal to the handlers it found: make those no-ops
+    # so that the caller closes the memory and the exit status is 0, not death by signal.
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop_signal, signal.SIG_IGN)
+    quiet_mcp_session_logs()
+    uvicorn.Server(uvicorn_config(app, host, port, timeouts or ConnectionTimeouts())).run()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

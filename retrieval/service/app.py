@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from starlette.routing import Route
 
-from retrieval.service import errors
+from retrieval.service import errors, limits
 from retrieval.service.auth import KeyGuard
 from retrieval.service.body_limit import BodyLimit
 from retrieval.service.drain import WriteGate
@@ -28,9 +28,6 @@ from retrieval.service.mcp_tools import build_mcp, key_user
 from retrieval.service.metrics import RequestMetrics, ServiceMetrics
 from retrieval.service.routes import jobs, memories, search, sessions, system, user
 from retrieval.service.state import Service
-
-DRAIN_TIMEOUT_S = 60.0
-"""How long shutdown waits for running writes (an add that closes a segment runs extraction)."""
 
 
 def create_app(memory: Any, keys: KeyStore, store: Path, *, host: str = "127.0.0.1") -> FastAPI:
@@ -45,7 +42,7 @@ def create_app(memory: Any, keys: KeyStore, store: Path, *, host: str = "127.0.0
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with mcp.session_manager.run():
             yield
-        await anyio.to_thread.run_sync(gate.close, DRAIN_TIMEOUT_S)
+        await anyio.to_thread.run_sync(gate.close, limits.WRITE_DRAIN_S)
         gauges.close()
 
     app = FastAPI(title="isq-memory", version="1", lifespan=lifespan,
@@ -57,5 +54,6 @@ def create_app(memory: Any, keys: KeyStore, store: Path, *, host: str = "127.0.0
     app.router.routes.append(Route("/mcp", KeyGuard(StreamableHTTPASGIApp(mcp.session_manager), keys),
                                    methods=["GET", "POST", "DELETE"]))
     app.add_middleware(BodyLimit)
+    app.add_middleware(errors.UnexpectedErrors)  # inside the metrics: they count its 500s
     app.add_middleware(RequestMetrics, metrics=service.metrics)
     return app

@@ -2,18 +2,24 @@
 
 422 names the offending field as a dotted path (``body.turns.3.text``, ``query.limit``); 404 is
 the answer for anything the key's user does not own, whether or not it exists for someone else.
-An unexpected failure is logged here and answered 500 without internals.
+An unexpected failure (:class:`UnexpectedErrors`) is one log record and a 500 without internals,
+both carrying a request id; the connection stays usable.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import uuid
 from collections.abc import Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from retrieval.api.errors import InvalidInput, NotFound
 from retrieval.service.drain import ShuttingDown
@@ -58,16 +64,62 @@ async def _shutting_down(_: Request, exc: Exception) -> JSONResponse:
     return error_response(503, str(exc), headers={"Retry-After": "1"})
 
 
-async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unexpected error answering %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response(500, "internal error (logged by the server)")
+class UnexpectedErrors:
+    """ASGI middleware, the last word on a request that raised: a handler's unexpected exception is
+    logged once (with a request id) and answered 500 ``{"error", "request_id"}``; a request cut off
+    by the shutdown bound (:data:`~retrieval.service.limits.DRAIN_S`) is one warning and a 503.
+
+    Starlette's own handler for ``Exception`` re-raises after answering, so uvicorn logs the
+    traceback a second time and closes the connection; nothing is re-raised here. A client that
+    left mid-request has nobody to answer and is not an error.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except ClientDisconnect:
+            return
+        except asyncio.CancelledError:  # uvicorn cancels what still runs when the drain bound is reached
+            request_id = uuid.uuid4().hex
+            log.warning("%s %s cancelled: the server stopped before it finished (request id %s)",
+                        scope["method"], scope["path"], request_id)
+            if not started:
+                await _answer(send, 503, "the server stopped before this request finished; retry it",
+                              request_id)
+        except Exception as exc:
+            request_id = uuid.uuid4().hex
+            log.error("unexpected error answering %s %s (request id %s)", scope["method"], scope["path"],
+                      request_id, exc_info=exc)
+            if not started:  # else uvicorn closes the connection: the response is cut short
+                await _answer(send, 500, f"internal error (logged by the server as request {request_id})",
+                              request_id)
+
+
+async def _answer(send: Send, status: int, message: str, request_id: str) -> None:
+    body = json.dumps({"error": message, "request_id": request_id}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"x-request-id", request_id.encode()),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def install(app: FastAPI) -> None:
-    """Register the handlers on ``app``."""
+    """Register the handlers of refusals on ``app`` (:class:`UnexpectedErrors` is a middleware)."""
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(HTTPException, _http)
     app.add_exception_handler(NotFound, _not_found)
     app.add_exception_handler(InvalidInput, _invalid)
     app.add_exception_handler(ShuttingDown, _shutting_down)
-    app.add_exception_handler(Exception, _unexpected)

@@ -27,3 +27,17 @@ MAX_ID_CHARS = 128
 """Characters in a session id, memory id, turn id, speaker, time or idempotency key."""
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
 """What a session id may look like: it appears in URLs and store keys, so no slashes or spaces."""
+
+# How long the server waits on a connection (:mod:`retrieval.service.connections`) and on shutdown.
+KEEP_ALIVE_S = 5.0
+"""An idle keep-alive connection is closed after this long without a new request."""
+HEADER_TIMEOUT_S = 10.0
+"""A request head (request line and headers) must arrive whole within this long of the connection
+opening or of the previous response: a client trickling headers is disconnected."""
+BODY_TIMEOUT_S = 20.0
+"""A request body (declared or chunked) must arrive whole within this long of its head."""
+DRAIN_S = 20.0
+"""After SIGTERM, how long requests already received may run; then they are cancelled (answered 503)."""
+WRITE_DRAIN_S = 60.0
+"""Then, how long shutdown waits for writes still running in worker threads (an add that closes a
+segment runs extraction) before the memory closes."""

@@ -12,9 +12,9 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field
+from pydantic import Field, ValidationError
 
-from retrieval.api.errors import InvalidInput, NotFound
+from retrieval.api.errors import MemoryAPIError
 from retrieval.service import limits, models, operations
 from retrieval.service.drain import ShuttingDown, WriteGate
 
@@ -25,10 +25,15 @@ INSTRUCTIONS = ("Long-term memory of one user. Add dialogue turns as they happen
 
 
 def _refusals(call: Callable[[], Any]) -> Any:
-    """A refusal of the memory becomes the tool's error message (is_error), not a crash."""
+    """A bad argument or a refusal of the memory becomes the tool's error message (is_error) naming
+    what is wrong, not a crash: ``call`` builds the request models too, so their checks are here."""
     try:
         return call()
-    except (NotFound, InvalidInput, ShuttingDown) as err:
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        raise ToolError(f"{field}: {first['msg']}") from None
+    except (MemoryAPIError, ShuttingDown) as err:
         raise ToolError(str(err)) from None
 
 
@@ -42,15 +47,16 @@ def build_mcp(memory: Any, gate: WriteGate, user_of: UserOf) -> MCPServer:
             idempotency_key: models.ShortText | None = None) -> models.AddTurnsResponse:
         """Add dialogue turns (speaker, text, optional ISO time and turn_id) to a session; searchable at
         once."""
-        request = models.AddTurnsRequest(turns=turns, idempotency_key=idempotency_key)
-        return _refusals(lambda: operations.add_turns(memory, gate, user_of(ctx), session_id, request))
+        return _refusals(lambda: operations.add_turns(
+            memory, gate, user_of(ctx), session_id,
+            models.AddTurnsRequest(turns=turns, idempotency_key=idempotency_key)))
 
     @server.tool()
     def memory_search(query: str, ctx: Context, k: int = limits.DEFAULT_K,
                       session_id: models.SessionId | None = None) -> models.SearchResponse:
         """Search the memory: the best-matching memories with their source turns."""
-        request = models.SearchRequest(query=query, k=k, session_id=session_id)
-        return _refusals(lambda: operations.search(memory, user_of(ctx), request))
+        return _refusals(lambda: operations.search(memory, user_of(ctx), models.SearchRequest(
+            query=query, k=k, session_id=session_id)))
 
     @server.tool()
     def memory_list(ctx: Context, session_id: models.SessionId | None = None,

@@ -1,0 +1,207 @@
+"""The server under failure and misuse: an unexpected exception is one log record and a clean 500
+on a connection that stays usable; an MCP tool's bad argument is a reason, not a traceback; slow
+clients are disconnected; SIGTERM with a stalled client and a stuck request exits within its
+bound, without tracebacks."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+
+from benchmarks.service_process import ROOT, bearer, child_env, free_port
+from retrieval.service import operations
+from retrieval.service.connections import ConnectionTimeouts
+from retrieval.service.drain import WriteGate
+from retrieval.service.mcp_tools import build_mcp, fixed_user
+from tests.service_thread import open_memory, served
+
+SHORT = ConnectionTimeouts(keep_alive_s=30.0, header_s=0.5, body_s=0.5)
+"""Deadlines short enough for a test; keep-alive long, so that only the deadlines close connections."""
+WAIT_S = 30.0
+"""How long a test waits for something that should happen within a second (never on success)."""
+
+
+def local_address(response: httpx.Response) -> tuple[str, int]:
+    """The client's end of the connection that carried ``response``."""
+    return response.extensions["network_stream"].get_extra_info("client_addr")
+
+
+def test_an_unexpected_error_is_one_record_and_a_500_on_a_connection_that_stays_usable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    real, calls = operations.list_memories, []
+
+    def fails_once(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            raise RuntimeError("injected failure")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(operations, "list_memories", fails_once)
+    caplog.set_level(logging.INFO)
+    with served(tmp_path / "store") as server:
+        with httpx.Client(base_url=server.url, headers=bearer(server.keys.create("alice")),
+                          timeout=WAIT_S) as client:
+            failed = client.get("/v1/memories")
+            first_connection = local_address(failed)
+            answered = client.get("/v1/memories")
+            assert local_address(answered) == first_connection, "the second request needed a new connection"
+    assert failed.status_code == 500, failed.text
+    request_id = failed.json()["request_id"]
+    assert failed.headers["x-request-id"] == request_id and "injected" not in failed.text
+    assert set(failed.json()) == {"error", "request_id"}
+    assert answered.status_code == 200 and answered.json() == {"items": [], "next_cursor": None}
+    errors = [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert len(errors) == 1, [record.getMessage() for record in errors]
+    assert request_id in errors[0].getMessage() and errors[0].exc_info is not None
+    assert sum(record.exc_info is not None for record in caplog.records) == 1
+
+
+BAD_ARGUMENTS = [("memory_search", {"query": "cat", "k": 0}, "k"),
+                 ("memory_search", {"query": "cat", "k": 10**6}, "k"),
+                 ("memory_search", {"query": ""}, "query"),
+                 ("memory_search", {"query": "cat", "session_id": "a b"}, "session_id"),
+                 ("memory_add", {"session_id": "s", "turns": [{"speaker": "a", "text": ""}]}, "text"),
+                 ("memory_list", {"limit": 0}, "limit"),
+                 ("memory_list", {"cursor": "not-a-cursor"}, "cursor")]
+
+
+@pytest.mark.parametrize(("tool", "arguments", "named"), BAD_ARGUMENTS,
+                         ids=[f"{tool}-{named}" for tool, _, named in BAD_ARGUMENTS])
+def test_an_mcp_tools_bad_argument_is_named_and_logs_no_traceback(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, tool: str, arguments: dict, named: str) -> None:
+    memory = open_memory(tmp_path / "store")
+    caplog.set_level(logging.INFO)
+
+    async def call():
+        async with Client(build_mcp(memory, WriteGate(), fixed_user("alice"))) as client:
+            return await client.call_tool(tool, arguments)
+
+    try:
+        result = anyio.run(call)
+    finally:
+        memory.close()
+    message = result.content[0].text
+    assert result.is_error and named in message.removeprefix(f"Error executing tool {tool}"), message
+    assert not [record for record in caplog.records if record.exc_info or record.levelno >= logging.ERROR]
+
+
+def closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the server closes ``sock`` (end of stream or reset) within ``seconds``, reading
+    whatever it sends meanwhile."""
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(65536):
+            pass
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
+SLOW_REQUESTS = {
+    "nothing sent": b"",
+    "half a request head": b"GET /healthz HTTP/1.1\r\nHost: x\r\nUser-Agen",
+    "a declared body cut short": (b"POST /v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                  b"Content-Length: 100\r\n\r\n{\"query\": "),
+    "a stalled chunked body": (b"POST /v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                               b"Transfer-Encoding: chunked\r\n\r\n9\r\n{\"query\":\r\n"),
+    "a second request head trickling on a kept-alive connection": (
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHo"),
+}
+
+
+def test_slow_clients_are_disconnected(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    still_open = []
+    with served(tmp_path / "store", SHORT) as server:
+        for case, sent in SLOW_REQUESTS.items():
+            with socket.create_connection(("127.0.0.1", server.port)) as sock:
+                sock.sendall(sent)
+                if not closed_within(sock, WAIT_S):
+                    still_open.append(case)
+        with httpx.Client(base_url=server.url, timeout=WAIT_S) as client:  # a prompt client is served
+            assert [client.get("/healthz").status_code for _ in range(3)] == [200, 200, 200]
+    assert not still_open
+    assert not [record for record in caplog.records if record.exc_info or record.levelno >= logging.ERROR]
+
+
+SERVER = """
+import asyncio, sys
+from pathlib import Path
+from retrieval.serve import run
+from retrieval.service.app import create_app
+from retrieval.service.connections import ConnectionTimeouts
+from retrieval.service.keys import KeyStore
+from tests.service_thread import open_memory
+
+store, port = Path(sys.argv[1]), int(sys.argv[2])
+memory, keys = open_memory(store), KeyStore(store)
+app = create_app(memory, keys, store)
+
+@app.get("/stuck")
+async def stuck() -> None:
+    print("stuck request running", flush=True)
+    await asyncio.Event().wait()
+
+try:
+    run(app, "127.0.0.1", port, ConnectionTimeouts(header_s=300, body_s=300, drain_s=1))
+finally:
+    memory.close()
+    keys.close()
+"""
+"""``retrieval.serve.run`` with a route that never finishes, long read deadlines and a 1 s drain."""
+
+
+def wait_for(predicate, what: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_sigterm_with_a_stalled_client_and_a_stuck_request_exits_within_the_drain(tmp_path: Path) -> None:
+    store, port, log = tmp_path / "store", free_port(), tmp_path / "server.log"
+    url = f"http://127.0.0.1:{port}"
+    with log.open("wb") as output:
+        process = subprocess.Popen([sys.executable, "-c", SERVER, str(store), str(port)], cwd=ROOT,
+                                   env=child_env(), stdout=output, stderr=subprocess.STDOUT)
+    answers: list[httpx.Response] = []
+    try:
+        def healthy() -> bool:
+            assert process.poll() is None, log.read_text()
+            try:
+                return httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(healthy, "server")
+        stalled = socket.create_connection(("127.0.0.1", port))
+        stalled.sendall(b"POST /v1/search HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"query\"")
+        asker = threading.Thread(target=lambda: answers.append(httpx.get(f"{url}/stuck", timeout=WAIT_S)))
+        asker.start()
+        wait_for(lambda: "stuck request running" in log.read_text(), "stuck request")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(120) == 0
+        asker.join(WAIT_S)
+        assert closed_within(stalled, WAIT_S)
+        stalled.close()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
+    text = log.read_text()
+    assert "Traceback" not in text and "CancelledError" not in text, text
+    assert [answer.status_code for answer in answers] == [503], text
+    assert answers[0].json()["request_id"] in text

@@ -110,8 +110,8 @@ class Snapshot:
         first = len(bank.records)
         bank.records.extend(amus)
         bank.record_vectors = self._records.extend(self.embedder.encode([amu.text for amu in amus]))
+        bank.lexical.add_records(amus)
         for offset, amu in enumerate(amus):
-            bank.lexical.position[amu.id] = first + offset
             if len(amu.source.turn_ids) == 1:
                 j = self._turn_index.get(amu.source.turn_ids[0])
                 if j is not None and bank.turn_record[j] < 0:

@@ -43,3 +43,19 @@ def test_lexical_scores_and_explanations_ignore_other_users(tmp_path):
     lexical = [d["channels"]["lexical"] for hits in alone for *_, d in hits if "lexical" in d["channels"]]
     assert lexical and all(channel["score"] > 0 for channel in lexical)
     assert shared == alone
+
+
+def test_a_session_filter_applies_before_the_cut(tmp_path):
+    with open_memory(tmp_path) as mem:
+        for n in range(600):
+            mem.add([{"speaker": "Ann", "text": f"Story {n} about gardens and tomatoes."}],
+                     user_id="u", session_id=f"many{n}")
+        mem.add([{"speaker": "Bob", "text": "Gardens need water."}], user_id="u", session_id="many0")
+        hits = mem.search("gardens and tomatoes", user_id="u", session_id="many0", k=5).hits
+        assert [(h.id, h.session_id) for h in hits] == [("u:turn:many0:1", "many0"),
+                                                        ("u:turn:many0:2", "many0")]
+        for session in ("many0", "many599"):
+            mem.flush(user_id="u", session_id=session)
+        hits = mem.search("gardens and tomatoes", user_id="u", session_id="many599", k=5).hits
+        assert hits and {h.session_id for h in hits} == {"many599"}
+        assert len(mem.search("gardens and tomatoes", user_id="u", k=5).hits) == 5

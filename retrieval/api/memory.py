@@ -203,7 +203,7 @@ class Memory:
     # -- reads ----------------------------------------------------------------------------------
 
     def search(self, query: str, *, user_id: str, session_id: str | None = None, k: int = 10,
-               routes: Sequence[str] | None = None, explain: bool = False) -> SearchResult:
+               explain: bool = False) -> SearchResult:
         """The user's k best items for ``query`` by plan-guided multi-route retrieval, with the
         codebook route when a fingerprinter is set (:mod:`retrieval.api.search`)."""
         user, session = check_id("user_id", user_id), optional_id("session_id", session_id)
@@ -212,7 +212,7 @@ class Memory:
             if session is not None:
                 self._require_session(user, session)
             snapshot = self._snapshot(user)
-            return run_search(snapshot, text, k, session=session, routes=routes, explain=explain,
+            return run_search(snapshot, text, k, session=session, explain=explain,
                               planner=self.models.planner, reranker=self.models.reranker)
 
     def get(self, id: str, *, user_id: str) -> MemoryItem:

@@ -59,3 +59,65 @@ def test_a_session_filter_applies_before_the_cut(tmp_path):
         hits = mem.search("gardens and tomatoes", user_id="u", session_id="many599", k=5).hits
         assert hits and {h.session_id for h in hits} == {"many599"}
         assert len(mem.search("gardens and tomatoes", user_id="u", k=5).hits) == 5
+
+
+def texts(result) -> list[str]:
+    return [hit.text for hit in result.hits]
+
+
+SECRET_QUERY = "secret word Zorblaxian"
+
+
+def test_a_read_only_reader_sees_every_commit_before_its_next_search(tmp_path):
+    secret = {"speaker": "Ann", "text": "My secret word is Zorblaxian.", "turn_id": "secret"}
+    with open_memory(tmp_path) as writer:
+        writer.add(chat("alice", 6) + [secret], user_id="alice", session_id="s1")
+        with open_memory(tmp_path, read_only=True) as reader:
+            assert any("Zorblaxian" in t for t in texts(reader.search(SECRET_QUERY, user_id="alice")))
+            writer.delete("alice:turn:secret", user_id="alice")
+            found = texts(reader.search(SECRET_QUERY, user_id="alice", k=20))
+            assert found and not any("Zorblaxian" in t for t in found)
+            kayak = {"speaker": "Bob", "text": "I bought a red kayak."}
+            writer.add([kayak], user_id="alice", session_id="s2")
+            assert "Bob: I bought a red kayak." in texts(reader.search("red kayak", user_id="alice", k=3))
+            writer.flush(user_id="alice", session_id="s1")
+            writer.flush(user_id="alice", session_id="s2")
+            seen = [(h.id, h.score) for q in QUERIES for h in reader.search(q, user_id="alice", k=6).hits]
+    with open_memory(tmp_path, read_only=True) as fresh:
+        assert seen == [(h.id, h.score) for q in QUERIES for h in fresh.search(q, user_id="alice", k=6).hits]
+        assert any(h.kind == "record" for h in fresh.search("red kayak", user_id="alice", k=3).hits)
+
+
+USERS = [f"user{n}" for n in range(8)]
+
+
+def answers(mem: Memory, user: str) -> list[tuple]:
+    return [(h.id, h.score) for q in QUERIES for h in mem.search(q, user_id=user, k=6).hits]
+
+
+def test_search_states_stay_within_their_bound_and_evicted_users_search_alike(tmp_path, monkeypatch):
+    from retrieval.api import states
+    from retrieval.service.gauges import StoreGauges
+    from retrieval.service.metrics import ServiceMetrics
+
+    with open_memory(tmp_path) as mem:
+        for user in USERS:
+            fill(mem, user, chat(user, 10))
+        expected = {user: answers(mem, user) for user in USERS}
+        everyone = mem.cache_gauges()
+    assert everyone["search_states"] == len(USERS)
+    bound = 3 * everyone["search_state_bytes"] // len(USERS)
+    monkeypatch.setattr(states, "SEARCH_STATE_BYTES", bound)
+    with open_memory(tmp_path) as mem:
+        for user in USERS + USERS[::-1]:
+            assert answers(mem, user) == expected[user]
+            gauges = mem.cache_gauges()
+            assert 1 <= gauges["search_states"] <= 3 and gauges["search_state_bytes"] <= bound
+        mem.add(chat("late", 2, "kayaks"), user_id=USERS[-1], session_id="s9")  # its state was evicted
+        after_add = answers(mem, USERS[-1])
+        metrics = ServiceMetrics(StoreGauges(tmp_path, mem.cache_gauges)).render().decode()
+        gauges = mem.cache_gauges()
+    assert f"isq_memory_search_state_bytes {float(gauges['search_state_bytes'])}" in metrics
+    assert "isq_memory_search_states " in metrics and "isq_memory_user_streams 1.0" in metrics
+    with open_memory(tmp_path) as mem:
+        assert answers(mem, USERS[-1]) == after_add

@@ -3,6 +3,9 @@ commit before its next search, the session filter before the cut, bounded per-us
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from retrieval import Memory
@@ -121,3 +124,27 @@ def test_search_states_stay_within_their_bound_and_evicted_users_search_alike(tm
     assert "isq_memory_search_states " in metrics and "isq_memory_user_streams 1.0" in metrics
     with open_memory(tmp_path) as mem:
         assert answers(mem, USERS[-1]) == after_add
+
+
+WRITER = """
+import sys
+from retrieval import Memory
+from tests.routes_fixtures import WordEmbedder, WordFingerprinter
+with Memory.open(sys.argv[1], embedder=WordEmbedder(), fingerprinter=WordFingerprinter()) as mem:
+    mem.delete("alice:turn:secret", user_id="alice")
+    mem.add([{"speaker": "Bob", "text": "I bought a red kayak."}], user_id="alice", session_id="s2")
+"""
+
+
+def test_a_reader_sees_what_a_writer_in_another_process_committed(tmp_path):
+    secret = {"speaker": "Ann", "text": "My secret word is Zorblaxian.", "turn_id": "secret"}
+    with open_memory(tmp_path) as writer:
+        writer.add(chat("alice", 6) + [secret], user_id="alice", session_id="s1")
+    with open_memory(tmp_path, read_only=True) as reader:
+        assert any("Zorblaxian" in t for t in texts(reader.search(SECRET_QUERY, user_id="alice")))
+        root = Path(__file__).resolve().parents[1]
+        subprocess.run([sys.executable, "-c", WRITER, str(tmp_path)], check=True, timeout=300, cwd=root,
+                       env={**os.environ, "PYTHONPATH": str(root)})
+        found = texts(reader.search(SECRET_QUERY, user_id="alice", k=20))
+        assert found and not any("Zorblaxian" in t for t in found)
+        assert "Bob: I bought a red kayak." in texts(reader.search("red kayak", user_id="alice", k=3))

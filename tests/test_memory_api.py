@@ -175,7 +175,6 @@ def test_consolidation_is_a_durable_job(tmp_path):
     (lambda m: m.search("", user_id="u"), "has no letter or digit"),
     (lambda m: m.search(None, user_id="u"), "query must be"),
     (lambda m: m.search("hi", user_id="u", k=0), "k must be"),
-    (lambda m: m.search("hi", user_id="u", routes=["telepathy"]), "routes must be"),
     (lambda m: m.list(user_id="u", cursor="abc"), "cursor"),
 ])
 def test_bad_input_raises_one_typed_error(tmp_path, call, message):

@@ -31,6 +31,7 @@ from retrieval.api.purge import hard_purge
 from retrieval.api.results import AddResult, Job, MemoryItem, Page, SearchResult
 from retrieval.api.search import run_search
 from retrieval.api.snapshot import Snapshot
+from retrieval.api.states import SearchStates
 from retrieval.consolidation.worker import SerializedEmbedder
 from retrieval.ingestion.segmenter import SegmenterConfig
 from retrieval.memory.cache import CachedEmbedder, model_identity
@@ -56,7 +57,7 @@ class Memory:
         self._online = Models(self._embedder, models.extractor, fingerprinter, segmenter)
         self._query_embedder, self._fingerprinter = shared, fingerprinter
         self._streams: dict[str, UserStream] = {}
-        self._snapshots: dict[str, Snapshot] = {}
+        self._states = SearchStates(store, self._build_snapshot)
         self._jobs = JobRunner(store.directory, shared, models.operator, fingerprinter, self._forget_snapshot)
 
     @classmethod
@@ -139,8 +140,7 @@ class Memory:
                 return AddResult((), (), tuple(t.turn_id for t in bound if t.turn_id in ids_given),
                                  replayed=True)
             new_ids = {turn.turn_id for turn in stored}
-            if user in self._snapshots:
-                self._snapshots[user].add_turns(stored)
+            self._extend_snapshot(user, (), stored)
             amus = stream.push(stored)
             self._extend_snapshot(user, amus)
             return AddResult(tuple(t.turn_id for t in stored), tuple(a.id for a in amus),
@@ -211,7 +211,7 @@ class Memory:
     # -- reads ----------------------------------------------------------------------------------
 
     def search(self, query: str, *, user_id: str, session_id: str | None = None, k: int = 10,
-               routes: Sequence[str] | None = None, explain: bool = False) -> SearchResult:
+               explain: bool = False) -> SearchResult:
         """The user's k best items for ``query`` by plan-guided multi-route retrieval, with the
         codebook route when a fingerprinter is set (:mod:`retrieval.api.search`)."""
         user, session = check_id("user_id", user_id), optional_id("session_id", session_id)
@@ -220,7 +220,7 @@ class Memory:
             if session is not None:
                 self._require_session(user, session)
             snapshot = self._snapshot(user)
-            return run_search(snapshot, text, k, session=session, routes=routes, explain=explain,
+            return run_search(snapshot, text, k, session=session, explain=explain,
                               planner=self.models.planner, reranker=self.models.reranker)
 
     def get(self, id: str, *, user_id: str) -> MemoryItem:
@@ -307,22 +307,31 @@ class Memory:
         return bound
 
     def _snapshot(self, user: str) -> Snapshot:
-        if user not in self._snapshots:
-            self._snapshots[user] = Snapshot.build(self.store, user, self._embedder, self._query_embedder,
-                                                   self._fingerprinter)
-        return self._snapshots[user]
+        return self._states.get(user)
 
-    def _extend_snapshot(self, user: str, amus: Sequence[AMU]) -> None:
-        if amus and user in self._snapshots:
-            self._snapshots[user].add_records(self.store, amus)
+    def _build_snapshot(self, user: str) -> Snapshot:
+        return Snapshot.build(self.store, user, self._embedder, self._query_embedder, self._fingerprinter)
+
+    def _extend_snapshot(self, user: str, amus: Sequence[AMU], turns: Sequence[Turn] = ()) -> None:
+        """This memory's own write (stored turns, committed records) joins the user's search state."""
+        snapshot = self._states.held(user)
+        if snapshot is not None and (amus or turns):
+            snapshot.add_turns(turns)
+            snapshot.add_records(self.store, amus)
+            self._states.noted(user)
 
     def _forget_snapshot(self, user: str) -> None:
         with self._lock:
-            self._snapshots.pop(user, None)
+            self._states.drop(user)
+
+    def cache_gauges(self) -> dict[str, float]:
+        """The per-user caches' sizes for ``/metrics``: search states held and their estimated
+        bytes (:mod:`retrieval.api.states`), user streams held. Does not wait for the memory's lock."""
+        return {**self._states.gauges(), "user_streams": len(self._streams)}
 
     def _purge(self, user: str, **selection: Any) -> None:
         hard_purge(self.store, user, self.store.directory / LLM_CACHE, **selection)
-        self._snapshots.pop(user, None)
+        self._states.drop(user)
         self._streams.pop(user, None)  # an open segment may have held a purged turn: reload it
 
     def _require_session(self, user: str, session: str) -> None:

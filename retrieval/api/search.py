@@ -1,62 +1,49 @@
 """One search of the memory API over a user's snapshot: plan-guided multi-route retrieval
 (:class:`retrieval.routes.multi_route.MultiRouteRetriever`, docs/design.md §7) with the codebook
-channel when the snapshot has a topology, exactly ``k`` items (``plan_depth=0``).
+channel when the snapshot has a topology, exactly ``k`` items (``plan_depth=0``) or every item
+there is when there are fewer.
 
-``routes`` names the channels that may vote (records, nodes, turns, lexical, temporal, code);
-the others are weighted 0 and an item only they found is dropped. ``session`` keeps the hits of
-one session: the retriever is asked for :data:`SESSION_WIDENING` times ``k`` items first.
+``session`` keeps retrieval to the items of one session: it is the retriever's scope, so every
+channel ranks that session's items only (a filter before the channels' cuts, not after).
 ``explain`` adds each hit's per-channel rank and score, the routes (from 1) that found it, its
 fused scores and, for the code channel, the codes the record shares with the query's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from retrieval.api.errors import InvalidInput
+import numpy as np
+
 from retrieval.api.results import SearchHit, SearchResult
 from retrieval.api.snapshot import Snapshot
 from retrieval.contract import Hit, Query
-from retrieval.routes.params import CHANNELS, ChannelWeights
 from retrieval.routes.snapshot import MemorySnapshot
 
-SESSION_WIDENING = 4
+
+def session_scope(bank: MemorySnapshot, session: str) -> np.ndarray:
+    """The items (records, then raw turns) of one session, as a boolean mask."""
+    return np.array([amu.source.session_id == session for amu in bank.records]
+                    + [turn.session_id == session for turn in bank.turns], dtype=bool)
 
 
-def _weights(routes: Sequence[str] | None, has_code: bool) -> tuple[ChannelWeights | None, set[str]]:
-    known = set(CHANNELS)
-    if routes is None:
-        return None, known
-    if isinstance(routes, str) or not set(routes) or not set(routes) <= known:
-        raise InvalidInput(f"routes must be a list of channels among {sorted(known)}, got {routes!r}")
-    if "code" in routes and not has_code:
-        raise InvalidInput("the code route needs a memory opened with a fingerprinter")
-    chosen = set(routes)
-    return ChannelWeights(default={c: float(c in chosen) for c in known}, by_type={}), chosen
-
-
-def run_search(snapshot: Snapshot, query: str, k: int, *, session: str | None, routes: Sequence[str] | None,
-               explain: bool, planner: Any | None, reranker: Any | None) -> SearchResult:
+def run_search(snapshot: Snapshot, query: str, k: int, *, session: str | None, explain: bool,
+               planner: Any | None, reranker: Any | None) -> SearchResult:
     """The user's hits for ``query`` (see the module docstring)."""
     bank = snapshot.bank
-    has_code = bank.topology is not None
-    weights, chosen = _weights(routes, has_code)
     if bank.size == 0:
         return SearchResult(query, ())
-    use_code = has_code and "code" in chosen
+    use_code = bank.topology is not None
     retriever = snapshot.retriever(planner, reranker)
-    retriever.weights, retriever.use_code = weights or ChannelWeights(), use_code
-    budget = min(bank.size, k * SESSION_WIDENING) if session is not None else k
-    result = retriever.retrieve(Query(query), budget)
+    retriever.use_code = use_code
+    scope = None if session is None else session_scope(bank, session)
+    result = retriever.retrieve(Query(query), k, scope=scope)
     assert result.plan is not None  # multi-route retrieval always plans
-    hits = [hit for hit in result.hits if (session is None or hit.source["session_id"] == session)
-            and (routes is None or chosen & set(hit.ranks))][:k]
     query_codes: frozenset[int] = frozenset()
     if explain and use_code and bank.fingerprinter is not None:
         texts = [q for route in result.plan.routes for q in route.queries]
         query_codes = frozenset().union(*(fp.codes for fp in bank.fingerprinter.fingerprint(texts)))
-    return SearchResult(query, tuple(_hit(bank, hit, explain, query_codes) for hit in hits),
+    return SearchResult(query, tuple(_hit(bank, hit, explain, query_codes) for hit in result.hits),
                         result.plan.question_type, result.seconds, result.plan.to_dict(),
                         result.reranker or "")
 

@@ -9,7 +9,8 @@ store holds (the code set of a sequence is the set of its codes) and grows by
 models, never written to the store's caches: a query leaves no trace in the store.
 
 Deletion and consolidation remove records, which would renumber every item: the memory drops the
-user's snapshot then and the next search builds it again.
+user's snapshot then and the next search builds it again (:mod:`retrieval.api.states` keeps the
+snapshots fresh against other connections' commits and bounded in size).
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ from retrieval.routes.multi_route import MultiRouteRetriever
 from retrieval.routes.planner_rules import PlanContext
 from retrieval.routes.snapshot import MemorySnapshot
 
+ITEM_BYTES = 2048
+"""The estimated bytes of one record, raw turn or evidence node of a snapshot besides its vector
+and the lexical table (both measured apart): its text, Python objects and cached selection
+signature (tracemalloc over a 300-turn user after one search: about 2.2 KiB an item)."""
+
 
 class GrowingRows:
     """A float32 matrix with spare rows: appending is amortised O(rows added)."""
@@ -35,6 +41,11 @@ class GrowingRows:
     def __init__(self, initial: np.ndarray) -> None:
         self._data = np.array(initial, dtype=np.float32, ndmin=2)
         self.size = len(initial)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held, spare rows included."""
+        return int(self._data.nbytes)
 
     def extend(self, rows: np.ndarray) -> np.ndarray:
         """Append ``rows``; returns the filled part (a view)."""
@@ -59,6 +70,14 @@ class Snapshot:
         self._nodes = GrowingRows(bank.node_vectors)
         self._turn_index = {turn.turn_id: j for j, turn in enumerate(bank.turns)}
         self._retriever: MultiRouteRetriever | None = None
+
+    def size_bytes(self) -> int:
+        """An estimate of the memory the snapshot holds: its vectors (spare rows included), the
+        lexical table's pages, the topology's sparse arrays and :data:`ITEM_BYTES` per item."""
+        bank = self.bank
+        items = len(bank.records) + len(bank.turns) + len(bank.nodes)
+        return (self._records.nbytes + self._turns.nbytes + self._nodes.nbytes + bank.lexical.size_bytes()
+                + (bank.topology.nbytes if bank.topology is not None else 0) + ITEM_BYTES * items)
 
     def retriever(self, planner: Any | None, reranker: Any | None) -> MultiRouteRetriever:
         """The snapshot's retriever, kept between searches (it caches each item's selection
@@ -110,8 +129,8 @@ class Snapshot:
         first = len(bank.records)
         bank.records.extend(amus)
         bank.record_vectors = self._records.extend(self.embedder.encode([amu.text for amu in amus]))
+        bank.lexical.add_records(amus)
         for offset, amu in enumerate(amus):
-            bank.lexical.position[amu.id] = first + offset
             if len(amu.source.turn_ids) == 1:
                 j = self._turn_index.get(amu.source.turn_ids[0])
                 if j is not None and bank.turn_record[j] < 0:

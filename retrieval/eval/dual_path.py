@@ -78,8 +78,8 @@ class DualPathRetriever:
             codebook size sets the topology's N_c and the identity is checked on load.
         params: Path B's topology parameters (:class:`isq.topology.TopologyParams`).
         dense_kind: faiss index kind (see DenseIndex); exact "flat" by default.
-        lexical: the lexical index over the bank's positions (e.g. the store's FTS5 table seen
-            through the bank, :class:`retrieval.routes.snapshot.StoreLexical`); by default an
+        lexical: the lexical index over the bank's positions (e.g. the conversation's records'
+            FTS5 table, :class:`retrieval.index.fts.RecordLexical`); by default an
             in-memory FTS5 table that :meth:`add` fills with the texts.
     """
 

@@ -3,7 +3,8 @@
 Four steps over one :class:`EvaluationSettings`: :func:`construct` ingests each conversation's
 sessions in order into ``OUT/store`` (a rerun resumes and reuses it), embeds and fingerprints
 every AMU with each fingerprinter and builds one dual-path bank per codebook (its BM25 channel
-is the store's FTS5 table) and the multi-route retrievers (:mod:`retrieval.eval.multi`);
+is an FTS5 table over the conversation's own records) and the multi-route retrievers
+(:mod:`retrieval.eval.multi`);
 :func:`encode_queries` embeds and fingerprints the questions in batches; :func:`retrieve_all` answers
 every question of categories 1-4 through each configuration's :class:`retrieval.contract.Retriever`, timed;
 :func:`score_config` scores it; :func:`evaluate` writes the reports, pictures, optional sweep and answers.
@@ -73,6 +74,7 @@ from retrieval.eval.results import (
 )
 from retrieval.extract.base import Extractor
 from retrieval.extract.rules import RuleExtractor
+from retrieval.index.fts import RecordLexical
 from retrieval.ingestion.segmenter import count_tokens
 from retrieval.memory.cache import CachedEmbedder, CachedFingerprinter, model_identity
 from retrieval.memory.models import Embedder
@@ -80,7 +82,6 @@ from retrieval.memory.store import AMUStore
 from retrieval.routes.planner_rules import Planner
 from retrieval.routes.query_plan import Plan
 from retrieval.routes.rerank import CrossEncoderReranker
-from retrieval.routes.snapshot import StoreLexical
 
 logger = logging.getLogger(__name__)
 
@@ -246,10 +247,9 @@ def construct(conversations: Sequence[LocomoConversation], memory: Memory, model
         tick = time.perf_counter()
         embeddings = embedder.encode([amu.text for amu in amus])
         seconds = {"embed": time.perf_counter() - tick}
-        banks = {}
+        banks, lexical = {}, RecordLexical(amus)
         for codebook, fingerprinter in fingerprinters.items():
             tick = time.perf_counter()
-            lexical = StoreLexical(store, cid, [amu.id for amu in amus])
             banks[codebook] = build_retriever(fingerprinter, amus, embeddings, settings.topology, lexical)
             seconds[f"index_{codebook}"] = time.perf_counter() - tick
         multi = {}

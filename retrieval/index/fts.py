@@ -3,14 +3,21 @@
 
 The store keeps an FTS5 table over every active record's text, entities and topic tags
 (:mod:`retrieval.memory.schema`, ranked by :func:`retrieval.memory.fts.bm25_rows`); :class:`FTSIndex` is the
-same table in memory for a bank given as texts (the dual-path retriever without a store). Both tokenise with
-:data:`FTS_TOKENIZER` (Porter stemming) and rank with :func:`bm25_search`: a query matches any of
+same table in memory for a bank given as texts (the dual-path retriever without records), and
+:class:`RecordLexical` the same table in memory over one user's records. Every table tokenises with
+:data:`FTS_TOKENIZER` (Porter stemming) and ranks with :func:`bm25_search`: a query matches any of
 its words other than stopwords (OR), scored by FTS5's Okapi BM25 (k1 = 1.2, b = 0.75, columns weighted
 equally), best first, ties by insertion order.
+
+Search reads one user's table, never the store's: BM25's statistics (row count, average row length,
+how many rows hold a word) are those of the table searched, so a score computed over the store's
+table would move when another user writes. A user's scores are the ones it would get alone in
+the store.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -20,6 +27,7 @@ import numpy as np
 from isq.topk import as_exclude_array, empty_result
 from retrieval.index.stopwords import STOPWORDS
 from retrieval.memory.fts import FTS_TOKENIZER, bm25_rows
+from retrieval.memory.records import AMU
 from retrieval.memory.store import AMUStore
 
 _WORD = re.compile(r"\w+")
@@ -76,12 +84,43 @@ class FTSIndex:
         self._db.executemany("INSERT INTO lexical (rowid, text, entities, topics) VALUES (?, ?, ?, ?)", rows)
         self._count += len(rows)
 
-    def search(self, query: str, k: int, exclude: Iterable[int] = ()) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k (positions, scores), ``exclude`` left out; ties by position."""
+    def search(self, query: str, k: int, exclude: Iterable[int] = (),
+               within: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (positions, scores), ``exclude`` left out and, when ``within`` is given, only those
+        positions ranked (a filter before the cut, not after); ties by position."""
         excluded = set(as_exclude_array(exclude).tolist())
-        rows = bm25_search(self._db, "lexical", query, k + len(excluded))
+        restrict: dict[str, object] = {}
+        if within is not None:
+            rowids = [int(position) + 1 for position in within]
+            restrict = {"where": "lexical.rowid IN (SELECT value FROM json_each(?))",
+                        "params": [json.dumps(rowids)]}
+        rows = bm25_search(self._db, "lexical", query, k + len(excluded), **restrict)
         kept = [(rowid - 1, score) for rowid, score in rows if rowid - 1 not in excluded][:k]
         if not kept:
             return empty_result()
         positions, scores = zip(*kept, strict=True)
         return np.asarray(positions, dtype=np.int64), np.asarray(scores, dtype=np.float64)
+
+    def size_bytes(self) -> int:
+        """The in-memory database's pages, in bytes."""
+        (pages,), (page_size,) = (self._db.execute(f"PRAGMA {name}").fetchone()
+                                  for name in ("page_count", "page_size"))
+        return int(pages) * int(page_size)
+
+
+class RecordLexical(FTSIndex):
+    """One user's lexical channel: an in-memory FTS5 table over its active records' text, entities
+    and topic tags (the columns of the store's table), position i being the i-th record added;
+    ``position`` maps a record id to its position."""
+
+    def __init__(self, records: Iterable[AMU] = ()) -> None:
+        super().__init__()
+        self.position: dict[str, int] = {}
+        self.add_records(records)
+
+    def add_records(self, records: Iterable[AMU]) -> None:
+        records = list(records)
+        first = len(self.position)
+        self.position.update((amu.id, first + offset) for offset, amu in enumerate(records))
+        self.add([amu.text for amu in records], [amu.entities for amu in records],
+                 [amu.tags for amu in records])

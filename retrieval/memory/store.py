@@ -36,12 +36,13 @@ from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.schema import SCHEMA_OBJECTS, SCHEMA_VERSION, create_or_migrate, turns_sha256
 from retrieval.memory.times import iso_text, time_interval
 from retrieval.memory.turn_log import TurnLog, insert_turns
+from retrieval.memory.versions import StoreVersions
 
 BUSY_TIMEOUT_S = 30.0
 """How long a write waits for another role's transaction (e.g. consolidation beside ingestion)."""
 
 
-class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows):
+class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows, StoreVersions):
     """Durable AMU store in ``<directory>/amus.sqlite3``.
 
     Reads return units in insertion order (segment order, then order within the segment).

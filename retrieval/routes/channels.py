@@ -11,6 +11,10 @@ order (:func:`isq.topk.select_top_k`), so every list is deterministic.
 - ``turns``: raw-turn recall, cosine over verbatim turn embeddings.
 - ``lexical``: FTS5 ``bm25()`` over record text, entities and topics.
 - ``code``: the codebook path (docs/design.md §7.5), top S_amu over the same records.
+
+Every channel takes an optional ``scope``, a boolean mask over the bank's items (records, then
+raw turns): only items in scope are ranked, so a filter (one session) applies before each
+channel's budget cuts its list, never after.
 """
 
 from __future__ import annotations
@@ -44,33 +48,54 @@ class ChannelList:
     via: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
 
+Scope = np.ndarray | None
+"""A boolean mask over the bank's items (records, then raw turns), or None for every item."""
+
+
 def _ranked(channel: str, items: np.ndarray, scores: np.ndarray) -> ChannelList:
     return ChannelList(channel, np.asarray(items, dtype=np.int64), np.asarray(scores, dtype=np.float64))
 
 
-def record_recall(bank: MemorySnapshot, query: np.ndarray, budget: int) -> ChannelList:
+def record_scope(bank: MemorySnapshot, scope: Scope) -> np.ndarray | None:
+    """The records' part of ``scope``."""
+    return None if scope is None else scope[: len(bank.records)]
+
+
+def _top(scores: np.ndarray, budget: int, scope: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The ``budget`` best positive scores among the items in ``scope``."""
+    return top_k_of_scores(scores if scope is None else np.where(scope, scores, 0.0), budget)
+
+
+def record_recall(bank: MemorySnapshot, query: np.ndarray, budget: int, scope: Scope = None) -> ChannelList:
     """Direct record recall: the ``budget`` records most similar to the query (positive cosine)."""
-    return _ranked("records", *top_k_of_scores(bank.record_vectors @ query, budget))
+    return _ranked("records", *_top(bank.record_vectors @ query, budget, record_scope(bank, scope)))
 
 
-def turn_recall(bank: MemorySnapshot, query: np.ndarray, budget: int) -> ChannelList:
+def turn_recall(bank: MemorySnapshot, query: np.ndarray, budget: int, scope: Scope = None) -> ChannelList:
     """Raw-turn recall: the ``budget`` turns most similar to the query, a turn that is a record's
     whole provenance standing for that record."""
-    turns, scores = top_k_of_scores(bank.turn_vectors @ query, budget)
+    turns, scores = _top(bank.turn_vectors @ query, budget,
+                         None if scope is None else scope[len(bank.records):])
     merged = np.where(bank.turn_record[turns] >= 0, bank.turn_record[turns], len(bank.records) + turns)
     return _ranked("turns", merged, scores)
 
 
-def lexical_recall(bank: MemorySnapshot, text: str, budget: int) -> ChannelList:
-    """FTS5 ``bm25()`` over the conversation's active records."""
-    return _ranked("lexical", *bank.lexical.search(text, budget))
+def lexical_recall(bank: MemorySnapshot, text: str, budget: int, scope: Scope = None) -> ChannelList:
+    """FTS5 ``bm25()`` over the conversation's active records (the user's own statistics)."""
+    records = record_scope(bank, scope)
+    within = None if records is None else np.flatnonzero(records).tolist()
+    return _ranked("lexical", *bank.lexical.search(text, budget, within=within))
 
 
-def code_recall(bank: MemorySnapshot, codes: Iterable[int], budget: int) -> ChannelList:
-    """The codebook path: the ``budget`` best S_amu records for the query's code set."""
+def code_recall(bank: MemorySnapshot, codes: Iterable[int], budget: int, scope: Scope = None) -> ChannelList:
+    """The codebook path: the ``budget`` best S_amu records for the query's code set (in scope:
+    the exact scores of every record, the walks' reference)."""
     if bank.topology is None:
         raise ValueError("the codebook channel needs a bank built with a fingerprinter or topology")
-    return _ranked("code", *bank.topology.search(codes, budget))
+    records = record_scope(bank, scope)
+    if records is None:
+        return _ranked("code", *bank.topology.search(codes, budget))
+    return _ranked("code", *_top(bank.topology.unit_scores(codes), budget, records))
 
 
 def _specificity(bank: MemorySnapshot, node: int) -> float:
@@ -80,9 +105,9 @@ def _specificity(bank: MemorySnapshot, node: int) -> float:
 
 
 def _expand(bank: MemorySnapshot, channel: str, matched: dict[int, float], query: np.ndarray,
-            budget: int) -> ChannelList:
-    """Records of the matched nodes, each scoring the sum of its nodes' weights (match score x
-    specificity) plus :data:`NODE_RELEVANCE` x its cosine to the query."""
+            budget: int, scope: Scope) -> ChannelList:
+    """Records (in scope) of the matched nodes, each scoring the sum of its nodes' weights (match
+    score x specificity) plus :data:`NODE_RELEVANCE` x its cosine to the query."""
     if not matched:
         return ChannelList(channel, *empty_result())
     scores = np.zeros(len(bank.records), dtype=np.float64)
@@ -94,13 +119,15 @@ def _expand(bank: MemorySnapshot, channel: str, matched: dict[int, float], query
         reached[members] = True
         for record in members.tolist():
             via.setdefault(record, []).append(bank.nodes[node].name)
-    records = np.flatnonzero(reached)
+    in_scope = record_scope(bank, scope)
+    records = np.flatnonzero(reached if in_scope is None else reached & in_scope)
     relevance = scores[records] + NODE_RELEVANCE * (bank.record_vectors[records] @ query)
     items, best = select_top_k(records, relevance, budget)
     return ChannelList(channel, items, best, {int(i): tuple(via[int(i)]) for i in items})
 
 
-def node_recall(bank: MemorySnapshot, route: Route, query: np.ndarray, budget: int) -> ChannelList:
+def node_recall(bank: MemorySnapshot, route: Route, query: np.ndarray, budget: int,
+                scope: Scope = None) -> ChannelList:
     """Evidence-node recall: exact matches (score 1) of the route's entities, topics and their
     pairs, and the :data:`NODE_MATCHES` searchable nodes most similar to the query (score =
     cosine), expanded to their records."""
@@ -115,11 +142,11 @@ def node_recall(bank: MemorySnapshot, route: Route, query: np.ndarray, budget: i
         for position, cosine in zip(order.tolist(), cosines.tolist(), strict=True):
             node = int(bank.searchable[position])
             matched[node] = max(matched.get(node, 0.0), cosine)
-    return _expand(bank, "nodes", matched, query, budget)
+    return _expand(bank, "nodes", matched, query, budget, scope)
 
 
 def temporal_recall(bank: MemorySnapshot, time: TimeConstraint, query: np.ndarray,
-                    budget: int) -> ChannelList:
+                    budget: int, scope: Scope = None) -> ChannelList:
     """Temporal recall: records with a day key inside the range score 1; month keys overlapping
     the range count in full for a range of :data:`MONTH_DAYS` days or more, else at 0.5 and only
     for records dated to the month alone (a record dated to another day of that month is not a
@@ -146,7 +173,8 @@ def temporal_recall(bank: MemorySnapshot, time: TimeConstraint, query: np.ndarra
         weight[members] = np.maximum(weight[members], value)
         for record in members.tolist():
             via.setdefault(record, []).append(bank.nodes[node].name)
-    records = np.flatnonzero(weight > 0)
+    in_scope = record_scope(bank, scope)
+    records = np.flatnonzero(weight > 0 if in_scope is None else (weight > 0) & in_scope)
     if records.size == 0:
         return ChannelList("temporal", *empty_result())
     items, scores = select_top_k(records,

@@ -9,7 +9,8 @@ range), fused inside the route by RRF with the question type's channel weights
 fusion`), and selected with route coverage quotas and MMR (:mod:`retrieval.routes.selection`).
 The result always has exactly the final top-k distinct items (records or raw turns) when the
 bank holds that many: should the candidates run short, the items most similar to the first
-query fill the list.
+query fill the list. A ``scope`` (:data:`retrieval.routes.channels.Scope`) keeps retrieval to
+some items (one session's): every channel ranks only those, and so does the filling.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from retrieval.extract.rules import content_words
 from retrieval.memory.evidence_keys import normalise_key
 from retrieval.routes.channels import (
     ChannelList,
+    Scope,
     code_recall,
     lexical_recall,
     node_recall,
@@ -81,8 +83,10 @@ class MultiRouteRetriever:
     def plan(self, question: str) -> Plan:
         return self.planner.plan(question, self.bank.context)
 
-    def retrieve(self, query: Query, k: int = 40, *, plan: Plan | None = None) -> Retrieval:
-        """The final top-k = max(k, plan_depth, 1) items for ``query`` (Algorithm B.2 line 3)."""
+    def retrieve(self, query: Query, k: int = 40, *, plan: Plan | None = None,
+                 scope: Scope = None) -> Retrieval:
+        """The final top-k = max(k, plan_depth, 1) items for ``query`` (Algorithm B.2 line 3), of
+        the items in ``scope`` when one is given."""
         question, use_code = query.text, self.use_code
         started = time.perf_counter()
         plan = plan or self.plan(question)
@@ -96,7 +100,7 @@ class MultiRouteRetriever:
             codes = {text: fp.codes
                      for text, fp in zip(texts, self.bank.fingerprinter.fingerprint(texts), strict=True)}
         candidates: dict[int, _Candidate] = {}
-        route_lists = [self._route(number, route, plan.question_type, vectors, codes, k, candidates)
+        route_lists = [self._route(number, route, plan.question_type, vectors, codes, k, candidates, scope)
                        for number, route in enumerate(plan.routes)]
         scores = final_scores(route_lists)
         relevance = {item: part.s_final for item, part in scores.items()}
@@ -109,7 +113,7 @@ class MultiRouteRetriever:
         if len(selected) < k:
             taken = set(selected)
             rest = [item for item in order if item not in taken]
-            rest += [item for item in self._fallback(vectors[texts[0]])
+            rest += [item for item in self._fallback(vectors[texts[0]], scope)
                      if item not in taken and item not in scores]
             selected += rest[: k - len(selected)]
         hits = [self._hit(rank, item, candidates.get(item), scores.get(item))
@@ -118,21 +122,22 @@ class MultiRouteRetriever:
         return Retrieval(question, hits, time.perf_counter() - started, plan, reranker)
 
     def _route(self, number: int, route: Route, question_type: str, vectors: Mapping[str, np.ndarray],
-               codes: Mapping[str, Any], k: int, candidates: dict[int, _Candidate]) -> list[int]:
+               codes: Mapping[str, Any], k: int, candidates: dict[int, _Candidate],
+               scope: Scope = None) -> list[int]:
         """The route-level ranked list L_i (Algorithm B.2 lines 5-15)."""
         bank = self.bank
         lists: list[tuple[str, ChannelList]] = []
         for index, query in enumerate(route.queries):
             tag, vector = f"r{number}q{index}", vectors[query]
-            lists += [(tag, record_recall(bank, vector, record_budget(k))),
-                      (tag, node_recall(bank, route, vector, record_budget(k))),
-                      (tag, turn_recall(bank, vector, turn_budget(k))),
-                      (tag, lexical_recall(bank, query, record_budget(k)))]
+            lists += [(tag, record_recall(bank, vector, record_budget(k), scope)),
+                      (tag, node_recall(bank, route, vector, record_budget(k), scope)),
+                      (tag, turn_recall(bank, vector, turn_budget(k), scope)),
+                      (tag, lexical_recall(bank, query, record_budget(k), scope))]
             if codes:
-                lists.append((tag, code_recall(bank, codes[query], record_budget(k))))
+                lists.append((tag, code_recall(bank, codes[query], record_budget(k), scope)))
         if route.time is not None:
             lists.append((f"r{number}t", temporal_recall(bank, route.time, vectors[route.queries[0]],
-                                                         temporal_budget(k))))
+                                                         temporal_budget(k), scope)))
         for tag, ranked in lists:
             for rank, (item,
                        score) in enumerate(zip(ranked.items.tolist(), ranked.scores.tolist(), strict=True),
@@ -167,12 +172,16 @@ class MultiRouteRetriever:
             self._signatures[item] = static
         return {**static, "queries": frozenset(candidate.queries), "nodes": frozenset(candidate.nodes)}
 
-    def _fallback(self, vector: np.ndarray) -> list[int]:
-        """Every item (records, then turns not merged into one), most similar to ``vector`` first."""
+    def _fallback(self, vector: np.ndarray, scope: Scope = None) -> list[int]:
+        """Every item in scope (records, then turns not merged into one), most similar to
+        ``vector`` first."""
         bank = self.bank
         turns = np.flatnonzero(bank.turn_record < 0)
         items = np.concatenate([np.arange(len(bank.records)), len(bank.records) + turns])
         similarity = np.concatenate([bank.record_vectors @ vector, bank.turn_vectors[turns] @ vector])
+        if scope is not None:
+            kept = scope[items]
+            items, similarity = items[kept], similarity[kept]
         return [int(items[i]) for i in np.lexsort((items, -similarity))]
 
     def _hit(self, rank: int, item: int, candidate: _Candidate | None, score: Any) -> Hit:

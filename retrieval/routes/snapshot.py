@@ -1,7 +1,8 @@
 """One conversation's memory as multi-route retrieval reads it (LycheeMemory section 3.4): the
 active records with their embeddings, the raw turns with theirs, the evidence nodes with their
-members and the embeddings of the searchable ones, the store's FTS5 channel and, optionally,
-the codebook topology over the same records.
+members and the embeddings of the searchable ones, the lexical channel over the records (an FTS5
+table of the user's own, :class:`retrieval.index.fts.RecordLexical`) and, optionally, the
+codebook topology over the same records.
 
 Items are numbered: record i is item i, raw turn j is item ``len(records) + j``. A raw turn
 that is the whole provenance of a record is the same evidence as that record: raw-turn recall
@@ -19,35 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from isq.topk import as_exclude_array, empty_result
 from isq.topology import CooccurrenceTopology, TopologyParams
 from retrieval.index.evidence_nodes import SEARCHABLE_TYPES, searchable_text
-from retrieval.index.fts import lexical_search
+from retrieval.index.fts import RecordLexical
 from retrieval.memory.indexing import EvidenceNode
 from retrieval.memory.models import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU, Turn
 from retrieval.memory.store import AMUStore
 from retrieval.routes.planner_rules import PlanContext
-
-
-class StoreLexical:
-    """The store's FTS5 ``bm25()`` channel over one conversation, in a bank's positions (the
-    bank's AMU ids, in order): what :class:`retrieval.eval.dual_path.DualPathRetriever` takes as
-    ``lexical`` for the Dense + BM25 configuration."""
-
-    def __init__(self, store: AMUStore, conversation_id: str, ids: Sequence[str]) -> None:
-        self.store, self.conversation_id = store, conversation_id
-        self.position = {amu_id: i for i, amu_id in enumerate(ids)}
-
-    def search(self, query: str, k: int, exclude: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
-        excluded = set(as_exclude_array(exclude).tolist())
-        rows = lexical_search(self.store, query, self.conversation_id, k + len(excluded))
-        kept = [(self.position[amu_id], score) for amu_id, score in rows
-                if amu_id in self.position and self.position[amu_id] not in excluded][:k]
-        if not kept:
-            return empty_result()
-        return (np.array([p for p, _ in kept], dtype=np.int64),
-                np.array([s for _, s in kept], dtype=np.float64))
 
 
 @dataclass
@@ -65,7 +45,7 @@ class MemorySnapshot:
     node_lookup: dict[tuple[str, str], int]
     searchable: np.ndarray
     node_vectors: np.ndarray
-    lexical: StoreLexical
+    lexical: RecordLexical
     embedder: Embedder
     context: PlanContext
     topology: CooccurrenceTopology | None = None
@@ -141,7 +121,7 @@ class MemorySnapshot:
                    np.asarray(turn_vectors, dtype=np.float32), turn_record, nodes, members,
                    {(node.node_type, node.key): i for i, node in enumerate(nodes)}, searchable,
                    np.asarray(node_vectors, dtype=np.float32),
-                   StoreLexical(store, conversation_id, [amu.id for amu in records]), embedder, context,
+                   RecordLexical(records), embedder, context,
                    topology, fingerprinter)
 
     def node(self, node_type: str, key: str) -> int | None:

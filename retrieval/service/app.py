@@ -33,7 +33,7 @@ from retrieval.service.state import Service
 def create_app(memory: Any, keys: KeyStore, store: Path, *, host: str = "127.0.0.1") -> FastAPI:
     """The HTTP + MCP application over ``memory`` (open on the directory ``store``); ``host`` is
     the address served (MCP's DNS-rebinding protection accepts only it and loopback names)."""
-    gate, gauges = WriteGate(), StoreGauges(store)
+    gate, gauges = WriteGate(), StoreGauges(store, memory.cache_gauges)
     service = Service(memory, keys, gate, ServiceMetrics(gauges))
     mcp = build_mcp(memory, gate, key_user)
     mcp.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True, host=host)

@@ -1,25 +1,29 @@
-"""The memory's gauges for ``/metrics``: units (AMUs), open segments and unfinished jobs.
+"""The memory's gauges for ``/metrics``: units (AMUs), open segments and unfinished jobs, and the
+memory's per-user caches (search states held, their estimated bytes, user streams held).
 
 The memory API has no counters of its own, so they are read from the store through a second,
 read-only connection (SQLite WAL readers never wait for the writer, and the memory's lock is not
 taken, so a scrape never delays a request). Open segments are the (user, session) pairs whose
 stored turns no committed segment covers yet; counting them reads every user's uncovered turns,
-which is fine at scrape frequency.
+which is fine at scrape frequency. The caches' sizes come from the memory itself
+(``Memory.cache_gauges``), which reads them without its lock.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from retrieval.memory.store import AMUStore
 
 
 class StoreGauges:
-    """Callable returning ``amus``, ``open_segments`` and ``queued_jobs`` of the store at ``directory``."""
+    """Callable returning ``amus``, ``open_segments`` and ``queued_jobs`` of the store at
+    ``directory``, with what ``caches`` returns."""
 
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
+    def __init__(self, directory: Path, caches: Callable[[], Mapping[str, float]]) -> None:
+        self.directory, self.caches = directory, caches
         self._store: AMUStore | None = None
         self._lock = threading.Lock()
 
@@ -31,7 +35,7 @@ class StoreGauges:
             open_segments = sum(len({turn.session_id for turn in store.uncovered_turns(user)})
                                 for user in store.users())
             return {"amus": store.count(include_archived=False), "open_segments": open_segments,
-                    "queued_jobs": len(store.unfinished())}
+                    "queued_jobs": len(store.unfinished()), **self.caches()}
 
     def close(self) -> None:
         with self._lock:

@@ -2,7 +2,8 @@
 
 Per route (the route's path template, so ids do not multiply the series): requests by status,
 latency histogram, errors (status >= 400). At scrape time, from the memory: units (AMUs), open
-segments and queued consolidation jobs.
+segments, queued consolidation jobs and the per-user caches (search states and their estimated
+bytes, user streams).
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 MemoryGauges = Callable[[], Mapping[str, float]]
-"""Returns the memory's current ``amus``, ``open_segments`` and ``queued_jobs``."""
+"""Returns the memory's current value of each of :data:`_GAUGES`."""
 
 _GAUGES = {"amus": "units (AMUs) stored, all users",
            "open_segments": "segments still open (turns not yet extracted)",
-           "queued_jobs": "consolidation jobs queued or running"}
+           "queued_jobs": "consolidation jobs queued or running",
+           "search_states": "users whose search state is held in memory",
+           "search_state_bytes": "estimated bytes of the search states held (bounded: least recent dropped)",
+           "user_streams": "users whose segmentation stream is held in memory"}
 
 
 class _MemoryCollector(Collector):

@@ -1,0 +1,108 @@
+"""The users' search states (:class:`retrieval.api.snapshot.Snapshot`) a memory keeps between
+searches: always the store's latest commit, and bounded in memory.
+
+Fresh. A state remembers the user's rows it reflects (:meth:`retrieval.memory.store.AMUStore.
+user_version`). Before a search, the store's ``data_version`` says whether another connection
+committed since the last look (another process's writer, or the job worker's connection); when
+one has, every held state is checked once against its user's rows, and a state whose user
+changed is dropped, to be built again from the store by the search that needs it. The memory's
+own writes extend a state in place and then :meth:`SearchStates.noted` records the rows they
+leave. A state's rows are read before it is built, so a commit that lands during the build is
+seen at the next search.
+
+Bounded. The states are kept in least-recently-searched order within :data:`SEARCH_STATE_BYTES`
+(the sum of :meth:`retrieval.api.snapshot.Snapshot.size_bytes`, an estimate): the least recently
+used are dropped first; each is rebuilt from the store when its user searches again. The state
+in use is always kept, even alone over the bound.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from retrieval.api.snapshot import Snapshot
+from retrieval.memory.store import AMUStore
+
+SEARCH_STATE_BYTES = 512 * 2**20
+"""The bound on the estimated bytes of all users' search states of one memory."""
+
+
+@dataclass
+class _Held:
+    snapshot: Snapshot
+    rows: tuple[int, ...]
+    size: int
+    checked: int
+
+
+class SearchStates:
+    """The users' search states of one memory (see the module docstring); ``build(user)`` makes
+    one from the store. The memory serialises the calls; :meth:`gauges` may run beside them."""
+
+    def __init__(self, store: AMUStore, build: Callable[[str], Snapshot], limit: int | None = None) -> None:
+        self.store, self.build = store, build
+        self.limit = SEARCH_STATE_BYTES if limit is None else limit
+        self._held: OrderedDict[str, _Held] = OrderedDict()
+        self._bytes = 0
+        self._guard = threading.Lock()
+
+    def get(self, user: str) -> Snapshot:
+        """The user's state as of the store's latest commit, most recently used from now on."""
+        version = self.store.data_version()
+        held = self._held.get(user)
+        if held is not None and held.checked != version:
+            if self.store.user_version(user) != held.rows:
+                self.drop(user)
+                held = None
+            else:
+                held.checked = version
+        if held is None:
+            rows = self.store.user_version(user)
+            held = _Held(self.build(user), rows, 0, version)
+            with self._guard:
+                self._held[user] = held
+        self._resize(user, held)
+        return held.snapshot
+
+    def held(self, user: str) -> Snapshot | None:
+        """The user's state if one is kept (for the memory's own writes to extend), else None."""
+        held = self._held.get(user)
+        return None if held is None else held.snapshot
+
+    def noted(self, user: str) -> None:
+        """The memory's own write extended the user's state: record the rows it now reflects."""
+        held = self._held.get(user)
+        if held is None:
+            return
+        rows = self.store.user_version(user)
+        if self.store.data_version() != held.checked:  # another connection committed meanwhile
+            self.drop(user)
+            return
+        held.rows = rows
+        self._resize(user, held)
+
+    def drop(self, user: str) -> None:
+        with self._guard:
+            held = self._held.pop(user, None)
+            if held is not None:
+                self._bytes -= held.size
+
+    def gauges(self) -> dict[str, float]:
+        """``search_states`` (users held) and ``search_state_bytes`` (their estimated size)."""
+        with self._guard:
+            return {"search_states": len(self._held), "search_state_bytes": self._bytes}
+
+    def _resize(self, user: str, held: _Held) -> None:
+        """Measure the user's state again, make it the most recent and drop the least recent ones
+        while the bound is exceeded."""
+        size = held.snapshot.size_bytes()
+        with self._guard:
+            self._bytes += size - held.size
+            held.size = size
+            self._held.move_to_end(user)
+            while self._bytes > self.limit and len(self._held) > 1:
+                _, evicted = self._held.popitem(last=False)
+                self._bytes -= evicted.size

@@ -81,7 +81,7 @@ class MemoryMachine(RuleBasedStateMachine):
         if items:
             victim = data.draw(st.sampled_from(items))
             self.memory.delete(victim.id, user_id=user)
-            assert victim.id not in {item.id for item in self.memory.list(user_id=user, limit=1000).items}
+            assert victim.id not in {item.id for item in self.memory.list(user_id=user, limit=100).items}
 
     @rule(user=st.sampled_from(USERS))
     def forget(self, user: str) -> None:

@@ -1,8 +1,9 @@
 """The memory as MCP tools (the official ``mcp`` SDK's ``MCPServer``, formerly ``FastMCP``).
 
 Six tools over :mod:`retrieval.service.operations`, the same code as the HTTP routes, with the
-same argument models and limits. The user is never an argument: ``user_of`` gives it from the
-call's context (the server's ``--user`` over stdio, the request's key over HTTP).
+same argument models and limits, as strictly typed (``limit: "5"`` is refused). The user is never
+an argument: ``user_of`` gives it from the call's context (the server's ``--user`` over stdio,
+the request's key over HTTP).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def build_mcp(memory: Any, gate: WriteGate, user_of: UserOf) -> MCPServer:
         return _refusals(lambda: operations.add_turns(memory, gate, user_of(ctx), session_id, request))
 
     @server.tool()
-    def memory_search(query: str, ctx: Context, k: int = limits.DEFAULT_K,
+    def memory_search(query: str, ctx: Context, k: models.K = limits.DEFAULT_K,
                       session_id: models.SessionId | None = None) -> models.SearchResponse:
         """Search the memory: the best-matching memories with their source turns."""
         request = models.SearchRequest(query=query, k=k, session_id=session_id)
@@ -54,7 +55,7 @@ def build_mcp(memory: Any, gate: WriteGate, user_of: UserOf) -> MCPServer:
 
     @server.tool()
     def memory_list(ctx: Context, session_id: models.SessionId | None = None,
-                    limit: Annotated[int, Field(ge=1, le=limits.MAX_PAGE)] = limits.DEFAULT_PAGE,
+                    limit: models.PageSize = limits.DEFAULT_PAGE,
                     cursor: str | None = None) -> models.MemoryPage:
         """List stored memories, oldest first; pass next_cursor back for the next page."""
         return _refusals(lambda: operations.list_memories(memory, user_of(ctx), session_id, limit, cursor))

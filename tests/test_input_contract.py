@@ -155,9 +155,16 @@ def test_cursors_and_job_ids_do_not_count_other_users_writes(tmp_path):
         assert [row.user_id for row in map(store.job_row, range(1, 5))] == ["o0", "o1", "o2", "u"]
 
 
+def test_ids_of_the_longest_kind_are_accepted_and_their_memory_ids_readable(mem):
+    user, turn_id = "u" * limits.MAX_ID_CHARS, "t" * limits.MAX_ID_CHARS
+    mem.add([{"speaker": "S" * limits.MAX_ID_CHARS, "text": "hi", "turn_id": turn_id}], user_id=user,
+            session_id="s" * limits.MAX_ID_CHARS, idempotency_key="k" * limits.MAX_ID_CHARS)
+    assert mem.get(f"{user}:turn:{turn_id}", user_id=user).text == "S" * limits.MAX_ID_CHARS + ": hi"
+
+
 def test_http_and_python_share_one_set_of_limits():
-    for name in ("MAX_ID_CHARS", "MAX_QUERY_CHARS", "MAX_K", "DEFAULT_K", "MAX_PAGE", "DEFAULT_PAGE",
-                 "MAX_TEXT_CHARS", "ID_PATTERN", "MAX_TURNS"):
+    for name in ("MAX_ID_CHARS", "MAX_MEMORY_ID_CHARS", "MAX_QUERY_CHARS", "MAX_K", "DEFAULT_K", "MAX_PAGE",
+                 "DEFAULT_PAGE", "MAX_TEXT_CHARS", "ID_PATTERN", "MAX_TURNS"):
         assert getattr(service_limits, name) == getattr(limits, name)
     import inspect
 

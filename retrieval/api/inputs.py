@@ -18,13 +18,22 @@ from datetime import datetime
 from typing import Any
 
 from retrieval.api.errors import InvalidInput
-from retrieval.api.limits import MAX_ID_CHARS, MAX_K, MAX_PAGE, MAX_QUERY_CHARS, MAX_TEXT_CHARS
+from retrieval.api.limits import (
+    MAX_ID_CHARS,
+    MAX_K,
+    MAX_MEMORY_ID_CHARS,
+    MAX_PAGE,
+    MAX_QUERY_CHARS,
+    MAX_TEXT_CHARS,
+)
 from retrieval.contract import EmptyQuery
 from retrieval.contract import check_query as check_words
 from retrieval.memory.records import Turn
 from retrieval.memory.times import naive_utc
 
 TURN_FIELDS = ("speaker", "text", "time", "turn_id", "image_caption")
+ID_LIMITS = {"id": MAX_MEMORY_ID_CHARS}
+"""Ids whose limit is not :data:`MAX_ID_CHARS`: a memory id (``get``, ``history``, ``delete``)."""
 
 
 @dataclass(frozen=True)
@@ -51,13 +60,13 @@ def _unicode(name: str, field: str, value: str) -> None:
 
 
 def check_id(name: str, value: Any, field: str | None = None) -> str:
-    """A required id: a non-blank string of at most :data:`MAX_ID_CHARS` characters, valid
-    Unicode, without control characters."""
-    field = field or name
+    """A required id: a non-blank string of at most :data:`MAX_ID_CHARS` characters (a memory id:
+    :data:`MAX_MEMORY_ID_CHARS`), valid Unicode, without control characters."""
+    field, limit = field or name, ID_LIMITS.get(name, MAX_ID_CHARS)
     if not isinstance(value, str) or not value.strip():
         raise InvalidInput(f"{name} is required: a non-empty string, got {value!r}", field)
-    if len(value) > MAX_ID_CHARS:
-        raise InvalidInput(f"{name} has {len(value)} characters; the limit is {MAX_ID_CHARS}", field)
+    if len(value) > limit:
+        raise InvalidInput(f"{name} has {len(value)} characters; the limit is {limit}", field)
     _unicode(name, field, value)
     if any(unicodedata.category(char) == "Cc" for char in value):
         raise InvalidInput(f"{name} {value!r} holds a control character", field)

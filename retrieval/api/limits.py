@@ -13,6 +13,9 @@ MAX_TEXT_CHARS = MAX_TURN_CHARS
 """Characters in one turn's text or image caption."""
 MAX_ID_CHARS = 128
 """Characters in a user id, session id, memory id, turn id, speaker, time or idempotency key."""
+MAX_MEMORY_ID_CHARS = 3 * MAX_ID_CHARS
+"""Characters in a memory id: an AMU id or ``<user>:turn:<turn id>``, both built from a user id
+and more, so the limit leaves room for a user id and a turn id of the longest kind."""
 MAX_QUERY_CHARS = 2_000
 """Characters in one search query."""
 MAX_K = 100

@@ -14,13 +14,15 @@ from retrieval.api.limits import (
     ID_PATTERN,
     MAX_ID_CHARS,
     MAX_K,
+    MAX_MEMORY_ID_CHARS,
     MAX_PAGE,
     MAX_QUERY_CHARS,
     MAX_TEXT_CHARS,
     MAX_TURNS,
 )
 
-__all__ = ["DEFAULT_K", "DEFAULT_PAGE", "ID_PATTERN", "MAX_BODY_BYTES", "MAX_ID_CHARS", "MAX_K", "MAX_PAGE",
+__all__ = ["DEFAULT_K", "DEFAULT_PAGE", "ID_PATTERN", "MAX_BODY_BYTES", "MAX_ID_CHARS", "MAX_K",
+           "MAX_MEMORY_ID_CHARS", "MAX_PAGE",
            "MAX_QUERY_CHARS", "MAX_TEXT_CHARS", "MAX_TURNS"]
 
 MAX_BODY_BYTES = 1_048_576

@@ -61,7 +61,7 @@ def build_mcp(memory: Any, gate: WriteGate, user_of: UserOf) -> MCPServer:
         return _refusals(lambda: operations.list_memories(memory, user_of(ctx), session_id, limit, cursor))
 
     @server.tool()
-    def memory_delete(memory_id: models.ShortText, ctx: Context) -> models.Deleted:
+    def memory_delete(memory_id: models.MemoryId, ctx: Context) -> models.Deleted:
         """Delete one memory, completely."""
         return _refusals(lambda: operations.delete_memory(memory, gate, user_of(ctx), memory_id))
 

@@ -16,6 +16,7 @@ from retrieval.service import limits
 
 ShortText = Annotated[str, Field(min_length=1, max_length=limits.MAX_ID_CHARS)]
 SessionId = Annotated[str, Field(min_length=1, max_length=limits.MAX_ID_CHARS, pattern=limits.ID_PATTERN)]
+MemoryId = Annotated[str, Field(min_length=1, max_length=limits.MAX_MEMORY_ID_CHARS)]
 K = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_K)]
 PageSize = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_PAGE)]
 Text = Annotated[str, Field(min_length=1, max_length=limits.MAX_TEXT_CHARS)]
@@ -54,7 +55,8 @@ class ConsolidateRequest(_Request):
 
 class AddTurnsResponse(BaseModel):
     """What ``add`` committed: the turns stored now, the units (AMUs) of every segment that closed;
-    a replayed idempotency key or turn id adds nothing (``replayed``, ``duplicates``)."""
+    a replayed idempotency key or turn id adds nothing (``replayed``, ``duplicates``); one given
+    again with another body is refused (409)."""
 
     session_id: str
     turn_ids: list[str]

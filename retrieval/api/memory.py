@@ -34,7 +34,7 @@ from retrieval.api.inputs import (
     optional_id,
 )
 from retrieval.api.jobs import CONSOLIDATE, JobRunner, Locked
-from retrieval.api.limits import DEFAULT_PAGE
+from retrieval.api.limits import DEFAULT_K, DEFAULT_PAGE
 from retrieval.api.models import LLM_CACHE, LoadedModels, load_models
 from retrieval.api.online import Models, UserStream
 from retrieval.api.purge import hard_purge
@@ -224,7 +224,7 @@ class Memory:
 
     # -- reads ----------------------------------------------------------------------------------
 
-    def search(self, query: str, *, user_id: str, session_id: str | None = None, k: int = 10,
+    def search(self, query: str, *, user_id: str, session_id: str | None = None, k: int = DEFAULT_K,
                routes: Sequence[str] | None = None, explain: bool = False) -> SearchResult:
         """The user's k best items for ``query`` by plan-guided multi-route retrieval, with the
         codebook route when a fingerprinter is set (:mod:`retrieval.api.search`)."""

@@ -4,7 +4,7 @@ and the API keys that bind callers to users.
     python -m retrieval.serve --store DIR [--fingerprinter DIR] [--host 127.0.0.1] [--port 8765]
                               [--allow-remote]
     python -m retrieval.serve keys create --store DIR --user USER   # prints the new key last
-    python -m retrieval.serve keys list   --store DIR [--user USER]
+    python -m retrieval.serve keys list   --store DIR [--user USER]     # never creates a key store
     python -m retrieval.serve keys revoke --store DIR KEY_ID         # or the whole key
 
 The server listens on 127.0.0.1 unless told otherwise; any other address needs
@@ -71,7 +71,7 @@ def _keys_parser() -> argparse.ArgumentParser:
 
 def keys_main(argv: Sequence[str]) -> int:
     args = _keys_parser().parse_args(argv)
-    keys = KeyStore(args.store)
+    keys = KeyStore(args.store, create=args.command == "create")
     try:
         if args.command == "create":
             key = keys.create(args.user)

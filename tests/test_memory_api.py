@@ -46,7 +46,7 @@ def test_a_turn_is_found_by_the_next_search_and_segments_commit_records(tmp_path
         assert [(h.id, h.kind, h.turns) for h in hits] == [("alice:turn:s1:1", "turn", ("s1:1",))]
         mem.add(chat("alpha", 30), user_id="alice", session_id="s1")
         flushed = mem.flush(user_id="alice", session_id="s1")
-        page = mem.list(user_id="alice", limit=1000)
+        page = mem.list(user_id="alice", limit=100)
         assert len(page.items) >= 20 and page.cursor is None
         assert set(flushed.amu_ids) <= {item.id for item in page.items}
         found = mem.search("cat called Pickle", user_id="alice", k=3).hits[0]

@@ -1,7 +1,8 @@
 """A hypothesis state machine over the memory API: three users, random interleavings of add,
 replayed add, search, delete, forget and consolidate. Invariants: no result ever carries another
-user's text; after ``forget`` the user's canary is in no file of the store; replays add nothing;
-a turn is found by the next search."""
+user's text; after ``forget`` the user's canary is in no file of the store; replays add nothing
+(and a key given again with another body is a conflict that adds nothing); a turn is found by
+the next search."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from retrieval import Memory
+from retrieval.api.errors import Conflict
 from retrieval.memory.store import AMUStore
 from tests.routes_fixtures import WordEmbedder, WordFingerprinter
 
@@ -32,7 +35,7 @@ class MemoryMachine(RuleBasedStateMachine):
         self.path = Path(tempfile.mkdtemp(prefix="memory-sm-"))
         self.memory = Memory.open(self.path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
         self.turns: dict[str, int] = dict.fromkeys(USERS, 0)
-        self.keys: dict[str, str] = {}
+        self.keys: dict[str, tuple[str, str, list[dict]]] = {}
         self.key_turns: dict[str, set[str]] = {}
         self.counter = 0
 
@@ -56,7 +59,7 @@ class MemoryMachine(RuleBasedStateMachine):
         result = self.memory.add(turns, user_id=user, session_id=session, idempotency_key=key)
         assert len(result.turn_ids) == size and not result.replayed
         self.turns[user] += size
-        self.keys[key] = user
+        self.keys[key] = (user, session, turns)
         self.key_turns[key] = set(result.turn_ids)
         hits = self.memory.search(f"number{self.counter}x0", user_id=user, k=5).hits
         assert any(f"number{self.counter}x0" in hit.text for hit in hits)
@@ -65,11 +68,16 @@ class MemoryMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def replay(self, data: st.DataObject) -> None:
         key = data.draw(st.sampled_from(sorted(self.keys)))
-        user = self.keys[key]
+        user, session, turns = self.keys[key]
         before = self.stored(user)
-        result = self.memory.add([{"speaker": "A", "text": "a retried write"}], user_id=user, session_id="s1",
-                                 idempotency_key=key)
-        assert result.replayed and result.turn_ids == () and self.stored(user) == before
+        if data.draw(st.booleans()):
+            result = self.memory.add(turns, user_id=user, session_id=session, idempotency_key=key)
+            assert result.replayed and result.turn_ids == ()
+        else:
+            with pytest.raises(Conflict):
+                self.memory.add([{"speaker": "A", "text": "a retried write"}], user_id=user,
+                                session_id=session, idempotency_key=key)
+        assert self.stored(user) == before
 
     @rule(user=st.sampled_from(USERS), word=st.sampled_from(WORDS))
     def search(self, user: str, word: str) -> None:
@@ -83,15 +91,16 @@ class MemoryMachine(RuleBasedStateMachine):
         if items:
             victim = data.draw(st.sampled_from(items))
             self.memory.delete(victim.id, user_id=user)  # with the turns it names
-            assert victim.id not in {item.id for item in self.memory.list(user_id=user, limit=1000).items}
-            self.keys = {key: owner for key, owner in self.keys.items()  # a key that stored one is forgotten
-                         if owner != user or not self.key_turns[key] & set(victim.turns)}
+            assert victim.id not in {item.id for item in self.memory.list(user_id=user, limit=100).items}
+            # a key that stored one of the deleted record's turns is forgotten with them
+            self.keys = {key: stored for key, stored in self.keys.items()
+                         if stored[0] != user or not self.key_turns[key] & set(victim.turns)}
 
     @rule(user=st.sampled_from(USERS))
     def forget(self, user: str) -> None:
         self.memory.forget(user_id=user)
         self.turns[user] = 0
-        self.keys = {key: owner for key, owner in self.keys.items() if owner != user}
+        self.keys = {key: add for key, add in self.keys.items() if add[0] != user}
         data = b"".join(p.read_bytes() for p in self.path.rglob("*") if p.is_file())
         assert canary(user).encode() not in data and canary(user).lower().encode() not in data
 

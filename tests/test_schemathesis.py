@@ -8,12 +8,11 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Iterator
-from urllib.parse import unquote
 
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, Phase, assume, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
@@ -65,16 +64,7 @@ def aim_at_bob(case, world: World) -> None:
             parameters[name] = bobs[zlib.crc32(value.encode()) // 2 % len(bobs)]
 
 
-def fixed_on_another_branch(case) -> bool:
-    """NARROWED: a job id that ``str.isdigit`` accepts but ``int`` refuses (``²``, ``١``) or that
-    passes 64 bits answers 500 (``GET /v1/jobs/%C2%B2``); the input-validation work, on its own
-    branch, makes these 422/404. Until it is merged such ids are not sent. Remove this then."""
-    job_id = unquote((case.path_parameters or {}).get("job_id", ""))  # schemathesis sends them encoded
-    return job_id.isdigit() and (not job_id.isascii() or int(job_id) >= 2**63)
-
-
 def check(case, world: World) -> None:
-    assume(not fixed_on_another_branch(case))
     aim_at_bob(case, world)
     response = case.call(headers=bearer(world.alice), timeout=60)
     case.validate_response(response, checks=[not_a_server_error, response_schema_conformance])

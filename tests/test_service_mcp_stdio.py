@@ -38,11 +38,12 @@ async def _every_tool(session: ClientSession) -> dict:
     tools = {tool.name for tool in (await session.list_tools()).tools}
     chat = [{"speaker": ("Jon", "Maria")[n % 2], "text": f"Small talk line {n} about the weather."}
             for n in range(24)]
-    added = content(await session.call_tool("memory_add", {"session_id": "s1", "turns": [
-        {"speaker": "Maria", "text": "I adopted a cat called Pickle.", "time": "2023-05-08T10:00:00"},
-        *chat], "idempotency_key": "k1"}))
-    replay = content(await session.call_tool("memory_add", {"session_id": "s1", "turns": [
-        {"speaker": "Maria", "text": "I adopted a cat called Pickle."}], "idempotency_key": "k1"}))
+    pickle = {"speaker": "Maria", "text": "I adopted a cat called Pickle.", "time": "2023-05-08T10:00:00"}
+    turns = [pickle, *chat]
+    added = content(await session.call_tool("memory_add", {"session_id": "s1", "turns": turns,
+                                                           "idempotency_key": "k1"}))
+    replay = content(await session.call_tool("memory_add", {"session_id": "s1", "turns": turns,
+                                                            "idempotency_key": "k1"}))
     found = content(await session.call_tool("memory_search", {"query": "What pet does Maria have?", "k": 5}))
     listed = content(await session.call_tool("memory_list", {"limit": 50}))
     job = content(await session.call_tool("memory_consolidate", {"session_id": "s1"}))

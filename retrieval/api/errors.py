@@ -1,12 +1,17 @@
 """The one exception family of the memory API: every refusal is a :class:`MemoryAPIError` whose
 message says which argument or field is wrong and what to do, never a traceback from deep inside
-the store or a model."""
+the store or a model. ``field`` names the argument as a dotted path (``turns.3.text``,
+``cursor``), or is None when the refusal concerns no one argument (a busy or closed store)."""
 
 from __future__ import annotations
 
 
 class MemoryAPIError(Exception):
     """Base of every error the memory API raises on purpose."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class InvalidInput(MemoryAPIError, ValueError):
@@ -17,9 +22,14 @@ class NotFound(MemoryAPIError, LookupError):
     """No such record, turn, session or job for this user (another user's id is also not found)."""
 
 
+class Conflict(MemoryAPIError):
+    """A replay that is not one: an idempotency key or a stored turn id given again with another
+    body (other turns, text, speaker, time or session). Nothing of the call is stored."""
+
+
 class MemoryBusy(MemoryAPIError):
     """Another process holds the store open for writing (the message names its pid)."""
 
 
 class StoreUnavailable(MemoryAPIError):
-    """The store cannot be used (not a store, another model built it, read-only, ...)."""
+    """The store cannot be used (not a store, another model built it, read-only, closed, ...)."""

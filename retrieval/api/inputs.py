@@ -1,27 +1,39 @@
 """Checking what callers pass before anything is stored: ids, turns (dicts or
 :class:`retrieval.memory.records.Turn`), times and sizes. Every refusal is one
-:class:`retrieval.api.errors.InvalidInput` naming the argument, the turn's position and the field.
+:class:`retrieval.api.errors.InvalidInput` naming the argument, the turn's position and the field
+(its ``field``: ``turns.3.text``). The limits are :mod:`retrieval.api.limits`'.
 
 A turn dict has ``speaker`` and ``text`` (required), ``time`` (ISO 8601 string or ``datetime``:
 when it was said; relative dates are resolved against it), ``turn_id`` (unique per user; given
-ids make replays idempotent) and ``image_caption``; no other fields.
+ids make replays idempotent) and ``image_caption``; no other fields. Every string must be valid
+Unicode (no lone surrogates); ids and speakers may not hold control characters.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from retrieval.api.errors import InvalidInput
+from retrieval.api.limits import (
+    MAX_ID_CHARS,
+    MAX_K,
+    MAX_MEMORY_ID_CHARS,
+    MAX_PAGE,
+    MAX_QUERY_CHARS,
+    MAX_TEXT_CHARS,
+)
 from retrieval.contract import EmptyQuery
 from retrieval.contract import check_query as check_words
-from retrieval.memory.records import MAX_TURN_CHARS, Turn
+from retrieval.memory.records import Turn
+from retrieval.memory.times import naive_utc
 
 TURN_FIELDS = ("speaker", "text", "time", "turn_id", "image_caption")
-MAX_ID_CHARS = 200
-"""The longest user, session, turn or idempotency id accepted."""
+ID_LIMITS = {"id": MAX_MEMORY_ID_CHARS}
+"""Ids whose limit is not :data:`MAX_ID_CHARS`: a memory id (``get``, ``history``, ``delete``)."""
 
 
 @dataclass(frozen=True)
@@ -38,12 +50,26 @@ class TurnInput:
         return Turn(user, session_id, turn_id, self.speaker, self.text, self.time, self.image_caption)
 
 
-def check_id(name: str, value: Any) -> str:
-    """A required id: a non-blank string of at most :data:`MAX_ID_CHARS` characters."""
+def _unicode(name: str, field: str, value: str) -> None:
+    """Refuse a string SQLite, JSON and the tokenizers cannot take: one with a lone surrogate."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise InvalidInput(f"{name} is not valid Unicode (a lone surrogate at character {err.start})",
+                           field) from None
+
+
+def check_id(name: str, value: Any, field: str | None = None) -> str:
+    """A required id: a non-blank string of at most :data:`MAX_ID_CHARS` characters (a memory id:
+    :data:`MAX_MEMORY_ID_CHARS`), valid Unicode, without control characters."""
+    field, limit = field or name, ID_LIMITS.get(name, MAX_ID_CHARS)
     if not isinstance(value, str) or not value.strip():
-        raise InvalidInput(f"{name} is required: a non-empty string, got {value!r}")
-    if len(value) > MAX_ID_CHARS:
-        raise InvalidInput(f"{name} has {len(value)} characters; the limit is {MAX_ID_CHARS}")
+        raise InvalidInput(f"{name} is required: a non-empty string, got {value!r}", field)
+    if len(value) > limit:
+        raise InvalidInput(f"{name} has {len(value)} characters; the limit is {limit}", field)
+    _unicode(name, field, value)
+    if any(unicodedata.category(char) == "Cc" for char in value):
+        raise InvalidInput(f"{name} {value!r} holds a control character", field)
     return value
 
 
@@ -54,74 +80,106 @@ def optional_id(name: str, value: Any) -> str | None:
 def check_query(query: Any) -> str:
     """A query: a string with a letter or digit (:func:`retrieval.contract.check_query`), not oversized."""
     if not isinstance(query, str):
-        raise InvalidInput(f"query must be a non-empty string, got {query!r}")
+        raise InvalidInput(f"query must be a non-empty string, got {query!r}", "query")
+    if len(query) > MAX_QUERY_CHARS:
+        raise InvalidInput(f"query has {len(query)} characters; the limit is {MAX_QUERY_CHARS}", "query")
+    _unicode("query", "query", query)
     try:
         check_words(query)
     except EmptyQuery as err:
-        raise InvalidInput(str(err)) from None
-    if len(query) > MAX_TURN_CHARS:
-        raise InvalidInput(f"query has {len(query)} characters; the limit is {MAX_TURN_CHARS}")
+        raise InvalidInput(str(err), "query") from None
     return query
 
 
-def check_positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInput(f"{name} must be a positive integer, got {value!r}")
+def check_count(name: str, value: Any, maximum: int) -> int:
+    """A whole number from 1 to ``maximum`` (``k``: :data:`MAX_K`, ``limit``: :data:`MAX_PAGE`)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise InvalidInput(f"{name} must be an integer from 1 to {maximum}, got {value!r}", name)
     return value
 
 
-def _time(where: str, value: Any) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    if isinstance(value, str):
+def check_k(value: Any) -> int:
+    return check_count("k", value, MAX_K)
+
+
+def check_limit(value: Any) -> int:
+    return check_count("limit", value, MAX_PAGE)
+
+
+def check_flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{name} must be True or False, got {value!r}", name)
+    return value
+
+
+def _time(where: str, field: str, value: Any) -> datetime | None:
+    if value is None:
+        return None
+    moment = value if isinstance(value, datetime) else None
+    if isinstance(value, str) and len(value) <= MAX_ID_CHARS:
         try:
-            return datetime.fromisoformat(value)
+            moment = datetime.fromisoformat(value)
         except ValueError:
             pass
-    raise InvalidInput(f"{where}: field 'time': {value!r} is not an ISO 8601 datetime (e.g. "
-                       "2023-05-08T10:00:00)")
+    if moment is None:
+        raise InvalidInput(f"{where}: field 'time': {value!r} is not an ISO 8601 datetime (e.g. "
+                           "2023-05-08T10:00:00)", field)
+    try:
+        naive_utc(moment)  # the store keeps times in UTC: one that leaves the calendar is refused now
+    except ValueError as err:
+        raise InvalidInput(f"{where}: field 'time': {err}", field) from None
+    return moment
 
 
-def _text(where: str, name: str, value: Any, *, required: bool) -> str | None:
+def _text(where: str, name: str, value: Any, *, required: bool, limit: int) -> str | None:
+    """A turn's string field; ``where`` is ``turns[<index>]``."""
+    field = f"turns.{where[6:-1]}.{name}"
     if value is None and not required:
         return None
     if not isinstance(value, str) or (required and not value.strip()):
-        raise InvalidInput(f"{where}: field {name!r} must be a non-empty string, got {value!r}")
-    if len(value) > MAX_TURN_CHARS:
+        raise InvalidInput(f"{where}: field {name!r} must be a non-empty string, got {value!r}", field)
+    if len(value) > limit:
+        advice = " (split it into several turns)" if name == "text" else ""
         raise InvalidInput(f"{where}: field {name!r} has {len(value)} characters; "
-                           f"the limit is {MAX_TURN_CHARS} (split it into several turns)")
+                           f"the limit is {limit}{advice}", field)
+    _unicode(f"{where}: field {name!r}", field, value)
+    if name == "speaker" and any(unicodedata.category(char) == "Cc" for char in value):
+        raise InvalidInput(f"{where}: field 'speaker' {value!r} holds a control character", field)
     return value
 
 
 def check_turn(index: int, turn: Any) -> TurnInput:
     """One turn of an ``add`` (a dict or a :class:`Turn`), checked."""
-    where = f"turns[{index}]"
+    where, field = f"turns[{index}]", f"turns.{index}"
     if isinstance(turn, Turn):
         turn = {"speaker": turn.speaker, "text": turn.text, "time": turn.session_time,
                 "turn_id": turn.turn_id, "image_caption": turn.image_caption}
     if not isinstance(turn, Mapping):
         raise InvalidInput(f"{where}: a turn is a dict with 'speaker' and 'text' (or a Turn), "
-                           f"got {type(turn).__name__}")
-    unknown = sorted(set(turn) - set(TURN_FIELDS))
+                           f"got {type(turn).__name__}", field)
+    unknown = sorted(set(turn) - set(TURN_FIELDS), key=str)
     if unknown:
-        raise InvalidInput(f"{where}: unknown field(s) {unknown}; a turn has {list(TURN_FIELDS)}")
-    speaker = _text(where, "speaker", turn.get("speaker"), required=True)
-    text = _text(where, "text", turn.get("text"), required=True)
+        raise InvalidInput(f"{where}: unknown field(s) {unknown}; a turn has {list(TURN_FIELDS)}",
+                           f"{field}.{unknown[0]}")
+    speaker = _text(where, "speaker", turn.get("speaker"), required=True, limit=MAX_ID_CHARS)
+    text = _text(where, "text", turn.get("text"), required=True, limit=MAX_TEXT_CHARS)
     turn_id = turn.get("turn_id")
     if turn_id is not None:
-        check_id(f"{where}: field 'turn_id'", turn_id)
-    caption = _text(where, "image_caption", turn.get("image_caption"), required=False)
+        check_id(f"{where}: field 'turn_id'", turn_id, f"{field}.turn_id")
+    caption = _text(where, "image_caption", turn.get("image_caption"), required=False, limit=MAX_TEXT_CHARS)
     assert speaker is not None and text is not None
-    return TurnInput(speaker, text, _time(where, turn.get("time")), turn_id, caption or None)
+    return TurnInput(speaker, text, _time(where, f"{field}.time", turn.get("time")), turn_id, caption or None)
 
 
 def check_turns(turns: Any) -> list[TurnInput]:
     """The turns of an ``add``: a non-empty sequence, each checked, turn ids distinct."""
     if isinstance(turns, (str, bytes, Mapping)) or not isinstance(turns, Sequence) or not turns:
-        raise InvalidInput(f"turns must be a non-empty list of turns, got {type(turns).__name__}")
+        raise InvalidInput(f"turns must be a non-empty list of turns, got {type(turns).__name__}", "turns")
     checked = [check_turn(index, turn) for index, turn in enumerate(turns)]
     given = [turn.turn_id for turn in checked if turn.turn_id is not None]
     if len(given) != len(set(given)):
-        raise InvalidInput("turns: a turn_id appears twice in one add: "
-                           f"{sorted(t for t in given if given.count(t) > 1)}")
+        twice = sorted(t for t in set(given) if given.count(t) > 1)
+        index = next(i for i, turn in enumerate(checked) if turn.turn_id in twice and
+                     [t.turn_id for t in checked[:i]].count(turn.turn_id))
+        raise InvalidInput(f"turns: a turn_id appears twice in one add: {twice}", f"turns.{index}.turn_id")
     return checked

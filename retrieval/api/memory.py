@@ -22,16 +22,28 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from retrieval.api.closing import CallLock
 from retrieval.api.errors import InvalidInput, MemoryBusy, NotFound, StoreUnavailable
-from retrieval.api.inputs import check_id, check_positive, check_query, check_turns, optional_id
+from retrieval.api.inputs import (
+    check_flag,
+    check_id,
+    check_k,
+    check_limit,
+    check_query,
+    check_turns,
+    optional_id,
+)
 from retrieval.api.jobs import CONSOLIDATE, JobRunner, Locked
+from retrieval.api.limits import DEFAULT_K, DEFAULT_PAGE
 from retrieval.api.models import LLM_CACHE, LoadedModels, load_models
 from retrieval.api.online import Models, UserStream
 from retrieval.api.purge import hard_purge
+from retrieval.api.replay import check_replay
 from retrieval.api.results import AddResult, Job, MemoryItem, Page, SearchResult
 from retrieval.api.search import run_search
 from retrieval.api.snapshot import Snapshot
 from retrieval.api.states import SearchStates
+from retrieval.api.tokens import CURSOR, JOB, Tokens, store_secret
 from retrieval.consolidation.worker import SerializedEmbedder
 from retrieval.ingestion.segmenter import SegmenterConfig
 from retrieval.memory.cache import CachedEmbedder, model_identity
@@ -49,7 +61,8 @@ class Memory:
 
     def __init__(self, store: AMUStore, models: LoadedModels, segmenter: SegmenterConfig) -> None:
         self.store, self.models, self.segmenter = store, models, segmenter
-        self._lock = threading.RLock()
+        self._lock = CallLock()
+        self._tokens = Tokens(store_secret(store))
         model_lock = threading.Lock()
         shared = SerializedEmbedder(models.embedder)
         fingerprinter = None if models.fingerprinter is None else Locked(models.fingerprinter, model_lock)
@@ -69,7 +82,11 @@ class Memory:
         (:mod:`retrieval.api.models`); ``embedder`` defaults to the offline all-MiniLM-L6-v2. The
         store is bound to the embedder, extractor and fingerprinter that built it: other ones are
         refused (:class:`StoreUnavailable`). Unfinished consolidation jobs resume."""
+        if not isinstance(path, (str, Path)) or not str(path).strip():
+            raise InvalidInput(f"path must name a store directory, got {path!r}", "path")
         directory = Path(path)
+        if directory.exists() and not directory.is_dir():
+            raise StoreUnavailable(f"{directory} is a file, not a store directory", "path")
         fresh = not read_only and not directory.exists()
         try:
             store = AMUStore(directory, read_only=read_only)
@@ -112,8 +129,12 @@ class Memory:
     def close(self) -> None:
         """Finish the running job (queued ones resume at the next open) and close the store; open
         segments stay open (their turns are stored)."""
+        if self._lock.closed:
+            return
         self._jobs.close()
-        self.store.close()
+        with self._lock:
+            self._lock.close()
+            self.store.close()
 
     def __enter__(self) -> Memory:
         return self
@@ -126,7 +147,8 @@ class Memory:
     def add(self, turns: Sequence[dict[str, Any] | Turn], *, user_id: str, session_id: str,
             idempotency_key: str | None = None) -> AddResult:
         """Store the turns (searchable when this returns) and feed them to the user's open segment
-        of ``session_id``; replaying ``idempotency_key`` or a stored turn id adds nothing."""
+        of ``session_id``; replaying ``idempotency_key`` or a stored turn id adds nothing, giving
+        either again with another body is a :class:`Conflict` (:mod:`retrieval.api.replay`)."""
         user, session = check_id("user_id", user_id), check_id("session_id", session_id)
         key = optional_id("idempotency_key", idempotency_key)
         checked = check_turns(turns)
@@ -134,11 +156,11 @@ class Memory:
             self._writable()
             stream = self._stream(user)
             bound = self._bind_ids(user, session, checked)
-            ids_given = {turn.turn_id for turn in checked}
+            ids_given = {turn.turn_id for turn in checked if turn.turn_id is not None}
+            replayed = check_replay(self.store, user, bound, ids_given, key)
+            if replayed is not None:
+                return AddResult((), (), replayed, replayed=True)
             stored = self.store.append_turns(user, bound, key)
-            if stored is None:
-                return AddResult((), (), tuple(t.turn_id for t in bound if t.turn_id in ids_given),
-                                 replayed=True)
             new_ids = {turn.turn_id for turn in stored}
             self._extend_snapshot(user, (), stored)
             amus = stream.push(stored)
@@ -210,12 +232,12 @@ class Memory:
 
     # -- reads ----------------------------------------------------------------------------------
 
-    def search(self, query: str, *, user_id: str, session_id: str | None = None, k: int = 10,
+    def search(self, query: str, *, user_id: str, session_id: str | None = None, k: int = DEFAULT_K,
                explain: bool = False) -> SearchResult:
         """The user's k best items for ``query`` by plan-guided multi-route retrieval, with the
         codebook route when a fingerprinter is set (:mod:`retrieval.api.search`)."""
         user, session = check_id("user_id", user_id), optional_id("session_id", session_id)
-        text, k = check_query(query), check_positive("k", k)
+        text, k, explain = check_query(query), check_k(k), check_flag("explain", explain)
         with self._lock:
             if session is not None:
                 self._require_session(user, session)
@@ -232,22 +254,23 @@ class Memory:
                 try:
                     return _turn_item(self.store.turn(user, turn_id), user)
                 except KeyError:
-                    raise NotFound(f"no turn {item!r} for user {user!r}") from None
+                    raise NotFound(f"no turn {item!r} for user {user!r}", "id") from None
             return _record_item(self._amu(user, item), self.store.successor(item))
 
-    def list(self, *, user_id: str, session_id: str | None = None, limit: int = 50,
+    def list(self, *, user_id: str, session_id: str | None = None, limit: int = DEFAULT_PAGE,
              cursor: str | None = None) -> Page:
-        """The user's active records in the order they were stored, ``limit`` at a time."""
+        """The user's active records in the order they were stored, ``limit`` at a time; the page's
+        cursor (None on the last page) is an opaque token of this user (:mod:`retrieval.api.tokens`)."""
         user, session = check_id("user_id", user_id), optional_id("session_id", session_id)
-        limit = check_positive("limit", limit)
-        try:
-            after = int(cursor) if cursor is not None else 0
-        except ValueError:
-            raise InvalidInput(f"cursor {cursor!r} is not one a previous list returned") from None
+        limit = check_limit(limit)
+        after = 0 if cursor is None else self._tokens.open(CURSOR, user, cursor)
+        if after is None:
+            raise InvalidInput(f"cursor {cursor!r} is not one a previous list returned", "cursor")
         with self._lock:
-            rows = self.store.page(user, session_id=session, after=after, limit=limit)
-            items = tuple(_record_item(amu, None) for _, amu in rows)
-            return Page(items, str(rows[-1][0]) if len(rows) == limit else None)
+            rows = self.store.page(user, session_id=session, after=after, limit=limit + 1)
+            items = tuple(_record_item(amu, None) for _, amu in rows[:limit])
+            more = len(rows) > limit
+            return Page(items, self._tokens.seal(CURSOR, user, rows[limit - 1][0]) if more else None)
 
     def history(self, id: str, *, user_id: str) -> builtins.list[MemoryItem]:
         """What consolidation forwarded into this record, directly or not (oldest first)."""
@@ -267,10 +290,11 @@ class Memory:
     def job(self, id: str, *, user_id: str) -> Job:
         """A job of this user."""
         user = check_id("user_id", user_id)
+        number = self._tokens.open(JOB, user, id)
         with self._lock:
-            row = self.store.job_row(int(id)) if str(id).isdigit() else None
+            row = None if number is None else self.store.job_row(number)
             if row is None or row.user_id != user:
-                raise NotFound(f"no job {id!r} for user {user!r}")
+                raise NotFound(f"no job {id!r} for user {user!r}", "id")
             return self._job(row)
 
     def users(self) -> builtins.list[str]:
@@ -336,7 +360,7 @@ class Memory:
 
     def _require_session(self, user: str, session: str) -> None:
         if not self.store.has_session(user, session):
-            raise NotFound(f"user {user!r} has no session {session!r}")
+            raise NotFound(f"user {user!r} has no session {session!r}", "session_id")
 
     @staticmethod
     def _turn_id(user: str, item: str) -> str | None:
@@ -349,12 +373,12 @@ class Memory:
         except KeyError:
             amu = None
         if amu is None or amu.source.conversation_id != user:
-            raise NotFound(f"no record {item!r} for user {user!r}")
+            raise NotFound(f"no record {item!r} for user {user!r}", "id")
         return amu
 
-    @staticmethod
-    def _job(row: Any) -> Job:
-        return Job(str(row.id), row.user_id, row.session_id, row.kind, row.state, row.progress, row.error)
+    def _job(self, row: Any) -> Job:
+        return Job(self._tokens.seal(JOB, row.user_id, row.id), row.user_id, row.session_id, row.kind,
+                   row.state, row.progress, row.error)
 
 
 def _record_item(amu: AMU, successor: str | None) -> MemoryItem:

@@ -52,8 +52,14 @@ def time_interval(value: str) -> tuple[datetime, datetime]:
 
 
 def naive_utc(moment: datetime) -> datetime:
-    """``moment`` as a naive UTC datetime: one with an offset is converted, a naive one is kept as is."""
-    return moment if moment.tzinfo is None else moment.astimezone(timezone.utc).replace(tzinfo=None)
+    """``moment`` as a naive UTC datetime: one with an offset is converted, a naive one is kept as is.
+    Raises ``ValueError`` when the conversion leaves the calendar (``9999-12-31T23:59:59-12:00``)."""
+    if moment.tzinfo is None:
+        return moment
+    try:
+        return moment.astimezone(timezone.utc).replace(tzinfo=None)
+    except OverflowError:
+        raise ValueError(f"{moment.isoformat()} is outside years 1-9999 once converted to UTC") from None
 
 
 def _end_of_day(day: date) -> datetime:

@@ -1,6 +1,7 @@
 """Raw turns stored the moment they are added (the online API, :mod:`retrieval.api`): each add
-commits its new turns and its idempotency key in one transaction, before any segment closes, so
-an acknowledged turn survives a crash and is searchable at once. A turn that no committed segment
+commits its new turns and its idempotency key (with the ids of every turn of that add) in one
+transaction, before any segment closes, so an acknowledged turn survives a crash and is
+searchable at once. A turn that no committed segment
 covers yet belongs to an open segment; :meth:`TurnLog.uncovered_turns` finds them after a restart.
 
 A mixin of :class:`retrieval.memory.store.AMUStore` (which owns the connection). The store's
@@ -33,21 +34,24 @@ class TurnLog:
 
     _db: sqlite3.Connection
 
-    def append_turns(self, user: str, turns: Sequence[Turn], key: str | None = None) -> list[Turn] | None:
-        """Store the turns whose id ``user`` has not stored yet, with ``key`` (if given), in one
-        transaction; returns the turns stored now, or None when ``key`` was seen before (a replay)."""
+    def append_turns(self, user: str, turns: Sequence[Turn], key: str | None = None) -> list[Turn]:
+        """Store the turns whose id ``user`` has not stored yet and, when given, ``key`` with the ids of
+        all ``turns`` (the add it names), in one transaction; returns the turns stored now. Whether
+        the add replays or conflicts with a stored one is the caller's check (:mod:`retrieval.api.replay`)."""
         with self._transaction() as db:  # type: ignore[attr-defined]
-            if key is not None and db.execute("SELECT 1 FROM idempotency WHERE conversation_id = ? "
-                                              "AND key = ?",
-                                              (user, key)).fetchone():
-                return None
             stored = self.stored_turn_ids(user, [turn.turn_id for turn in turns])
             new = list({turn.turn_id: turn for turn in turns if turn.turn_id not in stored}.values())
             insert_turns(db, new)
             if key is not None:
                 db.execute("INSERT INTO idempotency (conversation_id, key, turn_ids) VALUES (?, ?, ?)",
-                           (user, key, json.dumps([turn.turn_id for turn in new])))
+                           (user, key, json.dumps([turn.turn_id for turn in turns])))
         return new
+
+    def idempotent_turn_ids(self, user: str, key: str) -> list[str] | None:
+        """The turn ids of the add ``key`` named, or None when the user has not used ``key``."""
+        row = self._db.execute("SELECT turn_ids FROM idempotency WHERE conversation_id = ? AND key = ?",
+                               (user, key)).fetchone()
+        return None if row is None else json.loads(row[0])
 
     def stored_turn_ids(self, user: str, turn_ids: Sequence[str]) -> set[str]:
         """Which of ``turn_ids`` the user has stored."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from starlette.routing import Route
 
@@ -28,6 +28,7 @@ from retrieval.service.mcp_tools import build_mcp, key_user
 from retrieval.service.metrics import RequestMetrics, ServiceMetrics
 from retrieval.service.routes import jobs, memories, search, sessions, system, user
 from retrieval.service.state import Service
+from retrieval.service.strict_query import refuse_unknown_query
 
 
 def create_app(memory: Any, keys: KeyStore, store: Path, *, host: str = "127.0.0.1") -> FastAPI:
@@ -50,7 +51,7 @@ def create_app(memory: Any, keys: KeyStore, store: Path, *, host: str = "127.0.0
     app.state.service = service
     errors.install(app)
     for module in (sessions, search, memories, user, jobs, system):
-        app.include_router(module.router)
+        app.include_router(module.router, dependencies=[Depends(refuse_unknown_query)])
     app.router.routes.append(Route("/mcp", KeyGuard(StreamableHTTPASGIApp(mcp.session_manager), keys),
                                    methods=["GET", "POST", "DELETE"]))
     app.add_middleware(BodyLimit)

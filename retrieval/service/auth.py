@@ -1,8 +1,10 @@
 """Who is asking: the user of the request's API key (``Authorization: Bearer KEY``).
 
 The user is never read from a body, path or query: routes get it only from :func:`current_user`.
-No key, or a key that is malformed, unknown or revoked, is 401. The MCP endpoint is guarded by
-:class:`KeyGuard`, which puts the user in the ASGI scope's state for the tools to read.
+No key, or a key that is malformed, unknown or revoked, is 401; two ``Authorization`` headers
+are 400 (which one counts is a guess a proxy and the server may make differently). The MCP
+endpoint is guarded by :class:`KeyGuard`, which puts the user in the ASGI scope's state for the
+tools to read.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from retrieval.service.keys import KeyStore
 
 _bearer = HTTPBearer(auto_error=False, description="an API key from `python -m retrieval.serve keys create`")
 UNAUTHORIZED = "a valid API key is required: Authorization: Bearer KEY"
+TWO_KEYS = "send one Authorization header, not several"
 
 
 def user_of_header(keys: KeyStore, authorization: str | None) -> str | None:
@@ -30,7 +33,9 @@ def user_of_header(keys: KeyStore, authorization: str | None) -> str | None:
 
 def current_user(request: Request,
                  credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> str:
-    """The key's user; 401 without a live key."""
+    """The key's user; 401 without a live key, 400 with more than one Authorization header."""
+    if len(request.headers.getlist("authorization")) > 1:
+        raise HTTPException(400, TWO_KEYS)
     user = None if credentials is None else request.app.state.service.keys.user(credentials.credentials)
     if user is None:
         raise HTTPException(401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
@@ -50,14 +55,15 @@ class KeyGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
-        user = user_of_header(self.keys, headers.get("authorization"))
+        given = [value.decode("latin-1") for name, value in scope["headers"]
+                 if name.lower() == b"authorization"]
+        user = user_of_header(self.keys, given[0]) if len(given) == 1 else None
         if user is None:
-            body = json.dumps({"error": UNAUTHORIZED}).encode()
-            await send({"type": "http.response.start", "status": 401,
+            status, message = (400, TWO_KEYS) if len(given) > 1 else (401, UNAUTHORIZED)
+            await send({"type": "http.response.start", "status": status,
                         "headers": [(b"content-type", b"application/json"),
                                     (b"www-authenticate", b"Bearer")]})
-            await send({"type": "http.response.body", "body": body})
+            await send({"type": "http.response.body", "body": json.dumps({"error": message}).encode()})
             return
         scope.setdefault("state", {})["user_id"] = user
         await self.app(scope, receive, send)

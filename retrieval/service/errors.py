@@ -1,7 +1,10 @@
 """Every refusal as one JSON object ``{"error", "field"?}`` with its status; never a traceback.
 
-422 names the offending field as a dotted path (``body.turns.3.text``, ``query.limit``); 404 is
-the answer for anything the key's user does not own, whether or not it exists for someone else.
+422 names the offending field as a dotted path (``body.turns.3.text``, ``query.limit``), and so
+do the memory's own refusals (their ``field``, placed in the path, query or body it came from);
+404 is the answer for anything the key's user does not own, whether or not it exists for someone
+else, and for a path no route serves (``field`` "path"); 409 is an idempotency key or turn id
+given again with another body.
 An unexpected failure (:class:`UnexpectedErrors`) is one log record and a 500 without internals,
 both carrying a request id; the connection stays usable.
 """
@@ -12,7 +15,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -21,7 +24,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from retrieval.api.errors import InvalidInput, NotFound
+from retrieval.api.errors import Conflict, InvalidInput, MemoryAPIError, NotFound
 from retrieval.service.drain import ShuttingDown
 
 log = logging.getLogger("retrieval.service")
@@ -47,17 +50,36 @@ async def _validation(_: Request, exc: Exception) -> JSONResponse:
     return error_response(status, f"{field}: {first.get('msg', 'invalid')}", field)
 
 
-async def _http(_: Request, exc: Exception) -> JSONResponse:
+async def _http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
+    if exc.status_code in (404, 405):  # routing's answers: the routes' own refusals are the memory's
+        verb = "serves" if exc.status_code == 404 else f"takes {request.method} at"
+        return error_response(exc.status_code, f"no route {verb} {request.url.path} (see /docs)", "path",
+                              headers=exc.headers)
     return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
 
 
-async def _not_found(_: Request, exc: Exception) -> JSONResponse:
-    return error_response(404, str(exc))
+def located(request: Request, field: str | None) -> str | None:
+    """A memory argument as the request's field: ``path.``, ``query.`` or ``body.`` before it (the
+    memory's ``id`` is the route's one path parameter, e.g. ``path.memory_id``)."""
+    if field is None:
+        return None
+    head, _, rest = field.partition(".")
+    params = request.path_params
+    if head == "id" and len(params) == 1:
+        return "path." + next(iter(params)) + ("." + rest if rest else "")
+    if head in params:
+        return "path." + field
+    if head in request.query_params or request.method in ("GET", "DELETE"):
+        return "query." + field
+    return "body." + field
 
 
-async def _invalid(_: Request, exc: Exception) -> JSONResponse:
-    return error_response(422, str(exc))
+def _refusal(status: int) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    async def handler(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, MemoryAPIError)
+        return error_response(status, str(exc), located(request, exc.field))
+    return handler
 
 
 async def _shutting_down(_: Request, exc: Exception) -> JSONResponse:
@@ -120,6 +142,7 @@ def install(app: FastAPI) -> None:
     """Register the handlers of refusals on ``app`` (:class:`UnexpectedErrors` is a middleware)."""
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(HTTPException, _http)
-    app.add_exception_handler(NotFound, _not_found)
-    app.add_exception_handler(InvalidInput, _invalid)
+    app.add_exception_handler(NotFound, _refusal(404))
+    app.add_exception_handler(InvalidInput, _refusal(422))
+    app.add_exception_handler(Conflict, _refusal(409))
     app.add_exception_handler(ShuttingDown, _shutting_down)

@@ -5,7 +5,8 @@ SHA-256 digest. The secret is 256 random bits, so a fast hash is enough (nothing
 guessed offline from the digest); a slow password hash would cost every request milliseconds.
 The store keeps only the salt and the digest: a lost key cannot be recovered, only revoked and
 replaced. Every lookup reads the table, so a key revoked by the command line is refused by a
-running server at its next request.
+running server at its next request. A key's user id passes the memory's own id check
+(:func:`retrieval.api.inputs.check_id`), so every key names a user the memory accepts.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+
+from retrieval.api.errors import InvalidInput
+from retrieval.api.inputs import check_id
 
 KEYS_FILE = "keys.sqlite"
 PREFIX = "isqm"
@@ -58,8 +62,12 @@ def _now() -> str:
 class KeyStore:
     """The key table of one store directory; safe to share between threads."""
 
-    def __init__(self, store: str | Path) -> None:
+    def __init__(self, store: str | Path, *, create: bool = True) -> None:
+        """The key table of ``store``, made when missing unless ``create`` is False (then a store
+        without one is a :class:`KeyCommandError`)."""
         self.path = Path(store) / KEYS_FILE
+        if not create and not self.path.is_file():
+            raise KeyCommandError(f"{self.path}: no key store there (keys create makes one)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -71,8 +79,10 @@ class KeyStore:
 
     def create(self, user_id: str) -> str:
         """A new key for ``user_id``; the only time its secret is seen."""
-        if not user_id.strip():
-            raise KeyCommandError("a key needs a user id (--user), got an empty one")
+        try:
+            check_id("user id (--user)", user_id)
+        except InvalidInput as err:
+            raise KeyCommandError(str(err)) from None
         key_id, secret, salt = secrets.token_hex(8), secrets.token_urlsafe(32), secrets.token_bytes(16)
         with self._lock:
             self._db.execute("INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, NULL)",

@@ -1,8 +1,9 @@
 """The memory as MCP tools (the official ``mcp`` SDK's ``MCPServer``, formerly ``FastMCP``).
 
 Six tools over :mod:`retrieval.service.operations`, the same code as the HTTP routes, with the
-same argument models and limits. The user is never an argument: ``user_of`` gives it from the
-call's context (the server's ``--user`` over stdio, the request's key over HTTP).
+same argument models and limits, as strictly typed (``limit: "5"`` is refused). The user is never
+an argument: ``user_of`` gives it from the call's context (the server's ``--user`` over stdio,
+the request's key over HTTP).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def build_mcp(memory: Any, gate: WriteGate, user_of: UserOf) -> MCPServer:
             models.AddTurnsRequest(turns=turns, idempotency_key=idempotency_key)))
 
     @server.tool()
-    def memory_search(query: str, ctx: Context, k: int = limits.DEFAULT_K,
+    def memory_search(query: str, ctx: Context, k: models.K = limits.DEFAULT_K,
                       session_id: models.SessionId | None = None) -> models.SearchResponse:
         """Search the memory: the best-matching memories with their source turns."""
         return _refusals(lambda: operations.search(memory, user_of(ctx), models.SearchRequest(
@@ -60,13 +61,13 @@ def build_mcp(memory: Any, gate: WriteGate, user_of: UserOf) -> MCPServer:
 
     @server.tool()
     def memory_list(ctx: Context, session_id: models.SessionId | None = None,
-                    limit: Annotated[int, Field(ge=1, le=limits.MAX_PAGE)] = limits.DEFAULT_PAGE,
+                    limit: models.PageSize = limits.DEFAULT_PAGE,
                     cursor: str | None = None) -> models.MemoryPage:
         """List stored memories, oldest first; pass next_cursor back for the next page."""
         return _refusals(lambda: operations.list_memories(memory, user_of(ctx), session_id, limit, cursor))
 
     @server.tool()
-    def memory_delete(memory_id: models.ShortText, ctx: Context) -> models.Deleted:
+    def memory_delete(memory_id: models.MemoryId, ctx: Context) -> models.Deleted:
         """Delete one memory, completely."""
         return _refusals(lambda: operations.delete_memory(memory, gate, user_of(ctx), memory_id))
 

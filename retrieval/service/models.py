@@ -1,34 +1,40 @@
 """Request and response bodies of the HTTP API (and the MCP tools' arguments), as pydantic models.
 
 Request models forbid unknown fields: a body that names a ``user_id`` is refused (422), never
-silently ignored, because the user is always the key's. Their limits are those of
-:mod:`retrieval.service.limits`.
+silently ignored, because the user is always the key's. They are strict: a number is a JSON
+number and a flag a JSON boolean (``"k": "5"``, ``"k": true`` and ``"explain": "yes"`` are
+refused). Their limits are the memory's (:mod:`retrieval.api.limits`).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from retrieval.service import limits
 
 ShortText = Annotated[str, Field(min_length=1, max_length=limits.MAX_ID_CHARS)]
 SessionId = Annotated[str, Field(min_length=1, max_length=limits.MAX_ID_CHARS, pattern=limits.ID_PATTERN)]
+MemoryId = Annotated[str, Field(min_length=1, max_length=limits.MAX_MEMORY_ID_CHARS)]
+K = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_K)]
+PageSize = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_PAGE)]
+Text = Annotated[str, Field(min_length=1, max_length=limits.MAX_TEXT_CHARS)]
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class TurnIn(_Request):
     """One dialogue turn; ``time`` is ISO 8601 (the memory parses it), ``turn_id`` makes a retry
-    of the same turn add nothing."""
+    of the same turn add nothing, ``image_caption`` describes an image the speaker shared."""
 
     speaker: ShortText
-    text: Annotated[str, Field(min_length=1, max_length=limits.MAX_TEXT_CHARS)]
+    text: Text
     time: ShortText | None = None
     turn_id: ShortText | None = None
+    image_caption: Text | None = None
 
 
 class AddTurnsRequest(_Request):
@@ -38,7 +44,7 @@ class AddTurnsRequest(_Request):
 
 class SearchRequest(_Request):
     query: Annotated[str, Field(min_length=1, max_length=limits.MAX_QUERY_CHARS)]
-    k: Annotated[int, Field(ge=1, le=limits.MAX_K)] = limits.DEFAULT_K
+    k: K = limits.DEFAULT_K
     session_id: SessionId | None = None
     explain: bool = False
 
@@ -49,7 +55,8 @@ class ConsolidateRequest(_Request):
 
 class AddTurnsResponse(BaseModel):
     """What ``add`` committed: the turns stored now, the units (AMUs) of every segment that closed;
-    a replayed idempotency key or turn id adds nothing (``replayed``, ``duplicates``)."""
+    a replayed idempotency key or turn id adds nothing (``replayed``, ``duplicates``); one given
+    again with another body is refused (409)."""
 
     session_id: str
     turn_ids: list[str]

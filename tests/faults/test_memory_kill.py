@@ -76,8 +76,8 @@ def test_every_acknowledged_add_survives_a_kill_exactly_once(tmp_path):
             stored = [turn.turn_id for turn in reader.turns("u")]
         assert len(stored) == len(set(stored)) and {f"t{i}" for i in acked} <= set(stored)
         assert mem.search("turn 96 talks about gardens", user_id="u", k=3).hits
-        again = mem.add([{"speaker": "A", "text": "turn 5 again", "turn_id": "t5"}], user_id="u",
-                        session_id="s0")
+        again = mem.add([{"speaker": "B", "text": "turn 5 talks about gardens number 5", "turn_id": "t5"}],
+                        user_id="u", session_id="s0")
         assert again.turn_ids == () and again.duplicates == ("t5",)
         for session in {f"s{i // 40}" for i in acked}:
             mem.flush(user_id="u", session_id=session)
@@ -86,10 +86,11 @@ def test_every_acknowledged_add_survives_a_kill_exactly_once(tmp_path):
         assert sorted(covered) == sorted(stored)  # each stored turn in exactly one committed segment
 
 
-def job_state(path: Path, job_id: str) -> str | None:
+def job_state(path: Path, user: str) -> str | None:
+    """The state of the user's one job (job ids are opaque tokens: the row is found by its user)."""
     db = sqlite3.connect(f"file:{path / AMUStore.DB_NAME}?mode=ro", uri=True, timeout=30)
     try:
-        row = db.execute("SELECT state FROM jobs WHERE id = ?", (int(job_id),)).fetchone()
+        row = db.execute("SELECT state FROM jobs WHERE conversation_id = ?", (user,)).fetchone()
     finally:
         db.close()
     return None if row is None else row[0]
@@ -100,12 +101,12 @@ def test_a_consolidation_job_killed_while_running_resumes_after_reopen(tmp_path)
     assert process.stdout is not None
     job_id = process.stdout.readline().split()[1]
     deadline = time.monotonic() + 120
-    while job_state(tmp_path, job_id) != "running" and time.monotonic() < deadline:
+    while job_state(tmp_path, "u") != "running" and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)  # into the first cluster's decision
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
-    assert job_state(tmp_path, job_id) == "running"
+    assert job_state(tmp_path, "u") == "running"
     with Memory.open(tmp_path, embedder=WordEmbedder()) as mem:
         deadline = time.monotonic() + 120
         while mem.job(job_id, user_id="u").state != "done" and time.monotonic() < deadline:

@@ -11,7 +11,7 @@ from retrieval.service.auth import User
 from retrieval.service.state import Shared
 
 router = APIRouter(prefix="/v1/memories", tags=["memories"])
-MemoryId = Annotated[str, Path(min_length=1, max_length=limits.MAX_ID_CHARS)]
+MemoryId = Annotated[str, Path(min_length=1, max_length=limits.MAX_MEMORY_ID_CHARS)]
 
 
 @router.get("", response_model=models.MemoryPage)

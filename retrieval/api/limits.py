@@ -1,0 +1,30 @@
+"""What one call may ask of the memory, defined once for Python, HTTP and MCP: the request models
+of :mod:`retrieval.service.models` take these numbers, and :mod:`retrieval.api.inputs` checks
+the same ones, so a value the server accepts is one the memory accepts and the reverse.
+
+The text limit is the store's own (:data:`retrieval.memory.records.MAX_TURN_CHARS`).
+"""
+
+from __future__ import annotations
+
+from retrieval.memory.records import MAX_TURN_CHARS
+
+MAX_TEXT_CHARS = MAX_TURN_CHARS
+"""Characters in one turn's text or image caption."""
+MAX_ID_CHARS = 128
+"""Characters in a user id, session id, memory id, turn id, speaker, time or idempotency key."""
+MAX_MEMORY_ID_CHARS = 3 * MAX_ID_CHARS
+"""Characters in a memory id: an AMU id or ``<user>:turn:<turn id>``, both built from a user id
+and more, so the limit leaves room for a user id and a turn id of the longest kind."""
+MAX_QUERY_CHARS = 2_000
+"""Characters in one search query."""
+MAX_K = 100
+"""Hits one search may return."""
+DEFAULT_K = 10
+MAX_PAGE = 100
+"""Items in one page of ``list``."""
+DEFAULT_PAGE = 20
+MAX_TURNS = 100
+"""Turns in one HTTP or MCP add (a request's size; a Python ``add`` may pass a whole session)."""
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
+"""What a session id sent over HTTP may look like: it appears in URLs, so no slashes or spaces."""

@@ -1,0 +1,29 @@
+"""Unknown query parameters are refused, as unknown body fields are: ``GET /v1/memories?user_id=bob``
+is a 422 naming ``query.user_id``, never a silently ignored request for someone else's data."""
+
+from __future__ import annotations
+
+from fastapi import Request
+from fastapi.dependencies.models import Dependant
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+
+
+def _query_names(dependant: Dependant) -> set[str]:
+    """The query parameters a route (with its dependencies) declares."""
+    names = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+def refuse_unknown_query(request: Request) -> None:
+    """A route dependency: 422 for the first query parameter the route does not declare."""
+    route = request.scope.get("route")
+    known = _query_names(route.dependant) if isinstance(route, APIRoute) else set()
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        name = unknown[0]
+        raise RequestValidationError([{
+            "type": "extra_forbidden", "loc": ("query", name), "input": request.query_params[name],
+            "msg": f"unknown query parameter (this route takes {sorted(known) or 'none'})"}])

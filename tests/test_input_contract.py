@@ -1,0 +1,288 @@
+"""The input contract of the memory, in Python and over HTTP and MCP: odd input is one typed
+error naming the field (never a ValueError, OverflowError, UnicodeEncodeError or a 500), request
+types are strict, unknown parameters and duplicate keys are refused, the limits are one set of
+numbers, and the cursors and job ids a user sees say nothing of what other users write."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import pytest
+from fastapi.testclient import TestClient
+
+from retrieval import Memory
+from retrieval.api import limits
+from retrieval.api.errors import InvalidInput, MemoryAPIError, NotFound, StoreUnavailable
+from retrieval.memory.store import AMUStore
+from retrieval.serve import main as serve_main
+from retrieval.service import limits as service_limits
+from retrieval.service.app import create_app
+from retrieval.service.drain import WriteGate
+from retrieval.service.keys import KEYS_FILE, KeyStore
+from retrieval.service.mcp_tools import build_mcp, fixed_user
+from tests.routes_fixtures import WordEmbedder, WordFingerprinter
+
+EDGE_TIMES = ["9999-12-31T23:59:59-12:00", "0001-01-01T00:00:00+14:00"]
+ODD_JOB_IDS = ["²", "①", "١", "1", "18446744073709551616", "9" * 40, "-1"]
+
+
+def open_memory(path) -> Memory:
+    return Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+
+
+def chat(prefix: str, n: int) -> list[dict]:
+    return [{"speaker": ("Ann", "Bob")[i % 2], "text": f"{prefix} story number {i} about gardens.",
+             "time": "2023-05-08T10:00:00", "turn_id": f"{prefix}-{i}"} for i in range(n)]
+
+
+@pytest.fixture
+def mem(tmp_path):
+    with open_memory(tmp_path / "store") as memory:
+        memory.add(chat("alpha", 30), user_id="u", session_id="s1")
+        memory.flush(user_id="u", session_id="s1")
+        yield memory
+
+
+def refused(call, kind: type[MemoryAPIError] = InvalidInput) -> MemoryAPIError:
+    with pytest.raises(MemoryAPIError) as caught:
+        call()
+    assert type(caught.value) is kind, repr(caught.value)
+    return caught.value
+
+
+# -- Python ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("job_id", ODD_JOB_IDS)
+def test_odd_job_ids_are_not_found(mem, job_id):
+    assert refused(lambda: mem.job(job_id, user_id="u"), NotFound).field == "id"
+
+
+@pytest.mark.parametrize(("call", "field"), [
+    (lambda m: m.list(user_id="u", limit=10**20), "limit"),
+    (lambda m: m.list(user_id="u", limit=limits.MAX_PAGE + 1), "limit"),
+    (lambda m: m.list(user_id="u", cursor=str(2**70)), "cursor"),
+    (lambda m: m.list(user_id="u", cursor=5.5), "cursor"),
+    (lambda m: m.list(user_id="u", cursor="1"), "cursor"),
+    (lambda m: m.search("gardens", user_id="u", k=10**20), "k"),
+    (lambda m: m.search("gardens", user_id="u", k=limits.MAX_K + 1), "k"),
+    (lambda m: m.search("gardens", user_id="u", explain="yes"), "explain"),
+    (lambda m: m.search("q" * (limits.MAX_QUERY_CHARS + 1), user_id="u"), "query"),
+    (lambda m: m.search("?!", user_id="u"), "query"),
+    (lambda m: m.search("garden\ud800", user_id="u"), "query"),
+    (lambda m: m.get("x\udc00", user_id="u"), "id"),
+    (lambda m: m.add([{"speaker": "A", "text": "hi\ud800"}], user_id="u", session_id="s"), "turns.0.text"),
+    (lambda m: m.add([{"speaker": "\ud800", "text": "hi"}], user_id="u", session_id="s"), "turns.0.speaker"),
+    (lambda m: m.add([{"speaker": " ", "text": "hi"}], user_id="u", session_id="s"), "turns.0.speaker"),
+    (lambda m: m.add([{"speaker": "A", "text": "hi"}, {"speaker": "A", "text": " \n"}], user_id="u",
+                     session_id="s"), "turns.1.text"),
+    (lambda m: m.add([{"speaker": "A", "text": "hi", "turn_id": "t\ud800"}], user_id="u", session_id="s"),
+     "turns.0.turn_id"),
+    (lambda m: m.add([{"speaker": "A", "text": "hi", "time": "soon"}], user_id="u", session_id="s"),
+     "turns.0.time"),
+    (lambda m: m.add([{"speaker": "A", "text": "hi"}], user_id="u\ud800", session_id="s"), "user_id"),
+    (lambda m: m.add([{"speaker": "A", "text": "hi"}], user_id="u\n", session_id="s"), "user_id"),
+    (lambda m: m.add([{"speaker": "A", "text": "hi"}], user_id="u" * (limits.MAX_ID_CHARS + 1),
+                     session_id="s"), "user_id"),
+    (lambda m: m.add([{"speaker": "A", "text": "hi"}], user_id="u", session_id="s",
+                     idempotency_key="k\ud800"), "idempotency_key"),
+])
+def test_odd_python_input_is_one_typed_error_naming_the_field(mem, call, field):
+    assert refused(lambda: call(mem)).field == field
+
+
+@pytest.mark.parametrize("moment", EDGE_TIMES)
+def test_times_at_the_calendars_edge_are_refused_naming_the_field(mem, moment):
+    error = refused(lambda: mem.add([{"speaker": "A", "text": "hi", "time": moment}], user_id="u",
+                                    session_id="s"))
+    assert error.field == "turns.0.time" and "UTC" in str(error)
+
+
+def test_open_refuses_an_empty_path_and_a_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert refused(lambda: open_memory("")).field == "path"
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "notes.txt").write_text("not a store")
+    assert refused(lambda: open_memory(tmp_path / "notes.txt"), StoreUnavailable).field == "path"
+
+
+def test_a_closed_memory_refuses_every_call(tmp_path):
+    memory = open_memory(tmp_path)
+    memory.add(chat("a", 2), user_id="u", session_id="s1")
+    memory.close()
+    memory.close()  # closing twice is harmless
+    for call in (lambda: memory.search("story gardens", user_id="u"), lambda: memory.list(user_id="u"),
+                 lambda: memory.add(chat("b", 1), user_id="u", session_id="s1"),
+                 lambda: memory.get("u:turn:a-0", user_id="u"), lambda: memory.users()):
+        assert "closed" in str(refused(call, StoreUnavailable))
+
+
+def test_the_last_page_has_no_cursor_and_cursors_are_the_users_own(mem):
+    everything = mem.list(user_id="u", limit=limits.MAX_PAGE)
+    count = len(everything.items)
+    assert 3 <= count < limits.MAX_PAGE and everything.cursor is None
+    assert mem.list(user_id="u", limit=count).cursor is None
+    first = mem.list(user_id="u", limit=count - 2)
+    rest = mem.list(user_id="u", limit=2, cursor=first.cursor)
+    assert [i.id for i in first.items + rest.items] == [i.id for i in everything.items]
+    assert rest.cursor is None
+    mem.add(chat("vee", 30), user_id="v", session_id="s1")
+    mem.flush(user_id="v", session_id="s1")
+    assert refused(lambda: mem.list(user_id="v", cursor=first.cursor)).field == "cursor"
+
+
+def test_cursors_and_job_ids_do_not_count_other_users_writes(tmp_path):
+    """Two stores in which u writes the same; in one, others write between u's writes: what u sees
+    (cursors, job ids) has the same shape and no number that grows with the others' writes."""
+    seen = []
+    for others in (0, 3):
+        with open_memory(tmp_path / f"store{others}") as memory:
+            for n in range(others):
+                memory.add(chat(f"other{n}", 30), user_id=f"o{n}", session_id="s1")
+                memory.flush(user_id=f"o{n}", session_id="s1")
+                memory.consolidate(user_id=f"o{n}", wait=True)
+            memory.add(chat("u", 30), user_id="u", session_id="s1")
+            memory.flush(user_id="u", session_id="s1")
+            cursor = memory.list(user_id="u", limit=1).cursor
+            job = memory.consolidate(user_id="u", wait=True).id
+            seen.append((cursor, job))
+            assert memory.job(job, user_id="u").state == "done"
+            stranger = "o0" if others else "x"
+            assert refused(lambda: memory.job(job, user_id=stranger), NotFound)  # noqa: B023
+    for cursor, job in seen:
+        assert len(cursor) == len(job) == 32 and not cursor.isdigit() and not job.isdigit()
+    with AMUStore(tmp_path / "store3", read_only=True) as store:  # u's job is the store's fourth
+        assert [row.user_id for row in map(store.job_row, range(1, 5))] == ["o0", "o1", "o2", "u"]
+
+
+def test_ids_of_the_longest_kind_are_accepted_and_their_memory_ids_readable(mem):
+    user, turn_id = "u" * limits.MAX_ID_CHARS, "t" * limits.MAX_ID_CHARS
+    mem.add([{"speaker": "S" * limits.MAX_ID_CHARS, "text": "hi", "turn_id": turn_id}], user_id=user,
+            session_id="s" * limits.MAX_ID_CHARS, idempotency_key="k" * limits.MAX_ID_CHARS)
+    assert mem.get(f"{user}:turn:{turn_id}", user_id=user).text == "S" * limits.MAX_ID_CHARS + ": hi"
+
+
+def test_http_and_python_share_one_set_of_limits():
+    for name in ("MAX_ID_CHARS", "MAX_MEMORY_ID_CHARS", "MAX_QUERY_CHARS", "MAX_K", "DEFAULT_K", "MAX_PAGE",
+                 "DEFAULT_PAGE", "MAX_TEXT_CHARS", "ID_PATTERN", "MAX_TURNS"):
+        assert getattr(service_limits, name) == getattr(limits, name)
+    import inspect
+
+    assert inspect.signature(Memory.list).parameters["limit"].default == limits.DEFAULT_PAGE
+    assert inspect.signature(Memory.search).parameters["k"].default == limits.DEFAULT_K
+
+
+# -- HTTP -----------------------------------------------------------------------------------------
+
+@pytest.fixture
+def http(mem):
+    keys = KeyStore(mem.store.directory)
+    key = keys.create("u")
+    app = create_app(mem, keys, mem.store.directory)
+    with TestClient(app, headers={"Authorization": f"Bearer {key}"}) as client:
+        client.key = key
+        yield client
+    keys.close()
+
+
+TURN = {"speaker": "Ann", "text": "I keep bees."}
+HTTP_CASES = [
+    ("whitespace text", "post", "/v1/sessions/s1/turns", {"turns": [{"speaker": "A", "text": "   "}]}, 422,
+     "body.turns.0.text"),
+    ("whitespace speaker", "post", "/v1/sessions/s1/turns", {"turns": [{"speaker": "  ", "text": "hi"}]},
+     422, "body.turns.0.speaker"),
+    ("unparsable time", "post", "/v1/sessions/s1/turns", {"turns": [{**TURN, "time": "next tuesday"}]}, 422,
+     "body.turns.0.time"),
+    ("edge time", "post", "/v1/sessions/s1/turns", {"turns": [{**TURN, "time": EDGE_TIMES[0]}]}, 422,
+     "body.turns.0.time"),
+    ("lone surrogate", "post", "/v1/sessions/s1/turns", {"turns": [{**TURN, "text": "bees \ud800"}]}, 422,
+     "body.turns.0.text"),
+    ("no letters", "post", "/v1/search", {"query": "?!?"}, 422, "body.query"),
+    ("k string", "post", "/v1/search", {"query": "bees", "k": "5"}, 422, "body.k"),
+    ("k bool", "post", "/v1/search", {"query": "bees", "k": True}, 422, "body.k"),
+    ("explain string", "post", "/v1/search", {"query": "bees", "explain": "yes"}, 422, "body.explain"),
+    ("bad cursor", "get", "/v1/memories?cursor=12", None, 422, "query.cursor"),
+    ("huge cursor", "get", "/v1/memories?cursor=" + "9" * 30, None, 422, "query.cursor"),
+    ("unknown query", "get", "/v1/memories?user_id=bob", None, 422, "query.user_id"),
+    ("unknown query on post", "post", "/v1/search?user_id=bob", {"query": "bees"}, 422, "query.user_id"),
+    ("unknown body field", "post", "/v1/consolidate", {"user_id": "bob"}, 422, "body.user_id"),
+    ("bad session path", "post", "/v1/sessions/a/b/turns", {"turns": [TURN]}, 404, "path"),
+    ("no session", "delete", "/v1/sessions/", None, 404, "path"),
+    ("unknown session", "delete", "/v1/sessions/never", None, 404, "path.session_id"),
+    ("superscript job", "get", "/v1/jobs/²", None, 404, "path.job_id"),
+    ("arabic digit job", "get", "/v1/jobs/١", None, 404, "path.job_id"),
+    ("huge job", "get", "/v1/jobs/" + "9" * 30, None, 404, "path.job_id"),
+    ("unknown memory", "get", "/v1/memories/nothing-here", None, 404, "path.memory_id"),
+]
+
+
+@pytest.mark.parametrize(("case", "method", "path", "body", "status", "field"), HTTP_CASES,
+                         ids=[c[0] for c in HTTP_CASES])
+def test_every_http_refusal_names_its_field(http, case, method, path, body, status, field):
+    content = None if body is None else json.dumps(body)  # escapes a lone surrogate, as JSON may
+    response = http.request(method.upper(), path, content=content,
+                            headers={"Content-Type": "application/json"})
+    assert (response.status_code, response.json().get("field")) == (status, field), response.text
+    assert set(response.json()) == {"error", "field"}
+
+
+def test_http_image_captions_and_the_last_page(http):
+    added = http.post("/v1/sessions/s9/turns", json={"turns": [{**TURN, "image_caption": "a hive"}]})
+    assert added.status_code == 200, added.text
+    turn = http.get(f"/v1/memories/u:turn:{added.json()['turn_ids'][0]}").json()
+    assert "a hive" in turn["text"]
+    count = len(http.get("/v1/memories", params={"limit": limits.MAX_PAGE}).json()["items"])
+    assert http.get("/v1/memories", params={"limit": count}).json()["next_cursor"] is None
+
+
+def test_http_conflicts_are_409_and_identical_replays_200(http):
+    body = {"turns": [{**TURN, "turn_id": "b1"}], "idempotency_key": "k1"}
+    assert http.post("/v1/sessions/s5/turns", json=body).status_code == 200
+    again = http.post("/v1/sessions/s5/turns", json=body)
+    assert again.status_code == 200 and again.json()["replayed"] is True
+    other = http.post("/v1/sessions/s5/turns", json={**body, "turns": [{**TURN, "text": "I keep wasps."}]})
+    assert other.status_code == 409 and other.json()["field"] == "body.idempotency_key", other.text
+    elsewhere = http.post("/v1/sessions/s6/turns", json={"turns": [{**TURN, "turn_id": "b1"}]})
+    assert elsewhere.status_code == 409 and elsewhere.json()["field"] == "body.turns.0.turn_id"
+
+
+@pytest.mark.parametrize("path", ["/v1/memories", "/mcp"])
+def test_two_authorization_headers_are_refused(http, path):
+    other = KeyStore(http.app.state.service.keys.path.parent).create("bob")
+    headers = [("Authorization", f"Bearer {http.key}"), ("Authorization", f"Bearer {other}")]
+    response = http.request("GET" if path != "/mcp" else "POST", path, headers=headers,
+                            json=None if path != "/mcp" else {"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    assert response.status_code in (400, 401), response.text
+
+
+def test_mcp_arguments_are_strict(mem):
+    server = build_mcp(mem, WriteGate(), fixed_user("u"))
+
+    async def call(arguments):
+        return await server.call_tool("memory_list", arguments)
+
+    assert not anyio.run(call, {"limit": 5}).is_error
+    try:
+        result = anyio.run(call, {"limit": "5"})
+    except Exception as err:  # noqa: BLE001 - a refused argument may be raised or returned as an error
+        assert "limit" in str(err)
+    else:
+        assert result.is_error
+
+
+# -- keys -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("user", ["bob\nalice", "a" * (limits.MAX_ID_CHARS + 1), "  ", "x\ud800"])
+def test_keys_create_refuses_a_user_the_memory_would_refuse(tmp_path, capsys, user):
+    assert serve_main(["keys", "create", "--store", str(tmp_path), "--user", user]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_keys_list_of_a_missing_store_creates_nothing(tmp_path, capsys):
+    missing = tmp_path / "missing"
+    assert serve_main(["keys", "list", "--store", str(missing)]) == 2
+    assert serve_main(["keys", "revoke", "--store", str(missing), "abc"]) == 2
+    assert not missing.exists() and "error: " in capsys.readouterr().err
+    assert serve_main(["keys", "create", "--store", str(missing), "--user", "carol"]) == 0
+    assert (missing / KEYS_FILE).is_file()

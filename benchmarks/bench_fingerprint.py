@@ -1,7 +1,7 @@
 """Fingerprinting throughput against the bare encoder forward, in one run.
 
 Both sides take the same texts, in the same batches (sorted by character length, ``--batch-size``
-texts each, as :func:`isq.encoding.encode_batches` forms them), through the same tokenizer
+texts each, as :func:`isq.batches.encode_batches` forms them), through the same tokenizer
 (truncation at the fingerprinter's ``max_length``), under ``torch.inference_mode``:
 
 - encoder: tokenize + the encoder's forward (to its last hidden states), nothing else;
@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 from benchmarks.timing import describe_ratio, interleaved_rounds, ratio_spread, spread, write_json
+from isq.batches import length_order
 from isq.dailydialog import read_dialogues
-from isq.encoding import length_order
 from isq.fingerprint import Fingerprint, Fingerprinter
 
 DEFAULT_CHECKPOINT = "checkpoints/isq_minilm_dailydialog_cpu"

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.timing import write_json
-from isq.encoders import MINILM_ALIAS
+from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
 from retrieval import Memory
 from retrieval.eval.locomo import load_locomo
@@ -42,7 +42,7 @@ from retrieval.index.embed import SentenceEmbedder
 from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn, amu_id
 from retrieval.memory.store import AMUStore
-from retrieval.routes.snapshot import MemorySnapshot
+from retrieval.multi_route.bank import MemoryBank
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCOMO = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
@@ -128,7 +128,7 @@ def build_synthetic(directory: Path, users: dict[str, int], embedder: Any, finge
             synthetic_user(store, user, count, rng, fingerprinter.codebook_size)
         filler = CachedEmbedder(RandomVectors(embedder.identity, embedder.dim), store)
         for user in users:
-            MemorySnapshot.build(store, user, filler)
+            MemoryBank.build(store, user, filler)
 
 
 def bench_search(directory: Path, users: dict[str, int], queries: Sequence[str], embedder: Any,

@@ -78,7 +78,7 @@ def prefill(args: argparse.Namespace) -> dict[str, Any]:
         for number in range(args.users):
             user = user_name(number)
             add_conversation(memory, [dataclasses.replace(
-                turn, conversation_id=user, session_id=f"{conversation.conversation_id}-{turn.session_id}",
+                turn, user_id=user, session_id=f"{conversation.conversation_id}-{turn.session_id}",
                 turn_id=f"{conversation.conversation_id}-{turn.turn_id}")
                 for conversation in conversations for turn in conversation.turns])
             print(f"prefill: {number + 1}/{args.users} users, {time.perf_counter() - began:.0f} s",

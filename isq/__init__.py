@@ -4,10 +4,10 @@ Importable without Lightning. The public API is importable from the package root
 ``transformers`` (``from isq import Fingerprinter``); like ``transformers``, the root loads a
 submodule only when one of its names is first used, so ``import isq.markdown`` stays light.
 
-Modules, one concept each: ``config`` (ISQConfig), ``encoders`` (pretrained encoders and the
+Modules, one concept each: ``config`` (ISQConfig), ``encoder`` (pretrained encoders and the
 semantic encoder), ``projection`` (stride-1 conv), ``codebook`` (code vectors, lookup, EMA,
 revival), ``quantizer`` (STE and losses), ``model`` (encoder -> codes -> predictive-coding
-decoder), ``encoding`` (the token-encoding loop), ``fingerprint`` and ``export`` (the frozen
+decoder), ``batches`` (the token-encoding loop), ``fingerprint`` and ``export`` (the frozen
 fingerprinter and its directory), ``topology`` and ``topk`` (code co-occurrence and Path B),
 ``identity``, ``dailydialog`` (the corpus reader), ``analysis`` and ``report`` (codebook health).
 """
@@ -25,9 +25,9 @@ _EXPORTS = {
     "QuantizerOutput": "isq.quantizer",
     "Codebook": "isq.codebook",
     "StrideOneProjection": "isq.projection",
-    "SemanticEncoder": "isq.encoders",
-    "MINILM_ALIAS": "isq.encoders",
-    "EncoderUnavailable": "isq.encoders",
+    "SemanticEncoder": "isq.encoder",
+    "MINILM_ALIAS": "isq.encoder",
+    "EncoderUnavailable": "isq.encoder",
     "Fingerprint": "isq.fingerprint",
     "Fingerprinter": "isq.fingerprint",
     "FingerprinterLoadError": "isq.export",
@@ -35,16 +35,16 @@ _EXPORTS = {
     "CooccurrenceTopology": "isq.topology",
     "TopologyParams": "isq.topology",
     "IdentityMismatch": "isq.identity",
-    "encode_batches": "isq.encoding",
+    "encode_batches": "isq.batches",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
+    from isq.batches import encode_batches
     from isq.codebook import Codebook
     from isq.config import ISQConfig
-    from isq.encoders import MINILM_ALIAS, EncoderUnavailable, SemanticEncoder
-    from isq.encoding import encode_batches
+    from isq.encoder import MINILM_ALIAS, EncoderUnavailable, SemanticEncoder
     from isq.export import ExportExistsError, FingerprinterLoadError
     from isq.fingerprint import Fingerprint, Fingerprinter
     from isq.identity import IdentityMismatch

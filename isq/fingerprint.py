@@ -28,10 +28,10 @@ from torch import Tensor, nn
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from isq import export
+from isq.batches import encode_batches
 from isq.codebook import Codebook
 from isq.config import ISQConfig
-from isq.encoders import SemanticEncoder, build_encoder, is_adapter, resolve_encoder_path, weights_checksum
-from isq.encoding import encode_batches
+from isq.encoder import SemanticEncoder, build_encoder, is_adapter, resolve_encoder_path, weights_checksum
 
 
 @dataclass(frozen=True)

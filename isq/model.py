@@ -17,7 +17,7 @@ from transformers import PreTrainedTokenizerBase, T5Config, T5ForConditionalGene
 
 from isq.codebook import fp32_island
 from isq.config import ISQConfig
-from isq.encoders import (
+from isq.encoder import (
     SemanticEncoder,
     build_encoder,
     encoder_model_type,

@@ -7,7 +7,7 @@ Layers from the floor up, one concept per file (``docs/architecture.md`` names e
 promises: ``Query`` in, ``Retrieval`` of ``Hit`` items out); ``extract`` (dates, pronouns, the rule
 and LLM extractors) and ``index`` (embedder, dense, FTS5 lexical, evidence-node search, code
 BM25); ``ingestion`` (the online segmenter, the pipeline into the store, the JSONL turn stream);
-``routes`` (plan-guided multi-route retrieval); ``consolidation``; ``eval`` (LoCoMo, with the
+``multi_route`` (plan-guided multi-route retrieval); ``consolidation``; ``eval`` (LoCoMo, with the
 dense + codebook dual-path ablation). The command lines are the top-level modules ``ingest``,
 ``query``, ``consolidate``, ``evaluate`` and ``paired`` (``python -m retrieval.<command>``).
 """

@@ -2,7 +2,7 @@
 (library: :mod:`retrieval.consolidation`; docs/design.md §8).
 
     python -m retrieval.consolidate --store DIR [--operator offline|llm] [--threshold T]
-        [--linkage complete|average|single] [--window-days D] [--conversation ID ...]
+        [--linkage complete|average|single] [--window-days D] [--user ID ...]
         [--embedder NAME_OR_PATH] [--fingerprinter DIR] [--llm-cache DIR]
 
 It may run while ``python -m retrieval.ingest`` writes to the same store. It prints one line per
@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from isq.encoders import MINILM_ALIAS
+from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
 from retrieval.consolidation.audit import audit
 from retrieval.consolidation.config import LINKAGES, WINDOW_DAYS, ConsolidationConfig
@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--threshold", type=float, help="HAC cut, cosine distance (default: the operator's)")
     parser.add_argument("--linkage", choices=LINKAGES, default="complete")
     parser.add_argument("--window-days", type=float, default=WINDOW_DAYS, help="time-window gate, in days")
-    parser.add_argument("--conversation", action="append", help="only this conversation (repeatable)")
+    parser.add_argument("--user", "--conversation", dest="user", action="append",
+                        help="only this user (repeatable; a LoCoMo conversation is the user of its id)")
     parser.add_argument("--embedder", default=MINILM_ALIAS, help="sentence embedder of the AMUs")
     parser.add_argument("--fingerprinter", type=Path,
                         help="the fingerprinter the store was built with, if any")
@@ -58,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "ingest into it first")
         with AMUStore(args.store, role="consolidate") as store:
             stored = store.conversations()
-            conversations = args.conversation or stored
+            conversations = args.user or stored
             unknown = [cid for cid in conversations if cid not in stored]
             if unknown:
                 raise ValueError(f"{args.store} holds no conversation {unknown[0]!r} "
@@ -67,8 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             fingerprinter = (None if args.fingerprinter is None
                              else Fingerprinter.from_pretrained(args.fingerprinter))
             embedder = SentenceEmbedder(args.embedder)
-            for conversation_id in conversations:
-                report = consolidate_conversation(store, conversation_id, embedder, operator, config,
+            for user_id in conversations:
+                report = consolidate_conversation(store, user_id, embedder, operator, config,
                                                   fingerprinter=fingerprinter)
                 print(report.summary(), flush=True)
             result = audit(store)

@@ -1,6 +1,6 @@
 """What every retriever promises (docs/design.md §4 and §7): a :class:`Query` in, a :class:`Retrieval`
 out, whose :class:`Hit` items carry their provenance (session and turn ids) and each channel's
-score. The multi-route retriever (:mod:`retrieval.routes.multi_route`), the dual-path ablation
+score. The multi-route retriever (:mod:`retrieval.multi_route.retriever`), the dual-path ablation
 of the evaluation (:mod:`retrieval.eval.dual_path`) and the ``Memory`` API all speak it, so the
 evaluation and the command lines call any of them the same way.
 """
@@ -59,11 +59,11 @@ class Hit:
     rank: int
     source: Mapping[str, Any]
     text: str
-    channels: Mapping[str, float] = field(default_factory=dict)
+    scores: Mapping[str, float] = field(default_factory=dict)
     kind: str = "record"
     memory_type: str | None = None
     time: str | None = None
-    routes: tuple[int, ...] = ()
+    route_indices: tuple[int, ...] = ()
     ranks: Mapping[str, int] = field(default_factory=dict)
 
 

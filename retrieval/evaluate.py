@@ -11,7 +11,7 @@ fingerprinted with each fingerprinter, and each question of categories 1-4 is an
 scored against its evidence dia_ids (metrics: :mod:`retrieval.eval.metrics`; configuration names:
 :mod:`retrieval.eval.configs`).
 
-``multi`` and ``multi+code`` are plan-guided multi-route retrieval (:mod:`retrieval.routes`),
+``multi`` and ``multi+code`` are plan-guided multi-route retrieval (:mod:`retrieval.multi_route`),
 planned by the rule planner (``--planner llm`` asks the endpoint below) and without reranking
 unless ``--reranker DIR`` names a local cross-encoder.
 
@@ -35,7 +35,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from isq.encoders import MINILM_ALIAS
+from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
 from isq.topology import AGGREGATES, ASSOCIATIONS, TopologyParams
 from retrieval.api.errors import MemoryAPIError
@@ -46,7 +46,7 @@ from retrieval.eval.locomo import LocomoConversation, load_locomo
 from retrieval.eval.questions import EvidenceReport, select_questions
 from retrieval.eval.render import pct
 from retrieval.eval.results import Results
-from retrieval.eval.run import EvaluationSettings, Models, evaluate
+from retrieval.eval.run import EvalModels, EvaluationSettings, evaluate
 from retrieval.extract.base import Extractor
 from retrieval.extract.llm_extractor import LLMExtractor
 from retrieval.extract.rules import RuleExtractor
@@ -54,8 +54,8 @@ from retrieval.index.embed import SentenceEmbedder
 from retrieval.ingestion.pipeline import IngestError
 from retrieval.memory.errors import StoreError
 from retrieval.memory.records import InputFormatError
-from retrieval.routes.planner_llm import LLMPlanner
-from retrieval.routes.rerank import CrossEncoderReranker
+from retrieval.multi_route.planner_llm import LLMPlanner
+from retrieval.multi_route.rerank import CrossEncoderReranker
 
 # The committed reference fingerprinter (docs/results.md), found from the source checkout.
 DEFAULT_FINGERPRINTER = Path(__file__).resolve().parents[1] / "checkpoints" / "isq_minilm_dailydialog_cpu"
@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.planner == "llm":
             planner = LLMPlanner(args.llm_base_url, args.llm_model, cache_dir=cache)
         reranker = None if args.reranker is None else CrossEncoderReranker(args.reranker)
-        consolidator = None if args.consolidate is None else make_operator(args.consolidate, cache)
+        operator = None if args.consolidate is None else make_operator(args.consolidate, cache)
     except (InputFormatError, EvaluationError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "kmeans_fingerprinter": str(args.kmeans_fingerprinter or ""), "embedder": args.embedder}
     embedder = SentenceEmbedder(args.embedder)
     try:
-        models = Models(fingerprinters, embedder, extractor, planner, reranker, consolidator, answer_stage)
+        models = EvalModels(fingerprinters, embedder, extractor, planner, reranker, operator, answer_stage)
         results = evaluate(conversations, models, args.out, EvaluationSettings(
             configs=configs, k_dense=args.k_dense, k_code=args.k_code, topology=topology, sweep=args.sweep,
             answer_configs=answer_configs, recorded=settings, progress=not args.no_progress,

@@ -19,12 +19,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from isq.encoders import MINILM_ALIAS
+from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
 from retrieval.api.bulk import add_conversation
 from retrieval.api.errors import MemoryAPIError
+from retrieval.api.loading import LLM_CACHE, Deferred
 from retrieval.api.memory import Memory
-from retrieval.api.models import LLM_CACHE, Deferred
 from retrieval.consolidation.options import OPERATORS, make_operator
 from retrieval.eval.locomo import load_locomo
 from retrieval.extract.llm_extractor import LLMExtractor
@@ -68,14 +68,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         operator = make_operator(args.consolidate_in_background or "offline",
                                  args.llm_cache or args.store / LLM_CACHE)
         with Memory.open(args.store, embedder=embedder, extractor=extractor, fingerprinter=fingerprinter,
-                         consolidator=operator) as memory:
+                         operator=operator) as memory:
             if args.fingerprinter is not None:  # so that a reader need not name it again
                 remember_fingerprinter(memory.store, args.fingerprinter, memory.models.fingerprinter)
             stats = add_conversation(memory, turns, progress=not args.no_progress)
             jobs = []
             if args.consolidate_in_background:
                 jobs = [memory.consolidate(user_id=user, wait=False)
-                        for user in dict.fromkeys(t.conversation_id for t in turns)]
+                        for user in dict.fromkeys(t.user_id for t in turns)]
                 jobs = [memory.consolidate(user_id=job.user_id, wait=True) for job in jobs]
     except (InputFormatError, IngestError, MemoryAPIError, StoreError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -1,11 +1,11 @@
 """``python -m retrieval.query``: one search of a memory (:meth:`retrieval.Memory.search`, plan-guided
-multi-route retrieval, :mod:`retrieval.routes`), opened read-only; a conversation is a user.
+multi-route retrieval, :mod:`retrieval.multi_route`), opened read-only; a conversation is a user.
 
     python -m retrieval.query --store DIR "When did Caroline go to the support group?"
-        [--conversation ID] [-k 40] [--exact-k] [--fingerprinter DIR] [--reranker DIR]
+        [--user ID] [-k 40] [--exact-k] [--fingerprinter DIR] [--reranker DIR]
         [--planner rule|llm] [--llm-cache DIR] [--embedder NAME_OR_PATH] [--json]
 
-Prints the plan, a legend of the score columns (:mod:`retrieval.routes.score_legend`), then each
+Prints the plan, a legend of the score columns (:mod:`retrieval.multi_route.score_legend`), then each
 selected item (record or raw turn) with the route that found it, its channel scores, its record
 type and time, its provenance and the original turns, verbatim. The codebook route is on when
 the store was built with a fingerprinter (loaded from where ingestion recorded it) or
@@ -25,21 +25,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from isq.encoders import MINILM_ALIAS
+from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
 from retrieval.api.errors import InvalidInput, MemoryAPIError, StoreUnavailable
 from retrieval.api.inputs import check_query
+from retrieval.api.loading import Deferred
 from retrieval.api.memory import Memory
-from retrieval.api.models import Deferred
 from retrieval.api.results import SearchHit, SearchResult
 from retrieval.index.embed import SentenceEmbedder
 from retrieval.llm_client import reader_cache_dir
 from retrieval.memory.errors import StoreError
 from retrieval.memory.fingerprinter_source import recorded_fingerprinter
 from retrieval.memory.store import AMUStore
-from retrieval.routes.params import PLAN_DEPTH, final_top_k
-from retrieval.routes.planner_llm import LLMPlanner
-from retrieval.routes.score_legend import ORDER_NOTE, SCORE_COLUMNS, legend_lines, size_note
+from retrieval.multi_route.params import PLAN_DEPTH, final_top_k
+from retrieval.multi_route.planner_llm import LLMPlanner
+from retrieval.multi_route.score_legend import ORDER_NOTE, SCORE_COLUMNS, legend_lines, size_note
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,7 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("question", help="the question to retrieve evidence for")
     parser.add_argument("--store", type=Path, required=True,
                         help="store directory (python -m retrieval.ingest)")
-    parser.add_argument("--conversation", help="conversation id (needed when the store holds several)")
+    parser.add_argument("--user", "--conversation", dest="user",
+                        help="the user to search (needed when the store holds several; a LoCoMo "
+                             "conversation is the user of its id)")
     parser.add_argument("-k", type=int, default=40, help="evidence budget (final top-k = max(k, 15))")
     parser.add_argument("--exact-k", action="store_true", help="return exactly k items, also below 15")
     parser.add_argument("--fingerprinter", type=Path, help="ISQ fingerprinter directory for the codebook "
@@ -68,11 +70,11 @@ def _user(memory: Memory, wanted: str | None) -> str:
     where = memory.store.path
     if wanted is not None:
         if wanted not in known:
-            raise InvalidInput(f"{where}: no conversation {wanted!r} (it holds {', '.join(known) or 'none'})")
+            raise InvalidInput(f"{where}: no user {wanted!r} (it holds {', '.join(known) or 'none'})")
         return wanted
     if len(known) != 1:
-        raise InvalidInput(f"{where} holds {len(known)} conversations ({', '.join(known) or 'none'}); "
-                           "pass --conversation")
+        raise InvalidInput(f"{where} holds {len(known)} users ({', '.join(known) or 'none'}); "
+                           "pass --user")
     return known[0]
 
 
@@ -90,7 +92,7 @@ def run(args: argparse.Namespace) -> tuple[SearchResult, list[dict[str, Any]]]:
     planner = Deferred(LLMPlanner, cache_dir=args.llm_cache) if args.planner == "llm" else "rule"
     with Memory.open(args.store, read_only=True, embedder=Deferred(SentenceEmbedder, args.embedder),
                      fingerprinter=fingerprinter, planner=planner, reranker=args.reranker) as memory:
-        user = _user(memory, args.conversation)
+        user = _user(memory, args.user)
         k = args.k if args.exact_k else final_top_k(args.k, PLAN_DEPTH)
         result = memory.search(args.question, user_id=user, k=k, explain=True)
         return result, [item_dict(rank, hit, memory, user) for rank, hit in enumerate(result.hits, start=1)]

@@ -12,7 +12,7 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from isq.config import ISQConfig  # noqa: E402
-from isq.encoders import MINILM_ALIAS  # noqa: E402
+from isq.encoder import MINILM_ALIAS  # noqa: E402
 
 
 def tiny_config(**overrides) -> ISQConfig:

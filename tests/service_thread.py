@@ -19,7 +19,7 @@ from retrieval.api.memory import Memory
 from retrieval.service.app import create_app
 from retrieval.service.connections import ConnectionTimeouts, uvicorn_config
 from retrieval.service.keys import KeyStore
-from tests.routes_fixtures import WordEmbedder
+from tests.multi_route_fixtures import WordEmbedder
 
 START_TIMEOUT_S = 60.0
 

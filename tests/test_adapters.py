@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from isq.config import ISQConfig
-from isq.encoders import MINILM_ALIAS
+from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
 from isq.model import ISQModel
 from training.module import trainable_summary

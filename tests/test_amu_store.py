@@ -22,9 +22,9 @@ from retrieval.memory.times import iso_text, time_interval
 WHEN = datetime(2023, 5, 8, 13, 56)
 
 
-def by_session(store: AMUStore, conversation_id: str, session_id: str) -> list[AMU]:
+def by_session(store: AMUStore, user_id: str, session_id: str) -> list[AMU]:
     """The active units of one session, read through the store's own filters."""
-    where, params = store._filters(conversation_id=conversation_id)
+    where, params = store._filters(user_id=user_id)
     return list(store._select(where + ["session_id = ?"], params + [session_id]))
 
 

@@ -48,7 +48,7 @@ def test_the_retriever_runs_code_bm25_as_a_complement() -> None:
     retriever.add(["a", "b", "c", "d"], ["w x", "y z", "p q", "r s"], vectors, [set(u) for u in UNITS],
                   [{"session_id": "s", "turn_ids": [f"D1:{i}"]} for i in range(4)], UNITS)
     config = parse_config("dense1+codebm25_2")
-    assert config.dual == DualPathMode(Channel.CODEBM25, 1) and config.budget == 3 and config.uses_codes
+    assert config.dual == DualPathMode(Channel.CODEBM25, 1) and config.k == 3 and config.uses_codes
     query = Query("w", np.array([1, 0], dtype=np.float32), frozenset({1, 4}))
-    hits = DualPath(retriever, config.dual).retrieve(query, config.budget).hits
+    hits = DualPath(retriever, config.dual).retrieve(query, config.k).hits
     assert [(h.id, h.channel) for h in hits] == [("a", "dense"), ("c", "codebm25")]

@@ -55,12 +55,12 @@ dates (group), the same words by another speaker (hike_bob), and a chain that me
 passes (bread: a~b, b~c, but a and c too far apart for one complete-linkage cluster)."""
 
 
-def duplicate_turns(conversation_id: str = CID) -> list[Turn]:
+def duplicate_turns(user_id: str = CID) -> list[Turn]:
     turns = []
     for number, (session, when) in enumerate(SESSIONS, start=1):
         for index, key in enumerate(PLAN[session]):
             speaker, text = LINES[key]
-            turns.append(Turn(conversation_id, session, f"D{number}:{index + 1}", speaker, text, when))
+            turns.append(Turn(user_id, session, f"D{number}:{index + 1}", speaker, text, when))
     return turns
 
 
@@ -387,7 +387,7 @@ def test_consolidate_cli(store_dir: Path, tmp_path: Path, capsys, monkeypatch) -
 def test_ingest_cli_consolidates_in_the_background(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.setattr("retrieval.ingest.SentenceEmbedder", NamedHashEmbedder)
     path = tmp_path / "talk.jsonl"
-    path.write_text("\n".join(json.dumps({"conversation_id": t.conversation_id, "session_id": t.session_id,
+    path.write_text("\n".join(json.dumps({"conversation_id": t.user_id, "session_id": t.session_id,
                                           "session_time": t.session_time.isoformat(), "speaker": t.speaker,
                                           "turn_id": t.turn_id, "text": t.text}) for t in duplicate_turns())
                     + "\n")

@@ -19,7 +19,7 @@ from retrieval import Memory
 from retrieval.api.errors import NotFound
 from retrieval.service.app import create_app
 from retrieval.service.keys import KeyStore
-from tests.routes_fixtures import WordEmbedder, WordFingerprinter
+from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 
 SECRET = "Quenfrithal"
 HIKE = "I love hiking in the Alps every summer."
@@ -41,9 +41,19 @@ def store_files(path: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(path.glob("amus.sqlite3*"))).lower()
 
 
+def listed(mem: Memory, user: str) -> list:
+    """Every active record of the user, page after page."""
+    page = mem.list(user_id=user)
+    items = list(page.items)
+    while page.next_cursor is not None:
+        page = mem.list(user_id=user, cursor=page.next_cursor)
+        items += page.items
+    return items
+
+
 def every_text(mem: Memory, user: str, query: str) -> str:
     """All a user can read back: search hits, the list, each listed record and its history."""
-    items = mem.list(user_id=user, limit=1000).items
+    items = listed(mem, user)
     texts = [hit.text for hit in mem.search(query, user_id=user, k=50).hits]
     texts += [item.text for item in items] + [mem.get(item.id, user_id=user).text for item in items]
     texts += [old.text for item in items for old in mem.history(item.id, user_id=user)]
@@ -52,7 +62,7 @@ def every_text(mem: Memory, user: str, query: str) -> str:
 
 def covered(mem: Memory, user: str) -> set[str]:
     """The turn ids the user's active records name."""
-    return {turn for item in mem.list(user_id=user, limit=1000).items for turn in item.turns}
+    return {turn for item in listed(mem, user) for turn in item.turns}
 
 
 def test_deleting_a_record_removes_its_words_from_every_read_and_the_files(tmp_path):
@@ -114,7 +124,7 @@ def hikes(user_session: str, numbers: range) -> list[dict]:
 def consolidated(mem: Memory, user: str) -> dict:
     """Consolidate; returns the merged record of the hiking turns."""
     assert mem.consolidate(user_id=user, wait=True, timeout_s=120).state == "done"
-    items = mem.list(user_id=user, limit=1000).items
+    items = listed(mem, user)
     [merged] = [item for item in items if mem.history(item.id, user_id=user)]
     return {"id": merged.id, "turns": merged.turns,
             "history": [old.id for old in mem.history(merged.id, user_id=user)]}
@@ -131,7 +141,7 @@ def test_deleting_one_turn_of_a_merged_record_keeps_what_the_others_stated(tmp_p
         with pytest.raises(NotFound):
             mem.get(merged["id"], user_id="u")
         assert covered(mem, "u") == before - {"c1"}
-        items = mem.list(user_id="u", limit=1000).items
+        items = listed(mem, "u")
         restored = [item for item in items if item.turns in (("c2",), ("c3",))]
         assert [item.id for item in restored] == merged["history"][1:]
         assert all(not item.archived and item.successor is None and "hiking in the Alps" in item.text

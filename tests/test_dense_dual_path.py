@@ -10,7 +10,7 @@ from retrieval.contract import Query
 from retrieval.eval.dual_path import Channel, DualPathMode, DualPathRetriever
 from retrieval.index.dense import DenseIndex
 from retrieval.index.fts import word_tokens
-from tests.routes_fixtures import WordEmbedder
+from tests.multi_route_fixtures import WordEmbedder
 
 IDENTITY = {"codebook_size": 32, "codebook_sha256": "c" * 64}
 DIM = 24

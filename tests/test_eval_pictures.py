@@ -21,7 +21,7 @@ from retrieval.eval.locomo import load_locomo
 from retrieval.eval.paired_differences import compare
 from retrieval.eval.questions import EvalQuestion
 from retrieval.eval.results import RecallCurves
-from retrieval.eval.run import EvaluationSettings, Models, evaluate
+from retrieval.eval.run import EvalModels, EvaluationSettings, evaluate
 from tests.test_evaluate import HashEmbedder, fingerprinter_dirs, fingerprinters, write_locomo  # noqa: F401
 from tests.test_paired import REPO, question, write_questions_file
 
@@ -46,12 +46,12 @@ def hit(path: str, rank: int, turn: str) -> Hit:
 def test_each_path_runs_once_at_the_largest_k(name, runs):
     found = path_runs(parse_config(name), 100)
     assert [(r.dual.complement, r.dual.k_dense, r.codebook) for r in found] == runs
-    assert {r.budget for r in found} == {100} and {r.name for r in found} == {name}
+    assert {r.k for r in found} == {100} and {r.name for r in found} == {name}
 
 
 def test_multi_route_runs_once_at_the_largest_k():
     (run,) = path_runs(parse_config("multi+kmeans"), 100)
-    assert (run.name, run.budget, run.codebook, run.dual) == ("multi+kmeans", 100, "kmeans", None)
+    assert (run.name, run.k, run.codebook, run.dual) == ("multi+kmeans", 100, "kmeans", None)
 
 
 def test_a_two_path_cut_is_the_configuration_at_that_budget():
@@ -80,7 +80,7 @@ def test_recall_curves_retrieve_each_path_once_at_the_largest_k():
     asked = []
 
     def retrieve(config):
-        asked.append((config.dual.complement, config.dual.k_dense, config.budget))
+        asked.append((config.dual.complement, config.dual.k_dense, config.k))
         dense = config.dual.complement is None
         return SimpleNamespace(hits=[[hit("dense", 1, "t1"), hit("dense", 2, "t3")] if dense
                                      else [hit("code", 1, "t2")]])
@@ -178,7 +178,7 @@ def test_paired_cli_draws_the_forest_it_prints(tmp_path):
 def test_the_evaluation_writes_both_pictures_and_links_them(tmp_path, fingerprinters):  # noqa: F811
     conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
     names = ["dense2", "dense4", "dense2+code2", "code4", "kmeans4", "multi", "multi+code", "multi+kmeans"]
-    models = Models(fingerprinters, HashEmbedder())
+    models = EvalModels(fingerprinters, HashEmbedder())
     results = evaluate(conversations, models, tmp_path, EvaluationSettings(names, 2, 2, progress=False))
     curves = results.recall_curves
     assert curves is not None and curves.ks == list(range(5, 101, 5)) and set(curves.configs) == set(names)

@@ -24,7 +24,7 @@ from retrieval.eval.locomo import load_locomo
 from retrieval.eval.metrics import covered_turns, score_evidence, summarise, tied_at_cut
 from retrieval.eval.questions import EvidenceReport, parse_evidence, select_questions
 from retrieval.eval.results import read_results
-from retrieval.eval.run import EvaluationSettings, Models, evaluate
+from retrieval.eval.run import EvalModels, EvaluationSettings, evaluate
 from retrieval.evaluate import main
 from tests.conftest import tiny_config
 from tests.fake_chat import FakeChatServer, completion_body
@@ -227,10 +227,10 @@ def test_default_configs_share_one_budget():
     names = default_configs(20, 20, with_kmeans=True)
     assert names == ["dense20", "dense40", "dense20+code20", "dense20+bm25_20", "code40", "dense20+kmeans20",
                      "multi", "multi+code", "multi+kmeans"]
-    assert {parse_config(n).budget for n in names} == {20, 40} and "dense20+kmeans20" not in default_configs()
+    assert {parse_config(n).k for n in names} == {20, 40} and "dense20+kmeans20" not in default_configs()
     assert "multi+kmeans" not in default_configs()
     assert parse_config("multi+kmeans") == RetrievalConfig("multi+kmeans", 40, "kmeans")
-    assert parse_config("multi+code", 12).budget == 12 and parse_config("multi+code").uses_codes
+    assert parse_config("multi+code", 12).k == 12 and parse_config("multi+code").uses_codes
     grid = sweep_grid()
     assert len(grid) == 36 and len({(p.max_hops, p.alpha, p.self_term, p.aggregate) for p in grid}) == 36
 
@@ -281,7 +281,7 @@ def _timeless(configs) -> dict:
 def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
     conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
     out = tmp_path / "eval"
-    models = Models(fingerprinters, HashEmbedder())
+    models = EvalModels(fingerprinters, HashEmbedder())
     model = evaluate(conversations, models, out,
                      EvaluationSettings(k_dense=2, k_code=2, sweep=True, progress=False))
     names = ["dense2", "dense4", "dense2+code2", "dense2+bm25_2", "code4", "dense2+kmeans2", "multi",
@@ -338,7 +338,7 @@ def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
 def test_a_kmeans_configuration_needs_the_control(tmp_path, fingerprinters):
     conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
     with pytest.raises(ValueError, match="k-means control"):
-        evaluate(conversations, Models({"trained": fingerprinters["trained"]}, HashEmbedder()),
+        evaluate(conversations, EvalModels({"trained": fingerprinters["trained"]}, HashEmbedder()),
                  tmp_path / "o", EvaluationSettings(configs=["dense2+kmeans2"], progress=False))
 
 

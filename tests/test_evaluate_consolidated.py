@@ -11,7 +11,7 @@ import pytest
 from retrieval.consolidation.operations import OfflineOperator
 from retrieval.eval.locomo import load_locomo
 from retrieval.eval.paired_differences import compare
-from retrieval.eval.run import EvaluationSettings, Models, evaluate
+from retrieval.eval.run import EvalModels, EvaluationSettings, evaluate
 from retrieval.memory.errors import StoreMismatch
 from tests.test_evaluate import HashEmbedder, fingerprinter_dirs, fingerprinters, write_locomo  # noqa: F401
 
@@ -30,8 +30,8 @@ def duplicated_locomo(path: Path) -> list:
 def test_consolidated_evaluation_reports_what_changed(tmp_path: Path, fingerprinters) -> None:  # noqa: F811
     conversations = duplicated_locomo(tmp_path / "locomo.json")
     settings = EvaluationSettings(configs=CONFIGS, progress=False)
-    plain = evaluate(conversations, Models(fingerprinters, HashEmbedder()), tmp_path / "plain", settings)
-    merged = evaluate(conversations, Models(fingerprinters, HashEmbedder(), consolidator=OfflineOperator()),
+    plain = evaluate(conversations, EvalModels(fingerprinters, HashEmbedder()), tmp_path / "plain", settings)
+    merged = evaluate(conversations, EvalModels(fingerprinters, HashEmbedder(), operator=OfflineOperator()),
                       tmp_path / "merged", settings)
     block = merged.consolidation
     assert plain.consolidation is None and block is not None
@@ -40,7 +40,7 @@ def test_consolidated_evaluation_reports_what_changed(tmp_path: Path, fingerprin
     assert block.recall_ceiling_after == block.recall_ceiling_before
     assert "## Consolidation" in (tmp_path / "merged" / "results.md").read_text()
     with pytest.raises(StoreMismatch, match="consolidation"):
-        evaluate(conversations, Models(fingerprinters, HashEmbedder()), tmp_path / "merged", settings)
+        evaluate(conversations, EvalModels(fingerprinters, HashEmbedder()), tmp_path / "merged", settings)
     table = compare(tmp_path / "plain" / "questions.jsonl", "dense2", ["dense2@merged"],
                     tagged={"merged": tmp_path / "merged" / "questions.jsonl"})
     assert table["dense2@merged"]["overall"].n == plain.configs["dense2"].overall.n

@@ -10,7 +10,7 @@ import pytest
 
 from retrieval import Memory, ingest
 from retrieval.api.errors import Conflict
-from tests.routes_fixtures import WordEmbedder, WordFingerprinter
+from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 
 
 def open_memory(path) -> Memory:

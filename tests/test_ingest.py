@@ -49,7 +49,7 @@ TOPICS = {
 }
 
 
-def conversation_turns(conversation_id: str = "conv-a") -> list[Turn]:
+def conversation_turns(user_id: str = "conv-a") -> list[Turn]:
     """Two sessions of alternating speakers with topic changes inside."""
     plan = [("s1", ["garden"] * 6 + ["race"] * 6), ("s2", ["guitar"] * 6 + ["garden"] * 4)]
     turns = []
@@ -57,7 +57,7 @@ def conversation_turns(conversation_id: str = "conv-a") -> list[Turn]:
         for index, topic in enumerate(topics):
             speaker = ("Ann", "Bob")[index % 2]
             text = f"{TOPICS[topic]} yesterday, number {index}."
-            turns.append(Turn(conversation_id, session, f"D{number}:{index + 1}", speaker, text, WHEN))
+            turns.append(Turn(user_id, session, f"D{number}:{index + 1}", speaker, text, WHEN))
     return turns
 
 
@@ -300,7 +300,7 @@ def test_read_turns_jsonl(tmp_path):
                                jsonl_line(turn_id="t3", session_id="s2", session_time="2023-05-09T10:00:00",
                                           conversation_id="other")]) + "\n")
     turns = read_turns_jsonl(path)
-    assert [(t.conversation_id, t.session_id, t.turn_id) for t in turns] == [
+    assert [(t.user_id, t.session_id, t.turn_id) for t in turns] == [
         ("talk", "s1", "t1"), ("talk", "s1", "t2"), ("other", "s2", "t3")]
     assert turns[1].image_caption == "a dog" and turns[0].session_time == WHEN
 

@@ -21,7 +21,7 @@ from retrieval.service.app import create_app
 from retrieval.service.drain import WriteGate
 from retrieval.service.keys import KEYS_FILE, KeyStore
 from retrieval.service.mcp_tools import build_mcp, fixed_user
-from tests.routes_fixtures import WordEmbedder, WordFingerprinter
+from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 
 EDGE_TIMES = ["9999-12-31T23:59:59-12:00", "0001-01-01T00:00:00+14:00"]
 ODD_JOB_IDS = ["²", "①", "١", "1", "18446744073709551616", "9" * 40, "-1"]
@@ -120,15 +120,15 @@ def test_a_closed_memory_refuses_every_call(tmp_path):
 def test_the_last_page_has_no_cursor_and_cursors_are_the_users_own(mem):
     everything = mem.list(user_id="u", limit=limits.MAX_PAGE)
     count = len(everything.items)
-    assert 3 <= count < limits.MAX_PAGE and everything.cursor is None
-    assert mem.list(user_id="u", limit=count).cursor is None
+    assert 3 <= count < limits.MAX_PAGE and everything.next_cursor is None
+    assert mem.list(user_id="u", limit=count).next_cursor is None
     first = mem.list(user_id="u", limit=count - 2)
-    rest = mem.list(user_id="u", limit=2, cursor=first.cursor)
+    rest = mem.list(user_id="u", limit=2, cursor=first.next_cursor)
     assert [i.id for i in first.items + rest.items] == [i.id for i in everything.items]
-    assert rest.cursor is None
+    assert rest.next_cursor is None
     mem.add(chat("vee", 30), user_id="v", session_id="s1")
     mem.flush(user_id="v", session_id="s1")
-    assert refused(lambda: mem.list(user_id="v", cursor=first.cursor)).field == "cursor"
+    assert refused(lambda: mem.list(user_id="v", cursor=first.next_cursor)).field == "cursor"
 
 
 def test_cursors_and_job_ids_do_not_count_other_users_writes(tmp_path):
@@ -143,7 +143,7 @@ def test_cursors_and_job_ids_do_not_count_other_users_writes(tmp_path):
                 memory.consolidate(user_id=f"o{n}", wait=True)
             memory.add(chat("u", 30), user_id="u", session_id="s1")
             memory.flush(user_id="u", session_id="s1")
-            cursor = memory.list(user_id="u", limit=1).cursor
+            cursor = memory.list(user_id="u", limit=1).next_cursor
             job = memory.consolidate(user_id="u", wait=True).id
             seen.append((cursor, job))
             assert memory.job(job, user_id="u").state == "done"

@@ -14,7 +14,7 @@ from retrieval import Memory
 from retrieval.api.errors import InvalidInput, MemoryAPIError, MemoryBusy, NotFound
 from retrieval.memory.records import MAX_TURN_CHARS
 from retrieval.memory.store import AMUStore
-from tests.routes_fixtures import WordEmbedder, WordFingerprinter
+from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 
 CANARY = "Zorblaxian"
 
@@ -47,7 +47,7 @@ def test_a_turn_is_found_by_the_next_search_and_segments_commit_records(tmp_path
         mem.add(chat("alpha", 30), user_id="alice", session_id="s1")
         flushed = mem.flush(user_id="alice", session_id="s1")
         page = mem.list(user_id="alice", limit=100)
-        assert len(page.items) >= 20 and page.cursor is None
+        assert len(page.items) >= 20 and page.next_cursor is None
         assert set(flushed.amu_ids) <= {item.id for item in page.items}
         found = mem.search("cat called Pickle", user_id="alice", k=3).hits[0]
         assert "Pickle" in found.text and found.kind == "record" and found.turns == ("s1:1",)
@@ -188,7 +188,7 @@ def test_a_second_writer_is_refused_naming_the_pid_and_readers_may_read(tmp_path
     with open_memory(tmp_path) as mem:
         mem.add(chat("u", 4), user_id="u", session_id="s")
         script = ("import sys; sys.path.insert(0, '.');\nfrom retrieval import Memory\n"
-                  "from tests.routes_fixtures import WordEmbedder\n"
+                  "from tests.multi_route_fixtures import WordEmbedder\n"
                   f"try:\n    Memory.open({str(tmp_path)!r}, embedder=WordEmbedder())\n"
                   "except Exception as err:\n    print(type(err).__name__, err)\n")
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from retrieval import Memory
 from retrieval.api.errors import Conflict
 from retrieval.memory.store import AMUStore
-from tests.routes_fixtures import WordEmbedder, WordFingerprinter
+from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 
 USERS = ("alice", "bob", "carol")
 WORDS = ("garden", "violin", "puppy", "bread", "hiking", "lake", "museum", "pottery")

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from isq.config import ISQConfig
-from isq.encoders import MINILM_ALIAS
+from isq.encoder import MINILM_ALIAS
 from isq.export import sha256_file
 from isq.fingerprint import Fingerprinter, collapse_repeats
 from isq.model import ISQModel, info_nce

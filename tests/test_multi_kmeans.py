@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from retrieval.eval.locomo import load_locomo
 from retrieval.eval.results import read_questions
-from retrieval.eval.run import EvaluationSettings, Models, evaluate
+from retrieval.eval.run import EvalModels, EvaluationSettings, evaluate
 from tests.test_evaluate import HashEmbedder, fingerprinter_dirs, fingerprinters, write_locomo  # noqa: F401
 
 CONFIGS = ["multi", "multi+code", "multi+kmeans"]
@@ -23,7 +23,7 @@ def test_multi_kmeans_is_multi_code_with_the_controls_codebook(tmp_path, fingerp
     runs = {}
     for label, pair in (("as given", fingerprinters), ("swapped", swapped)):
         out = tmp_path / label
-        results = evaluate(conversations, Models(pair, HashEmbedder()), out,
+        results = evaluate(conversations, EvalModels(pair, HashEmbedder()), out,
                            EvaluationSettings(CONFIGS, 1, 1, progress=False))
         assert all(results.configs[name].overall.mean_retrieved == 2.0 for name in CONFIGS)
         runs[label] = _found(out)

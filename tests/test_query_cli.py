@@ -9,7 +9,7 @@ import pytest
 
 import retrieval.query as query_module
 from retrieval.query import main
-from tests.routes_fixtures import ARCHIVED, CID, WordEmbedder, query_store
+from tests.multi_route_fixtures import ARCHIVED, CID, WordEmbedder, query_store
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def test_the_listing(store_dir, capsys):
 @pytest.mark.parametrize(("args", "message"), [
     (["--store", "{missing}", "a question"], "no store at"),
     (["--store", "{store}", "   "], "no letter or digit"),
-    (["--store", "{store}", "a question", "--conversation", "conv-9"], "no conversation 'conv-9'"),
+    (["--store", "{store}", "a question", "--user", "conv-9"], "no user 'conv-9'"),
     (["--store", "{store}", "a question", "-k", "0"], "-k must be at least 1"),
     (["--store", "{store}", "a question", "--reranker", "{missing}"], "no such model directory"),
 ])

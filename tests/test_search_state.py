@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from retrieval import Memory
-from tests.routes_fixtures import WordEmbedder, WordFingerprinter
+from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 
 QUERIES = ["tomatoes in the garden", "story number 3 about gardens", "gardens and tomatoes"]
 
@@ -129,7 +129,7 @@ def test_search_states_stay_within_their_bound_and_evicted_users_search_alike(tm
 WRITER = """
 import sys
 from retrieval import Memory
-from tests.routes_fixtures import WordEmbedder, WordFingerprinter
+from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 with Memory.open(sys.argv[1], embedder=WordEmbedder(), fingerprinter=WordFingerprinter()) as mem:
     mem.delete("alice:turn:secret", user_id="alice")
     mem.add([{"speaker": "Bob", "text": "I bought a red kayak."}], user_id="alice", session_id="s2")

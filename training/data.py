@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from isq.dailydialog import ROOT_ENV, SPLITS, detokenize, dialogue_pairs, load_splits
-from isq.encoders import from_pretrained
+from isq.encoder import from_pretrained
 from isq.ranges import AT_LEAST_ONE, NON_NEGATIVE, check_ranges
 from isq.synthetic import SYNTHETIC, write_synthetic_corpus
 

@@ -22,7 +22,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
 from isq.dailydialog import DataFormatError
-from isq.encoders import EncoderUnavailable
+from isq.encoder import EncoderUnavailable
 from isq.export import ExportExistsError
 from isq.ranges import OutOfRange
 from training.callbacks import ExportFingerprinter, RunConfigSaver, StepProgressBar

@@ -33,10 +33,10 @@ import faiss
 import numpy as np
 import torch
 
+from isq.batches import encode_batches
 from isq.config import ISQConfig
 from isq.dailydialog import read_dialogues
-from isq.encoders import MINILM_ALIAS, SemanticEncoder, build_encoder, encoder_width, load_tokenizer
-from isq.encoding import encode_batches
+from isq.encoder import MINILM_ALIAS, SemanticEncoder, build_encoder, encoder_width, load_tokenizer
 from isq.fingerprint import Fingerprinter
 from isq.projection import StrideOneProjection
 
@@ -72,7 +72,7 @@ def sample_texts(texts: Sequence[str], tokenizer: Any, max_tokens: int, max_leng
 def token_states(semantic_encoder: SemanticEncoder, tokenizer: Any, texts: Sequence[str], max_length: int,
                  batch_size: int = 64) -> np.ndarray:
     """z_t of every non-padding token of ``texts`` (float32, tokens x code_dim), texts in order of
-    length (the order of :func:`isq.encoding.encode_batches`)."""
+    length (the order of :func:`isq.batches.encode_batches`)."""
     rows = [batch.z[batch.mask].float().numpy()
             for batch in encode_batches(semantic_encoder, tokenizer, texts, max_length, batch_size)]
     return np.concatenate(rows) if rows else np.zeros((0, 0), dtype=np.float32)

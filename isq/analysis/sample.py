@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from isq.encoding import encode_batches
+from isq.batches import encode_batches
 from isq.fingerprint import Fingerprinter
 
 
@@ -61,7 +61,7 @@ def _concatenate(arrays: Sequence[np.ndarray], dtype: type) -> np.ndarray:
 def collect(fingerprinter: Fingerprinter, texts: Sequence[str], batch_size: int = 64) -> SampleCodes:
     """Run the fingerprinter over ``texts`` (truncated to ``config.max_length`` tokens).
 
-    Encoding (:func:`isq.encoding.encode_batches`) and lookup (``Codebook.nearest``) are the
+    Encoding (:func:`isq.batches.encode_batches`) and lookup (``Codebook.nearest``) are the
     fingerprinter's own, so the codes agree with :meth:`Fingerprinter.fingerprint`.
     """
     if isinstance(texts, str):

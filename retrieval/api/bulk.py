@@ -27,7 +27,7 @@ def add_conversation(memory: Memory, turns: Sequence[Turn], *, progress: bool = 
     stats = IngestStats()
     sessions: dict[tuple[str, str], list[Turn]] = {}
     for turn in turns:
-        sessions.setdefault((turn.conversation_id, turn.session_id), []).append(turn)
+        sessions.setdefault((turn.user_id, turn.session_id), []).append(turn)
     stats.conversations = len({user for user, _ in sessions})
     bar = tqdm(total=len(turns), unit="turn", disable=not progress)
     for (user, session_id), session_turns in sessions.items():

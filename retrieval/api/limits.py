@@ -1,5 +1,5 @@
 """What one call may ask of the memory, defined once for Python, HTTP and MCP: the request models
-of :mod:`retrieval.service.models` take these numbers, and :mod:`retrieval.api.inputs` checks
+of :mod:`retrieval.service.schemas` take these numbers, and :mod:`retrieval.api.inputs` checks
 the same ones, so a value the server accepts is one the memory accepts and the reverse.
 
 The text limit is the store's own (:data:`retrieval.memory.records.MAX_TURN_CHARS`).

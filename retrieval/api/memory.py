@@ -35,8 +35,8 @@ from retrieval.api.inputs import (
 )
 from retrieval.api.jobs import CONSOLIDATE, JobRunner, Locked
 from retrieval.api.limits import DEFAULT_K, DEFAULT_PAGE
-from retrieval.api.models import LLM_CACHE, LoadedModels, load_models
-from retrieval.api.online import Models, UserStream
+from retrieval.api.loading import LLM_CACHE, MemoryModels, load_models
+from retrieval.api.online import StreamModels, UserStream
 from retrieval.api.purge import hard_purge
 from retrieval.api.replay import check_replay
 from retrieval.api.results import AddResult, Job, MemoryItem, Page, SearchResult
@@ -49,17 +49,14 @@ from retrieval.ingestion.segmenter import SegmenterConfig
 from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.errors import StoreBusy, StoreError
 from retrieval.memory.fresh_store import discard_if_fresh, remove_if_created
-from retrieval.memory.records import AMU, Turn
+from retrieval.memory.records import AMU, Turn, raw_turn_id, turn_id_of
 from retrieval.memory.store import AMUStore
-
-TURN_MARK = ":turn:"
-"""A raw turn's item id is ``<user>:turn:<turn id>``."""
 
 
 class Memory:
     """See the module docstring; open with :meth:`open`."""
 
-    def __init__(self, store: AMUStore, models: LoadedModels, segmenter: SegmenterConfig) -> None:
+    def __init__(self, store: AMUStore, models: MemoryModels, segmenter: SegmenterConfig) -> None:
         self.store, self.models, self.segmenter = store, models, segmenter
         self._lock = CallLock()
         self._tokens = Tokens(store_secret(store))
@@ -67,7 +64,7 @@ class Memory:
         shared = SerializedEmbedder(models.embedder)
         fingerprinter = None if models.fingerprinter is None else Locked(models.fingerprinter, model_lock)
         self._embedder = CachedEmbedder(shared, store)
-        self._online = Models(self._embedder, models.extractor, fingerprinter, segmenter)
+        self._online = StreamModels(self._embedder, models.extractor, fingerprinter, segmenter)
         self._query_embedder, self._fingerprinter = shared, fingerprinter
         self._streams: dict[str, UserStream] = {}
         self._states = SearchStates(store, self._build_snapshot)
@@ -76,10 +73,10 @@ class Memory:
     @classmethod
     def open(cls, path: str | Path, *, fingerprinter: Any = None, embedder: Any = None,
              extractor: Any = "rule",
-             planner: Any = "rule", consolidator: Any = "offline", reranker: Any = None,
+             planner: Any = "rule", operator: Any = "offline", reranker: Any = None,
              read_only: bool = False, segmenter: SegmenterConfig | None = None) -> Memory:
         """Open (or create) the memory at ``path``. Models are names/paths or loaded objects
-        (:mod:`retrieval.api.models`); ``embedder`` defaults to the offline all-MiniLM-L6-v2. The
+        (:mod:`retrieval.api.loading`); ``embedder`` defaults to the offline all-MiniLM-L6-v2. The
         store is bound to the embedder, extractor and fingerprinter that built it: other ones are
         refused (:class:`StoreUnavailable`). Unfinished consolidation jobs resume."""
         if not isinstance(path, (str, Path)) or not str(path).strip():
@@ -98,7 +95,7 @@ class Memory:
         try:
             options = {} if embedder is None else {"embedder": embedder}
             models = load_models(directory, fingerprinter=fingerprinter, extractor=extractor, planner=planner,
-                                 consolidator=consolidator, reranker=reranker, **options)
+                                 operator=operator, reranker=reranker, **options)
             memory = cls(store, models, segmenter or SegmenterConfig())
             memory._bind(read_only)
         except BaseException:
@@ -364,15 +361,14 @@ class Memory:
 
     @staticmethod
     def _turn_id(user: str, item: str) -> str | None:
-        prefix = user + TURN_MARK
-        return item[len(prefix):] if item.startswith(prefix) else None
+        return turn_id_of(user, item)
 
     def _amu(self, user: str, item: str) -> AMU:
         try:
             amu = self.store.get(item)
         except KeyError:
             amu = None
-        if amu is None or amu.source.conversation_id != user:
+        if amu is None or amu.source.user_id != user:
             raise NotFound(f"no record {item!r} for user {user!r}", "id")
         return amu
 
@@ -387,5 +383,5 @@ def _record_item(amu: AMU, successor: str | None) -> MemoryItem:
 
 
 def _turn_item(turn: Turn, user: str) -> MemoryItem:
-    return MemoryItem(f"{user}{TURN_MARK}{turn.turn_id}", "turn", turn.render(), turn.session_id,
+    return MemoryItem(raw_turn_id(user, turn.turn_id), "turn", turn.render(), turn.session_id,
                       (turn.turn_id,), None, turn.session_time.isoformat() if turn.session_time else None)

@@ -41,7 +41,7 @@ class OpenSession:
 
 
 @dataclass
-class Models:
+class StreamModels:
     """What closing a segment needs: the cached embedder, the extractor, the fingerprinter."""
 
     embedder: Any
@@ -53,7 +53,7 @@ class Models:
 class UserStream:
     """One user's online segmentation and extraction state."""
 
-    def __init__(self, user: str, store: AMUStore, models: Models) -> None:
+    def __init__(self, user: str, store: AMUStore, models: StreamModels) -> None:
         self.user, self.store, self.models = user, store, models
         self.history: deque[float] = deque(maxlen=models.config.history_size)
         self.sessions: dict[str, OpenSession] = {}
@@ -61,7 +61,7 @@ class UserStream:
         self.next_seq = store.next_seq(user)
 
     @classmethod
-    def load(cls, user: str, store: AMUStore, models: Models) -> tuple[UserStream, list[AMU]]:
+    def load(cls, user: str, store: AMUStore, models: StreamModels) -> tuple[UserStream, list[AMU]]:
         """The stream after a restart: the reference context replayed from the stored segments of
         the last session, the stored turns no segment covers fed again (segments they close are
         committed now). Returns it and the AMUs so committed."""

@@ -70,10 +70,10 @@ class MemoryItem(_Plain):
 
 @dataclass(frozen=True)
 class Page(_Plain):
-    """One page of ``list``; pass ``cursor`` to the next call (None: no more)."""
+    """One page of ``list``; pass ``next_cursor`` as the next call's ``cursor`` (None: no more)."""
 
     items: tuple[MemoryItem, ...]
-    cursor: str | None = None
+    next_cursor: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """One search of the memory API over a user's snapshot: plan-guided multi-route retrieval
-(:class:`retrieval.routes.multi_route.MultiRouteRetriever`, docs/design.md §7) with the codebook
+(:class:`retrieval.multi_route.retriever.MultiRouteRetriever`, docs/design.md §7) with the codebook
 channel when the snapshot has a topology, exactly ``k`` items (``plan_depth=0``) or every item
 there is when there are fewer.
 
@@ -18,10 +18,10 @@ import numpy as np
 from retrieval.api.results import SearchHit, SearchResult
 from retrieval.api.snapshot import Snapshot
 from retrieval.contract import Hit, Query
-from retrieval.routes.snapshot import MemorySnapshot
+from retrieval.multi_route.bank import MemoryBank
 
 
-def session_scope(bank: MemorySnapshot, session: str) -> np.ndarray:
+def session_scope(bank: MemoryBank, session: str) -> np.ndarray:
     """The items (records, then raw turns) of one session, as a boolean mask."""
     return np.array([amu.source.session_id == session for amu in bank.records]
                     + [turn.session_id == session for turn in bank.turns], dtype=bool)
@@ -48,13 +48,13 @@ def run_search(snapshot: Snapshot, query: str, k: int, *, session: str | None, e
                         result.reranker or "")
 
 
-def _hit(bank: MemorySnapshot, hit: Hit, explain: bool, query_codes: frozenset[int]) -> SearchHit:
+def _hit(bank: MemoryBank, hit: Hit, explain: bool, query_codes: frozenset[int]) -> SearchHit:
     details = None
     if explain:
-        channels = {name: {"rank": hit.ranks[name], "score": hit.channels[name]} for name in hit.ranks}
-        details = {"channels": channels, "routes": [number + 1 for number in hit.routes],
-                   "fused": {name: hit.channels[name] for name in ("s_best", "s_route", "s_final")
-                             if name in hit.channels}}
+        channels = {name: {"rank": hit.ranks[name], "score": hit.scores[name]} for name in hit.ranks}
+        details = {"channels": channels, "routes": [number + 1 for number in hit.route_indices],
+                   "fused": {name: hit.scores[name] for name in ("s_best", "s_route", "s_final")
+                             if name in hit.scores}}
         if query_codes and hit.kind == "record":
             codes = set(bank.records[hit.index].fingerprint or ())
             details["shared_codes"] = sorted(codes & query_codes)

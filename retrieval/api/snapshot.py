@@ -1,4 +1,4 @@
-"""One user's search snapshot: the :class:`retrieval.routes.snapshot.MemorySnapshot` that multi-route
+"""One user's search snapshot: the :class:`retrieval.multi_route.bank.MemoryBank` that multi-route
 retrieval reads, built once from the store (cached arrays: SELECTs, no model forward) and then
 extended in place as turns and segments are added, so a search never rebuilds it from SQL.
 
@@ -25,9 +25,9 @@ from isq.topology import CooccurrenceTopology, TopologyParams
 from retrieval.index.evidence_nodes import SEARCHABLE_TYPES, searchable_text
 from retrieval.memory.records import AMU, Turn
 from retrieval.memory.store import AMUStore
-from retrieval.routes.multi_route import MultiRouteRetriever
-from retrieval.routes.planner_rules import PlanContext
-from retrieval.routes.snapshot import MemorySnapshot
+from retrieval.multi_route.bank import MemoryBank
+from retrieval.multi_route.planner_rules import PlanContext
+from retrieval.multi_route.retriever import MultiRouteRetriever
 
 ITEM_BYTES = 2048
 """The estimated bytes of one record, raw turn or evidence node of a snapshot besides its vector
@@ -63,7 +63,7 @@ class GrowingRows:
 class Snapshot:
     """A user's bank and what extending it needs (see the module docstring)."""
 
-    def __init__(self, bank: MemorySnapshot, embedder: Any) -> None:
+    def __init__(self, bank: MemoryBank, embedder: Any) -> None:
         self.bank, self.embedder = bank, embedder
         self._records = GrowingRows(bank.record_vectors)
         self._turns = GrowingRows(bank.turn_vectors)
@@ -97,7 +97,7 @@ class Snapshot:
             topology = CooccurrenceTopology(fingerprinter.codebook_size, TopologyParams(),
                                             fingerprinter.identity)
             topology.add(code_sets(records, fingerprinter))
-        bank = MemorySnapshot.build(store, user, embedder, records=records, topology=topology,
+        bank = MemoryBank.build(store, user, embedder, records=records, topology=topology,
                                     fingerprinter=fingerprinter)
         bank.embedder = query_embedder
         return cls(bank, embedder)

@@ -53,10 +53,10 @@ def audit(store: AMUStore) -> AuditReport:
     return report
 
 
-def _audit_conversation(store: AMUStore, conversation_id: str, report: AuditReport) -> None:
-    amus = {amu.id: amu for amu in store.amus(conversation_id, include_archived=True)}
-    successors = store.successors(conversation_id)
-    revisions = {segment.seq: segment.revision for segment in store.segments(conversation_id)}
+def _audit_conversation(store: AMUStore, user_id: str, report: AuditReport) -> None:
+    amus = {amu.id: amu for amu in store.amus(user_id, include_archived=True)}
+    successors = store.successors(user_id)
+    revisions = {segment.seq: segment.revision for segment in store.segments(user_id)}
     counted: list[AMU] = []
     for amu in amus.values():
         if not amu.archived:
@@ -77,7 +77,7 @@ def _audit_conversation(store: AMUStore, conversation_id: str, report: AuditRepo
     report.problems += [f"{merged}: absorbed {count} AMUs, over the bound of {MAX_MERGE_MEMBERS}"
                         for merged, count in absorbed.items() if count > MAX_MERGE_MEMBERS]
     reachable = {turn for amu in counted if not amu.archived for turn in amu.source.turn_ids}
-    report.lost_turns[conversation_id] = {turn for amu in counted for turn in amu.source.turn_ids} - reachable
+    report.lost_turns[user_id] = {turn for amu in counted for turn in amu.source.turn_ids} - reachable
 
 
 def _walk(amu: AMU, amus: dict[str, AMU], successors: dict[str, str], report: AuditReport) -> None:

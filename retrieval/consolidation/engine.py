@@ -35,7 +35,7 @@ from retrieval.consolidation.operations import OfflineOperator, Operation, Opera
 from retrieval.consolidation.report import ConsolidationReport
 from retrieval.ingestion.pipeline import fingerprinted
 from retrieval.memory.cache import CachedEmbedder, model_identity
-from retrieval.memory.models import Embedder, TextFingerprinter
+from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU
 from retrieval.memory.store import AMUStore
 
@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 PLAN_KEY = "consolidation_plan:{}"
 
 
-def consolidate_conversation(store: AMUStore, conversation_id: str, embedder: Embedder,
+def consolidate_conversation(store: AMUStore, user_id: str, embedder: Embedder,
                              operator: Operator | None = None, config: ConsolidationConfig | None = None, *,
                              fingerprinter: TextFingerprinter | None = None) -> ConsolidationReport:
     """Consolidate the active AMUs of one conversation in ``store`` (open for writing; beside an
@@ -60,21 +60,21 @@ def consolidate_conversation(store: AMUStore, conversation_id: str, embedder: Em
     started = time.perf_counter()
     operator = operator or OfflineOperator()
     config = (config or ConsolidationConfig()).resolved(operator.default_threshold)
-    if conversation_id not in store.conversations():
-        raise ValueError(f"{store.directory} holds no conversation {conversation_id!r}")
+    if user_id not in store.conversations():
+        raise ValueError(f"{store.directory} holds no conversation {user_id!r}")
     store.bind("fingerprinter", "none" if fingerprinter is None else model_identity(fingerprinter),
                hint="consolidate with the fingerprinter the store was built with")
     cached = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder, store)
     usage_before = dataclasses.replace(operator.usage)
-    report = ConsolidationReport(conversation_id, operator.name, float(config.threshold or 0.0))
-    units = list(store.amus(conversation_id, include_archived=True))  # reading AMUs back is the costly part
-    report.turns_before, report.amus_before = _covered(units), sum(not amu.archived for amu in units)
-    turn_order = {turn.turn_id: index for index, turn in enumerate(store.turns(conversation_id))}
+    report = ConsolidationReport(user_id, operator.name, float(config.threshold or 0.0))
+    stored = list(store.amus(user_id, include_archived=True))  # reading AMUs back is the costly part
+    report.turns_before, report.amus_before = _covered(stored), sum(not amu.archived for amu in stored)
+    turn_order = {turn.turn_id: index for index, turn in enumerate(store.turns(user_id))}
     step = _Step(store, operator, config, turn_order, fingerprinter, report)
-    key = PLAN_KEY.format(conversation_id)
+    key = PLAN_KEY.format(user_id)
     gated = False
     for _ in range(config.max_passes):
-        current = members(units, store.successors(conversation_id))
+        current = members(stored, store.successors(user_id))
         saved = store.meta(key)
         resumed = saved is not None and saved.get("config") == config.key()
         if resumed:
@@ -82,7 +82,7 @@ def consolidate_conversation(store: AMUStore, conversation_id: str, embedder: Em
         else:
             if saved is not None:  # a plan of other settings: never resumed later either
                 store.put_meta(key, None)
-            fallback = {segment.seq for segment in store.segments(conversation_id) if segment.fallback}
+            fallback = {segment.seq for segment in store.segments(user_id) if segment.fallback}
             plan = make_plan(current, cached.encode, config, fallback)
             if not gated:  # what the gates held back, as the first fresh plan saw it
                 gated = True
@@ -99,10 +99,10 @@ def consolidate_conversation(store: AMUStore, conversation_id: str, embedder: Em
         store.put_meta(key, None)
         if not applied and not resumed:
             break
-        units = list(store.amus(conversation_id, include_archived=True))
+        stored = list(store.amus(user_id, include_archived=True))
     else:
-        logger.warning("%s: stopped after %d consolidation passes", conversation_id, config.max_passes)
-    report.turns_after, report.amus_active_after = _covered(units), sum(not amu.archived for amu in units)
+        logger.warning("%s: stopped after %d consolidation passes", user_id, config.max_passes)
+    report.turns_after, report.amus_active_after = _covered(stored), sum(not amu.archived for amu in stored)
     report.llm = operator.usage.since(usage_before)
     report.seconds = time.perf_counter() - started
     return report
@@ -146,7 +146,7 @@ class _Step:
                                       amu)
             if problems:  # the members stay active: a merge never drops what they state
                 self.report.refused += 1
-                logger.info("%s: %s refused (%s)", amu.source.conversation_id, draft.operation.value,
+                logger.info("%s: %s refused (%s)", amu.source.user_id, draft.operation.value,
                             "; ".join(problems))
                 continue
             (amu,) = fingerprinted([amu], self.fingerprinter)

@@ -28,10 +28,10 @@ MERGED_MARK = "c"
 """Merged AMU ids read ``<conversation>:c:<16 hex digits>``."""
 
 
-def merged_id(conversation_id: str, member_ids: Sequence[str]) -> str:
+def merged_id(user_id: str, member_ids: Sequence[str]) -> str:
     """The deterministic id of the AMU that replaces ``member_ids``."""
     digest = hashlib.sha256("\n".join(sorted(member_ids)).encode()).hexdigest()[:16]
-    return f"{conversation_id}:{MERGED_MARK}:{digest}"
+    return f"{user_id}:{MERGED_MARK}:{digest}"
 
 
 def merged_amu(members: Sequence[Member], draft: Draft, turn_order: Mapping[str, int],
@@ -44,14 +44,14 @@ def merged_amu(members: Sequence[Member], draft: Draft, turn_order: Mapping[str,
                          f"not {list(draft.member_ids)}")
     last = newest(chosen)
     firsts = [m.first for m in chosen if m.first is not None]
-    conversation_id = last.amu.source.conversation_id
+    user_id = last.amu.source.user_id
     turns = dict.fromkeys(turn_id for m in chosen for turn_id in m.amu.source.turn_ids)
     ordered = tuple(sorted(turns, key=lambda turn_id: turn_order.get(turn_id, len(turn_order))))
     speakers = tuple(dict.fromkeys(speaker for m in chosen for speaker in m.amu.source.speakers))
-    source = SourcePointer(conversation_id, last.amu.source.session_id, ordered, speakers, None)
+    source = SourcePointer(user_id, last.amu.source.session_id, ordered, speakers, None)
     text = (time_prefix(min(firsts) if firsts else None, last.last, prefix_min_span)
             + strip_prefix(draft.text).strip())
-    return AMU(id=merged_id(conversation_id, [m.id for m in chosen]), text=text,
+    return AMU(id=merged_id(user_id, [m.id for m in chosen]), text=text,
                memory_type=draft.memory_type,
                source=source, observed_at=last.amu.observed_at, timestamps=draft.timestamps,
                entities=draft.entities, tags=draft.tags, t_ref=draft.t_ref, valid_from=draft.valid_from,

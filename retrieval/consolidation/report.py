@@ -29,7 +29,7 @@ class ConsolidationReport:
     :attr:`llm_calls` and :attr:`tokens` count cache hits too (what building the memory cost).
     """
 
-    conversation_id: str
+    user_id: str
     operator: str
     threshold: float
     amus_before: int = 0
@@ -83,7 +83,7 @@ class ConsolidationReport:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready counts (the turn sets as sizes)."""
         return {
-            "conversation_id": self.conversation_id, "operator": self.operator, "threshold": self.threshold,
+            "conversation_id": self.user_id, "operator": self.operator, "threshold": self.threshold,
             "amus_before": self.amus_before, "amus_active_after": self.amus_active_after,
             "archived": self.archived, "created": self.created, "clusters": self.clusters,
             "operations": dict(sorted(self.operations.items())), "exact_duplicates": self.exact_duplicates,
@@ -98,7 +98,7 @@ class ConsolidationReport:
     def summary(self) -> str:
         """One line for the command line."""
         operations = ", ".join(f"{name} {count}" for name, count in sorted(self.operations.items())) or "none"
-        return (f"{self.conversation_id}: active AMUs {self.amus_before} -> {self.amus_active_after} | "
+        return (f"{self.user_id}: active AMUs {self.amus_before} -> {self.amus_active_after} | "
                 f"clusters {self.clusters} | archived {self.archived} | created {self.created} "
                 f"({operations}; exact {self.exact_duplicates}) | held back: "
                 f"count-sensitive {self.count_sensitive}, window splits {self.window_splits}, "

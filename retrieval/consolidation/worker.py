@@ -23,7 +23,7 @@ from retrieval.consolidation.engine import consolidate_conversation
 from retrieval.consolidation.operations import OfflineOperator, Operator
 from retrieval.consolidation.report import ConsolidationReport
 from retrieval.memory.cache import CachedEmbedder, model_identity
-from retrieval.memory.models import Embedder, TextFingerprinter
+from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.store import AMUStore
 
 
@@ -106,18 +106,18 @@ class ConsolidationWorker:
     def _round(self, embedder: CachedEmbedder) -> None:
         assert self._store is not None
         stored = self._store.conversations()
-        for conversation_id in [c for c in self.conversations or stored if c in stored]:
+        for user_id in [c for c in self.conversations or stored if c in stored]:
             if self._abort.is_set():
                 return
-            count = self._store.count(conversation_id)
-            if count == self._counts.get(conversation_id):
+            count = self._store.count(user_id)
+            if count == self._counts.get(user_id):
                 continue  # nothing committed since this conversation's last consolidation
-            report = consolidate_conversation(self._store, conversation_id, embedder, self.operator,
+            report = consolidate_conversation(self._store, user_id, embedder, self.operator,
                                               self.config, fingerprinter=self.fingerprinter)
             # less than the store's if ingested meanwhile
-            self._counts[conversation_id] = count + report.created
-            if conversation_id in self.reports:
-                self.reports[conversation_id].absorb(report)
+            self._counts[user_id] = count + report.created
+            if user_id in self.reports:
+                self.reports[user_id].absorb(report)
             else:
-                self.reports[conversation_id] = report
+                self.reports[user_id] = report
         self.rounds += 1

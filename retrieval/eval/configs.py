@@ -37,12 +37,12 @@ MULTI_CONFIGS = ("multi", "multi+code", "multi+kmeans")
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    """One retrieval configuration: its name, its whole budget of items, the codebook whose codes it
-    uses (``None``: none) and, for the dual-path ablation, which channels run
+    """One retrieval configuration: its name, its k (the items it returns), the codebook whose
+    codes it uses (``None``: none) and, for the dual-path ablation, which channels run
     (:class:`DualPathMode`); ``dual`` is None for multi-route retrieval."""
 
     name: str
-    budget: int
+    k: int
     codebook: str | None = None
     dual: DualPathMode | None = None
 
@@ -64,12 +64,12 @@ _CHANNELS = {"code": Channel.CODE, "kmeans": Channel.CODE, "bm25_": Channel.BM25
              "codebm25_": Channel.CODEBM25}
 
 
-def parse_config(name: str, budget: int = 40) -> RetrievalConfig:
+def parse_config(name: str, k: int = 40) -> RetrievalConfig:
     """``dense20`` / ``code40`` / ``kmeans40`` / ``bm25_40`` / ``codebm25_40`` / ``dense20+code20`` /
     ``dense20+kmeans20`` / ``dense20+bm25_20`` / ``dense20+codebm25_20`` -> :class:`RetrievalConfig`;
-    ``multi`` and ``multi+code`` / ``multi+kmeans`` take ``budget`` items."""
+    ``multi`` and ``multi+code`` / ``multi+kmeans`` take ``k`` items."""
     if name in MULTI_CONFIGS:
-        return RetrievalConfig(name, budget, {"multi+code": TRAINED, "multi+kmeans": KMEANS}.get(name))
+        return RetrievalConfig(name, k, {"multi+code": TRAINED, "multi+kmeans": KMEANS}.get(name))
     parts = [match for part in name.split("+") if (match := _PART.fullmatch(part)) is not None]
     valid = len(parts) == name.count("+") + 1 and (
         len(parts) == 1 or (len(parts) == 2 and parts[0][1] == "dense" and parts[1][1] != "dense"))
@@ -98,10 +98,10 @@ def default_configs(k_dense: int = 20, k_code: int = 20, with_kmeans: bool = Fal
 
 
 def resolve_configs(names: Sequence[str], codebooks: Collection[str], answer_configs: Sequence[str] = (),
-                    budget: int = 40) -> list[RetrievalConfig]:
-    """Parse ``names`` (multi-route ones with ``budget`` items), checking that each one's codebook
+                    k: int = 40) -> list[RetrievalConfig]:
+    """Parse ``names`` (multi-route ones with ``k`` items), checking that each one's codebook
     is among ``codebooks`` and that every answer configuration is one of them."""
-    selected = [parse_config(name, budget) for name in names]
+    selected = [parse_config(name, k) for name in names]
     missing = [c.name for c in selected if c.codebook is not None and c.codebook not in codebooks]
     if missing:
         raise EvaluationError(f"configuration(s) {', '.join(missing)} need a k-means control fingerprinter")

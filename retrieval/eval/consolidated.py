@@ -23,6 +23,6 @@ def recall_ceiling(questions: Sequence[EvalQuestion],
 def consolidation_block(reports: Sequence[ConsolidationReport],
                         questions: Sequence[EvalQuestion]) -> ConsolidationBlock:
     """The ``consolidation`` block of ``results.json``."""
-    before = recall_ceiling(questions, {r.conversation_id: r.turns_before for r in reports})
-    after = recall_ceiling(questions, {r.conversation_id: r.turns_after for r in reports})
+    before = recall_ceiling(questions, {r.user_id: r.turns_before for r in reports})
+    after = recall_ceiling(questions, {r.user_id: r.turns_after for r in reports})
     return ConsolidationBlock(**combined(reports), recall_ceiling_before=before, recall_ceiling_after=after)

@@ -21,10 +21,10 @@ from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import mean
 from retrieval.extract.base import Extractor
 from retrieval.ingestion.pipeline import IngestStats
-from retrieval.memory.models import Embedder, TextFingerprinter
+from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU
 from retrieval.memory.store import AMUStore
-from retrieval.routes.multi_route import MultiRouteRetriever
+from retrieval.multi_route.retriever import MultiRouteRetriever
 
 STORE_DIR = "store"
 
@@ -114,18 +114,18 @@ def codebook_diagnostics(fingerprinter: TextFingerprinter, banks: Sequence[Built
     }
 
 
-def open_memory(directory: Path, embedder: Embedder, extractor: Extractor, consolidator: Any | None, *,
+def open_memory(directory: Path, embedder: Embedder, extractor: Extractor, operator: Any | None, *,
                 read_only: bool) -> Memory:
     """The evaluation's memory: records without fingerprints (each codebook fingerprints them
     itself, cached in the store), so one store serves every fingerprinter. Written, it is bound to
     being consolidated or not; read-only (``--store``), it is evaluated as it was built."""
-    if read_only and consolidator is not None:
+    if read_only and operator is not None:
         raise EvaluationError("--store evaluates a memory as built; consolidate it first "
                               "(Memory.consolidate)")
     memory = Memory.open(directory, embedder=embedder, extractor=extractor, read_only=read_only)
     if not read_only:
         try:
-            memory.store.bind("consolidation", "none" if consolidator is None else consolidator.name,
+            memory.store.bind("consolidation", "none" if operator is None else operator.name,
                               hint="evaluate consolidated and unconsolidated memory in two --out directories")
         except BaseException:
             memory.close()

@@ -50,9 +50,9 @@ def path_runs(config: RetrievalConfig, k: int) -> list[RetrievalConfig]:
     """The single-path (or multi-route) retrievals at ``k`` items whose lists :func:`cut` combines."""
     dual = config.dual
     if dual is None or dual.complement is None or dual.k_dense == 0:
-        return [dataclasses.replace(config, budget=k)]
-    return [dataclasses.replace(config, budget=k, dual=DualPathMode(None, 0)),
-            dataclasses.replace(config, budget=k, dual=DualPathMode(dual.complement, 0))]
+        return [dataclasses.replace(config, k=k)]
+    return [dataclasses.replace(config, k=k, dual=DualPathMode(None, 0)),
+            dataclasses.replace(config, k=k, dual=DualPathMode(dual.complement, 0))]
 
 
 def cut(config: RetrievalConfig, lists: Sequence[Sequence[Hit]], k: int) -> list[Hit]:
@@ -61,7 +61,7 @@ def cut(config: RetrievalConfig, lists: Sequence[Sequence[Hit]], k: int) -> list
         return list(lists[0][:k])
     assert config.dual is not None  # two lists: a dense + complement configuration
     dense, other = lists
-    k_dense = int(k * config.dual.k_dense / config.budget + 0.5)  # half a dense item rounds up
+    k_dense = int(k * config.dual.k_dense / config.k + 0.5)  # half a dense item rounds up
     taken = list(dense[:k_dense])
     seen = {hit.index for hit in taken}
     return taken + [hit for hit in other if hit.index not in seen][: k - k_dense]

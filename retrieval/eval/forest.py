@@ -24,14 +24,14 @@ def label(name: str, baseline: str) -> str:
     return f"{name} − {baseline}"
 
 
-def comparisons(names: Sequence[str], budget: int) -> list[tuple[str, str]]:
+def comparisons(names: Sequence[str], k: int) -> list[tuple[str, str]]:
     """The (configuration, baseline) pairs an evaluation of ``names`` draws: every configuration
     against the dense baseline of the same budget; each multi-route configuration with a
     codebook route against ``multi``; each trained-codebook configuration against its k-means
     twin (``code`` -> ``kmeans`` in the name)."""
     from retrieval.eval.configs import MULTI_CONFIGS  # here: configs loads the dual path, and with it faiss
 
-    dense = f"dense{budget}"
+    dense = f"dense{k}"
     plain = MULTI_CONFIGS[0]
     pairs = [(name, dense) for name in names if dense in names and name != dense]
     pairs += [(name, plain) for name in names if name.startswith(f"{plain}+") and plain in names]
@@ -83,10 +83,10 @@ def plot_forest(table: Table, path: Path, title: str = "") -> None:
     plt.close(figure)
 
 
-def write_forest(questions: Path, names: Sequence[str], budget: int, path: Path) -> bool:
+def write_forest(questions: Path, names: Sequence[str], k: int, path: Path) -> bool:
     """The evaluation's forest plot of :func:`comparisons` from its ``questions.jsonl``; False
     when the configurations give no pair (then no picture of an earlier run is left at ``path``)."""
-    pairs = comparisons(names, budget)
+    pairs = comparisons(names, k)
     if not pairs:
         path.unlink(missing_ok=True)
         return False

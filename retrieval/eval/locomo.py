@@ -129,7 +129,7 @@ def _parse_turn(raw: Any, conversation_id: str, session_id: str, time: datetime,
     if caption is not None and not isinstance(caption, str):
         raise InputFormatError(f"{where}: field 'blip_caption' must be a string")
     return Turn(
-        conversation_id=conversation_id,
+        user_id=conversation_id,
         session_id=session_id,
         turn_id=_field(raw, "dia_id", str, where),
         speaker=_field(raw, "speaker", str, where),

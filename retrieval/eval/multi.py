@@ -19,14 +19,14 @@ from retrieval.eval.configs import TRAINED, RetrievalConfig
 from retrieval.eval.dual_path import DualPathRetriever
 from retrieval.eval.questions import EvalQuestion
 from retrieval.eval.results import MultiRouteInfo
-from retrieval.memory.models import Embedder, TextFingerprinter
+from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU
 from retrieval.memory.store import AMUStore
-from retrieval.routes.multi_route import RERANKER_OFF, MultiRouteRetriever
-from retrieval.routes.planner_rules import Planner
-from retrieval.routes.query_plan import Plan
-from retrieval.routes.rerank import CrossEncoderReranker
-from retrieval.routes.snapshot import MemorySnapshot
+from retrieval.multi_route.bank import MemoryBank
+from retrieval.multi_route.planner_rules import Planner
+from retrieval.multi_route.query_plan import Plan
+from retrieval.multi_route.rerank import CrossEncoderReranker
+from retrieval.multi_route.retriever import RERANKER_OFF, MultiRouteRetriever
 
 
 def build_route_retrievers(store: AMUStore, conversation_id: str, embedder: Embedder, amus: Sequence[AMU],
@@ -34,17 +34,17 @@ def build_route_retrievers(store: AMUStore, conversation_id: str, embedder: Embe
                            fingerprinters: Mapping[str, TextFingerprinter], planner: Planner | None,
                            reranker: CrossEncoderReranker | None,
                            configs: Sequence[RetrievalConfig]) -> dict[str, MultiRouteRetriever]:
-    """The conversation's memory snapshot (the given records and vectors) and, over it, one
+    """The conversation's memory bank (the given records and vectors) and, over it, one
     retriever per multi-route configuration of ``configs``, whose codebook route (where the
     configuration uses codes) searches its codebook: the topology of that codebook's dual-path
     bank in ``banks`` (same records), queries fingerprinted by its entry in ``fingerprinters``.
-    The snapshot is built once, with the trained codebook; another codebook's snapshot shares
-    its arrays. Equal budgets: plan_depth 0, so each returns exactly the budget asked for."""
-    bank = MemorySnapshot.build(store, conversation_id, embedder, records=amus, record_vectors=embeddings,
-                                topology=banks[TRAINED].topology, fingerprinter=fingerprinters[TRAINED])
-    snapshots = {name: bank if name == TRAINED else dataclasses.replace(
+    The bank is built once, with the trained codebook; another codebook's bank shares its
+    arrays. Equal budgets: plan_depth 0, so each returns exactly the k asked for."""
+    bank = MemoryBank.build(store, conversation_id, embedder, records=amus, record_vectors=embeddings,
+                            topology=banks[TRAINED].topology, fingerprinter=fingerprinters[TRAINED])
+    memory_banks = {name: bank if name == TRAINED else dataclasses.replace(
         bank, topology=banks[name].topology, fingerprinter=fingerprinters[name]) for name in banks}
-    return {config.name: MultiRouteRetriever(snapshots[config.codebook or TRAINED], planner, reranker,
+    return {config.name: MultiRouteRetriever(memory_banks[config.codebook or TRAINED], planner, reranker,
                                              use_code=config.uses_codes, plan_depth=0)
             for config in configs}
 

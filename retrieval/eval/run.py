@@ -77,11 +77,11 @@ from retrieval.extract.rules import RuleExtractor
 from retrieval.index.fts import RecordLexical
 from retrieval.ingestion.segmenter import count_tokens
 from retrieval.memory.cache import CachedEmbedder, CachedFingerprinter, model_identity
-from retrieval.memory.models import Embedder
+from retrieval.memory.protocols import Embedder
 from retrieval.memory.store import AMUStore
-from retrieval.routes.planner_rules import Planner
-from retrieval.routes.query_plan import Plan
-from retrieval.routes.rerank import CrossEncoderReranker
+from retrieval.multi_route.planner_rules import Planner
+from retrieval.multi_route.query_plan import Plan
+from retrieval.multi_route.rerank import CrossEncoderReranker
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class EvaluationSettings:
 
 
 @dataclass(frozen=True)
-class Models:
+class EvalModels:
     """What builds and reads the memory: the fingerprinters (``"trained"`` required, ``"kmeans"``
     optional), the embedder, the extractor (default the rule extractor), the multi-route planner
     (default rules) and reranker (default none), an optional consolidation operator (each store
@@ -121,7 +121,7 @@ class Models:
     extractor: Extractor | None = None
     planner: Planner | None = None
     reranker: CrossEncoderReranker | None = None
-    consolidator: Operator | None = None
+    operator: Operator | None = None
     answer_stage: AnswerStage | None = None
 
 
@@ -172,7 +172,7 @@ def retrieve_all(config: RetrievalConfig, built: Mapping[str, BuiltConversation]
     for i, question in enumerate(queries.questions):
         query = queries.query(i, config.codebook)
         tick = time.perf_counter()
-        hits = retrievers[question.conversation_id].retrieve(query, config.budget).hits
+        hits = retrievers[question.conversation_id].retrieve(query, config.k).hits
         run.seconds.append(time.perf_counter() - tick)
         run.hits.append(hits)
         run.tokens.append(sum(count_tokens(hit.text) for hit in hits))
@@ -228,7 +228,7 @@ def recommend(rows: Sequence[SweepRow], config_name: str) -> Recommended:
                        by_category=summary.by_category)
 
 
-def construct(conversations: Sequence[LocomoConversation], memory: Memory, models: Models,
+def construct(conversations: Sequence[LocomoConversation], memory: Memory, models: EvalModels,
               fingerprinters: Mapping[str, CachedFingerprinter], embedder: CachedEmbedder,
               settings: EvaluationSettings, selected: Sequence[RetrievalConfig]) -> Built:
     """Add through ``Memory.add`` (or reuse), consolidate if asked, embed, fingerprint and index
@@ -241,8 +241,8 @@ def construct(conversations: Sequence[LocomoConversation], memory: Memory, model
         spent, replayed = add_locomo_conversation(conversation, memory, ledger)
         built.timings["ingest"] += spent
         built.resumed += replayed
-        if models.consolidator is not None:
-            built.consolidated.append(consolidate_conversation(store, cid, embedder, models.consolidator))
+        if models.operator is not None:
+            built.consolidated.append(consolidate_conversation(store, cid, embedder, models.operator))
         amus = list(store.amus(cid))
         tick = time.perf_counter()
         embeddings = embedder.encode([amu.text for amu in amus])
@@ -318,7 +318,7 @@ def sweep_topology(selected: Sequence[RetrievalConfig], built: Built, queries: Q
                            seconds=round(time.perf_counter() - tick, 2), recommended=recommend(rows, primary))
 
 
-def evaluate(conversations: Sequence[LocomoConversation], models: Models, out_dir: str | Path,
+def evaluate(conversations: Sequence[LocomoConversation], models: EvalModels, out_dir: str | Path,
              settings: EvaluationSettings = EvaluationSettings()) -> Results:
     """Run the evaluation and write its reports to ``out_dir``; returns what ``results.json`` holds.
     The store is bound to the extractor and embedder it was built with, and to being consolidated
@@ -333,7 +333,7 @@ def evaluate(conversations: Sequence[LocomoConversation], models: Models, out_di
     selected = resolve_configs(names, models.fingerprinters, settings.answer_configs,
                                settings.k_dense + settings.k_code)
     extractor = models.extractor or RuleExtractor()
-    with open_memory(settings.store or out_dir / STORE_DIR, models.embedder, extractor, models.consolidator,
+    with open_memory(settings.store or out_dir / STORE_DIR, models.embedder, extractor, models.operator,
                      read_only=settings.store is not None) as memory:
         # embeddings and fingerprints come from its cache when an earlier run computed them
         store = memory.store

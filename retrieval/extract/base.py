@@ -92,10 +92,10 @@ def make_amu(segment: Segment, index: int, text: str, memory_type: str, turns: S
     it was stated (the session day): every record has a temporal scope when the session is dated."""
     when = session_time(segment)
     return AMU(
-        id=amu_id(segment.conversation_id, segment.seq, index),
+        id=amu_id(segment.user_id, segment.seq, index),
         text=text,
         memory_type=memory_type,
-        source=SourcePointer(segment.conversation_id, segment.session_id, tuple(t.turn_id for t in turns),
+        source=SourcePointer(segment.user_id, segment.session_id, tuple(t.turn_id for t in turns),
                              tuple(dict.fromkeys(t.speaker for t in turns)), segment.seq),
         observed_at=when.isoformat() if when else None,
         timestamps=tuple(timestamps),

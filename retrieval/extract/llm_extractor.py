@@ -60,12 +60,12 @@ class LLMExtractor(LLMRole):
         validator = Draft202012Validator(self._schema(segment))
         extraction = self.client.complete(self.messages(segment, context),
                                           lambda content: self._parse(content, segment, validator),
-                                          label=f"segment {segment.conversation_id}/{segment.seq}")
+                                          label=f"segment {segment.user_id}/{segment.seq}")
         if extraction is not None:
             return extraction
         self.usage.fallback_segments += 1
         logger.warning("segment %s/%d kept as raw turns after %d attempts",
-                       segment.conversation_id, segment.seq, self.client.max_retries + 1)
+                       segment.user_id, segment.seq, self.client.max_retries + 1)
         return Extraction(raw_turn_amus(segment), state=context.disambiguation, fallback=True)
 
     def messages(self, segment: Segment, context: ReferenceContext) -> list[dict[str, str]]:

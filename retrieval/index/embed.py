@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from isq.encoders import MINILM_ALIAS, quiet_loading, resolve_encoder_path, weights_checksum
+from isq.encoder import MINILM_ALIAS, quiet_loading, resolve_encoder_path, weights_checksum
 
 
 class SentenceEmbedder:

@@ -57,11 +57,11 @@ def bm25_search(db: sqlite3.Connection, table: str, query: str, k: int, **restri
             else bm25_rows(db, table, expression, k, **restrict))  # type: ignore[arg-type]
 
 
-def lexical_search(store: AMUStore, query: str, conversation_id: str, k: int) -> list[tuple[str, float]]:
+def lexical_search(store: AMUStore, query: str, user_id: str, k: int) -> list[tuple[str, float]]:
     """FTS5 ``bm25()`` over the conversation's active AMUs in ``store``: up to ``k`` (AMU id, score),
     best first."""
     expression = match_expression(query)
-    return [] if expression is None else store.fts_search(expression, conversation_id, k)
+    return [] if expression is None else store.fts_search(expression, user_id, k)
 
 
 class FTSIndex:

@@ -10,7 +10,7 @@ Resuming: each segment's turns, AMUs and progress row commit in one transaction.
 the same store recomputes the (deterministic) segmentation, skips the segments already stored
 (checking that they cover the same turns, and embedding what a kill between a commit and its
 embeddings left out) and continues, so an interrupted run loses at most the segment in progress
-and never duplicates a unit. Sessions are assumed complete when ingested.
+and never duplicates a record. Sessions are assumed complete when ingested.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from retrieval.index.evidence_nodes import segment_search_texts
 from retrieval.ingestion.segmenter import SegmenterConfig, SemanticSegmenter
 from retrieval.llm_client import LLMUsage
 from retrieval.memory.cache import CachedEmbedder, model_identity
-from retrieval.memory.models import Embedder, TextFingerprinter
+from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.records import (
     AMU,
     MAX_TURN_CHARS,
@@ -47,7 +47,7 @@ class IngestError(RuntimeError):
 @dataclass
 class IngestStats:
     """Counts of one ingestion run. ``segments`` includes ``resumed_segments`` (already stored and
-    skipped); ``amus`` counts units written by this run; ``llm`` is this run's share of the
+    skipped); ``amus`` counts records written by this run; ``llm`` is this run's share of the
     extractor's usage."""
 
     conversations: int = 0
@@ -132,12 +132,12 @@ def ingest_turns(turns: Iterable[Turn], store: AMUStore, embedder: Embedder, ext
     bar = tqdm(total=sum(len(t) for sessions in conversations.values() for t in sessions.values()),
                unit="turn", disable=not progress)
     try:
-        for conversation_id, sessions in conversations.items():
-            bar.set_description(conversation_id)
-            speakers = (participants or {}).get(conversation_id) or tuple(
+        for user_id, sessions in conversations.items():
+            bar.set_description(user_id)
+            speakers = (participants or {}).get(user_id) or tuple(
                 dict.fromkeys(turn.speaker for session in sessions.values() for turn in session)
             )
-            _ingest_conversation(conversation_id, sessions, store, embedder, extractor, fingerprinter,
+            _ingest_conversation(user_id, sessions, store, embedder, extractor, fingerprinter,
                                  config or SegmenterConfig(), ReferenceContext(speakers), stats, bar,
                                  retry_fallbacks)
     finally:
@@ -153,28 +153,28 @@ def _group(turns: Iterable[Turn]) -> dict[str, dict[str, list[Turn]]]:
     previous: dict[str, str] = {}
     for turn in turns:
         if len(turn.text) > MAX_TURN_CHARS:
-            raise IngestError(f"turn {turn.turn_id!r} of {turn.conversation_id!r} has {len(turn.text)} "
+            raise IngestError(f"turn {turn.turn_id!r} of {turn.user_id!r} has {len(turn.text)} "
                               f"characters; the limit is {MAX_TURN_CHARS} (split it into several turns)")
-        sessions = grouped.setdefault(turn.conversation_id, {})
-        if turn.session_id in sessions and previous[turn.conversation_id] != turn.session_id:
+        sessions = grouped.setdefault(turn.user_id, {})
+        if turn.session_id in sessions and previous[turn.user_id] != turn.session_id:
             raise IngestError(f"turn {turn.turn_id!r}: session {turn.session_id!r} of "
-                              f"{turn.conversation_id!r} continues after another session started")
+                              f"{turn.user_id!r} continues after another session started")
         sessions.setdefault(turn.session_id, []).append(turn)
-        previous[turn.conversation_id] = turn.session_id
+        previous[turn.user_id] = turn.session_id
     return grouped
 
 
-def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]], store: AMUStore,
+def _ingest_conversation(user_id: str, sessions: Mapping[str, list[Turn]], store: AMUStore,
                          embedder: Embedder, extractor: Extractor, fingerprinter: TextFingerprinter | None,
                          config: SegmenterConfig, context: ReferenceContext, stats: IngestStats,
                          bar: tqdm, retry_fallbacks: bool) -> None:
-    segmenter = SemanticSegmenter(embedder, conversation_id, config)
+    segmenter = SemanticSegmenter(embedder, user_id, config)
     stats.conversations += 1
     for session_segments in segmenter.segment_sessions(list(sessions.values())):
         stats.sessions += 1
         for segment in session_segments:
             context.enter(segment.session_id)
-            stored = store.segment(conversation_id, segment.seq)
+            stored = store.segment(user_id, segment.seq)
             if stored is None:
                 extraction = _extract(extractor, segment, context)
                 stats.unresolved_dates += extraction.unresolved_dates
@@ -196,7 +196,7 @@ def _ingest_conversation(conversation_id: str, sessions: Mapping[str, list[Turn]
                     if not retried.fallback:
                         revision = stored.revision + 1
                         renamed = [dataclasses.replace(amu,
-                                                       id=amu_id(conversation_id, segment.seq, i, revision))
+                                                       id=amu_id(user_id, segment.seq, i, revision))
                                    for i, amu in enumerate(retried.amus)]
                         amus = fingerprinted(renamed, fingerprinter)
                         store.replace_extraction(dataclasses.replace(
@@ -224,7 +224,7 @@ def _extract(extractor: Extractor, segment: Segment, context: ReferenceContext) 
         return extractor.extract(segment, context)
     except AMUValidationError as err:
         turn_ids = [turn.turn_id for turn in segment.turns]
-        raise IngestError(f"{segment.conversation_id!r} segment {segment.seq} "
+        raise IngestError(f"{segment.user_id!r} segment {segment.seq} "
                           f"(turns {turn_ids[0]}..{turn_ids[-1]}): the extractor made an invalid record: "
                           f"{err}") from None
 
@@ -237,7 +237,7 @@ def embed_segment(embedder: Embedder, turns: Sequence[Turn], amus: Sequence[AMU]
 
 
 def segment_record(segment: Segment, state: str, fallback: bool, count: int) -> SegmentRecord:
-    return SegmentRecord(segment.conversation_id, segment.seq, segment.session_id,
+    return SegmentRecord(segment.user_id, segment.seq, segment.session_id,
                          tuple(turn.turn_id for turn in segment.turns), segment.reason, state, fallback,
                          count)
 
@@ -245,7 +245,7 @@ def segment_record(segment: Segment, state: str, fallback: bool, count: int) -> 
 def _check_unchanged(stored: SegmentRecord, segment: Segment) -> None:
     """The stored segment must cover the same turns saying the same things as this run's."""
     turn_ids = tuple(turn.turn_id for turn in segment.turns)
-    where = f"{segment.conversation_id!r} segment {segment.seq}"
+    where = f"{segment.user_id!r} segment {segment.seq}"
     if stored.turn_ids != turn_ids:
         raise IngestError(f"{where}: the store holds turns {list(stored.turn_ids)}, this run segments "
                           f"{list(turn_ids)}; the input, embedder or segmenter settings changed since the "
@@ -259,13 +259,13 @@ def _check_unchanged(stored: SegmentRecord, segment: Segment) -> None:
 def _current_amus(store: AMUStore, stored: SegmentRecord) -> list[AMU]:
     """The AMUs of the stored segment's current extraction: those of its latest revision (ids
     ``<conversation>:<seq>:<index>`` for revision 0, with ``:r<n>`` appended for revision n)."""
-    prefix = f"{stored.conversation_id}:{stored.seq}:"
+    prefix = f"{stored.user_id}:{stored.seq}:"
 
-    def revision(unit: AMU) -> int:
-        rest = unit.id[len(prefix):]
+    def revision(amu: AMU) -> int:
+        rest = amu.id[len(prefix):]
         return int(rest.split(":r", 1)[1]) if ":r" in rest else 0
 
-    return [amu for amu in store.by_segment(stored.conversation_id, stored.seq)
+    return [amu for amu in store.by_segment(stored.user_id, stored.seq)
             if revision(amu) == stored.revision]
 
 

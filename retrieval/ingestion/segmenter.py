@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from retrieval.memory.models import Embedder
+from retrieval.memory.protocols import Embedder
 from retrieval.memory.records import Exchange, Segment, Turn
 
 # Why a segment was finalized (Algorithm B.1).
@@ -188,10 +188,10 @@ class SemanticSegmenter:
     :meth:`push` in order and flushes at the end. Segments are numbered from 0 across sessions.
     """
 
-    def __init__(self, embedder: Embedder, conversation_id: str,
+    def __init__(self, embedder: Embedder, user_id: str,
                  config: SegmenterConfig = SegmenterConfig()) -> None:
         self.embedder = embedder
-        self.conversation_id = conversation_id
+        self.user_id = user_id
         self.config = config
         self.history: deque[float] = deque(maxlen=config.history_size)
         self._active = _Active()
@@ -273,7 +273,7 @@ class SemanticSegmenter:
 
     def _finalize(self, reason: str) -> Segment:
         active = self._active
-        segment = Segment(self.conversation_id, active.exchanges[0].turns[0].session_id, self._next_seq,
+        segment = Segment(self.user_id, active.exchanges[0].turns[0].session_id, self._next_seq,
                           tuple(active.exchanges), reason, active.tokens)
         self._next_seq += 1
         self._active = _Active()

@@ -65,23 +65,23 @@ def read_turns_jsonl(path: str | Path) -> list[Turn]:
             field_name = ".".join(str(part) for part in error.path)
             raise InputFormatError(f"{where}: {'field ' + repr(field_name) + ': ' if field_name else ''}"
                                    f"{error.message}")
-        conversation_id = row.get("conversation_id") or path.stem
-        session = (conversation_id, row["session_id"])
+        user_id = row.get("conversation_id") or path.stem
+        session = (user_id, row["session_id"])
         try:
             session_time = naive_utc(datetime.fromisoformat(row["session_time"]))
         except (ValueError, OverflowError):
             raise InputFormatError(f"{where}: field 'session_time': {row['session_time']!r} is not an "
                                    "ISO 8601 datetime between years 1 and 9999 (UTC)") from None
-        if session != current.get(conversation_id) and session in session_times:
+        if session != current.get(user_id) and session in session_times:
             raise InputFormatError(f"{where}: session {row['session_id']!r} continues after another "
                                    "session started (sessions must be contiguous)")
         if session_times.setdefault(session, session_time) != session_time:
             raise InputFormatError(f"{where}: session_time differs from earlier turns of session "
                                    f"{row['session_id']!r}")
-        if (conversation_id, row["turn_id"]) in seen_turns:
+        if (user_id, row["turn_id"]) in seen_turns:
             raise InputFormatError(f"{where}: duplicate turn_id {row['turn_id']!r}")
-        seen_turns.add((conversation_id, row["turn_id"]))
-        current[conversation_id] = session
-        turns.append(Turn(conversation_id, row["session_id"], row["turn_id"], row["speaker"], row["text"],
+        seen_turns.add((user_id, row["turn_id"]))
+        current[user_id] = session
+        turns.append(Turn(user_id, row["session_id"], row["turn_id"], row["speaker"], row["text"],
                           session_time, row.get("image_caption") or None))
     return turns

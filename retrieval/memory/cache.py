@@ -1,7 +1,7 @@
 """Derived arrays cached in the store: embeddings and fingerprint codes per model identity.
 
 Building memory costs model forwards (segmentation and record embeddings, fingerprints of
-every unit and question); reading it back costs a SELECT. The store keeps each array under
+every record and question); reading it back costs a SELECT. The store keeps each array under
 (model key, SHA-256 of the text), so an evaluation rerun, ``retrieval.query`` or a run with
 more conversations computes only what it has not seen, and a different model computes and
 stores its own (its identity is another key). A cached array is what the first run computed,
@@ -20,7 +20,7 @@ import numpy as np
 
 from isq.fingerprint import Fingerprint
 from retrieval.memory.in_chunks import in_chunks
-from retrieval.memory.models import Embedder, TextFingerprinter
+from retrieval.memory.protocols import Embedder, TextFingerprinter
 
 
 def model_identity(model: Any) -> Any:
@@ -67,7 +67,7 @@ class ArrayCache:
 
 
 class CachedEmbedder:
-    """An :class:`retrieval.memory.models.Embedder` whose vectors live in a store's cache.
+    """An :class:`retrieval.memory.protocols.Embedder` whose vectors live in a store's cache.
 
     Texts not cached yet are embedded in one call, in input order, and stored.
     """

@@ -33,13 +33,13 @@ def frame_label(session_id: str, turn_ids: Sequence[str]) -> str:
     return f"{session_id} {turn_ids[0]}..{turn_ids[-1]}" if turn_ids else session_id
 
 
-def add_event_frame(db: sqlite3.Connection, conversation_id: str, seq: int, session_id: str,
+def add_event_frame(db: sqlite3.Connection, user_id: str, seq: int, session_id: str,
                     turn_ids: Sequence[str]) -> None:
     """The event-frame node of one finalized segment, with its session and turns (kept if it exists)."""
     label = frame_label(session_id, turn_ids)
     db.execute("INSERT OR IGNORE INTO evidence_nodes (conversation_id, node_type, key, text, session_id, "
                "turn_ids) VALUES (?, 'event_frame', ?, ?, ?, ?)",
-               (conversation_id, str(seq), label, session_id, json.dumps(list(turn_ids))))
+               (user_id, str(seq), label, session_id, json.dumps(list(turn_ids))))
 
 
 def index_amu(db: sqlite3.Connection, position: int, amu: AMU) -> None:
@@ -50,17 +50,17 @@ def index_amu(db: sqlite3.Connection, position: int, amu: AMU) -> None:
     for node in record_nodes(amu):
         db.execute("INSERT OR IGNORE INTO evidence_nodes (conversation_id, node_type, key, text) "
                    "VALUES (?, ?, ?, ?)",
-                   (src.conversation_id, node.node_type, node.key, node.text))
+                   (src.user_id, node.node_type, node.key, node.text))
         (node_row,) = db.execute("SELECT id FROM evidence_nodes WHERE conversation_id = ? AND node_type = ? "
-                                 "AND key = ?", (src.conversation_id, node.node_type, node.key)).fetchone()
+                                 "AND key = ?", (src.user_id, node.node_type, node.key)).fetchone()
         db.execute("INSERT OR IGNORE INTO evidence_links (node, amu) VALUES (?, ?)", (node_row, position))
 
 
 def backfill(db: sqlite3.Connection) -> None:
     """Build the evidence indexes of the AMUs stored before schema 3 (the migration's last step)."""
-    for conversation_id, seq, session_id, turn_ids in db.execute(
+    for user_id, seq, session_id, turn_ids in db.execute(
             "SELECT conversation_id, seq, session_id, turn_ids FROM segments ORDER BY rowid").fetchall():
-        add_event_frame(db, conversation_id, seq, session_id, json.loads(turn_ids))
+        add_event_frame(db, user_id, seq, session_id, json.loads(turn_ids))
     for row in db.execute(f"SELECT position, {AMU_COLUMNS} FROM amus WHERE archived = 0 "
                           "ORDER BY position").fetchall():
         index_amu(db, row["position"], amu_from_row(row))
@@ -92,9 +92,9 @@ class EvidenceReads:
 
     _db: sqlite3.Connection
 
-    def evidence_nodes(self, conversation_id: str, node_type: str | None = None) -> list[EvidenceNode]:
+    def evidence_nodes(self, user_id: str, node_type: str | None = None) -> list[EvidenceNode]:
         """The conversation's nodes that link at least one active AMU, in creation order."""
-        where, params = "n.conversation_id = ? AND a.archived = 0", [conversation_id]
+        where, params = "n.conversation_id = ? AND a.archived = 0", [user_id]
         if node_type is not None:
             where, params = where + " AND n.node_type = ?", params + [node_type]
         rows = self._db.execute(
@@ -124,11 +124,11 @@ class EvidenceReads:
                                     tuple(json.loads(row["turn_ids"] or "[]"))), row["amu"]) for row in rows]
         return found
 
-    def fts_search(self, expression: str, conversation_id: str, k: int) -> list[tuple[str, float]]:
+    def fts_search(self, expression: str, user_id: str, k: int) -> list[tuple[str, float]]:
         """FTS5 ``bm25()`` over the conversation's active AMUs for an FTS5 MATCH ``expression``: up
         to ``k`` (AMU id, score), best first (free text goes through
         :func:`retrieval.index.fts.lexical_search`)."""
         rows = bm25_rows(self._db, "amu_fts", expression, k, join="JOIN amus a ON a.position = amu_fts.rowid",
-                         where="a.conversation_id = ? AND a.archived = 0", params=[conversation_id],
+                         where="a.conversation_id = ? AND a.archived = 0", params=[user_id],
                          select="a.id")
         return [(row[0], float(row[1])) for row in rows]

@@ -197,7 +197,7 @@ class Purge:
         """Segments that keep some turns: their rows and event frames without the purged ones (the
         identity triggers forbid an update, so the row is replaced), the extractor's state cleared."""
         for record in segments:
-            user, seq = record.conversation_id, record.seq
+            user, seq = record.user_id, record.seq
             left = [turn_id for turn_id in record.turn_ids if turn_id not in gone]
             turns = [turn_from_row(db.execute("SELECT * FROM turns WHERE conversation_id = ? AND turn_id = ?",
                                               (user, turn_id)).fetchone()) for turn_id in left]

@@ -1,6 +1,6 @@
-"""Reading memory records back from the store: units by conversation or segment, segments, raw
+"""Reading memory records back from the store: records by conversation or segment, segments, raw
 turns and source pointers. A mixin of :class:`retrieval.memory.store.AMUStore` (which owns the
-connection); every read returns units in insertion order.
+connection); every read returns records in insertion order.
 """
 
 from __future__ import annotations
@@ -25,31 +25,31 @@ class StoreReads:
     _db: sqlite3.Connection
 
     def get(self, amu_id: str) -> AMU:
-        """The unit with this id; ``KeyError`` if there is none."""
+        """The record with this id; ``KeyError`` if there is none."""
         row = self._db.execute(f"SELECT {AMU_COLUMNS} FROM amus WHERE id = ?", (amu_id,)).fetchone()
         if row is None:
             raise KeyError(f"no AMU with id {amu_id!r}")
         return amu_from_row(row)
 
-    def amus(self, conversation_id: str | None = None, *, include_archived: bool = False) -> Iterator[AMU]:
-        """All units (of one conversation), in insertion order."""
-        where, params = self._filters(conversation_id=conversation_id, include_archived=include_archived)
+    def amus(self, user_id: str | None = None, *, include_archived: bool = False) -> Iterator[AMU]:
+        """All records (of one conversation), in insertion order."""
+        where, params = self._filters(user_id=user_id, include_archived=include_archived)
         return self._select(where, params)
 
-    def successors(self, conversation_id: str | None = None) -> dict[str, str]:
+    def successors(self, user_id: str | None = None) -> dict[str, str]:
         """Archived id -> the id of the AMU consolidation forwarded it to (pointer forwarding)."""
-        where, params = self._filters(conversation_id=conversation_id, include_archived=True)
+        where, params = self._filters(user_id=user_id, include_archived=True)
         where.append("successor IS NOT NULL")
         rows = self._db.execute(f"SELECT id, successor FROM amus WHERE {' AND '.join(where)} "
                                 "ORDER BY position", params)
         return {row[0]: row[1] for row in rows.fetchall()}
 
-    def by_segment(self, conversation_id: str, seq: int) -> list[AMU]:
-        """The units extracted from one segment (LycheeMemory's event frame), archived included."""
-        return list(self._select(["conversation_id = ?", "segment = ?"], [conversation_id, seq]))
+    def by_segment(self, user_id: str, seq: int) -> list[AMU]:
+        """The records extracted from one segment (LycheeMemory's event frame), archived included."""
+        return list(self._select(["conversation_id = ?", "segment = ?"], [user_id, seq]))
 
-    def count(self, conversation_id: str | None = None, *, include_archived: bool = True) -> int:
-        where, params = self._filters(conversation_id=conversation_id, include_archived=include_archived)
+    def count(self, user_id: str | None = None, *, include_archived: bool = True) -> int:
+        where, params = self._filters(user_id=user_id, include_archived=include_archived)
         sql = "SELECT COUNT(*) FROM amus" + (" WHERE " + " AND ".join(where) if where else "")
         return self._db.execute(sql, params).fetchone()[0]
 
@@ -60,42 +60,42 @@ class StoreReads:
         )
         return [row[0] for row in rows]
 
-    def segment(self, conversation_id: str, seq: int) -> SegmentRecord | None:
+    def segment(self, user_id: str, seq: int) -> SegmentRecord | None:
         row = self._db.execute(
-            "SELECT * FROM segments WHERE conversation_id = ? AND seq = ?", (conversation_id, seq)
+            "SELECT * FROM segments WHERE conversation_id = ? AND seq = ?", (user_id, seq)
         ).fetchone()
         return None if row is None else segment_from_row(row)
 
-    def segments(self, conversation_id: str) -> list[SegmentRecord]:
+    def segments(self, user_id: str) -> list[SegmentRecord]:
         rows = self._db.execute(
-            "SELECT * FROM segments WHERE conversation_id = ? ORDER BY seq", (conversation_id,)
+            "SELECT * FROM segments WHERE conversation_id = ? ORDER BY seq", (user_id,)
         )
         return [segment_from_row(row) for row in rows]
 
-    def turn(self, conversation_id: str, turn_id: str) -> Turn:
+    def turn(self, user_id: str, turn_id: str) -> Turn:
         """The stored raw turn; ``KeyError`` if unknown."""
         row = self._db.execute(
-            "SELECT * FROM turns WHERE conversation_id = ? AND turn_id = ?", (conversation_id, turn_id)
+            "SELECT * FROM turns WHERE conversation_id = ? AND turn_id = ?", (user_id, turn_id)
         ).fetchone()
         if row is None:
-            raise KeyError(f"no turn {turn_id!r} in conversation {conversation_id!r}")
+            raise KeyError(f"no turn {turn_id!r} in conversation {user_id!r}")
         return turn_from_row(row)
 
-    def turns(self, conversation_id: str) -> list[Turn]:
+    def turns(self, user_id: str) -> list[Turn]:
         """The stored raw turns of a conversation, verbatim, in ingestion order."""
         rows = self._db.execute("SELECT * FROM turns WHERE conversation_id = ? ORDER BY position",
-                                (conversation_id,))
+                                (user_id,))
         return [turn_from_row(row) for row in rows.fetchall()]
 
     def source_turns(self, amu: AMU) -> list[Turn]:
         """Resolve an AMU's source pointer to the original turns."""
-        return [self.turn(amu.source.conversation_id, turn_id) for turn_id in amu.source.turn_ids]
+        return [self.turn(amu.source.user_id, turn_id) for turn_id in amu.source.turn_ids]
 
-    def page(self, conversation_id: str, *, session_id: str | None = None, after: int = 0,
+    def page(self, user_id: str, *, session_id: str | None = None, after: int = 0,
              limit: int = 50) -> list[tuple[int, AMU]]:
-        """Up to ``limit`` active units of a conversation (one session) stored after position
+        """Up to ``limit`` active records of a conversation (one session) stored after position
         ``after``, with their positions: a stable cursor for paging."""
-        where, params = self._filters(conversation_id=conversation_id)
+        where, params = self._filters(user_id=user_id)
         if session_id is not None:
             where, params = where + ["session_id = ?"], params + [session_id]
         rows = self._db.execute(f"SELECT position, {AMU_COLUMNS} FROM amus WHERE {' AND '.join(where)} AND "
@@ -106,13 +106,13 @@ class StoreReads:
         row = self._db.execute("SELECT successor FROM amus WHERE id = ?", (amu_id,)).fetchone()
         return None if row is None else row[0]
 
-    def _filters(self, *, conversation_id: str | None = None,
+    def _filters(self, *, user_id: str | None = None,
                  include_archived: bool = False) -> tuple[list[str], list[Any]]:
         where: list[str] = []
         params: list[Any] = []
-        if conversation_id is not None:
+        if user_id is not None:
             where.append("conversation_id = ?")
-            params.append(conversation_id)
+            params.append(user_id)
         if not include_archived:
             where.append("archived = 0")
         return where, params

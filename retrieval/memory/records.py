@@ -46,7 +46,7 @@ class Turn:
     same rule as AMU time values, :func:`retrieval.memory.times.time_interval`).
     """
 
-    conversation_id: str
+    user_id: str
     session_id: str
     turn_id: str
     speaker: str
@@ -70,7 +70,7 @@ class SourcePointer:
     """Where an AMU came from (MemCode Lambda_src): conversation, session, turn ids (LoCoMo
     dia_ids), the speakers of those turns (their role in the dialogue) and the segment index."""
 
-    conversation_id: str
+    user_id: str
     session_id: str
     turn_ids: tuple[str, ...]
     speakers: tuple[str, ...] = ()
@@ -95,9 +95,9 @@ AMU_SCHEMA: dict[str, Any] = {
         "tags": _STRING_LIST,
         "source": {
             "type": "object",
-            "required": ["conversation_id", "session_id", "turn_ids", "speakers"],
+            "required": ["user_id", "session_id", "turn_ids", "speakers"],
             "properties": {
-                "conversation_id": {"type": "string", "minLength": 1},
+                "user_id": {"type": "string", "minLength": 1},
                 "session_id": {"type": "string", "minLength": 1},
                 "turn_ids": {**_STRING_LIST, "minItems": 1},
                 "speakers": _STRING_LIST,
@@ -113,10 +113,25 @@ AMU_SCHEMA: dict[str, Any] = {
 _AMU_VALIDATOR = Draft202012Validator(AMU_SCHEMA)
 
 
-def amu_id(conversation_id: str, segment: int, index: int, revision: int = 0) -> str:
-    """Deterministic AMU id: the k-th unit of a conversation's n-th segment (``:r<n>`` appended
-    for the n-th retried extraction of that segment)."""
-    return f"{conversation_id}:{segment}:{index}" + (f":r{revision}" if revision else "")
+def amu_id(user_id: str, segment: int, index: int, revision: int = 0) -> str:
+    """Deterministic AMU id: the k-th record of a user's n-th segment (``:r<n>`` appended for the
+    n-th retried extraction of that segment)."""
+    return f"{user_id}:{segment}:{index}" + (f":r{revision}" if revision else "")
+
+
+TURN_MARK = ":turn:"
+"""What separates the user and the turn id in a raw turn's item id."""
+
+
+def raw_turn_id(user_id: str, turn_id: str) -> str:
+    """A raw turn's item id: ``<user>:turn:<turn id>``."""
+    return f"{user_id}{TURN_MARK}{turn_id}"
+
+
+def turn_id_of(user_id: str, item_id: str) -> str | None:
+    """The turn id inside ``item_id`` when it is one of this user's raw-turn ids, else None."""
+    prefix = user_id + TURN_MARK
+    return item_id[len(prefix):] if item_id.startswith(prefix) else None
 
 
 @dataclass(frozen=True)
@@ -166,7 +181,7 @@ class AMU:
             object.__setattr__(self, "fingerprint", tuple(int(code) for code in self.fingerprint))
         source = self.source
         object.__setattr__(self, "source", SourcePointer(
-            source.conversation_id, source.session_id, tuple(source.turn_ids), tuple(source.speakers),
+            source.user_id, source.session_id, tuple(source.turn_ids), tuple(source.speakers),
             source.segment,
         ))
 
@@ -185,7 +200,7 @@ class AMU:
             "entities": _listed(self.entities),
             "tags": _listed(self.tags),
             "source": {
-                "conversation_id": source.conversation_id,
+                "user_id": source.user_id,
                 "session_id": source.session_id,
                 "turn_ids": _listed(source.turn_ids),
                 "speakers": _listed(source.speakers),
@@ -208,7 +223,7 @@ class SegmentRecord:
     reference context. ``content_sha256`` fingerprints what the segment's turns say (the store
     computes it); ``revision`` counts retried extractions (0 = the first)."""
 
-    conversation_id: str
+    user_id: str
     seq: int
     session_id: str
     turn_ids: tuple[str, ...]
@@ -236,7 +251,7 @@ class Exchange:
 class Segment:
     """A finalized segment: consecutive exchanges of one session of one conversation."""
 
-    conversation_id: str
+    user_id: str
     session_id: str
     seq: int
     exchanges: tuple[Exchange, ...]

@@ -215,14 +215,14 @@ def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
     if version == 1:
         _alter(db, _V1_COLUMNS)
         db.execute("DROP TRIGGER IF EXISTS segments_append_only")  # v1's forbade the checksum update below
-        for (conversation_id, seq, turn_ids) in db.execute(
+        for (user_id, seq, turn_ids) in db.execute(
                 "SELECT conversation_id, seq, turn_ids FROM segments").fetchall():
             rows = [db.execute("SELECT turn_id, speaker, text, session_time, image_caption FROM turns "
                                "WHERE conversation_id = ? AND turn_id = ?",
-                               (conversation_id, turn_id)).fetchone()
+                               (user_id, turn_id)).fetchone()
                     for turn_id in json.loads(turn_ids)]
             db.execute("UPDATE segments SET content_sha256 = ? WHERE conversation_id = ? AND seq = ?",
-                       (content_sha256(tuple(row) for row in rows), conversation_id, seq))
+                       (content_sha256(tuple(row) for row in rows), user_id, seq))
     if version in (1, 2):
         _alter(db, _V2_COLUMNS)
     for statement in _statements(TABLES) + _statements(TRIGGERS):

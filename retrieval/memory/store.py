@@ -1,7 +1,7 @@
 """The durable, append-only AMU store (SQLite in WAL mode).
 
-The store keeps the raw turns beside the units and records ingestion progress per
-conversation: a segment's turns, its units and its progress row commit in one transaction, so
+The store keeps the raw turns beside the records and records ingestion progress per
+conversation: a segment's turns, its records and its progress row commit in one transaction, so
 a crash loses at most the segment being processed. It also records which models built it
 (:meth:`AMUStore.bind`: the fingerprinter whose codes it stores, the segmentation embedder, the
 extractor), so a resumed run with other models is refused instead of mixing them.
@@ -45,9 +45,9 @@ BUSY_TIMEOUT_S = 30.0
 class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows, StoreVersions):
     """Durable AMU store in ``<directory>/amus.sqlite3``.
 
-    Reads return units in insertion order (segment order, then order within the segment).
-    Writes go through :meth:`commit_segment`, which stores a segment's raw turns, its units and
-    its progress row in one transaction. Every unit is inserted by ``_insert_amu``, which also
+    Reads return records in insertion order (segment order, then order within the segment).
+    Writes go through :meth:`commit_segment`, which stores a segment's raw turns, its records and
+    its progress row in one transaction. Every record is inserted by ``_insert_amu``, which also
     links it to its evidence nodes in that transaction (:mod:`retrieval.memory.indexing`;
     triggers keep the FTS5 table in step and drop what :meth:`archive` retires), so a new write
     path (consolidation) should insert through it. Use as a context manager or call :meth:`close`.
@@ -208,8 +208,8 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows, S
         """
         self._check_sources(record, amus)
         with self._transaction() as db:
-            if self.segment(record.conversation_id, record.seq) is not None:
-                raise ValueError(f"segment {record.seq} of {record.conversation_id!r} is already stored")
+            if self.segment(record.user_id, record.seq) is not None:
+                raise ValueError(f"segment {record.seq} of {record.user_id!r} is already stored")
             insert_turns(db, turns)
             self._insert_segment(db, record, turns, amus)
 
@@ -218,20 +218,20 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows, S
         API stores each turn when it is added): its AMUs and progress row in one transaction."""
         self._check_sources(record, amus)
         with self._transaction() as db:
-            if self.segment(record.conversation_id, record.seq) is not None:
-                raise ValueError(f"segment {record.seq} of {record.conversation_id!r} is already stored")
-            turns = [self.turn(record.conversation_id, turn_id) for turn_id in record.turn_ids]
+            if self.segment(record.user_id, record.seq) is not None:
+                raise ValueError(f"segment {record.seq} of {record.user_id!r} is already stored")
+            turns = [self.turn(record.user_id, turn_id) for turn_id in record.turn_ids]
             self._insert_segment(db, record, turns, amus)
 
     def _insert_segment(self, db: sqlite3.Connection, record: SegmentRecord, turns: Sequence[Turn],
                         amus: Sequence[AMU]) -> None:
-        add_event_frame(db, record.conversation_id, record.seq, record.session_id, record.turn_ids)
+        add_event_frame(db, record.user_id, record.seq, record.session_id, record.turn_ids)
         for amu in amus:
             self._insert_amu(db, amu)
         db.execute(
             "INSERT INTO segments (conversation_id, seq, session_id, turn_ids, reason, state, fallback, "
             "amu_count, content_sha256, revision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
-            (record.conversation_id, record.seq, record.session_id, json.dumps(list(record.turn_ids)),
+            (record.user_id, record.seq, record.session_id, json.dumps(list(record.turn_ids)),
              record.reason, record.state, int(record.fallback), len(amus), turns_sha256(turns)),
         )
 
@@ -241,29 +241,29 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows, S
         deleted), ``amus`` (ids of revision ``record.revision``) are inserted and the progress
         row takes the new state, fallback flag, count and revision."""
         self._check_sources(record, amus)
-        stored = self.segment(record.conversation_id, record.seq)
+        stored = self.segment(record.user_id, record.seq)
         if stored is None or record.revision <= stored.revision:
-            raise ValueError(f"segment {record.seq} of {record.conversation_id!r}: "
+            raise ValueError(f"segment {record.seq} of {record.user_id!r}: "
                              f"revision {record.revision} does not follow the stored one")
         with self._transaction() as db:
             db.execute("UPDATE amus SET archived = 1 WHERE conversation_id = ? AND segment = ? "
                        "AND archived = 0",
-                       (record.conversation_id, record.seq))
+                       (record.user_id, record.seq))
             for amu in amus:
                 self._insert_amu(db, amu)
             db.execute("UPDATE segments SET state = ?, fallback = ?, amu_count = ?, revision = ? "
                        "WHERE conversation_id = ? AND seq = ?",
                        (record.state, int(record.fallback), len(amus), record.revision,
-                        record.conversation_id, record.seq))
+                        record.user_id, record.seq))
 
     @staticmethod
     def _check_sources(record: SegmentRecord, amus: Sequence[AMU]) -> None:
         for amu in amus:
             src = amu.source
-            if (src.conversation_id, src.session_id, src.segment) != (record.conversation_id,
+            if (src.user_id, src.session_id, src.segment) != (record.user_id,
                                                                       record.session_id, record.seq):
-                raise ValueError(f"AMU {amu.id!r} belongs to {src.conversation_id!r} {src.session_id!r} "
-                                 f"segment {src.segment}, not to {record.conversation_id!r} "
+                raise ValueError(f"AMU {amu.id!r} belongs to {src.user_id!r} {src.session_id!r} "
+                                 f"segment {src.segment}, not to {record.user_id!r} "
                                  f"{record.session_id!r} segment {record.seq}")
 
     @staticmethod
@@ -273,7 +273,7 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows, S
         src = amu.source
         cursor = db.execute(
             f"INSERT INTO amus (position, {AMU_COLUMNS}) VALUES ({', '.join('?' * 18)})",
-            (position, amu.id, src.conversation_id, src.session_id, src.segment, amu.text, amu.memory_type,
+            (position, amu.id, src.user_id, src.session_id, src.segment, amu.text, amu.memory_type,
              amu.observed_at, json.dumps(amu.timestamps), json.dumps(amu.entities), json.dumps(amu.tags),
              json.dumps(src.turn_ids), json.dumps(src.speakers),
              None if amu.fingerprint is None else json.dumps(amu.fingerprint), int(amu.archived),
@@ -289,7 +289,7 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows, S
         index_amu(db, position, amu)
 
     def archive(self, amu_ids: Iterable[str]) -> None:
-        """Mark units as archived (retired by consolidation); they stay readable, and leave the
+        """Mark records as archived (retired by consolidation); they stay readable, and leave the
         FTS5 table and their evidence nodes in the same transaction."""
         ids = list(amu_ids)
         with self._transaction() as db:
@@ -309,7 +309,7 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows, S
         with self._transaction() as db:
             marks = ", ".join("?" * len(ids))
             active = db.execute("SELECT COUNT(*) FROM amus WHERE archived = 0 AND conversation_id = ? "
-                                f"AND id IN ({marks})", [merged.source.conversation_id, *ids]).fetchone()[0]
+                                f"AND id IN ({marks})", [merged.source.user_id, *ids]).fetchone()[0]
             if active != len(ids):
                 return False
             self._insert_amu(db, merged)

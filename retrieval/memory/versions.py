@@ -20,14 +20,14 @@ class StoreVersions:
         (version,) = self._db.execute("PRAGMA data_version").fetchone()
         return int(version)
 
-    def user_version(self, conversation_id: str) -> tuple[int, ...]:
+    def user_version(self, user_id: str) -> tuple[int, ...]:
         """The user's rows in short: count and highest position of its turns, of its active
         records, and how many of those have a fingerprint. Positions only grow (AUTOINCREMENT),
         turns never change and archiving is one way, so every append, archive, purge or new
         fingerprint of the user changes this tuple."""
         turns = self._db.execute("SELECT count(*), coalesce(max(position), 0) FROM turns "
-                                 "WHERE conversation_id = ?", (conversation_id,)).fetchone()
+                                 "WHERE conversation_id = ?", (user_id,)).fetchone()
         records = self._db.execute("SELECT count(*), coalesce(max(position), 0), count(fingerprint) "
                                    "FROM amus WHERE conversation_id = ? AND archived = 0",
-                                   (conversation_id,)).fetchone()
+                                   (user_id,)).fetchone()
         return (*map(int, turns), *map(int, records))

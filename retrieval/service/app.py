@@ -26,7 +26,7 @@ from retrieval.service.gauges import StoreGauges
 from retrieval.service.keys import KeyStore
 from retrieval.service.mcp_tools import build_mcp, key_user
 from retrieval.service.metrics import RequestMetrics, ServiceMetrics
-from retrieval.service.routes import jobs, memories, search, sessions, system, user
+from retrieval.service.routers import jobs, memories, search, sessions, system, user
 from retrieval.service.state import Service
 from retrieval.service.strict_query import refuse_unknown_query
 

@@ -1,4 +1,4 @@
-"""The memory's gauges for ``/metrics``: units (AMUs), open segments and unfinished jobs, and the
+"""The memory's gauges for ``/metrics``: records (AMUs), open segments and unfinished jobs, and the
 memory's per-user caches (search states held, their estimated bytes, user streams held).
 
 The memory API has no counters of its own, so they are read from the store through a second,

@@ -1,6 +1,6 @@
 """What one request may ask of the server. The body size is the server's own; every other limit
 is the memory's (:mod:`retrieval.api.limits`, defined there once and re-exported here for the
-request models and the MCP tools).
+request schemas and the MCP tools).
 
 Body size is checked before the body is parsed (413); the others are request-model constraints
 (422 naming the field).

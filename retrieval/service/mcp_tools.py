@@ -1,7 +1,7 @@
 """The memory as MCP tools (the official ``mcp`` SDK's ``MCPServer``, formerly ``FastMCP``).
 
 Six tools over :mod:`retrieval.service.operations`, the same code as the HTTP routes, with the
-same argument models and limits, as strictly typed (``limit: "5"`` is refused). The user is never
+same argument schemas and limits, as strictly typed (``limit: "5"`` is refused). The user is never
 an argument: ``user_of`` gives it from the call's context (the server's ``--user`` over stdio,
 the request's key over HTTP).
 """
@@ -16,7 +16,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field, ValidationError
 
 from retrieval.api.errors import MemoryAPIError
-from retrieval.service import limits, models, operations
+from retrieval.service import limits, operations, schemas
 from retrieval.service.drain import ShuttingDown, WriteGate
 
 UserOf = Callable[[Context], str]
@@ -27,7 +27,7 @@ INSTRUCTIONS = ("Long-term memory of one user. Add dialogue turns as they happen
 
 def _refusals(call: Callable[[], Any]) -> Any:
     """A bad argument or a refusal of the memory becomes the tool's error message (is_error) naming
-    what is wrong, not a crash: ``call`` builds the request models too, so their checks are here."""
+    what is wrong, not a crash: ``call`` builds the request schemas too, so their checks are here."""
     try:
         return call()
     except ValidationError as err:
@@ -43,41 +43,41 @@ def build_mcp(memory: Any, gate: WriteGate, user_of: UserOf) -> MCPServer:
     server = MCPServer("isq-memory", instructions=INSTRUCTIONS)
 
     @server.tool()
-    def memory_add(session_id: models.SessionId, turns: Annotated[list[models.TurnIn], Field(
+    def memory_add(session_id: schemas.SessionId, turns: Annotated[list[schemas.TurnIn], Field(
             min_length=1, max_length=limits.MAX_TURNS)], ctx: Context,
-            idempotency_key: models.ShortText | None = None) -> models.AddTurnsResponse:
+            idempotency_key: schemas.ShortText | None = None) -> schemas.AddTurnsResponse:
         """Add dialogue turns (speaker, text, optional ISO time and turn_id) to a session; searchable at
         once."""
         return _refusals(lambda: operations.add_turns(
             memory, gate, user_of(ctx), session_id,
-            models.AddTurnsRequest(turns=turns, idempotency_key=idempotency_key)))
+            schemas.AddTurnsRequest(turns=turns, idempotency_key=idempotency_key)))
 
     @server.tool()
-    def memory_search(query: str, ctx: Context, k: models.K = limits.DEFAULT_K,
-                      session_id: models.SessionId | None = None) -> models.SearchResponse:
+    def memory_search(query: str, ctx: Context, k: schemas.K = limits.DEFAULT_K,
+                      session_id: schemas.SessionId | None = None) -> schemas.SearchResponse:
         """Search the memory: the best-matching memories with their source turns."""
-        return _refusals(lambda: operations.search(memory, user_of(ctx), models.SearchRequest(
+        return _refusals(lambda: operations.search(memory, user_of(ctx), schemas.SearchRequest(
             query=query, k=k, session_id=session_id)))
 
     @server.tool()
-    def memory_list(ctx: Context, session_id: models.SessionId | None = None,
-                    limit: models.PageSize = limits.DEFAULT_PAGE,
-                    cursor: str | None = None) -> models.MemoryPage:
+    def memory_list(ctx: Context, session_id: schemas.SessionId | None = None,
+                    limit: schemas.PageSize = limits.DEFAULT_PAGE,
+                    cursor: str | None = None) -> schemas.MemoryPage:
         """List stored memories, oldest first; pass next_cursor back for the next page."""
         return _refusals(lambda: operations.list_memories(memory, user_of(ctx), session_id, limit, cursor))
 
     @server.tool()
-    def memory_delete(memory_id: models.MemoryId, ctx: Context) -> models.Deleted:
+    def memory_delete(memory_id: schemas.MemoryId, ctx: Context) -> schemas.Deleted:
         """Delete one memory, completely."""
         return _refusals(lambda: operations.delete_memory(memory, gate, user_of(ctx), memory_id))
 
     @server.tool()
-    def memory_forget(ctx: Context, session_id: models.SessionId | None = None) -> models.Deleted:
+    def memory_forget(ctx: Context, session_id: schemas.SessionId | None = None) -> schemas.Deleted:
         """Forget one session, or (without session_id) everything of this user."""
         return _refusals(lambda: operations.forget(memory, gate, user_of(ctx), session_id))
 
     @server.tool()
-    def memory_consolidate(ctx: Context, session_id: models.SessionId | None = None) -> models.Job:
+    def memory_consolidate(ctx: Context, session_id: schemas.SessionId | None = None) -> schemas.Job:
         """Start consolidating (merging near-duplicate memories); returns the job and its status."""
         return _refusals(lambda: operations.consolidate(memory, gate, user_of(ctx), session_id))
 

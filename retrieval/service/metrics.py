@@ -1,7 +1,7 @@
 """Prometheus metrics of one server (prometheus-client, its own registry per app).
 
 Per route (the route's path template, so ids do not multiply the series): requests by status,
-latency histogram, errors (status >= 400). At scrape time, from the memory: units (AMUs), open
+latency histogram, errors (status >= 400). At scrape time, from the memory: records (AMUs), open
 segments, queued consolidation jobs and the per-user caches (search states and their estimated
 bytes, user streams).
 """
@@ -22,7 +22,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MemoryGauges = Callable[[], Mapping[str, float]]
 """Returns the memory's current value of each of :data:`_GAUGES`."""
 
-_GAUGES = {"amus": "units (AMUs) stored, all users",
+_GAUGES = {"amus": "records (AMUs) stored, all users",
            "open_segments": "segments still open (turns not yet extracted)",
            "queued_jobs": "consolidation jobs queued or running",
            "search_states": "users whose search state is held in memory",

@@ -11,70 +11,65 @@ from __future__ import annotations
 
 from typing import Any
 
-from retrieval.service import models
+from retrieval.service import schemas
 from retrieval.service.drain import WriteGate
 
 
 def add_turns(memory: Any, gate: WriteGate, user_id: str, session_id: str,
-              request: models.AddTurnsRequest) -> models.AddTurnsResponse:
+              request: schemas.AddTurnsRequest) -> schemas.AddTurnsResponse:
     turns = [turn.model_dump(exclude_none=True) for turn in request.turns]
     with gate.write():
         result = memory.add(turns, user_id=user_id, session_id=session_id,
                             idempotency_key=request.idempotency_key)
-    return models.AddTurnsResponse(session_id=session_id, turn_ids=list(result.turn_ids),
+    return schemas.AddTurnsResponse(session_id=session_id, turn_ids=list(result.turn_ids),
                                    memory_ids=list(result.amu_ids), duplicates=list(result.duplicates),
                                    replayed=result.replayed)
 
 
-def search(memory: Any, user_id: str, request: models.SearchRequest) -> models.SearchResponse:
+def search(memory: Any, user_id: str, request: schemas.SearchRequest) -> schemas.SearchResponse:
     result = memory.search(request.query, user_id=user_id, session_id=request.session_id, k=request.k,
                            explain=request.explain)
-    hits = []
-    for hit in result.hits:
-        fields = hit.to_dict()
-        fields["channels"] = fields.pop("explain")
-        hits.append(models.Hit(**fields))
-    return models.SearchResponse(hits=hits)
+    return schemas.SearchResponse(hits=[schemas.Hit(**hit.to_dict()) for hit in result.hits])
 
 
 def list_memories(memory: Any, user_id: str, session_id: str | None, limit: int,
-                  cursor: str | None) -> models.MemoryPage:
+                  cursor: str | None) -> schemas.MemoryPage:
     page = memory.list(user_id=user_id, session_id=session_id, limit=limit, cursor=cursor)
-    return models.MemoryPage(items=[models.MemoryItem(**item.to_dict()) for item in page.items],
-                             next_cursor=page.cursor)
+    return schemas.MemoryPage(items=[schemas.MemoryItem(**item.to_dict()) for item in page.items],
+                             next_cursor=page.next_cursor)
 
 
-def get_memory(memory: Any, user_id: str, memory_id: str) -> models.MemoryItem:
-    return models.MemoryItem(**memory.get(memory_id, user_id=user_id).to_dict())
+def get_memory(memory: Any, user_id: str, memory_id: str) -> schemas.MemoryItem:
+    return schemas.MemoryItem(**memory.get(memory_id, user_id=user_id).to_dict())
 
 
-def history(memory: Any, user_id: str, memory_id: str) -> models.History:
+def history(memory: Any, user_id: str, memory_id: str) -> schemas.History:
     merged = memory.history(memory_id, user_id=user_id)
-    return models.History(id=memory_id, history=[models.MemoryItem(**item.to_dict()) for item in merged])
+    return schemas.History(id=memory_id, history=[schemas.MemoryItem(**item.to_dict()) for item in merged])
 
 
-def delete_memory(memory: Any, gate: WriteGate, user_id: str, memory_id: str) -> models.Deleted:
+def delete_memory(memory: Any, gate: WriteGate, user_id: str, memory_id: str) -> schemas.Deleted:
     with gate.write():
         memory.delete(memory_id, user_id=user_id)
-    return models.Deleted()
+    return schemas.Deleted()
 
 
-def forget(memory: Any, gate: WriteGate, user_id: str, session_id: str | None) -> models.Deleted:
+def forget(memory: Any, gate: WriteGate, user_id: str, session_id: str | None) -> schemas.Deleted:
     with gate.write():
         memory.forget(user_id=user_id, session_id=session_id)
-    return models.Deleted()
+    return schemas.Deleted()
 
 
-def consolidate(memory: Any, gate: WriteGate, user_id: str, session_id: str | None) -> models.Job:
+def consolidate(memory: Any, gate: WriteGate, user_id: str, session_id: str | None) -> schemas.Job:
     with gate.write():
         return _job(memory.consolidate(user_id=user_id, session_id=session_id, wait=False))
 
 
-def job(memory: Any, user_id: str, job_id: str) -> models.Job:
+def job(memory: Any, user_id: str, job_id: str) -> schemas.Job:
     """A job of the key's user; another user's job is not found, exactly like a missing one."""
     return _job(memory.job(job_id, user_id=user_id))
 
 
-def _job(found: Any) -> models.Job:
-    return models.Job(job_id=str(found.id), status=found.state, session_id=found.session_id,
+def _job(found: Any) -> schemas.Job:
+    return schemas.Job(job_id=str(found.id), status=found.state, session_id=found.session_id,
                       progress=found.progress, error=found.error)

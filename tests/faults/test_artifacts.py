@@ -12,7 +12,7 @@ import pytest
 import yaml
 from safetensors.torch import load_file, save_file
 
-from isq.encoders import EncoderUnavailable, load_tokenizer
+from isq.encoder import EncoderUnavailable, load_tokenizer
 from isq.export import ExportExistsError, FingerprinterLoadError, sha256_file
 from isq.fingerprint import Fingerprinter
 from isq.fingerprint import main as fingerprint_main

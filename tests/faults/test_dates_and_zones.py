@@ -19,7 +19,7 @@ from retrieval.ingestion.pipeline import IngestError, ingest_turns
 from retrieval.ingestion.turns_jsonl import read_turns_jsonl
 from retrieval.memory.records import AMU, SourcePointer, Turn
 from retrieval.memory.store import AMUStore
-from retrieval.routes.planner_rules import query_time
+from retrieval.multi_route.planner_rules import query_time
 from tests.test_consolidation import NamedHashEmbedder
 from tests.test_ingest import WHEN, HashEmbedder
 
@@ -86,7 +86,7 @@ def test_an_edge_session_time_ingests(tmp_path: Path):
 def test_an_invalid_record_names_the_conversation_and_turns(tmp_path: Path):
     class BadExtractor(RuleExtractor):
         def extract(self, segment, context):
-            return Extraction([AMU("x", "text", "fact", SourcePointer(segment.conversation_id,
+            return Extraction([AMU("x", "text", "fact", SourcePointer(segment.user_id,
                                                                       segment.session_id,
                                                                       ("D1:1",)), timestamps=("523",))])
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from retrieval import Memory
 from retrieval.consolidation.audit import audit
 from retrieval.memory.store import AMUStore
-from tests.routes_fixtures import WordEmbedder
+from tests.multi_route_fixtures import WordEmbedder
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,7 +23,7 @@ ADDER = """
 import sys
 sys.path.insert(0, {repo!r})
 from retrieval import Memory
-from tests.routes_fixtures import WordEmbedder
+from tests.multi_route_fixtures import WordEmbedder
 with Memory.open({path!r}, embedder=WordEmbedder()) as mem:
     for i in range(10_000):
         mem.add([{{"speaker": "AB"[i % 2], "text": f"turn {{i}} talks about gardens number {{i % 7}}",
@@ -36,7 +36,7 @@ import sys, time
 sys.path.insert(0, {repo!r})
 from retrieval import Memory
 from retrieval.consolidation.operations import OfflineOperator
-from tests.routes_fixtures import WordEmbedder
+from tests.multi_route_fixtures import WordEmbedder
 
 class Slow(OfflineOperator):
     def decide(self, cluster):
@@ -47,7 +47,7 @@ STATEMENTS = ["I love hiking in the Alps.", "My sister bakes bread on Sundays.",
 "We adopted a puppy named Rex.",
               "Tom plays the violin beautifully."]
 
-mem = Memory.open({path!r}, embedder=WordEmbedder(), consolidator=Slow())
+mem = Memory.open({path!r}, embedder=WordEmbedder(), operator=Slow())
 for i in range(24):
     mem.add([{{"speaker": "Ann", "text": STATEMENTS[i % 4]}}], user_id="u", session_id="s")
 mem.flush(user_id="u", session_id="s")

@@ -15,9 +15,9 @@ import retrieval.query as query_module
 from retrieval.extract.pronouns import resolve_pronouns
 from retrieval.memory.fingerprinter_source import recorded_fingerprinter, remember_fingerprinter
 from retrieval.memory.store import AMUStore
-from retrieval.routes.score_legend import SCORE_COLUMNS
+from retrieval.multi_route.score_legend import SCORE_COLUMNS
 from tests.fake_chat import FakeChatServer, completion_body
-from tests.routes_fixtures import IDENTITY, WordFingerprinter, query_store
+from tests.multi_route_fixtures import IDENTITY, WordFingerprinter, query_store
 
 
 @pytest.fixture

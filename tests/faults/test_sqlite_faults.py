@@ -29,7 +29,7 @@ def cli(tmp_path: Path, monkeypatch) -> Path:
         monkeypatch.setattr(f"{module}.SentenceEmbedder", NamedHashEmbedder)
     monkeypatch.setattr(query_module, "SentenceEmbedder", NamedHashEmbedder)
     path = tmp_path / "talk.jsonl"
-    path.write_text("\n".join(json.dumps({"conversation_id": t.conversation_id, "session_id": t.session_id,
+    path.write_text("\n".join(json.dumps({"conversation_id": t.user_id, "session_id": t.session_id,
                                           "session_time": t.session_time.isoformat(), "speaker": t.speaker,
                                           "turn_id": t.turn_id, "text": t.text})
                               for t in conversation_turns()))

@@ -83,7 +83,7 @@ def test_an_edited_conversation_is_refused_not_kept_stale(tmp_path: Path) -> Non
         before = [(a.id, a.text) for a in store.amus()]
         edited = list(turns)
         old = edited[3]
-        edited[3] = Turn(old.conversation_id, old.session_id, old.turn_id, old.speaker,
+        edited[3] = Turn(old.user_id, old.session_id, old.turn_id, old.speaker,
                          old.text + " Not really.", old.session_time)
         with pytest.raises(IngestError, match=r"segment \d+ .*D1:\d+\.\.D1:\d+.*differs.*new store"):
             ingest(store, edited)

@@ -12,15 +12,15 @@ import pytest
 from retrieval.contract import EmptyQuery, Query
 from retrieval.llm_client import LLMUsage
 from retrieval.memory.store import AMUStore
-from retrieval.routes import channels
-from retrieval.routes.fusion import final_scores, ranking, rrf
-from retrieval.routes.multi_route import RERANKER_OFF, MultiRouteRetriever
-from retrieval.routes.planner_llm import LLMPlanner
-from retrieval.routes.planner_rules import RulePlanner, question_type
-from retrieval.routes.query_plan import Plan, PlanError, Route, TimeConstraint
-from retrieval.routes.selection import mmr_select, similarity, similarity_matrix
+from retrieval.multi_route import channels
+from retrieval.multi_route.fusion import final_scores, ranking, rrf
+from retrieval.multi_route.planner_llm import LLMPlanner
+from retrieval.multi_route.planner_rules import RulePlanner, question_type
+from retrieval.multi_route.query_plan import Plan, PlanError, Route, TimeConstraint
+from retrieval.multi_route.retriever import RERANKER_OFF, MultiRouteRetriever
+from retrieval.multi_route.selection import mmr_select, similarity, similarity_matrix
 from tests.fake_chat import FakeChatServer, completion_body
-from tests.routes_fixtures import ARCHIVED, CID, build_store, open_bank
+from tests.multi_route_fixtures import ARCHIVED, CID, build_store, open_bank
 
 
 @pytest.fixture
@@ -182,7 +182,7 @@ def test_exactly_k_distinct_items_and_never_an_archived_one(bank, k, use_code):
     hit_ids = [hit.id for hit in result.hits]
     assert len(hit_ids) == len(set(hit_ids)) == min(k, 8) and ARCHIVED not in hit_ids
     assert [hit.rank for hit in result.hits] == list(range(1, len(hit_ids) + 1))
-    assert result.reranker == RERANKER_OFF and ("code" in result.hits[0].channels) == use_code
+    assert result.reranker == RERANKER_OFF and ("code" in result.hits[0].scores) == use_code
 
 
 def test_the_final_top_k_is_at_least_the_plan_depth(bank):
@@ -196,7 +196,7 @@ def test_a_record_hit_carries_its_provenance_and_channel_scores(bank):
     assert (first.id, first.kind, first.time, first.source["turn_ids"]) == (f"{CID}:0:0", "record",
                                                                             "2023-05-07",
                                                                              ["D1:1"])
-    assert {"records", "lexical", "nodes", "s_final"} <= set(first.channels) and first.routes == (0,)
+    assert {"records", "lexical", "nodes", "s_final"} <= set(first.scores) and first.route_indices == (0,)
 
 
 def test_a_raw_turn_hit_has_no_memory_type(bank):
@@ -209,8 +209,8 @@ def test_a_tiny_random_cross_encoder_reranks_inside_routes(bank, tmp_path):
     torch = pytest.importorskip("torch")
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from isq.encoders import MINILM_ALIAS, resolve_encoder_path
-    from retrieval.routes.rerank import CrossEncoderReranker, rerank
+    from isq.encoder import MINILM_ALIAS, resolve_encoder_path
+    from retrieval.multi_route.rerank import CrossEncoderReranker, rerank
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_encoder_path(MINILM_ALIAS))
     torch.manual_seed(0)

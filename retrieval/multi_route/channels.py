@@ -1,6 +1,6 @@
 """The recall channels of one route (LycheeMemory section 3.5, Algorithm B.2 lines 6-11;
 docs/design.md §7.3), each a ranked list of bank items
-(:class:`retrieval.routes.snapshot.MemorySnapshot`) with its own scores. Ties are broken by item
+(:class:`retrieval.multi_route.bank.MemoryBank`) with its own scores. Ties are broken by item
 order (:func:`isq.topk.select_top_k`), so every list is deterministic.
 
 - ``records``: direct record recall, cosine over record embeddings.
@@ -28,9 +28,9 @@ import numpy as np
 from isq.topk import empty_result, select_top_k, top_k_of_scores
 from retrieval.memory.evidence_keys import PAIR_SEPARATOR, normalise_key
 from retrieval.memory.times import time_interval
-from retrieval.routes.params import NODE_MATCHES, NODE_RELEVANCE
-from retrieval.routes.query_plan import Route, TimeConstraint
-from retrieval.routes.snapshot import MemorySnapshot
+from retrieval.multi_route.bank import MemoryBank
+from retrieval.multi_route.params import NODE_MATCHES, NODE_RELEVANCE
+from retrieval.multi_route.query_plan import Route, TimeConstraint
 
 MONTH_DAYS = 28
 """A time range this long or longer also matches month keys in full; shorter ranges match the
@@ -56,7 +56,7 @@ def _ranked(channel: str, items: np.ndarray, scores: np.ndarray) -> ChannelList:
     return ChannelList(channel, np.asarray(items, dtype=np.int64), np.asarray(scores, dtype=np.float64))
 
 
-def record_scope(bank: MemorySnapshot, scope: Scope) -> np.ndarray | None:
+def record_scope(bank: MemoryBank, scope: Scope) -> np.ndarray | None:
     """The records' part of ``scope``."""
     return None if scope is None else scope[: len(bank.records)]
 
@@ -66,12 +66,12 @@ def _top(scores: np.ndarray, budget: int, scope: np.ndarray | None) -> tuple[np.
     return top_k_of_scores(scores if scope is None else np.where(scope, scores, 0.0), budget)
 
 
-def record_recall(bank: MemorySnapshot, query: np.ndarray, budget: int, scope: Scope = None) -> ChannelList:
+def record_recall(bank: MemoryBank, query: np.ndarray, budget: int, scope: Scope = None) -> ChannelList:
     """Direct record recall: the ``budget`` records most similar to the query (positive cosine)."""
     return _ranked("records", *_top(bank.record_vectors @ query, budget, record_scope(bank, scope)))
 
 
-def turn_recall(bank: MemorySnapshot, query: np.ndarray, budget: int, scope: Scope = None) -> ChannelList:
+def turn_recall(bank: MemoryBank, query: np.ndarray, budget: int, scope: Scope = None) -> ChannelList:
     """Raw-turn recall: the ``budget`` turns most similar to the query, a turn that is a record's
     whole provenance standing for that record."""
     turns, scores = _top(bank.turn_vectors @ query, budget,
@@ -80,14 +80,14 @@ def turn_recall(bank: MemorySnapshot, query: np.ndarray, budget: int, scope: Sco
     return _ranked("turns", merged, scores)
 
 
-def lexical_recall(bank: MemorySnapshot, text: str, budget: int, scope: Scope = None) -> ChannelList:
+def lexical_recall(bank: MemoryBank, text: str, budget: int, scope: Scope = None) -> ChannelList:
     """FTS5 ``bm25()`` over the conversation's active records (the user's own statistics)."""
     records = record_scope(bank, scope)
     within = None if records is None else np.flatnonzero(records).tolist()
     return _ranked("lexical", *bank.lexical.search(text, budget, within=within))
 
 
-def code_recall(bank: MemorySnapshot, codes: Iterable[int], budget: int, scope: Scope = None) -> ChannelList:
+def code_recall(bank: MemoryBank, codes: Iterable[int], budget: int, scope: Scope = None) -> ChannelList:
     """The codebook path: the ``budget`` best S_amu records for the query's code set (in scope:
     the exact scores of every record, the walks' reference)."""
     if bank.topology is None:
@@ -98,13 +98,13 @@ def code_recall(bank: MemorySnapshot, codes: Iterable[int], budget: int, scope: 
     return _ranked("code", *_top(bank.topology.unit_scores(codes), budget, records))
 
 
-def _specificity(bank: MemorySnapshot, node: int) -> float:
+def _specificity(bank: MemoryBank, node: int) -> float:
     """How specific a node is, in (0, 1]: log(1 + R/|members|) / log(1 + R) over R records."""
     total = max(len(bank.records), 1)
     return math.log1p(total / max(bank.node_members[node].size, 1)) / math.log1p(total)
 
 
-def _expand(bank: MemorySnapshot, channel: str, matched: dict[int, float], query: np.ndarray,
+def _expand(bank: MemoryBank, channel: str, matched: dict[int, float], query: np.ndarray,
             budget: int, scope: Scope) -> ChannelList:
     """Records (in scope) of the matched nodes, each scoring the sum of its nodes' weights (match
     score x specificity) plus :data:`NODE_RELEVANCE` x its cosine to the query."""
@@ -126,7 +126,7 @@ def _expand(bank: MemorySnapshot, channel: str, matched: dict[int, float], query
     return ChannelList(channel, items, best, {int(i): tuple(via[int(i)]) for i in items})
 
 
-def node_recall(bank: MemorySnapshot, route: Route, query: np.ndarray, budget: int,
+def node_recall(bank: MemoryBank, route: Route, query: np.ndarray, budget: int,
                 scope: Scope = None) -> ChannelList:
     """Evidence-node recall: exact matches (score 1) of the route's entities, topics and their
     pairs, and the :data:`NODE_MATCHES` searchable nodes most similar to the query (score =
@@ -145,7 +145,7 @@ def node_recall(bank: MemorySnapshot, route: Route, query: np.ndarray, budget: i
     return _expand(bank, "nodes", matched, query, budget, scope)
 
 
-def temporal_recall(bank: MemorySnapshot, time: TimeConstraint, query: np.ndarray,
+def temporal_recall(bank: MemoryBank, time: TimeConstraint, query: np.ndarray,
                     budget: int, scope: Scope = None) -> ChannelList:
     """Temporal recall: records with a day key inside the range score 1; month keys overlapping
     the range count in full for a range of :data:`MONTH_DAYS` days or more, else at 0.5 and only

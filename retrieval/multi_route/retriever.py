@@ -1,15 +1,15 @@
 """Plan-guided multi-route retrieval (LycheeMemory section 3.5, Algorithm B.2; docs/design.md §7).
 
-One plan per question (:mod:`retrieval.routes.planner_rules` or ``planner_llm``), then
-non-generative recall: per route and query the channels of :mod:`retrieval.routes.channels`
+One plan per question (:mod:`retrieval.multi_route.planner_rules` or ``planner_llm``), then
+non-generative recall: per route and query the channels of :mod:`retrieval.multi_route.channels`
 (records, nodes, turns, lexical, and code when switched on; temporal when the route has a time
 range), fused inside the route by RRF with the question type's channel weights
-(:class:`retrieval.routes.params.ChannelWeights`), optionally reranked by a cross-encoder
-(:mod:`retrieval.routes.rerank`), fused across routes into s_final (:mod:`retrieval.routes.
-fusion`), and selected with route coverage quotas and MMR (:mod:`retrieval.routes.selection`).
+(:class:`retrieval.multi_route.params.ChannelWeights`), optionally reranked by a cross-encoder
+(:mod:`retrieval.multi_route.rerank`), fused across routes into s_final (:mod:`retrieval.multi_route.
+fusion`), and selected with route coverage quotas and MMR (:mod:`retrieval.multi_route.selection`).
 The result always has exactly the final top-k distinct items (records or raw turns) when the
 bank holds that many: should the candidates run short, the items most similar to the first
-query fill the list. A ``scope`` (:data:`retrieval.routes.channels.Scope`) keeps retrieval to
+query fill the list. A ``scope`` (:data:`retrieval.multi_route.channels.Scope`) keeps retrieval to
 some items (one session's): every channel ranks only those, and so does the filling.
 """
 
@@ -25,7 +25,8 @@ import numpy as np
 from retrieval.contract import Hit, Query, Retrieval
 from retrieval.extract.rules import content_words
 from retrieval.memory.evidence_keys import normalise_key
-from retrieval.routes.channels import (
+from retrieval.multi_route.bank import MemoryBank
+from retrieval.multi_route.channels import (
     ChannelList,
     Scope,
     code_recall,
@@ -35,8 +36,8 @@ from retrieval.routes.channels import (
     temporal_recall,
     turn_recall,
 )
-from retrieval.routes.fusion import final_scores, ranking, rrf
-from retrieval.routes.params import (
+from retrieval.multi_route.fusion import final_scores, ranking, rrf
+from retrieval.multi_route.params import (
     PLAN_DEPTH,
     ChannelWeights,
     final_top_k,
@@ -46,31 +47,30 @@ from retrieval.routes.params import (
     temporal_budget,
     turn_budget,
 )
-from retrieval.routes.planner_rules import Planner, RulePlanner
-from retrieval.routes.query_plan import Plan, Route
-from retrieval.routes.rerank import CrossEncoderReranker, rerank
-from retrieval.routes.selection import Signature, mmr_select
-from retrieval.routes.snapshot import MemorySnapshot
+from retrieval.multi_route.planner_rules import Planner, RulePlanner
+from retrieval.multi_route.query_plan import Plan, Route
+from retrieval.multi_route.rerank import CrossEncoderReranker, rerank
+from retrieval.multi_route.selection import Signature, mmr_select
 
 RERANKER_OFF = "off (no reranker path given)"
 
 
 @dataclass
 class _Candidate:
-    channels: dict[str, float] = field(default_factory=dict)
+    scores: dict[str, float] = field(default_factory=dict)
     ranks: dict[str, int] = field(default_factory=dict)
     queries: set[str] = field(default_factory=set)
     nodes: set[str] = field(default_factory=set)
-    routes: set[int] = field(default_factory=set)
+    route_indices: set[int] = field(default_factory=set)
 
 
 class MultiRouteRetriever:
-    """Multi-route retrieval over one :class:`MemorySnapshot`, as a :class:`retrieval.contract.
+    """Multi-route retrieval over one :class:`MemoryBank`, as a :class:`retrieval.contract.
     Retriever`. ``planner`` defaults to the rule planner; ``reranker`` (a
     :class:`CrossEncoderReranker`) is off when None; ``use_code`` adds the codebook channel;
     ``plan_depth`` is Table 14's (an equal-budget comparison passes 0 to get exactly k items)."""
 
-    def __init__(self, bank: MemorySnapshot, planner: Planner | None = None,
+    def __init__(self, bank: MemoryBank, planner: Planner | None = None,
                  reranker: CrossEncoderReranker | None = None, weights: ChannelWeights | None = None, *,
                  use_code: bool = False, plan_depth: int = PLAN_DEPTH) -> None:
         self.bank = bank
@@ -143,11 +143,11 @@ class MultiRouteRetriever:
                        score) in enumerate(zip(ranked.items.tolist(), ranked.scores.tolist(), strict=True),
                                            1):
                 candidate = candidates.setdefault(item, _Candidate())
-                candidate.channels[ranked.channel] = max(candidate.channels.get(ranked.channel, score), score)
+                candidate.scores[ranked.channel] = max(candidate.scores.get(ranked.channel, score), score)
                 candidate.ranks[ranked.channel] = min(candidate.ranks.get(ranked.channel, rank), rank)
                 candidate.queries.add(tag)
                 candidate.nodes.update(ranked.via.get(item, ()))
-                candidate.routes.add(number)
+                candidate.route_indices.add(number)
         fused = rrf([ranked.items.tolist() for _, ranked in lists],
                     [self.weights.weight(question_type, ranked.channel) for _, ranked in lists])
         order = ranking(fused)
@@ -186,7 +186,7 @@ class MultiRouteRetriever:
 
     def _hit(self, rank: int, item: int, candidate: _Candidate | None, score: Any) -> Hit:
         bank = self.bank
-        parts = dict(candidate.channels) if candidate else {}
+        parts = dict(candidate.scores) if candidate else {}
         if score is not None:
             parts.update(s_best=score.s_best, s_route=score.s_route, s_final=score.s_final)
         if bank.is_record(item):
@@ -198,5 +198,5 @@ class MultiRouteRetriever:
             when = turn.session_time.isoformat() if turn.session_time else None
         return Hit(bank.item_id(item), item, "multi", parts.get("s_final", 0.0), rank, bank.source(item),
                    bank.text(item), parts, kind, memory_type, when,
-                   tuple(sorted(candidate.routes)) if candidate else (),
+                   tuple(sorted(candidate.route_indices)) if candidate else (),
                    dict(candidate.ranks) if candidate else {})

@@ -1,5 +1,5 @@
 """The LLM planner (LycheeMemory section 3.5, appendix F.2): one call per question, temperature
-0, a raw JSON plan validated against :data:`retrieval.routes.query_plan.PLAN_SCHEMA`, through the
+0, a raw JSON plan validated against :data:`retrieval.multi_route.query_plan.PLAN_SCHEMA`, through the
 project's one client (:class:`retrieval.llm_client.ChatClient`: retries, on-disk cache, token
 accounting). A question whose plan cannot be had (endpoint down, answers that never validate)
 gets the rule planner's plan, and ``fallbacks`` counts it."""
@@ -11,9 +11,9 @@ from typing import Any
 
 from retrieval.contract import check_query
 from retrieval.llm_client import InvalidResponse, LLMRole, json_answer
-from retrieval.routes.params import MAX_ROUTES, QUESTION_TYPES
-from retrieval.routes.planner_rules import PlanContext, RulePlanner
-from retrieval.routes.query_plan import PLAN_VALIDATOR, Plan, PlanError
+from retrieval.multi_route.params import MAX_ROUTES, QUESTION_TYPES
+from retrieval.multi_route.planner_rules import PlanContext, RulePlanner
+from retrieval.multi_route.query_plan import PLAN_VALIDATOR, Plan, PlanError
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
-from isq.encoders import SemanticEncoder
+from isq.encoder import SemanticEncoder
 
 
 @dataclass

@@ -15,7 +15,7 @@ import pytest
 from retrieval.memory.cache import CachedEmbedder
 from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn, amu_id
 from retrieval.memory.store import AMUStore
-from retrieval.routes.snapshot import MemorySnapshot
+from retrieval.multi_route.bank import MemoryBank
 
 CID = "conv-s"
 MAY, JUNE = datetime(2023, 5, 8, 10, 0), datetime(2023, 6, 20, 18, 0)
@@ -93,8 +93,8 @@ def build_store(path: Path) -> None:
         store.archive([ARCHIVED])
 
 
-def open_bank(store: AMUStore, *, codes: bool = True) -> MemorySnapshot:
-    return MemorySnapshot.build(store, CID, CachedEmbedder(WordEmbedder(), store),
+def open_bank(store: AMUStore, *, codes: bool = True) -> MemoryBank:
+    return MemoryBank.build(store, CID, CachedEmbedder(WordEmbedder(), store),
                            fingerprinter=WordFingerprinter() if codes else None)
 
 

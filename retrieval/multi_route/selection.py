@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from retrieval.routes.params import MMR_RELEVANCE, MMR_SIMILARITY
+from retrieval.multi_route.params import MMR_RELEVANCE, MMR_SIMILARITY
 
 Signature = Mapping[str, frozenset[str]]
 """Field name -> set of values (session, entities, queries, nodes, turns, tokens)."""

@@ -24,8 +24,8 @@ from retrieval.extract.dates import absolute_dates, resolve_dates
 from retrieval.extract.rules import content_words, find_entities
 from retrieval.memory.evidence_keys import normalise_key
 from retrieval.memory.times import time_interval
-from retrieval.routes.params import MAX_ROUTES
-from retrieval.routes.query_plan import Plan, Route, TimeConstraint
+from retrieval.multi_route.params import MAX_ROUTES
+from retrieval.multi_route.query_plan import Plan, Route, TimeConstraint
 
 _TYPE_PATTERNS = (
     ("prior_assistant_response",
@@ -116,7 +116,7 @@ class RulePlanner:
 
 class Planner(Protocol):
     """What multi-route retrieval plans with: the rule planner here or
-    :class:`retrieval.routes.planner_llm.LLMPlanner`."""
+    :class:`retrieval.multi_route.planner_llm.LLMPlanner`."""
 
     @property
     def name(self) -> str: ...

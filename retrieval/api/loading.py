@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from isq.encoders import MINILM_ALIAS
+from isq.encoder import MINILM_ALIAS
 from retrieval.api.errors import InvalidInput
 
 LLM_CACHE = "llm_cache"
@@ -31,7 +31,7 @@ def _resolved(value: Any) -> Any:
 
 
 @dataclass
-class LoadedModels:
+class MemoryModels:
     embedder: Any
     extractor: Any
     fingerprinter: Any | None
@@ -77,7 +77,7 @@ def _planner(value: Any, cache: Path) -> Any | None:
     if value == "rule":
         return None  # the retriever's default, the rule planner
     if value == "llm":
-        from retrieval.routes.planner_llm import LLMPlanner
+        from retrieval.multi_route.planner_llm import LLMPlanner
 
         return LLMPlanner(cache_dir=cache)
     if isinstance(value, str):
@@ -92,29 +92,29 @@ def _operator(value: Any, cache: Path) -> Any:
         try:
             return make_operator(value, cache)
         except ValueError as err:
-            raise InvalidInput(f"consolidator: {err}") from None
+            raise InvalidInput(f"operator: {err}") from None
     return value
 
 
 def _reranker(value: Any) -> Any | None:
     if isinstance(value, (str, Path)):
-        from retrieval.routes.rerank import CrossEncoderReranker
+        from retrieval.multi_route.rerank import CrossEncoderReranker
 
         return CrossEncoderReranker(value)
     return value
 
 
 def load_models(directory: Path, *, embedder: Any = MINILM_ALIAS, fingerprinter: Any = None,
-                extractor: Any = "rule", planner: Any = "rule", consolidator: Any = "offline",
-                reranker: Any = None) -> LoadedModels:
+                extractor: Any = "rule", planner: Any = "rule", operator: Any = "offline",
+                reranker: Any = None) -> MemoryModels:
     """Load what is named; LLM answers are cached in ``<store>/llm_cache`` (purged with the data)."""
     cache = directory / LLM_CACHE
     try:
         embedder, extractor, fingerprinter = (_resolved(embedder), _resolved(extractor),
                                               _resolved(fingerprinter))
         reranker = _resolved(reranker)
-        return LoadedModels(_embedder(embedder), _extractor(extractor, cache), _fingerprinter(fingerprinter),
-                            _planner(_resolved(planner), cache), _operator(consolidator, cache),
+        return MemoryModels(_embedder(embedder), _extractor(extractor, cache), _fingerprinter(fingerprinter),
+                            _planner(_resolved(planner), cache), _operator(operator, cache),
                             _reranker(reranker))
     except (OSError, ValueError) as err:
         if isinstance(err, InvalidInput):

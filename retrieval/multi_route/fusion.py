@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from retrieval.routes.params import RRF_KAPPA, S_BEST, S_ROUTE
+from retrieval.multi_route.params import RRF_KAPPA, S_BEST, S_ROUTE
 
 
 def rrf(lists: Sequence[Sequence[int]], weights: Sequence[float] | None = None,

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from retrieval.service import limits, models, operations
+from retrieval.service import limits, operations, schemas
 from retrieval.service.auth import User
 from retrieval.service.state import Shared
 
@@ -14,14 +14,14 @@ router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 SessionPath = Annotated[str, Path(min_length=1, max_length=limits.MAX_ID_CHARS, pattern=limits.ID_PATTERN)]
 
 
-@router.post("/{session_id}/turns", response_model=models.AddTurnsResponse)
-def add_turns(session_id: SessionPath, body: models.AddTurnsRequest, user: User,
-              service: Shared) -> models.AddTurnsResponse:
+@router.post("/{session_id}/turns", response_model=schemas.AddTurnsResponse)
+def add_turns(session_id: SessionPath, body: schemas.AddTurnsRequest, user: User,
+              service: Shared) -> schemas.AddTurnsResponse:
     """Add turns to one of the key user's sessions; they are stored (and searchable) when this answers 200."""
     return operations.add_turns(service.memory, service.gate, user, session_id, body)
 
 
-@router.delete("/{session_id}", response_model=models.Deleted)
-def delete_session(session_id: SessionPath, user: User, service: Shared) -> models.Deleted:
+@router.delete("/{session_id}", response_model=schemas.Deleted)
+def delete_session(session_id: SessionPath, user: User, service: Shared) -> schemas.Deleted:
     """Forget one session of the key's user completely."""
     return operations.forget(service.memory, service.gate, user, session_id)

@@ -3,7 +3,14 @@ the legend ``python -m retrieval.query`` prints (and puts in its ``--json`` outp
 
 from __future__ import annotations
 
-from retrieval.routes.params import MMR_RELEVANCE, MMR_SIMILARITY, NODE_RELEVANCE, PLAN_DEPTH, S_BEST, S_ROUTE
+from retrieval.multi_route.params import (
+    MMR_RELEVANCE,
+    MMR_SIMILARITY,
+    NODE_RELEVANCE,
+    PLAN_DEPTH,
+    S_BEST,
+    S_ROUTE,
+)
 
 SCORE_COLUMNS = {
     "records": "cosine of the record to a route query (-1..1)",

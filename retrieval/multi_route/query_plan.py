@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from retrieval.memory.times import time_interval
-from retrieval.routes.params import MAX_ROUTES, QUESTION_TYPES
+from retrieval.multi_route.params import MAX_ROUTES, QUESTION_TYPES
 
 
 class PlanError(ValueError):

@@ -1,6 +1,6 @@
-"""Request and response bodies of the HTTP API (and the MCP tools' arguments), as pydantic models.
+"""Request and response bodies of the HTTP API (and the MCP tools' arguments), as pydantic schemas.
 
-Request models forbid unknown fields: a body that names a ``user_id`` is refused (422), never
+Request schemas forbid unknown fields: a body that names a ``user_id`` is refused (422), never
 silently ignored, because the user is always the key's. They are strict: a number is a JSON
 number and a flag a JSON boolean (``"k": "5"``, ``"k": true`` and ``"explain": "yes"`` are
 refused). Their limits are the memory's (:mod:`retrieval.api.limits`).
@@ -54,7 +54,7 @@ class ConsolidateRequest(_Request):
 
 
 class AddTurnsResponse(BaseModel):
-    """What ``add`` committed: the turns stored now, the units (AMUs) of every segment that closed;
+    """What ``add`` committed: the turns stored now, the records (AMUs) of every segment that closed;
     a replayed idempotency key or turn id adds nothing (``replayed``, ``duplicates``); one given
     again with another body is refused (409)."""
 
@@ -66,9 +66,9 @@ class AddTurnsResponse(BaseModel):
 
 
 class Hit(BaseModel):
-    """One search result: a stored unit (``kind`` "record") or a raw turn (``kind`` "turn"), with
-    the ids of the turns it came from; ``channels`` (with ``explain``) gives each channel's rank and
-    score and the codes shared with the query."""
+    """One search result: a stored record (``kind`` "record") or a raw turn (``kind`` "turn"), with
+    the ids of the turns it came from; ``explain`` (when the request asked for it) gives each
+    channel's rank and score, the routes that found it and the codes shared with the query."""
 
     id: str
     text: str
@@ -78,7 +78,7 @@ class Hit(BaseModel):
     session_id: str
     memory_type: str | None = None
     time: str | None = None
-    channels: dict[str, Any] | None = None
+    explain: dict[str, Any] | None = None
 
 
 class SearchResponse(BaseModel):
@@ -86,8 +86,8 @@ class SearchResponse(BaseModel):
 
 
 class MemoryItem(BaseModel):
-    """A stored unit or raw turn: its text, session, type and time, and the turns it came from;
-    ``successor`` names the unit consolidation merged an archived one into."""
+    """A stored record or raw turn: its text, session, type and time, and the turns it came from;
+    ``successor`` names the record consolidation merged an archived one into."""
 
     id: str
     kind: str
@@ -106,7 +106,7 @@ class MemoryPage(BaseModel):
 
 
 class History(BaseModel):
-    """A unit and what consolidation merged into it."""
+    """A record and what consolidation merged into it."""
 
     id: str
     history: list[MemoryItem]

@@ -24,17 +24,17 @@ from isq.topology import CooccurrenceTopology, TopologyParams
 from retrieval.index.evidence_nodes import SEARCHABLE_TYPES, searchable_text
 from retrieval.index.fts import RecordLexical
 from retrieval.memory.indexing import EvidenceNode
-from retrieval.memory.models import Embedder, TextFingerprinter
-from retrieval.memory.records import AMU, Turn
+from retrieval.memory.protocols import Embedder, TextFingerprinter
+from retrieval.memory.records import AMU, Turn, raw_turn_id
 from retrieval.memory.store import AMUStore
-from retrieval.routes.planner_rules import PlanContext
+from retrieval.multi_route.planner_rules import PlanContext
 
 
 @dataclass
-class MemorySnapshot:
+class MemoryBank:
     """See the module docstring. ``embedder`` and ``fingerprinter`` encode queries (cached)."""
 
-    conversation_id: str
+    user_id: str
     records: list[AMU]
     record_vectors: np.ndarray
     turns: list[Turn]
@@ -72,24 +72,24 @@ class MemorySnapshot:
         return {"session_id": turn.session_id, "turn_ids": [turn.turn_id]}
 
     def item_id(self, item: int) -> str:
-        """A record's AMU id; ``<conversation>:turn:<turn id>`` for a raw turn."""
+        """A record's AMU id; ``<user>:turn:<turn id>`` for a raw turn."""
         if self.is_record(item):
             return self.records[item].id
-        return f"{self.conversation_id}:turn:{self.turns[item - len(self.records)].turn_id}"
+        return raw_turn_id(self.user_id, self.turns[item - len(self.records)].turn_id)
 
     @classmethod
-    def build(cls, store: AMUStore, conversation_id: str, embedder: Embedder, *,
+    def build(cls, store: AMUStore, user_id: str, embedder: Embedder, *,
               records: Sequence[AMU] | None = None,
               record_vectors: np.ndarray | None = None, topology: CooccurrenceTopology | None = None,
               fingerprinter: TextFingerprinter | None = None,
-              topology_params: TopologyParams = TopologyParams()) -> MemorySnapshot:
+              topology_params: TopologyParams = TopologyParams()) -> MemoryBank:
         """The bank of one stored conversation. ``records`` / ``record_vectors`` / ``topology``
         may be passed when the caller has them (same active records, same order); with a
         ``fingerprinter`` and no ``topology`` the codebook topology is built here."""
-        records = list(store.amus(conversation_id)) if records is None else list(records)
+        records = list(store.amus(user_id)) if records is None else list(records)
         if record_vectors is None:
             record_vectors = embedder.encode([amu.text for amu in records])
-        turns = store.turns(conversation_id)
+        turns = store.turns(user_id)
         turn_vectors = embedder.encode([turn.render() for turn in turns])
         index = {amu.id: i for i, amu in enumerate(records)}
         single: dict[str, int] = {}
@@ -97,7 +97,7 @@ class MemorySnapshot:
             if len(amu.source.turn_ids) == 1:
                 single.setdefault(amu.source.turn_ids[0], i)
         turn_record = np.array([single.get(turn.turn_id, -1) for turn in turns], dtype=np.int64)
-        nodes = store.evidence_nodes(conversation_id)
+        nodes = store.evidence_nodes(user_id)
         members = [np.array([index[amu_id] for amu_id in node.amu_ids if amu_id in index], dtype=np.int64)
                    for node in nodes]
         searchable = np.array([i for i, node in enumerate(nodes) if node.node_type in SEARCHABLE_TYPES],
@@ -117,7 +117,7 @@ class MemorySnapshot:
             entity_keys=frozenset(node.key for node in nodes if node.node_type == "entity"),
             topic_keys=frozenset(node.key for node in nodes if node.node_type == "topic"),
             now=max(times) if times else None)
-        return cls(conversation_id, records, np.asarray(record_vectors, dtype=np.float32), turns,
+        return cls(user_id, records, np.asarray(record_vectors, dtype=np.float32), turns,
                    np.asarray(turn_vectors, dtype=np.float32), turn_record, nodes, members,
                    {(node.node_type, node.key): i for i, node in enumerate(nodes)}, searchable,
                    np.asarray(node_vectors, dtype=np.float32),

@@ -1,2 +1,0 @@
-"""The HTTP routes, one router per resource: sessions (turns in, a session out), search, memories,
-the user, consolidation jobs, and the unauthenticated system routes (health, metrics)."""

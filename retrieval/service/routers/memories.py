@@ -38,5 +38,7 @@ def memory_history(memory_id: MemoryId, user: User, service: Shared) -> schemas.
 
 @router.delete("/{memory_id}", response_model=schemas.Deleted)
 def delete_memory(memory_id: MemoryId, user: User, service: Shared) -> schemas.Deleted:
-    """Delete one memory completely (a hard purge: no copy stays in the store's files)."""
+    """Delete one memory completely: a record goes with the turns it names and everything derived
+    from them (records of other turns stay); a raw turn with what derives from it. A hard purge: no
+    copy stays in the store's files."""
     return operations.delete_memory(service.memory, service.gate, user, memory_id)

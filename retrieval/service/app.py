@@ -18,7 +18,7 @@ from fastapi import Depends, FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from starlette.routing import Route
 
-from retrieval.service import errors, limits
+from retrieval.service import errors, limits, schemas
 from retrieval.service.auth import KeyGuard
 from retrieval.service.body_limit import BodyLimit
 from retrieval.service.drain import WriteGate
@@ -50,8 +50,10 @@ def create_app(memory: Any, keys: KeyStore, store: Path, *, host: str = "127.0.0
                   description="Long-term memory for agents: every /v1 call acts for the user of its API key.")
     app.state.service = service
     errors.install(app)
-    for module in (sessions, search, memories, user, jobs, system):
-        app.include_router(module.router, dependencies=[Depends(refuse_unknown_query)])
+    for module in (sessions, search, memories, user, jobs):
+        app.include_router(module.router, dependencies=[Depends(refuse_unknown_query)],
+                           responses=schemas.REFUSALS)
+    app.include_router(system.router, dependencies=[Depends(refuse_unknown_query)])
     app.router.routes.append(Route("/mcp", KeyGuard(StreamableHTTPASGIApp(mcp.session_manager), keys),
                                    methods=["GET", "POST", "DELETE"]))
     app.add_middleware(BodyLimit)

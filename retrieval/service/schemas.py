@@ -131,7 +131,26 @@ class Job(BaseModel):
 
 
 class Error(BaseModel):
-    """Every refusal: what is wrong, and the field it concerns when there is one."""
+    """Every refusal: what is wrong, and the field it concerns when there is one; an unexpected
+    failure (500) carries the request id the server logged it under instead."""
+
+    model_config = ConfigDict(extra="forbid")
 
     error: str
     field: str | None = None
+    request_id: str | None = None
+
+
+REFUSALS: dict[int | str, dict[str, Any]] = {
+    status: {"model": Error, "description": what} for status, what in (
+    (400, "more than one Authorization header"),
+    (401, "no live API key"),
+    (404, "not the key user's, or nothing there"),
+    (409, "an idempotency key or turn id given again with another body"),
+    (413, "a body over the size limit or too many turns"),
+    (422, "a field that does not validate (named in `field`)"),
+    (500, "an unexpected failure, logged under `request_id`"),
+    (503, "the server is stopping; retry"),
+    )}
+"""The error responses every ``/v1`` route documents (one shape for all, so the OpenAPI schema
+describes what a client receives, FastAPI's default 422 body included)."""

@@ -4,7 +4,7 @@ is a 422 naming ``query.user_id``, never a silently ignored request for someone 
 from __future__ import annotations
 
 from fastapi import Request
-from fastapi.dependencies.schemas import Dependant
+from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 

@@ -22,7 +22,7 @@ from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
 from retrieval.consolidation.audit import audit
 from retrieval.consolidation.config import LINKAGES, WINDOW_DAYS, ConsolidationConfig
-from retrieval.consolidation.engine import consolidate_conversation
+from retrieval.consolidation.engine import consolidate_user
 from retrieval.consolidation.options import OPERATORS, make_operator
 from retrieval.index.embed import SentenceEmbedder
 from retrieval.memory.errors import StoreError
@@ -58,18 +58,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise StoreError(f"no store at {args.store} ({AMUStore.DB_NAME} is missing); "
                              "ingest into it first")
         with AMUStore(args.store, role="consolidate") as store:
-            stored = store.conversations()
+            stored = store.users_with_segments()
             conversations = args.user or stored
             unknown = [cid for cid in conversations if cid not in stored]
             if unknown:
-                raise ValueError(f"{args.store} holds no conversation {unknown[0]!r} "
+                raise ValueError(f"{args.store} holds no user {unknown[0]!r} "
                                  f"(it holds {len(stored)})")
             operator = make_operator(args.operator, args.llm_cache or args.store / "llm_cache")
             fingerprinter = (None if args.fingerprinter is None
                              else Fingerprinter.from_pretrained(args.fingerprinter))
             embedder = SentenceEmbedder(args.embedder)
             for user_id in conversations:
-                report = consolidate_conversation(store, user_id, embedder, operator, config,
+                report = consolidate_user(store, user_id, embedder, operator, config,
                                                   fingerprinter=fingerprinter)
                 print(report.summary(), flush=True)
             result = audit(store)

@@ -46,10 +46,11 @@ class Hit:
 
     ``channel`` is what found it ("dense", "code", "bm25", "codebm25" for the dual path; "multi"
     for multi-route retrieval), ``score`` that channel's final score and ``rank`` its 1-based
-    position in that channel's list. ``channels`` holds every channel's score for the item (for
+    position in that channel's list. ``scores`` holds every channel's score for the item (for
     multi-route retrieval also s_best, s_route and s_final; ``ranks`` each channel's best rank
-    of it, from 1). ``source`` is the provenance:
-    session id and turn ids. ``index`` is the item's position in its retriever's bank.
+    of it, from 1; ``route_indices`` the plan routes that found it, numbered from 0). ``source`` is
+    the provenance: session id and turn ids. ``index`` is the item's position in its retriever's
+    bank.
     """
 
     id: str

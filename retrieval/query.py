@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--user", "--conversation", dest="user",
                         help="the user to search (needed when the store holds several; a LoCoMo "
                              "conversation is the user of its id)")
-    parser.add_argument("-k", type=int, default=40, help="evidence budget (final top-k = max(k, 15))")
+    parser.add_argument("-k", type=int, default=40, help="hits to return (k; the final top-k is max(k, 15))")
     parser.add_argument("--exact-k", action="store_true", help="return exactly k items, also below 15")
     parser.add_argument("--fingerprinter", type=Path, help="ISQ fingerprinter directory for the codebook "
                         "route (default: the one the store was built with, if any)")

@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with AMUStore(args.store, read_only=True) as store:
             problems = store.integrity_problems()
-            counts = None if problems else (len(store.conversations()), store.count())
+            counts = None if problems else (len(store.users_with_segments()), store.count())
     except StoreError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -140,7 +140,7 @@ def test_store_round_trip_and_lookups(tmp_path):
         assert [(t.turn_id, t.text, t.session_time) for t in source] == [("D1:0", "turn 0", WHEN)]
         record = store.segment("conv-x", 1)
         assert record.session_id == "session_2" and record.state == "state" and record.amu_count == 1
-        assert store.conversations() == ["conv-x"] and store.count() == 3
+        assert store.users_with_segments() == ["conv-x"] and store.count() == 3
         with pytest.raises(KeyError):
             store.get("nope")
 

@@ -14,7 +14,7 @@ import pytest
 from retrieval.consolidate import main as consolidate_main
 from retrieval.consolidation.audit import audit
 from retrieval.consolidation.config import ConsolidationConfig
-from retrieval.consolidation.engine import PLAN_KEY, consolidate_conversation
+from retrieval.consolidation.engine import consolidate_user
 from retrieval.consolidation.gates import is_count_sensitive, split_by_window
 from retrieval.consolidation.llm_operator import LLMOperator
 from retrieval.consolidation.members import Member
@@ -22,12 +22,13 @@ from retrieval.consolidation.merge_plan import make_plan
 from retrieval.consolidation.operations import OfflineOperator, Operation
 from retrieval.consolidation.report import combined
 from retrieval.extract.rules import RuleExtractor
-from retrieval.index.fts import lexical_search
 from retrieval.ingest import main as ingest_main
 from retrieval.ingestion.pipeline import ingest_turns
+from retrieval.memory.meta_keys import PLAN_KEY
 from retrieval.memory.records import AMU, SourcePointer, Turn
 from retrieval.memory.store import AMUStore
 from tests.fake_chat import FakeChatServer, completion_body
+from tests.store_lexical import lexical_search
 from tests.test_ingest import HashEmbedder
 
 CID = "conv-d"
@@ -85,7 +86,7 @@ def snapshot(store: AMUStore) -> list[tuple]:
     successors = store.successors()
     return [(a.id, a.text, a.archived, successors.get(a.id), a.source, a.observed_at, a.timestamps,
              store.meta(f"consolidation:{a.id}")) for a in store.amus(include_archived=True)] + [
-        store.meta(PLAN_KEY.format(cid)) for cid in store.conversations()]
+        store.meta(PLAN_KEY.format(cid)) for cid in store.users_with_segments()]
 
 
 def member(unit_id: str, text: str, speaker: str = "Ann", when: datetime | None = SESSIONS[0][1],
@@ -154,7 +155,7 @@ def test_offline_operator_merges_duplicates_of_one_event_keeping_the_newest() ->
 def test_offline_consolidation_of_a_conversation_with_known_duplicates(store_dir: Path) -> None:
     with AMUStore(store_dir, role="consolidate") as store:
         before = {a.id: a for a in store.amus()}
-        report = consolidate_conversation(store, CID, HashEmbedder())
+        report = consolidate_user(store, CID, HashEmbedder())
         assert ((report.amus_before, report.amus_active_after, report.archived, report.created)
                 == (19, 13, 12, 6))
         assert report.operations == {"MERGE": 6, "KEEP": 1} and report.exact_duplicates == 3
@@ -186,9 +187,9 @@ def test_offline_consolidation_of_a_conversation_with_known_duplicates(store_dir
 
 def test_a_rerun_over_a_consolidated_store_changes_nothing(store_dir: Path) -> None:
     with AMUStore(store_dir, role="consolidate") as store:
-        consolidate_conversation(store, CID, HashEmbedder())
+        consolidate_user(store, CID, HashEmbedder())
         first = snapshot(store)
-        again = consolidate_conversation(store, CID, HashEmbedder())
+        again = consolidate_user(store, CID, HashEmbedder())
         assert (again.archived, again.created, again.amus_before, again.amus_active_after) == (0, 0, 13, 13)
         assert snapshot(store) == first
 
@@ -197,15 +198,15 @@ def test_a_saved_plan_of_other_settings_is_not_resumed(store_dir: Path) -> None:
     with AMUStore(store_dir, role="consolidate") as store:
         stale = [f"{CID}:0:1", f"{CID}:0:2"]  # Bob's hike and Ann's cats: never one cluster
         store.put_meta(PLAN_KEY.format(CID), {"config": {"threshold": 0.5}, "clusters": [stale]})
-        assert consolidate_conversation(store, CID, HashEmbedder()).archived == 12
+        assert consolidate_user(store, CID, HashEmbedder()).archived == 12
         assert not any(store.get(unit_id).archived for unit_id in stale)
         assert store.meta(PLAN_KEY.format(CID)) is None
 
 
 def test_forwarding_keeps_every_source_turn_reachable(store_dir: Path) -> None:
     with AMUStore(store_dir, role="consolidate") as store:
-        consolidate_conversation(store, CID, HashEmbedder())
-        wider = consolidate_conversation(store, CID, HashEmbedder(),
+        consolidate_user(store, CID, HashEmbedder())
+        wider = consolidate_user(store, CID, HashEmbedder(),
                                          config=ConsolidationConfig(window_days=100))
         assert wider.created == 3  # the s3 statements join their merged May AMUs
         result = audit(store)
@@ -247,7 +248,7 @@ def test_forward_refuses_members_that_are_no_longer_active(store_dir: Path) -> N
 
 def test_the_indexes_see_archived_amus_disappear_and_merged_ones_appear(store_dir: Path) -> None:
     with AMUStore(store_dir, role="consolidate") as store:
-        consolidate_conversation(store, CID, HashEmbedder())
+        consolidate_user(store, CID, HashEmbedder())
         archived = {a.id for a in store.amus(include_archived=True) if a.archived}
         active = {a.id for a in store.amus()}
         found = {unit_id for unit_id, _ in lexical_search(store, "sourdough bread", CID, 10)}
@@ -299,7 +300,7 @@ def test_each_llm_operation_through_a_local_endpoint(marathon: Path, tmp_path: P
             AMUStore(marathon, role="consolidate") as store:
         operator = LLMOperator(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=1,
                                backoff_s=0.0)
-        report = consolidate_conversation(store, "conv-m", HashEmbedder(), operator)
+        report = consolidate_user(store, "conv-m", HashEmbedder(), operator)
         assert report.operations == {operation: 1} and (report.archived, report.created) == (2, 1)
         assert (report.llm_calls, report.tokens) == (1, 120)
         (merged,) = [a for a in store.amus() if a.source.speakers == ("Ann",)]
@@ -326,13 +327,13 @@ def test_a_bad_llm_answer_is_retried_and_a_rerun_is_served_from_the_cache(marath
         with AMUStore(marathon, role="consolidate") as store:
             operator = LLMOperator(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=4,
                                    backoff_s=0.0)
-            report = consolidate_conversation(store, "conv-m", HashEmbedder(), operator)
+            report = consolidate_user(store, "conv-m", HashEmbedder(), operator)
             assert report.created == 1 and operator.usage.retries == 4 and operator.usage.http_calls == 5
             first = [(a.text, a.source) for a in store.amus()]
         assert len(list((tmp_path / "cache").glob("*.json"))) == 1  # only the valid answer was cached
         with AMUStore(second_store, role="consolidate") as store:
             operator = LLMOperator(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=0)
-            report = consolidate_conversation(store, "conv-m", HashEmbedder(), operator)
+            report = consolidate_user(store, "conv-m", HashEmbedder(), operator)
             assert operator.usage.http_calls == 0 and operator.usage.cache_hits == 1
             assert (report.llm_calls, report.tokens) == (1, 120)
             assert [(a.text, a.source) for a in store.amus()] == first
@@ -344,12 +345,12 @@ def test_keep_and_no_answer_leave_the_cluster_alone(marathon: Path, tmp_path: Pa
             AMUStore(marathon, role="consolidate") as store:
         before = snapshot(store)
         operator = LLMOperator(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=0)
-        report = consolidate_conversation(store, "conv-m", HashEmbedder(), operator)
+        report = consolidate_user(store, "conv-m", HashEmbedder(), operator)
         assert report.operations == {"KEEP": 1} and report.archived == 0 and snapshot(store) == before
     with FakeChatServer(lambda body: (500, {"error": "down"}, 0.0)) as server, \
             AMUStore(marathon, role="consolidate") as store:
         operator = LLMOperator(server.base_url, "m", max_retries=0)
-        report = consolidate_conversation(store, "conv-m", HashEmbedder(), operator)
+        report = consolidate_user(store, "conv-m", HashEmbedder(), operator)
         assert report.unanswered == 1 and report.archived == 0 and snapshot(store) == before
 
 
@@ -373,7 +374,7 @@ def test_consolidate_cli(store_dir: Path, tmp_path: Path, capsys, monkeypatch) -
     assert "archived 6 | created 3" in capsys.readouterr().out
     for argv, message in [
         (["--store", str(tmp_path / "missing")], "no store at"),
-        (["--store", str(store_dir), "--conversation", "nope"], "holds no conversation 'nope'"),
+        (["--store", str(store_dir), "--user", "nope"], "holds no user 'nope'"),
         (["--store", str(store_dir), "--threshold", "0"], "threshold 0.0 is not a cosine distance"),
         (["--store", str(store_dir), "--operator", "llm"], "needs base_url"),
     ]:

@@ -15,11 +15,11 @@ from retrieval.extract.base import ReferenceContext
 from retrieval.extract.dates import absolute_dates
 from retrieval.extract.rules import RuleExtractor, temporal_scope
 from retrieval.index.evidence_nodes import segment_search_texts
-from retrieval.index.fts import lexical_search
 from retrieval.memory.evidence_keys import normalise_key, record_nodes, temporal_keys
 from retrieval.memory.records import AMU, Exchange, Segment, SegmentRecord, SourcePointer, Turn, amu_id
 from retrieval.memory.schema import SCHEMA_VERSION
 from retrieval.memory.store import AMUStore
+from tests.store_lexical import lexical_search
 
 WHEN = datetime(2023, 5, 8, 13, 56)
 

@@ -213,6 +213,7 @@ HTTP_CASES = [
     ("arabic digit job", "get", "/v1/jobs/١", None, 404, "path.job_id"),
     ("huge job", "get", "/v1/jobs/" + "9" * 30, None, 404, "path.job_id"),
     ("unknown memory", "get", "/v1/memories/nothing-here", None, 404, "path.memory_id"),
+    ("delete an unknown raw turn", "delete", "/v1/memories/u:turn:nope", None, 404, "path.memory_id"),
 ]
 
 
@@ -252,7 +253,16 @@ def test_two_authorization_headers_are_refused(http, path):
     headers = [("Authorization", f"Bearer {http.key}"), ("Authorization", f"Bearer {other}")]
     response = http.request("GET" if path != "/mcp" else "POST", path, headers=headers,
                             json=None if path != "/mcp" else {"jsonrpc": "2.0", "id": 1, "method": "ping"})
-    assert response.status_code in (400, 401), response.text
+    assert response.status_code == 400 and response.json()["field"] == "header.authorization", response.text
+
+
+@pytest.mark.parametrize("path", ["/v1/memories", "/mcp"])
+def test_an_unknown_key_is_refused_naming_the_header(http, path):
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    method, headers = ("GET" if path != "/mcp" else "POST"), {"Authorization": "Bearer nope"}
+    response = http.request(method, path, headers=headers,
+                            json=None if path != "/mcp" else ping)
+    assert response.status_code == 401 and response.json()["field"] == "header.authorization", response.text
 
 
 def test_mcp_arguments_are_strict(mem):

@@ -71,7 +71,7 @@ def check(case, world: World) -> None:
     assert BOB_CANARY not in response.text, (case.method, case.formatted_path, response.text)
     asked = set((case.path_parameters or {}).values())  # a refusal may name the id it was asked for
     named = set(re.findall(r"[\w.:@-]+", response.text))
-    leaked = [memory_id for memory_id in world.bob_memories if memory_id in named - asked]
+    leaked = [bobs for bobs in [*world.bob_memories, world.bob_job] if bobs in named - asked]
     assert not leaked, (case.method, case.formatted_path, response.text)
 
 

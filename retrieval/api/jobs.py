@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from retrieval.consolidation.engine import consolidate_conversation
+from retrieval.consolidation.engine import consolidate_user
 from retrieval.memory.cache import CachedEmbedder
 from retrieval.memory.job_rows import DONE, FAILED, RUNNING, JobRow
 from retrieval.memory.store import AMUStore
@@ -69,7 +69,7 @@ class JobRunner:
             while (job := self._queue.get()) is not None:
                 store.update_job(job.id, RUNNING, {"stage": "consolidating"})
                 try:
-                    report = consolidate_conversation(store, job.user_id, embedder, self.operator,
+                    report = consolidate_user(store, job.user_id, embedder, self.operator,
                                                       fingerprinter=self.fingerprinter)
                     store.update_job(job.id, DONE, report.to_dict())
                 except Exception as err:  # noqa: BLE001 - recorded in the job, which the caller reads

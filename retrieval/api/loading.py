@@ -54,7 +54,7 @@ def _fingerprinter(value: Any) -> Any | None:
 
         if not Path(value).is_dir():
             raise InvalidInput(f"fingerprinter {str(value)!r} is not a directory "
-                               "(an exported ISQ fingerprinter)")
+                               "(an exported ISQ fingerprinter)", "fingerprinter")
         return Fingerprinter.from_pretrained(value)
     return value
 
@@ -69,7 +69,8 @@ def _extractor(value: Any, cache: Path) -> Any:
 
         return LLMExtractor(cache_dir=cache)
     if isinstance(value, str):
-        raise InvalidInput(f"extractor must be 'rule', 'llm' or an extractor object, not {value!r}")
+        raise InvalidInput(f"extractor must be 'rule', 'llm' or an extractor object, not {value!r}",
+                           "extractor")
     return value
 
 
@@ -81,7 +82,7 @@ def _planner(value: Any, cache: Path) -> Any | None:
 
         return LLMPlanner(cache_dir=cache)
     if isinstance(value, str):
-        raise InvalidInput(f"planner must be 'rule', 'llm' or a planner object, not {value!r}")
+        raise InvalidInput(f"planner must be 'rule', 'llm' or a planner object, not {value!r}", "planner")
     return value
 
 
@@ -92,7 +93,7 @@ def _operator(value: Any, cache: Path) -> Any:
         try:
             return make_operator(value, cache)
         except ValueError as err:
-            raise InvalidInput(f"operator: {err}") from None
+            raise InvalidInput(f"operator: {err}", "operator") from None
     return value
 
 

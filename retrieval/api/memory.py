@@ -191,7 +191,7 @@ class Memory:
             turn_id = self._turn_id(user, item)
             if turn_id is not None:
                 if not self.store.stored_turn_ids(user, [turn_id]):
-                    raise NotFound(f"no turn {item!r} for user {user!r}")
+                    raise NotFound(f"no turn {item!r} for user {user!r}", "id")
                 self._purge(user, turn_ids=[turn_id])
             else:
                 self._amu(user, item)

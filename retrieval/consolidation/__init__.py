@@ -7,6 +7,6 @@ offline operator merges near duplicates). Pointer forwarding archives the old AM
 deletes them, and gives the new AMU the union of their source pointers; every archived AMU
 names its successor. Modules: ``config`` (all settings), ``members``, ``clustering``, ``gates``,
 ``plan``, ``operations`` (offline operator), ``llm_operator``, ``prefix``, ``forward``,
-``engine`` (:func:`consolidate_conversation`), ``report``, ``audit``, ``worker`` (background
+``engine`` (:func:`consolidate_user`), ``report``, ``audit``, ``worker`` (background
 thread beside ingestion). Command line: ``python -m retrieval.consolidate``.
 """

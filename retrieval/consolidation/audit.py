@@ -48,7 +48,7 @@ class AuditReport:
 def audit(store: AMUStore) -> AuditReport:
     """Audit every conversation of the store."""
     report = AuditReport()
-    for cid in store.conversations():
+    for cid in store.users_with_segments():
         _audit_conversation(store, cid, report)
     return report
 

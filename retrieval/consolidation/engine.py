@@ -7,7 +7,7 @@ absorb too many members is refused and counted (:mod:`retrieval.consolidation.fi
 Crash safety and idempotence. Each applied draft is one store transaction
 (:meth:`~retrieval.memory.store.AMUStore.forward`: insert + archive + successor), so a kill at any
 point leaves the store consistent. A pass first saves its plan in the store (meta
-``consolidation_plan:<conversation>``, with the settings that made it) and clears it when done:
+``consolidation_plan:<user>``, with the settings that made it) and clears it when done:
 a rerun after a kill resumes the saved plan (steps already applied are skipped: their members
 are archived; merged ids are derived from member ids, so nothing is written twice) and then
 continues with fresh passes, so it ends in the same store as an uninterrupted run. Passes repeat
@@ -15,7 +15,7 @@ until a fresh plan applies nothing, so a rerun over a consolidated store changes
 
 Library use (the evaluation's ``--consolidate``)::
 
-    report = consolidate_conversation(store, "conv-26", SentenceEmbedder(), OfflineOperator())
+    report = consolidate_user(store, "conv-26", SentenceEmbedder(), OfflineOperator())
     report.turns_before, report.turns_after   # recall ceilings before / after
 """
 
@@ -35,16 +35,16 @@ from retrieval.consolidation.operations import OfflineOperator, Operation, Opera
 from retrieval.consolidation.report import ConsolidationReport
 from retrieval.ingestion.pipeline import fingerprinted
 from retrieval.memory.cache import CachedEmbedder, model_identity
+from retrieval.memory.meta_keys import PLAN_KEY
 from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU
 from retrieval.memory.store import AMUStore
 
 logger = logging.getLogger(__name__)
 
-PLAN_KEY = "consolidation_plan:{}"
 
 
-def consolidate_conversation(store: AMUStore, user_id: str, embedder: Embedder,
+def consolidate_user(store: AMUStore, user_id: str, embedder: Embedder,
                              operator: Operator | None = None, config: ConsolidationConfig | None = None, *,
                              fingerprinter: TextFingerprinter | None = None) -> ConsolidationReport:
     """Consolidate the active AMUs of one conversation in ``store`` (open for writing; beside an
@@ -60,8 +60,8 @@ def consolidate_conversation(store: AMUStore, user_id: str, embedder: Embedder,
     started = time.perf_counter()
     operator = operator or OfflineOperator()
     config = (config or ConsolidationConfig()).resolved(operator.default_threshold)
-    if user_id not in store.conversations():
-        raise ValueError(f"{store.directory} holds no conversation {user_id!r}")
+    if user_id not in store.users_with_segments():
+        raise ValueError(f"{store.directory} holds no user {user_id!r}")
     store.bind("fingerprinter", "none" if fingerprinter is None else model_identity(fingerprinter),
                hint="consolidate with the fingerprinter the store was built with")
     cached = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder, store)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from retrieval.consolidation.config import WORKER_INTERVAL_S, ConsolidationConfig
-from retrieval.consolidation.engine import consolidate_conversation
+from retrieval.consolidation.engine import consolidate_user
 from retrieval.consolidation.operations import OfflineOperator, Operator
 from retrieval.consolidation.report import ConsolidationReport
 from retrieval.memory.cache import CachedEmbedder, model_identity
@@ -105,14 +105,14 @@ class ConsolidationWorker:
 
     def _round(self, embedder: CachedEmbedder) -> None:
         assert self._store is not None
-        stored = self._store.conversations()
+        stored = self._store.users_with_segments()
         for user_id in [c for c in self.conversations or stored if c in stored]:
             if self._abort.is_set():
                 return
             count = self._store.count(user_id)
             if count == self._counts.get(user_id):
                 continue  # nothing committed since this conversation's last consolidation
-            report = consolidate_conversation(self._store, user_id, embedder, self.operator,
+            report = consolidate_user(self._store, user_id, embedder, self.operator,
                                               self.config, fingerprinter=self.fingerprinter)
             # less than the store's if ingested meanwhile
             self._counts[user_id] = count + report.created

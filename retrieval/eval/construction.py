@@ -21,6 +21,7 @@ from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import mean
 from retrieval.extract.base import Extractor
 from retrieval.ingestion.pipeline import IngestStats
+from retrieval.memory.meta_keys import CONSTRUCTION_KEY
 from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU
 from retrieval.memory.store import AMUStore
@@ -64,7 +65,7 @@ class ConstructionLedger:
     def add(self, conversation_id: str, stats: IngestStats) -> None:
         if stats.segments == stats.resumed_segments + stats.retried_segments and not stats.amus:
             return  # everything came from the store: nothing was spent
-        key = f"construction:{conversation_id}"
+        key = CONSTRUCTION_KEY.format(conversation_id)
         entry = self.store.meta(key) or {"seconds": 0.0, "llm_calls": 0, "tokens": 0}
         entry["seconds"] += stats.wall_s
         entry["llm_calls"] += stats.llm.calls
@@ -72,7 +73,8 @@ class ConstructionLedger:
         self.store.put_meta(key, entry)
 
     def total(self, conversation_ids: Iterable[str], key: str) -> float:
-        return sum((self.store.meta(f"construction:{cid}") or {}).get(key, 0) for cid in conversation_ids)
+        return sum((self.store.meta(CONSTRUCTION_KEY.format(cid)) or {}).get(key, 0)
+                   for cid in conversation_ids)
 
 
 def build_retriever(fingerprinter: TextFingerprinter, amus: Sequence[AMU], embeddings: np.ndarray,
@@ -141,7 +143,7 @@ def add_locomo_conversation(conversation: LocomoConversation, memory: Memory,
     (``--store``) is only checked to hold the conversation."""
     cid = conversation.conversation_id
     if memory.store.read_only:
-        if cid not in memory.store.conversations():
+        if cid not in memory.store.users_with_segments():
             raise EvaluationError(f"{memory.store.directory} holds no memory of {cid!r}")
         return 0.0, 0
     logger.info("%s: adding %d turns through Memory.add", cid, len(conversation.turns))

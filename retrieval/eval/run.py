@@ -25,7 +25,7 @@ import numpy as np
 from isq.fingerprint import Fingerprinter
 from isq.topology import TopologyParams
 from retrieval.api.memory import Memory
-from retrieval.consolidation.engine import consolidate_conversation
+from retrieval.consolidation.engine import consolidate_user
 from retrieval.consolidation.operations import Operator
 from retrieval.consolidation.report import ConsolidationReport
 from retrieval.contract import Hit, Query
@@ -242,7 +242,7 @@ def construct(conversations: Sequence[LocomoConversation], memory: Memory, model
         built.timings["ingest"] += spent
         built.resumed += replayed
         if models.operator is not None:
-            built.consolidated.append(consolidate_conversation(store, cid, embedder, models.operator))
+            built.consolidated.append(consolidate_user(store, cid, embedder, models.operator))
         amus = list(store.amus(cid))
         tick = time.perf_counter()
         embeddings = embedder.encode([amu.text for amu in amus])

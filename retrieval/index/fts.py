@@ -12,7 +12,8 @@ equally), best first, ties by insertion order.
 Search reads one user's table, never the store's: BM25's statistics (row count, average row length,
 how many rows hold a word) are those of the table searched, so a score computed over the store's
 table would move when another user writes. A user's scores are the ones it would get alone in
-the store.
+the store. (The store's table is still kept in step by its triggers and scrubbed by the purge;
+no search reads it.)
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from isq.topk import as_exclude_array, empty_result
 from retrieval.index.stopwords import STOPWORDS
 from retrieval.memory.fts import FTS_TOKENIZER, bm25_rows
 from retrieval.memory.records import AMU
-from retrieval.memory.store import AMUStore
 
 _WORD = re.compile(r"\w+")
 
@@ -55,13 +55,6 @@ def bm25_search(db: sqlite3.Connection, table: str, query: str, k: int, **restri
     expression = match_expression(query)
     return ([] if expression is None
             else bm25_rows(db, table, expression, k, **restrict))  # type: ignore[arg-type]
-
-
-def lexical_search(store: AMUStore, query: str, user_id: str, k: int) -> list[tuple[str, float]]:
-    """FTS5 ``bm25()`` over the conversation's active AMUs in ``store``: up to ``k`` (AMU id, score),
-    best first."""
-    expression = match_expression(query)
-    return [] if expression is None else store.fts_search(expression, user_id, k)
 
 
 class FTSIndex:

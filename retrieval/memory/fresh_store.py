@@ -32,7 +32,7 @@ def remove_if_created(directory: Path, fresh: bool) -> None:
 
 def _holds_segments(store: AMUStore) -> bool:
     try:
-        return bool(store.conversations())
+        return bool(store.users_with_segments())
     except StoreError:  # a store that cannot even say is kept
         return True
 

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from retrieval.memory.evidence_keys import node_id, record_nodes
-from retrieval.memory.fts import bm25_rows
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.reads import AMU_COLUMNS, amu_from_row
 from retrieval.memory.records import AMU
@@ -123,12 +122,3 @@ class EvidenceReads:
                                     row["session_id"],
                                     tuple(json.loads(row["turn_ids"] or "[]"))), row["amu"]) for row in rows]
         return found
-
-    def fts_search(self, expression: str, user_id: str, k: int) -> list[tuple[str, float]]:
-        """FTS5 ``bm25()`` over the conversation's active AMUs for an FTS5 MATCH ``expression``: up
-        to ``k`` (AMU id, score), best first (free text goes through
-        :func:`retrieval.index.fts.lexical_search`)."""
-        rows = bm25_rows(self._db, "amu_fts", expression, k, join="JOIN amus a ON a.position = amu_fts.rowid",
-                         where="a.conversation_id = ? AND a.archived = 0", params=[user_id],
-                         select="a.id")
-        return [(row[0], float(row[1])) for row in rows]

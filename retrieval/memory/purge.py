@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from retrieval.memory.cache import text_key
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.indexing import frame_label
+from retrieval.memory.meta_keys import USER_KEYS
 from retrieval.memory.reads import AMU_COLUMNS, amu_from_row, segment_from_row, turn_from_row
 from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.schema import turns_sha256
@@ -138,8 +139,7 @@ class Purge:
             if everything:
                 for table in ("idempotency", "jobs"):
                     db.execute(f"DELETE FROM {table} WHERE conversation_id = ?", (user,))
-                for prefix in ("construction:", "consolidation_plan:"):
-                    db.execute("DELETE FROM meta WHERE key = ?", (prefix + user,))
+                db.executemany("DELETE FROM meta WHERE key = ?", [(key.format(user),) for key in USER_KEYS])
             else:
                 self._drop_keys(db, user, gone)
             db.execute("DELETE FROM purging")

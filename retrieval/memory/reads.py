@@ -53,7 +53,7 @@ class StoreReads:
         sql = "SELECT COUNT(*) FROM amus" + (" WHERE " + " AND ".join(where) if where else "")
         return self._db.execute(sql, params).fetchone()[0]
 
-    def conversations(self) -> list[str]:
+    def users_with_segments(self) -> list[str]:
         """Conversation ids with at least one committed segment, in ingestion order."""
         rows = self._db.execute(
             "SELECT conversation_id FROM segments GROUP BY conversation_id ORDER BY MIN(rowid)"

@@ -21,6 +21,8 @@ from retrieval.service.keys import KeyStore
 _bearer = HTTPBearer(auto_error=False, description="an API key from `python -m retrieval.serve keys create`")
 UNAUTHORIZED = "a valid API key is required: Authorization: Bearer KEY"
 TWO_KEYS = "send one Authorization header, not several"
+KEY_FIELD = "header.authorization"
+"""The field a refusal of the key names: the request's Authorization header."""
 
 
 def user_of_header(keys: KeyStore, authorization: str | None) -> str | None:
@@ -63,7 +65,8 @@ class KeyGuard:
             await send({"type": "http.response.start", "status": status,
                         "headers": [(b"content-type", b"application/json"),
                                     (b"www-authenticate", b"Bearer")]})
-            await send({"type": "http.response.body", "body": json.dumps({"error": message}).encode()})
+            body = json.dumps({"error": message, "field": KEY_FIELD}).encode()
+            await send({"type": "http.response.body", "body": body})
             return
         scope.setdefault("state", {})["user_id"] = user
         await self.app(scope, receive, send)

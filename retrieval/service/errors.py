@@ -25,6 +25,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from retrieval.api.errors import Conflict, InvalidInput, MemoryAPIError, NotFound
+from retrieval.service.auth import KEY_FIELD
 from retrieval.service.drain import ShuttingDown
 
 log = logging.getLogger("retrieval.service")
@@ -56,7 +57,8 @@ async def _http(request: Request, exc: Exception) -> JSONResponse:
         verb = "serves" if exc.status_code == 404 else f"takes {request.method} at"
         return error_response(exc.status_code, f"no route {verb} {request.url.path} (see /docs)", "path",
                               headers=exc.headers)
-    return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
+    field = KEY_FIELD if exc.status_code in (400, 401) else None  # the key checks' refusals
+    return error_response(exc.status_code, str(exc.detail), field, headers=exc.headers)
 
 
 def located(request: Request, field: str | None) -> str | None:

@@ -17,7 +17,7 @@ import pytest
 
 from retrieval.consolidate import main as consolidate_main
 from retrieval.consolidation.audit import audit
-from retrieval.consolidation.engine import consolidate_conversation
+from retrieval.consolidation.engine import consolidate_user
 from retrieval.consolidation.worker import ConsolidationWorker, SerializedEmbedder
 from retrieval.extract.rules import RuleExtractor
 from retrieval.ingestion.pipeline import ingest_turns
@@ -57,7 +57,7 @@ def consolidate_and_die(store_dir: str, where: str, step: int) -> None:
     AMUStore.forward = forward_then_die
     AMUStore.put_meta = die_before_clearing
     with AMUStore(store_dir, role="consolidate") as store:
-        consolidate_conversation(store, CID, HashEmbedder())
+        consolidate_user(store, CID, HashEmbedder())
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def reference(built, tmp_path_factory) -> list[tuple]:  # noqa: F811 - the impor
     target = tmp_path_factory.mktemp("reference") / "store"
     shutil.copytree(built, target)
     with AMUStore(target, role="consolidate") as store:
-        consolidate_conversation(store, CID, HashEmbedder())
+        consolidate_user(store, CID, HashEmbedder())
         return snapshot(store)
 
 
@@ -86,7 +86,7 @@ def test_a_killed_consolidation_reruns_to_the_uninterrupted_store(built, referen
         assert interrupted != reference
         if where == "clear":
             assert store.meta(f"consolidation_plan:{CID}") is not None  # killed before the pass ended
-        report = consolidate_conversation(store, CID, HashEmbedder())
+        report = consolidate_user(store, CID, HashEmbedder())
         assert snapshot(store) == reference
         assert report.conflicts == 0
         assert len({a.id for a in store.amus(include_archived=True)}) == len(reference) - 1
@@ -127,7 +127,7 @@ def test_ingestion_and_background_consolidation_lose_and_duplicate_nothing(tmp_p
                   for cid, r in worker.reports.items()}
         assert summed == {cid: (19, 13, 12, 0) for cid in conversations}  # the rounds add up
         for cid in conversations:  # the final round left nothing to do
-            assert consolidate_conversation(store, cid, HashEmbedder()).archived == 0
+            assert consolidate_user(store, cid, HashEmbedder()).archived == 0
 
 
 def test_a_second_consolidation_of_a_store_is_refused(built, tmp_path: Path, capsys) -> None:  # noqa: F811
@@ -160,4 +160,4 @@ def test_consolidation_with_another_fingerprinter_is_refused(built, tmp_path: Pa
 
     with AMUStore(store_dir, role="consolidate") as store, \
             pytest.raises(StoreMismatch, match="fingerprinter"):
-        consolidate_conversation(store, CID, HashEmbedder(), fingerprinter=OtherFingerprinter())
+        consolidate_user(store, CID, HashEmbedder(), fingerprinter=OtherFingerprinter())

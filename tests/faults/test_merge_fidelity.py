@@ -12,7 +12,7 @@ import pytest
 from retrieval.consolidate import main as consolidate_main
 from retrieval.consolidation.audit import audit
 from retrieval.consolidation.config import ConsolidationConfig
-from retrieval.consolidation.engine import consolidate_conversation
+from retrieval.consolidation.engine import consolidate_user
 from retrieval.consolidation.fidelity import MAX_MERGE_MEMBERS, lost_content, merge_problems
 from retrieval.consolidation.forward import merged_id
 from retrieval.extract.rules import RuleExtractor
@@ -53,7 +53,7 @@ def test_loose_settings_keep_every_fact(store_dir: Path, capsys, monkeypatch):
 
 def test_a_merge_that_drops_facts_is_refused(store_dir: Path):
     with AMUStore(store_dir) as store:
-        report = consolidate_conversation(store, CID, HashEmbedder(),
+        report = consolidate_user(store, CID, HashEmbedder(),
                                           config=ConsolidationConfig(threshold=2.0, linkage="single",
                                                                      window_days=100000))
         assert report.refused > 0 and audit(store).ok

@@ -1,7 +1,7 @@
 """``python -m retrieval.evaluate``: the LoCoMo evaluation of the memory (library:
 :mod:`retrieval.eval`).
 
-    python -m retrieval.evaluate --locomo ../shared/data/locomo/locomo_dev.json \\
+    python -m retrieval.evaluate --locomo PATH/TO/locomo_dev.json \\
         --kmeans-fingerprinter checkpoints/kmeans_minilm_dailydialog --out /tmp/eval_minilm --sweep
 
 Per conversation the sessions are added in order through ``retrieval.Memory.add`` into

@@ -58,7 +58,6 @@ def test_code_says_what_and_why_not_which_issue_or_round():
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
              if WHEN.search(line)]
     assert not found, found
-    assert WHEN.search('"""Round-2 fault class 7 (issue 23)') and WHEN.search("# newcomer: the listing")
     assert not WHEN.search("rounded half up; an issue of scale")
 
 

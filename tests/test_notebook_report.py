@@ -83,13 +83,14 @@ def fake_release(root: Path) -> Path:
     return root
 
 
-def test_default_sample_prefers_dailydialog_beside_the_repository(tmp_path, monkeypatch):
+def test_default_sample_without_a_setting_is_the_synthetic_corpus(tmp_path, monkeypatch):
     monkeypatch.delenv("ISQ_DAILYDIALOG", raising=False)
     repo = tmp_path / "repo"
     repo.mkdir()
+    fake_release(tmp_path / "shared" / "data" / "dailydialog")  # beside the repository: not looked at
     texts, source = default_sample(repo)
     assert source == "the project's synthetic corpus, validation split" and len(texts) > 100
-    fake_release(tmp_path / "shared" / "data" / "dailydialog")
+    monkeypatch.setenv("ISQ_DAILYDIALOG", str(tmp_path / "shared" / "data" / "dailydialog"))
     texts, source = default_sample(repo)
     assert source.startswith("DailyDialog validation (") and str(tmp_path / "shared") in source
     assert len(texts) == sum(len(d) for d in synthetic_dialogues(2, seed=12))

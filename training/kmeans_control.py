@@ -7,7 +7,7 @@ training utterances, packaged as an ordinary fingerprinter directory so that the
 fingerprints and scores it exactly like the trained one.
 
     python -m training.kmeans_control --encoder offline:all-MiniLM-L6-v2 \\
-        --data-root ../shared/data/dailydialog --num-codes 1024 --max-tokens 200000 \\
+        --data-root PATH/TO/dailydialog --num-codes 1024 --max-tokens 200000 \\
         --kernel-size 1 --out checkpoints/kmeans_minilm_dailydialog
 
 The CPU training config starts from that directory (``model.init_from``), so step 0 of

@@ -4,10 +4,10 @@
 
 ``DIR`` is an exported fingerprinter; ``FILE`` holds one text per line, or is a DailyDialog
 ``dialogues_*.txt`` file (detected by its ``__eou__`` separators, read as training reads it:
-detokenised utterances). Without ``--texts`` the DailyDialog validation split is read when it is
-there, else the project's synthetic corpus (:func:`isq.report.inputs.default_sample`; the
-command prints which). ``--log`` adds the training-time view from a training run's directory
-or its ``metrics.csv``.
+detokenised utterances). Without ``--texts`` the DailyDialog validation split under
+``$ISQ_DAILYDIALOG`` is read when that is set, else the project's synthetic corpus
+(:func:`isq.report.inputs.default_sample`; the command prints which). ``--log`` adds the
+training-time view from a training run's directory or its ``metrics.csv``.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("fingerprinter", type=Path, help="exported fingerprinter directory")
     parser.add_argument("--texts", type=Path,
                         help="one text per line, or a DailyDialog dialogues_*.txt file (default: DailyDialog "
-                             "validation from $ISQ_DAILYDIALOG or ../shared/data/dailydialog, else the "
-                             "synthetic corpus)")
+                             "validation from $ISQ_DAILYDIALOG, else the synthetic corpus)")
     parser.add_argument("--out", type=Path, required=True, help="report directory (created)")
     parser.add_argument("--log", type=Path,
                         help="a training run's directory (runs/<name>/version_N) or its metrics.csv")

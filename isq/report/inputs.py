@@ -14,8 +14,6 @@ from isq.dailydialog import EOU, ROOT_ENV, DataFormatError, read_dialogues
 from isq.synthetic import SYNTHETIC, write_synthetic_corpus
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_DAILYDIALOG = Path("..") / "shared" / "data" / "dailydialog"
-"""Where the DailyDialog release sits, relative to the repository root."""
 METRICS_NAME = "metrics.csv"
 
 
@@ -50,19 +48,16 @@ def read_texts(path: Path) -> list[str]:
 def default_sample(repo: Path = REPO) -> tuple[list[str], str]:
     """The texts analysed when none are given, and where they came from: the DailyDialog
     validation utterances under ``$ISQ_DAILYDIALOG`` (a relative path is taken against the
-    repository root, wherever the caller runs) or, unset, under ``../shared/data/dailydialog``
-    when it is there; otherwise (or with ``ISQ_DAILYDIALOG=synthetic``) the validation split of
-    the project's synthetic corpus. A set ``$ISQ_DAILYDIALOG`` that holds no release is an error,
-    never a silent fallback."""
+    repository root, wherever the caller runs); unset (or ``ISQ_DAILYDIALOG=synthetic``), the
+    validation split of the project's synthetic corpus. A set ``$ISQ_DAILYDIALOG`` that holds no
+    release is an error, never a silent fallback."""
     configured = os.environ.get(ROOT_ENV)
-    if configured != SYNTHETIC:
-        root = repo / Path(configured or DEFAULT_DAILYDIALOG)  # an absolute path replaces repo
-        validation = root / "validation" / "dialogues_validation.txt"
-        if validation.is_file():
-            return read_texts(validation), f"DailyDialog validation ({validation.resolve()})"
-        if configured:
+    if configured and configured != SYNTHETIC:
+        validation = repo / Path(configured) / "validation" / "dialogues_validation.txt"  # absolute: as given
+        if not validation.is_file():
             raise InputError(f"${ROOT_ENV}={configured}: no DailyDialog release there "
                              f"({validation} not found)")
+        return read_texts(validation), f"DailyDialog validation ({validation.resolve()})"
     with tempfile.TemporaryDirectory() as tmp:
         texts = read_texts(write_synthetic_corpus(tmp) / "validation" / "dialogues_validation.txt")
     return texts, "the project's synthetic corpus, validation split"

@@ -69,12 +69,12 @@ def texts(result) -> list[str]:
 
 
 SECRET_QUERY = "secret word Zorblaxian"
+SECRET_TURN = {"speaker": "Ann", "text": "My secret word is Zorblaxian.", "turn_id": "secret"}
 
 
 def test_a_read_only_reader_sees_every_commit_before_its_next_search(tmp_path):
-    secret = {"speaker": "Ann", "text": "My secret word is Zorblaxian.", "turn_id": "secret"}
     with open_memory(tmp_path) as writer:
-        writer.add(chat("alice", 6) + [secret], user_id="alice", session_id="s1")
+        writer.add(chat("alice", 6) + [SECRET_TURN], user_id="alice", session_id="s1")
         with open_memory(tmp_path, read_only=True) as reader:
             assert any("Zorblaxian" in t for t in texts(reader.search(SECRET_QUERY, user_id="alice")))
             writer.delete("alice:turn:secret", user_id="alice")
@@ -137,9 +137,8 @@ with Memory.open(sys.argv[1], embedder=WordEmbedder(), fingerprinter=WordFingerp
 
 
 def test_a_reader_sees_what_a_writer_in_another_process_committed(tmp_path):
-    secret = {"speaker": "Ann", "text": "My secret word is Zorblaxian.", "turn_id": "secret"}
     with open_memory(tmp_path) as writer:
-        writer.add(chat("alice", 6) + [secret], user_id="alice", session_id="s1")
+        writer.add(chat("alice", 6) + [SECRET_TURN], user_id="alice", session_id="s1")
     with open_memory(tmp_path, read_only=True) as reader:
         assert any("Zorblaxian" in t for t in texts(reader.search(SECRET_QUERY, user_id="alice")))
         root = Path(__file__).resolve().parents[1]

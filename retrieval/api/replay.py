@@ -60,9 +60,8 @@ def check_replay(store: AMUStore, user: str, turns: Sequence[Turn], given: set[s
             return tuple(original)
     for index, turn in enumerate(turns):
         stored = _stored(store, user, turn.turn_id) if turn.turn_id in given else None
-        changed = None if stored is None else difference(stored, turn)
-        if changed is not None:
+        if stored is not None and (changed := difference(stored, turn)) is not None:
             raise Conflict(f"turns[{index}]: turn_id {turn.turn_id!r} is stored with another {changed} "
-                           f"(in session {stored.session_id!r}); a turn id names one turn: give this one "  # type: ignore[union-attr]
+                           f"(in session {stored.session_id!r}); a turn id names one turn: give this one "
                            "a new turn_id", f"turns.{index}.turn_id")
     return None

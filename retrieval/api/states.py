@@ -64,7 +64,10 @@ class SearchStates:
             held = _Held(self.build(user), rows, 0, version)
             with self._guard:
                 self._held[user] = held
-        self._resize(user, held)
+            self._resize(user, held)
+        else:  # unchanged since it was last measured: only its place in the order moves
+            with self._guard:
+                self._held.move_to_end(user)
         return held.snapshot
 
     def held(self, user: str) -> Snapshot | None:

@@ -1,5 +1,5 @@
-"""The store's per-user ``meta`` entries, named once: what the purge of a user removes and what
-consolidation and the evaluation write."""
+"""The store's ``meta`` entries that belong to a user or a record, named once: what consolidation
+and the evaluation write and what a purge removes."""
 
 from __future__ import annotations
 
@@ -9,3 +9,5 @@ CONSTRUCTION_KEY = "construction:{}"
 """What building a user's memory cost in the evaluation (seconds, LLM calls, tokens)."""
 USER_KEYS = (PLAN_KEY, CONSTRUCTION_KEY)
 """Every per-user entry: forgetting a user removes each of them."""
+MERGE_KEY = "consolidation:{}"
+"""The operation that made a merged record (keyed by its id); purged with the record."""

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from retrieval.memory.cache import text_key
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.indexing import frame_label
-from retrieval.memory.meta_keys import USER_KEYS
+from retrieval.memory.meta_keys import MERGE_KEY, USER_KEYS
 from retrieval.memory.reads import AMU_COLUMNS, amu_from_row, segment_from_row, turn_from_row
 from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.schema import turns_sha256
@@ -108,7 +108,8 @@ class Purge:
             stored = [Stored(row["position"], amu_from_row(row), row["successor"]) for row in db.execute(
                 f"SELECT position, successor, {AMU_COLUMNS} FROM amus WHERE conversation_id = ? "
                 "ORDER BY position", (user,)).fetchall()]
-            named = {row.amu.id for row in stored if row.amu.id in set(amu_ids)}
+            wanted = set(amu_ids)
+            named = {row.amu.id for row in stored if row.amu.id in wanted}
             sources = [turn for row in stored if row.amu.id in named for turn in row.amu.source.turn_ids]
             turns = self._select_turns(db, user, session_id, [*turn_ids, *sources], everything)
             gone = {turn.turn_id for turn in turns}
@@ -135,7 +136,7 @@ class Purge:
             node_texts += [frame_label(s.session_id, s.turn_ids) for s in kept]  # their old own texts
             self._delete(db, "turns", "turn_id", sorted(gone), user)
             db.executemany("DELETE FROM meta WHERE key = ?",
-                           [(f"consolidation:{amu_id}",) for amu_id in sorted(chosen_ids)])
+                           [(MERGE_KEY.format(amu_id),) for amu_id in sorted(chosen_ids)])
             if everything:
                 for table in ("idempotency", "jobs"):
                     db.execute(f"DELETE FROM {table} WHERE conversation_id = ?", (user,))

@@ -30,6 +30,7 @@ from retrieval.memory.faults import GuardedConnection
 from retrieval.memory.indexing import EvidenceReads, add_event_frame, index_amu
 from retrieval.memory.job_rows import JobRows
 from retrieval.memory.lock import WriterLock
+from retrieval.memory.meta_keys import MERGE_KEY
 from retrieval.memory.purge import Purge
 from retrieval.memory.reads import AMU_COLUMNS, StoreReads
 from retrieval.memory.records import AMU, SegmentRecord, Turn
@@ -316,6 +317,6 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows, S
             db.executemany("UPDATE amus SET archived = 1, successor = ? WHERE id = ?",
                            [(merged.id, i) for i in ids])
             db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                       (f"consolidation:{merged.id}", json.dumps({"operation": operation})))
+                       (MERGE_KEY.format(merged.id), json.dumps({"operation": operation})))
         return True
 

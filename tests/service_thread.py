@@ -29,6 +29,7 @@ class Served:
     url: str
     port: int
     keys: KeyStore
+    memory: Memory
 
 
 def open_memory(store: Path) -> Memory:
@@ -51,7 +52,7 @@ def served(store: Path, timeouts: ConnectionTimeouts | None = None) -> Iterator[
         while not server.started:
             assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
             time.sleep(0.02)
-        yield Served(f"http://127.0.0.1:{port}", port, keys)
+        yield Served(f"http://127.0.0.1:{port}", port, keys, memory)
     finally:
         server.should_exit = True
         thread.join(START_TIMEOUT_S)

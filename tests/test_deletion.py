@@ -102,7 +102,8 @@ def test_http_delete_of_a_record_removes_its_words_from_search_and_the_files(tmp
                               headers=bearer(keys.create("alice")), timeout=120)
         turns = [{"speaker": "Bob", "text": f"My neighbour {SECRET} repairs old violins."}] + chat("u", 30)
         added = client.post("/v1/sessions/s/turns", json={"turns": turns})
-        assert added.status_code == 200 and added.json()["memory_ids"], added.text
+        assert added.status_code == 200, added.text
+        mem.drain(timeout_s=120)  # the segments the add closed are processed behind it
         [record] = [item for item in client.get("/v1/memories").json()["items"] if SECRET in item["text"]]
         assert client.delete(f"/v1/memories/{record['id']}").status_code == 200
         found = client.post("/v1/search", json={"query": f"{SECRET} violins", "k": 20})

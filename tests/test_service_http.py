@@ -4,6 +4,7 @@ the auth matrix (the user is always the key's), every limit, metrics, OpenAPI an
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import anyio
@@ -53,12 +54,22 @@ def api(tmp_path_factory) -> Iterator[Api]:
         alice = api.add(api.alice, "s1", "I adopted a cat called Pickle.",
                         *conversation("the cat", ALICE_CANARY))
         bob = api.add(api.bob, "s1", "I adopted a dog called Rex.", *conversation("the dog", BOB_CANARY))
-        assert alice.status_code == bob.status_code == 200 and bob.json()["memory_ids"], bob.text
+        assert alice.status_code == bob.status_code == 200, bob.text
+        processed(api.anonymous)
         api.bob_turns = [f"bob:turn:{turn_id}" for turn_id in bob.json()["turn_ids"]]
         yield api
     finally:
         server.kill()
         keys.close()
+
+
+def processed(client: httpx.Client) -> None:
+    """Until the server's ingestion worker has processed every stored turn (bounded)."""
+    for _ in range(2400):  # at most 120 s
+        if "isq_memory_ingest_pending_turns 0.0" in client.get("/metrics").text:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the ingestion backlog was not processed")
 
 
 def texts_of(response: httpx.Response) -> str:

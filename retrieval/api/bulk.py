@@ -1,6 +1,8 @@
 """Adding a whole recorded conversation through the memory API (the ingest command line and the
 evaluation): the conversation is a user, each session is added in one :meth:`Memory.add` call
-and then flushed (a recorded session is complete). A rerun adds nothing: stored turn ids replay.
+and then flushed (a recorded session is complete; the flush processes the session's turns, so
+a session's exchanges are embedded in one call and its segments close before the next session
+is added, as the batch pipeline does). A rerun adds nothing: stored turn ids replay.
 The cost comes back as :class:`retrieval.ingestion.pipeline.IngestStats` (construction ledger, summary).
 """
 
@@ -31,15 +33,15 @@ def add_conversation(memory: Memory, turns: Sequence[Turn], *, progress: bool = 
     stats.conversations = len({user for user, _ in sessions})
     bar = tqdm(total=len(turns), unit="turn", disable=not progress)
     for (user, session_id), session_turns in sessions.items():
-        first_seq = memory.store.next_seq(user)
+        first_seq, first_count = memory.store.next_seq(user), memory.store.count(user)
         added = memory.add(session_turns, user_id=user, session_id=session_id)
-        closed = memory.flush(user_id=user, session_id=session_id)
+        memory.flush(user_id=user, session_id=session_id)
         stats.sessions += 1
         stored = set(added.turn_ids)
         stats.turns += len(stored)
         stats.exchanges += len(pair_exchanges([t for t in session_turns if t.turn_id in stored],
                                               memory.segmenter.pair_turns))
-        stats.amus += len(added.amu_ids) + len(closed.amu_ids)
+        stats.amus += memory.store.count(user) - first_count  # the worker's segments and the flush's
         stats.segments += memory.store.next_seq(user) - first_seq
         bar.update(len(session_turns))
     bar.close()

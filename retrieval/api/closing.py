@@ -1,31 +1,64 @@
-"""The lock that serialises the calls on one :class:`retrieval.api.memory.Memory` and, once the
-memory is closed, refuses them with :class:`StoreUnavailable` (instead of SQLite's error about a
-closed database)."""
+"""What orders the calls on one :class:`retrieval.api.memory.Memory`: a gate every call passes
+(once the memory is closed it refuses them with :class:`StoreUnavailable` instead of SQLite's error
+about a closed database, and closing waits for the calls inside), and a pair of locks per user
+(:class:`UserGuard`): nothing is shared between users, so different users never wait for each
+other."""
 
 from __future__ import annotations
 
 import threading
+import weakref
 
 from retrieval.api.errors import StoreUnavailable
 
 
-class CallLock:
-    """A re-entrant lock that is unusable after :meth:`close`."""
+class CallGate:
+    """Counts the calls inside; after :meth:`close` (which waits for them) it admits none."""
 
     def __init__(self) -> None:
-        self._lock = threading.RLock()
+        self._idle = threading.Condition()
+        self._inside = 0
         self.closed = False
 
     def close(self) -> None:
-        with self._lock:
+        with self._idle:
             self.closed = True
+            self._idle.wait_for(lambda: self._inside == 0)
 
-    def __enter__(self) -> CallLock:
-        self._lock.acquire()
-        if self.closed:
-            self._lock.release()
-            raise StoreUnavailable("the memory is closed; open it again (Memory.open)")
+    def __enter__(self) -> CallGate:
+        with self._idle:
+            if self.closed:
+                raise StoreUnavailable("the memory is closed; open it again (Memory.open)")
+            self._inside += 1
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._lock.release()
+        with self._idle:
+            self._inside -= 1
+            self._idle.notify_all()
+
+
+class UserGuard:
+    """One user's locks. ``state`` (short holds) orders what the user's search state and turn log
+    see: an add's bind-and-commit, a segment's commit and state update, a search, a purge.
+    ``stream`` (held while segments are processed, which may take an LLM call) orders the user's
+    ingestion: the worker's steps, a flush, a purge. Take ``stream`` before ``state``."""
+
+    def __init__(self) -> None:
+        self.state = threading.RLock()
+        self.stream = threading.RLock()
+
+
+class UserGuards:
+    """The guard of each user, created on first use and kept while someone holds it."""
+
+    def __init__(self) -> None:
+        self._guards: weakref.WeakValueDictionary[str, UserGuard] = weakref.WeakValueDictionary()
+        self._mutex = threading.Lock()
+
+    def of(self, user: str) -> UserGuard:
+        with self._mutex:
+            guard = self._guards.get(user)
+            if guard is None:
+                guard = self._guards[user] = UserGuard()
+            return guard

@@ -33,3 +33,9 @@ class MemoryBusy(MemoryAPIError):
 
 class StoreUnavailable(MemoryAPIError):
     """The store cannot be used (not a store, another model built it, read-only, closed, ...)."""
+
+
+class IngestFailed(MemoryAPIError):
+    """Closing a segment of this user failed in the ingestion worker (the message names the error).
+    The user's turns are stored and stay searchable as raw turns; its backlog is kept and tried
+    again by the next add or flush of the user."""

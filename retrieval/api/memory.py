@@ -6,12 +6,34 @@ scoped to a user, forgotten completely.
         session_id="s1") hits = mem.search("What pet does Maria have?", user_id="alice", k=10).hits
 
 Scoping: the store's ``conversation_id`` is the user; every read names it, so another user's id
-finds nothing (:class:`NotFound`). Concurrency: one :class:`Memory` writes a store; a second
+finds nothing (:class:`NotFound`). Processes: one :class:`Memory` writes a store; a second
 writing process (or a second writing ``Memory`` in this one) is refused at open with
 :class:`MemoryBusy` naming the holder's pid; any number of ``read_only`` memories may read beside
-it. Inside a process the calls on one memory are serialised by a lock. Each ``add`` stores its
-turns in one transaction before returning (searchable at once); a segment that closes commits its
-records in another (:mod:`retrieval.api.online`).
+it.
+
+Ingestion behind the add: ``add`` validates, stores its turns in one transaction, adds them to
+the user's search state (searchable as raw turns) and returns; the memory's ingestion worker
+closes segments from the turn log, each user's turns in order (:mod:`retrieval.api.backlog`:
+:meth:`Memory.pending`, :meth:`Memory.drain`; :meth:`Memory.flush` processes the user's backlog
+first). ``kill -9`` loses and duplicates nothing: the backlog is replayed at the next open.
+
+What runs in parallel and what is serialised (:mod:`retrieval.api.closing`):
+
+* Users never wait for each other: each has its own guards, search state and stream; searches,
+  gets and lists read the store on their thread's own SQLite connection (WAL), which never waits
+  for a write transaction, another user's add or segment, a consolidation or a purge.
+* A user's ``state`` guard orders its add (id binding and commit), a segment's commit with its
+  search-state update, its searches (the state is extended in place) and a purge: one commit or
+  one search at a time, never an extraction. Its ``stream`` guard orders its ingestion (worker
+  steps, flush) and a purge, which so waits for the running step.
+* All writes share the store's writer connection, one short transaction at a time (SQLite has
+  one writer); the query embedder and fingerprinter take one call at a time (their tokenizers
+  refuse concurrent use).
+
+Trust holds per user: a search scores only the user's own state, sees every commit made before
+it starts (:mod:`retrieval.api.states`) and filters by session before the cut. :meth:`Memory.close`
+waits for the calls inside and stops the worker after its step; later calls get
+:class:`StoreUnavailable`.
 """
 
 from __future__ import annotations
@@ -22,7 +44,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from retrieval.api.closing import CallLock
+from retrieval.api.backlog import Backlog
+from retrieval.api.closing import CallGate, UserGuards
 from retrieval.api.errors import InvalidInput, MemoryBusy, NotFound, StoreUnavailable
 from retrieval.api.inputs import (
     check_flag,
@@ -36,7 +59,7 @@ from retrieval.api.inputs import (
 from retrieval.api.jobs import CONSOLIDATE, JobRunner, Locked
 from retrieval.api.limits import DEFAULT_K, DEFAULT_PAGE
 from retrieval.api.loading import LLM_CACHE, MemoryModels, load_models
-from retrieval.api.online import StreamModels, UserStream
+from retrieval.api.online import StreamModels
 from retrieval.api.purge import hard_purge
 from retrieval.api.replay import check_replay
 from retrieval.api.results import AddResult, Job, MemoryItem, Page, SearchResult
@@ -58,7 +81,7 @@ class Memory:
 
     def __init__(self, store: AMUStore, models: MemoryModels, segmenter: SegmenterConfig) -> None:
         self.store, self.models, self.segmenter = store, models, segmenter
-        self._lock = CallLock()
+        self._gate, self._guards = CallGate(), UserGuards()
         self._tokens = Tokens(store_secret(store))
         model_lock = threading.Lock()
         shared = SerializedEmbedder(models.embedder)
@@ -66,14 +89,13 @@ class Memory:
         self._embedder = CachedEmbedder(shared, store)
         self._online = StreamModels(self._embedder, models.extractor, fingerprinter, segmenter)
         self._query_embedder, self._fingerprinter = shared, fingerprinter
-        self._streams: dict[str, UserStream] = {}
         self._states = SearchStates(store, self._build_snapshot)
+        self._backlog = Backlog(store, self._online, self._guards, self._states)
         self._jobs = JobRunner(store.directory, shared, models.operator, fingerprinter, self._forget_snapshot)
 
     @classmethod
     def open(cls, path: str | Path, *, fingerprinter: Any = None, embedder: Any = None,
-             extractor: Any = "rule",
-             planner: Any = "rule", operator: Any = "offline", reranker: Any = None,
+             extractor: Any = "rule", planner: Any = "rule", operator: Any = "offline", reranker: Any = None,
              read_only: bool = False, segmenter: SegmenterConfig | None = None) -> Memory:
         """Open (or create) the memory at ``path``. Models are names/paths or loaded objects
         (:mod:`retrieval.api.loading`); ``embedder`` defaults to the offline all-MiniLM-L6-v2. The
@@ -102,6 +124,7 @@ class Memory:
             discard_if_fresh(store, fresh)
             raise
         if not read_only:
+            memory._backlog.start()
             for job in store.unfinished():
                 memory._jobs.submit(job)
         return memory
@@ -124,14 +147,15 @@ class Memory:
             raise StoreUnavailable(str(err)) from None
 
     def close(self) -> None:
-        """Finish the running job (queued ones resume at the next open) and close the store; open
-        segments stay open (their turns are stored)."""
-        if self._lock.closed:
+        """Finish the running job and ingestion step (queued jobs and the rest of the backlog
+        resume at the next open), wait for the calls inside and close the store; open segments
+        stay open (their turns are stored)."""
+        if self._gate.closed:
             return
         self._jobs.close()
-        with self._lock:
-            self._lock.close()
-            self.store.close()
+        self._backlog.close()
+        self._gate.close()
+        self.store.close()
 
     def __enter__(self) -> Memory:
         return self
@@ -143,37 +167,55 @@ class Memory:
 
     def add(self, turns: Sequence[dict[str, Any] | Turn], *, user_id: str, session_id: str,
             idempotency_key: str | None = None) -> AddResult:
-        """Store the turns (searchable when this returns) and feed them to the user's open segment
-        of ``session_id``; replaying ``idempotency_key`` or a stored turn id adds nothing, giving
-        either again with another body is a :class:`Conflict` (:mod:`retrieval.api.replay`)."""
+        """Store the turns (searchable as raw turns when this returns) for the ingestion worker to
+        feed to the user's open segment of ``session_id``; ``amu_ids`` is empty (the records of
+        segments the turns close come later: :meth:`flush`, :meth:`drain`). Replaying
+        ``idempotency_key`` or a stored turn id adds nothing, giving either again with another
+        body is a :class:`Conflict` (:mod:`retrieval.api.replay`)."""
         user, session = check_id("user_id", user_id), check_id("session_id", session_id)
         key = optional_id("idempotency_key", idempotency_key)
         checked = check_turns(turns)
-        with self._lock:
+        with self._gate, self._guards.of(user).state:
             self._writable()
-            stream = self._stream(user)
-            bound = self._bind_ids(user, session, checked)
+            bound = self.store.bind_turn_ids(user, session, checked)
             ids_given = {turn.turn_id for turn in checked if turn.turn_id is not None}
             replayed = check_replay(self.store, user, bound, ids_given, key)
             if replayed is not None:
                 return AddResult((), (), replayed, replayed=True)
-            stored = self.store.append_turns(user, bound, key)
+            with self.store.tracking(user) as marks:
+                stored = self.store.append_turns(user, bound, key)
+            self._states.extend(user, marks, turns=stored)
+            self._backlog.added(user, len(stored))
             new_ids = {turn.turn_id for turn in stored}
-            self._extend_snapshot(user, (), stored)
-            amus = stream.push(stored)
-            self._extend_snapshot(user, amus)
-            return AddResult(tuple(t.turn_id for t in stored), tuple(a.id for a in amus),
+            return AddResult(tuple(t.turn_id for t in stored), (),
                              tuple(t.turn_id for t in bound if t.turn_id not in new_ids))
 
     def flush(self, *, user_id: str, session_id: str) -> AddResult:
-        """Close the open segment of (user, session): its records commit now."""
+        """Process the user's backlog, then close the open segment of (user, session); returns the
+        records of the segments this call closed (not those the worker closed before it), or
+        raises :class:`retrieval.api.errors.IngestFailed` (the turns stay stored, tried again)."""
         user, session = check_id("user_id", user_id), check_id("session_id", session_id)
-        with self._lock:
+        with self._gate:
             self._writable()
             self._require_session(user, session)
-            amus = self._stream(user).flush(session)
-            self._extend_snapshot(user, amus)
+            guard = self._guards.of(user)
+            with guard.stream:
+                amus = self._backlog.flush(user, session)
             return AddResult((), tuple(a.id for a in amus))
+
+    def pending(self, user_id: str | None = None) -> int:
+        """Turns stored but not yet processed by the ingestion worker, of the user or of all."""
+        user = optional_id("user_id", user_id)
+        with self._gate:
+            return self._backlog.pending(user)
+
+    def drain(self, *, user_id: str | None = None, timeout_s: float | None = None) -> None:
+        """Wait until the ingestion worker has processed the user's (or every user's) stored
+        turns; raises :class:`retrieval.api.errors.IngestFailed` for a failed segment (once; it is
+        tried again) and :class:`TimeoutError` when ``timeout_s`` passes first."""
+        user = optional_id("user_id", user_id)
+        with self._gate:
+            self._backlog.wait(user, timeout_s)
 
     def delete(self, id: str, *, user_id: str) -> None:
         """Hard-purge one record or one raw turn of this user and everything derived from it.
@@ -186,9 +228,10 @@ class Memory:
         other turns stated. Deleting the user's last turn is ``forget(user_id=)``
         (:mod:`retrieval.memory.purge`, :mod:`retrieval.api.purge`)."""
         user, item = check_id("user_id", user_id), check_id("id", id)
-        with self._lock:
+        guard = self._guards.of(user)
+        with self._gate, guard.stream, guard.state:
             self._writable()
-            turn_id = self._turn_id(user, item)
+            turn_id = turn_id_of(user, item)
             if turn_id is not None:
                 if not self.store.stored_turn_ids(user, [turn_id]):
                     raise NotFound(f"no turn {item!r} for user {user!r}", "id")
@@ -201,7 +244,8 @@ class Memory:
         """Hard-purge everything of the user, or one of its sessions: the session's turns and what
         derives from them, as :meth:`delete` of each turn does."""
         user, session = check_id("user_id", user_id), optional_id("session_id", session_id)
-        with self._lock:
+        guard = self._guards.of(user)
+        with self._gate, guard.stream, guard.state:
             self._writable()
             if session is not None:
                 self._require_session(user, session)
@@ -214,7 +258,7 @@ class Memory:
         """Queue a durable consolidation job of the user's memory (the unfinished one if there is
         one); with ``wait``, return when it is done or failed."""
         user, session = check_id("user_id", user_id), optional_id("session_id", session_id)
-        with self._lock:
+        with self._gate:
             self._writable()
             if session is not None:
                 self._require_session(user, session)
@@ -235,18 +279,18 @@ class Memory:
         codebook route when a fingerprinter is set (:mod:`retrieval.api.search`)."""
         user, session = check_id("user_id", user_id), optional_id("session_id", session_id)
         text, k, explain = check_query(query), check_k(k), check_flag("explain", explain)
-        with self._lock:
+        with self._gate, self._guards.of(user).state:
             if session is not None:
                 self._require_session(user, session)
-            snapshot = self._snapshot(user)
+            snapshot = self._states.get(user)
             return run_search(snapshot, text, k, session=session, explain=explain,
                               planner=self.models.planner, reranker=self.models.reranker)
 
     def get(self, id: str, *, user_id: str) -> MemoryItem:
         """One record (active or archived) or raw turn of this user."""
         user, item = check_id("user_id", user_id), check_id("id", id)
-        with self._lock:
-            turn_id = self._turn_id(user, item)
+        with self._gate:
+            turn_id = turn_id_of(user, item)
             if turn_id is not None:
                 try:
                     return _turn_item(self.store.turn(user, turn_id), user)
@@ -263,7 +307,7 @@ class Memory:
         after = 0 if cursor is None else self._tokens.open(CURSOR, user, cursor)
         if after is None:
             raise InvalidInput(f"cursor {cursor!r} is not one a previous list returned", "cursor")
-        with self._lock:
+        with self._gate:
             rows = self.store.page(user, session_id=session, after=after, limit=limit + 1)
             items = tuple(_record_item(amu, None) for _, amu in rows[:limit])
             more = len(rows) > limit
@@ -272,7 +316,7 @@ class Memory:
     def history(self, id: str, *, user_id: str) -> builtins.list[MemoryItem]:
         """What consolidation forwarded into this record, directly or not (oldest first)."""
         user, item = check_id("user_id", user_id), check_id("id", id)
-        with self._lock:
+        with self._gate:
             self._amu(user, item)
             predecessors: dict[str, builtins.list[str]] = {}
             for archived, successor in self.store.successors(user).items():
@@ -288,7 +332,7 @@ class Memory:
         """A job of this user."""
         user = check_id("user_id", user_id)
         number = self._tokens.open(JOB, user, id)
-        with self._lock:
+        with self._gate:
             row = None if number is None else self.store.job_row(number)
             if row is None or row.user_id != user:
                 raise NotFound(f"no job {id!r} for user {user!r}", "id")
@@ -296,7 +340,7 @@ class Memory:
 
     def users(self) -> builtins.list[str]:
         """Every user with stored turns (for operators and command lines, not for agents)."""
-        with self._lock:
+        with self._gate:
             return self.store.users()
 
     # -- internals ------------------------------------------------------------------------------
@@ -305,63 +349,29 @@ class Memory:
         if self.store.read_only:
             raise StoreUnavailable(f"{self.store.directory} is open read-only")
 
-    def _stream(self, user: str) -> UserStream:
-        if user not in self._streams:
-            stream, amus = UserStream.load(user, self.store, self._online)
-            self._streams[user] = stream
-            self._extend_snapshot(user, amus)
-        return self._streams[user]
-
-    def _bind_ids(self, user: str, session: str, checked: Sequence[Any]) -> builtins.list[Turn]:
-        """Turns with ids: the caller's, or ``<session>:<n>`` numbered after the session's turns."""
-        count = self.store.session_turn_count(user, session)
-        taken = self.store.stored_turn_ids(user, [f"{session}:{count + i + 1}" for i in range(len(checked))])
-        bound, number = [], count
-        for turn in checked:
-            turn_id = turn.turn_id
-            while turn_id is None:
-                number += 1
-                candidate = f"{session}:{number}"
-                if candidate not in taken and all(candidate != t.turn_id for t in checked):
-                    turn_id = candidate
-            bound.append(turn.bind(user, session, turn_id))
-        return bound
-
-    def _snapshot(self, user: str) -> Snapshot:
-        return self._states.get(user)
-
     def _build_snapshot(self, user: str) -> Snapshot:
         return Snapshot.build(self.store, user, self._embedder, self._query_embedder, self._fingerprinter)
 
-    def _extend_snapshot(self, user: str, amus: Sequence[AMU], turns: Sequence[Turn] = ()) -> None:
-        """This memory's own write (stored turns, committed records) joins the user's search state."""
-        snapshot = self._states.held(user)
-        if snapshot is not None and (amus or turns):
-            snapshot.add_turns(turns)
-            snapshot.add_records(self.store, amus)
-            self._states.noted(user)
-
     def _forget_snapshot(self, user: str) -> None:
-        with self._lock:
+        with self._guards.of(user).state:
             self._states.drop(user)
 
     def cache_gauges(self) -> dict[str, float]:
         """The per-user caches' sizes for ``/metrics``: search states held and their estimated
-        bytes (:mod:`retrieval.api.states`), user streams held. Does not wait for the memory's lock."""
-        return {**self._states.gauges(), "user_streams": len(self._streams)}
+        bytes (:mod:`retrieval.api.states`), user streams held, and the ingestion backlog (turns
+        stored but not yet processed). Waits for no user."""
+        return {**self._states.gauges(), "user_streams": self._backlog.streams(),
+                "ingest_pending_turns": self._backlog.pending()}
 
     def _purge(self, user: str, **selection: Any) -> None:
+        """The caller holds both of the user's guards, so no segment of a purged turn commits."""
         hard_purge(self.store, user, self.store.directory / LLM_CACHE, **selection)
         self._states.drop(user)
-        self._streams.pop(user, None)  # an open segment may have held a purged turn: reload it
+        self._backlog.reset(user)  # an open segment may have held a purged turn: reload it
 
     def _require_session(self, user: str, session: str) -> None:
         if not self.store.has_session(user, session):
             raise NotFound(f"user {user!r} has no session {session!r}", "session_id")
-
-    @staticmethod
-    def _turn_id(user: str, item: str) -> str | None:
-        return turn_id_of(user, item)
 
     def _amu(self, user: str, item: str) -> AMU:
         try:

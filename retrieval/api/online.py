@@ -14,14 +14,16 @@ It reproduces the batch ingestion (:mod:`retrieval.ingestion.pipeline`) turn by 
 
 Each closed segment commits its AMUs, fingerprints and index rows in one transaction
 (:meth:`retrieval.memory.store.AMUStore.commit_stored_turns`) and embeds its texts into the
-store's vector cache, as batch ingestion does.
+store's vector cache, as batch ingestion does (:meth:`UserStream.store_segment`; the memory's
+ingestion worker wraps it to update the user's search state under the user's guard,
+:mod:`retrieval.api.backlog`). A stream is used by one thread at a time.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,17 +57,23 @@ class UserStream:
 
     def __init__(self, user: str, store: AMUStore, models: StreamModels) -> None:
         self.user, self.store, self.models = user, store, models
+        self.publish: Callable[[Segment, SegmentRecord, list[AMU]], None] = self.store_segment
         self.history: deque[float] = deque(maxlen=models.config.history_size)
         self.sessions: dict[str, OpenSession] = {}
         self.context = ReferenceContext(())
         self.next_seq = store.next_seq(user)
 
     @classmethod
-    def load(cls, user: str, store: AMUStore, models: StreamModels) -> tuple[UserStream, list[AMU]]:
+    def load(cls, user: str, store: AMUStore, models: StreamModels, turns: Sequence[Turn] | None = None,
+             publish: Callable[[UserStream, Segment, SegmentRecord, list[AMU]], None] | None = None,
+             ) -> tuple[UserStream, list[AMU]]:
         """The stream after a restart: the reference context replayed from the stored segments of
-        the last session, the stored turns no segment covers fed again (segments they close are
-        committed now). Returns it and the AMUs so committed."""
+        the last session, the stored turns no segment covers (or ``turns``, read by the caller)
+        fed again (segments they close are committed now, through ``publish`` when given).
+        Returns it and the AMUs so committed."""
         stream = cls(user, store, models)
+        if publish is not None:
+            stream.publish = lambda segment, record, amus: publish(stream, segment, record, amus)
         segments = store.segments(user)
         trailing: list[SegmentRecord] = []
         for record in reversed(segments):  # the context only carries over within the last session
@@ -76,7 +84,7 @@ class UserStream:
             stream.context.enter(record.session_id)
             texts = [amu.text for amu in store.by_segment(user, record.seq) if not amu.archived]
             stream.context.record(record.state, texts)
-        return stream, stream.push(store.uncovered_turns(user))
+        return stream, stream.push(store.uncovered_turns(user) if turns is None else turns)
 
     def open_session(self, session_id: str) -> OpenSession:
         if session_id not in self.sessions:
@@ -136,9 +144,11 @@ class UserStream:
         context.enter(segment.session_id)
         extraction = models.extractor.extract(segment, context)
         amus = fingerprinted(extraction.amus, models.fingerprinter)
-        self.store.commit_stored_turns(segment_record(segment, extraction.state, extraction.fallback,
-                                                      len(amus)),
-                                       amus)
-        embed_segment(models.embedder, segment.turns, amus)
+        self.publish(segment, segment_record(segment, extraction.state, extraction.fallback, len(amus)), amus)
         context.record(extraction.state, [amu.text for amu in amus])
         return amus
+
+    def store_segment(self, segment: Segment, record: SegmentRecord, amus: list[AMU]) -> None:
+        """Commit a closed segment's records in one transaction, then embed its texts."""
+        self.store.commit_stored_turns(record, amus)
+        embed_segment(self.models.embedder, segment.turns, amus)

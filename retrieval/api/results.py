@@ -14,8 +14,9 @@ class _Plain:
 
 @dataclass(frozen=True)
 class AddResult(_Plain):
-    """What one ``add`` committed: the ids of the turns stored now (a replayed key or turn id adds
-    none: ``duplicates`` lists those), and of the AMUs of every segment that closed."""
+    """What one ``add`` or ``flush`` committed: the ids of the turns stored now (a replayed key or
+    turn id adds none: ``duplicates`` lists those), and of the AMUs of the segments the call closed
+    (a flush's; an add leaves segments to the ingestion worker, so it lists none)."""
 
     turn_ids: tuple[str, ...]
     amu_ids: tuple[str, ...] = ()

@@ -2,13 +2,19 @@
 searches: always the store's latest commit, and bounded in memory.
 
 Fresh. A state remembers the user's rows it reflects (:meth:`retrieval.memory.store.AMUStore.
-user_version`). Before a search, the store's ``data_version`` says whether another connection
-committed since the last look (another process's writer, or the job worker's connection); when
-one has, every held state is checked once against its user's rows, and a state whose user
-changed is dropped, to be built again from the store by the search that needs it. The memory's
-own writes extend a state in place and then :meth:`SearchStates.noted` records the rows they
-leave. A state's rows are read before it is built, so a commit that lands during the build is
-seen at the next search.
+user_version`). Before a search, the store's ``data_version`` says whether any connection
+committed since the user's state was last checked (this memory's writer, another process's, the
+job worker's); when one has, the user's rows are read again, and a state whose user changed is
+dropped, to be built again from the store by the search that needs it. The memory's own writes
+extend a state in place (:meth:`SearchStates.extend`): their transactions report the user's rows
+at their start and end (:meth:`retrieval.memory.store.AMUStore.tracking`), and a state extends
+only when the first start is the rows it holds and each start is the previous end, else it is
+dropped (a job committed between). A state's rows are read before it is built, so a commit that
+lands during the build is seen at the next search.
+
+Threads. The memory holds the user's ``state`` guard (:class:`retrieval.api.closing.UserGuard`)
+around every call for that user; the table of held states and its byte count are shared by all
+users and change under one short lock, so users never wait for each other's builds or searches.
 
 Bounded. The states are kept in least-recently-searched order within :data:`SEARCH_STATE_BYTES`
 (the sum of :meth:`retrieval.api.snapshot.Snapshot.size_bytes`, an estimate): the least recently
@@ -20,10 +26,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from retrieval.api.snapshot import Snapshot
+from retrieval.memory.records import AMU, Turn
 from retrieval.memory.store import AMUStore
 
 SEARCH_STATE_BYTES = 512 * 2**20
@@ -40,7 +48,7 @@ class _Held:
 
 class SearchStates:
     """The users' search states of one memory (see the module docstring); ``build(user)`` makes
-    one from the store. The memory serialises the calls; :meth:`gauges` may run beside them."""
+    one from the store. Calls for one user are serialised by the caller (its user guard)."""
 
     def __init__(self, store: AMUStore, build: Callable[[str], Snapshot], limit: int | None = None) -> None:
         self.store, self.build = store, build
@@ -67,24 +75,25 @@ class SearchStates:
             self._resize(user, held)
         else:  # unchanged since it was last measured: only its place in the order moves
             with self._guard:
-                self._held.move_to_end(user)
+                if user in self._held:
+                    self._held.move_to_end(user)
         return held.snapshot
 
-    def held(self, user: str) -> Snapshot | None:
-        """The user's state if one is kept (for the memory's own writes to extend), else None."""
+    def extend(self, user: str, marks: Sequence[tuple[Any, Any]], turns: Sequence[Turn] = (),
+               amus: Sequence[AMU] = ()) -> None:
+        """The memory's own write (its transactions' ``marks``) stored ``turns`` or committed
+        ``amus``: they join the user's held state, or the state is dropped when the marks show
+        another change of the user it does not hold."""
         held = self._held.get(user)
-        return None if held is None else held.snapshot
-
-    def noted(self, user: str) -> None:
-        """The memory's own write extended the user's state: record the rows it now reflects."""
-        held = self._held.get(user)
-        if held is None:
+        if held is None or not marks:
             return
-        rows = self.store.user_version(user)
-        if self.store.data_version() != held.checked:  # another connection committed meanwhile
+        starts, ends = [start for start, _ in marks], [held.rows] + [end for _, end in marks[:-1]]
+        if starts != ends:
             self.drop(user)
             return
-        held.rows = rows
+        held.snapshot.add_turns(turns)
+        held.snapshot.add_records(self.store, amus)
+        held.rows = marks[-1][1]
         self._resize(user, held)
 
     def drop(self, user: str) -> None:
@@ -103,6 +112,8 @@ class SearchStates:
         while the bound is exceeded."""
         size = held.snapshot.size_bytes()
         with self._guard:
+            if self._held.get(user) is not held:  # dropped meanwhile
+                return
             self._bytes += size - held.size
             held.size = size
             self._held.move_to_end(user)

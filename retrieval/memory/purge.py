@@ -156,8 +156,9 @@ class Purge:
                 for marks, chunk in in_chunks(keys):
                     db.execute(f"DELETE FROM {table} WHERE item IN ({marks})", chunk)
             db.execute("INSERT INTO amu_fts (amu_fts) VALUES ('optimize')")
-        self._db.execute("VACUUM")
-        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        with self._writing() as db:  # type: ignore[attr-defined]
+            db.execute("VACUUM")
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     @staticmethod
     def _rows(db: sqlite3.Connection, sql: str, column: str, values: Sequence[object],

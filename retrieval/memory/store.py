@@ -9,7 +9,13 @@ extractor), so a resumed run with other models is refused instead of mixing them
 Open for writing (the default) the store holds a writer lock per role (:mod:`retrieval.memory.
 lock`): a second ingest into the same store is refused with a message, while a consolidation
 worker (another role) may write beside it; SQLite serialises their transactions. Open with
-``read_only=True`` it takes no lock and refuses every write. Bad files (not a database, an
+``read_only=True`` it takes no lock and refuses every write.
+
+Connections. Writes go through one writer connection, one transaction at a time (threads of the
+process queue on a lock for it; reads inside a transaction use it too). Every other read runs
+on a connection of the reading thread, opened on its first read: in WAL mode a reader sees the
+last commit and never waits for the writer's transaction, so the store can be read from many
+threads at once. Bad files (not a database, an
 unknown schema version, no permission) raise one :class:`StoreError` naming the file, and so do
 SQLite faults once it is open (a damaged page, a dropped table, a full disk:
 :mod:`retrieval.memory.faults`).
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -67,10 +74,15 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows, S
         self.path = self.directory / self.DB_NAME
         self.read_only = read_only
         self._lock: WriterLock | None = None
+        self._local = threading.local()
+        self._writes = threading.RLock()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_guard = threading.Lock()
+        self._writer: sqlite3.Connection | None = None
         if read_only:
             if not self.path.is_file():
                 raise StoreError(f"no store at {self.directory} ({self.DB_NAME} is missing)")
-            self._db = self._connect_read_only()
+            self._watch = self._connect_read_only()
         else:
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
@@ -80,20 +92,50 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows, S
                 raise StoreError(
                     f"{self.directory} is not writable ({err.strerror}); open it read-only") from None
             try:
-                self._db = self._connect(str(self.path))
-                self._db.execute("PRAGMA journal_mode=WAL")
+                writer = self._writer = self._connect(str(self.path))
+                writer.execute("PRAGMA journal_mode=WAL")
                 # Freed pages are zeroed, so a purged user's text leaves no trace in the file.
-                self._db.execute("PRAGMA secure_delete=ON")
+                writer.execute("PRAGMA secure_delete=ON")
                 # WAL + NORMAL: a commit survives the process being killed (the online API acknowledges
                 # each add after its commit); only a power cut may undo the last commits. One fsync
                 # per checkpoint instead of one per transaction: adds are ~2x faster.
-                self._db.execute("PRAGMA synchronous=NORMAL")
+                writer.execute("PRAGMA synchronous=NORMAL")
+                writer.row_factory = sqlite3.Row
+                writer.execute("PRAGMA foreign_keys=ON")
+                self._watch = self._connect(str(self.path))
             except BaseException:
                 self._lock.release()
                 raise
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA foreign_keys=ON")
+        self._watch_guard = threading.Lock()
         self._prepare_schema()
+
+    @property
+    def _db(self) -> sqlite3.Connection:  # type: ignore[override]  # the mixins read it as an attribute
+        """The writer inside this thread's transaction, else this thread's reader."""
+        if getattr(self._local, "writing", 0):
+            assert self._writer is not None
+            return self._writer
+        reader = getattr(self._local, "reader", None)
+        if reader is None:
+            reader = self._connect(str(self.path)) if self._writer is not None else self._connect_read_only()
+            reader.row_factory = sqlite3.Row
+            reader.execute("PRAGMA foreign_keys=ON")
+            with self._readers_guard:
+                self._readers.append(reader)
+            self._local.reader = reader
+        return reader
+
+    @contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """This thread holds the writer connection (no transaction of its own opened)."""
+        if self._writer is None:
+            raise StoreError(f"{self.path} is open read-only")
+        with self._writes:
+            self._local.writing = getattr(self._local, "writing", 0) + 1
+            try:
+                yield self._writer
+            finally:
+                self._local.writing -= 1
 
     def _connect(self, target: str) -> sqlite3.Connection:
         try:
@@ -150,7 +192,11 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows, S
         return [row for row in rows if row != "ok"] + missing
 
     def close(self) -> None:
-        self._db.close()
+        """Close every connection (the readers of all threads too) and release the writer lock."""
+        with self._readers_guard:
+            readers, self._readers = self._readers, []
+        for connection in [*readers, self._watch] + ([] if self._writer is None else [self._writer]):
+            connection.close()
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -163,16 +209,32 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows, S
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        if self.read_only:
-            raise StoreError(f"{self.path} is open read-only")
-        self._db.execute("BEGIN IMMEDIATE")
+        with self._writing() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                tracked = getattr(self._local, "tracked", None)
+                before = None if tracked is None else self.user_version(tracked[0])
+                yield db
+                if tracked is not None:
+                    tracked[1].append((before, self.user_version(tracked[0])))
+            except BaseException:
+                if db.in_transaction:  # SQLite rolls back by itself after some faults (a full disk)
+                    db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    @contextmanager
+    def tracking(self, user_id: str) -> Iterator[list[tuple[Any, Any]]]:
+        """Record, for each transaction this thread commits inside the block, the user's
+        :meth:`user_version` at its start and at its end (the writer holds the store meanwhile, so
+        nothing else changed the user between them): a reader extending its copy of the user
+        checks that the first start is the version it holds (:mod:`retrieval.api.states`)."""
+        marks: list[tuple[Any, Any]] = []
+        self._local.tracked = (user_id, marks)
         try:
-            yield self._db
-        except BaseException:
-            if self._db.in_transaction:  # SQLite rolls back by itself after some faults (a full disk)
-                self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+            yield marks
+        finally:
+            self._local.tracked = None
 
     # -- what built the store -------------------------------------------------------------------
 

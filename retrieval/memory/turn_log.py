@@ -2,7 +2,9 @@
 commits its new turns and its idempotency key (with the ids of every turn of that add) in one
 transaction, before any segment closes, so an acknowledged turn survives a crash and is
 searchable at once. A turn that no committed segment
-covers yet belongs to an open segment; :meth:`TurnLog.uncovered_turns` finds them after a restart.
+covers yet belongs to an open segment or to the memory's ingestion backlog: the turn log is the
+ingestion worker's queue (:mod:`retrieval.api.backlog`), :meth:`TurnLog.backlog` reads it and
+:meth:`TurnLog.uncovered_turns` finds the turns of open segments after a restart.
 
 A mixin of :class:`retrieval.memory.store.AMUStore` (which owns the connection). The store's
 ``conversation_id`` is the API's user scope (schema 4, :mod:`retrieval.memory.schema`).
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
+from typing import Any
 
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.reads import turn_from_row
@@ -47,6 +50,22 @@ class TurnLog:
                            (user, key, json.dumps([turn.turn_id for turn in turns])))
         return new
 
+    def bind_turn_ids(self, user: str, session: str, turns: Sequence[Any]) -> list[Turn]:
+        """The turns (checked inputs) with ids: the caller's, or ``<session>:<n>`` numbered after
+        the session's stored turns."""
+        count = self.session_turn_count(user, session)
+        taken = self.stored_turn_ids(user, [f"{session}:{count + i + 1}" for i in range(len(turns))])
+        bound, number = [], count
+        for turn in turns:
+            turn_id = turn.turn_id
+            while turn_id is None:
+                number += 1
+                candidate = f"{session}:{number}"
+                if candidate not in taken and all(candidate != t.turn_id for t in turns):
+                    turn_id = candidate
+            bound.append(turn.bind(user, session, turn_id))
+        return bound
+
     def idempotent_turn_ids(self, user: str, key: str) -> list[str] | None:
         """The turn ids of the add ``key`` named, or None when the user has not used ``key``."""
         row = self._db.execute("SELECT turn_ids FROM idempotency WHERE conversation_id = ? AND key = ?",
@@ -68,11 +87,33 @@ class TurnLog:
 
     def uncovered_turns(self, user: str) -> list[Turn]:
         """The user's stored turns that no committed segment covers (its open segments), in order."""
+        return self.backlog(user)[0]
+
+    def backlog(self, user: str, after: int | None = None) -> tuple[list[Turn], int]:
+        """The user's turns to feed to its segmentation, in order, and the highest turn position
+        read (``after`` when none): without ``after``, every stored turn no committed segment
+        covers; with it, the turns stored after position ``after`` (the caller fed the others)."""
+        if after is not None:
+            rows = self._db.execute("SELECT * FROM turns WHERE conversation_id = ? AND position > ? "
+                                    "ORDER BY position", (user, after)).fetchall()
+            return [turn_from_row(row) for row in rows], max([after, *(row["position"] for row in rows)])
         covered = {turn_id for (turn_ids,) in self._db.execute(
             "SELECT turn_ids FROM segments WHERE conversation_id = ?", (user,))
                    for turn_id in json.loads(turn_ids)}
-        rows = self._db.execute("SELECT * FROM turns WHERE conversation_id = ? ORDER BY position", (user,))
-        return [turn_from_row(row) for row in rows.fetchall() if row["turn_id"] not in covered]
+        rows = self._db.execute("SELECT * FROM turns WHERE conversation_id = ? ORDER BY position",
+                                (user,)).fetchall()
+        last = max([0, *(row["position"] for row in rows)])
+        return [turn_from_row(row) for row in rows if row["turn_id"] not in covered], last
+
+    def backlog_users(self) -> list[str]:
+        """Users that may have turns no committed segment covers (more stored turns than their
+        segments list), in order of their first turn."""
+        rows = self._db.execute(
+            "SELECT t.conversation_id FROM (SELECT conversation_id, COUNT(*) AS n, MIN(position) AS first "
+            "FROM turns GROUP BY conversation_id) t LEFT JOIN (SELECT conversation_id, "
+            "SUM(json_array_length(turn_ids)) AS n FROM segments GROUP BY conversation_id) s "
+            "ON s.conversation_id = t.conversation_id WHERE t.n != COALESCE(s.n, 0) ORDER BY t.first")
+        return [row[0] for row in rows]
 
     def next_seq(self, user: str) -> int:
         """The number of the user's next segment."""

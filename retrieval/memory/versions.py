@@ -6,18 +6,22 @@ changed.
 from __future__ import annotations
 
 import sqlite3
+import threading
 
 
 class StoreVersions:
     """The store's change markers (a mixin of :class:`retrieval.memory.store.AMUStore`)."""
 
     _db: sqlite3.Connection
+    _watch: sqlite3.Connection
+    _watch_guard: threading.Lock
 
     def data_version(self) -> int:
-        """SQLite's ``PRAGMA data_version`` of this connection: it moves when another connection
-        (another process, or another connection of this one) commits, never for this
-        connection's own commits."""
-        (version,) = self._db.execute("PRAGMA data_version").fetchone()
+        """SQLite's ``PRAGMA data_version`` of the store's watching connection, which never writes:
+        it moves whenever any connection commits (this store's writer, another process, the job
+        worker's store), so equal values mean nothing was committed in between."""
+        with self._watch_guard:
+            (version,) = self._watch.execute("PRAGMA data_version").fetchone()
         return int(version)
 
     def user_version(self, user_id: str) -> tuple[int, ...]:

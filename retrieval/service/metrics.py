@@ -27,7 +27,8 @@ _GAUGES = {"amus": "records (AMUs) stored, all users",
            "queued_jobs": "consolidation jobs queued or running",
            "search_states": "users whose search state is held in memory",
            "search_state_bytes": "estimated bytes of the search states held (bounded: least recent dropped)",
-           "user_streams": "users whose segmentation stream is held in memory"}
+           "user_streams": "users whose segmentation stream is held in memory",
+           "ingest_pending_turns": "turns stored but not yet processed by the ingestion worker"}
 
 
 class _MemoryCollector(Collector):

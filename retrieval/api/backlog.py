@@ -1,0 +1,201 @@
+"""Ingestion behind the add: one worker thread per memory closes the segments of the turns that
+:meth:`retrieval.api.memory.Memory.add` stored (exchange embeddings, segmentation, extraction,
+fingerprints, records, index rows, the user's search state), each user's turns strictly in order.
+
+The turn log is the queue. An add commits its turns and tells the worker; the worker reads
+every turn of the user stored since the last it fed (one read, so a many-turn add or a backlog
+of several adds is embedded in one call) and feeds them to the user's
+:class:`retrieval.api.online.UserStream`. Nothing else records the queue: after a crash (a
+``kill -9`` anywhere) the turns no committed segment covers are the backlog, and at open the
+worker replays every user that has some, so no turn is lost or fed twice and no segment is
+committed twice (a segment's records, index rows and progress row commit in one transaction).
+
+A step holds the user's ``stream`` guard (:class:`retrieval.api.closing.UserGuard`) while it
+processes and the ``state`` guard only to read the log and to commit each closed segment with its
+search-state update, so the user's adds and searches wait at most for one commit, and other users
+never wait. :meth:`Backlog.process` runs a step in the caller's thread (a flush).
+
+Errors. A step that raises (an extractor's error, a full disk) does not stop the worker: the
+user's stream is dropped (reloaded from the store at its next step, so the failed segment's
+turns are fed again), the error is kept, and the worker leaves the user alone until the error
+is surfaced, as :class:`retrieval.api.errors.IngestFailed`, by :meth:`Backlog.wait` (a drain)
+or by the next flush, which tries the backlog again itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from retrieval.api.closing import UserGuard, UserGuards
+from retrieval.api.errors import IngestFailed, StoreUnavailable
+from retrieval.api.online import StreamModels, UserStream
+from retrieval.api.states import SearchStates
+from retrieval.memory.records import AMU, Segment, SegmentRecord
+from retrieval.memory.store import AMUStore
+
+
+@dataclass
+class _User:
+    """What the worker knows of one user: its stream and the last turn position fed to it, the
+    turns stored but not yet fed or being fed, and the error of its last step."""
+
+    pending: int = 0
+    stream: UserStream | None = None
+    fed: int = 0
+    error: str | None = None
+
+
+class Backlog:
+    """The ingestion worker of one writable memory (see the module docstring)."""
+
+    def __init__(self, store: AMUStore, models: StreamModels, guards: UserGuards,
+                 states: SearchStates) -> None:
+        self.store, self.models, self.guards, self.states = store, models, guards, states
+        self._users: dict[str, _User] = {}
+        self._due: OrderedDict[str, None] = OrderedDict()
+        self._changed = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Count each user's unprocessed turns in the store and start the worker on them."""
+        for user in self.store.backlog_users():
+            count = len(self.store.uncovered_turns(user))
+            if count:
+                self._users[user] = _User(pending=count)
+                self._due[user] = None
+        self._thread = threading.Thread(target=self._run, name="memory-ingest", daemon=True)
+        self._thread.start()
+
+    def added(self, user: str, count: int) -> None:
+        """``count`` turns of ``user`` were stored (the caller holds the user's ``state`` guard)."""
+        if not count:
+            return
+        with self._changed:
+            self._users.setdefault(user, _User()).pending += count
+            if self._users[user].error is None:
+                self._due[user] = None
+            self._changed.notify_all()
+
+    def pending(self, user: str | None = None) -> int:
+        """Turns stored but not yet processed, of ``user`` or of all users."""
+        with self._changed:
+            if user is not None:
+                return self._users[user].pending if user in self._users else 0
+            return sum(state.pending for state in self._users.values())
+
+    def streams(self) -> int:
+        """How many users' streams are held."""
+        with self._changed:
+            return sum(state.stream is not None for state in self._users.values())
+
+    def wait(self, user: str | None, timeout_s: float | None) -> None:
+        """Until the user's (or every user's) backlog is processed; raises the error of a failed
+        step (:class:`IngestFailed`, once: the worker then tries again), :class:`TimeoutError`
+        after ``timeout_s``, :class:`StoreUnavailable` when the memory closes meanwhile."""
+        def settled() -> bool:
+            states = [self._users.get(user, _User())] if user is not None else list(self._users.values())
+            return self._closed or all(s.pending == 0 or s.error is not None for s in states)
+
+        with self._changed:
+            done = self._changed.wait_for(settled, timeout_s)
+            failed = [(name, s) for name, s in self._users.items()
+                      if s.error is not None and user in (None, name)]
+            if failed:
+                name, state = failed[0]
+                error, state.error = state.error, None
+                self._due[name] = None
+                self._changed.notify_all()
+                raise IngestFailed(f"processing the turns of user {name!r} failed: {error}", "user_id")
+            if self._closed and self.pending(user):
+                raise StoreUnavailable("the memory closed before its backlog was processed; "
+                                       "it resumes when the memory opens again")
+            if not done:
+                raise TimeoutError(f"{self.pending(user)} turns still pending after {timeout_s} s")
+
+    def process(self, user: str) -> list[AMU]:
+        """Feed every turn of the user stored so far to its stream; returns the records of the
+        segments that closed. The caller holds the user's ``stream`` guard. Raises
+        :class:`IngestFailed` when it fails."""
+        guard = self.guards.of(user)
+        with self._changed:
+            state = self._users.setdefault(user, _User())
+        with guard.state:
+            turns, last = self.store.backlog(user, None if state.stream is None else state.fed)
+        try:
+            if state.stream is None:
+                state.stream, amus = UserStream.load(user, self.store, self.models, turns, self._publish)
+            else:
+                amus = state.stream.push(turns)
+        except Exception as err:
+            raise self._failed(user, state, err) from err
+        state.fed = last
+        with self._changed:
+            state.pending -= len(turns)
+            state.error = None
+            self._changed.notify_all()
+        return amus
+
+    def flush(self, user: str, session: str) -> list[AMU]:
+        """:meth:`process`, then close the session's open segment; returns the records of every
+        segment so closed (the caller holds the user's ``stream`` guard)."""
+        amus = self.process(user)
+        state = self._users[user]
+        assert state.stream is not None
+        try:
+            return amus + state.stream.flush(session)
+        except Exception as err:
+            raise self._failed(user, state, err) from err
+
+    def reset(self, user: str) -> None:
+        """Forget the user's stream after its turns changed (a purge; the caller holds both of the
+        user's guards): the next step reloads it from the store."""
+        with self._changed:
+            state = self._users.get(user)
+        if state is not None:
+            self._reset(user, state, None)
+
+    def close(self) -> None:
+        """Stop after the running step; the rest of the backlog stays in the turn log."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _failed(self, user: str, state: _User, err: Exception) -> IngestFailed:
+        with self.guards.of(user).state:
+            self._reset(user, state, f"{type(err).__name__}: {err}")
+        return IngestFailed(f"processing the turns of user {user!r} failed: {state.error}", "user_id")
+
+    def _reset(self, user: str, state: _User, error: str | None) -> None:
+        count = len(self.store.uncovered_turns(user))
+        with self._changed:
+            state.stream, state.fed, state.error, state.pending = None, 0, error, count
+            if count and error is None:
+                self._due[user] = None
+            self._changed.notify_all()
+
+    def _publish(self, stream: UserStream, segment: Segment, record: SegmentRecord, amus: list[AMU]) -> None:
+        """Commit a closed segment and add its records to the user's search state, under the
+        user's ``state`` guard."""
+        with self.guards.of(stream.user).state:
+            with self.store.tracking(stream.user) as marks:
+                stream.store_segment(segment, record, amus)
+            self.states.extend(stream.user, marks, amus=amus)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._closed or bool(self._due))
+                if self._closed:
+                    return
+                user, _ = self._due.popitem(last=False)
+            guard: UserGuard = self.guards.of(user)
+            with guard.stream:
+                try:
+                    self.process(user)
+                except IngestFailed:
+                    pass  # kept in the user's state: surfaced by the next drain or flush

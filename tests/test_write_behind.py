@@ -1,0 +1,272 @@
+"""Reads that never wait and ingestion behind the add: a search of one user completes while
+another user's segment processing, consolidation or purge is held mid-way (a test of order, not of
+time: the held call is still held when the search returns); an add returns before its segment is
+processed and a flush waits for it; a ``kill -9`` mid-backlog resumes with every turn and segment
+once; a worker error surfaces as a typed error; searches from threads equal sequential ones."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from retrieval import Memory
+from retrieval.api.errors import IngestFailed
+from retrieval.consolidation.operations import OfflineOperator
+from retrieval.extract.rules import RuleExtractor
+from retrieval.memory.store import AMUStore
+from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
+
+REPO = Path(__file__).resolve().parents[1]
+WAIT_S = 60.0  # a bound on every wait, never reached when the code is right
+
+
+class Hold:
+    """Blocks the calls that reach :meth:`here` until released; says whether one is blocked now."""
+
+    def __init__(self) -> None:
+        self.entered, self.released = threading.Event(), threading.Event()
+        self.blocked = False
+
+    def here(self) -> None:
+        self.blocked = True
+        self.entered.set()
+        self.released.wait(WAIT_S)
+        self.blocked = False
+
+
+class HeldExtractor(RuleExtractor):
+    """The rule extractor, held (or failing) on the segments of one user."""
+
+    name = "rule"
+
+    def __init__(self, user: str) -> None:
+        super().__init__()
+        self.user, self.hold, self.fail = user, Hold(), False
+
+    def extract(self, segment, context):
+        if segment.user_id == self.user:
+            if self.fail:
+                raise RuntimeError("the extraction endpoint is down")
+            self.hold.here()
+        return super().extract(segment, context)
+
+
+class HeldOperator(OfflineOperator):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold = Hold()
+
+    def decide(self, cluster):
+        self.hold.here()
+        return super().decide(cluster)
+
+
+def chat(prefix: str, n: int) -> list[dict]:
+    return [{"speaker": ("Ann", "Bob")[i % 2], "turn_id": f"{prefix}-{i}",
+             "text": f"{prefix} story {i} about {prefix} gardens and tomatoes."} for i in range(n)]
+
+
+def open_memory(path: Path, **options) -> Memory:
+    return Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(), **options)
+
+
+def hit_ids(mem: Memory, query: str, user: str) -> list[tuple[str, float]]:
+    return [(hit.id, round(hit.score, 9)) for hit in mem.search(query, user_id=user, k=5).hits]
+
+
+def covered_once(path: Path, user: str) -> None:
+    """Every stored turn of the user in exactly one committed segment, every record once."""
+    with AMUStore(path, read_only=True) as reader:
+        stored = [turn.turn_id for turn in reader.turns(user)]
+        covered = [turn_id for segment in reader.segments(user) for turn_id in segment.turn_ids]
+        ids = [amu.id for amu in reader.amus(user, include_archived=True)]
+        counts = Counter(amu.source.segment for amu in reader.amus(user, include_archived=True))
+        assert {s.seq: s.amu_count for s in reader.segments(user)} == {s: counts[s] for s in counts}
+    assert len(stored) == len(set(stored)) and sorted(covered) == sorted(stored)
+    assert len(ids) == len(set(ids))
+
+
+def test_add_returns_before_its_segment_is_processed_and_flush_waits(tmp_path):
+    extractor = HeldExtractor("a")
+    mem = open_memory(tmp_path, extractor=extractor)
+    try:
+        added = mem.add(chat("a", 30), user_id="a", session_id="s")
+        assert extractor.hold.entered.wait(WAIT_S)  # the worker is inside the first segment
+        assert added.turn_ids and added.amu_ids == ()
+        assert mem.pending(user_id="a") == 30 and mem.pending() == 30
+        assert mem.cache_gauges()["ingest_pending_turns"] == 30
+        assert mem.list(user_id="a").items == ()  # no record yet ...
+        assert mem.search("a story 3 gardens", user_id="a", k=3).hits[0].kind == "turn"  # ... turns found
+        extractor.hold.released.set()
+        flushed = mem.flush(user_id="a", session_id="s")
+        assert mem.pending() == 0 and flushed.amu_ids
+        records = {item.id for item in mem.list(user_id="a", limit=50).items}
+        assert set(flushed.amu_ids) <= records and len(records) == 30
+    finally:
+        extractor.hold.released.set()
+        mem.close()
+    covered_once(tmp_path, "a")
+
+
+def test_a_search_completes_while_another_users_segment_is_held(tmp_path):
+    extractor = HeldExtractor("a")
+    mem = open_memory(tmp_path, extractor=extractor)
+    try:
+        mem.add(chat("b", 12), user_id="b", session_id="s")
+        mem.flush(user_id="b", session_id="s")
+        before = hit_ids(mem, "b story 5 gardens", "b")
+        mem.add(chat("a", 30), user_id="a", session_id="s")
+        assert extractor.hold.entered.wait(WAIT_S)
+        assert hit_ids(mem, "b story 5 gardens", "b") == before
+        mem.add(chat("b2", 4), user_id="b", session_id="t")  # B's writes do not wait either
+        assert mem.flush(user_id="b", session_id="t").amu_ids
+        assert mem.get(before[0][0], user_id="b").id == before[0][0]
+        assert extractor.hold.blocked and mem.pending(user_id="a") == 30  # still held
+        extractor.hold.released.set()
+        mem.drain(user_id="a", timeout_s=WAIT_S)
+        assert mem.pending() == 0
+    finally:
+        extractor.hold.released.set()
+        mem.close()
+
+
+def test_a_search_completes_while_another_users_consolidation_is_held(tmp_path):
+    operator = HeldOperator()
+    mem = open_memory(tmp_path, operator=operator)
+    try:
+        statements = ["I love hiking in the Alps.", "My sister bakes bread on Sundays.",
+                      "We adopted a puppy named Rex.", "Tom plays the violin beautifully."]
+        mem.add([{"speaker": "Ann", "text": statements[i % 4]} for i in range(24)],
+                user_id="a", session_id="s")
+        mem.add(chat("b", 12), user_id="b", session_id="s")
+        for user in ("a", "b"):
+            mem.flush(user_id=user, session_id="s")
+        before = hit_ids(mem, "b story 5 gardens", "b")
+        job = mem.consolidate(user_id="a")
+        assert operator.hold.entered.wait(WAIT_S)
+        assert hit_ids(mem, "b story 5 gardens", "b") == before
+        assert operator.hold.blocked
+        operator.hold.released.set()
+        assert mem.consolidate(user_id="a", wait=True, timeout_s=WAIT_S).id == job.id
+    finally:
+        operator.hold.released.set()
+        mem.close()
+
+
+def test_a_search_completes_while_another_users_purge_holds_the_writer(tmp_path, monkeypatch):
+    import retrieval.api.memory as memory_module
+
+    hold, real = Hold(), memory_module.hard_purge
+
+    def held_purge(store, user, *args, **kwargs):
+        with store._transaction():  # the writer's transaction stays open while held
+            hold.here()
+        return real(store, user, *args, **kwargs)
+
+    monkeypatch.setattr(memory_module, "hard_purge", held_purge)
+    with open_memory(tmp_path) as mem:
+        for user in ("a", "b"):
+            mem.add(chat(user, 12), user_id=user, session_id="s")
+            mem.flush(user_id=user, session_id="s")
+    with open_memory(tmp_path) as mem:  # B's search state is built from the store while A's purge holds
+        forget = threading.Thread(target=mem.forget, kwargs={"user_id": "a"})
+        forget.start()
+        try:
+            assert hold.entered.wait(WAIT_S)
+            hits = hit_ids(mem, "b story 5 gardens", "b")
+            assert hits and all(hit.startswith("b") for hit, _ in hits)
+            assert hold.blocked
+        finally:
+            hold.released.set()
+            forget.join(WAIT_S)
+        assert not mem.search("a story 5 gardens", user_id="a", k=3).hits
+
+
+def test_a_failing_segment_is_reported_at_drain_and_tried_again_by_flush(tmp_path):
+    extractor = HeldExtractor("a")
+    extractor.hold.released.set()
+    extractor.fail = True
+    with open_memory(tmp_path, extractor=extractor) as mem:
+        mem.add(chat("a", 30), user_id="a", session_id="s")
+        with pytest.raises(IngestFailed, match="endpoint is down"):
+            mem.drain(user_id="a", timeout_s=WAIT_S)
+        assert mem.pending(user_id="a") == 30  # nothing lost: the turns are still the backlog
+        mem.add(chat("b", 4), user_id="b", session_id="s")
+        mem.drain(user_id="b", timeout_s=WAIT_S)  # the worker goes on with other users
+        extractor.fail = False
+        mem.flush(user_id="a", session_id="s")
+        assert mem.pending() == 0 and len(mem.list(user_id="a", limit=50).items) == 30
+    covered_once(tmp_path, "a")
+
+
+KILLED = """
+import sys, time
+sys.path.insert(0, {repo!r})
+from retrieval import Memory
+from retrieval.extract.rules import RuleExtractor
+from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
+
+class Stuck(RuleExtractor):
+    name = "rule"
+    calls = 0
+    def extract(self, segment, context):
+        self.calls += 1
+        if self.calls == 3:
+            print("held", flush=True)
+            time.sleep(600)
+        return super().extract(segment, context)
+
+mem = Memory.open({path!r}, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(), extractor=Stuck())
+for i in range(90):
+    mem.add([{{"speaker": "AB"[i % 2], "text": f"turn {{i}} talks about gardens number {{i % 7}}",
+               "turn_id": f"t{{i}}"}}], user_id="u", session_id=f"s{{i // 45}}")
+print("added", flush=True)
+time.sleep(600)
+"""
+
+
+def test_kill_mid_backlog_resumes_with_every_turn_and_segment_once(tmp_path):
+    script = KILLED.format(repo=str(REPO), path=str(tmp_path))
+    process = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert process.stdout is not None
+    seen = set()
+    for line in process.stdout:
+        seen.add(line.strip())
+        if {"held", "added"} <= seen:
+            break
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    with AMUStore(tmp_path, read_only=True) as reader:
+        before = {amu.id: amu.text for amu in reader.amus("u")}
+        assert len(reader.turns("u")) == 90 and len(reader.segments("u")) == 2  # the third was held
+    with open_memory(tmp_path) as mem:
+        assert mem.pending() > 0  # the backlog found at open
+        mem.drain(timeout_s=WAIT_S)
+        for session in ("s0", "s1"):
+            mem.flush(user_id="u", session_id=session)
+        after = {item.id: item.text for item in mem.list(user_id="u", limit=100).items}
+    assert before.items() <= after.items() and len(after) == 90
+    covered_once(tmp_path, "u")
+
+
+def test_concurrent_searches_of_different_users_equal_sequential_ones(tmp_path):
+    users = [f"u{n}" for n in range(4)]
+    queries = [f"{user} story {i} gardens" for user in users for i in (1, 4, 7)]
+    with open_memory(tmp_path) as mem:
+        for user in users:
+            mem.add(chat(user, 16), user_id=user, session_id="s")
+            mem.flush(user_id=user, session_id="s")
+            mem.add(chat(user + "x", 3), user_id=user, session_id="t")  # open segment: raw turns
+        sequential = [hit_ids(mem, query, query.split()[0]) for query in queries]
+    with open_memory(tmp_path) as mem, ThreadPoolExecutor(8) as pool:
+        parallel = list(pool.map(lambda query: hit_ids(mem, query, query.split()[0]), queries * 3))
+    assert parallel == sequential * 3

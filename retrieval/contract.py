@@ -80,14 +80,16 @@ class Hit:
 
 @dataclass(frozen=True)
 class Retrieval:
-    """What one query retrieved: the hits in order, the wall time, and for multi-route retrieval
-    the plan it followed and the reranker it used."""
+    """What one query retrieved: the hits in order, the wall time, for multi-route retrieval
+    the plan it followed and the reranker it used, and where the time went (``timings``: seconds
+    per phase, "encode", "routes" and "fusion"; empty when the retriever does not measure them)."""
 
     query: str
     hits: list[Hit]
     seconds: float
     plan: Any | None = None
     reranker: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 class Retriever(Protocol):

@@ -30,7 +30,8 @@ class SearchResult(_Plain):
     """The hits of one search, best first (:class:`retrieval.contract.Hit`: id, text, score, kind,
     session_id, turns, memory_type, time and, with ``explain``, the explanation), with the plan's
     question type, the plan itself (JSON form: routes, their queries, entities, topics and time
-    range), the reranker and the wall time."""
+    range), the reranker, the wall time and the retrieval's ``timings`` (seconds per phase:
+    "encode", "routes", "fusion"; empty when nothing was retrieved)."""
 
     query: str
     hits: tuple[Hit, ...]
@@ -38,6 +39,7 @@ class SearchResult(_Plain):
     seconds: float = 0.0
     plan: dict[str, Any] | None = None
     reranker: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ def run_search(snapshot: Snapshot, query: str, k: int, *, session: str | None, e
         query_codes = frozenset().union(*(fp.codes for fp in bank.fingerprinter.fingerprint(texts)))
     hits = tuple(_explained(bank, hit, query_codes) for hit in result.hits) if explain else tuple(result.hits)
     return SearchResult(query, hits, result.plan.question_type, result.seconds, result.plan.to_dict(),
-                        result.reranker or "")
+                        result.reranker or "", dict(result.timings))
 
 
 def _explained(bank: MemoryBank, hit: Hit, query_codes: frozenset[int]) -> Hit:

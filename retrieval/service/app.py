@@ -29,6 +29,7 @@ from retrieval.service.metrics import RequestMetrics, ServiceMetrics
 from retrieval.service.routers import jobs, memories, search, sessions, system, user
 from retrieval.service.state import Service
 from retrieval.service.strict_query import refuse_unknown_query
+from retrieval.service.timing import StampArrival
 
 if TYPE_CHECKING:  # for types only: the app is handed an open memory, never builds one
     from retrieval.api.memory import Memory
@@ -62,4 +63,5 @@ def create_app(memory: Memory, keys: KeyStore, store: Path, *, host: str = "127.
     app.add_middleware(BodyLimit)
     app.add_middleware(errors.UnexpectedErrors)  # inside the metrics: they count its 500s
     app.add_middleware(RequestMetrics, metrics=service.metrics)
+    app.add_middleware(StampArrival)  # outermost: a search's queue time starts at its arrival
     return app

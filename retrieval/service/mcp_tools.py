@@ -59,8 +59,8 @@ def build_mcp(memory: Memory, gate: WriteGate, user_of: UserOf) -> MCPServer:
     def memory_search(query: str, ctx: Context, k: schemas.K = limits.DEFAULT_K,
                       session_id: schemas.SessionId | None = None) -> schemas.SearchResponse:
         """Search the memory: the best-matching memories with their source turns."""
-        return _refusals(lambda: operations.search(memory, user_of(ctx), schemas.SearchRequest(
-            query=query, k=k, session_id=session_id)))
+        return _refusals(lambda: operations.search_response(operations.search(
+            memory, user_of(ctx), schemas.SearchRequest(query=query, k=k, session_id=session_id))))
 
     @server.tool()
     def memory_list(ctx: Context, session_id: schemas.SessionId | None = None,

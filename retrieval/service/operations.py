@@ -1,8 +1,9 @@
 """The one implementation of each service operation, shared by the HTTP routes and the MCP tools.
 
 Each takes the memory, the authenticated user and validated arguments, and returns a response
-model read from the memory's result as it is; the user always comes from the caller's key (HTTP)
-or the server's ``--user`` (stdio MCP). Writes pass through the
+model read from the memory's result as it is (a search returns the result itself, whose timings
+the HTTP route reports, and :func:`search_response` reads its body); the user always comes from the
+caller's key (HTTP) or the server's ``--user`` (stdio MCP). Writes pass through the
 :class:`~retrieval.service.drain.WriteGate` so shutdown can drain them. The memory's own refusals
 (:mod:`retrieval.api.errors`) pass through unchanged: the app and the MCP tools turn them into
 404 / 422 answers.
@@ -17,7 +18,7 @@ from retrieval.service.drain import WriteGate
 
 if TYPE_CHECKING:  # for types only: the service is handed an open memory, never builds one
     from retrieval.api.memory import Memory
-    from retrieval.api.results import Job
+    from retrieval.api.results import Job, SearchResult
 
 
 def add_turns(memory: Memory, gate: WriteGate, user_id: str, session_id: str,
@@ -31,10 +32,15 @@ def add_turns(memory: Memory, gate: WriteGate, user_id: str, session_id: str,
                                    replayed=result.replayed)
 
 
-def search(memory: Memory, user_id: str, request: schemas.SearchRequest) -> schemas.SearchResponse:
-    """The hits of the memory's result, read as they are (no copy through a dict)."""
-    return schemas.SearchResponse.model_validate(memory.search(
-        request.query, user_id=user_id, session_id=request.session_id, k=request.k, explain=request.explain))
+def search(memory: Memory, user_id: str, request: schemas.SearchRequest) -> SearchResult:
+    """The memory's result; :func:`search_response` is its response body."""
+    return memory.search(request.query, user_id=user_id, session_id=request.session_id, k=request.k,
+                         explain=request.explain)
+
+
+def search_response(result: SearchResult) -> schemas.SearchResponse:
+    """The response body of a search: its hits, read as they are (no copy through a dict)."""
+    return schemas.SearchResponse.model_validate(result)
 
 
 def list_memories(memory: Memory, user_id: str, session_id: str | None, limit: int,

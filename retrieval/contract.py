@@ -2,7 +2,8 @@
 out, whose :class:`Hit` items carry their provenance (session and turn ids) and each channel's
 score. The multi-route retriever (:mod:`retrieval.multi_route.retriever`), the dual-path ablation
 of the evaluation (:mod:`retrieval.eval.dual_path`) and the ``Memory`` API all speak it, so the
-evaluation and the command lines call any of them the same way.
+evaluation and the command lines call any of them the same way; ``Memory.search`` returns its hits
+and the service serialises them as they are.
 """
 
 from __future__ import annotations
@@ -40,44 +41,55 @@ class Query:
     codes: frozenset[int] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Hit:
-    """One retrieved item (an AMU, or a raw turn for multi-route retrieval).
+    """One retrieved item (a record, or a raw turn for multi-route retrieval): the one form a hit
+    has from the retriever to ``Memory.search`` and the service's response.
 
-    ``channel`` is what found it ("dense", "code", "bm25", "codebm25" for the dual path; "multi"
-    for multi-route retrieval), ``score`` that channel's final score and ``rank`` its 1-based
-    position in that channel's list. ``scores`` holds every channel's score for the item (for
-    multi-route retrieval also s_best, s_route and s_final; ``ranks`` each channel's best rank
-    of it, from 1; ``route_indices`` the plan routes that found it, numbered from 0). ``source`` is
-    the provenance: session id and turn ids. ``index`` is the item's position in its retriever's
-    bank.
+    What every caller reads: ``id`` (an AMU id, or ``<user>:turn:<turn id>`` for a raw turn), its
+    ``text``, ``score`` (the final score of ``channel``), ``kind`` ("record" or "turn"), the
+    provenance ``session_id`` and ``turns`` (the turn ids it came from; a raw turn names its own),
+    a record's ``memory_type`` and ``time``, and ``explain`` when the search was asked for it (per
+    channel its rank and score, the routes from 1 that found it, the fused scores and the codes it
+    shared with the query).
+
+    What the evaluation reads too: ``channel`` is what found it ("dense", "code", "bm25",
+    "codebm25" for the dual path; "multi" for multi-route retrieval), ``rank`` its 1-based position
+    in that channel's list, ``index`` its position in its retriever's bank. ``scores`` holds every
+    channel's score for the item (for multi-route retrieval also s_best, s_route and s_final),
+    ``ranks`` each channel's best rank of it (from 1), ``route_indices`` the plan routes that found
+    it (numbered from 0).
     """
 
     id: str
-    index: int
-    channel: str
-    score: float
-    rank: int
-    source: Mapping[str, Any]
     text: str
-    scores: Mapping[str, float] = field(default_factory=dict)
-    kind: str = "record"
+    score: float
+    kind: str
+    session_id: str
+    turns: tuple[str, ...]
     memory_type: str | None = None
     time: str | None = None
-    route_indices: tuple[int, ...] = ()
+    explain: Mapping[str, Any] | None = None
+    index: int
+    channel: str
+    rank: int
+    scores: Mapping[str, float] = field(default_factory=dict)
     ranks: Mapping[str, int] = field(default_factory=dict)
+    route_indices: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class Retrieval:
-    """What one query retrieved: the hits in order, the wall time, and for multi-route retrieval
-    the plan it followed and the reranker it used."""
+    """What one query retrieved: the hits in order, the wall time, for multi-route retrieval
+    the plan it followed and the reranker it used, and where the time went (``timings``: seconds
+    per phase, "encode", "routes" and "fusion"; empty when the retriever does not measure them)."""
 
     query: str
     hits: list[Hit]
     seconds: float
     plan: Any | None = None
     reranker: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 class Retriever(Protocol):

@@ -31,7 +31,8 @@ from retrieval.api.errors import InvalidInput, MemoryAPIError, StoreUnavailable
 from retrieval.api.inputs import check_query
 from retrieval.api.loading import Deferred
 from retrieval.api.memory import Memory
-from retrieval.api.results import SearchHit, SearchResult
+from retrieval.api.results import SearchResult
+from retrieval.contract import Hit
 from retrieval.index.embed import SentenceEmbedder
 from retrieval.llm_client import reader_cache_dir
 from retrieval.memory.errors import StoreError
@@ -105,7 +106,7 @@ def _read_only_store(directory: Path) -> AMUStore:
         raise StoreUnavailable(str(err)) from None
 
 
-def item_dict(rank: int, hit: SearchHit, memory: Memory, user: str) -> dict[str, Any]:
+def item_dict(rank: int, hit: Hit, memory: Memory, user: str) -> dict[str, Any]:
     """One selected item as JSON: id, kind, text, type, time, routes, scores, provenance, turns."""
     turns = [memory.store.turn(user, turn_id) for turn_id in hit.turns]
     explain = hit.explain or {}

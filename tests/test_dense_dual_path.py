@@ -131,7 +131,8 @@ def check_hits(hits, retriever: DualPathRetriever, data: dict) -> None:
     """Every hit carries the id, index and source it was added with; ranks count 1.. per path."""
     for hit in hits:
         assert data["ids"][hit.index] == hit.id and retriever.ids[hit.index] == hit.id
-        assert hit.source == data["sources"][hit.index]
+        source = data["sources"][hit.index]
+        assert (hit.session_id, hit.turns) == (source["session_id"], tuple(source["turn_ids"]))
     for path in ("dense", "code", "bm25"):
         assert [hit.rank for hit in hits if hit.channel == path] == list(
             range(1, sum(h.channel == path for h in hits) + 1)
@@ -189,7 +190,8 @@ def test_bm25_sees_amus_added_after_a_query() -> None:
     query = query_inputs("kayaking", set())
     assert search(retriever, query, mode=(Channel.BM25, False)) == []
     retriever.add(
-        ["late"], ["Caroline went kayaking."], hashed_embedder().encode(["x"]), [{5}], [{"session_id": "s9"}]
+        ["late"], ["Caroline went kayaking."], hashed_embedder().encode(["x"]), [{5}],
+        [{"session_id": "s9", "turn_ids": ["D9:1"]}]
     )
     assert [hit.id for hit in search(retriever, query, mode=(Channel.BM25, False))] == ["late"]
 
@@ -250,4 +252,4 @@ def test_real_embedder_feeds_path_a(sentence_embedder) -> None:
     )
     query = sentence_embedder.encode(["Which class did Melanie enrol in?"])[0]
     hits = search(retriever, Query("Which class did Melanie enrol in?", query), (None, True), k_dense=1)
-    assert [hit.id for hit in hits] == ["f7"] and hits[0].source["turn_ids"] == ["D1:7"]
+    assert [hit.id for hit in hits] == ["f7"] and hits[0].turns == ("D1:7",)

@@ -33,8 +33,8 @@ ITEMS: dict[str, int] = {}
 
 def hit(path: str, rank: int, turn: str) -> Hit:
     """A hit of the bank item that covers ``turn`` (one item per turn, whatever path finds it)."""
-    return Hit(turn, ITEMS.setdefault(turn, len(ITEMS)), path, 1.0, rank,
-               {"session_id": "s", "turn_ids": [turn]}, "")
+    return Hit(id=turn, text="", score=1.0, kind="record", session_id="s", turns=(turn,),
+               index=ITEMS.setdefault(turn, len(ITEMS)), channel=path, rank=rank)
 
 
 @pytest.mark.parametrize(("name", "runs"), [
@@ -58,9 +58,9 @@ def test_a_two_path_cut_is_the_configuration_at_that_budget():
     dense = [hit("dense", r, f"d{r}") for r in range(1, 7)]
     code = [hit("dense", 2, "d2"), hit("code", 9, "c9"), hit("dense", 5, "d5"), hit("code", 8, "c8")]
     config = parse_config("dense1+code1")
-    assert [h.source["turn_ids"][0] for h in cut(config, [dense, code], 4)] == ["d1", "d2", "c9", "d5"]
+    assert [h.turns[0] for h in cut(config, [dense, code], 4)] == ["d1", "d2", "c9", "d5"]
     # dense3+code1 in proportion: 3 dense hits, then the best complement hit not among them
-    assert [h.source["turn_ids"][0] for h in cut(parse_config("dense3+code1"), [dense, code], 4)] == [
+    assert [h.turns[0] for h in cut(parse_config("dense3+code1"), [dense, code], 4)] == [
         "d1", "d2", "d3", "c9"]
     assert cut(parse_config("dense40"), [dense], 2) == dense[:2]
 

@@ -164,14 +164,17 @@ def test_summary_is_a_micro_average_over_questions():
 
 
 def test_covered_turns_come_from_source_pointers():
-    hits = [Hit("a", 0, "dense", 0.9, 1, {"session_id": "session_1", "turn_ids": ["D1:1", "D1:2"]}, "a"),
-            Hit("b", 3, "code", 0.5, 1, {"session_id": "session_2", "turn_ids": ["D2:4"]}, "b")]
+    hits = [Hit(id="a", text="a", score=0.9, kind="record", session_id="session_1", turns=("D1:1", "D1:2"),
+                index=0, channel="dense", rank=1),
+            Hit(id="b", text="b", score=0.5, kind="record", session_id="session_2", turns=("D2:4",),
+                index=3, channel="code", rank=1)]
     assert covered_turns(hits) == {"D1:1", "D1:2", "D2:4"}
 
 
 def test_ties_at_the_cut_of_the_complementary_path():
     def hit(path, score):
-        return Hit("x", 0, path, score, 1, {"turn_ids": []}, "x")
+        return Hit(id="x", text="x", score=score, kind="record", session_id="s", turns=(), index=0,
+                   channel=path, rank=1)
 
     hits = [hit("dense", 0.9), hit("code", 0.5), hit("code", 0.5), hit("code", 0.3), hit("code", 0.3),
             hit("code", 0.3)]

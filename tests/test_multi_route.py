@@ -193,16 +193,15 @@ def test_the_final_top_k_is_at_least_the_plan_depth(bank):
 def test_a_record_hit_carries_its_provenance_and_channel_scores(bank):
     retriever = MultiRouteRetriever(bank, plan_depth=0)
     first = retriever.retrieve(Query("When did Ann sign up for the pottery class?"), 4).hits[0]
-    assert (first.id, first.kind, first.time, first.source["turn_ids"]) == (f"{CID}:0:0", "record",
-                                                                            "2023-05-07",
-                                                                             ["D1:1"])
+    assert (first.id, first.kind, first.time, first.turns) == (f"{CID}:0:0", "record", "2023-05-07",
+                                                              ("D1:1",))
     assert {"records", "lexical", "nodes", "s_final"} <= set(first.scores) and first.route_indices == (0,)
 
 
 def test_a_raw_turn_hit_has_no_memory_type(bank):
     retriever = MultiRouteRetriever(bank, plan_depth=0)
     turn = next(h for h in retriever.retrieve(Query("cool wow"), 8).hits if h.kind == "turn")
-    assert turn.memory_type is None and turn.source["turn_ids"][0] in ("D1:3", "D2:3", "D2:4")
+    assert turn.memory_type is None and turn.turns[0] in ("D1:3", "D2:3", "D2:4")
 
 
 def test_a_tiny_random_cross_encoder_reranks_inside_routes(bank, tmp_path):

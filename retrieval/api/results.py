@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from retrieval.contract import Hit
+
 
 class _Plain:
     def to_dict(self) -> dict[str, Any]:
@@ -25,33 +27,20 @@ class AddResult(_Plain):
 
 
 @dataclass(frozen=True)
-class SearchHit(_Plain):
-    """One result: ``id`` (an AMU id, or ``<user>:turn:<turn id>`` for a raw turn), its ``text``,
-    fused ``score``, ``kind`` ("record" or "turn"), ``session_id`` and ``turns`` (provenance turn
-    ids). With ``explain``: per channel its rank and score, and the codes it shared with the query."""
-
-    id: str
-    text: str
-    score: float
-    kind: str
-    session_id: str
-    turns: tuple[str, ...]
-    memory_type: str | None = None
-    time: str | None = None
-    explain: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
 class SearchResult(_Plain):
-    """The hits of one search, best first, with the plan's question type, the plan itself (JSON
-    form: routes, their queries, entities, topics and time range), the reranker and the wall time."""
+    """The hits of one search, best first (:class:`retrieval.contract.Hit`: id, text, score, kind,
+    session_id, turns, memory_type, time and, with ``explain``, the explanation), with the plan's
+    question type, the plan itself (JSON form: routes, their queries, entities, topics and time
+    range), the reranker, the wall time and the retrieval's ``timings`` (seconds per phase:
+    "encode", "routes", "fusion"; empty when nothing was retrieved)."""
 
     query: str
-    hits: tuple[SearchHit, ...]
+    hits: tuple[Hit, ...]
     question_type: str = ""
     seconds: float = 0.0
     plan: dict[str, Any] | None = None
     reranker: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,12 @@ fused scores and, for the code channel, the codes the record shares with the que
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from retrieval.api.results import SearchHit, SearchResult
+from retrieval.api.results import SearchResult
 from retrieval.api.snapshot import Snapshot
 from retrieval.contract import Hit, Query
 from retrieval.multi_route.bank import MemoryBank
@@ -43,20 +44,18 @@ def run_search(snapshot: Snapshot, query: str, k: int, *, session: str | None, e
     if explain and use_code and bank.fingerprinter is not None:
         texts = [q for route in result.plan.routes for q in route.queries]
         query_codes = frozenset().union(*(fp.codes for fp in bank.fingerprinter.fingerprint(texts)))
-    return SearchResult(query, tuple(_hit(bank, hit, explain, query_codes) for hit in result.hits),
-                        result.plan.question_type, result.seconds, result.plan.to_dict(),
-                        result.reranker or "")
+    hits = tuple(_explained(bank, hit, query_codes) for hit in result.hits) if explain else tuple(result.hits)
+    return SearchResult(query, hits, result.plan.question_type, result.seconds, result.plan.to_dict(),
+                        result.reranker or "", dict(result.timings))
 
 
-def _hit(bank: MemoryBank, hit: Hit, explain: bool, query_codes: frozenset[int]) -> SearchHit:
-    details = None
-    if explain:
-        channels = {name: {"rank": hit.ranks[name], "score": hit.scores[name]} for name in hit.ranks}
-        details = {"channels": channels, "routes": [number + 1 for number in hit.route_indices],
-                   "fused": {name: hit.scores[name] for name in ("s_best", "s_route", "s_final")
-                             if name in hit.scores}}
-        if query_codes and hit.kind == "record":
-            codes = set(bank.records[hit.index].fingerprint or ())
-            details["shared_codes"] = sorted(codes & query_codes)
-    return SearchHit(hit.id, hit.text, float(hit.score), hit.kind, hit.source["session_id"],
-                     tuple(hit.source["turn_ids"]), hit.memory_type, hit.time, details)
+def _explained(bank: MemoryBank, hit: Hit, query_codes: frozenset[int]) -> Hit:
+    """``hit`` with its explanation (the module docstring)."""
+    channels = {name: {"rank": hit.ranks[name], "score": hit.scores[name]} for name in hit.ranks}
+    details: dict[str, Any] = {
+        "channels": channels, "routes": [number + 1 for number in hit.route_indices],
+        "fused": {name: hit.scores[name] for name in ("s_best", "s_route", "s_final") if name in hit.scores}}
+    if query_codes and hit.kind == "record":
+        codes = set(bank.records[hit.index].fingerprint or ())
+        details["shared_codes"] = sorted(codes & query_codes)
+    return replace(hit, explain=details)

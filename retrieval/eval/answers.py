@@ -159,7 +159,7 @@ def run_answer_stage(stage: AnswerStage | None, config_names: Sequence[str],
                 turns = [turn for amu in amus for turn in store.source_turns(amu)]
                 # raw-turn items of the multi-route configurations: the turn itself
                 turns += [store.turn(question.conversation_id, turn_id) for hit in question_hits
-                          if hit.id not in amus_by_id for turn_id in hit.source["turn_ids"]]
+                          if hit.id not in amus_by_id for turn_id in hit.turns]
                 prediction = stage.answer(question, amus, turns)
                 verdict = stage.judge(question, prediction) if prediction is not None else None
                 failed["answer"] += prediction is None

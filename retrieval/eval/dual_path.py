@@ -118,7 +118,7 @@ class DualPathRetriever:
         code_sequences: Sequence[Sequence[int]] | None = None,
     ) -> None:
         """Append AMUs: unique ids, fact texts, L2-normalised embeddings (n x dim), fingerprint code
-        sets (U_fp), JSON-serialisable source pointers (e.g. session id and turn ids) and, for
+        sets (U_fp), source pointers (``{"session_id": ..., "turn_ids": [...]}``, saved as JSON) and, for
         BM25 over codes, each AMU's token codes (default: its code set, every code once)."""
         count = len(ids)
         embeddings = np.asarray(embeddings, dtype=np.float32)
@@ -182,8 +182,9 @@ class DualPathRetriever:
 
     def _hits(self, channel: Channel, indices: np.ndarray, scores: np.ndarray) -> list[Hit]:
         return [
-            Hit(self.ids[i], int(i), channel.value, float(score), rank, self.sources[i], self.texts[i],
-                {channel.value: float(score)})
+            Hit(id=self.ids[i], text=self.texts[i], score=float(score), kind="record",
+                session_id=self.sources[i]["session_id"], turns=tuple(self.sources[i]["turn_ids"]),
+                index=int(i), channel=channel.value, rank=rank, scores={channel.value: float(score)})
             for rank, (i, score) in enumerate(zip(indices, scores, strict=True), start=1)
         ]
 

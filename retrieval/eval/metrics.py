@@ -32,7 +32,7 @@ class EvidenceScore:
 
 def covered_turns(hits: Iterable[Hit]) -> set[str]:
     """The turn ids that the retrieved items' source pointers name (a raw-turn item names its own)."""
-    return {turn_id for hit in hits for turn_id in hit.source["turn_ids"]}
+    return {turn_id for hit in hits for turn_id in hit.turns}
 
 
 def score_evidence(evidence: Sequence[str], covered: Collection[str]) -> EvidenceScore:

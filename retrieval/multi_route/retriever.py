@@ -57,6 +57,9 @@ RERANKER_OFF = "off (no reranker path given)"
 
 @dataclass
 class _Candidate:
+    """One item's scoring state while a retrieval runs (channel scores and ranks, the queries,
+    nodes and routes that found it); private: what the retrieval returns is a ``Hit``."""
+
     scores: dict[str, float] = field(default_factory=dict)
     ranks: dict[str, int] = field(default_factory=dict)
     queries: set[str] = field(default_factory=set)
@@ -196,7 +199,9 @@ class MultiRouteRetriever:
             turn = bank.turns[item - len(bank.records)]
             kind, memory_type = "turn", None
             when = turn.session_time.isoformat() if turn.session_time else None
-        return Hit(bank.item_id(item), item, "multi", parts.get("s_final", 0.0), rank, bank.source(item),
-                   bank.text(item), parts, kind, memory_type, when,
-                   tuple(sorted(candidate.route_indices)) if candidate else (),
-                   dict(candidate.ranks) if candidate else {})
+        source = bank.source(item)
+        return Hit(id=bank.item_id(item), text=bank.text(item), score=parts.get("s_final", 0.0), kind=kind,
+                   session_id=source["session_id"], turns=tuple(source["turn_ids"]),
+                   memory_type=memory_type, time=when, index=item, channel="multi", rank=rank,
+                   scores=parts, ranks=dict(candidate.ranks) if candidate else {},
+                   route_indices=tuple(sorted(candidate.route_indices)) if candidate else ())

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import anyio
 from fastapi import Depends, FastAPI
@@ -29,9 +29,13 @@ from retrieval.service.metrics import RequestMetrics, ServiceMetrics
 from retrieval.service.routers import jobs, memories, search, sessions, system, user
 from retrieval.service.state import Service
 from retrieval.service.strict_query import refuse_unknown_query
+from retrieval.service.timing import StampArrival
+
+if TYPE_CHECKING:  # for types only: the app is handed an open memory, never builds one
+    from retrieval.api.memory import Memory
 
 
-def create_app(memory: Any, keys: KeyStore, store: Path, *, host: str = "127.0.0.1") -> FastAPI:
+def create_app(memory: Memory, keys: KeyStore, store: Path, *, host: str = "127.0.0.1") -> FastAPI:
     """The HTTP + MCP application over ``memory`` (open on the directory ``store``); ``host`` is
     the address served (MCP's DNS-rebinding protection accepts only it and loopback names)."""
     gate, gauges = WriteGate(), StoreGauges(store, memory.cache_gauges)
@@ -59,4 +63,5 @@ def create_app(memory: Any, keys: KeyStore, store: Path, *, host: str = "127.0.0
     app.add_middleware(BodyLimit)
     app.add_middleware(errors.UnexpectedErrors)  # inside the metrics: they count its 500s
     app.add_middleware(RequestMetrics, metrics=service.metrics)
+    app.add_middleware(StampArrival)  # outermost: a search's queue time starts at its arrival
     return app

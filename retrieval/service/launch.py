@@ -6,7 +6,10 @@ from __future__ import annotations
 import argparse
 import ipaddress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported when a memory is opened: the key commands need none of it
+    from retrieval.api.memory import Memory
 
 
 def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,7 +19,7 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ISQ fingerprinter directory: adds the codebook route to search")
 
 
-def open_memory(args: argparse.Namespace) -> Any:
+def open_memory(args: argparse.Namespace) -> Memory:
     """``Memory.open`` with the command line's options."""
     from retrieval.api.memory import Memory
 

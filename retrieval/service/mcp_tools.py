@@ -9,7 +9,7 @@ the request's key over HTTP).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -18,6 +18,9 @@ from pydantic import Field, ValidationError
 from retrieval.api.errors import MemoryAPIError
 from retrieval.service import limits, operations, schemas
 from retrieval.service.drain import ShuttingDown, WriteGate
+
+if TYPE_CHECKING:  # for types only: the server is handed an open memory, never builds one
+    from retrieval.api.memory import Memory
 
 UserOf = Callable[[Context], str]
 INSTRUCTIONS = ("Long-term memory of one user. Add dialogue turns as they happen (memory_add), find what was "
@@ -38,7 +41,7 @@ def _refusals(call: Callable[[], Any]) -> Any:
         raise ToolError(str(err)) from None
 
 
-def build_mcp(memory: Any, gate: WriteGate, user_of: UserOf) -> MCPServer:
+def build_mcp(memory: Memory, gate: WriteGate, user_of: UserOf) -> MCPServer:
     """An MCP server whose tools act on ``memory`` for the user ``user_of`` names."""
     server = MCPServer("isq-memory", instructions=INSTRUCTIONS)
 
@@ -56,8 +59,8 @@ def build_mcp(memory: Any, gate: WriteGate, user_of: UserOf) -> MCPServer:
     def memory_search(query: str, ctx: Context, k: schemas.K = limits.DEFAULT_K,
                       session_id: schemas.SessionId | None = None) -> schemas.SearchResponse:
         """Search the memory: the best-matching memories with their source turns."""
-        return _refusals(lambda: operations.search(memory, user_of(ctx), schemas.SearchRequest(
-            query=query, k=k, session_id=session_id)))
+        return _refusals(lambda: operations.search_response(operations.search(
+            memory, user_of(ctx), schemas.SearchRequest(query=query, k=k, session_id=session_id))))
 
     @server.tool()
     def memory_list(ctx: Context, session_id: schemas.SessionId | None = None,

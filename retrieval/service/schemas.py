@@ -65,10 +65,18 @@ class AddTurnsResponse(BaseModel):
     replayed: bool = False
 
 
-class Hit(BaseModel):
-    """One search result: a stored record (``kind`` "record") or a raw turn (``kind`` "turn"), with
-    the ids of the turns it came from; ``explain`` (when the request asked for it) gives each
-    channel's rank and score, the routes that found it and the codes shared with the query."""
+class _FromResult(BaseModel):
+    """A response read from the memory's result of the same name, attribute by attribute
+    (``model_validate(result)``): the fields it declares are what the response shows of it."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+class Hit(_FromResult):
+    """One search result (:class:`retrieval.contract.Hit`): a stored record (``kind`` "record") or a
+    raw turn (``kind`` "turn"), with the ids of the turns it came from; ``explain`` (when the
+    request asked for it) gives each channel's rank and score, the routes that found it and the
+    codes shared with the query."""
 
     id: str
     text: str
@@ -81,11 +89,11 @@ class Hit(BaseModel):
     explain: dict[str, Any] | None = None
 
 
-class SearchResponse(BaseModel):
+class SearchResponse(_FromResult):
     hits: list[Hit]
 
 
-class MemoryItem(BaseModel):
+class MemoryItem(_FromResult):
     """A stored record or raw turn: its text, session, type and time, and the turns it came from;
     ``successor`` names the record consolidation merged an archived one into."""
 

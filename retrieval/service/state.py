@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
@@ -11,10 +11,13 @@ from retrieval.service.drain import WriteGate
 from retrieval.service.keys import KeyStore
 from retrieval.service.metrics import ServiceMetrics
 
+if TYPE_CHECKING:  # for types only: the app is handed an open memory, never builds one
+    from retrieval.api.memory import Memory
+
 
 @dataclass(frozen=True)
 class Service:
-    memory: Any
+    memory: Memory
     keys: KeyStore
     gate: WriteGate
     metrics: ServiceMetrics

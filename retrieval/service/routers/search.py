@@ -1,17 +1,28 @@
-"""``POST /v1/search``: the key user's memories that best answer a query."""
+"""``POST /v1/search``: the key user's memories that best answer a query, with a ``Server-Timing``
+header (:mod:`retrieval.service.timing`)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import time
+
+from fastapi import APIRouter, Request, Response
 
 from retrieval.service import operations, schemas
 from retrieval.service.auth import User
 from retrieval.service.state import Shared
+from retrieval.service.timing import HEADER, queued_s, server_timing
 
 router = APIRouter(prefix="/v1", tags=["search"])
 
 
-@router.post("/search", response_model=schemas.SearchResponse, response_model_exclude_none=True)
-def search(body: schemas.SearchRequest, user: User, service: Shared) -> schemas.SearchResponse:
+@router.post("/search", response_model=schemas.SearchResponse)
+def search(body: schemas.SearchRequest, user: User, service: Shared, request: Request) -> Response:
     """Multi-route search over the key user's memory (one session with ``session_id``)."""
-    return operations.search(service.memory, user, body)
+    started = time.perf_counter()
+    result = operations.search(service.memory, user, body)
+    serialising = time.perf_counter()
+    response = Response(operations.search_response(result).model_dump_json(exclude_none=True),
+                        media_type="application/json")
+    response.headers[HEADER] = server_timing(result.timings, serialise_s=time.perf_counter() - serialising,
+                                             queue_s=queued_s(request, started))
+    return response

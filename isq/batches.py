@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from transformers import PreTrainedTokenizerBase
+from transformers import BatchEncoding, PreTrainedTokenizerBase
 
 from isq.encoder import SemanticEncoder
 
@@ -39,6 +39,15 @@ def length_order(texts: Sequence[str]) -> list[int]:
     return sorted(range(len(texts)), key=lambda i: len(texts[i]))
 
 
+def tokenize_batch(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
+                   max_length: int) -> BatchEncoding:
+    """One batch's token ids and attention mask: padded to its longest text, truncated to
+    ``max_length`` tokens."""
+    batch: BatchEncoding = tokenizer(list(texts), padding=True, truncation=True, max_length=max_length,
+                                     return_tensors="pt")
+    return batch
+
+
 @torch.inference_mode()
 def encode_batches(semantic_encoder: SemanticEncoder, tokenizer: PreTrainedTokenizerBase,
                    texts: Sequence[str], max_length: int, batch_size: int = 64) -> Iterator[EncodedBatch]:
@@ -51,7 +60,6 @@ def encode_batches(semantic_encoder: SemanticEncoder, tokenizer: PreTrainedToken
     order = length_order(texts)
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        batch = tokenizer([texts[i] for i in chunk], padding=True, truncation=True, max_length=max_length,
-                          return_tensors="pt").to(device)
+        batch = tokenize_batch(tokenizer, [texts[i] for i in chunk], max_length).to(device)
         z = semantic_encoder(batch["input_ids"], batch["attention_mask"])
         yield EncodedBatch(chunk, batch["input_ids"], batch["attention_mask"], z)

@@ -33,6 +33,9 @@ from isq.codebook import Codebook
 from isq.config import ISQConfig
 from isq.encoder import SemanticEncoder, build_encoder, is_adapter, resolve_encoder_path, weights_checksum
 
+FINGERPRINT_BATCH = 64
+"""Texts per forward of :meth:`Fingerprinter.fingerprint` unless the caller says otherwise."""
+
 
 @dataclass(frozen=True)
 class Fingerprint:
@@ -107,18 +110,32 @@ class Fingerprinter(nn.Module):
         indices = self.codebook.nearest(z.reshape(-1, z.shape[-1])).indices
         return indices.reshape(z.shape[:-1]).masked_fill(~attention_mask.bool(), -1)
 
-    def fingerprint(self, texts: Sequence[str], batch_size: int = 64) -> list[Fingerprint]:
+    def _rows(self, z: Tensor, attention_mask: Tensor) -> list[Fingerprint]:
+        codes = self._codes(z, attention_mask).cpu().numpy()
+        mask = attention_mask.bool().cpu().numpy()
+        return [Fingerprint.from_token_codes(codes[row][mask[row]]) for row in range(codes.shape[0])]
+
+    def fingerprint(self, texts: Sequence[str], batch_size: int = FINGERPRINT_BATCH) -> list[Fingerprint]:
         """Fingerprints of ``texts``. Texts longer than ``config.max_length`` tokens are truncated."""
         if isinstance(texts, str):
             raise TypeError("fingerprint() takes a sequence of texts, not a single string")
         results: list[Fingerprint | None] = [None] * len(texts)
         for batch in encode_batches(self.semantic_encoder, self.tokenizer, texts, self.config.max_length,
                                     batch_size):
-            codes = self._codes(batch.z, batch.attention_mask).cpu().numpy()
-            mask = batch.mask.cpu().numpy()
-            for row, position in enumerate(batch.positions):
-                results[position] = Fingerprint.from_token_codes(codes[row][mask[row]])
+            for position, printed in zip(batch.positions, self._rows(batch.z, batch.attention_mask),
+                                         strict=True):
+                results[position] = printed
         return results  # type: ignore[return-value]
+
+    @torch.inference_mode()
+    def states_and_prints(self, input_ids: Tensor,
+                          attention_mask: Tensor) -> tuple[Tensor, list[Fingerprint]]:
+        """One tokenized batch's encoder token states (B, L, width) and its fingerprints from
+        them: the forward of :meth:`fingerprint`, its states kept for a caller that also pools
+        them (:mod:`retrieval.index.joint`)."""
+        encoder = self.semantic_encoder.encoder
+        hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return hidden, self._rows(self.semantic_encoder.projection(hidden, attention_mask), attention_mask)
 
     # ------------------------------------------------------------------ persistence
     def references_encoder(self) -> bool:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from isq.encoder import MINILM_ALIAS, quiet_loading, resolve_encoder_path, weights_checksum
 
@@ -38,6 +39,37 @@ class SentenceEmbedder:
         to refuse vectors of another model."""
         path = Path(resolve_encoder_path(self.name))
         return {"name": self.name, "sha256": weights_checksum(path) if path.is_dir() else None}
+
+    @property
+    def device(self) -> torch.device:
+        return self._model.device
+
+    @property
+    def mean_pooled(self) -> bool:
+        """Whether the model is a transformer, mean pooling and (optionally) normalisation:
+        then :meth:`pooled` of its token states is its sentence vector."""
+        from sentence_transformers.base.modules.normalize import Normalize
+        from sentence_transformers.base.modules.transformer import Transformer
+        from sentence_transformers.sentence_transformer.modules.pooling import Pooling
+
+        modules = list(self._model)
+        return (len(modules) in (2, 3) and type(modules[0]) is Transformer and type(modules[1]) is Pooling
+                and modules[1].pooling_mode == "mean" and all(type(m) is Normalize for m in modules[2:]))
+
+    def features(self, texts: Sequence[str]) -> dict[str, Any]:
+        """The model's own input for one batch of ``texts`` (token ids, attention mask, ...)."""
+        features: dict[str, Any] = self._model.preprocess(list(texts))
+        return features
+
+    def pooled(self, token_states: torch.Tensor, attention_mask: torch.Tensor) -> np.ndarray:
+        """Sentence vectors from one batch's transformer token states, by the model's own pooling
+        and normalisation modules and :meth:`encode`'s final normalisation: the same floats."""
+        with torch.inference_mode():
+            features = {"token_embeddings": token_states, "attention_mask": attention_mask}
+            for module in list(self._model)[1:]:
+                features = module(features)
+            vectors = torch.nn.functional.normalize(features["sentence_embedding"], p=2, dim=1)
+        return np.ascontiguousarray(vectors.cpu().numpy(), dtype=np.float32)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if len(texts) == 0:

@@ -1,0 +1,136 @@
+"""One encoder forward per text: the joint encoder against the embedder and the fingerprinter run
+separately (the committed MiniLM fingerprinter), and pairs that must not be joined."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from isq.fingerprint import FINGERPRINT_BATCH, Fingerprinter
+from isq.model import ISQModel
+from retrieval.api.jobs import Locked
+from retrieval.index.embed import SentenceEmbedder
+from retrieval.index.joint import JointEncoder, JointModels, why_not_joined
+from retrieval.memory.cache import model_identity
+from tests.conftest import tiny_config
+
+CHECKPOINT = Path(__file__).resolve().parents[1] / "checkpoints" / "isq_minilm_dailydialog_cpu"
+
+LONG = " ".join(f"word{i}" for i in range(400))
+"""Far beyond the 256-token truncation."""
+
+TEXTS = [
+    "What pet does Maria have?", "Hi", "", "   spaced   out   ", "ok.",
+    "Café, naïve façade — 東京で猫を飼っています 🐱🐶 ½ ﬁ",
+    "\u2028line\u2029separators\x0b\x0cand controls\x1f",
+    "I adopted a cat called Pickle last spring, and she sleeps on the piano all afternoon.",
+    LONG,
+    "x" * 3000,  # one word too long for the vocabulary: [UNK]
+    "What pet does Maria have?",  # a duplicate
+]
+
+
+@pytest.fixture(scope="module")
+def embedder() -> SentenceEmbedder:
+    return SentenceEmbedder()
+
+
+@pytest.fixture(scope="module")
+def fingerprinter() -> Fingerprinter:
+    return Fingerprinter.from_pretrained(CHECKPOINT)
+
+
+@pytest.fixture(scope="module")
+def joint(embedder, fingerprinter) -> JointEncoder:
+    return JointEncoder(embedder, fingerprinter)
+
+
+def many_texts(n: int) -> list[str]:
+    rng = np.random.default_rng(7)
+    words = "the cat sat on a warm mat while Maria read about Lisbon trains and blue tomatoes".split()
+    return [" ".join(rng.choice(words, int(rng.integers(1, 60)))) for _ in range(n)] + TEXTS
+
+
+def test_one_forward_gives_the_embedders_vectors_and_the_fingerprinters_codes_bit_for_bit(
+        joint, embedder, fingerprinter):
+    before = joint.forwards
+    encoded = joint.compute(TEXTS)
+    assert joint.forwards == before + 1
+    assert np.array_equal(encoded.vectors, embedder.encode(TEXTS))
+    assert encoded.prints == fingerprinter.fingerprint(TEXTS)
+    assert len(encoded.prints[TEXTS.index(LONG)].token_codes) == fingerprinter.config.max_length  # truncated
+
+
+def test_more_texts_than_one_batch_keep_the_codes_exactly_and_the_vectors_to_float_rounding(
+        joint, embedder, fingerprinter):
+    texts = many_texts(3 * FINGERPRINT_BATCH)
+    encoded = joint.compute(texts)
+    assert encoded.prints == fingerprinter.fingerprint(texts)
+    # other batches than the embedder's own, so other padding: measured ≤ 2e-7
+    assert np.allclose(encoded.vectors, embedder.encode(texts), rtol=0, atol=1e-6)
+
+
+def test_a_text_gets_the_same_floats_beside_any_texts_padded_to_its_length(joint):
+    alone = joint.compute(["the cat sat on the mat"])
+    beside = joint.compute(["the cat sat on the mat", "the dog ran to the car"])
+    assert joint.batch_key(["the cat sat on the mat"]) == joint.batch_key(["the dog ran to the car"])
+    assert np.array_equal(beside.part(0, 1).vectors, alone.vectors)
+    assert beside.part(0, 1).prints == alone.prints
+
+
+def test_encode_then_fingerprint_of_the_same_texts_costs_one_forward(joint, embedder, fingerprinter):
+    models = JointModels(joint.compute, embedder, fingerprinter)
+    before = joint.forwards
+    vectors = models.embedder.encode(TEXTS[:5])
+    prints = models.fingerprinter.fingerprint(TEXTS[:5])
+    assert joint.forwards == before + 1
+    assert np.array_equal(vectors, embedder.encode(TEXTS[:5]))
+    assert prints == fingerprinter.fingerprint(TEXTS[:5])
+    models.fingerprinter.fingerprint(TEXTS[:5])  # what was kept serves one call only
+    assert joint.forwards == before + 2
+    # and the other way round (ingestion): the records' codes, then their vectors beside other texts
+    records, others = TEXTS[5:8], TEXTS[8:10]
+    models.fingerprinter.fingerprint(records)
+    vectors = models.embedder.encode(others + records)
+    assert joint.forwards == before + 4
+    assert np.allclose(vectors, embedder.encode(others + records), rtol=0, atol=1e-6)
+
+
+def test_the_halves_carry_the_separate_models_identities(joint, embedder, fingerprinter):
+    models = JointModels(joint.compute, embedder, fingerprinter)
+    assert model_identity(models.embedder) == model_identity(embedder)
+    assert model_identity(models.fingerprinter) == model_identity(fingerprinter)
+    assert models.embedder.dim == embedder.dim
+    assert models.fingerprinter.codebook_size == fingerprinter.codebook_size
+    with pytest.raises(TypeError):
+        models.fingerprinter.fingerprint("one string")
+
+
+def test_a_batch_the_two_models_would_tokenize_differently_runs_both(joint, embedder, fingerprinter):
+    long_text = LONG
+    embedder._model.max_seq_length = 128  # the embedder now truncates sooner than the fingerprinter
+    try:
+        before = joint.forwards
+        encoded = joint.compute(["short one", long_text])
+        assert joint.forwards == before + 2  # not shared
+        assert np.array_equal(encoded.vectors, embedder.encode(["short one", long_text]))
+        assert encoded.prints == fingerprinter.fingerprint(["short one", long_text])
+        joint.compute(["short one"])
+        assert joint.forwards == before + 3  # a batch both see alike is still shared
+    finally:
+        embedder._model.max_seq_length = 256
+
+
+def test_a_fingerprinter_over_another_encoder_is_not_joined(embedder, fingerprinter):
+    other = ISQModel(tiny_config()).fingerprinter()
+    thawed = copy.deepcopy(fingerprinter)
+    thawed.semantic_encoder.frozen = False
+    for pair in ((embedder, other), (embedder, thawed), (embedder, Locked(fingerprinter, threading.Lock()))):
+        assert why_not_joined(*pair) is not None
+    assert why_not_joined(embedder, fingerprinter) is None
+    with pytest.raises(ValueError, match="cannot join"):
+        JointEncoder(embedder, other)

@@ -5,6 +5,7 @@ timed runs are benchmarks, not tests)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,16 +32,19 @@ def test_the_split_takes_medians_of_the_parts_and_of_the_rest() -> None:
     split = split_medians(parts, [0.020, 0.030, 5.0], ("encode", "routes", "fusion"), "other")
     assert split["encode_ms"] == pytest.approx(11.0) and split["routes_ms"] == pytest.approx(3.0)
     assert split["fusion_ms"] == 0.0
-    assert split["other_ms"] == pytest.approx(11.0)  # medians of 6 and 16 ms: the call without parts is left out
+    # The median of 6 and 16 ms; the call without parts is left out.
+    assert split["other_ms"] == pytest.approx(11.0)
 
 
 def test_a_memory_that_reports_no_parts_gives_a_null_split() -> None:
-    assert split_medians([None, None], [0.1, 0.2], ("encode",), "client") == {"encode_ms": None, "client_ms": None}
+    split = split_medians([None, None], [0.1, 0.2], ("encode",), "client")
+    assert split == {"encode_ms": None, "client_ms": None}
 
 
 def test_goals_are_written_beside_their_figures_and_summed_up() -> None:
-    figures = {"search": {"1x10000": {"p50_ratio_to_floor": 1.2}, "1000x100": {"p50_ratio_to_floor": 2.0}},
-               "add": {"ingest_ratio_to_floor": 0.5}, "load": {"errors": 1}}
+    figures: dict[str, Any] = {
+        "search": {"1x10000": {"p50_ratio_to_floor": 1.2}, "1000x100": {"p50_ratio_to_floor": 2.0}},
+        "add": {"ingest_ratio_to_floor": 0.5}, "load": {"errors": 1}}
     met = apply_goals(figures, [Goal("search.1x10000.p50_ratio_to_floor", "<=", 1.5),
                                 Goal("search.1000x100.p50_ratio_to_floor", "<=", 1.5),
                                 Goal("search.1x100000.p50_ratio_to_floor", "<=", 3),

@@ -155,25 +155,21 @@ def synthetic_segments(user: str, count: int, rng: np.random.Generator,
 
 
 def build_synthetic(directory: Path, users: dict[str, int], embedder: Any, fingerprinter: Any) -> float:
-    """Write the users' records (:data:`SEGMENTS_PER_COMMIT` segments per transaction), then fill
-    the vector cache the snapshots read; the seconds it took."""
+    """Write each user's records (up to :data:`SEGMENTS_PER_COMMIT` segments per transaction),
+    then fill the vector cache its snapshot reads (from the records just written: the store's
+    active records in its order); the seconds it took."""
     began = time.perf_counter()
     rng = np.random.default_rng(0)
     with AMUStore(directory) as store:
         store.bind("embedder", embedder.identity)
         store.bind("extractor", model_identity(RuleExtractor()))
         store.bind("fingerprinter", fingerprinter.identity)
-        pending: list[tuple[SegmentRecord, list[Turn], list[AMU]]] = []
-        for user, count in users.items():
-            pending += synthetic_segments(user, count, rng, fingerprinter.codebook_size)
-            while len(pending) >= SEGMENTS_PER_COMMIT:
-                store.commit_segments(pending[:SEGMENTS_PER_COMMIT])
-                del pending[:SEGMENTS_PER_COMMIT]
-        if pending:
-            store.commit_segments(pending)
         filler = CachedEmbedder(RandomVectors(embedder.identity, embedder.dim), store)
-        for user in users:
-            MemoryBank.build(store, user, filler)
+        for user, count in users.items():
+            segments = synthetic_segments(user, count, rng, fingerprinter.codebook_size)
+            for start in range(0, len(segments), SEGMENTS_PER_COMMIT):
+                store.commit_segments(segments[start:start + SEGMENTS_PER_COMMIT])
+            MemoryBank.build(store, user, filler, records=[amu for _, _, amus in segments for amu in amus])
     return time.perf_counter() - began
 
 

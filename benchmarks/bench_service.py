@@ -1,7 +1,13 @@
-"""Load test of the HTTP service, loopback only, bounded in requests and time.
+"""Load test of the HTTP service against the model's speed, loopback only, bounded in requests
+and time.
 
-    python benchmarks/bench_service.py --json service.json [--users 100] [--clients 16] [--seconds 60]
+    python benchmarks/bench_service.py --fingerprinter checkpoints/isq_minilm_dailydialog_cpu --json F.json
+    python benchmarks/bench_service.py --no-fingerprinter --users 3 --clients 4 --seconds 10  # no code route
 
+0. ``floor_ms``, the median bare MiniLM forward of one dev question, and ``ceiling_rps``, the
+   queries/s of one forward of 16 of them (:mod:`benchmarks.floor`), measured in this process
+   before the server starts: latencies are also given as ratios to the floor, throughput as a
+   ratio to the ceiling.
 1. A store pre-filled with the LoCoMo dev conversations copied per user (each copy added through
    ``Memory.add`` session by session, as ``retrieval.ingest`` does); built once under
    ``--prefilled`` and copied to a scratch directory for each run, so runs start alike.
@@ -16,10 +22,15 @@
 5. SIGTERM (the server drains), then the store is read: every acknowledged add must be stored
    exactly once (lost, duplicated).
 
-Figures: throughput, p50/p95/p99 per route, errors, lost, duplicated, leaks, the p50 ratio, and
-the service's goals (0 errors, 0 lost, 0 leaks, search p99 <= 100 ms, HTTP p50 <= 1.5x
-in-process). The client threads share the machine with the server (and, on the team's 2-core
-machine, with other work): the figures say so through the recorded load average.
+Figures: ``prefill_s``, throughput, p50/p95/p99 per route, where a search's time went (medians
+of the response's ``Server-Timing`` parts: encode, routes, fusion, serialise, queue, and the
+client's rest: network and client; null when the server sends no such header), errors, lost,
+duplicated, leaks, the p50 ratio. Goals, written beside their figures and summed up in
+``goals_met``: search p99 <= 10x floor, throughput >= 0.4x ceiling, 0 errors, lost, duplicated
+and leaks, HTTP p50 <= 1.5x in-process. The codebook route is on by default (the committed
+fingerprinter, as shipped). The client threads share the machine with the server (and, on the
+team's 2-core machine, with other work): the figures say so through the recorded load average.
+The LoCoMo file is ``--locomo``, else ``$ISQ_LOCOMO``, else ../shared/data/locomo/locomo_dev.json.
 """
 
 from __future__ import annotations
@@ -43,11 +54,30 @@ import httpx
 if __package__ in (None, ""):  # run as a script: python benchmarks/bench_service.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.floor import BareEncoder, measure_ceiling, measure_floor  # noqa: E402
+from benchmarks.paths import ROOT, default_locomo, missing_locomo  # noqa: E402
 from benchmarks.service_process import Server, bearer  # noqa: E402
-from benchmarks.timing import interleaved_rounds, write_json  # noqa: E402
+from benchmarks.timing import (  # noqa: E402
+    Goal,
+    apply_goals,
+    describe_goals,
+    interleaved_rounds,
+    percentiles,
+    split_medians,
+    wait_for_backlog,
+    with_ratios,
+    write_json,
+)
 
-DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
+FINGERPRINTER = ROOT / "checkpoints" / "isq_minilm_dailydialog_cpu"
 PREFILL_MARK = "prefill.json"
+SERVER_PARTS = ("encode", "routes", "fusion", "serialise", "queue")
+"""The parts of a search response's ``Server-Timing``; the rest of its time is the client's."""
+GOALS = (Goal("load.routes.search.p99_ratio_to_floor", "<=", 10),
+         Goal("load.per_s_ratio_to_ceiling", ">=", 0.4),
+         Goal("load.errors", "==", 0), Goal("load.leaks", "==", 0),
+         Goal("verify.lost", "==", 0), Goal("verify.duplicated", "==", 0),
+         Goal("compare.http_over_in_process_p50", "<=", 1.5))
 
 
 def user_name(number: int) -> str:
@@ -83,6 +113,7 @@ def prefill(args: argparse.Namespace) -> dict[str, Any]:
                 for conversation in conversations for turn in conversation.turns])
             print(f"prefill: {number + 1}/{args.users} users, {time.perf_counter() - began:.0f} s",
                   flush=True)
+        wait_for_backlog(memory)
     built = {**wanted, "turns_per_user": sum(len(c.turns) for c in conversations),
              "seconds": round(time.perf_counter() - began, 1)}
     mark.write_text(json.dumps(built, indent=2) + "\n")
@@ -95,12 +126,22 @@ def questions(path: Path) -> list[str]:
     return [question.question for conversation in load_locomo(path) for question in conversation.questions]
 
 
-def percentiles(seconds: list[float]) -> dict[str, float]:
-    if len(seconds) < 2:
-        return {"p50_ms": 1000 * seconds[0], "p95_ms": 1000 * seconds[0], "p99_ms": 1000 * seconds[0]} \
-            if seconds else {}
-    cuts = statistics.quantiles(seconds, n=100, method="inclusive")
-    return {"p50_ms": 1000 * statistics.median(seconds), "p95_ms": 1000 * cuts[94], "p99_ms": 1000 * cuts[98]}
+def parse_server_timing(header: str | None) -> dict[str, float] | None:
+    """Seconds per metric of a ``Server-Timing`` value (``name;dur=ms, ...``; a metric without a
+    duration is left out); None without the header."""
+    if header is None:
+        return None
+    parts: dict[str, float] = {}
+    for metric in header.split(","):
+        name, *params = (piece.strip() for piece in metric.split(";"))
+        for param in params:
+            key, _, value = param.partition("=")
+            if name and key.strip().lower() == "dur":
+                try:
+                    parts[name] = float(value.strip().strip('"')) / 1000.0
+                except ValueError:
+                    pass
+    return parts
 
 
 def compare_in_process(args: argparse.Namespace, store: Path, url: str, keys: dict[str, str],
@@ -134,6 +175,8 @@ class LoadLog:
     """What the clients saw, shared between their threads under a lock."""
 
     latencies: dict[str, list[float]] = dataclasses.field(default_factory=lambda: defaultdict(list))
+    parts: dict[str, list[dict[str, float] | None]] = dataclasses.field(
+        default_factory=lambda: defaultdict(list))
     errors: Counter = dataclasses.field(default_factory=Counter)
     leaks: list[str] = dataclasses.field(default_factory=list)
     acknowledged: dict[str, list[str]] = dataclasses.field(default_factory=lambda: defaultdict(list))
@@ -183,6 +226,7 @@ def client_loop(args: argparse.Namespace, client: int, url: str, keys: dict[str,
             elapsed = time.perf_counter() - began
             with log.lock:
                 log.latencies[route].append(elapsed)
+                log.parts[route].append(parse_server_timing(response.headers.get("server-timing")))
                 if response.status_code != 200:
                     log.errors[f"{route}: {response.status_code}"] += 1
                 elif searching:
@@ -220,10 +264,15 @@ def verify(store: Path, log: LoadLog) -> dict[str, int]:
             "duplicated": duplicated}
 
 
-def summary(log: LoadLog, seconds: float) -> dict[str, Any]:
-    routes = {route: {"requests": len(times), "per_s": len(times) / seconds, **percentiles(times)}
+def summary(log: LoadLog, seconds: float, floor_ms: float, ceiling_rps: float) -> dict[str, Any]:
+    routes = {route: {"requests": len(times), "per_s": len(times) / seconds,
+                      **with_ratios(percentiles(times), floor_ms),
+                      "split": with_ratios(split_medians(log.parts[route], times, SERVER_PARTS, "client"),
+                                           floor_ms)}
               for route, times in sorted(log.latencies.items())}
-    return {"seconds": seconds, "requests": log.requests, "per_s": log.requests / seconds, "routes": routes,
+    per_s = log.requests / seconds
+    return {"seconds": seconds, "requests": log.requests, "per_s": per_s,
+            "per_s_ratio_to_ceiling": per_s / ceiling_rps, "routes": routes,
             "errors": sum(log.errors.values()), "error_kinds": dict(log.errors), "leaks": len(log.leaks),
             "leak_examples": log.leaks[:5]}
 
@@ -242,6 +291,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     built = prefill(args)
     asked = questions(args.locomo)
+    encoder = BareEncoder()
+    floor, ceiling = measure_floor(encoder, asked), measure_ceiling(encoder, asked)
+    del encoder
     with tempfile.TemporaryDirectory(prefix="bench_service_") as scratch:
         store = Path(scratch) / "store"
         shutil.copytree(args.prefilled, store)
@@ -258,39 +310,46 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             server.kill()
         checked = verify(store, log)
-    load = summary(log, seconds)
-    search = load["routes"].get("search", {})
-    goals = {"no_errors": load["errors"] == 0, "none_lost": checked["lost"] == checked["duplicated"] == 0,
-             "no_leaks": load["leaks"] == 0,
-             "search_p99_at_most_100ms": search.get("p99_ms", float("inf")) <= 100,
-             "http_p50_at_most_1.5x_in_process": compared["http_over_in_process_p50"] <= 1.5}
-    return {"prefill": built, "warm_up_s": warm_s, "compare": compared, "load": load, "verify": checked,
-            "server_exit_status": exit_status, "goals": goals, "settings": {
-                k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
+    figures = {"floor_ms": floor["floor_ms"], "ceiling_rps": ceiling["ceiling_rps"],
+               "prefill_s": built["seconds"], "floor": floor, "ceiling": ceiling, "prefill": built,
+               "warm_up_s": warm_s, "compare": compared,
+               "load": summary(log, seconds, floor["floor_ms"], ceiling["ceiling_rps"]), "verify": checked,
+               "server_exit_status": exit_status, "settings": {
+                   k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
+    figures["goals_met"] = apply_goals(figures, GOALS)
+    return figures
 
 
 def report(figures: dict[str, Any]) -> str:
     load, compare, built = figures["load"], figures["compare"], figures["prefill"]
-    how = "reused" if built["reused"] else f"built in {built['seconds']} s"
-    lines = [f"prefill: {built['users']} users x {built['turns_per_user']} turns ({how})",
-             f"load: {load['requests']} requests in {load['seconds']:.1f} s = {load['per_s']:.1f}/s, "
+    how = "reused: built" if built["reused"] else "built"
+    lines = [f"floor {figures['floor_ms']:.2f} ms (one bare forward of a dev question), "
+             f"ceiling {figures['ceiling_rps']:.1f} queries/s (one forward of {figures['ceiling']['batch']})",
+             f"prefill: {built['users']} users x {built['turns_per_user']} turns "
+             f"({how} in {built['seconds']} s)",
+             f"load: {load['requests']} requests in {load['seconds']:.1f} s = {load['per_s']:.1f}/s "
+             f"({load['per_s_ratio_to_ceiling']:.2f}x ceiling), "
              f"errors {load['errors']} {load['error_kinds'] or ''}, leaks {load['leaks']}"]
     for route, row in load["routes"].items():
+        split = ", ".join(f"{name[:-3]} {value:.1f}" for name, value in row["split"].items()
+                          if name.endswith("_ms") and value is not None) or "not reported"
         lines.append(f"  {route}: {row['requests']} ({row['per_s']:.1f}/s)  p50 {row['p50_ms']:.1f} ms  "
-                     f"p95 {row['p95_ms']:.1f} ms  p99 {row['p99_ms']:.1f} ms")
+                     f"p95 {row['p95_ms']:.1f} ms  p99 {row['p99_ms']:.1f} ms "
+                     f"({row['p99_ratio_to_floor']:.1f}x floor); split ms: {split}")
     lines.append(f"adds acknowledged {figures['verify']['acknowledged_adds']}, "
                  f"lost {figures['verify']['lost']}, duplicated {figures['verify']['duplicated']}")
     lines.append(f"search p50, one client: in-process {compare['in_process']['p50_ms']:.1f} ms, HTTP "
                  f"{compare['http_one_client']['p50_ms']:.1f} ms, "
                  f"ratio {compare['http_over_in_process_p50']:.2f}")
-    lines.append("goals: "
-                 + ", ".join(f"{goal} {'met' if met else 'NOT met'}"
-                             for goal, met in figures["goals"].items()))
+    lines.append("goals:\n" + describe_goals(figures["goals_met"]))
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if (problem := missing_locomo(args.locomo)) is not None:
+        parser.error(problem)
     if args.prefill_only:
         print(prefill(args))
         return
@@ -311,8 +370,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-k", dest="k", type=int, default=10)
     parser.add_argument("--compare-queries", type=int, default=100,
                         help="searches of the in-process comparison")
-    parser.add_argument("--locomo", type=Path, default=DEV)
-    parser.add_argument("--fingerprinter", type=Path, help="adds the codebook route (off by default)")
+    parser.add_argument("--locomo", type=Path, default=default_locomo(),
+                        help="the LoCoMo dev file (default: $ISQ_LOCOMO, else ../shared/data/locomo/)")
+    parser.add_argument("--fingerprinter", type=Path, default=FINGERPRINTER,
+                        help="the fingerprinter of the codebook route (default: the committed one)")
+    parser.add_argument("--no-fingerprinter", dest="fingerprinter", action="store_const", const=None,
+                        help="serve without the codebook route (dense, lexical and graph routes only)")
     parser.add_argument("--prefilled", type=Path, default=Path("stores/bench_service_prefilled"),
                         help="where the pre-filled store is built once and reused")
     parser.add_argument("--prefill-only", action="store_true", help="build the pre-filled store and stop")

@@ -1,4 +1,5 @@
-"""Timing helpers shared by the benchmarks: interleaved rounds, per-round ratios, JSON output.
+"""Timing helpers shared by the benchmarks: interleaved rounds, per-round ratios, percentiles,
+figures as ratios to the model floor, goals written beside their figures, JSON output.
 
 On a shared machine the load drifts during a run, so variants timed one after the other see
 different machines. Every benchmark here therefore times its variants round by round, the
@@ -9,14 +10,18 @@ with its spread (quartiles and extremes): a drift shifts both sides of a round a
 from __future__ import annotations
 
 import json
+import operator
 import os
 import platform
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 
 def rotated(names: Sequence[str], round_index: int) -> list[str]:
@@ -59,6 +64,91 @@ def describe_ratio(label: str, stats: Mapping[str, float], goal: str = "") -> st
     line = (f"{label}: median {stats['median']:.3f}  IQR {stats['q1']:.3f}-{stats['q3']:.3f}  "
             f"min-max {stats['min']:.3f}-{stats['max']:.3f}")
     return f"{line}  ({goal})" if goal else line
+
+
+def percentiles(seconds: Sequence[float]) -> dict[str, Any]:
+    """p50, p95, p99 and mean in milliseconds (linear interpolation) and the count; only the count
+    when there is nothing to describe."""
+    if len(seconds) == 0:
+        return {"n": 0}
+    values = np.asarray(seconds, dtype=float) * 1000.0
+    p50, p95, p99 = np.percentile(values, [50, 95, 99])
+    return {"p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99), "mean_ms": float(values.mean()),
+            "n": len(values)}
+
+
+RATIO = "_ratio_to_floor"
+
+
+def with_ratios(figures: Mapping[str, Any], floor_ms: float) -> dict[str, Any]:
+    """``figures`` with ``<name>_ratio_to_floor`` after each ``<name>_ms`` (None stays None)."""
+    out: dict[str, Any] = {}
+    for key, value in figures.items():
+        out[key] = value
+        if key.endswith("_ms") and (value is None or isinstance(value, (int, float))):
+            out[key[:-3] + RATIO] = None if value is None else value / floor_ms
+    return out
+
+
+def split_medians(parts: Sequence[Mapping[str, float] | None], totals: Sequence[float], names: Sequence[str],
+                  rest: str) -> dict[str, float | None]:
+    """Where the time of a call went: the median milliseconds of each named part (given in
+    seconds per call) and of ``rest``, the call's total less its parts, over the calls that
+    reported their parts; every figure None when no call did."""
+    reported = [(part, total) for part, total in zip(parts, totals, strict=True) if part is not None]
+    if not reported:
+        return {f"{name}_ms": None for name in (*names, rest)}
+    split: dict[str, float | None] = {f"{name}_ms": 1000.0 * statistics.median(
+        part.get(name, 0.0) for part, _ in reported) for name in names}
+    split[f"{rest}_ms"] = 1000.0 * statistics.median(
+        total - sum(part.get(name, 0.0) for name in names) for part, total in reported)
+    return split
+
+
+_COMPARE = {"<=": operator.le, ">=": operator.ge, "==": operator.eq}
+
+
+@dataclass(frozen=True)
+class Goal:
+    """A bound on one figure: ``path`` is its keys in the figures, joined by dots."""
+
+    path: str
+    op: str
+    bound: float
+
+    def __str__(self) -> str:
+        return f"{self.path} {self.op} {self.bound:g}"
+
+
+def apply_goals(figures: dict[str, Any], goals: Sequence[Goal]) -> dict[str, bool | None]:
+    """Write each goal beside its figure (``<key>_goal``) and say whether it is met; None where
+    the figure was not measured (its memory size not run, or the memory does not report it)."""
+    met: dict[str, bool | None] = {}
+    for goal in goals:
+        *parents, leaf = goal.path.split(".")
+        node: Any = figures
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        value = node.get(leaf) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node[f"{leaf}_goal"] = f"{goal.op} {goal.bound:g}"
+        met[str(goal)] = None if value is None else bool(_COMPARE[goal.op](value, goal.bound))
+    return met
+
+
+def describe_goals(met: Mapping[str, bool | None]) -> str:
+    """One line per goal: met, NOT met or not measured."""
+    words = {True: "met", False: "NOT met", None: "not measured"}
+    return "\n".join(f"  {goal}: {words[state]}" for goal, state in met.items())
+
+
+def wait_for_backlog(memory: Any, user_id: str | None = None) -> None:
+    """Until the turns added so far (of ``user_id``, else of every user) are processed:
+    ``Memory.drain`` where ingestion runs behind the add; a memory without it processed them
+    inside ``add`` and ``flush``."""
+    drain = getattr(memory, "drain", None)
+    if drain is not None:
+        drain(user_id=user_id)
 
 
 def machine() -> dict[str, Any]:

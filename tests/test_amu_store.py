@@ -188,6 +188,23 @@ def test_segment_commit_is_atomic_and_unique(tmp_path):
                 commit(store, 2, [make_amu(2, 0, source=wrong)])
 
 
+def test_segments_committed_together_all_land_or_none(tmp_path):
+    def segment(seq: int, amus: list[AMU]) -> tuple[SegmentRecord, list[Turn], list[AMU]]:
+        return (SegmentRecord("conv-x", seq, "session_1", (f"D1:{seq}",), "semantic_boundary"),
+                [make_turn(f"D1:{seq}", text=f"turn {seq}")], amus)
+
+    with AMUStore(tmp_path) as store:
+        store.commit_segments([segment(0, [make_amu(0, 0)]), segment(1, [make_amu(1, 0), make_amu(1, 1)])])
+        assert [store.segment("conv-x", seq).amu_count for seq in (0, 1)] == [1, 2]
+        assert store.turn("conv-x", "D1:1").text == "turn 1"
+        # The batch's second segment is stored already: its first one must roll back too.
+        with pytest.raises(ValueError, match="segment 1 of 'conv-x' is already stored"):
+            store.commit_segments([segment(2, [make_amu(2, 0)]), segment(1, [make_amu(1, 5)])])
+        assert store.segment("conv-x", 2) is None and store.count() == 3
+        with pytest.raises(KeyError):
+            store.turn("conv-x", "D1:2")
+
+
 def test_in_lists_are_bound_in_chunks_under_sqlite_s_parameter_limit():
     values = [f"v{i}" for i in range(2 * IN_CHUNK + 1)]
     chunks = list(in_chunks(values))

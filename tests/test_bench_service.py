@@ -1,9 +1,11 @@
-"""The load test's own checks: what counts as a leak, and its percentiles (the full run is a
-benchmark, not a test: ``python benchmarks/bench_service.py``)."""
+"""The load test's own checks: what counts as a leak, and how a ``Server-Timing`` header is read
+(the full run is a benchmark, not a test: ``python benchmarks/bench_service.py``)."""
 
 from __future__ import annotations
 
-from benchmarks.bench_service import canary, check_hits, percentiles, user_name
+import pytest
+
+from benchmarks.bench_service import _parser, canary, check_hits, parse_server_timing, user_name
 
 
 def test_a_hit_of_another_user_is_a_leak() -> None:
@@ -16,7 +18,14 @@ def test_a_hit_of_another_user_is_a_leak() -> None:
     assert user_name(7) == "u007" and canary("u007", 1, 2) == "canaryu007x1x2"
 
 
-def test_percentiles_in_milliseconds() -> None:
-    figures = percentiles([n / 1000 for n in range(1, 101)])
-    assert figures["p50_ms"] == 50.5
-    assert round(figures["p95_ms"], 2) == 95.05 and round(figures["p99_ms"], 2) == 99.01
+def test_server_timing_durations_in_seconds() -> None:
+    header = "encode;dur=12.5, routes;dur=3, fusion;desc=\"fuse\";dur=0.25, serialise;dur=1, queue"
+    parts = parse_server_timing(header)
+    assert parts == pytest.approx({"encode": 0.0125, "routes": 0.003, "fusion": 0.00025, "serialise": 0.001})
+    assert parse_server_timing(None) is None
+    assert parse_server_timing("encode;dur=fast") == {}
+
+
+def test_the_codebook_route_is_on_unless_turned_off() -> None:
+    assert _parser().parse_args([]).fingerprinter.name == "isq_minilm_dailydialog_cpu"
+    assert _parser().parse_args(["--no-fingerprinter"]).fingerprinter is None

@@ -269,12 +269,19 @@ class AMUStore(StoreReads, EvidenceReads, ArrayCache, TurnLog, Purge, JobRows, S
         :meth:`segment` first when resuming) or an AMU's source pointer names another
         conversation, session or segment.
         """
-        self._check_sources(record, amus)
+        self.commit_segments([(record, turns, amus)])
+
+    def commit_segments(self,
+                        segments: Sequence[tuple[SegmentRecord, Sequence[Turn], Sequence[AMU]]]) -> None:
+        """:meth:`commit_segment` of several segments in one transaction (a bulk build): all or none."""
+        for record, _, amus in segments:
+            self._check_sources(record, amus)
         with self._transaction() as db:
-            if self.segment(record.user_id, record.seq) is not None:
-                raise ValueError(f"segment {record.seq} of {record.user_id!r} is already stored")
-            insert_turns(db, turns)
-            self._insert_segment(db, record, turns, amus)
+            for record, turns, amus in segments:
+                if self.segment(record.user_id, record.seq) is not None:
+                    raise ValueError(f"segment {record.seq} of {record.user_id!r} is already stored")
+                insert_turns(db, turns)
+                self._insert_segment(db, record, turns, amus)
 
     def commit_stored_turns(self, record: SegmentRecord, amus: Sequence[AMU]) -> None:
         """:meth:`commit_segment` for a segment whose raw turns the store already holds (the online

@@ -1,0 +1,66 @@
+"""The model's speed, which the memory's figures are divided by: the bare MiniLM forward.
+
+``floor_ms``: the median time of one transformer forward of one short query (tokenised before
+the clock starts, ``torch.inference_mode``, no sentence-transformers ``encode`` around it): a
+search must encode its query at least once. ``ceiling_rps``: queries per second of one forward
+of a batch of 16 short queries (16 / the median forward time), what a query encoder that
+batches concurrent requests can serve at most. Both are measured in the same run as the figures
+they divide, on the dev questions, after a warm-up.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from isq.encoder import MINILM_ALIAS, quiet_loading, resolve_encoder_path
+
+FLOOR_FORWARDS = 200
+CEILING_BATCH = 16
+CEILING_FORWARDS = 30
+WARM_UP = 10
+
+
+class BareEncoder:
+    """The embedder's transformer and tokenizer, loaded on their own (the same weights)."""
+
+    def __init__(self, model: str = MINILM_ALIAS) -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        path = resolve_encoder_path(model)
+        with quiet_loading():
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            self.model = AutoModel.from_pretrained(path).eval()
+
+    def forward_seconds(self, texts: Sequence[str]) -> float:
+        """Seconds of one forward of ``texts`` as one padded batch (tokenised before timing)."""
+        inputs = self.tokenizer(list(texts), padding=True, truncation=True, return_tensors="pt")
+        with torch.inference_mode():
+            began = time.perf_counter()
+            self.model(**inputs)
+            return time.perf_counter() - began
+
+    def median_ms(self, batches: Sequence[Sequence[str]]) -> float:
+        for batch in batches[:WARM_UP]:
+            self.forward_seconds(batch)
+        return 1000.0 * statistics.median(self.forward_seconds(batch) for batch in batches)
+
+
+def measure_floor(encoder: BareEncoder, queries: Sequence[str],
+                  forwards: int = FLOOR_FORWARDS) -> dict[str, Any]:
+    """``floor_ms``: the median of ``forwards`` single-query forwards, the queries taken in turn."""
+    batches = [[queries[i % len(queries)]] for i in range(forwards)]
+    return {"floor_ms": encoder.median_ms(batches), "forwards": forwards}
+
+
+def measure_ceiling(encoder: BareEncoder, queries: Sequence[str], batch: int = CEILING_BATCH,
+                    forwards: int = CEILING_FORWARDS) -> dict[str, Any]:
+    """``ceiling_rps``: ``batch`` / the median forward time of ``forwards`` batches of ``batch`` queries."""
+    batches = [[queries[(i * batch + j) % len(queries)] for j in range(batch)] for i in range(forwards)]
+    forward_ms = encoder.median_ms(batches)
+    return {"ceiling_rps": batch / (forward_ms / 1000.0), "batch": batch, "forward_ms": forward_ms,
+            "forwards": forwards}

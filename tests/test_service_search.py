@@ -53,8 +53,8 @@ def durations(response: httpx.Response) -> dict[str, float]:
     return dict(zip(PHASES, map(float, match.groups()), strict=True))
 
 
-def test_a_search_reports_its_phases_and_nothing_of_another_user(tmp_path: Path,
-                                                                  timed_retrieval: None) -> None:
+@pytest.mark.usefixtures("timed_retrieval")
+def test_a_search_reports_its_phases_and_nothing_of_another_user(tmp_path: Path) -> None:
     with served(tmp_path / "store") as server:
         alice, bob, carol = (httpx.Client(base_url=server.url, headers=bearer(server.keys.create(user)),
                                           timeout=60) for user in ("alice", "bob", "carol"))
@@ -75,7 +75,8 @@ def test_a_search_reports_its_phases_and_nothing_of_another_user(tmp_path: Path,
         assert "server-timing" not in alice.get("/v1/memories").headers
 
 
-def test_memory_search_returns_the_retrievers_hits_and_timings(tmp_path: Path, timed_retrieval: None) -> None:
+@pytest.mark.usefixtures("timed_retrieval")
+def test_memory_search_returns_the_retrievers_hits_and_timings(tmp_path: Path) -> None:
     with open_memory(tmp_path / "store") as memory:
         turns = [{"speaker": "Maria", "text": f"{ALICE_CANARY} line {n}"} for n in range(4)]
         memory.add(turns, user_id="alice", session_id="s1")

@@ -72,11 +72,10 @@ class _FromResult(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
 
-class Hit(_FromResult):
-    """One search result (:class:`retrieval.contract.Hit`): a stored record (``kind`` "record") or a
-    raw turn (``kind`` "turn"), with the ids of the turns it came from; ``explain`` (when the
-    request asked for it) gives each channel's rank and score, the routes that found it and the
-    codes shared with the query."""
+class Hit(_FromResult):  # read from retrieval.contract.Hit; its docstring is the OpenAPI description
+    """One search result: a stored record (``kind`` "record") or a raw turn (``kind`` "turn"), with
+    the ids of the turns it came from; ``explain`` (when the request asked for it) gives each
+    channel's rank and score, the routes that found it and the codes shared with the query."""
 
     id: str
     text: str

@@ -1,5 +1,6 @@
 """One encoder forward per text: the joint encoder against the embedder and the fingerprinter run
-separately (the committed MiniLM fingerprinter), and pairs that must not be joined."""
+separately (the committed MiniLM fingerprinter), pairs that must not be joined, and the memory
+opened with either form on the same store."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ import pytest
 
 from isq.fingerprint import FINGERPRINT_BATCH, Fingerprinter
 from isq.model import ISQModel
+from retrieval import Memory
 from retrieval.api.jobs import Locked
+from retrieval.api.loading import load_models
 from retrieval.index.embed import SentenceEmbedder
 from retrieval.index.joint import JointEncoder, JointModels, why_not_joined
 from retrieval.memory.cache import model_identity
+from retrieval.memory.store import AMUStore
 from tests.conftest import tiny_config
 
 CHECKPOINT = Path(__file__).resolve().parents[1] / "checkpoints" / "isq_minilm_dailydialog_cpu"
@@ -125,7 +129,7 @@ def test_a_batch_the_two_models_would_tokenize_differently_runs_both(joint, embe
         embedder._model.max_seq_length = 256
 
 
-def test_a_fingerprinter_over_another_encoder_is_not_joined(embedder, fingerprinter):
+def test_a_fingerprinter_over_another_encoder_is_not_joined(embedder, fingerprinter, tmp_path):
     other = ISQModel(tiny_config()).fingerprinter()
     thawed = copy.deepcopy(fingerprinter)
     thawed.semantic_encoder.frozen = False
@@ -134,3 +138,47 @@ def test_a_fingerprinter_over_another_encoder_is_not_joined(embedder, fingerprin
     assert why_not_joined(embedder, fingerprinter) is None
     with pytest.raises(ValueError, match="cannot join"):
         JointEncoder(embedder, other)
+    models = load_models(tmp_path, embedder=embedder, fingerprinter=other)
+    assert models.encoder is None and models.embedder is embedder and models.fingerprinter is other
+
+
+def chat(n: int, session: str = "s1") -> list[dict]:
+    lines = ["I adopted a cat called Pickle.", "Pickle sleeps on the piano.", "We moved to Lisbon in May.",
+             "My sister Ana plays the cello.", "The trains in Lisbon are blue.", "I bake bread on Sundays."]
+    return [{"speaker": ("Maria", "Joe")[i % 2], "text": lines[i % len(lines)], "turn_id": f"{session}-{i}"}
+            for i in range(n)]
+
+
+def search(memory: Memory, query: str) -> list[tuple[str, float]]:
+    return [(hit.id, pytest.approx(hit.score, abs=1e-5))
+            for hit in memory.search(query, user_id="maria", k=5).hits]
+
+
+def test_a_store_opens_with_either_form_and_finds_the_same(embedder, fingerprinter, tmp_path):
+    separate = {"embedder": embedder, "fingerprinter": Locked(fingerprinter, threading.Lock())}
+    with Memory.open(tmp_path / "two", **separate) as memory:
+        assert memory.models.encoder is None
+        memory.add(chat(12), user_id="maria", session_id="s1")
+        memory.flush(user_id="maria", session_id="s1")
+        found_two = search(memory, "What pet does Maria have?")
+    with Memory.open(tmp_path / "two", embedder=embedder, fingerprinter=fingerprinter) as memory:
+        batcher = memory.models.encoder
+        assert batcher is not None
+        assert search(memory, "What pet does Maria have?") == found_two
+        before = (batcher.forwards, batcher.encoder.forwards)
+        search(memory, "Where did they move?")
+        assert (batcher.forwards, batcher.encoder.forwards) == (before[0] + 1, before[1] + 1)
+        memory.add(chat(6, "s2"), user_id="maria", session_id="s2")
+    assert not any(t.name == "query-batcher" for t in threading.enumerate())
+    with Memory.open(tmp_path / "one", embedder=embedder, fingerprinter=fingerprinter) as memory:
+        memory.add(chat(12), user_id="maria", session_id="s1")
+        memory.flush(user_id="maria", session_id="s1")
+        assert search(memory, "What pet does Maria have?") == found_two
+    with Memory.open(tmp_path / "one", **separate) as memory:
+        assert search(memory, "What pet does Maria have?") == found_two
+    store = AMUStore(tmp_path / "one", read_only=True)
+    try:
+        assert store.meta("embedder") == model_identity(embedder)
+        assert store.meta("fingerprinter") == model_identity(fingerprinter)
+    finally:
+        store.close()

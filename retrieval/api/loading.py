@@ -5,12 +5,18 @@ after the store opened, so a busy or broken store is refused before any model lo
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from isq.encoder import MINILM_ALIAS
+from isq.fingerprint import FINGERPRINT_BATCH
 from retrieval.api.errors import InvalidInput
+from retrieval.api.jobs import Locked
+from retrieval.consolidation.worker import SerializedEmbedder
+from retrieval.index.joint import JointEncoder, JointModels, why_not_joined
+from retrieval.index.query_batcher import QueryBatcher
 
 LLM_CACHE = "llm_cache"
 """The store's subdirectory holding LLM answers (extraction, planning, consolidation)."""
@@ -38,6 +44,34 @@ class MemoryModels:
     planner: Any | None
     operator: Any
     reranker: Any | None
+    encoder: QueryBatcher | None = None
+    """When the fingerprinter's encoder is the embedder's model: the one forward both share
+    (:mod:`retrieval.index.joint`), batching concurrent calls; ``embedder`` and
+    ``fingerprinter`` are then its halves."""
+
+    def shared(self) -> tuple[Any, Any | None]:
+        """The embedder and fingerprinter as several threads may call them: the joint halves as
+        they are (their batcher runs one forward at a time), other models behind a lock each."""
+        if self.encoder is not None:
+            return self.embedder, self.fingerprinter
+        fingerprinter = None if self.fingerprinter is None else Locked(self.fingerprinter, threading.Lock())
+        return SerializedEmbedder(self.embedder), fingerprinter
+
+    def close(self) -> None:
+        """Stop the joint encoder's batcher thread (the models stay loaded)."""
+        if self.encoder is not None:
+            self.encoder.close()
+
+
+def _joined(models: MemoryModels) -> MemoryModels:
+    """``models`` with the embedder and fingerprinter sharing one forward when they can."""
+    embedder, fingerprinter = models.embedder, models.fingerprinter
+    if fingerprinter is None or why_not_joined(embedder, fingerprinter) is not None:
+        return models
+    batcher = QueryBatcher(JointEncoder(embedder, fingerprinter), FINGERPRINT_BATCH)
+    halves = JointModels(batcher.run, embedder, fingerprinter)
+    models.embedder, models.fingerprinter, models.encoder = halves.embedder, halves.fingerprinter, batcher
+    return models
 
 
 def _embedder(value: Any) -> Any:
@@ -114,9 +148,9 @@ def load_models(directory: Path, *, embedder: Any = MINILM_ALIAS, fingerprinter:
         embedder, extractor, fingerprinter = (_resolved(embedder), _resolved(extractor),
                                               _resolved(fingerprinter))
         reranker = _resolved(reranker)
-        return MemoryModels(_embedder(embedder), _extractor(extractor, cache), _fingerprinter(fingerprinter),
-                            _planner(_resolved(planner), cache), _operator(operator, cache),
-                            _reranker(reranker))
+        return _joined(MemoryModels(_embedder(embedder), _extractor(extractor, cache),
+                                    _fingerprinter(fingerprinter), _planner(_resolved(planner), cache),
+                                    _operator(operator, cache), _reranker(reranker)))
     except (OSError, ValueError) as err:
         if isinstance(err, InvalidInput):
             raise

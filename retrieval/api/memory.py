@@ -39,7 +39,6 @@ waits for the calls inside and stops the worker after its step; later calls get
 from __future__ import annotations
 
 import builtins  # Memory.list shadows the builtin inside the class
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -56,7 +55,7 @@ from retrieval.api.inputs import (
     check_turns,
     optional_id,
 )
-from retrieval.api.jobs import CONSOLIDATE, JobRunner, Locked
+from retrieval.api.jobs import CONSOLIDATE, JobRunner
 from retrieval.api.limits import DEFAULT_K, DEFAULT_PAGE
 from retrieval.api.loading import LLM_CACHE, MemoryModels, load_models
 from retrieval.api.online import StreamModels
@@ -67,7 +66,6 @@ from retrieval.api.search import run_search
 from retrieval.api.snapshot import Snapshot
 from retrieval.api.states import SearchStates
 from retrieval.api.tokens import CURSOR, JOB, Tokens, store_secret
-from retrieval.consolidation.worker import SerializedEmbedder
 from retrieval.ingestion.segmenter import SegmenterConfig
 from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.errors import StoreBusy, StoreError
@@ -83,9 +81,7 @@ class Memory:
         self.store, self.models, self.segmenter = store, models, segmenter
         self._gate, self._guards = CallGate(), UserGuards()
         self._tokens = Tokens(store_secret(store))
-        model_lock = threading.Lock()
-        shared = SerializedEmbedder(models.embedder)
-        fingerprinter = None if models.fingerprinter is None else Locked(models.fingerprinter, model_lock)
+        shared, fingerprinter = models.shared()
         self._embedder = CachedEmbedder(shared, store)
         self._online = StreamModels(self._embedder, models.extractor, fingerprinter, segmenter)
         self._query_embedder, self._fingerprinter = shared, fingerprinter
@@ -156,6 +152,7 @@ class Memory:
         self._backlog.close()
         self._gate.close()
         self.store.close()
+        self.models.close()
 
     def __enter__(self) -> Memory:
         return self

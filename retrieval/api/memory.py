@@ -27,8 +27,9 @@ What runs in parallel and what is serialised (:mod:`retrieval.api.closing`):
   one search at a time, never an extraction. Its ``stream`` guard orders its ingestion (worker
   steps, flush) and a purge, which so waits for the running step.
 * All writes share the store's writer connection, one short transaction at a time (SQLite has
-  one writer); the query embedder and fingerprinter take one call at a time (their tokenizers
-  refuse concurrent use).
+  one writer). The models run one forward at a time: calls arriving while the joint encoder runs
+  one share the next (:mod:`retrieval.index.query_batcher`); models that cannot be joined take
+  one call at a time behind a lock (their tokenizers refuse concurrent use).
 
 Trust holds per user: a search scores only the user's own state, sees every commit made before
 it starts (:mod:`retrieval.api.states`) and filters by session before the cut. :meth:`Memory.close`

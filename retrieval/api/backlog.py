@@ -129,6 +129,9 @@ class Backlog:
                 state.stream, amus = UserStream.load(user, self.store, self.models, turns, self._publish)
             else:
                 amus = state.stream.push(turns)
+        except StoreUnavailable:
+            state.stream = None  # closing: the turns of the unfinished segments stay the backlog
+            raise
         except Exception as err:
             raise self._failed(user, state, err) from err
         state.fed = last
@@ -146,6 +149,9 @@ class Backlog:
         assert state.stream is not None
         try:
             return amus + state.stream.flush(session)
+        except StoreUnavailable:
+            state.stream = None
+            raise
         except Exception as err:
             raise self._failed(user, state, err) from err
 
@@ -158,7 +164,8 @@ class Backlog:
             self._reset(user, state, None)
 
     def close(self) -> None:
-        """Stop after the running step; the rest of the backlog stays in the turn log."""
+        """Stop before the running step commits its next segment (as a crash would, but between
+        transactions); the rest of the backlog stays in the turn log for the next open."""
         with self._changed:
             self._closed = True
             self._changed.notify_all()
@@ -180,7 +187,9 @@ class Backlog:
 
     def _publish(self, stream: UserStream, segment: Segment, record: SegmentRecord, amus: list[AMU]) -> None:
         """Commit a closed segment and add its records to the user's search state, under the
-        user's ``state`` guard."""
+        user's ``state`` guard; refused once the memory closes, which ends the step."""
+        if self._closed:
+            raise StoreUnavailable("the memory is closed; its backlog resumes when it opens again")
         with self.guards.of(stream.user).state:
             with self.store.tracking(stream.user) as marks:
                 stream.store_segment(segment, record, amus)
@@ -197,5 +206,5 @@ class Backlog:
             with guard.stream:
                 try:
                     self.process(user)
-                except IngestFailed:
-                    pass  # kept in the user's state: surfaced by the next drain or flush
+                except (IngestFailed, StoreUnavailable):
+                    pass  # a failure is kept in the user's state, for the next drain or flush

@@ -78,6 +78,7 @@ class Retrieval:
     seconds: float
     plan: Any | None = None
     reranker: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 class Retriever(Protocol):

@@ -41,7 +41,6 @@ from retrieval.api.purge import hard_purge
 from retrieval.api.replay import check_replay
 from retrieval.api.results import AddResult, Job, MemoryItem, Page, SearchResult
 from retrieval.api.search import run_search
-from retrieval.api.snapshot import Snapshot
 from retrieval.api.states import SearchStates
 from retrieval.api.tokens import CURSOR, JOB, Tokens, store_secret
 from retrieval.consolidation.worker import SerializedEmbedder
@@ -51,6 +50,7 @@ from retrieval.memory.errors import StoreBusy, StoreError
 from retrieval.memory.fresh_store import discard_if_fresh, remove_if_created
 from retrieval.memory.records import AMU, Turn, raw_turn_id, turn_id_of
 from retrieval.memory.store import AMUStore
+from retrieval.multi_route.bank import MemoryBank
 
 
 class Memory:
@@ -327,11 +327,12 @@ class Memory:
             bound.append(turn.bind(user, session, turn_id))
         return bound
 
-    def _snapshot(self, user: str) -> Snapshot:
+    def _snapshot(self, user: str) -> MemoryBank:
         return self._states.get(user)
 
-    def _build_snapshot(self, user: str) -> Snapshot:
-        return Snapshot.build(self.store, user, self._embedder, self._query_embedder, self._fingerprinter)
+    def _build_snapshot(self, user: str) -> MemoryBank:
+        return MemoryBank.build(self.store, user, self._embedder, query_embedder=self._query_embedder,
+                                fingerprinter=self._fingerprinter)
 
     def _extend_snapshot(self, user: str, amus: Sequence[AMU], turns: Sequence[Turn] = ()) -> None:
         """This memory's own write (stored turns, committed records) joins the user's search state."""

@@ -13,30 +13,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from retrieval.api.results import SearchHit, SearchResult
-from retrieval.api.snapshot import Snapshot
 from retrieval.contract import Hit, Query
 from retrieval.multi_route.bank import MemoryBank
+from retrieval.multi_route.retriever import MultiRouteRetriever
 
 
-def session_scope(bank: MemoryBank, session: str) -> np.ndarray:
-    """The items (records, then raw turns) of one session, as a boolean mask."""
-    return np.array([amu.source.session_id == session for amu in bank.records]
-                    + [turn.session_id == session for turn in bank.turns], dtype=bool)
-
-
-def run_search(snapshot: Snapshot, query: str, k: int, *, session: str | None, explain: bool,
+def run_search(bank: MemoryBank, query: str, k: int, *, session: str | None, explain: bool,
                planner: Any | None, reranker: Any | None) -> SearchResult:
     """The user's hits for ``query`` (see the module docstring)."""
-    bank = snapshot.bank
     if bank.size == 0:
         return SearchResult(query, ())
     use_code = bank.topology is not None
-    retriever = snapshot.retriever(planner, reranker)
-    retriever.use_code = use_code
-    scope = None if session is None else session_scope(bank, session)
+    retriever = MultiRouteRetriever(bank, planner, reranker, use_code=use_code, plan_depth=0)
+    scope = None if session is None else bank.session_mask(session)
     result = retriever.retrieve(Query(query), k, scope=scope)
     assert result.plan is not None  # multi-route retrieval always plans
     query_codes: frozenset[int] = frozenset()

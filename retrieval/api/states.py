@@ -1,4 +1,4 @@
-"""The users' search states (:class:`retrieval.api.snapshot.Snapshot`) a memory keeps between
+"""The users' search states (:class:`retrieval.multi_route.bank.MemoryBank`) a memory keeps between
 searches: always the store's latest commit, and bounded in memory.
 
 Fresh. A state remembers the user's rows it reflects (:meth:`retrieval.memory.store.AMUStore.
@@ -11,7 +11,7 @@ leave. A state's rows are read before it is built, so a commit that lands during
 seen at the next search.
 
 Bounded. The states are kept in least-recently-searched order within :data:`SEARCH_STATE_BYTES`
-(the sum of :meth:`retrieval.api.snapshot.Snapshot.size_bytes`, an estimate): the least recently
+(the sum of :meth:`retrieval.multi_route.bank.MemoryBank.size_bytes`, an estimate): the least recently
 used are dropped first; each is rebuilt from the store when its user searches again. The state
 in use is always kept, even alone over the bound.
 """
@@ -23,8 +23,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from retrieval.api.snapshot import Snapshot
 from retrieval.memory.store import AMUStore
+from retrieval.multi_route.bank import MemoryBank
 
 SEARCH_STATE_BYTES = 512 * 2**20
 """The bound on the estimated bytes of all users' search states of one memory."""
@@ -32,7 +32,7 @@ SEARCH_STATE_BYTES = 512 * 2**20
 
 @dataclass
 class _Held:
-    snapshot: Snapshot
+    snapshot: MemoryBank
     rows: tuple[int, ...]
     size: int
     checked: int
@@ -42,14 +42,14 @@ class SearchStates:
     """The users' search states of one memory (see the module docstring); ``build(user)`` makes
     one from the store. The memory serialises the calls; :meth:`gauges` may run beside them."""
 
-    def __init__(self, store: AMUStore, build: Callable[[str], Snapshot], limit: int | None = None) -> None:
+    def __init__(self, store: AMUStore, build: Callable[[str], MemoryBank], limit: int | None = None) -> None:
         self.store, self.build = store, build
         self.limit = SEARCH_STATE_BYTES if limit is None else limit
         self._held: OrderedDict[str, _Held] = OrderedDict()
         self._bytes = 0
         self._guard = threading.Lock()
 
-    def get(self, user: str) -> Snapshot:
+    def get(self, user: str) -> MemoryBank:
         """The user's state as of the store's latest commit, most recently used from now on."""
         version = self.store.data_version()
         held = self._held.get(user)
@@ -70,7 +70,7 @@ class SearchStates:
                 self._held.move_to_end(user)
         return held.snapshot
 
-    def held(self, user: str) -> Snapshot | None:
+    def held(self, user: str) -> MemoryBank | None:
         """The user's state if one is kept (for the memory's own writes to extend), else None."""
         held = self._held.get(user)
         return None if held is None else held.snapshot

@@ -11,6 +11,7 @@ import pytest
 
 from retrieval.contract import EmptyQuery, Query
 from retrieval.llm_client import LLMUsage
+from retrieval.memory.records import Turn
 from retrieval.memory.store import AMUStore
 from retrieval.multi_route import channels
 from retrieval.multi_route.fusion import final_scores, ranking, rrf
@@ -183,6 +184,26 @@ def test_exactly_k_distinct_items_and_never_an_archived_one(bank, k, use_code):
     assert len(hit_ids) == len(set(hit_ids)) == min(k, 8) and ARCHIVED not in hit_ids
     assert [hit.rank for hit in result.hits] == list(range(1, len(hit_ids) + 1))
     assert result.reranker == RERANKER_OFF and ("code" in result.hits[0].scores) == use_code
+
+
+def test_a_retrieval_splits_its_time_into_encode_routes_and_fusion(bank):
+    result = MultiRouteRetriever(bank, use_code=True, plan_depth=0).retrieve(Query("pottery class"), 4)
+    assert set(result.timings) == {"encode", "routes", "fusion"}
+    assert all(seconds >= 0 for seconds in result.timings.values())
+    assert sum(result.timings.values()) == pytest.approx(result.seconds, abs=1e-3)
+
+
+def test_a_session_mask_is_the_items_of_that_session_also_after_growth(bank):
+    def by_text(session):
+        return [amu.source.session_id == session for amu in bank.records] + [
+            turn.session_id == session for turn in bank.turns]
+
+    assert bank.session_mask("session_2").tolist() == by_text("session_2") and any(by_text("session_2"))
+    assert not bank.session_mask("no such session").any()
+    bank.add_turns([Turn(CID, "session_3", "D3:1", "Ann", "A new session begins.")])
+    new = bank.session_mask("session_3").tolist()
+    assert new == by_text("session_3") == [False] * (bank.size - 1) + [True]
+    assert bank.session_mask("session_1").tolist() == by_text("session_1")
 
 
 def test_the_final_top_k_is_at_least_the_plan_depth(bank):

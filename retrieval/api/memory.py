@@ -64,7 +64,6 @@ from retrieval.api.purge import hard_purge
 from retrieval.api.replay import check_replay
 from retrieval.api.results import AddResult, Job, MemoryItem, Page, SearchResult
 from retrieval.api.search import run_search
-from retrieval.api.snapshot import Snapshot
 from retrieval.api.states import SearchStates
 from retrieval.api.tokens import CURSOR, JOB, Tokens, store_secret
 from retrieval.ingestion.segmenter import SegmenterConfig
@@ -73,6 +72,7 @@ from retrieval.memory.errors import StoreBusy, StoreError
 from retrieval.memory.fresh_store import discard_if_fresh, remove_if_created
 from retrieval.memory.records import AMU, Turn, raw_turn_id, turn_id_of
 from retrieval.memory.store import AMUStore
+from retrieval.multi_route.bank import MemoryBank
 
 
 class Memory:
@@ -86,9 +86,9 @@ class Memory:
         self._embedder = CachedEmbedder(shared, store)
         self._online = StreamModels(self._embedder, models.extractor, fingerprinter, segmenter)
         self._query_embedder, self._fingerprinter = shared, fingerprinter
-        self._states = SearchStates(store, self._build_snapshot)
+        self._states = SearchStates(store, self._build_bank)
         self._backlog = Backlog(store, self._online, self._guards, self._states)
-        self._jobs = JobRunner(store.directory, shared, models.operator, fingerprinter, self._forget_snapshot)
+        self._jobs = JobRunner(store.directory, shared, models.operator, fingerprinter, self._forget_state)
 
     @classmethod
     def open(cls, path: str | Path, *, fingerprinter: Any = None, embedder: Any = None,
@@ -280,8 +280,8 @@ class Memory:
         with self._gate, self._guards.of(user).state:
             if session is not None:
                 self._require_session(user, session)
-            snapshot = self._states.get(user)
-            return run_search(snapshot, text, k, session=session, explain=explain,
+            bank = self._states.get(user)
+            return run_search(bank, text, k, session=session, explain=explain,
                               planner=self.models.planner, reranker=self.models.reranker)
 
     def get(self, id: str, *, user_id: str) -> MemoryItem:
@@ -347,10 +347,11 @@ class Memory:
         if self.store.read_only:
             raise StoreUnavailable(f"{self.store.directory} is open read-only")
 
-    def _build_snapshot(self, user: str) -> Snapshot:
-        return Snapshot.build(self.store, user, self._embedder, self._query_embedder, self._fingerprinter)
+    def _build_bank(self, user: str) -> MemoryBank:
+        return MemoryBank.build(self.store, user, self._embedder, query_embedder=self._query_embedder,
+                                fingerprinter=self._fingerprinter)
 
-    def _forget_snapshot(self, user: str) -> None:
+    def _forget_state(self, user: str) -> None:
         with self._guards.of(user).state:
             self._states.drop(user)
 

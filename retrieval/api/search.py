@@ -1,6 +1,6 @@
-"""One search of the memory API over a user's snapshot: plan-guided multi-route retrieval
+"""One search of the memory API over a user's bank (its snapshot): plan-guided multi-route retrieval
 (:class:`retrieval.multi_route.retriever.MultiRouteRetriever`, docs/design.md §7) with the codebook
-channel when the snapshot has a topology, exactly ``k`` items (``plan_depth=0``) or every item
+channel when the bank has a topology, exactly ``k`` items (``plan_depth=0``) or every item
 there is when there are fewer.
 
 ``session`` keeps retrieval to the items of one session: it is the retriever's scope, so every
@@ -14,30 +14,20 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 from retrieval.api.results import SearchResult
-from retrieval.api.snapshot import Snapshot
 from retrieval.contract import Hit, Query
 from retrieval.multi_route.bank import MemoryBank
+from retrieval.multi_route.retriever import MultiRouteRetriever
 
 
-def session_scope(bank: MemoryBank, session: str) -> np.ndarray:
-    """The items (records, then raw turns) of one session, as a boolean mask."""
-    return np.array([amu.source.session_id == session for amu in bank.records]
-                    + [turn.session_id == session for turn in bank.turns], dtype=bool)
-
-
-def run_search(snapshot: Snapshot, query: str, k: int, *, session: str | None, explain: bool,
+def run_search(bank: MemoryBank, query: str, k: int, *, session: str | None, explain: bool,
                planner: Any | None, reranker: Any | None) -> SearchResult:
     """The user's hits for ``query`` (see the module docstring)."""
-    bank = snapshot.bank
     if bank.size == 0:
         return SearchResult(query, ())
     use_code = bank.topology is not None
-    retriever = snapshot.retriever(planner, reranker)
-    retriever.use_code = use_code
-    scope = None if session is None else session_scope(bank, session)
+    retriever = MultiRouteRetriever(bank, planner, reranker, use_code=use_code, plan_depth=0)
+    scope = None if session is None else bank.session_mask(session)
     result = retriever.retrieve(Query(query), k, scope=scope)
     assert result.plan is not None  # multi-route retrieval always plans
     query_codes: frozenset[int] = frozenset()

@@ -1,4 +1,4 @@
-"""The users' search states (:class:`retrieval.api.snapshot.Snapshot`) a memory keeps between
+"""The users' search states (:class:`retrieval.multi_route.bank.MemoryBank`) a memory keeps between
 searches: always the store's latest commit, and bounded in memory.
 
 Fresh. A state remembers the user's rows it reflects (:meth:`retrieval.memory.store.AMUStore.
@@ -17,7 +17,7 @@ around every call for that user; the table of held states and its byte count are
 users and change under one short lock, so users never wait for each other's builds or searches.
 
 Bounded. The states are kept in least-recently-searched order within :data:`SEARCH_STATE_BYTES`
-(the sum of :meth:`retrieval.api.snapshot.Snapshot.size_bytes`, an estimate): the least recently
+(the sum of :meth:`retrieval.multi_route.bank.MemoryBank.size_bytes`, an estimate): the least recently
 used are dropped first; each is rebuilt from the store when its user searches again. The state
 in use is always kept, even alone over the bound.
 """
@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from retrieval.api.snapshot import Snapshot
 from retrieval.memory.records import AMU, Turn
 from retrieval.memory.store import AMUStore
+from retrieval.multi_route.bank import MemoryBank
 
 SEARCH_STATE_BYTES = 512 * 2**20
 """The bound on the estimated bytes of all users' search states of one memory."""
@@ -40,7 +40,7 @@ SEARCH_STATE_BYTES = 512 * 2**20
 
 @dataclass
 class _Held:
-    snapshot: Snapshot
+    bank: MemoryBank
     rows: tuple[int, ...]
     size: int
     checked: int
@@ -50,14 +50,14 @@ class SearchStates:
     """The users' search states of one memory (see the module docstring); ``build(user)`` makes
     one from the store. Calls for one user are serialised by the caller (its user guard)."""
 
-    def __init__(self, store: AMUStore, build: Callable[[str], Snapshot], limit: int | None = None) -> None:
+    def __init__(self, store: AMUStore, build: Callable[[str], MemoryBank], limit: int | None = None) -> None:
         self.store, self.build = store, build
         self.limit = SEARCH_STATE_BYTES if limit is None else limit
         self._held: OrderedDict[str, _Held] = OrderedDict()
         self._bytes = 0
         self._guard = threading.Lock()
 
-    def get(self, user: str) -> Snapshot:
+    def get(self, user: str) -> MemoryBank:
         """The user's state as of the store's latest commit, most recently used from now on."""
         version = self.store.data_version()
         held = self._held.get(user)
@@ -77,7 +77,7 @@ class SearchStates:
             with self._guard:
                 if user in self._held:
                     self._held.move_to_end(user)
-        return held.snapshot
+        return held.bank
 
     def extend(self, user: str, marks: Sequence[tuple[Any, Any]], turns: Sequence[Turn] = (),
                amus: Sequence[AMU] = ()) -> None:
@@ -91,8 +91,8 @@ class SearchStates:
         if starts != ends:
             self.drop(user)
             return
-        held.snapshot.add_turns(turns)
-        held.snapshot.add_records(self.store, amus)
+        held.bank.add_turns(turns)
+        held.bank.add_records(self.store, amus)
         held.rows = marks[-1][1]
         self._resize(user, held)
 
@@ -110,7 +110,7 @@ class SearchStates:
     def _resize(self, user: str, held: _Held) -> None:
         """Measure the user's state again, make it the most recent and drop the least recent ones
         while the bound is exceeded."""
-        size = held.snapshot.size_bytes()
+        size = held.bank.size_bytes()
         with self._guard:
             if self._held.get(user) is not held:  # dropped meanwhile
                 return

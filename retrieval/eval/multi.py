@@ -9,7 +9,6 @@ retrieval, not model forwards."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -42,8 +41,8 @@ def build_route_retrievers(store: AMUStore, conversation_id: str, embedder: Embe
     arrays. Equal budgets: plan_depth 0, so each returns exactly the k asked for."""
     bank = MemoryBank.build(store, conversation_id, embedder, records=amus, record_vectors=embeddings,
                             topology=banks[TRAINED].topology, fingerprinter=fingerprinters[TRAINED])
-    memory_banks = {name: bank if name == TRAINED else dataclasses.replace(
-        bank, topology=banks[name].topology, fingerprinter=fingerprinters[name]) for name in banks}
+    memory_banks = {name: bank if name == TRAINED
+                    else bank.with_codebook(banks[name].topology, fingerprinters[name]) for name in banks}
     return {config.name: MultiRouteRetriever(memory_banks[config.codebook or TRAINED], planner, reranker,
                                              use_code=config.uses_codes, plan_depth=0)
             for config in configs}

@@ -23,8 +23,6 @@ from typing import Any
 import numpy as np
 
 from retrieval.contract import Hit, Query, Retrieval
-from retrieval.extract.rules import content_words
-from retrieval.memory.evidence_keys import normalise_key
 from retrieval.multi_route.bank import MemoryBank
 from retrieval.multi_route.channels import (
     ChannelList,
@@ -81,7 +79,6 @@ class MultiRouteRetriever:
         self.reranker = reranker
         self.weights = weights or ChannelWeights()
         self.use_code, self.plan_depth = use_code, plan_depth
-        self._signatures: dict[int, dict[str, frozenset[str]]] = {}
 
     def plan(self, question: str) -> Plan:
         return self.planner.plan(question, self.bank.context)
@@ -89,22 +86,21 @@ class MultiRouteRetriever:
     def retrieve(self, query: Query, k: int = 40, *, plan: Plan | None = None,
                  scope: Scope = None) -> Retrieval:
         """The final top-k = max(k, plan_depth, 1) items for ``query`` (Algorithm B.2 line 3), of
-        the items in ``scope`` when one is given."""
-        question, use_code = query.text, self.use_code
+        the items in ``scope`` when one is given. Its ``timings`` split the wall time: "encode"
+        (the route queries' embeddings and fingerprints), "routes" (the plan, the channels and
+        the fusion inside each route) and "fusion" (final scores, MMR, filling, the hits)."""
+        question = query.text
         started = time.perf_counter()
         plan = plan or self.plan(question)
         k = final_top_k(k, self.plan_depth)
         texts = list(dict.fromkeys(text for route in plan.routes for text in route.queries))
-        vectors = dict(zip(texts, self.bank.embedder.encode(texts), strict=True))
-        codes: dict[str, Any] = {}
-        if use_code:
-            if self.bank.fingerprinter is None:
-                raise ValueError("the codebook route needs a bank built with a fingerprinter")
-            codes = {text: fp.codes
-                     for text, fp in zip(texts, self.bank.fingerprinter.fingerprint(texts), strict=True)}
+        planned = time.perf_counter()
+        vectors, codes = self._encode(texts)
+        encoded = time.perf_counter()
         candidates: dict[int, _Candidate] = {}
         route_lists = [self._route(number, route, plan.question_type, vectors, codes, k, candidates, scope)
                        for number, route in enumerate(plan.routes)]
+        routed = time.perf_counter()
         scores = final_scores(route_lists)
         relevance = {item: part.s_final for item, part in scores.items()}
         order = ranking(relevance)
@@ -122,7 +118,21 @@ class MultiRouteRetriever:
         hits = [self._hit(rank, item, candidates.get(item), scores.get(item))
                 for rank, item in enumerate(selected, start=1)]
         reranker = self.reranker.name if self.reranker is not None else RERANKER_OFF
-        return Retrieval(question, hits, time.perf_counter() - started, plan, reranker)
+        done = time.perf_counter()
+        timings = {"encode": encoded - planned, "routes": (planned - started) + (routed - encoded),
+                   "fusion": done - routed}
+        return Retrieval(question, hits, done - started, plan, reranker, timings)
+
+    def _encode(self, texts: list[str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Each query text's vector and, with the codebook route on, its code set."""
+        vectors = dict(zip(texts, self.bank.query_embedder.encode(texts), strict=True))
+        codes: dict[str, Any] = {}
+        if self.use_code:
+            if self.bank.fingerprinter is None:
+                raise ValueError("the codebook route needs a bank built with a fingerprinter")
+            codes = {text: fp.codes
+                     for text, fp in zip(texts, self.bank.fingerprinter.fingerprint(texts), strict=True)}
+        return vectors, codes
 
     def _route(self, number: int, route: Route, question_type: str, vectors: Mapping[str, np.ndarray],
                codes: Mapping[str, Any], k: int, candidates: dict[int, _Candidate],
@@ -161,19 +171,10 @@ class MultiRouteRetriever:
         return order
 
     def _signature(self, item: int, candidate: _Candidate) -> Signature:
-        """Session, entities, turns and text tokens of the item (cached), with the queries and
-        nodes that found it in this retrieval."""
-        static = self._signatures.get(item)
-        if static is None:
-            bank = self.bank
-            source = bank.source(item)
-            entities = bank.records[item].entities if bank.is_record(item) else ()
-            static = {"session": frozenset([source["session_id"]]),
-                      "entities": frozenset(normalise_key(e) for e in entities),
-                      "turns": frozenset(source["turn_ids"]),
-                      "tokens": frozenset(content_words(bank.text(item), set()))}
-            self._signatures[item] = static
-        return {**static, "queries": frozenset(candidate.queries), "nodes": frozenset(candidate.nodes)}
+        """The item's fixed signature (:meth:`MemoryBank.signature`) with the queries and nodes
+        that found it in this retrieval."""
+        return {**self.bank.signature(item), "queries": frozenset(candidate.queries),
+                "nodes": frozenset(candidate.nodes)}
 
     def _fallback(self, vector: np.ndarray, scope: Scope = None) -> list[int]:
         """Every item in scope (records, then turns not merged into one), most similar to

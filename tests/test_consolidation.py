@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from retrieval.api.batch import ingest_turns
 from retrieval.consolidate import main as consolidate_main
 from retrieval.consolidation.audit import audit
 from retrieval.consolidation.config import ConsolidationConfig
@@ -23,7 +24,6 @@ from retrieval.consolidation.operations import OfflineOperator, Operation
 from retrieval.consolidation.report import combined
 from retrieval.extract.rules import RuleExtractor
 from retrieval.ingest import main as ingest_main
-from retrieval.ingestion.pipeline import ingest_turns
 from retrieval.memory.meta_keys import PLAN_KEY
 from retrieval.memory.records import AMU, SourcePointer, Turn
 from retrieval.memory.store import AMUStore

@@ -3,6 +3,7 @@ malformed files, the command line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -16,10 +17,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from retrieval.api.batch import IngestError, ingest_turns
 from retrieval.eval.locomo import load_locomo
 from retrieval.extract.rules import RuleExtractor
 from retrieval.ingest import main
-from retrieval.ingestion.pipeline import IngestError, ingest_turns
 from retrieval.ingestion.segmenter import SegmenterConfig
 from retrieval.ingestion.turns_jsonl import read_turns_jsonl
 from retrieval.memory.records import InputFormatError, Turn
@@ -158,12 +159,25 @@ def test_killed_process_resumes_without_loss(tmp_path, reference, where):
         assert snapshot(store) == reference
 
 
-def test_changed_segmentation_is_refused(tmp_path):
+def test_other_segmenter_settings_keep_the_stored_segments(tmp_path, reference):
     with AMUStore(tmp_path) as store:
         ingest_turns(conversation_turns(), store, HashEmbedder(), RuleExtractor(), progress=False)
-        with pytest.raises(IngestError, match="segment 0"):
-            ingest_turns(conversation_turns(), store, HashEmbedder(), RuleExtractor(),
-                         config=SegmenterConfig(max_exchanges=2), progress=False)
+        segments = store.segments("conv-a")
+        again = ingest_turns(conversation_turns(), store, HashEmbedder(), RuleExtractor(),
+                             config=SegmenterConfig(max_exchanges=2), progress=False)
+        assert again.amus == 0 and again.resumed_segments == again.segments == len(segments)
+        assert store.segments("conv-a") == segments and snapshot(store) == reference
+
+
+def test_a_stored_turn_given_with_another_text_is_refused(tmp_path):
+    turns = conversation_turns()
+    edited = [*turns[:5], dataclasses.replace(turns[5], text="I planted roses."), *turns[6:]]
+    with AMUStore(tmp_path) as store:
+        ingest_turns(turns[:8], store, HashEmbedder(), RuleExtractor(), progress=False)
+        before = snapshot(store), store.turns("conv-a")
+        with pytest.raises(IngestError, match="'conv-a' turn 'D1:6': the input's text differs"):
+            ingest_turns(edited, store, HashEmbedder(), RuleExtractor(), progress=False)
+        assert (snapshot(store), store.turns("conv-a")) == before
 
 
 def test_fingerprints_are_stored(tmp_path):
@@ -239,8 +253,8 @@ def test_load_locomo_orders_sessions_and_parses_fields(tmp_path):
 def test_ingest_locomo_conversation(tmp_path):
     (conversation,) = load_locomo(write_json(tmp_path / "locomo.json", locomo_fixture()))
     with AMUStore(tmp_path / "store") as store:
-        stats = ingest_turns(conversation.turns, store, HashEmbedder(), RuleExtractor(), progress=False,
-                             participants={conversation.conversation_id: conversation.participants})
+        stats = ingest_turns(conversation.turns, store, HashEmbedder(), RuleExtractor(), progress=False)
+        assert store.speakers("conv-t") == conversation.participants  # the extractor's participants
         amus = list(store.amus("conv-t"))
         assert stats.turns == 6 and stats.amus == len(amus) == 6
         assert [(a.source.session_id, a.source.turn_ids) for a in amus][:2] == [

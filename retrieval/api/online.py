@@ -2,7 +2,8 @@
 per (user, session), closed by the boundary policy, by :meth:`UserStream.flush` or never (it
 stays open across restarts: its turns are stored, and :meth:`UserStream.load` feeds them again).
 
-It reproduces the batch ingestion (:mod:`retrieval.ingestion.pipeline`) turn by turn:
+It is the one ingestion pipeline (:func:`retrieval.api.batch.ingest_turns` feeds recorded sessions
+through it too), turn by turn:
 
 * exchanges pair a turn with the next turn of its session when the speaker changes
   (:func:`retrieval.ingestion.segmenter.pair_exchanges`): a turn waits for its reply before it

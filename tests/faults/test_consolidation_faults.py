@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from retrieval.api.batch import ingest_turns
 from retrieval.consolidate import main as consolidate_main
 from retrieval.consolidation.audit import audit
 from retrieval.consolidation.engine import consolidate_user
 from retrieval.consolidation.worker import ConsolidationWorker, SerializedEmbedder
 from retrieval.extract.rules import RuleExtractor
-from retrieval.ingestion.pipeline import ingest_turns
 from retrieval.memory.errors import StoreBusy, StoreMismatch
 from retrieval.memory.store import AMUStore
 from tests.test_consolidation import CID, built, duplicate_turns, snapshot  # noqa: F401 - the fixture

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 import retrieval.query as query_module
+from retrieval.api.batch import IngestError, ingest_turns
 from retrieval.consolidate import main as consolidate_main
 from retrieval.extract.base import Extraction
 from retrieval.extract.dates import resolve_dates, resolve_relative_dates
 from retrieval.extract.rules import RuleExtractor
 from retrieval.ingest import main as ingest_main
-from retrieval.ingestion.pipeline import IngestError, ingest_turns
 from retrieval.ingestion.turns_jsonl import read_turns_jsonl
 from retrieval.memory.records import AMU, SourcePointer, Turn
 from retrieval.memory.store import AMUStore

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from retrieval.api.batch import ingest_turns
 from retrieval.consolidate import main as consolidate_main
 from retrieval.consolidation.audit import audit
 from retrieval.consolidation.config import ConsolidationConfig
@@ -16,7 +17,6 @@ from retrieval.consolidation.engine import consolidate_user
 from retrieval.consolidation.fidelity import MAX_MERGE_MEMBERS, lost_content, merge_problems
 from retrieval.consolidation.forward import merged_id
 from retrieval.extract.rules import RuleExtractor
-from retrieval.ingestion.pipeline import ingest_turns
 from retrieval.memory.records import AMU, SourcePointer
 from retrieval.memory.store import AMUStore
 from tests.test_consolidation import CID, NamedHashEmbedder, duplicate_turns

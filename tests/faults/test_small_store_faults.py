@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import retrieval.ingestion.pipeline as ingest_module
+import retrieval.api.online as stream_module
+from retrieval.api.batch import ingest_turns
 from retrieval.extract.rules import RuleExtractor
 from retrieval.ingest import main as ingest_main
-from retrieval.ingestion.pipeline import ingest_turns
 from retrieval.ingestion.turns_jsonl import read_turns_jsonl
 from retrieval.memory.records import InputFormatError
 from retrieval.memory.store import AMUStore
@@ -31,7 +31,7 @@ def vector_rows(directory: Path) -> int:
 def test_a_kill_before_the_embeddings_is_repaired_on_resume(tmp_path: Path, monkeypatch):
     with AMUStore(tmp_path / "reference") as store:
         ingest_turns(conversation_turns(), store, HashEmbedder(), RuleExtractor(), progress=False)
-    embed, calls = ingest_module.embed_segment, []
+    embed, calls = stream_module.embed_segment, []
 
     def killed_after_second_commit(*args):
         calls.append(1)
@@ -39,10 +39,10 @@ def test_a_kill_before_the_embeddings_is_repaired_on_resume(tmp_path: Path, monk
             raise SystemExit("killed")  # the segment is committed, its embeddings are not
         embed(*args)
 
-    monkeypatch.setattr(ingest_module, "embed_segment", killed_after_second_commit)
+    monkeypatch.setattr(stream_module, "embed_segment", killed_after_second_commit)
     with AMUStore(tmp_path / "store") as store, pytest.raises(SystemExit):
         ingest_turns(conversation_turns(), store, HashEmbedder(), RuleExtractor(), progress=False)
-    monkeypatch.setattr(ingest_module, "embed_segment", embed)
+    monkeypatch.setattr(stream_module, "embed_segment", embed)
     with AMUStore(tmp_path / "store") as store:
         stats = ingest_turns(conversation_turns(), store, HashEmbedder(), RuleExtractor(), progress=False)
     assert stats.resumed_segments == 2 and vector_rows(tmp_path

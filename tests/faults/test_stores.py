@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 from isq.topology import CooccurrenceTopology
+from retrieval.api.batch import IngestError, ingest_turns
 from retrieval.contract import EmptyQuery, Query
 from retrieval.eval.dual_path import Channel, DualPathMode, DualPathRetriever
 from retrieval.eval.locomo import load_locomo
 from retrieval.extract.llm_extractor import LLMExtractor
 from retrieval.extract.rules import RuleExtractor
 from retrieval.ingest import main as ingest_main
-from retrieval.ingestion.pipeline import IngestError, ingest_turns
 from retrieval.memory.errors import StoreBusy, StoreError, StoreMismatch
 from retrieval.memory.records import InputFormatError, Turn
 from retrieval.memory.store import AMUStore
@@ -85,7 +85,7 @@ def test_an_edited_conversation_is_refused_not_kept_stale(tmp_path: Path) -> Non
         old = edited[3]
         edited[3] = Turn(old.user_id, old.session_id, old.turn_id, old.speaker,
                          old.text + " Not really.", old.session_time)
-        with pytest.raises(IngestError, match=r"segment \d+ .*D1:\d+\.\.D1:\d+.*differs.*new store"):
+        with pytest.raises(IngestError, match=r"'conv-a' turn 'D1:4': the input's text differs.*new store"):
             ingest(store, edited)
         assert [(a.id, a.text) for a in store.amus()] == before
 

@@ -6,6 +6,7 @@ once; a worker error surfaces as a typed error; searches from threads equal sequ
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from retrieval import Memory
+from retrieval.api.closing import UserGuards
 from retrieval.api.errors import IngestFailed
 from retrieval.consolidation.operations import OfflineOperator
 from retrieval.extract.rules import RuleExtractor
@@ -270,3 +272,11 @@ def test_concurrent_searches_of_different_users_equal_sequential_ones(tmp_path):
     with open_memory(tmp_path) as mem, ThreadPoolExecutor(8) as pool:
         parallel = list(pool.map(lambda query: hit_ids(mem, query, query.split()[0]), queries * 3))
     assert parallel == sequential * 3
+
+
+def test_a_held_user_lock_keeps_its_guard_so_the_user_gets_no_second_one():
+    guards = UserGuards()
+    held = guards.of("u").state  # what a ``with guards.of(user).state`` keeps: the lock alone
+    with held:
+        gc.collect()
+        assert guards.of("u").state is held  # else another thread could search the user beside this one

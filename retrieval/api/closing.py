@@ -38,6 +38,23 @@ class CallGate:
             self._idle.notify_all()
 
 
+class _GuardLock:
+    """A re-entrant lock that keeps its :class:`UserGuard` alive while it is referenced: a ``with``
+    on ``guards.of(user).state`` holds only the lock, and a guard collected meanwhile would let
+    :class:`UserGuards` hand another thread a new guard of the same user."""
+
+    def __init__(self, guard: UserGuard) -> None:
+        self._lock = threading.RLock()
+        self.guard = guard
+
+    def __enter__(self) -> _GuardLock:
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
 class UserGuard:
     """One user's locks. ``state`` (short holds) orders what the user's search state and turn log
     see: an add's bind-and-commit, a segment's commit and state update, a search, a purge.
@@ -45,8 +62,8 @@ class UserGuard:
     ingestion: the worker's steps, a flush, a purge. Take ``stream`` before ``state``."""
 
     def __init__(self) -> None:
-        self.state = threading.RLock()
-        self.stream = threading.RLock()
+        self.state = _GuardLock(self)
+        self.stream = _GuardLock(self)
 
 
 class UserGuards:

@@ -51,7 +51,6 @@ from benchmarks.timing import (
     describe_goals,
     percentiles,
     split_medians,
-    wait_for_backlog,
     with_ratios,
     write_json,
 )
@@ -97,11 +96,6 @@ class RandomVectors:
         return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32) if len(texts) else out
 
 
-def search_timings(result: Any) -> Mapping[str, float] | None:
-    """Seconds per part of one search, as the memory reports them (None where it does not)."""
-    return getattr(result, "timings", None)
-
-
 def bench_add(turns: Sequence[Turn], embedder: Any, fingerprinter: Any, directory: Path,
               floor_ms: float) -> dict[str, Any]:
     """Add ``turns`` one at a time as one user; the floor embeds and fingerprints them in one batch."""
@@ -122,7 +116,7 @@ def bench_add(turns: Sequence[Turn], embedder: Any, fingerprinter: Any, director
                 tick = time.perf_counter()
                 memory.flush(user_id="user", session_id=turn.session_id)
                 flushes.append(time.perf_counter() - tick)
-        wait_for_backlog(memory, "user")
+        memory.drain(user_id="user")
         ingest_s = time.perf_counter() - began
         records = memory.store.count("user", include_archived=False)
     ingest_rate, floor_rate = len(turns) / ingest_s, len(turns) / batch_s
@@ -190,7 +184,7 @@ def bench_search(directory: Path, users: dict[str, int], queries: Sequence[str],
             tick = time.perf_counter()
             result = memory.search(queries[index % len(queries)], user_id=user, k=10)
             latencies.append(time.perf_counter() - tick)
-            parts.append(search_timings(result))
+            parts.append(result.timings)
     build_max = float(np.max(builds))
     return {"users": len(users), "amus_per_user": next(iter(users.values())),
             **with_ratios(percentiles(latencies), floor_ms),

@@ -64,7 +64,6 @@ from benchmarks.timing import (  # noqa: E402
     interleaved_rounds,
     percentiles,
     split_medians,
-    wait_for_backlog,
     with_ratios,
     write_json,
 )
@@ -113,7 +112,7 @@ def prefill(args: argparse.Namespace) -> dict[str, Any]:
                 for conversation in conversations for turn in conversation.turns])
             print(f"prefill: {number + 1}/{args.users} users, {time.perf_counter() - began:.0f} s",
                   flush=True)
-        wait_for_backlog(memory)
+        memory.drain()
     built = {**wanted, "turns_per_user": sum(len(c.turns) for c in conversations),
              "seconds": round(time.perf_counter() - began, 1)}
     mark.write_text(json.dumps(built, indent=2) + "\n")

@@ -142,15 +142,6 @@ def describe_goals(met: Mapping[str, bool | None]) -> str:
     return "\n".join(f"  {goal}: {words[state]}" for goal, state in met.items())
 
 
-def wait_for_backlog(memory: Any, user_id: str | None = None) -> None:
-    """Until the turns added so far (of ``user_id``, else of every user) are processed:
-    ``Memory.drain`` where ingestion runs behind the add; a memory without it processed them
-    inside ``add`` and ``flush``."""
-    drain = getattr(memory, "drain", None)
-    if drain is not None:
-        drain(user_id=user_id)
-
-
 def machine() -> dict[str, Any]:
     """Where and when the figures were taken: host, CPUs, load average, UTC time."""
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3

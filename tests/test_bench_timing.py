@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from benchmarks import paths
-from benchmarks.timing import Goal, apply_goals, percentiles, split_medians, wait_for_backlog, with_ratios
+from benchmarks.timing import Goal, apply_goals, percentiles, split_medians, with_ratios
 
 
 def test_percentiles_in_milliseconds_and_an_empty_sample() -> None:
@@ -57,20 +57,6 @@ def test_goals_are_written_beside_their_figures_and_summed_up() -> None:
     assert figures["search"]["1x10000"]["p50_ratio_to_floor_goal"] == "<= 1.5"
     assert figures["add"]["ingest_ratio_to_floor_goal"] == ">= 0.5"
     assert "1x100000" not in figures["search"]
-
-
-def test_the_backlog_is_drained_where_the_memory_can_drain() -> None:
-    class Draining:
-        drained: list[str | None] = []
-
-        def drain(self, *, user_id: str | None = None) -> None:
-            self.drained.append(user_id)
-
-    memory = Draining()
-    wait_for_backlog(memory, "u1")
-    wait_for_backlog(memory)
-    assert memory.drained == ["u1", None]
-    wait_for_backlog(object(), "u1")  # a memory that processes turns inside add: nothing to wait for
 
 
 def test_the_locomo_file_comes_from_the_environment_else_beside_the_checkout(monkeypatch, tmp_path) -> None:

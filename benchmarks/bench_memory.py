@@ -44,11 +44,12 @@ from typing import Any
 import numpy as np
 
 from benchmarks.floor import BareEncoder, measure_floor
-from benchmarks.paths import default_locomo, missing_locomo
+from benchmarks.paths import FINGERPRINTER, default_locomo, missing_locomo
 from benchmarks.timing import (
     Goal,
     apply_goals,
     describe_goals,
+    describe_split,
     percentiles,
     split_medians,
     with_ratios,
@@ -64,16 +65,15 @@ from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn, amu_id
 from retrieval.memory.store import AMUStore
 from retrieval.multi_route.bank import MemoryBank
+from retrieval.service.timing import RETRIEVAL_PHASES
 
-ROOT = Path(__file__).resolve().parents[1]
-FINGERPRINTER = ROOT / "checkpoints" / "isq_minilm_dailydialog_cpu"
 PER_SEGMENT = 5
 SEGMENTS_PER_COMMIT = 200
 NAMES = [f"Person{i}" for i in range(200)]
 TOPICS = ["garden", "violin", "puppy", "bread", "hiking", "lake", "museum", "pottery", "camping", "painting",
           "running", "charity", "school", "concert", "recipe", "travel", "library", "soccer", "poetry",
           "sunset"]
-SEARCH_PARTS = ("encode", "routes", "fusion")
+SEARCH_PARTS = RETRIEVAL_PHASES
 """The parts of ``SearchResult.timings``; the rest of a search's time is reported as "other"."""
 GOALS = (Goal("search.1x10000.p50_ratio_to_floor", "<=", 1.5),
          Goal("search.1000x100.p50_ratio_to_floor", "<=", 1.5),
@@ -196,8 +196,7 @@ def bench_search(directory: Path, users: dict[str, int], queries: Sequence[str],
 
 def describe_search(label: str, row: Mapping[str, Any]) -> str:
     build = row["snapshot_build_s"]
-    split = ", ".join(f"{name[:-3]} {value:.1f}" for name, value in row["split"].items()
-                      if name.endswith("_ms") and value is not None) or "not reported"
+    split = describe_split(row["split"])
     return (f"search, {label}: p50 {row['p50_ms']:.1f} ms ({row['p50_ratio_to_floor']:.2f}x floor), "
             f"p99 {row['p99_ms']:.1f} ms ({row['p99_ratio_to_floor']:.2f}x); split ms: {split}; first search "
             f"max {build['max']:.2f} s ({build['max_ratio_to_floor']:.0f}x); "

@@ -55,22 +55,23 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/bench_servic
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.floor import BareEncoder, measure_ceiling, measure_floor  # noqa: E402
-from benchmarks.paths import ROOT, default_locomo, missing_locomo  # noqa: E402
+from benchmarks.paths import FINGERPRINTER, default_locomo, missing_locomo  # noqa: E402
 from benchmarks.service_process import Server, bearer  # noqa: E402
 from benchmarks.timing import (  # noqa: E402
     Goal,
     apply_goals,
     describe_goals,
+    describe_split,
     interleaved_rounds,
     percentiles,
     split_medians,
     with_ratios,
     write_json,
 )
+from retrieval.service.timing import RETRIEVAL_PHASES  # noqa: E402
 
-FINGERPRINTER = ROOT / "checkpoints" / "isq_minilm_dailydialog_cpu"
 PREFILL_MARK = "prefill.json"
-SERVER_PARTS = ("encode", "routes", "fusion", "serialise", "queue")
+SERVER_PARTS = (*RETRIEVAL_PHASES, "serialise", "queue")
 """The parts of a search response's ``Server-Timing``; the rest of its time is the client's."""
 GOALS = (Goal("load.routes.search.p99_ratio_to_floor", "<=", 10),
          Goal("load.per_s_ratio_to_ceiling", ">=", 0.4),
@@ -330,8 +331,7 @@ def report(figures: dict[str, Any]) -> str:
              f"({load['per_s_ratio_to_ceiling']:.2f}x ceiling), "
              f"errors {load['errors']} {load['error_kinds'] or ''}, leaks {load['leaks']}"]
     for route, row in load["routes"].items():
-        split = ", ".join(f"{name[:-3]} {value:.1f}" for name, value in row["split"].items()
-                          if name.endswith("_ms") and value is not None) or "not reported"
+        split = describe_split(row["split"])
         lines.append(f"  {route}: {row['requests']} ({row['per_s']:.1f}/s)  p50 {row['p50_ms']:.1f} ms  "
                      f"p95 {row['p95_ms']:.1f} ms  p99 {row['p99_ms']:.1f} ms "
                      f"({row['p99_ratio_to_floor']:.1f}x floor); split ms: {split}")

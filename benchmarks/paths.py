@@ -8,6 +8,8 @@ from pathlib import Path
 
 LOCOMO_ENV = "ISQ_LOCOMO"
 ROOT = Path(__file__).resolve().parents[1]
+FINGERPRINTER = ROOT / "checkpoints" / "isq_minilm_dailydialog_cpu"
+"""The committed fingerprinter both serving benchmarks default to (the shipped form)."""
 
 
 def default_locomo() -> Path:

@@ -136,6 +136,12 @@ def apply_goals(figures: dict[str, Any], goals: Sequence[Goal]) -> dict[str, boo
     return met
 
 
+def describe_split(split: Mapping[str, float | None]) -> str:
+    """A split's milliseconds in one line ("not reported" when the call reported no parts)."""
+    return ", ".join(f"{name[:-3]} {value:.1f}" for name, value in split.items()
+                     if name.endswith("_ms") and value is not None) or "not reported"
+
+
 def describe_goals(met: Mapping[str, bool | None]) -> str:
     """One line per goal: met, NOT met or not measured."""
     words = {True: "met", False: "NOT met", None: "not measured"}

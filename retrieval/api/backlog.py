@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from retrieval.api.closing import UserGuard, UserGuards
@@ -124,16 +126,11 @@ class Backlog:
             state = self._users.setdefault(user, _User())
         with guard.state:
             turns, last = self.store.backlog(user, None if state.stream is None else state.fed)
-        try:
+        with self._step(user, state):
             if state.stream is None:
                 state.stream, amus = UserStream.load(user, self.store, self.models, turns, self._publish)
             else:
                 amus = state.stream.push(turns)
-        except StoreUnavailable:
-            state.stream = None  # closing: the turns of the unfinished segments stay the backlog
-            raise
-        except Exception as err:
-            raise self._failed(user, state, err) from err
         state.fed = last
         with self._changed:
             state.pending -= len(turns)
@@ -147,13 +144,8 @@ class Backlog:
         amus = self.process(user)
         state = self._users[user]
         assert state.stream is not None
-        try:
+        with self._step(user, state):
             return amus + state.stream.flush(session)
-        except StoreUnavailable:
-            state.stream = None
-            raise
-        except Exception as err:
-            raise self._failed(user, state, err) from err
 
     def reset(self, user: str) -> None:
         """Forget the user's stream after its turns changed (a purge; the caller holds both of the
@@ -171,6 +163,18 @@ class Backlog:
             self._changed.notify_all()
         if self._thread is not None:
             self._thread.join()
+
+    @contextmanager
+    def _step(self, user: str, state: _User) -> Iterator[None]:
+        """Around a step's work: closing leaves the unfinished segments' turns the backlog (the
+        stream is dropped); any other error is the user's failed step (:meth:`_failed`)."""
+        try:
+            yield
+        except StoreUnavailable:
+            state.stream = None
+            raise
+        except Exception as err:
+            raise self._failed(user, state, err) from err
 
     def _failed(self, user: str, state: _User, err: Exception) -> IngestFailed:
         with self.guards.of(user).state:

@@ -181,13 +181,13 @@ def _retry_fallbacks(user: str, records: Sequence[SegmentRecord], store: AMUStor
         amus, state = _current_amus(store, record), record.state
         if record.fallback:
             turns = _record_turns(store, record)
-            retried = models.extractor.extract(_segment(record, turns, models.config), context)
+            segment = _segment(record, turns, models.config)
+            retried = models.extractor.extract(segment, context)
             if not retried.fallback:
                 revision = record.revision + 1
                 renamed = [dataclasses.replace(amu, id=amu_id(user, record.seq, i, revision))
                            for i, amu in enumerate(retried.amus)]
                 amus = fingerprinted(renamed, models.fingerprinter)
-                segment = _segment(record, turns, models.config)
                 store.replace_extraction(dataclasses.replace(
                     segment_record(segment, retried.state, False, len(amus)), revision=revision), amus)
                 embed_segment(models.embedder, turns, amus)

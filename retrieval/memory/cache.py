@@ -95,7 +95,7 @@ class CachedEmbedder:
 def rows_of(blobs: Mapping[str, bytes], keys: Sequence[str], dim: int) -> np.ndarray:
     """The float32 vectors stored under ``keys``, in order, as one writable (len(keys), dim)
     matrix: the blobs joined and read as one buffer, not copied row by row."""
-    joined = bytearray(b"".join(blobs[key] for key in keys))
+    joined = bytearray().join(blobs[key] for key in keys)
     return np.frombuffer(joined, dtype=np.float32).reshape(len(keys), dim)
 
 

@@ -55,13 +55,13 @@ class TurnLog:
         the session's stored turns."""
         count = self.session_turn_count(user, session)
         taken = self.stored_turn_ids(user, [f"{session}:{count + i + 1}" for i in range(len(turns))])
-        bound, number = [], count
+        bound, number, given = [], count, {turn.turn_id for turn in turns}
         for turn in turns:
             turn_id = turn.turn_id
             while turn_id is None:
                 number += 1
                 candidate = f"{session}:{number}"
-                if candidate not in taken and all(candidate != t.turn_id for t in turns):
+                if candidate not in taken and candidate not in given:
                     turn_id = candidate
             bound.append(turn.bind(user, session, turn_id))
         return bound
@@ -96,13 +96,13 @@ class TurnLog:
         if after is not None:
             rows = self._db.execute("SELECT * FROM turns WHERE conversation_id = ? AND position > ? "
                                     "ORDER BY position", (user, after)).fetchall()
-            return [turn_from_row(row) for row in rows], max([after, *(row["position"] for row in rows)])
+            return [turn_from_row(row) for row in rows], rows[-1]["position"] if rows else after
         covered = {turn_id for (turn_ids,) in self._db.execute(
             "SELECT turn_ids FROM segments WHERE conversation_id = ?", (user,))
                    for turn_id in json.loads(turn_ids)}
         rows = self._db.execute("SELECT * FROM turns WHERE conversation_id = ? ORDER BY position",
                                 (user,)).fetchall()
-        last = max([0, *(row["position"] for row in rows)])
+        last = rows[-1]["position"] if rows else 0
         return [turn_from_row(row) for row in rows if row["turn_id"] not in covered], last
 
     def backlog_users(self) -> list[str]:

@@ -176,8 +176,8 @@ class MemoryBank:
 
     def signature(self, item: int) -> dict[str, frozenset[str]]:
         """The item's session, entities, turns and text tokens: the fixed part of its selection
-        signature (:mod:`retrieval.multi_route.selection`), kept between searches until the bank
-        grows (growth renumbers the raw turns)."""
+        signature (:mod:`retrieval.multi_route.selection`), kept between searches until records
+        are added (they renumber the raw turns; turns added after the others renumber nothing)."""
         static = self._signatures.get(item)
         if static is None:
             source = self.source(item)
@@ -195,7 +195,6 @@ class MemoryBank:
         """Stored turns join the raw-turn channel at once (their vectors go to the store's cache)."""
         if not turns:
             return
-        self._signatures = {}
         self._turn_rows.extend(self.embedder.encode([turn.render() for turn in turns]))
         for turn in turns:
             self._turn_index[turn.turn_id] = len(self.turns)
@@ -257,10 +256,10 @@ class MemoryBank:
                      for i in new_searchable]
             self._node_rows.extend(self.embedder.encode(texts))
             self._searchable.extend(np.array(new_searchable, dtype=np.int64))
-        keys = {kind: {key for (node_type, key) in self.node_lookup if node_type == kind}
-                for kind in ("entity", "topic")}
-        self.context = PlanContext(self.context.participants, frozenset(keys["entity"]),
-                                   frozenset(keys["topic"]), self.context.now)
+        self.context = dataclasses.replace(
+            self.context,
+            entity_keys=self.context.entity_keys | {node.key for node in nodes if node.node_type == "entity"},
+            topic_keys=self.context.topic_keys | {node.key for node in nodes if node.node_type == "topic"})
 
     def _session_numbers(self, sessions: Any) -> np.ndarray:
         numbers = self._sessions

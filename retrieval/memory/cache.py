@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -21,6 +20,7 @@ import numpy as np
 from isq.fingerprint import Fingerprint
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.protocols import Embedder, TextFingerprinter
+from retrieval.memory.sqlite_part import SQLitePart
 
 
 def model_identity(model: Any) -> Any:
@@ -38,11 +38,9 @@ def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-class ArrayCache:
-    """The cache tables of the store (a mixin of :class:`retrieval.memory.store.AMUStore`)."""
+class ArrayCache(SQLitePart):
+    """The cache tables of the store (a part of :class:`retrieval.memory.store.AMUStore`)."""
 
-    _db: sqlite3.Connection
-    read_only: bool
 
     def cached(self, table: str, model: str, items: Iterable[str]) -> dict[str, bytes]:
         """Stored blobs of ``items`` under ``model`` in ``table`` ("vectors" or "codes")."""
@@ -61,7 +59,7 @@ class ArrayCache:
         if self.read_only or not blobs:
             return
         column = {"vectors": "vector", "codes": "codes"}[table]
-        with self._transaction() as db:  # type: ignore[attr-defined]
+        with self._transaction() as db:
             db.executemany(f"INSERT OR IGNORE INTO {table} (model, item, {column}) VALUES (?, ?, ?)",
                            [(model, item, blob) for item, blob in blobs.items()])
 

@@ -10,7 +10,7 @@ its session and full turn range (:func:`add_event_frame`). The FTS5 rows follow 
 (:mod:`retrieval.memory.schema`), and so does archiving: an archived AMU leaves ``amu_fts`` and
 its node links in the archiving transaction, so no index ever returns it. No LLM call, no model.
 
-Reads (:class:`EvidenceReads`, a mixin of the store): a conversation's nodes with their active
+Reads (:class:`EvidenceReads`, a part of the store): a conversation's nodes with their active
 AMUs, and FTS5 ``bm25()`` search over a conversation's active AMUs.
 """
 
@@ -25,6 +25,7 @@ from retrieval.memory.evidence_keys import node_id, record_nodes
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.reads import AMU_COLUMNS, amu_from_row
 from retrieval.memory.records import AMU
+from retrieval.memory.sqlite_part import SQLitePart
 
 
 def frame_label(session_id: str, turn_ids: Sequence[str]) -> str:
@@ -86,10 +87,9 @@ class EvidenceNode:
         return node_id(self.node_type, self.key)
 
 
-class EvidenceReads:
-    """The read side of the evidence indexes (a mixin of :class:`retrieval.memory.store.AMUStore`)."""
+class EvidenceReads(SQLitePart):
+    """The read side of the evidence indexes (a part of :class:`retrieval.memory.store.AMUStore`)."""
 
-    _db: sqlite3.Connection
 
     def evidence_nodes(self, user_id: str, node_type: str | None = None) -> list[EvidenceNode]:
         """The conversation's nodes that link at least one active AMU, in creation order."""

@@ -1,5 +1,5 @@
 """Reading memory records back from the store: records by conversation or segment, segments, raw
-turns and source pointers. A mixin of :class:`retrieval.memory.store.AMUStore` (which owns the
+turns and source pointers. A part of :class:`retrieval.memory.store.AMUStore` (over its
 connection); every read returns records in insertion order.
 """
 
@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn
+from retrieval.memory.sqlite_part import SQLitePart
 
 AMU_COLUMNS = (
     "id, conversation_id, session_id, segment, text, memory_type, observed_at, timestamps, "
@@ -19,10 +20,9 @@ AMU_COLUMNS = (
 )
 
 
-class StoreReads:
+class StoreReads(SQLitePart):
     """The read side of the AMU store."""
 
-    _db: sqlite3.Connection
 
     def get(self, amu_id: str) -> AMU:
         """The record with this id; ``KeyError`` if there is none."""

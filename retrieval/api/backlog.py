@@ -35,7 +35,7 @@ from retrieval.api.errors import IngestFailed, StoreUnavailable
 from retrieval.api.online import StreamModels, UserStream
 from retrieval.api.states import SearchStates
 from retrieval.memory.records import AMU, Segment, SegmentRecord
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
 
 
 @dataclass
@@ -52,7 +52,7 @@ class _User:
 class Backlog:
     """The ingestion worker of one writable memory (see the module docstring)."""
 
-    def __init__(self, store: AMUStore, models: StreamModels, guards: UserGuards,
+    def __init__(self, store: Store, models: StreamModels, guards: UserGuards,
                  states: SearchStates) -> None:
         self.store, self.models, self.guards, self.states = store, models, guards, states
         self._users: dict[str, _User] = {}

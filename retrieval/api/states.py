@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from retrieval.memory.records import AMU, Turn
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
 from retrieval.multi_route.bank import MemoryBank
 
 SEARCH_STATE_BYTES = 512 * 2**20
@@ -50,7 +50,7 @@ class SearchStates:
     """The users' search states of one memory (see the module docstring); ``build(user)`` makes
     one from the store. Calls for one user are serialised by the caller (its user guard)."""
 
-    def __init__(self, store: AMUStore, build: Callable[[str], MemoryBank], limit: int | None = None) -> None:
+    def __init__(self, store: Store, build: Callable[[str], MemoryBank], limit: int | None = None) -> None:
         self.store, self.build = store, build
         self.limit = SEARCH_STATE_BYTES if limit is None else limit
         self._held: OrderedDict[str, _Held] = OrderedDict()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from isq.fingerprint import Fingerprint
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.sqlite_part import SQLitePart
+
+if TYPE_CHECKING:
+    from retrieval.memory.store_contract import VectorCache
 
 
 def model_identity(model: Any) -> Any:
@@ -70,7 +73,7 @@ class CachedEmbedder:
     Texts not cached yet are embedded in one call, in input order, and stored.
     """
 
-    def __init__(self, embedder: Embedder, store: ArrayCache) -> None:
+    def __init__(self, embedder: Embedder, store: VectorCache) -> None:
         self.embedder, self.store = embedder, store
         self.dim = embedder.dim
         self.identity = model_identity(embedder)
@@ -101,7 +104,7 @@ class CachedFingerprinter:
     """A fingerprinter whose token codes live in a store's cache (same interface for callers:
     ``fingerprint(texts)``, ``identity``, ``codebook_size``)."""
 
-    def __init__(self, fingerprinter: TextFingerprinter, store: ArrayCache) -> None:
+    def __init__(self, fingerprinter: TextFingerprinter, store: VectorCache) -> None:
         self.fingerprinter, self.store = fingerprinter, store
         self.identity = fingerprinter.identity
         self.codebook_size = fingerprinter.codebook_size

@@ -72,7 +72,8 @@ class AMUStore:
 
     @property
     def location(self) -> str:
-        return str(self.directory)
+        """The database file (what the store's errors name)."""
+        return str(self.path)
 
     @property
     def local_files(self) -> Path | None:

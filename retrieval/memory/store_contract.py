@@ -167,7 +167,7 @@ class Handle(Protocol):
 
     @property
     def location(self) -> str:
-        """Where the store is, for messages (a directory; a URL without its password)."""
+        """Where the store is, for messages (SQLite: its database file; a URL without its password)."""
         ...
 
     @property

@@ -40,7 +40,7 @@ from retrieval.memory.evidence_keys import normalise_key
 from retrieval.memory.indexing import EvidenceNode
 from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU, Turn, raw_turn_id
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
 from retrieval.multi_route.growing import GrowingInts, GrowingRows
 from retrieval.multi_route.planner_rules import PlanContext
 
@@ -54,7 +54,7 @@ class MemoryBank:
     """See the module docstring; build one with :meth:`build` (``topology``, when given, already
     holds ``records``; ``query_embedder`` defaults to ``embedder``)."""
 
-    def __init__(self, store: AMUStore, user_id: str, embedder: Embedder, records: Sequence[AMU],
+    def __init__(self, store: Store, user_id: str, embedder: Embedder, records: Sequence[AMU],
                  record_vectors: np.ndarray, *, query_embedder: Embedder | None,
                  topology: CooccurrenceTopology | None, fingerprinter: TextFingerprinter | None) -> None:
         self.user_id, self.embedder = user_id, embedder
@@ -80,7 +80,7 @@ class MemoryBank:
         self.topology = topology
 
     @classmethod
-    def build(cls, store: AMUStore, user_id: str, embedder: Embedder, *,
+    def build(cls, store: Store, user_id: str, embedder: Embedder, *,
               records: Sequence[AMU] | None = None, record_vectors: np.ndarray | None = None,
               query_embedder: Embedder | None = None, topology: CooccurrenceTopology | None = None,
               fingerprinter: TextFingerprinter | None = None,
@@ -207,7 +207,7 @@ class MemoryBank:
             context, participants=tuple(dict.fromkeys([*context.participants, *(t.speaker for t in turns)])),
             now=max([*times, *([context.now] if context.now else [])]) if times else context.now)
 
-    def add_records(self, store: AMUStore, amus: Sequence[AMU]) -> None:
+    def add_records(self, store: Store, amus: Sequence[AMU]) -> None:
         """A committed segment's active records join every channel (records, turns merged into a
         record, evidence nodes, lexical positions, the topology, the planner's keys)."""
         amus = [amu for amu in amus if not amu.archived]

@@ -34,3 +34,26 @@ def tiny_config(**overrides) -> ISQConfig:
 @pytest.fixture
 def tiny() -> ISQConfig:
     return tiny_config()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A PostgreSQL server for this test session (:mod:`tests.postgres_server`), stopped at its
+    end; the tests that use it are skipped, with the reason, where PostgreSQL is not installed."""
+    from tests.postgres_server import PostgresServer, missing_binaries
+
+    reason = missing_binaries()
+    if reason is not None:
+        pytest.skip(reason)
+    server = PostgresServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """The URL of a new, empty database on the session's server."""
+    return postgres_server.database()

@@ -1,0 +1,46 @@
+"""What a reader asks the PostgreSQL store to know whether its copy of a user is still the store's:
+has anything committed since (:meth:`Versions.data_version`), has this user changed
+(:meth:`Versions.user_version`).
+
+``data_version`` is a counter row (``commits``) that every write transaction increments as its
+last statement: the increment commits with the transaction or not at all, so the counter moves
+exactly when something committed, in any process. (PostgreSQL has no ``PRAGMA data_version``; the
+statistics views lag and are per server.) Two transactions queue on the row only between that
+last statement and their commit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from retrieval.memory.postgres.database import Database
+
+BUMP_COMMITS = "UPDATE commits SET count = count + 1"
+
+
+def user_version_of(conn: Any, user_id: str) -> tuple[int, ...]:
+    """Count and highest position of the user's turns, of its active records, and how many of
+    those have a fingerprint (as the SQLite store's: positions only grow, turns never change and
+    archiving is one way, so every change of the user changes this tuple)."""
+    turns = conn.execute("SELECT count(*) AS n, coalesce(max(position), 0) AS last FROM turns "
+                         "WHERE user_id = %s", (user_id,)).fetchone()
+    records = conn.execute("SELECT count(*) AS n, coalesce(max(position), 0) AS last, "
+                           "count(fingerprint) AS printed FROM amus WHERE user_id = %s AND NOT archived",
+                           (user_id,)).fetchone()
+    return (*map(int, turns.values()), *map(int, records.values()))
+
+
+class Versions:
+    """The store's change markers."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def data_version(self) -> int:
+        """The number of write transactions committed to the database so far."""
+        return int(self.db.value("SELECT count FROM commits"))
+
+    def user_version(self, user_id: str) -> tuple[int, ...]:
+        with self.db.connection() as conn:
+            return user_version_of(conn, user_id)

@@ -57,3 +57,14 @@ def postgres_server():
 def postgres_url(postgres_server) -> str:
     """The URL of a new, empty database on the session's server."""
     return postgres_server.database()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request, tmp_path):
+    """Each store backend in turn (:mod:`tests.store_backends`): a new SQLite store directory, then a
+    new PostgreSQL database; the contract tests run the same assertions against both."""
+    from tests.store_backends import postgres_backend, sqlite_backend
+
+    if request.param == "sqlite":
+        return sqlite_backend(tmp_path / "store")
+    return postgres_backend(request.getfixturevalue("postgres_url"))

@@ -56,7 +56,8 @@ class PostgresServer:
         command = [*(["runuser", "-u", "postgres", "--"] if self._as_root else []), *args]
         done = subprocess.run(command, capture_output=True, text=True, cwd=self.root, check=False)
         if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(args[:2])} failed ({done.returncode}): {done.stderr or done.stdout}")
+            raise RuntimeError(f"{' '.join(args[:2])} failed ({done.returncode}): "
+                               f"{done.stderr or done.stdout}")
 
     def start(self) -> None:
         if self._as_root:

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from retrieval.memory.errors import StoreError
+from retrieval.memory.postgres.database import is_url
 from retrieval.memory.postgres.schema import SCHEMA_VERSION
 from retrieval.memory.postgres.store import PostgresStore
 from retrieval.memory.records import SegmentRecord, Turn
@@ -38,6 +39,11 @@ def at_once(jobs: list[Callable[[], object]]) -> list[object]:
     return results
 
 
+def test_a_url_is_never_a_path():
+    assert is_url("postgresql://u@h:5432/db") and is_url("postgres://h/db")
+    assert not is_url("postgresql:") and not is_url("runs/store") and not is_url(None)
+
+
 def test_a_url_that_does_not_connect_is_one_error_naming_the_server_not_the_password():
     port = free_port()
     with pytest.raises(StoreError, match=f"cannot connect to the store at postgresql://alice@127.0.0.1:{port}/mem"
@@ -50,7 +56,7 @@ def test_a_url_that_does_not_connect_is_one_error_naming_the_server_not_the_pass
 
 
 def test_schema_versions_read_only_opening_and_missing_objects(postgres_url):
-    with pytest.raises(StoreError, match="no store at postgresql://postgres@127.0.0.1:.*open it for writing once"):
+    with pytest.raises(StoreError, match="no store at postgresql://postgres@127.0.0.1:.*for writing once"):
         PostgresStore(postgres_url, read_only=True)
     with PostgresStore(postgres_url) as store:
         assert store.integrity_problems() == []

@@ -10,7 +10,8 @@ from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn, am
 from tests.test_amu_store import WHEN, commit, make_amu, make_turn
 
 
-def segment(seq: int, amus: list[AMU], session: str = "session_1") -> tuple[SegmentRecord, list[Turn], list[AMU]]:
+def segment(seq: int, amus: list[AMU],
+            session: str = "session_1") -> tuple[SegmentRecord, list[Turn], list[AMU]]:
     return (SegmentRecord("conv-x", seq, session, (f"D1:{seq}",), "semantic_boundary"),
             [make_turn(f"D1:{seq}", text=f"turn {seq}", session=session)], amus)
 
@@ -45,7 +46,8 @@ def test_round_trip_and_lookups(backend):
         nodes = {node.name: node.amu_ids for node in store.evidence_nodes("conv-x")}
         assert nodes["entity:caroline"] == ("conv-x:0:0", "conv-x:1:0")
         assert nodes["event_frame:1"] == ("conv-x:1:0",)
-        assert [n.name for n in store.evidence_nodes("conv-x", "event_frame")] == ["event_frame:0", "event_frame:1"]
+        frames = store.evidence_nodes("conv-x", "event_frame")
+        assert [n.name for n in frames] == ["event_frame:0", "event_frame:1"]
         links = store.node_links(["conv-x:1:0"])
         names = [node.name for node, amu in links if amu == "conv-x:1:0"]
         assert len(names) == len(links) and names[0] == "entity:caroline" and "event_frame:1" in names
@@ -124,7 +126,8 @@ def test_a_cache_read_of_many_items_and_a_read_only_store(backend):
 
 def test_the_turn_log_idempotency_keys_and_the_backlog(backend):
     with backend.open() as store:
-        turns = [Turn("u", "s1", f"s1:{i}", "Ann" if i % 2 else "Bob", f"text {i}", WHEN) for i in range(1, 4)]
+        turns = [Turn("u", "s1", f"s1:{i}", "Ann" if i % 2 else "Bob", f"text {i}", WHEN)
+                 for i in range(1, 4)]
         assert store.append_turns("u", turns[:2], key="k1") == turns[:2]
         assert store.append_turns("u", turns, key="k2") == turns[2:]  # the stored ones are skipped
         assert store.idempotent_turn_ids("u", "k2") == ["s1:1", "s1:2", "s1:3"]
@@ -153,7 +156,8 @@ def test_meta_binding_and_jobs(backend):
         assert store.meta("model") is None
         store.bind("model", {"name": "a"})
         store.bind("model", {"name": "a"})
-        with pytest.raises(StoreMismatch, match=r"was built with model \{'name': 'a'\}, not \{'name': 'b'\}; rebuild"):
+        with pytest.raises(StoreMismatch,
+                           match=r"was built with model \{'name': 'a'\}, not \{'name': 'b'\}; rebuild"):
             store.bind("model", {"name": "b"}, "rebuild")
         store.put_meta("cost", [1, 2])
         store.put_meta("cost", {"s": 3})
@@ -175,7 +179,8 @@ def test_meta_binding_and_jobs(backend):
 def test_retried_extraction_and_forwarding(backend):
     with backend.open() as store:
         commit(store, 0, [make_amu(0, 0), make_amu(0, 1, "Melanie runs.")])
-        record = SegmentRecord("conv-x", 0, "session_1", ("D1:0",), "semantic_boundary", "new state", True, 0, None, 1)
+        record = SegmentRecord("conv-x", 0, "session_1", ("D1:0",), "semantic_boundary", "new state", True, 0,
+                               None, 1)
         with pytest.raises(ValueError, match="revision 0 does not follow"):
             store.replace_extraction(SegmentRecord("conv-x", 0, "session_1", ("D1:0",), "x"), [])
         retried = make_amu(0, 0, "Caroline paints often.", id=amu_id("conv-x", 0, 0, 1))
@@ -240,10 +245,12 @@ def test_deleting_one_turn_of_a_merged_record_restores_what_the_others_stated(ba
 
 def test_every_path_to_nothing_leaves_the_same_nothing(backend):
     def residue(store) -> tuple:
-        return (store.turns("conv-x"), store.segments("conv-x"), list(store.amus("conv-x", include_archived=True)),
-                store.evidence_nodes("conv-x"), store.idempotent_turn_ids("conv-x", "k"),
-                [j for j in store.unfinished() if j.user_id == "conv-x"], store.meta("consolidation_plan:conv-x"),
-                store.users(), store.backlog_users(), store.user_version("conv-x"))
+        return (store.turns("conv-x"), store.segments("conv-x"),
+                list(store.amus("conv-x", include_archived=True)), store.evidence_nodes("conv-x"),
+                store.idempotent_turn_ids("conv-x", "k"),
+                [job for job in store.unfinished() if job.user_id == "conv-x"],
+                store.meta("consolidation_plan:conv-x"), store.users(), store.backlog_users(),
+                store.user_version("conv-x"))
 
     with backend.open() as store:
         merged_history(store)
@@ -251,7 +258,8 @@ def test_every_path_to_nothing_leaves_the_same_nothing(backend):
         store.create_job("conv-x", None, "consolidate")
         store.put_meta("consolidation_plan:conv-x", {"plan": 1})
         purged = store.purge("conv-x", session_id="session_2")
-        assert [t.turn_id for t in purged.turns] == ["D2:0"] and store.idempotent_turn_ids("conv-x", "k") is None
+        assert [t.turn_id for t in purged.turns] == ["D2:0"]
+        assert store.idempotent_turn_ids("conv-x", "k") is None
         store.purge("conv-x", amu_ids=["conv-x:3:0"])
         assert [a.id for a in store.amus()][-1] != "conv-x:3:0" and store.segment("conv-x", 3) is None
         everything = store.purge("conv-x", turn_ids=["D1:0", "D1:1", "D1:2"])  # the last turns: everything

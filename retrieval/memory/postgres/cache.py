@@ -34,4 +34,5 @@ class ArrayCache:
         column = _COLUMNS[table]
         with self.db.transaction() as conn:
             conn.cursor().executemany(f"INSERT INTO {table} (model, item, {column}) VALUES (%s, %s, %s) "  # type: ignore[arg-type]
-                                      "ON CONFLICT DO NOTHING", [(model, item, blob) for item, blob in blobs.items()])
+                                      "ON CONFLICT DO NOTHING",
+                                      [(model, item, blob) for item, blob in blobs.items()])

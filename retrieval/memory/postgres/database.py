@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -87,7 +87,7 @@ class Database:
                 yield open_one
             else:
                 with self.pool.connection() as conn:
-                    yield conn
+                    yield cast(Connection, conn)  # the pool's connections read rows as dicts
         except psycopg.OperationalError as err:
             raise StoreFault(f"{self.where}: the database failed ({err}); "
                              "rerun when the server is back (nothing committed is lost)") from err

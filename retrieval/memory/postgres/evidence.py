@@ -16,11 +16,13 @@ if TYPE_CHECKING:
     from retrieval.memory.postgres.database import Connection, Database
 
 
-def add_event_frame(conn: Connection, user_id: str, seq: int, session_id: str, turn_ids: Sequence[str]) -> None:
+def add_event_frame(conn: Connection, user_id: str, seq: int, session_id: str,
+                    turn_ids: Sequence[str]) -> None:
     """The event-frame node of one finalized segment, with its session and turns (kept if it exists)."""
     conn.execute("INSERT INTO evidence_nodes (user_id, node_type, key, text, session_id, turn_ids) "
                  "VALUES (%s, 'event_frame', %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                 (user_id, str(seq), frame_label(session_id, turn_ids), session_id, json.dumps(list(turn_ids))))
+                 (user_id, str(seq), frame_label(session_id, turn_ids), session_id,
+                  json.dumps(list(turn_ids))))
 
 
 def index_amu(conn: Connection, position: int, amu: AMU) -> None:
@@ -31,10 +33,12 @@ def index_amu(conn: Connection, position: int, amu: AMU) -> None:
     for node in record_nodes(amu):
         conn.execute("INSERT INTO evidence_nodes (user_id, node_type, key, text) VALUES (%s, %s, %s, %s) "
                      "ON CONFLICT DO NOTHING", (user, node.node_type, node.key, node.text))
-        found = conn.execute("SELECT id FROM evidence_nodes WHERE user_id = %s AND node_type = %s AND key = %s",
+        found = conn.execute("SELECT id FROM evidence_nodes WHERE user_id = %s AND node_type = %s "
+                             "AND key = %s",
                              (user, node.node_type, node.key)).fetchone()
         assert found is not None  # inserted above or before
-        conn.execute("INSERT INTO evidence_links (user_id, node, amu) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+        conn.execute("INSERT INTO evidence_links (user_id, node, amu) VALUES (%s, %s, %s) "
+                     "ON CONFLICT DO NOTHING",
                      (user, found["id"], position))
 
 
@@ -55,7 +59,8 @@ class Evidence:
         if node_type is not None:
             where, params = where + " AND n.node_type = %s", params + [node_type]
         rows = self.db.rows(
-            "SELECT n.id, n.node_type, n.key, n.text, n.session_id, n.turn_ids, a.id AS amu FROM evidence_nodes n "
+            "SELECT n.id, n.node_type, n.key, n.text, n.session_id, n.turn_ids, a.id AS amu "
+            "FROM evidence_nodes n "
             "JOIN evidence_links l ON l.node = n.id JOIN amus a ON a.position = l.amu "
             f"WHERE {where} ORDER BY n.id, a.position", params)
         grouped: dict[int, list[Any]] = {}

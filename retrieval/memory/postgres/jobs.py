@@ -30,12 +30,13 @@ class Jobs:
         was created now."""
         with self.db.transaction([user]) as conn:
             row = conn.execute("SELECT * FROM jobs WHERE user_id = %s AND session_id IS NOT DISTINCT FROM %s "
-                               "AND kind = %s AND state = ANY(%s)", (user, session_id, kind, list(UNFINISHED))).fetchone()
+                               "AND kind = %s AND state = ANY(%s)",
+                               (user, session_id, kind, list(UNFINISHED))).fetchone()
             if row is not None:
                 return _job(row), False
             now = time.time()
-            row = conn.execute("INSERT INTO jobs (user_id, session_id, kind, state, progress, created, updated) "
-                               "VALUES (%s, %s, %s, %s, '{}', %s, %s) RETURNING *",
+            row = conn.execute("INSERT INTO jobs (user_id, session_id, kind, state, progress, created, "
+                               "updated) VALUES (%s, %s, %s, %s, '{}', %s, %s) RETURNING *",
                                (user, session_id, kind, QUEUED, now, now)).fetchone()
         assert row is not None  # RETURNING gives the row
         return _job(row), True
@@ -43,9 +44,10 @@ class Jobs:
     def update_job(self, job_id: int, state: str, progress: dict[str, Any] | None = None,
                    error: str | None = None) -> None:
         with self.db.transaction() as conn:
-            conn.execute("UPDATE jobs SET state = %s, progress = coalesce(%s, progress), error = %s, updated = %s "
-                         "WHERE id = %s", (state, None if progress is None else json.dumps(progress), error,
-                                           time.time(), job_id))
+            conn.execute("UPDATE jobs SET state = %s, progress = coalesce(%s, progress), error = %s, "
+                         "updated = %s WHERE id = %s",
+                         (state, None if progress is None else json.dumps(progress), error, time.time(),
+                          job_id))
 
     def job_row(self, job_id: int) -> JobRow | None:
         row = self.db.row("SELECT * FROM jobs WHERE id = %s", (job_id,))

@@ -46,18 +46,18 @@ class Purge:
         from it; returns what went. Call :meth:`scrub` afterwards."""
         with self.db.transaction([user]) as conn:
             conn.execute(PURGING)
-            stored = [Stored(int(row["position"]), amu_from_row(row), row["successor"]) for row in conn.execute(
-                f"SELECT position, successor, {AMU_COLUMNS} FROM amus WHERE user_id = %s ORDER BY position",
-                (user,)).fetchall()]
+            rows = self.db.rows(f"SELECT position, successor, {AMU_COLUMNS} FROM amus WHERE user_id = %s "
+                                "ORDER BY position", (user,))
+            stored = [Stored(int(row["position"]), amu_from_row(row), row["successor"]) for row in rows]
             wanted = set(amu_ids)
             named = {row.amu.id for row in stored if row.amu.id in wanted}
             sources = [turn for row in stored if row.amu.id in named for turn in row.amu.source.turn_ids]
-            turns = self._select_turns(conn, user, session_id, [*turn_ids, *sources], everything)
+            turns = self._select_turns(user, session_id, [*turn_ids, *sources], everything)
             gone = {turn.turn_id for turn in turns}
-            total = conn.execute("SELECT count(*) AS n FROM turns WHERE user_id = %s", (user,)).fetchone()
-            everything = everything or (total is not None and total["n"] == len(gone))
-            segments = [segment_from_row(row) for row in conn.execute(
-                f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE user_id = %s ORDER BY seq", (user,)).fetchall()]
+            total = self.db.value("SELECT count(*) FROM turns WHERE user_id = %s", (user,))
+            everything = everything or total == len(gone)
+            segments = [segment_from_row(row) for row in self.db.rows(
+                f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE user_id = %s ORDER BY seq", (user,))]
             touched = [s for s in segments if everything or gone.intersection(s.turn_ids)]
             dropped = {s.seq for s in touched if everything or gone.issuperset(s.turn_ids)}
             chosen = [row for row in stored if everything or row.amu.id in named
@@ -83,10 +83,12 @@ class Purge:
             if everything:
                 for table in ("idempotency", "jobs"):
                     conn.execute(f"DELETE FROM {table} WHERE user_id = %s", (user,))  # type: ignore[arg-type]
-                conn.execute("DELETE FROM meta WHERE key = ANY(%s)", ([key.format(user) for key in USER_KEYS],))
+                conn.execute("DELETE FROM meta WHERE key = ANY(%s)",
+                             ([key.format(user) for key in USER_KEYS],))
             else:
                 self._drop_keys(conn, user, gone)
-        return Purged(turns, [row.amu for row in chosen], node_texts, frames, [row.amu.id for row in restored])
+        return Purged(turns, [row.amu for row in chosen], node_texts, frames,
+                      [row.amu.id for row in restored])
 
     def scrub(self, texts: Iterable[str]) -> None:
         """Drop the cached arrays of ``texts`` (see the module docstring for what stays on disk)."""
@@ -95,37 +97,34 @@ class Purge:
             for table in ("vectors", "codes"):
                 conn.execute(f"DELETE FROM {table} WHERE item = ANY(%s)", (keys,))  # type: ignore[arg-type]
 
-    @staticmethod
-    def _select_turns(conn: Connection, user: str, session_id: str | None, turn_ids: Sequence[str],
+    def _select_turns(self, user: str, session_id: str | None, turn_ids: Sequence[str],
                       everything: bool) -> list[Turn]:
         """The user's turns selected: all, a session's, and those named (without repeats)."""
         rows = []
         if everything or session_id is not None:
             where = "" if everything else " AND session_id = %s"
-            rows = conn.execute(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s{where} ORDER BY position",  # type: ignore[arg-type]
-                                [user] if everything else [user, session_id]).fetchall()
-        rows += conn.execute(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s AND turn_id = ANY(%s) "
-                             "ORDER BY turn_id COLLATE \"C\"", (user, sorted(set(turn_ids)))).fetchall()
+            rows = self.db.rows(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s{where} "
+                                "ORDER BY position", [user] if everything else [user, session_id])
+        rows += self.db.rows(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s AND turn_id = ANY(%s) "
+                             "ORDER BY turn_id COLLATE \"C\"", (user, sorted(set(turn_ids))))
         return list({row["turn_id"]: turn_from_row(row) for row in rows}.values())
 
-    @staticmethod
-    def _rewrite_segments(conn: Connection, segments: Sequence[SegmentRecord], gone: set[str]) -> None:
+    def _rewrite_segments(self, conn: Connection, segments: Sequence[SegmentRecord], gone: set[str]) -> None:
         """Segments that keep some turns: their rows and event frames without the purged ones (the
         identity triggers forbid an update, so the row is replaced), the extractor's state cleared."""
         for record in segments:
             user, seq = record.user_id, record.seq
             left = [turn_id for turn_id in record.turn_ids if turn_id not in gone]
-            turns = [turn_from_row(conn.execute(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s "
-                                                "AND turn_id = %s", (user, turn_id)).fetchone())
-                     for turn_id in left]
-            count = conn.execute("SELECT count(*) AS n FROM amus WHERE user_id = %s AND segment = %s",
-                                 (user, seq)).fetchone()
-            assert count is not None  # an aggregate always gives a row
+            turns = [turn_from_row(self.db.row(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s "
+                                               "AND turn_id = %s", (user, turn_id))) for turn_id in left]
+            count = self.db.value("SELECT count(*) FROM amus WHERE user_id = %s AND segment = %s",
+                                  (user, seq))
             conn.execute("DELETE FROM segments WHERE user_id = %s AND seq = %s", (user, seq))
             conn.execute("INSERT INTO segments (user_id, seq, session_id, turn_ids, reason, state, fallback, "
-                         "amu_count, content_sha256, revision) VALUES (%s, %s, %s, %s, %s, '', %s, %s, %s, %s)",
+                         "amu_count, content_sha256, revision) "
+                         "VALUES (%s, %s, %s, %s, %s, '', %s, %s, %s, %s)",
                          (user, seq, record.session_id, json.dumps(left), record.reason, record.fallback,
-                          count["n"], turns_sha256(turns), record.revision))
+                          count, turns_sha256(turns), record.revision))
             conn.execute("UPDATE evidence_nodes SET text = %s, turn_ids = %s WHERE user_id = %s "
                          "AND node_type = 'event_frame' AND key = %s",
                          (frame_label(record.session_id, left), json.dumps(left), user, str(seq)))
@@ -147,6 +146,7 @@ class Purge:
     @staticmethod
     def _drop_keys(conn: Connection, user: str, purged_turns: set[str]) -> None:
         """Forget the idempotency keys that stored a purged turn (a key may name its content)."""
-        for row in conn.execute("SELECT key, turn_ids FROM idempotency WHERE user_id = %s", (user,)).fetchall():
+        keys = conn.execute("SELECT key, turn_ids FROM idempotency WHERE user_id = %s", (user,)).fetchall()
+        for row in keys:
             if purged_turns.intersection(json.loads(row["turn_ids"])):
                 conn.execute("DELETE FROM idempotency WHERE user_id = %s AND key = %s", (user, row["key"]))

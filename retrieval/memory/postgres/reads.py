@@ -21,8 +21,8 @@ AMU_FIELDS = ("id", "user_id", "session_id", "segment", "text", "memory_type", "
 AMU_COLUMNS = ", ".join("user_id AS conversation_id" if name == "user_id" else name for name in AMU_FIELDS)
 TURN_COLUMNS = ("position, user_id AS conversation_id, session_id, turn_id, speaker, text, session_time, "
                 "image_caption")
-SEGMENT_COLUMNS = ("user_id AS conversation_id, seq, session_id, turn_ids, reason, state, fallback, amu_count, "
-                   "content_sha256, revision")
+SEGMENT_COLUMNS = ("user_id AS conversation_id, seq, session_id, turn_ids, reason, state, fallback, "
+                   "amu_count, content_sha256, revision")
 
 
 def turns_of(rows: list[Any]) -> list[Turn]:
@@ -47,8 +47,9 @@ class Reads:
 
     def successors(self, user_id: str | None = None) -> dict[str, str]:
         where, params = self.filters(user_id=user_id, include_archived=True)
-        rows = self.db.rows(f"SELECT id, successor FROM amus WHERE {' AND '.join([*where, 'successor IS NOT NULL'])} "
-                            "ORDER BY position", params)
+        where.append("successor IS NOT NULL")
+        rows = self.db.rows(f"SELECT id, successor FROM amus WHERE {' AND '.join(where)} ORDER BY position",
+                            params)
         return {row["id"]: row["successor"] for row in rows}
 
     def by_segment(self, user_id: str, seq: int) -> list[AMU]:
@@ -69,7 +70,8 @@ class Reads:
         return None if row is None else segment_from_row(row)
 
     def segments(self, user_id: str) -> list[SegmentRecord]:
-        rows = self.db.rows(f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE user_id = %s ORDER BY seq", (user_id,))
+        rows = self.db.rows(f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE user_id = %s ORDER BY seq",
+                            (user_id,))
         return [segment_from_row(row) for row in rows]
 
     def turn(self, user_id: str, turn_id: str) -> Turn:

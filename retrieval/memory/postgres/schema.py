@@ -152,10 +152,10 @@ def prepare(db: Database) -> None:
 
 def _version(conn: Connection) -> int:
     row = conn.execute("SELECT to_regclass('schema_version') IS NOT NULL AS present").fetchone()
-    if not row["present"]:
+    if row is None or not row["present"]:
         return 0
     found = conn.execute("SELECT max(version) AS version FROM schema_version").fetchone()
-    return int(found["version"] or 0)
+    return 0 if found is None else int(found["version"] or 0)
 
 
 def _check(where: str, version: int, *, read_only: bool) -> None:

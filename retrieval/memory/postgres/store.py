@@ -109,7 +109,8 @@ class PostgresStore:
     def commit_segment(self, record: SegmentRecord, turns: Sequence[Turn], amus: Sequence[AMU]) -> None:
         self._writes.commit_segments([(record, turns, amus)])
 
-    def commit_segments(self, segments: Sequence[tuple[SegmentRecord, Sequence[Turn], Sequence[AMU]]]) -> None:
+    def commit_segments(self,
+                        segments: Sequence[tuple[SegmentRecord, Sequence[Turn], Sequence[AMU]]]) -> None:
         self._writes.commit_segments(segments)
 
     def commit_stored_turns(self, record: SegmentRecord, amus: Sequence[AMU]) -> None:

@@ -80,8 +80,8 @@ class TurnLog:
             rows = self.db.rows(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s AND position > %s "
                                 "ORDER BY position", (user, after))
             return turns_of(rows), int(rows[-1]["position"]) if rows else after
-        covered = {turn_id for row in self.db.rows("SELECT turn_ids FROM segments WHERE user_id = %s", (user,))
-                   for turn_id in json.loads(row["turn_ids"])}
+        segments = self.db.rows("SELECT turn_ids FROM segments WHERE user_id = %s", (user,))
+        covered = {turn_id for row in segments for turn_id in json.loads(row["turn_ids"])}
         rows = self.db.rows(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s ORDER BY position", (user,))
         last = int(rows[-1]["position"]) if rows else 0
         return turns_of([row for row in rows if row["turn_id"] not in covered]), last
@@ -96,7 +96,8 @@ class TurnLog:
         return [row["user_id"] for row in rows]
 
     def next_seq(self, user: str) -> int:
-        return int(self.db.value("SELECT coalesce(max(seq) + 1, 0) FROM segments WHERE user_id = %s", (user,)))
+        return int(self.db.value("SELECT coalesce(max(seq) + 1, 0) FROM segments WHERE user_id = %s",
+                                 (user,)))
 
     def users(self) -> list[str]:
         rows = self.db.rows("SELECT user_id FROM turns GROUP BY user_id ORDER BY min(position)")

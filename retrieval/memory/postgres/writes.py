@@ -30,9 +30,10 @@ def amu_values(amu: AMU) -> tuple[Any, ...]:
     """The record's column values, in :data:`AMU_FIELDS` order."""
     src = amu.source
     return (amu.id, src.user_id, src.session_id, src.segment, amu.text, amu.memory_type, amu.observed_at,
-            json.dumps(amu.timestamps), json.dumps(amu.entities), json.dumps(amu.tags), json.dumps(src.turn_ids),
-            json.dumps(src.speakers), None if amu.fingerprint is None else json.dumps(amu.fingerprint),
-            amu.archived, amu.t_ref, amu.valid_from, amu.valid_to)
+            json.dumps(amu.timestamps), json.dumps(amu.entities), json.dumps(amu.tags),
+            json.dumps(src.turn_ids), json.dumps(src.speakers),
+            None if amu.fingerprint is None else json.dumps(amu.fingerprint), amu.archived,
+            amu.t_ref, amu.valid_from, amu.valid_to)
 
 
 def insert_amu(conn: Connection, amu: AMU, position: int | None = None) -> None:
@@ -70,7 +71,8 @@ class Writes:
     def __init__(self, db: Database, reads: Reads) -> None:
         self.db, self.reads = db, reads
 
-    def commit_segments(self, segments: Sequence[tuple[SegmentRecord, Sequence[Turn], Sequence[AMU]]]) -> None:
+    def commit_segments(self,
+                        segments: Sequence[tuple[SegmentRecord, Sequence[Turn], Sequence[AMU]]]) -> None:
         """Several segments (their turns, records and progress rows) in one transaction: all or none."""
         for record, _, amus in segments:
             check_sources(record, amus)
@@ -98,8 +100,8 @@ class Writes:
         add_event_frame(conn, record.user_id, record.seq, record.session_id, record.turn_ids)
         for amu in amus:
             insert_amu(conn, amu)
-        conn.execute("INSERT INTO segments (user_id, seq, session_id, turn_ids, reason, state, fallback, amu_count, "
-                     "content_sha256, revision) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 0)",
+        conn.execute("INSERT INTO segments (user_id, seq, session_id, turn_ids, reason, state, fallback, "
+                     "amu_count, content_sha256, revision) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 0)",
                      (record.user_id, record.seq, record.session_id, json.dumps(list(record.turn_ids)),
                       record.reason, record.state, record.fallback, len(amus), turns_sha256(turns)))
 
@@ -112,18 +114,20 @@ class Writes:
             if stored is None or record.revision <= stored.revision:
                 raise ValueError(f"segment {record.seq} of {record.user_id!r}: "
                                  f"revision {record.revision} does not follow the stored one")
-            conn.execute("UPDATE amus SET archived = true WHERE user_id = %s AND segment = %s AND NOT archived",
-                         (record.user_id, record.seq))
+            conn.execute("UPDATE amus SET archived = true WHERE user_id = %s AND segment = %s "
+                         "AND NOT archived", (record.user_id, record.seq))
             for amu in amus:
                 insert_amu(conn, amu)
             conn.execute("UPDATE segments SET state = %s, fallback = %s, amu_count = %s, revision = %s "
                          "WHERE user_id = %s AND seq = %s",
-                         (record.state, record.fallback, len(amus), record.revision, record.user_id, record.seq))
+                         (record.state, record.fallback, len(amus), record.revision, record.user_id,
+                          record.seq))
 
     def archive(self, amu_ids: Iterable[str]) -> None:
         """Mark records as archived (they stay readable and leave their evidence nodes)."""
         ids = list(amu_ids)
-        users = {row["user_id"] for row in self.db.rows("SELECT user_id FROM amus WHERE id = ANY(%s)", (ids,))}
+        rows = self.db.rows("SELECT user_id FROM amus WHERE id = ANY(%s)", (ids,))
+        users = {row["user_id"] for row in rows}
         with self.db.transaction(users) as conn:
             for unit_id in ids:
                 if conn.execute("UPDATE amus SET archived = true WHERE id = %s", (unit_id,)).rowcount != 1:

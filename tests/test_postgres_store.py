@@ -107,3 +107,39 @@ def test_the_commit_counter_moves_only_when_something_commits(postgres_url):
         with pytest.raises(psycopg.IntegrityError, match="append-only"):  # outside a purge, in autocommit
             store.db.rows("DELETE FROM turns RETURNING 1")
         assert store.data_version() == before and store.count() == 1
+
+
+def test_another_handle_and_no_local_files(postgres_url):
+    with PostgresStore(postgres_url) as store:
+        commit(store, 0, [make_amu(0, 0)])
+        assert store.location == postgres_url and store.local_files is None
+        with store.reopen(read_only=True, role="consolidate") as reader:
+            assert [a.id for a in reader.amus()] == ["conv-x:0:0"] and reader.read_only
+
+
+def test_after_a_purge_and_compact_no_table_file_holds_the_text(postgres_server, postgres_url):
+    secret = "Quenfrithal"
+
+    def in_table_files() -> bool:
+        return any(secret.lower().encode() in path.read_bytes().lower()
+                   for path in (postgres_server.data / "base").rglob("*") if path.is_file())
+
+    def checkpoint() -> None:  # what the server holds in memory written to the table files
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+
+    with PostgresStore(postgres_url) as store:
+        commit(store, 0, [make_amu(0, 0, f"My neighbour {secret} repairs violins.", entities=[secret])])
+        commit(store, 1, [make_amu(1, 0, "Melanie runs.")])
+        checkpoint()
+        assert in_table_files()
+        store.purge("conv-x", amu_ids=["conv-x:0:0"])
+        store.scrub([f"My neighbour {secret} repairs violins."])
+        checkpoint()
+        assert in_table_files()  # dead tuples: deleted, still on disk
+        store.compact()
+        assert not in_table_files()
+        assert [a.id for a in store.amus()] == ["conv-x:1:0"]
+        with PostgresStore(postgres_url, read_only=True) as reader:
+            with pytest.raises(StoreError, match="read-only"):
+                reader.compact()

@@ -2,9 +2,11 @@
 module docstring says what derives from what and what goes), in one transaction under the user's
 lock; the no-delete triggers stand down for that transaction alone (``memory.purging``).
 
-:meth:`Purge.scrub` drops the cached arrays of the purged texts. What it cannot do on PostgreSQL is
+:meth:`Purge.scrub` drops the cached arrays of the purged texts. What it does not do on PostgreSQL is
 what SQLite's ``VACUUM`` does: the deleted rows stay in the table files as dead tuples until a
-vacuum rewrites them, and in the write-ahead log until it is recycled.
+vacuum rewrites them (:meth:`Purge.compact`, ``VACUUM FULL`` then ``CHECKPOINT``: minutes on a
+large database, and it locks each table while it rewrites it), and in the write-ahead log until
+the server recycles it.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from retrieval.memory.cache import text_key
+from retrieval.memory.errors import StoreError
 from retrieval.memory.indexing import frame_label
 from retrieval.memory.meta_keys import MERGE_KEY, USER_KEYS
 from retrieval.memory.postgres.reads import AMU_COLUMNS, SEGMENT_COLUMNS, TURN_COLUMNS
-from retrieval.memory.postgres.schema import PURGING
+from retrieval.memory.postgres.schema import COMPACTED, PURGING
 from retrieval.memory.postgres.writes import insert_amu
 from retrieval.memory.purge import Purged, Stored, frame_states
 from retrieval.memory.reads import amu_from_row, segment_from_row, turn_from_row
@@ -96,6 +99,17 @@ class Purge:
         with self.db.transaction() as conn:
             for table in ("vectors", "codes"):
                 conn.execute(f"DELETE FROM {table} WHERE item = ANY(%s)", (keys,))  # type: ignore[arg-type]
+
+    def compact(self) -> None:
+        """``VACUUM FULL`` of the store's tables (each rewritten without its dead tuples; needs the
+        tables' owner) and a ``CHECKPOINT`` (a superuser or ``pg_checkpoint`` member), outside
+        any transaction."""
+        if self.db.read_only:
+            raise StoreError(f"{self.db.where} is open read-only")
+        with self.db.connection() as conn:
+            for table in COMPACTED:
+                conn.execute(f"VACUUM FULL {table}")  # type: ignore[arg-type]
+            conn.execute("CHECKPOINT")
 
     def _select_turns(self, user: str, session_id: str | None, turn_ids: Sequence[str],
                       everything: bool) -> list[Turn]:

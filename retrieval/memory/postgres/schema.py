@@ -168,5 +168,8 @@ def _check(where: str, version: int, *, read_only: bool) -> None:
         raise StoreError(f"{where}: schema version {version} needs a migration to {SCHEMA_VERSION}; "
                          "open the store for writing once")
 
+COMPACTED = tuple(re.findall(r"CREATE TABLE (\w+)", _TABLES)) + ("schema_version",)
+"""Every table of the store: what ``compact`` rewrites."""
+
 SCHEMA_OBJECTS = tuple(re.findall(r"CREATE (?:TABLE|INDEX|TRIGGER) (\w+)", _TABLES + _TRIGGERS))
 """Every table, index and trigger of the current schema: ``integrity_problems`` finds missing ones."""

@@ -12,15 +12,16 @@ the purge (:mod:`~retrieval.memory.postgres.purge`) and the ``meta`` bindings
 (:mod:`~retrieval.memory.postgres.schema`).
 
 Differences from the SQLite store: no writer lock file (``role`` is accepted and names nothing to
-hold: several processes write, PostgreSQL serialises each user's writers); ``where`` (the URL
-without its password) names the store where the SQLite store has ``directory``; ``scrub`` cannot
-rewrite the table files (:mod:`retrieval.memory.postgres.purge`).
+hold: several processes write, PostgreSQL serialises each user's writers); ``location`` is the URL
+without its password and ``local_files`` is None (no directory on this machine); ``scrub`` cannot
+rewrite the table files, :meth:`PostgresStore.compact` does (:mod:`retrieval.memory.postgres.purge`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 from retrieval.memory.indexing import EvidenceNode
@@ -50,9 +51,8 @@ class PostgresStore:
     """
 
     def __init__(self, url: str, *, read_only: bool = False, role: str = "ingest") -> None:
-        self.read_only, self.role = read_only, role
+        self.read_only, self.role, self._url = read_only, role, url
         self.db = Database(url, read_only=read_only)
-        self.where = self.db.where
         try:
             prepare(self.db)
         except BaseException:
@@ -67,6 +67,26 @@ class PostgresStore:
         self._versions = Versions(self.db)
         self._purge = Purge(self.db)
         self._meta = Meta(self.db)
+
+    @property
+    def location(self) -> str:
+        """The URL without its password (what messages name)."""
+        return self.db.where
+
+    @property
+    def local_files(self) -> Path | None:
+        """None: the store keeps no files on this machine."""
+        return None
+
+    def reopen(self, *, read_only: bool = False, role: str = "ingest") -> PostgresStore:
+        """Another handle (its own pool) on the same database."""
+        return PostgresStore(self._url, read_only=read_only, role=role)
+
+    def compact(self) -> None:
+        """Rewrite every table of the store (``VACUUM FULL``), then ``CHECKPOINT``: afterwards no
+        table file under the server's data directory holds a deleted row (the write-ahead log
+        still may, until the server recycles it)."""
+        self._purge.compact()
 
     def close(self) -> None:
         self.db.close()

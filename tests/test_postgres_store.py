@@ -143,3 +143,37 @@ def test_after_a_purge_and_compact_no_table_file_holds_the_text(postgres_server,
         with PostgresStore(postgres_url, read_only=True) as reader:
             with pytest.raises(StoreError, match="read-only"):
                 reader.compact()
+
+
+def test_api_key_rows_are_shared_by_every_handle(postgres_url):
+    with PostgresStore(postgres_url) as store, PostgresStore(postgres_url) as other:
+        store.add_key("k1", "alice", b"salt", b"digest", "2026-01-01T00:00:00+00:00")
+        store.add_key("k2", "bob", b"s2", b"d2", "2026-01-02T00:00:00+00:00")
+        assert other.live_key("k1") == ("alice", b"salt", b"digest") and other.live_key("nope") is None
+        assert [row[0] for row in other.key_rows()] == ["k1", "k2"]
+        assert other.key_rows("bob") == [("k2", "bob", "2026-01-02T00:00:00+00:00", None)]
+        assert other.revoke_key("k1", "later") == ("k1", "alice", "2026-01-01T00:00:00+00:00", "later")
+        assert store.revoke_key("k1", "again")[3] == "later" and store.live_key("k1") is None
+        assert store.revoke_key("k9", "now") is None
+        with pytest.raises(psycopg.IntegrityError):
+            store.add_key("k2", "carol", b"s", b"d", "now")
+        store.purge("alice", everything=True)
+        assert [row[0] for row in store.key_rows("alice")] == ["k1"]
+
+
+def test_a_version_1_database_migrates_keeping_its_rows(postgres_url):
+    from retrieval.memory.postgres.schema import MIGRATIONS
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:  # what version-1 code left behind
+        conn.execute("CREATE TABLE schema_version (version integer NOT NULL)")
+        conn.execute(MIGRATIONS[0])
+        conn.execute("INSERT INTO schema_version VALUES (1)")
+        conn.execute("INSERT INTO turns (user_id, session_id, turn_id, speaker, text) "
+                     "VALUES ('u', 's', 't1', 'Ann', 'hello')")
+    with pytest.raises(StoreError, match="schema version 1 needs a migration to 2"):
+        PostgresStore(postgres_url, read_only=True)
+    with PostgresStore(postgres_url) as store:
+        assert [t.text for t in store.turns("u")] == ["hello"] and store.integrity_problems() == []
+        store.add_key("k1", "u", b"s", b"d", "now")
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]

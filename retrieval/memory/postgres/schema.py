@@ -12,7 +12,8 @@ here: no FTS5 table (the lexical route scores over each user's own in-memory tab
 :mod:`retrieval.index.fts`, so the store keeps none), and dense vectors are ``bytea`` in the
 cache tables (no pgvector: each node reads a user's vectors into its in-memory bank, as from
 SQLite). Store-wide, as on SQLite: ``meta`` (per-user entries carry the user in their key) and
-the content-addressed cache tables ``vectors`` and ``codes``.
+the content-addressed cache tables ``vectors`` and ``codes``. Version 2 adds the API keys
+(``api_keys``, :mod:`retrieval.memory.postgres.keys`), which a SQLite store keeps in a file beside it.
 
 The invariants are PostgreSQL triggers, as SQLite's are: raw turns never change; a record's fact
 never changes (only ``archived``, one way, ``fingerprint`` and ``successor``), and archiving drops
@@ -127,7 +128,14 @@ CREATE TRIGGER segments_no_delete BEFORE DELETE ON segments FOR EACH ROW
 EXECUTE FUNCTION refuse_unless_purging('segment progress rows are append-only');
 """
 
-MIGRATIONS: tuple[str, ...] = (_TABLES + _TRIGGERS,)
+_KEYS = """
+CREATE TABLE api_keys (
+    position bigserial UNIQUE, key_id text PRIMARY KEY, user_id text NOT NULL, salt bytea NOT NULL,
+    digest bytea NOT NULL, created text NOT NULL, revoked text);
+CREATE INDEX api_keys_by_user ON api_keys (user_id);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_TABLES + _TRIGGERS, _KEYS)
 """The schema's steps: ``MIGRATIONS[n]`` takes version n to n + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -168,8 +176,8 @@ def _check(where: str, version: int, *, read_only: bool) -> None:
         raise StoreError(f"{where}: schema version {version} needs a migration to {SCHEMA_VERSION}; "
                          "open the store for writing once")
 
-COMPACTED = tuple(re.findall(r"CREATE TABLE (\w+)", _TABLES)) + ("schema_version",)
+COMPACTED = tuple(re.findall(r"CREATE TABLE (\w+)", _TABLES + _KEYS)) + ("schema_version",)
 """Every table of the store: what ``compact`` rewrites."""
 
-SCHEMA_OBJECTS = tuple(re.findall(r"CREATE (?:TABLE|INDEX|TRIGGER) (\w+)", _TABLES + _TRIGGERS))
+SCHEMA_OBJECTS = tuple(re.findall(r"CREATE (?:TABLE|INDEX|TRIGGER) (\w+)", _TABLES + _TRIGGERS + _KEYS))
 """Every table, index and trigger of the current schema: ``integrity_problems`` finds missing ones."""

@@ -1,15 +1,12 @@
 """The memory's store on PostgreSQL: :class:`PostgresStore`, the SQLite store's API (same methods,
 signatures, results, orderings and errors) over one database that any number of processes share.
 
-It is composed of parts, one module each, mirroring the SQLite store's: the turn log
-(:mod:`~retrieval.memory.postgres.turn_log`), record reads (:mod:`~retrieval.memory.postgres.reads`)
-and writes (:mod:`~retrieval.memory.postgres.writes`), evidence nodes
-(:mod:`~retrieval.memory.postgres.evidence`), the array cache (:mod:`~retrieval.memory.postgres.cache`),
-jobs (:mod:`~retrieval.memory.postgres.jobs`), change markers (:mod:`~retrieval.memory.postgres.versions`),
-the purge (:mod:`~retrieval.memory.postgres.purge`) and the ``meta`` bindings
-(:mod:`~retrieval.memory.postgres.meta`), over one :class:`~retrieval.memory.postgres.database.Database`
-(the pool, write transactions and per-user locks) and a schema brought up to date on open
-(:mod:`~retrieval.memory.postgres.schema`).
+It is composed of parts, one module each under :mod:`retrieval.memory.postgres`, mirroring the
+SQLite store's: the turn log (``turn_log``), record reads (``reads``) and writes (``writes``),
+evidence nodes (``evidence``), the array cache (``cache``), jobs (``jobs``), API keys (``keys``),
+change markers (``versions``), the purge (``purge``) and the ``meta`` bindings (``meta``), over one
+:class:`~retrieval.memory.postgres.database.Database` (the pool, write transactions and per-user
+locks) and a schema brought up to date on open (``schema``).
 
 Differences from the SQLite store: no writer lock file (``role`` is accepted and names nothing to
 hold: several processes write, PostgreSQL serialises each user's writers); ``location`` is the URL
@@ -30,6 +27,7 @@ from retrieval.memory.postgres.cache import ArrayCache
 from retrieval.memory.postgres.database import Database
 from retrieval.memory.postgres.evidence import Evidence
 from retrieval.memory.postgres.jobs import Jobs
+from retrieval.memory.postgres.keys import KeyRow, Keys
 from retrieval.memory.postgres.meta import Meta
 from retrieval.memory.postgres.purge import Purge
 from retrieval.memory.postgres.reads import Reads
@@ -67,6 +65,7 @@ class PostgresStore:
         self._versions = Versions(self.db)
         self._purge = Purge(self.db)
         self._meta = Meta(self.db)
+        self._keys = Keys(self.db)
 
     @property
     def location(self) -> str:
@@ -256,6 +255,18 @@ class PostgresStore:
 
     def unfinished(self) -> list[JobRow]:
         return self._jobs.unfinished()
+
+    def add_key(self, key_id: str, user_id: str, salt: bytes, digest: bytes, created: str) -> None:
+        self._keys.add_key(key_id, user_id, salt, digest, created)
+
+    def live_key(self, key_id: str) -> tuple[str, bytes, bytes] | None:
+        return self._keys.live_key(key_id)
+
+    def key_rows(self, user_id: str | None = None) -> list[KeyRow]:
+        return self._keys.key_rows(user_id)
+
+    def revoke_key(self, key_id: str, when: str) -> KeyRow | None:
+        return self._keys.revoke_key(key_id, when)
 
     def purge(self, user: str, *, session_id: str | None = None, amu_ids: Sequence[str] = (),
               turn_ids: Sequence[str] = (), everything: bool = False) -> Purged:

@@ -16,6 +16,17 @@ if TYPE_CHECKING:
     from retrieval.memory.postgres.database import Connection, Database
 
 
+_LINK = """
+WITH made AS (INSERT INTO evidence_nodes (user_id, node_type, key, text) VALUES (%s, %s, %s, %s)
+              ON CONFLICT DO NOTHING RETURNING id),
+     node AS (SELECT id FROM made UNION ALL
+              SELECT id FROM evidence_nodes WHERE user_id = %s AND node_type = %s AND key = %s)
+INSERT INTO evidence_links (user_id, node, amu) SELECT %s, id, %s FROM node LIMIT 1 ON CONFLICT DO NOTHING
+"""
+"""One statement per node of a record (the record's nodes go in one pipelined batch): the node made
+the first time its key appears for the user (the user's lock keeps that race-free), then linked."""
+
+
 def add_event_frame(conn: Connection, user_id: str, seq: int, session_id: str,
                     turn_ids: Sequence[str]) -> None:
     """The event-frame node of one finalized segment, with its session and turns (kept if it exists)."""
@@ -30,16 +41,8 @@ def index_amu(conn: Connection, position: int, amu: AMU) -> None:
     if amu.archived:
         return
     user = amu.source.user_id
-    for node in record_nodes(amu):
-        conn.execute("INSERT INTO evidence_nodes (user_id, node_type, key, text) VALUES (%s, %s, %s, %s) "
-                     "ON CONFLICT DO NOTHING", (user, node.node_type, node.key, node.text))
-        found = conn.execute("SELECT id FROM evidence_nodes WHERE user_id = %s AND node_type = %s "
-                             "AND key = %s",
-                             (user, node.node_type, node.key)).fetchone()
-        assert found is not None  # inserted above or before
-        conn.execute("INSERT INTO evidence_links (user_id, node, amu) VALUES (%s, %s, %s) "
-                     "ON CONFLICT DO NOTHING",
-                     (user, found["id"], position))
+    conn.cursor().executemany(_LINK, [(user, node.node_type, node.key, node.text, user, node.node_type,
+                                       node.key, user, position) for node in record_nodes(amu)])
 
 
 def _node(row: Any, amu_ids: tuple[str, ...]) -> EvidenceNode:

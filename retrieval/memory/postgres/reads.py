@@ -4,7 +4,7 @@ SQLite store's :mod:`retrieval.memory.reads`; rows are read back by its converte
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from retrieval.memory.reads import amu_from_row, segment_from_row, turn_from_row
@@ -85,8 +85,18 @@ class Reads:
         return turns_of(self.db.rows(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s ORDER BY position",
                                      (user_id,)))
 
+    def turns_named(self, user_id: str, turn_ids: Sequence[str]) -> list[Turn]:
+        """The stored turns of these ids, in the order given; ``KeyError`` naming the first unknown one."""
+        rows = self.db.rows(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s AND turn_id = ANY(%s)",
+                            (user_id, list(turn_ids)))
+        found = {turn.turn_id: turn for turn in turns_of(rows)}
+        for turn_id in turn_ids:
+            if turn_id not in found:
+                raise KeyError(f"no turn {turn_id!r} in conversation {user_id!r}")
+        return [found[turn_id] for turn_id in turn_ids]
+
     def source_turns(self, amu: AMU) -> list[Turn]:
-        return [self.turn(amu.source.user_id, turn_id) for turn_id in amu.source.turn_ids]
+        return self.turns_named(amu.source.user_id, amu.source.turn_ids)
 
     def page(self, user_id: str, *, session_id: str | None = None, after: int = 0,
              limit: int = 50) -> list[tuple[int, AMU]]:

@@ -19,16 +19,19 @@ if TYPE_CHECKING:
 BUMP_COMMITS = "UPDATE commits SET count = count + 1"
 
 
+_USER_VERSION = ("SELECT t.n, t.last, a.n AS records, a.last AS record_last, a.printed FROM "
+                 "(SELECT count(*) AS n, coalesce(max(position), 0) AS last FROM turns "
+                 "WHERE user_id = %s) t, "
+                 "(SELECT count(*) AS n, coalesce(max(position), 0) AS last, count(fingerprint) AS printed "
+                 "FROM amus WHERE user_id = %s AND NOT archived) a")
+
+
 def user_version_of(conn: Any, user_id: str) -> tuple[int, ...]:
     """Count and highest position of the user's turns, of its active records, and how many of
     those have a fingerprint (as the SQLite store's: positions only grow, turns never change and
     archiving is one way, so every change of the user changes this tuple)."""
-    turns = conn.execute("SELECT count(*) AS n, coalesce(max(position), 0) AS last FROM turns "
-                         "WHERE user_id = %s", (user_id,)).fetchone()
-    records = conn.execute("SELECT count(*) AS n, coalesce(max(position), 0) AS last, "
-                           "count(fingerprint) AS printed FROM amus WHERE user_id = %s AND NOT archived",
-                           (user_id,)).fetchone()
-    return (*map(int, turns.values()), *map(int, records.values()))
+    row = conn.execute(_USER_VERSION, (user_id, user_id)).fetchone()
+    return tuple(int(value) for value in row.values())
 
 
 class Versions:

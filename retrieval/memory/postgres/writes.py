@@ -87,7 +87,7 @@ class Writes:
         check_sources(record, amus)
         with self.db.transaction([record.user_id]) as conn:
             self._refuse_stored(record)
-            turns = [self.reads.turn(record.user_id, turn_id) for turn_id in record.turn_ids]
+            turns = self.reads.turns_named(record.user_id, record.turn_ids)
             self._insert_segment(conn, record, turns, amus)
 
     def _refuse_stored(self, record: SegmentRecord) -> None:

@@ -118,11 +118,15 @@ def test_another_handle_and_no_local_files(postgres_url):
 
 
 def test_after_a_purge_and_compact_no_table_file_holds_the_text(postgres_server, postgres_url):
-    secret = "Quenfrithal"
+    secret = "Vormquistel"
+    with psycopg.connect(postgres_url) as conn:  # this database's directory: base/<its oid>
+        found = conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()
+    assert found is not None
+    files = postgres_server.data / "base" / str(found[0])
 
     def in_table_files() -> bool:
         return any(secret.lower().encode() in path.read_bytes().lower()
-                   for path in (postgres_server.data / "base").rglob("*") if path.is_file())
+                   for path in files.iterdir() if path.is_file())
 
     def checkpoint() -> None:  # what the server holds in memory written to the table files
         with psycopg.connect(postgres_url, autocommit=True) as conn:

@@ -7,8 +7,8 @@ transaction sees its own writes). Each write transaction first takes a transacti
 lock per user it writes (``pg_advisory_xact_lock``, keyed by a hash of the user id, taken in
 sorted order so two transactions never wait on each other): PostgreSQL serialises the writers of
 one user whichever process they run in, which is what the SQLite store gets from its one writer
-(a segment number allocated once, "already stored" checked once). Its last statement bumps the
-``commits`` counter (:mod:`retrieval.memory.postgres.versions`), so the counter moves with every
+(a segment number allocated once, "already stored" checked once). Its last statement bumps one of
+the ``commits`` counters (:mod:`retrieval.memory.postgres.versions`), so their sum moves with every
 commit and only then.
 
 A server that cannot be reached is one :class:`StoreError` naming the host, port and database;

@@ -28,6 +28,7 @@ import re
 from typing import TYPE_CHECKING
 
 from retrieval.memory.errors import StoreError
+from retrieval.memory.postgres.versions import COMMIT_SLOTS
 
 if TYPE_CHECKING:
     from retrieval.memory.postgres.database import Connection, Database
@@ -37,10 +38,10 @@ SCHEMA_LOCK = 0x49_53_51_4D_45_4D  # "ISQMEM": the advisory lock that serialises
 PURGING = "SET LOCAL memory.purging = 'on'"
 """What a purge's transaction runs first: the no-delete triggers stand down for it alone."""
 
-_TABLES = """
+_TABLES = f"""
 CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL);
-CREATE TABLE commits (one boolean PRIMARY KEY DEFAULT true CHECK (one), count bigint NOT NULL);
-INSERT INTO commits (count) VALUES (0);
+CREATE TABLE commits (slot integer PRIMARY KEY, count bigint NOT NULL);
+INSERT INTO commits (slot, count) SELECT slot, 0 FROM generate_series(0, {COMMIT_SLOTS - 1}) AS slot;
 CREATE TABLE turns (
     position bigserial PRIMARY KEY, user_id text NOT NULL, session_id text NOT NULL,
     turn_id text NOT NULL, speaker text NOT NULL, text text NOT NULL, session_time text,

@@ -2,11 +2,13 @@
 has anything committed since (:meth:`Versions.data_version`), has this user changed
 (:meth:`Versions.user_version`).
 
-``data_version`` is a counter row (``commits``) that every write transaction increments as its
-last statement: the increment commits with the transaction or not at all, so the counter moves
-exactly when something committed, in any process. (PostgreSQL has no ``PRAGMA data_version``; the
-statistics views lag and are per server.) Two transactions queue on the row only between that
-last statement and their commit.
+``data_version`` is the sum of the commit counters (``commits``): every write transaction
+increments one of them as its last statement, so the sum moves exactly when something committed,
+in any process (the increment commits with the transaction or not at all; counters only grow).
+(PostgreSQL has no ``PRAGMA data_version``; the statistics views lag and are per server.) There
+are :data:`COMMIT_SLOTS` counters, one chosen by the server process of the connection, so two
+writers queue on one only when their connections share a slot, and then only between that last
+statement and their commit.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from retrieval.memory.postgres.database import Database
 
-BUMP_COMMITS = "UPDATE commits SET count = count + 1"
+COMMIT_SLOTS = 16
+"""Commit counters: writers on connections whose server process ids differ modulo this never queue."""
+
+BUMP_COMMITS = f"UPDATE commits SET count = count + 1 WHERE slot = pg_backend_pid() % {COMMIT_SLOTS}"
 
 
 _USER_VERSION = ("SELECT t.n, t.last, a.n AS records, a.last AS record_last, a.printed FROM "
@@ -42,7 +47,7 @@ class Versions:
 
     def data_version(self) -> int:
         """The number of write transactions committed to the database so far."""
-        return int(self.db.value("SELECT count FROM commits"))
+        return int(self.db.value("SELECT sum(count) FROM commits"))
 
     def user_version(self, user_id: str) -> tuple[int, ...]:
         with self.db.connection() as conn:

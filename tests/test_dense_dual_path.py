@@ -8,7 +8,8 @@ import pytest
 from isq.topology import TopologyParams
 from retrieval.contract import Query
 from retrieval.eval.dual_path import Channel, DualPathMode, DualPathRetriever
-from retrieval.index.dense import PRODUCT_ROWS, DenseIndex, inner_products
+from retrieval.index.dense import DenseIndex
+from retrieval.index.products import PRODUCT_ROWS, inner_products
 from retrieval.index.fts import word_tokens
 from tests.multi_route_fixtures import WordEmbedder
 

@@ -1,5 +1,4 @@
-"""Path A: dense k-NN over L2-normalised AMU embeddings with faiss (docs/design.md §4.1), and the
-exact products a memory bank's channels score with (:func:`inner_products`).
+"""Path A: dense k-NN over L2-normalised AMU embeddings with faiss (docs/design.md §4.1).
 
 Vectors are L2-normalised, so inner product is cosine similarity. Ids are the insertion order
 (0, 1, 2, ...), which is the AMU index shared with the topology and the retriever's metadata.
@@ -7,7 +6,6 @@ Vectors are L2-normalised, so inner product is cosine similarity. Ids are the in
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 
@@ -16,32 +14,8 @@ import numpy as np
 
 KINDS = ("flat", "ivf", "hnsw")
 
-PRODUCT_ROWS = 1024
-"""Rows per BLAS call of :func:`inner_products`: fewer than OpenBLAS splits across threads, and a
-multiple of the row groups its matrix-vector kernels work in."""
-
 _CONFIG_FILE = "dense.json"
 _INDEX_FILE = "dense.faiss"
-
-
-def inner_products(matrix: np.ndarray, vector: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-    """``matrix @ vector`` (``matrix[rows] @ vector`` with ``rows``), bit for bit what one call
-    computes on one BLAS thread, made of calls of :data:`PRODUCT_ROWS` rows (a single row left
-    at the end joins the call before it, which keeps every row in the kernel's row group it
-    would have had). No call starts BLAS threads: a search runs beside other searches and the
-    ingestion worker, and on a loaded machine a product split across threads waits for every
-    thread to be scheduled (a 10,000-row product took 28 ms split and 2.6 ms in blocks at load
-    9 on two cores). One call over more rows than that splits across the machine's threads, so
-    its last float bits depend on the machine; these do not."""
-    count = len(matrix) if rows is None else len(rows)
-    out = np.empty(count, dtype=np.result_type(matrix.dtype, vector.dtype))
-    bounds = [*range(0, count, PRODUCT_ROWS), count]
-    if len(bounds) > 2 and count - bounds[-2] == 1:
-        del bounds[-2]
-    for start, stop in itertools.pairwise(bounds):
-        block = matrix[start:stop] if rows is None else matrix[rows[start:stop]]
-        np.matmul(block, vector, out=out[start:stop])
-    return out
 
 
 class DenseIndex:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from isq.topk import empty_result, select_top_k, top_k_of_scores
-from retrieval.index.dense import inner_products
+from retrieval.index.products import inner_products
 from retrieval.memory.evidence_keys import PAIR_SEPARATOR, normalise_key
 from retrieval.memory.times import time_interval
 from retrieval.multi_route.bank import MemoryBank

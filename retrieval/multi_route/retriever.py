@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from retrieval.contract import Hit, Query, Retrieval
-from retrieval.index.dense import inner_products
+from retrieval.index.products import inner_products
 from retrieval.multi_route.bank import MemoryBank
 from retrieval.multi_route.channels import (
     ChannelList,

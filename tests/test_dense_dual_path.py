@@ -9,8 +9,8 @@ from isq.topology import TopologyParams
 from retrieval.contract import Query
 from retrieval.eval.dual_path import Channel, DualPathMode, DualPathRetriever
 from retrieval.index.dense import DenseIndex
-from retrieval.index.products import PRODUCT_ROWS, inner_products
 from retrieval.index.fts import word_tokens
+from retrieval.index.products import PRODUCT_ROWS, inner_products
 from tests.multi_route_fixtures import WordEmbedder
 
 IDENTITY = {"codebook_size": 32, "codebook_sha256": "c" * 64}
@@ -30,8 +30,8 @@ def unit_rows(rng: np.random.Generator, count: int, dim: int) -> np.ndarray:
 # ---------------------------------------------------------------- dense index
 
 
-@pytest.mark.parametrize("count", [0, 1, 2, 5, PRODUCT_ROWS - 1, PRODUCT_ROWS, PRODUCT_ROWS + 1, PRODUCT_ROWS + 2,
-                                   2 * PRODUCT_ROWS - 1])
+@pytest.mark.parametrize("count", [0, 1, 2, 5, PRODUCT_ROWS - 1, PRODUCT_ROWS, PRODUCT_ROWS + 1,
+                                   PRODUCT_ROWS + 2, 2 * PRODUCT_ROWS - 1])
 def test_inner_products_are_one_call_bit_for_bit(count):
     """Below 2,048 rows one numpy call runs on one BLAS thread: the blocked products equal it
     exactly, a lone last row included (it joins the block before it), for rows given too."""

@@ -152,8 +152,8 @@ def amus_from_rows(rows: Sequence[sqlite3.Row]) -> list[AMU]:
                        timestamps=tuple(timestamps), entities=tuple(entities), tags=tuple(tags),
                        fingerprint=fingerprint, archived=bool(archived), t_ref=t_ref, valid_from=valid_from,
                        valid_to=valid_to)
-            for (amu_id, text, memory_type, source, observed_at, timestamps, entities, tags, fingerprint, archived,
-                 t_ref, valid_from, valid_to) in zip(
+            for (amu_id, text, memory_type, source, observed_at, timestamps, entities, tags, fingerprint,
+                 archived, t_ref, valid_from, valid_to) in zip(
                 column["id"], column["text"], column["memory_type"], sources, column["observed_at"],
                 lists["timestamps"], lists["entities"], lists["tags"], fingerprints, column["archived"],
                 column["t_ref"], column["valid_from"], column["valid_to"], strict=True)]

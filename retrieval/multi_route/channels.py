@@ -69,7 +69,8 @@ def _top(scores: np.ndarray, budget: int, scope: np.ndarray | None) -> tuple[np.
 
 def record_recall(bank: MemoryBank, query: np.ndarray, budget: int, scope: Scope = None) -> ChannelList:
     """Direct record recall: the ``budget`` records most similar to the query (positive cosine)."""
-    return _ranked("records", *_top(inner_products(bank.record_vectors, query), budget, record_scope(bank, scope)))
+    similarity = inner_products(bank.record_vectors, query)
+    return _ranked("records", *_top(similarity, budget, record_scope(bank, scope)))
 
 
 def turn_recall(bank: MemoryBank, query: np.ndarray, budget: int, scope: Scope = None) -> ChannelList:
@@ -178,7 +179,6 @@ def temporal_recall(bank: MemoryBank, time: TimeConstraint, query: np.ndarray,
     records = np.flatnonzero(weight > 0 if in_scope is None else (weight > 0) & in_scope)
     if records.size == 0:
         return ChannelList("temporal", *empty_result())
-    items, scores = select_top_k(records,
-                                 weight[records] + NODE_RELEVANCE * inner_products(bank.record_vectors, query, records),
-                                 budget)
+    relevance = weight[records] + NODE_RELEVANCE * inner_products(bank.record_vectors, query, records)
+    items, scores = select_top_k(records, relevance, budget)
     return ChannelList("temporal", items, scores, {int(i): tuple(via[int(i)]) for i in items})

@@ -46,7 +46,8 @@ class SimilarityColumns:
         for name in sorted({name for item in items for name in signatures[item]}):
             values = [signatures[item].get(name, frozenset()) for item in items]
             vocabulary: dict[str, int] = {}
-            columns = [[vocabulary.setdefault(value, len(vocabulary)) for value in members] for members in values]
+            columns = [[vocabulary.setdefault(value, len(vocabulary)) for value in members]
+                       for members in values]
             sizes = np.array([len(members) for members in values], dtype=np.int64)
             held = np.zeros((len(items), max(len(vocabulary), 1)), dtype=bool)
             held[np.repeat(np.arange(len(items)), sizes), [c for cs in columns for c in cs]] = True

@@ -34,8 +34,12 @@ from retrieval.memory.records import AMU, Turn
 from retrieval.memory.store_contract import Store
 from retrieval.multi_route.bank import MemoryBank
 
-SEARCH_STATE_BYTES = 512 * 2**20
-"""The bound on the estimated bytes of all users' search states of one memory."""
+SEARCH_STATE_BYTES = 4 * 2**30
+"""The bound on the estimated bytes of all users' search states of one memory, sized by what a
+user costs: a user of 100 records is estimated at 2.0 MiB (1.7 MiB measured: the vectors, the
+topology's co-occurrences, the Python objects), one of 100,000 records at 0.8 GiB, so the bound
+holds 2,000 small users or four large ones. Below what a memory's users search in turn, every
+search rebuilds a state from the store (1,000 users of 100 records under 512 MiB did)."""
 
 
 @dataclass

@@ -61,3 +61,18 @@ def test_the_prefill_builds_one_user_and_copies_it(tmp_path) -> None:
             assert [(amu.id.split(":", 1)[1], amu.text) for amu in store.amus(user)] == first
             assert all(amu.id.startswith(f"{user}:") for amu in store.amus(user))
             assert len(store.turns(user)) == built["turns_per_user"]
+
+
+def test_the_floor_and_ceiling_pool_the_samples_of_both_measurements() -> None:
+    """Measured before and after the load, the median is over both halves' forwards."""
+    from benchmarks.floor import measure_ceiling, measure_floor
+
+    class Fixed:
+        def samples_ms(self, batches):
+            return [10.0 * len(batches[0])] * len(batches)
+
+    floor = measure_floor(Fixed(), ["q"], forwards=3, earlier=[90.0] * 4)  # type: ignore[arg-type]
+    assert floor["floor_ms"] == 90.0 and floor["forwards"] == 7
+    assert measure_floor(Fixed(), ["q"], forwards=5, earlier=[90.0] * 4)["floor_ms"] == 10.0  # type: ignore[arg-type]
+    ceiling = measure_ceiling(Fixed(), ["q"], batch=16, forwards=2, earlier=[])  # type: ignore[arg-type]
+    assert ceiling["forward_ms"] == 160.0 and ceiling["ceiling_rps"] == 100.0

@@ -105,7 +105,7 @@ def prefill(args: argparse.Namespace) -> dict[str, Any]:
     from retrieval.eval.locomo import load_locomo
 
     wanted = {"locomo": str(args.locomo.resolve()),
-              "fingerprinter": str(args.fingerprinter) if args.fingerprinter else None}
+              "fingerprinter": str(args.fingerprinter.resolve()) if args.fingerprinter else None}
     mark = args.prefilled / PREFILL_MARK
     built = json.loads(mark.read_text()) if mark.is_file() else {}
     if built and {k: built.get(k) for k in wanted} != wanted:

@@ -5,6 +5,8 @@ how the pre-fill makes its users (the full run is a benchmark, not a test:
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -76,3 +78,20 @@ def test_the_floor_and_ceiling_pool_the_samples_of_both_measurements() -> None:
     assert measure_floor(Fixed(), ["q"], forwards=5, earlier=[90.0] * 4)["floor_ms"] == 10.0  # type: ignore[arg-type]
     ceiling = measure_ceiling(Fixed(), ["q"], batch=16, forwards=2, earlier=[])  # type: ignore[arg-type]
     assert ceiling["forward_ms"] == 160.0 and ceiling["ceiling_rps"] == 100.0
+
+
+def test_a_prefilled_store_is_reused_whatever_path_names_its_files(tmp_path) -> None:
+    """The settings a pre-filled store records are resolved paths: the same fingerprinter named
+    relative to the working directory reuses it (never deletes and rebuilds it)."""
+    from benchmarks.bench_service import PREFILL_MARK, prefill
+    from benchmarks.paths import FINGERPRINTER
+
+    locomo = tmp_path / "locomo.json"
+    locomo.write_text("[]")
+    (tmp_path / "prefilled").mkdir()
+    mark = {"locomo": str(locomo.resolve()), "fingerprinter": str(FINGERPRINTER.resolve()), "users": 3}
+    (tmp_path / "prefilled" / PREFILL_MARK).write_text(json.dumps(mark))
+    relative = Path(os.path.relpath(FINGERPRINTER))
+    args = argparse.Namespace(users=3, locomo=locomo, fingerprinter=relative,
+                              prefilled=tmp_path / "prefilled")
+    assert prefill(args)["reused"] and (tmp_path / "prefilled" / PREFILL_MARK).is_file()

@@ -29,6 +29,10 @@ The LoCoMo file is ``--locomo``, else ``$ISQ_LOCOMO``, else ../shared/data/locom
 
     python -m benchmarks.bench_memory --sizes 10000 100000 --users 1000 --json perf/memory.json
     python -m benchmarks.bench_memory --add-turns 100 --sizes 1000 10000 --users 100 --json /tmp/m.json
+
+With ``--database URL`` each search memory is also built in that PostgreSQL database right after
+its SQLite one and timed the same way (figures under ``postgres``), with the ratio of its search
+p50 to SQLite's (goal <= 1.5; :mod:`benchmarks.postgres`).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import numpy as np
 
 from benchmarks.floor import BareEncoder, measure_floor
 from benchmarks.paths import FINGERPRINTER, default_locomo, missing_locomo
+from benchmarks.postgres import labelled, ratio_goals, with_sqlite_ratio
 from benchmarks.timing import (
     Goal,
     apply_goals,
@@ -58,6 +63,7 @@ from benchmarks.timing import (
 from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
 from retrieval import Memory
+from retrieval.eval.construction import database_url
 from retrieval.eval.locomo import load_locomo
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.embed import SentenceEmbedder
@@ -148,7 +154,7 @@ def synthetic_segments(user: str, count: int, rng: np.random.Generator,
     return segments
 
 
-def build_synthetic(directory: Path, users: dict[str, int], embedder: Any, fingerprinter: Any) -> float:
+def build_synthetic(directory: Path | str, users: dict[str, int], embedder: Any, fingerprinter: Any) -> float:
     """Write each user's records (up to :data:`SEGMENTS_PER_COMMIT` segments per transaction),
     then fill the vector cache its snapshot reads (from the records just written: the store's
     active records in its order); the seconds it took."""
@@ -167,7 +173,7 @@ def build_synthetic(directory: Path, users: dict[str, int], embedder: Any, finge
     return time.perf_counter() - began
 
 
-def bench_search(directory: Path, users: dict[str, int], queries: Sequence[str], embedder: Any,
+def bench_search(directory: Path | str, users: dict[str, int], queries: Sequence[str], embedder: Any,
                  fingerprinter: Any, searches: int, floor_ms: float) -> dict[str, Any]:
     synthetic_s = build_synthetic(directory, users, embedder, fingerprinter)
     rng = np.random.default_rng(1)
@@ -217,6 +223,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--users", type=int, default=1000, help="users of 100 AMUs each (0: skip)")
     parser.add_argument("--searches", type=int, default=200, help="timed searches per memory")
     parser.add_argument("--json", help="write the figures to this JSON file")
+    parser.add_argument("--database", type=database_url,
+                        help="also build each search memory in this (empty) PostgreSQL database, right "
+                             "after its SQLite one, and give the PostgreSQL/SQLite search p50 ratio")
     args = parser.parse_args(argv)
     if (problem := missing_locomo(args.locomo)) is not None:
         parser.error(problem)
@@ -242,7 +251,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                                floor_ms)
             figures["search"][label] = row
             print(describe_search(label, row), flush=True)
-    figures["goals_met"] = apply_goals(figures, GOALS)
+            if args.database:
+                beside = bench_search(args.database, labelled(label, users), queries, embedder, fingerprinter,
+                                      args.searches, floor_ms)
+                compared = figures.setdefault("postgres", {})[label] = with_sqlite_ratio(beside, row)
+                print(f"{describe_search(label + ' in PostgreSQL', beside)}; "
+                      f"p50 {compared['p50_ratio_to_sqlite']:.2f}x SQLite's", flush=True)
+    figures["goals_met"] = apply_goals(figures, GOALS + ratio_goals("postgres", figures.get("postgres", {})))
     print("goals:\n" + describe_goals(figures["goals_met"]))
     write_json(args.json, figures)
 

@@ -31,6 +31,7 @@ and leaks, HTTP p50 <= 1.5x in-process. The codebook route is on by default (the
 fingerprinter, as shipped). The client threads share the machine with the server (and, on the
 team's 2-core machine, with other work): the figures say so through the recorded load average.
 The LoCoMo file is ``--locomo``, else ``$ISQ_LOCOMO``, else ../shared/data/locomo/locomo_dev.json.
+``--database URL``: the load test over PostgreSQL too, one server then two (``service_nodes.py``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,7 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/bench_servic
 
 from benchmarks.floor import BareEncoder, measure_ceiling, measure_floor  # noqa: E402
 from benchmarks.paths import FINGERPRINTER, default_locomo, missing_locomo  # noqa: E402
+from benchmarks.service_nodes import database_goals, describe_nodes, on_database  # noqa: E402
 from benchmarks.service_process import Server, bearer  # noqa: E402
 from benchmarks.timing import (  # noqa: E402
     Goal,
@@ -68,6 +71,7 @@ from benchmarks.timing import (  # noqa: E402
     with_ratios,
     write_json,
 )
+from retrieval.eval.construction import database_url  # noqa: E402
 from retrieval.service.timing import RETRIEVAL_PHASES  # noqa: E402
 
 PREFILL_MARK = "prefill.json"
@@ -91,10 +95,6 @@ def canary(user: str, client: int, number: int) -> str:
 def prefill(args: argparse.Namespace) -> dict[str, Any]:
     """Build the pre-filled store under ``args.prefilled`` unless it was built with these settings
     (an interrupted build resumes; users are added in order, so its first users are complete)."""
-    from retrieval.api.bulk import add_conversation
-    from retrieval.api.memory import Memory
-    from retrieval.eval.locomo import load_locomo
-
     wanted = {"users": args.users, "locomo": str(args.locomo.resolve()),
               "fingerprinter": str(args.fingerprinter) if args.fingerprinter else None}
     mark = args.prefilled / PREFILL_MARK
@@ -102,9 +102,20 @@ def prefill(args: argparse.Namespace) -> dict[str, Any]:
         return {**json.loads(mark.read_text()), "reused": True}
     if mark.is_file():  # a finished build with other settings; an unfinished one (no mark) resumes:
         shutil.rmtree(args.prefilled)  # add_conversation replays the turns it already stored
+    built = {**wanted, **add_users(args, args.prefilled)}
+    mark.write_text(json.dumps(built, indent=2) + "\n")
+    return {**built, "reused": False}
+
+
+def add_users(args: argparse.Namespace, store: Path | str) -> dict[str, Any]:
+    """The dev conversations added as each of ``args.users`` users into ``store`` (resumable)."""
+    from retrieval.api.bulk import add_conversation
+    from retrieval.api.memory import Memory
+    from retrieval.eval.locomo import load_locomo
+
     conversations = load_locomo(args.locomo)
     began = time.perf_counter()
-    with Memory.open(args.prefilled, fingerprinter=args.fingerprinter) as memory:
+    with Memory.open(store, fingerprinter=args.fingerprinter) as memory:
         for number in range(args.users):
             user = user_name(number)
             add_conversation(memory, [dataclasses.replace(
@@ -114,10 +125,8 @@ def prefill(args: argparse.Namespace) -> dict[str, Any]:
             print(f"prefill: {number + 1}/{args.users} users, {time.perf_counter() - began:.0f} s",
                   flush=True)
         memory.drain()
-    built = {**wanted, "turns_per_user": sum(len(c.turns) for c in conversations),
-             "seconds": round(time.perf_counter() - began, 1)}
-    mark.write_text(json.dumps(built, indent=2) + "\n")
-    return {**built, "reused": False}
+    return {"turns_per_user": sum(len(c.turns) for c in conversations),
+            "seconds": round(time.perf_counter() - began, 1)}
 
 
 def questions(path: Path) -> list[str]:
@@ -236,12 +245,12 @@ def client_loop(args: argparse.Namespace, client: int, url: str, keys: dict[str,
                     log.canaries[user].append(mark)
 
 
-def run_load(args: argparse.Namespace, url: str, keys: dict[str, str],
+def run_load(args: argparse.Namespace, urls: Sequence[str], keys: dict[str, str],
              asked: list[str]) -> tuple[LoadLog, float]:
     log = LoadLog()
     began = time.monotonic()
     threads = [threading.Thread(target=client_loop,
-                                args=(args, n, url, keys, asked, log, began + args.seconds))
+                                args=(args, n, urls[n % len(urls)], keys, asked, log, began + args.seconds))
                for n in range(args.clients)]
     for thread in threads:
         thread.start()
@@ -250,12 +259,12 @@ def run_load(args: argparse.Namespace, url: str, keys: dict[str, str],
     return log, time.monotonic() - began
 
 
-def verify(store: Path, log: LoadLog) -> dict[str, int]:
-    """Every acknowledged add stored exactly once (read after the server exited)."""
-    from retrieval.memory.store import AMUStore
+def verify(store: Path | str, log: LoadLog) -> dict[str, int]:
+    """Every acknowledged add stored exactly once (read after the servers exited)."""
+    from retrieval.memory.backends import open_store
 
     lost = duplicated = 0
-    with AMUStore(store, read_only=True) as reader:
+    with open_store(store, read_only=True) as reader:
         for user, turn_ids in log.acknowledged.items():
             stored = Counter(turn.turn_id for turn in reader.turns(user) if turn.turn_id.startswith("load-"))
             lost += sum(1 for turn_id in turn_ids if stored[turn_id] == 0)
@@ -305,7 +314,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             warm_s = warm_up(server.url, keys, asked)
             compared = compare_in_process(args, store, server.url, keys, asked)
-            log, seconds = run_load(args, server.url, keys, asked)
+            log, seconds = run_load(args, [server.url], keys, asked)
             exit_status = server.stop()
         finally:
             server.kill()
@@ -316,7 +325,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                "load": summary(log, seconds, floor["floor_ms"], ceiling["ceiling_rps"]), "verify": checked,
                "server_exit_status": exit_status, "settings": {
                    k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
-    figures["goals_met"] = apply_goals(figures, GOALS)
+    if args.database:
+        figures["postgres"] = on_database(args, asked, figures)
+    figures["goals_met"] = apply_goals(figures, GOALS + (database_goals() if args.database else ()))
     return figures
 
 
@@ -340,6 +351,7 @@ def report(figures: dict[str, Any]) -> str:
     lines.append(f"search p50, one client: in-process {compare['in_process']['p50_ms']:.1f} ms, HTTP "
                  f"{compare['http_one_client']['p50_ms']:.1f} ms, "
                  f"ratio {compare['http_over_in_process_p50']:.2f}")
+    lines += describe_nodes(figures.get("postgres"))
     lines.append("goals:\n" + describe_goals(figures["goals_met"]))
     return "\n".join(lines)
 
@@ -380,6 +392,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--prefill-only", action="store_true", help="build the pre-filled store and stop")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write the figures to this JSON file")
+    parser.add_argument("--database", type=database_url, help="also load-test it in this PostgreSQL database")
     return parser
 
 

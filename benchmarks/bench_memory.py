@@ -31,8 +31,8 @@ The LoCoMo file is ``--locomo``, else ``$ISQ_LOCOMO``, else ../shared/data/locom
     python -m benchmarks.bench_memory --add-turns 100 --sizes 1000 10000 --users 100 --json /tmp/m.json
 
 With ``--database URL`` each search memory is also built in that PostgreSQL database right after
-its SQLite one and timed the same way (figures under ``postgres``), with the ratio of its search
-p50 to SQLite's (goal <= 1.5; :mod:`benchmarks.postgres`).
+its SQLite one, and the same searches run on both, interleaved (figures under ``postgres``), with
+the ratio of PostgreSQL's search p50 to SQLite's (goal <= 1.5; :mod:`benchmarks.postgres`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,9 @@ from benchmarks.timing import (
     apply_goals,
     describe_goals,
     describe_split,
+    interleaved_rounds,
     percentiles,
+    ratio_spread,
     split_medians,
     with_ratios,
     write_json,
@@ -200,6 +202,44 @@ def bench_search(directory: Path | str, users: dict[str, int], queries: Sequence
             "synthetic_build_s": synthetic_s}
 
 
+def bench_beside(directory: Path, database: str, label: str, users: dict[str, int], queries: Sequence[str],
+                 embedder: Any, fingerprinter: Any, searches: int, floor_ms: float) -> dict[str, Any]:
+    """The memory just timed in ``directory`` built again in ``database`` (its users renamed
+    :func:`benchmarks.postgres.labelled`), then the same searches of the same users on both,
+    interleaved search by search so a drifting load weighs on both alike: each side's
+    percentiles, PostgreSQL's p50 over SQLite's and the spread of the per-search ratios."""
+    named = labelled(label, users)
+    synthetic_s = build_synthetic(database, named, embedder, fingerprinter)
+    rng = np.random.default_rng(1)
+    picks = [int(rng.integers(len(users))) for _ in range(searches)]
+    with Memory.open(directory, embedder=embedder, fingerprinter=fingerprinter) as local, \
+            Memory.open(database, embedder=embedder, fingerprinter=fingerprinter) as remote:
+        def searcher(memory: Memory, names: Sequence[str]) -> Any:
+            return lambda i: memory.search(queries[i % len(queries)], user_id=names[picks[i]], k=10)
+
+        builds = []
+        for user, renamed in zip(users, named, strict=True):
+            local.search(queries[0], user_id=user, k=10)
+            tick = time.perf_counter()
+            remote.search(queries[0], user_id=renamed, k=10)
+            builds.append(time.perf_counter() - tick)
+        seconds = interleaved_rounds({"sqlite": searcher(local, list(users)),
+                                      "postgres": searcher(remote, list(named))}, searches)
+    sqlite = with_ratios(percentiles(seconds["sqlite"]), floor_ms)
+    return {**with_sqlite_ratio(with_ratios(percentiles(seconds["postgres"]), floor_ms), sqlite),
+            "sqlite": sqlite, "ratio_spread": ratio_spread(seconds["postgres"], seconds["sqlite"]),
+            "snapshot_build_s": {"mean": float(np.mean(builds)), "max": float(np.max(builds))},
+            "synthetic_build_s": synthetic_s}
+
+
+def describe_beside(label: str, row: Mapping[str, Any]) -> str:
+    return (f"search, {label}, interleaved: PostgreSQL p50 {row['p50_ms']:.1f} ms, SQLite "
+            f"{row['sqlite']['p50_ms']:.1f} ms: {row['p50_ratio_to_sqlite']:.2f}x (per-search ratio IQR "
+            f"{row['ratio_spread']['q1']:.2f}-{row['ratio_spread']['q3']:.2f}); PostgreSQL p99 "
+            f"{row['p99_ms']:.1f} ms, first search max {row['snapshot_build_s']['max']:.2f} s, "
+            f"synthetic build {row['synthetic_build_s']:.1f} s")
+
+
 def describe_search(label: str, row: Mapping[str, Any]) -> str:
     build = row["snapshot_build_s"]
     split = describe_split(row["split"])
@@ -252,11 +292,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             figures["search"][label] = row
             print(describe_search(label, row), flush=True)
             if args.database:
-                beside = bench_search(args.database, labelled(label, users), queries, embedder, fingerprinter,
-                                      args.searches, floor_ms)
-                compared = figures.setdefault("postgres", {})[label] = with_sqlite_ratio(beside, row)
-                print(f"{describe_search(label + ' in PostgreSQL', beside)}; "
-                      f"p50 {compared['p50_ratio_to_sqlite']:.2f}x SQLite's", flush=True)
+                beside = bench_beside(Path(scratch) / label, args.database, label, users, queries, embedder,
+                                      fingerprinter, args.searches, floor_ms)
+                figures.setdefault("postgres", {})[label] = beside
+                print(describe_beside(label, beside), flush=True)
     figures["goals_met"] = apply_goals(figures, GOALS + ratio_goals("postgres", figures.get("postgres", {})))
     print("goals:\n" + describe_goals(figures["goals_met"]))
     write_json(args.json, figures)

@@ -9,9 +9,9 @@ import psycopg
 import pytest
 import torch
 
-from benchmarks.bench_memory import bench_search
+from benchmarks.bench_memory import bench_beside, bench_search, describe_beside
 from benchmarks.bench_service import _parser
-from benchmarks.postgres import labelled, ratio_goals, with_sqlite_ratio
+from benchmarks.postgres import ratio_goals
 from benchmarks.service_nodes import compare_nodes, database_copy, database_goals, describe_nodes
 from benchmarks.timing import apply_goals
 from isq.fingerprint import Fingerprinter
@@ -37,17 +37,18 @@ def test_a_search_memory_in_postgres_beside_its_sqlite_one(tmp_path, postgres_ur
     queries = ["Who talked about the garden?", "What about item 5 on day 2?"]
     embedder = NamedHashEmbedder()
     sqlite = bench_search(tmp_path / "m", users, queries, embedder, fingerprinter, 6, 10.0)
-    postgres = bench_search(postgres_url, labelled("2x", users), queries, embedder, fingerprinter, 6, 10.0)
-    for row in (sqlite, postgres):
-        assert row["users"] == 2 and row["amus_per_user"] == 30 and row["p50_ms"] > 0
+    beside = bench_beside(tmp_path / "m", postgres_url, "2x", users, queries, embedder, fingerprinter, 6, 1.0)
+    assert sqlite["amus_per_user"] == 30 and beside["p50_ms"] > 0 and beside["sqlite"]["p50_ms"] > 0
+    assert beside["sqlite"]["n"] == beside["n"] == 6  # the same searches on both, interleaved
     with open_store(postgres_url, read_only=True) as store:
         assert (store.count("2x.a"), store.count("2x.b"), store.count("a")) == (30, 12, 0)
-    compared = with_sqlite_ratio(postgres, sqlite)
-    assert compared["p50_ratio_to_sqlite"] == pytest.approx(postgres["p50_ms"] / sqlite["p50_ms"])
-    figures = {"postgres": {"2x": compared}}
+    assert beside["p50_ratio_to_sqlite"] == pytest.approx(beside["p50_ms"] / beside["sqlite"]["p50_ms"])
+    assert beside["ratio_spread"]["min"] <= beside["ratio_spread"]["median"] <= beside["ratio_spread"]["max"]
+    figures = {"postgres": {"2x": beside}}
     met = apply_goals(figures, ratio_goals("postgres", figures["postgres"]))
-    assert met == {"postgres.2x.p50_ratio_to_sqlite <= 1.5": compared["p50_ratio_to_sqlite"] <= 1.5}
+    assert met == {"postgres.2x.p50_ratio_to_sqlite <= 1.5": beside["p50_ratio_to_sqlite"] <= 1.5}
     assert figures["postgres"]["2x"]["p50_ratio_to_sqlite_goal"] == "<= 1.5"
+    assert "interleaved" in describe_beside("2x", beside)
 
 
 def test_each_load_run_gets_a_copy_of_the_prefilled_database(postgres_url):

@@ -29,6 +29,10 @@ The LoCoMo file is ``--locomo``, else ``$ISQ_LOCOMO``, else ../shared/data/locom
 
     python -m benchmarks.bench_memory --sizes 10000 100000 --users 1000 --json perf/memory.json
     python -m benchmarks.bench_memory --add-turns 100 --sizes 1000 10000 --users 100 --json /tmp/m.json
+
+With ``--database URL`` each search memory is also built in that PostgreSQL database right after
+its SQLite one, and the same searches run on both, interleaved (figures under ``postgres``), with
+the ratio of PostgreSQL's search p50 to SQLite's (goal <= 1.5; :mod:`benchmarks.postgres`).
 """
 
 from __future__ import annotations
@@ -45,12 +49,15 @@ import numpy as np
 
 from benchmarks.floor import BareEncoder, measure_floor
 from benchmarks.paths import FINGERPRINTER, default_locomo, missing_locomo
+from benchmarks.postgres import labelled, ratio_goals, with_sqlite_ratio
 from benchmarks.timing import (
     Goal,
     apply_goals,
     describe_goals,
     describe_split,
+    interleaved_rounds,
     percentiles,
+    ratio_spread,
     split_medians,
     with_ratios,
     write_json,
@@ -58,6 +65,7 @@ from benchmarks.timing import (
 from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
 from retrieval import Memory
+from retrieval.eval.construction import database_url
 from retrieval.eval.locomo import load_locomo
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.embed import SentenceEmbedder
@@ -148,7 +156,7 @@ def synthetic_segments(user: str, count: int, rng: np.random.Generator,
     return segments
 
 
-def build_synthetic(directory: Path, users: dict[str, int], embedder: Any, fingerprinter: Any) -> float:
+def build_synthetic(directory: Path | str, users: dict[str, int], embedder: Any, fingerprinter: Any) -> float:
     """Write each user's records (up to :data:`SEGMENTS_PER_COMMIT` segments per transaction),
     then fill the vector cache its snapshot reads (from the records just written: the store's
     active records in its order); the seconds it took."""
@@ -167,7 +175,7 @@ def build_synthetic(directory: Path, users: dict[str, int], embedder: Any, finge
     return time.perf_counter() - began
 
 
-def bench_search(directory: Path, users: dict[str, int], queries: Sequence[str], embedder: Any,
+def bench_search(directory: Path | str, users: dict[str, int], queries: Sequence[str], embedder: Any,
                  fingerprinter: Any, searches: int, floor_ms: float) -> dict[str, Any]:
     synthetic_s = build_synthetic(directory, users, embedder, fingerprinter)
     rng = np.random.default_rng(1)
@@ -194,6 +202,44 @@ def bench_search(directory: Path, users: dict[str, int], queries: Sequence[str],
             "synthetic_build_s": synthetic_s}
 
 
+def bench_beside(directory: Path, database: str, label: str, users: dict[str, int], queries: Sequence[str],
+                 embedder: Any, fingerprinter: Any, searches: int, floor_ms: float) -> dict[str, Any]:
+    """The memory just timed in ``directory`` built again in ``database`` (its users renamed
+    :func:`benchmarks.postgres.labelled`), then the same searches of the same users on both,
+    interleaved search by search so a drifting load weighs on both alike: each side's
+    percentiles, PostgreSQL's p50 over SQLite's and the spread of the per-search ratios."""
+    named = labelled(label, users)
+    synthetic_s = build_synthetic(database, named, embedder, fingerprinter)
+    rng = np.random.default_rng(1)
+    picks = [int(rng.integers(len(users))) for _ in range(searches)]
+    with Memory.open(directory, embedder=embedder, fingerprinter=fingerprinter) as local, \
+            Memory.open(database, embedder=embedder, fingerprinter=fingerprinter) as remote:
+        def searcher(memory: Memory, names: Sequence[str]) -> Any:
+            return lambda i: memory.search(queries[i % len(queries)], user_id=names[picks[i]], k=10)
+
+        builds = []
+        for user, renamed in zip(users, named, strict=True):
+            local.search(queries[0], user_id=user, k=10)
+            tick = time.perf_counter()
+            remote.search(queries[0], user_id=renamed, k=10)
+            builds.append(time.perf_counter() - tick)
+        seconds = interleaved_rounds({"sqlite": searcher(local, list(users)),
+                                      "postgres": searcher(remote, list(named))}, searches)
+    sqlite = with_ratios(percentiles(seconds["sqlite"]), floor_ms)
+    return {**with_sqlite_ratio(with_ratios(percentiles(seconds["postgres"]), floor_ms), sqlite),
+            "sqlite": sqlite, "ratio_spread": ratio_spread(seconds["postgres"], seconds["sqlite"]),
+            "snapshot_build_s": {"mean": float(np.mean(builds)), "max": float(np.max(builds))},
+            "synthetic_build_s": synthetic_s}
+
+
+def describe_beside(label: str, row: Mapping[str, Any]) -> str:
+    return (f"search, {label}, interleaved: PostgreSQL p50 {row['p50_ms']:.1f} ms, SQLite "
+            f"{row['sqlite']['p50_ms']:.1f} ms: {row['p50_ratio_to_sqlite']:.2f}x (per-search ratio IQR "
+            f"{row['ratio_spread']['q1']:.2f}-{row['ratio_spread']['q3']:.2f}); PostgreSQL p99 "
+            f"{row['p99_ms']:.1f} ms, first search max {row['snapshot_build_s']['max']:.2f} s, "
+            f"synthetic build {row['synthetic_build_s']:.1f} s")
+
+
 def describe_search(label: str, row: Mapping[str, Any]) -> str:
     build = row["snapshot_build_s"]
     split = describe_split(row["split"])
@@ -217,6 +263,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--users", type=int, default=1000, help="users of 100 AMUs each (0: skip)")
     parser.add_argument("--searches", type=int, default=200, help="timed searches per memory")
     parser.add_argument("--json", help="write the figures to this JSON file")
+    parser.add_argument("--database", type=database_url,
+                        help="also build each search memory in this (empty) PostgreSQL database, right "
+                             "after its SQLite one, and give the PostgreSQL/SQLite search p50 ratio")
     args = parser.parse_args(argv)
     if (problem := missing_locomo(args.locomo)) is not None:
         parser.error(problem)
@@ -242,7 +291,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                                floor_ms)
             figures["search"][label] = row
             print(describe_search(label, row), flush=True)
-    figures["goals_met"] = apply_goals(figures, GOALS)
+            if args.database:
+                beside = bench_beside(Path(scratch) / label, args.database, label, users, queries, embedder,
+                                      fingerprinter, args.searches, floor_ms)
+                figures.setdefault("postgres", {})[label] = beside
+                print(describe_beside(label, beside), flush=True)
+    figures["goals_met"] = apply_goals(figures, GOALS + ratio_goals("postgres", figures.get("postgres", {})))
     print("goals:\n" + describe_goals(figures["goals_met"]))
     write_json(args.json, figures)
 

@@ -35,6 +35,7 @@ and leaks, HTTP p50 <= 1.5x in-process. The codebook route is on by default (the
 fingerprinter, as shipped). The client threads share the machine with the server (and, on the
 team's 2-core machine, with other work): the figures say so through the recorded load average.
 The LoCoMo file is ``--locomo``, else ``$ISQ_LOCOMO``, else ../shared/data/locomo/locomo_dev.json.
+``--database URL``: the load test over PostgreSQL too, one server then two (``service_nodes.py``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,7 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/bench_servic
 
 from benchmarks.floor import BareEncoder, measure_ceiling, measure_floor  # noqa: E402
 from benchmarks.paths import FINGERPRINTER, default_locomo, missing_locomo  # noqa: E402
+from benchmarks.service_nodes import database_goals, describe_nodes, on_database  # noqa: E402
 from benchmarks.service_process import Server, bearer  # noqa: E402
 from benchmarks.timing import (  # noqa: E402
     Goal,
@@ -72,6 +75,7 @@ from benchmarks.timing import (  # noqa: E402
     with_ratios,
     write_json,
 )
+from retrieval.eval.construction import database_url  # noqa: E402
 from retrieval.service.timing import RETRIEVAL_PHASES, SERVICE_PARTS  # noqa: E402
 
 PREFILL_MARK = "prefill.json"
@@ -95,15 +99,8 @@ def canary(user: str, client: int, number: int) -> str:
 
 def prefill(args: argparse.Namespace) -> dict[str, Any]:
     """Build the pre-filled store under ``args.prefilled``, or reuse one built with these settings
-    and at least ``args.users`` users (the load test uses the first ``args.users``). The first
-    user is the dev conversations through ``Memory.add`` session by session (an interrupted build
-    resumes: stored turns replay); every other user is a copy of it (:func:`copy_user`, one
-    transaction each: real rows of its own, so the leak checks still bite)."""
-    from retrieval.api.bulk import add_conversation
-    from retrieval.api.memory import Memory
-    from retrieval.api.user_copy import copy_user
-    from retrieval.eval.locomo import load_locomo
-
+    and at least ``args.users`` users (the load test uses the first ``args.users``); one with
+    fewer grows by copies (:func:`add_users`)."""
     wanted = {"locomo": str(args.locomo.resolve()),
               "fingerprinter": str(args.fingerprinter.resolve()) if args.fingerprinter else None}
     mark = args.prefilled / PREFILL_MARK
@@ -113,17 +110,34 @@ def prefill(args: argparse.Namespace) -> dict[str, Any]:
         built = {}
     if built.get("users", 0) >= args.users:
         return {**built, "reused": True}
-    conversations = load_locomo(args.locomo)
+    built = {**wanted, **add_users(args, args.prefilled, built)}
+    mark.write_text(json.dumps(built, indent=2) + "\n")
+    return {**built, "reused": False}
+
+
+def add_users(args: argparse.Namespace, store: Path | str,
+              built: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``args.users`` users in ``store`` (a directory or a database URL), ``built`` saying how many
+    it holds already: the first is the dev conversations through ``Memory.add`` session by session
+    (an interrupted build resumes: stored turns replay); every other user is a copy of it
+    (:func:`copy_user`, one transaction each: real rows of its own, so the leak checks still bite)."""
+    from retrieval.api.bulk import add_conversation
+    from retrieval.api.memory import Memory
+    from retrieval.api.user_copy import copy_user
+    from retrieval.eval.locomo import load_locomo
+
+    built = dict(built or {})
     seed = user_name(0)
-    with Memory.open(args.prefilled, fingerprinter=args.fingerprinter) as memory:
+    with Memory.open(store, fingerprinter=args.fingerprinter) as memory:
         began = time.perf_counter()
         if not built:
+            conversations = load_locomo(args.locomo)
             add_conversation(memory, [dataclasses.replace(
                 turn, user_id=seed, session_id=f"{conversation.conversation_id}-{turn.session_id}",
                 turn_id=f"{conversation.conversation_id}-{turn.turn_id}")
                 for conversation in conversations for turn in conversation.turns])
             memory.drain()
-            built = {**wanted, "users": 1, "turns_per_user": sum(len(c.turns) for c in conversations),
+            built = {"users": 1, "turns_per_user": sum(len(c.turns) for c in conversations),
                      "records_per_user": memory.store.count(seed),
                      "seed_s": round(time.perf_counter() - began, 1), "copy_s": 0.0}
             print(f"prefill: {seed} built in {built['seed_s']} s", flush=True)
@@ -132,12 +146,12 @@ def prefill(args: argparse.Namespace) -> dict[str, Any]:
             if not memory.store.has_user(user_name(number)):  # a copy is all or none
                 copy_user(memory, seed, user_name(number))
         copied_s = time.perf_counter() - began
-    built = {**built, "users": args.users, "copy_s": round(built["copy_s"] + copied_s, 2)}
-    built["copy_s_per_user"] = round(built["copy_s"] / max(1, args.users - 1), 3)
+    built = {**built, "users": max(built["users"], args.users),
+             "copy_s": round(built["copy_s"] + copied_s, 2)}
+    built["copy_s_per_user"] = round(built["copy_s"] / max(1, built["users"] - 1), 3)
     built["seconds"] = round(built["seed_s"] + built["copy_s"], 1)
-    mark.write_text(json.dumps(built, indent=2) + "\n")
-    print(f"prefill: {args.users - 1} copies in {built['copy_s']} s", flush=True)
-    return {**built, "reused": False}
+    print(f"prefill: {built['users'] - 1} copies in {built['copy_s']} s", flush=True)
+    return built
 
 
 def questions(path: Path) -> list[str]:
@@ -256,12 +270,12 @@ def client_loop(args: argparse.Namespace, client: int, url: str, keys: dict[str,
                     log.canaries[user].append(mark)
 
 
-def run_load(args: argparse.Namespace, url: str, keys: dict[str, str],
+def run_load(args: argparse.Namespace, urls: Sequence[str], keys: dict[str, str],
              asked: list[str]) -> tuple[LoadLog, float]:
     log = LoadLog()
     began = time.monotonic()
     threads = [threading.Thread(target=client_loop,
-                                args=(args, n, url, keys, asked, log, began + args.seconds))
+                                args=(args, n, urls[n % len(urls)], keys, asked, log, began + args.seconds))
                for n in range(args.clients)]
     for thread in threads:
         thread.start()
@@ -270,12 +284,12 @@ def run_load(args: argparse.Namespace, url: str, keys: dict[str, str],
     return log, time.monotonic() - began
 
 
-def verify(store: Path, log: LoadLog) -> dict[str, int]:
-    """Every acknowledged add stored exactly once (read after the server exited)."""
-    from retrieval.memory.store import AMUStore
+def verify(store: Path | str, log: LoadLog) -> dict[str, int]:
+    """Every acknowledged add stored exactly once (read after the servers exited)."""
+    from retrieval.memory.backends import open_store
 
     lost = duplicated = 0
-    with AMUStore(store, read_only=True) as reader:
+    with open_store(store, read_only=True) as reader:
         for user, turn_ids in log.acknowledged.items():
             stored = Counter(turn.turn_id for turn in reader.turns(user) if turn.turn_id.startswith("load-"))
             lost += sum(1 for turn_id in turn_ids if stored[turn_id] == 0)
@@ -324,7 +338,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             warm_s = warm_up(server.url, keys, asked)
             compared = compare_in_process(args, store, server.url, keys, asked)
-            log, seconds = run_load(args, server.url, keys, asked)
+            log, seconds = run_load(args, [server.url], keys, asked)
             exit_status = server.stop()
         finally:
             server.kill()
@@ -337,7 +351,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                "load": summary(log, seconds, floor["floor_ms"], ceiling["ceiling_rps"]), "verify": checked,
                "server_exit_status": exit_status, "settings": {
                    k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
-    figures["goals_met"] = apply_goals(figures, GOALS)
+    if args.database:
+        figures["postgres"] = on_database(args, asked, figures)
+    figures["goals_met"] = apply_goals(figures, GOALS + (database_goals() if args.database else ()))
     return figures
 
 
@@ -361,6 +377,7 @@ def report(figures: dict[str, Any]) -> str:
     lines.append(f"search p50, one client: in-process {compare['in_process']['p50_ms']:.1f} ms, HTTP "
                  f"{compare['http_one_client']['p50_ms']:.1f} ms, "
                  f"ratio {compare['http_over_in_process_p50']:.2f}")
+    lines += describe_nodes(figures.get("postgres"))
     lines.append("goals:\n" + describe_goals(figures["goals_met"]))
     return "\n".join(lines)
 
@@ -401,6 +418,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--prefill-only", action="store_true", help="build the pre-filled store and stop")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write the figures to this JSON file")
+    parser.add_argument("--database", type=database_url, help="also load-test it in this PostgreSQL database")
     return parser
 
 

@@ -30,13 +30,14 @@ def child_env() -> dict[str, str]:
 
 
 class Server:
-    """One ``retrieval.serve`` process over ``store``; its output goes to ``store/../server.log``."""
+    """One ``retrieval.serve`` process over ``store`` (a directory or a database URL); its output
+    goes to ``server-PORT.log`` in ``logs``, by default the store directory's parent."""
 
-    def __init__(self, store: Path, *extra: str) -> None:
+    def __init__(self, store: Path | str, *extra: str, logs: Path | None = None) -> None:
         self.store, self.extra = store, extra
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = store.parent / f"server-{self.port}.log"
+        self.log = (logs or Path(store).parent) / f"server-{self.port}.log"
         self.process: subprocess.Popen | None = None
 
     def start(self) -> Server:

@@ -6,7 +6,8 @@
 
 Per conversation the sessions are added in order through ``retrieval.Memory.add`` into
 ``OUT/store``, the conversation being the user (a rerun finds the turns stored and reuses it;
-``--store DIR`` evaluates a memory already built there instead), every AMU is embedded and
+``--database URL`` builds it in that PostgreSQL database instead; ``--store DIR`` evaluates a
+memory already built there), every AMU is embedded and
 fingerprinted with each fingerprinter, and each question of categories 1-4 is answered by retrieval alone and
 scored against its evidence dia_ids (metrics: :mod:`retrieval.eval.metrics`; configuration names:
 :mod:`retrieval.eval.configs`).
@@ -42,6 +43,7 @@ from retrieval.api.errors import MemoryAPIError
 from retrieval.consolidation.options import OPERATORS, make_operator
 from retrieval.eval.answers import AnswerStage
 from retrieval.eval.configs import KMEANS, TRAINED, EvaluationError, default_configs, resolve_configs
+from retrieval.eval.construction import database_url
 from retrieval.eval.locomo import LocomoConversation, load_locomo
 from retrieval.eval.questions import EvidenceReport, select_questions
 from retrieval.eval.render import pct
@@ -108,10 +110,14 @@ def _parser() -> argparse.ArgumentParser:
                         help="consolidate each conversation's memory after ingestion (offline: "
                              "near-duplicate merges; llm: the endpoint's operations) and evaluate it "
                              "consolidated")
-    parser.add_argument("--store", type=store_target,
-                        help="evaluate the memory already built in this store (directory or PostgreSQL "
-                             "URL; read-only; e.g. one consolidated through Memory.consolidate) instead of "
-                             "adding LoCoMo into OUT/store")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--database", type=database_url,
+                       help="add LoCoMo into this PostgreSQL database (postgresql://USER@HOST:PORT/DB) "
+                            "instead of OUT/store; the reports still go to OUT")
+    where.add_argument("--store", type=store_target,
+                       help="evaluate the memory already built in this store (directory or PostgreSQL "
+                            "URL; read-only; e.g. one consolidated through Memory.consolidate) instead of "
+                            "adding LoCoMo into OUT/store")
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -163,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = evaluate(conversations, models, args.out, EvaluationSettings(
             configs=configs, k_dense=args.k_dense, k_code=args.k_code, topology=topology, sweep=args.sweep,
             answer_configs=answer_configs, recorded=settings, progress=not args.no_progress,
-            store=args.store))
+            store=args.store, database=args.database))
     except (EvaluationError, IngestError, StoreError, MemoryAPIError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from isq.model import ISQModel
 from retrieval.api.errors import MemoryAPIError
 from retrieval.contract import Hit
 from retrieval.eval.answers import JUDGE_PROMPT, locomo_f1, normalize_answer
-from retrieval.eval.configs import RetrievalConfig, default_configs, parse_config, sweep_grid
+from retrieval.eval.configs import EvaluationError, RetrievalConfig, default_configs, parse_config, sweep_grid
 from retrieval.eval.dual_path import Channel, DualPathMode
 from retrieval.eval.locomo import load_locomo
 from retrieval.eval.metrics import covered_turns, score_evidence, summarise, tied_at_cut
@@ -338,6 +339,28 @@ def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
                                     store=tmp_path / "elsewhere" / "store"))
 
 
+def test_the_memory_in_a_database_retrieves_as_in_a_directory(tmp_path, fingerprinters, postgres_url):
+    conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
+    models = EvalModels(fingerprinters, HashEmbedder())
+    settings = EvaluationSettings(k_dense=2, k_code=2, progress=False)
+    local = evaluate(conversations, models, tmp_path / "local", settings)
+    remote = evaluate(conversations, models, tmp_path / "remote", replace(settings, database=postgres_url))
+    assert _timeless(remote.configs) == _timeless(local.configs)  # every configuration, every figure
+    assert ((tmp_path / "remote" / "questions.jsonl").read_text()
+            == (tmp_path / "local" / "questions.jsonl").read_text())
+    assert (remote.construction.amus, remote.construction.segments) == (local.construction.amus,
+                                                                        local.construction.segments)
+    assert (tmp_path / "remote" / "results.json").is_file() and not (tmp_path / "remote" / "store").exists()
+    # a rerun finds the memory in the database: nothing added or computed again, the same retrieval
+    again = evaluate(conversations, models, tmp_path / "again", replace(settings, database=postgres_url))
+    assert _timeless(again.configs) == _timeless(local.configs)
+    assert again.construction.this_run["embeddings_computed"] == 0
+    assert again.construction.amus == local.construction.amus
+    with pytest.raises(EvaluationError, match="not both"):
+        evaluate(conversations, models, tmp_path / "x",
+                 replace(settings, database=postgres_url, store=tmp_path / "local" / "store"))
+
+
 def test_a_kmeans_configuration_needs_the_control(tmp_path, fingerprinters):
     conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
     with pytest.raises(ValueError, match="k-means control"):
@@ -374,6 +397,18 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, capsys, fingerprinte
     assert (main(["--locomo", locomo, "--fingerprinter", trained, "--alpha", "1.5", "--out",
                   str(tmp_path / "o")]) == 2)
     assert "alpha" in _error(capsys)
+
+
+def test_cli_database_is_a_postgresql_url_and_excludes_store(tmp_path, capsys, fingerprinter_dirs):
+    command = ["--locomo", write_locomo(tmp_path / "locomo.json"), "--fingerprinter",
+               str(fingerprinter_dirs["trained"]), "--out", str(tmp_path / "o")]
+    with pytest.raises(SystemExit) as refused:
+        main([*command, "--database", str(tmp_path / "db")])
+    assert refused.value.code == 2 and "--database: not a PostgreSQL URL" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        main([*command, "--database", "postgresql://u@127.0.0.1:1/db", "--store", str(tmp_path / "s")])
+    assert refused.value.code == 2 and "not allowed with argument --database" in capsys.readouterr().err
+    assert not (tmp_path / "db").exists() and not (tmp_path / "o").exists()
 
 
 class FakeChat(FakeChatServer):

@@ -3,6 +3,7 @@ the construction-cost ledger of the store."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,9 +26,18 @@ from retrieval.memory.meta_keys import CONSTRUCTION_KEY
 from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU
 from retrieval.memory.store_contract import Store
+from retrieval.memory.targets import POSTGRES_SCHEMES, url_scheme
 from retrieval.multi_route.retriever import MultiRouteRetriever
 
 STORE_DIR = "store"
+
+
+def database_url(text: str) -> str:
+    """``--database``'s argparse type: a PostgreSQL URL, never a path (a path would quietly make a
+    local SQLite store of that name)."""
+    if url_scheme(text) not in POSTGRES_SCHEMES:
+        raise argparse.ArgumentTypeError(f"not a PostgreSQL URL (postgresql://USER@HOST:PORT/DB): {text!r}")
+    return text
 
 logger = logging.getLogger(__name__)
 

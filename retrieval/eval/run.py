@@ -91,8 +91,9 @@ class EvaluationSettings:
     """What to evaluate: the configuration names (default :func:`default_configs`), the budgets
     (a multi-route configuration takes ``k_dense + k_code`` items), Path B's topology, whether to
     sweep it, the configurations the optional answer stage answers, what ``results.json`` records
-    beside these (``recorded``, e.g. the command line), whether to show progress and ``store``, a
-    memory already built to evaluate read-only instead of adding LoCoMo into ``OUT/store``."""
+    beside these (``recorded``, e.g. the command line), whether to show progress, and where the
+    memory is instead of ``OUT/store``: ``store``, a memory already built to evaluate read-only, or
+    ``database``, a PostgreSQL URL to add LoCoMo into (the reports still go to ``OUT``)."""
 
     configs: Sequence[str] | None = None
     k_dense: int = 20
@@ -103,6 +104,7 @@ class EvaluationSettings:
     recorded: Mapping[str, Any] = field(default_factory=dict)
     progress: bool = True
     store: str | Path | None = None
+    database: str | None = None
 
     @property
     def names(self) -> list[str]:
@@ -332,8 +334,12 @@ def evaluate(conversations: Sequence[LocomoConversation], models: EvalModels, ou
              else default_configs(settings.k_dense, settings.k_code, KMEANS in models.fingerprinters))
     selected = resolve_configs(names, models.fingerprinters, settings.answer_configs,
                                settings.k_dense + settings.k_code)
+    if settings.store is not None and settings.database is not None:
+        raise EvaluationError("give the memory's store (evaluated read-only) or a database to build it in, "
+                              "not both")
     extractor = models.extractor or RuleExtractor()
-    with open_memory(settings.store or out_dir / STORE_DIR, models.embedder, extractor, models.operator,
+    target = settings.store or settings.database or out_dir / STORE_DIR
+    with open_memory(target, models.embedder, extractor, models.operator,
                      read_only=settings.store is not None) as memory:
         # embeddings and fingerprints come from its cache when an earlier run computed them
         store = memory.store

@@ -1,0 +1,30 @@
+"""The benchmarks' PostgreSQL comparison (``--database URL``): the same figures with the memory in
+that database beside the SQLite ones of the same run, and the goal on their ratio. The database
+should be empty and kept for the benchmark: each memory's users are written there under names of
+their own (``LABEL.USER``), so the memories of one run never meet."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from benchmarks.timing import Goal
+
+MAX_P50_RATIO = 1.5
+"""Goal: a search's p50 with the memory in PostgreSQL at most this many times SQLite's."""
+RATIO = "p50_ratio_to_sqlite"
+
+
+def labelled(label: str, users: Mapping[str, int]) -> dict[str, int]:
+    """``users`` renamed into one memory's own names in the shared database."""
+    return {f"{label}.{user}": count for user, count in users.items()}
+
+
+def with_sqlite_ratio(postgres: Mapping[str, Any], sqlite: Mapping[str, Any]) -> dict[str, Any]:
+    """PostgreSQL's figures with the ratio of its search p50 to SQLite's in the same run."""
+    return {**postgres, RATIO: postgres["p50_ms"] / sqlite["p50_ms"]}
+
+
+def ratio_goals(parent: str, labels: Iterable[str]) -> tuple[Goal, ...]:
+    """One goal on the p50 ratio of each memory measured under ``parent`` in the figures."""
+    return tuple(Goal(f"{parent}.{label}.{RATIO}", "<=", MAX_P50_RATIO) for label in labels)

@@ -124,7 +124,7 @@ class StoreReads(SQLitePart):
         yield from amus_from_rows(self._db.execute(sql + " ORDER BY position", params).fetchall())
 
 
-def amu_from_row(row: sqlite3.Row) -> AMU:
+def amu_from_row(row: Any) -> AMU:
     """The stored record of ``row`` (:func:`amus_from_rows` of one row)."""
     return amus_from_rows([row])[0]
 
@@ -133,14 +133,16 @@ JSON_LISTS = ("timestamps", "entities", "tags", "turn_ids", "speakers")
 """The record columns stored as JSON lists (besides ``fingerprint``, which may be NULL)."""
 
 
-def amus_from_rows(rows: Sequence[sqlite3.Row]) -> list[AMU]:
+def amus_from_rows(rows: Sequence[Any]) -> list[AMU]:
     """The stored records of ``rows`` (each with the :data:`AMU_COLUMNS`), in order. Their fields
     were validated when they were constructed before insertion (the store writes only :class:`AMU`
     values), so reading them back skips the schema check, and each JSON column is decoded for all
     rows in one parse: a user's first search reads every record of the user."""
     if not rows:
         return []
-    column = dict(zip(rows[0].keys(), zip(*rows, strict=True), strict=True))
+    # A sqlite3.Row is a sequence of its values; a PostgreSQL row (psycopg's dict_row) a mapping.
+    values = rows if isinstance(rows[0], sqlite3.Row) else [tuple(row.values()) for row in rows]
+    column = dict(zip(rows[0].keys(), zip(*values, strict=True), strict=True))
     lists = {name: json_lists(column[name]) for name in JSON_LISTS}
     printed = iter(json_lists([codes for codes in column["fingerprint"] if codes is not None]))
     fingerprints = [None if codes is None else tuple(next(printed)) for codes in column["fingerprint"]]

@@ -81,7 +81,7 @@ def test_more_texts_than_one_batch_keep_the_codes_exactly_and_the_vectors_to_flo
 def test_a_text_gets_the_same_floats_beside_any_texts_padded_to_its_length(joint):
     alone = joint.compute(["the cat sat on the mat"])
     beside = joint.compute(["the cat sat on the mat", "the dog ran to the car"])
-    assert joint.batch_key(["the cat sat on the mat"]) == joint.batch_key(["the dog ran to the car"])
+    assert joint.token_counts(["the cat sat on the mat"]) == joint.token_counts(["the dog ran to the car"])
     assert np.array_equal(beside.part(0, 1).vectors, alone.vectors)
     assert beside.part(0, 1).prints == alone.prints
 

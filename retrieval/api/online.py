@@ -13,9 +13,10 @@ through it too), turn by turn:
 * the extractor's reference context is the user's: participants are the user's speakers so
   far, the state and recent records are replayed from the stored segments after a restart.
 
-Each closed segment commits its AMUs, fingerprints and index rows in one transaction
-(:meth:`retrieval.memory.store.AMUStore.commit_stored_turns`) and embeds its texts into the
-store's vector cache, as batch ingestion does (:meth:`UserStream.store_segment`; the memory's
+Each closed segment embeds its texts into the store's vector cache, then commits its AMUs,
+fingerprints and index rows in one transaction
+(:meth:`retrieval.memory.store.AMUStore.commit_stored_turns`), as batch ingestion does
+(:meth:`UserStream.store_segment`; the memory's
 ingestion worker wraps it to update the user's search state under the user's guard,
 :mod:`retrieval.api.backlog`). A stream is used by one thread at a time.
 """
@@ -58,7 +59,7 @@ class UserStream:
 
     def __init__(self, user: str, store: AMUStore, models: StreamModels) -> None:
         self.user, self.store, self.models = user, store, models
-        self.publish: Callable[[Segment, SegmentRecord, list[AMU]], None] = self.store_segment
+        self.publish: Callable[[SegmentRecord, list[AMU]], None] = self.store_segment
         self.history: deque[float] = deque(maxlen=models.config.history_size)
         self.sessions: dict[str, OpenSession] = {}
         self.context = ReferenceContext(())
@@ -66,7 +67,7 @@ class UserStream:
 
     @classmethod
     def load(cls, user: str, store: AMUStore, models: StreamModels, turns: Sequence[Turn] | None = None,
-             publish: Callable[[UserStream, Segment, SegmentRecord, list[AMU]], None] | None = None,
+             publish: Callable[[UserStream, SegmentRecord, list[AMU]], None] | None = None,
              ) -> tuple[UserStream, list[AMU]]:
         """The stream after a restart: the reference context replayed from the stored segments of
         the last session, the stored turns no segment covers (or ``turns``, read by the caller)
@@ -74,7 +75,7 @@ class UserStream:
         Returns it and the AMUs so committed."""
         stream = cls(user, store, models)
         if publish is not None:
-            stream.publish = lambda segment, record, amus: publish(stream, segment, record, amus)
+            stream.publish = lambda record, amus: publish(stream, record, amus)
         segments = store.segments(user)
         trailing: list[SegmentRecord] = []
         for record in reversed(segments):  # the context only carries over within the last session
@@ -145,11 +146,12 @@ class UserStream:
         context.enter(segment.session_id)
         extraction = models.extractor.extract(segment, context)
         amus = fingerprinted(extraction.amus, models.fingerprinter)
-        self.publish(segment, segment_record(segment, extraction.state, extraction.fallback, len(amus)), amus)
+        embed_segment(models.embedder, segment.turns, amus)
+        self.publish(segment_record(segment, extraction.state, extraction.fallback, len(amus)), amus)
         context.record(extraction.state, [amu.text for amu in amus])
         return amus
 
-    def store_segment(self, segment: Segment, record: SegmentRecord, amus: list[AMU]) -> None:
-        """Commit a closed segment's records in one transaction, then embed its texts."""
+    def store_segment(self, record: SegmentRecord, amus: list[AMU]) -> None:
+        """Commit a closed segment's records in one transaction (:meth:`_commit` embedded its
+        texts before, so a publisher holding the user's guard runs no forward under it)."""
         self.store.commit_stored_turns(record, amus)
-        embed_segment(self.models.embedder, segment.turns, amus)

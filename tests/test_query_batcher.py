@@ -1,8 +1,8 @@
 """The model queue: foreground calls queued while a forward runs share the next one, whatever
 their lengths, and each gets its own rows; foreground calls go ahead of queued background work,
-which runs in forwards of a bounded size; errors reach their caller only; close leaves no thread.
-A fake encoder whose first forward waits for the test makes the overlap certain (order, not
-timing)."""
+which runs in forwards of a bounded size and still gets one forward after four foreground rounds
+in a row; errors reach their caller only; close leaves no thread. Fake encoders whose forwards
+wait for the test make the overlaps certain (order, not timing)."""
 
 from __future__ import annotations
 
@@ -150,6 +150,45 @@ def test_a_foreground_call_arriving_between_background_forwards_runs_before_the_
     batcher.close()
     assert encoder.calls == [["aa", "bb"], ["query"], ["cc", "dd"], ["ee", "ff"]]
     assert same(results["backlog"], alone(["aa", "bb", "cc", "dd", "ee", "ff"]))
+
+
+class SteppedEncoder(HeldEncoder):
+    """Every ``compute`` waits for one :meth:`step` (until :attr:`free` is set)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps, self.free = threading.Semaphore(0), threading.Event()
+        self.release.set()
+
+    def compute(self, texts):
+        self.calls.append(list(texts))
+        assert self.free.is_set() or self.steps.acquire(timeout=30)
+        return alone(texts)
+
+    def step(self) -> None:
+        self.steps.release()
+
+
+def test_background_work_gets_one_forward_after_four_foreground_rounds_in_a_row():
+    encoder = SteppedEncoder()
+    batcher = QueryBatcher(encoder, max_texts=64, background_tokens=2)
+    results: dict = {}
+    threads = [call(batcher, ["q0"], results, 0)]
+    until(lambda: len(encoder.calls) == 1)
+    threads.append(call(batcher, ["aa", "bb", "cc"], results, "backlog", behind=True))
+    until(lambda: batcher.waiting == 1)
+    for i in range(1, 7):  # a foreground call is always queued when a forward ends
+        threads.append(call(batcher, [f"q{i}"], results, i))
+        until(lambda: batcher.waiting == 2)
+        encoder.step()
+        until(lambda i=i: len(encoder.calls) == i + 1)
+    encoder.free.set()
+    encoder.step()
+    for thread in threads:
+        thread.join(30)
+    batcher.close()
+    assert encoder.calls == [["q0"], ["q1"], ["q2"], ["q3"], ["q4"], ["aa"], ["q5", "q6"], ["bb"], ["cc"]]
+    assert same(results["backlog"], alone(["aa", "bb", "cc"]))
 
 
 def test_background_texts_that_fit_one_forward_are_computed_as_given():

@@ -133,11 +133,12 @@ class Backlog:
         with guard.state:
             turns, last = self.store.backlog(user, None if state.stream is None else state.fed)
         with self._step(user, state), background():
-            self.unindexed.prepare(user)
+            amus: list[AMU] = []
             if state.stream is None:
-                state.stream, amus = UserStream.load(user, self.store, self.models, turns, self._publish)
-            else:
-                amus = state.stream.push(turns)
+                state.stream, amus = UserStream.load(user, self.store, self.models, (), self._publish)
+            exchanges = state.stream.pair(turns)
+            self.unindexed.prepare(user, [exchange.text for exchange in exchanges])  # one call
+            amus += state.stream.feed(exchanges)
             self.unindexed.prepare(user)
             with guard.state:
                 self.unindexed.index(user)

@@ -97,6 +97,11 @@ class UserStream:
 
     def push(self, turns: Sequence[Turn]) -> list[AMU]:
         """Feed stored turns in order; returns the AMUs of the segments they closed."""
+        return self.feed(self.pair(turns))
+
+    def pair(self, turns: Sequence[Turn]) -> list[Exchange]:
+        """The exchanges that stored turns complete, in order (a turn waits for its reply); the
+        caller feeds them (:meth:`feed`), so it may embed their texts beside others first."""
         exchanges: list[Exchange] = []
         for turn in turns:
             session = self.open_session(turn.session_id)
@@ -113,20 +118,21 @@ class UserStream:
             exchanges += [Exchange((s.waiting,)) for s in self.sessions.values() if s.waiting is not None]
             for session in self.sessions.values():
                 session.waiting = None
-        return self._feed(exchanges)
+        return exchanges
 
     def flush(self, session_id: str) -> list[AMU]:
         """Close the session's open segment (the waiting turn joins it as an exchange alone)."""
         session = self.sessions.get(session_id)
         if session is None:
             return []
-        amus = self._feed([Exchange((session.waiting,))]) if session.waiting is not None else []
+        amus = self.feed([Exchange((session.waiting,))]) if session.waiting is not None else []
         session.waiting = None
         closed = session.segmenter.flush()
         del self.sessions[session_id]
         return amus + (self._commit(closed) if closed is not None else [])
 
-    def _feed(self, exchanges: Sequence[Exchange]) -> list[AMU]:
+    def feed(self, exchanges: Sequence[Exchange]) -> list[AMU]:
+        """Segment the exchanges (:meth:`pair`) in order; returns the AMUs of the segments they closed."""
         if not exchanges:
             return []
         vectors = self.models.embedder.encode([exchange.text for exchange in exchanges])
@@ -145,8 +151,10 @@ class UserStream:
         context.participants = self.store.speakers(self.user)
         context.enter(segment.session_id)
         extraction = models.extractor.extract(segment, context)
+        # its texts before its codes: with the joint models (retrieval.index.joint) the codes are
+        # then read from the forward that embedded them, one forward per segment
+        embed_segment(models.embedder, segment.turns, extraction.amus)
         amus = fingerprinted(extraction.amus, models.fingerprinter)
-        embed_segment(models.embedder, segment.turns, amus)
         self.publish(segment_record(segment, extraction.state, extraction.fallback, len(amus)), amus)
         context.record(extraction.state, [amu.text for amu in amus])
         return amus

@@ -40,9 +40,10 @@ class UnindexedTurns:
             with self._lock:
                 self._waiting.setdefault(user, []).append((marks, turns))
 
-    def prepare(self, user: str) -> None:
-        """Compute the vectors of the user's waiting turns into the store's cache."""
-        texts = self._texts(self._entries(user))
+    def prepare(self, user: str, more: Sequence[str] = ()) -> None:
+        """Compute the vectors of the user's waiting turns (and of ``more`` texts, in the same
+        call) into the store's cache."""
+        texts = self._texts(self._entries(user)) + list(more)
         if texts:
             self.embedder.encode(texts)
 

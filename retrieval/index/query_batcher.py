@@ -5,10 +5,11 @@ Foreground and background. A call is foreground (a search's query texts: someone
 it) unless its thread is inside :func:`background` (the ingestion worker's steps, a flush's
 processing; inside those, ``background(False)`` marks a call someone waits for again). Before
 each forward the worker looks at the queue again: while a foreground call is queued no
-background forward starts. A background call runs as forwards of at most
-:data:`BACKGROUND_TOKENS` padded tokens each (its texts in token-length order, so a forward
-pads little), so a foreground call queued behind background work waits for one such forward at
-most. Background calls run one after another, in arrival order.
+background forward starts, except one after every :data:`FOREGROUND_ROUNDS` foreground rounds
+in a row (so ingestion still moves under a steady stream of searches). A background call runs as
+forwards of at most :data:`BACKGROUND_TOKENS` padded tokens each (its texts in token-length
+order, so a forward pads little), so a foreground call queued behind background work waits for
+one such forward at most. Background calls run one after another, in arrival order.
 
 Joining. The foreground calls queued while a forward runs share the next forward (up to
 ``max_texts`` texts in all, in arrival order; a call of more texts runs alone), padded to their
@@ -37,6 +38,8 @@ from retrieval.index.joint import Encoded
 
 BACKGROUND_TOKENS = 256
 """The most padded tokens (texts x the longest text's tokens) of one background forward."""
+FOREGROUND_ROUNDS = 4
+"""Foreground rounds in a row after which waiting background work gets one forward."""
 
 
 class BatchableEncoder(Protocol):
@@ -126,14 +129,17 @@ class QueryBatcher:
             thread.join()
 
     def _work(self) -> None:
+        rounds = 0  # foreground rounds served in a row while background work waited
         while True:
             with self._changed:
                 while not self._foreground and not self._background and not self._closed:
                     self._changed.wait()
                 if not self._foreground and not self._background:
                     return
-                taken, self._foreground = self._foreground, []
+                starved = bool(self._background) and rounds >= FOREGROUND_ROUNDS
+                taken, self._foreground = ([], self._foreground) if starved else (self._foreground, [])
                 behind = None if taken else self._background[0]
+                rounds = rounds + 1 if taken and self._background else 0
             if behind is None:
                 for group in self._groups(taken):
                     self._serve(group)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.consolidation.engine import consolidate_user
+from retrieval.index.query_batcher import background
 from retrieval.memory.cache import CachedEmbedder
 from retrieval.memory.job_rows import DONE, FAILED, RUNNING, JobRow
 from retrieval.memory.store import AMUStore
@@ -64,7 +65,7 @@ class JobRunner:
             self._thread = None
 
     def _run(self) -> None:
-        with AMUStore(self.directory, role="consolidate") as store:
+        with AMUStore(self.directory, role="consolidate") as store, background():  # behind searches
             embedder = CachedEmbedder(self.embedder, store)
             while (job := self._queue.get()) is not None:
                 store.update_job(job.id, RUNNING, {"stage": "consolidating"})

@@ -3,13 +3,14 @@ before background ones.
 
 Foreground and background. A call is foreground (a search's query texts: someone is waiting for
 it) unless its thread is inside :func:`background` (the ingestion worker's steps, a flush's
-processing; inside those, ``background(False)`` marks a call someone waits for again). Before
-each forward the worker looks at the queue again: while a foreground call is queued no
-background forward starts, except one after every :data:`FOREGROUND_ROUNDS` foreground rounds
-in a row (so ingestion still moves under a steady stream of searches). A background call runs as
-forwards of at most :data:`BACKGROUND_TOKENS` padded tokens each (its texts in token-length
-order, so a forward pads little), so a foreground call queued behind background work waits for
-one such forward at most. Background calls run one after another, in arrival order.
+processing, consolidation jobs; inside those, ``background(False)`` marks a call someone waits
+for again). Before each forward the worker looks at the queue again: while a foreground call is
+queued no background forward starts, except one after every :data:`FOREGROUND_ROUNDS`
+foreground rounds in a row (so ingestion still moves under a steady stream of searches). A
+background call runs as forwards of at most :data:`BACKGROUND_TOKENS` padded tokens each (its
+texts in token-length order, so a forward pads little), so a foreground call queued behind
+background work waits for one such forward at most. Background calls run one after another,
+in arrival order.
 
 Joining. The foreground calls queued while a forward runs share the next forward (up to
 ``max_texts`` texts in all, in arrival order; a call of more texts runs alone), padded to their

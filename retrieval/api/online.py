@@ -70,8 +70,8 @@ class UserStream:
              publish: Callable[[UserStream, SegmentRecord, list[AMU]], None] | None = None,
              ) -> tuple[UserStream, list[AMU]]:
         """The stream after a restart: the reference context replayed from the stored segments of
-        the last session, the stored turns no segment covers (or ``turns``, read by the caller)
-        fed again (segments they close are committed now, through ``publish`` when given).
+        the last session, the stored turns no segment covers (or ``turns``: none when the caller
+        feeds them itself) fed again (segments they close are committed now, through ``publish`` when given).
         Returns it and the AMUs so committed."""
         stream = cls(user, store, models)
         if publish is not None:

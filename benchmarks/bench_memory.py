@@ -61,9 +61,9 @@ from retrieval import Memory
 from retrieval.eval.locomo import load_locomo
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.embed import SentenceEmbedder
+from retrieval.memory.backends import open_store
 from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn, amu_id
-from retrieval.memory.store import AMUStore
 from retrieval.multi_route.bank import MemoryBank
 from retrieval.service.timing import RETRIEVAL_PHASES
 
@@ -154,7 +154,7 @@ def build_synthetic(directory: Path, users: dict[str, int], embedder: Any, finge
     active records in its order); the seconds it took."""
     began = time.perf_counter()
     rng = np.random.default_rng(0)
-    with AMUStore(directory) as store:
+    with open_store(directory) as store:
         store.bind("embedder", embedder.identity)
         store.bind("extractor", model_identity(RuleExtractor()))
         store.bind("fingerprinter", fingerprinter.identity)

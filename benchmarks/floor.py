@@ -5,7 +5,9 @@ the clock starts, ``torch.inference_mode``, no sentence-transformers ``encode`` 
 search must encode its query at least once. ``ceiling_rps``: queries per second of one forward
 of a batch of 16 short queries (16 / the median forward time), what a query encoder that
 batches concurrent requests can serve at most. Both are measured in the same run as the figures
-they divide, on the dev questions, after a warm-up.
+they divide, on the dev questions, after a warm-up; a run may measure them twice (before and after
+its load, passing the first samples as ``earlier``) so that a burst of other work on the machine
+during one of the two moves the median less.
 """
 
 from __future__ import annotations
@@ -44,23 +46,28 @@ class BareEncoder:
             self.model(**inputs)
             return time.perf_counter() - began
 
-    def median_ms(self, batches: Sequence[Sequence[str]]) -> float:
+    def samples_ms(self, batches: Sequence[Sequence[str]]) -> list[float]:
+        """Milliseconds of one forward of each batch, after a warm-up."""
         for batch in batches[:WARM_UP]:
             self.forward_seconds(batch)
-        return 1000.0 * statistics.median(self.forward_seconds(batch) for batch in batches)
+        return [1000.0 * self.forward_seconds(batch) for batch in batches]
 
 
-def measure_floor(encoder: BareEncoder, queries: Sequence[str],
-                  forwards: int = FLOOR_FORWARDS) -> dict[str, Any]:
-    """``floor_ms``: the median of ``forwards`` single-query forwards, the queries taken in turn."""
+def measure_floor(encoder: BareEncoder, queries: Sequence[str], forwards: int = FLOOR_FORWARDS,
+                  earlier: Sequence[float] = ()) -> dict[str, Any]:
+    """``floor_ms``: the median of ``forwards`` single-query forwards (the queries taken in turn)
+    and of the ``earlier`` samples of the same run."""
     batches = [[queries[i % len(queries)]] for i in range(forwards)]
-    return {"floor_ms": encoder.median_ms(batches), "forwards": forwards}
+    samples = [*earlier, *encoder.samples_ms(batches)]
+    return {"floor_ms": statistics.median(samples), "forwards": len(samples), "samples_ms": samples}
 
 
 def measure_ceiling(encoder: BareEncoder, queries: Sequence[str], batch: int = CEILING_BATCH,
-                    forwards: int = CEILING_FORWARDS) -> dict[str, Any]:
-    """``ceiling_rps``: ``batch`` / the median forward time of ``forwards`` batches of ``batch`` queries."""
+                    forwards: int = CEILING_FORWARDS, earlier: Sequence[float] = ()) -> dict[str, Any]:
+    """``ceiling_rps``: ``batch`` / the median forward time of ``forwards`` batches of ``batch``
+    queries and of the ``earlier`` samples of the same run."""
     batches = [[queries[(i * batch + j) % len(queries)] for j in range(batch)] for i in range(forwards)]
-    forward_ms = encoder.median_ms(batches)
+    samples = [*earlier, *encoder.samples_ms(batches)]
+    forward_ms = statistics.median(samples)
     return {"ceiling_rps": batch / (forward_ms / 1000.0), "batch": batch, "forward_ms": forward_ms,
-            "forwards": forwards}
+            "forwards": len(samples), "samples_ms": samples}

@@ -1,7 +1,7 @@
 """``python -m retrieval.consolidate``: asynchronous consolidation of a store's conversations
 (library: :mod:`retrieval.consolidation`; docs/design.md §8).
 
-    python -m retrieval.consolidate --store DIR [--operator offline|llm] [--threshold T]
+    python -m retrieval.consolidate --store DIR|URL [--operator offline|llm] [--threshold T]
         [--linkage complete|average|single] [--window-days D] [--user ID ...]
         [--embedder NAME_OR_PATH] [--fingerprinter DIR] [--llm-cache DIR]
 
@@ -20,20 +20,23 @@ from pathlib import Path
 
 from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
+from retrieval.api.loading import llm_cache
 from retrieval.consolidation.audit import audit
 from retrieval.consolidation.config import LINKAGES, WINDOW_DAYS, ConsolidationConfig
 from retrieval.consolidation.engine import consolidate_user
 from retrieval.consolidation.options import OPERATORS, make_operator
 from retrieval.index.embed import SentenceEmbedder
+from retrieval.memory.backends import open_store
+from retrieval.memory.connection import DB_NAME
 from retrieval.memory.errors import StoreError
-from retrieval.memory.store import AMUStore
+from retrieval.memory.targets import local_directory, store_target
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m retrieval.consolidate",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--store", type=Path, required=True,
-                        help="store directory written by retrieval.ingest")
+    parser.add_argument("--store", type=store_target, required=True,
+                        help="store directory (or PostgreSQL URL) written by retrieval.ingest")
     parser.add_argument("--operator", choices=OPERATORS, default="offline",
                         help="offline near-duplicate MERGE (default) or an LLM (ISQ_LLM_BASE_URL, "
                              "ISQ_LLM_MODEL)")
@@ -54,17 +57,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = ConsolidationConfig(threshold=args.threshold, linkage=args.linkage,
                                      window_days=args.window_days)
-        if not (args.store / AMUStore.DB_NAME).is_file():
-            raise StoreError(f"no store at {args.store} ({AMUStore.DB_NAME} is missing); "
-                             "ingest into it first")
-        with AMUStore(args.store, role="consolidate") as store:
+        directory = local_directory(args.store)
+        if directory is not None and not (directory / DB_NAME).is_file():  # never create a store here
+            raise StoreError(f"no store at {directory} ({DB_NAME} is missing); ingest into it first")
+        with open_store(args.store, role="consolidate") as store:
             stored = store.users_with_segments()
             conversations = args.user or stored
             unknown = [cid for cid in conversations if cid not in stored]
             if unknown:
-                raise ValueError(f"{args.store} holds no user {unknown[0]!r} "
+                raise ValueError(f"{store.location} holds no user {unknown[0]!r} "
                                  f"(it holds {len(stored)})")
-            operator = make_operator(args.operator, args.llm_cache or args.store / "llm_cache")
+            operator = make_operator(args.operator, args.llm_cache or llm_cache(store.local_files))
             fingerprinter = (None if args.fingerprinter is None
                              else Fingerprinter.from_pretrained(args.fingerprinter))
             embedder = SentenceEmbedder(args.embedder)

@@ -54,6 +54,7 @@ from retrieval.index.embed import SentenceEmbedder
 from retrieval.ingestion.pipeline import IngestError
 from retrieval.memory.errors import StoreError
 from retrieval.memory.records import InputFormatError
+from retrieval.memory.targets import store_target
 from retrieval.multi_route.planner_llm import LLMPlanner
 from retrieval.multi_route.rerank import CrossEncoderReranker
 
@@ -107,10 +108,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="consolidate each conversation's memory after ingestion (offline: "
                              "near-duplicate merges; llm: the endpoint's operations) and evaluate it "
                              "consolidated")
-    parser.add_argument("--store", type=Path,
-                        help="evaluate the memory already built in this store directory (read-only; e.g. one "
-                             "consolidated through Memory.consolidate) instead of adding LoCoMo into "
-                             "OUT/store")
+    parser.add_argument("--store", type=store_target,
+                        help="evaluate the memory already built in this store (directory or PostgreSQL "
+                             "URL; read-only; e.g. one consolidated through Memory.consolidate) instead of "
+                             "adding LoCoMo into OUT/store")
     parser.add_argument("--no-progress", action="store_true")
     return parser
 

@@ -23,7 +23,7 @@ from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
 from retrieval.api.bulk import add_conversation
 from retrieval.api.errors import MemoryAPIError
-from retrieval.api.loading import LLM_CACHE, Deferred
+from retrieval.api.loading import Deferred, llm_cache
 from retrieval.api.memory import Memory
 from retrieval.consolidation.options import OPERATORS, make_operator
 from retrieval.eval.locomo import load_locomo
@@ -35,6 +35,7 @@ from retrieval.ingestion.turns_jsonl import read_turns_jsonl
 from retrieval.memory.errors import StoreError
 from retrieval.memory.fingerprinter_source import remember_fingerprinter
 from retrieval.memory.records import InputFormatError
+from retrieval.memory.targets import local_directory, store_target
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--locomo", type=Path, help="LoCoMo JSON file (list of conversations)")
     source.add_argument("--jsonl", type=Path, help="JSONL turn stream (format: module docstring)")
-    parser.add_argument("--store", type=Path, required=True, help="store directory (created if missing)")
+    parser.add_argument("--store", type=store_target, required=True,
+                        help="store directory (created if missing) or PostgreSQL URL")
     parser.add_argument("--extractor", choices=("rule", "llm"), default="rule")
     parser.add_argument("--embedder", default=MINILM_ALIAS, help="sentence-transformers name or path for "
                         "segmentation embeddings (default: offline all-MiniLM-L6-v2)")
@@ -66,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise InputFormatError(f"{args.locomo or args.jsonl}: no turns; nothing to ingest")
         embedder, extractor, fingerprinter = _models(args)
         operator = make_operator(args.consolidate_in_background or "offline",
-                                 args.llm_cache or args.store / LLM_CACHE)
+                                 _llm_cache(args))
         with Memory.open(args.store, embedder=embedder, extractor=extractor, fingerprinter=fingerprinter,
                          operator=operator) as memory:
             if args.fingerprinter is not None:  # so that a reader need not name it again
@@ -92,12 +94,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _models(args: argparse.Namespace) -> tuple[Deferred, Deferred, Deferred | None]:
     """The embedder, extractor and (optional) fingerprinter the arguments name, loaded once the
     store is open (a busy or broken store fails fast)."""
-    cache = args.llm_cache or args.store / LLM_CACHE
+    cache = _llm_cache(args)
     extractor = (Deferred(LLMExtractor, cache_dir=cache) if args.extractor == "llm"
                  else Deferred(RuleExtractor))
     fingerprinter = (None if args.fingerprinter is None
                      else Deferred(Fingerprinter.from_pretrained, args.fingerprinter))
     return Deferred(SentenceEmbedder, args.embedder), extractor, fingerprinter
+
+
+def _llm_cache(args: argparse.Namespace) -> Path | None:
+    """``--llm-cache``, else the store's own (none for a store on a database server)."""
+    return args.llm_cache or llm_cache(local_directory(args.store))
 
 
 if __name__ == "__main__":

@@ -35,9 +35,11 @@ from retrieval.api.results import SearchResult
 from retrieval.contract import Hit
 from retrieval.index.embed import SentenceEmbedder
 from retrieval.llm_client import reader_cache_dir
+from retrieval.memory.backends import open_store
 from retrieval.memory.errors import StoreError
 from retrieval.memory.fingerprinter_source import recorded_fingerprinter
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
+from retrieval.memory.targets import store_target
 from retrieval.multi_route.params import PLAN_DEPTH, final_top_k
 from retrieval.multi_route.planner_llm import LLMPlanner
 from retrieval.multi_route.score_legend import ORDER_NOTE, SCORE_COLUMNS, legend_lines, size_note
@@ -46,7 +48,7 @@ from retrieval.multi_route.score_legend import ORDER_NOTE, SCORE_COLUMNS, legend
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m retrieval.query", description=__doc__.split("\n\n")[0])
     parser.add_argument("question", help="the question to retrieve evidence for")
-    parser.add_argument("--store", type=Path, required=True,
+    parser.add_argument("--store", type=store_target, required=True,
                         help="store directory (python -m retrieval.ingest)")
     parser.add_argument("--user", "--conversation", dest="user",
                         help="the user to search (needed when the store holds several; a LoCoMo "
@@ -68,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _user(memory: Memory, wanted: str | None) -> str:
     known = memory.users()
-    where = memory.store.path
+    where = memory.store.location
     if wanted is not None:
         if wanted not in known:
             raise InvalidInput(f"{where}: no user {wanted!r} (it holds {', '.join(known) or 'none'})")
@@ -99,9 +101,9 @@ def run(args: argparse.Namespace) -> tuple[SearchResult, list[dict[str, Any]]]:
         return result, [item_dict(rank, hit, memory, user) for rank, hit in enumerate(result.hits, start=1)]
 
 
-def _read_only_store(directory: Path) -> AMUStore:
+def _read_only_store(target: str | Path) -> Store:
     try:
-        return AMUStore(directory, read_only=True)
+        return open_store(target, read_only=True)
     except StoreError as err:
         raise StoreUnavailable(str(err)) from None
 

@@ -21,11 +21,11 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from retrieval.api.errors import MemoryAPIError
 from retrieval.memory.errors import StoreError
+from retrieval.memory.targets import redacted, store_target
 from retrieval.service.keys import KeyCommandError, KeyStore
 from retrieval.service.launch import add_memory_arguments, is_loopback, open_memory
 
@@ -65,7 +65,7 @@ def _keys_parser() -> argparse.ArgumentParser:
                                  help="revoke a key (by id or in full); the server refuses it at once")
     revoke.add_argument("key")
     for command in (create, listing, revoke):
-        command.add_argument("--store", type=Path, required=True, help="the memory's store directory")
+        command.add_argument("--store", type=store_target, required=True, help="the memory's store directory")
     return parser
 
 
@@ -103,7 +103,8 @@ def serve_main(argv: Sequence[str]) -> int:
     memory = open_memory(args)
     try:
         app = create_app(memory, keys, args.store, host=args.host)
-        print(f"serving {args.store} on http://{args.host}:{args.port} (OpenAPI /docs, MCP /mcp)", flush=True)
+        print(f"serving {redacted(args.store)} on http://{args.host}:{args.port} (OpenAPI /docs, MCP /mcp)",
+              flush=True)
         run(app, args.host, args.port)
     finally:
         memory.close()

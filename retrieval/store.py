@@ -1,9 +1,17 @@
-"""``python -m retrieval.store check --store DIR``: is a store file intact?
+"""``python -m retrieval.store``: look after a store.
 
-Runs SQLite's ``PRAGMA quick_check`` on the store (opened read-only, so it may run beside an
-ingest) and prints ``ok`` with the store's counts, or each problem found. Exit status 0 when
-intact, 1 when damaged (rebuild the store from its input into a new directory, or restore a
-copy), 2 when the store cannot be opened at all (one ``error:`` line).
+    python -m retrieval.store check   --store DIR|URL   # is the store intact?
+    python -m retrieval.store compact --store DIR|URL   # leave no trace of deleted data in its files
+
+``check`` runs the store's integrity check (SQLite's ``PRAGMA quick_check`` and the schema's
+tables; opened read-only, so it may run beside an ingest) and prints ``ok`` with the store's
+counts, or each problem found: exit status 0 when intact, 1 when damaged (rebuild the store from
+its input into a new directory, or restore a copy). ``compact`` does what a purge does after it
+deletes (:meth:`retrieval.memory.purge.Purge.compact`: the FTS5 index rewritten without deleted
+terms, the database file rebuilt with freed pages zeroed, the write-ahead log truncated), so no
+deleted text stays in any file of the store directory; a backend that cannot compact yet says
+so. Either command exits with status 2 and one ``error:`` line when the store cannot be opened
+or compacted.
 """
 
 from __future__ import annotations
@@ -11,10 +19,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
+from retrieval.memory.backends import open_store
 from retrieval.memory.errors import StoreError
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Compacting
+from retrieval.memory.targets import store_target
 
 SHOWN_PROBLEMS = 20
 
@@ -22,27 +31,43 @@ SHOWN_PROBLEMS = 20
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m retrieval.store", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    check = commands.add_parser("check", help="PRAGMA quick_check of the store file")
-    check.add_argument("--store", type=Path, required=True, help="store directory")
+    check = commands.add_parser("check", help="integrity check of the store (PRAGMA quick_check)")
+    compact = commands.add_parser("compact", help="leave no trace of deleted data in the store's files")
+    for command in (check, compact):
+        command.add_argument("--store", type=store_target, required=True, help="store directory or URL")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        with AMUStore(args.store, read_only=True) as store:
-            problems = store.integrity_problems()
-            counts = None if problems else (len(store.users_with_segments()), store.count())
+        return compact(args) if args.command == "compact" else check(args)
     except StoreError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+
+
+def check(args: argparse.Namespace) -> int:
+    with open_store(args.store, read_only=True) as store:
+        problems = store.integrity_problems()
+        counts = None if problems else (len(store.users_with_segments()), store.count())
     if counts is not None:
-        print(f"ok: {store.path} ({counts[0]} conversations, {counts[1]} AMUs)")
+        print(f"ok: {store.location} ({counts[0]} conversations, {counts[1]} AMUs)")
         return 0
-    print(f"damaged: {store.path}; rebuild the store from its input into a new directory, or restore a copy")
+    print(f"damaged: {store.location}; rebuild the store from its input into a new directory, "
+          "or restore a copy")
     for problem in problems[:SHOWN_PROBLEMS]:
         print(f"  {problem}")
     return 1
+
+
+def compact(args: argparse.Namespace) -> int:
+    with open_store(args.store) as store:
+        if not isinstance(store, Compacting):
+            raise StoreError(f"{store.location}: compacting this backend is not supported yet")
+        store.compact()
+    print(f"compacted: {store.location}")
+    return 0
 
 
 if __name__ == "__main__":

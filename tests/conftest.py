@@ -34,3 +34,37 @@ def tiny_config(**overrides) -> ISQConfig:
 @pytest.fixture
 def tiny() -> ISQConfig:
     return tiny_config()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A PostgreSQL server for this test session (:mod:`tests.postgres_server`), stopped at its
+    end; the tests that use it are skipped, with the reason, where PostgreSQL is not installed."""
+    from tests.postgres_server import PostgresServer, missing_binaries
+
+    reason = missing_binaries()
+    if reason is not None:
+        pytest.skip(reason)
+    server = PostgresServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """The URL of a new, empty database on the session's server."""
+    return postgres_server.database()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request, tmp_path):
+    """Each store backend in turn (:mod:`tests.store_backends`): a new SQLite store directory, then a
+    new PostgreSQL database; the contract tests run the same assertions against both."""
+    from tests.store_backends import postgres_backend, sqlite_backend
+
+    if request.param == "sqlite":
+        return sqlite_backend(tmp_path / "store")
+    return postgres_backend(request.getfixturevalue("postgres_url"))

@@ -24,24 +24,24 @@ WHEN = datetime(2023, 5, 8, 13, 56)
 
 def by_session(store: AMUStore, user_id: str, session_id: str) -> list[AMU]:
     """The active units of one session, read through the store's own filters."""
-    where, params = store._filters(user_id=user_id)
-    return list(store._select(where + ["session_id = ?"], params + [session_id]))
+    where, params = store._reads._filters(user_id=user_id)
+    return list(store._reads._select(where + ["session_id = ?"], params + [session_id]))
 
 
 def by_entity(store: AMUStore, entity: str) -> list[AMU]:
     """Active units listing this entity (case-insensitive): what the ``amu_entities`` index holds."""
-    where, params = store._filters()
+    where, params = store._reads._filters()
     where.append("position IN (SELECT amu FROM amu_entities WHERE entity = ?)")
-    return list(store._select(where, params + [entity.casefold()]))
+    return list(store._reads._select(where, params + [entity.casefold()]))
 
 
 def in_time_range(store: AMUStore, start: str, end: str) -> list[AMU]:
     """Active units whose observation time or any timestamp overlaps [start, end] (ISO values of any
     precision): what the ``amu_times`` index holds."""
     low, high = time_interval(start)[0], time_interval(end)[1]
-    where, params = store._filters()
+    where, params = store._reads._filters()
     where.append("position IN (SELECT amu FROM amu_times WHERE start <= ? AND end >= ?)")
-    return list(store._select(where, params + [iso_text(high), iso_text(low)]))
+    return list(store._reads._select(where, params + [iso_text(high), iso_text(low)]))
 
 
 def make_turn(turn_id: str, speaker: str = "Caroline", session: str = "session_1",

@@ -1,7 +1,13 @@
-"""The load test's own checks: what counts as a leak, and how a ``Server-Timing`` header is read
-(the full run is a benchmark, not a test: ``python benchmarks/bench_service.py``)."""
+"""The load test's own checks: what counts as a leak, how a ``Server-Timing`` header is read, and
+how the pre-fill makes its users (the full run is a benchmark, not a test:
+``python benchmarks/bench_service.py``)."""
 
 from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -29,3 +35,63 @@ def test_server_timing_durations_in_seconds() -> None:
 def test_the_codebook_route_is_on_unless_turned_off() -> None:
     assert _parser().parse_args([]).fingerprinter.name == "isq_minilm_dailydialog_cpu"
     assert _parser().parse_args(["--no-fingerprinter"]).fingerprinter is None
+
+
+def test_the_prefill_builds_one_user_and_copies_it(tmp_path) -> None:
+    """The first user through ``Memory.add``, the others copies holding the same records under
+    their own ids; asking for more users later copies only the new ones (the first is not built
+    again), asking for fewer reuses the store."""
+    from benchmarks.bench_service import prefill
+    from retrieval.memory.store import AMUStore
+    from tests.test_evaluate import write_locomo
+
+    def args(users: int) -> argparse.Namespace:
+        return argparse.Namespace(users=users, locomo=Path(write_locomo(tmp_path / "locomo.json")),
+                                  fingerprinter=None, prefilled=tmp_path / "prefilled")
+
+    built = prefill(args(3))
+    assert built["users"] == 3 and not built["reused"] and built["records_per_user"] > 0
+    grown = prefill(args(4))
+    assert grown["seed_s"] == built["seed_s"] and grown["users"] == 4 and not grown["reused"]
+    assert prefill(args(2))["reused"]
+    with AMUStore(tmp_path / "prefilled", read_only=True) as store:
+        assert store.users() == [user_name(n) for n in range(4)]
+        first = [(amu.id.split(":", 1)[1], amu.text) for amu in store.amus(user_name(0))]
+        assert len(first) == built["records_per_user"]
+        for n in range(1, 4):
+            user = user_name(n)
+            assert [(amu.id.split(":", 1)[1], amu.text) for amu in store.amus(user)] == first
+            assert all(amu.id.startswith(f"{user}:") for amu in store.amus(user))
+            assert len(store.turns(user)) == built["turns_per_user"]
+
+
+def test_the_floor_and_ceiling_pool_the_samples_of_both_measurements() -> None:
+    """Measured before and after the load, the median is over both halves' forwards."""
+    from benchmarks.floor import measure_ceiling, measure_floor
+
+    class Fixed:
+        def samples_ms(self, batches):
+            return [10.0 * len(batches[0])] * len(batches)
+
+    floor = measure_floor(Fixed(), ["q"], forwards=3, earlier=[90.0] * 4)  # type: ignore[arg-type]
+    assert floor["floor_ms"] == 90.0 and floor["forwards"] == 7
+    assert measure_floor(Fixed(), ["q"], forwards=5, earlier=[90.0] * 4)["floor_ms"] == 10.0  # type: ignore[arg-type]
+    ceiling = measure_ceiling(Fixed(), ["q"], batch=16, forwards=2, earlier=[])  # type: ignore[arg-type]
+    assert ceiling["forward_ms"] == 160.0 and ceiling["ceiling_rps"] == 100.0
+
+
+def test_a_prefilled_store_is_reused_whatever_path_names_its_files(tmp_path) -> None:
+    """The settings a pre-filled store records are resolved paths: the same fingerprinter named
+    relative to the working directory reuses it (never deletes and rebuilds it)."""
+    from benchmarks.bench_service import PREFILL_MARK, prefill
+    from benchmarks.paths import FINGERPRINTER
+
+    locomo = tmp_path / "locomo.json"
+    locomo.write_text("[]")
+    (tmp_path / "prefilled").mkdir()
+    mark = {"locomo": str(locomo.resolve()), "fingerprinter": str(FINGERPRINTER.resolve()), "users": 3}
+    (tmp_path / "prefilled" / PREFILL_MARK).write_text(json.dumps(mark))
+    relative = Path(os.path.relpath(FINGERPRINTER))
+    args = argparse.Namespace(users=3, locomo=locomo, fingerprinter=relative,
+                              prefilled=tmp_path / "prefilled")
+    assert prefill(args)["reused"] and (tmp_path / "prefilled" / PREFILL_MARK).is_file()

@@ -10,6 +10,7 @@ from retrieval.contract import Query
 from retrieval.eval.dual_path import Channel, DualPathMode, DualPathRetriever
 from retrieval.index.dense import DenseIndex
 from retrieval.index.fts import word_tokens
+from retrieval.index.products import PRODUCT_ROWS, inner_products
 from tests.multi_route_fixtures import WordEmbedder
 
 IDENTITY = {"codebook_size": 32, "codebook_sha256": "c" * 64}
@@ -27,6 +28,22 @@ def unit_rows(rng: np.random.Generator, count: int, dim: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- dense index
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 5, PRODUCT_ROWS - 1, PRODUCT_ROWS, PRODUCT_ROWS + 1,
+                                   PRODUCT_ROWS + 2, 2 * PRODUCT_ROWS - 1])
+def test_inner_products_are_one_call_bit_for_bit(count):
+    """Below 2,048 rows one numpy call runs on one BLAS thread: the blocked products equal it
+    exactly, a lone last row included (it joins the block before it), for rows given too."""
+    rng = np.random.default_rng(count)
+    matrix, query = unit_rows(rng, count, 384), unit_rows(rng, 1, 384)[0]
+    products = inner_products(matrix, query)
+    assert products.dtype == np.float32 and np.array_equal(products, matrix @ query)
+    rows = np.sort(rng.integers(0, max(count, 1), size=count))
+    assert np.array_equal(inner_products(matrix, query, rows), matrix[rows] @ query)
+    wide = query.astype(np.float64)
+    assert inner_products(matrix, wide).dtype == np.float64
+    assert np.array_equal(inner_products(matrix, wide), matrix @ wide)
 
 
 def test_flat_search_equals_numpy_ranking() -> None:

@@ -84,6 +84,7 @@ class FailingExtractor(RuleExtractor):
 def ingest_and_die(store_dir: str, where: str, segment: int) -> None:
     """Run in a subprocess: SIGKILL itself while extracting, or inside the commit transaction of,
     the given segment (after one of its AMUs was inserted)."""
+    from retrieval.memory import record_writes
     from retrieval.memory.store import AMUStore as Store
 
     class KillingExtractor(RuleExtractor):
@@ -92,14 +93,14 @@ def ingest_and_die(store_dir: str, where: str, segment: int) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
             return super().extract(seg, context)
 
-    insert = Store._insert_amu
+    insert = record_writes.insert_amu
 
     def insert_then_die(db, amu):
         insert(db, amu)
         if where == "commit" and amu.source.segment == segment:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    Store._insert_amu = staticmethod(insert_then_die)
+    record_writes.insert_amu = insert_then_die
     with Store(store_dir) as store:
         ingest_turns(conversation_turns(), store, HashEmbedder(), KillingExtractor(), progress=False)
 

@@ -19,7 +19,7 @@ from retrieval.multi_route.planner_llm import LLMPlanner
 from retrieval.multi_route.planner_rules import RulePlanner, question_type
 from retrieval.multi_route.query_plan import Plan, PlanError, Route, TimeConstraint
 from retrieval.multi_route.retriever import RERANKER_OFF, MultiRouteRetriever
-from retrieval.multi_route.selection import mmr_select, similarity, similarity_matrix
+from retrieval.multi_route.selection import SimilarityColumns, mmr_select, similarity
 from tests.fake_chat import FakeChatServer, completion_body
 from tests.multi_route_fixtures import ARCHIVED, CID, build_store, open_bank
 
@@ -249,11 +249,12 @@ def test_a_tiny_random_cross_encoder_reranks_inside_routes(bank, tmp_path):
         CrossEncoderReranker(tmp_path / "absent")
 
 
-def test_the_similarity_matrix_is_the_pairwise_definition():
+def test_the_similarity_columns_are_the_pairwise_definition():
     rng = np.random.default_rng(0)
     fields = ("session", "turns", "tokens", "nodes")
     signatures = {i: {f: frozenset(map(str, rng.choice(6, size=rng.integers(0, 4), replace=False)))
                       for f in fields if rng.random() < 0.8} for i in range(12)}
-    matrix = similarity_matrix(list(range(12)), signatures)
+    columns = SimilarityColumns(list(range(12)), signatures)
+    matrix = np.stack([columns.column(b) for b in range(12)], axis=1)
     expected = [[similarity(signatures[a], signatures[b]) for b in range(12)] for a in range(12)]
     np.testing.assert_allclose(matrix, expected)

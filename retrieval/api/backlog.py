@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from retrieval.api.closing import UserGuard, UserGuards
 from retrieval.api.errors import IngestFailed, StoreUnavailable
@@ -39,8 +40,8 @@ from retrieval.api.online import StreamModels, UserStream
 from retrieval.api.states import SearchStates
 from retrieval.api.unindexed import UnindexedTurns
 from retrieval.index.query_batcher import background
-from retrieval.memory.records import AMU, SegmentRecord
-from retrieval.memory.store import AMUStore
+from retrieval.memory.records import AMU, SegmentRecord, Turn
+from retrieval.memory.store_contract import Store
 
 
 @dataclass
@@ -57,7 +58,7 @@ class _User:
 class Backlog:
     """The ingestion worker of one writable memory (see the module docstring)."""
 
-    def __init__(self, store: AMUStore, models: StreamModels, guards: UserGuards,
+    def __init__(self, store: Store, models: StreamModels, guards: UserGuards,
                  states: SearchStates) -> None:
         self.store, self.models, self.guards, self.states = store, models, guards, states
         self.unindexed = UnindexedTurns(states, models.embedder)
@@ -77,12 +78,14 @@ class Backlog:
         self._thread = threading.Thread(target=self._run, name="memory-ingest", daemon=True)
         self._thread.start()
 
-    def added(self, user: str, count: int) -> None:
-        """``count`` turns of ``user`` were stored (the caller holds the user's ``state`` guard)."""
-        if not count:
+    def added(self, user: str, marks: Sequence[tuple[Any, Any]], turns: Sequence[Turn]) -> None:
+        """An add stored ``turns`` of ``user`` in the transactions ``marks`` (the caller holds the
+        user's ``state`` guard): they wait for the user's search state and for the worker."""
+        if not turns:
             return
+        self.unindexed.added(user, marks, turns)
         with self._changed:
-            self._users.setdefault(user, _User()).pending += count
+            self._users.setdefault(user, _User()).pending += len(turns)
             if self._users[user].error is None:
                 self._due[user] = None
             self._changed.notify_all()

@@ -1,6 +1,6 @@
 """Batch ingestion: a recorded turn stream (one or more conversations) through the online path.
 
-    store = AMUStore("runs/store")
+    store = open_store("runs/store")  # retrieval.memory.backends
     stats = ingest_turns(conversation.turns, store, SentenceEmbedder(), RuleExtractor())
 
 Each conversation is a user. Its sessions are taken in order: a session's turns go into the turn
@@ -49,7 +49,7 @@ from retrieval.memory.records import (
     Turn,
     amu_id,
 )
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
 
 Sessions = dict[str, list[Turn]]
 
@@ -79,7 +79,7 @@ class CountedExtractor:
         return extraction
 
 
-def ingest_turns(turns: Iterable[Turn], store: AMUStore, embedder: Embedder, extractor: Extractor, *,
+def ingest_turns(turns: Iterable[Turn], store: Store, embedder: Embedder, extractor: Extractor, *,
                  fingerprinter: TextFingerprinter | None = None, config: SegmenterConfig | None = None,
                  progress: bool = True, retry_fallbacks: bool = True) -> IngestStats:
     """Ingest an ordered turn stream (one or more conversations, each session contiguous) into
@@ -140,7 +140,7 @@ def _group(turns: Iterable[Turn]) -> dict[str, Sessions]:
     return grouped
 
 
-def _check_stored(store: AMUStore, user: str, sessions: Sessions) -> None:
+def _check_stored(store: Store, user: str, sessions: Sessions) -> None:
     """A turn the store holds must be given as stored (the store is append-only)."""
     stored = {turn.turn_id: turn for turn in store.turns(user)}
     for turn in (turn for session in sessions.values() for turn in session):
@@ -150,7 +150,7 @@ def _check_stored(store: AMUStore, user: str, sessions: Sessions) -> None:
                               "conversation into a new store")
 
 
-def _ingest_user(user: str, sessions: Sessions, store: AMUStore, models: StreamModels, stats: IngestStats,
+def _ingest_user(user: str, sessions: Sessions, store: Store, models: StreamModels, stats: IngestStats,
                  bar: tqdm, retry_fallbacks: bool) -> None:
     resumed = store.segments(user)
     if retry_fallbacks and any(record.fallback for record in resumed):
@@ -171,7 +171,7 @@ def _ingest_user(user: str, sessions: Sessions, store: AMUStore, models: StreamM
     stats.segments += len(store.segments(user))
 
 
-def _retry_fallbacks(user: str, records: Sequence[SegmentRecord], store: AMUStore, models: StreamModels,
+def _retry_fallbacks(user: str, records: Sequence[SegmentRecord], store: Store, models: StreamModels,
                      stats: IngestStats) -> None:
     """Extract the stored fallback segments again, each with the reference context the stored
     segments before it give (as when it was first extracted)."""
@@ -197,7 +197,7 @@ def _retry_fallbacks(user: str, records: Sequence[SegmentRecord], store: AMUStor
         context.record(state, [amu.text for amu in amus])
 
 
-def _record_turns(store: AMUStore, record: SegmentRecord) -> list[Turn]:
+def _record_turns(store: Store, record: SegmentRecord) -> list[Turn]:
     return [store.turn(record.user_id, turn_id) for turn_id in record.turn_ids]
 
 
@@ -209,7 +209,7 @@ def _segment(record: SegmentRecord, turns: Sequence[Turn], config: SegmenterConf
     return Segment(record.user_id, record.session_id, record.seq, exchanges, record.reason, tokens)
 
 
-def _current_amus(store: AMUStore, stored: SegmentRecord) -> list[AMU]:
+def _current_amus(store: Store, stored: SegmentRecord) -> list[AMU]:
     """The AMUs of the stored segment's current extraction: those of its latest revision (ids
     ``<conversation>:<seq>:<index>`` for revision 0, with ``:r<n>`` appended for revision n)."""
     prefix = f"{stored.user_id}:{stored.seq}:"

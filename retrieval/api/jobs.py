@@ -15,26 +15,27 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from retrieval.consolidation.engine import consolidate_user
 from retrieval.index.query_batcher import background
 from retrieval.memory.cache import CachedEmbedder
 from retrieval.memory.job_rows import DONE, FAILED, RUNNING, JobRow
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
 
 CONSOLIDATE = "consolidate"
 
 
 class JobRunner:
-    """The store's job worker. ``on_done(user)`` is called after each job (the memory drops the
-    user's search snapshot). ``embedder`` and ``fingerprinter`` must be safe to share with the
-    caller's thread (:class:`retrieval.consolidation.worker.SerializedEmbedder`, :class:`Locked`)."""
+    """The job worker of ``store``, which runs the jobs on its own handle of it
+    (:meth:`~retrieval.memory.store_contract.Handle.reopen`). ``on_done(user)`` is called after
+    each job (the memory drops the user's search snapshot). ``embedder`` and ``fingerprinter``
+    must be safe to share with the caller's thread
+    (:class:`retrieval.consolidation.worker.SerializedEmbedder`, :class:`Locked`)."""
 
-    def __init__(self, directory: Path, embedder: Any, operator: Any, fingerprinter: Any | None,
+    def __init__(self, store: Store, embedder: Any, operator: Any, fingerprinter: Any | None,
                  on_done: Callable[[str], None]) -> None:
-        self.directory, self.embedder, self.operator = directory, embedder, operator
+        self.store, self.embedder, self.operator = store, embedder, operator
         self.fingerprinter, self.on_done = fingerprinter, on_done
         self._queue: queue.Queue[JobRow | None] = queue.Queue()
         self._thread: threading.Thread | None = None
@@ -46,7 +47,7 @@ class JobRunner:
             self._thread.start()
         self._queue.put(job)
 
-    def wait(self, store: AMUStore, job_id: int, timeout_s: float | None = None) -> JobRow:
+    def wait(self, store: Store, job_id: int, timeout_s: float | None = None) -> JobRow:
         """Block until the job is done or failed (or ``timeout_s`` passes); returns its row."""
         with self._finished:
             self._finished.wait_for(lambda: store.job_row(job_id).state in (DONE, FAILED),  # type: ignore[union-attr]
@@ -65,7 +66,7 @@ class JobRunner:
             self._thread = None
 
     def _run(self) -> None:
-        with AMUStore(self.directory, role="consolidate") as store, background():  # behind searches
+        with self.store.reopen(role="consolidate") as store, background():  # behind searches
             embedder = CachedEmbedder(self.embedder, store)
             while (job := self._queue.get()) is not None:
                 store.update_job(job.id, RUNNING, {"stage": "consolidating"})

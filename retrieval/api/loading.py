@@ -22,6 +22,14 @@ LLM_CACHE = "llm_cache"
 """The store's subdirectory holding LLM answers (extraction, planning, consolidation)."""
 
 
+def llm_cache(local_files: Path | None) -> Path | None:
+    """Where a store's LLM answers are cached: ``llm_cache`` in its local files
+    (:attr:`retrieval.memory.store_contract.Handle.local_files`); None, not cached, for a store
+    without local files (a database server: an answer cached on one machine would outlive a
+    purge made through another)."""
+    return None if local_files is None else local_files / LLM_CACHE
+
+
 class Deferred:
     """A model to load only once the store is open: ``Deferred(SentenceEmbedder, name)``."""
 
@@ -93,7 +101,7 @@ def _fingerprinter(value: Any) -> Any | None:
     return value
 
 
-def _extractor(value: Any, cache: Path) -> Any:
+def _extractor(value: Any, cache: Path | None) -> Any:
     if value == "rule":
         from retrieval.extract.rules import RuleExtractor
 
@@ -108,7 +116,7 @@ def _extractor(value: Any, cache: Path) -> Any:
     return value
 
 
-def _planner(value: Any, cache: Path) -> Any | None:
+def _planner(value: Any, cache: Path | None) -> Any | None:
     if value == "rule":
         return None  # the retriever's default, the rule planner
     if value == "llm":
@@ -120,7 +128,7 @@ def _planner(value: Any, cache: Path) -> Any | None:
     return value
 
 
-def _operator(value: Any, cache: Path) -> Any:
+def _operator(value: Any, cache: Path | None) -> Any:
     if isinstance(value, str):
         from retrieval.consolidation.options import make_operator
 
@@ -139,11 +147,12 @@ def _reranker(value: Any) -> Any | None:
     return value
 
 
-def load_models(directory: Path, *, embedder: Any = MINILM_ALIAS, fingerprinter: Any = None,
+def load_models(directory: Path | None, *, embedder: Any = MINILM_ALIAS, fingerprinter: Any = None,
                 extractor: Any = "rule", planner: Any = "rule", operator: Any = "offline",
                 reranker: Any = None) -> MemoryModels:
-    """Load what is named; LLM answers are cached in ``<store>/llm_cache`` (purged with the data)."""
-    cache = directory / LLM_CACHE
+    """Load what is named; LLM answers are cached in ``llm_cache`` of the store's local files
+    ``directory`` (purged with the data), not at all without one."""
+    cache = llm_cache(directory)
     try:
         embedder, extractor, fingerprinter = (_resolved(embedder), _resolved(extractor),
                                               _resolved(fingerprinter))

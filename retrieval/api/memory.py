@@ -11,12 +11,11 @@ writing process (or a second writing ``Memory`` in this one) is refused at open 
 :class:`MemoryBusy` naming the holder's pid; any number of ``read_only`` memories may read beside
 it.
 
-Ingestion behind the add: ``add`` validates, stores its turns in one transaction and returns,
-with no model forward: the turns are searchable as raw turns from then on (they join the user's
-search state before its next search, :mod:`retrieval.api.unindexed`); the ingestion worker embeds
-them and closes segments from the turn log, each user's turns in order (:mod:`retrieval.api.backlog`:
-:meth:`Memory.pending`, :meth:`Memory.drain`; :meth:`Memory.flush` processes the user's backlog
-first). ``kill -9`` loses and duplicates nothing: the backlog is replayed at the next open.
+Ingestion behind the add: ``add`` validates, stores its turns in one transaction and returns with no
+forward (they join the user's search state before its next search, :mod:`retrieval.api.unindexed`);
+the ingestion worker embeds them and closes segments from the turn log, each user's turns in order
+(:mod:`retrieval.api.backlog`: :meth:`Memory.pending`, :meth:`Memory.drain`; :meth:`Memory.flush`
+processes the user's backlog first). ``kill -9`` loses and duplicates nothing: the backlog is replayed.
 
 What runs in parallel and what is serialised (:mod:`retrieval.api.closing`):
 
@@ -27,11 +26,10 @@ What runs in parallel and what is serialised (:mod:`retrieval.api.closing`):
   search-state update, its searches (the state is extended in place) and a purge: one commit or
   one search at a time, never an extraction. Its ``stream`` guard orders its ingestion (worker
   steps, flush) and a purge, which so waits for the running step.
-* All writes share the store's writer connection, one short transaction at a time (SQLite has
-  one writer). The models run one forward at a time: searches' calls arriving while the joint
-  encoder runs one share the next, and go ahead of the ingestion worker's, which run in small
-  forwards (:mod:`retrieval.index.query_batcher`); models that cannot be joined take one call at
-  a time behind a lock (their tokenizers refuse concurrent use).
+* All writes share the store's writer connection, one short transaction at a time. The models
+  run one forward at a time: searches arriving during one share the next, ahead of ingestion's
+  small forwards (:mod:`retrieval.index.query_batcher`); models that cannot be joined take one
+  call at a time behind a lock (their tokenizers refuse concurrent use).
 
 Trust holds per user: a search scores only the user's own state, sees every commit made before
 it starts (:mod:`retrieval.api.states`) and filters by session before the cut. :meth:`Memory.close`
@@ -60,7 +58,7 @@ from retrieval.api.inputs import (
 )
 from retrieval.api.jobs import CONSOLIDATE, JobRunner
 from retrieval.api.limits import DEFAULT_K, DEFAULT_PAGE
-from retrieval.api.loading import LLM_CACHE, MemoryModels, load_models
+from retrieval.api.loading import MemoryModels, llm_cache, load_models
 from retrieval.api.online import StreamModels
 from retrieval.api.purge import hard_purge
 from retrieval.api.replay import check_replay
@@ -69,18 +67,20 @@ from retrieval.api.search import run_search
 from retrieval.api.states import SearchStates
 from retrieval.api.tokens import CURSOR, JOB, Tokens, store_secret
 from retrieval.ingestion.segmenter import SegmenterConfig
+from retrieval.memory.backends import open_store
 from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.errors import StoreBusy, StoreError
 from retrieval.memory.fresh_store import discard_if_fresh, remove_if_created
 from retrieval.memory.records import AMU, Turn, raw_turn_id, turn_id_of
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
+from retrieval.memory.targets import local_directory
 from retrieval.multi_route.bank import MemoryBank
 
 
 class Memory:
     """See the module docstring; open with :meth:`open`."""
 
-    def __init__(self, store: AMUStore, models: MemoryModels, segmenter: SegmenterConfig) -> None:
+    def __init__(self, store: Store, models: MemoryModels, segmenter: SegmenterConfig) -> None:
         self.store, self.models, self.segmenter = store, models, segmenter
         self._gate, self._guards = CallGate(), UserGuards()
         self._tokens = Tokens(store_secret(store))
@@ -90,38 +90,39 @@ class Memory:
         self._query_embedder, self._fingerprinter = shared, fingerprinter
         self._states = SearchStates(store, self._build_bank)
         self._backlog = Backlog(store, self._online, self._guards, self._states)
-        self._unindexed = self._backlog.unindexed
-        self._jobs = JobRunner(store.directory, shared, models.operator, fingerprinter, self._forget_state)
+        self._jobs = JobRunner(store, shared, models.operator, fingerprinter, self._forget_state)
 
     @classmethod
     def open(cls, path: str | Path, *, fingerprinter: Any = None, embedder: Any = None,
              extractor: Any = "rule", planner: Any = "rule", operator: Any = "offline", reranker: Any = None,
              read_only: bool = False, segmenter: SegmenterConfig | None = None) -> Memory:
-        """Open (or create) the memory at ``path``. Models are names/paths or loaded objects
-        (:mod:`retrieval.api.loading`); ``embedder`` defaults to the offline all-MiniLM-L6-v2. The
-        store is bound to the embedder, extractor and fingerprinter that built it: other ones are
-        refused (:class:`StoreUnavailable`). Unfinished consolidation jobs resume."""
+        """Open (or create) the memory at ``path``, a store directory or a PostgreSQL URL
+        (:mod:`retrieval.memory.backends`; a URL is never taken as a directory). Models are
+        names/paths or loaded objects (:mod:`retrieval.api.loading`); ``embedder`` defaults to the
+        offline all-MiniLM-L6-v2. The store is bound to the embedder, extractor and fingerprinter
+        that built it: other ones are refused (:class:`StoreUnavailable`). Unfinished
+        consolidation jobs resume."""
         if not isinstance(path, (str, Path)) or not str(path).strip():
             raise InvalidInput(f"path must name a store directory, got {path!r}", "path")
-        directory = Path(path)
-        if directory.exists() and not directory.is_dir():
+        directory = local_directory(path)
+        if directory is not None and directory.exists() and not directory.is_dir():
             raise StoreUnavailable(f"{directory} is a file, not a store directory", "path")
-        fresh = not read_only and not directory.exists()
+        created = directory if directory is not None and not read_only and not directory.exists() else None
         try:
-            store = AMUStore(directory, read_only=read_only)
+            store = open_store(path, read_only=read_only)
         except StoreBusy as err:
             raise MemoryBusy(str(err)) from None
         except StoreError as err:
-            remove_if_created(directory, fresh)
+            remove_if_created(created)
             raise StoreUnavailable(str(err)) from None
         try:
             options = {} if embedder is None else {"embedder": embedder}
-            models = load_models(directory, fingerprinter=fingerprinter, extractor=extractor, planner=planner,
-                                 operator=operator, reranker=reranker, **options)
+            models = load_models(store.local_files, fingerprinter=fingerprinter, extractor=extractor,
+                                 planner=planner, operator=operator, reranker=reranker, **options)
             memory = cls(store, models, segmenter or SegmenterConfig())
             memory._bind(read_only)
         except BaseException:
-            discard_if_fresh(store, fresh)
+            discard_if_fresh(store, created)
             raise
         if not read_only:
             memory._backlog.start()
@@ -140,7 +141,7 @@ class Memory:
                 checked = key == "embedder" or (key == "fingerprinter"
                                                 and self.models.fingerprinter is not None)
                 if read_only and saved is not None and checked and saved != value:
-                    raise StoreError(f"{self.store.directory} was built with {key} {saved!r}, not {value!r}")
+                    raise StoreError(f"{self.store.location} was built with {key} {saved!r}, not {value!r}")
                 if not read_only:
                     self.store.bind(key, value, hint=f"open it with the {key} it was built with")
         except StoreError as err:
@@ -185,8 +186,7 @@ class Memory:
                 return AddResult((), (), replayed, replayed=True)
             with self.store.tracking(user) as marks:
                 stored = self.store.append_turns(user, bound, key)
-            self._unindexed.added(user, marks, stored)
-            self._backlog.added(user, len(stored))
+            self._backlog.added(user, marks, stored)
             new_ids = {turn.turn_id for turn in stored}
             return AddResult(tuple(t.turn_id for t in stored), (),
                              tuple(t.turn_id for t in bound if t.turn_id not in new_ids))
@@ -283,7 +283,7 @@ class Memory:
         with self._gate, self._guards.of(user).state:
             if session is not None:
                 self._require_session(user, session)
-            self._unindexed.index(user)
+            self._backlog.unindexed.index(user)
             bank = self._states.get(user)
             return run_search(bank, text, k, session=session, explain=explain,
                               planner=self.models.planner, reranker=self.models.reranker)
@@ -349,7 +349,7 @@ class Memory:
 
     def _writable(self) -> None:
         if self.store.read_only:
-            raise StoreUnavailable(f"{self.store.directory} is open read-only")
+            raise StoreUnavailable(f"{self.store.location} is open read-only")
 
     def _build_bank(self, user: str) -> MemoryBank:
         return MemoryBank.build(self.store, user, self._embedder, query_embedder=self._query_embedder,
@@ -368,7 +368,7 @@ class Memory:
 
     def _purge(self, user: str, **selection: Any) -> None:
         """The caller holds both of the user's guards, so no segment of a purged turn commits."""
-        hard_purge(self.store, user, self.store.directory / LLM_CACHE, **selection)
+        hard_purge(self.store, user, llm_cache(self.store.local_files), **selection)
         self._states.drop(user)
         self._backlog.reset(user)  # an open segment may have held a purged turn: reload it
 

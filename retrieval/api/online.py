@@ -15,7 +15,7 @@ through it too), turn by turn:
 
 Each closed segment embeds its texts into the store's vector cache, then commits its AMUs,
 fingerprints and index rows in one transaction
-(:meth:`retrieval.memory.store.AMUStore.commit_stored_turns`), as batch ingestion does
+(:meth:`retrieval.memory.store_contract.Store.commit_stored_turns`), as batch ingestion does
 (:meth:`UserStream.store_segment`; the memory's
 ingestion worker wraps it to update the user's search state under the user's guard,
 :mod:`retrieval.api.backlog`). A stream is used by one thread at a time.
@@ -33,7 +33,7 @@ from retrieval.extract.base import Extractor, ReferenceContext
 from retrieval.ingestion.pipeline import embed_segment, fingerprinted, segment_record
 from retrieval.ingestion.segmenter import SegmenterConfig, SemanticSegmenter
 from retrieval.memory.records import AMU, Exchange, Segment, SegmentRecord, Turn
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
 
 
 @dataclass
@@ -57,7 +57,7 @@ class StreamModels:
 class UserStream:
     """One user's online segmentation and extraction state."""
 
-    def __init__(self, user: str, store: AMUStore, models: StreamModels) -> None:
+    def __init__(self, user: str, store: Store, models: StreamModels) -> None:
         self.user, self.store, self.models = user, store, models
         self.publish: Callable[[SegmentRecord, list[AMU]], None] = self.store_segment
         self.history: deque[float] = deque(maxlen=models.config.history_size)
@@ -66,7 +66,7 @@ class UserStream:
         self.next_seq = store.next_seq(user)
 
     @classmethod
-    def load(cls, user: str, store: AMUStore, models: StreamModels, turns: Sequence[Turn] | None = None,
+    def load(cls, user: str, store: Store, models: StreamModels, turns: Sequence[Turn] | None = None,
              publish: Callable[[UserStream, SegmentRecord, list[AMU]], None] | None = None,
              ) -> tuple[UserStream, list[AMU]]:
         """The stream after a restart: the reference context replayed from the stored segments of

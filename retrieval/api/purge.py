@@ -14,7 +14,7 @@ from pathlib import Path
 from retrieval.index.evidence_nodes import searchable_text, segment_search_texts
 from retrieval.memory.purge import Purged
 from retrieval.memory.records import AMU, Exchange, Turn
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
 
 
 def derived_texts(purged: Purged, turns_before: Sequence[Turn]) -> list[str]:
@@ -53,14 +53,15 @@ def drop_llm_answers(cache_dir: Path, texts: Iterable[str]) -> int:
     return dropped
 
 
-def hard_purge(store: AMUStore, user: str, llm_cache: Path, *, session_id: str | None = None,
+def hard_purge(store: Store, user: str, llm_cache: Path | None, *, session_id: str | None = None,
                amu_ids: Sequence[str] = (), turn_ids: Sequence[str] = (), everything: bool = False) -> Purged:
     """Purge the selection with everything derived from it (:mod:`retrieval.memory.purge`), then
-    scrub the store's files."""
+    scrub the store's files and the LLM answers cached in ``llm_cache`` (when the store has one)."""
     before = store.turns(user)
     purged = store.purge(user, session_id=session_id, amu_ids=amu_ids, turn_ids=turn_ids,
                          everything=everything)
     texts = derived_texts(purged, before)
     store.scrub(texts)
-    drop_llm_answers(llm_cache, texts)
+    if llm_cache is not None:
+        drop_llm_answers(llm_cache, texts)
     return purged

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from retrieval.api.errors import Conflict
 from retrieval.memory.records import Turn
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
 
 COMPARED = ("session_id", "speaker", "text", "session_time", "image_caption")
 
@@ -27,14 +27,14 @@ def difference(stored: Turn, turn: Turn) -> str | None:
     return None
 
 
-def _stored(store: AMUStore, user: str, turn_id: str) -> Turn | None:
+def _stored(store: Store, user: str, turn_id: str) -> Turn | None:
     try:
         return store.turn(user, turn_id)
     except KeyError:
         return None
 
 
-def _same_add(store: AMUStore, user: str, original: Sequence[str], turns: Sequence[Turn],
+def _same_add(store: Store, user: str, original: Sequence[str], turns: Sequence[Turn],
               given: set[str]) -> bool:
     if len(original) != len(turns):
         return False
@@ -46,7 +46,7 @@ def _same_add(store: AMUStore, user: str, original: Sequence[str], turns: Sequen
     return True
 
 
-def check_replay(store: AMUStore, user: str, turns: Sequence[Turn], given: set[str],
+def check_replay(store: Store, user: str, turns: Sequence[Turn], given: set[str],
                  key: str | None) -> tuple[str, ...] | None:
     """The turn ids the first add of ``key`` stored when this add replays it, None when it is a new
     add; raises :class:`Conflict` for a key or a stored turn id given with another body. ``turns``

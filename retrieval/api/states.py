@@ -31,11 +31,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from retrieval.memory.records import AMU, Turn
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
 from retrieval.multi_route.bank import MemoryBank
 
-SEARCH_STATE_BYTES = 512 * 2**20
-"""The bound on the estimated bytes of all users' search states of one memory."""
+SEARCH_STATE_BYTES = 4 * 2**30
+"""The bound on the estimated bytes of all users' search states of one memory, sized by what a
+user costs: a user of 100 records is estimated at 2.0 MiB (1.7 MiB measured: the vectors, the
+topology's co-occurrences, the Python objects), one of 100,000 records at 0.8 GiB, so the bound
+holds 2,000 small users or four large ones. Below what a memory's users search in turn, every
+search rebuilds a state from the store (1,000 users of 100 records under 512 MiB did)."""
 
 
 @dataclass
@@ -50,7 +54,7 @@ class SearchStates:
     """The users' search states of one memory (see the module docstring); ``build(user)`` makes
     one from the store. Calls for one user are serialised by the caller (its user guard)."""
 
-    def __init__(self, store: AMUStore, build: Callable[[str], MemoryBank], limit: int | None = None) -> None:
+    def __init__(self, store: Store, build: Callable[[str], MemoryBank], limit: int | None = None) -> None:
         self.store, self.build = store, build
         self.limit = SEARCH_STATE_BYTES if limit is None else limit
         self._held: OrderedDict[str, _Held] = OrderedDict()

@@ -1,7 +1,7 @@
 """Turns an add stored that the user's search state does not hold yet.
 
 An add commits its turns and returns without a model forward: the turns wait here, with the marks
-of the add's transaction (:meth:`retrieval.memory.store.AMUStore.tracking`), and join the user's
+of the add's transaction (:meth:`retrieval.memory.store_contract.Store.tracking`), and join the user's
 search state (:meth:`retrieval.api.states.SearchStates.extend`) before anything else reads or
 extends it: at the user's next search, or when the ingestion worker indexes them (at the end of a
 step, and before it commits a segment). Their vectors are computed in one call first (through the

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from retrieval.consolidation.fidelity import MAX_MERGE_MEMBERS, lost_content
 from retrieval.memory.records import AMU
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
 
 
 @dataclass
@@ -45,7 +45,7 @@ class AuditReport:
                 f"{self.longest_chain}) | superseded by re-extraction {self.superseded}")
 
 
-def audit(store: AMUStore) -> AuditReport:
+def audit(store: Store) -> AuditReport:
     """Audit every conversation of the store."""
     report = AuditReport()
     for cid in store.users_with_segments():
@@ -53,7 +53,7 @@ def audit(store: AMUStore) -> AuditReport:
     return report
 
 
-def _audit_conversation(store: AMUStore, user_id: str, report: AuditReport) -> None:
+def _audit_conversation(store: Store, user_id: str, report: AuditReport) -> None:
     amus = {amu.id: amu for amu in store.amus(user_id, include_archived=True)}
     successors = store.successors(user_id)
     revisions = {segment.seq: segment.revision for segment in store.segments(user_id)}

@@ -38,13 +38,13 @@ from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.meta_keys import PLAN_KEY
 from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
 
 logger = logging.getLogger(__name__)
 
 
 
-def consolidate_user(store: AMUStore, user_id: str, embedder: Embedder,
+def consolidate_user(store: Store, user_id: str, embedder: Embedder,
                              operator: Operator | None = None, config: ConsolidationConfig | None = None, *,
                              fingerprinter: TextFingerprinter | None = None) -> ConsolidationReport:
     """Consolidate the active AMUs of one conversation in ``store`` (open for writing; beside an
@@ -61,7 +61,7 @@ def consolidate_user(store: AMUStore, user_id: str, embedder: Embedder,
     operator = operator or OfflineOperator()
     config = (config or ConsolidationConfig()).resolved(operator.default_threshold)
     if user_id not in store.users_with_segments():
-        raise ValueError(f"{store.directory} holds no user {user_id!r}")
+        raise ValueError(f"{store.location} holds no user {user_id!r}")
     store.bind("fingerprinter", "none" if fingerprinter is None else model_identity(fingerprinter),
                hint="consolidate with the fingerprinter the store was built with")
     cached = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder, store)
@@ -117,7 +117,7 @@ def _covered(amus: Sequence[AMU]) -> frozenset[str]:
 class _Step:
     """Applies one cluster of a plan: the operator's drafts, each forwarded in one transaction."""
 
-    store: AMUStore
+    store: Store
     operator: Operator
     config: ConsolidationConfig
     turn_order: dict[str, int]

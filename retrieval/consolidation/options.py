@@ -12,7 +12,7 @@ OPERATORS = ("offline", "llm")
 and ISQ_LLM_MODEL chooses AGGREGATE, MERGE, UPDATE or KEEP."""
 
 
-def make_operator(kind: str, cache_dir: Path) -> Operator:
+def make_operator(kind: str, cache_dir: Path | None) -> Operator:
     """The operator ``kind`` names (``ValueError`` for an unknown one or a missing endpoint)."""
     if kind == "offline":
         return OfflineOperator()

@@ -22,9 +22,10 @@ from retrieval.consolidation.config import WORKER_INTERVAL_S, ConsolidationConfi
 from retrieval.consolidation.engine import consolidate_user
 from retrieval.consolidation.operations import OfflineOperator, Operator
 from retrieval.consolidation.report import ConsolidationReport
+from retrieval.memory.backends import open_store
 from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.protocols import Embedder, TextFingerprinter
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
 
 
 class SerializedEmbedder:
@@ -43,17 +44,18 @@ class SerializedEmbedder:
 
 
 class ConsolidationWorker:
-    """Background consolidation of a store's conversations (all, or ``conversations``).
+    """Background consolidation of the conversations (all, or ``conversations``) of ``store``, a
+    store directory or URL (:func:`retrieval.memory.backends.open_store`).
 
     Use as a context manager around an ingest, or call :meth:`start` and :meth:`stop`. Share the
     ingest's embedder through :class:`SerializedEmbedder`. :attr:`reports` holds one report per
     conversation, summed over the rounds. An error in the thread is raised again by :meth:`stop`.
     """
 
-    def __init__(self, directory: str | Path, embedder: Embedder, operator: Operator | None = None,
+    def __init__(self, store: str | Path, embedder: Embedder, operator: Operator | None = None,
                  config: ConsolidationConfig | None = None, *, fingerprinter: TextFingerprinter | None = None,
                  conversations: Sequence[str] | None = None, interval_s: float = WORKER_INTERVAL_S) -> None:
-        self.directory = Path(directory)
+        self.target = store
         self.embedder, self.operator, self.config = embedder, operator or OfflineOperator(), config
         self.fingerprinter, self.conversations, self.interval_s = fingerprinter, conversations, interval_s
         self.reports: dict[str, ConsolidationReport] = {}
@@ -61,13 +63,13 @@ class ConsolidationWorker:
         self.error: BaseException | None = None
         self._stop, self._abort = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._run, name="consolidation", daemon=True)
-        self._store: AMUStore | None = None
+        self._store: Store | None = None
         self._counts: dict[str, int] = {}  # AMUs (archived included) after each conversation's last run
 
     def start(self) -> ConsolidationWorker:
         """Open the store (a second consolidation of it is refused here, :class:`StoreBusy`) and
         start the thread."""
-        self._store = AMUStore(self.directory, role="consolidate")
+        self._store = open_store(self.target, role="consolidate")
         self._thread.start()
         return self
 

@@ -20,7 +20,7 @@ from retrieval.eval.questions import DIA_ID, EvalQuestion
 from retrieval.eval.results import AnswersDone, AnswersSkipped, AnswerSummary
 from retrieval.llm_client import ChatClient, InvalidResponse
 from retrieval.memory.records import AMU, Turn
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class AnswerStage:
 def run_answer_stage(stage: AnswerStage | None, config_names: Sequence[str],
                      questions: Sequence[EvalQuestion],
                      hits: Mapping[str, Sequence[Sequence[Hit]]], banks: Mapping[str, BuiltConversation],
-                     store: AMUStore, out_dir: Path) -> AnswersDone | AnswersSkipped:
+                     store: Store, out_dir: Path) -> AnswersDone | AnswersSkipped:
     """Answer and grade every question with each configuration's retrieved AMUs (and raw turns);
     writes ``answers.jsonl`` and returns the summary for ``results.json`` (or why it was skipped:
     no endpoint, no answer configuration)."""

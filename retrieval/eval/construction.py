@@ -24,7 +24,7 @@ from retrieval.ingestion.pipeline import IngestStats
 from retrieval.memory.meta_keys import CONSTRUCTION_KEY
 from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
 from retrieval.multi_route.retriever import MultiRouteRetriever
 
 STORE_DIR = "store"
@@ -59,7 +59,7 @@ class ConstructionLedger:
     summed over the runs that built parts of it, so a rerun that reuses the store still reports
     what building it cost. (Which extractor and embedder built it, the store itself binds.)"""
 
-    def __init__(self, store: AMUStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     def add(self, conversation_id: str, stats: IngestStats) -> None:
@@ -116,7 +116,7 @@ def codebook_diagnostics(fingerprinter: TextFingerprinter, banks: Sequence[Built
     }
 
 
-def open_memory(directory: Path, embedder: Embedder, extractor: Extractor, operator: Any | None, *,
+def open_memory(target: str | Path, embedder: Embedder, extractor: Extractor, operator: Any | None, *,
                 read_only: bool) -> Memory:
     """The evaluation's memory: records without fingerprints (each codebook fingerprints them
     itself, cached in the store), so one store serves every fingerprinter. Written, it is bound to
@@ -124,7 +124,7 @@ def open_memory(directory: Path, embedder: Embedder, extractor: Extractor, opera
     if read_only and operator is not None:
         raise EvaluationError("--store evaluates a memory as built; consolidate it first "
                               "(Memory.consolidate)")
-    memory = Memory.open(directory, embedder=embedder, extractor=extractor, read_only=read_only)
+    memory = Memory.open(target, embedder=embedder, extractor=extractor, read_only=read_only)
     if not read_only:
         try:
             memory.store.bind("consolidation", "none" if operator is None else operator.name,
@@ -144,7 +144,7 @@ def add_locomo_conversation(conversation: LocomoConversation, memory: Memory,
     cid = conversation.conversation_id
     if memory.store.read_only:
         if cid not in memory.store.users_with_segments():
-            raise EvaluationError(f"{memory.store.directory} holds no memory of {cid!r}")
+            raise EvaluationError(f"{memory.store.location} holds no memory of {cid!r}")
         return 0.0, 0
     logger.info("%s: adding %d turns through Memory.add", cid, len(conversation.turns))
     stats = add_conversation(memory, conversation.turns)

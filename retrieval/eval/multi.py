@@ -20,7 +20,7 @@ from retrieval.eval.questions import EvalQuestion
 from retrieval.eval.results import MultiRouteInfo
 from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
 from retrieval.multi_route.bank import MemoryBank
 from retrieval.multi_route.planner_rules import Planner
 from retrieval.multi_route.query_plan import Plan
@@ -28,7 +28,7 @@ from retrieval.multi_route.rerank import CrossEncoderReranker
 from retrieval.multi_route.retriever import RERANKER_OFF, MultiRouteRetriever
 
 
-def build_route_retrievers(store: AMUStore, conversation_id: str, embedder: Embedder, amus: Sequence[AMU],
+def build_route_retrievers(store: Store, conversation_id: str, embedder: Embedder, amus: Sequence[AMU],
                            embeddings: np.ndarray, banks: Mapping[str, DualPathRetriever],
                            fingerprinters: Mapping[str, TextFingerprinter], planner: Planner | None,
                            reranker: CrossEncoderReranker | None,

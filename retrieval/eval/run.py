@@ -78,7 +78,7 @@ from retrieval.index.fts import RecordLexical
 from retrieval.ingestion.segmenter import count_tokens
 from retrieval.memory.cache import CachedEmbedder, CachedFingerprinter, model_identity
 from retrieval.memory.protocols import Embedder
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
 from retrieval.multi_route.planner_rules import Planner
 from retrieval.multi_route.query_plan import Plan
 from retrieval.multi_route.rerank import CrossEncoderReranker
@@ -102,7 +102,7 @@ class EvaluationSettings:
     answer_configs: Sequence[str] = ()
     recorded: Mapping[str, Any] = field(default_factory=dict)
     progress: bool = True
-    store: Path | None = None
+    store: str | Path | None = None
 
     @property
     def names(self) -> list[str]:
@@ -283,7 +283,7 @@ def encode_queries(built: Built, fingerprinters: Mapping[str, CachedFingerprinte
     return queries, plans
 
 
-def construction_record(built: Built, store: AMUStore, ids: Sequence[str], extractor: Extractor,
+def construction_record(built: Built, store: Store, ids: Sequence[str], extractor: Extractor,
                         embedder: CachedEmbedder,
                         fingerprinters: Mapping[str, CachedFingerprinter]) -> Construction:
     """What building the memory cost, over the runs that built the store and in this run."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 
 from retrieval.extract.base import Extraction, ReferenceContext, make_amu
 from retrieval.extract.dates import MONTHS, WEEKDAYS, absolute_dates, resolve_dates
@@ -47,7 +47,7 @@ _PAST_EVENT = re.compile(r"\b(went|visited|attended|joined|started|finished|boug
                          r"took|built|launched|got)\b", re.IGNORECASE)
 
 
-def content_words(text: str, names: set[str]) -> list[str]:
+def content_words(text: str, names: Set[str]) -> list[str]:
     """Lower-cased words that are neither stopwords, fillers, month or day names nor ``names``."""
     words = (re.sub(r"['’]s$", "", word.lower()).strip("'’") for word in _WORD.findall(text))
     return [w for w in words if w not in _NOT_NAMES and w not in names and len(w) > 1]

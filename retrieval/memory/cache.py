@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from isq.fingerprint import Fingerprint
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.protocols import Embedder, TextFingerprinter
+from retrieval.memory.sqlite_part import SQLitePart
+
+if TYPE_CHECKING:
+    from retrieval.memory.store_contract import VectorCache
 
 
 def model_identity(model: Any) -> Any:
@@ -38,11 +41,9 @@ def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-class ArrayCache:
-    """The cache tables of the store (a mixin of :class:`retrieval.memory.store.AMUStore`)."""
+class ArrayCache(SQLitePart):
+    """The cache tables of the store (a part of :class:`retrieval.memory.store.AMUStore`)."""
 
-    _db: sqlite3.Connection
-    read_only: bool
 
     def cached(self, table: str, model: str, items: Iterable[str]) -> dict[str, bytes]:
         """Stored blobs of ``items`` under ``model`` in ``table`` ("vectors" or "codes")."""
@@ -61,7 +62,7 @@ class ArrayCache:
         if self.read_only or not blobs:
             return
         column = {"vectors": "vector", "codes": "codes"}[table]
-        with self._transaction() as db:  # type: ignore[attr-defined]
+        with self._transaction() as db:
             db.executemany(f"INSERT OR IGNORE INTO {table} (model, item, {column}) VALUES (?, ?, ?)",
                            [(model, item, blob) for item, blob in blobs.items()])
 
@@ -72,7 +73,7 @@ class CachedEmbedder:
     Texts not cached yet are embedded in one call, in input order, and stored.
     """
 
-    def __init__(self, embedder: Embedder, store: ArrayCache) -> None:
+    def __init__(self, embedder: Embedder, store: VectorCache) -> None:
         self.embedder, self.store = embedder, store
         self.dim = embedder.dim
         self.identity = model_identity(embedder)
@@ -103,7 +104,7 @@ class CachedFingerprinter:
     """A fingerprinter whose token codes live in a store's cache (same interface for callers:
     ``fingerprint(texts)``, ``identity``, ``codebook_size``)."""
 
-    def __init__(self, fingerprinter: TextFingerprinter, store: ArrayCache) -> None:
+    def __init__(self, fingerprinter: TextFingerprinter, store: VectorCache) -> None:
         self.fingerprinter, self.store = fingerprinter, store
         self.identity = fingerprinter.identity
         self.codebook_size = fingerprinter.codebook_size

@@ -18,3 +18,7 @@ class StoreBusy(StoreError):
 class StoreFault(StoreError):
     """SQLite failed on an open store (damaged page, missing table, full disk, I/O error); the
     message names the store, the SQLite error and what to do (:mod:`retrieval.memory.faults`)."""
+
+
+class BackendUnavailable(StoreError):
+    """The store's backend is not installed here (a PostgreSQL URL without the PostgreSQL support)."""

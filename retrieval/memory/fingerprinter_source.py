@@ -12,18 +12,18 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.memory.cache import model_identity
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
 
 PATH_KEY = "fingerprinter_path"
 
 
-def remember_fingerprinter(store: AMUStore, directory: Path, fingerprinter: Any) -> None:
+def remember_fingerprinter(store: Store, directory: Path, fingerprinter: Any) -> None:
     """Record ``directory`` as the source of ``fingerprinter``, unless the store is bound to another."""
     if store.meta("fingerprinter") in (None, model_identity(fingerprinter)):
         store.put_meta(PATH_KEY, str(Path(directory).resolve()))
 
 
-def recorded_fingerprinter(store: AMUStore) -> Path | None:
+def recorded_fingerprinter(store: Store) -> Path | None:
     """The directory the store's fingerprinter was loaded from, when it was built with one,
     recorded where, and that directory still exists (None otherwise: stores written before this
     record, a checkpoint since moved; the reader then names it)."""

@@ -10,7 +10,7 @@ its session and full turn range (:func:`add_event_frame`). The FTS5 rows follow 
 (:mod:`retrieval.memory.schema`), and so does archiving: an archived AMU leaves ``amu_fts`` and
 its node links in the archiving transaction, so no index ever returns it. No LLM call, no model.
 
-Reads (:class:`EvidenceReads`, a mixin of the store): a conversation's nodes with their active
+Reads (:class:`EvidenceReads`, a part of the store): a conversation's nodes with their active
 AMUs, and FTS5 ``bm25()`` search over a conversation's active AMUs.
 """
 
@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 from retrieval.memory.evidence_keys import node_id, record_nodes
 from retrieval.memory.in_chunks import in_chunks
-from retrieval.memory.reads import AMU_COLUMNS, amu_from_row
+from retrieval.memory.reads import AMU_COLUMNS, amu_from_row, json_lists
 from retrieval.memory.records import AMU
+from retrieval.memory.sqlite_part import SQLitePart
 
 
 def frame_label(session_id: str, turn_ids: Sequence[str]) -> str:
@@ -86,26 +87,29 @@ class EvidenceNode:
         return node_id(self.node_type, self.key)
 
 
-class EvidenceReads:
-    """The read side of the evidence indexes (a mixin of :class:`retrieval.memory.store.AMUStore`)."""
+class EvidenceReads(SQLitePart):
+    """The read side of the evidence indexes (a part of :class:`retrieval.memory.store.AMUStore`)."""
 
-    _db: sqlite3.Connection
 
     def evidence_nodes(self, user_id: str, node_type: str | None = None) -> list[EvidenceNode]:
-        """The conversation's nodes that link at least one active AMU, in creation order."""
-        where, params = "n.conversation_id = ? AND a.archived = 0", [user_id]
+        """The conversation's nodes that link at least one active AMU, in creation order, each
+        with its AMUs in store order: the nodes and the links are read apart (a joined row per
+        link would repeat its node's columns) and grouped here."""
+        where, params = "conversation_id = ?", [user_id]
         if node_type is not None:
-            where, params = where + " AND n.node_type = ?", params + [node_type]
-        rows = self._db.execute(
-            "SELECT n.id, n.node_type, n.key, n.text, n.session_id, n.turn_ids, a.id AS amu "
-            "FROM evidence_nodes n JOIN evidence_links l ON l.node = n.id JOIN amus a ON a.position = l.amu "
-            f"WHERE {where} ORDER BY n.id, a.position", params).fetchall()
-        grouped: dict[int, list[sqlite3.Row]] = {}
-        for row in rows:
-            grouped.setdefault(row["id"], []).append(row)
-        return [EvidenceNode(first["node_type"], first["key"], first["text"], tuple(r["amu"] for r in group),
-                             first["session_id"], tuple(json.loads(first["turn_ids"] or "[]")))
-                for first, group in ((group[0], group) for group in grouped.values())]
+            where, params = where + " AND node_type = ?", params + [node_type]
+        nodes = self._db.execute("SELECT id, node_type, key, text, session_id, turn_ids FROM evidence_nodes "
+                                 f"WHERE {where} ORDER BY id", params).fetchall()
+        members: dict[int, list[str]] = {row[0]: [] for row in nodes}
+        for node, amu in self._db.execute(
+                "SELECT l.node, a.id FROM amus a JOIN evidence_links l ON l.amu = a.position "
+                "WHERE a.conversation_id = ? AND a.archived = 0 ORDER BY a.position", [user_id]).fetchall():
+            if node in members:
+                members[node].append(amu)
+        linked = [row for row in nodes if members[row[0]]]
+        turn_ids = json_lists([row[5] or "[]" for row in linked])
+        return [EvidenceNode(row[1], row[2], row[3], tuple(members[row[0]]), row[4], tuple(turns))
+                for row, turns in zip(linked, turn_ids, strict=True)]
 
     def node_links(self, amu_ids: Sequence[str]) -> list[tuple[EvidenceNode, str]]:
         """(node, AMU id) for every evidence link of these active AMUs, in node creation order: what

@@ -1,7 +1,7 @@
 """Durable background jobs kept in the store (schema 4, table ``jobs``): one row per job with
 its user, optional session, kind, state (queued, running, done, failed), progress (JSON) and
 error. A job left queued or running by a process that died is found by :meth:`JobRows.unfinished`
-and run again (the consolidation engine resumes its saved plan). A mixin of
+and run again (the consolidation engine resumes its saved plan). A part of
 :class:`retrieval.memory.store.AMUStore`.
 """
 
@@ -12,6 +12,8 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from retrieval.memory.sqlite_part import SQLitePart
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 UNFINISHED = (QUEUED, RUNNING)
@@ -37,15 +39,14 @@ def _job(row: sqlite3.Row) -> JobRow:
                   json.loads(row["progress"]), row["error"], row["created"], row["updated"])
 
 
-class JobRows:
+class JobRows(SQLitePart):
     """The ``jobs`` table."""
 
-    _db: sqlite3.Connection
 
     def create_job(self, user: str, session_id: str | None, kind: str) -> tuple[JobRow, bool]:
         """A queued job for (user, session), unless one is unfinished: then that one. Returns the job
         and whether it was created now."""
-        with self._transaction() as db:  # type: ignore[attr-defined]
+        with self._transaction() as db:
             row = db.execute("SELECT * FROM jobs WHERE conversation_id = ? AND session_id IS ? AND kind = ? "
                              f"AND state IN {UNFINISHED}", (user, session_id, kind)).fetchone()
             if row is not None:
@@ -62,7 +63,7 @@ class JobRows:
 
     def update_job(self, job_id: int, state: str, progress: dict[str, Any] | None = None,
                    error: str | None = None) -> None:
-        with self._transaction() as db:  # type: ignore[attr-defined]
+        with self._transaction() as db:
             db.execute("UPDATE jobs SET state = ?, progress = COALESCE(?, progress), error = ?, updated = ? "
                        "WHERE id = ?", (state, None if progress is None else json.dumps(progress), error,
                                         time.time(), job_id))

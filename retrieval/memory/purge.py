@@ -26,9 +26,10 @@ its words are theirs), or everything. When no turn of the user is left the purge
 user's: also its jobs, idempotency keys and per-user meta entries, whichever path led there.
 
 Then :meth:`Purge.scrub`: cached arrays of the purged texts (the caller names the texts, it knows
-how they were derived), FTS5 ``optimize`` (its index keeps deleted terms until segments merge),
-a WAL checkpoint that truncates the log and, with ``secure_delete`` on, zeroed free pages: the
-purged text is in none of the store's files afterwards.
+how they were derived), and :meth:`Purge.compact` (also ``python -m retrieval.store compact``):
+FTS5 ``optimize`` (its index keeps deleted terms until segments merge), VACUUM, a WAL checkpoint
+that truncates the log and, with ``secure_delete`` on, zeroed free pages: the purged text is in
+none of the store's files afterwards.
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.indexing import frame_label
 from retrieval.memory.meta_keys import MERGE_KEY, USER_KEYS
 from retrieval.memory.reads import AMU_COLUMNS, amu_from_row, segment_from_row, turn_from_row
+from retrieval.memory.record_writes import insert_amu
 from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.schema import turns_sha256
+from retrieval.memory.sqlite_part import SQLitePart
 
 
 @dataclass
@@ -94,16 +97,15 @@ def frame_states(stored: Sequence[Stored], seq: int) -> list[list[str]]:
     return [state for state in states if state]
 
 
-class Purge:
-    """The purge side of the store (a mixin of :class:`retrieval.memory.store.AMUStore`)."""
+class Purge(SQLitePart):
+    """The purge side of the store (a part of :class:`retrieval.memory.store.AMUStore`)."""
 
-    _db: sqlite3.Connection
 
     def purge(self, user: str, *, session_id: str | None = None, amu_ids: Sequence[str] = (),
               turn_ids: Sequence[str] = (), everything: bool = False) -> Purged:
         """Remove the user's selection (a session, AMUs, turns, or ``everything``) and what derives
         from it (see the module docstring); returns what went. Call :meth:`scrub` afterwards."""
-        with self._transaction() as db:  # type: ignore[attr-defined]
+        with self._transaction() as db:
             db.execute("INSERT INTO purging (flag) VALUES (1)")
             stored = [Stored(row["position"], amu_from_row(row), row["successor"]) for row in db.execute(
                 f"SELECT position, successor, {AMU_COLUMNS} FROM amus WHERE conversation_id = ? "
@@ -126,8 +128,7 @@ class Purge:
             frames = [state for s in touched for state in frame_states(stored, s.seq)]
             self._drop_amus(db, [row.position for row in chosen + restored])
             for row in restored:  # through the store's one insert path, so the indexes follow
-                self._insert_amu(db, dataclasses.replace(row.amu, archived=False),  # type: ignore[attr-defined]
-                                 row.position)
+                insert_amu(db, dataclasses.replace(row.amu, archived=False), row.position)
             kept = [s for s in touched if s.seq not in dropped]
             self._rewrite_segments(db, kept, gone)
             self._delete(db, "segments", "seq", sorted(dropped), user)
@@ -148,15 +149,21 @@ class Purge:
                       [row.amu.id for row in restored])
 
     def scrub(self, texts: Iterable[str]) -> None:
-        """Drop the cached arrays of ``texts``, rewrite the FTS5 index without deleted terms and
-        truncate the WAL (free pages are zeroed by ``secure_delete``)."""
+        """Drop the cached arrays of ``texts``, then :meth:`compact`."""
         keys = sorted({text_key(text) for text in texts})
-        with self._transaction() as db:  # type: ignore[attr-defined]
+        with self._transaction() as db:
             for table in ("vectors", "codes"):
                 for marks, chunk in in_chunks(keys):
                     db.execute(f"DELETE FROM {table} WHERE item IN ({marks})", chunk)
+        self.compact()
+
+    def compact(self) -> None:
+        """Leave no deleted data in the store's files: rewrite the FTS5 index without deleted terms,
+        rebuild the database file (VACUUM; free pages are zeroed by ``secure_delete``) and
+        truncate the WAL."""
+        with self._transaction() as db:
             db.execute("INSERT INTO amu_fts (amu_fts) VALUES ('optimize')")
-        with self._writing() as db:  # type: ignore[attr-defined]
+        with self._writing() as db:
             db.execute("VACUUM")
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 

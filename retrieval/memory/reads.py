@@ -1,5 +1,5 @@
 """Reading memory records back from the store: records by conversation or segment, segments, raw
-turns and source pointers. A mixin of :class:`retrieval.memory.store.AMUStore` (which owns the
+turns and source pointers. A part of :class:`retrieval.memory.store.AMUStore` (over its
 connection); every read returns records in insertion order.
 """
 
@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn
+from retrieval.memory.sqlite_part import SQLitePart
 
 AMU_COLUMNS = (
     "id, conversation_id, session_id, segment, text, memory_type, observed_at, timestamps, "
@@ -19,10 +20,9 @@ AMU_COLUMNS = (
 )
 
 
-class StoreReads:
+class StoreReads(SQLitePart):
     """The read side of the AMU store."""
 
-    _db: sqlite3.Connection
 
     def get(self, amu_id: str) -> AMU:
         """The record with this id; ``KeyError`` if there is none."""
@@ -121,39 +121,54 @@ class StoreReads:
         sql = f"SELECT {AMU_COLUMNS} FROM amus"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        for row in self._db.execute(sql + " ORDER BY position", params).fetchall():
-            yield amu_from_row(row)
+        yield from amus_from_rows(self._db.execute(sql + " ORDER BY position", params).fetchall())
 
 
 def amu_from_row(row: sqlite3.Row) -> AMU:
-    """The stored record of ``row``. Its fields were validated when it was constructed before
-    insertion (the store writes only :class:`AMU` values), so reading it back skips the schema
-    check, which would cost a user's first search milliseconds per record."""
-    fingerprint = row["fingerprint"]
-    return stored_amu(
-        id=row["id"],
-        text=row["text"],
-        memory_type=row["memory_type"],
-        source=SourcePointer(row["conversation_id"], row["session_id"], tuple(json.loads(row["turn_ids"])),
-                             tuple(json.loads(row["speakers"])), row["segment"]),
-        observed_at=row["observed_at"],
-        timestamps=tuple(json.loads(row["timestamps"])),
-        entities=tuple(json.loads(row["entities"])),
-        tags=tuple(json.loads(row["tags"])),
-        fingerprint=None if fingerprint is None else tuple(json.loads(fingerprint)),
-        archived=bool(row["archived"]),
-        t_ref=row["t_ref"],
-        valid_from=row["valid_from"],
-        valid_to=row["valid_to"],
-    )
+    """The stored record of ``row`` (:func:`amus_from_rows` of one row)."""
+    return amus_from_rows([row])[0]
+
+
+JSON_LISTS = ("timestamps", "entities", "tags", "turn_ids", "speakers")
+"""The record columns stored as JSON lists (besides ``fingerprint``, which may be NULL)."""
+
+
+def amus_from_rows(rows: Sequence[sqlite3.Row]) -> list[AMU]:
+    """The stored records of ``rows`` (each with the :data:`AMU_COLUMNS`), in order. Their fields
+    were validated when they were constructed before insertion (the store writes only :class:`AMU`
+    values), so reading them back skips the schema check, and each JSON column is decoded for all
+    rows in one parse: a user's first search reads every record of the user."""
+    if not rows:
+        return []
+    column = dict(zip(rows[0].keys(), zip(*rows, strict=True), strict=True))
+    lists = {name: json_lists(column[name]) for name in JSON_LISTS}
+    printed = iter(json_lists([codes for codes in column["fingerprint"] if codes is not None]))
+    fingerprints = [None if codes is None else tuple(next(printed)) for codes in column["fingerprint"]]
+    sources = [SourcePointer(user, session, tuple(turn_ids), tuple(speakers), segment)
+               for user, session, turn_ids, speakers, segment in zip(
+                   column["conversation_id"], column["session_id"], lists["turn_ids"], lists["speakers"],
+                   column["segment"], strict=True)]
+    return [stored_amu(id=amu_id, text=text, memory_type=memory_type, source=source, observed_at=observed_at,
+                       timestamps=tuple(timestamps), entities=tuple(entities), tags=tuple(tags),
+                       fingerprint=fingerprint, archived=bool(archived), t_ref=t_ref, valid_from=valid_from,
+                       valid_to=valid_to)
+            for (amu_id, text, memory_type, source, observed_at, timestamps, entities, tags, fingerprint,
+                 archived, t_ref, valid_from, valid_to) in zip(
+                column["id"], column["text"], column["memory_type"], sources, column["observed_at"],
+                lists["timestamps"], lists["entities"], lists["tags"], fingerprints, column["archived"],
+                column["t_ref"], column["valid_from"], column["valid_to"], strict=True)]
+
+
+def json_lists(texts: Sequence[str]) -> list[Any]:
+    """The JSON values ``texts`` hold (one JSON text each), parsed as one JSON array."""
+    return json.loads("[" + ",".join(texts) + "]") if texts else []
 
 
 def stored_amu(**fields: Any) -> AMU:
     """An :class:`AMU` of already validated, already frozen field values (every field given),
     made without running its validation."""
     amu = object.__new__(AMU)
-    for name, value in fields.items():
-        object.__setattr__(amu, name, value)
+    amu.__dict__.update(fields)
     return amu
 
 

@@ -6,7 +6,7 @@ covers yet belongs to an open segment or to the memory's ingestion backlog: the 
 ingestion worker's queue (:mod:`retrieval.api.backlog`), :meth:`TurnLog.backlog` reads it and
 :meth:`TurnLog.uncovered_turns` finds the turns of open segments after a restart.
 
-A mixin of :class:`retrieval.memory.store.AMUStore` (which owns the connection). The store's
+A part of :class:`retrieval.memory.store.AMUStore` (over its connection). The store's
 ``conversation_id`` is the API's user scope (schema 4, :mod:`retrieval.memory.schema`).
 """
 
@@ -20,6 +20,7 @@ from typing import Any
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.reads import turn_from_row
 from retrieval.memory.records import Turn
+from retrieval.memory.sqlite_part import SQLitePart
 
 
 def insert_turns(db: sqlite3.Connection, turns: Sequence[Turn]) -> None:
@@ -32,16 +33,15 @@ def insert_turns(db: sqlite3.Connection, turns: Sequence[Turn]) -> None:
     )
 
 
-class TurnLog:
+class TurnLog(SQLitePart):
     """The online write side of raw turns and the reads that rebuild open segments."""
 
-    _db: sqlite3.Connection
 
     def append_turns(self, user: str, turns: Sequence[Turn], key: str | None = None) -> list[Turn]:
         """Store the turns whose id ``user`` has not stored yet and, when given, ``key`` with the ids of
         all ``turns`` (the add it names), in one transaction; returns the turns stored now. Whether
         the add replays or conflicts with a stored one is the caller's check (:mod:`retrieval.api.replay`)."""
-        with self._transaction() as db:  # type: ignore[attr-defined]
+        with self._transaction() as db:
             stored = self.stored_turn_ids(user, [turn.turn_id for turn in turns])
             new = list({turn.turn_id: turn for turn in turns if turn.turn_id not in stored}.values())
             insert_turns(db, new)

@@ -1,4 +1,4 @@
-"""What a reader asks the store to know whether its copy of a user is still the store's (a mixin
+"""What a reader asks the store to know whether its copy of a user is still the store's (a part
 of :class:`retrieval.memory.store.AMUStore`): has anything committed since, and has this user
 changed.
 """
@@ -6,22 +6,29 @@ changed.
 from __future__ import annotations
 
 import sqlite3
-import threading
+
+from retrieval.memory.sqlite_part import SQLitePart
 
 
-class StoreVersions:
-    """The store's change markers (a mixin of :class:`retrieval.memory.store.AMUStore`)."""
+def user_rows(db: sqlite3.Connection, user_id: str) -> tuple[int, ...]:
+    """:meth:`StoreVersions.user_version` read on ``db`` (the writer, inside a transaction)."""
+    turns = db.execute("SELECT count(*), coalesce(max(position), 0) FROM turns "
+                       "WHERE conversation_id = ?", (user_id,)).fetchone()
+    records = db.execute("SELECT count(*), coalesce(max(position), 0), count(fingerprint) "
+                         "FROM amus WHERE conversation_id = ? AND archived = 0",
+                         (user_id,)).fetchone()
+    return (*map(int, turns), *map(int, records))
 
-    _db: sqlite3.Connection
-    _watch: sqlite3.Connection
-    _watch_guard: threading.Lock
+
+class StoreVersions(SQLitePart):
+    """The store's change markers (a part of :class:`retrieval.memory.store.AMUStore`)."""
 
     def data_version(self) -> int:
         """SQLite's ``PRAGMA data_version`` of the store's watching connection, which never writes:
         it moves whenever any connection commits (this store's writer, another process, the job
         worker's store), so equal values mean nothing was committed in between."""
-        with self._watch_guard:
-            (version,) = self._watch.execute("PRAGMA data_version").fetchone()
+        with self._connection.watch_guard:
+            (version,) = self._connection.watch.execute("PRAGMA data_version").fetchone()
         return int(version)
 
     def user_version(self, user_id: str) -> tuple[int, ...]:
@@ -29,9 +36,4 @@ class StoreVersions:
         records, and how many of those have a fingerprint. Positions only grow (AUTOINCREMENT),
         turns never change and archiving is one way, so every append, archive, purge or new
         fingerprint of the user changes this tuple."""
-        turns = self._db.execute("SELECT count(*), coalesce(max(position), 0) FROM turns "
-                                 "WHERE conversation_id = ?", (user_id,)).fetchone()
-        records = self._db.execute("SELECT count(*), coalesce(max(position), 0), count(fingerprint) "
-                                   "FROM amus WHERE conversation_id = ? AND archived = 0",
-                                   (user_id,)).fetchone()
-        return (*map(int, turns), *map(int, records))
+        return user_rows(self._db, user_id)

@@ -40,7 +40,8 @@ from retrieval.memory.evidence_keys import normalise_key
 from retrieval.memory.indexing import EvidenceNode
 from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU, Turn, raw_turn_id
-from retrieval.memory.store import AMUStore
+from retrieval.memory.store_contract import Store
+from retrieval.multi_route.collector import collector_paused
 from retrieval.multi_route.growing import GrowingInts, GrowingRows
 from retrieval.multi_route.planner_rules import PlanContext
 
@@ -52,9 +53,10 @@ signature (tracemalloc over a 300-turn user after one search: about 2.2 KiB an i
 
 class MemoryBank:
     """See the module docstring; build one with :meth:`build` (``topology``, when given, already
-    holds ``records``; ``query_embedder`` defaults to ``embedder``)."""
+    holds ``records``; ``record_vectors`` become the bank's own; ``query_embedder`` defaults to
+    ``embedder``)."""
 
-    def __init__(self, store: AMUStore, user_id: str, embedder: Embedder, records: Sequence[AMU],
+    def __init__(self, store: Store, user_id: str, embedder: Embedder, records: Sequence[AMU],
                  record_vectors: np.ndarray, *, query_embedder: Embedder | None,
                  topology: CooccurrenceTopology | None, fingerprinter: TextFingerprinter | None) -> None:
         self.user_id, self.embedder = user_id, embedder
@@ -80,7 +82,7 @@ class MemoryBank:
         self.topology = topology
 
     @classmethod
-    def build(cls, store: AMUStore, user_id: str, embedder: Embedder, *,
+    def build(cls, store: Store, user_id: str, embedder: Embedder, *,
               records: Sequence[AMU] | None = None, record_vectors: np.ndarray | None = None,
               query_embedder: Embedder | None = None, topology: CooccurrenceTopology | None = None,
               fingerprinter: TextFingerprinter | None = None,
@@ -88,16 +90,18 @@ class MemoryBank:
         """The bank of one stored conversation: its active records and every stored turn.
         ``records`` / ``record_vectors`` / ``topology`` may be passed when the caller has them
         (same active records, same order); with a ``fingerprinter`` and no ``topology`` the
-        codebook topology is built here from the records' stored fingerprints."""
-        records = list(store.amus(user_id)) if records is None else list(records)
-        if record_vectors is None:
-            record_vectors = embedder.encode([amu.text for amu in records])
-        if topology is None and fingerprinter is not None:
-            topology = CooccurrenceTopology(fingerprinter.codebook_size, topology_params,
-                                            fingerprinter.identity)
-            topology.add_incidence(*code_incidence(records, fingerprinter))
-        return cls(store, user_id, embedder, records, record_vectors, query_embedder=query_embedder,
-                   topology=topology, fingerprinter=fingerprinter)
+        codebook topology is built here from the records' stored fingerprints. The garbage
+        collector is paused meanwhile (:mod:`retrieval.multi_route.collector`)."""
+        with collector_paused():
+            records = list(store.amus(user_id)) if records is None else list(records)
+            record_vectors = (embedder.encode([amu.text for amu in records]) if record_vectors is None
+                              else np.array(record_vectors, dtype=np.float32))  # the bank's own copy
+            if topology is None and fingerprinter is not None:
+                topology = CooccurrenceTopology(fingerprinter.codebook_size, topology_params,
+                                                fingerprinter.identity)
+                topology.add_incidence(*code_incidence(records, fingerprinter))
+            return cls(store, user_id, embedder, records, record_vectors, query_embedder=query_embedder,
+                       topology=topology, fingerprinter=fingerprinter)
 
     # ------------------------------------------------------------------ reading
 
@@ -195,19 +199,19 @@ class MemoryBank:
         """Stored turns join the raw-turn channel at once (their vectors go to the store's cache)."""
         if not turns:
             return
-        self._turn_rows.extend(self.embedder.encode([turn.render() for turn in turns]))
+        self._turn_rows.extend(self.embedder.encode([turn.render() for turn in turns]), fresh=True)
         for turn in turns:
             self._turn_index[turn.turn_id] = len(self.turns)
             self.turns.append(turn)
-        self._turn_record.extend(np.full(len(turns), -1, dtype=np.int64))
-        self._turn_sessions.extend(self._session_numbers(turn.session_id for turn in turns))
+        self._turn_record.extend(np.full(len(turns), -1, dtype=np.int64), fresh=True)
+        self._turn_sessions.extend(self._session_numbers(turn.session_id for turn in turns), fresh=True)
         times = [turn.session_time for turn in turns if turn.session_time is not None]
         context = self.context
         self.context = dataclasses.replace(
             context, participants=tuple(dict.fromkeys([*context.participants, *(t.speaker for t in turns)])),
             now=max([*times, *([context.now] if context.now else [])]) if times else context.now)
 
-    def add_records(self, store: AMUStore, amus: Sequence[AMU]) -> None:
+    def add_records(self, store: Store, amus: Sequence[AMU]) -> None:
         """A committed segment's active records join every channel (records, turns merged into a
         record, evidence nodes, lexical positions, the topology, the planner's keys)."""
         amus = [amu for amu in amus if not amu.archived]
@@ -219,8 +223,8 @@ class MemoryBank:
         self._signatures = {}
         first = len(self.records)
         self.records.extend(amus)
-        self._record_rows.extend(vectors)
-        self._record_sessions.extend(self._session_numbers(amu.source.session_id for amu in amus))
+        self._record_rows.extend(vectors, fresh=True)
+        self._record_sessions.extend(self._session_numbers(amu.source.session_id for amu in amus), fresh=True)
         self.lexical.add_records(amus)
         turn_record = self._turn_record.view
         for offset, amu in enumerate(amus):
@@ -237,7 +241,7 @@ class MemoryBank:
         position = self.lexical.position
         new_searchable: list[int] = []
         for node in nodes:
-            members = [position[amu_id] for amu_id in node.amu_ids if amu_id in position]
+            members = [at for at in map(position.get, node.amu_ids) if at is not None]
             index = self.node_lookup.get((node.node_type, node.key))
             if index is None:
                 index = len(self.nodes)
@@ -252,10 +256,10 @@ class MemoryBank:
                 self.node_members[index] = np.append(self.node_members[index], members)
         if new_searchable:
             texts = [searchable_text(self.nodes[i].node_type, self.nodes[i].text,
-                                     [self.records[r].text for r in self.node_members[i]])
+                                     [self.records[r].text for r in self.node_members[i].tolist()])
                      for i in new_searchable]
-            self._node_rows.extend(self.embedder.encode(texts))
-            self._searchable.extend(np.array(new_searchable, dtype=np.int64))
+            self._node_rows.extend(self.embedder.encode(texts), fresh=True)
+            self._searchable.extend(np.array(new_searchable, dtype=np.int64), fresh=True)
         self.context = dataclasses.replace(
             self.context,
             entity_keys=self.context.entity_keys | {node.key for node in nodes if node.node_type == "entity"},

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from isq.topk import empty_result, select_top_k, top_k_of_scores
+from retrieval.index.products import inner_products
 from retrieval.memory.evidence_keys import PAIR_SEPARATOR, normalise_key
 from retrieval.memory.times import time_interval
 from retrieval.multi_route.bank import MemoryBank
@@ -68,13 +69,14 @@ def _top(scores: np.ndarray, budget: int, scope: np.ndarray | None) -> tuple[np.
 
 def record_recall(bank: MemoryBank, query: np.ndarray, budget: int, scope: Scope = None) -> ChannelList:
     """Direct record recall: the ``budget`` records most similar to the query (positive cosine)."""
-    return _ranked("records", *_top(bank.record_vectors @ query, budget, record_scope(bank, scope)))
+    similarity = inner_products(bank.record_vectors, query)
+    return _ranked("records", *_top(similarity, budget, record_scope(bank, scope)))
 
 
 def turn_recall(bank: MemoryBank, query: np.ndarray, budget: int, scope: Scope = None) -> ChannelList:
     """Raw-turn recall: the ``budget`` turns most similar to the query, a turn that is a record's
     whole provenance standing for that record."""
-    turns, scores = _top(bank.turn_vectors @ query, budget,
+    turns, scores = _top(inner_products(bank.turn_vectors, query), budget,
                          None if scope is None else scope[len(bank.records):])
     merged = np.where(bank.turn_record[turns] >= 0, bank.turn_record[turns], len(bank.records) + turns)
     return _ranked("turns", merged, scores)
@@ -121,7 +123,7 @@ def _expand(bank: MemoryBank, channel: str, matched: dict[int, float], query: np
             via.setdefault(record, []).append(bank.nodes[node].name)
     in_scope = record_scope(bank, scope)
     records = np.flatnonzero(reached if in_scope is None else reached & in_scope)
-    relevance = scores[records] + NODE_RELEVANCE * (bank.record_vectors[records] @ query)
+    relevance = scores[records] + NODE_RELEVANCE * inner_products(bank.record_vectors, query, records)
     items, best = select_top_k(records, relevance, budget)
     return ChannelList(channel, items, best, {int(i): tuple(via[int(i)]) for i in items})
 
@@ -137,7 +139,7 @@ def node_recall(bank: MemoryBank, route: Route, query: np.ndarray, budget: int,
     keys += [("entity_topic", f"{e}{PAIR_SEPARATOR}{t}") for e in entities for t in topics]
     matched = {node: 1.0 for node in (bank.node(kind, key) for kind, key in keys) if node is not None}
     if bank.searchable.size:
-        similarity = bank.node_vectors @ query
+        similarity = inner_products(bank.node_vectors, query)
         order, cosines = top_k_of_scores(similarity, NODE_MATCHES)
         for position, cosine in zip(order.tolist(), cosines.tolist(), strict=True):
             node = int(bank.searchable[position])
@@ -177,7 +179,6 @@ def temporal_recall(bank: MemoryBank, time: TimeConstraint, query: np.ndarray,
     records = np.flatnonzero(weight > 0 if in_scope is None else (weight > 0) & in_scope)
     if records.size == 0:
         return ChannelList("temporal", *empty_result())
-    items, scores = select_top_k(records,
-                                 weight[records] + NODE_RELEVANCE * (bank.record_vectors[records] @ query),
-                                 budget)
+    relevance = weight[records] + NODE_RELEVANCE * inner_products(bank.record_vectors, query, records)
+    items, scores = select_top_k(records, relevance, budget)
     return ChannelList("temporal", items, scores, {int(i): tuple(via[int(i)]) for i in items})

@@ -27,9 +27,14 @@ class _Growing:
         """The filled part (a view: writing to it writes the array)."""
         return self._data[: self.size]
 
-    def extend(self, rows: np.ndarray) -> None:
-        """Append ``rows`` (converted to the array's dtype)."""
+    def extend(self, rows: np.ndarray, *, fresh: bool = False) -> None:
+        """Append ``rows`` (converted to the array's dtype). ``fresh``: nothing else holds or
+        writes ``rows``, so an empty array takes them as they are instead of copying them (the
+        first fill of a bank built from a large store; the next append copies into a larger one)."""
         rows = np.asarray(rows, dtype=self._data.dtype)
+        if fresh and self.size == 0 and rows.flags.c_contiguous and rows.flags.writeable:
+            self._data, self.size = rows, len(rows)
+            return
         if self.size + len(rows) > len(self._data):
             rows_held = max(2 * len(self._data), self.size + len(rows), MIN_ROWS)
             grown = np.zeros((rows_held, *self._data.shape[1:]), dtype=self._data.dtype)

@@ -13,6 +13,7 @@ entities gets one more route per entity.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -73,11 +74,17 @@ def query_entities(question: str, context: PlanContext) -> list[str]:
     return [key for key in dict.fromkeys(found) if key in context.entity_keys]
 
 
+@functools.lru_cache(maxsize=256)
+def participant_keys(participants: tuple[str, ...]) -> frozenset[str]:
+    """The normalised keys of a conversation's speakers, kept between its searches (a memory of
+    many speakers would otherwise normalise every name for every question)."""
+    return frozenset(normalise_key(name) for name in participants)
+
+
 def query_topics(question: str, context: PlanContext, entities: Collection[str]) -> list[str]:
     """Known topic keys among the question's content words (entity words left out)."""
     entity_words = {word for key in entities for word in key.split()}
-    names = {normalise_key(name) for name in context.participants}
-    words = (normalise_key(w) for w in content_words(question, names))
+    words = (normalise_key(w) for w in content_words(question, participant_keys(context.participants)))
     return [w for w in dict.fromkeys(words) if w in context.topic_keys and w not in entity_words]
 
 

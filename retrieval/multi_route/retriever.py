@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from retrieval.contract import Hit, Query, Retrieval
+from retrieval.index.products import inner_products
 from retrieval.multi_route.bank import MemoryBank
 from retrieval.multi_route.channels import (
     ChannelList,
@@ -182,7 +183,8 @@ class MultiRouteRetriever:
         bank = self.bank
         turns = np.flatnonzero(bank.turn_record < 0)
         items = np.concatenate([np.arange(len(bank.records)), len(bank.records) + turns])
-        similarity = np.concatenate([bank.record_vectors @ vector, bank.turn_vectors[turns] @ vector])
+        similarity = np.concatenate([inner_products(bank.record_vectors, vector),
+                                     inner_products(bank.turn_vectors, vector, turns)])
         if scope is not None:
             kept = scope[items]
             items, similarity = items[kept], similarity[kept]

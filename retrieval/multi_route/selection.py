@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-import scipy.sparse as sp
 
 from retrieval.multi_route.params import MMR_RELEVANCE, MMR_SIMILARITY
 
@@ -37,24 +36,35 @@ def similarity(a: Signature, b: Signature) -> float:
     return sum(jaccard(a.get(name, empty), b.get(name, empty)) for name in fields) / len(fields)
 
 
-def similarity_matrix(items: Sequence[int], signatures: Mapping[int, Signature]) -> np.ndarray:
-    """:func:`similarity` of every pair of ``items`` at once (one incidence matrix per field)."""
-    fields = sorted({name for item in items for name in signatures[item]})
-    total = np.zeros((len(items), len(items)), dtype=np.float64)
-    filled = np.zeros_like(total)
-    for name in fields:
-        values = [signatures[item].get(name, frozenset()) for item in items]
-        vocabulary: dict[str, int] = {}
-        rows = [row for row, members in enumerate(values) for _ in members]
-        columns = [vocabulary.setdefault(value, len(vocabulary)) for members in values for value in members]
-        incidence = sp.csr_matrix((np.ones(len(rows)), (rows, columns)),
-                                  shape=(len(items), max(len(vocabulary), 1)))
-        sizes = np.array([len(members) for members in values], dtype=np.float64)
-        common = (incidence @ incidence.T).toarray()
-        union = sizes[:, None] + sizes[None, :] - common
-        total += np.divide(common, union, out=np.zeros_like(common), where=union > 0)
-        filled += union > 0
-    return np.divide(total, filled, out=np.zeros_like(total), where=filled > 0)
+class SimilarityColumns:
+    """:func:`similarity` of every one of ``items`` to one of them, a column at a time (selection
+    needs the columns of the items it selects, not every pair): per field, a 0/1 matrix of which
+    item holds which value, so a column is a sum over the chosen item's values."""
+
+    def __init__(self, items: Sequence[int], signatures: Mapping[int, Signature]) -> None:
+        self._fields: list[tuple[np.ndarray, list[list[int]], np.ndarray]] = []
+        for name in sorted({name for item in items for name in signatures[item]}):
+            values = [signatures[item].get(name, frozenset()) for item in items]
+            vocabulary: dict[str, int] = {}
+            columns = [[vocabulary.setdefault(value, len(vocabulary)) for value in members]
+                       for members in values]
+            sizes = np.array([len(members) for members in values], dtype=np.int64)
+            held = np.zeros((len(items), max(len(vocabulary), 1)), dtype=bool)
+            held[np.repeat(np.arange(len(items)), sizes), [c for cs in columns for c in cs]] = True
+            self._fields.append((held, columns, sizes.astype(np.float64)))
+        self.size = len(items)
+
+    def column(self, position: int) -> np.ndarray:
+        """The similarity of each item to item ``position``: per field filled by either, the
+        Jaccard index of the two sets, |a ∩ b| / (|a| + |b| - |a ∩ b|), averaged over those fields."""
+        total = np.zeros(self.size, dtype=np.float64)
+        filled = np.zeros_like(total)
+        for held, columns, sizes in self._fields:
+            common = held[:, columns[position]].sum(axis=1).astype(np.float64)
+            union = sizes + sizes[position] - common
+            total += np.divide(common, union, out=np.zeros_like(common), where=union > 0)
+            filled += union > 0
+        return np.divide(total, filled, out=np.zeros_like(total), where=filled > 0)
 
 
 def mmr_select(candidates: Sequence[int], relevance: Mapping[int, float], signatures: Mapping[int, Signature],
@@ -65,10 +75,11 @@ def mmr_select(candidates: Sequence[int], relevance: Mapping[int, float], signat
     pool = [item for item in dict.fromkeys(candidates) if item not in selected]
     if not pool or len(selected) >= k:
         return selected
-    items = selected + pool
-    sims = similarity_matrix(items, signatures)
+    columns = SimilarityColumns(selected + pool, signatures)
     start = len(selected)
-    closest = sims[start:, :start].max(axis=1) if start else np.zeros(len(pool))
+    closest = np.zeros(len(pool))
+    for position in range(start):
+        closest = np.maximum(closest, columns.column(position)[start:])
     gains = MMR_RELEVANCE * np.array([relevance[item] for item in pool], dtype=np.float64)
     open_ = np.ones(len(pool), dtype=bool)
     while open_.any() and len(selected) < k:
@@ -76,5 +87,5 @@ def mmr_select(candidates: Sequence[int], relevance: Mapping[int, float], signat
         best = int(np.argmax(score))  # the first of equal scores: the earlier candidate
         open_[best] = False
         selected.append(pool[best])
-        closest = np.maximum(closest, sims[start:, start + best])
+        closest = np.maximum(closest, columns.column(start + best)[start:])
     return selected

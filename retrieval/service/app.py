@@ -35,9 +35,9 @@ if TYPE_CHECKING:  # for types only: the app is handed an open memory, never bui
     from retrieval.api.memory import Memory
 
 
-def create_app(memory: Memory, keys: KeyStore, store: Path, *, host: str = "127.0.0.1") -> FastAPI:
-    """The HTTP + MCP application over ``memory`` (open on the directory ``store``); ``host`` is
-    the address served (MCP's DNS-rebinding protection accepts only it and loopback names)."""
+def create_app(memory: Memory, keys: KeyStore, store: str | Path, *, host: str = "127.0.0.1") -> FastAPI:
+    """The HTTP + MCP application over ``memory`` (open on ``store``, a directory or a URL); ``host``
+    is the address served (MCP's DNS-rebinding protection accepts only it and loopback names)."""
     gate, gauges = WriteGate(), StoreGauges(store, memory.cache_gauges)
     service = Service(memory, keys, gate, ServiceMetrics(gauges))
     mcp = build_mcp(memory, gate, key_user)

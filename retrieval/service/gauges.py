@@ -15,22 +15,23 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from retrieval.memory.store import AMUStore
+from retrieval.memory.backends import open_store
+from retrieval.memory.store_contract import Store
 
 
 class StoreGauges:
     """Callable returning ``amus``, ``open_segments`` and ``queued_jobs`` of the store at
-    ``directory``, with what ``caches`` returns."""
+    ``target`` (a directory or a URL), with what ``caches`` returns."""
 
-    def __init__(self, directory: Path, caches: Callable[[], Mapping[str, float]]) -> None:
-        self.directory, self.caches = directory, caches
-        self._store: AMUStore | None = None
+    def __init__(self, target: str | Path, caches: Callable[[], Mapping[str, float]]) -> None:
+        self.target, self.caches = target, caches
+        self._store: Store | None = None
         self._lock = threading.Lock()
 
     def __call__(self) -> dict[str, float]:
         with self._lock:
             if self._store is None:  # opened at the first scrape: the memory has created the store by then
-                self._store = AMUStore(self.directory, read_only=True)
+                self._store = open_store(self.target, read_only=True)
             store = self._store
             open_segments = sum(len({turn.session_id for turn in store.uncovered_turns(user)})
                                 for user in store.users())

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from retrieval.api.errors import InvalidInput
 from retrieval.api.inputs import check_id
+from retrieval.memory.targets import local_directory, redacted
 
 KEYS_FILE = "keys.sqlite"
 PREFIX = "isqm"
@@ -64,8 +65,12 @@ class KeyStore:
 
     def __init__(self, store: str | Path, *, create: bool = True) -> None:
         """The key table of ``store``, made when missing unless ``create`` is False (then a store
-        without one is a :class:`KeyCommandError`)."""
-        self.path = Path(store) / KEYS_FILE
+        without one is a :class:`KeyCommandError`). A store on a database server keeps no key file."""
+        directory = local_directory(store)
+        if directory is None:
+            raise KeyCommandError(f"{redacted(store)}: API keys are kept in a store directory "
+                                  f"({KEYS_FILE}); a PostgreSQL store's keys are not supported yet")
+        self.path = directory / KEYS_FILE
         if not create and not self.path.is_file():
             raise KeyCommandError(f"{self.path}: no key store there (keys create makes one)")
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,13 +8,15 @@ import ipaddress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from retrieval.memory.targets import store_target
+
 if TYPE_CHECKING:  # imported when a memory is opened: the key commands need none of it
     from retrieval.api.memory import Memory
 
 
 def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", type=Path, required=True,
-                        help="the memory's store directory (created if missing)")
+    parser.add_argument("--store", type=store_target, required=True,
+                        help="the memory's store directory (created if missing) or PostgreSQL URL")
     parser.add_argument("--fingerprinter", type=Path,
                         help="ISQ fingerprinter directory: adds the codebook route to search")
 

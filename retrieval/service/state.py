@@ -23,7 +23,8 @@ class Service:
     metrics: ServiceMetrics
 
 
-def service(request: Request) -> Service:
+async def service(request: Request) -> Service:
+    """On the event loop: a plain read, no worker thread."""
     return request.app.state.service
 
 

@@ -17,8 +17,9 @@ def _query_names(dependant: Dependant) -> set[str]:
     return names
 
 
-def refuse_unknown_query(request: Request) -> None:
-    """A route dependency: 422 for the first query parameter the route does not declare."""
+async def refuse_unknown_query(request: Request) -> None:
+    """A route dependency: 422 for the first query parameter the route does not declare (on the
+    event loop: no I/O, so no worker thread)."""
     route = request.scope.get("route")
     known = _query_names(route.dependant) if isinstance(route, APIRoute) else set()
     unknown = sorted(set(request.query_params) - known)

@@ -21,6 +21,7 @@ from retrieval.consolidation.audit import audit
 from retrieval.consolidation.engine import consolidate_user
 from retrieval.consolidation.worker import ConsolidationWorker, SerializedEmbedder
 from retrieval.extract.rules import RuleExtractor
+from retrieval.memory import record_writes
 from retrieval.memory.errors import StoreBusy, StoreMismatch
 from retrieval.memory.store import AMUStore
 from tests.test_consolidation import CID, built, duplicate_turns, snapshot  # noqa: F401 - the fixture
@@ -33,7 +34,7 @@ def consolidate_and_die(store_dir: str, where: str, step: int) -> None:
     """Run in a subprocess: consolidate, and SIGKILL this process at ``where``: inside the
     transaction of the ``step``-th forwarding (after its insert), right after it committed, or
     after a pass's last step, before its plan is cleared."""
-    insert, forward, put_meta = AMUStore._insert_amu, AMUStore.forward, AMUStore.put_meta
+    insert, forward, put_meta = record_writes.insert_amu, AMUStore.forward, AMUStore.put_meta
     done = {"forwarded": 0}
 
     def insert_then_die(db, amu):
@@ -53,7 +54,7 @@ def consolidate_and_die(store_dir: str, where: str, step: int) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         put_meta(self, key, value)
 
-    AMUStore._insert_amu = staticmethod(insert_then_die)
+    record_writes.insert_amu = insert_then_die
     AMUStore.forward = forward_then_die
     AMUStore.put_meta = die_before_clearing
     with AMUStore(store_dir, role="consolidate") as store:

@@ -13,6 +13,7 @@ import pytest
 import retrieval.query as query_module
 from retrieval.consolidate import main as consolidate_main
 from retrieval.ingest import main as ingest_main
+from retrieval.memory.connection import SQLiteConnection
 from retrieval.memory.errors import StoreFault
 from retrieval.memory.store import AMUStore
 from retrieval.store import main as check_main
@@ -94,20 +95,20 @@ def test_a_dropped_table_is_one_line_in_every_command(cli: Path, tmp_path: Path,
 
 def test_a_full_disk_loses_nothing_and_says_so(cli: Path, tmp_path: Path, capsys, monkeypatch):
     full = tmp_path / "full"
-    connect = AMUStore._connect
+    connect = SQLiteConnection._connect
 
     def small_disk(self, target):  # SQLite's own page limit stands in for a full disk
         db = connect(self, target)
         db.execute("PRAGMA max_page_count = 40")
         return db
 
-    monkeypatch.setattr(AMUStore, "_connect", small_disk)
+    monkeypatch.setattr(SQLiteConnection, "_connect", small_disk)
     assert ingest(cli, full) == 2
     one_error_line(capsys, str(full / AMUStore.DB_NAME), "database or disk is full",
                    "nothing committed is lost: free space and rerun")
     with AMUStore(full, read_only=True) as store:
         stored = len(store.segments("conv-a"))
-    monkeypatch.setattr(AMUStore, "_connect", connect)
+    monkeypatch.setattr(SQLiteConnection, "_connect", connect)
     assert ingest(cli, full) == 0 and "already stored" in capsys.readouterr().out
     assert ingest(cli, tmp_path / "reference") == 0
     with AMUStore(full, read_only=True) as resumed, \

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request, Response
 from retrieval.service import operations, schemas
 from retrieval.service.auth import User
 from retrieval.service.state import Shared
-from retrieval.service.timing import HEADER, queued_s, server_timing
+from retrieval.service.timing import HEADER, mark_handled, queued_s, server_timing
 
 router = APIRouter(prefix="/v1", tags=["search"])
 
@@ -23,6 +23,8 @@ def search(body: schemas.SearchRequest, user: User, service: Shared, request: Re
     serialising = time.perf_counter()
     response = Response(operations.search_response(result).model_dump_json(exclude_none=True),
                         media_type="application/json")
-    response.headers[HEADER] = server_timing(result.timings, serialise_s=time.perf_counter() - serialising,
+    response.headers[HEADER] = server_timing(result.timings, call_s=serialising - started,
+                                             serialise_s=time.perf_counter() - serialising,
                                              queue_s=queued_s(request, started))
+    mark_handled(request)
     return response

@@ -1,0 +1,84 @@
+"""A copy of one user's built memory under another user id, written in one transaction.
+
+    copy_user(memory, "u000", "u001")   # u001 now holds what u000 holds, as its own rows
+
+A load test needs many users with real memories; building each through :meth:`Memory.add` repeats
+the same extraction, commits and search-state work for identical conversations. The copy reads
+the source's raw turns, segments and records and commits them for the target through the store's
+segment write (:meth:`retrieval.memory.store.AMUStore.commit_segments`: the turns, the records
+with their evidence nodes and FTS rows, the progress rows), so the target is a user like any
+other: scoped by its own id, searchable, deletable, its records renamed ``<target>:<seq>:<n>``.
+Vectors and codes need no copy: the store caches them by text (:mod:`retrieval.memory.cache`),
+so the target's identical texts find the source's. Nothing else is shared; a change to one user
+after the copy never shows in the other.
+
+Only a settled user is copied: every turn in a committed segment (no ingestion backlog, no open
+segment; :meth:`Memory.drain` first) and no archived record (a consolidated or re-extracted user
+has history the segment write does not carry). The target must hold nothing. Each refusal is one
+typed error naming the argument.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from retrieval.api.errors import InvalidInput, NotFound
+from retrieval.api.inputs import check_id
+from retrieval.api.memory import Memory
+from retrieval.memory.reads import stored_amu
+from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn
+
+Segments = list[tuple[SegmentRecord, list[Turn], list[AMU]]]
+
+
+def copy_user(memory: Memory, source_user_id: str, target_user_id: str) -> int:
+    """Copy the settled user ``source_user_id`` to the empty user ``target_user_id`` in one
+    transaction (all or none); returns the number of records copied."""
+    source = check_id("source_user_id", source_user_id)
+    target = check_id("target_user_id", target_user_id)
+    if source == target:
+        raise InvalidInput(f"target_user_id must differ from source_user_id ({source!r})", "target_user_id")
+    store = memory.store
+    if not store.has_user(source):
+        raise NotFound(f"no user {source!r} to copy", "source_user_id")
+    if store.has_user(target) or store.count(target):
+        raise InvalidInput(f"user {target!r} already holds turns or records; copy into a new user id",
+                           "target_user_id")
+    segments = _settled(memory, source)
+    store.commit_segments(_renamed(segments, source, target))
+    return sum(len(amus) for _, _, amus in segments)
+
+
+def _settled(memory: Memory, user: str) -> Segments:
+    """The user's segments with their turns and records, or a refusal if the user is not settled."""
+    store = memory.store
+    if store.uncovered_turns(user):
+        raise InvalidInput(f"user {user!r} has turns not yet in a segment; drain and flush before "
+                           "copying it", "source_user_id")
+    if store.count(user, include_archived=True) != store.count(user, include_archived=False):
+        raise InvalidInput(f"user {user!r} has archived records (consolidated or re-extracted); only a "
+                           "user without history is copied", "source_user_id")
+    turns = {turn.turn_id: turn for turn in store.turns(user)}
+    records: dict[int | None, list[AMU]] = {}
+    for amu in store.amus(user):
+        records.setdefault(amu.source.segment, []).append(amu)
+    return [(record, [turns[turn_id] for turn_id in record.turn_ids], records.get(record.seq, []))
+            for record in store.segments(user)]
+
+
+def _renamed(segments: Segments, source: str, target: str) -> Segments:
+    return [(dataclasses.replace(record, user_id=target),
+             [dataclasses.replace(turn, user_id=target) for turn in turns],
+             [_renamed_record(amu, source, target) for amu in amus])
+            for record, turns, amus in segments]
+
+
+def _renamed_record(amu: AMU, source: str, target: str) -> AMU:
+    """The stored record under the target's id and scope; its other fields as they are (they were
+    validated when the source's record was made)."""
+    prefix = f"{source}:"
+    assert amu.id.startswith(prefix), f"record {amu.id!r} is not named after its user {source!r}"
+    fields = {field.name: getattr(amu, field.name) for field in dataclasses.fields(amu)}
+    source_pointer: SourcePointer = amu.source
+    return stored_amu(**{**fields, "id": f"{target}:{amu.id[len(prefix):]}",
+                         "source": dataclasses.replace(source_pointer, user_id=target)})

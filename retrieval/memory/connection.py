@@ -1,0 +1,192 @@
+"""The SQLite store's connections, shared by its parts (:mod:`retrieval.memory.store`).
+
+One :class:`SQLiteConnection` per open store holds the writer connection, a reader connection
+per thread and the writer's transactions; each part of the store (records, turn log, evidence
+indexes, vector cache, jobs, change markers, purge, meta) is a :class:`SQLitePart` over it.
+
+Writes go through the writer connection, one transaction at a time (threads of the process queue
+on a lock for it; reads inside a transaction use it too). Every other read runs on a connection
+of the reading thread, opened on its first read: in WAL mode a reader sees the last commit and
+never waits for the writer's transaction, so the store can be read from many threads at once.
+Open for writing, the store holds a writer lock per role (:mod:`retrieval.memory.lock`); open
+read-only it takes no lock and refuses every write. Bad files (not a database, an unknown schema
+version, no permission) raise one :class:`StoreError` naming the file, and so do SQLite faults
+once it is open (:mod:`retrieval.memory.faults`). The schema version is SQLite's ``PRAGMA
+user_version`` (:mod:`retrieval.memory.store_contract` describes the one rule both backends keep).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from retrieval.memory.errors import StoreError, StoreFault
+from retrieval.memory.faults import GuardedConnection
+from retrieval.memory.lock import WriterLock
+from retrieval.memory.schema import SCHEMA_VERSION, create_or_migrate
+from retrieval.memory.store_contract import needs_migration
+
+BUSY_TIMEOUT_S = 30.0
+"""How long a write waits for another role's transaction (e.g. consolidation beside ingestion)."""
+
+DB_NAME = "amus.sqlite3"
+"""The store's database file in its directory."""
+
+
+class SQLiteConnection:
+    """The connections of the store in ``directory`` (see the module docstring).
+
+    ``marker(db, user_id)`` is what :meth:`tracking` records of a user at the start and end of each
+    transaction (the store's :meth:`~retrieval.memory.versions.StoreVersions.user_version`).
+    """
+
+    def __init__(self, directory: Path, *, read_only: bool, role: str,
+                 marker: Callable[[sqlite3.Connection, str], Any]) -> None:
+        self.directory = directory
+        self.path = directory / DB_NAME
+        self.read_only = read_only
+        self._marker = marker
+        self._lock: WriterLock | None = None
+        self._local = threading.local()
+        self._writes = threading.RLock()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_guard = threading.Lock()
+        self._writer: sqlite3.Connection | None = None
+        if read_only:
+            if not self.path.is_file():
+                raise StoreError(f"no store at {self.directory} ({DB_NAME} is missing)")
+            self.watch = self._connect_read_only()
+        else:
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                self._lock = WriterLock(self.directory, role)
+                self._lock.acquire()
+            except PermissionError as err:
+                raise StoreError(
+                    f"{self.directory} is not writable ({err.strerror}); open it read-only") from None
+            try:
+                writer = self._writer = self._connect(str(self.path))
+                writer.execute("PRAGMA journal_mode=WAL")
+                # Freed pages are zeroed, so a purged user's text leaves no trace in the file.
+                writer.execute("PRAGMA secure_delete=ON")
+                # WAL + NORMAL: a commit survives the process being killed (the online API acknowledges
+                # each add after its commit); only a power cut may undo the last commits. One fsync
+                # per checkpoint instead of one per transaction: adds are ~2x faster.
+                writer.execute("PRAGMA synchronous=NORMAL")
+                writer.row_factory = sqlite3.Row
+                writer.execute("PRAGMA foreign_keys=ON")
+                self.watch = self._connect(str(self.path))
+            except BaseException:
+                self._lock.release()
+                raise
+        self.watch_guard = threading.Lock()
+        """Serialises reads of :attr:`watch`, the connection that never writes (``data_version``)."""
+        self._prepare_schema()
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The writer inside this thread's transaction, else this thread's reader."""
+        if getattr(self._local, "writing", 0):
+            assert self._writer is not None
+            return self._writer
+        reader = getattr(self._local, "reader", None)
+        if reader is None:
+            reader = self._connect(str(self.path)) if self._writer is not None else self._connect_read_only()
+            reader.row_factory = sqlite3.Row
+            reader.execute("PRAGMA foreign_keys=ON")
+            with self._readers_guard:
+                self._readers.append(reader)
+            self._local.reader = reader
+        return reader
+
+    @contextmanager
+    def writing(self) -> Iterator[sqlite3.Connection]:
+        """This thread holds the writer connection (no transaction of its own opened)."""
+        if self._writer is None:
+            raise StoreError(f"{self.path} is open read-only")
+        with self._writes:
+            self._local.writing = getattr(self._local, "writing", 0) + 1
+            try:
+                yield self._writer
+            finally:
+                self._local.writing -= 1
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction on the writer: committed at the end of the block, rolled back on
+        an error."""
+        with self.writing() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                tracked = getattr(self._local, "tracked", None)
+                before = None if tracked is None else self._marker(db, tracked[0])
+                yield db
+                if tracked is not None:
+                    tracked[1].append((before, self._marker(db, tracked[0])))
+            except BaseException:
+                if db.in_transaction:  # SQLite rolls back by itself after some faults (a full disk)
+                    db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    @contextmanager
+    def tracking(self, user_id: str) -> Iterator[list[tuple[Any, Any]]]:
+        """Record, for each transaction this thread commits inside the block, the user's marker at
+        its start and at its end (see :meth:`retrieval.memory.store_contract.Handle.tracking`)."""
+        marks: list[tuple[Any, Any]] = []
+        self._local.tracked = (user_id, marks)
+        try:
+            yield marks
+        finally:
+            self._local.tracked = None
+
+    def _connect(self, target: str) -> sqlite3.Connection:
+        try:
+            # Autocommit mode: transactions are opened explicitly in transaction().
+            db = sqlite3.connect(target, uri=target.startswith("file:"), isolation_level=None,
+                                 timeout=BUSY_TIMEOUT_S, check_same_thread=False, factory=GuardedConnection)
+            db.store_path = self.path
+            db.execute("SELECT 1 FROM sqlite_master LIMIT 1")
+            return db
+        except (sqlite3.DatabaseError, StoreFault) as err:
+            raise StoreError(f"{self.path}: not a usable SQLite store ({err.__cause__ or err})") from None
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """A reader needs the WAL index file (``-shm``) beside the store; on read-only media where
+        it is missing and cannot be created, a store with nothing left in its write-ahead log (it
+        was closed cleanly) is opened as immutable instead."""
+        try:
+            return self._connect(f"file:{self.path}?mode=ro")
+        except StoreError:
+            wal = self.path.with_name(DB_NAME + "-wal")
+            if wal.exists() and wal.stat().st_size > 0:
+                raise
+            return self._connect(f"file:{self.path}?mode=ro&immutable=1")
+
+    def _prepare_schema(self) -> None:
+        try:
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            if needs_migration(version, SCHEMA_VERSION, where=str(self.path), read_only=self.read_only):
+                with self.transaction() as db:  # a half-created or half-migrated schema is never left behind
+                    create_or_migrate(db, version)
+        except sqlite3.DatabaseError as err:
+            self.close()
+            raise StoreError(f"{self.path}: not a usable SQLite store ({err})") from None
+        except StoreError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Close every connection (the readers of all threads too) and release the writer lock."""
+        with self._readers_guard:
+            readers, self._readers = self._readers, []
+        for connection in [*readers, self.watch] + ([] if self._writer is None else [self._writer]):
+            connection.close()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+

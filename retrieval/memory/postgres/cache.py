@@ -1,0 +1,38 @@
+"""Derived arrays cached in the PostgreSQL store under (model key, SHA-256 of the text): embeddings
+in ``vectors``, fingerprint codes in ``codes``, both ``bytea`` exactly as SQLite's blobs (the
+SQLite store's :class:`retrieval.memory.cache.ArrayCache`; :class:`retrieval.memory.cache.
+CachedEmbedder` and ``CachedFingerprinter`` work over either)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from retrieval.memory.postgres.database import Database
+
+_COLUMNS = {"vectors": "vector", "codes": "codes"}
+
+
+class ArrayCache:
+    """The cache tables."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def cached(self, table: str, model: str, items: Iterable[str]) -> dict[str, bytes]:
+        """Stored blobs of ``items`` under ``model`` in ``table`` ("vectors" or "codes")."""
+        column = _COLUMNS[table]
+        rows = self.db.rows(f"SELECT item, {column} AS blob FROM {table} WHERE model = %s AND item = ANY(%s)",
+                            (model, list(dict.fromkeys(items))))
+        return {row["item"]: bytes(row["blob"]) for row in rows}
+
+    def cache(self, table: str, model: str, blobs: Mapping[str, bytes]) -> None:
+        """Store blobs (nothing on a read-only store: the caller computed them anyway)."""
+        if self.db.read_only or not blobs:
+            return
+        column = _COLUMNS[table]
+        with self.db.transaction() as conn:
+            conn.cursor().executemany(f"INSERT INTO {table} (model, item, {column}) VALUES (%s, %s, %s) "  # type: ignore[arg-type]
+                                      "ON CONFLICT DO NOTHING",
+                                      [(model, item, blob) for item, blob in blobs.items()])

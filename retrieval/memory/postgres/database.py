@@ -1,0 +1,144 @@
+"""The connection side of the PostgreSQL store: one connection pool per store, the URL as the store's
+name (never its password), write transactions and what they lock.
+
+Reads run on a pooled connection in autocommit mode (each statement sees the last commit), or on
+the connection of this thread's write transaction when one is open (so a check inside a
+transaction sees its own writes). Each write transaction first takes a transaction-level advisory
+lock per user it writes (``pg_advisory_xact_lock``, keyed by a hash of the user id, taken in
+sorted order so two transactions never wait on each other): PostgreSQL serialises the writers of
+one user whichever process they run in, which is what the SQLite store gets from its one writer
+(a segment number allocated once, "already stored" checked once). Its last statement bumps one of
+the ``commits`` counters (:mod:`retrieval.memory.postgres.versions`), so their sum moves with every
+commit and only then.
+
+A server that cannot be reached is one :class:`StoreError` naming the host, port and database;
+a connection lost later is a :class:`StoreFault` naming the same. Constraint violations (the
+append-only triggers, a duplicate id) pass through unchanged, as on SQLite.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, cast
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from retrieval.memory.errors import StoreError, StoreFault
+from retrieval.memory.postgres.versions import BUMP_COMMITS, user_version_of
+
+URL_SCHEMES = ("postgresql://", "postgres://")
+"""A store target starting with one of these is a PostgreSQL URL, never a directory."""
+
+POOL_SIZE = 16
+"""Connections one store may hold: one per concurrently reading or writing thread, beyond which
+threads wait for a connection."""
+
+CONNECT_TIMEOUT_S = 10
+"""How long opening a store waits for the server before it says it cannot be reached."""
+
+Connection = psycopg.Connection[dict[str, Any]]
+
+
+def is_url(target: object) -> bool:
+    """Whether ``target`` names a PostgreSQL store."""
+    return isinstance(target, str) and target.startswith(URL_SCHEMES)
+
+
+def describe(url: str) -> str:
+    """``postgresql://USER@HOST:PORT/DB`` of ``url``, without its password (what messages name)."""
+    try:
+        info = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        raise StoreError("the store URL is not a valid PostgreSQL URL "
+                         "(postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE)") from None
+    return (f"postgresql://{info.get('user') or ''}@{info.get('host') or 'localhost'}:"
+            f"{info.get('port') or 5432}/{info.get('dbname') or ''}")
+
+
+class Database:
+    """The pool, this thread's write transaction and the tracking of a user's versions."""
+
+    def __init__(self, url: str, *, read_only: bool) -> None:
+        self.where = describe(url)
+        self.read_only = read_only
+        self._local = threading.local()
+        try:  # one direct attempt first: it says why the server cannot be reached
+            psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S).close()
+        except psycopg.Error as err:
+            reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            raise StoreError(f"cannot connect to the store at {self.where}: {reason}") from None
+        self.pool = ConnectionPool(url, min_size=1, max_size=POOL_SIZE, open=True, timeout=60.0,
+                                   kwargs={"autocommit": True, "row_factory": dict_row})
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[Connection]:
+        """This thread's transaction connection, else a pooled one (faults as :class:`StoreFault`)."""
+        open_one = getattr(self._local, "conn", None)
+        try:
+            if open_one is not None:
+                yield open_one
+            else:
+                with self.pool.connection() as conn:
+                    yield cast(Connection, conn)  # the pool's connections read rows as dicts
+        except psycopg.OperationalError as err:
+            raise StoreFault(f"{self.where}: the database failed ({err}); "
+                             "rerun when the server is back (nothing committed is lost)") from err
+
+    def rows(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        """Every row of ``sql`` (dicts by column name)."""
+        with self.connection() as conn:
+            return conn.execute(sql, tuple(params)).fetchall()  # type: ignore[arg-type]
+
+    def row(self, sql: str, params: Iterable[Any] = ()) -> Any:
+        """The first row of ``sql``, or None."""
+        with self.connection() as conn:
+            return conn.execute(sql, tuple(params)).fetchone()  # type: ignore[arg-type]
+
+    def value(self, sql: str, params: Iterable[Any] = ()) -> Any:
+        """The first column of the first row of ``sql``."""
+        row = self.row(sql, params)
+        return None if row is None else next(iter(row.values()))
+
+    @contextmanager
+    def transaction(self, users: Iterable[str] = ()) -> Iterator[Connection]:
+        """One write transaction on this thread, holding the advisory lock of each of ``users`` (and
+        of the user :meth:`tracking` follows); nested calls join the open one."""
+        if self.read_only:
+            raise StoreError(f"{self.where} is open read-only")
+        if getattr(self._local, "conn", None) is not None:
+            yield self._local.conn
+            return
+        tracked = getattr(self._local, "tracked", None)
+        locked = sorted(set(users) | ({tracked[0]} if tracked is not None else set()))
+        with self.connection() as conn:
+            self._local.conn = conn
+            try:
+                with conn.transaction():
+                    for user in locked:
+                        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (user,))
+                    before = None if tracked is None else user_version_of(conn, tracked[0])
+                    yield conn
+                    if tracked is not None:
+                        tracked[1].append((before, user_version_of(conn, tracked[0])))
+                    conn.execute(BUMP_COMMITS)
+            finally:
+                self._local.conn = None
+
+    @contextmanager
+    def tracking(self, user_id: str) -> Iterator[list[tuple[Any, Any]]]:
+        """The user's versions at the start and end of each transaction this thread commits inside
+        the block (the transaction holds the user's lock, so nothing else changed it in between)."""
+        marks: list[tuple[Any, Any]] = []
+        self._local.tracked = (user_id, marks)
+        try:
+            yield marks
+        finally:
+            self._local.tracked = None

@@ -1,0 +1,166 @@
+"""Hard deletion on PostgreSQL: the SQLite store's purge (:mod:`retrieval.memory.purge`, whose
+module docstring says what derives from what and what goes), in one transaction under the user's
+lock; the no-delete triggers stand down for that transaction alone (``memory.purging``).
+
+:meth:`Purge.scrub` drops the cached arrays of the purged texts. What it does not do on PostgreSQL is
+what SQLite's ``VACUUM`` does: the deleted rows stay in the table files as dead tuples until a
+vacuum rewrites them (:meth:`Purge.compact`, ``VACUUM FULL`` then ``CHECKPOINT``: minutes on a
+large database, and it locks each table while it rewrites it), and in the write-ahead log until
+the server recycles it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from retrieval.memory.cache import text_key
+from retrieval.memory.errors import StoreError
+from retrieval.memory.indexing import frame_label
+from retrieval.memory.meta_keys import MERGE_KEY, USER_KEYS
+from retrieval.memory.postgres.reads import AMU_COLUMNS, SEGMENT_COLUMNS, TURN_COLUMNS
+from retrieval.memory.postgres.schema import COMPACTED, PURGING
+from retrieval.memory.postgres.writes import insert_amu
+from retrieval.memory.purge import Purged, Stored, frame_states
+from retrieval.memory.reads import amu_from_row, segment_from_row, turn_from_row
+from retrieval.memory.records import SegmentRecord, Turn
+from retrieval.memory.schema import turns_sha256
+
+if TYPE_CHECKING:
+    from retrieval.memory.postgres.database import Connection, Database
+
+
+def _delete(conn: Connection, table: str, column: str, values: Sequence[object], user: str) -> None:
+    conn.execute(f"DELETE FROM {table} WHERE user_id = %s AND {column} = ANY(%s)",  # type: ignore[arg-type]
+                 (user, list(values)))
+
+
+class Purge:
+    """The purge side of the store."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def purge(self, user: str, *, session_id: str | None = None, amu_ids: Sequence[str] = (),
+              turn_ids: Sequence[str] = (), everything: bool = False) -> Purged:
+        """Remove the user's selection (a session, records, turns, or ``everything``) and what derives
+        from it; returns what went. Call :meth:`scrub` afterwards."""
+        with self.db.transaction([user]) as conn:
+            conn.execute(PURGING)
+            rows = self.db.rows(f"SELECT position, successor, {AMU_COLUMNS} FROM amus WHERE user_id = %s "
+                                "ORDER BY position", (user,))
+            stored = [Stored(int(row["position"]), amu_from_row(row), row["successor"]) for row in rows]
+            wanted = set(amu_ids)
+            named = {row.amu.id for row in stored if row.amu.id in wanted}
+            sources = [turn for row in stored if row.amu.id in named for turn in row.amu.source.turn_ids]
+            turns = self._select_turns(user, session_id, [*turn_ids, *sources], everything)
+            gone = {turn.turn_id for turn in turns}
+            total = self.db.value("SELECT count(*) FROM turns WHERE user_id = %s", (user,))
+            everything = everything or total == len(gone)
+            segments = [segment_from_row(row) for row in self.db.rows(
+                f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE user_id = %s ORDER BY seq", (user,))]
+            touched = [s for s in segments if everything or gone.intersection(s.turn_ids)]
+            dropped = {s.seq for s in touched if everything or gone.issuperset(s.turn_ids)}
+            chosen = [row for row in stored if everything or row.amu.id in named
+                      or row.amu.source.segment in dropped or gone.intersection(row.amu.source.turn_ids)]
+            chosen_ids = {row.amu.id for row in chosen}
+            restored = [row for row in stored if row.successor in chosen_ids and row.amu.id not in chosen_ids]
+            frames = [state for s in touched for state in frame_states(stored, s.seq)]
+            positions = [row.position for row in chosen + restored]
+            for table in ("evidence_links", "amu_entities", "amu_times"):
+                _delete(conn, table, "amu", positions, user)
+            _delete(conn, "amus", "position", positions, user)
+            for row in restored:  # through the one insert path, so the indexes follow
+                insert_amu(conn, dataclasses.replace(row.amu, archived=False), row.position)
+            kept = [s for s in touched if s.seq not in dropped]
+            self._rewrite_segments(conn, kept, gone)
+            _delete(conn, "segments", "seq", sorted(dropped), user)
+            node_texts = self._drop_nodes(conn, user, {str(s.seq) for s in segments if s.seq not in dropped},
+                                          everything)
+            node_texts += [frame_label(s.session_id, s.turn_ids) for s in kept]  # their old own texts
+            _delete(conn, "turns", "turn_id", sorted(gone), user)
+            conn.execute("DELETE FROM meta WHERE key = ANY(%s)",
+                         ([MERGE_KEY.format(amu_id) for amu_id in sorted(chosen_ids)],))
+            if everything:
+                for table in ("idempotency", "jobs"):
+                    conn.execute(f"DELETE FROM {table} WHERE user_id = %s", (user,))  # type: ignore[arg-type]
+                conn.execute("DELETE FROM meta WHERE key = ANY(%s)",
+                             ([key.format(user) for key in USER_KEYS],))
+            else:
+                self._drop_keys(conn, user, gone)
+        return Purged(turns, [row.amu for row in chosen], node_texts, frames,
+                      [row.amu.id for row in restored])
+
+    def scrub(self, texts: Iterable[str]) -> None:
+        """Drop the cached arrays of ``texts`` (see the module docstring for what stays on disk)."""
+        keys = sorted({text_key(text) for text in texts})
+        with self.db.transaction() as conn:
+            for table in ("vectors", "codes"):
+                conn.execute(f"DELETE FROM {table} WHERE item = ANY(%s)", (keys,))  # type: ignore[arg-type]
+
+    def compact(self) -> None:
+        """``VACUUM FULL`` of the store's tables (each rewritten without its dead tuples; needs the
+        tables' owner) and a ``CHECKPOINT`` (a superuser or ``pg_checkpoint`` member), outside
+        any transaction."""
+        if self.db.read_only:
+            raise StoreError(f"{self.db.where} is open read-only")
+        with self.db.connection() as conn:
+            for table in COMPACTED:
+                conn.execute(f"VACUUM FULL {table}")  # type: ignore[arg-type]
+            conn.execute("CHECKPOINT")
+
+    def _select_turns(self, user: str, session_id: str | None, turn_ids: Sequence[str],
+                      everything: bool) -> list[Turn]:
+        """The user's turns selected: all, a session's, and those named (without repeats)."""
+        rows = []
+        if everything or session_id is not None:
+            where = "" if everything else " AND session_id = %s"
+            rows = self.db.rows(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s{where} "
+                                "ORDER BY position", [user] if everything else [user, session_id])
+        rows += self.db.rows(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s AND turn_id = ANY(%s) "
+                             "ORDER BY turn_id COLLATE \"C\"", (user, sorted(set(turn_ids))))
+        return list({row["turn_id"]: turn_from_row(row) for row in rows}.values())
+
+    def _rewrite_segments(self, conn: Connection, segments: Sequence[SegmentRecord], gone: set[str]) -> None:
+        """Segments that keep some turns: their rows and event frames without the purged ones (the
+        identity triggers forbid an update, so the row is replaced), the extractor's state cleared."""
+        for record in segments:
+            user, seq = record.user_id, record.seq
+            left = [turn_id for turn_id in record.turn_ids if turn_id not in gone]
+            turns = [turn_from_row(self.db.row(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s "
+                                               "AND turn_id = %s", (user, turn_id))) for turn_id in left]
+            count = self.db.value("SELECT count(*) FROM amus WHERE user_id = %s AND segment = %s",
+                                  (user, seq))
+            conn.execute("DELETE FROM segments WHERE user_id = %s AND seq = %s", (user, seq))
+            conn.execute("INSERT INTO segments (user_id, seq, session_id, turn_ids, reason, state, fallback, "
+                         "amu_count, content_sha256, revision) "
+                         "VALUES (%s, %s, %s, %s, %s, '', %s, %s, %s, %s)",
+                         (user, seq, record.session_id, json.dumps(left), record.reason, record.fallback,
+                          count, turns_sha256(turns), record.revision))
+            conn.execute("UPDATE evidence_nodes SET text = %s, turn_ids = %s WHERE user_id = %s "
+                         "AND node_type = 'event_frame' AND key = %s",
+                         (frame_label(record.session_id, left), json.dumps(left), user, str(seq)))
+
+    @staticmethod
+    def _drop_nodes(conn: Connection, user: str, frames_kept: set[str], everything: bool) -> list[str]:
+        """Delete the user's nodes (``everything``) or those left without links, except the event
+        frames of segments kept (``frames_kept``: their numbers); returns their texts."""
+        rows = [row for row in conn.execute(
+            "SELECT id, node_type, key, text FROM evidence_nodes n WHERE user_id = %s AND "
+            "(%s OR NOT EXISTS (SELECT 1 FROM evidence_links l WHERE l.node = n.id)) ORDER BY id",
+            (user, everything)).fetchall()
+                if everything or not (row["node_type"] == "event_frame" and row["key"] in frames_kept)]
+        ids = [row["id"] for row in rows]
+        _delete(conn, "evidence_links", "node", ids, user)
+        _delete(conn, "evidence_nodes", "id", ids, user)
+        return [row["text"] for row in rows]
+
+    @staticmethod
+    def _drop_keys(conn: Connection, user: str, purged_turns: set[str]) -> None:
+        """Forget the idempotency keys that stored a purged turn (a key may name its content)."""
+        keys = conn.execute("SELECT key, turn_ids FROM idempotency WHERE user_id = %s", (user,)).fetchall()
+        for row in keys:
+            if purged_turns.intersection(json.loads(row["turn_ids"])):
+                conn.execute("DELETE FROM idempotency WHERE user_id = %s AND key = %s", (user, row["key"]))

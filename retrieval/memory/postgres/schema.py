@@ -1,0 +1,184 @@
+"""The PostgreSQL store's schema and its versioned migrations.
+
+``schema_version`` holds the version reached; :data:`MIGRATIONS` lists the steps, the n-th taking
+the schema from version n to n + 1. :func:`prepare` applies the missing steps in one transaction
+under an advisory lock, so two processes opening a fresh database never race (the second waits,
+then finds the schema current); a half-migrated schema is never left behind.
+
+The tables are the SQLite store's (:mod:`retrieval.memory.schema`), every one that holds a user's
+rows keyed by ``user_id``, positions ``bigserial`` (insertion order, never reused), flags
+``boolean``, JSON lists and times as text exactly as SQLite stores them. What SQLite does not need
+here: no FTS5 table (the lexical route scores over each user's own in-memory table,
+:mod:`retrieval.index.fts`, so the store keeps none), and dense vectors are ``bytea`` in the
+cache tables (no pgvector: each node reads a user's vectors into its in-memory bank, as from
+SQLite). Store-wide, as on SQLite: ``meta`` (per-user entries carry the user in their key) and
+the content-addressed cache tables ``vectors`` and ``codes``. Version 2 adds the API keys
+(``api_keys``, :mod:`retrieval.memory.postgres.keys`), which a SQLite store keeps in a file beside it.
+
+The invariants are PostgreSQL triggers, as SQLite's are: raw turns never change; a record's fact
+never changes (only ``archived``, one way, ``fingerprint`` and ``successor``), and archiving drops
+its evidence links; a segment's identity never changes; nothing is deleted except by a purge,
+whose transaction sets ``memory.purging`` (``SET LOCAL``: no other transaction sees it). A
+violation raises an ``integrity_constraint_violation`` (psycopg's ``IntegrityError``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from retrieval.memory.errors import StoreError
+from retrieval.memory.postgres.versions import COMMIT_SLOTS
+
+if TYPE_CHECKING:
+    from retrieval.memory.postgres.database import Connection, Database
+
+SCHEMA_LOCK = 0x49_53_51_4D_45_4D  # "ISQMEM": the advisory lock that serialises migrations
+
+PURGING = "SET LOCAL memory.purging = 'on'"
+"""What a purge's transaction runs first: the no-delete triggers stand down for it alone."""
+
+_TABLES = f"""
+CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE commits (slot integer PRIMARY KEY, count bigint NOT NULL);
+INSERT INTO commits (slot, count) SELECT slot, 0 FROM generate_series(0, {COMMIT_SLOTS - 1}) AS slot;
+CREATE TABLE turns (
+    position bigserial PRIMARY KEY, user_id text NOT NULL, session_id text NOT NULL,
+    turn_id text NOT NULL, speaker text NOT NULL, text text NOT NULL, session_time text,
+    image_caption text, UNIQUE (user_id, turn_id));
+CREATE INDEX turns_by_session ON turns (user_id, session_id);
+CREATE TABLE segments (
+    position bigserial UNIQUE, user_id text NOT NULL, seq integer NOT NULL, session_id text NOT NULL,
+    turn_ids text NOT NULL, reason text NOT NULL, state text NOT NULL, fallback boolean NOT NULL,
+    amu_count integer NOT NULL, content_sha256 text, revision integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (user_id, seq));
+CREATE TABLE amus (
+    position bigserial PRIMARY KEY, id text NOT NULL UNIQUE, user_id text NOT NULL,
+    session_id text NOT NULL, segment integer, text text NOT NULL, memory_type text NOT NULL,
+    observed_at text, timestamps text NOT NULL, entities text NOT NULL, tags text NOT NULL,
+    turn_ids text NOT NULL, speakers text NOT NULL, fingerprint text,
+    archived boolean NOT NULL DEFAULT false, successor text, t_ref text, valid_from text, valid_to text);
+CREATE INDEX amus_by_user ON amus (user_id, position);
+CREATE INDEX amus_by_session ON amus (user_id, session_id);
+CREATE INDEX amus_by_segment ON amus (user_id, segment);
+CREATE TABLE amu_entities (user_id text NOT NULL, amu bigint NOT NULL REFERENCES amus (position),
+                           entity text NOT NULL);
+CREATE INDEX amu_entities_by_entity ON amu_entities (user_id, entity);
+CREATE INDEX amu_entities_by_amu ON amu_entities (amu);
+CREATE TABLE amu_times (user_id text NOT NULL, amu bigint NOT NULL REFERENCES amus (position),
+                        start_time text NOT NULL, end_time text NOT NULL);
+CREATE INDEX amu_times_by_start ON amu_times (user_id, start_time);
+CREATE INDEX amu_times_by_amu ON amu_times (amu);
+CREATE TABLE vectors (model text NOT NULL, item text NOT NULL, vector bytea NOT NULL,
+                      PRIMARY KEY (model, item));
+CREATE TABLE codes (model text NOT NULL, item text NOT NULL, codes bytea NOT NULL,
+                    PRIMARY KEY (model, item));
+CREATE TABLE evidence_nodes (
+    id bigserial PRIMARY KEY, user_id text NOT NULL, node_type text NOT NULL, key text NOT NULL,
+    text text NOT NULL, session_id text, turn_ids text, UNIQUE (user_id, node_type, key));
+CREATE TABLE evidence_links (
+    user_id text NOT NULL, node bigint NOT NULL REFERENCES evidence_nodes (id),
+    amu bigint NOT NULL REFERENCES amus (position), PRIMARY KEY (node, amu));
+CREATE INDEX evidence_links_by_amu ON evidence_links (amu);
+CREATE TABLE idempotency (user_id text NOT NULL, key text NOT NULL, turn_ids text NOT NULL,
+                          PRIMARY KEY (user_id, key));
+CREATE TABLE jobs (
+    id bigserial PRIMARY KEY, user_id text NOT NULL, session_id text, kind text NOT NULL,
+    state text NOT NULL, progress text NOT NULL, error text, created double precision NOT NULL,
+    updated double precision NOT NULL);
+CREATE INDEX jobs_by_state ON jobs (state);
+CREATE INDEX jobs_by_user ON jobs (user_id);
+"""
+
+_TRIGGERS = """
+CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION USING MESSAGE = TG_ARGV[0], ERRCODE = 'integrity_constraint_violation'; END $$;
+CREATE FUNCTION refuse_unless_purging() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF current_setting('memory.purging', true) IS DISTINCT FROM 'on' THEN
+    RAISE EXCEPTION USING MESSAGE = TG_ARGV[0], ERRCODE = 'integrity_constraint_violation';
+  END IF;
+  RETURN OLD;
+END $$;
+CREATE FUNCTION drop_archived_links() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN DELETE FROM evidence_links WHERE amu = OLD.position; RETURN NULL; END $$;
+CREATE TRIGGER amus_append_only BEFORE UPDATE ON amus FOR EACH ROW
+WHEN ((OLD.id, OLD.user_id, OLD.session_id, OLD.segment, OLD.text, OLD.memory_type, OLD.observed_at,
+       OLD.timestamps, OLD.entities, OLD.tags, OLD.turn_ids, OLD.speakers, OLD.t_ref, OLD.valid_from,
+       OLD.valid_to) IS DISTINCT FROM
+      (NEW.id, NEW.user_id, NEW.session_id, NEW.segment, NEW.text, NEW.memory_type, NEW.observed_at,
+       NEW.timestamps, NEW.entities, NEW.tags, NEW.turn_ids, NEW.speakers, NEW.t_ref, NEW.valid_from,
+       NEW.valid_to))
+EXECUTE FUNCTION refuse('AMUs are append-only: only archived, fingerprint and successor may change');
+CREATE TRIGGER amus_archive_one_way BEFORE UPDATE ON amus FOR EACH ROW
+WHEN (OLD.archived AND NOT NEW.archived)
+EXECUTE FUNCTION refuse('archiving is one-way: an archived AMU is never restored');
+CREATE TRIGGER amus_index_archive AFTER UPDATE ON amus FOR EACH ROW
+WHEN (NOT OLD.archived AND NEW.archived) EXECUTE FUNCTION drop_archived_links();
+CREATE TRIGGER amus_no_delete BEFORE DELETE ON amus FOR EACH ROW
+EXECUTE FUNCTION refuse_unless_purging('AMUs are append-only: they can be archived, not deleted');
+CREATE TRIGGER turns_append_only BEFORE UPDATE ON turns FOR EACH ROW
+EXECUTE FUNCTION refuse('raw turns are append-only');
+CREATE TRIGGER turns_no_delete BEFORE DELETE ON turns FOR EACH ROW
+EXECUTE FUNCTION refuse_unless_purging('raw turns are append-only');
+CREATE TRIGGER segments_append_only BEFORE UPDATE ON segments FOR EACH ROW
+WHEN ((OLD.user_id, OLD.seq, OLD.session_id, OLD.turn_ids, OLD.reason, OLD.content_sha256)
+      IS DISTINCT FROM (NEW.user_id, NEW.seq, NEW.session_id, NEW.turn_ids, NEW.reason, NEW.content_sha256))
+EXECUTE FUNCTION refuse('a segment''s identity is append-only');
+CREATE TRIGGER segments_no_delete BEFORE DELETE ON segments FOR EACH ROW
+EXECUTE FUNCTION refuse_unless_purging('segment progress rows are append-only');
+"""
+
+_KEYS = """
+CREATE TABLE api_keys (
+    position bigserial UNIQUE, key_id text PRIMARY KEY, user_id text NOT NULL, salt bytea NOT NULL,
+    digest bytea NOT NULL, created text NOT NULL, revoked text);
+CREATE INDEX api_keys_by_user ON api_keys (user_id);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_TABLES + _TRIGGERS, _KEYS)
+"""The schema's steps: ``MIGRATIONS[n]`` takes version n to n + 1."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def prepare(db: Database) -> None:
+    """Bring the database's schema to :data:`SCHEMA_VERSION` (read-only: check that it is there)."""
+    with db.connection() as conn:
+        if db.read_only:
+            _check(db.where, _version(conn), read_only=True)
+            return
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
+            version = _version(conn)
+            _check(db.where, version, read_only=False)
+            for step in MIGRATIONS[version:]:
+                conn.execute(step)  # type: ignore[arg-type]  # our own constant script
+            conn.execute("DELETE FROM schema_version")
+            conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (SCHEMA_VERSION,))
+
+
+def _version(conn: Connection) -> int:
+    row = conn.execute("SELECT to_regclass('schema_version') IS NOT NULL AS present").fetchone()
+    if row is None or not row["present"]:
+        return 0
+    found = conn.execute("SELECT max(version) AS version FROM schema_version").fetchone()
+    return 0 if found is None else int(found["version"] or 0)
+
+
+def _check(where: str, version: int, *, read_only: bool) -> None:
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{where}: store schema version {version} is unknown to this code (it reads "
+                         f"versions 1 to {SCHEMA_VERSION}); use the code that wrote it")
+    if read_only and version == 0:
+        raise StoreError(f"no store at {where} (no schema there); open it for writing once")
+    if read_only and version < SCHEMA_VERSION:
+        raise StoreError(f"{where}: schema version {version} needs a migration to {SCHEMA_VERSION}; "
+                         "open the store for writing once")
+
+COMPACTED = tuple(re.findall(r"CREATE TABLE (\w+)", _TABLES + _KEYS)) + ("schema_version",)
+"""Every table of the store: what ``compact`` rewrites."""
+
+SCHEMA_OBJECTS = tuple(re.findall(r"CREATE (?:TABLE|INDEX|TRIGGER) (\w+)", _TABLES + _TRIGGERS + _KEYS))
+"""Every table, index and trigger of the current schema: ``integrity_problems`` finds missing ones."""

@@ -1,0 +1,116 @@
+"""Raw turns stored the moment they are added, and the reads that feed the ingestion worker (the
+SQLite store's :mod:`retrieval.memory.turn_log`): the turn log is the worker's queue."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from retrieval.memory.postgres.reads import TURN_COLUMNS, turns_of
+from retrieval.memory.records import Turn
+
+if TYPE_CHECKING:
+    from retrieval.memory.postgres.database import Connection, Database
+
+
+def insert_turns(conn: Connection, turns: Sequence[Turn]) -> None:
+    """Insert raw turns in the caller's transaction."""
+    conn.cursor().executemany(
+        "INSERT INTO turns (user_id, session_id, turn_id, speaker, text, session_time, image_caption) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        [(t.user_id, t.session_id, t.turn_id, t.speaker, t.text,
+          t.session_time.isoformat() if t.session_time else None, t.image_caption) for t in turns])
+
+
+class TurnLog:
+    """The online write side of raw turns and the reads that rebuild open segments."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def append_turns(self, user: str, turns: Sequence[Turn], key: str | None = None) -> list[Turn]:
+        """Store the turns the user has not stored yet and ``key`` with the ids of all ``turns``, in
+        one transaction (under the user's lock); returns the turns stored now."""
+        with self.db.transaction([user]) as conn:
+            stored = self.stored_turn_ids(user, [turn.turn_id for turn in turns])
+            new = list({turn.turn_id: turn for turn in turns if turn.turn_id not in stored}.values())
+            insert_turns(conn, new)
+            if key is not None:
+                conn.execute("INSERT INTO idempotency (user_id, key, turn_ids) VALUES (%s, %s, %s)",
+                             (user, key, json.dumps([turn.turn_id for turn in turns])))
+        return new
+
+    def bind_turn_ids(self, user: str, session: str, turns: Sequence[Any]) -> list[Turn]:
+        """The turns (checked inputs) with ids: the caller's, or ``<session>:<n>`` numbered after
+        the session's stored turns."""
+        count = self.session_turn_count(user, session)
+        taken = self.stored_turn_ids(user, [f"{session}:{count + i + 1}" for i in range(len(turns))])
+        bound, number, given = [], count, {turn.turn_id for turn in turns}
+        for turn in turns:
+            turn_id = turn.turn_id
+            while turn_id is None:
+                number += 1
+                candidate = f"{session}:{number}"
+                if candidate not in taken and candidate not in given:
+                    turn_id = candidate
+            bound.append(turn.bind(user, session, turn_id))
+        return bound
+
+    def idempotent_turn_ids(self, user: str, key: str) -> list[str] | None:
+        row = self.db.row("SELECT turn_ids FROM idempotency WHERE user_id = %s AND key = %s", (user, key))
+        return None if row is None else list(json.loads(row["turn_ids"]))
+
+    def stored_turn_ids(self, user: str, turn_ids: Sequence[str]) -> set[str]:
+        rows = self.db.rows("SELECT turn_id FROM turns WHERE user_id = %s AND turn_id = ANY(%s)",
+                            (user, list(turn_ids)))
+        return {row["turn_id"] for row in rows}
+
+    def session_turn_count(self, user: str, session_id: str) -> int:
+        return int(self.db.value("SELECT count(*) FROM turns WHERE user_id = %s AND session_id = %s",
+                                 (user, session_id)))
+
+    def uncovered_turns(self, user: str) -> list[Turn]:
+        return self.backlog(user)[0]
+
+    def backlog(self, user: str, after: int | None = None) -> tuple[list[Turn], int]:
+        """The user's turns to feed to its segmentation and the highest position read (see the SQLite
+        store's :meth:`retrieval.memory.turn_log.TurnLog.backlog`)."""
+        if after is not None:
+            rows = self.db.rows(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s AND position > %s "
+                                "ORDER BY position", (user, after))
+            return turns_of(rows), int(rows[-1]["position"]) if rows else after
+        segments = self.db.rows("SELECT turn_ids FROM segments WHERE user_id = %s", (user,))
+        covered = {turn_id for row in segments for turn_id in json.loads(row["turn_ids"])}
+        rows = self.db.rows(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s ORDER BY position", (user,))
+        last = int(rows[-1]["position"]) if rows else 0
+        return turns_of([row for row in rows if row["turn_id"] not in covered]), last
+
+    def backlog_users(self) -> list[str]:
+        """Users with more stored turns than their segments list, in order of their first turn."""
+        rows = self.db.rows(
+            "SELECT t.user_id FROM (SELECT user_id, count(*) AS n, min(position) AS first FROM turns "
+            "GROUP BY user_id) t LEFT JOIN (SELECT user_id, sum(json_array_length(turn_ids::json)) AS n "
+            "FROM segments GROUP BY user_id) s ON s.user_id = t.user_id WHERE t.n != coalesce(s.n, 0) "
+            "ORDER BY t.first")
+        return [row["user_id"] for row in rows]
+
+    def next_seq(self, user: str) -> int:
+        return int(self.db.value("SELECT coalesce(max(seq) + 1, 0) FROM segments WHERE user_id = %s",
+                                 (user,)))
+
+    def users(self) -> list[str]:
+        rows = self.db.rows("SELECT user_id FROM turns GROUP BY user_id ORDER BY min(position)")
+        return [row["user_id"] for row in rows]
+
+    def has_user(self, user: str) -> bool:
+        return self.db.row("SELECT 1 AS found FROM turns WHERE user_id = %s LIMIT 1", (user,)) is not None
+
+    def has_session(self, user: str, session_id: str) -> bool:
+        return self.db.row("SELECT 1 AS found FROM turns WHERE user_id = %s AND session_id = %s LIMIT 1",
+                           (user, session_id)) is not None
+
+    def speakers(self, user: str) -> tuple[str, ...]:
+        rows = self.db.rows("SELECT speaker FROM turns WHERE user_id = %s GROUP BY speaker "
+                            "ORDER BY min(position)", (user,))
+        return tuple(row["speaker"] for row in rows)

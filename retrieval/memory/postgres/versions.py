@@ -1,0 +1,54 @@
+"""What a reader asks the PostgreSQL store to know whether its copy of a user is still the store's:
+has anything committed since (:meth:`Versions.data_version`), has this user changed
+(:meth:`Versions.user_version`).
+
+``data_version`` is the sum of the commit counters (``commits``): every write transaction
+increments one of them as its last statement, so the sum moves exactly when something committed,
+in any process (the increment commits with the transaction or not at all; counters only grow).
+(PostgreSQL has no ``PRAGMA data_version``; the statistics views lag and are per server.) There
+are :data:`COMMIT_SLOTS` counters, one chosen by the server process of the connection, so two
+writers queue on one only when their connections share a slot, and then only between that last
+statement and their commit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from retrieval.memory.postgres.database import Database
+
+COMMIT_SLOTS = 16
+"""Commit counters: writers on connections whose server process ids differ modulo this never queue."""
+
+BUMP_COMMITS = f"UPDATE commits SET count = count + 1 WHERE slot = pg_backend_pid() % {COMMIT_SLOTS}"
+
+
+_USER_VERSION = ("SELECT t.n, t.last, a.n AS records, a.last AS record_last, a.printed FROM "
+                 "(SELECT count(*) AS n, coalesce(max(position), 0) AS last FROM turns "
+                 "WHERE user_id = %s) t, "
+                 "(SELECT count(*) AS n, coalesce(max(position), 0) AS last, count(fingerprint) AS printed "
+                 "FROM amus WHERE user_id = %s AND NOT archived) a")
+
+
+def user_version_of(conn: Any, user_id: str) -> tuple[int, ...]:
+    """Count and highest position of the user's turns, of its active records, and how many of
+    those have a fingerprint (as the SQLite store's: positions only grow, turns never change and
+    archiving is one way, so every change of the user changes this tuple)."""
+    row = conn.execute(_USER_VERSION, (user_id, user_id)).fetchone()
+    return tuple(int(value) for value in row.values())
+
+
+class Versions:
+    """The store's change markers."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def data_version(self) -> int:
+        """The number of write transactions committed to the database so far."""
+        return int(self.db.value("SELECT sum(count) FROM commits"))
+
+    def user_version(self, user_id: str) -> tuple[int, ...]:
+        with self.db.connection() as conn:
+            return user_version_of(conn, user_id)

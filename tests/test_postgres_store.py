@@ -1,0 +1,183 @@
+"""What only the PostgreSQL store has to show: a URL that does not connect, its schema versions and
+their migration by several processes at once, and writers of one user in several processes (here:
+several stores, each with its own pool) that PostgreSQL serialises."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import psycopg
+import pytest
+
+from retrieval.memory.errors import StoreError
+from retrieval.memory.postgres.database import is_url
+from retrieval.memory.postgres.schema import SCHEMA_VERSION
+from retrieval.memory.postgres.store import PostgresStore
+from retrieval.memory.records import SegmentRecord, Turn
+from tests.postgres_server import free_port
+from tests.test_amu_store import WHEN, commit, make_amu
+
+
+def at_once(jobs: list[Callable[[], object]]) -> list[object]:
+    """Run the jobs in threads released together; each one's result or exception."""
+    results: list[object] = [None] * len(jobs)
+    start = threading.Barrier(len(jobs))
+
+    def run(index: int) -> None:
+        start.wait()
+        try:
+            results[index] = jobs[index]()
+        except Exception as err:  # noqa: BLE001 - the caller inspects what each raised
+            results[index] = err
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return results
+
+
+def test_a_url_is_never_a_path():
+    assert is_url("postgresql://u@h:5432/db") and is_url("postgres://h/db")
+    assert not is_url("postgresql:") and not is_url("runs/store") and not is_url(None)
+
+
+def test_a_url_that_does_not_connect_is_one_error_naming_the_server_not_the_password():
+    port = free_port()
+    with pytest.raises(StoreError, match=f"cannot connect to the store at postgresql://alice@127.0.0.1:{port}/mem"
+                       ) as raised:
+        PostgresStore(f"postgresql://alice:s3cret-word@127.0.0.1:{port}/mem")
+    assert "s3cret-word" not in str(raised.value)
+    with pytest.raises(StoreError, match="notaport/mem: .*invalid integer value") as raised:
+        PostgresStore("postgresql://alice:s3cret-word@127.0.0.1:notaport/mem")
+    assert "s3cret-word" not in str(raised.value)
+
+
+def test_schema_versions_read_only_opening_and_missing_objects(postgres_url):
+    with pytest.raises(StoreError, match="no store at postgresql://postgres@127.0.0.1:.*for writing once"):
+        PostgresStore(postgres_url, read_only=True)
+    with PostgresStore(postgres_url) as store:
+        assert store.integrity_problems() == []
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute("DROP TRIGGER turns_no_delete ON turns")
+        assert store.integrity_problems() == ["schema object 'turns_no_delete' is missing"]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("UPDATE schema_version SET version = %s", (SCHEMA_VERSION + 1,))
+    for read_only in (False, True):
+        with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1} is unknown to this code"):
+            PostgresStore(postgres_url, read_only=read_only)
+
+
+def test_processes_opening_a_fresh_database_at_once_migrate_it_once(postgres_url):
+    stores = at_once([lambda: PostgresStore(postgres_url) for _ in range(4)])
+    assert all(isinstance(store, PostgresStore) for store in stores), stores
+    for store in stores:
+        store.close()  # type: ignore[union-attr]
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+
+
+def test_writers_of_one_user_in_several_processes_are_serialised(postgres_url):
+    stores = [PostgresStore(postgres_url) for _ in range(4)]
+    try:
+        turns = [Turn("u", "s", f"s:{i}", "Ann", f"text {i}", WHEN) for i in range(1, 6)]
+        added = at_once([lambda store=store: store.append_turns("u", turns) for store in stores])
+        assert sorted(len(new) for new in added) == [0, 0, 0, 5]  # type: ignore[arg-type]
+        record = SegmentRecord("u", 0, "s", tuple(t.turn_id for t in turns), "session_end")
+        closed = at_once([lambda store=store: store.commit_stored_turns(record, []) for store in stores])
+        assert sorted(type(result).__name__ for result in closed) == ["NoneType"] + ["ValueError"] * 3
+        assert all("segment 0 of 'u' is already stored" in str(r) for r in closed if r is not None)
+        jobs = at_once([lambda store=store: store.create_job("u", None, "consolidate") for store in stores])
+        assert [created for _, created in jobs].count(True) == 1  # type: ignore[misc]
+        assert stores[0].turns("u") == turns and len(stores[0].unfinished()) == 1
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_the_commit_counter_moves_only_when_something_commits(postgres_url):
+    with PostgresStore(postgres_url) as store:
+        commit(store, 0, [make_amu(0, 0)])
+        before = store.data_version()
+        with pytest.raises(ValueError, match="already stored"):
+            commit(store, 0, [make_amu(0, 1)])
+        assert store.data_version() == before
+        with pytest.raises(psycopg.IntegrityError, match="append-only"):  # outside a purge, in autocommit
+            store.db.rows("DELETE FROM turns RETURNING 1")
+        assert store.data_version() == before and store.count() == 1
+
+
+def test_another_handle_and_no_local_files(postgres_url):
+    with PostgresStore(postgres_url) as store:
+        commit(store, 0, [make_amu(0, 0)])
+        assert store.location == postgres_url and store.local_files is None
+        with store.reopen(read_only=True, role="consolidate") as reader:
+            assert [a.id for a in reader.amus()] == ["conv-x:0:0"] and reader.read_only
+
+
+def test_after_a_purge_and_compact_no_table_file_holds_the_text(postgres_server, postgres_url):
+    secret = "Vormquistel"
+    with psycopg.connect(postgres_url) as conn:  # this database's directory: base/<its oid>
+        found = conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()
+    assert found is not None
+    files = postgres_server.data / "base" / str(found[0])
+
+    def in_table_files() -> bool:
+        return any(secret.lower().encode() in path.read_bytes().lower()
+                   for path in files.iterdir() if path.is_file())
+
+    def checkpoint() -> None:  # what the server holds in memory written to the table files
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+
+    with PostgresStore(postgres_url) as store:
+        commit(store, 0, [make_amu(0, 0, f"My neighbour {secret} repairs violins.", entities=[secret])])
+        commit(store, 1, [make_amu(1, 0, "Melanie runs.")])
+        checkpoint()
+        assert in_table_files()
+        store.purge("conv-x", amu_ids=["conv-x:0:0"])
+        store.scrub([f"My neighbour {secret} repairs violins."])
+        checkpoint()
+        assert in_table_files()  # dead tuples: deleted, still on disk
+        store.compact()
+        assert not in_table_files()
+        assert [a.id for a in store.amus()] == ["conv-x:1:0"]
+        with PostgresStore(postgres_url, read_only=True) as reader:
+            with pytest.raises(StoreError, match="read-only"):
+                reader.compact()
+
+
+def test_api_key_rows_are_shared_by_every_handle(postgres_url):
+    with PostgresStore(postgres_url) as store, PostgresStore(postgres_url) as other:
+        store.add_key("k1", "alice", b"salt", b"digest", "2026-01-01T00:00:00+00:00")
+        store.add_key("k2", "bob", b"s2", b"d2", "2026-01-02T00:00:00+00:00")
+        assert other.live_key("k1") == ("alice", b"salt", b"digest") and other.live_key("nope") is None
+        assert [row[0] for row in other.key_rows()] == ["k1", "k2"]
+        assert other.key_rows("bob") == [("k2", "bob", "2026-01-02T00:00:00+00:00", None)]
+        assert other.revoke_key("k1", "later") == ("k1", "alice", "2026-01-01T00:00:00+00:00", "later")
+        assert store.revoke_key("k1", "again")[3] == "later" and store.live_key("k1") is None
+        assert store.revoke_key("k9", "now") is None
+        with pytest.raises(psycopg.IntegrityError):
+            store.add_key("k2", "carol", b"s", b"d", "now")
+        store.purge("alice", everything=True)
+        assert [row[0] for row in store.key_rows("alice")] == ["k1"]
+
+
+def test_a_version_1_database_migrates_keeping_its_rows(postgres_url):
+    from retrieval.memory.postgres.schema import MIGRATIONS
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:  # what version-1 code left behind
+        conn.execute("CREATE TABLE schema_version (version integer NOT NULL)")
+        conn.execute(MIGRATIONS[0])
+        conn.execute("INSERT INTO schema_version VALUES (1)")
+        conn.execute("INSERT INTO turns (user_id, session_id, turn_id, speaker, text) "
+                     "VALUES ('u', 's', 't1', 'Ann', 'hello')")
+    with pytest.raises(StoreError, match="schema version 1 needs a migration to 2"):
+        PostgresStore(postgres_url, read_only=True)
+    with PostgresStore(postgres_url) as store:
+        assert [t.text for t in store.turns("u")] == ["hello"] and store.integrity_problems() == []
+        store.add_key("k1", "u", b"s", b"d", "now")
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]

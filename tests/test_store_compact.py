@@ -1,0 +1,59 @@
+"""``python -m retrieval.store compact``: after a purge, no file of the store directory holds the
+purged text (the FTS5 index keeps a deleted record's terms until it is rewritten); a backend that
+cannot compact says so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from retrieval import Memory
+from retrieval.memory.store import AMUStore
+from retrieval.store import main as store_main
+from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
+
+SECRET = "Quenfrithal"
+STEM = b"quenfrith"  # what the FTS5 index (porter stemmer) keeps of it
+
+
+def holding(directory: Path, needle: bytes) -> list[str]:
+    """The files under ``directory`` whose bytes contain ``needle`` (case-insensitive)."""
+    return [p.name for p in sorted(directory.rglob("*")) if p.is_file() and needle in p.read_bytes().lower()]
+
+
+def test_compact_leaves_no_purged_text_in_any_file(tmp_path, capsys):
+    turns = [{"speaker": "AB"[i % 2], "text": f"story number {i} about gardens and tomatoes.",
+              "turn_id": f"t{i}"} for i in range(8)]
+    turns.insert(4, {"speaker": "Ann", "text": f"My neighbour {SECRET} repairs old violins in Lisbon.",
+                     "turn_id": "secret"})
+    with Memory.open(tmp_path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter()) as mem:
+        mem.add(turns, user_id="u", session_id="s")
+        mem.flush(user_id="u", session_id="s")
+    with AMUStore(tmp_path) as store:
+        purged = store.purge("u", turn_ids=["secret"])  # rows deleted, files not yet compacted
+        assert [turn.turn_id for turn in purged.turns] == ["secret"] and store.count("u") > 0
+    assert holding(tmp_path, STEM) == ["amus.sqlite3"]
+    assert store_main(["compact", "--store", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"compacted: {tmp_path / AMUStore.DB_NAME}\n"
+    assert holding(tmp_path, STEM) == [] and holding(tmp_path, SECRET.lower().encode()) == []
+    with AMUStore(tmp_path, read_only=True) as store:  # the rest is intact
+        assert store.integrity_problems() == [] and len(store.turns("u")) == 8
+
+
+class NoCompaction:
+    """A backend without ``compact``."""
+
+    location = "postgresql://u@db/memory"
+
+    def __enter__(self) -> NoCompaction:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def test_a_backend_that_cannot_compact_says_so(monkeypatch, capsys):
+    monkeypatch.setattr("retrieval.store.open_store", lambda target, **options: NoCompaction())
+    assert store_main(["compact", "--store", "postgresql://u@db/memory"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == "error: postgresql://u@db/memory: compacting this backend is not supported yet\n"

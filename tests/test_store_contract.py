@@ -1,0 +1,268 @@
+"""The store contract: the same tests, the same assertions, against the SQLite store and the
+PostgreSQL store (the ``backend`` fixture runs each test once per backend)."""
+
+from __future__ import annotations
+
+import pytest
+
+from retrieval.memory.errors import StoreError, StoreMismatch
+from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn, amu_id
+from tests.test_amu_store import WHEN, commit, make_amu, make_turn
+
+
+def segment(seq: int, amus: list[AMU],
+            session: str = "session_1") -> tuple[SegmentRecord, list[Turn], list[AMU]]:
+    return (SegmentRecord("conv-x", seq, session, (f"D1:{seq}",), "semantic_boundary"),
+            [make_turn(f"D1:{seq}", text=f"turn {seq}", session=session)], amus)
+
+
+def test_round_trip_and_lookups(backend):
+    with backend.open() as store:
+        commit(store, 0, [
+            make_amu(0, 0, "Caroline went to a support group on 7 May 2023.", memory_type="event",
+                     timestamps=["2023-05-07"], entities=["Caroline", "LGBTQ"]),
+            make_amu(0, 1, "Melanie painted a sunrise in 2022.", timestamps=["2022"], entities=["Melanie"]),
+        ])
+        commit(store, 1, [make_amu(1, 0, "Caroline plans a trip the week after.", timestamps=["2023-W20"],
+                                   entities=["Caroline"], fingerprint=[5, 9, 5], session="session_2")],
+               session="session_2")
+    with backend.open() as store:  # reopened: everything persisted
+        assert [amu.id for amu in store.amus("conv-x")] == ["conv-x:0:0", "conv-x:0:1", "conv-x:1:0"]
+        first = store.get("conv-x:0:0")
+        assert first == make_amu(0, 0, "Caroline went to a support group on 7 May 2023.", memory_type="event",
+                                 timestamps=["2023-05-07"], entities=["Caroline", "LGBTQ"])
+        assert store.get("conv-x:1:0").fingerprint == (5, 9, 5)
+        assert [a.id for a in store.by_segment("conv-x", 0)] == ["conv-x:0:0", "conv-x:0:1"]
+        source = store.source_turns(store.get("conv-x:0:1"))
+        assert [(t.turn_id, t.text, t.session_time) for t in source] == [("D1:0", "turn 0", WHEN)]
+        record = store.segment("conv-x", 1)
+        assert record.session_id == "session_2" and record.state == "state" and record.amu_count == 1
+        assert record.fallback is False and record.revision == 0 and len(record.content_sha256) == 64
+        assert [s.seq for s in store.segments("conv-x")] == [0, 1] and store.segment("conv-x", 7) is None
+        assert store.users_with_segments() == ["conv-x"] and store.count() == 3 and store.count("nobody") == 0
+        assert [(p, a.id) for p, a in store.page("conv-x", session_id="session_1")][1][1] == "conv-x:0:1"
+        after = store.page("conv-x", limit=1)[0][0]
+        assert [a.id for _, a in store.page("conv-x", after=after)] == ["conv-x:0:1", "conv-x:1:0"]
+        nodes = {node.name: node.amu_ids for node in store.evidence_nodes("conv-x")}
+        assert nodes["entity:caroline"] == ("conv-x:0:0", "conv-x:1:0")
+        assert nodes["event_frame:1"] == ("conv-x:1:0",)
+        frames = store.evidence_nodes("conv-x", "event_frame")
+        assert [n.name for n in frames] == ["event_frame:0", "event_frame:1"]
+        links = store.node_links(["conv-x:1:0"])
+        names = [node.name for node, amu in links if amu == "conv-x:1:0"]
+        assert len(names) == len(links) and names[0] == "entity:caroline" and "event_frame:1" in names
+        with pytest.raises(KeyError, match="no AMU with id 'nope'"):
+            store.get("nope")
+        with pytest.raises(KeyError, match="no turn 'D9' in conversation 'conv-x'"):
+            store.turn("conv-x", "D9")
+
+
+def test_archive_and_fingerprints_are_the_only_updates(backend):
+    with backend.open() as store:
+        commit(store, 0, [make_amu(0, 0), make_amu(0, 1, "Melanie runs.")])
+        store.archive(["conv-x:0:0"])
+        assert [a.id for a in store.amus()] == ["conv-x:0:1"]
+        assert store.get("conv-x:0:0").archived and len(list(store.amus(include_archived=True))) == 2
+        assert [node.amu_ids for node in store.evidence_nodes("conv-x", "event_frame")] == [("conv-x:0:1",)]
+        backend.raw(store, "UPDATE amus SET fingerprint = '[7, 8]' WHERE id = 'conv-x:0:1'")
+        assert store.get("conv-x:0:1").fingerprint == (7, 8)
+        for sql in ("UPDATE amus SET text = 'changed' WHERE id = 'conv-x:0:1'", "DELETE FROM amus",
+                    "UPDATE turns SET text = 'changed'", "DELETE FROM turns", "DELETE FROM segments"):
+            with pytest.raises(backend.integrity_error, match="append-only"):
+                backend.raw(store, sql)
+        with pytest.raises(backend.integrity_error, match="one-way"):
+            backend.raw(store, "UPDATE amus SET archived = false WHERE id = 'conv-x:0:0'")
+        with pytest.raises(KeyError):
+            store.archive(["missing"])
+        assert store.count() == 2 and store.turn("conv-x", "D1:0").text == "turn 0"
+
+
+def test_segment_commit_is_atomic_and_unique(backend):
+    with backend.open() as store:
+        commit(store, 0, [make_amu(0, 0)])
+        with pytest.raises(ValueError, match="segment 0 of 'conv-x' is already stored"):
+            commit(store, 0, [make_amu(0, 5)])
+        with pytest.raises(backend.integrity_error):  # a duplicate id after the turn and the first AMU
+            store.commit_segment(SegmentRecord("conv-x", 1, "session_1", ("D1:1",), "semantic_boundary"),
+                                 [make_turn("D1:1")], [make_amu(1, 0), make_amu(1, 1, id="conv-x:0:0")])
+        assert store.segment("conv-x", 1) is None and store.count() == 1
+        with pytest.raises(KeyError):
+            store.turn("conv-x", "D1:1")
+        for wrong in (SourcePointer("conv-y", "session_1", ("D1:2",), segment=2),
+                      SourcePointer("conv-x", "session_9", ("D1:2",), segment=2),
+                      SourcePointer("conv-x", "session_1", ("D1:2",), segment=3)):
+            with pytest.raises(ValueError, match="belongs to"):
+                commit(store, 2, [make_amu(2, 0, source=wrong)])
+
+
+def test_segments_committed_together_all_land_or_none(backend):
+    with backend.open() as store:
+        store.commit_segments([segment(0, [make_amu(0, 0)]), segment(1, [make_amu(1, 0), make_amu(1, 1)])])
+        assert [store.segment("conv-x", seq).amu_count for seq in (0, 1)] == [1, 2]
+        with pytest.raises(ValueError, match="segment 1 of 'conv-x' is already stored"):
+            store.commit_segments([segment(2, [make_amu(2, 0)]), segment(1, [make_amu(1, 5)])])
+        assert store.segment("conv-x", 2) is None and store.count() == 3
+        with pytest.raises(KeyError):
+            store.turn("conv-x", "D1:2")
+
+
+def test_a_cache_read_of_many_items_and_a_read_only_store(backend):
+    with backend.open() as store:
+        blobs = {f"item{i}": bytes([i % 256]) * 4 for i in range(1500)}
+        store.cache("vectors", "m", blobs)
+        store.cache("vectors", "m", {"item0": b"other"})  # the first array stays
+        assert store.cached("vectors", "m", list(blobs) + ["absent"]) == blobs
+        assert store.cached("codes", "m", ["item0"]) == {}
+        commit(store, 0, [make_amu(0, 0)])
+    with backend.open(read_only=True) as reader:
+        assert [a.id for a in reader.amus()] == ["conv-x:0:0"]
+        reader.cache("vectors", "m", {"new": b"x"})  # nothing stored, nothing raised
+        assert reader.cached("vectors", "m", ["new"]) == {}
+        for write in (lambda: reader.put_meta("k", 1), lambda: reader.archive(["conv-x:0:0"]),
+                      lambda: reader.append_turns("u", [make_turn("D2:0")])):
+            with pytest.raises(StoreError, match="read-only"):
+                write()
+
+
+def test_the_turn_log_idempotency_keys_and_the_backlog(backend):
+    with backend.open() as store:
+        turns = [Turn("u", "s1", f"s1:{i}", "Ann" if i % 2 else "Bob", f"text {i}", WHEN)
+                 for i in range(1, 4)]
+        assert store.append_turns("u", turns[:2], key="k1") == turns[:2]
+        assert store.append_turns("u", turns, key="k2") == turns[2:]  # the stored ones are skipped
+        assert store.idempotent_turn_ids("u", "k2") == ["s1:1", "s1:2", "s1:3"]
+        assert store.idempotent_turn_ids("u", "none") is None and store.idempotent_turn_ids("v", "k1") is None
+        with pytest.raises(backend.integrity_error):  # a key is stored once
+            store.append_turns("u", turns[:1], key="k1")
+        assert store.stored_turn_ids("u", ["s1:1", "s1:9"]) == {"s1:1"}
+        assert store.session_turn_count("u", "s1") == 3 and store.session_turn_count("u", "s2") == 0
+        assert store.users() == ["u"] and store.has_user("u") and not store.has_user("v")
+        assert store.has_session("u", "s1") and not store.has_session("u", "s2")
+        assert store.speakers("u") == ("Ann", "Bob")
+        assert store.backlog_users() == ["u"] and store.next_seq("u") == 0
+        backlog, last = store.backlog("u")
+        assert backlog == turns and store.backlog("u", after=last) == ([], last)
+        store.commit_stored_turns(SegmentRecord("u", 0, "s1", ("s1:1", "s1:2"), "semantic_boundary"), [])
+        assert store.uncovered_turns("u") == turns[2:] and store.next_seq("u") == 1
+        assert store.backlog("u", after=last - 1) == ([turns[2]], last)
+        store.commit_stored_turns(SegmentRecord("u", 1, "s1", ("s1:3",), "session_end"), [])
+        assert store.backlog_users() == [] and store.users_with_segments() == ["u"]
+        with pytest.raises(ValueError, match="segment 1 of 'u' is already stored"):
+            store.commit_stored_turns(SegmentRecord("u", 1, "s1", ("s1:3",), "session_end"), [])
+
+
+def test_meta_binding_and_jobs(backend):
+    with backend.open() as store:
+        assert store.meta("model") is None
+        store.bind("model", {"name": "a"})
+        store.bind("model", {"name": "a"})
+        with pytest.raises(StoreMismatch,
+                           match=r"was built with model \{'name': 'a'\}, not \{'name': 'b'\}; rebuild"):
+            store.bind("model", {"name": "b"}, "rebuild")
+        store.put_meta("cost", [1, 2])
+        store.put_meta("cost", {"s": 3})
+        assert store.meta("cost") == {"s": 3}
+        job, created = store.create_job("u", None, "consolidate")
+        again, created_again = store.create_job("u", None, "consolidate")
+        assert created and not created_again and again == job and job.state == "queued"
+        other, _ = store.create_job("u", "s1", "consolidate")
+        store.update_job(job.id, "running", {"done": 1})
+        assert store.job_row(job.id).progress == {"done": 1} and store.job_row(job.id).state == "running"
+        assert [j.id for j in store.unfinished()] == [job.id, other.id]
+        store.update_job(job.id, "failed", error="boom")
+        failed = store.job_row(job.id)
+        assert (failed.state, failed.error, failed.progress) == ("failed", "boom", {"done": 1})
+        assert [j.id for j in store.unfinished()] == [other.id] and store.job_row(999) is None
+        assert store.create_job("u", None, "consolidate")[1]  # the failed one is finished
+
+
+def test_retried_extraction_and_forwarding(backend):
+    with backend.open() as store:
+        commit(store, 0, [make_amu(0, 0), make_amu(0, 1, "Melanie runs.")])
+        record = SegmentRecord("conv-x", 0, "session_1", ("D1:0",), "semantic_boundary", "new state", True, 0,
+                               None, 1)
+        with pytest.raises(ValueError, match="revision 0 does not follow"):
+            store.replace_extraction(SegmentRecord("conv-x", 0, "session_1", ("D1:0",), "x"), [])
+        retried = make_amu(0, 0, "Caroline paints often.", id=amu_id("conv-x", 0, 0, 1))
+        store.replace_extraction(record, [retried])
+        assert [a.id for a in store.amus()] == ["conv-x:0:0:r1"]
+        stored = store.segment("conv-x", 0)
+        assert (stored.state, stored.fallback, stored.amu_count, stored.revision) == ("new state", True, 1, 1)
+        commit(store, 1, [make_amu(1, 0, "Caroline paints a lot.")])
+        merged = make_amu(1, 9, "Caroline paints often, a lot.",
+                          source=SourcePointer("conv-x", "session_1", ("D1:0", "D1:1"), ("Caroline",), None))
+        assert store.forward(["conv-x:0:0:r1", "conv-x:1:0"], merged, "merge")
+        assert not store.forward(["conv-x:1:0"], make_amu(1, 8), "merge")  # no longer active
+        assert [a.id for a in store.amus()] == [merged.id]
+        assert store.successors("conv-x") == {"conv-x:0:0:r1": merged.id, "conv-x:1:0": merged.id}
+        assert store.successor("conv-x:1:0") == merged.id and store.successor(merged.id) is None
+        assert store.meta(f"consolidation:{merged.id}") == {"operation": "merge"}
+        with pytest.raises(ValueError, match="need active AMUs"):
+            store.forward([merged.id], merged, "merge")
+
+
+def test_versions_move_with_every_commit_and_tracking_sees_each_transaction(backend):
+    with backend.open() as store, backend.open(role="consolidate") as other:
+        start, user_start = store.data_version(), store.user_version("conv-x")
+        assert store.data_version() == start
+        with store.tracking("conv-x") as marks:
+            commit(store, 0, [make_amu(0, 0)])
+            store.archive(["conv-x:0:0"])
+        assert [before for before, _ in marks][0] == user_start and marks[0][1] == marks[1][0]
+        assert marks[1][1] == store.user_version("conv-x") != user_start
+        moved = store.data_version()
+        assert moved != start
+        other.put_meta("k", 1)  # another store's (another process's) commit moves it too
+        assert store.data_version() != moved
+        assert store.user_version("nobody") == (0, 0, 0, 0, 0)
+
+
+def merged_history(store) -> AMU:
+    """Three turns whose records consolidation merged into one, beside a fourth turn's record."""
+    for seq in range(4):
+        commit(store, seq, [make_amu(seq, 0, f"Caroline hikes, part {seq}.")])
+    merged = make_amu(9, 0, "Caroline hikes.", source=SourcePointer(
+        "conv-x", "session_1", ("D1:0", "D1:1", "D1:2"), ("Caroline",), None))
+    assert store.forward(["conv-x:0:0", "conv-x:1:0", "conv-x:2:0"], merged, "merge")
+    return merged
+
+
+def test_deleting_one_turn_of_a_merged_record_restores_what_the_others_stated(backend):
+    with backend.open() as store:
+        merged = merged_history(store)
+        purged = store.purge("conv-x", turn_ids=["D1:0"])
+        assert [t.turn_id for t in purged.turns] == ["D1:0"]
+        assert sorted(a.id for a in purged.amus) == ["conv-x:0:0", merged.id]
+        assert purged.restored == ["conv-x:1:0", "conv-x:2:0"]
+        assert [a.id for a in store.amus()] == ["conv-x:1:0", "conv-x:2:0", "conv-x:3:0"]
+        assert store.successors("conv-x") == {} and store.meta(f"consolidation:{merged.id}") is None
+        assert [s.seq for s in store.segments("conv-x")] == [1, 2, 3]
+        assert [n.name for n in store.evidence_nodes("conv-x", "event_frame")] == [
+            "event_frame:1", "event_frame:2", "event_frame:3"]
+        with pytest.raises(backend.integrity_error, match="append-only"):  # the purge's licence ended
+            backend.raw(store, "DELETE FROM turns")
+
+
+def test_every_path_to_nothing_leaves_the_same_nothing(backend):
+    def residue(store) -> tuple:
+        return (store.turns("conv-x"), store.segments("conv-x"),
+                list(store.amus("conv-x", include_archived=True)), store.evidence_nodes("conv-x"),
+                store.idempotent_turn_ids("conv-x", "k"),
+                [job for job in store.unfinished() if job.user_id == "conv-x"],
+                store.meta("consolidation_plan:conv-x"), store.users(), store.backlog_users(),
+                store.user_version("conv-x"))
+
+    with backend.open() as store:
+        merged_history(store)
+        store.append_turns("conv-x", [make_turn("D2:0", session="session_2")], key="k")
+        store.create_job("conv-x", None, "consolidate")
+        store.put_meta("consolidation_plan:conv-x", {"plan": 1})
+        purged = store.purge("conv-x", session_id="session_2")
+        assert [t.turn_id for t in purged.turns] == ["D2:0"]
+        assert store.idempotent_turn_ids("conv-x", "k") is None
+        store.purge("conv-x", amu_ids=["conv-x:3:0"])
+        assert [a.id for a in store.amus()][-1] != "conv-x:3:0" and store.segment("conv-x", 3) is None
+        everything = store.purge("conv-x", turn_ids=["D1:0", "D1:1", "D1:2"])  # the last turns: everything
+        assert len(everything.amus) == 4
+        assert residue(store) == ([], [], [], [], None, [], None, [], [], (0, 0, 0, 0, 0))
+        assert store.count() == 0 and store.purge("conv-x", everything=True).empty

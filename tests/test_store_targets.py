@@ -1,0 +1,79 @@
+"""What the user types for a store: a directory path, or a URL that is never taken as a path.
+A PostgreSQL URL selects the PostgreSQL backend (one clear error where it cannot be used), any
+other scheme is refused, and nothing is created on disk for a URL."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from retrieval import Memory
+from retrieval.api.errors import StoreUnavailable
+from retrieval.ingest import main as ingest_main
+from retrieval.memory.backends import open_store
+from retrieval.memory.errors import BackendUnavailable, StoreError
+from retrieval.memory.store import AMUStore
+from retrieval.memory.targets import local_directory, redacted, store_target
+from retrieval.service.keys import KeyCommandError, KeyStore
+from retrieval.store import main as store_main
+from tests.multi_route_fixtures import WordEmbedder
+
+URL = "postgresql://u@127.0.0.1:1/memory"  # nothing listens on port 1
+
+
+def test_a_postgresql_url_is_never_a_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreUnavailable):
+        Memory.open(URL, embedder=WordEmbedder())
+    assert list(tmp_path.iterdir()) == []  # no "postgresql:" directory
+
+
+def test_without_postgresql_support_a_url_is_one_typed_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "retrieval.memory.postgres.store", None)  # not installed
+    with pytest.raises(BackendUnavailable, match=r"^postgresql://u:\*\*\*@127\.0\.0\.1:1/memory: "
+                                                 r"PostgreSQL support is not installed"):
+        open_store("postgresql://u:secret@127.0.0.1:1/memory")
+    with pytest.raises(StoreUnavailable, match="PostgreSQL support is not installed"):
+        Memory.open("postgres://u@127.0.0.1:1/memory", embedder=WordEmbedder())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_another_scheme_is_refused_naming_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreError, match="a store is a directory or a postgresql:// URL, not a mysql:// URL"):
+        open_store("mysql://u@h/memory")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_path_opens_the_sqlite_store(tmp_path):
+    with open_store(tmp_path / "store") as store:
+        assert isinstance(store, AMUStore) and store.local_files == tmp_path / "store"
+        assert store.location == str(tmp_path / "store" / AMUStore.DB_NAME)
+    with open_store(str(tmp_path / "store"), read_only=True) as store:
+        assert store.read_only and store.users() == []
+
+
+def test_targets_keep_a_url_whole_and_hide_its_password():
+    assert store_target(URL) == URL and store_target("runs/store") == Path("runs/store")
+    assert local_directory(URL) is None and local_directory("runs/store") == Path("runs/store")
+    assert local_directory(Path("postgresql:")) == Path("postgresql:")  # a Path is always a path
+    assert redacted("postgresql://u:s3cret@db:5432/memory") == "postgresql://u:***@db:5432/memory"
+    assert redacted(URL) == URL and redacted("runs/store") == "runs/store"
+
+
+def test_command_lines_refuse_a_url_they_cannot_open(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "retrieval.memory.postgres.store", None)
+    turns = tmp_path / "turns.jsonl"
+    turns.write_text('{"conversation_id": "u", "session_id": "s", "turn_id": "t1", "speaker": "Ann", '
+                     '"text": "hello there", "session_time": "2023-05-08T10:00:00"}\n')
+    assert ingest_main(["--jsonl", str(turns), "--store", URL, "--no-progress"]) == 2
+    assert "PostgreSQL support is not installed" in capsys.readouterr().err
+    assert store_main(["check", "--store", URL]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    with pytest.raises(KeyCommandError, match="a PostgreSQL store's keys are not supported yet"):
+        KeyStore(URL)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["turns.jsonl"]

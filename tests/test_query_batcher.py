@@ -1,6 +1,8 @@
-"""The query batcher: calls queued while a forward runs share the next one and get what a call
-alone gets; calls it may not join run alone; errors reach their caller; close leaves no thread.
-A fake encoder whose first forward waits for the test makes the overlap certain (order, not timing)."""
+"""The model queue: foreground calls queued while a forward runs share the next one, whatever
+their lengths, and each gets its own rows; foreground calls go ahead of queued background work,
+which runs in forwards of a bounded size and still gets one forward after four foreground rounds
+in a row; errors reach their caller only; close leaves no thread. Fake encoders whose forwards
+wait for the test make the overlaps certain (order, not timing)."""
 
 from __future__ import annotations
 
@@ -12,18 +14,19 @@ import pytest
 
 from isq.fingerprint import Fingerprint
 from retrieval.index.joint import Encoded
-from retrieval.index.query_batcher import QueryBatcher
+from retrieval.index.query_batcher import QueryBatcher, background
 
 
 class HeldEncoder:
-    """Vectors and codes from the characters; the first ``compute`` waits for :attr:`release`."""
+    """Vectors and codes from the characters (one token per character); the first ``compute``
+    waits for :attr:`release`."""
 
     def __init__(self) -> None:
         self.release = threading.Event()
         self.calls: list[list[str]] = []
 
-    def batch_key(self, texts):
-        return max(len(text) for text in texts)
+    def token_counts(self, texts):
+        return [len(text) for text in texts]
 
     def compute(self, texts):
         self.calls.append(list(texts))
@@ -31,8 +34,18 @@ class HeldEncoder:
             assert self.release.wait(30)
         if "boom" in texts:
             raise ValueError("boom")
-        vectors = np.array([[len(t), sum(map(ord, t))] for t in texts], dtype=np.float32)
+        vectors = np.array([[len(t), sum(map(ord, t))] for t in texts], dtype=np.float32).reshape(-1, 2)
         return Encoded(vectors, [Fingerprint.from_token_codes(np.array([ord(c) for c in t])) for t in texts])
+
+
+def alone(texts: list[str]) -> Encoded:
+    encoder = HeldEncoder()
+    encoder.release.set()
+    return encoder.compute(texts)
+
+
+def same(result: Encoded, expected: Encoded) -> bool:
+    return np.array_equal(result.vectors, expected.vectors) and result.prints == expected.prints
 
 
 def until(condition) -> None:
@@ -43,55 +56,149 @@ def until(condition) -> None:
     raise AssertionError("the condition never held")
 
 
+def call(batcher: QueryBatcher, texts: list[str], results: dict, key: object, behind: bool = False):
+    """A thread calling ``batcher.run(texts)`` (in the background when ``behind``); its result or
+    error lands in ``results[key]``."""
+    def run() -> None:
+        try:
+            with background(behind):
+                results[key] = batcher.run(texts)
+        except ValueError as err:
+            results[key] = err
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
 def concurrent(batcher: QueryBatcher, encoder: HeldEncoder, requests: list[list[str]]) -> list:
     """Run the first request, then the others while it is held; release once all are queued."""
-    results: list = [None] * len(requests)
-
-    def call(i: int) -> None:
-        try:
-            results[i] = batcher.run(requests[i])
-        except ValueError as err:
-            results[i] = err
-
-    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(requests))]
-    threads[0].start()
+    results: dict = {}
+    threads = [call(batcher, requests[0], results, 0)]
     until(lambda: len(encoder.calls) == 1)
-    for thread in threads[1:]:
-        thread.start()
-    until(lambda: batcher.waiting == len(requests) - 1)
+    for i, request in enumerate(requests[1:], start=1):
+        threads.append(call(batcher, request, results, i))
+        until(lambda i=i: batcher.waiting == i)  # queued in this order
     encoder.release.set()
     for thread in threads:
         thread.join(30)
-    return results
+    return [results[i] for i in range(len(requests))]
 
 
-def test_calls_queued_during_a_forward_share_the_next_and_get_what_they_would_alone():
+def test_calls_queued_during_a_forward_share_the_next_whatever_their_lengths():
     encoder = HeldEncoder()
     batcher = QueryBatcher(encoder, max_texts=64)
-    requests = [[f"query {i}"] for i in range(8)] + [["pair 8a", "pair 8b"]]
+    requests = [["first"]] + [["q" * (i + 1)] for i in range(8)] + [["pair 9a", "a longer pair 9b"]]
     results = concurrent(batcher, encoder, requests)
     batcher.close()
     assert batcher.forwards == 2 < len(requests)
-    assert sorted(encoder.calls[1]) == sorted(t for r in requests[1:] for t in r)
+    assert encoder.calls[1] == [t for r in requests[1:] for t in r]  # in arrival order, one forward
     for request, result in zip(requests, results, strict=True):
-        alone = HeldEncoder()
-        alone.release.set()
-        expected = alone.compute(request)
-        assert np.array_equal(result.vectors, expected.vectors) and result.prints == expected.prints
+        assert same(result, alone(request))
 
 
-def test_calls_of_other_keys_or_beyond_the_batch_run_alone_and_an_error_reaches_its_caller():
+def test_beyond_the_batch_a_new_forward_starts_and_an_error_reaches_its_caller_only():
     encoder = HeldEncoder()
     batcher = QueryBatcher(encoder, max_texts=3)
-    requests = [["first"], ["aa"], ["bb"], ["ccc"], ["boom"], ["dd"], ["ee"], ["ff"], ["gg"]]
+    requests = [["first"], ["aa"], ["bbb"], ["c"], ["boom"], ["dd"], ["e", "f", "g", "h"], ["ii"]]
     results = concurrent(batcher, encoder, requests)
     batcher.close()
-    assert len(encoder.calls) == batcher.forwards < len(requests)
-    assert all(len(call) <= 3 and len({len(t) for t in call}) == 1 for call in encoder.calls)
+    # aa bbb c | boom dd (fails) | boom alone | dd alone | e f g h (over the batch: alone) | ii
+    assert encoder.calls[1:] == [["aa", "bbb", "c"], ["boom", "dd"], ["boom"], ["dd"], ["e", "f", "g", "h"],
+                                 ["ii"]]
     assert isinstance(results[4], ValueError)
-    assert all(not isinstance(result, ValueError) for i, result in enumerate(results) if i != 4)
-    codes = [list(result.prints[0].token_codes) for result in results[5:]]
-    assert codes == [[ord(c) for c in request[0]] for request in requests[5:]]
+    for i, (request, result) in enumerate(zip(requests, results, strict=True)):
+        if i != 4:
+            assert same(result, alone(request))
+
+
+def test_a_foreground_call_goes_ahead_of_queued_background_work_which_runs_in_small_forwards():
+    encoder = HeldEncoder()
+    batcher = QueryBatcher(encoder, max_texts=64, background_tokens=12)
+    backlog = ["a" * n for n in (5, 1, 3, 6, 2, 4, 3)]
+    results: dict = {}
+    threads = [call(batcher, ["held"], results, "held", behind=True)]
+    until(lambda: len(encoder.calls) == 1)  # a background forward runs (held)
+    threads.append(call(batcher, backlog, results, "backlog", behind=True))
+    until(lambda: batcher.waiting == 1)
+    threads.append(call(batcher, ["the query"], results, "query"))
+    until(lambda: batcher.waiting == 2)
+    encoder.release.set()
+    for thread in threads:
+        thread.join(30)
+    batcher.close()
+    assert encoder.calls[1] == ["the query"]  # queued last, served first
+    chunks = encoder.calls[2:]
+    # the backlog in token-length order, each forward at most 12 padded tokens
+    assert chunks == [["a", "aa", "aaa", "aaa"], ["aaaa", "aaaaa"], ["aaaaaa"]]
+    assert all(len(chunk) * max(map(len, chunk)) <= 12 for chunk in chunks)
+    assert same(results["backlog"], alone(backlog))  # in the caller's order
+    assert same(results["query"], alone(["the query"]))
+
+
+def test_a_foreground_call_arriving_between_background_forwards_runs_before_the_next():
+    encoder = HeldEncoder()
+    batcher = QueryBatcher(encoder, max_texts=64, background_tokens=4)
+    results: dict = {}
+    threads = [call(batcher, ["aa", "bb", "cc", "dd", "ee", "ff"], results, "backlog", behind=True)]
+    until(lambda: len(encoder.calls) == 1)  # the first of three background forwards, held
+    threads.append(call(batcher, ["query"], results, "query"))
+    until(lambda: batcher.waiting == 1)
+    encoder.release.set()
+    for thread in threads:
+        thread.join(30)
+    batcher.close()
+    assert encoder.calls == [["aa", "bb"], ["query"], ["cc", "dd"], ["ee", "ff"]]
+    assert same(results["backlog"], alone(["aa", "bb", "cc", "dd", "ee", "ff"]))
+
+
+class SteppedEncoder(HeldEncoder):
+    """Every ``compute`` waits for one :meth:`step` (until :attr:`free` is set)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps, self.free = threading.Semaphore(0), threading.Event()
+        self.release.set()
+
+    def compute(self, texts):
+        self.calls.append(list(texts))
+        assert self.free.is_set() or self.steps.acquire(timeout=30)
+        return alone(texts)
+
+    def step(self) -> None:
+        self.steps.release()
+
+
+def test_background_work_gets_one_forward_after_four_foreground_rounds_in_a_row():
+    encoder = SteppedEncoder()
+    batcher = QueryBatcher(encoder, max_texts=64, background_tokens=2)
+    results: dict = {}
+    threads = [call(batcher, ["q0"], results, 0)]
+    until(lambda: len(encoder.calls) == 1)
+    threads.append(call(batcher, ["aa", "bb", "cc"], results, "backlog", behind=True))
+    until(lambda: batcher.waiting == 1)
+    for i in range(1, 7):  # a foreground call is always queued when a forward ends
+        threads.append(call(batcher, [f"q{i}"], results, i))
+        until(lambda: batcher.waiting == 2)
+        encoder.step()
+        until(lambda i=i: len(encoder.calls) == i + 1)
+    encoder.free.set()
+    encoder.step()
+    for thread in threads:
+        thread.join(30)
+    batcher.close()
+    assert encoder.calls == [["q0"], ["q1"], ["q2"], ["q3"], ["q4"], ["aa"], ["q5", "q6"], ["bb"], ["cc"]]
+    assert same(results["backlog"], alone(["aa", "bb", "cc"]))
+
+
+def test_background_texts_that_fit_one_forward_are_computed_as_given():
+    encoder = HeldEncoder()
+    encoder.release.set()
+    batcher = QueryBatcher(encoder, max_texts=64, background_tokens=100)
+    with background():
+        result = batcher.run(["ccc", "a", "bb"])
+    batcher.close()
+    assert encoder.calls == [["ccc", "a", "bb"]] and same(result, alone(["ccc", "a", "bb"]))
 
 
 def test_close_serves_what_is_queued_then_leaves_no_thread_and_refuses_calls():

@@ -116,7 +116,10 @@ def test_a_search_held_outside_the_retrieval_reports_the_wait(tmp_path: Path,
         response = alice.post("/v1/search", json={"query": ALICE_CANARY})
         total_ms = 1000 * (time.perf_counter() - began)
     found = durations(response)
-    assert found["wait"] >= 300 and [found[name] for name in RETRIEVAL_S] == [4.0, 2.5, 1.0]
+    # wait is the call's time less the phases the patched retriever reports (7.5 ms), which may be
+    # more than the real retrieval took
+    assert found["wait"] >= 300 - 1000 * sum(RETRIEVAL_S.values())
+    assert [found[name] for name in RETRIEVAL_S] == [4.0, 2.5, 1.0]
     assert sum(found.values()) <= total_ms
 
 

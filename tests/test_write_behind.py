@@ -118,6 +118,57 @@ def test_add_returns_before_its_segment_is_processed_and_flush_waits(tmp_path):
     covered_once(tmp_path, "a")
 
 
+class CountingEmbedder(WordEmbedder):
+    """The word embedder, recording which thread embedded which texts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def encode(self, texts):
+        self.calls.append((threading.current_thread().name, list(texts)))
+        return super().encode(texts)
+
+    def texts_of(self, thread: str) -> list[str]:
+        return [text for name, texts in self.calls if name == thread for text in texts]
+
+
+def test_an_add_embeds_nothing_and_the_next_search_embeds_and_finds_its_turns(tmp_path, monkeypatch):
+    embedder, extractor = CountingEmbedder(), HeldExtractor("a")
+    builds: list[str] = []
+    build = Memory._build_bank
+    monkeypatch.setattr(Memory, "_build_bank", lambda self, user: builds.append(user) or build(self, user))
+    mem = Memory.open(tmp_path, embedder=embedder, fingerprinter=WordFingerprinter(), extractor=extractor)
+    try:
+        mem.add(chat("a", 30), user_id="a", session_id="s")
+        assert extractor.hold.entered.wait(WAIT_S)  # the worker is held inside the first segment
+        mem.search("warm", user_id="a", k=3)
+        assert len(builds) == 1
+        embedder.calls.clear()
+        turn = {"speaker": "Ann", "turn_id": "late", "text": "The violin recital is on Friday."}
+        mem.add([turn], user_id="a", session_id="s")
+        assert embedder.calls == []  # no forward in the add, in any thread (the worker is held)
+        hits = mem.search("violin recital Friday", user_id="a", k=3).hits
+        assert hits[0].id == "a:turn:late"
+        assert embedder.texts_of("MainThread")[0] == "Ann: The violin recital is on Friday."
+        assert len(builds) == 1  # the search state took the turn in place
+        extractor.hold.released.set()
+        mem.drain(user_id="a", timeout_s=WAIT_S)
+        embedder.calls.clear()
+        mem.add([{**turn, "turn_id": "later", "text": "Bring the cello to the recital."}], user_id="a",
+                session_id="s")
+        mem.drain(user_id="a", timeout_s=WAIT_S)  # the worker embeds the turn and indexes it
+        assert "Ann: Bring the cello to the recital." in embedder.texts_of("memory-ingest")
+        embedder.calls.clear()
+        hits = mem.search("cello recital", user_id="a", k=5).hits
+        assert any("later" in hit.turns for hit in hits)  # its raw turn, or a record of it
+        assert "Ann: Bring the cello to the recital." not in embedder.texts_of("MainThread")
+        assert len(builds) == 1
+    finally:
+        extractor.hold.released.set()
+        mem.close()
+
+
 def test_a_search_completes_while_another_users_segment_is_held(tmp_path):
     extractor = HeldExtractor("a")
     mem = open_memory(tmp_path, extractor=extractor)

@@ -11,9 +11,12 @@ worker replays every user that has some, so no turn is lost or fed twice and no 
 committed twice (a segment's records, index rows and progress row commit in one transaction).
 
 A step holds the user's ``stream`` guard (:class:`retrieval.api.closing.UserGuard`) while it
-processes and the ``state`` guard only to read the log and to commit each closed segment with its
-search-state update, so the user's adds and searches wait at most for one commit, and other users
-never wait. :meth:`Backlog.process` runs a step in the caller's thread (a flush).
+processes and the ``state`` guard only to read the log, to commit each closed segment with its
+search-state update and to add the turns of the user's adds to its search state
+(:class:`retrieval.api.unindexed.UnindexedTurns`, whose vectors it computes before), so the user's
+adds and searches wait at most for one commit, and other users never wait. Its model calls are
+background calls (:func:`retrieval.index.query_batcher.background`): searches go first.
+:meth:`Backlog.process` runs a step in the caller's thread (a flush).
 
 Errors. A step that raises (an extractor's error, a full disk) does not stop the worker: the
 user's stream is dropped (reloaded from the store at its next step, so the failed segment's
@@ -26,15 +29,18 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from retrieval.api.closing import UserGuard, UserGuards
 from retrieval.api.errors import IngestFailed, StoreUnavailable
 from retrieval.api.online import StreamModels, UserStream
 from retrieval.api.states import SearchStates
-from retrieval.memory.records import AMU, Segment, SegmentRecord
+from retrieval.api.unindexed import UnindexedTurns
+from retrieval.index.query_batcher import background
+from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.store_contract import Store
 
 
@@ -55,6 +61,7 @@ class Backlog:
     def __init__(self, store: Store, models: StreamModels, guards: UserGuards,
                  states: SearchStates) -> None:
         self.store, self.models, self.guards, self.states = store, models, guards, states
+        self.unindexed = UnindexedTurns(states, models.embedder)
         self._users: dict[str, _User] = {}
         self._due: OrderedDict[str, None] = OrderedDict()
         self._changed = threading.Condition()
@@ -71,12 +78,14 @@ class Backlog:
         self._thread = threading.Thread(target=self._run, name="memory-ingest", daemon=True)
         self._thread.start()
 
-    def added(self, user: str, count: int) -> None:
-        """``count`` turns of ``user`` were stored (the caller holds the user's ``state`` guard)."""
-        if not count:
+    def added(self, user: str, marks: Sequence[tuple[Any, Any]], turns: Sequence[Turn]) -> None:
+        """An add stored ``turns`` of ``user`` in the transactions ``marks`` (the caller holds the
+        user's ``state`` guard): they wait for the user's search state and for the worker."""
+        if not turns:
             return
+        self.unindexed.added(user, marks, turns)
         with self._changed:
-            self._users.setdefault(user, _User()).pending += count
+            self._users.setdefault(user, _User()).pending += len(turns)
             if self._users[user].error is None:
                 self._due[user] = None
             self._changed.notify_all()
@@ -126,11 +135,16 @@ class Backlog:
             state = self._users.setdefault(user, _User())
         with guard.state:
             turns, last = self.store.backlog(user, None if state.stream is None else state.fed)
-        with self._step(user, state):
+        with self._step(user, state), background():
+            amus: list[AMU] = []
             if state.stream is None:
-                state.stream, amus = UserStream.load(user, self.store, self.models, turns, self._publish)
-            else:
-                amus = state.stream.push(turns)
+                state.stream, amus = UserStream.load(user, self.store, self.models, (), self._publish)
+            exchanges = state.stream.pair(turns)
+            self.unindexed.prepare(user, [exchange.text for exchange in exchanges])  # one call
+            amus += state.stream.feed(exchanges)
+            self.unindexed.prepare(user)
+            with guard.state:
+                self.unindexed.index(user)
         state.fed = last
         with self._changed:
             state.pending -= len(turns)
@@ -144,12 +158,13 @@ class Backlog:
         amus = self.process(user)
         state = self._users[user]
         assert state.stream is not None
-        with self._step(user, state):
+        with self._step(user, state), background():
             return amus + state.stream.flush(session)
 
     def reset(self, user: str) -> None:
-        """Forget the user's stream after its turns changed (a purge; the caller holds both of the
-        user's guards): the next step reloads it from the store."""
+        """Forget the user's stream and waiting turns after its turns changed (a purge; the caller
+        holds both of the user's guards): the next step reloads the stream from the store."""
+        self.unindexed.drop(user)
         with self._changed:
             state = self._users.get(user)
         if state is not None:
@@ -189,14 +204,16 @@ class Backlog:
                 self._due[user] = None
             self._changed.notify_all()
 
-    def _publish(self, stream: UserStream, segment: Segment, record: SegmentRecord, amus: list[AMU]) -> None:
+    def _publish(self, stream: UserStream, record: SegmentRecord, amus: list[AMU]) -> None:
         """Commit a closed segment and add its records to the user's search state, under the
         user's ``state`` guard; refused once the memory closes, which ends the step."""
         if self._closed:
             raise StoreUnavailable("the memory is closed; its backlog resumes when it opens again")
+        self.unindexed.prepare(stream.user)
         with self.guards.of(stream.user).state:
+            self.unindexed.index(stream.user)
             with self.store.tracking(stream.user) as marks:
-                stream.store_segment(segment, record, amus)
+                stream.store_segment(record, amus)
             self.states.extend(stream.user, marks, amus=amus)
 
     def _run(self) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from retrieval.consolidation.engine import consolidate_user
+from retrieval.index.query_batcher import background
 from retrieval.memory.cache import CachedEmbedder
 from retrieval.memory.job_rows import DONE, FAILED, RUNNING, JobRow
 from retrieval.memory.store_contract import Store
@@ -65,7 +66,7 @@ class JobRunner:
             self._thread = None
 
     def _run(self) -> None:
-        with self.store.reopen(role="consolidate") as store:
+        with self.store.reopen(role="consolidate") as store, background():  # behind searches
             embedder = CachedEmbedder(self.embedder, store)
             while (job := self._queue.get()) is not None:
                 store.update_job(job.id, RUNNING, {"stage": "consolidating"})

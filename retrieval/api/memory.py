@@ -11,11 +11,11 @@ writing process (or a second writing ``Memory`` in this one) is refused at open 
 :class:`MemoryBusy` naming the holder's pid; any number of ``read_only`` memories may read beside
 it.
 
-Ingestion behind the add: ``add`` validates, stores its turns in one transaction, adds them to
-the user's search state (searchable as raw turns) and returns; the memory's ingestion worker
-closes segments from the turn log, each user's turns in order (:mod:`retrieval.api.backlog`:
-:meth:`Memory.pending`, :meth:`Memory.drain`; :meth:`Memory.flush` processes the user's backlog
-first). ``kill -9`` loses and duplicates nothing: the backlog is replayed at the next open.
+Ingestion behind the add: ``add`` validates, stores its turns in one transaction and returns with no
+forward (they join the user's search state before its next search, :mod:`retrieval.api.unindexed`);
+the ingestion worker embeds them and closes segments from the turn log, each user's turns in order
+(:mod:`retrieval.api.backlog`: :meth:`Memory.pending`, :meth:`Memory.drain`; :meth:`Memory.flush`
+processes the user's backlog first). ``kill -9`` loses and duplicates nothing: the backlog is replayed.
 
 What runs in parallel and what is serialised (:mod:`retrieval.api.closing`):
 
@@ -26,10 +26,10 @@ What runs in parallel and what is serialised (:mod:`retrieval.api.closing`):
   search-state update, its searches (the state is extended in place) and a purge: one commit or
   one search at a time, never an extraction. Its ``stream`` guard orders its ingestion (worker
   steps, flush) and a purge, which so waits for the running step.
-* All writes share the store's writer connection, one short transaction at a time (SQLite has
-  one writer). The models run one forward at a time: calls arriving while the joint encoder runs
-  one share the next (:mod:`retrieval.index.query_batcher`); models that cannot be joined take
-  one call at a time behind a lock (their tokenizers refuse concurrent use).
+* All writes share the store's writer connection, one short transaction at a time. The models
+  run one forward at a time: searches arriving during one share the next, ahead of ingestion's
+  small forwards (:mod:`retrieval.index.query_batcher`); models that cannot be joined take one
+  call at a time behind a lock (their tokenizers refuse concurrent use).
 
 Trust holds per user: a search scores only the user's own state, sees every commit made before
 it starts (:mod:`retrieval.api.states`) and filters by session before the cut. :meth:`Memory.close`
@@ -170,8 +170,8 @@ class Memory:
     def add(self, turns: Sequence[dict[str, Any] | Turn], *, user_id: str, session_id: str,
             idempotency_key: str | None = None) -> AddResult:
         """Store the turns (searchable as raw turns when this returns) for the ingestion worker to
-        feed to the user's open segment of ``session_id``; ``amu_ids`` is empty (the records of
-        segments the turns close come later: :meth:`flush`, :meth:`drain`). Replaying
+        embed and feed to the user's open segment of ``session_id``; ``amu_ids`` is empty (the
+        records of segments the turns close come later: :meth:`flush`, :meth:`drain`). Replaying
         ``idempotency_key`` or a stored turn id adds nothing, giving either again with another
         body is a :class:`Conflict` (:mod:`retrieval.api.replay`)."""
         user, session = check_id("user_id", user_id), check_id("session_id", session_id)
@@ -186,8 +186,7 @@ class Memory:
                 return AddResult((), (), replayed, replayed=True)
             with self.store.tracking(user) as marks:
                 stored = self.store.append_turns(user, bound, key)
-            self._states.extend(user, marks, turns=stored)
-            self._backlog.added(user, len(stored))
+            self._backlog.added(user, marks, stored)
             new_ids = {turn.turn_id for turn in stored}
             return AddResult(tuple(t.turn_id for t in stored), (),
                              tuple(t.turn_id for t in bound if t.turn_id not in new_ids))
@@ -284,6 +283,7 @@ class Memory:
         with self._gate, self._guards.of(user).state:
             if session is not None:
                 self._require_session(user, session)
+            self._backlog.unindexed.index(user)
             bank = self._states.get(user)
             return run_search(bank, text, k, session=session, explain=explain,
                               planner=self.models.planner, reranker=self.models.reranker)

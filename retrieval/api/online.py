@@ -13,9 +13,10 @@ through it too), turn by turn:
 * the extractor's reference context is the user's: participants are the user's speakers so
   far, the state and recent records are replayed from the stored segments after a restart.
 
-Each closed segment commits its AMUs, fingerprints and index rows in one transaction
-(:meth:`retrieval.memory.store.AMUStore.commit_stored_turns`) and embeds its texts into the
-store's vector cache, as batch ingestion does (:meth:`UserStream.store_segment`; the memory's
+Each closed segment embeds its texts into the store's vector cache, then commits its AMUs,
+fingerprints and index rows in one transaction
+(:meth:`retrieval.memory.store_contract.Store.commit_stored_turns`), as batch ingestion does
+(:meth:`UserStream.store_segment`; the memory's
 ingestion worker wraps it to update the user's search state under the user's guard,
 :mod:`retrieval.api.backlog`). A stream is used by one thread at a time.
 """
@@ -58,7 +59,7 @@ class UserStream:
 
     def __init__(self, user: str, store: Store, models: StreamModels) -> None:
         self.user, self.store, self.models = user, store, models
-        self.publish: Callable[[Segment, SegmentRecord, list[AMU]], None] = self.store_segment
+        self.publish: Callable[[SegmentRecord, list[AMU]], None] = self.store_segment
         self.history: deque[float] = deque(maxlen=models.config.history_size)
         self.sessions: dict[str, OpenSession] = {}
         self.context = ReferenceContext(())
@@ -66,15 +67,15 @@ class UserStream:
 
     @classmethod
     def load(cls, user: str, store: Store, models: StreamModels, turns: Sequence[Turn] | None = None,
-             publish: Callable[[UserStream, Segment, SegmentRecord, list[AMU]], None] | None = None,
+             publish: Callable[[UserStream, SegmentRecord, list[AMU]], None] | None = None,
              ) -> tuple[UserStream, list[AMU]]:
         """The stream after a restart: the reference context replayed from the stored segments of
-        the last session, the stored turns no segment covers (or ``turns``, read by the caller)
-        fed again (segments they close are committed now, through ``publish`` when given).
+        the last session, the stored turns no segment covers (or ``turns``: none when the caller
+        feeds them itself) fed again (segments they close are committed now, through ``publish`` when given).
         Returns it and the AMUs so committed."""
         stream = cls(user, store, models)
         if publish is not None:
-            stream.publish = lambda segment, record, amus: publish(stream, segment, record, amus)
+            stream.publish = lambda record, amus: publish(stream, record, amus)
         segments = store.segments(user)
         trailing: list[SegmentRecord] = []
         for record in reversed(segments):  # the context only carries over within the last session
@@ -96,6 +97,11 @@ class UserStream:
 
     def push(self, turns: Sequence[Turn]) -> list[AMU]:
         """Feed stored turns in order; returns the AMUs of the segments they closed."""
+        return self.feed(self.pair(turns))
+
+    def pair(self, turns: Sequence[Turn]) -> list[Exchange]:
+        """The exchanges that stored turns complete, in order (a turn waits for its reply); the
+        caller feeds them (:meth:`feed`), so it may embed their texts beside others first."""
         exchanges: list[Exchange] = []
         for turn in turns:
             session = self.open_session(turn.session_id)
@@ -112,20 +118,21 @@ class UserStream:
             exchanges += [Exchange((s.waiting,)) for s in self.sessions.values() if s.waiting is not None]
             for session in self.sessions.values():
                 session.waiting = None
-        return self._feed(exchanges)
+        return exchanges
 
     def flush(self, session_id: str) -> list[AMU]:
         """Close the session's open segment (the waiting turn joins it as an exchange alone)."""
         session = self.sessions.get(session_id)
         if session is None:
             return []
-        amus = self._feed([Exchange((session.waiting,))]) if session.waiting is not None else []
+        amus = self.feed([Exchange((session.waiting,))]) if session.waiting is not None else []
         session.waiting = None
         closed = session.segmenter.flush()
         del self.sessions[session_id]
         return amus + (self._commit(closed) if closed is not None else [])
 
-    def _feed(self, exchanges: Sequence[Exchange]) -> list[AMU]:
+    def feed(self, exchanges: Sequence[Exchange]) -> list[AMU]:
+        """Segment the exchanges (:meth:`pair`) in order; returns the AMUs of the segments they closed."""
         if not exchanges:
             return []
         vectors = self.models.embedder.encode([exchange.text for exchange in exchanges])
@@ -144,12 +151,15 @@ class UserStream:
         context.participants = self.store.speakers(self.user)
         context.enter(segment.session_id)
         extraction = models.extractor.extract(segment, context)
+        # its texts before its codes: with the joint models (retrieval.index.joint) the codes are
+        # then read from the forward that embedded them, one forward per segment
+        embed_segment(models.embedder, segment.turns, extraction.amus)
         amus = fingerprinted(extraction.amus, models.fingerprinter)
-        self.publish(segment, segment_record(segment, extraction.state, extraction.fallback, len(amus)), amus)
+        self.publish(segment_record(segment, extraction.state, extraction.fallback, len(amus)), amus)
         context.record(extraction.state, [amu.text for amu in amus])
         return amus
 
-    def store_segment(self, segment: Segment, record: SegmentRecord, amus: list[AMU]) -> None:
-        """Commit a closed segment's records in one transaction, then embed its texts."""
+    def store_segment(self, record: SegmentRecord, amus: list[AMU]) -> None:
+        """Commit a closed segment's records in one transaction (:meth:`_commit` embedded its
+        texts before, so a publisher holding the user's guard runs no forward under it)."""
         self.store.commit_stored_turns(record, amus)
-        embed_segment(self.models.embedder, segment.turns, amus)

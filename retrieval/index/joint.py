@@ -20,7 +20,7 @@ for the same thread's next ``fingerprint`` call (and the other way round), so th
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -77,16 +77,13 @@ class JointEncoder:
         with self._lock:
             return self._joint(texts) or self._separate(texts)
 
-    def batch_key(self, texts: Sequence[str]) -> Hashable | None:
-        """Calls with the same key may run as one forward and each get what it alone would: texts
-        of one batch padded to the same length (a text's floats depend on that length only).
-        None: this call runs alone."""
-        if not texts or len(texts) > FINGERPRINT_BATCH:
-            return None
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """Each text's tokens as the forward sees them (special tokens in, truncated): what a
+        forward of several texts pads to the longest of."""
         with self._lock:
             ids = self.fingerprinter.tokenizer(list(texts), truncation=True,
                                                max_length=self.fingerprinter.config.max_length)["input_ids"]
-        return max(len(row) for row in ids)
+        return [len(row) for row in ids]
 
     def _joint(self, texts: Sequence[str]) -> Encoded | None:
         vectors = np.zeros((len(texts), self.embedder.dim), dtype=np.float32)

@@ -1,56 +1,108 @@
-"""Concurrent encoder calls batched into shared forwards by one worker thread.
+"""The model queue: one worker thread runs every forward of the joint encoder, foreground calls
+before background ones.
 
-A caller's ``run(texts)`` queues a request and waits; the worker takes every request queued
-while its previous forward ran and serves them in arrival order, joining consecutive requests
-whose ``batch_key`` is equal (and not None) into one ``compute`` call of at most
-``max_texts`` texts. The encoder's key says when a joined call gives each request exactly what
-it alone would (:meth:`retrieval.index.joint.JointEncoder.batch_key`: texts padded to the same
-length), so results do not depend on what else was queued. Bounded: a caller waits for its own
-request, so at most one request per calling thread is queued. :meth:`close` serves what is
-queued, then stops the thread (started by the first call); a call after it is refused.
+Foreground and background. A call is foreground (a search's query texts: someone is waiting for
+it) unless its thread is inside :func:`background` (the ingestion worker's steps, a flush's
+processing, consolidation jobs; inside those, ``background(False)`` marks a call someone waits
+for again). Before each forward the worker looks at the queue again: while a foreground call is
+queued no background forward starts, except one after every :data:`FOREGROUND_ROUNDS`
+foreground rounds in a row (so ingestion still moves under a steady stream of searches). A
+background call runs as forwards of at most :data:`BACKGROUND_TOKENS` padded tokens each (its
+texts in token-length order, so a forward pads little), so a foreground call queued behind
+background work waits for one such forward at most. Background calls run one after another,
+in arrival order.
+
+Joining. The foreground calls queued while a forward runs share the next forward (up to
+``max_texts`` texts in all, in arrival order; a call of more texts runs alone), padded to their
+longest text. A call that runs alone gets exactly what ``encoder.compute`` gives it. A call that
+shares a forward with calls of other lengths gets floats that differ from its own forward's in
+the last bits (a text's floats depend on the length it is padded to; the bound and the codes are
+tested in ``tests/test_query_batcher.py``), the price of one forward instead of several.
+
+Bounded: a caller waits for its own call, so at most one call per calling thread is queued.
+:meth:`close` serves what is queued, then stops the thread (started by the first call); a call
+after it is refused.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable, Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
+
+import numpy as np
+
+from retrieval.index.joint import Encoded
+
+BACKGROUND_TOKENS = 256
+"""The most padded tokens (texts x the longest text's tokens) of one background forward."""
+FOREGROUND_ROUNDS = 4
+"""Foreground rounds in a row after which waiting background work gets one forward."""
 
 
 class BatchableEncoder(Protocol):
-    def compute(self, texts: Sequence[str]) -> Any: ...  # a result with .part(start, stop)
+    def compute(self, texts: Sequence[str]) -> Encoded: ...
 
-    def batch_key(self, texts: Sequence[str]) -> Hashable | None: ...
+    def token_counts(self, texts: Sequence[str]) -> list[int]: ...
+
+
+class _Marks(threading.local):
+    background = False
+
+
+_MARKS = _Marks()
+
+
+@contextmanager
+def background(marked: bool = True) -> Iterator[None]:
+    """The calls this thread makes inside are background calls (with ``marked`` False:
+    foreground calls again, for work someone waits for inside a background step)."""
+    previous, _MARKS.background = _MARKS.background, marked
+    try:
+        yield
+    finally:
+        _MARKS.background = previous
 
 
 @dataclass
 class _Request:
     texts: list[str]
+    chunks: deque[list[int]] | None = None  # background: positions per forward left, once started
+    parts: list[tuple[list[int], Encoded]] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
-    result: Any = None
+    result: Encoded | None = None
     error: BaseException | None = None
+
+    def finish(self, result: Encoded | None, error: BaseException | None) -> None:
+        self.result, self.error = result, error
+        self.done.set()
 
 
 class QueryBatcher:
     """See the module docstring. ``forwards`` counts ``compute`` calls."""
 
-    def __init__(self, encoder: BatchableEncoder, max_texts: int) -> None:
-        self.encoder, self.max_texts = encoder, max_texts
+    def __init__(self, encoder: BatchableEncoder, max_texts: int,
+                 background_tokens: int = BACKGROUND_TOKENS) -> None:
+        self.encoder, self.max_texts, self.background_tokens = encoder, max_texts, background_tokens
         self.forwards = 0
-        self._queue: list[_Request] = []
+        self._foreground: list[_Request] = []
+        self._background: deque[_Request] = deque()
         self._closed = False
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None  # started by the first call
 
     @property
     def waiting(self) -> int:
-        """Requests queued and not yet taken by the worker."""
+        """Calls queued whose first forward has not started."""
         with self._changed:
-            return len(self._queue)
+            return len(self._foreground) + sum(request.chunks is None for request in self._background)
 
-    def run(self, texts: Sequence[str]) -> Any:
-        """The encoder's ``compute(texts)``, possibly inside a forward shared with other callers."""
+    def run(self, texts: Sequence[str]) -> Encoded:
+        """The encoder's ``compute(texts)``: in a forward shared with other foreground callers, or
+        (a background call) in forwards of its own, after every foreground call queued."""
         request = _Request(list(texts))
         with self._changed:
             if self._closed:
@@ -58,11 +110,15 @@ class QueryBatcher:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name="query-batcher", daemon=True)
                 self._thread.start()
-            self._queue.append(request)
+            if _MARKS.background:
+                self._background.append(request)
+            else:
+                self._foreground.append(request)
             self._changed.notify()
         request.done.wait()
         if request.error is not None:
             raise request.error
+        assert request.result is not None
         return request.result
 
     def close(self) -> None:
@@ -74,46 +130,99 @@ class QueryBatcher:
             thread.join()
 
     def _work(self) -> None:
+        rounds = 0  # foreground rounds served in a row while background work waited
         while True:
             with self._changed:
-                while not self._queue and not self._closed:
+                while not self._foreground and not self._background and not self._closed:
                     self._changed.wait()
-                if not self._queue:
+                if not self._foreground and not self._background:
                     return
-                taken, self._queue = self._queue, []
-            for group in self._groups(taken):
-                self._serve(group)
+                starved = bool(self._background) and rounds >= FOREGROUND_ROUNDS
+                taken, self._foreground = ([], self._foreground) if starved else (self._foreground, [])
+                behind = None if taken else self._background[0]
+                rounds = rounds + 1 if taken and self._background else 0
+            if behind is None:
+                for group in self._groups(taken):
+                    self._serve(group)
+            elif self._forward_of(behind):
+                with self._changed:
+                    self._background.popleft()
 
     def _groups(self, requests: list[_Request]) -> list[list[_Request]]:
-        """Consecutive requests of one key, up to ``max_texts`` texts each; a request whose key
-        is None (or cannot be computed) alone."""
+        """Consecutive requests of up to ``max_texts`` texts in all; a request of none or of more
+        than ``max_texts`` alone."""
         groups: list[list[_Request]] = []
-        last: Hashable | None = None
+        size = 0
         for request in requests:
-            try:
-                key = self.encoder.batch_key(request.texts)
-            except Exception:  # noqa: BLE001 - compute raises it again, to that caller alone
-                key = None
-            size = sum(len(r.texts) for r in groups[-1]) if groups else 0
-            if key is not None and key == last and size + len(request.texts) <= self.max_texts:
+            joinable = 0 < len(request.texts) <= self.max_texts
+            if joinable and groups and 0 < size and size + len(request.texts) <= self.max_texts:
                 groups[-1].append(request)
+                size += len(request.texts)
             else:
                 groups.append([request])
-            last = key
+                size = len(request.texts) if joinable else 0
         return groups
 
     def _serve(self, group: list[_Request]) -> None:
+        """One forward for the group; when it fails, each call again alone, so an error reaches
+        only the caller whose texts raise it."""
         texts = [text for request in group for text in request.texts]
         try:
             self.forwards += 1
             result = self.encoder.compute(texts)
-        except BaseException as err:  # noqa: BLE001 - handed to every waiting caller
-            for request in group:
-                request.error = err
-                request.done.set()
+        except BaseException as err:  # noqa: BLE001 - handed to the caller(s) that raise it
+            if len(group) == 1:
+                group[0].finish(None, err)
+            else:
+                for request in group:
+                    self._serve([request])
             return
         start = 0
         for request in group:
-            request.result = result.part(start, start + len(request.texts))
+            request.finish(result.part(start, start + len(request.texts)), None)
             start += len(request.texts)
-            request.done.set()
+
+    def _forward_of(self, request: _Request) -> bool:
+        """Run the background request's next forward; True when it is finished (or failed)."""
+        try:
+            if request.chunks is None:
+                request.chunks = deque(self._chunks(request.texts))
+            positions = request.chunks.popleft()
+            self.forwards += 1
+            request.parts.append((positions, self.encoder.compute([request.texts[i] for i in positions])))
+        except BaseException as err:  # noqa: BLE001 - handed to its caller
+            request.finish(None, err)
+            return True
+        if request.chunks:
+            return False
+        request.finish(_assembled(request.parts, len(request.texts)), None)
+        return True
+
+    def _chunks(self, texts: Sequence[str]) -> list[list[int]]:
+        """Text positions in token-length order, cut into forwards of at most
+        ``background_tokens`` padded tokens (and ``max_texts`` texts; at least one text each);
+        texts that fit one forward stay as given, so they get exactly ``compute(texts)``."""
+        counts = self.encoder.token_counts(texts)
+        if len(texts) <= self.max_texts and len(texts) * max(counts, default=0) <= self.background_tokens:
+            return [list(range(len(texts)))]
+        chunks: list[list[int]] = [[]]
+        for position in sorted(range(len(texts)), key=counts.__getitem__):
+            chunk = chunks[-1]
+            padded = (len(chunk) + 1) * counts[position]
+            fits = padded <= self.background_tokens and len(chunk) < self.max_texts
+            if chunk and not fits:
+                chunks.append([position])
+            else:
+                chunk.append(position)
+        return chunks
+
+
+def _assembled(parts: list[tuple[list[int], Encoded]], count: int) -> Encoded:
+    """One result, in the texts' order, from the results of forwards over some of the positions."""
+    if len(parts) == 1 and parts[0][0] == list(range(count)):
+        return parts[0][1]
+    order = np.argsort(np.concatenate([np.asarray(positions, dtype=np.int64) for positions, _ in parts]),
+                       kind="stable")
+    vectors = np.concatenate([part.vectors for _, part in parts])[order]
+    prints = [fingerprint for _, part in parts for fingerprint in part.prints]
+    return Encoded(vectors, [prints[i] for i in order])

@@ -12,7 +12,7 @@ import pytest
 from retrieval import Memory
 from retrieval.api.errors import InvalidInput, NotFound
 from retrieval.api.user_copy import copy_user
-from retrieval.memory.store import AMUStore
+from retrieval.memory import record_writes
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 
 
@@ -115,8 +115,8 @@ def test_a_copy_is_written_all_or_none(memory: Memory, monkeypatch: pytest.Monke
             raise RuntimeError("disk full")
         return original(db, amu, position)
 
-    original = AMUStore._insert_amu
-    monkeypatch.setattr(AMUStore, "_insert_amu", staticmethod(failing_insert))
+    original = record_writes.insert_amu
+    monkeypatch.setattr(record_writes, "insert_amu", failing_insert)
     with pytest.raises(RuntimeError):
         copy_user(memory, "a", "b")
     monkeypatch.undo()

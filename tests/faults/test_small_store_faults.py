@@ -1,4 +1,4 @@
-"""Faults of small and unusual stores: a kill between a segment's commit and its embeddings is
+"""Faults of small and unusual stores: a kill between a segment's embeddings and its commit is
 repaired on resume; a WAL store on read-only media without its ``-shm`` opens; a JSONL file that
 is not UTF-8 names file and line; an empty input binds no models; a failed start leaves no store."""
 
@@ -28,24 +28,27 @@ def vector_rows(directory: Path) -> int:
         return store._db.execute("SELECT COUNT(*) FROM vectors").fetchone()[0]
 
 
-def test_a_kill_before_the_embeddings_is_repaired_on_resume(tmp_path: Path, monkeypatch):
+def test_a_kill_between_the_embeddings_and_the_commit_is_repaired_on_resume(tmp_path: Path, monkeypatch):
     with AMUStore(tmp_path / "reference") as store:
         ingest_turns(conversation_turns(), store, HashEmbedder(), RuleExtractor(), progress=False)
     embed, calls = stream_module.embed_segment, []
 
-    def killed_after_second_commit(*args):
+    def killed_in_second_segment(*args):
         calls.append(1)
-        if len(calls) == 2:
-            raise SystemExit("killed")  # the segment is committed, its embeddings are not
         embed(*args)
+        if len(calls) == 2:
+            raise SystemExit("killed")  # the segment's vectors are cached, the segment is not committed
 
-    monkeypatch.setattr(stream_module, "embed_segment", killed_after_second_commit)
+    monkeypatch.setattr(stream_module, "embed_segment", killed_in_second_segment)
     with AMUStore(tmp_path / "store") as store, pytest.raises(SystemExit):
         ingest_turns(conversation_turns(), store, HashEmbedder(), RuleExtractor(), progress=False)
     monkeypatch.setattr(stream_module, "embed_segment", embed)
     with AMUStore(tmp_path / "store") as store:
         stats = ingest_turns(conversation_turns(), store, HashEmbedder(), RuleExtractor(), progress=False)
-    assert stats.resumed_segments == 2 and vector_rows(tmp_path
+        segments = [(s.seq, s.turn_ids, s.amu_count) for s in store.segments("conv-a")]
+    with AMUStore(tmp_path / "reference", read_only=True) as reference:
+        assert segments == [(s.seq, s.turn_ids, s.amu_count) for s in reference.segments("conv-a")]
+    assert stats.resumed_segments == 1 and vector_rows(tmp_path
                                                        / "store") == vector_rows(tmp_path / "reference")
 
 

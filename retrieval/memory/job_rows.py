@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from retrieval.memory.row_rules import job_from_row
 from retrieval.memory.sqlite_part import SQLitePart
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
@@ -35,8 +36,7 @@ class JobRow:
 
 
 def _job(row: sqlite3.Row) -> JobRow:
-    return JobRow(row["id"], row["conversation_id"], row["session_id"], row["kind"], row["state"],
-                  json.loads(row["progress"]), row["error"], row["created"], row["updated"])
+    return job_from_row(row, "conversation_id")
 
 
 class JobRows(SQLitePart):

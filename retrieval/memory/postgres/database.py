@@ -1,5 +1,5 @@
 """The connection side of the PostgreSQL store: one connection pool per store, the URL as the store's
-name (never its password), write transactions and what they lock.
+name (its password hidden, :func:`retrieval.memory.targets.redacted`), write transactions and what they lock.
 
 Reads run on a pooled connection in autocommit mode (each statement sees the last commit), or on
 the connection of this thread's write transaction when one is open (so a check inside a
@@ -24,15 +24,12 @@ from contextlib import contextmanager
 from typing import Any, cast
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from retrieval.memory.errors import StoreError, StoreFault
 from retrieval.memory.postgres.versions import BUMP_COMMITS, user_version_of
-
-URL_SCHEMES = ("postgresql://", "postgres://")
-"""A store target starting with one of these is a PostgreSQL URL, never a directory."""
+from retrieval.memory.targets import redacted
 
 POOL_SIZE = 16
 """Connections one store may hold: one per concurrently reading or writing thread, beyond which
@@ -44,27 +41,11 @@ CONNECT_TIMEOUT_S = 10
 Connection = psycopg.Connection[dict[str, Any]]
 
 
-def is_url(target: object) -> bool:
-    """Whether ``target`` names a PostgreSQL store."""
-    return isinstance(target, str) and target.startswith(URL_SCHEMES)
-
-
-def describe(url: str) -> str:
-    """``postgresql://USER@HOST:PORT/DB`` of ``url``, without its password (what messages name)."""
-    try:
-        info = conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
-        raise StoreError("the store URL is not a valid PostgreSQL URL "
-                         "(postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE)") from None
-    return (f"postgresql://{info.get('user') or ''}@{info.get('host') or 'localhost'}:"
-            f"{info.get('port') or 5432}/{info.get('dbname') or ''}")
-
-
 class Database:
     """The pool, this thread's write transaction and the tracking of a user's versions."""
 
     def __init__(self, url: str, *, read_only: bool) -> None:
-        self.where = describe(url)
+        self.where = redacted(url)
         self.read_only = read_only
         self._local = threading.local()
         try:  # one direct attempt first: it says why the server cannot be reached

@@ -65,7 +65,8 @@ def _keys_parser() -> argparse.ArgumentParser:
                                  help="revoke a key (by id or in full); the server refuses it at once")
     revoke.add_argument("key")
     for command in (create, listing, revoke):
-        command.add_argument("--store", type=store_target, required=True, help="the memory's store directory")
+        command.add_argument("--store", type=store_target, required=True,
+                             help="the memory's store: its directory or postgresql:// URL")
     return parser
 
 

@@ -38,6 +38,9 @@ threads wait for a connection."""
 CONNECT_TIMEOUT_S = 10
 """How long opening a store waits for the server before it says it cannot be reached."""
 
+INGESTION_LOCKS = 1_836_019_570
+"""The first key of every user's ingestion lock (``pg_advisory_lock(INGESTION_LOCKS, hashtext(user))``)."""
+
 Connection = psycopg.Connection[dict[str, Any]]
 
 
@@ -112,6 +115,25 @@ class Database:
                     conn.execute(BUMP_COMMITS)
             finally:
                 self._local.conn = None
+
+    @contextmanager
+    def ingestion_lock(self, user_id: str, *, wait: bool) -> Iterator[bool]:
+        """The user's ingestion lock, a session-level advisory lock on a pooled connection kept for
+        the block (so it is released when the block ends or the process dies); yields whether it is
+        held. Its two-key form is a key space apart from the write transactions' locks."""
+        key = (INGESTION_LOCKS, user_id)
+        with self.connection() as conn:
+            if wait:
+                conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
+                held = True
+            else:
+                found = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s)) AS held", key).fetchone()
+                held = bool(found and found["held"])
+            try:
+                yield held
+            finally:
+                if held:
+                    conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", key)
 
     @contextmanager
     def tracking(self, user_id: str) -> Iterator[list[tuple[Any, Any]]]:

@@ -144,9 +144,8 @@ class Backlog:
             state.stream = None  # another node closed segments of the user: reload
         with guard.state:
             turns, last = self.store.backlog(user, None if state.stream is None else state.fed)
-            if state.stream is None:
-                with self._changed:
-                    state.pending = len(turns)  # the store's count, whoever added them
+            with self._changed:
+                state.pending = len(turns)  # what this step feeds, whichever node added it
         with self._step(user, state):
             if state.stream is None:
                 state.stream, amus = UserStream.load(user, self.store, self.models, turns, self._publish)

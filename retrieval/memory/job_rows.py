@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from retrieval.memory.row_rules import job_from_row
 from retrieval.memory.sqlite_part import SQLitePart
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
@@ -33,6 +32,13 @@ class JobRow:
     error: str | None
     created: float
     updated: float
+
+
+def job_from_row(row: Any, user_column: str) -> JobRow:
+    """A stored job from its row (read by column name, either backend's; the user's id in
+    ``user_column``)."""
+    return JobRow(int(row["id"]), row[user_column], row["session_id"], row["kind"], row["state"],
+                  json.loads(row["progress"]), row["error"], row["created"], row["updated"])
 
 
 def _job(row: sqlite3.Row) -> JobRow:

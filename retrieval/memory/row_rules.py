@@ -1,14 +1,13 @@
 """Rules both store backends apply to rows, written once: the ids an add's turns are bound to,
-the check that a record's source pointer names its segment, and a job row read back."""
+and the check that a record's source pointer names its segment. (A job row read back is
+:func:`retrieval.memory.job_rows.job_from_row`, beside the row's type.)"""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from retrieval.memory.job_rows import JobRow
     from retrieval.memory.records import AMU, SegmentRecord, Turn
 
 
@@ -43,10 +42,3 @@ def check_sources(record: SegmentRecord, amus: Sequence[AMU]) -> None:
                              f"segment {src.segment}, not to {record.user_id!r} "
                              f"{record.session_id!r} segment {record.seq}")
 
-
-def job_from_row(row: Mapping[str, Any], user_column: str) -> JobRow:
-    """A stored job from its row (the user's id in ``user_column``)."""
-    from retrieval.memory.job_rows import JobRow
-
-    return JobRow(int(row["id"]), row[user_column], row["session_id"], row["kind"], row["state"],
-                  json.loads(row["progress"]), row["error"], row["created"], row["updated"])

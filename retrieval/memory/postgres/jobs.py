@@ -8,8 +8,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from retrieval.memory.job_rows import QUEUED, UNFINISHED, JobRow
-from retrieval.memory.row_rules import job_from_row
+from retrieval.memory.job_rows import QUEUED, UNFINISHED, JobRow, job_from_row
 
 if TYPE_CHECKING:
     from retrieval.memory.postgres.database import Database

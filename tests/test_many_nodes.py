@@ -252,3 +252,26 @@ def test_two_nodes_adding_to_one_user_close_each_segment_once(postgres_url) -> N
             node.close()
     assert listed[0] == listed[1] and len(listed[0]) == 80
     covered_once(postgres_url, "u")
+
+
+def test_a_forget_through_one_node_leaves_another_nodes_stream_nothing_to_commit(postgres_url) -> None:
+    a, b = (Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+            for _ in range(2))
+    try:
+        for i in range(30):  # b's worker closes segments and holds the open one's turns
+            b.add([{"speaker": "AB"[i % 2], "text": f"secret {i} about moorland number {i % 5}"}],
+                  user_id="u", session_id="s0")
+        b.drain(user_id="u", timeout_s=WAIT_S)
+        assert b.list(user_id="u", limit=100).items
+        a.forget(user_id="u")
+        for i in range(6):
+            b.add([{"speaker": "AB"[i % 2], "text": f"fresh {i} about harbours"}],
+                  user_id="u", session_id="s0")  # the session b's stream held open before the forget
+        b.drain(user_id="u", timeout_s=WAIT_S)
+        b.flush(user_id="u", session_id="s0")
+        texts = [item.text for item in b.list(user_id="u", limit=100).items]
+    finally:
+        a.close()
+        b.close()
+    assert len(texts) == 6 and not [text for text in texts if "secret" in text]
+    covered_once(postgres_url, "u")

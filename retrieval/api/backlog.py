@@ -17,12 +17,13 @@ never wait. :meth:`Backlog.process` runs a step in the caller's thread (a flush)
 
 Many nodes. Where several processes write the store (:attr:`Store.concurrent_writers`: one
 PostgreSQL database served by several nodes), a step runs only while it holds the user's
-ingestion lock in the store (:meth:`Store.ingestion_lock`), so two nodes never close the same
-segment; a node that finds the lock taken leaves the user to its holder and looks again later. A
-stream whose user another node advanced (the store's next segment number is not the stream's) is
-reloaded from the store. While idle the worker looks at the store every :data:`POLL_S` seconds
-for users whose turn log changed since its last step (another node's adds, or the backlog of a
-node that died, whose lock died with it) and for users whose lock it found taken.
+ingestion lock in the store (:meth:`Store.ingestion_lock`; a purge takes it too), so two nodes
+never close the same segment. A node that finds the lock taken leaves the user to its holder and
+looks again later. A stream whose user another node changed (the store's next segment number or
+record count is not what this node left) is reloaded from the store. While idle the worker looks
+at the store every :data:`POLL_S` seconds for users whose turn log changed since its last step
+(another node's adds, or the backlog of a node that died, whose lock died with it) and for users
+whose lock it found taken.
 
 Errors. A step that raises (an extractor's error, a full disk) does not stop the worker: the
 user's stream is dropped (reloaded from the store at its next step, so the failed segment's
@@ -60,6 +61,7 @@ class _User:
     fed: int = 0
     error: str | None = None
     seen: tuple[int, ...] = ()
+    marks: tuple[int, int] = (0, 0)
 
 
 class Backlog:
@@ -140,8 +142,8 @@ class Backlog:
         with self._changed:
             state = self._users.setdefault(user, _User())
         if self.store.concurrent_writers and state.stream is not None \
-                and state.stream.next_seq != self.store.next_seq(user):
-            state.stream = None  # another node closed segments of the user: reload
+                and state.marks != (self.store.next_seq(user), self.store.count(user)):
+            state.stream = None  # another node closed or purged segments of the user: reload
         with guard.state:
             turns, last = self.store.backlog(user, None if state.stream is None else state.fed)
             with self._changed:
@@ -154,6 +156,7 @@ class Backlog:
         state.fed = last
         if self.store.concurrent_writers:
             state.seen = self.store.user_version(user)
+            state.marks = (self.store.next_seq(user), self.store.count(user))
         with self._changed:
             state.pending -= len(turns)
             state.error = None

@@ -17,13 +17,13 @@ never wait. :meth:`Backlog.process` runs a step in the caller's thread (a flush)
 
 Many nodes. Where several processes write the store (:attr:`Store.concurrent_writers`: one
 PostgreSQL database served by several nodes), a step runs only while it holds the user's
-ingestion lock in the store (:meth:`Store.ingestion_lock`; a purge takes it too), so two nodes
-never close the same segment. A node that finds the lock taken leaves the user to its holder and
-looks again later. A stream whose user another node changed (the store's next segment number or
-record count is not what this node left) is reloaded from the store. While idle the worker looks
-at the store every :data:`POLL_S` seconds for users whose turn log changed since its last step
-(another node's adds, or the backlog of a node that died, whose lock died with it) and for users
-whose lock it found taken.
+ingestion lock in the store (:meth:`Store.ingestion_lock`; a purge takes it too,
+:mod:`retrieval.api.purge`), so two nodes never close the same segment. A node that finds the
+lock taken leaves the user to its holder and looks again later. A stream whose user another node
+changed (the store's next segment number or record count is not what this node left) is
+reloaded from the store. While idle the worker looks at the store every :data:`POLL_S` seconds
+for users whose turn log changed since its last step (another node's adds, or the backlog of a
+node that died, whose lock died with it) and for users whose lock it found taken.
 
 Errors. A step that raises (an extractor's error, a full disk) does not stop the worker: the
 user's stream is dropped (reloaded from the store at its next step, so the failed segment's

@@ -367,10 +367,8 @@ class Memory:
                 "ingest_pending_turns": self._backlog.pending()}
 
     def _purge(self, user: str, **selection: Any) -> None:
-        """The caller holds both of the user's guards and the purge the user's ingestion lock, so
-        no segment of a purged turn commits, on this node or another."""
-        with self.store.ingestion_lock(user, wait=True):
-            hard_purge(self.store, user, llm_cache(self.store.local_files), **selection)
+        """The caller holds both of the user's guards, so no segment of a purged turn commits."""
+        hard_purge(self.store, user, llm_cache(self.store.local_files), **selection)
         self._states.drop(user)
         self._backlog.reset(user)  # an open segment may have held a purged turn: reload it
 

@@ -11,7 +11,8 @@ The server listens on 127.0.0.1 unless told otherwise; any other address needs
 ``--allow-remote``. SIGTERM (or Ctrl-C) stops accepting requests, lets running requests finish
 for a bounded time and running writes after them, then closes the memory: a turn answered 200 is
 stored. Slow clients are disconnected (:mod:`retrieval.service.connections`). Bad input ends with
-one ``error:`` line and exit status 2. Keys are kept as salted hashes in ``STORE/keys.sqlite``.
+one ``error:`` line and exit status 2. Keys are kept as salted hashes in ``STORE/keys.sqlite``, or in
+the ``api_keys`` rows of a PostgreSQL store (``--store postgresql://...``), shared by every server over it.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def _keys_parser() -> argparse.ArgumentParser:
                                  help="revoke a key (by id or in full); the server refuses it at once")
     revoke.add_argument("key")
     for command in (create, listing, revoke):
-        command.add_argument("--store", type=store_target, required=True, help="the memory's store directory")
+        command.add_argument("--store", type=store_target, required=True,
+                             help="the memory's store: its directory or postgresql:// URL")
     return parser
 
 

@@ -11,7 +11,6 @@ import psycopg
 import pytest
 
 from retrieval.memory.errors import StoreError
-from retrieval.memory.postgres.database import is_url
 from retrieval.memory.postgres.schema import SCHEMA_VERSION
 from retrieval.memory.postgres.store import PostgresStore
 from retrieval.memory.records import SegmentRecord, Turn
@@ -39,14 +38,9 @@ def at_once(jobs: list[Callable[[], object]]) -> list[object]:
     return results
 
 
-def test_a_url_is_never_a_path():
-    assert is_url("postgresql://u@h:5432/db") and is_url("postgres://h/db")
-    assert not is_url("postgresql:") and not is_url("runs/store") and not is_url(None)
-
-
 def test_a_url_that_does_not_connect_is_one_error_naming_the_server_not_the_password():
     port = free_port()
-    with pytest.raises(StoreError, match=f"cannot connect to the store at postgresql://alice@127.0.0.1:{port}/mem"
+    with pytest.raises(StoreError, match=rf"cannot connect to the store at postgresql://alice:\*\*\*@127.0.0.1:{port}/mem"
                        ) as raised:
         PostgresStore(f"postgresql://alice:s3cret-word@127.0.0.1:{port}/mem")
     assert "s3cret-word" not in str(raised.value)

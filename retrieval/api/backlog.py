@@ -18,6 +18,16 @@ adds and searches wait at most for one commit, and other users never wait. Its m
 background calls (:func:`retrieval.index.query_batcher.background`): searches go first.
 :meth:`Backlog.process` runs a step in the caller's thread (a flush).
 
+Many nodes. Where several processes write the store (:attr:`Store.concurrent_writers`: one
+PostgreSQL database served by several nodes), a step runs only while it holds the user's
+ingestion lock in the store (:meth:`Store.ingestion_lock`; a purge takes it too,
+:mod:`retrieval.api.purge`), so two nodes never close the same segment. A node that finds the
+lock taken leaves the user to its holder and looks again later. A stream whose user another node
+changed (the store's next segment number or record count is not what this node left) is
+reloaded from the store. While idle the worker looks at the store every :data:`POLL_S` seconds
+for users whose turn log changed since its last step (another node's adds, or the backlog of a
+node that died, whose lock died with it) and for users whose lock it found taken.
+
 Errors. A step that raises (an extractor's error, a full disk) does not stop the worker: the
 user's stream is dropped (reloaded from the store at its next step, so the failed segment's
 turns are fed again), the error is kept, and the worker leaves the user alone until the error
@@ -43,6 +53,9 @@ from retrieval.index.query_batcher import background
 from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.store_contract import Store
 
+POLL_S = 1.0
+"""How often an idle worker over a store that other processes write looks for their users' work."""
+
 
 @dataclass
 class _User:
@@ -53,6 +66,8 @@ class _User:
     stream: UserStream | None = None
     fed: int = 0
     error: str | None = None
+    seen: tuple[int, ...] = ()
+    marks: tuple[int, int] = (0, 0)
 
 
 class Backlog:
@@ -67,6 +82,8 @@ class Backlog:
         self._changed = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._busy: set[str] = set()
+        self._polled: int | None = None
 
     def start(self) -> None:
         """Count each user's unprocessed turns in the store and start the worker on them."""
@@ -133,8 +150,13 @@ class Backlog:
         guard = self.guards.of(user)
         with self._changed:
             state = self._users.setdefault(user, _User())
+        if self.store.concurrent_writers and state.stream is not None \
+                and state.marks != (self.store.next_seq(user), self.store.count(user)):
+            state.stream = None  # another node closed or purged segments of the user: reload
         with guard.state:
             turns, last = self.store.backlog(user, None if state.stream is None else state.fed)
+            with self._changed:
+                state.pending = len(turns)  # what this step feeds, whichever node added it
         with self._step(user, state), background():
             amus: list[AMU] = []
             if state.stream is None:
@@ -146,6 +168,9 @@ class Backlog:
             with guard.state:
                 self.unindexed.index(user)
         state.fed = last
+        if self.store.concurrent_writers:
+            state.seen = self.store.user_version(user)
+            state.marks = (self.store.next_seq(user), self.store.count(user))
         with self._changed:
             state.pending -= len(turns)
             state.error = None
@@ -155,11 +180,12 @@ class Backlog:
     def flush(self, user: str, session: str) -> list[AMU]:
         """:meth:`process`, then close the session's open segment; returns the records of every
         segment so closed (the caller holds the user's ``stream`` guard)."""
-        amus = self.process(user)
-        state = self._users[user]
-        assert state.stream is not None
-        with self._step(user, state), background():
-            return amus + state.stream.flush(session)
+        with self.store.ingestion_lock(user, wait=True):
+            amus = self.process(user)
+            state = self._users[user]
+            assert state.stream is not None
+            with self._step(user, state), background():
+                return amus + state.stream.flush(session)
 
     def reset(self, user: str) -> None:
         """Forget the user's stream and waiting turns after its turns changed (a purge; the caller
@@ -217,15 +243,41 @@ class Backlog:
             self.states.extend(stream.user, marks, amus=amus)
 
     def _run(self) -> None:
+        poll_s = POLL_S if self.store.concurrent_writers else None
         while True:
             with self._changed:
-                self._changed.wait_for(lambda: self._closed or bool(self._due))
+                self._changed.wait_for(lambda: self._closed or bool(self._due), poll_s)
                 if self._closed:
                     return
-                user, _ = self._due.popitem(last=False)
+                user = self._due.popitem(last=False)[0] if self._due else None
+            if user is None:
+                self._poll()
+                continue
             guard: UserGuard = self.guards.of(user)
-            with guard.stream:
+            with guard.stream, self.store.ingestion_lock(user, wait=False) as held:
+                if not held:
+                    with self._changed:
+                        self._busy.add(user)  # another node is at it: look again at the next poll
+                    continue
                 try:
                     self.process(user)
                 except (IngestFailed, StoreUnavailable):
                     pass  # a failure is kept in the user's state, for the next drain or flush
+
+    def _poll(self) -> None:
+        """Make due every user whose lock was taken, whose pending turns this node has not seen
+        settled, or whose turn log or records changed since this node's last step (the store read
+        only when anything committed since the last poll)."""
+        with self._changed:
+            due = self._busy | {name for name, s in self._users.items() if s.pending and s.error is None}
+            self._busy = set()
+            seen = {name: s.seen for name, s in self._users.items()}
+        version = self.store.data_version()
+        if version != self._polled:
+            self._polled = version
+            due |= {user for user in self.store.backlog_users()
+                    if self.store.user_version(user) != seen.get(user, ())}
+        with self._changed:
+            for user in due:
+                if self._users.setdefault(user, _User()).error is None:
+                    self._due[user] = None

@@ -56,10 +56,12 @@ def drop_llm_answers(cache_dir: Path, texts: Iterable[str]) -> int:
 def hard_purge(store: Store, user: str, llm_cache: Path | None, *, session_id: str | None = None,
                amu_ids: Sequence[str] = (), turn_ids: Sequence[str] = (), everything: bool = False) -> Purged:
     """Purge the selection with everything derived from it (:mod:`retrieval.memory.purge`), then
-    scrub the store's files and the LLM answers cached in ``llm_cache`` (when the store has one)."""
-    before = store.turns(user)
-    purged = store.purge(user, session_id=session_id, amu_ids=amu_ids, turn_ids=turn_ids,
-                         everything=everything)
+    scrub the store's files and the LLM answers cached in ``llm_cache`` (when the store has one).
+    It holds the user's ingestion lock, so no node commits a segment of a purged turn meanwhile."""
+    with store.ingestion_lock(user, wait=True):
+        before = store.turns(user)
+        purged = store.purge(user, session_id=session_id, amu_ids=amu_ids, turn_ids=turn_ids,
+                             everything=everything)
     texts = derived_texts(purged, before)
     store.scrub(texts)
     if llm_cache is not None:

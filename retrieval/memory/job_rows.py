@@ -34,9 +34,15 @@ class JobRow:
     updated: float
 
 
-def _job(row: sqlite3.Row) -> JobRow:
-    return JobRow(row["id"], row["conversation_id"], row["session_id"], row["kind"], row["state"],
+def job_from_row(row: Any, user_column: str) -> JobRow:
+    """A stored job from its row (read by column name, either backend's; the user's id in
+    ``user_column``)."""
+    return JobRow(int(row["id"]), row[user_column], row["session_id"], row["kind"], row["state"],
                   json.loads(row["progress"]), row["error"], row["created"], row["updated"])
+
+
+def _job(row: sqlite3.Row) -> JobRow:
+    return job_from_row(row, "conversation_id")
 
 
 class JobRows(SQLitePart):

@@ -18,6 +18,7 @@ from retrieval.memory.indexing import add_event_frame, index_amu
 from retrieval.memory.meta_keys import MERGE_KEY
 from retrieval.memory.reads import AMU_COLUMNS, StoreReads
 from retrieval.memory.records import AMU, SegmentRecord, Turn
+from retrieval.memory.row_rules import check_sources
 from retrieval.memory.schema import turns_sha256
 from retrieval.memory.sqlite_part import SQLitePart
 from retrieval.memory.times import iso_text, time_interval
@@ -67,7 +68,7 @@ class RecordWrites(SQLitePart):
                         segments: Sequence[tuple[SegmentRecord, Sequence[Turn], Sequence[AMU]]]) -> None:
         """:meth:`commit_segment` of several segments in one transaction (a bulk build): all or none."""
         for record, _, amus in segments:
-            self._check_sources(record, amus)
+            check_sources(record, amus)
         with self._transaction() as db:
             for record, turns, amus in segments:
                 if self._reads.segment(record.user_id, record.seq) is not None:
@@ -78,7 +79,7 @@ class RecordWrites(SQLitePart):
     def commit_stored_turns(self, record: SegmentRecord, amus: Sequence[AMU]) -> None:
         """:meth:`commit_segment` for a segment whose raw turns the store already holds (the online
         API stores each turn when it is added): its AMUs and progress row in one transaction."""
-        self._check_sources(record, amus)
+        check_sources(record, amus)
         with self._transaction() as db:
             if self._reads.segment(record.user_id, record.seq) is not None:
                 raise ValueError(f"segment {record.seq} of {record.user_id!r} is already stored")
@@ -102,7 +103,7 @@ class RecordWrites(SQLitePart):
         LLM endpoint was down): in one transaction the segment's current AMUs are archived (never
         deleted), ``amus`` (ids of revision ``record.revision``) are inserted and the progress
         row takes the new state, fallback flag, count and revision."""
-        self._check_sources(record, amus)
+        check_sources(record, amus)
         stored = self._reads.segment(record.user_id, record.seq)
         if stored is None or record.revision <= stored.revision:
             raise ValueError(f"segment {record.seq} of {record.user_id!r}: "
@@ -117,16 +118,6 @@ class RecordWrites(SQLitePart):
                        "WHERE conversation_id = ? AND seq = ?",
                        (record.state, int(record.fallback), len(amus), record.revision,
                         record.user_id, record.seq))
-
-    @staticmethod
-    def _check_sources(record: SegmentRecord, amus: Sequence[AMU]) -> None:
-        for amu in amus:
-            src = amu.source
-            if (src.user_id, src.session_id, src.segment) != (record.user_id,
-                                                                      record.session_id, record.seq):
-                raise ValueError(f"AMU {amu.id!r} belongs to {src.user_id!r} {src.session_id!r} "
-                                 f"segment {src.segment}, not to {record.user_id!r} "
-                                 f"{record.session_id!r} segment {record.seq}")
 
     def archive(self, amu_ids: Iterable[str]) -> None:
         """Mark records as archived (retired by consolidation); they stay readable, and leave the

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,13 @@ class AMUStore:
 
     def tracking(self, user_id: str) -> AbstractContextManager[list[tuple[Any, Any]]]:
         return self._connection.tracking(user_id)
+
+    @property
+    def concurrent_writers(self) -> bool:
+        return False  # one writer process: the store directory's writer lock
+
+    def ingestion_lock(self, user_id: str, *, wait: bool) -> AbstractContextManager[bool]:
+        return nullcontext(True)
 
     def integrity_problems(self) -> list[str]:
         """What SQLite's ``PRAGMA quick_check`` finds wrong with the store file, and the tables,

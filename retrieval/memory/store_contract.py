@@ -187,6 +187,21 @@ class Handle(Protocol):
         version it holds (:mod:`retrieval.api.states`)."""
         ...
 
+    @property
+    def concurrent_writers(self) -> bool:
+        """Whether other processes may write the store's users while this handle is open (a
+        database server's store, served by several nodes), so what a process holds of a user
+        must be checked against the store; False where one process writes (SQLite)."""
+        ...
+
+    def ingestion_lock(self, user_id: str, *, wait: bool) -> AbstractContextManager[bool]:
+        """Hold the right to close the user's segments (feed its turn log to its segmentation and
+        commit what closes) for the block, across every process over the store; yields whether
+        it is held (``wait=False`` does not wait for another holder). A holder that dies releases
+        it. Where one process writes (SQLite), the caller's own per-user guard orders the work
+        and this always yields True."""
+        ...
+
     def integrity_problems(self) -> list[str]: ...
     def close(self) -> None: ...
     def __enter__(self) -> Store: ...

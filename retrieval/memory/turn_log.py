@@ -20,6 +20,7 @@ from typing import Any
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.reads import turn_from_row
 from retrieval.memory.records import Turn
+from retrieval.memory.row_rules import bind_turn_ids
 from retrieval.memory.sqlite_part import SQLitePart
 
 
@@ -51,20 +52,8 @@ class TurnLog(SQLitePart):
         return new
 
     def bind_turn_ids(self, user: str, session: str, turns: Sequence[Any]) -> list[Turn]:
-        """The turns (checked inputs) with ids: the caller's, or ``<session>:<n>`` numbered after
-        the session's stored turns."""
-        count = self.session_turn_count(user, session)
-        taken = self.stored_turn_ids(user, [f"{session}:{count + i + 1}" for i in range(len(turns))])
-        bound, number, given = [], count, {turn.turn_id for turn in turns}
-        for turn in turns:
-            turn_id = turn.turn_id
-            while turn_id is None:
-                number += 1
-                candidate = f"{session}:{number}"
-                if candidate not in taken and candidate not in given:
-                    turn_id = candidate
-            bound.append(turn.bind(user, session, turn_id))
-        return bound
+        """The turns (checked inputs) with ids (:func:`retrieval.memory.row_rules.bind_turn_ids`)."""
+        return bind_turn_ids(self, user, session, turns)
 
     def idempotent_turn_ids(self, user: str, key: str) -> list[str] | None:
         """The turn ids of the add ``key`` named, or None when the user has not used ``key``."""

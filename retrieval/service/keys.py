@@ -1,12 +1,16 @@
-"""API keys bound to users, kept in ``STORE/keys.sqlite`` beside (never inside) the memory store.
+"""API keys bound to users: beside a SQLite store in ``STORE/keys.sqlite`` (never inside the memory
+store), in the ``api_keys`` table of a PostgreSQL store (so every server process over one database
+accepts the same keys; :mod:`retrieval.memory.postgres.keys`). The same rows, format and checks in
+both.
 
 A key is ``isqm_<key id>_<secret>``: the id finds the row, the secret is checked against a salted
 SHA-256 digest. The secret is 256 random bits, so a fast hash is enough (nothing can be
 guessed offline from the digest); a slow password hash would cost every request milliseconds.
-The store keeps only the salt and the digest: a lost key cannot be recovered, only revoked and
-replaced. Every lookup reads the table, so a key revoked by the command line is refused by a
-running server at its next request. A key's user id passes the memory's own id check
-(:func:`retrieval.api.inputs.check_id`), so every key names a user the memory accepts.
+The rows keep only the salt and the digest: a lost key cannot be recovered, only revoked and
+replaced. Every lookup reads the table, so a key revoked by the command line (or through another
+server over the same database) is refused by a running server at its next request. A key's user
+id passes the memory's own id check (:func:`retrieval.api.inputs.check_id`), so every key names a
+user the memory accepts.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Protocol, cast
 
 from retrieval.api.errors import InvalidInput
 from retrieval.api.inputs import check_id
@@ -60,27 +65,86 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-class KeyStore:
-    """The key table of one store directory; safe to share between threads."""
+KeyRow = tuple[str, str, str, str | None]
+"""(key id, user id, created, revoked): a key as listed, never its secret."""
 
-    def __init__(self, store: str | Path, *, create: bool = True) -> None:
-        """The key table of ``store``, made when missing unless ``create`` is False (then a store
-        without one is a :class:`KeyCommandError`). A store on a database server keeps no key file."""
-        directory = local_directory(store)
-        if directory is None:
-            raise KeyCommandError(f"{redacted(store)}: API keys are kept in a store directory "
-                                  f"({KEYS_FILE}); a PostgreSQL store's keys are not supported yet")
-        self.path = directory / KEYS_FILE
-        if not create and not self.path.is_file():
-            raise KeyCommandError(f"{self.path}: no key store there (keys create makes one)")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
+
+class KeyRows(Protocol):
+    """Where the key rows are kept (a key file beside a SQLite store, a PostgreSQL store)."""
+
+    def add_key(self, key_id: str, user_id: str, salt: bytes, digest: bytes, created: str) -> None: ...
+    def live_key(self, key_id: str) -> tuple[str, bytes, bytes] | None: ...
+    def key_rows(self, user_id: str | None = None) -> list[KeyRow]: ...
+    def revoke_key(self, key_id: str, when: str) -> KeyRow | None: ...
+    def close(self) -> None: ...
+
+
+class KeyFile:
+    """The key rows in ``keys.sqlite`` of a store directory; safe to share between threads."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30.0)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)
         self._lock = threading.Lock()
 
     def close(self) -> None:
         self._db.close()
+
+    def add_key(self, key_id: str, user_id: str, salt: bytes, digest: bytes, created: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, NULL)",
+                             (key_id, user_id, salt, digest, created))
+
+    def live_key(self, key_id: str) -> tuple[str, bytes, bytes] | None:
+        with self._lock:
+            row = self._db.execute("SELECT user_id, salt, digest FROM api_keys WHERE key_id = ? "
+                                   "AND revoked IS NULL", (key_id,)).fetchone()
+        return None if row is None else (row[0], row[1], row[2])
+
+    def key_rows(self, user_id: str | None = None) -> list[KeyRow]:
+        query = "SELECT key_id, user_id, created, revoked FROM api_keys"
+        args: tuple[str, ...] = ()
+        if user_id is not None:
+            query, args = query + " WHERE user_id = ?", (user_id,)
+        with self._lock:
+            return self._db.execute(query + " ORDER BY rowid", args).fetchall()  # creation order
+
+    def revoke_key(self, key_id: str, when: str) -> KeyRow | None:
+        with self._lock:
+            self._db.execute("UPDATE api_keys SET revoked = ? WHERE key_id = ? AND revoked IS NULL",
+                             (when, key_id))
+            row: KeyRow | None = self._db.execute("SELECT key_id, user_id, created, revoked FROM api_keys "
+                                                  "WHERE key_id = ?", (key_id,)).fetchone()
+        return row
+
+
+def key_rows_at(store: str | Path, *, create: bool = True) -> KeyRows:
+    """The key rows of ``store``: its key file (made when missing unless ``create`` is False, then a
+    store without one is a :class:`KeyCommandError`), or the PostgreSQL store at a URL."""
+    directory = local_directory(store)
+    if directory is None:
+        from retrieval.memory.backends import open_store
+
+        return cast(KeyRows, open_store(store))  # a URL opens a PostgresStore, which keeps key rows
+    path = directory / KEYS_FILE
+    if not create and not path.is_file():
+        raise KeyCommandError(f"{path}: no key store there (keys create makes one)")
+    return KeyFile(path)
+
+
+class KeyStore:
+    """The API keys of one store (see the module docstring); safe to share between threads."""
+
+    def __init__(self, store: str | Path, *, create: bool = True) -> None:
+        """The keys of ``store`` (a directory or a PostgreSQL URL; see :func:`key_rows_at`)."""
+        self.where = redacted(store)
+        self.rows = key_rows_at(store, create=create)
+
+    def close(self) -> None:
+        self.rows.close()
 
     def create(self, user_id: str) -> str:
         """A new key for ``user_id``; the only time its secret is seen."""
@@ -89,9 +153,7 @@ class KeyStore:
         except InvalidInput as err:
             raise KeyCommandError(str(err)) from None
         key_id, secret, salt = secrets.token_hex(8), secrets.token_urlsafe(32), secrets.token_bytes(16)
-        with self._lock:
-            self._db.execute("INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, NULL)",
-                             (key_id, user_id, salt, _digest(salt, secret), _now()))
+        self.rows.add_key(key_id, user_id, salt, _digest(salt, secret), _now())
         return f"{PREFIX}_{key_id}_{secret}"
 
     def user(self, key: str) -> str | None:
@@ -100,32 +162,19 @@ class KeyStore:
         key_id, _, secret = rest.partition("_")
         if prefix != PREFIX or not key_id or not secret:
             return None
-        with self._lock:
-            row = self._db.execute("SELECT user_id, salt, digest FROM api_keys WHERE key_id = ? "
-                                   "AND revoked IS NULL",
-                                   (key_id,)).fetchone()
+        row = self.rows.live_key(key_id)
         if row is None or not hmac.compare_digest(_digest(row[1], secret), row[2]):
             return None
         return row[0]
 
     def list(self, user_id: str | None = None) -> list[KeyInfo]:
         """Every key (or one user's), oldest first."""
-        query = "SELECT key_id, user_id, created, revoked FROM api_keys"
-        args: tuple[str, ...] = ()
-        if user_id is not None:
-            query, args = query + " WHERE user_id = ?", (user_id,)
-        with self._lock:
-            rows = self._db.execute(query + " ORDER BY rowid", args).fetchall()  # creation order
-        return [KeyInfo(*row) for row in rows]
+        return [KeyInfo(*row) for row in self.rows.key_rows(user_id)]
 
     def revoke(self, key_or_id: str) -> KeyInfo:
         """Revoke a key given by its id or in full; revoking twice keeps the first time."""
         key_id = key_or_id.split("_")[1] if key_or_id.startswith(f"{PREFIX}_") else key_or_id
-        with self._lock:
-            self._db.execute("UPDATE api_keys SET revoked = ? WHERE key_id = ? AND revoked IS NULL",
-                             (_now(), key_id))
-            row = self._db.execute("SELECT key_id, user_id, created, revoked FROM api_keys WHERE key_id = ?",
-                                   (key_id,)).fetchone()
+        row = self.rows.revoke_key(key_id, _now())
         if row is None:
-            raise KeyCommandError(f"{self.path}: no key with id {key_id!r} (keys list shows them)")
+            raise KeyCommandError(f"{self.where}: no key with id {key_id!r} (keys list shows them)")
         return KeyInfo(*row)

@@ -1,5 +1,5 @@
 """The connection side of the PostgreSQL store: one connection pool per store, the URL as the store's
-name (never its password), write transactions and what they lock.
+name (its password hidden, :func:`retrieval.memory.targets.redacted`), write transactions and what they lock.
 
 Reads run on a pooled connection in autocommit mode (each statement sees the last commit), or on
 the connection of this thread's write transaction when one is open (so a check inside a
@@ -24,15 +24,12 @@ from contextlib import contextmanager
 from typing import Any, cast
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from retrieval.memory.errors import StoreError, StoreFault
 from retrieval.memory.postgres.versions import BUMP_COMMITS, user_version_of
-
-URL_SCHEMES = ("postgresql://", "postgres://")
-"""A store target starting with one of these is a PostgreSQL URL, never a directory."""
+from retrieval.memory.targets import redacted
 
 POOL_SIZE = 16
 """Connections one store may hold: one per concurrently reading or writing thread, beyond which
@@ -41,30 +38,17 @@ threads wait for a connection."""
 CONNECT_TIMEOUT_S = 10
 """How long opening a store waits for the server before it says it cannot be reached."""
 
+INGESTION_LOCKS = 1_836_019_570
+"""The first key of every user's ingestion lock (``pg_advisory_lock(INGESTION_LOCKS, hashtext(user))``)."""
+
 Connection = psycopg.Connection[dict[str, Any]]
-
-
-def is_url(target: object) -> bool:
-    """Whether ``target`` names a PostgreSQL store."""
-    return isinstance(target, str) and target.startswith(URL_SCHEMES)
-
-
-def describe(url: str) -> str:
-    """``postgresql://USER@HOST:PORT/DB`` of ``url``, without its password (what messages name)."""
-    try:
-        info = conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
-        raise StoreError("the store URL is not a valid PostgreSQL URL "
-                         "(postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE)") from None
-    return (f"postgresql://{info.get('user') or ''}@{info.get('host') or 'localhost'}:"
-            f"{info.get('port') or 5432}/{info.get('dbname') or ''}")
 
 
 class Database:
     """The pool, this thread's write transaction and the tracking of a user's versions."""
 
     def __init__(self, url: str, *, read_only: bool) -> None:
-        self.where = describe(url)
+        self.where = redacted(url)
         self.read_only = read_only
         self._local = threading.local()
         try:  # one direct attempt first: it says why the server cannot be reached
@@ -131,6 +115,25 @@ class Database:
                     conn.execute(BUMP_COMMITS)
             finally:
                 self._local.conn = None
+
+    @contextmanager
+    def ingestion_lock(self, user_id: str, *, wait: bool) -> Iterator[bool]:
+        """The user's ingestion lock, a session-level advisory lock on a pooled connection kept for
+        the block (so it is released when the block ends or the process dies); yields whether it is
+        held. Its two-key form is a key space apart from the write transactions' locks."""
+        key = (INGESTION_LOCKS, user_id)
+        with self.connection() as conn:
+            if wait:
+                conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
+                held = True
+            else:
+                found = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s)) AS held", key).fetchone()
+                held = bool(found and found["held"])
+            try:
+                yield held
+            finally:
+                if held:
+                    conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", key)
 
     @contextmanager
     def tracking(self, user_id: str) -> Iterator[list[tuple[Any, Any]]]:

@@ -8,15 +8,14 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from retrieval.memory.job_rows import QUEUED, UNFINISHED, JobRow
+from retrieval.memory.job_rows import QUEUED, UNFINISHED, JobRow, job_from_row
 
 if TYPE_CHECKING:
     from retrieval.memory.postgres.database import Database
 
 
 def _job(row: Any) -> JobRow:
-    return JobRow(int(row["id"]), row["user_id"], row["session_id"], row["kind"], row["state"],
-                  json.loads(row["progress"]), row["error"], row["created"], row["updated"])
+    return job_from_row(row, "user_id")
 
 
 class Jobs:

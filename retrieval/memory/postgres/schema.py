@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from retrieval.memory.errors import StoreError
 from retrieval.memory.postgres.versions import COMMIT_SLOTS
+from retrieval.memory.store_contract import needs_migration
 
 if TYPE_CHECKING:
     from retrieval.memory.postgres.database import Connection, Database
@@ -146,13 +147,16 @@ def prepare(db: Database) -> None:
     """Bring the database's schema to :data:`SCHEMA_VERSION` (read-only: check that it is there)."""
     with db.connection() as conn:
         if db.read_only:
-            _check(db.where, _version(conn), read_only=True)
+            version = _version(conn)
+            if version == 0:
+                raise StoreError(f"no store at {db.where} (no schema there); open it for writing once")
+            needs_migration(version, SCHEMA_VERSION, where=db.where, read_only=True)
             return
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
             conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
             version = _version(conn)
-            _check(db.where, version, read_only=False)
+            needs_migration(version, SCHEMA_VERSION, where=db.where, read_only=False)
             for step in MIGRATIONS[version:]:
                 conn.execute(step)  # type: ignore[arg-type]  # our own constant script
             conn.execute("DELETE FROM schema_version")
@@ -167,15 +171,6 @@ def _version(conn: Connection) -> int:
     return 0 if found is None else int(found["version"] or 0)
 
 
-def _check(where: str, version: int, *, read_only: bool) -> None:
-    if version > SCHEMA_VERSION:
-        raise StoreError(f"{where}: store schema version {version} is unknown to this code (it reads "
-                         f"versions 1 to {SCHEMA_VERSION}); use the code that wrote it")
-    if read_only and version == 0:
-        raise StoreError(f"no store at {where} (no schema there); open it for writing once")
-    if read_only and version < SCHEMA_VERSION:
-        raise StoreError(f"{where}: schema version {version} needs a migration to {SCHEMA_VERSION}; "
-                         "open the store for writing once")
 
 COMPACTED = tuple(re.findall(r"CREATE TABLE (\w+)", _TABLES + _KEYS)) + ("schema_version",)
 """Every table of the store: what ``compact`` rewrites."""

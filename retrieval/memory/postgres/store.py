@@ -106,6 +106,13 @@ class PostgresStore:
     def tracking(self, user_id: str) -> AbstractContextManager[list[tuple[Any, Any]]]:
         return self.db.tracking(user_id)
 
+    @property
+    def concurrent_writers(self) -> bool:
+        return True  # any number of server processes over one database
+
+    def ingestion_lock(self, user_id: str, *, wait: bool) -> AbstractContextManager[bool]:
+        return self.db.ingestion_lock(user_id, wait=wait)
+
     def data_version(self) -> int:
         return self._versions.data_version()
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from retrieval.memory.postgres.reads import TURN_COLUMNS, turns_of
 from retrieval.memory.records import Turn
+from retrieval.memory.row_rules import bind_turn_ids
 
 if TYPE_CHECKING:
     from retrieval.memory.postgres.database import Connection, Database
@@ -42,20 +43,8 @@ class TurnLog:
         return new
 
     def bind_turn_ids(self, user: str, session: str, turns: Sequence[Any]) -> list[Turn]:
-        """The turns (checked inputs) with ids: the caller's, or ``<session>:<n>`` numbered after
-        the session's stored turns."""
-        count = self.session_turn_count(user, session)
-        taken = self.stored_turn_ids(user, [f"{session}:{count + i + 1}" for i in range(len(turns))])
-        bound, number, given = [], count, {turn.turn_id for turn in turns}
-        for turn in turns:
-            turn_id = turn.turn_id
-            while turn_id is None:
-                number += 1
-                candidate = f"{session}:{number}"
-                if candidate not in taken and candidate not in given:
-                    turn_id = candidate
-            bound.append(turn.bind(user, session, turn_id))
-        return bound
+        """The turns (checked inputs) with ids (:func:`retrieval.memory.row_rules.bind_turn_ids`)."""
+        return bind_turn_ids(self, user, session, turns)
 
     def idempotent_turn_ids(self, user: str, key: str) -> list[str] | None:
         row = self.db.row("SELECT turn_ids FROM idempotency WHERE user_id = %s AND key = %s", (user, key))

@@ -15,6 +15,7 @@ from retrieval.memory.postgres.evidence import add_event_frame, index_amu
 from retrieval.memory.postgres.reads import AMU_FIELDS, Reads
 from retrieval.memory.postgres.turn_log import insert_turns
 from retrieval.memory.records import AMU, SegmentRecord, Turn
+from retrieval.memory.row_rules import check_sources
 from retrieval.memory.schema import turns_sha256
 from retrieval.memory.times import iso_text, time_interval
 
@@ -53,16 +54,6 @@ def insert_amu(conn: Connection, amu: AMU, position: int | None = None) -> None:
     cursor.executemany("INSERT INTO amu_times (user_id, amu, start_time, end_time) VALUES (%s, %s, %s, %s)",
                        [(user, position, *map(iso_text, time_interval(value))) for value in times])
     index_amu(conn, position, amu)
-
-
-def check_sources(record: SegmentRecord, amus: Sequence[AMU]) -> None:
-    """``ValueError`` when a record's source pointer names another user, session or segment."""
-    for amu in amus:
-        src = amu.source
-        if (src.user_id, src.session_id, src.segment) != (record.user_id, record.session_id, record.seq):
-            raise ValueError(f"AMU {amu.id!r} belongs to {src.user_id!r} {src.session_id!r} "
-                             f"segment {src.segment}, not to {record.user_id!r} "
-                             f"{record.session_id!r} segment {record.seq}")
 
 
 class Writes:

@@ -1,0 +1,44 @@
+"""Rules both store backends apply to rows, written once: the ids an add's turns are bound to,
+and the check that a record's source pointer names its segment. (A job row read back is
+:func:`retrieval.memory.job_rows.job_from_row`, beside the row's type.)"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from retrieval.memory.records import AMU, SegmentRecord, Turn
+
+
+class _TurnCounts(Protocol):
+    def session_turn_count(self, user: str, session_id: str) -> int: ...
+    def stored_turn_ids(self, user: str, turn_ids: Sequence[str]) -> set[str]: ...
+
+
+def bind_turn_ids(log: _TurnCounts, user: str, session: str, turns: Sequence[Any]) -> list[Turn]:
+    """The turns (checked inputs) with ids: the caller's, or ``<session>:<n>`` numbered after the
+    session's turns stored in ``log``."""
+    count = log.session_turn_count(user, session)
+    taken = log.stored_turn_ids(user, [f"{session}:{count + i + 1}" for i in range(len(turns))])
+    bound, number, given = [], count, {turn.turn_id for turn in turns}
+    for turn in turns:
+        turn_id = turn.turn_id
+        while turn_id is None:
+            number += 1
+            candidate = f"{session}:{number}"
+            if candidate not in taken and candidate not in given:
+                turn_id = candidate
+        bound.append(turn.bind(user, session, turn_id))
+    return bound
+
+
+def check_sources(record: SegmentRecord, amus: Sequence[AMU]) -> None:
+    """``ValueError`` when a record's source pointer names another user, session or segment."""
+    for amu in amus:
+        src = amu.source
+        if (src.user_id, src.session_id, src.segment) != (record.user_id, record.session_id, record.seq):
+            raise ValueError(f"AMU {amu.id!r} belongs to {src.user_id!r} {src.session_id!r} "
+                             f"segment {src.segment}, not to {record.user_id!r} "
+                             f"{record.session_id!r} segment {record.seq}")
+

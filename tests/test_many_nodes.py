@@ -1,0 +1,277 @@
+"""Two ``retrieval.serve`` processes over one PostgreSQL database (a database per module on the
+session's server): a write through one is read through the other, keys live in the database,
+a forget through one is honoured by the other, users stay apart through every route of both
+nodes, and the segments of their turns are closed exactly once whichever node closed them.
+A node killed mid-segment leaves its backlog to a live node (a memory in this process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from benchmarks.service_process import ROOT, Server, bearer, child_env, free_port
+from retrieval.api.memory import Memory
+from retrieval.memory.backends import open_store
+from retrieval.service import limits
+from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
+from tests.test_service_http import conversation, processed
+
+pytestmark = pytest.mark.slow
+ALICE_CANARY, BOB_CANARY = "zebracorn-alice-4411", "quokkalith-bob-9032"
+WAIT_S = 300.0
+
+
+class Node(Server):
+    """One ``python -m retrieval.serve --store URL`` process, its log in ``logs``."""
+
+    def __init__(self, url: str, logs: Path) -> None:
+        self.store, self.extra = url, ()  # type: ignore[assignment]  # a URL, passed on as text
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = logs / f"node-{self.port}.log"
+        self.process = None
+
+
+def keys_command(database: str, *args: str) -> str:
+    """``python -m retrieval.serve keys ARGS --store URL``; its output."""
+    done = subprocess.run([sys.executable, "-m", "retrieval.serve", "keys", *args, "--store", database],
+                          cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def new_key(database: str, user: str) -> str:
+    return keys_command(database, "create", "--user", user).splitlines()[-1]
+
+
+@dataclass
+class Cluster:
+    database: str
+    a: Node
+    b: Node
+
+    def client(self, node: Node, key: str) -> httpx.Client:
+        return httpx.Client(base_url=node.url, headers=bearer(key), timeout=120)
+
+
+def add(client: httpx.Client, session: str, *texts: str) -> httpx.Response:
+    turns = [{"speaker": ("Maria", "Jon")[n % 2], "text": text, "time": "2023-05-08T10:00:00"}
+             for n, text in enumerate(texts)]
+    response = client.post(f"/v1/sessions/{session}/turns", json={"turns": turns})
+    assert response.status_code == 200, response.text
+    return response
+
+
+def texts_of(response: httpx.Response) -> str:
+    return json.dumps(response.json())
+
+
+def covered_once(database: str, user: str, *, flushed: bool = True) -> None:
+    """Every stored turn of the user in exactly one committed segment (unless not ``flushed``:
+    then at most one, those of the open segment in none), every record once."""
+    with open_store(database, read_only=True) as reader:
+        stored = [turn.turn_id for turn in reader.turns(user)]
+        covered = [turn_id for segment in reader.segments(user) for turn_id in segment.turn_ids]
+        records = list(reader.amus(user, include_archived=True))
+        counts = Counter(amu.source.segment for amu in records)
+        assert {s.seq: s.amu_count for s in reader.segments(user)} == {s: counts[s] for s in counts}
+        assert [s.seq for s in reader.segments(user)] == list(range(len(reader.segments(user))))
+    assert stored and len(stored) == len(set(stored)) and len(covered) == len(set(covered))
+    assert set(covered) == set(stored) if flushed else set(covered) <= set(stored) and covered
+    assert len(records) == len({amu.id for amu in records})
+
+
+@pytest.fixture(scope="module")
+def cluster(postgres_server, tmp_path_factory) -> Iterator[Cluster]:
+    database = postgres_server.database()
+    logs = tmp_path_factory.mktemp("nodes")
+    a, b = Node(database, logs), Node(database, logs)
+    try:
+        a.start()
+        b.start()
+        yield Cluster(database, a, b)
+    finally:
+        a.kill()
+        b.kill()
+
+
+def test_a_turn_added_through_one_node_is_found_through_the_other(cluster: Cluster) -> None:
+    key = new_key(cluster.database, "dana")
+    with cluster.client(cluster.a, key) as a, cluster.client(cluster.b, key) as b:
+        assert b.post("/v1/search", json={"query": "anything at all"}).json() == {"hits": []}  # b holds dana
+        added = add(a, "s1", "Dana rebuilt a harpsichord named Clementine.").json()
+        found = b.post("/v1/search", json={"query": "harpsichord Clementine"}).json()["hits"]
+        assert [hit["id"] for hit in found] == [f"dana:turn:{added['turn_ids'][0]}"]
+        back = add(b, "s1", "Dana tuned the harpsichord in mean-tone temperament.").json()
+        found = a.post("/v1/search", json={"query": "mean-tone temperament", "k": 1}).json()["hits"]
+        assert [hit["id"] for hit in found] == [f"dana:turn:{back['turn_ids'][0]}"]
+
+
+def test_keys_live_in_the_database_and_a_revoked_key_is_refused_by_every_node(cluster: Cluster) -> None:
+    key = new_key(cluster.database, "erin")  # created by neither node: the database holds it
+    key_id = key.split("_")[1]
+    assert f"{key_id}  user=erin" in keys_command(cluster.database, "list", "--user", "erin")
+    for node in (cluster.a, cluster.b):
+        assert httpx.get(f"{node.url}/v1/memories", headers=bearer(key)).status_code == 200
+    assert "revoked" in keys_command(cluster.database, "revoke", key_id)
+    for node in (cluster.a, cluster.b):
+        assert httpx.get(f"{node.url}/v1/memories", headers=bearer(key)).status_code == 401
+
+
+def test_a_forget_through_one_node_is_honoured_by_the_other(cluster: Cluster) -> None:
+    key = new_key(cluster.database, "carol")
+    with cluster.client(cluster.a, key) as a, cluster.client(cluster.b, key) as b:
+        add(a, "c1", "Carol keeps bees behind the old mill.", "The bees make heather honey.")
+        assert "heather honey" in texts_of(b.post("/v1/search", json={"query": "bees heather honey"}))
+        assert a.delete("/v1/user").status_code == 200
+        assert b.post("/v1/search", json={"query": "bees heather honey"}).json() == {"hits": []}
+        assert b.get("/v1/memories").json() == {"items": [], "next_cursor": None}
+        assert b.delete("/v1/sessions/c1").status_code == 404
+
+
+def test_users_stay_apart_through_every_route_of_both_nodes(cluster: Cluster) -> None:
+    alice_key, bob_key = new_key(cluster.database, "alice"), new_key(cluster.database, "bob")
+    clients = {(user, name): cluster.client(node, key)
+               for user, key in (("alice", alice_key), ("bob", bob_key))
+               for name, node in (("a", cluster.a), ("b", cluster.b))}
+    add(clients["alice", "a"], "s1", "I adopted a cat called Pickle.", *conversation("the cat", ALICE_CANARY))
+    bob_turns = add(clients["bob", "b"], "s1", "I adopted a dog called Rex.",
+                    *conversation("the dog", BOB_CANARY)).json()["turn_ids"]
+    for node in (cluster.a, cluster.b):
+        with httpx.Client(base_url=node.url, timeout=120) as anonymous:
+            processed(anonymous)
+    covered_once(cluster.database, "alice", flushed=False)  # no flush over HTTP: a segment stays open
+    covered_once(cluster.database, "bob", flushed=False)
+    page = clients["bob", "a"].get("/v1/memories", params={"limit": limits.MAX_PAGE}).json()
+    assert page["items"] and page == clients["bob", "b"].get("/v1/memories",
+                                                             params={"limit": limits.MAX_PAGE}).json()
+    bob_ids = [item["id"] for item in page["items"]] + [f"bob:turn:{turn}" for turn in bob_turns]
+    for node in ("a", "b"):
+        alice = clients["alice", node]
+        for memory_id in bob_ids:
+            for method, path in (("GET", f"/v1/memories/{memory_id}"),
+                                 ("GET", f"/v1/memories/{memory_id}/history"),
+                                 ("DELETE", f"/v1/memories/{memory_id}")):
+                response = alice.request(method, path)
+                assert response.status_code == 404 and BOB_CANARY not in response.text, (node, method, path)
+        for query in (BOB_CANARY, "dog called Rex"):
+            found = alice.post("/v1/search", json={"query": query, "k": limits.MAX_K})
+            assert found.status_code == 200 and BOB_CANARY not in texts_of(found)
+            assert not set(bob_ids) & {hit["id"] for hit in found.json()["hits"]}
+        listed = alice.get("/v1/memories", params={"session_id": "s1", "limit": limits.MAX_PAGE})
+        assert listed.json()["items"] and BOB_CANARY not in texts_of(listed)
+        assert alice.delete("/v1/sessions/nobody-s1").status_code == 404
+        assert BOB_CANARY in texts_of(clients["bob", node].post("/v1/search", json={"query": BOB_CANARY}))
+        one = clients["bob", node].get(f"/v1/memories/{bob_ids[0]}")
+        assert one.status_code == 200 and clients["bob", node].get(
+            f"/v1/memories/{bob_ids[0]}/history").status_code == 200
+    assert clients["bob", "a"].get("/v1/memories", params={"limit": limits.MAX_PAGE}).json() == page
+    for client in clients.values():
+        client.close()
+
+
+KILLED = """
+import sys, time
+sys.path.insert(0, {repo!r})
+from retrieval import Memory
+from retrieval.extract.rules import RuleExtractor
+from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
+
+class Stuck(RuleExtractor):
+    name = "rule"
+    calls = 0
+    def extract(self, segment, context):
+        self.calls += 1
+        if self.calls == 3:
+            print("held", flush=True)
+            time.sleep(600)
+        return super().extract(segment, context)
+
+mem = Memory.open({url!r}, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(), extractor=Stuck())
+for i in range(90):
+    mem.add([{{"speaker": "AB"[i % 2], "text": f"turn {{i}} talks about gardens number {{i % 7}}",
+               "turn_id": f"t{{i}}"}}], user_id="u", session_id=f"s{{i // 45}}")
+print("added", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_node_killed_mid_segment_leaves_its_backlog_to_a_live_node(postgres_url) -> None:
+    process = subprocess.Popen([sys.executable, "-c", KILLED.format(repo=str(ROOT), url=postgres_url)],
+                               cwd=ROOT, stdout=subprocess.PIPE, text=True, env=child_env())
+    assert process.stdout is not None
+    seen: set[str] = set()
+    for line in process.stdout:
+        seen.add(line.strip())
+        if {"held", "added"} <= seen:
+            break
+    live = Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+    try:
+        with open_store(postgres_url, read_only=True) as reader:
+            before = {amu.id: amu.text for amu in reader.amus("u")}
+            assert len(reader.turns("u")) == 90 and len(reader.segments("u")) == 2  # the third is held
+        assert live.pending(user_id="u") > 0  # the killed node's backlog, found at open
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        live.drain(user_id="u", timeout_s=WAIT_S)  # the dead node's lock died with it
+        for session in ("s0", "s1"):
+            live.flush(user_id="u", session_id=session)
+        after = {item.id: item.text for item in live.list(user_id="u", limit=100).items}
+    finally:
+        live.close()
+        if process.poll() is None:
+            process.kill()
+    assert before.items() <= after.items() and len(after) == 90
+    covered_once(postgres_url, "u")
+
+
+def test_two_nodes_adding_to_one_user_close_each_segment_once(postgres_url) -> None:
+    nodes = [Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+             for _ in range(2)]
+    try:
+        for i in range(80):  # adds alternate between the nodes; both workers take the user's turns
+            nodes[i % 2].add([{"speaker": "AB"[i % 2], "text": f"turn {i} talks about gardens number {i % 7}",
+                               "turn_id": f"t{i}"}], user_id="u", session_id="s0")
+        for node in nodes:
+            node.drain(user_id="u", timeout_s=WAIT_S)
+        for node in nodes:
+            node.flush(user_id="u", session_id="s0")
+        listed = [{item.id for item in node.list(user_id="u", limit=100).items} for node in nodes]
+    finally:
+        for node in nodes:
+            node.close()
+    assert listed[0] == listed[1] and len(listed[0]) == 80
+    covered_once(postgres_url, "u")
+
+
+def test_a_forget_through_one_node_leaves_another_nodes_stream_nothing_to_commit(postgres_url) -> None:
+    a, b = (Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+            for _ in range(2))
+    try:
+        for i in range(30):  # b's worker closes segments and holds the open one's turns
+            b.add([{"speaker": "AB"[i % 2], "text": f"secret {i} about moorland number {i % 5}"}],
+                  user_id="u", session_id="s0")
+        b.drain(user_id="u", timeout_s=WAIT_S)
+        assert b.list(user_id="u", limit=100).items
+        a.forget(user_id="u")
+        for i in range(6):
+            b.add([{"speaker": "AB"[i % 2], "text": f"fresh {i} about harbours"}],
+                  user_id="u", session_id="s0")  # the session b's stream held open before the forget
+        b.drain(user_id="u", timeout_s=WAIT_S)
+        b.flush(user_id="u", session_id="s0")
+        texts = [item.text for item in b.list(user_id="u", limit=100).items]
+    finally:
+        a.close()
+        b.close()
+    assert len(texts) == 6 and not [text for text in texts if "secret" in text]
+    covered_once(postgres_url, "u")

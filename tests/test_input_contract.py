@@ -249,7 +249,7 @@ def test_http_conflicts_are_409_and_identical_replays_200(http):
 
 @pytest.mark.parametrize("path", ["/v1/memories", "/mcp"])
 def test_two_authorization_headers_are_refused(http, path):
-    other = KeyStore(http.app.state.service.keys.path.parent).create("bob")
+    other = http.app.state.service.keys.create("bob")
     headers = [("Authorization", f"Bearer {http.key}"), ("Authorization", f"Bearer {other}")]
     response = http.request("GET" if path != "/mcp" else "POST", path, headers=headers,
                             json=None if path != "/mcp" else {"jsonrpc": "2.0", "id": 1, "method": "ping"})

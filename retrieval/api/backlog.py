@@ -168,9 +168,7 @@ class Backlog:
             with guard.state:
                 self.unindexed.index(user)
         state.fed = last
-        if self.store.concurrent_writers:
-            state.seen = self.store.user_version(user)
-            state.marks = (self.store.next_seq(user), self.store.count(user))
+        self._remember(user, state)
         with self._changed:
             state.pending -= len(turns)
             state.error = None
@@ -185,7 +183,16 @@ class Backlog:
             state = self._users[user]
             assert state.stream is not None
             with self._step(user, state), background():
-                return amus + state.stream.flush(session)
+                amus += state.stream.flush(session)
+            self._remember(user, state)
+            return amus
+
+    def _remember(self, user: str, state: _User) -> None:
+        """Where several nodes write the store: what this node left of the user after its own
+        commits, so that only another node's changes make the next step reload the stream."""
+        if self.store.concurrent_writers:
+            state.seen = self.store.user_version(user)
+            state.marks = (self.store.next_seq(user), self.store.count(user))
 
     def reset(self, user: str) -> None:
         """Forget the user's stream and waiting turns after its turns changed (a purge; the caller

@@ -9,9 +9,9 @@ counts, or each problem found: exit status 0 when intact, 1 when damaged (rebuil
 its input into a new directory, or restore a copy). ``compact`` does what a purge does after it
 deletes (:meth:`retrieval.memory.purge.Purge.compact`: the FTS5 index rewritten without deleted
 terms, the database file rebuilt with freed pages zeroed, the write-ahead log truncated), so no
-deleted text stays in any file of the store directory; a backend that cannot compact yet says
-so. Either command exits with status 2 and one ``error:`` line when the store cannot be opened
-or compacted.
+deleted text stays in any file of the store directory; on PostgreSQL every table rewritten with
+``VACUUM FULL``, then a ``CHECKPOINT``. Either command exits with status 2 and one ``error:``
+line when the store cannot be opened or compacted.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from collections.abc import Sequence
 
 from retrieval.memory.backends import open_store
 from retrieval.memory.errors import StoreError
-from retrieval.memory.store_contract import Compacting
 from retrieval.memory.targets import store_target
 
 SHOWN_PROBLEMS = 20
@@ -63,8 +62,6 @@ def check(args: argparse.Namespace) -> int:
 
 def compact(args: argparse.Namespace) -> int:
     with open_store(args.store) as store:
-        if not isinstance(store, Compacting):
-            raise StoreError(f"{store.location}: compacting this backend is not supported yet")
         store.compact()
     print(f"compacted: {store.location}")
     return 0

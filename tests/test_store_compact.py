@@ -37,23 +37,3 @@ def test_compact_leaves_no_purged_text_in_any_file(tmp_path, capsys):
     assert holding(tmp_path, STEM) == [] and holding(tmp_path, SECRET.lower().encode()) == []
     with AMUStore(tmp_path, read_only=True) as store:  # the rest is intact
         assert store.integrity_problems() == [] and len(store.turns("u")) == 8
-
-
-class NoCompaction:
-    """A backend without ``compact``."""
-
-    location = "postgresql://u@db/memory"
-
-    def __enter__(self) -> NoCompaction:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-
-def test_a_backend_that_cannot_compact_says_so(monkeypatch, capsys):
-    monkeypatch.setattr("retrieval.store.open_store", lambda target, **options: NoCompaction())
-    assert store_main(["compact", "--store", "postgresql://u@db/memory"]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert captured.err == "error: postgresql://u@db/memory: compacting this backend is not supported yet\n"

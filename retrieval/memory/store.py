@@ -13,33 +13,33 @@ extractor), so a resumed run with other models is refused instead of mixing them
 (:mod:`~retrieval.memory.record_writes`), evidence indexes (:mod:`~retrieval.memory.indexing`),
 the vector cache (:mod:`~retrieval.memory.cache`), jobs (:mod:`~retrieval.memory.job_rows`),
 change markers (:mod:`~retrieval.memory.versions`), purge (:mod:`~retrieval.memory.purge`) and
-meta entries (:mod:`~retrieval.memory.meta_rows`); each public method is delegated to its part.
+meta entries (:mod:`~retrieval.memory.meta_rows`); the contract's methods are delegated to them
+once for both backends (:class:`~retrieval.memory.delegation.StoreParts`).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from retrieval.memory.cache import ArrayCache
 from retrieval.memory.connection import DB_NAME, SQLiteConnection
+from retrieval.memory.delegation import StoreParts
 from retrieval.memory.errors import StoreFault
-from retrieval.memory.indexing import EvidenceNode, EvidenceReads
-from retrieval.memory.job_rows import JobRow, JobRows
+from retrieval.memory.indexing import EvidenceReads
+from retrieval.memory.job_rows import JobRows
 from retrieval.memory.meta_rows import StoreMeta
-from retrieval.memory.purge import Purge, Purged
+from retrieval.memory.purge import Purge
 from retrieval.memory.reads import StoreReads
 from retrieval.memory.record_writes import RecordWrites
-from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.schema import SCHEMA_OBJECTS
 from retrieval.memory.turn_log import TurnLog
 from retrieval.memory.versions import StoreVersions, user_rows
 
 
-class AMUStore:
+class AMUStore(StoreParts):
     """Durable AMU store in ``<directory>/amus.sqlite3``; use as a context manager or call
     :meth:`close`. The methods are those of :class:`retrieval.memory.store_contract.Store`.
 
@@ -60,7 +60,7 @@ class AMUStore:
                                                          marker=user_rows)
         self._reads = StoreReads(connection)
         self._writes = RecordWrites(connection, self._reads)
-        self._turn_log = TurnLog(connection)
+        self._turns = TurnLog(connection)
         self._evidence = EvidenceReads(connection)
         self._cache = ArrayCache(connection)
         self._jobs = JobRows(connection)
@@ -120,160 +120,3 @@ class AMUStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- meta and binding ------------------------------------------------------------------------
-
-    def meta(self, key: str) -> Any:
-        return self._meta.meta(key)
-
-    def put_meta(self, key: str, value: Any) -> None:
-        self._meta.put_meta(key, value)
-
-    def bind(self, key: str, value: Any, hint: str = "use a new store") -> None:
-        self._meta.bind(key, value, hint)
-
-    # -- records and segments --------------------------------------------------------------------
-
-    def get(self, amu_id: str) -> AMU:
-        return self._reads.get(amu_id)
-
-    def amus(self, user_id: str | None = None, *, include_archived: bool = False) -> Iterator[AMU]:
-        return self._reads.amus(user_id, include_archived=include_archived)
-
-    def successors(self, user_id: str | None = None) -> dict[str, str]:
-        return self._reads.successors(user_id)
-
-    def by_segment(self, user_id: str, seq: int) -> list[AMU]:
-        return self._reads.by_segment(user_id, seq)
-
-    def count(self, user_id: str | None = None, *, include_archived: bool = True) -> int:
-        return self._reads.count(user_id, include_archived=include_archived)
-
-    def users_with_segments(self) -> list[str]:
-        return self._reads.users_with_segments()
-
-    def segment(self, user_id: str, seq: int) -> SegmentRecord | None:
-        return self._reads.segment(user_id, seq)
-
-    def segments(self, user_id: str) -> list[SegmentRecord]:
-        return self._reads.segments(user_id)
-
-    def turn(self, user_id: str, turn_id: str) -> Turn:
-        return self._reads.turn(user_id, turn_id)
-
-    def turns(self, user_id: str) -> list[Turn]:
-        return self._reads.turns(user_id)
-
-    def source_turns(self, amu: AMU) -> list[Turn]:
-        return self._reads.source_turns(amu)
-
-    def page(self, user_id: str, *, session_id: str | None = None, after: int = 0,
-             limit: int = 50) -> list[tuple[int, AMU]]:
-        return self._reads.page(user_id, session_id=session_id, after=after, limit=limit)
-
-    def successor(self, amu_id: str) -> str | None:
-        return self._reads.successor(amu_id)
-
-    def commit_segment(self, record: SegmentRecord, turns: Sequence[Turn], amus: Sequence[AMU]) -> None:
-        self._writes.commit_segment(record, turns, amus)
-
-    def commit_segments(self,
-                        segments: Sequence[tuple[SegmentRecord, Sequence[Turn], Sequence[AMU]]]) -> None:
-        self._writes.commit_segments(segments)
-
-    def commit_stored_turns(self, record: SegmentRecord, amus: Sequence[AMU]) -> None:
-        self._writes.commit_stored_turns(record, amus)
-
-    def replace_extraction(self, record: SegmentRecord, amus: Sequence[AMU]) -> None:
-        self._writes.replace_extraction(record, amus)
-
-    def archive(self, amu_ids: Iterable[str]) -> None:
-        self._writes.archive(amu_ids)
-
-    def forward(self, archived_ids: Sequence[str], merged: AMU, operation: str) -> bool:
-        return self._writes.forward(archived_ids, merged, operation)
-
-    # -- the turn log ----------------------------------------------------------------------------
-
-    def append_turns(self, user: str, turns: Sequence[Turn], key: str | None = None) -> list[Turn]:
-        return self._turn_log.append_turns(user, turns, key)
-
-    def bind_turn_ids(self, user: str, session: str, turns: Sequence[Any]) -> list[Turn]:
-        return self._turn_log.bind_turn_ids(user, session, turns)
-
-    def idempotent_turn_ids(self, user: str, key: str) -> list[str] | None:
-        return self._turn_log.idempotent_turn_ids(user, key)
-
-    def stored_turn_ids(self, user: str, turn_ids: Sequence[str]) -> set[str]:
-        return self._turn_log.stored_turn_ids(user, turn_ids)
-
-    def session_turn_count(self, user: str, session_id: str) -> int:
-        return self._turn_log.session_turn_count(user, session_id)
-
-    def uncovered_turns(self, user: str) -> list[Turn]:
-        return self._turn_log.uncovered_turns(user)
-
-    def backlog(self, user: str, after: int | None = None) -> tuple[list[Turn], int]:
-        return self._turn_log.backlog(user, after)
-
-    def backlog_users(self) -> list[str]:
-        return self._turn_log.backlog_users()
-
-    def next_seq(self, user: str) -> int:
-        return self._turn_log.next_seq(user)
-
-    def users(self) -> list[str]:
-        return self._turn_log.users()
-
-    def has_user(self, user: str) -> bool:
-        return self._turn_log.has_user(user)
-
-    def has_session(self, user: str, session_id: str) -> bool:
-        return self._turn_log.has_session(user, session_id)
-
-    def speakers(self, user: str) -> tuple[str, ...]:
-        return self._turn_log.speakers(user)
-
-    # -- evidence, cache, jobs, versions, purge --------------------------------------------------
-
-    def evidence_nodes(self, user_id: str, node_type: str | None = None) -> list[EvidenceNode]:
-        return self._evidence.evidence_nodes(user_id, node_type)
-
-    def node_links(self, amu_ids: Sequence[str]) -> list[tuple[EvidenceNode, str]]:
-        return self._evidence.node_links(amu_ids)
-
-    def cached(self, table: str, model: str, items: Iterable[str]) -> dict[str, bytes]:
-        return self._cache.cached(table, model, items)
-
-    def cache(self, table: str, model: str, blobs: Mapping[str, bytes]) -> None:
-        self._cache.cache(table, model, blobs)
-
-    def create_job(self, user: str, session_id: str | None, kind: str) -> tuple[JobRow, bool]:
-        return self._jobs.create_job(user, session_id, kind)
-
-    def update_job(self, job_id: int, state: str, progress: dict[str, Any] | None = None,
-                   error: str | None = None) -> None:
-        self._jobs.update_job(job_id, state, progress, error)
-
-    def job_row(self, job_id: int) -> JobRow | None:
-        return self._jobs.job_row(job_id)
-
-    def unfinished(self) -> list[JobRow]:
-        return self._jobs.unfinished()
-
-    def data_version(self) -> int:
-        return self._versions.data_version()
-
-    def user_version(self, user_id: str) -> tuple[int, ...]:
-        return self._versions.user_version(user_id)
-
-    def purge(self, user: str, *, session_id: str | None = None, amu_ids: Sequence[str] = (),
-              turn_ids: Sequence[str] = (), everything: bool = False) -> Purged:
-        return self._purge.purge(user, session_id=session_id, amu_ids=amu_ids, turn_ids=turn_ids,
-                                 everything=everything)
-
-    def scrub(self, texts: Iterable[str]) -> None:
-        self._purge.scrub(texts)
-
-    def compact(self) -> None:
-        self._purge.compact()

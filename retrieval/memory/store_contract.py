@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from retrieval.memory.errors import StoreError
 
@@ -149,6 +149,8 @@ class Purging(Protocol):
     def purge(self, user: str, *, session_id: str | None = None, amu_ids: Sequence[str] = (),
               turn_ids: Sequence[str] = (), everything: bool = False) -> Purged: ...
     def scrub(self, texts: Iterable[str]) -> None: ...
+    def compact(self) -> None:
+        """Leave no trace of deleted data in the store's files (``retrieval.store compact``)."""
 
 
 class Meta(Protocol):
@@ -211,11 +213,3 @@ class Handle(Protocol):
 class Store(Turns, RecordReads, RecordWrites, Evidence, VectorCache, Jobs, Versions, Purging, Meta, Handle,
             Protocol):
     """The whole store, as the layers above the data floor use it."""
-
-
-@runtime_checkable
-class Compacting(Protocol):
-    """A store that can leave no trace of deleted data in its files on demand (``retrieval.store
-    compact``); backends without it say so."""
-
-    def compact(self) -> None: ...

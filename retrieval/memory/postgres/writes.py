@@ -62,6 +62,10 @@ class Writes:
     def __init__(self, db: Database, reads: Reads) -> None:
         self.db, self.reads = db, reads
 
+    def commit_segment(self, record: SegmentRecord, turns: Sequence[Turn], amus: Sequence[AMU]) -> None:
+        """:meth:`commit_segments` of one segment."""
+        self.commit_segments([(record, turns, amus)])
+
     def commit_segments(self,
                         segments: Sequence[tuple[SegmentRecord, Sequence[Turn], Sequence[AMU]]]) -> None:
         """Several segments (their turns, records and progress rows) in one transaction: all or none."""

@@ -62,6 +62,7 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/bench_servic
 
 from benchmarks.floor import BareEncoder, measure_ceiling, measure_floor  # noqa: E402
 from benchmarks.paths import FINGERPRINTER, default_locomo, missing_locomo  # noqa: E402
+from benchmarks.prefill import prefill, user_name  # noqa: E402
 from benchmarks.service_nodes import database_goals, describe_nodes, on_database  # noqa: E402
 from benchmarks.service_process import Server, bearer  # noqa: E402
 from benchmarks.timing import (  # noqa: E402
@@ -78,7 +79,6 @@ from benchmarks.timing import (  # noqa: E402
 from retrieval.eval.construction import database_url  # noqa: E402
 from retrieval.service.timing import RETRIEVAL_PHASES, SERVICE_PARTS  # noqa: E402
 
-PREFILL_MARK = "prefill.json"
 SERVER_PARTS = (*RETRIEVAL_PHASES, *SERVICE_PARTS)
 """The parts of a search response's ``Server-Timing``; the rest of its time is outside the app
 (the connection, uvicorn, the client)."""
@@ -89,69 +89,8 @@ GOALS = (Goal("load.routes.search.p99_ratio_to_floor", "<=", 10),
          Goal("compare.http_over_in_process_p50", "<=", 1.5))
 
 
-def user_name(number: int) -> str:
-    return f"u{number:03d}"
-
-
 def canary(user: str, client: int, number: int) -> str:
     return f"canary{user}x{client}x{number}"
-
-
-def prefill(args: argparse.Namespace) -> dict[str, Any]:
-    """Build the pre-filled store under ``args.prefilled``, or reuse one built with these settings
-    and at least ``args.users`` users (the load test uses the first ``args.users``); one with
-    fewer grows by copies (:func:`add_users`)."""
-    wanted = {"locomo": str(args.locomo.resolve()),
-              "fingerprinter": str(args.fingerprinter.resolve()) if args.fingerprinter else None}
-    mark = args.prefilled / PREFILL_MARK
-    built = json.loads(mark.read_text()) if mark.is_file() else {}
-    if built and {k: built.get(k) for k in wanted} != wanted:
-        shutil.rmtree(args.prefilled)  # built with other settings
-        built = {}
-    if built.get("users", 0) >= args.users:
-        return {**built, "reused": True}
-    built = {**wanted, **add_users(args, args.prefilled, built)}
-    mark.write_text(json.dumps(built, indent=2) + "\n")
-    return {**built, "reused": False}
-
-
-def add_users(args: argparse.Namespace, store: Path | str,
-              built: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``args.users`` users in ``store`` (a directory or a database URL), ``built`` saying how many
-    it holds already: the first is the dev conversations through ``Memory.add`` session by session
-    (an interrupted build resumes: stored turns replay); every other user is a copy of it
-    (:func:`copy_user`, one transaction each: real rows of its own, so the leak checks still bite)."""
-    from retrieval.api.bulk import add_conversation
-    from retrieval.api.memory import Memory
-    from retrieval.api.user_copy import copy_user
-    from retrieval.eval.locomo import load_locomo
-
-    built = dict(built or {})
-    seed = user_name(0)
-    with Memory.open(store, fingerprinter=args.fingerprinter) as memory:
-        began = time.perf_counter()
-        if not built:
-            conversations = load_locomo(args.locomo)
-            add_conversation(memory, [dataclasses.replace(
-                turn, user_id=seed, session_id=f"{conversation.conversation_id}-{turn.session_id}",
-                turn_id=f"{conversation.conversation_id}-{turn.turn_id}")
-                for conversation in conversations for turn in conversation.turns])
-            memory.drain()
-            built = {"users": 1, "turns_per_user": sum(len(c.turns) for c in conversations),
-                     "records_per_user": memory.store.count(seed),
-                     "seed_s": round(time.perf_counter() - began, 1), "copy_s": 0.0}
-            print(f"prefill: {seed} built in {built['seed_s']} s", flush=True)
-        began = time.perf_counter()
-        for number in range(built["users"], args.users):
-            if not memory.store.has_user(user_name(number)):  # a copy is all or none
-                copy_user(memory, seed, user_name(number))
-        copied_s = time.perf_counter() - began
-    built = {**built, "users": max(built["users"], args.users),
-             "copy_s": round(built["copy_s"] + copied_s, 2)}
-    built["copy_s_per_user"] = round(built["copy_s"] / max(1, built["users"] - 1), 3)
-    built["seconds"] = round(built["seed_s"] + built["copy_s"], 1)
-    print(f"prefill: {built['users'] - 1} copies in {built['copy_s']} s", flush=True)
-    return built
 
 
 def questions(path: Path) -> list[str]:
@@ -241,8 +180,9 @@ def client_loop(args: argparse.Namespace, client: int, url: str, keys: dict[str,
             user = user_name(rng.randrange(args.users))
             searching = rng.random() < args.search_share
             if searching:
-                others = [u for u in log.canaries if u != user and log.canaries[u]]
-                query = rng.choice(log.canaries[rng.choice(others)]) if others and rng.random() < 0.2 \
+                with log.lock:  # other clients add canaries meanwhile
+                    others = {u: list(marks) for u, marks in log.canaries.items() if u != user and marks}
+                query = rng.choice(others[rng.choice(list(others))]) if others and rng.random() < 0.2 \
                     else rng.choice(asked)
                 route, body, path = "search", {"query": query, "k": args.k}, "/v1/search"
             else:

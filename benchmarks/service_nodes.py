@@ -107,7 +107,8 @@ def on_database(args: argparse.Namespace, asked: list[str], figures: dict[str, A
     """The load test again with the memory in ``args.database`` (pre-filled there first), served
     by one process, then by two; its figures as :func:`compare_nodes` gives them. The load itself
     is bench_service's (imported here, when it runs, as it imports this module)."""
-    from benchmarks.bench_service import LoadLog, add_users, run_load, summary, user_name, verify, warm_up
+    from benchmarks.bench_service import LoadLog, run_load, summary, verify, warm_up
+    from benchmarks.prefill import add_users, user_name
     from retrieval.service.keys import KeyStore
 
     prefilled = add_users(args, args.database)

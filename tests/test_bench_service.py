@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_service import _parser, canary, check_hits, parse_server_timing, user_name
+from benchmarks.bench_service import _parser, canary, check_hits, parse_server_timing
+from benchmarks.prefill import user_name
 
 
 def test_a_hit_of_another_user_is_a_leak() -> None:
@@ -41,7 +42,7 @@ def test_the_prefill_builds_one_user_and_copies_it(tmp_path) -> None:
     """The first user through ``Memory.add``, the others copies holding the same records under
     their own ids; asking for more users later copies only the new ones (the first is not built
     again), asking for fewer reuses the store."""
-    from benchmarks.bench_service import prefill
+    from benchmarks.prefill import prefill
     from retrieval.memory.store import AMUStore
     from tests.test_evaluate import write_locomo
 
@@ -83,8 +84,8 @@ def test_the_floor_and_ceiling_pool_the_samples_of_both_measurements() -> None:
 def test_a_prefilled_store_is_reused_whatever_path_names_its_files(tmp_path) -> None:
     """The settings a pre-filled store records are resolved paths: the same fingerprinter named
     relative to the working directory reuses it (never deletes and rebuilds it)."""
-    from benchmarks.bench_service import PREFILL_MARK, prefill
     from benchmarks.paths import FINGERPRINTER
+    from benchmarks.prefill import PREFILL_MARK, prefill
 
     locomo = tmp_path / "locomo.json"
     locomo.write_text("[]")

@@ -3,7 +3,7 @@
 A **store** keeps one memory's users durably: their raw turns, records and segments, evidence
 indexes, cached vectors and codes, jobs and meta entries. A **backend** is one implementation of
 it: SQLite in a directory (:class:`retrieval.memory.store.AMUStore`) or PostgreSQL at a URL;
-:func:`retrieval.memory.open.open_store` chooses it from what the user typed. Everything above
+:func:`retrieval.memory.backends.open_store` chooses it from what the user typed. Everything above
 the data floor (the memory API, ingestion, consolidation, the evaluation, the service, the
 benchmarks) is typed against :class:`Store` and sees no difference between them: the same
 methods, arguments, results, errors (:mod:`retrieval.memory.errors`, ``KeyError``,

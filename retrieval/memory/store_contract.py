@@ -14,9 +14,10 @@ backlog), :class:`RecordReads` and :class:`RecordWrites` (records and segments),
 :class:`Evidence` (evidence nodes), :class:`VectorCache` (cached arrays per model),
 :class:`Jobs`, :class:`Versions` (change markers), :class:`Purging` (hard deletion),
 :class:`Meta` (meta entries and model binding) and :class:`Handle` (where the store is, opening
-another handle, transactions tracked per user, integrity, closing). A backend may implement the
-parts as separate objects over one shared connection (the SQLite one does,
-:mod:`retrieval.memory.connection`) behind one object that delegates to them.
+another handle, transactions tracked per user, integrity, closing). Each backend builds its parts
+as separate objects over one shared connection (SQLite: :mod:`retrieval.memory.connection`;
+PostgreSQL: :mod:`retrieval.memory.postgres.database`) and inherits the data methods, delegated to
+them, from :class:`retrieval.memory.delegation.StoreParts`; it writes only its :class:`Handle`.
 
 Schema versions, one rule for every backend. A backend records the version of its schema in the
 database itself (SQLite: ``PRAGMA user_version``; PostgreSQL: a one-row ``schema_version``

@@ -25,6 +25,7 @@ from retrieval.memory.backends import open_store
 from retrieval.service import limits
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 from tests.test_service_http import conversation, processed
+from tests.test_write_behind import KILLED
 
 pytestmark = pytest.mark.slow
 ALICE_CANARY, BOB_CANARY = "zebracorn-alice-4411", "quokkalith-bob-9032"
@@ -180,34 +181,8 @@ def test_users_stay_apart_through_every_route_of_both_nodes(cluster: Cluster) ->
         client.close()
 
 
-KILLED = """
-import sys, time
-sys.path.insert(0, {repo!r})
-from retrieval import Memory
-from retrieval.extract.rules import RuleExtractor
-from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
-
-class Stuck(RuleExtractor):
-    name = "rule"
-    calls = 0
-    def extract(self, segment, context):
-        self.calls += 1
-        if self.calls == 3:
-            print("held", flush=True)
-            time.sleep(600)
-        return super().extract(segment, context)
-
-mem = Memory.open({url!r}, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(), extractor=Stuck())
-for i in range(90):
-    mem.add([{{"speaker": "AB"[i % 2], "text": f"turn {{i}} talks about gardens number {{i % 7}}",
-               "turn_id": f"t{{i}}"}}], user_id="u", session_id=f"s{{i // 45}}")
-print("added", flush=True)
-time.sleep(600)
-"""
-
-
 def test_a_node_killed_mid_segment_leaves_its_backlog_to_a_live_node(postgres_url) -> None:
-    process = subprocess.Popen([sys.executable, "-c", KILLED.format(repo=str(ROOT), url=postgres_url)],
+    process = subprocess.Popen([sys.executable, "-c", KILLED.format(repo=str(ROOT), store=postgres_url)],
                                cwd=ROOT, stdout=subprocess.PIPE, text=True, env=child_env())
     assert process.stdout is not None
     seen: set[str] = set()

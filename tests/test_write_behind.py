@@ -260,6 +260,8 @@ def test_a_failing_segment_is_reported_at_drain_and_tried_again_by_flush(tmp_pat
     covered_once(tmp_path, "a")
 
 
+# A memory at {store} (a directory or a PostgreSQL URL) adding 90 turns while its extractor
+# hangs in the third segment: the process the kill tests end mid-backlog.
 KILLED = """
 import sys, time
 sys.path.insert(0, {repo!r})
@@ -277,7 +279,7 @@ class Stuck(RuleExtractor):
             time.sleep(600)
         return super().extract(segment, context)
 
-mem = Memory.open({path!r}, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(), extractor=Stuck())
+mem = Memory.open({store!r}, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(), extractor=Stuck())
 for i in range(90):
     mem.add([{{"speaker": "AB"[i % 2], "text": f"turn {{i}} talks about gardens number {{i % 7}}",
                "turn_id": f"t{{i}}"}}], user_id="u", session_id=f"s{{i // 45}}")
@@ -287,7 +289,7 @@ time.sleep(600)
 
 
 def test_kill_mid_backlog_resumes_with_every_turn_and_segment_once(tmp_path):
-    script = KILLED.format(repo=str(REPO), path=str(tmp_path))
+    script = KILLED.format(repo=str(REPO), store=str(tmp_path))
     process = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONPATH": str(REPO)})
     assert process.stdout is not None

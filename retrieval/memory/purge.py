@@ -97,6 +97,57 @@ def frame_states(stored: Sequence[Stored], seq: int) -> list[list[str]]:
     return [state for state in states if state]
 
 
+def named_records(stored: Sequence[Stored], amu_ids: Sequence[str]) -> tuple[set[str], list[str]]:
+    """The ids of the stored records among ``amu_ids`` and the turn ids they were extracted from
+    (a record's purge takes its source turns with it)."""
+    wanted = set(amu_ids)
+    named = {row.amu.id for row in stored if row.amu.id in wanted}
+    return named, [turn for row in stored if row.amu.id in named for turn in row.amu.source.turn_ids]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a purge removes and rewrites, decided from the user's rows alone (one rule for every
+    backend): the segments it touches, those it drops whole, the records it deletes, the archived
+    records it restores (their successor goes) and the event frames' past member texts."""
+
+    everything: bool
+    segments: list[SegmentRecord]
+    touched: list[SegmentRecord]
+    dropped: set[int]
+    chosen: list[Stored]
+    restored: list[Stored]
+    frames: list[list[str]]
+
+    @property
+    def chosen_ids(self) -> set[str]:
+        return {row.amu.id for row in self.chosen}
+
+    @property
+    def kept(self) -> list[SegmentRecord]:
+        """Touched segments that keep some of their turns."""
+        return [s for s in self.touched if s.seq not in self.dropped]
+
+    @property
+    def frames_kept(self) -> set[str]:
+        """The event-frame keys (segment numbers) of the segments that stay."""
+        return {str(s.seq) for s in self.segments if s.seq not in self.dropped}
+
+
+def select(stored: Sequence[Stored], segments: list[SegmentRecord], gone: set[str], named: set[str],
+           everything: bool) -> Selection:
+    """The :class:`Selection` of a purge of the turns ``gone`` and the records ``named`` (or of
+    ``everything``) among the user's ``stored`` records and ``segments``."""
+    touched = [s for s in segments if everything or gone.intersection(s.turn_ids)]
+    dropped = {s.seq for s in touched if everything or gone.issuperset(s.turn_ids)}
+    chosen = [row for row in stored if everything or row.amu.id in named
+              or row.amu.source.segment in dropped or gone.intersection(row.amu.source.turn_ids)]
+    chosen_ids = {row.amu.id for row in chosen}
+    restored = [row for row in stored if row.successor in chosen_ids and row.amu.id not in chosen_ids]
+    frames = [state for s in touched for state in frame_states(stored, s.seq)]
+    return Selection(everything, segments, touched, dropped, chosen, restored, frames)
+
+
 class Purge(SQLitePart):
     """The purge side of the store (a part of :class:`retrieval.memory.store.AMUStore`)."""
 
@@ -110,43 +161,32 @@ class Purge(SQLitePart):
             stored = [Stored(row["position"], amu_from_row(row), row["successor"]) for row in db.execute(
                 f"SELECT position, successor, {AMU_COLUMNS} FROM amus WHERE conversation_id = ? "
                 "ORDER BY position", (user,)).fetchall()]
-            wanted = set(amu_ids)
-            named = {row.amu.id for row in stored if row.amu.id in wanted}
-            sources = [turn for row in stored if row.amu.id in named for turn in row.amu.source.turn_ids]
+            named, sources = named_records(stored, amu_ids)
             turns = self._select_turns(db, user, session_id, [*turn_ids, *sources], everything)
             gone = {turn.turn_id for turn in turns}
             total = db.execute("SELECT COUNT(*) FROM turns WHERE conversation_id = ?", (user,)).fetchone()[0]
-            everything = everything or total == len(gone)
-            segments = [segment_from_row(row) for row in db.execute(
-                "SELECT * FROM segments WHERE conversation_id = ? ORDER BY seq", (user,)).fetchall()]
-            touched = [s for s in segments if everything or gone.intersection(s.turn_ids)]
-            dropped = {s.seq for s in touched if everything or gone.issuperset(s.turn_ids)}
-            chosen = [row for row in stored if everything or row.amu.id in named
-                      or row.amu.source.segment in dropped or gone.intersection(row.amu.source.turn_ids)]
-            chosen_ids = {row.amu.id for row in chosen}
-            restored = [row for row in stored if row.successor in chosen_ids and row.amu.id not in chosen_ids]
-            frames = [state for s in touched for state in frame_states(stored, s.seq)]
-            self._drop_amus(db, [row.position for row in chosen + restored])
-            for row in restored:  # through the store's one insert path, so the indexes follow
+            picked = select(stored, [segment_from_row(row) for row in db.execute(
+                "SELECT * FROM segments WHERE conversation_id = ? ORDER BY seq", (user,)).fetchall()],
+                gone, named, everything or total == len(gone))
+            self._drop_amus(db, [row.position for row in picked.chosen + picked.restored])
+            for row in picked.restored:  # through the store's one insert path, so the indexes follow
                 insert_amu(db, dataclasses.replace(row.amu, archived=False), row.position)
-            kept = [s for s in touched if s.seq not in dropped]
-            self._rewrite_segments(db, kept, gone)
-            self._delete(db, "segments", "seq", sorted(dropped), user)
-            node_texts = self._drop_nodes(db, user, {str(s.seq) for s in segments if s.seq not in dropped},
-                                          everything)
-            node_texts += [frame_label(s.session_id, s.turn_ids) for s in kept]  # their old own texts
+            self._rewrite_segments(db, picked.kept, gone)
+            self._delete(db, "segments", "seq", sorted(picked.dropped), user)
+            node_texts = self._drop_nodes(db, user, picked.frames_kept, picked.everything)
+            node_texts += [frame_label(s.session_id, s.turn_ids) for s in picked.kept]  # their old own texts
             self._delete(db, "turns", "turn_id", sorted(gone), user)
             db.executemany("DELETE FROM meta WHERE key = ?",
-                           [(MERGE_KEY.format(amu_id),) for amu_id in sorted(chosen_ids)])
-            if everything:
+                           [(MERGE_KEY.format(amu_id),) for amu_id in sorted(picked.chosen_ids)])
+            if picked.everything:
                 for table in ("idempotency", "jobs"):
                     db.execute(f"DELETE FROM {table} WHERE conversation_id = ?", (user,))
                 db.executemany("DELETE FROM meta WHERE key = ?", [(key.format(user),) for key in USER_KEYS])
             else:
                 self._drop_keys(db, user, gone)
             db.execute("DELETE FROM purging")
-        return Purged(turns, [row.amu for row in chosen], node_texts, frames,
-                      [row.amu.id for row in restored])
+        return Purged(turns, [row.amu for row in picked.chosen], node_texts, picked.frames,
+                      [row.amu.id for row in picked.restored])
 
     def scrub(self, texts: Iterable[str]) -> None:
         """Drop the cached arrays of ``texts``, then :meth:`compact`."""

@@ -23,7 +23,7 @@ from retrieval.memory.meta_keys import MERGE_KEY, USER_KEYS
 from retrieval.memory.postgres.reads import AMU_COLUMNS, SEGMENT_COLUMNS, TURN_COLUMNS
 from retrieval.memory.postgres.schema import COMPACTED, PURGING
 from retrieval.memory.postgres.writes import insert_amu
-from retrieval.memory.purge import Purged, Stored, frame_states
+from retrieval.memory.purge import Purged, Stored, named_records, select
 from retrieval.memory.reads import amu_from_row, segment_from_row, turn_from_row
 from retrieval.memory.records import SegmentRecord, Turn
 from retrieval.memory.schema import turns_sha256
@@ -52,46 +52,35 @@ class Purge:
             rows = self.db.rows(f"SELECT position, successor, {AMU_COLUMNS} FROM amus WHERE user_id = %s "
                                 "ORDER BY position", (user,))
             stored = [Stored(int(row["position"]), amu_from_row(row), row["successor"]) for row in rows]
-            wanted = set(amu_ids)
-            named = {row.amu.id for row in stored if row.amu.id in wanted}
-            sources = [turn for row in stored if row.amu.id in named for turn in row.amu.source.turn_ids]
+            named, sources = named_records(stored, amu_ids)
             turns = self._select_turns(user, session_id, [*turn_ids, *sources], everything)
             gone = {turn.turn_id for turn in turns}
             total = self.db.value("SELECT count(*) FROM turns WHERE user_id = %s", (user,))
-            everything = everything or total == len(gone)
-            segments = [segment_from_row(row) for row in self.db.rows(
-                f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE user_id = %s ORDER BY seq", (user,))]
-            touched = [s for s in segments if everything or gone.intersection(s.turn_ids)]
-            dropped = {s.seq for s in touched if everything or gone.issuperset(s.turn_ids)}
-            chosen = [row for row in stored if everything or row.amu.id in named
-                      or row.amu.source.segment in dropped or gone.intersection(row.amu.source.turn_ids)]
-            chosen_ids = {row.amu.id for row in chosen}
-            restored = [row for row in stored if row.successor in chosen_ids and row.amu.id not in chosen_ids]
-            frames = [state for s in touched for state in frame_states(stored, s.seq)]
-            positions = [row.position for row in chosen + restored]
+            picked = select(stored, [segment_from_row(row) for row in self.db.rows(
+                f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE user_id = %s ORDER BY seq", (user,))],
+                gone, named, everything or total == len(gone))
+            positions = [row.position for row in picked.chosen + picked.restored]
             for table in ("evidence_links", "amu_entities", "amu_times"):
                 _delete(conn, table, "amu", positions, user)
             _delete(conn, "amus", "position", positions, user)
-            for row in restored:  # through the one insert path, so the indexes follow
+            for row in picked.restored:  # through the one insert path, so the indexes follow
                 insert_amu(conn, dataclasses.replace(row.amu, archived=False), row.position)
-            kept = [s for s in touched if s.seq not in dropped]
-            self._rewrite_segments(conn, kept, gone)
-            _delete(conn, "segments", "seq", sorted(dropped), user)
-            node_texts = self._drop_nodes(conn, user, {str(s.seq) for s in segments if s.seq not in dropped},
-                                          everything)
-            node_texts += [frame_label(s.session_id, s.turn_ids) for s in kept]  # their old own texts
+            self._rewrite_segments(conn, picked.kept, gone)
+            _delete(conn, "segments", "seq", sorted(picked.dropped), user)
+            node_texts = self._drop_nodes(conn, user, picked.frames_kept, picked.everything)
+            node_texts += [frame_label(s.session_id, s.turn_ids) for s in picked.kept]  # their old own texts
             _delete(conn, "turns", "turn_id", sorted(gone), user)
             conn.execute("DELETE FROM meta WHERE key = ANY(%s)",
-                         ([MERGE_KEY.format(amu_id) for amu_id in sorted(chosen_ids)],))
-            if everything:
+                         ([MERGE_KEY.format(amu_id) for amu_id in sorted(picked.chosen_ids)],))
+            if picked.everything:
                 for table in ("idempotency", "jobs"):
                     conn.execute(f"DELETE FROM {table} WHERE user_id = %s", (user,))  # type: ignore[arg-type]
                 conn.execute("DELETE FROM meta WHERE key = ANY(%s)",
                              ([key.format(user) for key in USER_KEYS],))
             else:
                 self._drop_keys(conn, user, gone)
-        return Purged(turns, [row.amu for row in chosen], node_texts, frames,
-                      [row.amu.id for row in restored])
+        return Purged(turns, [row.amu for row in picked.chosen], node_texts, picked.frames,
+                      [row.amu.id for row in picked.restored])
 
     def scrub(self, texts: Iterable[str]) -> None:
         """Drop the cached arrays of ``texts`` (see the module docstring for what stays on disk)."""

@@ -280,3 +280,32 @@ def test_a_purge_of_an_open_segment_through_one_node_is_seen_by_another_nodes_st
         b.close()
     assert texts and not [text for text in texts + found if "secret" in text]
     covered_once(postgres_url, "u")
+
+
+def test_a_node_catches_its_search_state_up_with_another_nodes_appends(postgres_url) -> None:
+    """Another node's adds and segments join this node's state of the user without a rebuild, and
+    it then answers as a state built from the store does, score for score; a purge rebuilds it."""
+    a, b = (Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+            for _ in range(2))
+    builds: list[str] = []
+    build = b._states.build
+    b._states.build = lambda user: builds.append(user) or build(user)  # type: ignore[method-assign]
+    queries = ("gardens number 3", "moorland walks", "turn 11")
+    try:
+        a.add([{"speaker": "AB"[i % 2], "text": f"turn {i} talks about gardens number {i % 7}"}
+               for i in range(12)], user_id="u", session_id="s0")
+        b.search(queries[0], user_id="u")
+        a.add([{"speaker": "AB"[i % 2], "text": f"later {i} about moorland walks"} for i in range(12)],
+              user_id="u", session_id="s0")
+        a.flush(user_id="u", session_id="s0")
+        seen = [[(h.id, h.score) for h in b.search(q, user_id="u", k=8).hits] for q in queries]
+        assert builds == ["u"]
+        with Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(),
+                         read_only=True) as fresh:
+            assert seen == [[(h.id, h.score) for h in fresh.search(q, user_id="u", k=8).hits]
+                            for q in queries]
+        a.forget(user_id="u", session_id="s0")
+        assert not b.search(queries[0], user_id="u").hits and builds == ["u", "u"]
+    finally:
+        a.close()
+        b.close()

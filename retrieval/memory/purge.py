@@ -52,10 +52,10 @@ from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.schema import turns_sha256
 from retrieval.memory.sqlite_part import SQLitePart
 
-
 COUNT_PURGE = ("INSERT INTO purges (conversation_id, count) VALUES (?, 1) "
                "ON CONFLICT (conversation_id) DO UPDATE SET count = count + 1")
-"""One more purge of the user (its change marker, :meth:`retrieval.memory.versions.StoreVersions.ingestion_marks`)."""
+"""One more purge of the user (a change marker of it:
+:meth:`retrieval.memory.versions.StoreVersions.ingestion_marks`)."""
 
 
 @dataclass

@@ -2,12 +2,10 @@
 ``retrieval.serve`` process, then by two over the same database, each run on a fresh copy of the
 pre-filled database (``CREATE DATABASE ... TEMPLATE``, PostgreSQL's copy of a whole database), so
 runs start alike as the SQLite runs do from a copied directory. The client threads are spread over
-the servers, and the servers share the machine's cores: each runs its model forwards on its share
-(``--threads``, the cores over the servers: two on these two cores, one each of two), as several
-nodes on one machine should be run. Figures: each run's load summary and acknowledged adds read
-back (0 errors, lost, duplicated, leaks), the search p50 of the one-server run over SQLite's of
-the same benchmark (goal <= 1.5, :mod:`benchmarks.postgres`) and the throughput of two processes
-over one on the same cores (goal >= 0.9: coordinating through the database costs little)."""
+the servers. Figures: each run's load summary and acknowledged adds read back (0 errors, lost,
+duplicated, leaks), the search p50 of the one-server run over SQLite's of the same benchmark (goal
+<= 1.5, :mod:`benchmarks.postgres`) and the throughput of two processes over one on the same
+cores (goal >= 0.9: coordinating through the database costs little)."""
 
 from __future__ import annotations
 
@@ -66,8 +64,7 @@ def serve_and_load(args: argparse.Namespace, template: str, nodes: int, load: Lo
     """``nodes`` server processes over a fresh copy of the pre-filled database with the keys of
     ``keys_for(database)``, loaded by ``load(urls, keys)`` (its figures and client log); once the
     servers have exited, ``check(database, log)`` reads the adds back."""
-    extra = (("--fingerprinter", str(args.fingerprinter)) if args.fingerprinter else ()) + (
-        "--threads", str(core_share(nodes)))
+    extra = ("--fingerprinter", str(args.fingerprinter)) if args.fingerprinter else ()
     with database_copy(template) as database, tempfile.TemporaryDirectory(prefix="bench_nodes_") as logs:
         keys = keys_for(database)
         servers = [Server(database, *extra, logs=Path(logs)) for _ in range(nodes)]
@@ -81,11 +78,6 @@ def serve_and_load(args: argparse.Namespace, template: str, nodes: int, load: Lo
                 server.kill()
         figures["verify"] = check(database, log)
     return figures
-
-
-def core_share(nodes: int) -> int:
-    """The threads of each of ``nodes`` server processes on this machine: its cores split evenly."""
-    return max(1, (os.cpu_count() or 1) // nodes)
 
 
 def compare_nodes(one: dict[str, Any], two: dict[str, Any], sqlite_load: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """``python -m retrieval.serve``: the memory over HTTP (FastAPI + uvicorn) and MCP (at ``/mcp``),
 and the API keys that bind callers to users.
 
-    python -m retrieval.serve --store DIR [--fingerprinter DIR] [--host 127.0.0.1] [--port 8765]
+    python -m retrieval.serve --store DIR [--fingerprinter DIR] [--threads N] [--host 127.0.0.1] [--port 8765]
                               [--allow-remote]
     python -m retrieval.serve keys create --store DIR --user USER   # prints the new key last
     python -m retrieval.serve keys list   --store DIR [--user USER]     # never creates a key store

@@ -250,3 +250,62 @@ def test_a_forget_through_one_node_leaves_another_nodes_stream_nothing_to_commit
         b.close()
     assert len(texts) == 6 and not [text for text in texts if "secret" in text]
     covered_once(postgres_url, "u")
+
+
+@pytest.mark.parametrize("how", ["forget", "delete"])
+def test_a_purge_of_an_open_segment_through_one_node_is_seen_by_another_nodes_stream(postgres_url,
+                                                                                      how) -> None:
+    """No segment of the user closed yet and the purge leaves its segment number and record count
+    as they were: the other node's stream must still see that its open segment lost turns."""
+    a, b = (Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+            for _ in range(2))
+    try:
+        b.add([{"speaker": "AB"[i % 2], "text": f"secret {i} about moorland", "turn_id": f"old{i}"}
+               for i in range(3)], user_id="u", session_id="s0")
+        b.drain(user_id="u", timeout_s=WAIT_S)  # b's stream holds the three turns, open
+        assert not b.list(user_id="u").items
+        if how == "forget":
+            a.forget(user_id="u")
+        else:
+            for i in range(3):
+                a.delete(f"u:turn:old{i}", user_id="u")
+        b.add([{"speaker": "AB"[i % 2], "text": f"fresh {i} about harbours"} for i in range(4)],
+              user_id="u", session_id="s0")
+        b.drain(user_id="u", timeout_s=WAIT_S)
+        b.flush(user_id="u", session_id="s0")
+        texts = [item.text for item in b.list(user_id="u", limit=100).items]
+        found = [hit.text for hit in b.search("secret moorland", user_id="u", k=20).hits]
+    finally:
+        a.close()
+        b.close()
+    assert texts and not [text for text in texts + found if "secret" in text]
+    covered_once(postgres_url, "u")
+
+
+def test_a_node_catches_its_search_state_up_with_another_nodes_appends(postgres_url) -> None:
+    """Another node's adds and segments join this node's state of the user without a rebuild, and
+    it then answers as a state built from the store does, score for score; a purge rebuilds it."""
+    a, b = (Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+            for _ in range(2))
+    builds: list[str] = []
+    build = b._states.build
+    b._states.build = lambda user: builds.append(user) or build(user)  # type: ignore[method-assign]
+    queries = ("gardens number 3", "moorland walks", "turn 11")
+    try:
+        a.add([{"speaker": "AB"[i % 2], "text": f"turn {i} talks about gardens number {i % 7}"}
+               for i in range(12)], user_id="u", session_id="s0")
+        b.search(queries[0], user_id="u")
+        a.add([{"speaker": "AB"[i % 2], "text": f"later {i} about moorland walks"} for i in range(12)],
+              user_id="u", session_id="s0")
+        a.flush(user_id="u", session_id="s0")
+        seen = [[(h.id, h.score) for h in b.search(q, user_id="u", k=8).hits] for q in queries]
+        assert builds == ["u"]
+        with Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(),
+                         read_only=True) as fresh:
+            assert seen == [[(h.id, h.score) for h in fresh.search(q, user_id="u", k=8).hits]
+                            for q in queries]
+        a.forget(user_id="u", session_id="s0")
+        assert not b.search(queries[0], user_id="u").hits and builds == ["u", "u"]
+    finally:
+        a.close()
+        b.close()

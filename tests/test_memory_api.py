@@ -217,3 +217,21 @@ def test_a_version_3_store_migrates_its_conversations_become_users(tmp_path):
         assert mem.search("story number 2", user_id="conv-26", session_id="session_1", k=3).hits
         mem.forget(user_id="conv-26")
         assert mem.users() == []
+
+
+def test_a_version_4_store_migrates_and_counts_its_purges(tmp_path):
+    with open_memory(tmp_path) as mem:
+        mem.add(chat("u", 4), user_id="u", session_id="s")
+        mem.flush(user_id="u", session_id="s")
+    db = sqlite3.connect(tmp_path / AMUStore.DB_NAME)
+    db.execute("DROP TABLE purges")
+    db.execute("PRAGMA user_version=4")
+    db.commit()
+    db.close()
+    with pytest.raises(MemoryAPIError, match="needs a migration to 5"):
+        open_memory(tmp_path, read_only=True)
+    with open_memory(tmp_path) as mem:
+        assert mem.search("story number 2", user_id="u", k=3).hits
+        assert mem.store.integrity_problems() == []
+        mem.forget(user_id="u")
+        assert mem.users() == [] and mem.store.ingestion_marks("u") == (0, 0, 1)

@@ -168,10 +168,12 @@ def test_a_version_1_database_migrates_keeping_its_rows(postgres_url):
         conn.execute("INSERT INTO schema_version VALUES (1)")
         conn.execute("INSERT INTO turns (user_id, session_id, turn_id, speaker, text) "
                      "VALUES ('u', 's', 't1', 'Ann', 'hello')")
-    with pytest.raises(StoreError, match="schema version 1 needs a migration to 2"):
+    with pytest.raises(StoreError, match=f"schema version 1 needs a migration to {SCHEMA_VERSION}"):
         PostgresStore(postgres_url, read_only=True)
     with PostgresStore(postgres_url) as store:
         assert [t.text for t in store.turns("u")] == ["hello"] and store.integrity_problems() == []
         store.add_key("k1", "u", b"s", b"d", "now")
+        store.purge("u", everything=True)
+        assert store.ingestion_marks("u") == (0, 0, 1)  # version 3's purge count
     with psycopg.connect(postgres_url) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]

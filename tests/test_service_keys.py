@@ -81,6 +81,12 @@ def test_bad_port_is_one_error_line(tmp_path: Path) -> None:
     assert refused.returncode == 2 and refused.stderr.startswith("error: --port")
 
 
+def test_threads_must_be_a_whole_number_of_at_least_one(tmp_path: Path) -> None:
+    refused = serve("--store", str(tmp_path), "--threads", "0")
+    assert refused.returncode == 2 and "--threads" in refused.stderr and "at least 1" in refused.stderr
+    assert not (tmp_path / "amus.sqlite3").exists()
+
+
 def test_the_gate_waits_for_running_writes_and_refuses_new_ones() -> None:
     gate, finished = WriteGate(), []
 

@@ -217,6 +217,20 @@ def test_versions_move_with_every_commit_and_tracking_sees_each_transaction(back
         assert store.user_version("nobody") == (0, 0, 0, 0, 0)
 
 
+def test_ingestion_marks_move_with_segments_records_and_every_purge_not_with_adds(backend):
+    with backend.open() as store:
+        assert store.ingestion_marks("conv-x") == (0, 0, 0)
+        store.append_turns("conv-x", [make_turn("D1:0"), make_turn("D1:1")])
+        assert store.ingestion_marks("conv-x") == (0, 0, 0)  # an add of turns is not a change of them
+        store.purge("conv-x", turn_ids=["D1:1"])  # no segment closed: number and records stay
+        assert store.ingestion_marks("conv-x") == (0, 0, 1)
+        store.purge("conv-x", everything=True)  # the count outlives the user's rows
+        assert store.ingestion_marks("conv-x") == (0, 0, 2) and store.users() == []
+        commit(store, 0, [make_amu(0, 0)])
+        assert store.ingestion_marks("conv-x") == (1, 1, 2)
+        assert store.ingestion_marks("nobody") == (0, 0, 0)
+
+
 def merged_history(store) -> AMU:
     """Three turns whose records consolidation merged into one, beside a fourth turn's record."""
     for seq in range(4):

@@ -23,8 +23,10 @@ PostgreSQL database served by several nodes), a step runs only while it holds th
 ingestion lock in the store (:meth:`Store.ingestion_lock`; a purge takes it too,
 :mod:`retrieval.api.purge`), so two nodes never close the same segment. A node that finds the
 lock taken leaves the user to its holder and looks again later. A stream whose user another node
-changed (the store's next segment number or record count is not what this node left) is
-reloaded from the store. While idle the worker looks at the store every :data:`POLL_S` seconds
+changed (the store's next segment number, record count or purge count of the user,
+:meth:`Store.ingestion_marks`, is not what this node left) is reloaded from the store: a purge
+through another node may have removed turns of its open segment without closing or removing
+any segment. While idle the worker looks at the store every :data:`POLL_S` seconds
 for users whose turn log changed since its last step (another node's adds, or the backlog of a
 node that died, whose lock died with it) and for users whose lock it found taken.
 
@@ -67,7 +69,7 @@ class _User:
     fed: int = 0
     error: str | None = None
     seen: tuple[int, ...] = ()
-    marks: tuple[int, int] = (0, 0)
+    marks: tuple[int, ...] = ()
 
 
 class Backlog:
@@ -151,8 +153,8 @@ class Backlog:
         with self._changed:
             state = self._users.setdefault(user, _User())
         if self.store.concurrent_writers and state.stream is not None \
-                and state.marks != (self.store.next_seq(user), self.store.count(user)):
-            state.stream = None  # another node closed or purged segments of the user: reload
+                and state.marks != self.store.ingestion_marks(user):
+            state.stream = None  # another node closed segments of the user or purged: reload
         with guard.state:
             turns, last = self.store.backlog(user, None if state.stream is None else state.fed)
             with self._changed:
@@ -192,7 +194,7 @@ class Backlog:
         commits, so that only another node's changes make the next step reload the stream."""
         if self.store.concurrent_writers:
             state.seen = self.store.user_version(user)
-            state.marks = (self.store.next_seq(user), self.store.count(user))
+            state.marks = self.store.ingestion_marks(user)
 
     def reset(self, user: str) -> None:
         """Forget the user's stream and waiting turns after its turns changed (a purge; the caller

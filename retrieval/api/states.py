@@ -4,13 +4,17 @@ searches: always the store's latest commit, and bounded in memory.
 Fresh. A state remembers the user's rows it reflects (:meth:`retrieval.memory.store.AMUStore.
 user_version`). Before a search, the store's ``data_version`` says whether any connection
 committed since the user's state was last checked (this memory's writer, another process's, the
-job worker's); when one has, the user's rows are read again, and a state whose user changed is
-dropped, to be built again from the store by the search that needs it. The memory's own writes
-extend a state in place (:meth:`SearchStates.extend`): their transactions report the user's rows
-at their start and end (:meth:`retrieval.memory.store.AMUStore.tracking`), and a state extends
-only when the first start is the rows it holds and each start is the previous end, else it is
-dropped (a job committed between). A state's rows are read before it is built, so a commit that
-lands during the build is seen at the next search.
+job worker's); when one has, the user's rows are read again. A user whose rows only grew (another
+node's adds and segments) has its state caught up from the store: the turns and active records
+stored after the last ones it holds join it, as this memory's own would, when they account for
+the whole change (:meth:`SearchStates._catch_up`); any other change (a purge, an archive, a
+fingerprint set later) drops the state, to be built again from the store by the search that
+needs it. The memory's own writes extend a state in place (:meth:`SearchStates.extend`): their
+transactions report the user's rows at their start and end
+(:meth:`retrieval.memory.store.AMUStore.tracking`), and a state extends only when the first start
+is the rows it holds and each start is the previous end; else another writer committed between,
+and the state is left as it was, for the next search to catch up from the store. A state's rows
+are read before it is built, so a commit that lands during the build is seen at the next search.
 
 Threads. The memory holds the user's ``state`` guard (:class:`retrieval.api.closing.UserGuard`)
 around every call for that user; the table of held states and its byte count are shared by all
@@ -66,11 +70,12 @@ class SearchStates:
         version = self.store.data_version()
         held = self._held.get(user)
         if held is not None and held.checked != version:
-            if self.store.user_version(user) != held.rows:
+            rows = self.store.user_version(user)
+            if rows == held.rows or self._catch_up(user, held, rows):
+                held.checked = version
+            else:
                 self.drop(user)
                 held = None
-            else:
-                held.checked = version
         if held is None:
             rows = self.store.user_version(user)
             held = _Held(self.build(user), rows, 0, version)
@@ -86,19 +91,44 @@ class SearchStates:
     def extend(self, user: str, marks: Sequence[tuple[Any, Any]], turns: Sequence[Turn] = (),
                amus: Sequence[AMU] = ()) -> None:
         """The memory's own write (its transactions' ``marks``) stored ``turns`` or committed
-        ``amus``: they join the user's held state, or the state is dropped when the marks show
-        another change of the user it does not hold."""
+        ``amus``: they join the user's held state, unless the marks show
+        another writer's change of the user between: then it is left as it was, for
+        :meth:`get` to catch up from the store (the memory's own rows are stored there too)."""
         held = self._held.get(user)
         if held is None or not marks:
             return
         starts, ends = [start for start, _ in marks], [held.rows] + [end for _, end in marks[:-1]]
         if starts != ends:
-            self.drop(user)
             return
         held.bank.add_turns(turns)
         held.bank.add_records(self.store, amus)
         held.rows = marks[-1][1]
         self._resize(user, held)
+
+    def _catch_up(self, user: str, held: _Held, rows: tuple[int, ...]) -> bool:
+        """Extend ``held`` by the user's turns and active records stored after the last ones it
+        holds, if they are the whole difference between its rows and ``rows`` (the user's rows
+        now, :meth:`retrieval.memory.store_contract.Versions.user_version`: counts and highest
+        positions of turns and active records, and how many of those carry a fingerprint), as they
+        are when writers only appended; whether it did. Positions only grow and a user's writers
+        commit one at a time, so appended rows are exactly those after the held positions; a
+        purge or an archive lowers a count, a later fingerprint raises one that nothing appended
+        explains, and a commit landing meanwhile adds rows ``rows`` does not count."""
+        turn_count, last_turn, record_count, last_record, printed = held.rows
+        turns, turn_seen = self.store.backlog(user, last_turn)
+        more = rows[2] - record_count
+        found = self.store.page(user, after=last_record, limit=more + 1) if more > 0 else []
+        amus = [amu for _, amu in found]
+        appended = (turn_count + len(turns), turn_seen, record_count + len(amus),
+                    found[-1][0] if found else last_record,
+                    printed + sum(amu.fingerprint is not None for amu in amus))
+        if appended != rows:
+            return False
+        held.bank.add_turns(turns)
+        held.bank.add_records(self.store, amus)
+        held.rows = rows
+        self._resize(user, held)
+        return True
 
     def drop(self, user: str) -> None:
         with self._guard:

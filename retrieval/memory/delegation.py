@@ -193,6 +193,9 @@ class StoreParts:
     def user_version(self, user_id: str) -> tuple[int, ...]:
         return self._versions.user_version(user_id)
 
+    def ingestion_marks(self, user_id: str) -> tuple[int, ...]:
+        return self._versions.ingestion_marks(user_id)
+
     def purge(self, user: str, *, session_id: str | None = None, amu_ids: Sequence[str] = (),
               turn_ids: Sequence[str] = (), everything: bool = False) -> Purged:
         return self._purge.purge(user, session_id=session_id, amu_ids=amu_ids, turn_ids=turn_ids,

@@ -14,7 +14,9 @@ text it was computed from. Purging a selection of turns therefore removes, in on
   the purged ones (turn list, content checksum, event frame; the extractor's state, which may
   quote a purged turn, is cleared);
 * the evidence nodes left without links (an event frame lives as long as its segment);
-* the idempotency keys that stored a purged turn.
+* the idempotency keys that stored a purged turn;
+
+and counts the purge in the user's ``purges`` row (:mod:`retrieval.memory.schema`), which stays.
 
 Consolidation history that does not derive from a purged turn is kept: an archived AMU whose
 successor is purged, and that names no purged turn itself, is restored in place (active again,
@@ -49,6 +51,11 @@ from retrieval.memory.record_writes import insert_amu
 from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.schema import turns_sha256
 from retrieval.memory.sqlite_part import SQLitePart
+
+COUNT_PURGE = ("INSERT INTO purges (conversation_id, count) VALUES (?, 1) "
+               "ON CONFLICT (conversation_id) DO UPDATE SET count = count + 1")
+"""One more purge of the user (a change marker of it:
+:meth:`retrieval.memory.versions.StoreVersions.ingestion_marks`)."""
 
 
 @dataclass
@@ -158,6 +165,7 @@ class Purge(SQLitePart):
         from it (see the module docstring); returns what went. Call :meth:`scrub` afterwards."""
         with self._transaction() as db:
             db.execute("INSERT INTO purging (flag) VALUES (1)")
+            db.execute(COUNT_PURGE, (user,))
             stored = [Stored(row["position"], amu_from_row(row), row["successor"]) for row in db.execute(
                 f"SELECT position, successor, {AMU_COLUMNS} FROM amus WHERE conversation_id = ? "
                 "ORDER BY position", (user,)).fetchall()]

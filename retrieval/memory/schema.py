@@ -1,4 +1,4 @@
-"""The store's SQLite schema (version 4) and the migration of version-1, -2 and -3 stores.
+"""The store's SQLite schema (version 5) and the migration of version-1 to -4 stores.
 
 Append-only by triggers: raw turns never change; an AMU's fact never changes (only its
 ``archived`` flag, one way, its fingerprint, a derived index key, and its ``successor``, the
@@ -22,6 +22,13 @@ Version 4 serves the online memory API (:mod:`retrieval.api`), whose user scope 
 that user's sessions): ``idempotency`` remembers the turns each replayed add key stored,
 ``jobs`` keeps the durable consolidation jobs, ``purging`` is the purge guard above, and
 ``turns_by_session`` serves per-session reads. Its migration only adds these.
+
+Version 5 adds ``purges``, each user's count of purges (:mod:`retrieval.memory.purge` bumps it in
+the purging transaction): a change marker of what a purge removes, which the user's other counts
+may not show (a purge of a session with no closed segment leaves the user's next segment number
+and record count as they were). It outlives the user's rows, a forget included: a reader that
+held the user must still see the forget, so it holds the user's id and a number, nothing of what
+the user said. Its migration only adds the table.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from retrieval.memory.fts import FTS_TOKENIZER
 from retrieval.memory.indexing import backfill
 from retrieval.memory.records import Turn
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 TABLES = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -136,6 +143,8 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
 CREATE TABLE IF NOT EXISTS purging (flag INTEGER PRIMARY KEY);
+-- Purges per user (schema 5): bumped by every purge, kept after it.
+CREATE TABLE IF NOT EXISTS purges (conversation_id TEXT PRIMARY KEY, count INTEGER NOT NULL);
 """
 
 TRIGGERS = """
@@ -210,8 +219,9 @@ def _statements(script: str) -> list[str]:
 
 
 def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
-    """Bring a new (0), version-1, -2 or -3 store to :data:`SCHEMA_VERSION`, in the caller's
-    transaction (version 1 goes through version 2; version 4 only adds tables and the purge guard)."""
+    """Bring a new (0), version-1, -2, -3 or -4 store to :data:`SCHEMA_VERSION`, in the caller's
+    transaction (version 1 goes through version 2; versions 4 and 5 only add tables and the purge
+    guard)."""
     if version == 1:
         _alter(db, _V1_COLUMNS)
         db.execute("DROP TRIGGER IF EXISTS segments_append_only")  # v1's forbade the checksum update below

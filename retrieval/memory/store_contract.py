@@ -137,11 +137,14 @@ class Jobs(Protocol):
 
 
 class Versions(Protocol):
-    """Change markers: whether anything was committed since (``data_version``), and a user's rows
-    in short (``user_version``): equal values mean nothing changed in between."""
+    """Change markers: whether anything was committed since (``data_version``), a user's rows in
+    short (``user_version``), and what changes them other than an add of turns
+    (``ingestion_marks``: the next segment number, records and purges): equal values mean nothing
+    changed in between."""
 
     def data_version(self) -> int: ...
     def user_version(self, user_id: str) -> tuple[int, ...]: ...
+    def ingestion_marks(self, user_id: str) -> tuple[int, ...]: ...
 
 
 class Purging(Protocol):

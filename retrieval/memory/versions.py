@@ -1,6 +1,6 @@
 """What a reader asks the store to know whether its copy of a user is still the store's (a part
-of :class:`retrieval.memory.store.AMUStore`): has anything committed since, and has this user
-changed.
+of :class:`retrieval.memory.store.AMUStore`): has anything committed since, has this user changed,
+and has anything but its own adds changed it.
 """
 
 from __future__ import annotations
@@ -37,3 +37,13 @@ class StoreVersions(SQLitePart):
         turns never change and archiving is one way, so every append, archive, purge or new
         fingerprint of the user changes this tuple."""
         return user_rows(self._db, user_id)
+
+    def ingestion_marks(self, user_id: str) -> tuple[int, ...]:
+        """The user's next segment number, records (archived too) and purges: what closing a segment
+        or purging changes, and an add of turns does not."""
+        row = self._db.execute(
+            "SELECT (SELECT coalesce(max(seq) + 1, 0) FROM segments WHERE conversation_id = ?), "
+            "(SELECT count(*) FROM amus WHERE conversation_id = ?), "
+            "(SELECT coalesce(max(count), 0) FROM purges WHERE conversation_id = ?)",
+            (user_id, user_id, user_id)).fetchone()
+        return tuple(int(value) for value in row)

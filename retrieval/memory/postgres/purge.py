@@ -49,6 +49,8 @@ class Purge:
         from it; returns what went. Call :meth:`scrub` afterwards."""
         with self.db.transaction([user]) as conn:
             conn.execute(PURGING)
+            conn.execute("INSERT INTO purges (user_id, count) VALUES (%s, 1) "
+                         "ON CONFLICT (user_id) DO UPDATE SET count = purges.count + 1", (user,))
             rows = self.db.rows(f"SELECT position, successor, {AMU_COLUMNS} FROM amus WHERE user_id = %s "
                                 "ORDER BY position", (user,))
             stored = [Stored(int(row["position"]), amu_from_row(row), row["successor"]) for row in rows]

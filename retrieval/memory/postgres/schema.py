@@ -14,6 +14,7 @@ cache tables (no pgvector: each node reads a user's vectors into its in-memory b
 SQLite). Store-wide, as on SQLite: ``meta`` (per-user entries carry the user in their key) and
 the content-addressed cache tables ``vectors`` and ``codes``. Version 2 adds the API keys
 (``api_keys``, :mod:`retrieval.memory.postgres.keys`), which a SQLite store keeps in a file beside it.
+Version 3 adds ``purges``, each user's count of purges, as the SQLite store's version 5 does.
 
 The invariants are PostgreSQL triggers, as SQLite's are: raw turns never change; a record's fact
 never changes (only ``archived``, one way, ``fingerprint`` and ``successor``), and archiving drops
@@ -137,7 +138,11 @@ CREATE TABLE api_keys (
 CREATE INDEX api_keys_by_user ON api_keys (user_id);
 """
 
-MIGRATIONS: tuple[str, ...] = (_TABLES + _TRIGGERS, _KEYS)
+_PURGES = """
+CREATE TABLE purges (user_id text PRIMARY KEY, count bigint NOT NULL);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_TABLES + _TRIGGERS, _KEYS, _PURGES)
 """The schema's steps: ``MIGRATIONS[n]`` takes version n to n + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -172,8 +177,9 @@ def _version(conn: Connection) -> int:
 
 
 
-COMPACTED = tuple(re.findall(r"CREATE TABLE (\w+)", _TABLES + _KEYS)) + ("schema_version",)
+COMPACTED = tuple(re.findall(r"CREATE TABLE (\w+)", _TABLES + _KEYS + _PURGES)) + ("schema_version",)
 """Every table of the store: what ``compact`` rewrites."""
 
-SCHEMA_OBJECTS = tuple(re.findall(r"CREATE (?:TABLE|INDEX|TRIGGER) (\w+)", _TABLES + _TRIGGERS + _KEYS))
+SCHEMA_OBJECTS = tuple(re.findall(r"CREATE (?:TABLE|INDEX|TRIGGER) (\w+)",
+                                   _TABLES + _TRIGGERS + _KEYS + _PURGES))
 """Every table, index and trigger of the current schema: ``integrity_problems`` finds missing ones."""

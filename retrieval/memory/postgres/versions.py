@@ -1,6 +1,7 @@
 """What a reader asks the PostgreSQL store to know whether its copy of a user is still the store's:
 has anything committed since (:meth:`Versions.data_version`), has this user changed
-(:meth:`Versions.user_version`).
+(:meth:`Versions.user_version`), has anything but its own adds changed it
+(:meth:`Versions.ingestion_marks`).
 
 ``data_version`` is the sum of the commit counters (``commits``): every write transaction
 increments one of them as its last statement, so the sum moves exactly when something committed,
@@ -23,6 +24,10 @@ COMMIT_SLOTS = 16
 
 BUMP_COMMITS = f"UPDATE commits SET count = count + 1 WHERE slot = pg_backend_pid() % {COMMIT_SLOTS}"
 
+
+_INGESTION_MARKS = ("SELECT (SELECT coalesce(max(seq) + 1, 0) FROM segments WHERE user_id = %s) AS seq, "
+                    "(SELECT count(*) FROM amus WHERE user_id = %s) AS records, "
+                    "(SELECT coalesce(max(count), 0) FROM purges WHERE user_id = %s) AS purges")
 
 _USER_VERSION = ("SELECT t.n, t.last, a.n AS records, a.last AS record_last, a.printed FROM "
                  "(SELECT count(*) AS n, coalesce(max(position), 0) AS last FROM turns "
@@ -52,3 +57,8 @@ class Versions:
     def user_version(self, user_id: str) -> tuple[int, ...]:
         with self.db.connection() as conn:
             return user_version_of(conn, user_id)
+
+    def ingestion_marks(self, user_id: str) -> tuple[int, ...]:
+        """The user's next segment number, records (archived too) and purges (as the SQLite store's)."""
+        row = self.db.row(_INGESTION_MARKS, (user_id, user_id, user_id))
+        return tuple(int(value) for value in row.values())

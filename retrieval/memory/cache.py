@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -64,6 +64,21 @@ class ArrayCache(SQLitePart):
                            [(model, item, blob) for item, blob in blobs.items()])
 
 
+def read_through(store: VectorCache, table: str, model: str, texts: Sequence[str],
+                 compute: Callable[[list[str]], list[bytes]]) -> tuple[list[bytes], int]:
+    """The blob of each of ``texts`` in ``table`` under ``model``, in order, and how many were
+    computed: the cached ones read in one statement, the others made by ``compute`` in one call
+    (each distinct text once, in input order) and stored."""
+    keys = [text_key(text) for text in texts]
+    found = store.cached(table, model, keys)
+    missing = list(dict.fromkeys(text for text, blob in zip(texts, found, strict=True) if blob is None))
+    if not missing:
+        return cast(list[bytes], found), 0
+    new = dict(zip(map(text_key, missing), compute(missing), strict=True))
+    store.cache(table, model, new)
+    return [new[key] if blob is None else blob for key, blob in zip(keys, found, strict=True)], len(missing)
+
+
 class CachedEmbedder:
     """An :class:`retrieval.memory.protocols.Embedder` whose vectors live in a store's cache.
 
@@ -78,16 +93,12 @@ class CachedEmbedder:
         self.computed = 0
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        keys = [text_key(text) for text in texts]
-        blobs = self.store.cached("vectors", self.key, keys)
-        missing = list(dict.fromkeys(text for text, blob in zip(texts, blobs, strict=True) if blob is None))
-        if missing:
-            vectors = np.asarray(self.embedder.encode(missing), dtype=np.float32)
-            new = {text_key(text): vector.tobytes() for text, vector in zip(missing, vectors, strict=True)}
-            self.store.cache("vectors", self.key, new)
-            blobs = [new[key] if blob is None else blob for key, blob in zip(keys, blobs, strict=True)]
-            self.computed += len(missing)
+        blobs, computed = read_through(self.store, "vectors", self.key, texts, self._embed)
+        self.computed += computed
         return rows_of(blobs, self.dim)
+
+    def _embed(self, texts: list[str]) -> list[bytes]:
+        return [vector.tobytes() for vector in np.asarray(self.embedder.encode(texts), dtype=np.float32)]
 
 
 def rows_of(blobs: Sequence[bytes], dim: int) -> np.ndarray:
@@ -108,15 +119,11 @@ class CachedFingerprinter:
         self.computed = 0
 
     def fingerprint(self, texts: Sequence[str]) -> list[Fingerprint]:
-        keys = [text_key(text) for text in texts]
-        blobs = self.store.cached("codes", self.key, keys)
-        missing = list(dict.fromkeys(text for text, blob in zip(texts, blobs, strict=True) if blob is None))
-        if missing:
-            prints = self.fingerprinter.fingerprint(missing)
-            new = {text_key(text): np.asarray(fp.token_codes, dtype=np.int32).tobytes()
-                   for text, fp in zip(missing, prints, strict=True)}
-            self.store.cache("codes", self.key, new)
-            blobs = [new[key] if blob is None else blob for key, blob in zip(keys, blobs, strict=True)]
-            self.computed += len(missing)
+        blobs, computed = read_through(self.store, "codes", self.key, texts, self._codes)
+        self.computed += computed
         return [Fingerprint.from_token_codes(np.frombuffer(blob, dtype=np.int32).astype(np.int64))
                 for blob in blobs]
+
+    def _codes(self, texts: list[str]) -> list[bytes]:
+        prints = self.fingerprinter.fingerprint(texts)
+        return [np.asarray(fp.token_codes, dtype=np.int32).tobytes() for fp in prints]

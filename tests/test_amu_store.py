@@ -211,10 +211,3 @@ def test_in_lists_are_bound_in_chunks_under_sqlite_s_parameter_limit():
     assert [len(chunk) for _, chunk in chunks] == [IN_CHUNK, IN_CHUNK, 1]
     assert [marks.count("?") for marks, _ in chunks] == [IN_CHUNK, IN_CHUNK, 1] and chunks[2][0] == "?"
     assert [v for _, chunk in chunks for v in chunk] == values and list(in_chunks([])) == []
-
-
-def test_a_cache_read_of_more_items_than_sqlite_binds_at_once(tmp_path):
-    with AMUStore(tmp_path) as store:
-        blobs = {f"item{i}": bytes([i % 256]) for i in range(1500)}  # over SQLite's 999 parameters
-        store.cache("vectors", "m", blobs)
-        assert store.cached("vectors", "m", list(blobs) + ["absent"]) == blobs

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from retrieval.memory.cache import CachedEmbedder, CachedFingerprinter, model_key
+from retrieval.memory.cache import CachedEmbedder, CachedFingerprinter, model_key, text_key
 from retrieval.memory.store import AMUStore
 from tests.test_ingest import HashEmbedder
 
@@ -72,5 +72,5 @@ def test_a_read_only_store_computes_but_writes_nothing(tmp_path) -> None:
         assert inner.calls == [[TEXTS[1]]]
         assert vectors.shape == (3, HashEmbedder.dim)
     with AMUStore(tmp_path, read_only=True) as store:
-        assert len(store.cached("vectors", model_key("hash"), [])) == 0
+        assert store.cached("vectors", model_key("hash"), [text_key(TEXTS[1])]) == [None]
         assert CachedEmbedder(CountingEmbedder(), store).encode([TEXTS[1]]).shape == (1, HashEmbedder.dim)

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from isq.fingerprint import Fingerprint
-from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.sqlite_part import SQLitePart
 
@@ -45,17 +44,15 @@ class ArrayCache(SQLitePart):
     """The cache tables of the store (a part of :class:`retrieval.memory.store.AMUStore`)."""
 
 
-    def cached(self, table: str, model: str, items: Iterable[str]) -> dict[str, bytes]:
-        """Stored blobs of ``items`` under ``model`` in ``table`` ("vectors" or "codes")."""
+    def cached(self, table: str, model: str, items: Sequence[str]) -> list[bytes | None]:
+        """The stored blob of each of ``items`` under ``model`` in ``table`` ("vectors" or
+        "codes"), in order (None where there is none): one statement for the whole list, the
+        items passed as one JSON array and looked up in order (the array is the outer side of a
+        LEFT JOIN, which SQLite never reorders), so a user's every vector is one read."""
         column = {"vectors": "vector", "codes": "codes"}[table]
-        wanted = list(dict.fromkeys(items))
-        found: dict[str, bytes] = {}
-        for marks, chunk in in_chunks(wanted):
-            rows = self._db.execute(f"SELECT item, {column} FROM {table} WHERE model = ? AND item IN "
-                                    f"({marks})",
-                                    [model, *chunk])
-            found.update((item, bytes(blob)) for item, blob in rows)
-        return found
+        rows = self._db.execute(f"SELECT c.{column} FROM json_each(?) AS k LEFT JOIN {table} AS c "
+                                "ON c.model = ? AND c.item = k.value", [json.dumps(list(items)), model])
+        return [row[0] for row in rows]
 
     def cache(self, table: str, model: str, blobs: Mapping[str, bytes]) -> None:
         """Store blobs (no-op on a read-only store: the caller computed them anyway)."""
@@ -65,6 +62,21 @@ class ArrayCache(SQLitePart):
         with self._transaction() as db:
             db.executemany(f"INSERT OR IGNORE INTO {table} (model, item, {column}) VALUES (?, ?, ?)",
                            [(model, item, blob) for item, blob in blobs.items()])
+
+
+def read_through(store: VectorCache, table: str, model: str, texts: Sequence[str],
+                 compute: Callable[[list[str]], list[bytes]]) -> tuple[list[bytes], int]:
+    """The blob of each of ``texts`` in ``table`` under ``model``, in order, and how many were
+    computed: the cached ones read in one statement, the others made by ``compute`` in one call
+    (each distinct text once, in input order) and stored."""
+    keys = [text_key(text) for text in texts]
+    found = store.cached(table, model, keys)
+    missing = list(dict.fromkeys(text for text, blob in zip(texts, found, strict=True) if blob is None))
+    if not missing:
+        return cast(list[bytes], found), 0
+    new = dict(zip(map(text_key, missing), compute(missing), strict=True))
+    store.cache(table, model, new)
+    return [new[key] if blob is None else blob for key, blob in zip(keys, found, strict=True)], len(missing)
 
 
 class CachedEmbedder:
@@ -81,23 +93,18 @@ class CachedEmbedder:
         self.computed = 0
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        keys = [text_key(text) for text in texts]
-        found = self.store.cached("vectors", self.key, keys)
-        missing = list(dict.fromkeys(text for text, key in zip(texts, keys, strict=True) if key not in found))
-        if missing:
-            vectors = np.asarray(self.embedder.encode(missing), dtype=np.float32)
-            new = {text_key(text): vector.tobytes() for text, vector in zip(missing, vectors, strict=True)}
-            self.store.cache("vectors", self.key, new)
-            found.update(new)
-            self.computed += len(missing)
-        return rows_of(found, keys, self.dim)
+        blobs, computed = read_through(self.store, "vectors", self.key, texts, self._embed)
+        self.computed += computed
+        return rows_of(blobs, self.dim)
+
+    def _embed(self, texts: list[str]) -> list[bytes]:
+        return [vector.tobytes() for vector in np.asarray(self.embedder.encode(texts), dtype=np.float32)]
 
 
-def rows_of(blobs: Mapping[str, bytes], keys: Sequence[str], dim: int) -> np.ndarray:
-    """The float32 vectors stored under ``keys``, in order, as one writable (len(keys), dim)
-    matrix: the blobs joined and read as one buffer, not copied row by row."""
-    joined = bytearray().join(blobs[key] for key in keys)
-    return np.frombuffer(joined, dtype=np.float32).reshape(len(keys), dim)
+def rows_of(blobs: Sequence[bytes], dim: int) -> np.ndarray:
+    """The float32 vectors ``blobs`` hold, in order, as one writable (len(blobs), dim) matrix: the
+    blobs joined and read as one buffer, not copied row by row."""
+    return np.frombuffer(bytearray().join(blobs), dtype=np.float32).reshape(len(blobs), dim)
 
 
 class CachedFingerprinter:
@@ -112,15 +119,11 @@ class CachedFingerprinter:
         self.computed = 0
 
     def fingerprint(self, texts: Sequence[str]) -> list[Fingerprint]:
-        keys = [text_key(text) for text in texts]
-        found = self.store.cached("codes", self.key, keys)
-        missing = list(dict.fromkeys(text for text, key in zip(texts, keys, strict=True) if key not in found))
-        if missing:
-            prints = self.fingerprinter.fingerprint(missing)
-            new = {text_key(text): np.asarray(fp.token_codes, dtype=np.int32).tobytes()
-                   for text, fp in zip(missing, prints, strict=True)}
-            self.store.cache("codes", self.key, new)
-            found.update(new)
-            self.computed += len(missing)
-        return [Fingerprint.from_token_codes(np.frombuffer(found[key], dtype=np.int32).astype(np.int64))
-                for key in keys]
+        blobs, computed = read_through(self.store, "codes", self.key, texts, self._codes)
+        self.computed += computed
+        return [Fingerprint.from_token_codes(np.frombuffer(blob, dtype=np.int32).astype(np.int64))
+                for blob in blobs]
+
+    def _codes(self, texts: list[str]) -> list[bytes]:
+        prints = self.fingerprinter.fingerprint(texts)
+        return [np.asarray(fp.token_codes, dtype=np.int32).tobytes() for fp in prints]

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 class CacheRows(Protocol):
     """A backend's part holding the cached arrays (the store itself says whether it is read-only)."""
 
-    def cached(self, table: str, model: str, items: Iterable[str]) -> dict[str, bytes]: ...
+    def cached(self, table: str, model: str, items: Sequence[str]) -> list[bytes | None]: ...
     def cache(self, table: str, model: str, blobs: Mapping[str, bytes]) -> None: ...
 
 
@@ -168,7 +168,7 @@ class StoreParts:
     def node_links(self, amu_ids: Sequence[str]) -> list[tuple[EvidenceNode, str]]:
         return self._evidence.node_links(amu_ids)
 
-    def cached(self, table: str, model: str, items: Iterable[str]) -> dict[str, bytes]:
+    def cached(self, table: str, model: str, items: Sequence[str]) -> list[bytes | None]:
         return self._cache.cached(table, model, items)
 
     def cache(self, table: str, model: str, blobs: Mapping[str, bytes]) -> None:

@@ -5,7 +5,7 @@ CachedEmbedder` and ``CachedFingerprinter`` work over either)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -20,12 +20,15 @@ class ArrayCache:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def cached(self, table: str, model: str, items: Iterable[str]) -> dict[str, bytes]:
-        """Stored blobs of ``items`` under ``model`` in ``table`` ("vectors" or "codes")."""
+    def cached(self, table: str, model: str, items: Sequence[str]) -> list[bytes | None]:
+        """The stored blob of each of ``items`` under ``model`` in ``table`` ("vectors" or
+        "codes"), in order (None where there is none): one statement for the whole list."""
         column = _COLUMNS[table]
-        rows = self.db.rows(f"SELECT item, {column} AS blob FROM {table} WHERE model = %s AND item = ANY(%s)",
-                            (model, list(dict.fromkeys(items))))
-        return {row["item"]: bytes(row["blob"]) for row in rows}
+        rows = self.db.rows(f"SELECT c.{column} AS blob FROM unnest(%s::text[]) WITH ORDINALITY AS "
+                            f"k(item, n) LEFT JOIN {table} AS c ON c.model = %s AND c.item = k.item "
+                            "ORDER BY k.n",
+                            (list(items), model))
+        return [row["blob"] for row in rows]
 
     def cache(self, table: str, model: str, blobs: Mapping[str, bytes]) -> None:
         """Store blobs (nothing on a read-only store: the caller computed them anyway)."""

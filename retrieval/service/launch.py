@@ -2,13 +2,12 @@
 opening the memory, and the one-line failure.
 
 Idle OpenMP threads sleep. The model's forwards run on torch's OpenMP threads; by default an
-idle one spins at each barrier, waiting for the others. A server shares its cores with its own
-request threads (the routes and fusion in Python), its clients and other processes, so a
-spinning thread burns the core the thread it waits for needs: on the team's 2-core machine under
-load, a forward of 6 queries cost 250-490 ms of CPU and 0.5-1.0 s of wall time with spinning
-threads, 55-75 ms and 0.1-0.2 s with sleeping ones. The threads and their share of the work are
-the same, so every vector and code is the same, bit for bit. A value of ``OMP_WAIT_POLICY``
-already in the environment is kept.
+idle one spins at each barrier before it sleeps. A server shares its cores with its own request
+threads (the routes and fusion in Python), its clients and other processes, so a spinning thread
+can burn the core the thread it waits for needs: on the team's 2-core machine at load ~10, back to
+back forwards of 6 queries cost 250-490 ms of CPU each with the default, 55-75 ms with sleeping
+threads. The threads and their share of the work are the same, so every vector and code is the
+same, bit for bit. A value of ``OMP_WAIT_POLICY`` already in the environment is kept.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ take takes taking since ago week weeks weekend month months year today tonight t
 _VALID_FROM, _VALID_TO = frozenset(("since", "from")), frozenset(("until", "till", "by"))
 TAGS_PER_RECORD = 5
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’]*")
+_POSSESSIVE = re.compile(r"['’]s$")
 _PROPER = re.compile(r"\b[A-Z][\w'’&\-]*(?:\s+[A-Z][\w'’&\-]*)*")
 
 _PREFERENCE = re.compile(r"\b(love|loves|like|likes|enjoy|enjoys|prefer|prefers|favou?rite|hate|hates|"
@@ -49,7 +50,7 @@ _PAST_EVENT = re.compile(r"\b(went|visited|attended|joined|started|finished|boug
 
 def content_words(text: str, names: Set[str]) -> list[str]:
     """Lower-cased words that are neither stopwords, fillers, month or day names nor ``names``."""
-    words = (re.sub(r"['’]s$", "", word.lower()).strip("'’") for word in _WORD.findall(text))
+    words = (_POSSESSIVE.sub("", word.lower()).strip("'’") for word in _WORD.findall(text))
     return [w for w in words if w not in _NOT_NAMES and w not in names and len(w) > 1]
 
 
@@ -81,7 +82,7 @@ def find_entities(text: str, participants: Sequence[str]) -> list[str]:
             words = words[1:]
         while words and words[0].lower().strip("'’") in _NOT_NAMES:
             words = words[1:]
-        name = re.sub(r"['’]s$", "", " ".join(words))
+        name = _POSSESSIVE.sub("", " ".join(words))
         if name and name not in seen and name.lower() not in _NOT_NAMES:
             found.append(name)
             seen.add(name)

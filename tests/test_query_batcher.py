@@ -1,8 +1,9 @@
 """The model queue: foreground calls queued while a forward runs share the next one, whatever
 their lengths, and each gets its own rows; foreground calls go ahead of queued background work,
 which runs in forwards of a bounded size and still gets one forward after four foreground rounds
-in a row; errors reach their caller only; close leaves no thread. Fake encoders whose forwards
-wait for the test make the overlaps certain (order, not timing)."""
+in a row; a call finding the model idle runs on its own thread; errors reach their caller only;
+close leaves no thread. Fake encoders whose forwards wait for the test make the overlaps certain
+(order, not timing)."""
 
 from __future__ import annotations
 
@@ -210,3 +211,19 @@ def test_close_serves_what_is_queued_then_leaves_no_thread_and_refuses_calls():
     assert not any(thread.name == "query-batcher" for thread in threading.enumerate())
     with pytest.raises(RuntimeError, match="closed"):
         batcher.run(["two"])
+
+
+def test_a_call_finding_the_model_idle_runs_on_its_own_thread_and_calls_meanwhile_queue():
+    class Threads(HeldEncoder):
+        def compute(self, texts):
+            self.threads = [*getattr(self, "threads", []), threading.current_thread().name]
+            return super().compute(texts)
+
+    encoder = Threads()
+    batcher = QueryBatcher(encoder, max_texts=64)
+    results = concurrent(batcher, encoder, [["first"], ["second"], ["third"]])
+    batcher.close()
+    assert encoder.calls == [["first"], ["second", "third"]]
+    assert encoder.threads[0] != "query-batcher" and encoder.threads[1] == "query-batcher"
+    for request, result in zip([["first"], ["second"], ["third"]], results, strict=True):
+        assert same(result, alone(request))

@@ -68,8 +68,9 @@ def find_entities(text: str, participants: Sequence[str]) -> list[str]:
     day names are dropped, and so is a sentence's first word unless it is an acronym or a
     participant (it is capitalised by position, not because it is a name); possessive 's is
     stripped. Linear in the text's length (each match looks back only over the whitespace
-    before it)."""
-    found = [name for name in participants if re.search(rf"\b{re.escape(name)}\b", text)]
+    before it). A participant is looked for as a whole word only when the text holds it at all
+    (a memory may have hundreds of speakers and a question names few)."""
+    found = [name for name in participants if name in text and re.search(rf"\b{re.escape(name)}\b", text)]
     seen = set(found)
     for match in _PROPER.finditer(text):
         words = match[0].split()

@@ -19,6 +19,11 @@ shares a forward with calls of other lengths gets floats that differ from its ow
 the last bits (a text's floats depend on the length it is padded to; the bound and the codes are
 tested in ``tests/test_query_batcher.py``), the price of one forward instead of several.
 
+Alone. A foreground call that finds the queue empty and no forward running runs its forward on
+its own thread, without the hand-off to the worker and back (two thread wake-ups, which on a busy
+machine wait for the scheduler); calls arriving meanwhile queue for the worker as they would
+behind any forward. Its result is the same either way: ``encoder.compute`` of its texts alone.
+
 Bounded: a caller waits for its own call, so at most one call per calling thread is queued.
 :meth:`close` serves what is queued, then stops the thread (started by the first call); a call
 after it is refused.
@@ -91,6 +96,7 @@ class QueryBatcher:
         self._foreground: list[_Request] = []
         self._background: deque[_Request] = deque()
         self._closed = False
+        self._running = False  # a forward runs (the worker's or a caller's own)
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None  # started by the first call
 
@@ -107,19 +113,40 @@ class QueryBatcher:
         with self._changed:
             if self._closed:
                 raise RuntimeError("the query batcher is closed")
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name="query-batcher", daemon=True)
-                self._thread.start()
-            if _MARKS.background:
-                self._background.append(request)
+            alone = not (_MARKS.background or self._running or self._foreground or self._background)
+            if alone:
+                self._running = True
             else:
-                self._foreground.append(request)
-            self._changed.notify()
+                self._queue(request)
+        if alone:
+            return self._run_alone(request.texts)
         request.done.wait()
         if request.error is not None:
             raise request.error
         assert request.result is not None
         return request.result
+
+    def _queue(self, request: _Request) -> None:
+        """Queue ``request`` for the worker (started by the first call queued); under the lock."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="query-batcher", daemon=True)
+            self._thread.start()
+        if _MARKS.background:
+            self._background.append(request)
+        else:
+            self._foreground.append(request)
+        self._changed.notify()
+
+    def _run_alone(self, texts: list[str]) -> Encoded:
+        """The forward of a foreground call that found the model idle, on the caller's thread;
+        then the worker may serve what queued meanwhile."""
+        try:
+            self.forwards += 1
+            return self.encoder.compute(texts)
+        finally:
+            with self._changed:
+                self._running = False
+                self._changed.notify()
 
     def close(self) -> None:
         with self._changed:
@@ -133,20 +160,25 @@ class QueryBatcher:
         rounds = 0  # foreground rounds served in a row while background work waited
         while True:
             with self._changed:
-                while not self._foreground and not self._background and not self._closed:
+                while self._running or not (self._foreground or self._background):
+                    if self._closed and not self._running:
+                        return
                     self._changed.wait()
-                if not self._foreground and not self._background:
-                    return
+                self._running = True
                 starved = bool(self._background) and rounds >= FOREGROUND_ROUNDS
                 taken, self._foreground = ([], self._foreground) if starved else (self._foreground, [])
                 behind = None if taken else self._background[0]
                 rounds = rounds + 1 if taken and self._background else 0
+            finished = False
             if behind is None:
                 for group in self._groups(taken):
                     self._serve(group)
-            elif self._forward_of(behind):
-                with self._changed:
+            else:
+                finished = self._forward_of(behind)
+            with self._changed:
+                if finished:
                     self._background.popleft()
+                self._running = False
 
     def _groups(self, requests: list[_Request]) -> list[list[_Request]]:
         """Consecutive requests of up to ``max_texts`` texts in all; a request of none or of more

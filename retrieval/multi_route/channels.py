@@ -114,18 +114,30 @@ def _expand(bank: MemoryBank, channel: str, matched: dict[int, float], query: np
         return ChannelList(channel, *empty_result())
     scores = np.zeros(len(bank.records), dtype=np.float64)
     reached = np.zeros(len(bank.records), dtype=bool)
-    via: dict[int, list[str]] = {}
     for node, match in sorted(matched.items()):
         members = bank.node_members[node]
         scores[members] += match * _specificity(bank, node)
         reached[members] = True
-        for record in members.tolist():
-            via.setdefault(record, []).append(bank.nodes[node].name)
     in_scope = record_scope(bank, scope)
     records = np.flatnonzero(reached if in_scope is None else reached & in_scope)
     relevance = scores[records] + NODE_RELEVANCE * inner_products(bank.record_vectors, query, records)
     items, best = select_top_k(records, relevance, budget)
-    return ChannelList(channel, items, best, {int(i): tuple(via[int(i)]) for i in items})
+    return ChannelList(channel, items, best,
+                       _via(bank, [(node, bank.node_members[node]) for node in sorted(matched)], items))
+
+
+def _via(bank: MemoryBank, reached: list[tuple[int, np.ndarray]],
+         items: np.ndarray) -> dict[int, tuple[str, ...]]:
+    """Per listed item, the names of the nodes it was reached through: the ``reached`` (node,
+    members) pairs in their order, a node named once per time the item is among its members. Only
+    the listed items are named (a speaker's node may reach most of the bank)."""
+    via: dict[int, list[str]] = {int(item): [] for item in items}
+    for node, members in reached:
+        name = bank.nodes[node].name
+        for record in members.tolist():
+            if record in via:
+                via[record].append(name)
+    return {item: tuple(names) for item, names in via.items()}
 
 
 def node_recall(bank: MemoryBank, route: Route, query: np.ndarray, budget: int,
@@ -162,7 +174,7 @@ def temporal_recall(bank: MemoryBank, time: TimeConstraint, query: np.ndarray,
         if len(key) == 10:
             dated_to_day[bank.node_members[node]] = True
     weight = np.zeros(len(bank.records), dtype=np.float64)
-    via: dict[int, list[str]] = {}
+    reached: list[tuple[int, np.ndarray]] = []
     for key, node in temporal:
         members = bank.node_members[node]
         if len(key) == 10 and low <= key <= high:
@@ -173,12 +185,11 @@ def temporal_recall(bank: MemoryBank, time: TimeConstraint, query: np.ndarray,
         else:
             continue
         weight[members] = np.maximum(weight[members], value)
-        for record in members.tolist():
-            via.setdefault(record, []).append(bank.nodes[node].name)
+        reached.append((node, members))
     in_scope = record_scope(bank, scope)
     records = np.flatnonzero(weight > 0 if in_scope is None else (weight > 0) & in_scope)
     if records.size == 0:
         return ChannelList("temporal", *empty_result())
     relevance = weight[records] + NODE_RELEVANCE * inner_products(bank.record_vectors, query, records)
     items, scores = select_top_k(records, relevance, budget)
-    return ChannelList("temporal", items, scores, {int(i): tuple(via[int(i)]) for i in items})
+    return ChannelList("temporal", items, scores, _via(bank, reached, items))

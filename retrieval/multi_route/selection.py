@@ -38,32 +38,45 @@ def similarity(a: Signature, b: Signature) -> float:
 
 class SimilarityColumns:
     """:func:`similarity` of every one of ``items`` to one of them, a column at a time (selection
-    needs the columns of the items it selects, not every pair): per field, a 0/1 matrix of which
-    item holds which value, so a column is a sum over the chosen item's values."""
+    needs the columns of the items it selects, not every pair). The values of every field share
+    one 0/1 matrix of which item holds which (field, value), its columns grouped by field, so a
+    column's common counts per field are one small integer product; the arithmetic per field is
+    :func:`similarity`'s, in the same order, so the floats are the same."""
 
     def __init__(self, items: Sequence[int], signatures: Mapping[int, Signature]) -> None:
-        self._fields: list[tuple[np.ndarray, list[list[int]], np.ndarray]] = []
-        for name in sorted({name for item in items for name in signatures[item]}):
-            values = [signatures[item].get(name, frozenset()) for item in items]
+        names = sorted({name for item in items for name in signatures[item]})
+        empty: frozenset[str] = frozenset()
+        rows, columns, fields = [], [], []
+        self._sizes = np.zeros((len(items), len(names)), dtype=np.float64)
+        width = 0
+        for field, name in enumerate(names):
+            values = [signatures[item].get(name, empty) for item in items]
             vocabulary: dict[str, int] = {}
-            columns = [[vocabulary.setdefault(value, len(vocabulary)) for value in members]
-                       for members in values]
-            sizes = np.array([len(members) for members in values], dtype=np.int64)
-            held = np.zeros((len(items), max(len(vocabulary), 1)), dtype=bool)
-            held[np.repeat(np.arange(len(items)), sizes), [c for cs in columns for c in cs]] = True
-            self._fields.append((held, columns, sizes.astype(np.float64)))
+            columns.append(np.fromiter((width + vocabulary.setdefault(value, len(vocabulary))
+                                        for members in values for value in members), dtype=np.int64))
+            counts = np.fromiter((len(members) for members in values), dtype=np.int64, count=len(items))
+            rows.append(np.repeat(np.arange(len(items)), counts))
+            self._sizes[:, field] = counts
+            fields.append(np.full(len(vocabulary), field, dtype=np.int64))
+            width += len(vocabulary)
+        self._held = np.zeros((len(items), max(width, 1)), dtype=bool)
+        if names:
+            self._held[np.concatenate(rows), np.concatenate(columns)] = True
+        field_of = np.concatenate(fields) if names else np.zeros(0, dtype=np.int64)
+        self._field_of = np.eye(len(names), dtype=np.int64)[field_of]  # (value column, field) 0/1
         self.size = len(items)
 
     def column(self, position: int) -> np.ndarray:
         """The similarity of each item to item ``position``: per field filled by either, the
         Jaccard index of the two sets, |a ∩ b| / (|a| + |b| - |a ∩ b|), averaged over those fields."""
-        total = np.zeros(self.size, dtype=np.float64)
-        filled = np.zeros_like(total)
-        for held, columns, sizes in self._fields:
-            common = held[:, columns[position]].sum(axis=1).astype(np.float64)
-            union = sizes + sizes[position] - common
-            total += np.divide(common, union, out=np.zeros_like(common), where=union > 0)
-            filled += union > 0
+        if not self._sizes.shape[1]:
+            return np.zeros(self.size, dtype=np.float64)
+        held = np.flatnonzero(self._held[position])
+        common = (self._held[:, held].astype(np.int64) @ self._field_of[held]).astype(np.float64)
+        union = self._sizes + self._sizes[position] - common
+        ratios = np.divide(common, union, out=np.zeros_like(common), where=union > 0)
+        total = np.add.accumulate(ratios, axis=1)[:, -1]  # field by field, as a running sum
+        filled = (union > 0).sum(axis=1).astype(np.float64)
         return np.divide(total, filled, out=np.zeros_like(total), where=filled > 0)
 
 

@@ -7,8 +7,9 @@ and time.
 0. ``floor_ms``, the median bare MiniLM forward of one dev question, and ``ceiling_rps``, the
    queries/s of one forward of 16 of them (:mod:`benchmarks.floor`), measured in this process
    before the server starts and again after it stopped, the two halves' samples pooled (a burst
-   of other work on a shared machine during one of them moves the median less): latencies are
-   also given as ratios to the floor, throughput as a ratio to the ceiling.
+   of other work on a shared machine during one of them moves the median less), with idle OpenMP
+   threads sleeping as in the servers: latencies are also given as ratios to the floor,
+   throughput as a ratio to the ceiling.
 1. A store pre-filled with users holding the LoCoMo dev conversations: the first added through
    ``Memory.add`` session by session (as ``retrieval.ingest`` does), the others copies of it
    (:mod:`retrieval.api.user_copy`, one transaction per user); built once under ``--prefilled``
@@ -43,6 +44,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import random
 import shutil
 import statistics
@@ -59,6 +61,11 @@ import httpx
 
 if __package__ in (None, ""):  # run as a script: python benchmarks/bench_service.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# The floor and ceiling are measured with the servers' OpenMP setting (idle threads sleep,
+# retrieval/service/launch.py), read as torch loads: under load, spinning threads would inflate
+# them and flatter every ratio. Only when run, not when imported (by the tests).
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from benchmarks.floor import BareEncoder, measure_ceiling, measure_floor  # noqa: E402
 from benchmarks.paths import FINGERPRINTER, default_locomo, missing_locomo  # noqa: E402

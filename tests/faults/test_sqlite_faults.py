@@ -99,7 +99,7 @@ def test_a_full_disk_loses_nothing_and_says_so(cli: Path, tmp_path: Path, capsys
 
     def small_disk(self, target):  # SQLite's own page limit stands in for a full disk
         db = connect(self, target)
-        db.execute("PRAGMA max_page_count = 40")
+        db.execute("PRAGMA max_page_count = 46")
         return db
 
     monkeypatch.setattr(SQLiteConnection, "_connect", small_disk)

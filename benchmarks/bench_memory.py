@@ -171,7 +171,8 @@ def build_synthetic(directory: Path | str, users: dict[str, int], embedder: Any,
             segments = synthetic_segments(user, count, rng, fingerprinter.codebook_size)
             for start in range(0, len(segments), SEGMENTS_PER_COMMIT):
                 store.commit_segments(segments[start:start + SEGMENTS_PER_COMMIT])
-            MemoryBank.build(store, user, filler, records=[amu for _, _, amus in segments for amu in amus])
+            MemoryBank.build(store, user, filler.for_user(user),
+                             records=[amu for _, _, amus in segments for amu in amus])
     return time.perf_counter() - began
 
 

@@ -94,7 +94,7 @@ def build_store(path: Path) -> None:
 
 
 def open_bank(store: AMUStore, *, codes: bool = True) -> MemoryBank:
-    return MemoryBank.build(store, CID, CachedEmbedder(WordEmbedder(), store),
+    return MemoryBank.build(store, CID, CachedEmbedder(WordEmbedder(), store, CID),
                            fingerprinter=WordFingerprinter() if codes else None)
 
 

@@ -13,6 +13,7 @@ import pytest
 from retrieval import Memory
 from retrieval.api.errors import InvalidInput, MemoryAPIError, MemoryBusy, NotFound
 from retrieval.memory.records import MAX_TURN_CHARS
+from retrieval.memory.schema import SCHEMA_VERSION
 from retrieval.memory.store import AMUStore
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 
@@ -228,7 +229,7 @@ def test_a_version_4_store_migrates_and_counts_its_purges(tmp_path):
     db.execute("PRAGMA user_version=4")
     db.commit()
     db.close()
-    with pytest.raises(MemoryAPIError, match="needs a migration to 5"):
+    with pytest.raises(MemoryAPIError, match=f"needs a migration to {SCHEMA_VERSION}"):
         open_memory(tmp_path, read_only=True)
     with open_memory(tmp_path) as mem:
         assert mem.search("story number 2", user_id="u", k=3).hits

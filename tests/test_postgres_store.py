@@ -10,6 +10,7 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
+from retrieval.memory.cache import text_key
 from retrieval.memory.errors import StoreError
 from retrieval.memory.postgres.schema import SCHEMA_VERSION
 from retrieval.memory.postgres.store import PostgresStore
@@ -132,7 +133,7 @@ def test_after_a_purge_and_compact_no_table_file_holds_the_text(postgres_server,
         checkpoint()
         assert in_table_files()
         store.purge("conv-x", amu_ids=["conv-x:0:0"])
-        store.scrub([f"My neighbour {secret} repairs violins."])
+        store.scrub("conv-x", [f"My neighbour {secret} repairs violins."])
         checkpoint()
         assert in_table_files()  # dead tuples: deleted, still on disk
         store.compact()
@@ -168,10 +169,15 @@ def test_a_version_1_database_migrates_keeping_its_rows(postgres_url):
         conn.execute("INSERT INTO schema_version VALUES (1)")
         conn.execute("INSERT INTO turns (user_id, session_id, turn_id, speaker, text) "
                      "VALUES ('u', 's', 't1', 'Ann', 'hello')")
+        conn.execute("INSERT INTO vectors (model, item, vector) VALUES ('m', %s, 'v'), ('m', %s, 'q')",
+                     (text_key("Ann: hello"), text_key("a question nobody stored")))
     with pytest.raises(StoreError, match=f"schema version 1 needs a migration to {SCHEMA_VERSION}"):
         PostgresStore(postgres_url, read_only=True)
     with PostgresStore(postgres_url) as store:
         assert [t.text for t in store.turns("u")] == ["hello"] and store.integrity_problems() == []
+        # version 4's cache by user: the array of the turn as embedded is the user's, the other gone
+        assert store.cached("vectors", "m", "u", [text_key("Ann: hello")]) == [b"v"]
+        assert store.cached("vectors", "m", "u", [text_key("a question nobody stored")]) == [None]
         store.add_key("k1", "u", b"s", b"d", "now")
         store.purge("u", everything=True)
         assert store.ingestion_marks("u") == (0, 0, 1)  # version 3's purge count

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from retrieval.memory.cache import text_key
 from retrieval.memory.errors import StoreError, StoreMismatch
 from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn, amu_id
 from tests.test_amu_store import WHEN, commit, make_amu, make_turn
@@ -109,21 +110,41 @@ def test_segments_committed_together_all_land_or_none(backend):
 def test_a_cache_read_of_many_items_and_a_read_only_store(backend):
     with backend.open() as store:
         blobs = {f"item{i}": bytes([i % 256]) * 4 for i in range(1500)}
-        store.cache("vectors", "m", blobs)
-        store.cache("vectors", "m", {"item0": b"other"})  # the first array stays
+        store.cache("vectors", "m", "u", blobs)
+        store.cache("vectors", "m", "u", {"item0": b"other"})  # the first array stays
         wanted = [*reversed(blobs), "absent", "item7", "item0"]  # any order, repeats, one never stored
-        assert store.cached("vectors", "m", wanted) == [blobs.get(item) for item in wanted]
-        assert store.cached("codes", "m", ["item0"]) == [None]
-        assert store.cached("vectors", "m", []) == []
+        assert store.cached("vectors", "m", "u", wanted) == [blobs.get(item) for item in wanted]
+        assert store.cached("codes", "m", "u", ["item0"]) == [None]
+        assert store.cached("vectors", "m", "v", ["item0"]) == [None]  # another user's
+        assert store.cached("vectors", "m", "u", []) == []
         commit(store, 0, [make_amu(0, 0)])
     with backend.open(read_only=True) as reader:
         assert [a.id for a in reader.amus()] == ["conv-x:0:0"]
-        reader.cache("vectors", "m", {"new": b"x"})  # nothing stored, nothing raised
-        assert reader.cached("vectors", "m", ["new"]) == [None]
+        reader.cache("vectors", "m", "u", {"new": b"x"})  # nothing stored, nothing raised
+        assert reader.cached("vectors", "m", "u", ["new"]) == [None]
         for write in (lambda: reader.put_meta("k", 1), lambda: reader.archive(["conv-x:0:0"]),
                       lambda: reader.append_turns("u", [make_turn("D2:0")])):
             with pytest.raises(StoreError, match="read-only"):
                 write()
+
+
+def test_cached_arrays_are_each_users_own_copied_scrubbed_and_forgotten_with_it(backend):
+    with backend.open() as store:
+        commit(store, 0, [make_amu(0, 0)])
+        for user in ("conv-x", "other"):
+            store.cache("vectors", "m", user, {"a": b"1", "b": b"2"})
+            store.cache("codes", "f", user, {"a": b"3"})
+            store.cache("vectors", "m", user, {text_key("said"): b"4"})
+        store.copy_cache("conv-x", "copy")
+        assert store.cached("vectors", "m", "copy", ["a", "b"]) == [b"1", b"2"]
+        store.scrub("conv-x", ["said"])  # the user's own array of the text only
+        assert store.cached("vectors", "m", "conv-x", [text_key("said"), "a"]) == [None, b"1"]
+        assert store.cached("vectors", "m", "other", [text_key("said")]) == [b"4"]
+        store.purge("conv-x", everything=True)
+        assert store.cached("vectors", "m", "conv-x", ["a", "b"]) == [None, None]
+        assert store.cached("codes", "f", "conv-x", ["a"]) == [None]
+        assert store.cached("vectors", "m", "other", ["a", "b"]) == [b"1", b"2"]  # untouched
+        assert store.cached("codes", "f", "other", ["a"]) == [b"3"]
 
 
 def test_the_turn_log_idempotency_keys_and_the_backlog(backend):

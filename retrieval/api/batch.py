@@ -101,7 +101,7 @@ def ingest_turns(turns: Iterable[Turn], store: Store, embedder: Embedder, extrac
         return stats
     for user, sessions in conversations.items():
         _check_stored(store, user, sessions)
-    if not isinstance(embedder, CachedEmbedder):  # segmentation embeddings: computed once per store
+    if not isinstance(embedder, CachedEmbedder):  # segmentation embeddings: computed once per user
         embedder = CachedEmbedder(embedder, store)
     store.bind("embedder", model_identity(embedder))
     store.bind("extractor", model_identity(extractor))
@@ -152,6 +152,7 @@ def _check_stored(store: Store, user: str, sessions: Sessions) -> None:
 
 def _ingest_user(user: str, sessions: Sessions, store: Store, models: StreamModels, stats: IngestStats,
                  bar: tqdm, retry_fallbacks: bool) -> None:
+    models = models.for_user(user)
     resumed = store.segments(user)
     if retry_fallbacks and any(record.fallback for record in resumed):
         _retry_fallbacks(user, resumed, store, models, stats)

@@ -352,7 +352,8 @@ class Memory:
             raise StoreUnavailable(f"{self.store.location} is open read-only")
 
     def _build_bank(self, user: str) -> MemoryBank:
-        return MemoryBank.build(self.store, user, self._embedder, query_embedder=self._query_embedder,
+        return MemoryBank.build(self.store, user, self._embedder.for_user(user),
+                                query_embedder=self._query_embedder,
                                 fingerprinter=self._fingerprinter)
 
     def _forget_state(self, user: str) -> None:

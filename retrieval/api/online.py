@@ -32,6 +32,7 @@ from typing import Any
 from retrieval.extract.base import Extractor, ReferenceContext
 from retrieval.ingestion.pipeline import embed_segment, fingerprinted, segment_record
 from retrieval.ingestion.segmenter import SegmenterConfig, SemanticSegmenter
+from retrieval.memory.cache import for_user
 from retrieval.memory.records import AMU, Exchange, Segment, SegmentRecord, Turn
 from retrieval.memory.store_contract import Store
 
@@ -53,12 +54,17 @@ class StreamModels:
     fingerprinter: Any | None
     config: SegmenterConfig = field(default_factory=SegmenterConfig)
 
+    def for_user(self, user: str) -> StreamModels:
+        """These models with the cached ones caching under ``user`` (:mod:`retrieval.memory.cache`)."""
+        return dataclasses.replace(self, embedder=for_user(self.embedder, user),
+                                   fingerprinter=for_user(self.fingerprinter, user))
+
 
 class UserStream:
     """One user's online segmentation and extraction state."""
 
     def __init__(self, user: str, store: Store, models: StreamModels) -> None:
-        self.user, self.store, self.models = user, store, models
+        self.user, self.store, self.models = user, store, models.for_user(user)
         self.publish: Callable[[SegmentRecord, list[AMU]], None] = self.store_segment
         self.history: deque[float] = deque(maxlen=models.config.history_size)
         self.sessions: dict[str, OpenSession] = {}

@@ -63,7 +63,7 @@ def hard_purge(store: Store, user: str, llm_cache: Path | None, *, session_id: s
         purged = store.purge(user, session_id=session_id, amu_ids=amu_ids, turn_ids=turn_ids,
                              everything=everything)
     texts = derived_texts(purged, before)
-    store.scrub(texts)
+    store.scrub(user, texts)
     if llm_cache is not None:
         drop_llm_answers(llm_cache, texts)
     return purged

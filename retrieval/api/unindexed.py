@@ -45,7 +45,7 @@ class UnindexedTurns:
         call) into the store's cache."""
         texts = self._texts(self._entries(user)) + list(more)
         if texts:
-            self.embedder.encode(texts)
+            self.embedder.for_user(user).encode(texts)
 
     def index(self, user: str) -> None:
         """The user's waiting turns join its search state (their vectors computed in one call)."""
@@ -53,7 +53,7 @@ class UnindexedTurns:
             entries = self._waiting.pop(user, [])
         if entries:
             with background(False):  # under the user's guard: its adds and searches wait for it
-                self.embedder.encode(self._texts(entries))
+                self.embedder.for_user(user).encode(self._texts(entries))
             for marks, turns in entries:
                 self.states.extend(user, marks, turns=turns)
 

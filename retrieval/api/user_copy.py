@@ -8,9 +8,10 @@ the source's raw turns, segments and records and commits them for the target thr
 segment write (:meth:`retrieval.memory.store.AMUStore.commit_segments`: the turns, the records
 with their evidence nodes and FTS rows, the progress rows), so the target is a user like any
 other: scoped by its own id, searchable, deletable, its records renamed ``<target>:<seq>:<n>``.
-Vectors and codes need no copy: the store caches them by text (:mod:`retrieval.memory.cache`),
-so the target's identical texts find the source's. Nothing else is shared; a change to one user
-after the copy never shows in the other.
+Then the source's cached vectors and codes are copied to the target (the store keeps them per
+user, :mod:`retrieval.memory.cache`), so the target's first search reads them instead of
+computing them again. Nothing is shared; a change to one user after the copy never shows in the
+other.
 
 Only a settled user is copied: every turn in a committed segment (no ingestion backlog, no open
 segment; :meth:`Memory.drain` first) and no archived record (a consolidated or re-extracted user
@@ -46,6 +47,7 @@ def copy_user(memory: Memory, source_user_id: str, target_user_id: str) -> int:
                            "target_user_id")
     segments = _settled(memory, source)
     store.commit_segments(_renamed(segments, source, target))
+    store.copy_cache(source, target)
     return sum(len(amus) for _, _, amus in segments)
 
 

@@ -65,6 +65,7 @@ def consolidate_user(store: Store, user_id: str, embedder: Embedder,
     store.bind("fingerprinter", "none" if fingerprinter is None else model_identity(fingerprinter),
                hint="consolidate with the fingerprinter the store was built with")
     cached = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder, store)
+    cached = cached.for_user(user_id)
     usage_before = dataclasses.replace(operator.usage)
     report = ConsolidationReport(user_id, operator.name, float(config.threshold or 0.0))
     stored = list(store.amus(user_id, include_archived=True))  # reading AMUs back is the costly part

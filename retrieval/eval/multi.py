@@ -18,6 +18,7 @@ from retrieval.eval.configs import TRAINED, RetrievalConfig
 from retrieval.eval.dual_path import DualPathRetriever
 from retrieval.eval.questions import EvalQuestion
 from retrieval.eval.results import MultiRouteInfo
+from retrieval.memory.cache import CachedEmbedder, CachedFingerprinter
 from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU
 from retrieval.memory.store_contract import Store
@@ -49,14 +50,17 @@ def build_route_retrievers(store: Store, conversation_id: str, embedder: Embedde
 
 
 def prepare_queries(retrievers: Mapping[str, MultiRouteRetriever], questions: Sequence[EvalQuestion],
-                    embedder: Embedder, fingerprinters: Iterable[TextFingerprinter]) -> list[Plan]:
+                    embedder: CachedEmbedder, fingerprinters: Iterable[CachedFingerprinter]) -> list[Plan]:
     """Plan every question and put its route queries' vectors and, per fingerprinter, codes in
-    the store's caches with one batched call each; returns the plans, in question order."""
+    the store's caches, under the question's conversation, with one batched call each; returns
+    the plans, in question order."""
     plans = [retrievers[q.conversation_id].plan(q.question) for q in questions]
-    texts = list(dict.fromkeys(query for plan in plans for route in plan.routes for query in route.queries))
-    embedder.encode(texts)
+    owned = list(dict.fromkeys((q.conversation_id, query) for q, plan in zip(questions, plans, strict=True)
+                               for route in plan.routes for query in route.queries))
+    users, texts = [user for user, _ in owned], [text for _, text in owned]
+    embedder.encode_for(users, texts)
     for fingerprinter in fingerprinters:
-        fingerprinter.fingerprint(texts)
+        fingerprinter.fingerprint_for(users, texts)
     return plans
 
 

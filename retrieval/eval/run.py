@@ -243,22 +243,25 @@ def construct(conversations: Sequence[LocomoConversation], memory: Memory, model
         spent, replayed = add_locomo_conversation(conversation, memory, ledger)
         built.timings["ingest"] += spent
         built.resumed += replayed
+        user_embedder = embedder.for_user(cid)
+        user_fingerprinters = {name: fp.for_user(cid) for name, fp in fingerprinters.items()}
         if models.operator is not None:
-            built.consolidated.append(consolidate_user(store, cid, embedder, models.operator))
+            built.consolidated.append(consolidate_user(store, cid, user_embedder, models.operator))
         amus = list(store.amus(cid))
         tick = time.perf_counter()
-        embeddings = embedder.encode([amu.text for amu in amus])
+        embeddings = user_embedder.encode([amu.text for amu in amus])
         seconds = {"embed": time.perf_counter() - tick}
         banks, lexical = {}, RecordLexical(amus)
-        for codebook, fingerprinter in fingerprinters.items():
+        for codebook, fingerprinter in user_fingerprinters.items():
             tick = time.perf_counter()
             banks[codebook] = build_retriever(fingerprinter, amus, embeddings, settings.topology, lexical)
             seconds[f"index_{codebook}"] = time.perf_counter() - tick
         multi = {}
         if multi_configs:
             tick = time.perf_counter()
-            multi = build_route_retrievers(store, cid, embedder, amus, embeddings, banks, fingerprinters,
-                                           models.planner, models.reranker, multi_configs)
+            multi = build_route_retrievers(store, cid, user_embedder, amus, embeddings, banks,
+                                           user_fingerprinters, models.planner, models.reranker,
+                                           multi_configs)
             seconds["route_banks"] = built.route_seconds[cid] = time.perf_counter() - tick
         for step, spent in seconds.items():
             built.timings[step] += spent
@@ -274,11 +277,13 @@ def construct(conversations: Sequence[LocomoConversation], memory: Memory, model
 
 def encode_queries(built: Built, fingerprinters: Mapping[str, CachedFingerprinter],
                    embedder: CachedEmbedder) -> tuple[QuerySet, list[Plan]]:
-    """The questions embedded in one batched call and fingerprinted in one call per codebook; the
-    multi-route plans, with their route queries' vectors and codes put in the caches."""
+    """The questions embedded in one batched call and fingerprinted in one call per codebook (each
+    cached under its conversation); the multi-route plans, with their route queries' vectors and
+    codes put in the caches."""
     texts = [q.question for q in built.questions]
-    queries = QuerySet(built.questions, embedder.encode(texts),
-                       {name: [fp.codes for fp in fp_model.fingerprint(texts)]
+    users = [q.conversation_id for q in built.questions]
+    queries = QuerySet(built.questions, embedder.encode_for(users, texts),
+                       {name: [fp.codes for fp in fp_model.fingerprint_for(users, texts)]
                         for name, fp_model in fingerprinters.items()})
     multi = {cid: next(iter(c.multi.values())) for cid, c in built.conversations.items() if c.multi}
     plans = prepare_queries(multi, built.questions, embedder, fingerprinters.values()) if multi else []

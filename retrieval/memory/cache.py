@@ -1,11 +1,13 @@
-"""Derived arrays cached in the store: embeddings and fingerprint codes per model identity.
+"""Derived arrays cached in the store: embeddings and fingerprint codes per user and model identity.
 
 Building memory costs model forwards (segmentation and record embeddings, fingerprints of
 every record and question); reading it back costs a SELECT. The store keeps each array under
-(model key, SHA-256 of the text), so an evaluation rerun, ``retrieval.query`` or a run with
+(user, model key, SHA-256 of the text), so an evaluation rerun, ``retrieval.query`` or a run with
 more conversations computes only what it has not seen, and a different model computes and
 stores its own (its identity is another key). A cached array is what the first run computed,
-so a rerun reproduces it exactly whatever batches the texts fall into.
+so a rerun reproduces it exactly whatever batches the texts fall into. Each user's arrays are
+its own: computed from its texts, read, copied and purged with it, never another user's copy
+of the same text (which would show, in how fast a text is taken in, that someone else said it).
 """
 
 from __future__ import annotations
@@ -36,69 +38,144 @@ def model_key(identity: Any) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+_COLUMNS = {"vectors": "vector", "codes": "codes"}
+
+
 def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class ArrayCache(SQLitePart):
-    """The cache tables of the store (a part of :class:`retrieval.memory.store.AMUStore`)."""
+    """The cache tables of the store (a part of :class:`retrieval.memory.store.AMUStore`), keyed
+    by user, model and text (:mod:`retrieval.memory.schema`, version 6)."""
 
-
-    def cached(self, table: str, model: str, items: Sequence[str]) -> list[bytes | None]:
-        """The stored blob of each of ``items`` under ``model`` in ``table`` ("vectors" or
+    def cached(self, table: str, model: str, user: str, items: Sequence[str]) -> list[bytes | None]:
+        """The user's stored blob of each of ``items`` under ``model`` in ``table`` ("vectors" or
         "codes"), in order (None where there is none): one statement for the whole list, the
         items passed as one JSON array and looked up in order (the array is the outer side of a
         LEFT JOIN, which SQLite never reorders), so a user's every vector is one read."""
-        column = {"vectors": "vector", "codes": "codes"}[table]
+        column = _COLUMNS[table]
         rows = self._db.execute(f"SELECT c.{column} FROM json_each(?) AS k LEFT JOIN {table} AS c "
-                                "ON c.model = ? AND c.item = k.value", [json.dumps(list(items)), model])
+                                "ON c.conversation_id = ? AND c.model = ? AND c.item = k.value",
+                                [json.dumps(list(items)), user, model])
         return [row[0] for row in rows]
 
-    def cache(self, table: str, model: str, blobs: Mapping[str, bytes]) -> None:
-        """Store blobs (no-op on a read-only store: the caller computed them anyway)."""
+    def cache(self, table: str, model: str, user: str, blobs: Mapping[str, bytes]) -> None:
+        """Store the user's blobs (no-op on a read-only store: the caller computed them anyway)."""
         if self.read_only or not blobs:
             return
-        column = {"vectors": "vector", "codes": "codes"}[table]
+        column = _COLUMNS[table]
         with self._transaction() as db:
-            db.executemany(f"INSERT OR IGNORE INTO {table} (model, item, {column}) VALUES (?, ?, ?)",
-                           [(model, item, blob) for item, blob in blobs.items()])
+            db.executemany(f"INSERT OR IGNORE INTO {table} (conversation_id, model, item, {column}) "
+                           "VALUES (?, ?, ?, ?)", [(user, model, item, blob) for item, blob in blobs.items()])
+
+    def copy_cache(self, source: str, target: str) -> None:
+        """Give ``target`` a copy of every array ``source`` has cached (a copied user's texts are
+        the source's)."""
+        if self.read_only:
+            return
+        with self._transaction() as db:
+            for table, column in _COLUMNS.items():
+                db.execute(f"INSERT OR IGNORE INTO {table} (conversation_id, model, item, {column}) "
+                           f"SELECT ?, model, item, {column} FROM {table} WHERE conversation_id = ?",
+                           (target, source))
 
 
-def read_through(store: VectorCache, table: str, model: str, texts: Sequence[str],
+def read_through(store: VectorCache, table: str, model: str, owners: Sequence[str], texts: Sequence[str],
                  compute: Callable[[list[str]], list[bytes]]) -> tuple[list[bytes], int]:
-    """The blob of each of ``texts`` in ``table`` under ``model``, in order, and how many were
-    computed: the cached ones read in one statement, the others made by ``compute`` in one call
-    (each distinct text once, in input order) and stored."""
+    """The blob of each of ``texts`` in ``table`` under ``model``, cached under its owner (the user
+    at the same place in ``owners``), in order, and how many texts were computed: each owner's
+    cached ones read in one statement, the others made by ``compute`` in one call (each distinct
+    text once, in input order) and stored under every owner that lacked them."""
     keys = [text_key(text) for text in texts]
-    found = store.cached(table, model, keys)
-    missing = list(dict.fromkeys(text for text, blob in zip(texts, found, strict=True) if blob is None))
+    found = _cached(store, table, model, owners, keys)
+    missing = [i for i, blob in enumerate(found) if blob is None]
     if not missing:
         return cast(list[bytes], found), 0
-    new = dict(zip(map(text_key, missing), compute(missing), strict=True))
-    store.cache(table, model, new)
-    return [new[key] if blob is None else blob for key, blob in zip(keys, found, strict=True)], len(missing)
+    distinct = list(dict.fromkeys(texts[i] for i in missing))
+    made = dict(zip(distinct, compute(distinct), strict=True))
+    new: dict[str, dict[str, bytes]] = {}
+    for i in missing:
+        found[i] = new.setdefault(owners[i], {})[keys[i]] = made[texts[i]]
+    for owner, blobs in new.items():
+        store.cache(table, model, owner, blobs)
+    return cast(list[bytes], found), len(distinct)
+
+
+def _cached(store: VectorCache, table: str, model: str, owners: Sequence[str],
+            keys: Sequence[str]) -> list[bytes | None]:
+    """Each key's blob under its owner (None where there is none), one read per owner."""
+    places: dict[str, list[int]] = {}
+    for i, owner in enumerate(owners):
+        places.setdefault(owner, []).append(i)
+    if len(places) == 1:
+        return store.cached(table, model, owners[0], keys)
+    found: list[bytes | None] = [None] * len(keys)
+    for owner, where in places.items():
+        for i, blob in zip(where, store.cached(table, model, owner, [keys[i] for i in where]), strict=True):
+            found[i] = blob
+    return found
+
+
+class _Counter:
+    """How many arrays a cached model and its per-user views computed (one count for all)."""
+
+    def __init__(self) -> None:
+        self.computed = 0
+
+
+def _bound(user: str | None, model: object) -> str:
+    """The user a cached model reads and writes under; a model not bound to one refuses (its
+    caller would otherwise mix users' arrays)."""
+    if user is None:
+        raise RuntimeError(f"{type(model).__name__} is not bound to a user: use .for_user(user_id)")
+    return user
 
 
 class CachedEmbedder:
-    """An :class:`retrieval.memory.protocols.Embedder` whose vectors live in a store's cache.
+    """An :class:`retrieval.memory.protocols.Embedder` whose vectors live in a store's cache,
+    under one user's key (:meth:`for_user` gives the same model under another user's; one made
+    without a user only makes those).
 
     Texts not cached yet are embedded in one call, in input order, and stored.
     """
 
-    def __init__(self, embedder: Embedder, store: VectorCache) -> None:
-        self.embedder, self.store = embedder, store
+    def __init__(self, embedder: Embedder, store: VectorCache, user: str | None = None,
+                 counter: _Counter | None = None) -> None:
+        self.embedder, self.store, self.user = embedder, store, user
         self.dim = embedder.dim
         self.identity = model_identity(embedder)
         self.key = model_key(self.identity)
-        self.computed = 0
+        self._counter = counter or _Counter()
+
+    @property
+    def computed(self) -> int:
+        """Vectors computed (not found cached) by this embedder and its other users' views."""
+        return self._counter.computed
+
+    def for_user(self, user: str) -> CachedEmbedder:
+        """The same embedder and store, caching under ``user``."""
+        return self if user == self.user else CachedEmbedder(self.embedder, self.store, user, self._counter)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        blobs, computed = read_through(self.store, "vectors", self.key, texts, self._embed)
-        self.computed += computed
+        return self.encode_for([_bound(self.user, self)] * len(texts), texts)
+
+    def encode_for(self, users: Sequence[str], texts: Sequence[str]) -> np.ndarray:
+        """The vector of each of ``texts``, cached under the user at its place in ``users``
+        (several users' texts computed in one call)."""
+        blobs, computed = read_through(self.store, "vectors", self.key, users, texts, self._embed)
+        self._counter.computed += computed
         return rows_of(blobs, self.dim)
 
     def _embed(self, texts: list[str]) -> list[bytes]:
         return [vector.tobytes() for vector in np.asarray(self.embedder.encode(texts), dtype=np.float32)]
+
+
+def for_user(model: Any, user: str) -> Any:
+    """``model`` caching under ``user`` where it caches in a store (:class:`CachedEmbedder`,
+    :class:`CachedFingerprinter`), else ``model`` itself."""
+    bind = getattr(model, "for_user", None)
+    return model if bind is None else bind(user)
 
 
 def rows_of(blobs: Sequence[bytes], dim: int) -> np.ndarray:
@@ -108,19 +185,35 @@ def rows_of(blobs: Sequence[bytes], dim: int) -> np.ndarray:
 
 
 class CachedFingerprinter:
-    """A fingerprinter whose token codes live in a store's cache (same interface for callers:
-    ``fingerprint(texts)``, ``identity``, ``codebook_size``)."""
+    """A fingerprinter whose token codes live in a store's cache, under one user's key (same
+    interface for callers: ``fingerprint(texts)``, ``identity``, ``codebook_size``); like
+    :class:`CachedEmbedder`, bound to a user by :meth:`for_user`."""
 
-    def __init__(self, fingerprinter: TextFingerprinter, store: VectorCache) -> None:
-        self.fingerprinter, self.store = fingerprinter, store
+    def __init__(self, fingerprinter: TextFingerprinter, store: VectorCache, user: str | None = None,
+                 counter: _Counter | None = None) -> None:
+        self.fingerprinter, self.store, self.user = fingerprinter, store, user
         self.identity = fingerprinter.identity
         self.codebook_size = fingerprinter.codebook_size
         self.key = model_key(self.identity)
-        self.computed = 0
+        self._counter = counter or _Counter()
+
+    @property
+    def computed(self) -> int:
+        """Codes computed (not found cached) by this fingerprinter and its other users' views."""
+        return self._counter.computed
+
+    def for_user(self, user: str) -> CachedFingerprinter:
+        """The same fingerprinter and store, caching under ``user``."""
+        return self if user == self.user else CachedFingerprinter(self.fingerprinter, self.store, user,
+                                                                  self._counter)
 
     def fingerprint(self, texts: Sequence[str]) -> list[Fingerprint]:
-        blobs, computed = read_through(self.store, "codes", self.key, texts, self._codes)
-        self.computed += computed
+        return self.fingerprint_for([_bound(self.user, self)] * len(texts), texts)
+
+    def fingerprint_for(self, users: Sequence[str], texts: Sequence[str]) -> list[Fingerprint]:
+        """The fingerprint of each of ``texts``, cached under the user at its place in ``users``."""
+        blobs, computed = read_through(self.store, "codes", self.key, users, texts, self._codes)
+        self._counter.computed += computed
         return [Fingerprint.from_token_codes(np.frombuffer(blob, dtype=np.int32).astype(np.int64))
                 for blob in blobs]
 

@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 class CacheRows(Protocol):
     """A backend's part holding the cached arrays (the store itself says whether it is read-only)."""
 
-    def cached(self, table: str, model: str, items: Sequence[str]) -> list[bytes | None]: ...
-    def cache(self, table: str, model: str, blobs: Mapping[str, bytes]) -> None: ...
+    def cached(self, table: str, model: str, user: str, items: Sequence[str]) -> list[bytes | None]: ...
+    def cache(self, table: str, model: str, user: str, blobs: Mapping[str, bytes]) -> None: ...
+    def copy_cache(self, source: str, target: str) -> None: ...
 
 
 class StoreParts:
@@ -168,11 +169,14 @@ class StoreParts:
     def node_links(self, amu_ids: Sequence[str]) -> list[tuple[EvidenceNode, str]]:
         return self._evidence.node_links(amu_ids)
 
-    def cached(self, table: str, model: str, items: Sequence[str]) -> list[bytes | None]:
-        return self._cache.cached(table, model, items)
+    def cached(self, table: str, model: str, user: str, items: Sequence[str]) -> list[bytes | None]:
+        return self._cache.cached(table, model, user, items)
 
-    def cache(self, table: str, model: str, blobs: Mapping[str, bytes]) -> None:
-        self._cache.cache(table, model, blobs)
+    def cache(self, table: str, model: str, user: str, blobs: Mapping[str, bytes]) -> None:
+        self._cache.cache(table, model, user, blobs)
+
+    def copy_cache(self, source: str, target: str) -> None:
+        self._cache.copy_cache(source, target)
 
     def create_job(self, user: str, session_id: str | None, kind: str) -> tuple[JobRow, bool]:
         return self._jobs.create_job(user, session_id, kind)
@@ -201,8 +205,8 @@ class StoreParts:
         return self._purge.purge(user, session_id=session_id, amu_ids=amu_ids, turn_ids=turn_ids,
                                  everything=everything)
 
-    def scrub(self, texts: Iterable[str]) -> None:
-        self._purge.scrub(texts)
+    def scrub(self, user: str, texts: Iterable[str]) -> None:
+        self._purge.scrub(user, texts)
 
     def compact(self) -> None:
         self._purge.compact()

@@ -25,7 +25,8 @@ the other turns stated, as the records consolidation had merged.
 
 Selections: turns by id, a session's turns, AMUs by id (a record stands for the turns it names:
 its words are theirs), or everything. When no turn of the user is left the purge is the whole
-user's: also its jobs, idempotency keys and per-user meta entries, whichever path led there.
+user's: also its jobs, idempotency keys, cached arrays and per-user meta entries, whichever path
+led there.
 
 Then :meth:`Purge.scrub`: cached arrays of the purged texts (the caller names the texts, it knows
 how they were derived), and :meth:`Purge.compact` (also ``python -m retrieval.store compact``):
@@ -187,7 +188,7 @@ class Purge(SQLitePart):
             db.executemany("DELETE FROM meta WHERE key = ?",
                            [(MERGE_KEY.format(amu_id),) for amu_id in sorted(picked.chosen_ids)])
             if picked.everything:
-                for table in ("idempotency", "jobs"):
+                for table in ("idempotency", "jobs", "vectors", "codes"):
                     db.execute(f"DELETE FROM {table} WHERE conversation_id = ?", (user,))
                 db.executemany("DELETE FROM meta WHERE key = ?", [(key.format(user),) for key in USER_KEYS])
             else:
@@ -196,13 +197,14 @@ class Purge(SQLitePart):
         return Purged(turns, [row.amu for row in picked.chosen], node_texts, picked.frames,
                       [row.amu.id for row in picked.restored])
 
-    def scrub(self, texts: Iterable[str]) -> None:
-        """Drop the cached arrays of ``texts``, then :meth:`compact`."""
+    def scrub(self, user: str, texts: Iterable[str]) -> None:
+        """Drop the user's cached arrays of ``texts``, then :meth:`compact`."""
         keys = sorted({text_key(text) for text in texts})
         with self._transaction() as db:
             for table in ("vectors", "codes"):
                 for marks, chunk in in_chunks(keys):
-                    db.execute(f"DELETE FROM {table} WHERE item IN ({marks})", chunk)
+                    db.execute(f"DELETE FROM {table} WHERE conversation_id = ? AND item IN ({marks})",
+                               [user, *chunk])
         self.compact()
 
     def compact(self) -> None:

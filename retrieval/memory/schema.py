@@ -1,4 +1,4 @@
-"""The store's SQLite schema (version 5) and the migration of version-1 to -4 stores.
+"""The store's SQLite schema (version 6) and the migration of version-1 to -5 stores.
 
 Append-only by triggers: raw turns never change; an AMU's fact never changes (only its
 ``archived`` flag, one way, its fingerprint, a derived index key, and its ``successor``, the
@@ -29,6 +29,14 @@ may not show (a purge of a session with no closed segment leaves the user's next
 and record count as they were). It outlives the user's rows, a forget included: a reader that
 held the user must still see the forget, so it holds the user's id and a number, nothing of what
 the user said. Its migration only adds the table.
+
+Version 6 keys the cached arrays (``vectors``, ``codes``) by user as well as by model and text:
+each user's arrays are computed from its own texts and read, copied and scrubbed with it, so a
+user's adds, searches and purges neither use nor remove another user's copy of the same text
+(whose presence would otherwise show in how fast a text is taken in). Its migration gives each
+cached array to every user whose records, raw turns (as embedded: :meth:`Turn.render`) or
+evidence nodes hold the text; an array no stored text of a user names (a segmentation exchange,
+a question of the evaluation) is left out and computed again when next needed.
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ from retrieval.memory.fts import FTS_TOKENIZER
 from retrieval.memory.indexing import backfill
 from retrieval.memory.records import Turn
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 TABLES = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -101,11 +109,11 @@ CREATE TABLE IF NOT EXISTS amu_times (
     amu INTEGER NOT NULL REFERENCES amus(position), start TEXT NOT NULL, end TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS amu_times_by_start ON amu_times (start);
--- Derived arrays cached per model identity (embedder or fingerprinter): computed once, reused.
-CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, item TEXT NOT NULL, vector BLOB NOT NULL,
-                                    PRIMARY KEY (model, item));
-CREATE TABLE IF NOT EXISTS codes (model TEXT NOT NULL, item TEXT NOT NULL, codes BLOB NOT NULL,
-                                  PRIMARY KEY (model, item));
+-- Derived arrays cached per user and model identity (embedder or fingerprinter) (schema 6).
+CREATE TABLE IF NOT EXISTS vectors (conversation_id TEXT NOT NULL, model TEXT NOT NULL, \
+item TEXT NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (conversation_id, model, item));
+CREATE TABLE IF NOT EXISTS codes (conversation_id TEXT NOT NULL, model TEXT NOT NULL, \
+item TEXT NOT NULL, codes BLOB NOT NULL, PRIMARY KEY (conversation_id, model, item));
 -- Structured evidence (schema 3): full text of the active AMUs (rowid = amus.position) ...
 CREATE VIRTUAL TABLE IF NOT EXISTS amu_fts USING fts5(text, entities, topics, tokenize='{FTS_TOKENIZER}');
 -- ... and evidence nodes node_type:key per conversation (event frames keep session and turns).
@@ -193,6 +201,19 @@ _V1_COLUMNS = (
     "ALTER TABLE segments ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE amus ADD COLUMN successor TEXT;"
 )
+_V5_CACHE = ("ALTER TABLE vectors RENAME TO vectors_v5;"
+             "ALTER TABLE codes RENAME TO codes_v5;")
+
+
+
+def user_texts(user: str) -> str:
+    """A query of every stored text of each user, as (``user``, text), where ``user`` names the
+    tables' user column: the texts a cached array may derive from (a turn as
+    :meth:`retrieval.memory.records.Turn.render` embeds it)."""
+    return (f"SELECT {user}, text FROM amus UNION SELECT {user}, text FROM evidence_nodes "
+            f"UNION SELECT {user}, speaker || ': ' || text || CASE WHEN coalesce(image_caption, '') <> '' "
+            "THEN ' [shares an image: ' || image_caption || ']' ELSE '' END FROM turns")
+
 _V2_COLUMNS = (
     "ALTER TABLE amus ADD COLUMN t_ref TEXT;"
     "ALTER TABLE amus ADD COLUMN valid_from TEXT;"
@@ -219,9 +240,9 @@ def _statements(script: str) -> list[str]:
 
 
 def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
-    """Bring a new (0), version-1, -2, -3 or -4 store to :data:`SCHEMA_VERSION`, in the caller's
-    transaction (version 1 goes through version 2; versions 4 and 5 only add tables and the purge
-    guard)."""
+    """Bring a new (0), version-1, -2, -3, -4 or -5 store to :data:`SCHEMA_VERSION`, in the
+    caller's transaction (version 1 goes through version 2; versions 4 and 5 only add tables and
+    the purge guard; version 6 re-keys the cache tables by user)."""
     if version == 1:
         _alter(db, _V1_COLUMNS)
         db.execute("DROP TRIGGER IF EXISTS segments_append_only")  # v1's forbade the checksum update below
@@ -239,7 +260,26 @@ def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
         db.execute(statement)
     if version in (1, 2):
         backfill(db)  # the evidence indexes of the AMUs stored before version 3
+    if version in range(2, 6):  # version 1 had no cache tables
+        _cache_by_user(db)
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+
+def _cache_by_user(db: sqlite3.Connection) -> None:
+    """Give each array of the version-5 cache tables to the users whose texts hold its text
+    (see the module docstring), then drop those tables; the rest of the schema is current."""
+    _alter(db, _V5_CACHE)
+    for statement in _statements(TABLES):  # the cache tables anew (every other one is there)
+        db.execute(statement)
+    db.create_function("text_sha256", 1, lambda text: hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                       deterministic=True)
+    for table, column in (("vectors", "vector"), ("codes", "codes")):
+        db.execute(f"INSERT OR IGNORE INTO {table} (conversation_id, model, item, {column}) "
+                   f"SELECT u.conversation_id, c.model, c.item, c.{column} FROM "
+                   "(SELECT DISTINCT conversation_id, text_sha256(text) AS item FROM "
+                   f"({user_texts('conversation_id')})) AS u "
+                   f"JOIN {table}_v5 AS c ON c.item = u.item")
+        db.execute(f"DROP TABLE {table}_v5")
 
 
 def _alter(db: sqlite3.Connection, columns: str) -> None:

@@ -75,7 +75,7 @@ class Purge:
             conn.execute("DELETE FROM meta WHERE key = ANY(%s)",
                          ([MERGE_KEY.format(amu_id) for amu_id in sorted(picked.chosen_ids)],))
             if picked.everything:
-                for table in ("idempotency", "jobs"):
+                for table in ("idempotency", "jobs", "vectors", "codes"):
                     conn.execute(f"DELETE FROM {table} WHERE user_id = %s", (user,))  # type: ignore[arg-type]
                 conn.execute("DELETE FROM meta WHERE key = ANY(%s)",
                              ([key.format(user) for key in USER_KEYS],))
@@ -84,12 +84,13 @@ class Purge:
         return Purged(turns, [row.amu for row in picked.chosen], node_texts, picked.frames,
                       [row.amu.id for row in picked.restored])
 
-    def scrub(self, texts: Iterable[str]) -> None:
-        """Drop the cached arrays of ``texts`` (see the module docstring for what stays on disk)."""
+    def scrub(self, user: str, texts: Iterable[str]) -> None:
+        """Drop the user's cached arrays of ``texts`` (see the module docstring for what stays on disk)."""
         keys = sorted({text_key(text) for text in texts})
         with self.db.transaction() as conn:
             for table in ("vectors", "codes"):
-                conn.execute(f"DELETE FROM {table} WHERE item = ANY(%s)", (keys,))  # type: ignore[arg-type]
+                conn.execute(f"DELETE FROM {table} WHERE user_id = %s AND item = ANY(%s)",  # type: ignore[arg-type]
+                             (user, keys))
 
     def compact(self) -> None:
         """``VACUUM FULL`` of the store's tables (each rewritten without its dead tuples; needs the

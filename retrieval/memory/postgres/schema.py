@@ -11,10 +11,11 @@ rows keyed by ``user_id``, positions ``bigserial`` (insertion order, never reuse
 here: no FTS5 table (the lexical route scores over each user's own in-memory table,
 :mod:`retrieval.index.fts`, so the store keeps none), and dense vectors are ``bytea`` in the
 cache tables (no pgvector: each node reads a user's vectors into its in-memory bank, as from
-SQLite). Store-wide, as on SQLite: ``meta`` (per-user entries carry the user in their key) and
-the content-addressed cache tables ``vectors`` and ``codes``. Version 2 adds the API keys
-(``api_keys``, :mod:`retrieval.memory.postgres.keys`), which a SQLite store keeps in a file beside it.
+SQLite). Store-wide, as on SQLite: ``meta`` (per-user entries carry the user in their key).
+Version 2 adds the API keys (``api_keys``, :mod:`retrieval.memory.postgres.keys`), which a SQLite
+store keeps in a file beside it.
 Version 3 adds ``purges``, each user's count of purges, as the SQLite store's version 5 does.
+Version 4 keys the cache tables by user, as the SQLite store's version 6 does.
 
 The invariants are PostgreSQL triggers, as SQLite's are: raw turns never change; a record's fact
 never changes (only ``archived``, one way, ``fingerprint`` and ``successor``), and archiving drops
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from retrieval.memory.errors import StoreError
 from retrieval.memory.postgres.versions import COMMIT_SLOTS
+from retrieval.memory.schema import user_texts
 from retrieval.memory.store_contract import needs_migration
 
 if TYPE_CHECKING:
@@ -142,7 +144,27 @@ _PURGES = """
 CREATE TABLE purges (user_id text PRIMARY KEY, count bigint NOT NULL);
 """
 
-MIGRATIONS: tuple[str, ...] = (_TABLES + _TRIGGERS, _KEYS, _PURGES)
+
+def _cache_by_user(table: str, column: str) -> str:
+    """The step that keys a cache table by user: each array given to every user whose stored
+    texts hold its text (as the SQLite store's version 6 does, :mod:`retrieval.memory.schema`)."""
+    return f"""
+ALTER TABLE {table} RENAME TO {table}_v3;
+ALTER INDEX {table}_pkey RENAME TO {table}_v3_pkey;
+CREATE TABLE {table} (user_id text NOT NULL, model text NOT NULL, item text NOT NULL, {column} bytea NOT NULL,
+                      PRIMARY KEY (user_id, model, item));
+INSERT INTO {table} (user_id, model, item, {column})
+SELECT u.user_id, c.model, c.item, c.{column}
+FROM (SELECT DISTINCT user_id, encode(sha256(convert_to(text, 'UTF8')), 'hex') AS item
+      FROM ({user_texts('user_id')}) AS texts) AS u
+JOIN {table}_v3 AS c ON c.item = u.item;
+DROP TABLE {table}_v3;
+"""
+
+
+_CACHE_BY_USER = _cache_by_user("vectors", "vector") + _cache_by_user("codes", "codes")
+
+MIGRATIONS: tuple[str, ...] = (_TABLES + _TRIGGERS, _KEYS, _PURGES, _CACHE_BY_USER)
 """The schema's steps: ``MIGRATIONS[n]`` takes version n to n + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -177,9 +199,9 @@ def _version(conn: Connection) -> int:
 
 
 
-COMPACTED = tuple(re.findall(r"CREATE TABLE (\w+)", _TABLES + _KEYS + _PURGES)) + ("schema_version",)
+COMPACTED = tuple(dict.fromkeys(re.findall(r"CREATE TABLE (\w+)", "".join(MIGRATIONS)))) + ("schema_version",)
 """Every table of the store: what ``compact`` rewrites."""
 
-SCHEMA_OBJECTS = tuple(re.findall(r"CREATE (?:TABLE|INDEX|TRIGGER) (\w+)",
-                                   _TABLES + _TRIGGERS + _KEYS + _PURGES))
+SCHEMA_OBJECTS = tuple(dict.fromkeys(re.findall(r"CREATE (?:TABLE|INDEX|TRIGGER) (\w+)",
+                                                "".join(MIGRATIONS))))
 """Every table, index and trigger of the current schema: ``integrity_problems`` finds missing ones."""

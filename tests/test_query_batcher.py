@@ -213,6 +213,22 @@ def test_close_serves_what_is_queued_then_leaves_no_thread_and_refuses_calls():
         batcher.run(["two"])
 
 
+def test_close_waits_for_a_callers_own_forward():
+    encoder, results, closed = HeldEncoder(), {}, threading.Event()
+    batcher = QueryBatcher(encoder, max_texts=8)
+    caller = call(batcher, ["held"], results, 0)  # the model is idle: the forward runs on the caller
+    until(lambda: len(encoder.calls) == 1)
+    closer = threading.Thread(target=lambda: (batcher.close(), closed.set()))
+    closer.start()
+    until(lambda: batcher._closed)
+    closer.join(0.5)  # a close that did not wait would be over by now
+    assert closer.is_alive() and not closed.is_set() and 0 not in results  # the forward is held
+    encoder.release.set()
+    caller.join(30)
+    closer.join(30)
+    assert closed.is_set() and same(results[0], alone(["held"]))
+
+
 def test_a_call_finding_the_model_idle_runs_on_its_own_thread_and_calls_meanwhile_queue():
     class Threads(HeldEncoder):
         def compute(self, texts):

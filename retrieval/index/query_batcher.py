@@ -146,13 +146,18 @@ class QueryBatcher:
         finally:
             with self._changed:
                 self._running = False
-                self._changed.notify()
+                self._changed.notify_all()  # the worker, and a close waiting for this forward
 
     def close(self) -> None:
+        """Refuse new calls; return once the forward running (the worker's or a caller's own) and
+        the calls queued are done and the worker has stopped."""
         with self._changed:
             self._closed = True
-            self._changed.notify()
+            self._changed.notify_all()
             thread = self._thread
+            if thread is None:  # no worker to join: wait for a caller's own forward here
+                while self._running:
+                    self._changed.wait()
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 

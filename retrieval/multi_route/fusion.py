@@ -12,7 +12,7 @@ to 1 at rank 1, and s_route = RRF(d) / max_d' RRF(d'), its fused support across 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from retrieval.multi_route.params import RRF_KAPPA, S_BEST, S_ROUTE
 
@@ -40,9 +40,9 @@ def ranking(scores: Mapping[int, float]) -> list[int]:
     return sorted(scores, key=lambda item: (-scores[item], item))
 
 
-@dataclass(frozen=True)
-class FinalScore:
-    """The parts of one candidate's final score."""
+class FinalScore(NamedTuple):
+    """The parts of one candidate's final score (a named tuple: one is made per candidate of
+    every search, and a frozen dataclass costs several times as much to make)."""
 
     s_best: float
     s_route: float
@@ -59,5 +59,8 @@ def final_scores(route_lists: Sequence[Sequence[int]], kappa: float = RRF_KAPPA)
     for items in route_lists:
         for rank, item in enumerate(items, start=1):
             best[item] = max(best.get(item, 0.0), (kappa + 1) / (kappa + rank))
-    return {item: FinalScore(best[item], fused[item] / top, S_BEST * best[item] + S_ROUTE * fused[item] / top)
-            for item in fused}
+    parts: dict[int, FinalScore] = {}
+    for item, support in fused.items():
+        s_best = best[item]
+        parts[item] = FinalScore(s_best, support / top, S_BEST * s_best + S_ROUTE * support / top)
+    return parts

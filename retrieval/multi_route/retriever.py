@@ -54,7 +54,7 @@ from retrieval.multi_route.selection import Signature, mmr_select
 RERANKER_OFF = "off (no reranker path given)"
 
 
-@dataclass
+@dataclass(slots=True)
 class _Candidate:
     """One item's scoring state while a retrieval runs (channel scores and ranks, the queries,
     nodes and routes that found it); private: what the retrieval returns is a ``Hit``."""
@@ -64,6 +64,27 @@ class _Candidate:
     queries: set[str] = field(default_factory=set)
     nodes: set[str] = field(default_factory=set)
     route_indices: set[int] = field(default_factory=set)
+
+
+def _gather(candidates: dict[int, _Candidate], tag: str, number: int, ranked: ChannelList) -> None:
+    """Fold one channel list of route ``number`` (query ``tag``) into the candidates: per item its
+    best score and best rank in the channel, the query, nodes and route that found it. One pass
+    per list with the channel's fields bound once: this runs for every listed item of a search."""
+    channel, via = ranked.channel, ranked.via
+    for rank, (item, score) in enumerate(zip(ranked.items.tolist(), ranked.scores.tolist(), strict=True), 1):
+        candidate = candidates.get(item)
+        if candidate is None:
+            candidate = candidates[item] = _Candidate()
+        held = candidate.scores.get(channel)
+        if held is None or score > held:
+            candidate.scores[channel] = score
+        best = candidate.ranks.get(channel)
+        if best is None or rank < best:
+            candidate.ranks[channel] = rank
+        candidate.queries.add(tag)
+        if via:
+            candidate.nodes.update(via.get(item, ()))
+        candidate.route_indices.add(number)
 
 
 class MultiRouteRetriever:
@@ -153,15 +174,7 @@ class MultiRouteRetriever:
             lists.append((f"r{number}t", temporal_recall(bank, route.time, vectors[route.queries[0]],
                                                          temporal_budget(k), scope)))
         for tag, ranked in lists:
-            for rank, (item,
-                       score) in enumerate(zip(ranked.items.tolist(), ranked.scores.tolist(), strict=True),
-                                           1):
-                candidate = candidates.setdefault(item, _Candidate())
-                candidate.scores[ranked.channel] = max(candidate.scores.get(ranked.channel, score), score)
-                candidate.ranks[ranked.channel] = min(candidate.ranks.get(ranked.channel, rank), rank)
-                candidate.queries.add(tag)
-                candidate.nodes.update(ranked.via.get(item, ()))
-                candidate.route_indices.add(number)
+            _gather(candidates, tag, number, ranked)
         fused = rrf([ranked.items.tolist() for _, ranked in lists],
                     [self.weights.weight(question_type, ranked.channel) for _, ranked in lists])
         order = ranking(fused)

@@ -51,10 +51,10 @@ class SimilarityColumns:
         width = 0
         for field, name in enumerate(names):
             values = [signatures[item].get(name, empty) for item in items]
-            vocabulary: dict[str, int] = {}
-            columns.append(np.fromiter((width + vocabulary.setdefault(value, len(vocabulary))
-                                        for members in values for value in members), dtype=np.int64))
-            counts = np.fromiter((len(members) for members in values), dtype=np.int64, count=len(items))
+            flat = [value for members in values for value in members]
+            vocabulary = {value: width + number for number, value in enumerate(dict.fromkeys(flat))}
+            columns.append(np.fromiter(map(vocabulary.__getitem__, flat), dtype=np.int64, count=len(flat)))
+            counts = np.array([len(members) for members in values], dtype=np.int64)
             rows.append(np.repeat(np.arange(len(items)), counts))
             self._sizes[:, field] = counts
             fields.append(np.full(len(vocabulary), field, dtype=np.int64))

@@ -353,8 +353,7 @@ class Memory:
 
     def _build_bank(self, user: str) -> MemoryBank:
         return MemoryBank.build(self.store, user, self._embedder.for_user(user),
-                                query_embedder=self._query_embedder,
-                                fingerprinter=self._fingerprinter)
+                                query_embedder=self._query_embedder, fingerprinter=self._fingerprinter)
 
     def _forget_state(self, user: str) -> None:
         with self._guards.of(user).state:

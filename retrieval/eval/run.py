@@ -243,25 +243,24 @@ def construct(conversations: Sequence[LocomoConversation], memory: Memory, model
         spent, replayed = add_locomo_conversation(conversation, memory, ledger)
         built.timings["ingest"] += spent
         built.resumed += replayed
-        user_embedder = embedder.for_user(cid)
-        user_fingerprinters = {name: fp.for_user(cid) for name, fp in fingerprinters.items()}
+        embedder_u = embedder.for_user(cid)
+        fingerprinters_u = {name: fp.for_user(cid) for name, fp in fingerprinters.items()}
         if models.operator is not None:
-            built.consolidated.append(consolidate_user(store, cid, user_embedder, models.operator))
+            built.consolidated.append(consolidate_user(store, cid, embedder_u, models.operator))
         amus = list(store.amus(cid))
         tick = time.perf_counter()
-        embeddings = user_embedder.encode([amu.text for amu in amus])
+        embeddings = embedder_u.encode([amu.text for amu in amus])
         seconds = {"embed": time.perf_counter() - tick}
         banks, lexical = {}, RecordLexical(amus)
-        for codebook, fingerprinter in user_fingerprinters.items():
+        for codebook, fingerprinter in fingerprinters_u.items():
             tick = time.perf_counter()
             banks[codebook] = build_retriever(fingerprinter, amus, embeddings, settings.topology, lexical)
             seconds[f"index_{codebook}"] = time.perf_counter() - tick
         multi = {}
         if multi_configs:
             tick = time.perf_counter()
-            multi = build_route_retrievers(store, cid, user_embedder, amus, embeddings, banks,
-                                           user_fingerprinters, models.planner, models.reranker,
-                                           multi_configs)
+            multi = build_route_retrievers(store, cid, embedder_u, amus, embeddings, banks, fingerprinters_u,
+                                           models.planner, models.reranker, multi_configs)
             seconds["route_banks"] = built.route_seconds[cid] = time.perf_counter() - tick
         for step, spent in seconds.items():
             built.timings[step] += spent
@@ -277,11 +276,9 @@ def construct(conversations: Sequence[LocomoConversation], memory: Memory, model
 
 def encode_queries(built: Built, fingerprinters: Mapping[str, CachedFingerprinter],
                    embedder: CachedEmbedder) -> tuple[QuerySet, list[Plan]]:
-    """The questions embedded in one batched call and fingerprinted in one call per codebook (each
-    cached under its conversation); the multi-route plans, with their route queries' vectors and
-    codes put in the caches."""
-    texts = [q.question for q in built.questions]
-    users = [q.conversation_id for q in built.questions]
+    """The questions embedded in one call and fingerprinted in one per codebook (cached under their
+    conversations); the multi-route plans, their route queries' vectors and codes cached."""
+    texts, users = [q.question for q in built.questions], [q.conversation_id for q in built.questions]
     queries = QuerySet(built.questions, embedder.encode_for(users, texts),
                        {name: [fp.codes for fp in fp_model.fingerprint_for(users, texts)]
                         for name, fp_model in fingerprinters.items()})
@@ -299,10 +296,8 @@ def construction_record(built: Built, store: Store, ids: Sequence[str], extracto
         seconds=ledger.total(ids, "seconds") + timings["embed"] + timings[f"index_{TRAINED}"]
         + timings["route_banks"], amus=sum(store.count(cid) for cid in ids),
         segments=sum(len(store.segments(cid)) for cid in ids),
-        llm_calls=int(ledger.total(ids, "llm_calls")),
-        tokens=int(ledger.total(ids, "tokens")),
-        ingest_seconds=ledger.total(ids, "seconds"),
-        extractor=str(model_identity(extractor)),
+        llm_calls=int(ledger.total(ids, "llm_calls")), tokens=int(ledger.total(ids, "tokens")),
+        ingest_seconds=ledger.total(ids, "seconds"), extractor=str(model_identity(extractor)),
         per_conversation={cid: round(seconds, 2) for cid, seconds in built.per_conversation.items()},
         this_run={"replayed_turns": built.resumed, "embeddings_computed": embedder.computed,
                   "fingerprints_computed": sum(fp.computed for fp in fingerprinters.values()),

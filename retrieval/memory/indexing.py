@@ -20,6 +20,9 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from retrieval.memory.evidence_keys import node_id, record_nodes
 from retrieval.memory.in_chunks import in_chunks
@@ -94,22 +97,23 @@ class EvidenceReads(SQLitePart):
     def evidence_nodes(self, user_id: str, node_type: str | None = None) -> list[EvidenceNode]:
         """The conversation's nodes that link at least one active AMU, in creation order, each
         with its AMUs in store order: the nodes and the links are read apart (a joined row per
-        link would repeat its node's columns) and grouped here."""
+        link would repeat its node's columns) and grouped here (:func:`grouped_links`). The links
+        are read AMU by AMU in position order (the conversation's positions listed first, so the
+        AMUs are visited by rowid and no link is sorted)."""
         where, params = "conversation_id = ?", [user_id]
         if node_type is not None:
             where, params = where + " AND node_type = ?", params + [node_type]
         nodes = self._db.execute("SELECT id, node_type, key, text, session_id, turn_ids FROM evidence_nodes "
                                  f"WHERE {where} ORDER BY id", params).fetchall()
-        members: dict[int, list[str]] = {row[0]: [] for row in nodes}
-        for node, amu in self._db.execute(
-                "SELECT l.node, a.id FROM amus a JOIN evidence_links l ON l.amu = a.position "
-                "WHERE a.conversation_id = ? AND a.archived = 0 ORDER BY a.position", [user_id]).fetchall():
-            if node in members:
-                members[node].append(amu)
-        linked = [row for row in nodes if members[row[0]]]
-        turn_ids = json_lists([row[5] or "[]" for row in linked])
-        return [EvidenceNode(row[1], row[2], row[3], tuple(members[row[0]]), row[4], tuple(turns))
-                for row, turns in zip(linked, turn_ids, strict=True)]
+        links = self._db.execute(
+            "SELECT l.node, a.id FROM amus a JOIN evidence_links l ON l.amu = a.position WHERE a.position IN "
+            "(SELECT position FROM amus WHERE conversation_id = ?) AND a.archived = 0 ORDER BY a.position",
+            [user_id]).fetchall()
+        members = grouped_links([row[0] for row in nodes], links)
+        linked = [(row, amus) for row, amus in zip(nodes, members, strict=True) if amus]
+        turn_ids = json_lists([row[5] or "[]" for row, _ in linked])
+        return [EvidenceNode(row[1], row[2], row[3], amus, row[4], tuple(turns))
+                for (row, amus), turns in zip(linked, turn_ids, strict=True)]
 
     def node_links(self, amu_ids: Sequence[str]) -> list[tuple[EvidenceNode, str]]:
         """(node, AMU id) for every evidence link of these active AMUs, in node creation order: what
@@ -126,3 +130,18 @@ class EvidenceReads(SQLitePart):
                                     row["session_id"],
                                     tuple(json.loads(row["turn_ids"] or "[]"))), row["amu"]) for row in rows]
         return found
+
+
+def grouped_links(nodes: Sequence[int], links: Sequence[Sequence[Any]]) -> list[tuple[str, ...]]:
+    """Per node id of ``nodes``, the AMU ids its ``links`` rows (node id, AMU id) name, in the
+    rows' order: the rows are sorted by node in one stable sort, not appended to one list each."""
+    if not links:
+        return [() for _ in nodes]
+    node_column, amu_column = zip(*links, strict=True)
+    linked = np.fromiter(node_column, dtype=np.int64, count=len(node_column))
+    order = np.argsort(linked, kind="stable")
+    amus = list(map(amu_column.__getitem__, order.tolist()))
+    by_node, wanted = linked[order], np.asarray(nodes, dtype=np.int64)
+    starts = np.searchsorted(by_node, wanted, side="left").tolist()
+    ends = np.searchsorted(by_node, wanted, side="right").tolist()
+    return [tuple(amus[start:end]) for start, end in zip(starts, ends, strict=True)]

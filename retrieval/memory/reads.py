@@ -32,8 +32,13 @@ class StoreReads(SQLitePart):
         return amu_from_row(row)
 
     def amus(self, user_id: str | None = None, *, include_archived: bool = False) -> Iterator[AMU]:
-        """All records (of one conversation), in insertion order."""
-        where, params = self._filters(user_id=user_id, include_archived=include_archived)
+        """All records (of one conversation), in insertion order. A conversation's positions are
+        listed first and its rows then read by rowid, in order: filtered through an index on the
+        conversation, its rows would come in the index's order and every row be sorted again."""
+        where, params = self._filters(include_archived=include_archived)
+        if user_id is not None:
+            where = ["position IN (SELECT position FROM amus WHERE conversation_id = ?)", *where]
+            params = [user_id, *params]
         return self._select(where, params)
 
     def successors(self, user_id: str | None = None) -> dict[str, str]:

@@ -105,11 +105,11 @@ def read_through(store: VectorCache, table: str, model: str, owners: Sequence[st
 def _cached(store: VectorCache, table: str, model: str, owners: Sequence[str],
             keys: Sequence[str]) -> list[bytes | None]:
     """Each key's blob under its owner (None where there is none), one read per owner."""
+    if owners and owners.count(owners[0]) == len(owners):  # one user's: no grouping
+        return store.cached(table, model, owners[0], keys)
     places: dict[str, list[int]] = {}
     for i, owner in enumerate(owners):
         places.setdefault(owner, []).append(i)
-    if len(places) == 1:
-        return store.cached(table, model, owners[0], keys)
     found: list[bytes | None] = [None] * len(keys)
     for owner, where in places.items():
         for i, blob in zip(where, store.cached(table, model, owner, [keys[i] for i in where]), strict=True):

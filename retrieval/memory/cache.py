@@ -12,10 +12,12 @@ of the same text (which would show, in how fast a text is taken in, that someone
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import numpy as np
 
@@ -124,15 +126,49 @@ class _Counter:
         self.computed = 0
 
 
-def _bound(user: str | None, model: object) -> str:
-    """The user a cached model reads and writes under; a model not bound to one refuses (its
-    caller would otherwise mix users' arrays)."""
-    if user is None:
-        raise RuntimeError(f"{type(model).__name__} is not bound to a user: use .for_user(user_id)")
-    return user
+class _UserCached(ABC):
+    """What a model caching in a store keeps: the store, the model's key, the user it caches under
+    (None: bound to none, it refuses to compute until :meth:`for_user` binds a copy) and the count
+    of arrays computed, shared with its copies."""
+
+    table: str
+
+    def __init__(self, store: VectorCache, identity: Any, user: str | None) -> None:
+        self.store, self.identity, self.user = store, identity, user
+        self.key = model_key(identity)
+        self._counter = _Counter()
+
+    @property
+    def computed(self) -> int:
+        """Arrays computed (not found cached) by this model and its other users' copies."""
+        return self._counter.computed
+
+    def for_user(self, user: str) -> Self:
+        """The same model and store (and count), caching under ``user``."""
+        if user == self.user:
+            return self
+        bound = copy.copy(self)
+        bound.user = user
+        return bound
+
+    def _owners(self, texts: Sequence[str]) -> list[str]:
+        """The bound user once per text; a model bound to no user refuses (its caller would
+        otherwise mix users' arrays)."""
+        if self.user is None:
+            raise RuntimeError(f"{type(self).__name__} is not bound to a user: use .for_user(user_id)")
+        return [self.user] * len(texts)
+
+    def _read(self, users: Sequence[str], texts: Sequence[str]) -> list[bytes]:
+        blobs, computed = read_through(self.store, self.table, self.key, users, texts, self._compute)
+        self._counter.computed += computed
+        return blobs
+
+    @abstractmethod
+    def _compute(self, texts: list[str]) -> list[bytes]:
+        """The arrays of ``texts`` as the model computes them, in order."""
 
 
-class CachedEmbedder:
+class CachedEmbedder(_UserCached):
     """An :class:`retrieval.memory.protocols.Embedder` whose vectors live in a store's cache,
     under one user's key (:meth:`for_user` gives the same model under another user's; one made
     without a user only makes those).
@@ -140,34 +176,21 @@ class CachedEmbedder:
     Texts not cached yet are embedded in one call, in input order, and stored.
     """
 
-    def __init__(self, embedder: Embedder, store: VectorCache, user: str | None = None,
-                 counter: _Counter | None = None) -> None:
-        self.embedder, self.store, self.user = embedder, store, user
-        self.dim = embedder.dim
-        self.identity = model_identity(embedder)
-        self.key = model_key(self.identity)
-        self._counter = counter or _Counter()
+    table = "vectors"
 
-    @property
-    def computed(self) -> int:
-        """Vectors computed (not found cached) by this embedder and its other users' views."""
-        return self._counter.computed
-
-    def for_user(self, user: str) -> CachedEmbedder:
-        """The same embedder and store, caching under ``user``."""
-        return self if user == self.user else CachedEmbedder(self.embedder, self.store, user, self._counter)
+    def __init__(self, embedder: Embedder, store: VectorCache, user: str | None = None) -> None:
+        super().__init__(store, model_identity(embedder), user)
+        self.embedder, self.dim = embedder, embedder.dim
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        return self.encode_for([_bound(self.user, self)] * len(texts), texts)
+        return self.encode_for(self._owners(texts), texts)
 
     def encode_for(self, users: Sequence[str], texts: Sequence[str]) -> np.ndarray:
         """The vector of each of ``texts``, cached under the user at its place in ``users``
         (several users' texts computed in one call)."""
-        blobs, computed = read_through(self.store, "vectors", self.key, users, texts, self._embed)
-        self._counter.computed += computed
-        return rows_of(blobs, self.dim)
+        return rows_of(self._read(users, texts), self.dim)
 
-    def _embed(self, texts: list[str]) -> list[bytes]:
+    def _compute(self, texts: list[str]) -> list[bytes]:
         return [vector.tobytes() for vector in np.asarray(self.embedder.encode(texts), dtype=np.float32)]
 
 
@@ -184,39 +207,26 @@ def rows_of(blobs: Sequence[bytes], dim: int) -> np.ndarray:
     return np.frombuffer(bytearray().join(blobs), dtype=np.float32).reshape(len(blobs), dim)
 
 
-class CachedFingerprinter:
+class CachedFingerprinter(_UserCached):
     """A fingerprinter whose token codes live in a store's cache, under one user's key (same
     interface for callers: ``fingerprint(texts)``, ``identity``, ``codebook_size``); like
     :class:`CachedEmbedder`, bound to a user by :meth:`for_user`."""
 
-    def __init__(self, fingerprinter: TextFingerprinter, store: VectorCache, user: str | None = None,
-                 counter: _Counter | None = None) -> None:
-        self.fingerprinter, self.store, self.user = fingerprinter, store, user
-        self.identity = fingerprinter.identity
-        self.codebook_size = fingerprinter.codebook_size
-        self.key = model_key(self.identity)
-        self._counter = counter or _Counter()
+    table = "codes"
 
-    @property
-    def computed(self) -> int:
-        """Codes computed (not found cached) by this fingerprinter and its other users' views."""
-        return self._counter.computed
-
-    def for_user(self, user: str) -> CachedFingerprinter:
-        """The same fingerprinter and store, caching under ``user``."""
-        return self if user == self.user else CachedFingerprinter(self.fingerprinter, self.store, user,
-                                                                  self._counter)
+    def __init__(self, fingerprinter: TextFingerprinter, store: VectorCache,
+                 user: str | None = None) -> None:
+        super().__init__(store, fingerprinter.identity, user)
+        self.fingerprinter, self.codebook_size = fingerprinter, fingerprinter.codebook_size
 
     def fingerprint(self, texts: Sequence[str]) -> list[Fingerprint]:
-        return self.fingerprint_for([_bound(self.user, self)] * len(texts), texts)
+        return self.fingerprint_for(self._owners(texts), texts)
 
     def fingerprint_for(self, users: Sequence[str], texts: Sequence[str]) -> list[Fingerprint]:
         """The fingerprint of each of ``texts``, cached under the user at its place in ``users``."""
-        blobs, computed = read_through(self.store, "codes", self.key, users, texts, self._codes)
-        self._counter.computed += computed
         return [Fingerprint.from_token_codes(np.frombuffer(blob, dtype=np.int32).astype(np.int64))
-                for blob in blobs]
+                for blob in self._read(users, texts)]
 
-    def _codes(self, texts: list[str]) -> list[bytes]:
+    def _compute(self, texts: list[str]) -> list[bytes]:
         prints = self.fingerprinter.fingerprint(texts)
         return [np.asarray(fp.token_codes, dtype=np.int32).tobytes() for fp in prints]

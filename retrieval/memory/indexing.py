@@ -26,7 +26,7 @@ import numpy as np
 
 from retrieval.memory.evidence_keys import node_id, record_nodes
 from retrieval.memory.in_chunks import in_chunks
-from retrieval.memory.reads import AMU_COLUMNS, amu_from_row, json_lists
+from retrieval.memory.reads import AMU_COLUMNS, USER_POSITIONS, amu_from_row, json_lists
 from retrieval.memory.records import AMU
 from retrieval.memory.sqlite_part import SQLitePart
 
@@ -98,16 +98,15 @@ class EvidenceReads(SQLitePart):
         """The conversation's nodes that link at least one active AMU, in creation order, each
         with its AMUs in store order: the nodes and the links are read apart (a joined row per
         link would repeat its node's columns) and grouped here (:func:`grouped_links`). The links
-        are read AMU by AMU in position order (the conversation's positions listed first, so the
-        AMUs are visited by rowid and no link is sorted)."""
+        are read AMU by AMU in position order (:data:`USER_POSITIONS`: no link is sorted)."""
         where, params = "conversation_id = ?", [user_id]
         if node_type is not None:
             where, params = where + " AND node_type = ?", params + [node_type]
         nodes = self._db.execute("SELECT id, node_type, key, text, session_id, turn_ids FROM evidence_nodes "
                                  f"WHERE {where} ORDER BY id", params).fetchall()
         links = self._db.execute(
-            "SELECT l.node, a.id FROM amus a JOIN evidence_links l ON l.amu = a.position WHERE a.position IN "
-            "(SELECT position FROM amus WHERE conversation_id = ?) AND a.archived = 0 ORDER BY a.position",
+            "SELECT l.node, a.id FROM amus a JOIN evidence_links l ON l.amu = a.position "
+            f"WHERE a.{USER_POSITIONS} AND a.archived = 0 ORDER BY a.position",
             [user_id]).fetchall()
         members = grouped_links([row[0] for row in nodes], links)
         linked = [(row, amus) for row, amus in zip(nodes, members, strict=True) if amus]

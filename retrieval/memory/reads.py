@@ -19,6 +19,11 @@ AMU_COLUMNS = (
     "entities, tags, turn_ids, speakers, fingerprint, archived, t_ref, valid_from, valid_to"
 )
 
+USER_POSITIONS = "position IN (SELECT position FROM amus WHERE conversation_id = ?)"
+"""A conversation's records by position: its positions listed first (through the index on the
+conversation), then its rows read by rowid in order; filtered through that index directly, the
+rows would come in the index's order and be sorted again whole."""
+
 
 class StoreReads(SQLitePart):
     """The read side of the AMU store."""
@@ -32,12 +37,10 @@ class StoreReads(SQLitePart):
         return amu_from_row(row)
 
     def amus(self, user_id: str | None = None, *, include_archived: bool = False) -> Iterator[AMU]:
-        """All records (of one conversation), in insertion order. A conversation's positions are
-        listed first and its rows then read by rowid, in order: filtered through an index on the
-        conversation, its rows would come in the index's order and every row be sorted again."""
+        """All records (of one conversation, :data:`USER_POSITIONS`), in insertion order."""
         where, params = self._filters(include_archived=include_archived)
         if user_id is not None:
-            where = ["position IN (SELECT position FROM amus WHERE conversation_id = ?)", *where]
+            where = [USER_POSITIONS, *where]
             params = [user_id, *params]
         return self._select(where, params)
 

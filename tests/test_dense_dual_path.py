@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
 from isq.topology import TopologyParams
 from retrieval.contract import Query
 from retrieval.eval.dual_path import Channel, DualPathMode, DualPathRetriever
+from retrieval.index import products
 from retrieval.index.dense import DenseIndex
 from retrieval.index.fts import word_tokens
-from retrieval.index.products import PRODUCT_ROWS, inner_products
+from retrieval.index.products import PRODUCT_ROWS, SHARED_BLOCKS, inner_products
 from tests.multi_route_fixtures import WordEmbedder
 
 IDENTITY = {"codebook_size": 32, "codebook_sha256": "c" * 64}
@@ -44,6 +47,50 @@ def test_inner_products_are_one_call_bit_for_bit(count):
     wide = query.astype(np.float64)
     assert inner_products(matrix, wide).dtype == np.float64
     assert np.array_equal(inner_products(matrix, wide), matrix @ wide)
+
+
+@pytest.mark.parametrize("count", [SHARED_BLOCKS * PRODUCT_ROWS - 1, SHARED_BLOCKS * PRODUCT_ROWS,
+                                   SHARED_BLOCKS * PRODUCT_ROWS + 1, 9 * PRODUCT_ROWS + 517])
+def test_shared_products_are_the_blocks_one_thread_computes(count):
+    """A product large enough to share its blocks with helper threads has the floats of the same
+    blocks computed one after another on the calling thread, rows given or not."""
+    rng = np.random.default_rng(count)
+    matrix, query = unit_rows(rng, count, 384), unit_rows(rng, 1, 384)[0]
+    rows = rng.permutation(count)[: count - 3]
+    shared, shared_rows = inner_products(matrix, query), inner_products(matrix, query, rows)
+    alone = products.SHARED_BLOCKS
+    try:
+        products.SHARED_BLOCKS = 10**9
+        assert np.array_equal(shared, inner_products(matrix, query))
+        assert np.array_equal(shared_rows, inner_products(matrix, query, rows))
+    finally:
+        products.SHARED_BLOCKS = alone
+    np.testing.assert_allclose(shared, matrix @ query, rtol=1e-5, atol=1e-6)
+
+
+def test_a_shared_product_does_not_wait_for_busy_helpers():
+    """With every helper thread held by other work, a shared product is computed by its caller
+    alone, and a helper freed afterwards finds nothing left to do."""
+    held, done = threading.Event(), []
+    helpers = [products._helpers().submit(held.wait) for _ in range(products.PRODUCT_THREADS - 1)]
+    try:
+        rng = np.random.default_rng(0)
+        matrix, query = unit_rows(rng, SHARED_BLOCKS * PRODUCT_ROWS * 2, 64), unit_rows(rng, 1, 64)[0]
+        caller = threading.Thread(target=lambda: done.append(inner_products(matrix, query)))
+        caller.start()
+        caller.join(timeout=60)
+        assert not caller.is_alive() and len(done) == 1
+        assert np.array_equal(done[0], inner_products(matrix, query))
+    finally:
+        held.set()
+        for helper in helpers:
+            helper.result(timeout=60)
+
+
+def test_a_failing_shared_product_raises_in_its_caller():
+    matrix = np.ones((SHARED_BLOCKS * PRODUCT_ROWS, 8), dtype=np.float32)
+    with pytest.raises(ValueError):
+        inner_products(matrix, np.ones(9, dtype=np.float32))
 
 
 def test_flat_search_equals_numpy_ranking() -> None:

@@ -15,7 +15,7 @@ from retrieval.extract.base import ReferenceContext
 from retrieval.extract.dates import resolve_relative_dates
 from retrieval.extract.llm_extractor import LLMExtractor
 from retrieval.extract.pronouns import resolve_pronouns
-from retrieval.extract.rules import RuleExtractor, is_informative
+from retrieval.extract.rules import RuleExtractor, content_words, is_informative
 from retrieval.llm_client import ChatClient, InvalidResponse
 from retrieval.memory.records import Exchange, Segment, Turn
 from tests.fake_chat import DROP, FakeChatServer, completion_body
@@ -133,6 +133,21 @@ def test_speaker_is_prefixed_when_the_text_does_not_name_them():
 def test_informative_rule(text, caption, expected):
     turn = Turn("c", "s", "t", "Melanie", text, MONDAY, caption)
     assert is_informative(turn, ("Caroline", "Melanie")) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("Caroline's dog and James’s cat", ["caroline", "dog", "james", "cat"]),
+     ("the kids' 'garden' tour's end", ["kids", "garden", "tour", "end"]),
+     ("It's Max's ball, O'Neil's too.", ["max", "ball", "o'neil"]),
+     ("Pottery class in May, on Monday!", ["pottery", "class"]),
+     ("a b's x I'm", []), ("Ünïcode café naïve", ["code", "caf", "na"])],
+)
+def test_content_words(text, expected):
+    """Lower-cased words, a possessive 's dropped, apostrophes stripped, stopwords, month and day
+    names, single letters and the given names left out."""
+    assert content_words(text, set()) == expected
+    assert content_words(text, {"ball"}) == [word for word in expected if word != "ball"]
 
 
 def test_reference_context_budgets():

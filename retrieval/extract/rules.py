@@ -36,6 +36,7 @@ _VALID_FROM, _VALID_TO = frozenset(("since", "from")), frozenset(("until", "till
 TAGS_PER_RECORD = 5
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’]*")
 _POSSESSIVE = re.compile(r"['’]s$")
+_POSSESSIVE_ENDINGS = ("'s", "’s")
 _PROPER = re.compile(r"\b[A-Z][\w'’&\-]*(?:\s+[A-Z][\w'’&\-]*)*")
 
 _PREFERENCE = re.compile(r"\b(love|loves|like|likes|enjoy|enjoys|prefer|prefers|favou?rite|hate|hates|"
@@ -49,9 +50,18 @@ _PAST_EVENT = re.compile(r"\b(went|visited|attended|joined|started|finished|boug
 
 
 def content_words(text: str, names: Set[str]) -> list[str]:
-    """Lower-cased words that are neither stopwords, fillers, month or day names nor ``names``."""
-    words = (_POSSESSIVE.sub("", word.lower()).strip("'’") for word in _WORD.findall(text))
-    return [w for w in words if w not in _NOT_NAMES and w not in names and len(w) > 1]
+    """Lower-cased words that are neither stopwords, fillers, month or day names nor ``names``, a
+    possessive 's dropped and apostrophes stripped from both ends. Runs for every item a search
+    selects among (its signature), so plain string methods, not a regex per word."""
+    kept = []
+    for word in _WORD.findall(text):
+        word = word.lower()
+        if word.endswith(_POSSESSIVE_ENDINGS):
+            word = word[:-2]
+        word = word.strip("'’")
+        if len(word) > 1 and word not in _NOT_NAMES and word not in names:
+            kept.append(word)
+    return kept
 
 
 def is_informative(turn: Turn, participants: Sequence[str]) -> bool:

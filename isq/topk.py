@@ -27,7 +27,9 @@ def select_top_k(indices: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.nd
 
 
 def as_exclude_array(exclude: Iterable[int]) -> np.ndarray:
-    return np.unique(np.fromiter(exclude, dtype=np.int64))
+    """The excluded indices, sorted and distinct (nothing to sort in the usual empty case)."""
+    values = np.fromiter(exclude, dtype=np.int64)
+    return np.unique(values) if values.size else values
 
 
 def empty_result() -> tuple[np.ndarray, np.ndarray]:
@@ -42,6 +44,7 @@ def top_k_of_scores(scores: np.ndarray, k: int, exclude: Iterable[int] = ()) -> 
         return empty_result()
     eligible = scores > 0
     excluded = as_exclude_array(exclude)
-    eligible[excluded[(excluded >= 0) & (excluded < scores.size)]] = False
+    if excluded.size:
+        eligible[excluded[(excluded >= 0) & (excluded < scores.size)]] = False
     indices = np.flatnonzero(eligible)
     return select_top_k(indices, scores[indices], k)

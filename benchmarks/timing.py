@@ -90,6 +90,24 @@ def with_ratios(figures: Mapping[str, Any], floor_ms: float) -> dict[str, Any]:
     return out
 
 
+def against_floor(figures: Any, floor_ms: float) -> Any:
+    """``figures`` (nested dicts and lists) with every ratio to the floor taken again against
+    ``floor_ms``: each ``<name>_ratio_to_floor`` beside a ``<name>_ms``, and a cold build's
+    ``max_ratio_to_floor`` beside its ``max`` in seconds. Other ratios (to a batch floor, to
+    SQLite) are left as they are."""
+    if isinstance(figures, list):
+        return [against_floor(value, floor_ms) for value in figures]
+    if not isinstance(figures, dict):
+        return figures
+    out = {key: against_floor(value, floor_ms) for key, value in figures.items()}
+    for key, value in figures.items():
+        if key.endswith("_ms") and key[:-3] + RATIO in out:
+            out[key[:-3] + RATIO] = None if value is None else value / floor_ms
+    if "max" + RATIO in out:
+        out["max" + RATIO] = 1000.0 * out["max"] / floor_ms
+    return out
+
+
 def split_medians(parts: Sequence[Mapping[str, float] | None], totals: Sequence[float], names: Sequence[str],
                   rest: str) -> dict[str, float | None]:
     """Where the time of a call went: the median milliseconds of each named part (given in

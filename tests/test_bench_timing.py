@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from benchmarks import paths
-from benchmarks.timing import Goal, apply_goals, percentiles, split_medians, with_ratios
+from benchmarks.timing import Goal, against_floor, apply_goals, percentiles, split_medians, with_ratios
 
 
 def test_percentiles_in_milliseconds_and_an_empty_sample() -> None:
@@ -25,6 +25,24 @@ def test_every_millisecond_figure_gets_its_ratio_to_the_floor_beside_it() -> Non
     figures = with_ratios({"p50_ms": 30.0, "n": 7, "split_ms": None, "rate": 2.0}, floor_ms=12.0)
     assert list(figures) == ["p50_ms", "p50_ratio_to_floor", "n", "split_ms", "split_ratio_to_floor", "rate"]
     assert figures["p50_ratio_to_floor"] == 2.5 and figures["split_ratio_to_floor"] is None
+
+
+def test_ratios_are_taken_again_against_a_later_floor() -> None:
+    """Every ratio to the floor beside a millisecond figure, nested or in lists, and a cold
+    build's (seconds), follows the new floor; ratios to anything else stay."""
+    first = {"add": {**with_ratios({"p99_ms": 6.0}, 12.0), "ingest_ratio_to_floor": 0.25},
+             "search": {"1x10": {**with_ratios({"p50_ms": 24.0}, 12.0),
+                                 "split": with_ratios({"encode_ms": 12.0, "other_ms": None}, 12.0),
+                                 "snapshot_build_s": {"max": 1.2, "max_ratio_to_floor": 100.0}}},
+             "postgres": [{**with_ratios({"p50_ms": 30.0}, 12.0), "p50_ratio_to_sqlite": 1.25}]}
+    again = against_floor(first, 10.0)
+    assert again["add"] == {"p99_ms": 6.0, "p99_ratio_to_floor": 0.6, "ingest_ratio_to_floor": 0.25}
+    row = again["search"]["1x10"]
+    assert row["p50_ratio_to_floor"] == 2.4 and row["split"]["encode_ratio_to_floor"] == 1.2
+    assert row["split"]["other_ratio_to_floor"] is None
+    assert row["snapshot_build_s"] == {"max": 1.2, "max_ratio_to_floor": pytest.approx(120.0)}
+    assert again["postgres"] == [{"p50_ms": 30.0, "p50_ratio_to_floor": 3.0, "p50_ratio_to_sqlite": 1.25}]
+    assert first["add"]["p99_ratio_to_floor"] == 0.5  # the figures given are not changed
 
 
 def test_the_split_takes_medians_of_the_parts_and_of_the_rest() -> None:

@@ -35,8 +35,8 @@ take takes taking since ago week weeks weekend month months year today tonight t
 _VALID_FROM, _VALID_TO = frozenset(("since", "from")), frozenset(("until", "till", "by"))
 TAGS_PER_RECORD = 5
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’]*")
-_POSSESSIVE = re.compile(r"['’]s$")
-_POSSESSIVE_ENDINGS = ("'s", "’s")
+_POSSESSIVE = ("'s", "’s")
+"""The endings of a possessive, dropped from a word (and from a name's last word)."""
 _PROPER = re.compile(r"\b[A-Z][\w'’&\-]*(?:\s+[A-Z][\w'’&\-]*)*")
 
 _PREFERENCE = re.compile(r"\b(love|loves|like|likes|enjoy|enjoys|prefer|prefers|favou?rite|hate|hates|"
@@ -56,7 +56,7 @@ def content_words(text: str, names: Set[str]) -> list[str]:
     kept = []
     for word in _WORD.findall(text):
         word = word.lower()
-        if word.endswith(_POSSESSIVE_ENDINGS):
+        if word.endswith(_POSSESSIVE):
             word = word[:-2]
         word = word.strip("'’")
         if len(word) > 1 and word not in _NOT_NAMES and word not in names:
@@ -93,7 +93,9 @@ def find_entities(text: str, participants: Sequence[str]) -> list[str]:
             words = words[1:]
         while words and words[0].lower().strip("'’") in _NOT_NAMES:
             words = words[1:]
-        name = _POSSESSIVE.sub("", " ".join(words))
+        name = " ".join(words)
+        if name.endswith(_POSSESSIVE):
+            name = name[:-2]
         if name and name not in seen and name.lower() not in _NOT_NAMES:
             found.append(name)
             seen.add(name)

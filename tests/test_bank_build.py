@@ -1,15 +1,17 @@
 """What makes a bank's first build cheap: the collector paused while it runs, fresh arrays taken
-without a copy, records read back in one parse per JSON column (same records)."""
+without a copy, records read back in one parse per JSON column (same records); and what keeps
+the states out of a serving process's later full collections (the freezer)."""
 
 from __future__ import annotations
 
 import gc
 import threading
+import weakref
 
 import numpy as np
 
 from retrieval.memory.reads import json_lists
-from retrieval.multi_route.collector import collector_paused
+from retrieval.multi_route.collector import LongLivedFreezer, collector_paused
 from retrieval.multi_route.growing import GrowingRows
 
 
@@ -67,3 +69,83 @@ def test_json_columns_parse_as_one_array():
     texts = ['["a", "b"]', "[]", '[1, 2, 3]', '["\\u00e9", "x,y"]']
     assert json_lists(texts) == [["a", "b"], [], [1, 2, 3], ["é", "x,y"]]
     assert json_lists([]) == []
+
+
+class _Node:
+    """A tracked object that a weak reference can watch."""
+
+
+def _cycle() -> _Node:
+    """A node that refers to itself: only the cyclic collector frees it."""
+    node = _Node()
+    node.__dict__["itself"] = node
+    return node
+
+
+def test_the_freezer_freezes_survivors_collects_new_cycles_and_thaws_after_its_interval():
+    now = [0.0]
+    freezer = LongLivedFreezer(objects=1, thaw_s=60.0, clock=lambda: now[0]).install()
+    try:
+        alive = _Node()
+        gc.collect()
+        assert gc.get_freeze_count() > 0
+        assert not any(entry is alive for entry in gc.get_objects())  # frozen: out of the walks
+
+        acyclic = weakref.ref(alive)
+        del alive
+        assert acyclic() is None  # a frozen object still goes with its last reference
+
+        later = _cycle()
+        made_after = weakref.ref(later)
+        del later
+        gc.collect()
+        assert made_after() is None  # a cycle made after the freeze is collected as before
+
+        frozen = _cycle()
+        gc.collect()  # frozen while alive
+        kept = weakref.ref(frozen)
+        del frozen
+        gc.collect()
+        assert kept() is not None  # a frozen cycle waits for the thaw ...
+        now[0] = 60.0
+        gc.collect()
+        assert gc.get_freeze_count() == 0
+        gc.collect()
+        assert kept() is None  # ... and the walk after it frees it
+    finally:
+        freezer.remove()
+    assert gc.get_freeze_count() == 0
+    assert freezer not in gc.callbacks
+
+
+def test_the_freezer_waits_for_a_full_collection_with_enough_survivors():
+    freezer = LongLivedFreezer(objects=1)
+    try:
+        freezer.install()
+        gc.collect(0)
+        gc.collect(1)
+        assert gc.get_freeze_count() == 0  # young collections: nothing frozen
+        LongLivedFreezer(objects=10**9).install()  # takes the first one's place
+        assert freezer not in gc.callbacks
+        gc.collect()
+        assert gc.get_freeze_count() == 0  # too few survivors
+    finally:
+        for entry in [e for e in gc.callbacks if isinstance(e, LongLivedFreezer)]:
+            entry.remove()
+
+
+def test_a_serving_process_installs_the_freezer(monkeypatch, tmp_path):
+    import argparse
+
+    from retrieval.api.memory import Memory
+    from retrieval.service import launch
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setattr(Memory, "open", staticmethod(lambda store, **options: ("opened", store)))
+    try:
+        opened = launch.open_memory(argparse.Namespace(store=tmp_path, fingerprinter=None, threads=None))
+        assert opened == ("opened", tmp_path)
+        assert any(isinstance(entry, LongLivedFreezer) for entry in gc.callbacks)
+    finally:
+        for entry in [e for e in gc.callbacks if isinstance(e, LongLivedFreezer)]:
+            entry.remove()

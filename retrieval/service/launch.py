@@ -36,11 +36,16 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
 
 def open_memory(args: argparse.Namespace) -> Memory:
     """``Memory.open`` with the command line's options: idle OpenMP threads sleeping (the module
-    docstring; OpenMP reads the setting as torch loads, so it is set before), and ``--threads``
+    docstring; OpenMP reads the setting as torch loads, so it is set before), ``--threads``
     bounding torch's intra-op threads (several processes each running as many threads as the
-    machine has cores oversubscribe its cores: their forwards slow each other down)."""
+    machine has cores oversubscribe its cores: their forwards slow each other down), and the
+    users' search states kept out of the collector's full passes
+    (:class:`retrieval.multi_route.collector.LongLivedFreezer`)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from retrieval.api.memory import Memory
+    from retrieval.multi_route.collector import LongLivedFreezer
+
+    LongLivedFreezer().install()
 
     if args.threads is not None:
         import torch

@@ -71,7 +71,7 @@ from benchmarks.floor import BareEncoder, measure_ceiling, measure_floor  # noqa
 from benchmarks.paths import FINGERPRINTER, default_locomo, missing_locomo  # noqa: E402
 from benchmarks.prefill import prefill, user_name  # noqa: E402
 from benchmarks.service_nodes import database_goals, describe_nodes, on_database  # noqa: E402
-from benchmarks.service_process import Server, bearer  # noqa: E402
+from benchmarks.service_process import Server, bearer, collector_pauses  # noqa: E402
 from benchmarks.timing import (  # noqa: E402
     Goal,
     apply_goals,
@@ -162,6 +162,9 @@ class LoadLog:
     acknowledged: dict[str, list[str]] = dataclasses.field(default_factory=lambda: defaultdict(list))
     canaries: dict[str, list[str]] = dataclasses.field(default_factory=lambda: defaultdict(list))
     requests: int = 0
+    full_collections: dict[str, float] = dataclasses.field(default_factory=dict)
+    """The servers' full garbage collections during the load: count, and the seconds they held
+    their interpreters (summed over the servers)."""
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
 
@@ -220,6 +223,7 @@ def client_loop(args: argparse.Namespace, client: int, url: str, keys: dict[str,
 def run_load(args: argparse.Namespace, urls: Sequence[str], keys: dict[str, str],
              asked: list[str]) -> tuple[LoadLog, float]:
     log = LoadLog()
+    before = [collector_pauses(url) for url in urls]
     began = time.monotonic()
     threads = [threading.Thread(target=client_loop,
                                 args=(args, n, urls[n % len(urls)], keys, asked, log, began + args.seconds))
@@ -228,7 +232,11 @@ def run_load(args: argparse.Namespace, urls: Sequence[str], keys: dict[str, str]
         thread.start()
     for thread in threads:
         thread.join()
-    return log, time.monotonic() - began
+    seconds = time.monotonic() - began
+    after = [collector_pauses(url) for url in urls]
+    log.full_collections = {key: sum(end[key] - start[key] for start, end in zip(before, after, strict=True))
+                            for key in ("count", "seconds")}
+    return log, seconds
 
 
 def verify(store: Path | str, log: LoadLog) -> dict[str, int]:
@@ -255,7 +263,7 @@ def summary(log: LoadLog, seconds: float, floor_ms: float, ceiling_rps: float) -
     return {"seconds": seconds, "requests": log.requests, "per_s": per_s,
             "per_s_ratio_to_ceiling": per_s / ceiling_rps, "routes": routes,
             "errors": sum(log.errors.values()), "error_kinds": dict(log.errors), "leaks": len(log.leaks),
-            "leak_examples": log.leaks[:5]}
+            "leak_examples": log.leaks[:5], "full_collections": log.full_collections}
 
 
 def warm_up(url: str, keys: dict[str, str], asked: list[str]) -> float:
@@ -313,7 +321,9 @@ def report(figures: dict[str, Any]) -> str:
              f"user in {built['seed_s']} s, the copies in {built['copy_s']} s)",
              f"load: {load['requests']} requests in {load['seconds']:.1f} s = {load['per_s']:.1f}/s "
              f"({load['per_s_ratio_to_ceiling']:.2f}x ceiling), "
-             f"errors {load['errors']} {load['error_kinds'] or ''}, leaks {load['leaks']}"]
+             f"errors {load['errors']} {load['error_kinds'] or ''}, leaks {load['leaks']}",
+             f"server full garbage collections during the load: {load['full_collections']['count']:.0f}, "
+             f"{load['full_collections']['seconds']:.2f} s"]
     for route, row in load["routes"].items():
         split = describe_split(row["split"])
         lines.append(f"  {route}: {row['requests']} ({row['per_s']:.1f}/s)  p50 {row['p50_ms']:.1f} ms  "

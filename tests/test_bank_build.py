@@ -11,7 +11,7 @@ import weakref
 import numpy as np
 
 from retrieval.memory.reads import json_lists
-from retrieval.multi_route.collector import LongLivedFreezer, collector_paused
+from retrieval.multi_route.collector import LongLivedFreezer, collector_paused, installed_freezer
 from retrieval.multi_route.growing import GrowingRows
 
 
@@ -124,9 +124,14 @@ def test_the_freezer_waits_for_a_full_collection_with_enough_survivors():
         freezer.install()
         gc.collect(0)
         gc.collect(1)
-        assert gc.get_freeze_count() == 0  # young collections: nothing frozen
-        LongLivedFreezer(objects=10**9).install()  # takes the first one's place
-        assert freezer not in gc.callbacks
+        assert gc.get_freeze_count() == 0  # young collections: nothing frozen, nothing counted
+        assert (freezer.full_collections, freezer.full_seconds) == (0, 0.0)
+        gc.collect()
+        assert freezer.full_collections == 1 and freezer.full_seconds > 0
+        assert installed_freezer() is freezer
+        freezer.remove()
+        LongLivedFreezer(objects=10**9).install().install()  # once, whatever the calls
+        assert [type(entry) for entry in gc.callbacks].count(LongLivedFreezer) == 1
         gc.collect()
         assert gc.get_freeze_count() == 0  # too few survivors
     finally:

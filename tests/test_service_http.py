@@ -14,7 +14,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from benchmarks.service_process import Server, bearer
+from benchmarks.service_process import Server, bearer, collector_pauses
 from retrieval.service import limits
 from retrieval.service.keys import KeyStore
 
@@ -288,7 +288,12 @@ def test_metrics_count_routes_and_no_request_failed_with_500(api: Api) -> None:
     assert 'isq_http_requests_total{method="POST",route="/v1/search",status="200"}' in text
     assert 'isq_http_request_seconds_bucket{le="0.1",method="POST",route="/v1/search"}' in text
     assert 'isq_http_errors_total{method="GET",route="/v1/memories/{memory_id}",status="404"}' in text
-    for gauge in ("isq_memory_amus", "isq_memory_open_segments", "isq_memory_queued_jobs"):
+    for gauge in ("isq_memory_amus", "isq_memory_open_segments", "isq_memory_queued_jobs",
+                  "isq_gc_full_collections_total", "isq_gc_full_collection_seconds_total",
+                  "isq_gc_frozen_objects"):  # the server process runs the collector's freezer
         assert f"\n{gauge} " in text, gauge
     assert 'status="500"' not in text, "a request got a 500:\n" + api.server.log_tail()
     assert "Traceback" not in api.server.log_tail(100_000)
+    frozen = float(text.split("\nisq_gc_frozen_objects ")[1].split()[0])
+    pauses = collector_pauses(api.server.url)  # what bench_service reads before and after its load
+    assert pauses["count"] >= 1 and pauses["seconds"] > 0 and frozen > 0  # the models' start left a full pass

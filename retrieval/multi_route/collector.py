@@ -73,6 +73,11 @@ class LongLivedFreezer:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.objects, self.thaw_s, self.clock = objects, thaw_s, clock
         self.thawed = clock()
+        self.full_collections = 0
+        """Full collections since installed, and the seconds they held the interpreter (freezing
+        and thawing included): read by the service's ``/metrics``."""
+        self.full_seconds = 0.0
+        self._began = 0.0
 
     def install(self) -> LongLivedFreezer:
         """Run after every collection of this process, in place of a freezer installed before."""
@@ -86,7 +91,10 @@ class LongLivedFreezer:
         gc.unfreeze()
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
-        if phase != "stop" or info["generation"] != 2:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._began = time.perf_counter()
             return
         now = self.clock()
         if now - self.thawed >= self.thaw_s:
@@ -94,3 +102,10 @@ class LongLivedFreezer:
             self.thawed = now
         elif len(gc.get_objects(generation=2)) >= self.objects:
             gc.freeze()
+        self.full_collections += 1
+        self.full_seconds += time.perf_counter() - self._began
+
+
+def installed_freezer() -> LongLivedFreezer | None:
+    """The freezer this process runs, if any."""
+    return next((entry for entry in gc.callbacks if isinstance(entry, LongLivedFreezer)), None)

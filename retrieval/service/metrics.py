@@ -3,18 +3,23 @@
 Per route (the route's path template, so ids do not multiply the series): requests by status,
 latency histogram, errors (status >= 400). At scrape time, from the memory: records (AMUs), open
 segments, queued consolidation jobs and the per-user caches (search states and their estimated
-bytes, user streams).
+bytes, user streams). From the process, where it runs the collector's freezer
+(:class:`retrieval.multi_route.collector.LongLivedFreezer`): its full collections, the seconds
+they held the interpreter (every request in flight waits them out) and the objects frozen.
 """
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from retrieval.multi_route.collector import installed_freezer
 
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -41,6 +46,19 @@ class _MemoryCollector(Collector):
             yield GaugeMetricFamily(f"isq_memory_{name}", help_text, value=values[name])
 
 
+class _CollectorPauses(Collector):
+    def collect(self) -> Iterator[Metric]:
+        freezer = installed_freezer()
+        if freezer is None:
+            return
+        yield CounterMetricFamily("isq_gc_full_collections", "full passes of the cyclic garbage collector",
+                                  value=freezer.full_collections)
+        yield CounterMetricFamily("isq_gc_full_collection_seconds",
+                                  "seconds the full passes held the interpreter", value=freezer.full_seconds)
+        yield GaugeMetricFamily("isq_gc_frozen_objects", "objects frozen out of the collector's passes",
+                                value=gc.get_freeze_count())
+
+
 def route_label(scope: Scope) -> str:
     """The matched route's template (``/v1/memories/{memory_id}``); ``not_routed`` for a request
     refused before routing (413) or matching no route (404)."""
@@ -61,6 +79,7 @@ class ServiceMetrics:
         self.errors = Counter("isq_http_errors", "requests answered with status >= 400", (*labels, "status"),
                               registry=self.registry)
         self.registry.register(_MemoryCollector(memory_gauges))
+        self.registry.register(_CollectorPauses())
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

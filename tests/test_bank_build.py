@@ -82,6 +82,11 @@ def _cycle() -> _Node:
     return node
 
 
+def _remove_freezers() -> None:
+    while (freezer := installed_freezer()) is not None:
+        freezer.remove()
+
+
 def test_the_freezer_freezes_survivors_collects_new_cycles_and_thaws_after_its_interval():
     now = [0.0]
     freezer = LongLivedFreezer(objects=1, thaw_s=60.0, clock=lambda: now[0]).install()
@@ -135,8 +140,7 @@ def test_the_freezer_waits_for_a_full_collection_with_enough_survivors():
         gc.collect()
         assert gc.get_freeze_count() == 0  # too few survivors
     finally:
-        for entry in [e for e in gc.callbacks if isinstance(e, LongLivedFreezer)]:
-            entry.remove()
+        _remove_freezers()
 
 
 def test_a_serving_process_installs_the_freezer(monkeypatch, tmp_path):
@@ -152,5 +156,4 @@ def test_a_serving_process_installs_the_freezer(monkeypatch, tmp_path):
         assert opened == ("opened", tmp_path)
         assert any(isinstance(entry, LongLivedFreezer) for entry in gc.callbacks)
     finally:
-        for entry in [e for e in gc.callbacks if isinstance(e, LongLivedFreezer)]:
-            entry.remove()
+        _remove_freezers()

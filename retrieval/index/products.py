@@ -83,15 +83,15 @@ class _Blocks:
                 start, stop = self._blocks[self._next]
                 self._next += 1
                 self._running += 1
+            failed: BaseException | None = None
             try:
                 self._compute(start, stop)
             except BaseException as error:  # re-raised in the caller
-                with self._changed:
-                    self._error = error
-            finally:
-                with self._changed:
-                    self._running -= 1
-                    self._changed.notify_all()
+                failed = error
+            with self._changed:
+                self._error = self._error or failed
+                self._running -= 1
+                self._changed.notify_all()
 
 
 _EXECUTOR: tuple[int, ThreadPoolExecutor] | None = None

@@ -148,3 +148,26 @@ def test_a_reader_sees_what_a_writer_in_another_process_committed(tmp_path):
         found = texts(reader.search(SECRET_QUERY, user_id="alice", k=20))
         assert found and not any("Zorblaxian" in t for t in found)
         assert "Bob: I bought a red kayak." in texts(reader.search("red kayak", user_id="alice", k=3))
+
+
+def test_a_commit_landing_while_a_state_is_built_is_in_it_once(tmp_path):
+    """Another writer's turn committed after the reader read the user's rows but before it read
+    the turns themselves is in the built state already; the next search must not add it again."""
+    kayak = {"speaker": "Bob", "text": "I bought a red kayak.", "turn_id": "kayak"}
+    with open_memory(tmp_path) as writer:
+        writer.add(chat("alice", 6), user_id="alice", session_id="s1")
+        with open_memory(tmp_path, read_only=True) as reader:
+            build = reader._states.build
+
+            def build_after_a_commit(user):
+                writer.add([kayak], user_id="alice", session_id="s1")
+                return build(user)
+
+            reader._states.build = build_after_a_commit
+            reader.search("red kayak", user_id="alice", k=3)
+            reader._states.build = build
+            hits = reader.search("red kayak", user_id="alice", k=8).hits
+            assert [h.id for h in hits].count("alice:turn:kayak") == 1
+            bank = reader._states.get("alice")
+            assert sorted(turn.turn_id for turn in bank.turns) == sorted(
+                [f"alice-{i}" for i in range(6)] + ["kayak"])

@@ -14,7 +14,8 @@ transactions report the user's rows at their start and end
 (:meth:`retrieval.memory.store.AMUStore.tracking`), and a state extends only when the first start
 is the rows it holds and each start is the previous end; else another writer committed between,
 and the state is left as it was, for the next search to catch up from the store. A state's rows
-are read before it is built, so a commit that lands during the build is seen at the next search.
+are read before and after it is built: a commit that lands during the build may be in the state
+in part, so such a state serves its search and is built again for the next one.
 
 Threads. The memory holds the user's ``state`` guard (:class:`retrieval.api.closing.UserGuard`)
 around every call for that user; the table of held states and its byte count are shared by all
@@ -71,14 +72,13 @@ class SearchStates:
         held = self._held.get(user)
         if held is not None and held.checked != version:
             rows = self.store.user_version(user)
-            if rows == held.rows or self._catch_up(user, held, rows):
+            if held.rows and (rows == held.rows or self._catch_up(user, held, rows)):
                 held.checked = version
             else:
                 self.drop(user)
                 held = None
         if held is None:
-            rows = self.store.user_version(user)
-            held = _Held(self.build(user), rows, 0, version)
+            held = _Held(*self._built(user), 0, version)
             with self._guard:
                 self._held[user] = held
             self._resize(user, held)
@@ -87,6 +87,16 @@ class SearchStates:
                 if user in self._held:
                     self._held.move_to_end(user)
         return held.bank
+
+    def _built(self, user: str) -> tuple[MemoryBank, tuple[int, ...]]:
+        """A state built from the store and the user's rows it reflects: read before and after the
+        build. When they differ, another writer committed for the user during the build, and the
+        state may hold part of that commit: its rows are then unknown (empty), so the next search
+        builds it again rather than catching up (which would add the rows it holds a second time)
+        and the memory's own writes leave it as it is."""
+        rows = self.store.user_version(user)
+        bank = self.build(user)
+        return bank, (rows if self.store.user_version(user) == rows else ())
 
     def extend(self, user: str, marks: Sequence[tuple[Any, Any]], turns: Sequence[Turn] = (),
                amus: Sequence[AMU] = ()) -> None:

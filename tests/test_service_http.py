@@ -4,6 +4,7 @@ the auth matrix (the user is always the key's), every limit, metrics, OpenAPI an
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 
@@ -252,6 +253,34 @@ def test_oversized_and_malformed_bodies(api: Api) -> None:
         assert response.status_code == 422 and response.json()["field"].startswith("body"), response.text
     assert (api.alice.get("/v1/memories", params={"limit": limits.MAX_PAGE + 1}).json()["field"]
             == "query.limit")
+
+
+def test_a_small_declared_length_does_not_let_a_longer_chunked_body_past_the_limit(api: Api) -> None:
+    body = json.dumps({"turns": [{"speaker": "Z", "text": "padding " * 1800}] * 80}).encode()
+    assert len(body) > limits.MAX_BODY_BYTES
+    chunks = b"".join(b"%x\r\n" % len(body[i:i + 65536]) + body[i:i + 65536] + b"\r\n"
+                      for i in range(0, len(body), 65536)) + b"0\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", api.server.port), timeout=60) as connection:
+        connection.sendall(b"POST /v1/sessions/big/turns HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                           + api.alice_key.encode() + b"\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: 10\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks)
+        status = connection.recv(200).split(b"\r\n")[0]
+    assert status.split()[1] in (b"400", b"413"), status
+    assert api.alice.get("/v1/memories", params={"session_id": "big"}).json().get("items") in (None, [])
+
+
+@pytest.mark.parametrize("content", [b'{"q":' * 5000 + b"1" + b"}" * 5000, b'{"query": "cat \xff"}'],
+                         ids=["nested too deep", "not UTF-8"])
+def test_a_body_that_cannot_be_read_is_422_naming_the_body(api: Api, content: bytes) -> None:
+    response = api.alice.post("/v1/search", content=content, headers={"Content-Type": "application/json"})
+    assert (response.status_code, response.json()["field"]) == (422, "body"), response.text
+
+
+def test_made_up_methods_share_one_metrics_label(api: Api) -> None:
+    for n in range(5):
+        api.anonymous.request(f"X{n}", "/nowhere")
+    text = api.anonymous.get("/metrics").text
+    assert 'method="X0"' not in text and 'method="other",route="not_routed"' in text
 
 
 def test_the_memorys_refusals_are_422(api: Api) -> None:

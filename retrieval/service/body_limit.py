@@ -1,7 +1,10 @@
 """413 for a request body over :data:`~retrieval.service.limits.MAX_BODY_BYTES`, before it is parsed.
 
-A declared ``Content-Length`` over the limit is refused without reading the body; a chunked
-body is read up to the limit and replayed to the application, or refused once it passes it.
+A declared ``Content-Length`` over the limit is refused without reading the body. Whatever the
+headers declare, the body is read up to the limit and replayed to the application, or refused once
+it passes it: the bytes received are counted, since a request may declare a small
+``Content-Length`` and send a longer chunked body, which the server reads by its
+``Transfer-Encoding``.
 """
 
 from __future__ import annotations
@@ -30,30 +33,31 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope["headers"])
-        declared = headers.get(b"content-length")
-        if declared is not None:
-            if not declared.isdigit() or int(declared) > self.limit:
-                await _refuse(send, self.limit)
-                return
-            await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await _refuse(send, self.limit)
             return
-        if headers.get(b"transfer-encoding", b"").lower() != b"chunked":
-            await self.app(scope, receive, send)
+        body = await _read_within(receive, self.limit)
+        if body is None:
+            await _refuse(send, self.limit)
             return
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            size += len(message.get("body", b""))
-            if size > self.limit:
-                await _refuse(send, self.limit)
-                return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        await self.app(scope, _replay(b"".join(chunks), receive), send)
+        await self.app(scope, _replay(body, receive), send)
+
+
+async def _read_within(receive: Receive, limit: int) -> bytes | None:
+    """The request's body, or None once more than ``limit`` bytes of it have arrived."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if size > limit:
+            return None
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -25,7 +25,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from retrieval.api.errors import Conflict, InvalidInput, MemoryAPIError, NotFound
-from retrieval.service.auth import KEY_FIELD
+from retrieval.service.auth import KEY_FIELD, TWO_KEYS
 from retrieval.service.drain import ShuttingDown
 
 log = logging.getLogger("retrieval.service")
@@ -57,6 +57,8 @@ async def _http(request: Request, exc: Exception) -> JSONResponse:
         verb = "serves" if exc.status_code == 404 else f"takes {request.method} at"
         return error_response(exc.status_code, f"no route {verb} {request.url.path} (see /docs)", "path",
                               headers=exc.headers)
+    if exc.status_code == 400 and exc.detail != TWO_KEYS:  # FastAPI could not read the body
+        return error_response(422, f"body: {exc.detail} (not JSON in UTF-8, or nested too deep)", "body")
     field = KEY_FIELD if exc.status_code in (400, 401) else None  # the key checks' refusals
     return error_response(exc.status_code, str(exc.detail), field, headers=exc.headers)
 

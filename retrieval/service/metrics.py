@@ -66,6 +66,15 @@ def route_label(scope: Scope) -> str:
     return route.path if route is not None else "not_routed"
 
 
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+"""The request methods the ``method`` label names; any other is ``other``, so that requests with
+made-up methods cannot add label values (and memory) without bound."""
+
+
+def method_label(scope: Scope) -> str:
+    return scope["method"] if scope["method"] in METHODS else "other"
+
+
 class ServiceMetrics:
     """The registry and its instruments (:class:`RequestMetrics` fills the HTTP ones)."""
 
@@ -106,7 +115,7 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, record_status)
         finally:
-            labels = (scope["method"], route_label(scope))
+            labels = (method_label(scope), route_label(scope))
             self.metrics.latency.labels(*labels).observe(time.perf_counter() - began)
             self.metrics.requests.labels(*labels, str(status)).inc()
             if status >= 400:

@@ -311,6 +311,32 @@ def test_mcp_over_http_takes_the_user_from_the_key(api: Api) -> None:
             == 401)
 
 
+async def _mcp_refusals(url: str, key: str) -> dict[str, str]:
+    calls = {"another user": ("memory_search", {"query": "cat", "user_id": "bob"}),
+             "a misspelt argument": ("memory_search", {"query": "cat", "limit": 3}),
+             "k zero": ("memory_search", {"query": "cat", "k": 0}),
+             "a long cursor": ("memory_list", {"cursor": "a" * 200_000}),
+             "an unknown session": ("memory_list", {"session_id": "nosuch"})}
+    async with httpx2.AsyncClient(headers=bearer(key), timeout=120) as http, \
+            streamable_http_client(f"{url}/mcp", http_client=http) as streams, \
+            ClientSession(streams[0], streams[1]) as session:
+        await session.initialize()
+        answers = {case: await session.call_tool(*call) for case, call in calls.items()}
+    assert all(answer.is_error for answer in answers.values()), answers
+    return {case: answer.content[0].text for case, answer in answers.items()}
+
+
+def test_mcp_refuses_what_http_refuses_naming_the_argument(api: Api) -> None:
+    refused = anyio.run(_mcp_refusals, api.server.url, api.alice_key)
+    assert refused["another user"] == "user_id: Extra inputs are not permitted"
+    assert refused["a misspelt argument"] == "limit: Extra inputs are not permitted"
+    assert refused["k zero"] == "k: Input should be greater than or equal to 1"
+    assert refused["a long cursor"].startswith("cursor: String should have at most")
+    assert len(refused["a long cursor"]) < 200 and "nosuch" in refused["an unknown session"]
+    listed = api.alice.get("/v1/memories", params={"session_id": "nosuch"})
+    assert (listed.status_code, listed.json()["field"]) == (404, "query.session_id"), listed.text
+
+
 def test_metrics_count_routes_and_no_request_failed_with_500(api: Api) -> None:
     api.alice.post("/v1/search", json={"query": "cat"})
     text = api.anonymous.get("/metrics").text

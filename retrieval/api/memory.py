@@ -310,6 +310,8 @@ class Memory:
         if after is None:
             raise InvalidInput(f"cursor {cursor!r} is not one a previous list returned", "cursor")
         with self._gate:
+            if session is not None:
+                self._require_session(user, session)
             rows = self.store.page(user, session_id=session, after=after, limit=limit + 1)
             items = tuple(_record_item(amu, None) for _, amu in rows[:limit])
             more = len(rows) > limit

@@ -34,16 +34,37 @@ def _refusals(call: Callable[[], Any]) -> Any:
     try:
         return call()
     except ValidationError as err:
-        first = err.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        raise ToolError(f"{field}: {first['msg']}") from None
+        raise ToolError(_named(err)) from None
     except (MemoryAPIError, ShuttingDown) as err:
         raise ToolError(str(err)) from None
 
 
+class StrictTools(MCPServer):
+    """An MCP server whose tools check their arguments as the HTTP routes do: an argument a tool
+    does not take (``user_id``, a misspelt ``limit``) is refused instead of dropped, and a bad
+    value is named as ``argument: message``, not in the SDK's multi-line validation report."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        taken = {tool.name: set(tool.input_schema.get("properties", {})) for tool in await self.list_tools()}
+        unknown = sorted(set(arguments) - taken[name]) if name in taken else []
+        if unknown:
+            raise ToolError(f"{unknown[0]}: Extra inputs are not permitted")
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as err:
+            if isinstance(err.__cause__, ValidationError):
+                raise ToolError(_named(err.__cause__)) from None
+            raise
+
+
+def _named(err: ValidationError) -> str:
+    first = err.errors()[0]
+    return f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
+
+
 def build_mcp(memory: Memory, gate: WriteGate, user_of: UserOf) -> MCPServer:
     """An MCP server whose tools act on ``memory`` for the user ``user_of`` names."""
-    server = MCPServer("isq-memory", instructions=INSTRUCTIONS)
+    server = StrictTools("isq-memory", instructions=INSTRUCTIONS)
 
     @server.tool()
     def memory_add(session_id: schemas.SessionId, turns: Annotated[list[schemas.TurnIn], Field(
@@ -65,7 +86,7 @@ def build_mcp(memory: Memory, gate: WriteGate, user_of: UserOf) -> MCPServer:
     @server.tool()
     def memory_list(ctx: Context, session_id: schemas.SessionId | None = None,
                     limit: schemas.PageSize = limits.DEFAULT_PAGE,
-                    cursor: str | None = None) -> schemas.MemoryPage:
+                    cursor: schemas.ShortText | None = None) -> schemas.MemoryPage:
         """List stored memories, oldest first; pass next_cursor back for the next page."""
         return _refusals(lambda: operations.list_memories(memory, user_of(ctx), session_id, limit, cursor))
 

@@ -225,6 +225,8 @@ LIMIT_CASES = [
      "path.session_id"),
     ("long session id", f"/v1/sessions/{'s' * (limits.MAX_ID_CHARS + 1)}/turns",
      {"turns": [{"speaker": "a", "text": "b"}]}, 422, "path.session_id"),
+    ("turn id with a slash", "/v1/sessions/s1/turns",
+     {"turns": [{"speaker": "a", "text": "b", "turn_id": "x/history"}]}, 422, "body.turns.0.turn_id"),
     ("k too large", "/v1/search", {"query": "cat", "k": limits.MAX_K + 1}, 422, "body.k"),
     ("k zero", "/v1/search", {"query": "cat", "k": 0}, 422, "body.k"),
     ("k not a number", "/v1/search", {"query": "cat", "k": "many"}, 422, "body.k"),

@@ -44,6 +44,8 @@ def test_a_key_belongs_to_its_user_and_only_its_hash_is_kept(tmp_path: Path) -> 
         keys.revoke("0000")
     with pytest.raises(KeyCommandError, match="user id"):
         keys.create(" ")
+    with pytest.raises(KeyCommandError, match="letters, digits"):
+        keys.create("org/dave")  # its memory ids could not be named in a URL
     assert [(k.user_id, k.revoked is None) for k in keys.list()] == [("alice", False), ("bob", True)]
     assert [k.user_id for k in keys.list("bob")] == ["bob"]
 

@@ -27,4 +27,6 @@ DEFAULT_PAGE = 20
 MAX_TURNS = 100
 """Turns in one HTTP or MCP add (a request's size; a Python ``add`` may pass a whole session)."""
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
-"""What a session id sent over HTTP may look like: it appears in URLs, so no slashes or spaces."""
+"""What a served user id (a key's), session id or turn id may look like: each appears in URLs
+(a memory id is built from the user id and the turn id), so no slashes or spaces. Python callers
+may use any id :func:`retrieval.api.inputs.check_id` accepts."""

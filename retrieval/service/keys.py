@@ -10,13 +10,15 @@ The rows keep only the salt and the digest: a lost key cannot be recovered, only
 replaced. Every lookup reads the table, so a key revoked by the command line (or through another
 server over the same database) is refused by a running server at its next request. A key's user
 id passes the memory's own id check (:func:`retrieval.api.inputs.check_id`), so every key names a
-user the memory accepts.
+user the memory accepts, and the served ids' pattern (:data:`retrieval.api.limits.ID_PATTERN`), so
+every memory id of that user can be named in a URL.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import sqlite3
 import threading
@@ -27,6 +29,7 @@ from typing import Protocol, cast
 
 from retrieval.api.errors import InvalidInput
 from retrieval.api.inputs import check_id
+from retrieval.api.limits import ID_PATTERN
 from retrieval.memory.targets import local_directory, redacted
 
 KEYS_FILE = "keys.sqlite"
@@ -152,6 +155,9 @@ class KeyStore:
             check_id("user id (--user)", user_id)
         except InvalidInput as err:
             raise KeyCommandError(str(err)) from None
+        if not re.fullmatch(ID_PATTERN, user_id):
+            raise KeyCommandError(f"user id (--user) {user_id!r} may hold only letters, digits and ._:@- "
+                                  "(it appears in the URLs of the user's memories)")
         key_id, secret, salt = secrets.token_hex(8), secrets.token_urlsafe(32), secrets.token_bytes(16)
         self.rows.add_key(key_id, user_id, salt, _digest(salt, secret), _now())
         return f"{PREFIX}_{key_id}_{secret}"

@@ -15,7 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, Strict
 from retrieval.service import limits
 
 ShortText = Annotated[str, Field(min_length=1, max_length=limits.MAX_ID_CHARS)]
-SessionId = Annotated[str, Field(min_length=1, max_length=limits.MAX_ID_CHARS, pattern=limits.ID_PATTERN)]
+PathId = Annotated[str, Field(min_length=1, max_length=limits.MAX_ID_CHARS, pattern=limits.ID_PATTERN)]
+"""An id that appears in URLs (:data:`retrieval.api.limits.ID_PATTERN`): a session id, or a turn id,
+which memory ids of the turn (``<user>:turn:<turn id>``) and of its records carry."""
+SessionId = PathId
 MemoryId = Annotated[str, Field(min_length=1, max_length=limits.MAX_MEMORY_ID_CHARS)]
 K = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_K)]
 PageSize = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_PAGE)]
@@ -33,7 +36,7 @@ class TurnIn(_Request):
     speaker: ShortText
     text: Text
     time: ShortText | None = None
-    turn_id: ShortText | None = None
+    turn_id: PathId | None = None
     image_caption: Text | None = None
 
 

@@ -34,13 +34,15 @@ if TYPE_CHECKING:
     from retrieval.service.connections import ConnectionTimeouts
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
-MCP_SESSION_LOGGER = "mcp.server.streamable_http_manager"
+MCP_SESSION_LOGGERS = ("mcp.server.streamable_http_manager", "mcp.server.streamable_http")
 
 
 def quiet_mcp_session_logs() -> None:
-    """The MCP SDK logs every start and stop of its session manager at INFO, in its own format
-    beside uvicorn's lines: not the user's business. Its warnings and errors stay."""
-    logging.getLogger(MCP_SESSION_LOGGER).setLevel(logging.WARNING)
+    """The MCP SDK logs every start and stop of its session manager, and the end of every
+    stateless request's session, at INFO, in its own format beside uvicorn's lines: not the user's
+    business. Its warnings and errors stay."""
+    for name in MCP_SESSION_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _serve_parser() -> argparse.ArgumentParser:

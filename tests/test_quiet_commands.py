@@ -50,9 +50,11 @@ def test_a_resumed_or_validated_checkpoint_does_not_warn_about_its_old_directory
 def test_the_server_drops_the_mcp_session_manager_chatter_and_keeps_its_warnings():
     stderr = _stderr_of(
         "import logging\n"
-        "from retrieval.serve import MCP_SESSION_LOGGER, quiet_mcp_session_logs\n"
+        "from retrieval.serve import MCP_SESSION_LOGGERS, quiet_mcp_session_logs\n"
         "logging.basicConfig(level=logging.INFO, format='%(message)s')\n"
         "quiet_mcp_session_logs()\n"
-        "logging.getLogger(MCP_SESSION_LOGGER).info('StreamableHTTP session manager started')\n"
-        "logging.getLogger(MCP_SESSION_LOGGER).warning('a session failed')\n")
-    assert stderr.strip() == "a session failed"
+        "for name in MCP_SESSION_LOGGERS:\n"
+        "    logging.getLogger(name).info('StreamableHTTP session manager started')\n"
+        "    logging.getLogger(name).info('Terminating session: None')\n"
+        "    logging.getLogger(name).warning('a session failed')\n")
+    assert stderr.split() == ["a", "session", "failed"] * 2

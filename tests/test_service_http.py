@@ -257,6 +257,20 @@ def test_oversized_and_malformed_bodies(api: Api) -> None:
             == "query.limit")
 
 
+def test_a_flush_turns_a_sessions_last_turns_into_records_now(api: Api) -> None:
+    added = api.add(api.alice, "ending", "I repainted my bike green today.", "Green suits it.")
+    assert added.status_code == 200 and added.json()["memory_ids"] == []
+    flushed = api.alice.post("/v1/sessions/ending/flush")
+    assert flushed.status_code == 200 and flushed.json()["session_id"] == "ending", flushed.text
+    made = flushed.json()["memory_ids"]
+    assert made and all(memory_id.startswith("alice:") for memory_id in made)
+    listed = api.alice.get("/v1/memories", params={"session_id": "ending"}).json()["items"]
+    assert [item["id"] for item in listed] == made and any("green" in item["text"] for item in listed)
+    assert api.alice.post("/v1/sessions/ending/flush").json()["memory_ids"] == []  # nothing open now
+    refused = api.bob.post("/v1/sessions/ending/flush")  # bob has no session of that name
+    assert (refused.status_code, refused.json()["field"]) == (404, "path.session_id"), refused.text
+
+
 def test_a_small_declared_length_does_not_let_a_longer_chunked_body_past_the_limit(api: Api) -> None:
     body = json.dumps({"turns": [{"speaker": "Z", "text": "padding " * 1800}] * 80}).encode()
     assert len(body) > limits.MAX_BODY_BYTES
@@ -305,7 +319,7 @@ async def _mcp_calls(url: str, key: str) -> tuple[list[str], dict, dict]:
 
 def test_mcp_over_http_takes_the_user_from_the_key(api: Api) -> None:
     tools, added, found = anyio.run(_mcp_calls, api.server.url, api.alice_key)
-    assert {"memory_add", "memory_search", "memory_list", "memory_delete", "memory_forget",
+    assert {"memory_add", "memory_search", "memory_list", "memory_flush", "memory_delete", "memory_forget",
             "memory_consolidate"} <= set(tools)
     assert added["turn_ids"] and "kayak" in json.dumps(found) and BOB_CANARY not in json.dumps(found)
     assert "kayak" not in texts_of(api.bob.post("/v1/search", json={"query": "red kayak"}))

@@ -15,7 +15,8 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from benchmarks.service_process import ROOT, child_env
 
 pytestmark = pytest.mark.slow
-TOOLS = {"memory_add", "memory_search", "memory_list", "memory_delete", "memory_forget", "memory_consolidate"}
+TOOLS = {"memory_add", "memory_search", "memory_list", "memory_flush", "memory_delete", "memory_forget",
+         "memory_consolidate"}
 
 
 def params(store: Path, user: str) -> StdioServerParameters:
@@ -55,6 +56,7 @@ async def _every_tool(session: ClientSession) -> dict:
     replay = content(await session.call_tool("memory_add", {"session_id": "s1", "turns": turns,
                                                             "idempotency_key": "k1"}))
     found = content(await session.call_tool("memory_search", {"query": "What pet does Maria have?", "k": 5}))
+    flushed = content(await session.call_tool("memory_flush", {"session_id": "s1"}))
     listed = await _records(session)
     job = content(await session.call_tool("memory_consolidate", {"session_id": "s1"}))
     first = listed["items"][0]["id"]
@@ -65,9 +67,9 @@ async def _every_tool(session: ClientSession) -> dict:
         {"speaker": "a", "text": "b", "time": "yesterday-ish"}]})
     forgot = content(await session.call_tool("memory_forget", {}))
     after = content(await session.call_tool("memory_list", {}))
-    return {"tools": tools, "added": added, "replay": replay, "found": found, "listed": listed, "job": job,
-            "deleted": deleted, "again": again, "bad": bad, "bad_time": bad_time, "forgot": forgot,
-            "after": after}
+    return {"tools": tools, "added": added, "flushed": flushed, "replay": replay, "found": found,
+            "listed": listed, "job": job, "deleted": deleted, "again": again, "bad": bad,
+            "bad_time": bad_time, "forgot": forgot, "after": after}
 
 
 def test_every_tool_over_stdio(tmp_path: Path) -> None:
@@ -80,6 +82,8 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
     assert (len(seen["added"]["turn_ids"]) == 25 and seen["added"]["memory_ids"] == []  # records come later
             and seen["replay"]["replayed"] and not seen["replay"]["turn_ids"])
     assert any("Pickle" in hit["text"] for hit in seen["found"]["hits"])
+    assert seen["flushed"]["session_id"] == "s1" and set(seen["flushed"]["memory_ids"]) <= {
+        item["id"] for item in seen["listed"]["items"]}
     assert "quokkalith" not in json.dumps(seen["found"]) + json.dumps(seen["listed"])
     assert seen["job"]["status"] in ("queued", "running", "done") and seen["deleted"] == {"deleted": True}
     for refused in ("again", "bad", "bad_time"):

@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from retrieval.api.errors import Conflict, InvalidInput, MemoryAPIError, NotFound
+from retrieval.api.errors import Conflict, IngestFailed, InvalidInput, MemoryAPIError, NotFound
 from retrieval.service.auth import KEY_FIELD, TWO_KEYS
 from retrieval.service.drain import ShuttingDown
 
@@ -84,6 +84,12 @@ def _refusal(status: int) -> Callable[[Request, Exception], Awaitable[JSONRespon
         assert isinstance(exc, MemoryAPIError)
         return error_response(status, str(exc), located(request, exc.field))
     return handler
+
+
+async def _ingest_failed(_: Request, exc: Exception) -> JSONResponse:
+    """A segment the worker could not process (its extractor failed): its turns stay stored and
+    searchable and it is tried again, so the call may be retried."""
+    return error_response(503, str(exc), headers={"Retry-After": "1"})
 
 
 async def _shutting_down(_: Request, exc: Exception) -> JSONResponse:
@@ -149,4 +155,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(NotFound, _refusal(404))
     app.add_exception_handler(InvalidInput, _refusal(422))
     app.add_exception_handler(Conflict, _refusal(409))
+    app.add_exception_handler(IngestFailed, _ingest_failed)
     app.add_exception_handler(ShuttingDown, _shutting_down)

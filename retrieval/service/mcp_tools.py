@@ -1,6 +1,6 @@
 """The memory as MCP tools (the official ``mcp`` SDK's ``MCPServer``, formerly ``FastMCP``).
 
-Six tools over :mod:`retrieval.service.operations`, the same code as the HTTP routes, with the
+Seven tools over :mod:`retrieval.service.operations`, the same code as the HTTP routes, with the
 same argument schemas and limits, as strictly typed (``limit: "5"`` is refused). The user is never
 an argument: ``user_of`` gives it from the call's context (the server's ``--user`` over stdio,
 the request's key over HTTP).
@@ -89,6 +89,12 @@ def build_mcp(memory: Memory, gate: WriteGate, user_of: UserOf) -> MCPServer:
                     cursor: schemas.ShortText | None = None) -> schemas.MemoryPage:
         """List stored memories, oldest first; pass next_cursor back for the next page."""
         return _refusals(lambda: operations.list_memories(memory, user_of(ctx), session_id, limit, cursor))
+
+    @server.tool()
+    def memory_flush(session_id: schemas.SessionId, ctx: Context) -> schemas.Flushed:
+        """Close the session's open segment now (call it when a conversation ends): its last turns
+        become memories; returns their ids."""
+        return _refusals(lambda: operations.flush(memory, gate, user_of(ctx), session_id))
 
     @server.tool()
     def memory_delete(memory_id: schemas.MemoryId, ctx: Context) -> schemas.Deleted:

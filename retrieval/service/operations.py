@@ -65,6 +65,12 @@ def delete_memory(memory: Memory, gate: WriteGate, user_id: str, memory_id: str)
     return schemas.Deleted()
 
 
+def flush(memory: Memory, gate: WriteGate, user_id: str, session_id: str) -> schemas.Flushed:
+    with gate.write():
+        result = memory.flush(user_id=user_id, session_id=session_id)
+    return schemas.Flushed(session_id=session_id, memory_ids=list(result.amu_ids))
+
+
 def forget(memory: Memory, gate: WriteGate, user_id: str, session_id: str | None) -> schemas.Deleted:
     with gate.write():
         memory.forget(user_id=user_id, session_id=session_id)

@@ -68,6 +68,14 @@ class AddTurnsResponse(BaseModel):
     replayed: bool = False
 
 
+class Flushed(BaseModel):
+    """What closing a session's open segment committed: the records (AMUs) of the segments this
+    call closed (none when the session had no open segment)."""
+
+    session_id: str
+    memory_ids: list[str]
+
+
 class _FromResult(BaseModel):
     """A response read from the memory's result of the same name, attribute by attribute
     (``model_validate(result)``): the fields it declares are what the response shows of it."""

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from benchmarks.service_process import ROOT, Server, bearer, child_env, free_port
+from retrieval.api.errors import Conflict
 from retrieval.api.memory import Memory
 from retrieval.memory.backends import open_store
 from retrieval.service import limits
@@ -309,3 +310,56 @@ def test_a_node_catches_its_search_state_up_with_another_nodes_appends(postgres_
     finally:
         a.close()
         b.close()
+
+
+def _nodes(url: str) -> tuple[Memory, Memory]:
+    a, b = (Memory.open(url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter()) for _ in range(2))
+    return a, b
+
+
+def _add_after_the_other_node(a: Memory, b: Memory, mine: dict, key: str | None = None, *, theirs: dict,
+                              their_key: str | None = None) -> object:
+    """b's add of ``mine``, with a's add of ``theirs`` landing after b bound and checked its turns
+    and before b's transaction: the moment another server's add can come between."""
+    append = b.store.append_turns
+
+    def append_after_a(user, turns, *args):
+        b.store.append_turns = append  # type: ignore[method-assign]
+        a.add([theirs], user_id="u", session_id="s0", idempotency_key=their_key)
+        return append(user, turns, *args)
+
+    b.store.append_turns = append_after_a  # type: ignore[method-assign]
+    try:
+        return b.add([mine], user_id="u", session_id="s0", idempotency_key=key)
+    except Exception as error:  # the refusal is the result
+        return error
+
+
+def test_two_nodes_adding_to_one_session_at_once_keep_both_turns(postgres_url) -> None:
+    a, b = _nodes(postgres_url)
+    try:
+        ann, bob = {"speaker": "Ann", "text": "Ann's turn through node a."}, {
+            "speaker": "Bob", "text": "Bob's turn through node b."}
+        result = _add_after_the_other_node(a, b, bob, theirs=ann)
+        stored = {turn.turn_id: turn.text for turn in a.store.turns("u")}
+    finally:
+        a.close()
+        b.close()
+    assert stored == {"s0:1": ann["text"], "s0:2": bob["text"]}, (result, stored)
+    assert result.turn_ids == ("s0:2",) and not result.duplicates  # type: ignore[attr-defined]
+
+
+def test_a_turn_id_or_key_given_on_two_nodes_at_once_is_one_conflict_or_one_replay(postgres_url) -> None:
+    a, b = _nodes(postgres_url)
+    try:
+        first = {"speaker": "Ann", "text": "The first body.", "turn_id": "t1"}
+        conflict = _add_after_the_other_node(a, b, {**first, "text": "Another body."}, theirs=first)
+        keyed = {"speaker": "Ann", "text": "Keyed turn.", "turn_id": "t2"}
+        replay = _add_after_the_other_node(a, b, keyed, "k1", theirs=keyed, their_key="k1")
+        stored = {turn.turn_id: turn.text for turn in a.store.turns("u")}
+    finally:
+        a.close()
+        b.close()
+    assert isinstance(conflict, Conflict) and conflict.field == "turns.0.turn_id", conflict
+    assert replay.replayed and replay.duplicates == ("t2",), replay  # type: ignore[attr-defined]
+    assert stored == {"t1": "The first body.", "t2": "Keyed turn."}

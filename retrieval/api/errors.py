@@ -28,7 +28,8 @@ class Conflict(MemoryAPIError):
 
 
 class MemoryBusy(MemoryAPIError):
-    """Another process holds the store open for writing (the message names its pid)."""
+    """Another writer is in the way: another process holds the store open for writing (the message
+    names its pid), or other servers kept adding to the user while an add was checked (retry it)."""
 
 
 class StoreUnavailable(MemoryAPIError):

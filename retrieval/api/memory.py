@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from retrieval.api.appending import append_add
 from retrieval.api.backlog import Backlog
 from retrieval.api.closing import CallGate, UserGuards
 from retrieval.api.errors import InvalidInput, MemoryBusy, NotFound, StoreUnavailable
@@ -61,7 +62,6 @@ from retrieval.api.limits import DEFAULT_K, DEFAULT_PAGE
 from retrieval.api.loading import MemoryModels, llm_cache, load_models
 from retrieval.api.online import StreamModels
 from retrieval.api.purge import hard_purge
-from retrieval.api.replay import check_replay
 from retrieval.api.results import AddResult, Job, MemoryItem, Page, SearchResult
 from retrieval.api.search import run_search
 from retrieval.api.states import SearchStates
@@ -179,17 +179,9 @@ class Memory:
         checked = check_turns(turns)
         with self._gate, self._guards.of(user).state:
             self._writable()
-            bound = self.store.bind_turn_ids(user, session, checked)
-            ids_given = {turn.turn_id for turn in checked if turn.turn_id is not None}
-            replayed = check_replay(self.store, user, bound, ids_given, key)
-            if replayed is not None:
-                return AddResult((), (), replayed, replayed=True)
-            with self.store.tracking(user) as marks:
-                stored = self.store.append_turns(user, bound, key)
-            self._backlog.added(user, marks, stored)
-            new_ids = {turn.turn_id for turn in stored}
-            return AddResult(tuple(t.turn_id for t in stored), (),
-                             tuple(t.turn_id for t in bound if t.turn_id not in new_ids))
+            appended = append_add(self.store, user, session, checked, key)
+            self._backlog.added(user, appended.marks, appended.stored)
+            return appended.result
 
     def flush(self, *, user_id: str, session_id: str) -> AddResult:
         """Process the user's backlog, then close the open segment of (user, session); returns the

@@ -6,7 +6,7 @@ integrity, closing)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from retrieval.memory.store_contract import (
@@ -122,8 +122,9 @@ class StoreParts:
 
     # -- the turn log ----------------------------------------------------------------------------
 
-    def append_turns(self, user: str, turns: Sequence[Turn], key: str | None = None) -> list[Turn]:
-        return self._turns.append_turns(user, turns, key)
+    def append_turns(self, user: str, turns: Sequence[Turn], key: str | None = None,
+                     known: Collection[str] | None = None) -> list[Turn]:
+        return self._turns.append_turns(user, turns, key, known)
 
     def bind_turn_ids(self, user: str, session: str, turns: Sequence[Any]) -> list[Turn]:
         return self._turns.bind_turn_ids(user, session, turns)

@@ -22,3 +22,8 @@ class StoreFault(StoreError):
 
 class BackendUnavailable(StoreError):
     """The store's backend is not installed here (a PostgreSQL URL without the PostgreSQL support)."""
+
+
+class TurnsChanged(StoreError):
+    """Another writer added to the user between an add's checks and its transaction (another
+    server over the same database): nothing was stored; bind and check the turns again."""

@@ -4,8 +4,10 @@ and the check that a record's source pointer names its segment. (A job row read 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
+
+from retrieval.memory.errors import TurnsChanged
 
 if TYPE_CHECKING:
     from retrieval.memory.records import AMU, SegmentRecord, Turn
@@ -31,6 +33,14 @@ def bind_turn_ids(log: _TurnCounts, user: str, session: str, turns: Sequence[Any
                 turn_id = candidate
         bound.append(turn.bind(user, session, turn_id))
     return bound
+
+
+def unchanged_since_check(stored: set[str], known: Collection[str] | None, key_used: bool) -> None:
+    """Inside an add's transaction: :class:`TurnsChanged` when the turn ids stored now are not the
+    ``known`` ones the caller saw when it bound and checked the add, or its idempotency key is
+    used now, since another writer added to the user in between; nothing when ``known`` is None."""
+    if known is not None and (stored != set(known) or key_used):
+        raise TurnsChanged("another writer added turns to this user since the add was checked")
 
 
 def check_sources(record: SegmentRecord, amus: Sequence[AMU]) -> None:

@@ -31,7 +31,7 @@ schema (SQLite: :data:`retrieval.memory.schema.SCHEMA_VERSION`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -63,7 +63,8 @@ class Turns(Protocol):
     """Raw turns stored at add with their idempotency key; the ingestion backlog (turns no
     committed segment covers); who and what the user has stored."""
 
-    def append_turns(self, user: str, turns: Sequence[Turn], key: str | None = None) -> list[Turn]: ...
+    def append_turns(self, user: str, turns: Sequence[Turn], key: str | None = None,
+                     known: Collection[str] | None = None) -> list[Turn]: ...
     def bind_turn_ids(self, user: str, session: str, turns: Sequence[Any]) -> list[Turn]: ...
     def idempotent_turn_ids(self, user: str, key: str) -> list[str] | None: ...
     def stored_turn_ids(self, user: str, turn_ids: Sequence[str]) -> set[str]: ...

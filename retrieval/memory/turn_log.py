@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.reads import turn_from_row
 from retrieval.memory.records import Turn
-from retrieval.memory.row_rules import bind_turn_ids
+from retrieval.memory.row_rules import bind_turn_ids, unchanged_since_check
 from retrieval.memory.sqlite_part import SQLitePart
 
 
@@ -38,12 +38,18 @@ class TurnLog(SQLitePart):
     """The online write side of raw turns and the reads that rebuild open segments."""
 
 
-    def append_turns(self, user: str, turns: Sequence[Turn], key: str | None = None) -> list[Turn]:
+    def append_turns(self, user: str, turns: Sequence[Turn], key: str | None = None,
+                     known: Collection[str] | None = None) -> list[Turn]:
         """Store the turns whose id ``user`` has not stored yet and, when given, ``key`` with the ids of
         all ``turns`` (the add it names), in one transaction; returns the turns stored now. Whether
-        the add replays or conflicts with a stored one is the caller's check (:mod:`retrieval.api.replay`)."""
+        the add replays or conflicts with a stored one is the caller's check (:mod:`retrieval.api.replay`);
+        with ``known`` (the ids of ``turns`` stored when it checked) the transaction raises
+        :class:`~retrieval.memory.errors.TurnsChanged` and stores nothing when the check is stale
+        (:func:`~retrieval.memory.row_rules.unchanged_since_check`)."""
         with self._transaction() as db:
             stored = self.stored_turn_ids(user, [turn.turn_id for turn in turns])
+            used = key is not None and self.idempotent_turn_ids(user, key) is not None
+            unchanged_since_check(stored, known, used)
             new = list({turn.turn_id: turn for turn in turns if turn.turn_id not in stored}.values())
             insert_turns(db, new)
             if key is not None:

@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from retrieval.api.errors import Conflict, IngestFailed, InvalidInput, MemoryAPIError, NotFound
+from retrieval.api.errors import Conflict, IngestFailed, InvalidInput, MemoryAPIError, MemoryBusy, NotFound
 from retrieval.service.auth import KEY_FIELD, TWO_KEYS
 from retrieval.service.drain import ShuttingDown
 
@@ -86,9 +86,10 @@ def _refusal(status: int) -> Callable[[Request, Exception], Awaitable[JSONRespon
     return handler
 
 
-async def _ingest_failed(_: Request, exc: Exception) -> JSONResponse:
-    """A segment the worker could not process (its extractor failed): its turns stay stored and
-    searchable and it is tried again, so the call may be retried."""
+async def _retry_later(_: Request, exc: Exception) -> JSONResponse:
+    """A call that may succeed if retried: a segment the worker could not process (its extractor
+    failed; its turns stay stored and searchable and it is tried again), or an add that other
+    servers kept changing the user under (nothing stored)."""
     return error_response(503, str(exc), headers={"Retry-After": "1"})
 
 
@@ -155,5 +156,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(NotFound, _refusal(404))
     app.add_exception_handler(InvalidInput, _refusal(422))
     app.add_exception_handler(Conflict, _refusal(409))
-    app.add_exception_handler(IngestFailed, _ingest_failed)
+    app.add_exception_handler(IngestFailed, _retry_later)
+    app.add_exception_handler(MemoryBusy, _retry_later)
     app.add_exception_handler(ShuttingDown, _shutting_down)

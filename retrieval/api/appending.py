@@ -1,0 +1,56 @@
+"""An add's transaction: its turns bound to ids, checked for a replay or a conflict, then appended
+to the turn log, and all of it again when another writer added to the user in between.
+
+The ids and the checks read the store before the transaction; another server over the same
+database may add to the same user meanwhile (each server orders only its own calls per user).
+The append therefore passes what it saw (the ids of its turns already stored, whether its
+idempotency key was used) and the store's transaction, under the user's lock, refuses with
+:class:`~retrieval.memory.errors.TurnsChanged` when that is no longer so: the add then binds and
+checks again, so a turn is never dropped as a duplicate of another node's turn under the same
+generated id, and a key or turn id given on two nodes at once is one replay or one conflict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from retrieval.api.errors import MemoryBusy
+from retrieval.api.replay import check_replay
+from retrieval.api.results import AddResult
+from retrieval.memory.errors import TurnsChanged
+from retrieval.memory.records import Turn
+from retrieval.memory.store_contract import Store
+
+ADD_ATTEMPTS = 10
+"""How many times an add binds and checks its turns again before it gives up (:class:`MemoryBusy`)."""
+
+
+class Appended(NamedTuple):
+    """The add's answer, and the turns it stored with its transaction's marks (none for a replay)."""
+
+    result: AddResult
+    stored: list[Turn]
+    marks: Sequence[tuple[Any, Any]]
+
+
+def append_add(store: Store, user: str, session: str, turns: Sequence[Any], key: str | None) -> Appended:
+    """Bind ``turns`` (checked inputs) to ids, check them and append them in one transaction,
+    again while another writer changes the user in between (see the module docstring)."""
+    given = {turn.turn_id for turn in turns if turn.turn_id is not None}
+    for _ in range(ADD_ATTEMPTS):
+        bound = store.bind_turn_ids(user, session, turns)
+        replayed = check_replay(store, user, bound, given, key)
+        if replayed is not None:
+            return Appended(AddResult((), (), replayed, replayed=True), [], [])
+        known = store.stored_turn_ids(user, [turn.turn_id for turn in bound])
+        try:
+            with store.tracking(user) as marks:
+                stored = store.append_turns(user, bound, key, known)
+        except TurnsChanged:
+            continue
+        new = {turn.turn_id for turn in stored}
+        duplicates = tuple(turn.turn_id for turn in bound if turn.turn_id not in new)
+        return Appended(AddResult(tuple(turn.turn_id for turn in stored), (), duplicates), stored, marks)
+    raise MemoryBusy(f"other writers kept adding to user {user!r} while this add was checked ({ADD_ATTEMPTS} "
+                     "times); nothing was stored: retry it", "user_id")

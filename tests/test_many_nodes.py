@@ -363,3 +363,31 @@ def test_a_turn_id_or_key_given_on_two_nodes_at_once_is_one_conflict_or_one_repl
     assert isinstance(conflict, Conflict) and conflict.field == "turns.0.turn_id", conflict
     assert replay.replayed and replay.duplicates == ("t2",), replay  # type: ignore[attr-defined]
     assert stored == {"t1": "The first body.", "t2": "Keyed turn."}
+
+
+def test_a_forget_through_one_node_during_another_nodes_build_leaves_no_cached_arrays(postgres_url) -> None:
+    """b reads the user's records to build its search state, a forgets the user, then b embeds the
+    texts it read: their vectors must not be cached again under the forgotten user."""
+    a, b = _nodes(postgres_url)
+    try:
+        a.add([{"speaker": "AB"[i % 2], "text": f"secret {i} about moorland number {i}"} for i in range(12)],
+              user_id="u", session_id="s0")
+        a.flush(user_id="u", session_id="s0")
+        amus = b.store.amus
+
+        def amus_then_forget(user, **options):
+            found = list(amus(user, **options))
+            b.store.amus = amus  # type: ignore[method-assign]
+            a.forget(user_id="u")
+            return iter(found)
+
+        b.store.amus = amus_then_forget  # type: ignore[method-assign]
+        b.search("moorland", user_id="u")
+        assert b.store.amus == amus  # the forget ran mid-build
+        left = {table: a.store.db.value(f"SELECT count(*) FROM {table} WHERE user_id = %s", ("u",))
+                for table in ("turns", "vectors", "codes")}
+        assert not b.search("moorland", user_id="u").hits
+    finally:
+        a.close()
+        b.close()
+    assert left == {"turns": 0, "vectors": 0, "codes": 0}, left

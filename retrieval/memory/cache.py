@@ -8,6 +8,9 @@ stores its own (its identity is another key). A cached array is what the first r
 so a rerun reproduces it exactly whatever batches the texts fall into. Each user's arrays are
 its own: computed from its texts, read, copied and purged with it, never another user's copy
 of the same text (which would show, in how fast a text is taken in, that someone else said it).
+A model bound to a user (``for_user``) notes the user's purge count, and what it computes is
+cached only while that count holds: arrays of texts read before another writer's purge of them
+are not written back after it.
 """
 
 from __future__ import annotations
@@ -62,14 +65,22 @@ class ArrayCache(SQLitePart):
                                 [json.dumps(list(items)), user, model])
         return [row[0] for row in rows]
 
-    def cache(self, table: str, model: str, user: str, blobs: Mapping[str, bytes]) -> None:
-        """Store the user's blobs (no-op on a read-only store: the caller computed them anyway)."""
+    def cache(self, table: str, model: str, user: str, blobs: Mapping[str, bytes],
+              purges: int | None = None) -> None:
+        """Store the user's blobs (no-op on a read-only store: the caller computed them anyway);
+        with ``purges``, only while the user's purge count is still that (:func:`read_through`)."""
         if self.read_only or not blobs:
             return
         column = _COLUMNS[table]
         with self._transaction() as db:
+            if purges is not None and _purges(db, user) != purges:
+                return
             db.executemany(f"INSERT OR IGNORE INTO {table} (conversation_id, model, item, {column}) "
                            "VALUES (?, ?, ?, ?)", [(user, model, item, blob) for item, blob in blobs.items()])
+
+    def purge_count(self, user: str) -> int:
+        """How many purges the user has had (the store's ``purges`` row, which only grows)."""
+        return _purges(self._db, user)
 
     def copy_cache(self, source: str, target: str) -> None:
         """Give ``target`` a copy of every array ``source`` has cached (a copied user's texts are
@@ -83,12 +94,21 @@ class ArrayCache(SQLitePart):
                            (target, source))
 
 
+def _purges(db: Any, user: str) -> int:
+    row = db.execute("SELECT count FROM purges WHERE conversation_id = ?", (user,)).fetchone()
+    return 0 if row is None else int(row[0])
+
+
 def read_through(store: VectorCache, table: str, model: str, owners: Sequence[str], texts: Sequence[str],
-                 compute: Callable[[list[str]], list[bytes]]) -> tuple[list[bytes], int]:
+                 compute: Callable[[list[str]], list[bytes]],
+                 purges: Mapping[str, int] | None = None) -> tuple[list[bytes], int]:
     """The blob of each of ``texts`` in ``table`` under ``model``, cached under its owner (the user
     at the same place in ``owners``), in order, and how many texts were computed: each owner's
     cached ones read in one statement, the others made by ``compute`` in one call (each distinct
-    text once, in input order) and stored under every owner that lacked them."""
+    text once, in input order) and stored under every owner that lacked them. An owner in
+    ``purges`` gets them stored only while its purge count is still the one given, read before its
+    texts were: a purge committed meanwhile (another server's forget, say) may have removed those
+    texts, and their arrays must not come back."""
     keys = [text_key(text) for text in texts]
     found = _cached(store, table, model, owners, keys)
     missing = [i for i, blob in enumerate(found) if blob is None]
@@ -100,7 +120,7 @@ def read_through(store: VectorCache, table: str, model: str, owners: Sequence[st
     for i in missing:
         found[i] = new.setdefault(owners[i], {})[keys[i]] = made[texts[i]]
     for owner, blobs in new.items():
-        store.cache(table, model, owner, blobs)
+        store.cache(table, model, owner, blobs, (purges or {}).get(owner))
     return cast(list[bytes], found), len(distinct)
 
 
@@ -137,6 +157,7 @@ class _UserCached(ABC):
         self.store, self.identity, self.user = store, identity, user
         self.key = model_key(identity)
         self._counter = _Counter()
+        self._purges = None if user is None else store.purge_count(user)
 
     @property
     def computed(self) -> int:
@@ -144,11 +165,12 @@ class _UserCached(ABC):
         return self._counter.computed
 
     def for_user(self, user: str) -> Self:
-        """The same model and store (and count), caching under ``user``."""
+        """The same model and store (and count), caching under ``user`` what it computes from texts
+        read after this call: while the user has no purge meanwhile (:func:`read_through`)."""
         if user == self.user:
             return self
         bound = copy.copy(self)
-        bound.user = user
+        bound.user, bound._purges = user, self.store.purge_count(user)
         return bound
 
     def _owners(self, texts: Sequence[str]) -> list[str]:
@@ -159,7 +181,8 @@ class _UserCached(ABC):
         return [self.user] * len(texts)
 
     def _read(self, users: Sequence[str], texts: Sequence[str]) -> list[bytes]:
-        blobs, computed = read_through(self.store, self.table, self.key, users, texts, self._compute)
+        purges = None if self.user is None or self._purges is None else {self.user: self._purges}
+        blobs, computed = read_through(self.store, self.table, self.key, users, texts, self._compute, purges)
         self._counter.computed += computed
         return blobs
 

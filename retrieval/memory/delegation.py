@@ -31,7 +31,9 @@ class CacheRows(Protocol):
     """A backend's part holding the cached arrays (the store itself says whether it is read-only)."""
 
     def cached(self, table: str, model: str, user: str, items: Sequence[str]) -> list[bytes | None]: ...
-    def cache(self, table: str, model: str, user: str, blobs: Mapping[str, bytes]) -> None: ...
+    def cache(self, table: str, model: str, user: str, blobs: Mapping[str, bytes],
+              purges: int | None = None) -> None: ...
+    def purge_count(self, user: str) -> int: ...
     def copy_cache(self, source: str, target: str) -> None: ...
 
 
@@ -173,8 +175,12 @@ class StoreParts:
     def cached(self, table: str, model: str, user: str, items: Sequence[str]) -> list[bytes | None]:
         return self._cache.cached(table, model, user, items)
 
-    def cache(self, table: str, model: str, user: str, blobs: Mapping[str, bytes]) -> None:
-        self._cache.cache(table, model, user, blobs)
+    def cache(self, table: str, model: str, user: str, blobs: Mapping[str, bytes],
+              purges: int | None = None) -> None:
+        self._cache.cache(table, model, user, blobs, purges)
+
+    def purge_count(self, user: str) -> int:
+        return self._cache.purge_count(user)
 
     def copy_cache(self, source: str, target: str) -> None:
         self._cache.copy_cache(source, target)

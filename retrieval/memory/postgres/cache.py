@@ -30,15 +30,23 @@ class ArrayCache:
                             (list(items), user, model))
         return [row["blob"] for row in rows]
 
-    def cache(self, table: str, model: str, user: str, blobs: Mapping[str, bytes]) -> None:
-        """Store the user's blobs (nothing on a read-only store: the caller computed them anyway)."""
+    def cache(self, table: str, model: str, user: str, blobs: Mapping[str, bytes],
+              purges: int | None = None) -> None:
+        """Store the user's blobs (nothing on a read-only store: the caller computed them anyway);
+        with ``purges``, only while the user's purge count is still that (under the user's lock)."""
         if self.db.read_only or not blobs:
             return
         column = _COLUMNS[table]
-        with self.db.transaction() as conn:
+        with self.db.transaction([user]) as conn:
+            if purges is not None and self.purge_count(user) != purges:
+                return
             conn.cursor().executemany(f"INSERT INTO {table} (user_id, model, item, {column}) "  # type: ignore[arg-type]
                                       "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
                                       [(user, model, item, blob) for item, blob in blobs.items()])
+
+    def purge_count(self, user: str) -> int:
+        """How many purges the user has had (the ``purges`` row, which only grows)."""
+        return int(self.db.value("SELECT coalesce(max(count), 0) FROM purges WHERE user_id = %s", (user,)))
 
     def copy_cache(self, source: str, target: str) -> None:
         """Give ``target`` a copy of every array ``source`` has cached."""

@@ -4,8 +4,12 @@ files; deleting one turn of a merged record keeps what the other turns stated; e
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,6 +21,7 @@ import uvicorn
 from benchmarks.service_process import bearer, free_port
 from retrieval import Memory
 from retrieval.api.errors import NotFound
+from retrieval.memory.cache import text_key
 from retrieval.service.app import create_app
 from retrieval.service.keys import KeyStore
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
@@ -218,3 +223,34 @@ def test_every_path_to_nothing_leaves_the_same_nothing_as_forget(tmp_path):
     assert (after_forget["links"], after_forget["fts"]) == (bob_only["links"], bob_only["fts"])
     for table in ("vectors", "codes"):  # what is cached is what a store without alice caches
         assert set(after_forget[table]) <= set(bob_only[table]), table
+
+
+KILLED_AFTER_THE_PURGE = """
+import os, signal, sys
+from retrieval import Memory
+from retrieval.memory.store import AMUStore
+from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
+def killed_when_owed(store):  # dies after the purge commits, before the files are compacted
+    if store._db.execute("SELECT 1 FROM meta WHERE key = 'compaction_owed'").fetchone():
+        os.kill(os.getpid(), signal.SIGKILL)
+AMUStore.compact_owed = killed_when_owed
+with Memory.open(sys.argv[1], embedder=WordEmbedder(), fingerprinter=WordFingerprinter()) as mem:
+    mem.delete(sys.argv[2], user_id="alice")
+"""
+
+
+def test_a_delete_killed_after_its_purge_commits_leaves_nothing_once_the_store_reopens(tmp_path):
+    secret = {"speaker": "Ann", "text": f"My secret word is {SECRET}.", "turn_id": "secret"}
+    with open_memory(tmp_path) as mem:
+        mem.add(chat("alice", 6) + [secret], user_id="alice", session_id="s1")
+        mem.flush(user_id="alice", session_id="s1")
+        text = mem.store.turn("alice", "secret").render()
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", KILLED_AFTER_THE_PURGE, str(tmp_path), "alice:turn:secret"],
+                          cwd=root, timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == -signal.SIGKILL
+    with sqlite3.connect(tmp_path / "amus.sqlite3") as db:  # the purge committed its cached arrays' removal
+        assert db.execute("SELECT count(*) FROM vectors WHERE item = ?", (text_key(text),)).fetchone() == (0,)
+    with open_memory(tmp_path) as mem:  # a writer opening the store compacts it as the killed one owed
+        assert SECRET not in every_text(mem, "alice", "secret word")
+    assert SECRET.lower().encode() not in store_files(tmp_path)

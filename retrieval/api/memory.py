@@ -121,6 +121,8 @@ class Memory:
                                  planner=planner, operator=operator, reranker=reranker, **options)
             memory = cls(store, models, segmenter or SegmenterConfig())
             memory._bind(read_only)
+            if not read_only:
+                store.compact_owed()  # what a purge killed after its commit left in the files
         except BaseException:
             discard_if_fresh(store, created)
             raise

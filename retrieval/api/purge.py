@@ -55,15 +55,22 @@ def drop_llm_answers(cache_dir: Path, texts: Iterable[str]) -> int:
 
 def hard_purge(store: Store, user: str, llm_cache: Path | None, *, session_id: str | None = None,
                amu_ids: Sequence[str] = (), turn_ids: Sequence[str] = (), everything: bool = False) -> Purged:
-    """Purge the selection with everything derived from it (:mod:`retrieval.memory.purge`), then
-    scrub the store's files and the LLM answers cached in ``llm_cache`` (when the store has one).
-    It holds the user's ingestion lock, so no node commits a segment of a purged turn meanwhile."""
+    """Purge the selection with everything derived from it (:mod:`retrieval.memory.purge`): in the
+    purge's own transaction the cached arrays of the derived texts, and before it commits the LLM
+    answers cached in ``llm_cache`` that mention them (a cache: gone early, they are computed
+    again if the purge fails), so a process killed after the commit leaves neither; then the
+    store's files are compacted (a writer opening the store does a compaction a killed one
+    owed). It holds the user's ingestion lock, so no node commits a segment of a purged turn
+    meanwhile."""
+    def derived(purged: Purged) -> list[str]:
+        texts = derived_texts(purged, before)
+        if llm_cache is not None:
+            drop_llm_answers(llm_cache, texts)
+        return texts
+
     with store.ingestion_lock(user, wait=True):
         before = store.turns(user)
         purged = store.purge(user, session_id=session_id, amu_ids=amu_ids, turn_ids=turn_ids,
-                             everything=everything)
-    texts = derived_texts(purged, before)
-    store.scrub(user, texts)
-    if llm_cache is not None:
-        drop_llm_answers(llm_cache, texts)
+                             everything=everything, derived=derived)
+    store.compact_owed()
     return purged

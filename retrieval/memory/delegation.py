@@ -6,7 +6,7 @@ integrity, closing)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from retrieval.memory.store_contract import (
@@ -208,9 +208,13 @@ class StoreParts:
         return self._versions.ingestion_marks(user_id)
 
     def purge(self, user: str, *, session_id: str | None = None, amu_ids: Sequence[str] = (),
-              turn_ids: Sequence[str] = (), everything: bool = False) -> Purged:
+              turn_ids: Sequence[str] = (), everything: bool = False,
+              derived: Callable[[Purged], Iterable[str]] | None = None) -> Purged:
         return self._purge.purge(user, session_id=session_id, amu_ids=amu_ids, turn_ids=turn_ids,
-                                 everything=everything)
+                                 everything=everything, derived=derived)
+
+    def compact_owed(self) -> None:
+        self._purge.compact_owed()
 
     def scrub(self, user: str, texts: Iterable[str]) -> None:
         self._purge.scrub(user, texts)

@@ -28,8 +28,10 @@ its words are theirs), or everything. When no turn of the user is left the purge
 user's: also its jobs, idempotency keys, cached arrays and per-user meta entries, whichever path
 led there.
 
-Then :meth:`Purge.scrub`: cached arrays of the purged texts (the caller names the texts, it knows
-how they were derived), and :meth:`Purge.compact` (also ``python -m retrieval.store compact``):
+The same transaction drops the cached arrays of the texts derived from what went (the caller
+names them, it knows how they were derived) and records that a compaction is owed; then
+:meth:`Purge.compact_owed` runs :meth:`Purge.compact` (also ``python -m retrieval.store compact``;
+a writer opening the store runs the one a killed process still owed):
 FTS5 ``optimize`` (its index keeps deleted terms until segments merge), VACUUM, a WAL checkpoint
 that truncates the log and, with ``secure_delete`` on, zeroed free pages: the purged text is in
 none of the store's files afterwards.
@@ -40,13 +42,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from retrieval.memory.cache import text_key
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.indexing import frame_label
-from retrieval.memory.meta_keys import MERGE_KEY, USER_KEYS
+from retrieval.memory.meta_keys import COMPACTION_OWED, MERGE_KEY, USER_KEYS
 from retrieval.memory.reads import AMU_COLUMNS, amu_from_row, segment_from_row, turn_from_row
 from retrieval.memory.record_writes import insert_amu
 from retrieval.memory.records import AMU, SegmentRecord, Turn
@@ -156,14 +158,25 @@ def select(stored: Sequence[Stored], segments: list[SegmentRecord], gone: set[st
     return Selection(everything, segments, touched, dropped, chosen, restored, frames)
 
 
+def _drop_cached(db: sqlite3.Connection, user: str, texts: Iterable[str]) -> None:
+    """Delete the user's cached arrays of ``texts``."""
+    keys = sorted({text_key(text) for text in texts})
+    for table in ("vectors", "codes"):
+        for marks, chunk in in_chunks(keys):
+            db.execute(f"DELETE FROM {table} WHERE conversation_id = ? AND item IN ({marks})", [user, *chunk])
+
+
 class Purge(SQLitePart):
     """The purge side of the store (a part of :class:`retrieval.memory.store.AMUStore`)."""
 
 
     def purge(self, user: str, *, session_id: str | None = None, amu_ids: Sequence[str] = (),
-              turn_ids: Sequence[str] = (), everything: bool = False) -> Purged:
+              turn_ids: Sequence[str] = (), everything: bool = False,
+              derived: Callable[[Purged], Iterable[str]] | None = None) -> Purged:
         """Remove the user's selection (a session, AMUs, turns, or ``everything``) and what derives
-        from it (see the module docstring); returns what went. Call :meth:`scrub` afterwards."""
+        from it (see the module docstring), with the cached arrays of the texts ``derived`` names,
+        and owe a compaction, all in one transaction; returns what went. Call
+        :meth:`compact_owed` afterwards (a writer opening the store does it too)."""
         with self._transaction() as db:
             db.execute("INSERT INTO purging (flag) VALUES (1)")
             db.execute(COUNT_PURGE, (user,))
@@ -194,28 +207,35 @@ class Purge(SQLitePart):
             else:
                 self._drop_keys(db, user, gone)
             db.execute("DELETE FROM purging")
-        return Purged(turns, [row.amu for row in picked.chosen], node_texts, picked.frames,
-                      [row.amu.id for row in picked.restored])
+            purged = Purged(turns, [row.amu for row in picked.chosen], node_texts, picked.frames,
+                            [row.amu.id for row in picked.restored])
+            if derived is not None:
+                _drop_cached(db, user, derived(purged))
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, 'true')", (COMPACTION_OWED,))
+        return purged
 
     def scrub(self, user: str, texts: Iterable[str]) -> None:
         """Drop the user's cached arrays of ``texts``, then :meth:`compact`."""
-        keys = sorted({text_key(text) for text in texts})
         with self._transaction() as db:
-            for table in ("vectors", "codes"):
-                for marks, chunk in in_chunks(keys):
-                    db.execute(f"DELETE FROM {table} WHERE conversation_id = ? AND item IN ({marks})",
-                               [user, *chunk])
+            _drop_cached(db, user, texts)
         self.compact()
+
+    def compact_owed(self) -> None:
+        """:meth:`compact` if a purge owes it."""
+        if self._db.execute("SELECT 1 FROM meta WHERE key = ?", (COMPACTION_OWED,)).fetchone():
+            self.compact()
 
     def compact(self) -> None:
         """Leave no deleted data in the store's files: rewrite the FTS5 index without deleted terms,
         rebuild the database file (VACUUM; free pages are zeroed by ``secure_delete``) and
-        truncate the WAL."""
+        truncate the WAL; then no compaction is owed."""
         with self._transaction() as db:
             db.execute("INSERT INTO amu_fts (amu_fts) VALUES ('optimize')")
         with self._writing() as db:
             db.execute("VACUUM")
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        with self._transaction() as db:
+            db.execute("DELETE FROM meta WHERE key = ?", (COMPACTION_OWED,))
 
     @staticmethod
     def _rows(db: sqlite3.Connection, sql: str, column: str, values: Sequence[object],

@@ -31,7 +31,7 @@ schema (SQLite: :data:`retrieval.memory.schema.SCHEMA_VERSION`).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -155,8 +155,14 @@ class Purging(Protocol):
     """Hard deletion of a selection and what derives from it, then no trace of it left."""
 
     def purge(self, user: str, *, session_id: str | None = None, amu_ids: Sequence[str] = (),
-              turn_ids: Sequence[str] = (), everything: bool = False) -> Purged: ...
+              turn_ids: Sequence[str] = (), everything: bool = False,
+              derived: Callable[[Purged], Iterable[str]] | None = None) -> Purged:
+        """Remove the selection and what derives from it; ``derived(purged)``, called inside the
+        same transaction, names the texts derived from what went, whose cached arrays go with it."""
     def scrub(self, user: str, texts: Iterable[str]) -> None: ...
+    def compact_owed(self) -> None:
+        """Leave no trace in the files of what a purge removed, if a purge left any (SQLite: the
+        compaction it owes; PostgreSQL: nothing, VACUUM FULL being ``retrieval.store compact``)."""
     def compact(self) -> None:
         """Leave no trace of deleted data in the store's files (``retrieval.store compact``)."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from retrieval.memory.cache import text_key
@@ -37,6 +37,14 @@ def _delete(conn: Connection, table: str, column: str, values: Sequence[object],
                  (user, list(values)))
 
 
+def _drop_cached(conn: Connection, user: str, texts: Iterable[str]) -> None:
+    """Delete the user's cached arrays of ``texts``."""
+    keys = sorted({text_key(text) for text in texts})
+    for table in ("vectors", "codes"):
+        conn.execute(f"DELETE FROM {table} WHERE user_id = %s AND item = ANY(%s)",  # type: ignore[arg-type]
+                     (user, keys))
+
+
 class Purge:
     """The purge side of the store."""
 
@@ -44,9 +52,11 @@ class Purge:
         self.db = db
 
     def purge(self, user: str, *, session_id: str | None = None, amu_ids: Sequence[str] = (),
-              turn_ids: Sequence[str] = (), everything: bool = False) -> Purged:
+              turn_ids: Sequence[str] = (), everything: bool = False,
+              derived: Callable[[Purged], Iterable[str]] | None = None) -> Purged:
         """Remove the user's selection (a session, records, turns, or ``everything``) and what derives
-        from it; returns what went. Call :meth:`scrub` afterwards."""
+        from it, with the cached arrays of the texts ``derived`` names, in one transaction;
+        returns what went."""
         with self.db.transaction([user]) as conn:
             conn.execute(PURGING)
             conn.execute("INSERT INTO purges (user_id, count) VALUES (%s, 1) "
@@ -81,16 +91,19 @@ class Purge:
                              ([key.format(user) for key in USER_KEYS],))
             else:
                 self._drop_keys(conn, user, gone)
-        return Purged(turns, [row.amu for row in picked.chosen], node_texts, picked.frames,
-                      [row.amu.id for row in picked.restored])
+            purged = Purged(turns, [row.amu for row in picked.chosen], node_texts, picked.frames,
+                            [row.amu.id for row in picked.restored])
+            if derived is not None:
+                _drop_cached(conn, user, derived(purged))
+        return purged
 
     def scrub(self, user: str, texts: Iterable[str]) -> None:
         """Drop the user's cached arrays of ``texts`` (see the module docstring for what stays on disk)."""
-        keys = sorted({text_key(text) for text in texts})
-        with self.db.transaction() as conn:
-            for table in ("vectors", "codes"):
-                conn.execute(f"DELETE FROM {table} WHERE user_id = %s AND item = ANY(%s)",  # type: ignore[arg-type]
-                             (user, keys))
+        with self.db.transaction([user]) as conn:
+            _drop_cached(conn, user, texts)
+
+    def compact_owed(self) -> None:
+        """Nothing: the files' dead tuples go with ``VACUUM FULL``, the operator's :meth:`compact`."""
 
     def compact(self) -> None:
         """``VACUUM FULL`` of the store's tables (each rewritten without its dead tuples; needs the

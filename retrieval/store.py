@@ -11,7 +11,8 @@ deletes (:meth:`retrieval.memory.purge.Purge.compact`: the FTS5 index rewritten 
 terms, the database file rebuilt with freed pages zeroed, the write-ahead log truncated), so no
 deleted text stays in any file of the store directory; on PostgreSQL every table rewritten with
 ``VACUUM FULL``, then a ``CHECKPOINT``. Either command exits with status 2 and one ``error:``
-line when the store cannot be opened or compacted.
+line when the store cannot be opened or compacted (``compact`` of a directory that holds no store
+creates none).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import sys
 from collections.abc import Sequence
 
 from retrieval.memory.backends import open_store
+from retrieval.memory.connection import DB_NAME
 from retrieval.memory.errors import StoreError
-from retrieval.memory.targets import store_target
+from retrieval.memory.targets import local_directory, store_target
 
 SHOWN_PROBLEMS = 20
 
@@ -61,6 +63,9 @@ def check(args: argparse.Namespace) -> int:
 
 
 def compact(args: argparse.Namespace) -> int:
+    directory = local_directory(args.store)
+    if directory is not None and not (directory / DB_NAME).is_file():  # a typo must not make a new store
+        raise StoreError(f"no store at {directory} ({DB_NAME} is missing)")
     with open_store(args.store) as store:
         store.compact()
     print(f"compacted: {store.location}")

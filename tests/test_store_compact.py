@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from retrieval import Memory
 from retrieval.memory.store import AMUStore
 from retrieval.store import main as store_main
@@ -37,3 +39,13 @@ def test_compact_leaves_no_purged_text_in_any_file(tmp_path, capsys):
     assert holding(tmp_path, STEM) == [] and holding(tmp_path, SECRET.lower().encode()) == []
     with AMUStore(tmp_path, read_only=True) as store:  # the rest is intact
         assert store.integrity_problems() == [] and len(store.turns("u")) == 8
+
+
+@pytest.mark.parametrize("where", ["missing/store", "a_file"])
+def test_compact_of_a_path_without_a_store_creates_none_and_says_so(tmp_path, capsys, where):
+    target = tmp_path / where
+    if where == "a_file":
+        target.write_text("not a store")
+    assert store_main(["compact", "--store", str(target)]) == 2
+    assert capsys.readouterr().err == f"error: no store at {target} ({AMUStore.DB_NAME} is missing)\n"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == (["a_file"] if where == "a_file" else [])

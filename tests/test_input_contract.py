@@ -106,6 +106,21 @@ def test_open_refuses_an_empty_path_and_a_file(tmp_path, monkeypatch):
     assert refused(lambda: open_memory(tmp_path / "notes.txt"), StoreUnavailable).field == "path"
 
 
+@pytest.mark.parametrize("name", ["embedder", "extractor", "fingerprinter", "planner", "operator",
+                                  "reranker"])
+@pytest.mark.parametrize("value", [None, 5])
+def test_open_refuses_a_model_that_is_not_one_and_binds_the_store_to_nothing(tmp_path, name, value):
+    if value is None and name in ("embedder", "fingerprinter", "planner", "reranker"):
+        return  # None is their documented default or "none"
+    models = {"embedder": WordEmbedder(), "fingerprinter": WordFingerprinter(), name: value}
+    error = refused(lambda: Memory.open(tmp_path / "store", **models))
+    assert error.field == name and type(value).__name__ in str(error)
+    assert not (tmp_path / "store").exists()  # not created, so not bound to a model it cannot use
+    with open_memory(tmp_path / "store") as memory:  # the defaults open it
+        memory.add(chat("a", 2), user_id="u", session_id="s1")
+        assert memory.flush(user_id="u", session_id="s1").amu_ids
+
+
 def test_a_closed_memory_refuses_every_call(tmp_path):
     memory = open_memory(tmp_path)
     memory.add(chat("a", 2), user_id="u", session_id="s1")

@@ -147,6 +147,27 @@ def _reranker(value: Any) -> Any | None:
     return value
 
 
+MODEL_METHODS = {"embedder": ("encode", "dim"), "extractor": ("extract",),
+                 "fingerprinter": ("fingerprint", "codebook_size", "identity"), "planner": ("plan",),
+                 "operator": ("decide",), "reranker": ("scores",)}
+"""What each model given as an object must have; the fingerprinter, planner and reranker may be
+None (no codebook route, the rule planner, no reranking)."""
+
+
+def _checked(models: MemoryModels) -> MemoryModels:
+    """``models``, or :class:`InvalidInput` naming the first that lacks what it must have (else it
+    would fail at the first call that uses it, or be recorded as the store's model)."""
+    for name, needed in MODEL_METHODS.items():
+        value = getattr(models, name)
+        if value is None and name in ("fingerprinter", "planner", "reranker"):
+            continue
+        missing = [attribute for attribute in needed if not hasattr(value, attribute)]
+        if missing:
+            raise InvalidInput(f"{name} must be a name, a path or an object with {', '.join(needed)}; "
+                               f"got {type(value).__name__} (no {missing[0]})", name)
+    return models
+
+
 def load_models(directory: Path | None, *, embedder: Any = MINILM_ALIAS, fingerprinter: Any = None,
                 extractor: Any = "rule", planner: Any = "rule", operator: Any = "offline",
                 reranker: Any = None) -> MemoryModels:
@@ -156,10 +177,10 @@ def load_models(directory: Path | None, *, embedder: Any = MINILM_ALIAS, fingerp
     try:
         embedder, extractor, fingerprinter = (_resolved(embedder), _resolved(extractor),
                                               _resolved(fingerprinter))
-        reranker = _resolved(reranker)
-        return _joined(MemoryModels(_embedder(embedder), _extractor(extractor, cache),
-                                    _fingerprinter(fingerprinter), _planner(_resolved(planner), cache),
-                                    _operator(operator, cache), _reranker(reranker)))
+        reranker, planner = _resolved(reranker), _resolved(planner)
+        return _joined(_checked(MemoryModels(_embedder(embedder), _extractor(extractor, cache),
+                                             _fingerprinter(fingerprinter), _planner(planner, cache),
+                                             _operator(operator, cache), _reranker(reranker))))
     except (OSError, ValueError) as err:
         if isinstance(err, InvalidInput):
             raise

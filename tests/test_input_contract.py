@@ -121,6 +121,14 @@ def test_open_refuses_a_model_that_is_not_one_and_binds_the_store_to_nothing(tmp
         assert memory.flush(user_id="u", session_id="s1").amu_ids
 
 
+@pytest.mark.parametrize("timeout", ["soon", -1, float("nan"), True])
+def test_waits_refuse_a_timeout_that_is_not_seconds_naming_it(mem, timeout):
+    mem.add(chat("a", 3), user_id="u", session_id="s1")  # turns pending, so the wait would start
+    assert refused(lambda: mem.drain(user_id="u", timeout_s=timeout)).field == "timeout_s"
+    assert refused(lambda: mem.consolidate(user_id="u", timeout_s=timeout)).field == "timeout_s"
+    assert refused(lambda: mem.consolidate(user_id="u", wait="no")).field == "wait"
+
+
 def test_a_closed_memory_refuses_every_call(tmp_path):
     memory = open_memory(tmp_path)
     memory.add(chat("a", 2), user_id="u", session_id="s1")

@@ -11,6 +11,7 @@ Unicode (no lone surrogates); ids and speakers may not hold control characters.
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -110,6 +111,16 @@ def check_flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise InvalidInput(f"{name} must be True or False, got {value!r}", name)
     return value
+
+
+def check_timeout(value: Any) -> float | None:
+    """``timeout_s``: None (wait as long as it takes) or a number of seconds, 0 or more."""
+    if value is None:
+        return None
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value < 0:
+        raise InvalidInput(f"timeout_s must be None or a number of seconds >= 0, got {value!r}", "timeout_s")
+    return float(value)
 
 
 def _time(where: str, field: str, value: Any) -> datetime | None:

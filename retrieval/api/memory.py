@@ -54,6 +54,7 @@ from retrieval.api.inputs import (
     check_k,
     check_limit,
     check_query,
+    check_timeout,
     check_turns,
     optional_id,
 )
@@ -208,7 +209,7 @@ class Memory:
         """Wait until the ingestion worker has processed the user's (or every user's) stored
         turns; raises :class:`retrieval.api.errors.IngestFailed` for a failed segment (once; it is
         tried again) and :class:`TimeoutError` when ``timeout_s`` passes first."""
-        user = optional_id("user_id", user_id)
+        user, timeout_s = optional_id("user_id", user_id), check_timeout(timeout_s)
         with self._gate:
             self._backlog.wait(user, timeout_s)
 
@@ -253,6 +254,7 @@ class Memory:
         """Queue a durable consolidation job of the user's memory (the unfinished one if there is
         one); with ``wait``, return when it is done or failed."""
         user, session = check_id("user_id", user_id), optional_id("session_id", session_id)
+        wait, timeout_s = check_flag("wait", wait), check_timeout(timeout_s)
         with self._gate:
             self._writable()
             if session is not None:

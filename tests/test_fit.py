@@ -191,6 +191,8 @@ def test_missing_and_malformed_data_give_one_clear_line(tmp_path):
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert malformed.returncode == 2
     assert "dialogues_train.txt:2" in malformed.stderr and "Traceback" not in malformed.stderr
+    runs = tmp_path / "runs"  # the refused runs left no version directory to move the next one's number
+    assert [path for path in runs.rglob("*") if path.name.startswith("version_")] == [], list(runs.rglob("*"))
 
 
 def test_wandb_logger_works_offline(tmp_path, monkeypatch):

@@ -137,8 +137,18 @@ BAD_INPUT = (FileNotFoundError, DataFormatError, WarmStartError, EncoderUnavaila
 """Failures that are the input's fault: reported in one line, exit code 2."""
 
 
+def remove_empty_run_directories(trainer: Trainer) -> None:
+    """The run directories (``runs/<name>/version_N``) a refused run left empty: kept, they would
+    move the next run's version on, and ``runs/<name>/version_0`` would name an empty one."""
+    for logger in trainer.loggers:
+        directory = getattr(logger, "log_dir", None)
+        if directory and Path(directory).is_dir() and not any(Path(directory).iterdir()):
+            Path(directory).rmdir()
+
+
 def main(args: list[str] | None = None) -> ISQCLI:
     quiet_third_party_noise()
+    cli: ISQCLI | None = None
     try:
         cli = ISQCLI(
             ISQLightningModule, DialogueDataModule, run=False, args=args, save_config_callback=RunConfigSaver,
@@ -158,6 +168,8 @@ def main(args: list[str] | None = None) -> ISQCLI:
         else:
             cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=ckpt_path)
     except BAD_INPUT as err:
+        if cli is not None:
+            remove_empty_run_directories(cli.trainer)
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     return cli

@@ -119,3 +119,14 @@ def test_the_gate_reports_a_write_still_running_after_the_timeout() -> None:
     assert gate.close(timeout_s=0.1) is False
     release.set()
     writer.join()
+
+
+def test_a_damaged_key_file_is_one_error_line(tmp_path: Path) -> None:
+    (tmp_path / "keys.sqlite").write_text("junk that is not a database")
+    for command in (["keys", "list", "--store", str(tmp_path)], ["keys", "create", "--store", str(tmp_path),
+                                                                   "--user", "alice"]):
+        done = serve(*command)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.strip() == (f"error: {tmp_path / 'keys.sqlite'}: not a key file this server can "
+                                       "read (file is not a database); restore it from a copy, or move it "
+                                       "aside and create the keys again")

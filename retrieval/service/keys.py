@@ -30,6 +30,7 @@ from typing import Protocol, cast
 from retrieval.api.errors import InvalidInput
 from retrieval.api.inputs import check_id
 from retrieval.api.limits import ID_PATTERN
+from retrieval.memory.errors import StoreError
 from retrieval.memory.targets import local_directory, redacted
 
 KEYS_FILE = "keys.sqlite"
@@ -89,8 +90,13 @@ class KeyFile:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(_SCHEMA)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(_SCHEMA)
+        except sqlite3.DatabaseError as err:
+            self._db.close()
+            raise StoreError(f"{path}: not a key file this server can read ({err}); restore it from a "
+                             "copy, or move it aside and create the keys again") from None
         self._lock = threading.Lock()
 
     def close(self) -> None:

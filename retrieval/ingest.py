@@ -22,7 +22,8 @@ from pathlib import Path
 from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
 from retrieval.api.bulk import add_conversation
-from retrieval.api.errors import MemoryAPIError
+from retrieval.api.errors import InvalidInput, MemoryAPIError
+from retrieval.api.inputs import check_turn
 from retrieval.api.loading import Deferred, llm_cache
 from retrieval.api.memory import Memory
 from retrieval.consolidation.options import OPERATORS, make_operator
@@ -34,7 +35,7 @@ from retrieval.ingestion.pipeline import IngestError
 from retrieval.ingestion.turns_jsonl import read_turns_jsonl
 from retrieval.memory.errors import StoreError
 from retrieval.memory.fingerprinter_source import remember_fingerprinter
-from retrieval.memory.records import InputFormatError
+from retrieval.memory.records import InputFormatError, Turn
 from retrieval.memory.targets import local_directory, store_target
 
 
@@ -66,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             turns = read_turns_jsonl(args.jsonl)
         if not turns:  # an empty input would create a store and fix its models for nothing
             raise InputFormatError(f"{args.locomo or args.jsonl}: no turns; nothing to ingest")
+        checked_input(args.locomo or args.jsonl, turns)
         embedder, extractor, fingerprinter = _models(args)
         operator = make_operator(args.consolidate_in_background or "offline",
                                  _llm_cache(args))
@@ -89,6 +91,17 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{report.get('amus_active_after')} | archived {report.get('archived')} | created "
               f"{report.get('created')} | job {job.id} {job.state}{': ' + job.error if job.error else ''}")
     return 0
+
+
+def checked_input(source: Path, turns: Sequence[Turn]) -> None:
+    """Every turn checked as the memory's ``add`` checks it, before a store is created or opened; a
+    bad one named by where it is in the input (conversation, session, turn id)."""
+    for turn in turns:
+        try:
+            check_turn(0, turn)
+        except InvalidInput as err:
+            where = f"conversation {turn.user_id!r}, session {turn.session_id!r}, turn {turn.turn_id!r}"
+            raise InputFormatError(f"{source}: {where}: {str(err).removeprefix('turns[0]: ')}") from None
 
 
 def _models(args: argparse.Namespace) -> tuple[Deferred, Deferred, Deferred | None]:

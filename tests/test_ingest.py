@@ -353,6 +353,15 @@ def test_cli_reports_malformed_input_in_one_line(tmp_path, capsys):
     assert "missing.json: cannot read" in capsys.readouterr().err
 
 
+def test_cli_refuses_a_bad_turn_naming_where_it_is_before_making_a_store(tmp_path, capsys):
+    path = tmp_path / "talk.jsonl"
+    path.write_text(jsonl_line() + "\n" + jsonl_line(turn_id="t2", text="   ") + "\n")
+    assert main(["--jsonl", str(path), "--store", str(tmp_path / "store")]) == 2
+    assert capsys.readouterr().err == (f"error: {path}: conversation 'talk', session 's1', turn 't2': "
+                                       "field 'text' must be a non-empty string, got '   '\n")
+    assert not (tmp_path / "store").exists()
+
+
 def test_cli_subprocess_exit_code_without_traceback(tmp_path):
     broken = tmp_path / "broken.json"
     broken.write_text('[{"sample_id": "c", "conversation": {}, "qa": []}]')

@@ -108,14 +108,16 @@ def read_meta(directory: Path) -> dict[str, Any]:
     for name, kind in META_FIELDS.items():
         if not isinstance(meta.get(name), kind):
             raise FingerprinterLoadError(f"{path}: field {name!r} is missing or not a {kind.__name__}")
-    required = ([WEIGHTS_NAME, *TOKENIZER_NAMES] if meta["format_version"] == 1
-                else list(meta.get("files") or {}))
+    files = meta.get("files") or {}
+    if not isinstance(files, dict) or not all(isinstance(value, str) for value in files.values()):
+        raise FingerprinterLoadError(f"{path}: field 'files' must map each file name to its SHA-256")
+    required = [WEIGHTS_NAME, *TOKENIZER_NAMES] if meta["format_version"] == 1 else list(files)
     if meta["format_version"] == 2 and WEIGHTS_NAME not in required:
         raise FingerprinterLoadError(f"{path}: field 'files' does not list {WEIGHTS_NAME}")
     for name in required:
         if not (directory / name).is_file():
             raise FingerprinterLoadError(f"{directory / name} is missing (listed in {path.name})")
-    for name, expected in (meta.get("files") or {}).items():
+    for name, expected in files.items():
         if sha256_file(directory / name) != expected:
             raise FingerprinterLoadError(f"{directory / name}: SHA-256 differs from field 'files.{name}' of "
                                          f"{path.name}: the file was changed or truncated after export")

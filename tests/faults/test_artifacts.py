@@ -155,6 +155,7 @@ def test_the_recorded_codebook_checksum_is_compared(copy: Path) -> None:
     (lambda meta: meta["isq_config"].update(code_dim="sixteen"), "code_dim"),
     (lambda meta: meta.pop("isq_config"), "isq_config"),
     (lambda meta: meta.update(format_version=7), "format_version"),
+    (lambda meta: meta.update(files=sorted(meta.get("files") or ["model.safetensors"])), "files"),
 ])
 def test_missing_or_mistyped_config_fields_are_named(copy: Path, edit, field: str) -> None:
     meta = json.loads((copy / "config.json").read_text())

@@ -14,11 +14,27 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from retrieval.eval.forest import FOREST_TITLE, label, plot_forest
 from retrieval.eval.paired_differences import compare, render
+
+MAX_RESAMPLES = 1_000_000
+"""More bootstrap resamples than this would hold gigabytes of resampled means for nothing."""
+
+
+def whole_number(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high`` (argparse names the option)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected a whole number from {low} to {high:,}, got {text!r}")
+        return value
+    return parse
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -36,8 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "dense40@consolidated; runs given with the same TAG are averaged like --pool")
     parser.add_argument("--forest", type=Path, metavar="PNG",
                         help="also draw the table as a forest plot (one panel per group) into this PNG file")
-    parser.add_argument("--resamples", type=int, default=2000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--resamples", type=whole_number(1, MAX_RESAMPLES), default=2000,
+                        help=f"bootstrap resamples per interval (1 to {MAX_RESAMPLES:,})")
+    parser.add_argument("--seed", type=whole_number(0, 2**32 - 1), default=0)
     args = parser.parse_args(argv)
     try:
         tagged: dict[str, list[Path]] = {}

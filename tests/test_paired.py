@@ -216,3 +216,12 @@ def test_a_bad_results_file_names_the_file_and_the_field(tmp_path):
     path.write_text('{\n  "configs": {\n    "dense20": ,\n')
     with pytest.raises(ValueError, match=re.escape(f"{path}:3: invalid JSON")):
         read_results(path)
+
+
+@pytest.mark.parametrize(("option", "value"), [("--resamples", "0"), ("--resamples", "100000000000"),
+                                               ("--resamples", "many"), ("--seed", "-1")])
+def test_out_of_range_options_are_refused_naming_the_option(tmp_path, capsys, option, value):
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path / "questions.jsonl"), "dense20", "--baseline", "dense40", option, value])
+    assert exit_info.value.code == 2
+    assert f"argument {option}: expected a whole number from" in capsys.readouterr().err

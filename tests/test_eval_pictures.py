@@ -161,6 +161,8 @@ def test_forest_rows_are_the_paired_statistics_and_draw(tmp_path):
     assert table["c − b"]["temporal"].mean == 100.0 and table["c − b"]["overall"].n == 3
     plot_forest(table, tmp_path / "forest.png", "title")
     assert (tmp_path / "forest.png").read_bytes()[:4] == PNG
+    plot_forest(table, tmp_path / "forest", "title")  # the file named, not forest.png beside it
+    assert (tmp_path / "forest").read_bytes()[:4] == PNG
 
 
 def test_paired_cli_draws_the_forest_it_prints(tmp_path):

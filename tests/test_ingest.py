@@ -334,6 +334,8 @@ def test_read_turns_jsonl(tmp_path):
         ([jsonl_line(), jsonl_line(turn_id="t2", session_id="s2"), jsonl_line(turn_id="t3")],
          r"talk\.jsonl:3: session 's1' continues"),
         (["[1, 2]"], r"talk\.jsonl:1: \[1, 2\] is not of type 'object'"),
+        ([jsonl_line(text="w" * 30_000)],
+         r"talk\.jsonl:1: field 'text': 'w{60}'… \(30000 characters\) is too long$"),
     ],
 )
 def test_malformed_jsonl_names_file_and_line(tmp_path, lines, message):

@@ -135,9 +135,15 @@ def test_a_closed_memory_refuses_every_call(tmp_path):
     memory.close()
     memory.close()  # closing twice is harmless
     for call in (lambda: memory.search("story gardens", user_id="u"), lambda: memory.list(user_id="u"),
+                 lambda: memory.list(user_id="u", cursor="junk"),
                  lambda: memory.add(chat("b", 1), user_id="u", session_id="s1"),
                  lambda: memory.get("u:turn:a-0", user_id="u"), lambda: memory.users()):
         assert "closed" in str(refused(call, StoreUnavailable))
+
+
+def test_a_refusal_quotes_a_huge_value_in_short(mem):
+    error = refused(lambda: mem.list(user_id="u", cursor="x" * 100_000))
+    assert error.field == "cursor" and len(str(error)) < 200 and "(100000 characters)" in str(error)
 
 
 def test_the_last_page_has_no_cursor_and_cursors_are_the_users_own(mem):

@@ -72,7 +72,7 @@ from retrieval.memory.backends import open_store
 from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.errors import StoreBusy, StoreError
 from retrieval.memory.fresh_store import discard_if_fresh, remove_if_created
-from retrieval.memory.records import AMU, Turn, raw_turn_id, turn_id_of
+from retrieval.memory.records import AMU, Turn, raw_turn_id, shown, turn_id_of
 from retrieval.memory.store_contract import Store
 from retrieval.memory.targets import local_directory
 from retrieval.multi_route.bank import MemoryBank
@@ -302,10 +302,10 @@ class Memory:
         cursor (None on the last page) is an opaque token of this user (:mod:`retrieval.api.tokens`)."""
         user, session = check_id("user_id", user_id), optional_id("session_id", session_id)
         limit = check_limit(limit)
-        after = 0 if cursor is None else self._tokens.open(CURSOR, user, cursor)
-        if after is None:
-            raise InvalidInput(f"cursor {cursor!r} is not one a previous list returned", "cursor")
         with self._gate:
+            after = 0 if cursor is None else self._tokens.open(CURSOR, user, cursor)
+            if after is None:
+                raise InvalidInput(f"cursor {shown(cursor)} is not one a previous list returned", "cursor")
             if session is not None:
                 self._require_session(user, session)
             rows = self.store.page(user, session_id=session, after=after, limit=limit + 1)

@@ -18,7 +18,7 @@ from pathlib import Path
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from retrieval.memory.records import MAX_TURN_CHARS, InputFormatError, Turn
+from retrieval.memory.records import MAX_TURN_CHARS, InputFormatError, Turn, shown
 from retrieval.memory.times import naive_utc
 
 _TURN_LINE_SCHEMA = {
@@ -63,8 +63,9 @@ def read_turns_jsonl(path: str | Path) -> list[Turn]:
         error = best_match(_TURN_LINE_VALIDATOR.iter_errors(row))
         if error is not None:
             field_name = ".".join(str(part) for part in error.path)
+            message = error.message.replace(repr(error.instance), shown(error.instance))
             raise InputFormatError(f"{where}: {'field ' + repr(field_name) + ': ' if field_name else ''}"
-                                   f"{error.message}")
+                                   f"{message}")
         user_id = row.get("conversation_id") or path.stem
         session = (user_id, row["session_id"])
         try:

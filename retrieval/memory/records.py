@@ -36,6 +36,18 @@ class InputFormatError(ValueError):
     """An input file (LoCoMo JSON, JSONL turn stream) is malformed; the message names file and place."""
 
 
+SHOWN_CHARS = 60
+"""How much of a refused value an error message quotes."""
+
+
+def shown(value: Any) -> str:
+    """``value`` as an error message quotes it: its repr, a long string cut after
+    :data:`SHOWN_CHARS` characters with its length (a message must not repeat a huge input)."""
+    if isinstance(value, str) and len(value) > SHOWN_CHARS:
+        return f"{value[:SHOWN_CHARS]!r}… ({len(value)} characters)"
+    return repr(value)
+
+
 @dataclass(frozen=True)
 class Turn:
     """One raw dialogue turn, as ingested and as stored for source-pointer lookups.

@@ -80,7 +80,10 @@ def write_directory(directory: Path, tensors: Mapping[str, Tensor], meta: dict[s
         if directory.exists():
             directory.rename(retired)
         staging.rename(directory)
-        shutil.rmtree(retired, ignore_errors=True)
+        if retired.is_dir():
+            shutil.rmtree(retired, ignore_errors=True)
+        else:  # a file was there, replaced as asked
+            retired.unlink(missing_ok=True)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -48,6 +48,11 @@ def test_an_existing_export_is_never_replaced_silently(export: Path) -> None:
     assert tree_bytes(export) != before and Fingerprinter.from_pretrained(export).identity == \
         other.fingerprinter().identity
     assert not [p for p in export.parent.iterdir() if p.name.startswith(".")]  # no staging left behind
+    a_file = export.parent / "notes.txt"
+    a_file.write_text("not an export")
+    other.export_fingerprinter(a_file, overwrite=True)  # a file in the way, replaced as asked
+    assert Fingerprinter.from_pretrained(a_file).identity == other.fingerprinter().identity
+    assert not [p for p in export.parent.iterdir() if p.name.startswith(".")]
 
 
 def test_training_refuses_an_occupied_export_directory_before_it_trains(tmp_path: Path, capsys) -> None:

@@ -38,6 +38,8 @@ def test_consolidated_evaluation_reports_what_changed(tmp_path: Path, fingerprin
     assert block.archived >= 2 and block.created >= 1 and block.lost_turns == 0
     assert block.amus_active_after == block.amus_before - block.archived + block.created
     assert block.recall_ceiling_after == block.recall_ceiling_before
+    written = json.loads((tmp_path / "merged" / "results.json").read_text())["consolidation"]
+    assert written["refused"] == block.refused >= 0  # every count the reports sum is written
     assert "## Consolidation" in (tmp_path / "merged" / "results.md").read_text()
     with pytest.raises(StoreMismatch, match="consolidation"):
         evaluate(conversations, EvalModels(fingerprinters, HashEmbedder()), tmp_path / "merged", settings)

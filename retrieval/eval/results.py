@@ -252,6 +252,7 @@ class ConsolidationBlock(Record):
     count_sensitive: int
     window_splits: int
     conflicts: int
+    refused: int
     unanswered: int
     lost_turns: int
     seconds: float

@@ -391,3 +391,29 @@ def test_a_forget_through_one_node_during_another_nodes_build_leaves_no_cached_a
         a.close()
         b.close()
     assert left == {"turns": 0, "vectors": 0, "codes": 0}, left
+
+
+def test_a_forget_right_after_another_nodes_add_leaves_no_cached_arrays(postgres_url) -> None:
+    """b's add commits and a forgets the user before b's worker (or b's next search) embeds the added
+    turns: their vectors must not be cached under the forgotten user."""
+    a, b = _nodes(postgres_url)
+    added = b._backlog.added
+
+    def forget_then_added(*args):
+        b._backlog.added = added  # type: ignore[method-assign]
+        a.forget(user_id="u")
+        return added(*args)
+
+    b._backlog.added = forget_then_added  # type: ignore[method-assign]
+    try:
+        b.add([{"speaker": "AB"[i % 2], "text": f"secret {i} about moorland"} for i in range(3)],
+              user_id="u", session_id="s0")
+        assert b._backlog.added == added  # the forget ran between the add's commit and its worker
+        b.drain(user_id="u", timeout_s=WAIT_S)
+        assert not b.search("secret moorland", user_id="u").hits
+        left = {table: a.store.db.value(f"SELECT count(*) FROM {table} WHERE user_id = %s", ("u",))
+                for table in ("turns", "vectors", "codes")}
+    finally:
+        a.close()
+        b.close()
+    assert left == {"turns": 0, "vectors": 0, "codes": 0}, left

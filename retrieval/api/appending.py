@@ -27,11 +27,15 @@ ADD_ATTEMPTS = 10
 
 
 class Appended(NamedTuple):
-    """The add's answer, and the turns it stored with its transaction's marks (none for a replay)."""
+    """The add's answer, and the turns it stored with its transaction's marks (none for a replay)
+    and the user's purge count read before that transaction: arrays computed from the stored
+    turns' texts are cached only while it holds (:mod:`retrieval.memory.cache`), so a purge that
+    removes them before they are embedded (through another server) leaves none behind."""
 
     result: AddResult
     stored: list[Turn]
     marks: Sequence[tuple[Any, Any]]
+    purges: int = 0
 
 
 def append_add(store: Store, user: str, session: str, turns: Sequence[Any], key: str | None) -> Appended:
@@ -44,6 +48,7 @@ def append_add(store: Store, user: str, session: str, turns: Sequence[Any], key:
         if replayed is not None:
             return Appended(AddResult((), (), replayed, replayed=True), [], [])
         known = store.stored_turn_ids(user, [turn.turn_id for turn in bound])
+        purges = store.purge_count(user)
         try:
             with store.tracking(user) as marks:
                 stored = store.append_turns(user, bound, key, known)
@@ -51,6 +56,7 @@ def append_add(store: Store, user: str, session: str, turns: Sequence[Any], key:
             continue
         new = {turn.turn_id for turn in stored}
         duplicates = tuple(turn.turn_id for turn in bound if turn.turn_id not in new)
-        return Appended(AddResult(tuple(turn.turn_id for turn in stored), (), duplicates), stored, marks)
+        return Appended(AddResult(tuple(turn.turn_id for turn in stored), (), duplicates), stored, marks,
+                        purges)
     raise MemoryBusy(f"other writers kept adding to user {user!r} while this add was checked ({ADD_ATTEMPTS} "
                      "times); nothing was stored: retry it", "user_id")

@@ -97,12 +97,13 @@ class Backlog:
         self._thread = threading.Thread(target=self._run, name="memory-ingest", daemon=True)
         self._thread.start()
 
-    def added(self, user: str, marks: Sequence[tuple[Any, Any]], turns: Sequence[Turn]) -> None:
-        """An add stored ``turns`` of ``user`` in the transactions ``marks`` (the caller holds the
-        user's ``state`` guard): they wait for the user's search state and for the worker."""
+    def added(self, user: str, marks: Sequence[tuple[Any, Any]], turns: Sequence[Turn], purges: int) -> None:
+        """An add stored ``turns`` of ``user`` in the transactions ``marks``, the user's purge count
+        ``purges`` before them (the caller holds the user's ``state`` guard): they wait for the
+        user's search state and for the worker."""
         if not turns:
             return
-        self.unindexed.added(user, marks, turns)
+        self.unindexed.added(user, marks, turns, purges)
         with self._changed:
             self._users.setdefault(user, _User()).pending += len(turns)
             if self._users[user].error is None:
@@ -156,15 +157,16 @@ class Backlog:
                 and state.marks != self.store.ingestion_marks(user):
             state.stream = None  # another node closed segments of the user or purged: reload
         with guard.state:
+            purges = self.store.purge_count(user)  # before the turns: their arrays cached while it holds
             turns, last = self.store.backlog(user, None if state.stream is None else state.fed)
             with self._changed:
                 state.pending = len(turns)  # what this step feeds, whichever node added it
         with self._step(user, state), background():
             amus: list[AMU] = []
             if state.stream is None:
-                state.stream, amus = UserStream.load(user, self.store, self.models, (), self._publish)
+                state.stream, amus = UserStream.load(user, self.store, self.models, (), self._publish, purges)
             exchanges = state.stream.pair(turns)
-            self.unindexed.prepare(user, [exchange.text for exchange in exchanges])  # one call
+            self.unindexed.prepare(user, [exchange.text for exchange in exchanges], purges)  # one call
             amus += state.stream.feed(exchanges)
             self.unindexed.prepare(user)
             with guard.state:

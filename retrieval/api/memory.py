@@ -183,7 +183,7 @@ class Memory:
         with self._gate, self._guards.of(user).state:
             self._writable()
             appended = append_add(self.store, user, session, checked, key)
-            self._backlog.added(user, appended.marks, appended.stored)
+            self._backlog.added(user, appended.marks, appended.stored, appended.purges)
             return appended.result
 
     def flush(self, *, user_id: str, session_id: str) -> AddResult:

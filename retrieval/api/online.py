@@ -54,17 +54,18 @@ class StreamModels:
     fingerprinter: Any | None
     config: SegmenterConfig = field(default_factory=SegmenterConfig)
 
-    def for_user(self, user: str) -> StreamModels:
-        """These models with the cached ones caching under ``user`` (:mod:`retrieval.memory.cache`)."""
-        return dataclasses.replace(self, embedder=for_user(self.embedder, user),
-                                   fingerprinter=for_user(self.fingerprinter, user))
+    def for_user(self, user: str, purges: int | None = None) -> StreamModels:
+        """These models with the cached ones caching under ``user`` (from texts read after the
+        user's purge count was ``purges``, else after this call: :mod:`retrieval.memory.cache`)."""
+        return dataclasses.replace(self, embedder=for_user(self.embedder, user, purges),
+                                   fingerprinter=for_user(self.fingerprinter, user, purges))
 
 
 class UserStream:
     """One user's online segmentation and extraction state."""
 
-    def __init__(self, user: str, store: Store, models: StreamModels) -> None:
-        self.user, self.store, self.models = user, store, models.for_user(user)
+    def __init__(self, user: str, store: Store, models: StreamModels, purges: int | None = None) -> None:
+        self.user, self.store, self.models = user, store, models.for_user(user, purges)
         self.publish: Callable[[SegmentRecord, list[AMU]], None] = self.store_segment
         self.history: deque[float] = deque(maxlen=models.config.history_size)
         self.sessions: dict[str, OpenSession] = {}
@@ -74,12 +75,13 @@ class UserStream:
     @classmethod
     def load(cls, user: str, store: Store, models: StreamModels, turns: Sequence[Turn] | None = None,
              publish: Callable[[UserStream, SegmentRecord, list[AMU]], None] | None = None,
-             ) -> tuple[UserStream, list[AMU]]:
+             purges: int | None = None) -> tuple[UserStream, list[AMU]]:
         """The stream after a restart: the reference context replayed from the stored segments of
         the last session, the stored turns no segment covers (or ``turns``: none when the caller
-        feeds them itself) fed again (segments they close are committed now, through ``publish`` when given).
+        feeds them itself, read after the user's purge count was ``purges``) fed again (segments
+        they close are committed now, through ``publish`` when given).
         Returns it and the AMUs so committed."""
-        stream = cls(user, store, models)
+        stream = cls(user, store, models, purges)
         if publish is not None:
             stream.publish = lambda record, amus: publish(stream, record, amus)
         segments = store.segments(user)

@@ -164,13 +164,14 @@ class _UserCached(ABC):
         """Arrays computed (not found cached) by this model and its other users' copies."""
         return self._counter.computed
 
-    def for_user(self, user: str) -> Self:
+    def for_user(self, user: str, purges: int | None = None) -> Self:
         """The same model and store (and count), caching under ``user`` what it computes from texts
-        read after this call: while the user has no purge meanwhile (:func:`read_through`)."""
-        if user == self.user:
+        read after this call, or after the user's purge count was ``purges``: while the user has
+        no purge meanwhile (:func:`read_through`)."""
+        if user == self.user and purges in (None, self._purges):
             return self
         bound = copy.copy(self)
-        bound.user, bound._purges = user, self.store.purge_count(user)
+        bound.user, bound._purges = user, self.store.purge_count(user) if purges is None else purges
         return bound
 
     def _owners(self, texts: Sequence[str]) -> list[str]:
@@ -217,11 +218,12 @@ class CachedEmbedder(_UserCached):
         return [vector.tobytes() for vector in np.asarray(self.embedder.encode(texts), dtype=np.float32)]
 
 
-def for_user(model: Any, user: str) -> Any:
-    """``model`` caching under ``user`` where it caches in a store (:class:`CachedEmbedder`,
+def for_user(model: Any, user: str, purges: int | None = None) -> Any:
+    """``model`` caching under ``user`` (from texts read after the user's purge count was
+    ``purges``, else after this call) where it caches in a store (:class:`CachedEmbedder`,
     :class:`CachedFingerprinter`), else ``model`` itself."""
     bind = getattr(model, "for_user", None)
-    return model if bind is None else bind(user)
+    return model if bind is None else bind(user, purges)
 
 
 def rows_of(blobs: Sequence[bytes], dim: int) -> np.ndarray:

@@ -130,3 +130,14 @@ def test_a_damaged_key_file_is_one_error_line(tmp_path: Path) -> None:
         assert done.stderr.strip() == (f"error: {tmp_path / 'keys.sqlite'}: not a key file this server can "
                                        "read (file is not a database); restore it from a copy, or move it "
                                        "aside and create the keys again")
+
+
+def test_a_file_given_as_the_store_is_one_error_line_naming_it(tmp_path: Path) -> None:
+    store = tmp_path / "notes.txt"
+    store.write_text("not a store")
+    for command in (["keys", "create", "--store", str(store), "--user", "alice"],
+                    ["keys", "list", "--store", str(store)]):
+        done = serve(*command)
+        assert done.returncode == 2 and done.stderr.strip() == \
+            f"error: {store}: not a store directory (a file is there)", done.stderr
+    assert store.read_text() == "not a store"

@@ -139,6 +139,8 @@ def key_rows_at(store: str | Path, *, create: bool = True) -> KeyRows:
 
         return cast(KeyRows, open_store(store))  # a URL opens a PostgresStore, which keeps key rows
     path = directory / KEYS_FILE
+    if directory.exists() and not directory.is_dir():
+        raise KeyCommandError(f"{directory}: not a store directory (a file is there)")
     if not create and not path.is_file():
         raise KeyCommandError(f"{path}: no key store there (keys create makes one)")
     return KeyFile(path)

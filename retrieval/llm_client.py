@@ -31,6 +31,13 @@ def reader_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "isq-memory" / "llm_cache"
 
 
+def user_answers(cache_dir: Path, user: str) -> Path:
+    """Where ``cache_dir`` keeps the answers to requests made for ``user``: a directory of its own,
+    named by a hash of the user id (any id, no path of it), so that a purge of the user's data drops
+    them all and no other user's answer is shared, changed or timed by it."""
+    return cache_dir / "users" / hashlib.sha256(user.encode()).hexdigest()[:32]
+
+
 @dataclass
 class LLMUsage:
     """Token accounting. ``prompt_tokens`` / ``completion_tokens`` sum the ``usage`` of every HTTP
@@ -87,8 +94,9 @@ class ChatClient:
     callback rejects, with exponential backoff (``backoff_s * 2**k`` seconds). The SDK's own
     retries are off, so ``usage.http_calls`` and ``usage.retries`` count every request sent.
     Answers that parse are cached in ``cache_dir`` under the SHA-256 of the request (model,
-    messages and parameters), so a rerun repeats no call. ``usage`` accounts for every call and
-    cache hit.
+    messages and parameters), so a rerun repeats no call; those of a request made for a user
+    (``user``: the extractor's, planner's and consolidation's) in the user's own directory
+    (:func:`user_answers`). ``usage`` accounts for every call and cache hit.
     """
 
     def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None, *,
@@ -119,13 +127,15 @@ class ChatClient:
         self.usage = LLMUsage()
 
     def complete(self, messages: list[dict[str, str]], parse: Callable[[str], T],
-                 label: str = "request") -> T | None:
+                 label: str = "request", user: str | None = None) -> T | None:
         """Send ``messages`` and return ``parse(content of the first choice)``; ``None`` once the
         retries are exhausted. ``parse`` raises :class:`InvalidResponse` for an unusable answer;
-        ``label`` names the request in log messages."""
+        ``label`` names the request in log messages; ``user``, the user whose data the messages
+        carry (its answer cached apart)."""
         payload = {"model": self.model, "messages": messages, **self.params}
         key = hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-        cached = self._cache_load(key)
+        path = self._entry(key, user)
+        cached = self._cache_load(path)
         if cached is not None:
             try:
                 result = parse(_content(cached))
@@ -155,7 +165,7 @@ class ChatClient:
             except InvalidResponse as err:
                 logger.warning("%s attempt %d: unusable answer: %s", label, attempt + 1, err)
                 continue
-            self._cache_store(key, body)
+            self._cache_store(path, body)
             return result
         return None
 
@@ -168,10 +178,16 @@ class ChatClient:
             raise ValueError("response body is not a JSON object")
         return completion.model_dump(mode="json", exclude_unset=True, warnings=False)
 
-    def _cache_load(self, key: str) -> dict[str, Any] | None:
+    def _entry(self, key: str, user: str | None) -> Path | None:
+        """The cache file of the request ``key`` (made for ``user``); None without a cache."""
         if self.cache_dir is None:
             return None
-        path = self.cache_dir / f"{key}.json"
+        return (self.cache_dir if user is None else user_answers(self.cache_dir, user)) / f"{key}.json"
+
+    @staticmethod
+    def _cache_load(path: Path | None) -> dict[str, Any] | None:
+        if path is None:
+            return None
         try:
             entry = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -183,14 +199,16 @@ class ChatClient:
             return None
         return entry
 
-    def _cache_store(self, key: str, body: dict[str, Any]) -> None:
-        if self.cache_dir is None:
+    @staticmethod
+    def _cache_store(path: Path | None, body: dict[str, Any]) -> None:
+        if path is None:
             return
+        path.parent.mkdir(parents=True, exist_ok=True)
         # Write-then-rename, so a crash never leaves a truncated entry behind.
-        with tempfile.NamedTemporaryFile("w", dir=self.cache_dir, suffix=".tmp", delete=False,
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False,
                                          encoding="utf-8") as handle:
             json.dump(body, handle)
-        os.replace(handle.name, self.cache_dir / f"{key}.json")
+        os.replace(handle.name, path)
 
 
 class LLMRole:

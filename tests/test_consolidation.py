@@ -330,7 +330,7 @@ def test_a_bad_llm_answer_is_retried_and_a_rerun_is_served_from_the_cache(marath
             report = consolidate_user(store, "conv-m", HashEmbedder(), operator)
             assert report.created == 1 and operator.usage.retries == 4 and operator.usage.http_calls == 5
             first = [(a.text, a.source) for a in store.amus()]
-        assert len(list((tmp_path / "cache").glob("*.json"))) == 1  # only the valid answer was cached
+        assert len(list((tmp_path / "cache").rglob("*.json"))) == 1  # only the valid answer was cached
         with AMUStore(second_store, role="consolidate") as store:
             operator = LLMOperator(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=0)
             report = consolidate_user(store, "conv-m", HashEmbedder(), operator)

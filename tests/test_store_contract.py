@@ -303,3 +303,15 @@ def test_every_path_to_nothing_leaves_the_same_nothing(backend):
         assert len(everything.amus) == 4
         assert residue(store) == ([], [], [], [], None, [], None, [], [], (0, 0, 0, 0, 0))
         assert store.count() == 0 and store.purge("conv-x", everything=True).empty
+
+
+def test_a_purge_clears_the_extractors_state_of_the_touched_segment_and_every_later_one(backend):
+    """The disambiguation state is carried from segment to segment: the states written after a
+    purged turn's segment may restate it; those before it cannot."""
+    with backend.open() as store:
+        for seq in range(4):
+            session = "session_1" if seq < 2 else "session_2"
+            commit(store, seq, [make_amu(seq, 0, f"Record {seq} about gardens.", session=session)],
+                   session=session)
+        store.purge("conv-x", turn_ids=["D1:1"])
+        assert [(s.seq, s.state) for s in store.segments("conv-x")] == [(0, "state"), (2, ""), (3, "")]

@@ -1,6 +1,6 @@
-"""Hard deletion for the memory API: the store's purge (:mod:`retrieval.memory.purge`) and what
-only this layer knows how to find, every derived text whose cached arrays or LLM answers must go
-too: each purged turn alone and paired with its neighbours (the segmentation's exchanges), the
+"""Hard deletion for the memory API: the store's purge (:mod:`retrieval.memory.purge`), the user's
+cached LLM answers, and what only this layer knows how to find, every derived text whose cached
+arrays must go too: each purged turn alone and paired with its neighbours (the segmentation's exchanges), the
 purged records' texts, their evidence nodes' search texts, and the search text of each state the
 event frame of a touched segment went through (its records' texts, as a search snapshot embedded it).
 """
@@ -8,10 +8,12 @@ event frame of a touched segment went through (its records' texts, as a search s
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from retrieval.index.evidence_nodes import searchable_text, segment_search_texts
+from retrieval.llm_client import user_answers
 from retrieval.memory.purge import Purged
 from retrieval.memory.records import AMU, Exchange, Turn
 from retrieval.memory.store_contract import Store
@@ -38,34 +40,44 @@ def derived_texts(purged: Purged, turns_before: Sequence[Turn]) -> list[str]:
     return list(dict.fromkeys(texts))
 
 
-def drop_llm_answers(cache_dir: Path, texts: Iterable[str]) -> int:
-    """Delete the LLM cache entries (``<sha256>.json``) that mention one of ``texts``; returns how many."""
+def drop_llm_answers(cache_dir: Path, user: str, texts: Iterable[str]) -> None:
+    """Delete the user's LLM answers in ``cache_dir``: all of them (:func:`retrieval.llm_client.
+    user_answers`), since an answer may restate a purged text in other words (the extractor's
+    disambiguation note is carried from segment to segment), and the entries kept for no user
+    (made before answers were kept per user, or by no user's request) that quote one of ``texts``."""
+    shutil.rmtree(user_answers(cache_dir, user), ignore_errors=True)
     if not cache_dir.is_dir():
-        return 0
-    needles = {variant for text in texts if text.strip()
-               for variant in (text, json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1])}
-    dropped = 0
+        return
+    needles = {variant for text in texts if text.strip() for variant in _quoted(text)}
     for entry in cache_dir.glob("*.json"):
         content = entry.read_text(encoding="utf-8", errors="replace")
         if any(needle in content for needle in needles):
             entry.unlink()
-            dropped += 1
-    return dropped
+
+
+def _quoted(text: str) -> set[str]:
+    """``text`` as a cache file may hold it: as is, and inside a JSON string once or twice (a
+    model's JSON answer is a string of the response's JSON), with and without ASCII escapes."""
+    found = {text}
+    for ascii_only in (True, False):
+        once = json.dumps(text, ensure_ascii=ascii_only)[1:-1]
+        found |= {once, json.dumps(once, ensure_ascii=ascii_only)[1:-1]}
+    return found
 
 
 def hard_purge(store: Store, user: str, llm_cache: Path | None, *, session_id: str | None = None,
                amu_ids: Sequence[str] = (), turn_ids: Sequence[str] = (), everything: bool = False) -> Purged:
     """Purge the selection with everything derived from it (:mod:`retrieval.memory.purge`): in the
-    purge's own transaction the cached arrays of the derived texts, and before it commits the LLM
-    answers cached in ``llm_cache`` that mention them (a cache: gone early, they are computed
-    again if the purge fails), so a process killed after the commit leaves neither; then the
+    purge's own transaction the cached arrays of the derived texts, and before it commits the
+    user's LLM answers cached in ``llm_cache`` (:func:`drop_llm_answers`; a cache: gone early,
+    they are computed again if the purge fails), so a process killed after the commit leaves neither; then the
     store's files are compacted (a writer opening the store does a compaction a killed one
     owed). It holds the user's ingestion lock, so no node commits a segment of a purged turn
     meanwhile."""
     def derived(purged: Purged) -> list[str]:
         texts = derived_texts(purged, before)
         if llm_cache is not None:
-            drop_llm_answers(llm_cache, texts)
+            drop_llm_answers(llm_cache, user, texts)
         return texts
 
     with store.ingestion_lock(user, wait=True):

@@ -73,7 +73,8 @@ class LLMOperator(LLMRole):
     def decide(self, cluster: Sequence[Member]) -> list[Draft] | None:
         ordered = sorted(cluster, key=lambda m: m.last or datetime.min)  # stable: store order within a time
         answer = self.client.complete(self.messages(ordered), lambda content: _parse(content, ordered),
-                                      label=f"cluster {ordered[0].id} (+{len(ordered) - 1})")
+                                      label=f"cluster {ordered[0].id} (+{len(ordered) - 1})",
+                                      user=ordered[0].amu.source.user_id)
         return None if answer is None else [answer] if answer.operation != Operation.KEEP else []
 
     @staticmethod

@@ -60,7 +60,8 @@ class LLMExtractor(LLMRole):
         validator = Draft202012Validator(self._schema(segment))
         extraction = self.client.complete(self.messages(segment, context),
                                           lambda content: self._parse(content, segment, validator),
-                                          label=f"segment {segment.user_id}/{segment.seq}")
+                                          label=f"segment {segment.user_id}/{segment.seq}",
+                                          user=segment.user_id)
         if extraction is not None:
             return extraction
         self.usage.fallback_segments += 1

@@ -12,7 +12,8 @@ text it was computed from. Purging a selection of turns therefore removes, in on
 * the segments left without a turn, with their event frames and every AMU extracted from them;
   a segment that keeps turns keeps its number, its remaining turns and its records, and forgets
   the purged ones (turn list, content checksum, event frame; the extractor's state, which may
-  quote a purged turn, is cleared);
+  quote a purged turn, is cleared, and so is the state of every later segment of the user: the
+  state is carried from segment to segment, so a later one may restate the turn);
 * the evidence nodes left without links (an event frame lives as long as its segment);
 * the idempotency keys that stored a purged turn;
 
@@ -134,6 +135,13 @@ class Selection:
         return {row.amu.id for row in self.chosen}
 
     @property
+    def carried(self) -> int | None:
+        """The number of the first touched segment: the extractor's disambiguation state of every
+        later segment is cleared, since it was carried from segment to segment through that one
+        (None: no segment touched)."""
+        return min((s.seq for s in self.touched), default=None)
+
+    @property
     def kept(self) -> list[SegmentRecord]:
         """Touched segments that keep some of their turns."""
         return [s for s in self.touched if s.seq not in self.dropped]
@@ -194,6 +202,9 @@ class Purge(SQLitePart):
             for row in picked.restored:  # through the store's one insert path, so the indexes follow
                 insert_amu(db, dataclasses.replace(row.amu, archived=False), row.position)
             self._rewrite_segments(db, picked.kept, gone)
+            if picked.carried is not None:
+                db.execute("UPDATE segments SET state = '' WHERE conversation_id = ? AND seq > ? "
+                           "AND state != ''", (user, picked.carried))
             self._delete(db, "segments", "seq", sorted(picked.dropped), user)
             node_texts = self._drop_nodes(db, user, picked.frames_kept, picked.everything)
             node_texts += [frame_label(s.session_id, s.turn_ids) for s in picked.kept]  # their old own texts

@@ -69,7 +69,8 @@ class MemoryBank:
         self.node_members: list[np.ndarray] = []
         self.node_lookup: dict[tuple[str, str], int] = {}
         self.lexical = RecordLexical()
-        self.context = PlanContext(participants=(), entity_keys=frozenset(), topic_keys=frozenset(), now=None)
+        self.context = PlanContext(participants=(), entity_keys=frozenset(), topic_keys=frozenset(), now=None,
+                                   user=user_id)
         dim = embedder.dim
         self._record_rows, self._turn_rows, self._node_rows = (GrowingRows(dim) for _ in range(3))
         self._turn_record, self._searchable = GrowingInts(), GrowingInts()

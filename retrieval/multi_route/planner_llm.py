@@ -53,7 +53,7 @@ class LLMPlanner(LLMRole):
     def plan(self, question: str, context: PlanContext) -> Plan:
         check_query(question)
         plan = self.client.complete(self.messages(question, context), self._parse,
-                                    label=f"plan {question[:40]!r}")
+                                    label=f"plan {question[:40]!r}", user=context.user)
         if plan is not None:
             return plan
         self.fallbacks += 1

@@ -58,12 +58,14 @@ def question_type(question: str) -> str:
 @dataclass(frozen=True)
 class PlanContext:
     """What a planner knows of the conversation: its speakers, the normalised keys of its entity
-    and topic nodes, and "now" (its latest session time) for relative dates."""
+    and topic nodes, "now" (its latest session time) for relative dates, and its user (an LLM
+    planner caches its plans under it)."""
 
     participants: tuple[str, ...] = ()
     entity_keys: frozenset[str] = field(default_factory=frozenset)
     topic_keys: frozenset[str] = field(default_factory=frozenset)
     now: datetime | None = None
+    user: str | None = None
 
 
 def query_entities(question: str, context: PlanContext) -> list[str]:

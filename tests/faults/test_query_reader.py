@@ -44,8 +44,8 @@ def test_the_llm_planner_caches_outside_the_store(store_dir, tmp_path, capsys, m
                                   "--llm-cache", str(tmp_path / "mine")]) == 0
     assert "Plan (llm:fake)" in capsys.readouterr().out
     assert files(store_dir) - before <= {"amus.sqlite3-wal", "amus.sqlite3-shm"}  # SQLite's own reader files
-    assert len(list((tmp_path / "xdg" / "isq-memory" / "llm_cache").glob("*.json"))) == 1
-    assert len(list((tmp_path / "mine").glob("*.json"))) == 1
+    assert len(list((tmp_path / "xdg" / "isq-memory" / "llm_cache").rglob("*.json"))) == 1
+    assert len(list((tmp_path / "mine").rglob("*.json"))) == 1
 
 
 # ------------------------------------------------ the listing explains itself to a first-time reader

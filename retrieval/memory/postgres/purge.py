@@ -78,6 +78,9 @@ class Purge:
             for row in picked.restored:  # through the one insert path, so the indexes follow
                 insert_amu(conn, dataclasses.replace(row.amu, archived=False), row.position)
             self._rewrite_segments(conn, picked.kept, gone)
+            if picked.carried is not None:
+                conn.execute("UPDATE segments SET state = '' WHERE user_id = %s AND seq > %s AND state != ''",
+                             (user, picked.carried))
             _delete(conn, "segments", "seq", sorted(picked.dropped), user)
             node_texts = self._drop_nodes(conn, user, picked.frames_kept, picked.everything)
             node_texts += [frame_label(s.session_id, s.turn_ids) for s in picked.kept]  # their old own texts

@@ -1,0 +1,129 @@
+"""Deletion where an LLM works for the memory: the extractor's disambiguation notes carried past a
+deleted turn go with it, a purge drops the user's cached LLM answers (all of them, quoted or
+restated) and no other user's."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from retrieval import Memory
+from retrieval.api.purge import drop_llm_answers
+from retrieval.llm_client import user_answers
+from tests.fake_chat import FakeChatServer, Reply, completion_body
+from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
+
+SECRET = "Quenfrithal"
+WHEN = "2023-05-08T10:00:00"
+
+
+def extracting(body: dict[str, Any]) -> Reply:
+    """An extractor's endpoint: a record per turn, and a note that keeps the previous note and adds
+    each long capitalised name with the word before it (restating a turn, as notes do)."""
+    prompt = body["messages"][-1]["content"]
+    previous = re.search(r"Disambiguation state:\n(.*?)(?:\n\n|$)", prompt, re.S)
+    notes = [previous.group(1).strip()] if previous else []
+    records = []
+    for turn_id, speaker, text in re.findall(r"\[([^\]]+)\] (\w+): (.*)", prompt):
+        records.append({"text": f"{speaker}: {text}", "memory_type": "fact", "entities": [], "tags": [],
+                        "timestamps": [], "turn_ids": [turn_id]})
+        notes += [f"{name} = {speaker}'s {text.split(name)[0].split()[-1]}"
+                  for name in re.findall(r"\b[A-Z][a-z]{5,}\b", text)]
+    answer = {"records": records, "disambiguation": "; ".join(notes)}
+    return 200, completion_body(json.dumps(answer), 10, 10), 0.0
+
+
+def planning(body: dict[str, Any]) -> Reply:
+    question = body["messages"][-1]["content"].split("Question: ")[-1]
+    plan = {"question_type": "single", "routes": [{"goal": "find it", "queries": [question],
+                                                   "entities": [], "topics": [], "time": None}]}
+    return 200, completion_body(json.dumps(plan), 10, 10), 0.0
+
+
+@pytest.fixture
+def endpoint(monkeypatch) -> Iterator[FakeChatServer]:
+    def respond(body: dict[str, Any]) -> Reply:
+        return (planning if "Question: " in body["messages"][-1]["content"] else extracting)(body)
+
+    with FakeChatServer(respond) as server:
+        monkeypatch.setenv("ISQ_LLM_BASE_URL", server.base_url)
+        monkeypatch.setenv("ISQ_LLM_MODEL", "fake")
+        yield server
+
+
+def open_memory(path: Path, **roles: str) -> Memory:
+    return Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(), **roles)
+
+
+def add_one(memory: Memory, user: str, speaker: str, text: str, turn_id: str) -> None:
+    memory.add([{"speaker": speaker, "text": text, "turn_id": turn_id, "time": WHEN}], user_id=user,
+               session_id="s1")
+    memory.flush(user_id=user, session_id="s1")
+
+
+def cached_texts(store: Path) -> str:
+    return "".join(path.read_text() for path in (store / "llm_cache").rglob("*.json"))
+
+
+def test_notes_carried_past_a_deleted_turn_go_with_it(tmp_path: Path, endpoint: FakeChatServer) -> None:
+    store = tmp_path / "store"
+    with open_memory(store, extractor="llm") as memory:
+        add_one(memory, "alice", "Ann", f"My neighbour {SECRET} repairs old violins.", "secret")
+        add_one(memory, "alice", "Bob", "We planted tomatoes in the garden.", "t2")
+        assert SECRET in json.dumps(endpoint.requests[-1])  # the second segment's note carried it
+        assert SECRET in cached_texts(store)
+        memory.delete("alice:turn:secret", user_id="alice")
+        asked = len(endpoint.requests)
+        add_one(memory, "alice", "Bob", "The cucumbers are growing well.", "t3")
+        later = json.dumps(endpoint.requests[asked:])
+        texts = [item.text for item in memory.list(user_id="alice").items]
+    assert later and SECRET not in later
+    assert texts and not [text for text in texts if SECRET in text]
+    db = sqlite3.connect(store / "amus.sqlite3")
+    assert [state for (state,) in db.execute("SELECT state FROM segments") if SECRET in state] == []
+    db.close()
+    assert SECRET not in cached_texts(store)
+    assert not [path for path in store.glob("amus.sqlite3*") if SECRET.encode() in path.read_bytes()]
+
+
+def test_a_purge_drops_the_users_answers_and_no_other_users(tmp_path: Path, endpoint: FakeChatServer) -> None:
+    store = tmp_path / "store"
+    question = "When did Bob visit Lisbon?"
+    with open_memory(store, planner="llm") as memory:
+        add_one(memory, "alice", "Ann", "I flew to Lisbon for a conference.", "a1")
+        add_one(memory, "bob", "Bob", "I visited Lisbon and Porto with my sister.", "b1")
+        memory.search("Where did Ann fly?", user_id="alice")
+        first = [(hit.id, hit.score) for hit in memory.search(question, user_id="bob").hits]
+        bobs = sorted(user_answers(store / "llm_cache", "bob").glob("*.json"))
+        assert bobs and list(user_answers(store / "llm_cache", "alice").glob("*.json"))
+        memory.delete("alice:turn:a1", user_id="alice")
+        asked = len(endpoint.requests)
+        again = [(hit.id, hit.score) for hit in memory.search(question, user_id="bob").hits]
+    assert len(endpoint.requests) == asked and again == first  # bob's plan still cached, nothing changed
+    assert sorted(user_answers(store / "llm_cache", "bob").glob("*.json")) == bobs
+    assert not user_answers(store / "llm_cache", "alice").exists()
+
+
+@pytest.mark.parametrize("text", ['My neighbour is called "Quenfrithal" and repairs violins.',
+                                  "A path C:\\Quenfrithal\\violins, caf\u00e9 owner."])
+def test_an_entry_kept_for_no_user_that_quotes_a_purged_text_goes(tmp_path: Path, text: str) -> None:
+    """Entries cached before answers were kept per user: a model's JSON answer is a string inside
+    the response's JSON, so a quote or backslash of the text is escaped twice there."""
+    cache = tmp_path / "llm_cache"
+    cache.mkdir()
+    for name, record in (("quoting", f"Ann: {text}"), ("other", "Ann: tomatoes")):
+        content = json.dumps({"records": [{"text": record, "turn_ids": ["t1"]}]})
+        (cache / f"{name}.json").write_text(json.dumps(completion_body(content, 1, 1)))
+    user_answers(cache, "alice").mkdir(parents=True)
+    (user_answers(cache, "alice") / "plan.json").write_text("{}")
+    (user_answers(cache, "bob").mkdir(parents=True))
+    (user_answers(cache, "bob") / "plan.json").write_text("{}")
+    drop_llm_answers(cache, "alice", [text])
+    assert sorted(path.relative_to(cache) for path in cache.rglob("*.json")) == \
+        [Path("other.json"), user_answers(cache, "bob").relative_to(cache) / "plan.json"]

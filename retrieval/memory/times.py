@@ -26,6 +26,8 @@ def time_interval(value: str) -> tuple[datetime, datetime]:
     """
     if "/" in value:
         first, _, second = value.partition("/")
+        if "/" in second:
+            raise ValueError(f"{value[:60]!r} is not a valid ISO 8601 time value (an interval has one '/')")
         start, end = time_interval(first)[0], time_interval(second)[1]
         if end < start:
             raise ValueError(f"interval {value!r} ends before it starts")

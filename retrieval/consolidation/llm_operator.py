@@ -103,11 +103,12 @@ def _parse(content: str, ordered: Sequence[Member]) -> Draft:
             time_interval(value)
         except ValueError as err:
             raise InvalidResponse(f"timestamps: {err}") from None
-    if not strip_prefix(answer["text"]).strip():
+    text = answer["text"].strip()
+    if not strip_prefix(text).strip():
         raise InvalidResponse("text: nothing but a time prefix")
     base = keep_newest(operation, ordered)  # the newest statement's scope for MERGE and UPDATE
     scope = ((None, None, None) if operation == Operation.AGGREGATE
              else (base.t_ref, base.valid_from, base.valid_to))
-    return Draft(operation, base.member_ids, answer["text"].strip(), answer["memory_type"],
+    return Draft(operation, base.member_ids, text, answer["memory_type"],
                  union([answer.get("entities", base.entities)]), union([answer.get("tags", base.tags)]),
                  union([answer.get("timestamps", base.timestamps)]), *scope)

@@ -18,7 +18,7 @@ from isq.fingerprint import Fingerprinter
 from isq.model import ISQModel
 from retrieval.api.errors import MemoryAPIError
 from retrieval.contract import Hit
-from retrieval.eval.answers import JUDGE_PROMPT, locomo_f1, normalize_answer
+from retrieval.eval.answers import JUDGE_PROMPT, _parse_verdict, locomo_f1, normalize_answer
 from retrieval.eval.configs import EvaluationError, RetrievalConfig, default_configs, parse_config, sweep_grid
 from retrieval.eval.dual_path import Channel, DualPathMode
 from retrieval.eval.locomo import load_locomo
@@ -470,3 +470,11 @@ def test_the_committed_fingerprinter_is_the_default_and_loads():
     assert DEFAULT_FINGERPRINTER.name == "isq_minilm_dailydialog_cpu"
     fingerprinter = Fingerprinter.from_pretrained(DEFAULT_FINGERPRINTER)
     assert fingerprinter.codebook.vectors.shape == (1024, 384)
+
+
+@pytest.mark.parametrize(("reply", "correct"), [
+    ("CORRECT", True), ("Correct.", True), ("WRONG", False), ("Not correct.", False),
+    ("NOT CORRECT - the gold answer is 2022", False), ("This is not correct", False), ("Incorrect", False),
+    ("The answer is not wrong.", True), ("Wrong, it is not correct", False)])
+def test_the_judges_verdict_reads_a_negation(reply: str, correct: bool) -> None:
+    assert _parse_verdict(reply) is correct

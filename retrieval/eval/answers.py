@@ -38,7 +38,9 @@ TEMPORAL_HINT = " Use the dates of the conversation to answer with an approximat
 
 _ARTICLES = re.compile(r"\b(a|an|the|and)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
-_VERDICT = re.compile(r"\b(CORRECT|WRONG)\b")
+_VERDICT = re.compile(r"\b(NOT\s+)?(IN)?(CORRECT|WRONG)\b")
+"""The judge's verdict: its first CORRECT or WRONG, turned over by a NOT before it ("not
+correct") or an IN ("incorrect")."""
 
 
 def normalize_answer(text: str) -> str:
@@ -82,7 +84,7 @@ def _parse_verdict(content: str) -> bool:
     match = _VERDICT.search(content.upper())
     if match is None:
         raise InvalidResponse(f"no CORRECT or WRONG in {content[:80]!r}")
-    return match[1] == "CORRECT"
+    return (match[3] == "CORRECT") ^ bool(match[1]) ^ bool(match[2])
 
 
 def _turn_order(turn: Turn) -> tuple[int, ...]:

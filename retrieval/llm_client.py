@@ -233,6 +233,12 @@ class LLMRole:
         return self.client.usage
 
 
+def one_line(text: str) -> str:
+    """``text`` as one line of a prompt, its line breaks made spaces: a text quoted line by line
+    (a turn, a record) cannot start a line of its own that reads as another turn or record."""
+    return " ".join(text.splitlines())
+
+
 def json_answer(content: str, validator: Draft202012Validator) -> Any:
     """The JSON value of an answer, checked against ``validator``; a markdown code fence around it
     is removed (some models add one despite the instruction). :class:`InvalidResponse` says what

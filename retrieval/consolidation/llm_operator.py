@@ -22,7 +22,7 @@ from retrieval.consolidation.config import LLM_THRESHOLD
 from retrieval.consolidation.members import Member
 from retrieval.consolidation.operations import Draft, Operation, keep_newest, union
 from retrieval.consolidation.prefix import strip_prefix
-from retrieval.llm_client import InvalidResponse, LLMRole, json_answer
+from retrieval.llm_client import InvalidResponse, LLMRole, json_answer, one_line
 from retrieval.memory.records import MEMORY_TYPES
 from retrieval.memory.times import time_interval
 
@@ -88,7 +88,7 @@ class LLMOperator(LLMRole):
             speakers = ", ".join(amu.source.speakers) or "unknown"
             lines += [f"[{number}] stated {when} by {speakers} (type {amu.memory_type}; "
                       f"event times {events})",
-                      amu.text]
+                      one_line(amu.text)]
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
 
 

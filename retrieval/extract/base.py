@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from retrieval.llm_client import LLMUsage
+from retrieval.llm_client import LLMUsage, one_line
 from retrieval.memory.records import AMU, Segment, SourcePointer, Turn, amu_id
 
 
@@ -59,7 +59,7 @@ class ReferenceContext:
         kept: list[str] = []
         used = 0
         for text in reversed(self.recent):
-            line = f"- {text}"
+            line = f"- {one_line(text)}"
             if used + len(line) + 1 > self.recent_chars:
                 break
             kept.append(line)

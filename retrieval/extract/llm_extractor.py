@@ -8,7 +8,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from retrieval.extract.base import Extraction, ReferenceContext, make_amu, raw_turn_amus, session_time
-from retrieval.llm_client import InvalidResponse, LLMRole, json_answer
+from retrieval.llm_client import InvalidResponse, LLMRole, json_answer, one_line
 from retrieval.memory.records import MEMORY_TYPES, AMUValidationError, Segment
 
 logger = logging.getLogger(__name__)
@@ -78,7 +78,8 @@ class LLMExtractor(LLMRole):
         reference = context.render()
         if reference:
             lines += ["", "Reference context (read-only):", reference]
-        lines += ["", "Segment turns:"] + [f"[{turn.turn_id}] {turn.render()}" for turn in segment.turns]
+        lines += ["", "Segment turns:"]
+        lines += [f"[{turn.turn_id}] {one_line(turn.render())}" for turn in segment.turns]
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
 
     @staticmethod

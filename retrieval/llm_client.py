@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import openai
 from jsonschema import Draft202012Validator
@@ -108,6 +109,7 @@ class ChatClient:
             raise ValueError("an LLM endpoint needs base_url or the environment variable ISQ_LLM_BASE_URL")
         if not model:
             raise ValueError("an LLM endpoint needs model or the environment variable ISQ_LLM_MODEL")
+        _check_endpoint(base_url)
         self.endpoint = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         self.api_key = api_key or os.environ.get("ISQ_LLM_API_KEY")
@@ -233,6 +235,20 @@ class LLMRole:
         return self.client.usage
 
 
+def _check_endpoint(base_url: str) -> None:
+    """Refuse a base URL that is not an http(s) URL with a host (ValueError naming it), before the
+    SDK's HTTP library raises its own error type for it."""
+    try:
+        parts = urlsplit(base_url)
+        parts.port  # noqa: B018 - reading it checks the port
+    except ValueError as err:
+        raise ValueError(f"the LLM endpoint base_url (ISQ_LLM_BASE_URL) {base_url!r} is not a URL: "
+                         f"{err}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"the LLM endpoint base_url (ISQ_LLM_BASE_URL) {base_url!r} is not an http(s) "
+                         "URL with a host")
+
+
 def one_line(text: str) -> str:
     """``text`` as one line of a prompt, its line breaks made spaces: a text quoted line by line
     (a turn, a record) cannot start a line of its own that reads as another turn or record."""
@@ -265,9 +281,11 @@ def _content(body: dict[str, Any]) -> str:
 
 
 def _tokens(body: dict[str, Any]) -> tuple[int, int]:
-    """(prompt, completion) tokens from an OpenAI-style ``usage`` block; 0 where absent or malformed."""
+    """(prompt, completion) tokens from an OpenAI-style ``usage`` block; 0 where absent or malformed
+    (not a whole number, or negative)."""
     usage = body.get("usage")
     if not isinstance(usage, dict):
         return 0, 0
     counts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
-    return tuple(value if isinstance(value, int) else 0 for value in counts)  # type: ignore[return-value]
+    return tuple(value if isinstance(value, int) and value >= 0 else 0  # type: ignore[return-value]
+                 for value in counts)

@@ -374,13 +374,20 @@ def test_consolidate_cli(store_dir: Path, tmp_path: Path, capsys, monkeypatch) -
     assert out[1].startswith("audit ok: active 13 | forwarded 12")
     assert consolidate_main(["--store", str(store_dir), "--window-days", "100"]) == 0
     assert "archived 6 | created 3" in capsys.readouterr().out
-    for argv, message in [
-        (["--store", str(tmp_path / "missing")], "no store at"),
-        (["--store", str(store_dir), "--user", "nope"], "holds no user 'nope'"),
-        (["--store", str(store_dir), "--threshold", "0"], "threshold 0.0 is not a cosine distance"),
-        (["--store", str(store_dir), "--operator", "llm"], "needs base_url"),
+    store, llm = ["--store", str(store_dir)], ["--store", str(store_dir), "--operator", "llm"]
+    for argv, message, endpoint in [
+        (["--store", str(tmp_path / "missing")], "no store at", None),
+        ([*store, "--user", "nope"], "holds no user 'nope'", None),
+        ([*store, "--threshold", "0"], "threshold 0.0 is not a cosine distance", None),
+        ([*store, "--window-days", "inf"], "window_days inf must be positive and at most", None),
+        (llm, "needs base_url", None),
+        (llm, "'http://[::1/v1' is not a URL", "http://[::1/v1"),
+        (llm, "is not an http(s) URL with a host", "localhost:8000/v1"),
     ]:
         monkeypatch.delenv("ISQ_LLM_BASE_URL", raising=False)
+        monkeypatch.setenv("ISQ_LLM_MODEL", "m")
+        if endpoint is not None:
+            monkeypatch.setenv("ISQ_LLM_BASE_URL", endpoint)
         assert consolidate_main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("error: ") and message in err

@@ -320,13 +320,14 @@ def client(base_url: str, tmp_path, **options) -> ChatClient:
 def test_unusable_bodies_are_retried_and_counted(tmp_path):
     script = [(503, {"error": "busy"}, 0.0), (200, "<html>gateway</html>", 0.0), (200, {"choices": []}, 0.0),
               (200, [1, 2], 0.0), (200, {"object": "chat.completion"}, 0.0), completion("nope", 7, 1),
-              completion("ok", 11, 2)]
+              (200, dict(completion_body("nope", 0, 0), usage={"prompt_tokens": -3, "completion_tokens": -5}),
+               0.0), completion("ok", 11, 2)]
     with FakeOpenAI(script) as server:
-        chat = client(server.base_url, tmp_path, max_retries=6)
+        chat = client(server.base_url, tmp_path, max_retries=7)
         assert chat.complete([{"role": "user", "content": "hi"}], expect_ok) == "ok"
-    assert len(server.requests) == 7 and "response_format" not in server.requests[0]
+    assert len(server.requests) == 8 and "response_format" not in server.requests[0]
     usage = chat.usage
-    assert (usage.http_calls, usage.retries, usage.cache_hits) == (7, 6, 0)
+    assert (usage.http_calls, usage.retries, usage.cache_hits) == (8, 7, 0)
     assert (usage.prompt_tokens, usage.completion_tokens) == (7 + 11, 1 + 2)
     (entry,) = (tmp_path / "cache").glob("*.json")  # only the accepted answer is cached, as sent
     body = json.loads(entry.read_text())

@@ -35,6 +35,10 @@ WINDOW_DAYS = 30.0
 PREFIX_MIN_SPAN_MINUTES = 60.0
 """A merged AMU spanning more than this gets the "[T_start to T_end]" prefix."""
 
+MAX_DAYS = 3_652_059
+"""The longest time window and prefix span accepted: the whole calendar (1-01-01 to 9999-12-31),
+so the longest means no window."""
+
 MAX_PASSES = 50
 """Safety bound on clustering passes per conversation (each applied pass removes at least one AMU)."""
 
@@ -63,10 +67,11 @@ class ConsolidationConfig:
             raise ValueError(f"threshold {self.threshold} is not a cosine distance in (0, 2]")
         if self.linkage not in LINKAGES:
             raise ValueError(f"linkage {self.linkage!r} is not one of {', '.join(LINKAGES)}")
-        if not self.window_days > 0:
-            raise ValueError(f"window_days {self.window_days} must be positive")
-        if self.prefix_min_span_minutes < 0:
-            raise ValueError(f"prefix_min_span_minutes {self.prefix_min_span_minutes} must not be negative")
+        if not 0 < self.window_days <= MAX_DAYS:
+            raise ValueError(f"window_days {self.window_days} must be positive and at most {MAX_DAYS:,}")
+        if not 0 <= self.prefix_min_span_minutes <= MAX_DAYS * 24 * 60:
+            raise ValueError(f"prefix_min_span_minutes {self.prefix_min_span_minutes} must not be negative "
+                             f"nor more than {MAX_DAYS:,} days")
         if self.max_passes < 1:
             raise ValueError(f"max_passes {self.max_passes} must be at least 1")
 

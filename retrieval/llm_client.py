@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -37,6 +38,11 @@ def user_answers(cache_dir: Path, user: str) -> Path:
     named by a hash of the user id (any id, no path of it), so that a purge of the user's data drops
     them all and no other user's answer is shared, changed or timed by it."""
     return cache_dir / "users" / hashlib.sha256(user.encode()).hexdigest()[:32]
+
+
+def drop_user_answers(cache_dir: Path, user: str) -> None:
+    """Delete every answer ``cache_dir`` keeps for ``user``."""
+    shutil.rmtree(user_answers(cache_dir, user), ignore_errors=True)
 
 
 @dataclass
@@ -233,6 +239,11 @@ class LLMRole:
     @property
     def usage(self) -> LLMUsage:
         return self.client.usage
+
+    def forget(self, user: str) -> None:
+        """Drop the answers cached for ``user`` (a purge of the user's data)."""
+        if self.client.cache_dir is not None:
+            drop_user_answers(self.client.cache_dir, user)
 
 
 def _check_endpoint(base_url: str) -> None:

@@ -342,6 +342,23 @@ def test_a_bad_llm_answer_is_retried_and_a_rerun_is_served_from_the_cache(marath
         assert len(server.requests) == 6
 
 
+def test_an_answer_landing_after_a_purge_of_its_records_is_not_kept(marathon: Path, tmp_path: Path) -> None:
+    """The user deletes the cluster's turns while the endpoint works on it: the answer restates
+    them, so it must not stay in the user's cache (the purge dropped what was there before)."""
+    def purge_then_answer(body: dict) -> tuple[int, dict, float]:
+        with AMUStore(marathon) as writer:
+            writer.purge("conv-m", turn_ids=["D1:1", "D2:1"])
+        return 200, completion_body(json.dumps(ANSWERS["MERGE"]), 100, 20), 0.0
+
+    with FakeChatServer(purge_then_answer) as server, AMUStore(marathon, role="consolidate") as store:
+        operator = LLMOperator(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=0)
+        report = consolidate_user(store, "conv-m", HashEmbedder(), operator)
+        assert len(server.requests) == 1 and report.created == 0 and report.conflicts == 1
+        (left,) = store.amus("conv-m")
+        assert left.source.turn_ids == ("D1:2",)
+    assert not list((tmp_path / "cache").rglob("*.json"))
+
+
 def test_keep_and_no_answer_leave_the_cluster_alone(marathon: Path, tmp_path: Path) -> None:
     with FakeChatServer(answering(json.dumps({"operation": "KEEP"}))) as server, \
             AMUStore(marathon, role="consolidate") as store:

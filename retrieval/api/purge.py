@@ -8,12 +8,11 @@ event frame of a touched segment went through (its records' texts, as a search s
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from retrieval.index.evidence_nodes import searchable_text, segment_search_texts
-from retrieval.llm_client import user_answers
+from retrieval.llm_client import drop_user_answers
 from retrieval.memory.purge import Purged
 from retrieval.memory.records import AMU, Exchange, Turn
 from retrieval.memory.store_contract import Store
@@ -42,10 +41,10 @@ def derived_texts(purged: Purged, turns_before: Sequence[Turn]) -> list[str]:
 
 def drop_llm_answers(cache_dir: Path, user: str, texts: Iterable[str]) -> None:
     """Delete the user's LLM answers in ``cache_dir``: all of them (:func:`retrieval.llm_client.
-    user_answers`), since an answer may restate a purged text in other words (the extractor's
+    drop_user_answers`), since an answer may restate a purged text in other words (the extractor's
     disambiguation note is carried from segment to segment), and the entries kept for no user
     (made before answers were kept per user, or by no user's request) that quote one of ``texts``."""
-    shutil.rmtree(user_answers(cache_dir, user), ignore_errors=True)
+    drop_user_answers(cache_dir, user)
     if not cache_dir.is_dir():
         return
     needles = {variant for text in texts if text.strip() for variant in _quoted(text)}

@@ -68,10 +68,11 @@ def consolidate_user(store: Store, user_id: str, embedder: Embedder,
     cached = cached.for_user(user_id)
     usage_before = dataclasses.replace(operator.usage)
     report = ConsolidationReport(user_id, operator.name, float(config.threshold or 0.0))
+    purges = store.purge_count(user_id)  # before the records: a purge after them is seen (_Step.apply)
     stored = list(store.amus(user_id, include_archived=True))  # reading AMUs back is the costly part
     report.turns_before, report.amus_before = _covered(stored), sum(not amu.archived for amu in stored)
     turn_order = {turn.turn_id: index for index, turn in enumerate(store.turns(user_id))}
-    step = _Step(store, operator, config, turn_order, fingerprinter, report)
+    step = _Step(store, operator, config, turn_order, fingerprinter, report, purges)
     key = PLAN_KEY.format(user_id)
     gated = False
     for _ in range(config.max_passes):
@@ -100,6 +101,7 @@ def consolidate_user(store: Store, user_id: str, embedder: Embedder,
         store.put_meta(key, None)
         if not applied and not resumed:
             break
+        step.purges = store.purge_count(user_id)
         stored = list(store.amus(user_id, include_archived=True))
     else:
         logger.warning("%s: stopped after %d consolidation passes", user_id, config.max_passes)
@@ -124,6 +126,8 @@ class _Step:
     turn_order: dict[str, int]
     fingerprinter: TextFingerprinter | None
     report: ConsolidationReport
+    purges: int
+    """The user's purge count read before the members were."""
     seen: set[tuple[str, ...]] = dataclasses.field(default_factory=set)
 
     def apply(self, cluster: Sequence[Member]) -> int:
@@ -135,6 +139,9 @@ class _Step:
         self.seen.add(ids)
         self.report.clusters += first_time
         drafts = self.operator.decide(cluster)
+        user = cluster[0].amu.source.user_id
+        if self.store.purge_count(user) != self.purges:  # its answer may restate what the purge removed
+            self.operator.forget(user)
         if drafts is None:
             self.report.unanswered += first_time
             return 0

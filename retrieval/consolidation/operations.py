@@ -71,6 +71,10 @@ class Operator(Protocol):
     def decide(self, cluster: Sequence[Member]) -> list[Draft] | None:
         """Drafts for (parts of) the cluster, [] to keep it as it is, None without a usable answer."""
 
+    def forget(self, user: str) -> None:
+        """Drop what the operator keeps of the user's records (cached answers): a purge removed
+        some of them while it decided."""
+
 
 def newest(members: Sequence[Member]) -> Member:
     """The member stated last (ties: the later one in store order)."""
@@ -120,3 +124,6 @@ class OfflineOperator:
         for member in cluster:
             groups.setdefault(frozenset(member.amu.timestamps), []).append(member)
         return [keep_newest(Operation.MERGE, group) for group in groups.values() if len(group) > 1]
+
+    def forget(self, user: str) -> None:
+        """Nothing: the offline operator keeps nothing."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -85,8 +86,8 @@ class TopologyParams:
             raise ValueError(f"aggregate must be one of {AGGREGATES}, got {self.aggregate!r}")
         if self.association not in ASSOCIATIONS:
             raise ValueError(f"association must be one of {ASSOCIATIONS}, got {self.association!r}")
-        if self.length_norm < 0 or (self.length_norm and self.aggregate != "sum"):
-            raise ValueError("length_norm must be >= 0 and applies to aggregate 'sum', "
+        if not 0 <= self.length_norm < math.inf or (self.length_norm and self.aggregate != "sum"):
+            raise ValueError("length_norm must be a finite number >= 0 and applies to aggregate 'sum', "
                              f"got {self.length_norm}")
 
     def label(self) -> str:

@@ -76,8 +76,9 @@ def test_length_normalisation_divides_the_sum() -> None:
     expected = normed.unit_scores({1, 2})
     assert list(indices) == sorted(range(4), key=lambda i: (-expected[i], i))[:2]
     np.testing.assert_allclose(scores, expected[indices])
-    with pytest.raises(ValueError, match="length_norm"):
-        TopologyParams(aggregate="max", length_norm=0.5)
+    for value in (0.5, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="length_norm"):
+            TopologyParams(aggregate="max" if value == 0.5 else "sum", length_norm=value)
 
 
 def test_saved_parameters_round_trip(tmp_path) -> None:

@@ -16,6 +16,7 @@ import torch
 import retrieval.evaluate as evaluate_module
 from isq.fingerprint import Fingerprinter
 from isq.model import ISQModel
+from isq.topology import TopologyParams
 from retrieval.api.errors import MemoryAPIError
 from retrieval.contract import Hit
 from retrieval.eval.answers import JUDGE_PROMPT, _parse_verdict, locomo_f1, normalize_answer
@@ -24,7 +25,7 @@ from retrieval.eval.dual_path import Channel, DualPathMode
 from retrieval.eval.locomo import load_locomo
 from retrieval.eval.metrics import covered_turns, score_evidence, summarise, tied_at_cut
 from retrieval.eval.questions import EvidenceReport, parse_evidence, select_questions
-from retrieval.eval.results import read_results
+from retrieval.eval.results import SweepRow, TopologySetting, read_results
 from retrieval.eval.run import EvalModels, EvaluationSettings, evaluate
 from retrieval.evaluate import main
 from tests.conftest import tiny_config
@@ -478,3 +479,9 @@ def test_the_committed_fingerprinter_is_the_default_and_loads():
     ("The answer is not wrong.", True), ("Wrong, it is not correct", False)])
 def test_the_judges_verdict_reads_a_negation(reply: str, correct: bool) -> None:
     assert _parse_verdict(reply) is correct
+
+
+def test_the_topology_setting_keeps_every_parameter_of_the_run() -> None:
+    params = TopologyParams(2, 0.4, True, "sum", "lift", 0.5)
+    assert TopologyParams(**TopologySetting(**params.to_dict()).model_dump()) == params
+    assert SweepRow(**params.to_dict(), configs={}).model_dump()["association"] == "lift"

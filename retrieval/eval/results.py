@@ -143,6 +143,8 @@ class TopologySetting(Record):
     alpha: float
     self_term: bool
     aggregate: str
+    association: str = "conditional"
+    length_norm: float = 0.0
 
 
 class Settings(Record):

@@ -140,7 +140,9 @@ def run_answer_stage(stage: AnswerStage | None, config_names: Sequence[str],
                      store: Store, out_dir: Path) -> AnswersDone | AnswersSkipped:
     """Answer and grade every question with each configuration's retrieved AMUs (and raw turns);
     writes ``answers.jsonl`` and returns the summary for ``results.json`` (or why it was skipped:
-    no endpoint, no answer configuration)."""
+    no endpoint, no answer configuration, no question answered and graded). A question whose
+    answer or grading request failed is counted in ``failed``, not scored (a configuration none
+    of whose questions was graded has no summary)."""
     if stage is None or not config_names:
         return AnswersSkipped(note=(
             "no LLM endpoint configured: set ISQ_LLM_BASE_URL and ISQ_LLM_MODEL (and ISQ_LLM_API_KEY if "
@@ -167,14 +169,20 @@ def run_answer_stage(stage: AnswerStage | None, config_names: Sequence[str],
                 failed["answer"] += prediction is None
                 failed["judge"] += prediction is not None and verdict is None
                 f1 = (locomo_f1(prediction, question.answer, question.category) if prediction is not None
-                      else 0.0)
-                rows.append((question.category_name, {"f1": f1, "judge": float(bool(verdict))}))
+                      else None)
+                if f1 is not None and verdict is not None:  # a failed request is no wrong answer
+                    rows.append((question.category_name, {"f1": f1, "judge": float(verdict)}))
                 handle.write(json.dumps({
                     "config": name, "conversation": question.conversation_id, "qa_index": question.qa_index,
                     "category": question.category_name, "question": question.question,
                     "gold": question.answer, "prediction": prediction, "f1": f1, "judge": verdict,
                 }, ensure_ascii=False) + "\n")
-            summaries[name] = AnswerSummary.model_validate(summarise(rows))
+            if rows:
+                summaries[name] = AnswerSummary.model_validate(summarise(rows))
+    if not summaries:
+        return AnswersSkipped(note=f"no question was answered and graded: the endpoint's requests failed "
+                                   f"({', '.join(f'{kind} {count}' for kind, count in failed.items())}; "
+                                   "answers.jsonl lists them)")
     answer_usage, judge_usage = stage.answer_client.usage, stage.judge_client.usage
     query_tokens = answer_usage.tokens
     answered = sum(summary.overall.n for summary in summaries.values())

@@ -157,13 +157,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             planner = LLMPlanner(args.llm_base_url, args.llm_model, cache_dir=cache)
         reranker = None if args.reranker is None else CrossEncoderReranker(args.reranker)
         operator = None if args.consolidate is None else make_operator(args.consolidate, cache)
+        embedder = SentenceEmbedder(args.embedder)
     except (InputFormatError, EvaluationError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     settings = {"command": "python -m retrieval.evaluate " + " ".join(sys.argv[1:] if argv is None else argv),
                 "locomo": str(args.locomo), "fingerprinter": str(args.fingerprinter),
                 "kmeans_fingerprinter": str(args.kmeans_fingerprinter or ""), "embedder": args.embedder}
-    embedder = SentenceEmbedder(args.embedder)
     try:
         models = EvalModels(fingerprinters, embedder, extractor, planner, reranker, operator, answer_stage)
         results = evaluate(conversations, models, args.out, EvaluationSettings(
@@ -190,6 +190,8 @@ def _check_inputs(args: argparse.Namespace, conversations: Sequence[LocomoConver
     for flag, value in (("--k-dense", args.k_dense), ("--k-code", args.k_code)):
         if value < 1:
             raise EvaluationError(f"{flag} must be at least 1, got {value}")
+    if args.configs is not None and not _split(args.configs):
+        raise EvaluationError(f"--configs {args.configs!r} names no configuration")
     if args.out.exists() and not args.out.is_dir():
         raise EvaluationError(f"--out {args.out} is a file, not a directory")
     report = EvidenceReport()

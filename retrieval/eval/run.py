@@ -327,7 +327,6 @@ def evaluate(conversations: Sequence[LocomoConversation], models: EvalModels, ou
     or not."""
     started = time.perf_counter()
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     if TRAINED not in models.fingerprinters:
         raise EvaluationError("a trained fingerprinter is required")
     names = (settings.names if settings.configs is not None
@@ -341,6 +340,7 @@ def evaluate(conversations: Sequence[LocomoConversation], models: EvalModels, ou
     target = settings.store or settings.database or out_dir / STORE_DIR
     with open_memory(target, models.embedder, extractor, models.operator,
                      read_only=settings.store is not None) as memory:
+        out_dir.mkdir(parents=True, exist_ok=True)  # once the memory opened: a refused run leaves none
         # embeddings and fingerprints come from its cache when an earlier run computed them
         store = memory.store
         embedder = CachedEmbedder(models.embedder, store)

@@ -13,6 +13,7 @@ import retrieval.evaluate as evaluate_module
 from retrieval.eval.locomo import load_locomo
 from retrieval.memory.records import InputFormatError
 from tests.test_evaluate import QA, write_locomo
+from tests.test_ingest import HashEmbedder
 
 
 @pytest.fixture
@@ -32,6 +33,7 @@ def never_loaded(directory):
     ("out is a file", ["--out", "{file}"], "is a file, not a directory"),
     ("zero budgets", ["--k-dense", "0", "--k-code", "0"], "--k-dense must be at least 1, got 0"),
     ("zero code budget", ["--k-code", "0"], "--k-code must be at least 1, got 0"),
+    ("no configuration", ["--configs", " , "], "--configs ' , ' names no configuration"),
 ])
 def test_unusable_input_is_one_line_and_exit_2(case, extra, message, locomo, tmp_path, capsys, monkeypatch):
     data = {"empty list": [], "no questions": [dict(locomo[0], qa=[])],
@@ -45,7 +47,24 @@ def test_unusable_input_is_one_line_and_exit_2(case, extra, message, locomo, tmp
     assert evaluate_module.main(argv + [a.format(file=tmp_path / "file") for a in extra]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
-    assert (tmp_path / "file").read_text() == "not a directory"
+    assert (tmp_path / "file").read_text() == "not a directory" and not (tmp_path / "out").exists()
+
+
+def test_a_missing_store_or_embedder_is_one_line_and_leaves_no_out(locomo, tmp_path, capsys,
+                                                                     monkeypatch) -> None:
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps(locomo))
+    monkeypatch.setattr(evaluate_module.Fingerprinter, "from_pretrained", lambda directory: object())
+    monkeypatch.setattr(evaluate_module, "resolve_configs", lambda *args: None)
+    argv = ["--locomo", str(path), "--out", str(tmp_path / "out"), "--no-progress"]
+    monkeypatch.setattr(evaluate_module, "SentenceEmbedder", lambda name: (_ for _ in ()).throw(OSError(
+        f"{name}: no such model")))
+    assert evaluate_module.main([*argv, "--embedder", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'nope'}: no such model\n"
+    monkeypatch.setattr(evaluate_module, "SentenceEmbedder", lambda name: HashEmbedder())
+    assert evaluate_module.main([*argv, "--store", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: no store at {tmp_path / 'nope'}")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "nope").exists()
 
 
 def test_a_question_of_punctuation_is_named_by_the_loader(locomo, tmp_path):

@@ -11,6 +11,7 @@ codebook buffers). Bad input (data, encoder, checkpoint, export directory) ends 
 
 from __future__ import annotations
 
+import pickle
 import sys
 import zipfile
 from pathlib import Path
@@ -24,7 +25,7 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from isq.dailydialog import DataFormatError
 from isq.encoder import EncoderUnavailable
 from isq.export import ExportExistsError
-from isq.ranges import OutOfRange
+from isq.ranges import AT_LEAST_ONE, UNIT, OutOfRange, check_ranges
 from training.callbacks import ExportFingerprinter, RunConfigSaver, StepProgressBar
 from training.data import DialogueDataModule
 from training.module import ISQLightningModule, WarmStartError
@@ -76,10 +77,27 @@ class ISQCLI(LightningCLI):
         precision = str(trainer.get("precision"))
         if precision in REFUSED_PRECISION:
             self.parser.error(f"--trainer.precision {precision} is refused: {REFUSED_PRECISION[precision]}")
+        check_trainer(trainer)
         if self.config.get("validate_only"):
             trainer["logger"] = False  # a validation is printed, not a run: no runs/<name>/version_N for it
         else:
             self.notes.extend(validate_at_the_end(trainer))
+
+
+def check_trainer(trainer: Any) -> None:
+    """The trainer's step counts, checked as the project's own settings are (:class:`OutOfRange`):
+    Lightning divides by a zero interval or accumulation, and ``max_steps 0`` trains nothing yet
+    exports an unvalidated fingerprinter."""
+    check_ranges("trainer", {"accumulate_grad_batches": trainer.get("accumulate_grad_batches")},
+                 {"accumulate_grad_batches": AT_LEAST_ONE})
+    max_steps = trainer.get("max_steps")
+    if max_steps is not None and max_steps != -1 and not (isinstance(max_steps, int) and max_steps >= 1):
+        raise OutOfRange(f"trainer field 'max_steps' is {max_steps!r}: allowed is -1 (no limit) or >= 1")
+    interval = trainer.get("val_check_interval")
+    if isinstance(interval, float) and not UNIT.contains(interval) or interval == 0 \
+            or isinstance(interval, int) and interval < 1:
+        raise OutOfRange(f"trainer field 'val_check_interval' is {interval!r}: allowed is a number of "
+                         "batches >= 1 or a fraction of the epoch in (0, 1]")
 
 
 def validate_at_the_end(trainer: Any) -> list[str]:
@@ -117,9 +135,10 @@ class CheckpointError(ValueError):
     """--ckpt_path names no readable Lightning checkpoint."""
 
 
-def check_checkpoint(path: str | None) -> None:
-    """A checkpoint to resume from must exist and be a complete torch zip archive (a truncated
-    file has no central directory): refused before the model is touched."""
+def check_checkpoint(path: str | None, model: torch.nn.Module) -> None:
+    """A checkpoint to resume from or validate must exist, be a complete torch zip archive (a
+    truncated file has no central directory), be a Lightning checkpoint and hold weights of this
+    model's shapes (one made with other settings does not fit): refused before the run starts."""
     if path is None:
         return
     if not Path(path).is_file():
@@ -127,9 +146,21 @@ def check_checkpoint(path: str | None) -> None:
     try:
         with zipfile.ZipFile(path) as archive:
             archive.namelist()
-    except (zipfile.BadZipFile, OSError) as err:
+        saved = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except (zipfile.BadZipFile, OSError, RuntimeError, pickle.UnpicklingError) as err:
         raise CheckpointError(
             f"--ckpt_path {path}: not a readable checkpoint (truncated or corrupt: {err})") from None
+    weights = saved.get("state_dict") if isinstance(saved, dict) else None
+    if not isinstance(weights, dict) or "pytorch-lightning_version" not in saved:
+        raise CheckpointError(f"--ckpt_path {path}: not a Lightning checkpoint (no state_dict and version)")
+    expected = {name: tuple(value.shape) for name, value in model.state_dict().items()}
+    found = {name: tuple(value.shape) for name, value in weights.items() if isinstance(value, torch.Tensor)}
+    for name in sorted(expected.keys() | found.keys()):
+        if expected.get(name) != found.get(name):
+            raise CheckpointError(
+                f"--ckpt_path {path}: its weights do not fit this model's settings ({name}: "
+                f"{found.get(name, 'absent')} in the checkpoint, {expected.get(name, 'absent')} here); "
+                "give the settings it was trained with")
 
 
 BAD_INPUT = (FileNotFoundError, DataFormatError, WarmStartError, EncoderUnavailable, ExportExistsError,
@@ -156,7 +187,7 @@ def main(args: list[str] | None = None) -> ISQCLI:
             parser_kwargs={"default_config_files": [str(DEFAULTS)]},
         )
         ckpt_path = cli.config.get("ckpt_path")
-        check_checkpoint(ckpt_path)
+        check_checkpoint(ckpt_path, cli.model)
         # an occupied export directory: refused before data setup
         for callback in getattr(cli.trainer, "callbacks", []):
             if isinstance(callback, ExportFingerprinter) and callback.dirpath is not None:

@@ -56,3 +56,19 @@ def test_a_truncated_checkpoint_is_refused_in_one_line(tmp_path: Path, capsys) -
         assert exit_info.value.code == 2 and str(path) in err and "Traceback" not in err
         assert len([line for line in err.splitlines() if line.startswith("error:")]) == 1
     assert first.trainer.global_step == 2
+
+
+def test_a_checkpoint_of_other_settings_or_not_of_lightning_is_refused_in_one_line(tmp_path: Path,
+                                                                                   capsys) -> None:
+    fit_main(fit_args(tmp_path, 2))
+    last = next((tmp_path / "runs").glob("**/checkpoints/last.ckpt"))
+    runs = sorted(tmp_path.glob("runs/*/*"))
+    plain = tmp_path / "plain.ckpt"
+    torch.save({"a": 1}, plain)
+    for path, extra, message in ((last, ["--model.isq.num_codes", "16"], "do not fit this model's settings"),
+                                 (plain, [], "not a Lightning checkpoint")):
+        with pytest.raises(SystemExit) as exit_info:
+            fit_main(fit_args(tmp_path, 4, "--ckpt_path", str(path), *extra))
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and message in err and "Traceback" not in err, err
+    assert sorted(tmp_path.glob("runs/*/*")) == runs  # no run directory left behind

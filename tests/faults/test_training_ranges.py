@@ -107,6 +107,10 @@ def test_an_exports_out_of_range_max_length_is_one_load_error_naming_file_and_fi
     ("--model.isq.num_codes", "0", "'num_codes' is 0: allowed range is >= 1"),
     ("--data.batch_size", "0", "'batch_size' is 0: allowed range is >= 1"),
     ("--data.max_context_tokens", "-3", "'max_context_tokens' is -3: allowed range is >= 1"),
+    ("--trainer.val_check_interval", "0", "'val_check_interval' is 0: allowed is a number of batches >= 1"),
+    ("--trainer.val_check_interval", "1.5", "'val_check_interval' is 1.5: allowed is a number of batches"),
+    ("--trainer.accumulate_grad_batches", "0", "'accumulate_grad_batches' is 0: allowed range is >= 1"),
+    ("--trainer.max_steps", "0", "'max_steps' is 0: allowed is -1 (no limit) or >= 1"),
 ])
 def test_fit_refuses_out_of_range_values_in_one_line(tmp_path, capsys, flag, value, expected):
     with pytest.raises(SystemExit) as exit_info:

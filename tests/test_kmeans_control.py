@@ -157,3 +157,26 @@ def test_cli_refuses_an_even_kernel(tmp_path, capsys):
     assert exit_info.value.code == 2
     assert "--kernel-size must be a positive odd number" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--num-codes", "0"], "'num_codes' is 0: allowed range is >= 1"),
+    (["--max-length", "0"], "'max_length' is 0: allowed range is >= 1"),
+    (["--max-tokens", "0"], "--max-tokens must be at least 1, got 0"),
+    (["--niter", "0"], "--niter must be at least 1, got 0"),
+    (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+    (["--num-codes", "5000", "--max-tokens", "50"], "cannot place 5000 codes"),
+])
+def test_cli_refuses_unusable_counts_in_one_line(tmp_path, capsys, monkeypatch, extra, message):
+    import training.kmeans_control as module
+
+    monkeypatch.setattr(module, "ISQConfig", lambda **kw: tiny_config(num_codes=kw["num_codes"],
+                                                                        max_length=kw["max_length"]))
+    root = write_synthetic_corpus(tmp_path / "corpus", sizes=(5, 2, 2))
+    try:
+        code = main(["--data-root", str(root), *extra, "--out", str(tmp_path / "out")])
+    except SystemExit as stopped:  # argparse's own refusal: usage line, then the error
+        code = stopped.code
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()

@@ -191,23 +191,26 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     train_file = args.data_root / "train" / "dialogues_train.txt"
+    counts = (("--max-tokens", args.max_tokens), ("--niter", args.niter), ("--batch-size", args.batch_size))
+    for flag, value in counts:
+        if value < 1:
+            parser.error(f"{flag} must be at least 1, got {value}")
     try:
         utterances = [turn for dialogue in read_dialogues(train_file) for turn in dialogue]
-    except (OSError, ValueError) as err:
+        config = ISQConfig(encoder=args.encoder, num_codes=args.num_codes, max_length=args.max_length,
+                           kernel_size=args.kernel_size)
+        trained = None
+        if args.projection_from is not None:
+            try:
+                trained = Fingerprinter.from_pretrained(args.projection_from)
+            except (OSError, ValueError) as err:
+                raise ValueError(f"--projection-from: {err}") from None
+        fingerprinter, record = build_kmeans_fingerprinter(
+            config, utterances, max_tokens=args.max_tokens, seed=args.seed, niter=args.niter,
+            batch_size=args.batch_size, projection_from=trained)
+    except (OSError, ValueError) as err:  # a missing file or encoder, a setting out of range, too few tokens
         print(f"error: {err}", file=sys.stderr)
         return 2
-    config = ISQConfig(encoder=args.encoder, num_codes=args.num_codes, max_length=args.max_length,
-                       kernel_size=args.kernel_size)
-    trained = None
-    if args.projection_from is not None:
-        try:
-            trained = Fingerprinter.from_pretrained(args.projection_from)
-        except (OSError, ValueError) as err:
-            print(f"error: --projection-from: {err}", file=sys.stderr)
-            return 2
-    fingerprinter, record = build_kmeans_fingerprinter(config, utterances, max_tokens=args.max_tokens,
-                                                       seed=args.seed, niter=args.niter,
-                                                       batch_size=args.batch_size, projection_from=trained)
     record = {
         "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": "python -m training.kmeans_control " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -184,6 +184,22 @@ def test_report_with_training_log(fingerprinter_dir, dialogue_file, tmp_path):
     report = (out / "report.md").read_text()
     assert "## Training" in report and all(f"]({name}.png)" in report for name in TRAINING_FIGURES)
     assert "| dollars |" in report and "| Monday |" in report
+    assert main(argv[:argv.index("--log")] + ["--sample", "20"]) == 0  # again, without the log
+    assert _report_files(out) == set(SAMPLE_FIGURES)  # the training figures went with the old report
+    (out / "mine.png").write_bytes(b"not the report's")
+    assert main(argv[:argv.index("--log")] + ["--sample", "20"]) == 0
+    assert (out / "mine.png").read_bytes() == b"not the report's"
+
+
+def test_an_out_that_is_a_file_is_refused_before_the_analysis(fingerprinter_dir, dialogue_file, tmp_path,
+                                                               capsys, monkeypatch):
+    import isq.report.cli as cli
+
+    monkeypatch.setattr(cli, "analyse", lambda *args: pytest.fail("analysed before --out was checked"))
+    (tmp_path / "out").write_text("a file")
+    assert main([str(fingerprinter_dir), "--texts", str(dialogue_file), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"isq.report: error: --out {tmp_path / 'out'} is a file, not a directory\n"
 
 
 @pytest.mark.parametrize("broken", ["directory", "texts", "empty texts", "log"])

@@ -51,6 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise InputError(f"--sample must be positive, got {args.sample}")
         if args.batch_size < 1:
             raise InputError(f"--batch-size must be positive, got {args.batch_size}")
+        if args.out.exists() and not args.out.is_dir():
+            raise InputError(f"--out {args.out} is a file, not a directory")
         texts, source = (read_texts(args.texts), str(args.texts)) if args.texts else default_sample()
         log = read_metrics_log(args.log) if args.log else None
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -33,8 +34,14 @@ def write_report(
     source: str,
     log: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> Path:
-    """Save every figure as PNG under ``out_dir`` and write ``report.md``; returns its path."""
+    """Save every figure as PNG under ``out_dir`` and write ``report.md``; returns its path. The
+    figures of a report written there before go first (a report without ``log`` has no training
+    figures, and the old ones would stay beside it)."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    previous = out_dir / "report.md"
+    if previous.is_file():
+        for name in re.findall(r"\]\(([\w-]+\.png)\)", previous.read_text(encoding="utf-8")):
+            (out_dir / name).unlink(missing_ok=True)
     a = analysis
     figures = {
         "usage": usage_figure(a.counts),

@@ -13,7 +13,7 @@ from retrieval.eval.locomo import LocomoConversation, LocomoSession
 from retrieval.eval.metrics import score_evidence
 from retrieval.eval.paired_differences import compare
 from retrieval.eval.questions import EvalQuestion
-from retrieval.eval.results import QuestionRecord, write_questions
+from retrieval.eval.results import QuestionRecord, read_questions, write_questions
 from retrieval.memory.records import Turn
 
 WHEN = datetime(2023, 5, 8)
@@ -65,6 +65,11 @@ def test_compare_pools_runs_question_by_question_and_adds_the_gap_group(tmp_path
     other_questions = run_file(tmp_path / "c.jsonl", [[]] * 3, [[]] * 3)
     with pytest.raises(ValueError, match="not the same questions"):
         compare([one, other_questions], "base", ["other"])
+    rows = read_questions(two)
+    for change in ({"question": "another question"}, {"evidence": ["D1:2"]}, {"category": "temporal"}):
+        write_questions(tmp_path / "d.jsonl", [rows[0].model_copy(update=change), *rows[1:]])
+        with pytest.raises(ValueError, match="conversation c qa 0 differs"):
+            compare([one, tmp_path / "d.jsonl"], "base", ["other"])
 
 
 def test_runs_under_one_tag_are_pooled_against_pooled_main_runs(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from scipy import stats
 from isq.markdown import markdown_table
 from retrieval.eval.metrics import score_evidence
 from retrieval.eval.questions import CATEGORY_NAMES
-from retrieval.eval.results import read_questions
+from retrieval.eval.results import QuestionRecord, read_questions
 
 
 @dataclass(frozen=True)
@@ -67,11 +67,22 @@ def _read_runs(paths: Sequence[Path], reference: tuple[Path, list] | None = None
     if not runs[0]:
         raise ValueError(f"{paths[0]}: no questions")
     ref_path, ref_rows = reference or (paths[0], runs[0])
-    keys = [(r.conversation, r.qa_index) for r in ref_rows]
+    keys = [_question(r) for r in ref_rows]
     for path, rows in zip(paths, runs, strict=True):
-        if [(r.conversation, r.qa_index) for r in rows] != keys:
-            raise ValueError(f"{path}: not the same questions as {ref_path}")
+        if len(rows) != len(keys):
+            raise ValueError(f"{path}: not the same questions as {ref_path} ({len(rows)} against "
+                             f"{len(keys)})")
+        for row, key in zip(rows, keys, strict=True):
+            if _question(row) != key:
+                raise ValueError(f"{path}: not the same questions as {ref_path} (conversation "
+                                 f"{row.conversation} qa {row.qa_index} differs in its place, text, category "
+                                 "or evidence)")
     return runs
+
+
+def _question(row: QuestionRecord) -> tuple[object, ...]:
+    """What makes two runs' rows the same question: its place, text, category and evidence."""
+    return row.conversation, row.qa_index, row.question, row.category, tuple(row.evidence)
 
 
 def _mean_recalls(runs: list[list]) -> dict[str, list[float]]:

@@ -143,8 +143,10 @@ class TopologySetting(Record):
     alpha: float
     self_term: bool
     aggregate: str
-    association: str = "conditional"
-    length_norm: float = 0.0
+    association: str | None = None
+    """Absent from results written before it was recorded (those ran the default, "conditional")."""
+    length_norm: float | None = None
+    """Absent likewise (the default, 0.0)."""
 
 
 class Settings(Record):

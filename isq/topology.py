@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -86,7 +85,7 @@ class TopologyParams:
             raise ValueError(f"aggregate must be one of {AGGREGATES}, got {self.aggregate!r}")
         if self.association not in ASSOCIATIONS:
             raise ValueError(f"association must be one of {ASSOCIATIONS}, got {self.association!r}")
-        if not 0 <= self.length_norm < math.inf or (self.length_norm and self.aggregate != "sum"):
+        if not 0 <= self.length_norm < float("inf") or (self.length_norm and self.aggregate != "sum"):
             raise ValueError("length_norm must be a finite number >= 0 and applies to aggregate 'sum', "
                              f"got {self.length_norm}")
 

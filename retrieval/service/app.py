@@ -28,7 +28,7 @@ from retrieval.service.mcp_tools import build_mcp, key_user
 from retrieval.service.metrics import RequestMetrics, ServiceMetrics
 from retrieval.service.routers import jobs, memories, search, sessions, system, user
 from retrieval.service.state import Service
-from retrieval.service.strict_query import refuse_unknown_query
+from retrieval.service.strict_query import refuse_undeclared_input
 from retrieval.service.timing import StampArrival
 
 if TYPE_CHECKING:  # for types only: the app is handed an open memory, never builds one
@@ -55,9 +55,9 @@ def create_app(memory: Memory, keys: KeyStore, store: str | Path, *, host: str =
     app.state.service = service
     errors.install(app)
     for module in (sessions, search, memories, user, jobs):
-        app.include_router(module.router, dependencies=[Depends(refuse_unknown_query)],
+        app.include_router(module.router, dependencies=[Depends(refuse_undeclared_input)],
                            responses=schemas.REFUSALS)
-    app.include_router(system.router, dependencies=[Depends(refuse_unknown_query)])
+    app.include_router(system.router, dependencies=[Depends(refuse_undeclared_input)])
     app.router.routes.append(Route("/mcp", KeyGuard(StreamableHTTPASGIApp(mcp.session_manager), keys),
                                    methods=["GET", "POST", "DELETE"]))
     app.add_middleware(BodyLimit)

@@ -1,5 +1,7 @@
 """Unknown query parameters are refused, as unknown body fields are: ``GET /v1/memories?user_id=bob``
-is a 422 naming ``query.user_id``, never a silently ignored request for someone else's data."""
+is a 422 naming ``query.user_id``, never a silently ignored request for someone else's data; so is
+a body sent to a route that takes none (``DELETE /v1/user {"user_id": "alice"}`` would otherwise
+forget the key's own user)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,10 @@ from fastapi import Request
 from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
+
+
+def _takes_body(dependant: Dependant) -> bool:
+    return bool(dependant.body_params) or any(_takes_body(sub) for sub in dependant.dependencies)
 
 
 def _query_names(dependant: Dependant) -> set[str]:
@@ -17,10 +23,15 @@ def _query_names(dependant: Dependant) -> set[str]:
     return names
 
 
-async def refuse_unknown_query(request: Request) -> None:
-    """A route dependency: 422 for the first query parameter the route does not declare (on the
-    event loop: no I/O, so no worker thread)."""
+async def refuse_undeclared_input(request: Request) -> None:
+    """A route dependency: 422 for a body the route does not take (one declared by its headers)
+    and for the first query parameter it does not declare (on the event loop: no I/O, so no
+    worker thread)."""
     route = request.scope.get("route")
+    sent = request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
+    if sent and isinstance(route, APIRoute) and not _takes_body(route.dependant):
+        raise RequestValidationError([{"type": "extra_forbidden", "loc": ("body",), "input": None,
+                                       "msg": "this route takes no body"}])
     known = _query_names(route.dependant) if isinstance(route, APIRoute) else set()
     unknown = sorted(set(request.query_params) - known)
     if unknown:

@@ -20,19 +20,20 @@ class _TurnCounts(Protocol):
 
 def bind_turn_ids(log: _TurnCounts, user: str, session: str, turns: Sequence[Any]) -> list[Turn]:
     """The turns (checked inputs) with ids: the caller's, or ``<session>:<n>`` numbered after the
-    session's turns stored in ``log``."""
-    count = log.session_turn_count(user, session)
-    taken = log.stored_turn_ids(user, [f"{session}:{count + i + 1}" for i in range(len(turns))])
-    bound, number, given = [], count, {turn.turn_id for turn in turns}
-    for turn in turns:
-        turn_id = turn.turn_id
-        while turn_id is None:
-            number += 1
-            candidate = f"{session}:{number}"
-            if candidate not in taken and candidate not in given:
-                turn_id = candidate
-        bound.append(turn.bind(user, session, turn_id))
-    return bound
+    session's turns stored in ``log``, skipping every id stored (a deleted turn's place leaves its
+    number to a later turn, and a caller may have chosen an id of that form) or given in the add."""
+    given = {turn.turn_id for turn in turns}
+    needed = sum(turn.turn_id is None for turn in turns)
+    free: list[str] = []
+    number = log.session_turn_count(user, session)
+    while len(free) < needed:
+        candidates = [f"{session}:{number + i + 1}" for i in range(needed - len(free))]
+        number += len(candidates)
+        taken = log.stored_turn_ids(user, candidates)
+        free += [candidate for candidate in candidates if candidate not in taken and candidate not in given]
+    generated = iter(free)
+    return [turn.bind(user, session, next(generated) if turn.turn_id is None else turn.turn_id)
+            for turn in turns]
 
 
 def unchanged_since_check(stored: set[str], known: Collection[str] | None, key_used: bool) -> None:

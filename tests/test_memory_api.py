@@ -257,3 +257,50 @@ def test_an_unnamed_turn_never_takes_the_id_of_a_stored_turn(tmp_path: Path) -> 
     assert (len(after_delete.turn_ids), after_delete.duplicates) == (1, ())
     assert (beside_chosen.turn_ids, beside_chosen.duplicates) == (("s3:1", "s3:4"), ())
     assert texts == {"A: A brand new turn about violins.", "A: unnamed 0", "A: unnamed 1"}
+
+
+def test_a_consolidation_waiter_is_told_when_the_memory_closes(tmp_path: Path, monkeypatch) -> None:
+    """Closing finishes the running job (its waiter gets it) and leaves the queued one for the next
+    open: its waiters get StoreUnavailable, with or without a timeout, instead of waiting for good."""
+    import threading
+    import time
+
+    import retrieval.api.jobs as jobs
+    from retrieval.api.errors import StoreUnavailable
+
+    real, started, release = jobs.consolidate_user, threading.Event(), threading.Event()
+
+    def held(*args, **kw):
+        started.set()
+        release.wait(30)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(jobs, "consolidate_user", held)
+    memory = Memory.open(tmp_path / "m", embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+    for user in ("u1", "u2"):
+        memory.add([{"speaker": "AB"[i % 2], "text": f"{user} story {i} about gardens"} for i in range(6)],
+                   user_id=user, session_id="s1")
+        memory.flush(user_id=user, session_id="s1")
+    outcome: dict[str, object] = {}
+
+    def wait(name: str, user: str, timeout_s: float | None) -> None:
+        try:
+            outcome[name] = memory.consolidate(user_id=user, wait=True, timeout_s=timeout_s).state
+        except Exception as error:  # noqa: BLE001 - the outcome is what the test reads
+            outcome[name] = error
+
+    waiters = [threading.Thread(target=wait, args=args, daemon=True)
+               for args in (("running", "u1", None), ("queued", "u2", None), ("queued, timed", "u2", 30.0))]
+    waiters[0].start()
+    assert started.wait(30)  # u1's job runs (held), so u2's waits in the queue
+    waiters[1].start()
+    while memory._jobs._queue.qsize() < 1:
+        time.sleep(0.01)
+    waiters[2].start()
+    threading.Timer(0.3, release.set).start()
+    memory.close()  # finishes u1's job once released
+    for waiter in waiters:
+        waiter.join(timeout=30)
+    assert not [waiter for waiter in waiters if waiter.is_alive()]
+    assert outcome["running"] == "done", outcome
+    assert all(isinstance(outcome[name], StoreUnavailable) for name in ("queued", "queued, timed")), outcome

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from retrieval.api.errors import StoreUnavailable
 from retrieval.consolidation.engine import consolidate_user
 from retrieval.index.query_batcher import background
 from retrieval.memory.cache import CachedEmbedder
@@ -40,6 +41,8 @@ class JobRunner:
         self._queue: queue.Queue[JobRow | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._finished = threading.Condition()
+        self._closed = False
+        self._ended: dict[int, JobRow] = {}  # rows of jobs that ended in this process, until waited for
 
     def submit(self, job: JobRow) -> None:
         if self._thread is None:
@@ -48,22 +51,35 @@ class JobRunner:
         self._queue.put(job)
 
     def wait(self, store: Store, job_id: int, timeout_s: float | None = None) -> JobRow:
-        """Block until the job is done or failed (or ``timeout_s`` passes); returns its row."""
+        """Block until the job is done or failed (or ``timeout_s`` passes); returns its row.
+        Raises :class:`StoreUnavailable` when the memory closes first (the job stays queued in
+        the store and runs when it opens again)."""
         with self._finished:
-            self._finished.wait_for(lambda: store.job_row(job_id).state in (DONE, FAILED),  # type: ignore[union-attr]
-                                    timeout=timeout_s)
-        row = store.job_row(job_id)
+            self._finished.wait_for(
+                lambda: job_id in self._ended or self._closed
+                or store.job_row(job_id).state in (DONE, FAILED),  # type: ignore[union-attr]
+                timeout=timeout_s)
+            if job_id in self._ended:
+                return self._ended.pop(job_id)
+            if self._closed:
+                raise StoreUnavailable("the memory closed before the job ran; it runs when the memory opens "
+                                       "again")
+            row = store.job_row(job_id)
         assert row is not None
         return row
 
     def close(self) -> None:
-        """Finish the running job; queued ones stay queued in the store for the next open."""
+        """Finish the running job; queued ones stay queued in the store for the next open (their
+        waiters are told so)."""
         if self._thread is not None:
             with self._queue.mutex:
                 self._queue.queue.clear()
             self._queue.put(None)
             self._thread.join()
             self._thread = None
+        with self._finished:
+            self._closed = True
+            self._finished.notify_all()
 
     def _run(self) -> None:
         with self.store.reopen(role="consolidate") as store, background():  # behind searches
@@ -77,7 +93,10 @@ class JobRunner:
                 except Exception as err:  # noqa: BLE001 - recorded in the job, which the caller reads
                     store.update_job(job.id, FAILED, error=f"{type(err).__name__}: {err}")
                 self.on_done(job.user_id)
+                ended = store.job_row(job.id)
                 with self._finished:
+                    if ended is not None:
+                        self._ended[job.id] = ended
                     self._finished.notify_all()
 
 

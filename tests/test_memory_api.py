@@ -304,3 +304,29 @@ def test_a_consolidation_waiter_is_told_when_the_memory_closes(tmp_path: Path, m
     assert not [waiter for waiter in waiters if waiter.is_alive()]
     assert outcome["running"] == "done", outcome
     assert all(isinstance(outcome[name], StoreUnavailable) for name in ("queued", "queued, timed")), outcome
+
+
+def test_history_lists_what_was_merged_oldest_first(tmp_path: Path) -> None:
+    """Records u:2:0, u:10:0 and u:11:0 merged: their history is in store order, not id order."""
+    hike = "I love hiking in the Alps every summer."
+    others = iter(["Bob sails boats.", "Cara bakes bread.", "Dan repairs violins.", "Eve paints murals.",
+                   "Fay grows tomatoes.", "Gus collects stamps.", "Hal brews coffee.", "Ivy knits scarves.",
+                   "Jon rides horses."])
+    with Memory.open(tmp_path / "m", embedder=WordEmbedder(), fingerprinter=WordFingerprinter()) as memory:
+        for n in range(12):
+            text = hike if n in (2, 10, 11) else next(others)
+            memory.add([{"speaker": "Ann", "text": text, "turn_id": f"t{n}"}], user_id="u",
+                       session_id=f"s{n}")
+            memory.flush(user_id="u", session_id=f"s{n}")
+        stored = [item.id for item in memory.list(user_id="u", limit=100).items if "hiking" in item.text]
+        memory.consolidate(user_id="u", wait=True)
+        (merged,) = [item for item in memory.list(user_id="u").items if memory.history(item.id, user_id="u")]
+        history = [item.id for item in memory.history(merged.id, user_id="u")]
+    assert stored == ["u:2:0", "u:10:0", "u:11:0"] and history == stored
+
+
+@pytest.mark.parametrize("value", ["false", "no", 0, None])
+def test_read_only_must_be_true_or_false(tmp_path: Path, value: object) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        Memory.open(tmp_path / "m", embedder=WordEmbedder(), read_only=value)  # type: ignore[arg-type]
+    assert refused.value.field == "read_only" and not (tmp_path / "m").exists()

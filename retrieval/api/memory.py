@@ -105,7 +105,7 @@ class Memory:
         consolidation jobs resume."""
         if not isinstance(path, (str, Path)) or not str(path).strip():
             raise InvalidInput(f"path must name a store directory, got {path!r}", "path")
-        directory = local_directory(path)
+        read_only, directory = check_flag("read_only", read_only), local_directory(path)
         if directory is not None and directory.exists() and not directory.is_dir():
             raise StoreUnavailable(f"{directory} is a file, not a store directory", "path")
         created = directory if directory is not None and not read_only and not directory.exists() else None
@@ -314,7 +314,7 @@ class Memory:
             return Page(items, self._tokens.seal(CURSOR, user, rows[limit - 1][0]) if more else None)
 
     def history(self, id: str, *, user_id: str) -> builtins.list[MemoryItem]:
-        """What consolidation forwarded into this record, directly or not (oldest first)."""
+        """What consolidation forwarded into this record, directly or not (oldest first, in store order)."""
         user, item = check_id("user_id", user_id), check_id("id", id)
         with self._gate:
             self._amu(user, item)
@@ -326,7 +326,9 @@ class Memory:
                 for previous in predecessors.get(stack.pop(), []):
                     found.append(previous)
                     stack.append(previous)
-            return [_record_item(self.store.get(i), self.store.successor(i)) for i in sorted(set(found))]
+            order = {amu.id: n for n, amu in enumerate(self.store.amus(user, include_archived=True))}
+            return [_record_item(self.store.get(i), self.store.successor(i))
+                    for i in sorted(set(found), key=order.__getitem__)]
 
     def job(self, id: str, *, user_id: str) -> Job:
         """A job of this user."""

@@ -36,7 +36,10 @@ def _refusals(call: Callable[[], Any]) -> Any:
     except ValidationError as err:
         raise ToolError(_named(err)) from None
     except (MemoryAPIError, ShuttingDown) as err:
-        raise ToolError(str(err)) from None
+        field = getattr(err, "field", None)  # the memory's "id" is the tool's memory_id
+        if field is not None and field.split(".")[0] == "id":
+            field = "memory_id" + field[2:]
+        raise ToolError(str(err) if field is None else f"{field}: {err}") from None
 
 
 class StrictTools(MCPServer):
@@ -51,9 +54,11 @@ class StrictTools(MCPServer):
             raise ToolError(f"{unknown[0]}: Extra inputs are not permitted")
         try:
             return await super().call_tool(name, arguments, context)
-        except ToolError as err:
+        except ToolError as err:  # the SDK's "Error executing tool ..." around the tool's own error
             if isinstance(err.__cause__, ValidationError):
                 raise ToolError(_named(err.__cause__)) from None
+            if isinstance(err.__cause__, ToolError):
+                raise ToolError(str(err.__cause__)) from None
             raise
 
 

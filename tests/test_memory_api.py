@@ -330,3 +330,18 @@ def test_read_only_must_be_true_or_false(tmp_path: Path, value: object) -> None:
     with pytest.raises(InvalidInput) as refused:
         Memory.open(tmp_path / "m", embedder=WordEmbedder(), read_only=value)  # type: ignore[arg-type]
     assert refused.value.field == "read_only" and not (tmp_path / "m").exists()
+
+
+def test_each_record_is_dated_by_its_own_turn(tmp_path: Path) -> None:
+    """One segment, turns said on different days (or undated): a record takes its turn's time, an
+    undated turn's record the segment's first dated time."""
+    turns = [{"speaker": "Ann", "text": "I painted the fence blue.", "time": None},
+             {"speaker": "Ann", "text": "I went to the dentist.", "time": "2023-04-10T09:00:00"},
+             {"speaker": "Ann", "text": "I baked sourdough bread.", "time": "2023-06-15T10:00:00"}]
+    with Memory.open(tmp_path / "m", embedder=WordEmbedder(), fingerprinter=WordFingerprinter()) as memory:
+        memory.add([{key: value for key, value in turn.items() if value is not None} for turn in turns],
+                   user_id="u", session_id="s1")
+        memory.flush(user_id="u", session_id="s1")
+        dated = {item.text: item.time for item in memory.list(user_id="u").items}
+    assert dated == {"Ann painted the fence blue.": "2023-04-10", "Ann went to the dentist.": "2023-04-10",
+                     "Ann baked sourdough bread.": "2023-06-15"}, dated

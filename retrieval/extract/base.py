@@ -82,15 +82,18 @@ class Extractor(Protocol):
 
 
 def session_time(segment: Segment) -> datetime | None:
-    return segment.turns[0].session_time
+    """When the segment was said: its first dated turn's time (None when no turn has one)."""
+    return next((turn.session_time for turn in segment.turns if turn.session_time is not None), None)
 
 
 def make_amu(segment: Segment, index: int, text: str, memory_type: str, turns: Sequence[Turn], *,
               timestamps: Sequence[str] = (), entities: Sequence[str] = (), tags: Sequence[str] = (),
               t_ref: str | None = None, valid_from: str | None = None, valid_to: str | None = None) -> AMU:
-    """The AMU of one extracted record. Without an explicit ``t_ref`` the record refers to the day
-    it was stated (the session day): every record has a temporal scope when the session is dated."""
-    when = session_time(segment)
+    """The AMU of one extracted record, stated when the last of its ``turns`` was (else when the
+    segment was). Without an explicit ``t_ref`` the record refers to the day it was stated: every
+    record has a temporal scope when its turns or its segment are dated."""
+    stated = [turn.session_time for turn in turns if turn.session_time is not None]
+    when = max(stated) if stated else session_time(segment)
     return AMU(
         id=amu_id(segment.user_id, segment.seq, index),
         text=text,

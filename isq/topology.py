@@ -30,6 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from isq.identity import check_identity, normalise_identity
+from isq.ranges import NON_NEGATIVE
 from isq.topk import top_k_of_scores
 from isq.walks import max_walk, sum_walk
 
@@ -85,7 +86,7 @@ class TopologyParams:
             raise ValueError(f"aggregate must be one of {AGGREGATES}, got {self.aggregate!r}")
         if self.association not in ASSOCIATIONS:
             raise ValueError(f"association must be one of {ASSOCIATIONS}, got {self.association!r}")
-        if not 0 <= self.length_norm < float("inf") or (self.length_norm and self.aggregate != "sum"):
+        if not NON_NEGATIVE.contains(self.length_norm) or (self.length_norm and self.aggregate != "sum"):
             raise ValueError("length_norm must be a finite number >= 0 and applies to aggregate 'sum', "
                              f"got {self.length_norm}")
 
@@ -118,8 +119,7 @@ class CooccurrenceTopology:
         if self.identity is not None and self.identity["codebook_size"] != num_codes:
             raise ValueError(f"num_codes={num_codes} disagrees with the fingerprinter codebook_size "
                              f"{self.identity['codebook_size']}")
-        self.num_codes = num_codes
-        self.params = params
+        self.num_codes, self.params = num_codes, params
         self._incidence = sp.csr_matrix((0, num_codes), dtype=np.int8)
         self._pending: list[sp.csr_matrix] = []
         self._doc_freq: np.ndarray = np.zeros(num_codes, dtype=np.int64)

@@ -1,8 +1,9 @@
 """Hard deletion for the memory API: the store's purge (:mod:`retrieval.memory.purge`), the user's
 cached LLM answers, and what only this layer knows how to find, every derived text whose cached
-arrays must go too: each purged turn alone and paired with its neighbours (the segmentation's exchanges), the
-purged records' texts, their evidence nodes' search texts, and the search text of each state the
-event frame of a touched segment went through (its records' texts, as a search snapshot embedded it).
+arrays must go too: each purged turn alone and paired with its neighbours (the segmentation's
+exchanges), the purged records' texts, their evidence nodes' search texts, and the search text of
+each state the event frame of a touched segment went through (its records' texts, as a search
+snapshot embedded it).
 """
 
 from __future__ import annotations
@@ -69,10 +70,10 @@ def hard_purge(store: Store, user: str, llm_cache: Path | None, *, session_id: s
     """Purge the selection with everything derived from it (:mod:`retrieval.memory.purge`): in the
     purge's own transaction the cached arrays of the derived texts, and before it commits the
     user's LLM answers cached in ``llm_cache`` (:func:`drop_llm_answers`; a cache: gone early,
-    they are computed again if the purge fails), so a process killed after the commit leaves neither; then the
-    store's files are compacted (a writer opening the store does a compaction a killed one
-    owed). It holds the user's ingestion lock, so no node commits a segment of a purged turn
-    meanwhile."""
+    they are computed again if the purge fails), so a process killed after the commit leaves
+    neither; then the store's files are compacted (a writer opening the store does a compaction a
+    killed one owed). It holds the user's ingestion lock, so no node commits a segment of a purged
+    turn meanwhile."""
     def derived(purged: Purged) -> list[str]:
         texts = derived_texts(purged, before)
         if llm_cache is not None:

@@ -27,7 +27,8 @@ def time_interval(value: str) -> tuple[datetime, datetime]:
     if "/" in value:
         first, _, second = value.partition("/")
         if "/" in second:
-            raise ValueError(f"{value[:60]!r} is not a valid ISO 8601 time value (an interval has one '/')")
+            raise ValueError(f"an interval time value has one '/', not {value.count('/')} (a value of "
+                             f"{len(value)} characters)")
         start, end = time_interval(first)[0], time_interval(second)[1]
         if end < start:
             raise ValueError(f"interval {value!r} ends before it starts")

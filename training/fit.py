@@ -25,7 +25,7 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from isq.dailydialog import DataFormatError
 from isq.encoder import EncoderUnavailable
 from isq.export import ExportExistsError
-from isq.ranges import AT_LEAST_ONE, UNIT, OutOfRange, check_ranges
+from isq.ranges import AT_LEAST_ONE, OutOfRange, Range, check_ranges
 from training.callbacks import ExportFingerprinter, RunConfigSaver, StepProgressBar
 from training.data import DialogueDataModule
 from training.module import ISQLightningModule, WarmStartError
@@ -84,6 +84,10 @@ class ISQCLI(LightningCLI):
             self.notes.extend(validate_at_the_end(trainer))
 
 
+EPOCH_FRACTION = Range(0, 1, low_open=True)
+"""A ``val_check_interval`` given as a float: the share of an epoch between validations."""
+
+
 def check_trainer(trainer: Any) -> None:
     """The trainer's step counts, checked as the project's own settings are (:class:`OutOfRange`):
     Lightning divides by a zero interval or accumulation, and ``max_steps 0`` trains nothing yet
@@ -94,8 +98,9 @@ def check_trainer(trainer: Any) -> None:
     if max_steps is not None and max_steps != -1 and not (isinstance(max_steps, int) and max_steps >= 1):
         raise OutOfRange(f"trainer field 'max_steps' is {max_steps!r}: allowed is -1 (no limit) or >= 1")
     interval = trainer.get("val_check_interval")
-    if isinstance(interval, float) and not UNIT.contains(interval) or interval == 0 \
-            or isinstance(interval, int) and interval < 1:
+    fraction = isinstance(interval, float) and EPOCH_FRACTION.contains(interval)
+    batches = isinstance(interval, int) and interval >= 1
+    if interval is not None and not (fraction or batches):
         raise OutOfRange(f"trainer field 'val_check_interval' is {interval!r}: allowed is a number of "
                          "batches >= 1 or a fraction of the epoch in (0, 1]")
 

@@ -113,7 +113,7 @@ def test_several_users_texts_are_computed_in_one_call_and_cached_under_each(tmp_
         assert inner.calls[2:] == [TEXTS[1:2]]  # Ann had not "Ben" yet: only Bob had
 
 
-def test_a_version_5_cache_goes_to_the_users_whose_texts_hold_it(tmp_path) -> None:
+def test_a_version_5_store_gives_its_cache_to_the_users_whose_texts_hold_it_keeps_purges(tmp_path) -> None:
     with AMUStore(tmp_path) as store:
         commit(store, 0, [make_amu(0, 0, "Anna went to the museum.")])
     db = sqlite3.connect(tmp_path / AMUStore.DB_NAME)
@@ -123,7 +123,10 @@ def test_a_version_5_cache_goes_to_the_users_whose_texts_hold_it(tmp_path) -> No
                      "CREATE TABLE vectors (model TEXT NOT NULL, item TEXT NOT NULL, vector BLOB NOT NULL,"
                      " PRIMARY KEY (model, item));"
                      "CREATE TABLE codes (model TEXT NOT NULL, item TEXT NOT NULL, codes BLOB NOT NULL,"
-                     " PRIMARY KEY (model, item)); PRAGMA user_version=5;")
+                     " PRIMARY KEY (model, item));"
+                     "DROP TABLE purges;"
+                     "CREATE TABLE purges (conversation_id TEXT PRIMARY KEY, count INTEGER NOT NULL);"
+                     "INSERT INTO purges VALUES ('gone', 2); PRAGMA user_version=5;")
     db.executemany("INSERT INTO vectors VALUES ('m', ?, ?)", [(text_key(t), b) for t, b in old.items()])
     db.execute("INSERT INTO codes VALUES ('f', ?, x'01')", (text_key("Anna went to the museum."),))
     db.commit()
@@ -133,5 +136,8 @@ def test_a_version_5_cache_goes_to_the_users_whose_texts_hold_it(tmp_path) -> No
         assert store.cached("vectors", "m", "conv-x", keys) == [b"a", b"t", None]
         assert store.cached("codes", "f", "conv-x", keys[:1]) == [b"\x01"]
         assert store.cached("vectors", "m", "someone", keys) == [None] * 3
-        assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+        assert store.ingestion_marks("gone")[2] == 2 and store.next_seq("gone") == 0  # version 7: marks at 0
+        store.purge("gone", everything=True)
+        assert [tuple(row) for row in store._db.execute("SELECT * FROM purges")] == [("gone", 3, 0, 0)]
         assert store.integrity_problems() == []

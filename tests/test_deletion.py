@@ -225,6 +225,28 @@ def test_every_path_to_nothing_leaves_the_same_nothing_as_forget(tmp_path):
         assert set(after_forget[table]) <= set(bob_only[table]), table
 
 
+def test_a_stale_delete_of_a_purged_id_finds_nothing_new(tmp_path):
+    """Ids are never given again: the client that retries a delete (or reads an id it kept) after
+    the user was forgotten, or after a turn went, reaches nothing the user said since."""
+    with open_memory(tmp_path / "store") as mem:
+        mem.add(chat("old", 4), user_id="alice", session_id="s")
+        old_records = list(mem.flush(user_id="alice", session_id="s").amu_ids)
+        last = mem.add([{"speaker": "Ann", "text": "My old locker code is 1234."}],
+                       user_id="alice", session_id="t")
+        mem.delete(f"alice:turn:{last.turn_ids[0]}", user_id="alice")
+        again = mem.add([{"speaker": "Ann", "text": "My new locker code is 9876."}],
+                        user_id="alice", session_id="t")
+        assert again.turn_ids != last.turn_ids
+        mem.forget(user_id="alice")
+        mem.add(chat("new", 4), user_id="alice", session_id="s")
+        new_records = list(mem.flush(user_id="alice", session_id="s").amu_ids)
+        assert old_records and new_records and not set(old_records) & set(new_records)
+        for stale in old_records:
+            with pytest.raises(NotFound):
+                mem.delete(stale, user_id="alice")
+        assert [record.id for record in listed(mem, "alice")] == new_records
+
+
 KILLED_AFTER_THE_PURGE = """
 import os, signal, sys
 from retrieval import Memory

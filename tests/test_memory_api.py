@@ -239,8 +239,9 @@ def test_a_version_4_store_migrates_and_counts_its_purges(tmp_path):
 
 
 def test_an_unnamed_turn_never_takes_the_id_of_a_stored_turn(tmp_path: Path) -> None:
-    """Generated ids are ``<session>:<n>`` after the session's count: a deleted turn's place, or a
-    caller's id of that form in another session, must not make a new turn a 'duplicate'."""
+    """Generated ids are ``<session>:<n>`` after the session's count (and past every purged
+    number): a deleted turn's place, or a caller's id of that form in another session, must not
+    make a new turn a 'duplicate'."""
     with Memory.open(tmp_path / "m", embedder=WordEmbedder(), fingerprinter=WordFingerprinter()) as memory:
         first = memory.add([{"speaker": "A", "text": f"turn {i} about bees"} for i in range(4)],
                            user_id="u", session_id="s1")
@@ -249,14 +250,14 @@ def test_an_unnamed_turn_never_takes_the_id_of_a_stored_turn(tmp_path: Path) -> 
         after_delete = memory.add([{"speaker": "A", "text": "A brand new turn about violins."}],
                                   user_id="u", session_id="s1")
         memory.add([{"speaker": "B", "text": f"chosen {n}", "turn_id": f"s3:{n}"} for n in (2, 3)],
-                   user_id="u", session_id="s2")
+                   user_id="v", session_id="s2")
         beside_chosen = memory.add([{"speaker": "A", "text": f"unnamed {n}"} for n in range(2)],
-                                   user_id="u", session_id="s3")
-        texts = {memory.get(f"u:turn:{turn_id}", user_id="u").text
-                 for turn_id in after_delete.turn_ids + beside_chosen.turn_ids}
-    assert (len(after_delete.turn_ids), after_delete.duplicates) == (1, ())
+                                   user_id="v", session_id="s3")
+        texts = [memory.get(f"u:turn:{turn_id}", user_id="u").text for turn_id in after_delete.turn_ids]
+        texts += [memory.get(f"v:turn:{turn_id}", user_id="v").text for turn_id in beside_chosen.turn_ids]
+    assert (after_delete.turn_ids, after_delete.duplicates) == (("s1:5",), ())  # past the deleted s1:1, s1:2
     assert (beside_chosen.turn_ids, beside_chosen.duplicates) == (("s3:1", "s3:4"), ())
-    assert texts == {"A: A brand new turn about violins.", "A: unnamed 0", "A: unnamed 1"}
+    assert texts == ["A: A brand new turn about violins.", "A: unnamed 0", "A: unnamed 1"]
 
 
 def test_a_consolidation_waiter_is_told_when_the_memory_closes(tmp_path: Path, monkeypatch) -> None:

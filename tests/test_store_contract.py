@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from retrieval.api.inputs import TurnInput
 from retrieval.memory.cache import text_key
 from retrieval.memory.errors import StoreError, StoreMismatch
 from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn, amu_id
@@ -158,7 +159,7 @@ def test_the_turn_log_idempotency_keys_and_the_backlog(backend):
         with pytest.raises(backend.integrity_error):  # a key is stored once
             store.append_turns("u", turns[:1], key="k1")
         assert store.stored_turn_ids("u", ["s1:1", "s1:9"]) == {"s1:1"}
-        assert store.session_turn_count("u", "s1") == 3 and store.session_turn_count("u", "s2") == 0
+        assert store.last_turn_number("u", "s1") == 3 and store.last_turn_number("u", "s2") == 0
         assert store.users() == ["u"] and store.has_user("u") and not store.has_user("v")
         assert store.has_session("u", "s1") and not store.has_session("u", "s2")
         assert store.speakers("u") == ("Ann", "Bob")
@@ -315,3 +316,26 @@ def test_a_purge_clears_the_extractors_state_of_the_touched_segment_and_every_la
                    session=session)
         store.purge("conv-x", turn_ids=["D1:1"])
         assert [(s.seq, s.state) for s in store.segments("conv-x")] == [(0, "state"), (2, ""), (3, "")]
+
+
+def test_ids_are_never_given_again_after_a_purge(backend):
+    """A record id names its segment's number and a generated turn id its number in the session:
+    after a purge neither goes back, so a stale delete or read of a purged id finds nothing new."""
+    with backend.open() as store:
+        commit(store, 0, [make_amu(0, 0)])
+        commit(store, 1, [make_amu(1, 0)])
+        turns = [Turn("conv-x", "s2", f"s2:{i}", "Ann", f"text {i}", WHEN) for i in (1, 2, 3)]
+        store.append_turns("conv-x", [*turns, Turn("conv-x", "s2", "s2:x7", "Ann", "mine", WHEN)])
+        store.purge("conv-x", amu_ids=["conv-x:1:0"])  # the last segment
+        assert store.next_seq("conv-x") == 2 and store.last_turn_number("conv-x", "s2") == 4  # 4 stored
+        store.purge("conv-x", turn_ids=["s2:3", "s2:x7"])  # the session's last generated number
+        assert store.last_turn_number("conv-x", "s2") == 3  # 2 stored, 3 purged
+        assert store.last_turn_number("conv-x", "s9") == 3  # the user's mark: every session counts on
+        bound = store.bind_turn_ids("conv-x", "s2", [TurnInput("Ann", "new", WHEN, None, None)])
+        assert [turn.turn_id for turn in bound] == ["s2:4"]
+        store.purge("conv-x", everything=True)
+        assert store.next_seq("conv-x") == 2 and store.last_turn_number("conv-x", "s2") == 3
+        assert store.ingestion_marks("conv-x") == (0, 0, 3)
+        commit(store, 2, [make_amu(2, 0, "Caroline sings.")])  # after the forget, numbering goes on
+        assert store.next_seq("conv-x") == 3 and store.purge("conv-x", turn_ids=["D1:2"]).amus
+        assert store.next_seq("conv-x") == 3 and store.last_turn_number("conv-x", "s2") == 3

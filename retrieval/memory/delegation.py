@@ -137,8 +137,8 @@ class StoreParts:
     def stored_turn_ids(self, user: str, turn_ids: Sequence[str]) -> set[str]:
         return self._turns.stored_turn_ids(user, turn_ids)
 
-    def session_turn_count(self, user: str, session_id: str) -> int:
-        return self._turns.session_turn_count(user, session_id)
+    def last_turn_number(self, user: str, session_id: str) -> int:
+        return self._turns.last_turn_number(user, session_id)
 
     def uncovered_turns(self, user: str) -> list[Turn]:
         return self._turns.uncovered_turns(user)

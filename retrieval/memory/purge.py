@@ -18,6 +18,8 @@ text it was computed from. Purging a selection of turns therefore removes, in on
 * the idempotency keys that stored a purged turn;
 
 and counts the purge in the user's ``purges`` row (:mod:`retrieval.memory.schema`), which stays.
+The row also keeps the numbers the user's ids count on from (:func:`id_marks`): a record id or a
+generated turn id is never given again, so a stale delete or read of a purged one finds nothing.
 
 Consolidation history that does not derive from a purged turn is kept: an archived AMU whose
 successor is purged, and that names no purged turn itself, is restored in place (active again,
@@ -56,10 +58,12 @@ from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.schema import turns_sha256
 from retrieval.memory.sqlite_part import SQLitePart
 
-COUNT_PURGE = ("INSERT INTO purges (conversation_id, count) VALUES (?, 1) "
-               "ON CONFLICT (conversation_id) DO UPDATE SET count = count + 1")
+COUNT_PURGE = ("INSERT INTO purges (conversation_id, count, next_seq, next_turn) VALUES (?, 1, ?, ?) "
+               "ON CONFLICT (conversation_id) DO UPDATE SET count = count + 1, "
+               "next_seq = max(next_seq, excluded.next_seq), next_turn = max(next_turn, excluded.next_turn)")
 """One more purge of the user (a change marker of it:
-:meth:`retrieval.memory.versions.StoreVersions.ingestion_marks`)."""
+:meth:`retrieval.memory.versions.StoreVersions.ingestion_marks`), raising the numbers its ids
+count on from to :func:`id_marks`."""
 
 
 @dataclass
@@ -106,6 +110,16 @@ def frame_states(stored: Sequence[Stored], seq: int) -> list[list[str]]:
     states = [[text for start, end, text in spans if start <= t and (end is None or t < end)] for t in times]
     states.append([row.amu.text for row in members if not row.amu.archived])
     return [state for state in states if state]
+
+
+def id_marks(segments: Sequence[SegmentRecord], turns: Sequence[Turn]) -> tuple[int, int]:
+    """What a purge of ``turns`` among the user's ``segments`` (all of them, before it) raises the
+    user's ``purges`` row's marks to: one past its highest segment number (``next_seq``), and one
+    past the highest ``<n>`` of a purged turn id ``<session>:<n>`` (``next_turn``; 0 when none)."""
+    numbers = [turn.turn_id.removeprefix(f"{turn.session_id}:") for turn in turns
+               if turn.turn_id.startswith(f"{turn.session_id}:")]
+    return (max((s.seq + 1 for s in segments), default=0),
+            max((int(n) + 1 for n in numbers if n.isascii() and n.isdigit()), default=0))
 
 
 def named_records(stored: Sequence[Stored], amu_ids: Sequence[str]) -> tuple[set[str], list[str]]:
@@ -187,7 +201,6 @@ class Purge(SQLitePart):
         :meth:`compact_owed` afterwards (a writer opening the store does it too)."""
         with self._transaction() as db:
             db.execute("INSERT INTO purging (flag) VALUES (1)")
-            db.execute(COUNT_PURGE, (user,))
             stored = [Stored(row["position"], amu_from_row(row), row["successor"]) for row in db.execute(
                 f"SELECT position, successor, {AMU_COLUMNS} FROM amus WHERE conversation_id = ? "
                 "ORDER BY position", (user,)).fetchall()]
@@ -195,9 +208,10 @@ class Purge(SQLitePart):
             turns = self._select_turns(db, user, session_id, [*turn_ids, *sources], everything)
             gone = {turn.turn_id for turn in turns}
             total = db.execute("SELECT COUNT(*) FROM turns WHERE conversation_id = ?", (user,)).fetchone()[0]
-            picked = select(stored, [segment_from_row(row) for row in db.execute(
-                "SELECT * FROM segments WHERE conversation_id = ? ORDER BY seq", (user,)).fetchall()],
-                gone, named, everything or total == len(gone))
+            segments = [segment_from_row(row) for row in db.execute(
+                "SELECT * FROM segments WHERE conversation_id = ? ORDER BY seq", (user,)).fetchall()]
+            db.execute(COUNT_PURGE, (user, *id_marks(segments, turns)))
+            picked = select(stored, segments, gone, named, everything or total == len(gone))
             self._drop_amus(db, [row.position for row in picked.chosen + picked.restored])
             for row in picked.restored:  # through the store's one insert path, so the indexes follow
                 insert_amu(db, dataclasses.replace(row.amu, archived=False), row.position)

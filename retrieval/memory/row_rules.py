@@ -14,18 +14,19 @@ if TYPE_CHECKING:
 
 
 class _TurnCounts(Protocol):
-    def session_turn_count(self, user: str, session_id: str) -> int: ...
+    def last_turn_number(self, user: str, session_id: str) -> int: ...
     def stored_turn_ids(self, user: str, turn_ids: Sequence[str]) -> set[str]: ...
 
 
 def bind_turn_ids(log: _TurnCounts, user: str, session: str, turns: Sequence[Any]) -> list[Turn]:
-    """The turns (checked inputs) with ids: the caller's, or ``<session>:<n>`` numbered after the
-    session's turns stored in ``log``, skipping every id stored (a deleted turn's place leaves its
-    number to a later turn, and a caller may have chosen an id of that form) or given in the add."""
+    """The turns (checked inputs) with ids: the caller's, or ``<session>:<n>`` numbered on from
+    ``log``'s :meth:`last_turn_number` (past every number a purged turn id had, so a generated id
+    never names a deleted turn's successor), skipping every id stored (a caller may have chosen an
+    id of that form) or given in the add."""
     given = {turn.turn_id for turn in turns}
     needed = sum(turn.turn_id is None for turn in turns)
     free: list[str] = []
-    number = log.session_turn_count(user, session)
+    number = log.last_turn_number(user, session)
     while len(free) < needed:
         candidates = [f"{session}:{number + i + 1}" for i in range(needed - len(free))]
         number += len(candidates)

@@ -1,4 +1,4 @@
-"""The store's SQLite schema (version 6) and the migration of version-1 to -5 stores.
+"""The store's SQLite schema (version 7) and the migration of version-1 to -6 stores.
 
 Append-only by triggers: raw turns never change; an AMU's fact never changes (only its
 ``archived`` flag, one way, its fingerprint, a derived index key, and its ``successor``, the
@@ -37,6 +37,13 @@ user's adds, searches and purges neither use nor remove another user's copy of t
 cached array to every user whose records, raw turns (as embedded: :meth:`Turn.render`) or
 evidence nodes hold the text; an array no stored text of a user names (a segmentation exchange,
 a question of the evaluation) is left out and computed again when next needed.
+
+Version 7 adds to each ``purges`` row the numbers the user's ids count on from: ``next_seq``, one
+past the highest segment number the user ever had, and ``next_turn``, one past the highest number
+of a purged turn id of the form ``<session>:<n>``. A purge raises them, so a record id
+(``<user>:<segment>:<n>``) or a generated turn id never names new data after its old data went,
+and a stale delete or read of an old id finds nothing. Its migration adds the columns at 0: the
+purges made before it left no such marks.
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ from retrieval.memory.fts import FTS_TOKENIZER
 from retrieval.memory.indexing import backfill
 from retrieval.memory.records import Turn
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 TABLES = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -151,8 +158,10 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
 CREATE TABLE IF NOT EXISTS purging (flag INTEGER PRIMARY KEY);
--- Purges per user (schema 5): bumped by every purge, kept after it.
-CREATE TABLE IF NOT EXISTS purges (conversation_id TEXT PRIMARY KEY, count INTEGER NOT NULL);
+-- Purges per user (schema 5): bumped by every purge, kept after it, with the numbers the user's
+-- ids count on from (schema 7).
+CREATE TABLE IF NOT EXISTS purges (conversation_id TEXT PRIMARY KEY, count INTEGER NOT NULL,
+                                   next_seq INTEGER NOT NULL DEFAULT 0, next_turn INTEGER NOT NULL DEFAULT 0);
 """
 
 TRIGGERS = """
@@ -201,6 +210,8 @@ _V1_COLUMNS = (
     "ALTER TABLE segments ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE amus ADD COLUMN successor TEXT;"
 )
+_V6_ID_MARKS = ("ALTER TABLE purges ADD COLUMN next_seq INTEGER NOT NULL DEFAULT 0;"
+                "ALTER TABLE purges ADD COLUMN next_turn INTEGER NOT NULL DEFAULT 0;")
 _V5_CACHE = ("ALTER TABLE vectors RENAME TO vectors_v5;"
              "ALTER TABLE codes RENAME TO codes_v5;")
 
@@ -240,9 +251,9 @@ def _statements(script: str) -> list[str]:
 
 
 def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
-    """Bring a new (0), version-1, -2, -3, -4 or -5 store to :data:`SCHEMA_VERSION`, in the
-    caller's transaction (version 1 goes through version 2; versions 4 and 5 only add tables and
-    the purge guard; version 6 re-keys the cache tables by user)."""
+    """Bring a new (0), version-1 to -6 store to :data:`SCHEMA_VERSION`, in the caller's
+    transaction (version 1 goes through version 2; versions 4 and 5 only add tables and the purge
+    guard; version 6 re-keys the cache tables by user; version 7 adds the id marks to ``purges``)."""
     if version == 1:
         _alter(db, _V1_COLUMNS)
         db.execute("DROP TRIGGER IF EXISTS segments_append_only")  # v1's forbade the checksum update below
@@ -256,6 +267,8 @@ def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
                        (content_sha256(tuple(row) for row in rows), user_id, seq))
     if version in (1, 2):
         _alter(db, _V2_COLUMNS)
+    if version in (5, 6):  # earlier versions have no purges table: the one below has the marks
+        _alter(db, _V6_ID_MARKS)
     for statement in _statements(TABLES) + _statements(TRIGGERS):
         db.execute(statement)
     if version in (1, 2):

@@ -76,9 +76,13 @@ class TurnLog(SQLitePart):
             found.update(row[0] for row in rows)
         return found
 
-    def session_turn_count(self, user: str, session_id: str) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM turns WHERE conversation_id = ? AND session_id = ?",
-                                (user, session_id)).fetchone()[0]
+    def last_turn_number(self, user: str, session_id: str) -> int:
+        """The number the session's generated turn ids count on from: how many turns it has stored,
+        or, when higher, the highest number a purged turn id of the user had (``purges.next_turn``)."""
+        return self._db.execute(
+            "SELECT max((SELECT COUNT(*) FROM turns WHERE conversation_id = ? AND session_id = ?), "
+            "coalesce((SELECT next_turn - 1 FROM purges WHERE conversation_id = ?), 0))",
+            (user, session_id, user)).fetchone()[0]
 
     def uncovered_turns(self, user: str) -> list[Turn]:
         """The user's stored turns that no committed segment covers (its open segments), in order."""
@@ -111,9 +115,12 @@ class TurnLog(SQLitePart):
         return [row[0] for row in rows]
 
     def next_seq(self, user: str) -> int:
-        """The number of the user's next segment."""
-        return self._db.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM segments WHERE conversation_id = ?",
-                                (user,)).fetchone()[0]
+        """The number of the user's next segment: past every segment it has, and every one it had
+        (``purges.next_seq``), so a record id never names new data after a purge."""
+        return self._db.execute(
+            "SELECT max(coalesce((SELECT max(seq) + 1 FROM segments WHERE conversation_id = ?), 0), "
+            "coalesce((SELECT next_seq FROM purges WHERE conversation_id = ?), 0))",
+            (user, user)).fetchone()[0]
 
     def users(self) -> list[str]:
         """Users (conversation ids) with at least one stored turn, in order of their first turn."""

@@ -23,13 +23,20 @@ from retrieval.memory.meta_keys import MERGE_KEY, USER_KEYS
 from retrieval.memory.postgres.reads import AMU_COLUMNS, SEGMENT_COLUMNS, TURN_COLUMNS
 from retrieval.memory.postgres.schema import COMPACTED, PURGING
 from retrieval.memory.postgres.writes import insert_amu
-from retrieval.memory.purge import Purged, Stored, named_records, select
+from retrieval.memory.purge import Purged, Stored, id_marks, named_records, select
 from retrieval.memory.reads import amu_from_row, segment_from_row, turn_from_row
 from retrieval.memory.records import SegmentRecord, Turn
 from retrieval.memory.schema import turns_sha256
 
 if TYPE_CHECKING:
     from retrieval.memory.postgres.database import Connection, Database
+
+
+_COUNT_PURGE = ("INSERT INTO purges (user_id, count, next_seq, next_turn) VALUES (%s, 1, %s, %s) "
+                "ON CONFLICT (user_id) DO UPDATE SET count = purges.count + 1, "
+                "next_seq = greatest(purges.next_seq, excluded.next_seq), "
+                "next_turn = greatest(purges.next_turn, excluded.next_turn)")
+"""One more purge of the user, raising its ids' marks (as the SQLite store's ``COUNT_PURGE``)."""
 
 
 def _delete(conn: Connection, table: str, column: str, values: Sequence[object], user: str) -> None:
@@ -59,8 +66,6 @@ class Purge:
         returns what went."""
         with self.db.transaction([user]) as conn:
             conn.execute(PURGING)
-            conn.execute("INSERT INTO purges (user_id, count) VALUES (%s, 1) "
-                         "ON CONFLICT (user_id) DO UPDATE SET count = purges.count + 1", (user,))
             rows = self.db.rows(f"SELECT position, successor, {AMU_COLUMNS} FROM amus WHERE user_id = %s "
                                 "ORDER BY position", (user,))
             stored = [Stored(int(row["position"]), amu_from_row(row), row["successor"]) for row in rows]
@@ -68,9 +73,10 @@ class Purge:
             turns = self._select_turns(user, session_id, [*turn_ids, *sources], everything)
             gone = {turn.turn_id for turn in turns}
             total = self.db.value("SELECT count(*) FROM turns WHERE user_id = %s", (user,))
-            picked = select(stored, [segment_from_row(row) for row in self.db.rows(
-                f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE user_id = %s ORDER BY seq", (user,))],
-                gone, named, everything or total == len(gone))
+            segments = [segment_from_row(row) for row in self.db.rows(
+                f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE user_id = %s ORDER BY seq", (user,))]
+            conn.execute(_COUNT_PURGE, (user, *id_marks(segments, turns)))
+            picked = select(stored, segments, gone, named, everything or total == len(gone))
             positions = [row.position for row in picked.chosen + picked.restored]
             for table in ("evidence_links", "amu_entities", "amu_times"):
                 _delete(conn, table, "amu", positions, user)

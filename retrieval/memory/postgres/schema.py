@@ -16,6 +16,8 @@ Version 2 adds the API keys (``api_keys``, :mod:`retrieval.memory.postgres.keys`
 store keeps in a file beside it.
 Version 3 adds ``purges``, each user's count of purges, as the SQLite store's version 5 does.
 Version 4 keys the cache tables by user, as the SQLite store's version 6 does.
+Version 5 adds the numbers each user's ids count on from to ``purges``, as the SQLite store's
+version 7 does.
 
 The invariants are PostgreSQL triggers, as SQLite's are: raw turns never change; a record's fact
 never changes (only ``archived``, one way, ``fingerprint`` and ``successor``), and archiving drops
@@ -164,7 +166,12 @@ DROP TABLE {table}_v3;
 
 _CACHE_BY_USER = _cache_by_user("vectors", "vector") + _cache_by_user("codes", "codes")
 
-MIGRATIONS: tuple[str, ...] = (_TABLES + _TRIGGERS, _KEYS, _PURGES, _CACHE_BY_USER)
+_ID_MARKS = """
+ALTER TABLE purges ADD COLUMN next_seq bigint NOT NULL DEFAULT 0,
+                   ADD COLUMN next_turn bigint NOT NULL DEFAULT 0;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_TABLES + _TRIGGERS, _KEYS, _PURGES, _CACHE_BY_USER, _ID_MARKS)
 """The schema's steps: ``MIGRATIONS[n]`` takes version n to n + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

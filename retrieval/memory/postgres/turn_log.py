@@ -59,9 +59,11 @@ class TurnLog:
                             (user, list(turn_ids)))
         return {row["turn_id"] for row in rows}
 
-    def session_turn_count(self, user: str, session_id: str) -> int:
-        return int(self.db.value("SELECT count(*) FROM turns WHERE user_id = %s AND session_id = %s",
-                                 (user, session_id)))
+    def last_turn_number(self, user: str, session_id: str) -> int:
+        """As the SQLite store's :meth:`retrieval.memory.turn_log.TurnLog.last_turn_number`."""
+        return int(self.db.value(
+            "SELECT greatest((SELECT count(*) FROM turns WHERE user_id = %s AND session_id = %s), "
+            "(SELECT next_turn - 1 FROM purges WHERE user_id = %s))", (user, session_id, user)))
 
     def uncovered_turns(self, user: str) -> list[Turn]:
         return self.backlog(user)[0]
@@ -89,8 +91,10 @@ class TurnLog:
         return [row["user_id"] for row in rows]
 
     def next_seq(self, user: str) -> int:
-        return int(self.db.value("SELECT coalesce(max(seq) + 1, 0) FROM segments WHERE user_id = %s",
-                                 (user,)))
+        """As the SQLite store's :meth:`retrieval.memory.turn_log.TurnLog.next_seq`."""
+        return int(self.db.value(
+            "SELECT greatest((SELECT coalesce(max(seq) + 1, 0) FROM segments WHERE user_id = %s), "
+            "(SELECT next_seq FROM purges WHERE user_id = %s))", (user, user)))
 
     def users(self) -> list[str]:
         rows = self.db.rows("SELECT user_id FROM turns GROUP BY user_id ORDER BY min(position)")

@@ -139,10 +139,18 @@ class Fingerprinter(nn.Module):
 
     # ------------------------------------------------------------------ persistence
     def references_encoder(self) -> bool:
-        """A frozen pretrained encoder in a local directory is referenced, not saved."""
+        """A frozen pretrained encoder in a local directory is referenced, not saved, while its
+        weights are the installed ones (a warm start from a fingerprinter with a trained encoder
+        loads others: those are saved, or a reload would fingerprint with the installed ones)."""
         if not (self.semantic_encoder.frozen and self.config.encoder_is_pretrained):
             return False
-        return Path(resolve_encoder_path(self.config.encoder)).is_dir()
+        if not Path(resolve_encoder_path(self.config.encoder)).is_dir():
+            return False
+        installed = build_encoder(self.config).state_dict()
+        ours = {key.replace(".base_layer.", "."): tensor
+                for key, tensor in self.semantic_encoder.encoder.state_dict().items() if not is_adapter(key)}
+        return ours.keys() == installed.keys() and all(
+            torch.equal(tensor.cpu(), installed[key]) for key, tensor in ours.items())
 
     def stored_tensors(self, encoder_referenced: bool) -> dict[str, Tensor]:
         """The state that goes to disk: one name per storage (tied embeddings once), and of a

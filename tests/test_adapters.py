@@ -96,3 +96,20 @@ def test_loading_the_sentence_embedder_draws_no_progress_bar(capfd) -> None:
 
     assert SentenceEmbedder().dim == 384
     assert "Loading weights" not in capfd.readouterr().err
+
+
+def test_a_frozen_encoder_warm_started_with_trained_weights_is_saved_not_referenced(tmp_path) -> None:
+    """The reference stands for the installed weights: a frozen model that took a trained encoder
+    from its source must save it, or its reload fingerprints with the installed one."""
+    torch.manual_seed(0)
+    trained = ISQModel(minilm(freeze_encoder=False))
+    with torch.no_grad():
+        for parameter in trained.encoder.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    frozen = ISQModel(minilm())
+    frozen.warm_start(trained.fingerprinter())
+    path = frozen.export_fingerprinter(tmp_path / "fp")
+    assert not frozen.fingerprinter().references_encoder()
+    reloaded = Fingerprinter.from_pretrained(path)
+    assert reloaded.fingerprint(TEXTS) == trained.fingerprinter().fingerprint(TEXTS)
+    assert ISQModel(minilm()).fingerprinter().references_encoder()  # the installed weights: referenced

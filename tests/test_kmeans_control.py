@@ -151,6 +151,16 @@ def test_warm_start_names_the_setting_that_differs(control, override, named):
         ISQModel(tiny_config(**settings)).warm_start(control[0])
 
 
+def test_warm_start_names_the_encoder_tensor_whose_shape_differs(control):
+    from isq.model import ISQModel
+
+    wider = tiny_config(num_codes=8, code_dim=32, kernel_size=3).encoder_config | {"d_ff": 128}
+    model = ISQModel(tiny_config(num_codes=8, code_dim=32, kernel_size=3, encoder_config=wider))
+    named = r"DenseReluDense\.wi\.weight is \(64, 32\) there but \(128, 32\) here"
+    with pytest.raises(ValueError, match=named):
+        model.warm_start(control[0])
+
+
 def test_cli_refuses_an_even_kernel(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--data-root", str(tmp_path), "--kernel-size", "2", "--out", str(tmp_path / "out")])

@@ -1,9 +1,11 @@
 """``ISQConfig``: every hyper-parameter of the ISQ model, with MemCode's defaults (docs/design.md §1).
 
 Saved inside every exported fingerprinter (``config.json``, key ``isq_config``) and read back by
-:meth:`ISQConfig.from_dict`, which names the first unknown or mistyped field. Every numeric
-field is range-checked on construction (:data:`RANGES`), from YAML, the command line or an
-export alike, so a value such as ``max_length 0`` is refused instead of changing meaning.
+:meth:`ISQConfig.from_dict`, which names the first unknown field. Every field is type-checked
+and every numeric one range-checked on construction (:data:`RANGES`), from YAML, the command
+line, Python or an export alike, so a value such as ``max_length 0`` or ``num_codes 2.5`` is
+refused instead of changing meaning; so is a ``decoder`` key T5 does not know (a typo there would
+silently leave the default size).
 """
 
 from __future__ import annotations
@@ -74,6 +76,12 @@ class ISQConfig:
     """Tokens per text; longer texts are truncated (there is no "no truncation" value)."""
 
     def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if not _has_type(value, hints[item.name]):
+                raise OutOfRange(f"ISQConfig field {item.name!r} must be {_type_name(hints[item.name])}, "
+                                 f"got {value!r}")
         check_ranges("ISQConfig", asdict(self), RANGES)
         if self.kernel_size % 2 != 1:
             raise OutOfRange(f"ISQConfig field 'kernel_size' is {self.kernel_size}: "
@@ -81,6 +89,12 @@ class ISQConfig:
         if self.normalize_projection not in NORMALIZATIONS:
             raise OutOfRange(f"ISQConfig field 'normalize_projection' is {self.normalize_projection!r}: "
                              f"allowed values are {', '.join(NORMALIZATIONS)}")
+        if self.encoder_config is not None and "model_type" not in self.encoder_config:
+            raise OutOfRange("ISQConfig field 'encoder_config' needs a 'model_type' (such as 't5' or 'bert')")
+        unknown = sorted(set(self.decoder) - _t5_settings())
+        if unknown:
+            raise OutOfRange(f"ISQConfig field 'decoder.{unknown[0]}' is not a T5 setting "
+                             f"(the sizes are {', '.join(DECODER_SIZES)})")
         sizes = {name: AT_LEAST_ONE for name in DECODER_SIZES if name in self.decoder}
         check_ranges("ISQConfig.decoder", self.decoder, sizes)
 
@@ -93,10 +107,6 @@ class ISQConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"unknown ISQConfig field(s): {', '.join(unknown)}")
-        hints = typing.get_type_hints(cls)
-        for name, value in values.items():
-            if not _has_type(value, hints[name]):
-                raise ValueError(f"ISQConfig field {name!r} must be {_type_name(hints[name])}, got {value!r}")
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -141,6 +151,13 @@ def _has_type(value: Any, hint: Any) -> bool:
     if origin is int:
         return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, origin)
+
+
+def _t5_settings() -> set[str]:
+    """The keys a T5 config takes (``decoder``'s allowed keys)."""
+    from transformers import T5Config
+
+    return set(T5Config().to_dict())
 
 
 def _type_name(hint: Any) -> str:

@@ -33,6 +33,7 @@ from transformers.utils import logging as hf_logging
 
 from isq.config import ISQConfig
 from isq.projection import StrideOneProjection
+from isq.ranges import OutOfRange
 
 MINILM_ALIAS = "offline:all-MiniLM-L6-v2"
 
@@ -174,7 +175,10 @@ def add_adapters(encoder: PreTrainedModel, config: ISQConfig) -> PreTrainedModel
     # peft annotates lora_alpha as int but only divides by it; a float alpha is ISQConfig's type.
     lora = peft.LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha,  # type: ignore[arg-type]
                            lora_dropout=0.0, target_modules=list(targets))
-    peft.inject_adapter_in_model(lora, encoder)  # in place
+    try:
+        peft.inject_adapter_in_model(lora, encoder)  # in place
+    except ValueError as err:  # peft's "target modules not found"
+        raise OutOfRange(f"ISQConfig field 'lora_targets' is {list(targets)!r}: {err}") from None
     return encoder
 
 
@@ -202,7 +206,12 @@ class SemanticEncoder(nn.Module):
 
     @classmethod
     def build(cls, config: ISQConfig, encoder: PreTrainedModel, frozen: bool) -> SemanticEncoder:
-        """``encoder`` (with adapters when ``config.lora_rank`` > 0) and a fresh projection."""
+        """``encoder`` (with adapters when ``config.lora_rank`` > 0) and a fresh projection;
+        :class:`isq.ranges.OutOfRange` when ``config.max_length`` exceeds the encoder's positions."""
+        positions = getattr(encoder.config, "max_position_embeddings", None)  # none: T5's are relative
+        if positions is not None and config.max_length > positions:
+            raise OutOfRange(f"ISQConfig field 'max_length' is {config.max_length}: this encoder "
+                             f"takes at most {positions} tokens")
         if config.lora_rank > 0:
             encoder = add_adapters(encoder, config)
         projection = StrideOneProjection(encoder_width(encoder), config.code_dim, config.kernel_size,

@@ -167,11 +167,11 @@ class ISQModel(nn.Module):
             plain = key.replace(".base_layer.", ".")
             if plain != key and plain in source:
                 source[key] = source.pop(plain)
-        ours = self.semantic_encoder.state_dict()
+        shapes = {key: tensor.shape for key, tensor in self.semantic_encoder.state_dict().items()}
         for key, tensor in source.items():  # a wider layer or another adapter rank
-            if key in ours and ours[key].shape != tensor.shape:
+            if key in shapes and shapes[key] != tensor.shape:
                 raise ValueError(f"the fingerprinter's encoder does not fit this model's: {key} is "
-                                 f"{tuple(tensor.shape)} there but {tuple(ours[key].shape)} here")
+                                 f"{tuple(tensor.shape)} there but {tuple(shapes[key])} here")
         missing, unexpected = self.semantic_encoder.load_state_dict(source, strict=False)
         if unexpected or [name for name in missing if not is_adapter(name)]:
             raise ValueError(f"the fingerprinter's encoder does not fit this model's: missing {missing[:3]}, "

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 
 class OutOfRange(ValueError):
-    """A setting is outside its allowed range or set of values (or is not a finite number)."""
+    """A setting is outside its allowed range or set of values (or is not a finite number, or not
+    of its type)."""
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,13 @@ AT_LEAST_ONE = Range(1)
 UNIT = Range(0, 1)
 
 
-def check_ranges(owner: str, values: Mapping[str, object], allowed: Mapping[str, Range]) -> None:
+def check_ranges(owner: str, values: Mapping[str, object], allowed: Mapping[str, Range], *,
+                 required: bool = False) -> None:
     """Raise :class:`OutOfRange` for the first field of ``allowed`` whose value in ``values``
-    lies outside its range; ``None`` (an unset optional) passes."""
+    lies outside its range; ``None`` (an unset optional) passes unless ``required``."""
     for name, bounds in allowed.items():
         value = values[name]
-        if value is None:
+        if value is None and not required:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not bounds.contains(value):
             raise OutOfRange(f"{owner} field {name!r} is {value!r}: allowed range is {bounds}")

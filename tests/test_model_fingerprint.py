@@ -15,6 +15,7 @@ from isq.export import sha256_file
 from isq.fingerprint import Fingerprinter, collapse_repeats
 from isq.model import ISQModel, info_nce
 from isq.projection import StrideOneProjection
+from isq.ranges import OutOfRange
 from tests.conftest import tiny_config
 
 
@@ -132,6 +133,32 @@ def test_frozen_encoder_gets_no_gradient_and_stays_in_eval(tiny):
 def test_unknown_config_field_is_named():
     with pytest.raises(ValueError, match="code_dimm"):
         ISQConfig.from_dict({"code_dimm": 3})
+
+
+@pytest.mark.parametrize(("overrides", "named"), [
+    ({"num_codes": 2.5}, "'num_codes' must be int, got 2.5"),
+    ({"freeze_encoder": "false"}, "'freeze_encoder' must be bool"),
+    ({"decoder": None}, "'decoder' must be dict"),
+    ({"decoder": {"d_model": 32, "num_decoder_layer": 7}}, "'decoder.num_decoder_layer' is not a T5 setting"),
+    ({"encoder_config": {"d_model": 8}}, "'encoder_config' needs a 'model_type'"),
+])
+def test_a_mistyped_or_misspelt_setting_is_refused_naming_it(overrides, named):
+    """Python construction is checked as YAML and exports are: nothing is silently ignored."""
+    with pytest.raises(OutOfRange, match=named):
+        tiny_config(**overrides)
+
+
+@pytest.mark.parametrize(("overrides", "named"), [
+    ({"lora_rank": 2, "lora_targets": ["qq"]}, "'lora_targets' is \\['qq'\\]: Target modules"),
+])
+def test_a_setting_the_encoder_cannot_take_is_refused_naming_it(overrides, named):
+    with pytest.raises(OutOfRange, match=named):
+        ISQModel(tiny_config(**overrides))
+
+
+def test_a_max_length_past_the_encoders_positions_is_refused():
+    with pytest.raises(OutOfRange, match="'max_length' is 1024: this encoder takes at most 512 tokens"):
+        ISQModel(tiny_config(encoder=MINILM_ALIAS, encoder_config=None, freeze_encoder=True, max_length=1024))
 
 
 def test_collapse_repeats():

@@ -4,7 +4,7 @@ retrieval channel select through these."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -26,6 +26,20 @@ def select_top_k(indices: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.nd
     return indices[order], scores[order]
 
 
+def check_k(k: object) -> None:
+    """ValueError unless ``k`` is an integer >= 0."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+        raise ValueError(f"k must be an integer >= 0, got {k!r}")
+
+
+def code_array(codes: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Codes (or indices) as int64; a non-integral value is refused, not truncated."""
+    values = np.asarray(codes)
+    if values.size and values.dtype.kind not in "iu":
+        raise ValueError(f"codes must be integers, got {values.dtype} values")
+    return values.astype(np.int64, copy=False)
+
+
 def as_exclude_array(exclude: Iterable[int]) -> np.ndarray:
     """The excluded indices, sorted and distinct (nothing to sort in the usual empty case)."""
     values = np.fromiter(exclude, dtype=np.int64)
@@ -38,8 +52,7 @@ def empty_result() -> tuple[np.ndarray, np.ndarray]:
 
 def top_k_of_scores(scores: np.ndarray, k: int, exclude: Iterable[int] = ()) -> tuple[np.ndarray, np.ndarray]:
     """The reference: the k best positive scores of the whole bank, excluded AMUs left out."""
-    if k < 0:
-        raise ValueError(f"k must be >= 0, got {k}")
+    check_k(k)
     if k == 0 or scores.size == 0:
         return empty_result()
     eligible = scores > 0

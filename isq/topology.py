@@ -30,8 +30,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from isq.identity import check_identity, normalise_identity
-from isq.ranges import NON_NEGATIVE
-from isq.topk import top_k_of_scores
+from isq.ranges import NON_NEGATIVE, Range, check_ranges
+from isq.topk import check_k, code_array, top_k_of_scores
 from isq.walks import max_walk, sum_walk
 
 AGGREGATES = ("max", "sum")
@@ -76,19 +76,18 @@ class TopologyParams:
     length_norm: float = 0.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_hops, int) or self.max_hops < 0:
+        if isinstance(self.max_hops, bool) or not isinstance(self.max_hops, int) or self.max_hops < 0:
             raise ValueError(f"max_hops must be an integer >= 0, got {self.max_hops!r}")
-        if self.max_hops == 0 and not self.self_term:
-            raise ValueError("max_hops 0 keeps the self term alone: it needs self_term")
-        if not 0.0 < self.alpha <= 1.0:
-            raise ValueError(f"alpha must lie in (0, 1], got {self.alpha}")
+        if not isinstance(self.self_term, bool) or (self.max_hops == 0 and not self.self_term):
+            raise ValueError(f"self_term must be True or False (True with max_hops 0): {self.self_term!r}")
+        check_ranges("TopologyParams", asdict(self), {"alpha": Range(0, 1, low_open=True),
+                                                      "length_norm": NON_NEGATIVE}, required=True)
         if self.aggregate not in AGGREGATES:
             raise ValueError(f"aggregate must be one of {AGGREGATES}, got {self.aggregate!r}")
         if self.association not in ASSOCIATIONS:
             raise ValueError(f"association must be one of {ASSOCIATIONS}, got {self.association!r}")
-        if not NON_NEGATIVE.contains(self.length_norm) or (self.length_norm and self.aggregate != "sum"):
-            raise ValueError("length_norm must be a finite number >= 0 and applies to aggregate 'sum', "
-                             f"got {self.length_norm}")
+        if self.length_norm and self.aggregate != "sum":
+            raise ValueError(f"length_norm applies to aggregate 'sum', not {self.aggregate!r}")
 
     def label(self) -> str:
         extra = "" if self.association == "conditional" else f" {self.association}"
@@ -113,8 +112,10 @@ class CooccurrenceTopology:
 
     def __init__(self, num_codes: int = 1024, params: TopologyParams = TopologyParams(),
                  identity: Mapping[str, Any] | None = None) -> None:
-        if num_codes < 1:
-            raise ValueError(f"num_codes must be positive, got {num_codes}")
+        if isinstance(num_codes, bool) or not isinstance(num_codes, int) or num_codes < 1:
+            raise ValueError(f"num_codes must be a positive integer, got {num_codes!r}")
+        if not isinstance(params, TopologyParams):
+            raise TypeError(f"params must be a TopologyParams, got {type(params).__name__}")
         self.identity = normalise_identity(identity)
         if self.identity is not None and self.identity["codebook_size"] != num_codes:
             raise ValueError(f"num_codes={num_codes} disagrees with the fingerprinter codebook_size "
@@ -132,7 +133,7 @@ class CooccurrenceTopology:
 
     def add(self, code_sets: Iterable[Iterable[int]]) -> np.ndarray:
         """Append AMUs given as code sets (e.g. ``Fingerprint.codes``); returns their indices."""
-        arrays = [np.fromiter(codes, dtype=np.int64) for codes in code_sets]
+        arrays = [code_array(list(codes)) for codes in code_sets]
         lengths = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
         indptr = np.concatenate(([0], np.cumsum(lengths)))
         codes = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
@@ -145,7 +146,7 @@ class CooccurrenceTopology:
         Returns the indices of the new AMUs.
         """
         indptr = np.asarray(indptr, dtype=np.int64)
-        codes = np.asarray(codes, dtype=np.int64)
+        codes = code_array(codes)
         if indptr.ndim != 1 or indptr.size < 1 or indptr[0] != 0 or indptr[-1] != codes.size:
             raise ValueError("indptr must start at 0 and end at len(codes)")
         if np.any(np.diff(indptr) < 0):
@@ -296,7 +297,7 @@ class CooccurrenceTopology:
 
     def activation(self, query_codes: Iterable[int]) -> np.ndarray:
         """A(b) = max_{a in Q_fp} S_code(b|a) for every code b; all zero for an empty query."""
-        query = np.unique(np.fromiter(query_codes, dtype=np.int64))
+        query = np.unique(code_array(list(query_codes)))
         if query.size and (query[0] < 0 or query[-1] >= self.num_codes):
             raise ValueError(f"query codes must lie in [0, {self.num_codes})")
         if query.size == 0:
@@ -329,8 +330,6 @@ class CooccurrenceTopology:
         Order: score descending, then AMU index ascending; excluded and zero-score AMUs never
         appear. This is the definition that :meth:`search` must reproduce exactly.
         """
-        if k < 0:
-            raise ValueError(f"k must be >= 0, got {k}")
         return top_k_of_scores(self.unit_scores(query_codes), k, exclude)
 
     def search(self, query_codes: Iterable[int], k: int,
@@ -341,8 +340,7 @@ class CooccurrenceTopology:
         ``aggregate="sum"`` the inverted index is walked with MaxScore pruning, AMUs reached
         being scored exactly from their rows of X (:func:`isq.topk.sum_walk`).
         """
-        if k < 0:
-            raise ValueError(f"k must be >= 0, got {k}")
+        check_k(k)
         if self.params.length_norm:  # per-unit normalisation breaks the walk's bounds: score every unit
             return self.search_bruteforce(query_codes, k, exclude)
         if self.params.aggregate == "sum":

@@ -408,3 +408,22 @@ def test_sum_walk_breaks_ties_by_index_across_the_walk() -> None:
     ids, scores = walk(2)
     assert ids.tolist() == [0, 1] and scores.tolist() == [1.0, 1.0]
     assert walk(3, exclude={1})[0].tolist() == [0, 2, 3]
+
+
+@pytest.mark.parametrize(("call", "named"), [
+    (lambda: TopologyParams(alpha="0.5"), "'alpha' is '0.5'"),
+    (lambda: TopologyParams(alpha=None), "'alpha' is None"),
+    (lambda: TopologyParams(length_norm="1"), "'length_norm' is '1'"),
+    (lambda: TopologyParams(max_hops=True), "max_hops must be an integer"),
+    (lambda: TopologyParams(self_term="no"), "self_term must be True or False"),
+    (lambda: CooccurrenceTopology("8"), "num_codes must be a positive integer"),
+    (lambda: CooccurrenceTopology(8, params={"alpha": 0.3}), "params must be a TopologyParams"),
+    (lambda: CooccurrenceTopology(8).add([[1.7, 2]]), "codes must be integers"),
+    (lambda: CooccurrenceTopology(8).activation([1.9]), "codes must be integers"),
+    (lambda: CooccurrenceTopology(8).search([1], 2.5), "k must be an integer"),
+    (lambda: CooccurrenceTopology(8).search_bruteforce([1], True), "k must be an integer"),
+])
+def test_bad_input_to_the_public_api_is_refused_naming_it(call, named):
+    """Not a TypeError from deep inside numpy, and never a silently truncated code."""
+    with pytest.raises((ValueError, TypeError), match=named):
+        call()

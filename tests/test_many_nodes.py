@@ -319,29 +319,34 @@ def _nodes(url: str) -> tuple[Memory, Memory]:
 
 
 def _add_after_the_other_node(a: Memory, b: Memory, mine: dict, key: str | None = None, *, theirs: dict,
-                              their_key: str | None = None) -> object:
-    """b's add of ``mine``, with a's add of ``theirs`` landing after b bound and checked its turns
-    and before b's transaction: the moment another server's add can come between."""
-    append = b.store.append_turns
+                              their_key: str | None = None, before: str = "append_turns") -> object:
+    """b's add of ``mine``, with a's add of ``theirs`` landing after b bound its turns, just
+    before b's store call ``before`` (its check of which ids are stored, or its transaction): the
+    moments another server's add can come between."""
+    call = getattr(b.store, before)
 
-    def append_after_a(user, turns, *args):
-        b.store.append_turns = append  # type: ignore[method-assign]
+    def after_a(user, turns, *args):
+        setattr(b.store, before, call)
         a.add([theirs], user_id="u", session_id="s0", idempotency_key=their_key)
-        return append(user, turns, *args)
+        return call(user, turns, *args)
 
-    b.store.append_turns = append_after_a  # type: ignore[method-assign]
+    setattr(b.store, before, after_a)
     try:
         return b.add([mine], user_id="u", session_id="s0", idempotency_key=key)
     except Exception as error:  # the refusal is the result
         return error
 
 
-def test_two_nodes_adding_to_one_session_at_once_keep_both_turns(postgres_url) -> None:
+@pytest.mark.parametrize("before", ["append_turns", "stored_turn_ids"])
+def test_two_nodes_adding_to_one_session_at_once_keep_both_turns(postgres_url, before) -> None:
+    """The other node's turn takes the id b generated: b binds again, whether that happened before
+    b's transaction or before b read which of its ids were stored (a generated id is never a
+    'duplicate')."""
     a, b = _nodes(postgres_url)
     try:
         ann, bob = {"speaker": "Ann", "text": "Ann's turn through node a."}, {
             "speaker": "Bob", "text": "Bob's turn through node b."}
-        result = _add_after_the_other_node(a, b, bob, theirs=ann)
+        result = _add_after_the_other_node(a, b, bob, theirs=ann, before=before)
         stored = {turn.turn_id: turn.text for turn in a.store.turns("u")}
     finally:
         a.close()

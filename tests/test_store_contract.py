@@ -339,3 +339,16 @@ def test_ids_are_never_given_again_after_a_purge(backend):
         commit(store, 2, [make_amu(2, 0, "Caroline sings.")])  # after the forget, numbering goes on
         assert store.next_seq("conv-x") == 3 and store.purge("conv-x", turn_ids=["D1:2"]).amus
         assert store.next_seq("conv-x") == 3 and store.last_turn_number("conv-x", "s2") == 3
+
+
+def test_a_generated_id_another_writer_took_is_numbered_again_inside_the_append(backend):
+    """Between an add's bind and its transaction another writer stored a turn under the id it
+    generated: the append gives the turn a new number (a caller's id would be a conflict check)."""
+    with backend.open() as store:
+        mine = store.bind_turn_ids("u", "s", [TurnInput("Ann", "mine", WHEN, None, None)])
+        store.append_turns("u", [Turn("u", "s", "s:1", "Bob", "theirs", WHEN)])  # the other writer
+        assert [t.turn_id for t in mine] == ["s:1"]
+        stored = store.append_turns("u", mine, "k", known=set(), generated=["s:1"])
+        assert [(t.turn_id, t.text) for t in stored] == [("s:2", "mine")]
+        assert store.idempotent_turn_ids("u", "k") == ["s:2"]
+        assert {t.turn_id: t.text for t in store.turns("u")} == {"s:1": "theirs", "s:2": "mine"}

@@ -3,11 +3,13 @@ to the turn log, and all of it again when another writer added to the user in be
 
 The ids and the checks read the store before the transaction; another server over the same
 database may add to the same user meanwhile (each server orders only its own calls per user).
-The append therefore passes what it saw (the ids of its turns already stored, whether its
-idempotency key was used) and the store's transaction, under the user's lock, refuses with
+The append therefore passes what it saw (the ids the caller gave that are already stored, whether
+its idempotency key was used) and the store's transaction, under the user's lock, refuses with
 :class:`~retrieval.memory.errors.TurnsChanged` when that is no longer so: the add then binds and
-checks again, so a turn is never dropped as a duplicate of another node's turn under the same
-generated id, and a key or turn id given on two nodes at once is one replay or one conflict.
+checks again, so a key or turn id given on two nodes at once is one replay or one conflict. A
+generated id is never a duplicate: one that another writer stored since it was bound is numbered
+again inside the transaction (:func:`~retrieval.memory.row_rules.renumber_taken`), where no
+writer can take the new one, so adds to one session from several nodes at once all land.
 """
 
 from __future__ import annotations
@@ -47,15 +49,17 @@ def append_add(store: Store, user: str, session: str, turns: Sequence[Any], key:
         replayed = check_replay(store, user, bound, given, key)
         if replayed is not None:
             return Appended(AddResult((), (), replayed, replayed=True), [], [])
-        known = store.stored_turn_ids(user, [turn.turn_id for turn in bound])
+        known = store.stored_turn_ids(user, [turn.turn_id for turn in bound if turn.turn_id in given])
+        generated = [turn.turn_id for turn in bound if turn.turn_id not in given]
         purges = store.purge_count(user)
         try:
             with store.tracking(user) as marks:
-                stored = store.append_turns(user, bound, key, known)
+                stored = store.append_turns(user, bound, key, known, generated)
         except TurnsChanged:
             continue
         new = {turn.turn_id for turn in stored}
-        duplicates = tuple(turn.turn_id for turn in bound if turn.turn_id not in new)
+        duplicates = tuple(turn_id for turn_id in (turn.turn_id for turn in bound)
+                           if turn_id in given and turn_id not in new)
         return Appended(AddResult(tuple(turn.turn_id for turn in stored), (), duplicates), stored, marks,
                         purges)
     raise MemoryBusy(f"other writers kept adding to user {user!r} while this add was checked ({ADD_ATTEMPTS} "

@@ -125,8 +125,8 @@ class StoreParts:
     # -- the turn log ----------------------------------------------------------------------------
 
     def append_turns(self, user: str, turns: Sequence[Turn], key: str | None = None,
-                     known: Collection[str] | None = None) -> list[Turn]:
-        return self._turns.append_turns(user, turns, key, known)
+                     known: Collection[str] | None = None, generated: Collection[str] = ()) -> list[Turn]:
+        return self._turns.append_turns(user, turns, key, known, generated)
 
     def bind_turn_ids(self, user: str, session: str, turns: Sequence[Any]) -> list[Turn]:
         return self._turns.bind_turn_ids(user, session, turns)

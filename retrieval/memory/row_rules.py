@@ -4,6 +4,7 @@ and the check that a record's source pointer names its segment. (A job row read 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -23,8 +24,16 @@ def bind_turn_ids(log: _TurnCounts, user: str, session: str, turns: Sequence[Any
     ``log``'s :meth:`last_turn_number` (past every number a purged turn id had, so a generated id
     never names a deleted turn's successor), skipping every id stored (a caller may have chosen an
     id of that form) or given in the add."""
-    given = {turn.turn_id for turn in turns}
-    needed = sum(turn.turn_id is None for turn in turns)
+    generated = iter(_free_ids(log, user, session, sum(turn.turn_id is None for turn in turns),
+                               {turn.turn_id for turn in turns}))
+    return [turn.bind(user, session, next(generated) if turn.turn_id is None else turn.turn_id)
+            for turn in turns]
+
+
+def _free_ids(log: _TurnCounts, user: str, session: str, needed: int,
+              given: Collection[str | None]) -> list[str]:
+    """``needed`` ids ``<session>:<n>`` numbered on from ``log``'s last turn number, none of them
+    stored or ``given``."""
     free: list[str] = []
     number = log.last_turn_number(user, session)
     while len(free) < needed:
@@ -32,15 +41,29 @@ def bind_turn_ids(log: _TurnCounts, user: str, session: str, turns: Sequence[Any
         number += len(candidates)
         taken = log.stored_turn_ids(user, candidates)
         free += [candidate for candidate in candidates if candidate not in taken and candidate not in given]
-    generated = iter(free)
-    return [turn.bind(user, session, next(generated) if turn.turn_id is None else turn.turn_id)
+    return free
+
+
+def renumber_taken(log: _TurnCounts, user: str, turns: Sequence[Turn], generated: Collection[str],
+                   stored: set[str]) -> list[Turn]:
+    """Inside an add's transaction, under the user's lock: ``turns`` with each ``generated`` id that
+    another writer stored since it was bound (``stored``) numbered again; no writer can take the
+    new ones before the transaction ends. A caller's id is never changed."""
+    taken = [turn for turn in turns if turn.turn_id in generated and turn.turn_id in stored]
+    if not taken:
+        return list(turns)
+    fresh = dict(zip([turn.turn_id for turn in taken],
+                     _free_ids(log, user, taken[0].session_id, len(taken), {t.turn_id for t in turns}),
+                     strict=True))
+    return [dataclasses.replace(turn, turn_id=fresh[turn.turn_id]) if turn.turn_id in fresh else turn
             for turn in turns]
 
 
 def unchanged_since_check(stored: set[str], known: Collection[str] | None, key_used: bool) -> None:
-    """Inside an add's transaction: :class:`TurnsChanged` when the turn ids stored now are not the
-    ``known`` ones the caller saw when it bound and checked the add, or its idempotency key is
-    used now, since another writer added to the user in between; nothing when ``known`` is None."""
+    """Inside an add's transaction: :class:`TurnsChanged` when the caller's turn ids stored now
+    (``stored``, generated ones left out) are not the ``known`` ones it saw when it checked the
+    add, or its idempotency key is used now, since another writer added to the user in between;
+    nothing when ``known`` is None."""
     if known is not None and (stored != set(known) or key_used):
         raise TurnsChanged("another writer added turns to this user since the add was checked")
 

@@ -20,7 +20,7 @@ from typing import Any
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.reads import turn_from_row
 from retrieval.memory.records import Turn
-from retrieval.memory.row_rules import bind_turn_ids, unchanged_since_check
+from retrieval.memory.row_rules import bind_turn_ids, renumber_taken, unchanged_since_check
 from retrieval.memory.sqlite_part import SQLitePart
 
 
@@ -39,17 +39,19 @@ class TurnLog(SQLitePart):
 
 
     def append_turns(self, user: str, turns: Sequence[Turn], key: str | None = None,
-                     known: Collection[str] | None = None) -> list[Turn]:
+                     known: Collection[str] | None = None, generated: Collection[str] = ()) -> list[Turn]:
         """Store the turns whose id ``user`` has not stored yet and, when given, ``key`` with the ids of
         all ``turns`` (the add it names), in one transaction; returns the turns stored now. Whether
         the add replays or conflicts with a stored one is the caller's check (:mod:`retrieval.api.replay`);
-        with ``known`` (the ids of ``turns`` stored when it checked) the transaction raises
-        :class:`~retrieval.memory.errors.TurnsChanged` and stores nothing when the check is stale
-        (:func:`~retrieval.memory.row_rules.unchanged_since_check`)."""
+        with ``known`` (the caller's ids among ``turns`` stored when it checked) the transaction
+        raises :class:`~retrieval.memory.errors.TurnsChanged` and stores nothing when the check is
+        stale (:func:`~retrieval.memory.row_rules.unchanged_since_check`); a ``generated`` id
+        stored meanwhile is numbered again (:func:`~retrieval.memory.row_rules.renumber_taken`)."""
         with self._transaction() as db:
             stored = self.stored_turn_ids(user, [turn.turn_id for turn in turns])
             used = key is not None and self.idempotent_turn_ids(user, key) is not None
-            unchanged_since_check(stored, known, used)
+            unchanged_since_check(stored - set(generated), known, used)
+            turns = renumber_taken(self, user, turns, generated, stored)
             new = list({turn.turn_id: turn for turn in turns if turn.turn_id not in stored}.values())
             insert_turns(db, new)
             if key is not None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from retrieval.memory.postgres.reads import TURN_COLUMNS, turns_of
 from retrieval.memory.records import Turn
-from retrieval.memory.row_rules import bind_turn_ids, unchanged_since_check
+from retrieval.memory.row_rules import bind_turn_ids, renumber_taken, unchanged_since_check
 
 if TYPE_CHECKING:
     from retrieval.memory.postgres.database import Connection, Database
@@ -31,14 +31,16 @@ class TurnLog:
         self.db = db
 
     def append_turns(self, user: str, turns: Sequence[Turn], key: str | None = None,
-                     known: Collection[str] | None = None) -> list[Turn]:
+                     known: Collection[str] | None = None, generated: Collection[str] = ()) -> list[Turn]:
         """Store the turns the user has not stored yet and ``key`` with the ids of all ``turns``, in
         one transaction (under the user's lock); returns the turns stored now. With ``known``, the
-        SQLite store's check that nothing changed since the caller's (another node's add, say)."""
+        SQLite store's check that nothing changed since the caller's (another node's add, say), and
+        its renumbering of ``generated`` ids stored meanwhile."""
         with self.db.transaction([user]) as conn:
             stored = self.stored_turn_ids(user, [turn.turn_id for turn in turns])
             used = key is not None and self.idempotent_turn_ids(user, key) is not None
-            unchanged_since_check(stored, known, used)
+            unchanged_since_check(stored - set(generated), known, used)
+            turns = renumber_taken(self, user, turns, generated, stored)
             new = list({turn.turn_id: turn for turn in turns if turn.turn_id not in stored}.values())
             insert_turns(conn, new)
             if key is not None:

@@ -352,3 +352,22 @@ def test_a_generated_id_another_writer_took_is_numbered_again_inside_the_append(
         assert [(t.turn_id, t.text) for t in stored] == [("s:2", "mine")]
         assert store.idempotent_turn_ids("u", "k") == ["s:2"]
         assert {t.turn_id: t.text for t in store.turns("u")} == {"s:1": "theirs", "s:2": "mine"}
+
+
+def test_writers_opening_a_new_store_at_once_share_the_first_secret(backend):
+    """Each writer makes a secret when it finds none; the one that lost the race to write it takes
+    the winner's (before, it failed to open, with both secrets in its error message)."""
+    from retrieval.api.tokens import SECRET_KEY, store_secret
+
+    with backend.open() as store:
+        store.bind(SECRET_KEY, "ab" * 32)  # the writer that came first, after this one looked
+        read, looked = store.meta, []
+
+        def meta(key):
+            if key == SECRET_KEY and not looked:
+                looked.append(key)
+                return None
+            return read(key)
+
+        store.meta = meta
+        assert store_secret(store) == bytes.fromhex("ab" * 32)

@@ -21,6 +21,8 @@ import re
 import secrets
 from typing import Any
 
+from retrieval.memory.errors import StoreMismatch
+
 SECRET_KEY = "token_secret"
 CURSOR, JOB = "cursor", "job"
 _TOKEN = re.compile(r"[0-9a-f]{32}")
@@ -29,10 +31,14 @@ _HALF = 0xFFFFFFFF
 
 
 def store_secret(store: Any) -> bytes:
-    """The store's token secret, made now when a writer opens a store without one."""
+    """The store's token secret, made now when a writer opens a store without one; when several
+    writers open a new store at once, the first secret written is every writer's."""
     saved = store.meta(SECRET_KEY)
     if saved is None and not store.read_only:
-        store.bind(SECRET_KEY, secrets.token_hex(32))
+        try:
+            store.bind(SECRET_KEY, secrets.token_hex(32))
+        except StoreMismatch:  # another writer's secret came first (its message holds both: not shown)
+            pass
         saved = store.meta(SECRET_KEY)
     return bytes.fromhex(saved) if saved else secrets.token_bytes(32)
 

@@ -183,3 +183,25 @@ def test_a_version_1_database_migrates_keeping_its_rows(postgres_url):
         assert store.ingestion_marks("u") == (0, 0, 1)  # version 3's purge count
     with psycopg.connect(postgres_url) as conn:
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+
+
+def test_pooled_connections_the_server_dropped_are_replaced_not_reported(postgres_url):
+    """A server restart (here: every connection of the database terminated) leaves the pool's
+    idle connections dead; each is checked when taken, so no read fails once the server is back."""
+    from contextlib import ExitStack
+
+    with PostgresStore(postgres_url) as store:
+        with ExitStack() as held:  # the pool grows to four connections, then they go idle
+            for _ in range(4):
+                held.enter_context(store.db.pool.connection())
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        assert [store.turns("u") for _ in range(6)] == [[]] * 6
+
+
+def test_a_database_of_another_application_is_refused_naming_it(postgres_url):
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE meta (k int)")
+    with pytest.raises(StoreError, match="holds another application's tables .*meta.*a database of its own"):
+        PostgresStore(postgres_url)

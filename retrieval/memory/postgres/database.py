@@ -57,6 +57,7 @@ class Database:
             reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
             raise StoreError(f"cannot connect to the store at {self.where}: {reason}") from None
         self.pool = ConnectionPool(url, min_size=1, max_size=POOL_SIZE, open=True, timeout=60.0,
+                                   check=ConnectionPool.check_connection,  # a dropped one is replaced
                                    kwargs={"autocommit": True, "row_factory": dict_row})
 
     def close(self) -> None:

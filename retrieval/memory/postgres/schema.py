@@ -31,6 +31,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+import psycopg
+
 from retrieval.memory.errors import StoreError
 from retrieval.memory.postgres.versions import COMMIT_SLOTS
 from retrieval.memory.schema import user_texts
@@ -176,6 +178,9 @@ MIGRATIONS: tuple[str, ...] = (_TABLES + _TRIGGERS, _KEYS, _PURGES, _CACHE_BY_US
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
+_TAKEN = (psycopg.errors.DuplicateTable, psycopg.errors.DuplicateObject, psycopg.errors.DuplicateFunction)
+"""A name a migration creates is another application's: not a store database."""
+
 
 def prepare(db: Database) -> None:
     """Bring the database's schema to :data:`SCHEMA_VERSION` (read-only: check that it is there)."""
@@ -192,7 +197,11 @@ def prepare(db: Database) -> None:
             version = _version(conn)
             needs_migration(version, SCHEMA_VERSION, where=db.where, read_only=False)
             for step in MIGRATIONS[version:]:
-                conn.execute(step)  # type: ignore[arg-type]  # our own constant script
+                try:
+                    conn.execute(step)  # type: ignore[arg-type]  # our own constant script
+                except _TAKEN as err:
+                    raise StoreError(f"{db.where} holds another application's tables ({err}); "
+                                     "give the memory a database of its own") from None
             conn.execute("DELETE FROM schema_version")
             conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (SCHEMA_VERSION,))
 

@@ -272,6 +272,31 @@ def test_a_failing_segment_is_reported_at_drain_and_tried_again_by_flush(tmp_pat
     covered_once(tmp_path, "a")
 
 
+def test_a_store_that_fails_under_the_worker_pauses_it_and_nothing_is_lost(tmp_path, monkeypatch):
+    """A database restart while the worker reads the user's backlog (outside a step): the worker
+    waits and tries again instead of dying, so the turns are processed once the store answers."""
+    from retrieval.api import backlog as backlog_module
+    from retrieval.memory.errors import StoreFault
+
+    monkeypatch.setattr(backlog_module, "FAULT_WAIT_S", 0.05)
+    with open_memory(tmp_path) as mem:
+        read, failures = mem.store.backlog, []
+
+        def failing_once(user, after=None):
+            if not failures:
+                failures.append(user)
+                raise StoreFault("the database failed (server closed the connection)")
+            return read(user, after)
+
+        monkeypatch.setattr(mem.store, "backlog", failing_once)
+        mem.add(chat("a", 12), user_id="a", session_id="s")
+        mem.drain(user_id="a", timeout_s=WAIT_S)
+        assert failures == ["a"] and mem._backlog._thread.is_alive()
+        mem.flush(user_id="a", session_id="s")
+        assert len(mem.list(user_id="a", limit=50).items) == 12
+    covered_once(tmp_path, "a")
+
+
 # A memory at {store} (a directory or a PostgreSQL URL) adding 90 turns while its extractor
 # hangs in the third segment: the process the kill tests end mid-backlog.
 KILLED = """

@@ -34,11 +34,14 @@ Errors. A step that raises (an extractor's error, a full disk) does not stop the
 user's stream is dropped (reloaded from the store at its next step, so the failed segment's
 turns are fed again), the error is kept, and the worker leaves the user alone until the error
 is surfaced, as :class:`retrieval.api.errors.IngestFailed`, by :meth:`Backlog.wait` (a drain)
-or by the next flush, which tries the backlog again itself.
+or by the next flush, which tries the backlog again itself. A store that fails under the worker
+(a :class:`~retrieval.memory.errors.StoreError` outside a step: a PostgreSQL restart while it polls
+or reads the user's marks) pauses it for :data:`FAULT_WAIT_S` with one warning, the user kept due.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -52,11 +55,17 @@ from retrieval.api.online import StreamModels, UserStream
 from retrieval.api.states import SearchStates
 from retrieval.api.unindexed import UnindexedTurns
 from retrieval.index.query_batcher import background
+from retrieval.memory.errors import StoreError
 from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.store_contract import Store
 
 POLL_S = 1.0
 """How often an idle worker over a store that other processes write looks for their users' work."""
+FAULT_WAIT_S = 1.0
+"""How long the worker waits after the store failed under it (say, a database restart) before it
+tries the same work again: a fault stops no worker."""
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -261,19 +270,30 @@ class Backlog:
                 if self._closed:
                     return
                 user = self._due.popitem(last=False)[0] if self._due else None
-            if user is None:
-                self._poll()
-                continue
-            guard: UserGuard = self.guards.of(user)
-            with guard.stream, self.store.ingestion_lock(user, wait=False) as held:
-                if not held:
-                    with self._changed:
-                        self._busy.add(user)  # another node is at it: look again at the next poll
-                    continue
-                try:
-                    self.process(user)
-                except (IngestFailed, StoreUnavailable):
-                    pass  # a failure is kept in the user's state, for the next drain or flush
+            try:
+                if user is None:
+                    self._poll()
+                else:
+                    self._take(user)
+            except StoreError as err:  # the store failed (a database restart): keep the work, wait
+                logger.warning("ingestion paused for %.0f s: %s", FAULT_WAIT_S, err)
+                with self._changed:
+                    if user is not None:
+                        self._due[user] = None
+                    self._changed.wait_for(lambda: self._closed, FAULT_WAIT_S)
+
+    def _take(self, user: str) -> None:
+        """One step of ``user`` unless another node holds its ingestion lock."""
+        guard: UserGuard = self.guards.of(user)
+        with guard.stream, self.store.ingestion_lock(user, wait=False) as held:
+            if not held:
+                with self._changed:
+                    self._busy.add(user)  # another node is at it: look again at the next poll
+                return
+            try:
+                self.process(user)
+            except (IngestFailed, StoreUnavailable):
+                pass  # a failure is kept in the user's state, for the next drain or flush
 
     def _poll(self) -> None:
         """Make due every user whose lock was taken, whose pending turns this node has not seen

@@ -76,6 +76,13 @@ def write_directory(directory: Path, tensors: Mapping[str, Tensor], meta: dict[s
         meta = {"format_version": FORMAT_VERSION, **meta,
                 "files": {name: sha256_file(staging / name) for name in files}}
         (staging / CONFIG_NAME).write_text(json.dumps(meta, indent=2, default=str))
+        if not overwrite:  # a rename fails onto a non-empty directory: nothing written meanwhile is lost
+            try:
+                staging.rename(directory)
+            except OSError:
+                raise ExportExistsError(f"{directory} was written by another export meanwhile; choose "
+                                        "another directory or overwrite it explicitly") from None
+            return directory
         retired = directory.parent / f".{directory.name}.old-{os.getpid()}"
         if directory.exists():
             directory.rename(retired)

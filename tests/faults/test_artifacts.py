@@ -55,6 +55,26 @@ def test_an_existing_export_is_never_replaced_silently(export: Path) -> None:
     assert not [p for p in export.parent.iterdir() if p.name.startswith(".")]
 
 
+def test_an_export_written_while_this_one_was_staged_is_kept(tmp_path: Path) -> None:
+    """The directory was free when the export looked and another export took it before this one
+    moved its staging into place: this one is refused, the other is kept whole."""
+    from isq import export as export_module
+
+    target = tmp_path / "fp"
+    model = ISQModel(tiny_config())
+
+    def other_export_meanwhile(staging: Path) -> None:
+        ISQModel(tiny_config()).export_fingerprinter(target)  # the other export finishes first
+        model.tokenizer.save_pretrained(str(staging))
+
+    with pytest.raises(ExportExistsError, match="written by another export meanwhile"):
+        export_module.write_directory(target, model.fingerprinter().stored_tensors(False), {"x": 1},
+                                      other_export_meanwhile, None)
+    theirs = tree_bytes(target)
+    assert theirs and "x" not in json.loads(theirs["config.json"])
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left behind
+
+
 def test_training_refuses_an_occupied_export_directory_before_it_trains(tmp_path: Path, capsys) -> None:
     occupied = tmp_path / "occupied"
     shutil.copytree(COMMITTED, occupied)

@@ -176,6 +176,9 @@ def test_the_rule_extractor_fills_scope_tags_and_entities():
         "t_ref": "2022", "valid_from": None, "valid_to": "2023"}
     assert absolute_dates("on 7 May 2023, May 8, 2023, in June 2022, 2023-02-30 and in 2021") == [
         "2023-05-07", "2023-05-08", "2022-06", "2021"]
+    # an ISO date after a preposition is that date, not its year
+    assert absolute_dates("We moved in 2021-06, from 2023-05-07 to 2023-05-08.") == [
+        "2021-06", "2023-05-07", "2023-05-08"]
 
 
 def test_the_llm_extractor_fills_the_temporal_scope(tmp_path):

@@ -128,7 +128,10 @@ def test_speaker_is_prefixed_when_the_text_does_not_name_them():
     ("text", "caption", "expected"),
     [("Hey Mel! Good to see you!", None, False), ("Thanks so much, Caroline!", None, False),
      ("Bye, take care!", None, False), ("Look!", "a dog", True),
-     ("I adopted a puppy named Max.", None, True)],
+     ("I adopted a puppy named Max.", None, True),
+     # any script: words of letters, and scripts written without spaces by their letters
+     ("Я вчера купил новую гитару в Москве.", None, True), ("我上个月在杭州领养了一只猫。", None, True),
+     ("谢谢！", None, False)],
 )
 def test_informative_rule(text, caption, expected):
     turn = Turn("c", "s", "t", "Melanie", text, MONDAY, caption)
@@ -141,7 +144,7 @@ def test_informative_rule(text, caption, expected):
      ("the kids' 'garden' tour's end", ["kids", "garden", "tour", "end"]),
      ("It's Max's ball, O'Neil's too.", ["max", "ball", "o'neil"]),
      ("Pottery class in May, on Monday!", ["pottery", "class"]),
-     ("a b's x I'm", []), ("Ünïcode café naïve", ["code", "caf", "na"])],
+     ("a b's x I'm", []), ("Ünïcode café naïve", ["ünïcode", "café", "naïve"])],
 )
 def test_content_words(text, expected):
     """Lower-cased words, a possessive 's dropped, apostrophes stripped, stopwords, month and day
@@ -390,3 +393,12 @@ def test_no_key_sends_no_authorization_header(tmp_path, monkeypatch):
         chat = ChatClient(server.base_url, "test-model", cache_dir=tmp_path, json_mode=False)
         assert chat.api_key is None and chat.complete([{"role": "user", "content": "hi"}], expect_ok) == "ok"
     assert "authorization" not in server.headers[0]
+
+
+def test_words_and_names_of_other_latin_greek_and_cyrillic_letters_are_whole():
+    from retrieval.extract.rules import content_words, find_entities
+
+    words = content_words("Melanie's café near the гитару shop", {"melanie"})
+    assert words == ["café", "near", "гитару", "shop"]
+    assert find_entities("Yesterday Émilie went to Zürich with Олег Петров.", ()) == ["Émilie", "Zürich",
+                                                                                      "Олег Петров"]

@@ -171,7 +171,7 @@ _ABSOLUTE_DATE = re.compile(
     r"|" + _MONTH.replace("month", "month2") + r"\s+(?P<day2>\d{1,2})(?:st|nd|rd|th)?,?\s+(?P<year2>\d{4})"
     r"|" + _MONTH.replace("month", "month3") + r",?\s+(?P<year3>\d{4})"
     r"|(?P<iso>\d{4}-\d{2}(?:-\d{2})?)"
-    r"|(?:in|since|until|during|of|by|from|before|after)\s+(?P<year4>(?:19|20)\d{2}))\b",
+    r"|(?:in|since|until|during|of|by|from|before|after)\s+(?P<year4>(?:19|20)\d{2})(?!-\d))\b",
     re.IGNORECASE,
 )
 

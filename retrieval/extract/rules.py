@@ -34,10 +34,17 @@ take takes taking since ago week weeks weekend month months year today tonight t
 """.split())
 _VALID_FROM, _VALID_TO = frozenset(("since", "from")), frozenset(("until", "till", "by"))
 TAGS_PER_RECORD = 5
-_WORD = re.compile(r"[A-Za-z][A-Za-z'’]*")
+_WORD = re.compile(r"[^\W\d_](?:[^\W\d_]|['’])*")
+"""A word: letters of any script (and inner apostrophes), so "café" and "гитару" are words."""
 _POSSESSIVE = ("'s", "’s")
 """The endings of a possessive, dropped from a word (and from a name's last word)."""
-_PROPER = re.compile(r"\b[A-Z][\w'’&\-]*(?:\s+[A-Z][\w'’&\-]*)*")
+_UPPER = "[" + "".join(re.escape(chr(code)) for code in range(0x530) if chr(code).isupper()) + "]"
+"""Capital letters of the Latin, Greek and Cyrillic scripts ("Émilie", "Łódź", "Олег")."""
+_PROPER = re.compile(rf"\b{_UPPER}[\w'’&\-]*(?:\s+{_UPPER}[\w'’&\-]*)*")
+_UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\u0e00-\u0e7f]")
+"""Letters of scripts written without spaces between words (kana, CJK ideographs, Thai)."""
+UNSPACED_LETTERS = 4
+"""How many such letters make a turn informative (its words cannot be counted)."""
 
 _PREFERENCE = re.compile(r"\b(love|loves|like|likes|enjoy|enjoys|prefer|prefers|favou?rite|hate|hates|"
                          r"fan of|passionate about|dislike|dislikes)\b", re.IGNORECASE)
@@ -66,8 +73,9 @@ def content_words(text: str, names: Set[str]) -> list[str]:
 
 def is_informative(turn: Turn, participants: Sequence[str]) -> bool:
     """A turn yields an AMU unless it is pure small talk: no image and fewer than two content words
-    (words that are not stopwords, greeting/thanks/acknowledgement fillers or participant names)."""
-    if turn.image_caption:
+    (words that are not stopwords, greeting/thanks/acknowledgement fillers or participant names),
+    and fewer than :data:`UNSPACED_LETTERS` letters of a script without spaces between words."""
+    if turn.image_caption or len(_UNSPACED.findall(turn.text)) >= UNSPACED_LETTERS:
         return True
     names = {name.lower() for name in participants} | {turn.speaker.lower()}
     return len(content_words(turn.text, names)) >= 2

@@ -423,3 +423,59 @@ def test_a_forget_right_after_another_nodes_add_leaves_no_cached_arrays(postgres
         a.close()
         b.close()
     assert left == {"turns": 0, "vectors": 0, "codes": 0}, left
+
+
+def test_a_job_runs_on_one_node_and_another_nodes_waiter_sees_it_end(postgres_url) -> None:
+    """Node c opens while a runs the user's consolidation (held in its operator): c must not run
+    the job too (it queues every unfinished job at open), its waiter sees the job running while a
+    holds it, and done once a ends it."""
+    from retrieval.consolidation.operations import OfflineOperator
+    from tests.test_write_behind import HeldOperator
+
+    class Counting(OfflineOperator):
+        calls = 0
+
+        def decide(self, cluster):
+            Counting.calls += 1
+            return super().decide(cluster)
+
+    held = HeldOperator()
+    a = Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(), operator=held)
+    c = None
+    try:
+        statements = ["I love hiking in the Alps.", "My sister bakes bread on Sundays."]
+        a.add([{"speaker": "Ann", "text": statements[i % 2]} for i in range(12)], user_id="u", session_id="s")
+        a.flush(user_id="u", session_id="s")
+        job = a.consolidate(user_id="u")
+        assert held.hold.entered.wait(WAIT_S)
+        c = Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(),
+                        operator=Counting())
+        meanwhile = c.consolidate(user_id="u", wait=True, timeout_s=5.0)  # a still holds it
+        held.hold.released.set()
+        ended = c.consolidate(user_id="u", wait=True, timeout_s=WAIT_S)
+    finally:
+        held.hold.released.set()
+        a.close()
+        if c is not None:
+            c.close()
+    assert (meanwhile.id, meanwhile.state, Counting.calls) == (job.id, "running", 0)
+    assert (ended.id, ended.state) == (job.id, "done")
+
+
+def test_a_job_a_dead_node_left_running_is_run_by_a_live_node(postgres_url) -> None:
+    """The job row says running, but no node holds its lock (its node died): a node that was open
+    before the job was made finds it at its next idle poll and runs it."""
+    from retrieval.memory.job_rows import RUNNING
+
+    a = Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+    try:
+        a.add([{"speaker": "Ann", "text": f"I love hiking in the Alps, day {i % 2}."} for i in range(8)],
+              user_id="u", session_id="s")
+        a.flush(user_id="u", session_id="s")
+        with open_store(postgres_url) as dead_node:
+            row, _ = dead_node.create_job("u", None, "consolidate")
+            dead_node.update_job(row.id, RUNNING, {"stage": "consolidating"})
+        ended = a._jobs.wait(a.store, row.id, timeout_s=WAIT_S)
+    finally:
+        a.close()
+    assert ended.state == "done"

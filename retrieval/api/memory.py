@@ -129,8 +129,7 @@ class Memory:
             raise
         if not read_only:
             memory._backlog.start()
-            for job in store.unfinished():
-                memory._jobs.submit(job)
+            memory._jobs.start()
         return memory
 
     def _bind(self, read_only: bool) -> None:

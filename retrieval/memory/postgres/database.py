@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, cast
 
 import psycopg
@@ -40,6 +40,8 @@ CONNECT_TIMEOUT_S = 10
 
 INGESTION_LOCKS = 1_836_019_570
 """The first key of every user's ingestion lock (``pg_advisory_lock(INGESTION_LOCKS, hashtext(user))``)."""
+JOB_LOCKS = 1_836_019_571
+"""The first key of every consolidation job's lock (``pg_try_advisory_lock(JOB_LOCKS, hashtext(id))``)."""
 
 Connection = psycopg.Connection[dict[str, Any]]
 
@@ -117,12 +119,20 @@ class Database:
             finally:
                 self._local.conn = None
 
+    def ingestion_lock(self, user_id: str, *, wait: bool) -> AbstractContextManager[bool]:
+        """The user's ingestion lock (:meth:`advisory_lock`)."""
+        return self.advisory_lock(INGESTION_LOCKS, user_id, wait=wait)
+
+    def job_lock(self, job_id: int) -> AbstractContextManager[bool]:
+        """The right to run consolidation job ``job_id`` (:meth:`advisory_lock`, not waited for)."""
+        return self.advisory_lock(JOB_LOCKS, str(job_id), wait=False)
+
     @contextmanager
-    def ingestion_lock(self, user_id: str, *, wait: bool) -> Iterator[bool]:
-        """The user's ingestion lock, a session-level advisory lock on a pooled connection kept for
-        the block (so it is released when the block ends or the process dies); yields whether it is
-        held. Its two-key form is a key space apart from the write transactions' locks."""
-        key = (INGESTION_LOCKS, user_id)
+    def advisory_lock(self, space: int, name: str, *, wait: bool) -> Iterator[bool]:
+        """A session-level advisory lock on a pooled connection kept for the block (so it is
+        released when the block ends or the process dies); yields whether it is held. Its two-key
+        form is a key space apart from the write transactions' locks."""
+        key = (space, name)
         with self.connection() as conn:
             if wait:
                 conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)

@@ -103,6 +103,9 @@ class PostgresStore(StoreParts):
     def ingestion_lock(self, user_id: str, *, wait: bool) -> AbstractContextManager[bool]:
         return self.db.ingestion_lock(user_id, wait=wait)
 
+    def job_lock(self, job_id: int) -> AbstractContextManager[bool]:
+        return self.db.job_lock(job_id)
+
     # -- API keys (the service's key rows; the SQLite store keeps them in a file beside it) ---------
 
     def add_key(self, key_id: str, user_id: str, salt: bytes, digest: bytes, created: str) -> None:

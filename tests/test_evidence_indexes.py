@@ -181,6 +181,20 @@ def test_the_rule_extractor_fills_scope_tags_and_entities():
         "2021-06", "2023-05-07", "2023-05-08"]
 
 
+def test_absolute_dates_after_since_or_until_bound_the_record_as_relative_ones_do():
+    from datetime import datetime
+
+    said = datetime(2023, 5, 10, 9)
+    turns = [Turn("u", "s1", "s1:1", "Maria", "I have lived in Denver since 7 May 2022 and will stay until "
+                  "June 2024.", said),
+             Turn("u", "s1", "s1:2", "Maria", "I have lived in Boston since last year and will stay until "
+                  "next month.", said)]
+    segment = Segment("u", "s1", 0, tuple(Exchange((turn,)) for turn in turns), "session_flush", 10)
+    amus = RuleExtractor().extract(segment, ReferenceContext(("Maria", "Jon"))).amus
+    assert [(a.t_ref, a.valid_from, a.valid_to) for a in amus] == [
+        ("2023-05-10", "2022-05-07", "2024-06"), ("2023-05-10", "2022", "2023-06")]
+
+
 def test_the_llm_extractor_fills_the_temporal_scope(tmp_path):
     from tests.test_extract import LLM_TURNS, FakeOpenAI, completion, llm, make_segment
 

@@ -167,11 +167,12 @@ def resolve_dates(text: str, when: datetime | date | None) -> tuple[str, list[Re
 _MONTH = r"(?P<month>" + "|".join(f"{name[:3]}(?:{name[3:]})?" if len(name) > 3 else name
                                   for name in MONTHS) + r")\.?"
 _ABSOLUTE_DATE = re.compile(
-    r"\b(?:(?P<day1>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH + r",?\s+(?P<year1>\d{4})"
+    r"\b(?:(?P<prep>since|from|until|till|by)\s+)?"
+    r"(?:(?P<day1>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH + r",?\s+(?P<year1>\d{4})"
     r"|" + _MONTH.replace("month", "month2") + r"\s+(?P<day2>\d{1,2})(?:st|nd|rd|th)?,?\s+(?P<year2>\d{4})"
     r"|" + _MONTH.replace("month", "month3") + r",?\s+(?P<year3>\d{4})"
     r"|(?P<iso>\d{4}-\d{2}(?:-\d{2})?)"
-    r"|(?:in|since|until|during|of|by|from|before|after)\s+(?P<year4>(?:19|20)\d{2})(?!-\d))\b",
+    r"|(?P<yprep>in|since|until|during|of|by|from|before|after)\s+(?P<year4>(?:19|20)\d{2})(?!-\d))\b",
     re.IGNORECASE,
 )
 
@@ -184,7 +185,14 @@ def absolute_dates(text: str) -> list[str]:
     """ISO values of the absolute dates written in ``text``, in order, without repeats: days
     ("7 May 2023", "May 7, 2023", "2023-05-07"), months ("May 2023", "2023-05") and years after a
     preposition ("in 2022"). Impossible dates (30 February) are skipped."""
-    values: dict[str, None] = {}
+    return list(dated_absolutes(text))
+
+
+def dated_absolutes(text: str) -> dict[str, str | None]:
+    """:func:`absolute_dates` with the preposition before each ("since", "from", "until", "till",
+    "by", or a year's own; None without one), the first one's for a repeated value: what decides
+    whether a date opens or closes a validity interval (:func:`retrieval.extract.rules.temporal_scope`)."""
+    values: dict[str, str | None] = {}
     for match in _ABSOLUTE_DATE.finditer(text):
         groups = match.groupdict()
         try:
@@ -201,5 +209,6 @@ def absolute_dates(text: str) -> list[str]:
                 value = moment.isoformat() if day else _month(moment)
         except ValueError:
             continue
-        values[value] = None
-    return list(values)
+        preposition = groups["prep"] or groups["yprep"]
+        values.setdefault(value, preposition.lower() if preposition else None)
+    return values

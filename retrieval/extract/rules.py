@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence, Set
 
 from retrieval.extract.base import Extraction, ReferenceContext, make_amu
-from retrieval.extract.dates import MONTHS, WEEKDAYS, absolute_dates, resolve_dates
+from retrieval.extract.dates import MONTHS, WEEKDAYS, dated_absolutes, resolve_dates
 from retrieval.extract.pronouns import resolve_pronouns
 from retrieval.index.stopwords import STOPWORDS
 from retrieval.llm_client import LLMUsage
@@ -166,7 +166,7 @@ class RuleExtractor:
     fact says who stated it. Deterministic metadata: entities are the participants named and
     the capitalised word runs (:func:`find_entities`); topic tags come from :func:`topic_tags`;
     timestamps are the resolved relative dates and the absolute dates of the turn
-    (:func:`retrieval.extract.dates.absolute_dates`), and the temporal scope follows their
+    (:func:`retrieval.extract.dates.dated_absolutes`), and the temporal scope follows their
     prepositions (:func:`temporal_scope`; ``t_ref`` defaults to the session day); the memory type
     is a keyword heuristic. A relative date outside the years 1 to 9999 stays as written, with no
     timestamp, and is counted in ``Extraction.unresolved_dates``. No reference context is used (the state
@@ -190,7 +190,7 @@ class RuleExtractor:
             text, resolved = resolve_dates(turn.text, turn.session_time)
             dated = [(date.value, date.preposition) for date in resolved if date.value is not None]
             unresolved += len(resolved) - len(dated)
-            dated += [(value, None) for value in absolute_dates(turn.text)]
+            dated += list(dated_absolutes(turn.text).items())
             timestamps = list(dict.fromkeys(value for value, _ in dated))
             text = resolve_pronouns(text, turn.speaker, _addressee(turn, turns, participants))
             if not re.search(rf"\b{re.escape(turn.speaker)}\b", text):

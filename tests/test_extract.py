@@ -70,6 +70,11 @@ def test_relative_dates_need_a_session_time():
         ("Do you like it? Did you see it?", "Does Melanie like it? Did Melanie see it?"),
         ("It makes you feel free.", "It makes Melanie feel free."),
         ("I went there.", "Caroline went there."),
+        # have/do after an auxiliary or "to" keep their base form
+        ("I am lucky to have you.", "Caroline is lucky to have Melanie."),
+        ("Do you have a dog? What do you have?", "Does Melanie have a dog? What does Melanie have?"),
+        ("We should do you a favor; I will have you over.",
+         "We should do Melanie a favor; Caroline will have Melanie over."),
     ],
 )
 def test_pronouns(text, expected):

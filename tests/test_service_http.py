@@ -292,6 +292,13 @@ def test_a_body_that_cannot_be_read_is_422_naming_the_body(api: Api, content: by
     assert (response.status_code, response.json()["field"]) == (422, "body"), response.text
 
 
+@pytest.mark.parametrize("path", ["/v1/memories/", "/v1/search/", "/v1/nothing"])
+def test_a_path_with_a_trailing_slash_is_unknown_not_redirected(api: Api, path: str) -> None:
+    """One URL per route, as README lists them: a near miss is 404 naming the path, not a 307."""
+    response = api.alice.get(path, follow_redirects=False)
+    assert (response.status_code, response.json()["field"]) == (404, "path"), response.text
+
+
 def test_made_up_methods_share_one_metrics_label(api: Api) -> None:
     for n in range(5):
         api.anonymous.request(f"X{n}", "/nowhere")

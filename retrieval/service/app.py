@@ -50,7 +50,7 @@ def create_app(memory: Memory, keys: KeyStore, store: str | Path, *, host: str =
         await anyio.to_thread.run_sync(gate.close, limits.WRITE_DRAIN_S)
         gauges.close()
 
-    app = FastAPI(title="isq-memory", version="1", lifespan=lifespan,
+    app = FastAPI(title="isq-memory", version="1", lifespan=lifespan, redirect_slashes=False,
                   description="Long-term memory for agents: every /v1 call acts for the user of its API key.")
     app.state.service = service
     errors.install(app)

@@ -87,6 +87,9 @@ def test_users_are_kept_apart(tmp_path):
         with pytest.raises(NotFound):
             mem.history(alice_record.id, user_id="bob")
         assert mem.list(user_id="carol").items == ()
+        with pytest.raises(NotFound, match="no records to consolidate") as refused:
+            mem.consolidate(user_id="carol")
+        assert refused.value.field == "user_id"
 
 
 def test_replays_add_nothing(tmp_path):

@@ -259,7 +259,7 @@ class Memory:
             if session is not None:
                 self._require_session(user, session)
             if not self.store.count(user):
-                raise NotFound(f"user {user!r} has no records to consolidate")
+                raise NotFound(f"user {user!r} has no records to consolidate", "user_id")
             row, created = self.store.create_job(user, session, CONSOLIDATE)
             if created:
                 self._jobs.submit(row)

@@ -407,3 +407,14 @@ def test_words_and_names_of_other_latin_greek_and_cyrillic_letters_are_whole():
     assert words == ["café", "near", "гитару", "shop"]
     assert find_entities("Yesterday Émilie went to Zürich with Олег Петров.", ()) == ["Émilie", "Zürich",
                                                                                       "Олег Петров"]
+
+
+def test_a_speaker_whose_name_ends_in_punctuation_is_found_as_a_name():
+    """"C.J." ends with a full stop, after which a word boundary needs a letter: the speaker was
+    prefixed to a text that already named them, and never found as an entity."""
+    from retrieval.extract.rules import find_entities
+
+    segment = make_segment(["I adopted a puppy named Max."], speakers=("C.J.",))
+    amus = RuleExtractor().extract(segment, ReferenceContext(("C.J.", "Ann"))).amus
+    assert [amu.text for amu in amus] == ["C.J. adopted a puppy named Max."]
+    assert find_entities("C.J. adopted a puppy.", ("C.J.", "Ann")) == ["C.J."]

@@ -27,6 +27,12 @@ _NOT_AFTER_BASE_FORM = "".join(rf"(?<!{re.escape(word)} )" for word in _BASE_FOR
 _APOS = r"['’]"
 
 
+def mentions(name: str, text: str) -> bool:
+    """Whether ``text`` names ``name`` as a whole word: not inside a longer word, also when the
+    name starts or ends with punctuation ("C.J.", where ``\\b`` would need a letter after it)."""
+    return name in text and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text) is not None
+
+
 def _third_person(verb: str) -> str:
     lower = verb.lower()
     if lower == "go":
@@ -42,7 +48,7 @@ def _reflexive(match: re.Match[str], name: str) -> str:
     """A reflexive whose antecedent is now the name ("I challenged myself" -> "Maria challenged
     themselves", not "... challenged Maria"): singular "themselves", as the extractor knows no
     one's gender. Without the name earlier in the text ("Myself, I ...") the name itself."""
-    return "themselves" if re.search(rf"\b{re.escape(name)}\b", match.string[: match.start()]) else name
+    return "themselves" if mentions(name, match.string[: match.start()]) else name
 
 
 def _pronoun_rules(person: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str], str], str]]]:

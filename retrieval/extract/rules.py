@@ -7,7 +7,7 @@ from collections.abc import Sequence, Set
 
 from retrieval.extract.base import Extraction, ReferenceContext, make_amu
 from retrieval.extract.dates import MONTHS, WEEKDAYS, dated_absolutes, resolve_dates
-from retrieval.extract.pronouns import resolve_pronouns
+from retrieval.extract.pronouns import mentions, resolve_pronouns
 from retrieval.index.stopwords import STOPWORDS
 from retrieval.llm_client import LLMUsage
 from retrieval.memory.records import AMU, Segment, Turn
@@ -88,7 +88,7 @@ def find_entities(text: str, participants: Sequence[str]) -> list[str]:
     stripped. Linear in the text's length (each match looks back only over the whitespace
     before it). A participant is looked for as a whole word only when the text holds it at all
     (a memory may have hundreds of speakers and a question names few)."""
-    found = [name for name in participants if name in text and re.search(rf"\b{re.escape(name)}\b", text)]
+    found = [name for name in participants if mentions(name, text)]
     seen = set(found)
     for match in _PROPER.finditer(text):
         words = match[0].split()
@@ -193,7 +193,7 @@ class RuleExtractor:
             dated += list(dated_absolutes(turn.text).items())
             timestamps = list(dict.fromkeys(value for value, _ in dated))
             text = resolve_pronouns(text, turn.speaker, _addressee(turn, turns, participants))
-            if not re.search(rf"\b{re.escape(turn.speaker)}\b", text):
+            if not mentions(turn.speaker, text):
                 text = f"{turn.speaker}: {text}"
             if turn.image_caption:
                 text = f"{text} [{turn.speaker} shares an image: {turn.image_caption}]"

@@ -179,6 +179,8 @@ def test_the_rule_extractor_fills_scope_tags_and_entities():
     # an ISO date after a preposition is that date, not its year
     assert absolute_dates("We moved in 2021-06, from 2023-05-07 to 2023-05-08.") == [
         "2021-06", "2023-05-07", "2023-05-08"]
+    assert absolute_dates("in Sept. 2022, on 3 Sept 2021 and Sep 4, 2020") == ["2022-09", "2021-09-03",
+                                                                              "2020-09-04"]
 
 
 def test_absolute_dates_after_since_or_until_bound_the_record_as_relative_ones_do():

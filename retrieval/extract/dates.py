@@ -164,8 +164,10 @@ def resolve_dates(text: str, when: datetime | date | None) -> tuple[str, list[Re
     return _RELATIVE_DATE.sub(replace, text), found
 
 
-_MONTH = r"(?P<month>" + "|".join(f"{name[:3]}(?:{name[3:]})?" if len(name) > 3 else name
+_MONTH = r"(?P<month>" + "|".join(f"{name[:3]}(?:{name[3:]}|t)?" if name == "september" else
+                                  f"{name[:3]}(?:{name[3:]})?" if len(name) > 3 else name
                                   for name in MONTHS) + r")\.?"
+"""A month by name, abbreviation ("Sep", "Sept.") or in full."""
 _ABSOLUTE_DATE = re.compile(
     r"\b(?:(?P<prep>since|from|until|till|by)\s+)?"
     r"(?:(?P<day1>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH + r",?\s+(?P<year1>\d{4})"

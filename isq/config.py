@@ -10,6 +10,7 @@ silently leave the default size).
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from dataclasses import asdict, dataclass, field, fields
@@ -76,7 +77,7 @@ class ISQConfig:
     """Tokens per text; longer texts are truncated (there is no "no truncation" value)."""
 
     def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
+        hints = _field_types()
         for item in fields(self):
             value = getattr(self, item.name)
             if not _has_type(value, hints[item.name]):
@@ -153,11 +154,18 @@ def _has_type(value: Any, hint: Any) -> bool:
     return isinstance(value, origin)
 
 
-def _t5_settings() -> set[str]:
-    """The keys a T5 config takes (``decoder``'s allowed keys)."""
+@functools.cache
+def _field_types() -> dict[str, Any]:
+    """:class:`ISQConfig`'s field annotations, resolved once (they are strings until resolved)."""
+    return typing.get_type_hints(ISQConfig)
+
+
+@functools.cache
+def _t5_settings() -> frozenset[str]:
+    """The keys a T5 config takes (``decoder``'s allowed keys), read once."""
     from transformers import T5Config
 
-    return set(T5Config().to_dict())
+    return frozenset(T5Config().to_dict())
 
 
 def _type_name(hint: Any) -> str:

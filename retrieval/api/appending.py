@@ -58,8 +58,8 @@ def append_add(store: Store, user: str, session: str, turns: Sequence[Any], key:
         except TurnsChanged:
             continue
         new = {turn.turn_id for turn in stored}
-        duplicates = tuple(turn_id for turn_id in (turn.turn_id for turn in bound)
-                           if turn_id in given and turn_id not in new)
+        duplicates = tuple(turn.turn_id for turn in bound
+                           if turn.turn_id in given and turn.turn_id not in new)
         return Appended(AddResult(tuple(turn.turn_id for turn in stored), (), duplicates), stored, marks,
                         purges)
     raise MemoryBusy(f"other writers kept adding to user {user!r} while this add was checked ({ADD_ATTEMPTS} "

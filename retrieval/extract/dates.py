@@ -164,9 +164,8 @@ def resolve_dates(text: str, when: datetime | date | None) -> tuple[str, list[Re
     return _RELATIVE_DATE.sub(replace, text), found
 
 
-_MONTH = r"(?P<month>" + "|".join(f"{name[:3]}(?:{name[3:]}|t)?" if name == "september" else
-                                  f"{name[:3]}(?:{name[3:]})?" if len(name) > 3 else name
-                                  for name in MONTHS) + r")\.?"
+_MONTH = r"(?P<month>" + "|".join([*(f"{name[:3]}(?:{name[3:]})?" if len(name) > 3 else name
+                                     for name in MONTHS), "sept"]) + r")\.?"
 """A month by name, abbreviation ("Sep", "Sept.") or in full."""
 _ABSOLUTE_DATE = re.compile(
     r"\b(?:(?P<prep>since|from|until|till|by)\s+)?"

@@ -5,7 +5,7 @@ The nodes themselves (keys, normalisation) are :mod:`retrieval.memory.evidence_k
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from retrieval.memory.evidence_keys import record_nodes
 from retrieval.memory.records import AMU
@@ -22,8 +22,10 @@ with them against 83.1 / 84.7 without, multi / multi+code)."""
 EVENT_FRAME_CHARS = 2000
 """The searchable text of an event frame is its records' texts, cut at this many characters."""
 
-def searchable_text(node_type: str, text: str, member_texts: Sequence[str]) -> str:
-    """What semantic node search embeds: the key's spelling, or an event frame's record texts."""
+
+def searchable_text(node_type: str, text: str, member_texts: Iterable[str]) -> str:
+    """What semantic node search embeds: the key's spelling, or an event frame's record texts
+    (``member_texts`` is read only for an event frame)."""
     if node_type == "event_frame":
         return " ".join(member_texts)[:EVENT_FRAME_CHARS] or text
     return text

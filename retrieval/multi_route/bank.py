@@ -257,8 +257,8 @@ class MemoryBank:
                 self.node_members[index] = np.append(self.node_members[index], members)
         if new_searchable:
             texts = [searchable_text(self.nodes[i].node_type, self.nodes[i].text,
-                                     [self.records[r].text for r in self.node_members[i].tolist()])
-                     for i in new_searchable]
+                                     (self.records[r].text for r in self.node_members[i].tolist()))
+                     for i in new_searchable]  # member texts read only where they are the text
             self._node_rows.extend(self.embedder.encode(texts), fresh=True)
             self._searchable.extend(np.array(new_searchable, dtype=np.int64), fresh=True)
         self.context = dataclasses.replace(

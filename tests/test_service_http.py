@@ -253,6 +253,19 @@ def test_oversized_and_malformed_bodies(api: Api) -> None:
     for content in (b"{not json", b"[1, 2]", b""):
         response = api.alice.post("/v1/search", content=content, headers={"Content-Type": "application/json"})
         assert response.status_code == 422 and response.json()["field"].startswith("body"), response.text
+    query = '{"query": "caf\u00e9"}'  # JSON's parser would take UTF-16 and UTF-32, guessed from the bytes
+    for encoding in ("latin-1", "utf-16", "utf-16-le", "utf-32"):
+        response = api.alice.post("/v1/search", content=query.encode(encoding),
+                                  headers={"Content-Type": "application/json"})
+        assert (response.status_code, response.json()["field"]) == (422, "body"), (encoding, response.text)
+    turns = json.dumps({"turns": [{"speaker": "M", "text": "A cat."}]}).encode("utf-16")
+    added = api.alice.post("/v1/sessions/s1/turns", content=turns,
+                           headers={"Content-Type": "application/json"})
+    assert added.status_code == 422 and "UTF-8" in added.json()["error"]
+    for encoding in ("utf-8", "utf-8-sig"):  # a byte order mark is allowed
+        response = api.alice.post("/v1/search", content=query.encode(encoding),
+                                  headers={"Content-Type": "application/json"})
+        assert response.status_code == 200, (encoding, response.text)
     assert (api.alice.get("/v1/memories", params={"limit": limits.MAX_PAGE + 1}).json()["field"]
             == "query.limit")
 

@@ -1,10 +1,13 @@
-"""413 for a request body over :data:`~retrieval.service.limits.MAX_BODY_BYTES`, before it is parsed.
+"""413 for a request body over :data:`~retrieval.service.limits.MAX_BODY_BYTES`, and 422 for one
+that is not UTF-8, before it is parsed.
 
 A declared ``Content-Length`` over the limit is refused without reading the body. Whatever the
 headers declare, the body is read up to the limit and replayed to the application, or refused once
 it passes it: the bytes received are counted, since a request may declare a small
 ``Content-Length`` and send a longer chunked body, which the server reads by its
-``Transfer-Encoding``.
+``Transfer-Encoding``. Every body the service reads is JSON, which travels in UTF-8 (RFC 8259):
+the JSON parser would otherwise guess UTF-16 or UTF-32 from a body's first bytes and take it.
+A UTF-8 byte order mark is allowed (the parser skips it, as the RFC lets it).
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from retrieval.service.limits import MAX_BODY_BYTES
 
 
-async def _refuse(send: Send, limit: int) -> None:
-    body = json.dumps({"error": f"request body over {limit} bytes", "field": "body"}).encode()
-    await send({"type": "http.response.start", "status": 413,
+async def _refuse(send: Send, status: int, message: str) -> None:
+    body = json.dumps({"error": message, "field": "body"}).encode()
+    await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body})
 
@@ -34,12 +37,18 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         declared = dict(scope["headers"]).get(b"content-length")
+        too_long = f"request body over {self.limit} bytes"
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            await _refuse(send, self.limit)
+            await _refuse(send, 413, too_long)
             return
         body = await _read_within(receive, self.limit)
         if body is None:
-            await _refuse(send, self.limit)
+            await _refuse(send, 413, too_long)
+            return
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as err:
+            await _refuse(send, 422, f"body: not UTF-8 (byte {err.start}); send JSON in UTF-8")
             return
         await self.app(scope, _replay(body, receive), send)
 

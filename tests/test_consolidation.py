@@ -353,10 +353,32 @@ def test_an_answer_landing_after_a_purge_of_its_records_is_not_kept(marathon: Pa
     with FakeChatServer(purge_then_answer) as server, AMUStore(marathon, role="consolidate") as store:
         operator = LLMOperator(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=0)
         report = consolidate_user(store, "conv-m", HashEmbedder(), operator)
-        assert len(server.requests) == 1 and report.created == 0 and report.conflicts == 1
+        assert len(server.requests) == 1 and report.created == 0 and report.conflicts == 0
         (left,) = store.amus("conv-m")
         assert left.source.turn_ids == ("D1:2",)
     assert not list((tmp_path / "cache").rglob("*.json"))
+
+
+def test_no_operator_sees_a_record_after_a_purge_of_it_committed(store_dir: Path) -> None:
+    """A forget commits while the operator decides the pass's first cluster: the pass's other
+    clusters, planned from records read before it, are not sent, and the next pass reads the
+    store again (nothing left: nothing planned, no plan left behind)."""
+    seen: list[list[str]] = []
+
+    class Forgetting(OfflineOperator):
+        def decide(self, cluster):
+            seen.append([member.amu.text for member in cluster])
+            if len(seen) == 1:
+                with AMUStore(store_dir) as writer:
+                    writer.purge(CID, everything=True)
+            return super().decide(cluster)
+
+    with AMUStore(store_dir, role="consolidate") as store:
+        report = consolidate_user(store, CID, HashEmbedder(), Forgetting())
+        assert len(seen) == 1 and (report.created, report.archived) == (0, 0)
+        assert not list(store.amus(CID, include_archived=True))
+        with store._transaction() as db:  # the plan's row is gone, not kept as null
+            assert not db.execute("SELECT key FROM meta WHERE key = ?", (PLAN_KEY.format(CID),)).fetchall()
 
 
 def test_keep_and_no_answer_leave_the_cluster_alone(marathon: Path, tmp_path: Path) -> None:

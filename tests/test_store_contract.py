@@ -186,6 +186,9 @@ def test_meta_binding_and_jobs(backend):
         store.put_meta("cost", [1, 2])
         store.put_meta("cost", {"s": 3})
         assert store.meta("cost") == {"s": 3}
+        store.put_meta("cost", None)  # removes the row: the key can be inserted afresh
+        backend.raw(store, "INSERT INTO meta (key, value) VALUES ('cost', '1')")
+        assert store.meta("cost") == 1
         job, created = store.create_job("u", None, "consolidate")
         again, created_again = store.create_job("u", None, "consolidate")
         assert created and not created_again and again == job and job.state == "queued"

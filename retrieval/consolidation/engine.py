@@ -99,9 +99,9 @@ def consolidate_user(store: Store, user_id: str, embedder: Embedder,
         by_id = {member.id: member for member in current}
         applied = sum(step.apply([by_id[i] for i in ids if i in by_id]) for ids in clusters)
         store.put_meta(key, None)
-        if not applied and not resumed:
+        if not applied and not resumed and not step.stale:
             break
-        step.purges = store.purge_count(user_id)
+        step.purges, step.stale = store.purge_count(user_id), False
         stored = list(store.amus(user_id, include_archived=True))
     else:
         logger.warning("%s: stopped after %d consolidation passes", user_id, config.max_passes)
@@ -129,19 +129,25 @@ class _Step:
     purges: int
     """The user's purge count read before the members were."""
     seen: set[tuple[str, ...]] = dataclasses.field(default_factory=set)
+    stale: bool = False
+    """A purge committed since the members were read: the rest of the pass is skipped and the
+    next one reads the records again."""
 
     def apply(self, cluster: Sequence[Member]) -> int:
-        """Drafts applied for the still-active members of a planned cluster."""
+        """Drafts applied for the still-active members of a planned cluster; none once a purge
+        of the user committed since the members were read: before the operator's call (the members
+        may hold purged text, which no operator may see) or during it (its answer may restate it)."""
         if len(cluster) < 2:
             return 0  # applied before a crash, or archived meanwhile by a retried extraction
+        if self._purged(cluster):
+            return 0
         ids = tuple(member.id for member in cluster)
         first_time = ids not in self.seen
         self.seen.add(ids)
         self.report.clusters += first_time
         drafts = self.operator.decide(cluster)
-        user = cluster[0].amu.source.user_id
-        if self.store.purge_count(user) != self.purges:  # its answer may restate what the purge removed
-            self.operator.forget(user)
+        if self._purged(cluster):
+            return 0
         if drafts is None:
             self.report.unanswered += first_time
             return 0
@@ -167,3 +173,11 @@ class _Step:
             self.report.created += 1
             self.report.exact_duplicates += draft.exact
         return applied
+
+    def _purged(self, cluster: Sequence[Member]) -> bool:
+        """Whether the pass is stale; on finding it so, the operator forgets the user's answers."""
+        user = cluster[0].amu.source.user_id
+        if not self.stale and self.store.purge_count(user) != self.purges:
+            self.stale = True
+            self.operator.forget(user)
+        return self.stale

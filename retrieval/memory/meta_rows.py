@@ -22,9 +22,12 @@ class StoreMeta(SQLitePart):
         return None if row is None else json.loads(row[0])
 
     def put_meta(self, key: str, value: Any) -> None:
-        """Set a mutable record (e.g. the construction cost so far) under ``key``."""
+        """Set a mutable record (e.g. the construction cost so far) under ``key``; None removes it."""
         with self._transaction() as db:
-            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
+            if value is None:
+                db.execute("DELETE FROM meta WHERE key = ?", (key,))
+            else:
+                db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
 
     def bind(self, key: str, value: Any, hint: str = "use a new store") -> None:
         """Record ``value`` under ``key`` on first use; afterwards refuse any other value

@@ -24,9 +24,13 @@ class Meta:
         return None if row is None else json.loads(row["value"])
 
     def put_meta(self, key: str, value: Any) -> None:
+        """Set a mutable record under ``key``; None removes it."""
         with self.db.transaction() as conn:
-            conn.execute("INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE "
-                         "SET value = excluded.value", (key, json.dumps(value)))
+            if value is None:
+                conn.execute("DELETE FROM meta WHERE key = %s", (key,))
+            else:
+                conn.execute("INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE "
+                             "SET value = excluded.value", (key, json.dumps(value)))
 
     def bind(self, key: str, value: Any, hint: str = "use a new store") -> None:
         """Record ``value`` under ``key`` on first use (the first writer wins when several race);

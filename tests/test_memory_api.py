@@ -162,6 +162,58 @@ def test_consolidation_is_a_durable_job(tmp_path):
         assert all(h.archived and h.successor for h in mem.history(merged[0].id, user_id="u"))
 
 
+def test_a_waiter_is_told_when_its_jobs_user_is_forgotten(tmp_path, monkeypatch):
+    """The job went with the user's data: its waiter gets NotFound naming the job, not a crash."""
+    import threading
+
+    from retrieval.consolidation.operations import OfflineOperator
+
+    entered, release, real = threading.Event(), threading.Event(), OfflineOperator.decide
+
+    def held(self, cluster):
+        entered.set()
+        release.wait(30)
+        return real(self, cluster)
+
+    monkeypatch.setattr(OfflineOperator, "decide", held)
+    outcome: list[object] = []
+    with open_memory(tmp_path) as mem:
+        mem.add([{"speaker": "Ann", "text": "I love hiking in the Alps every summer."} for _ in range(4)],
+                user_id="u", session_id="s")
+        mem.flush(user_id="u", session_id="s")
+
+        def wait() -> None:
+            try:
+                outcome.append(mem.consolidate(user_id="u", wait=True, timeout_s=30))
+            except MemoryAPIError as error:
+                outcome.append(error)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        assert entered.wait(30)
+        mem.forget(user_id="u")
+        release.set()
+        waiter.join(30)
+    (error,) = outcome
+    assert isinstance(error, NotFound) and error.field == "id" and "forgotten" in str(error)
+
+
+def test_a_resumed_job_says_so(tmp_path):
+    """A job its process left running runs again at the next open; its progress says it resumed."""
+    with open_memory(tmp_path) as mem:
+        mem.add([{"speaker": "Ann", "text": "I love hiking in the Alps every summer."} for _ in range(4)],
+                user_id="u", session_id="s")
+        mem.flush(user_id="u", session_id="s")
+        fresh = mem.consolidate(user_id="u", wait=True, timeout_s=60)
+    assert fresh.progress["resumed"] is False
+    with AMUStore(tmp_path) as store:
+        row, _ = store.create_job("u", "s", "consolidate")
+        store.update_job(row.id, "running", {"stage": "consolidating"})  # as a killed process left it
+    with open_memory(tmp_path) as mem:
+        ended = mem._jobs.wait(mem.store, row.id, timeout_s=60)
+    assert ended.state == "done" and ended.progress["resumed"] is True
+
+
 @pytest.mark.parametrize(("call", "message"), [
     (lambda m: m.add([{"speaker": "A", "text": "hi"}], user_id="", session_id="s"), "user_id is required"),
     (lambda m: m.add([{"speaker": "A", "text": "hi"}], user_id=None, session_id="s"), "user_id is required"),

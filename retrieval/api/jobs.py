@@ -3,11 +3,11 @@
 A job is a row of the store's ``jobs`` table (:mod:`retrieval.memory.job_rows`) before it runs,
 so a job survives its process: :class:`JobRunner` runs the unfinished ones again when the memory
 opens (the engine resumes the plan it saved, so a job killed halfway ends where an uninterrupted
-one would). One worker thread runs the jobs of a store one at a time on its own connection in
-the ``consolidate`` writer role; SQLite (WAL, busy timeout) serialises its short transactions with
-the API's. At most one unfinished job per (user, session): asking again returns the same job.
-Consolidation always covers the user's whole memory (merges may span sessions); a session id
-only names the job.
+one would; its progress then counts what ran after the restart and says ``resumed``: true). One
+worker thread runs the jobs of a store one at a time on its own connection in the ``consolidate``
+writer role; SQLite (WAL, busy timeout) serialises its short transactions with the API's. At most
+one unfinished job per (user, session): asking again returns the same job. Consolidation always
+covers the user's whole memory (merges may span sessions); a session id only names the job.
 
 Many nodes (:attr:`Store.concurrent_writers`): a job runs only while its runner holds the job's
 lock in the store (:meth:`Store.job_lock`), and only if its row is not done or failed by then, so
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from retrieval.api.backlog import POLL_S
-from retrieval.api.errors import StoreUnavailable
+from retrieval.api.errors import NotFound, StoreUnavailable
 from retrieval.consolidation.engine import consolidate_user
 from retrieval.index.query_batcher import background
 from retrieval.memory.cache import CachedEmbedder
@@ -74,11 +74,11 @@ class JobRunner:
     def wait(self, store: Store, job_id: int, timeout_s: float | None = None) -> JobRow:
         """Block until the job is done or failed (or ``timeout_s`` passes); returns its row.
         Raises :class:`StoreUnavailable` when the memory closes first (the job stays queued in
-        the store and runs when it opens again)."""
+        the store and runs when it opens again), :class:`NotFound` when its user is forgotten
+        meanwhile (the job went with the user's data)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._finished:
-            while not (job_id in self._ended or self._closed
-                       or store.job_row(job_id).state in (DONE, FAILED)):  # type: ignore[union-attr]
+            while not (job_id in self._ended or self._closed or _settled(store.job_row(job_id))):
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     break
@@ -89,7 +89,8 @@ class JobRunner:
                 raise StoreUnavailable("the memory closed before the job ran; it runs when the memory opens "
                                        "again")
             row = store.job_row(job_id)
-        assert row is not None
+        if row is None:
+            raise NotFound("the job is gone: its user's memory was forgotten while it ran", "id")
         return row
 
     def close(self) -> None:
@@ -123,11 +124,12 @@ class JobRunner:
                     current = store.job_row(job.id) if held else None
                     if current is None or current.state in (DONE, FAILED):
                         continue  # another node runs it, or ran it
+                    resumed = current.state == RUNNING  # a process running it stopped
                     store.update_job(job.id, RUNNING, {"stage": "consolidating"})
                     try:
                         report = consolidate_user(store, job.user_id, embedder, self.operator,
                                                   fingerprinter=self.fingerprinter)
-                        store.update_job(job.id, DONE, report.to_dict())
+                        store.update_job(job.id, DONE, {**report.to_dict(), "resumed": resumed})
                     except Exception as err:  # noqa: BLE001 - recorded in the job, which the caller reads
                         store.update_job(job.id, FAILED, error=f"{type(err).__name__}: {err}")
                 self.on_done(job.user_id)
@@ -136,6 +138,11 @@ class JobRunner:
                     if ended is not None:
                         self._ended[job.id] = ended
                     self._finished.notify_all()
+
+
+def _settled(row: JobRow | None) -> bool:
+    """Done, failed or gone (purged with its user)."""
+    return row is None or row.state in (DONE, FAILED)
 
 
 class Locked:

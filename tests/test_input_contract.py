@@ -58,6 +58,13 @@ def test_odd_job_ids_are_not_found(mem, job_id):
     assert refused(lambda: mem.job(job_id, user_id="u"), NotFound).field == "id"
 
 
+@pytest.mark.parametrize("job_id", [None, 5, "", "x" * (limits.MAX_MEMORY_ID_CHARS + 1)])
+def test_a_job_id_that_is_no_id_is_invalid_as_in_get(mem, job_id):
+    for call in (mem.get, mem.job):
+        error = refused(lambda: call(job_id, user_id="u"))  # noqa: B023 - called at once
+        assert error.field == "id" and len(str(error)) < 200
+
+
 @pytest.mark.parametrize(("call", "field"), [
     (lambda m: m.list(user_id="u", limit=10**20), "limit"),
     (lambda m: m.list(user_id="u", limit=limits.MAX_PAGE + 1), "limit"),

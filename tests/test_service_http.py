@@ -172,6 +172,11 @@ def test_jobs_are_the_users_own(api: Api) -> None:
     assert api.alice.get("/v1/jobs/999999").status_code == 404
     assert api.alice.post("/v1/consolidate").status_code == 202  # no body: the whole user
     assert api.alice.post("/v1/consolidate", json={"session_id": "never"}).status_code == 404
+    empty = httpx.Client(base_url=api.server.url, headers=bearer(api.keys.create("erin")), timeout=120)
+    nothing = empty.post("/v1/consolidate")  # the key names the user: no body field to blame
+    assert (nothing.status_code, nothing.json()["field"]) == (404, "header.authorization"), nothing.text
+    (answer,) = anyio.run(_mcp_answers, api.server.url, api.keys.create("erin"), [("memory_consolidate", {})])
+    assert answer.is_error and answer.content[0].text == "user 'erin' has no records to consolidate"
 
 
 def test_pages_and_cursor(api: Api) -> None:
@@ -347,17 +352,21 @@ def test_mcp_over_http_takes_the_user_from_the_key(api: Api) -> None:
             == 401)
 
 
+async def _mcp_answers(url: str, key: str, calls: list[tuple[str, dict]]) -> list:
+    async with httpx2.AsyncClient(headers=bearer(key), timeout=120) as http, \
+            streamable_http_client(f"{url}/mcp", http_client=http) as streams, \
+            ClientSession(streams[0], streams[1]) as session:
+        await session.initialize()
+        return [await session.call_tool(*call) for call in calls]
+
+
 async def _mcp_refusals(url: str, key: str) -> dict[str, str]:
     calls = {"another user": ("memory_search", {"query": "cat", "user_id": "bob"}),
              "a misspelt argument": ("memory_search", {"query": "cat", "limit": 3}),
              "k zero": ("memory_search", {"query": "cat", "k": 0}),
              "a long cursor": ("memory_list", {"cursor": "a" * 200_000}),
              "an unknown session": ("memory_list", {"session_id": "nosuch"})}
-    async with httpx2.AsyncClient(headers=bearer(key), timeout=120) as http, \
-            streamable_http_client(f"{url}/mcp", http_client=http) as streams, \
-            ClientSession(streams[0], streams[1]) as session:
-        await session.initialize()
-        answers = {case: await session.call_tool(*call) for case, call in calls.items()}
+    answers = dict(zip(calls, await _mcp_answers(url, key, list(calls.values())), strict=True))
     assert all(answer.is_error for answer in answers.values()), answers
     return {case: answer.content[0].text for case, answer in answers.items()}
 

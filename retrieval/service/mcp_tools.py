@@ -39,6 +39,8 @@ def _refusals(call: Callable[[], Any]) -> Any:
         field = getattr(err, "field", None)  # the memory's "id" is the tool's memory_id
         if field is not None and field.split(".")[0] == "id":
             field = "memory_id" + field[2:]
+        if field == "user_id":  # the connection's key names the user: no argument to name
+            field = None
         raise ToolError(str(err) if field is None else f"{field}: {err}") from None
 
 

@@ -67,7 +67,11 @@ def compact(args: argparse.Namespace) -> int:
     if directory is not None and not (directory / DB_NAME).is_file():  # a typo must not make a new store
         raise StoreError(f"no store at {directory} ({DB_NAME} is missing)")
     with open_store(args.store) as store:
-        store.compact()
+        done = store.compact()
+    if not done:
+        print(f"not finished: {store.location}: a reader of an older snapshot (another process's long "
+              "read) kept the write-ahead log; run this again once it ends (the compaction stays owed)")
+        return 1
     print(f"compacted: {store.location}")
     return 0
 

@@ -22,6 +22,7 @@ from benchmarks.service_process import bearer, free_port
 from retrieval import Memory
 from retrieval.api.errors import NotFound
 from retrieval.memory.cache import text_key
+from retrieval.memory.meta_keys import COMPACTION_OWED
 from retrieval.service.app import create_app
 from retrieval.service.keys import KeyStore
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
@@ -276,3 +277,27 @@ def test_a_delete_killed_after_its_purge_commits_leaves_nothing_once_the_store_r
     with open_memory(tmp_path) as mem:  # a writer opening the store compacts it as the killed one owed
         assert SECRET not in every_text(mem, "alice", "secret word")
     assert SECRET.lower().encode() not in store_files(tmp_path)
+
+
+def test_a_reader_holding_an_old_snapshot_leaves_the_compaction_owed_until_it_can_run(tmp_path):
+    """Another process's long read keeps the write-ahead log's frames: the forget's compaction
+    waits a second at most, stays owed, and runs when the memory closes after the read ends (the
+    reader still connected, so SQLite's own checkpoint at close would leave the log)."""
+    secret = {"speaker": "Ann", "text": f"My secret word is {SECRET}.", "turn_id": "secret"}
+    mem = open_memory(tmp_path)
+    mem.add(chat("alice", 6) + [secret], user_id="alice", session_id="s1")
+    mem.flush(user_id="alice", session_id="s1")
+    reader = sqlite3.connect(f"file:{tmp_path / 'amus.sqlite3'}?mode=ro", uri=True, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM turns").fetchone()  # a snapshot held open
+    try:
+        mem.forget(user_id="alice")
+        owed = mem.store.meta(COMPACTION_OWED)
+        assert owed is True and SECRET.lower().encode() in store_files(tmp_path)
+    finally:
+        reader.execute("COMMIT")
+        mem.close()
+    assert SECRET.lower().encode() not in store_files(tmp_path)
+    reader.close()
+    with open_memory(tmp_path) as mem:
+        assert mem.store.meta(COMPACTION_OWED) is None

@@ -4,11 +4,13 @@ cannot compact says so."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from retrieval import Memory
+from retrieval.memory.meta_keys import COMPACTION_OWED
 from retrieval.memory.store import AMUStore
 from retrieval.store import main as store_main
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
@@ -39,6 +41,23 @@ def test_compact_leaves_no_purged_text_in_any_file(tmp_path, capsys):
     assert holding(tmp_path, STEM) == [] and holding(tmp_path, SECRET.lower().encode()) == []
     with AMUStore(tmp_path, read_only=True) as store:  # the rest is intact
         assert store.integrity_problems() == [] and len(store.turns("u")) == 8
+
+
+def test_a_compaction_a_reader_kept_from_finishing_says_so_and_stays_owed(tmp_path, capsys):
+    with Memory.open(tmp_path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter()) as mem:
+        mem.add([{"speaker": "Ann", "text": f"{SECRET} repairs violins."}], user_id="u", session_id="s")
+    reader = sqlite3.connect(f"file:{tmp_path / AMUStore.DB_NAME}?mode=ro", uri=True, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM turns").fetchone()  # another process's long read
+    assert store_main(["compact", "--store", str(tmp_path)]) == 1
+    assert capsys.readouterr().out.startswith(f"not finished: {tmp_path / AMUStore.DB_NAME}: a reader")
+    with AMUStore(tmp_path, read_only=True) as store:
+        assert store.meta(COMPACTION_OWED) is True
+    reader.execute("COMMIT")
+    assert store_main(["compact", "--store", str(tmp_path)]) == 0
+    with AMUStore(tmp_path, read_only=True) as store:
+        assert store.meta(COMPACTION_OWED) is None
+    reader.close()
 
 
 @pytest.mark.parametrize("where", ["missing/store", "a_file"])

@@ -88,6 +88,11 @@ class SQLiteConnection:
         self._prepare_schema()
 
     @property
+    def holds_writer(self) -> bool:
+        """Open for writing and not closed yet."""
+        return self._lock is not None
+
+    @property
     def db(self) -> sqlite3.Connection:
         """The writer inside this thread's transaction, else this thread's reader."""
         if getattr(self._local, "writing", 0):

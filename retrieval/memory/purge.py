@@ -37,7 +37,11 @@ names them, it knows how they were derived) and records that a compaction is owe
 a writer opening the store runs the one a killed process still owed):
 FTS5 ``optimize`` (its index keeps deleted terms until segments merge), VACUUM, a WAL checkpoint
 that truncates the log and, with ``secure_delete`` on, zeroed free pages: the purged text is in
-none of the store's files afterwards.
+none of the store's files afterwards. A reader that holds an older snapshot open (another
+process's long read: a backup, a ``sqlite3`` shell) keeps the log's frames: the checkpoint then
+waits :data:`CHECKPOINT_WAIT_S` at most (holding the writer, so every user's writes wait as long)
+and the compaction stays owed, tried again at the next purge, when the memory closes or opens,
+and by ``retrieval.store compact``.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from retrieval.memory.cache import text_key
+from retrieval.memory.connection import BUSY_TIMEOUT_S
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.indexing import frame_label
 from retrieval.memory.meta_keys import COMPACTION_OWED, MERGE_KEY, USER_KEYS
@@ -57,6 +62,9 @@ from retrieval.memory.record_writes import insert_amu
 from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.schema import turns_sha256
 from retrieval.memory.sqlite_part import SQLitePart
+
+CHECKPOINT_WAIT_S = 1.0
+"""How long a compaction's WAL checkpoint waits for readers of older snapshots to finish."""
 
 COUNT_PURGE = ("INSERT INTO purges (conversation_id, count, next_seq, next_turn) VALUES (?, 1, ?, ?) "
                "ON CONFLICT (conversation_id) DO UPDATE SET count = count + 1, "
@@ -189,8 +197,10 @@ def _drop_cached(db: sqlite3.Connection, user: str, texts: Iterable[str]) -> Non
 
 
 class Purge(SQLitePart):
-    """The purge side of the store (a part of :class:`retrieval.memory.store.AMUStore`)."""
+    """The purge side of the store (a part of :class:`retrieval.memory.store.AMUStore`);
+    ``kept_by_reader``: its last compaction could not truncate the log (a reader held it)."""
 
+    kept_by_reader = False
 
     def purge(self, user: str, *, session_id: str | None = None, amu_ids: Sequence[str] = (),
               turn_ids: Sequence[str] = (), everything: bool = False,
@@ -245,22 +255,33 @@ class Purge(SQLitePart):
             _drop_cached(db, user, texts)
         self.compact()
 
-    def compact_owed(self) -> None:
-        """:meth:`compact` if a purge owes it."""
+    def compact_owed(self) -> bool:
+        """:meth:`compact` if a purge owes it; whether none is owed now."""
         if self._db.execute("SELECT 1 FROM meta WHERE key = ?", (COMPACTION_OWED,)).fetchone():
-            self.compact()
+            return self.compact()
+        return True
 
-    def compact(self) -> None:
+    def compact(self) -> bool:
         """Leave no deleted data in the store's files: rewrite the FTS5 index without deleted terms,
         rebuild the database file (VACUUM; free pages are zeroed by ``secure_delete``) and
-        truncate the WAL; then no compaction is owed."""
+        truncate the WAL; then no compaction is owed. False when a reader kept the WAL from
+        being truncated: the compaction stays owed (see the module docstring)."""
         with self._transaction() as db:
             db.execute("INSERT INTO amu_fts (amu_fts) VALUES ('optimize')")
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, 'true')", (COMPACTION_OWED,))
         with self._writing() as db:
             db.execute("VACUUM")
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            db.execute(f"PRAGMA busy_timeout = {round(CHECKPOINT_WAIT_S * 1000)}")
+            try:
+                busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            finally:
+                db.execute(f"PRAGMA busy_timeout = {round(BUSY_TIMEOUT_S * 1000)}")
+        self.kept_by_reader = bool(busy)
+        if busy:
+            return False
         with self._transaction() as db:
             db.execute("DELETE FROM meta WHERE key = ?", (COMPACTION_OWED,))
+        return True
 
     @staticmethod
     def _rows(db: sqlite3.Connection, sql: str, column: str, values: Sequence[object],

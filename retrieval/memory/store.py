@@ -65,7 +65,7 @@ class AMUStore(StoreParts):
         self._cache = ArrayCache(connection)
         self._jobs = JobRows(connection)
         self._versions = StoreVersions(connection)
-        self._purge = Purge(connection)
+        self._purge = self._compaction = Purge(connection)
         self._meta = StoreMeta(connection)
 
     # -- the handle ------------------------------------------------------------------------------
@@ -115,8 +115,13 @@ class AMUStore(StoreParts):
         return [row for row in rows if row != "ok"] + missing
 
     def close(self) -> None:
-        """Close every connection (the readers of all threads too) and release the writer lock."""
-        self._connection.close()
+        """Try again the compaction a reader kept from finishing, if the last one was, then close
+        every connection (the readers of all threads too) and release the writer lock."""
+        try:
+            if self._connection.holds_writer and self._compaction.kept_by_reader:
+                self.compact()
+        finally:
+            self._connection.close()
 
     def __enter__(self) -> AMUStore:
         return self

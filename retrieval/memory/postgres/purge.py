@@ -111,10 +111,11 @@ class Purge:
         with self.db.transaction([user]) as conn:
             _drop_cached(conn, user, texts)
 
-    def compact_owed(self) -> None:
+    def compact_owed(self) -> bool:
         """Nothing: the files' dead tuples go with ``VACUUM FULL``, the operator's :meth:`compact`."""
+        return True
 
-    def compact(self) -> None:
+    def compact(self) -> bool:
         """``VACUUM FULL`` of the store's tables (each rewritten without its dead tuples; needs the
         tables' owner) and a ``CHECKPOINT`` (a superuser or ``pg_checkpoint`` member), outside
         any transaction."""
@@ -124,6 +125,7 @@ class Purge:
             for table in COMPACTED:
                 conn.execute(f"VACUUM FULL {table}")  # type: ignore[arg-type]
             conn.execute("CHECKPOINT")
+        return True
 
     def _select_turns(self, user: str, session_id: str | None, turn_ids: Sequence[str],
                       everything: bool) -> list[Turn]:

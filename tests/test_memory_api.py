@@ -3,6 +3,7 @@ hard deletion that leaves no trace in the store's files, durable jobs, typed err
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 import subprocess
 import sys
@@ -401,3 +402,26 @@ def test_each_record_is_dated_by_its_own_turn(tmp_path: Path) -> None:
         dated = {item.text: item.time for item in memory.list(user_id="u").items}
     assert dated == {"Ann painted the fence blue.": "2023-04-10", "Ann went to the dentist.": "2023-04-10",
                      "Ann baked sourdough bread.": "2023-06-15"}, dated
+
+
+@pytest.mark.parametrize("error", [PermissionError(errno.EACCES, "Permission denied"),
+                                   OSError(errno.EROFS, "Read-only file system")])
+def test_a_directory_that_cannot_be_written_is_a_typed_refusal(tmp_path, monkeypatch, error):
+    """No permission, or a read-only file system (which is no PermissionError), to write the
+    writer's lock file: StoreUnavailable saying to open it read-only, and the CLI's one line."""
+    from retrieval.api.errors import StoreUnavailable
+    from retrieval.memory.lock import WriterLock
+    from retrieval.store import main as store_main
+
+    with open_memory(tmp_path):
+        pass
+
+    def refuse(self):
+        raise error
+
+    monkeypatch.setattr(WriterLock, "acquire", refuse)
+    with pytest.raises(StoreUnavailable, match=f"not writable \\({error.strerror}\\); open it read-only"):
+        open_memory(tmp_path)
+    assert store_main(["compact", "--store", str(tmp_path)]) == 2
+    with open_memory(tmp_path, read_only=True) as reader:
+        assert reader.users() == []

@@ -65,7 +65,7 @@ class SQLiteConnection:
                 self.directory.mkdir(parents=True, exist_ok=True)
                 self._lock = WriterLock(self.directory, role)
                 self._lock.acquire()
-            except PermissionError as err:
+            except OSError as err:  # no permission, a read-only file system, ...
                 raise StoreError(
                     f"{self.directory} is not writable ({err.strerror}); open it read-only") from None
             try:

@@ -128,6 +128,16 @@ def test_open_refuses_a_model_that_is_not_one_and_binds_the_store_to_nothing(tmp
         assert memory.flush(user_id="u", session_id="s1").amu_ids
 
 
+def test_a_failed_open_of_a_directory_without_a_store_leaves_it_as_it_was(tmp_path):
+    """Another directory given by mistake (here a fingerprinter's export) keeps exactly its files."""
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "config.json").write_text("{}")
+    error = refused(lambda: Memory.open(export, embedder=WordEmbedder(), fingerprinter=tmp_path / "nothing"))
+    assert error.field == "fingerprinter"
+    assert sorted(path.name for path in export.iterdir()) == ["config.json"]
+
+
 @pytest.mark.parametrize("timeout", ["soon", -1, float("nan"), True])
 def test_waits_refuse_a_timeout_that_is_not_seconds_naming_it(mem, timeout):
     mem.add(chat("a", 3), user_id="u", session_id="s1")  # turns pending, so the wait would start

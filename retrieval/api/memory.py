@@ -71,7 +71,7 @@ from retrieval.ingestion.segmenter import SegmenterConfig
 from retrieval.memory.backends import open_store
 from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.errors import StoreBusy, StoreError
-from retrieval.memory.fresh_store import discard_if_fresh, remove_if_created
+from retrieval.memory.fresh_store import discard_if_fresh, fresh_paths, remove_if_created
 from retrieval.memory.records import AMU, Turn, raw_turn_id, shown, turn_id_of
 from retrieval.memory.store_contract import Store
 from retrieval.memory.targets import local_directory
@@ -108,7 +108,7 @@ class Memory:
         read_only, directory = check_flag("read_only", read_only), local_directory(path)
         if directory is not None and directory.exists() and not directory.is_dir():
             raise StoreUnavailable(f"{directory} is a file, not a store directory", "path")
-        created = directory if directory is not None and not read_only and not directory.exists() else None
+        created = fresh_paths(directory, read_only)
         try:
             store = open_store(path, read_only=read_only)
         except StoreBusy as err:

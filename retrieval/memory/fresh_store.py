@@ -3,9 +3,11 @@
 Opening a SQLite store for writing creates its directory and an empty database. When the command that
 opened it fails before anything was committed (a fingerprinter that does not load, an endpoint
 without a model), that empty store would stay behind and bind nothing, or worse, a later run
-would find a store it did not ask for. ``Memory.open`` removes the directory again in that case
-(:func:`discard_if_fresh`, :func:`remove_if_created`), and only then: a directory that existed
-before, or a store holding a committed segment, is never touched.
+would find a store it did not ask for. ``Memory.open`` removes what it created again in that case
+(:func:`fresh_paths`, :func:`discard_if_fresh`, :func:`remove_if_created`): the directory, or, in a
+directory that existed without a store (another one given by mistake, say a fingerprinter's
+export), the database and lock files. Nothing that existed before, and no store holding a
+committed segment, is ever touched.
 """
 
 from __future__ import annotations
@@ -13,22 +15,38 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from retrieval.memory.connection import DB_NAME
 from retrieval.memory.errors import StoreError
+from retrieval.memory.lock import WriterLock
 from retrieval.memory.store_contract import Store
 
 
-def discard_if_fresh(store: Store, created: Path | None) -> None:
-    """Close ``store`` after a failed start; remove the directory this run ``created`` for it
-    (None: none, e.g. a store on a database server) when it holds no committed segment."""
-    empty = created is not None and not _holds_segments(store)
+def fresh_paths(directory: Path | None, read_only: bool) -> list[Path]:
+    """What opening ``directory`` (None: a store on a database server) for writing creates: the
+    directory when it does not exist, else the files of a store when it holds none."""
+    if directory is None or read_only or (directory / DB_NAME).exists():
+        return []
+    if not directory.exists():
+        return [directory]
+    names = [DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", WriterLock(directory, "ingest").path.name]
+    return [directory / name for name in names if not (directory / name).exists()]
+
+
+def discard_if_fresh(store: Store, created: list[Path]) -> None:
+    """Close ``store`` after a failed start; remove what this run ``created`` for it
+    (:func:`fresh_paths`) when it holds no committed segment."""
+    empty = bool(created) and not _holds_segments(store)
     store.close()  # before the files go
-    remove_if_created(created if empty else None)
+    remove_if_created(created if empty else [])
 
 
-def remove_if_created(created: Path | None) -> None:
-    """Remove the directory this run ``created`` for a store (None: nothing to remove)."""
-    if created is not None and created.is_dir():
-        shutil.rmtree(created)
+def remove_if_created(created: list[Path]) -> None:
+    """Remove the directory or files this run ``created`` for a store (:func:`fresh_paths`)."""
+    for path in created:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _holds_segments(store: Store) -> bool:

@@ -135,8 +135,9 @@ class _Step:
 
     def apply(self, cluster: Sequence[Member]) -> int:
         """Drafts applied for the still-active members of a planned cluster; none once a purge
-        of the user committed since the members were read: before the operator's call (the members
-        may hold purged text, which no operator may see) or during it (its answer may restate it)."""
+        of the user committed since the members were read, as read just before the operator's call
+        (the members may hold purged text, which no operator may see; a purge committing between
+        that read and the call's request is not seen) and after it (its answer may restate it)."""
         if len(cluster) < 2:
             return 0  # applied before a crash, or archived meanwhile by a retried extraction
         if self._purged(cluster):

@@ -255,11 +255,10 @@ class Purge(SQLitePart):
             _drop_cached(db, user, texts)
         self.compact()
 
-    def compact_owed(self) -> bool:
-        """:meth:`compact` if a purge owes it; whether none is owed now."""
+    def compact_owed(self) -> None:
+        """:meth:`compact` if a purge owes it."""
         if self._db.execute("SELECT 1 FROM meta WHERE key = ?", (COMPACTION_OWED,)).fetchone():
-            return self.compact()
-        return True
+            self.compact()
 
     def compact(self) -> bool:
         """Leave no deleted data in the store's files: rewrite the FTS5 index without deleted terms,
@@ -277,11 +276,10 @@ class Purge(SQLitePart):
             finally:
                 db.execute(f"PRAGMA busy_timeout = {round(BUSY_TIMEOUT_S * 1000)}")
         self.kept_by_reader = bool(busy)
-        if busy:
-            return False
-        with self._transaction() as db:
-            db.execute("DELETE FROM meta WHERE key = ?", (COMPACTION_OWED,))
-        return True
+        if not busy:
+            with self._transaction() as db:
+                db.execute("DELETE FROM meta WHERE key = ?", (COMPACTION_OWED,))
+        return not busy
 
     @staticmethod
     def _rows(db: sqlite3.Connection, sql: str, column: str, values: Sequence[object],

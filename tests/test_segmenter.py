@@ -25,6 +25,7 @@ from retrieval.ingestion.segmenter import (
     robust_z,
 )
 from retrieval.memory.records import Exchange, Turn
+from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 
 WHEN = datetime(2023, 5, 8, 13, 56)
 
@@ -101,6 +102,24 @@ def test_cohesion_is_mean_cosine_to_centroid():
 def test_count_tokens_is_words_times_1_3_rounded_up():
     assert count_tokens("one two three") == 4
     assert count_tokens(words(10)) == 13
+
+
+def test_text_written_without_spaces_counts_a_token_a_character():
+    """A Chinese or Thai sentence is one whitespace "word": its characters count, so the token
+    limits cut its segments as they cut English ones."""
+    assert count_tokens("我昨天去北京看了长城") == 10
+    assert count_tokens("我们 went to 北京 yesterday") == 4 + 4  # 3 words x 1.3 rounded up, 4 characters
+    assert count_tokens("สวัสดีครับ") == 10
+
+
+def test_a_chinese_segment_is_cut_by_the_token_limits(tmp_path):
+    from retrieval import Memory
+
+    text = "我昨天和我的朋友去北京看了长城，天气很好。" * 30  # 630 characters, one whitespace word
+    with Memory.open(tmp_path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter()) as memory:
+        memory.add([{"speaker": "AB"[i % 2], "text": text} for i in range(8)], user_id="u", session_id="s")
+        memory.flush(user_id="u", session_id="s")
+        assert max(len(segment.turn_ids) for segment in memory.store.segments("u")) <= 2
 
 
 # -- eq. 4 on crafted embeddings --------------------------------------------------------------

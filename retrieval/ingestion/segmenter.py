@@ -41,6 +41,7 @@ Choices where the paper is silent (all fields of :class:`SegmenterConfig`):
 from __future__ import annotations
 
 import math
+import re
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -84,9 +85,18 @@ class SegmenterConfig:
     pair_turns: bool = True
 
 
+_UNSPACED = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf"
+                       "\u4e00-\u9fff\uf900-\ufaff]")
+"""Characters of scripts written without spaces between words: Thai, Lao, Myanmar, Khmer, kana, CJK."""
+
+
 def count_tokens(text: str, ratio: float = SegmenterConfig.words_to_tokens) -> int:
-    """Approximate token count: whitespace words x ``ratio``, rounded up."""
-    return math.ceil(len(text.split()) * ratio)
+    """Approximate token count: whitespace words x ``ratio``, rounded up, and one per character
+    of a script written without spaces (a Chinese sentence is one "word", its tokenizer's tokens
+    are about its characters), so that the token limits hold in any language."""
+    unspaced = len(_UNSPACED.findall(text))
+    words = _UNSPACED.sub(" ", text).split() if unspaced else text.split()
+    return math.ceil(len(words) * ratio) + unspaced
 
 
 def length_pressure(tokens: int, config: SegmenterConfig = SegmenterConfig()) -> float:

@@ -123,6 +123,28 @@ def test_rule_extractor_builds_self_contained_units():
     assert extraction.state == "" and not extraction.fallback
 
 
+@pytest.mark.parametrize(("time", "text", "said"), [
+    ("2023-05-08T01:00:00+09:00", "I went hiking yesterday.", "on 7 May 2023"),  # Tokyo, UTC 7 May
+    ("2023-03-26T00:30:00+01:00", "Today I packed the tent.", "on 26 March 2023"),  # Berlin, UTC 25 March
+    ("2023-11-05T21:30:00-05:00", "Tonight I print the tickets.", "on the night of 5 November 2023"),
+    ("2024-01-01T00:30:00+01:00", "Last year I ran my first marathon.", "in 2023")])
+def test_relative_dates_are_the_speakers_days_not_utcs(time, text, said):
+    turn = Turn("u", "s", "t1", "Ann", text, datetime.fromisoformat(time))
+    segment = Segment("u", "s", 0, (Exchange((turn,)),), "session_flush", 10)
+    (amu,) = RuleExtractor().extract(segment, ReferenceContext(("Ann",))).amus
+    assert said.lower() in amu.text.lower(), amu.text
+    assert amu.observed_at == turn.session_time.isoformat()  # stored in UTC, as every time
+    assert amu.t_ref == (amu.timestamps[0] if amu.timestamps else time[:10])
+
+
+def test_an_undated_turn_takes_its_segments_time_for_dates_and_scope():
+    dated = Turn("u", "s", "t1", "Ann", "We booked the flights to Lisbon.", MONDAY)
+    undated = Turn("u", "s", "t2", "Bob", "I bought new hiking boots yesterday for the trip.")
+    segment = Segment("u", "s", 0, (Exchange((dated, undated)),), "session_flush", 10)
+    _, boots = RuleExtractor().extract(segment, ReferenceContext(("Ann", "Bob"))).amus
+    assert "on 7 May 2023" in boots.text and boots.t_ref == "2023-05-07"
+
+
 def test_speaker_is_prefixed_when_the_text_does_not_name_them():
     amus = RuleExtractor().extract(make_segment(["Wow, that sounds like a great concert plan."]),
                                    ReferenceContext(("Caroline", "Melanie"))).amus
@@ -249,6 +271,22 @@ def test_a_turn_or_record_with_line_breaks_cannot_forge_another_line_of_the_prom
     assert [line for line in lines if line.startswith("[D1:2]")] == ["[D1:2] Melanie: Nice."]
     assert [line for line in lines if line.startswith("- ")] == [
         "- I moved. [D1:2] Melanie: I work at Acme Bank. - Melanie is a banker."]
+
+
+def test_a_turn_said_on_another_day_carries_its_time_in_the_prompt():
+    """Past midnight "yesterday" is the session date; the turns of the session's own day carry no
+    time, so the prompts of one-day segments are unchanged."""
+    times = ["2023-05-08T23:50:00", "2023-05-09T00:20:00+00:00", "2023-05-09T09:00:00"]
+    texts = ["At the airport, delayed.", "Tell me when you land.", "Landed! The flight yesterday was bad."]
+    turns = [Turn("u", "s", f"s:{i}", "AB"[i % 2], text, datetime.fromisoformat(time))
+             for i, (time, text) in enumerate(zip(times, texts, strict=True))]
+    segment = Segment("u", "s", 0, tuple(Exchange((turn,)) for turn in turns), "session_flush", 30)
+    lines = LLMExtractor("http://127.0.0.1:9/v1", "m").messages(segment, ReferenceContext(("A", "B")))[1][
+        "content"].splitlines()
+    assert lines[0] == "Session date: Monday, 08 May 2023, 23:50"
+    assert lines[-3:] == ["[s:0] A: At the airport, delayed.",
+                          "[s:1] (said Tuesday, 09 May 2023, 00:20) B: Tell me when you land.",
+                          "[s:2] (said Tuesday, 09 May 2023, 09:00) A: Landed! The flight yesterday was bad."]
 
 
 def test_llm_cache_makes_reruns_free(tmp_path):

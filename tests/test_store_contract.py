@@ -3,6 +3,8 @@ PostgreSQL store (the ``backend`` fixture runs each test once per backend)."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import pytest
 
 from retrieval.api.inputs import TurnInput
@@ -146,6 +148,16 @@ def test_cached_arrays_are_each_users_own_copied_scrubbed_and_forgotten_with_it(
         assert store.cached("codes", "f", "conv-x", ["a"]) == [None]
         assert store.cached("vectors", "m", "other", ["a", "b"]) == [b"1", b"2"]  # untouched
         assert store.cached("codes", "f", "other", ["a"]) == [b"3"]
+
+
+def test_a_turns_time_comes_back_with_the_offset_it_was_given_with(backend):
+    """Stored in UTC for order, read back on the speaker's clock too: the same turn."""
+    given = datetime.fromisoformat("2023-05-08T01:00:00+09:00")
+    with backend.open() as store:
+        (stored,) = store.append_turns("u", [Turn("u", "s1", "s1:1", "Ann", "hi", given)])
+        (read,) = store.turns("u")
+    assert read == stored and read.session_time == datetime(2023, 5, 7, 16, 0)
+    assert read.local_time == datetime(2023, 5, 8, 1, 0) and read.utc_offset == timedelta(hours=9)
 
 
 def test_the_turn_log_idempotency_keys_and_the_backlog(backend):

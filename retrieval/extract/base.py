@@ -82,8 +82,9 @@ class Extractor(Protocol):
 
 
 def session_time(segment: Segment) -> datetime | None:
-    """When the segment was said: its first dated turn's time (None when no turn has one)."""
-    return next((turn.session_time for turn in segment.turns if turn.session_time is not None), None)
+    """When the segment was said, on the speaker's clock: its first dated turn's local time (None
+    when no turn has one)."""
+    return next((turn.local_time for turn in segment.turns if turn.local_time is not None), None)
 
 
 def make_amu(segment: Segment, index: int, text: str, memory_type: str, turns: Sequence[Turn], *,
@@ -92,8 +93,8 @@ def make_amu(segment: Segment, index: int, text: str, memory_type: str, turns: S
     """The AMU of one extracted record, stated when the last of its ``turns`` was (else when the
     segment was). Without an explicit ``t_ref`` the record refers to the day it was stated: every
     record has a temporal scope when its turns or its segment are dated."""
-    stated = [turn.session_time for turn in turns if turn.session_time is not None]
-    when = max(stated) if stated else session_time(segment)
+    stated = _stated(turns, segment)
+    when, local = (None, None) if stated is None else (stated.session_time, stated.local_time)
     return AMU(
         id=amu_id(segment.user_id, segment.seq, index),
         text=text,
@@ -104,10 +105,19 @@ def make_amu(segment: Segment, index: int, text: str, memory_type: str, turns: S
         timestamps=tuple(timestamps),
         entities=tuple(entities),
         tags=tuple(tags),
-        t_ref=t_ref or (when.date().isoformat() if when else None),
+        t_ref=t_ref or (local.date().isoformat() if local else None),
         valid_from=valid_from,
         valid_to=valid_to,
     )
+
+
+def _stated(turns: Sequence[Turn], segment: Segment) -> Turn | None:
+    """The turn whose time a record takes: the last dated of its turns, else the segment's first
+    dated turn (None when no turn is dated)."""
+    dated = [turn for turn in turns if turn.session_time is not None]
+    if dated:
+        return max(dated, key=lambda turn: turn.session_time or datetime.min)
+    return next((turn for turn in segment.turns if turn.session_time is not None), None)
 
 
 def raw_turn_amus(segment: Segment) -> list[AMU]:

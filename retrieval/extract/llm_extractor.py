@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 from jsonschema import Draft202012Validator
 
 from retrieval.extract.base import Extraction, ReferenceContext, make_amu, raw_turn_amus, session_time
 from retrieval.llm_client import InvalidResponse, LLMRole, json_answer, one_line
-from retrieval.memory.records import MEMORY_TYPES, AMUValidationError, Segment
+from retrieval.memory.records import MEMORY_TYPES, AMUValidationError, Segment, Turn
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +71,10 @@ class LLMExtractor(LLMRole):
         return Extraction(raw_turn_amus(segment), state=context.disambiguation, fallback=True)
 
     def messages(self, segment: Segment, context: ReferenceContext) -> list[dict[str, str]]:
-        """The chat messages for one segment (system instructions, then date, context, turns)."""
+        """The chat messages for one segment (system instructions, then date, context, turns). A
+        turn said on another day than the session date (past midnight, out of order) carries its
+        own time, "(said ...)", to resolve its relative dates against; the others carry none, so
+        the prompts of segments within one day are what they were."""
         when = session_time(segment)
         lines = [f"Session date: {when:%A, %d %B %Y, %H:%M}" if when else "Session date: unknown"]
         if context.participants:
@@ -79,7 +83,7 @@ class LLMExtractor(LLMRole):
         if reference:
             lines += ["", "Reference context (read-only):", reference]
         lines += ["", "Segment turns:"]
-        lines += [f"[{turn.turn_id}] {one_line(turn.render())}" for turn in segment.turns]
+        lines += [f"[{turn.turn_id}]{_said(turn, when)} {one_line(turn.render())}" for turn in segment.turns]
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
 
     @staticmethod
@@ -121,3 +125,11 @@ class LLMExtractor(LLMRole):
         except AMUValidationError as err:
             raise InvalidResponse(str(err)) from None
         return Extraction(amus, state=answer.get("disambiguation", ""))
+
+
+def _said(turn: Turn, session: datetime | None) -> str:
+    """`` (said <its time>)`` for a turn said on another day than ``session``, else nothing."""
+    local = turn.local_time
+    if local is None or session is None or local.date() == session.date():
+        return ""
+    return f" (said {local:%A, %d %B %Y, %H:%M})"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence, Set
 
-from retrieval.extract.base import Extraction, ReferenceContext, make_amu
+from retrieval.extract.base import Extraction, ReferenceContext, make_amu, session_time
 from retrieval.extract.dates import MONTHS, WEEKDAYS, dated_absolutes, resolve_dates
 from retrieval.extract.pronouns import mentions, resolve_pronouns
 from retrieval.index.stopwords import STOPWORDS
@@ -187,7 +187,7 @@ class RuleExtractor:
         for turn in turns:
             if not is_informative(turn, participants):
                 continue
-            text, resolved = resolve_dates(turn.text, turn.session_time)
+            text, resolved = resolve_dates(turn.text, turn.local_time or session_time(segment))
             dated = [(date.value, date.preposition) for date in resolved if date.value is not None]
             unresolved += len(resolved) - len(dated)
             dated += list(dated_absolutes(turn.text).items())

@@ -3,8 +3,9 @@
     {"session_id": "s1", "session_time": "2023-05-08T13:56:00", "speaker": "Caroline",
      "turn_id": "D1:1", "text": "Hey Mel!"}
 
-``session_time`` is ISO 8601 (relative dates are resolved against it); one with an offset is
-converted to UTC, one without is taken as written (:class:`retrieval.memory.records.Turn`). Optional fields:
+``session_time`` is ISO 8601 (relative dates are resolved against it, on the speaker's clock); one
+with an offset is converted to UTC, its offset kept, one without is taken as written
+(:class:`retrieval.memory.records.Turn`). Optional fields:
 ``conversation_id`` (default: the file name without extension) and ``image_caption``.
 Blank lines are ignored; every error names the file and line.
 """
@@ -69,7 +70,8 @@ def read_turns_jsonl(path: str | Path) -> list[Turn]:
         user_id = row.get("conversation_id") or path.stem
         session = (user_id, row["session_id"])
         try:
-            session_time = naive_utc(datetime.fromisoformat(row["session_time"]))
+            given = datetime.fromisoformat(row["session_time"])
+            session_time = naive_utc(given)
         except (ValueError, OverflowError):
             raise InputFormatError(f"{where}: field 'session_time': {row['session_time']!r} is not an "
                                    "ISO 8601 datetime between years 1 and 9999 (UTC)") from None
@@ -84,5 +86,5 @@ def read_turns_jsonl(path: str | Path) -> list[Turn]:
         seen_turns.add((user_id, row["turn_id"]))
         current[user_id] = session
         turns.append(Turn(user_id, row["session_id"], row["turn_id"], row["speaker"], row["text"],
-                          session_time, row.get("image_caption") or None))
+                          given, row.get("image_caption") or None))
     return turns

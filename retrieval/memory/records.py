@@ -9,7 +9,7 @@ raw context can always be recovered.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -52,10 +52,12 @@ def shown(value: Any) -> str:
 class Turn:
     """One raw dialogue turn, as ingested and as stored for source-pointer lookups.
 
-    ``session_time`` is naive and read as UTC: a time with an offset is converted to UTC and
-    its offset dropped on construction (``13:56+02:00`` -> ``11:56``), a naive one is taken as
-    written. One rule for every loader, so that sessions with and without offsets compare (the
-    same rule as AMU time values, :func:`retrieval.memory.times.time_interval`).
+    ``session_time`` is naive and read as UTC: a time with an offset is converted to UTC on
+    construction (``13:56+02:00`` -> ``11:56``), a naive one is taken as written. One rule for
+    every loader, so that sessions with and without offsets compare (the same rule as AMU time
+    values, :func:`retrieval.memory.times.time_interval`). The offset is kept (``utc_offset``) and
+    stored with the time (:meth:`stored_time`): "yesterday" is the day before the speaker's own
+    date (:attr:`local_time`), which is not always the UTC one.
     """
 
     user_id: str
@@ -65,10 +67,27 @@ class Turn:
     text: str
     session_time: datetime | None = None
     image_caption: str | None = None
+    utc_offset: timedelta | None = None
 
     def __post_init__(self) -> None:
         if self.session_time is not None and self.session_time.tzinfo is not None:
+            object.__setattr__(self, "utc_offset", self.session_time.utcoffset())
             object.__setattr__(self, "session_time", naive_utc(self.session_time))
+
+    @property
+    def local_time(self) -> datetime | None:
+        """The time on the speaker's clock: ``session_time`` in the offset it was given with."""
+        if self.session_time is None or self.utc_offset is None:
+            return self.session_time
+        return self.session_time + self.utc_offset
+
+    def stored_time(self) -> str | None:
+        """The time as the store keeps it: ISO 8601 in the offset it was given with (read back, it
+        makes the same turn)."""
+        local = self.local_time
+        if local is None or self.utc_offset is None:
+            return None if local is None else local.isoformat()
+        return local.replace(tzinfo=timezone(self.utc_offset)).isoformat()
 
     def render(self) -> str:
         """``"Speaker: text [shares an image: caption]"``: the raw-turn form used for embedding,

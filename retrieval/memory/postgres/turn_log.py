@@ -21,7 +21,7 @@ def insert_turns(conn: Connection, turns: Sequence[Turn]) -> None:
         "INSERT INTO turns (user_id, session_id, turn_id, speaker, text, session_time, image_caption) "
         "VALUES (%s, %s, %s, %s, %s, %s, %s)",
         [(t.user_id, t.session_id, t.turn_id, t.speaker, t.text,
-          t.session_time.isoformat() if t.session_time else None, t.image_caption) for t in turns])
+          t.stored_time(), t.image_caption) for t in turns])
 
 
 class TurnLog:

@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.arguments import within
 from benchmarks.floor import BareEncoder, measure_floor
 from benchmarks.paths import FINGERPRINTER, default_locomo, missing_locomo
 from benchmarks.postgres import labelled, ratio_goals, with_sqlite_ratio
@@ -270,12 +271,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="the LoCoMo dev file (default: $ISQ_LOCOMO, else ../shared/data/locomo/)")
     parser.add_argument("--fingerprinter", type=Path, default=FINGERPRINTER)
     parser.add_argument("--embedder", default=MINILM_ALIAS)
-    parser.add_argument("--add-turns", type=int, default=0,
-                        help="turns to add (default: the first conversation's)")
-    parser.add_argument("--sizes", type=int, nargs="*", default=[1000, 10000, 100000],
+    parser.add_argument("--add-turns", type=within(int, 0), default=0,
+                        help="turns to add (default, 0: the first conversation's)")
+    parser.add_argument("--sizes", type=within(int, 1), nargs="*", default=[1000, 10000, 100000],
                         help="AMUs in one user")
-    parser.add_argument("--users", type=int, default=1000, help="users of 100 AMUs each (0: skip)")
-    parser.add_argument("--searches", type=int, default=200, help="timed searches per memory")
+    parser.add_argument("--users", type=within(int, 0), default=1000, help="users of 100 AMUs each (0: skip)")
+    parser.add_argument("--searches", type=within(int, 1), default=200, help="timed searches per memory")
     parser.add_argument("--json", help="write the figures to this JSON file")
     parser.add_argument("--database", type=database_url,
                         help="also build each search memory in this (empty) PostgreSQL database, right "
@@ -283,6 +284,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if (problem := missing_locomo(args.locomo)) is not None:
         parser.error(problem)
+    if not args.fingerprinter.is_dir():
+        parser.error(f"--fingerprinter {args.fingerprinter}: not a directory (an exported fingerprinter)")
+    memories = {f"1x{size}": {"user": size} for size in dict.fromkeys(args.sizes)}
+    if args.users:
+        if f"{args.users}x100" in memories:
+            parser.error(f"--users {args.users} would be the memory of --sizes 100 again ({args.users}x100)")
+        memories[f"{args.users}x100"] = {f"user{i}": 100 for i in range(args.users)}
     conversations = load_locomo(args.locomo)
     queries = [q.question for c in conversations for q in c.questions]
     encoder = BareEncoder(args.embedder)
@@ -299,9 +307,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"add: {add['turns']} turns, p50 {add['p50_ms']:.1f} ms, p99 {add['p99_ms']:.1f} ms "
               f"({add['p99_ratio_to_floor']:.2f}x floor); ingest {add['ingest_turns_per_s']:.2f} turns/s, "
               f"batch floor {add['floor_turns_per_s']:.2f}: {add['ingest_ratio_to_floor']:.3f}x")
-        memories = {f"1x{size}": {"user": size} for size in args.sizes}
-        if args.users:
-            memories[f"{args.users}x100"] = {f"user{i}": 100 for i in range(args.users)}
         for label, users in memories.items():
             row = bench_search(Path(scratch) / label, users, queries, embedder, fingerprinter, args.searches,
                                floor_ms)

@@ -22,15 +22,17 @@ and time.
 4. ``--clients`` threads for ``--seconds``: each request picks a user at random; 80% search (a dev
    question, or one in five times another user's canary), 20% add one turn carrying a canary
    unique to its user. Every hit must carry the requesting user's id prefix and no other user's
-   canary (else a leak); any non-200 answer or transport failure is an error.
+   canary (else a leak); a non-200 answer, a transport failure, a body that is not the route's
+   and an add whose answer does not acknowledge the turn sent are errors: counted, never timed.
 5. SIGTERM (the server drains), then the store is read: every acknowledged add must be stored
    exactly once (lost, duplicated).
 
 Figures: ``prefill_s`` (the first user's build ``seed_s`` plus the copies' ``copy_s``),
-throughput, p50/p95/p99 per route, where a search's time went (medians of the response's
-``Server-Timing`` parts: encode, routes, fusion, wait, serialise, queue, respond, and the rest
-outside the app: connection, uvicorn and client; null when the server sends no such header),
-errors, lost, duplicated, leaks, the p50 ratio. Goals, written beside their figures and summed up
+throughput and p50/p95/p99 per route over the good answers, where a search's time went (medians
+of the response's ``Server-Timing`` parts: encode, routes, fusion, wait, serialise, queue,
+respond, and the rest outside the app: connection, uvicorn and client; null when the server sends
+no such header), errors, lost, duplicated, leaks (each null, not measured, when no request, no
+search or no add was answered), the p50 ratio. Goals, written beside their figures and summed up
 in ``goals_met``: search p99 <= 10x floor, throughput >= 0.4x ceiling, 0 errors, lost, duplicated
 and leaks, HTTP p50 <= 1.5x in-process. The codebook route is on by default (the committed
 fingerprinter, as shipped). The client threads share the machine with the server (and, on the
@@ -47,6 +49,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -67,6 +70,7 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/bench_servic
 if __name__ == "__main__":
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from benchmarks.arguments import within  # noqa: E402
 from benchmarks.floor import BareEncoder, measure_ceiling, measure_floor  # noqa: E402
 from benchmarks.paths import FINGERPRINTER, default_locomo, missing_locomo  # noqa: E402
 from benchmarks.prefill import prefill, user_name  # noqa: E402
@@ -83,6 +87,7 @@ from benchmarks.timing import (  # noqa: E402
     with_ratios,
     write_json,
 )
+from retrieval.api.limits import MAX_K  # noqa: E402
 from retrieval.eval.construction import database_url  # noqa: E402
 from retrieval.service.timing import RETRIEVAL_PHASES, SERVICE_PARTS  # noqa: E402
 
@@ -203,21 +208,37 @@ def client_loop(args: argparse.Namespace, client: int, url: str, keys: dict[str,
             began = time.perf_counter()
             try:
                 response = http.post(path, json=body, headers=bearer(keys[user]))
+                error, leaks = answered(route, response, user, body, args.users)
             except httpx.TransportError as err:
-                with log.lock:
-                    log.errors[f"{route}: {type(err).__name__}"] += 1
-                continue
+                error, leaks = f"{route}: {type(err).__name__}", []
             elapsed = time.perf_counter() - began
             with log.lock:
+                if error is not None:
+                    log.errors[error] += 1
+                    continue
                 log.latencies[route].append(elapsed)
                 log.parts[route].append(parse_server_timing(response.headers.get("server-timing")))
-                if response.status_code != 200:
-                    log.errors[f"{route}: {response.status_code}"] += 1
-                elif searching:
-                    log.leaks += check_hits(user, response.json()["hits"], args.users)
-                else:
-                    log.acknowledged[user] += response.json()["turn_ids"]
+                log.leaks += leaks
+                if not searching:
+                    log.acknowledged[user].append(turn["turn_id"])
                     log.canaries[user].append(mark)
+
+
+def answered(route: str, response: httpx.Response, user: str, sent: dict[str, Any],
+             users: int) -> tuple[str | None, list[str]]:
+    """An answer's error (its kind; None for a good answer) and the leaks in it: a status other
+    than 200, a body that is not the route's, an add that does not acknowledge the turn sent (it
+    would go unchecked for loss)."""
+    if response.status_code != 200:
+        return f"{route}: {response.status_code}", []
+    try:
+        body = response.json()
+        if route == "search":
+            return None, check_hits(user, body["hits"], users)
+        acknowledged = sent["turns"][0]["turn_id"] in body["turn_ids"]
+        return (None, []) if acknowledged else ("add: not acknowledged", [])
+    except (ValueError, LookupError, TypeError, AttributeError) as err:
+        return f"{route}: malformed answer ({type(err).__name__})", []
 
 
 def run_load(args: argparse.Namespace, urls: Sequence[str], keys: dict[str, str],
@@ -239,8 +260,9 @@ def run_load(args: argparse.Namespace, urls: Sequence[str], keys: dict[str, str]
     return log, seconds
 
 
-def verify(store: Path | str, log: LoadLog) -> dict[str, int]:
-    """Every acknowledged add stored exactly once (read after the servers exited)."""
+def verify(store: Path | str, log: LoadLog) -> dict[str, int | None]:
+    """Every acknowledged add stored exactly once (read after the servers exited); lost and
+    duplicated are None (not measured) when no add was acknowledged."""
     from retrieval.memory.backends import open_store
 
     lost = duplicated = 0
@@ -249,20 +271,26 @@ def verify(store: Path | str, log: LoadLog) -> dict[str, int]:
             stored = Counter(turn.turn_id for turn in reader.turns(user) if turn.turn_id.startswith("load-"))
             lost += sum(1 for turn_id in turn_ids if stored[turn_id] == 0)
             duplicated += sum(1 for turn_id in turn_ids if stored[turn_id] > 1)
-    return {"acknowledged_adds": sum(map(len, log.acknowledged.values())), "lost": lost,
-            "duplicated": duplicated}
+    acknowledged = sum(map(len, log.acknowledged.values()))
+    return {"acknowledged_adds": acknowledged, "lost": lost if acknowledged else None,
+            "duplicated": duplicated if acknowledged else None}
 
 
 def summary(log: LoadLog, seconds: float, floor_ms: float, ceiling_rps: float) -> dict[str, Any]:
+    """The load's figures: throughput and latencies of the good answers (an error is counted
+    apart, never timed), errors and leaks (None, not measured, when no request or no search was
+    answered)."""
     routes = {route: {"requests": len(times), "per_s": len(times) / seconds,
                       **with_ratios(percentiles(times), floor_ms),
                       "split": with_ratios(split_medians(log.parts[route], times, SERVER_PARTS, "outside"),
                                            floor_ms)}
               for route, times in sorted(log.latencies.items())}
-    per_s = log.requests / seconds
-    return {"seconds": seconds, "requests": log.requests, "per_s": per_s,
+    good = sum(map(len, log.latencies.values()))
+    per_s = good / seconds
+    return {"seconds": seconds, "requests": log.requests, "answered": good, "per_s": per_s,
             "per_s_ratio_to_ceiling": per_s / ceiling_rps, "routes": routes,
-            "errors": sum(log.errors.values()), "error_kinds": dict(log.errors), "leaks": len(log.leaks),
+            "errors": sum(log.errors.values()) if log.requests else None, "error_kinds": dict(log.errors),
+            "leaks": len(log.leaks) if log.latencies.get("search") else None,
             "leak_examples": log.leaks[:5], "full_collections": log.full_collections}
 
 
@@ -289,8 +317,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         keys = {user_name(n): key_store.create(user_name(n)) for n in range(args.users)}
         key_store.close()
         server = Server(store, *(("--fingerprinter", str(args.fingerprinter)) if args.fingerprinter else ()))
-        server.start()
         try:
+            server.start()
             warm_s = warm_up(server.url, keys, asked)
             compared = compare_in_process(args, store, server.url, keys, asked)
             log, seconds = run_load(args, [server.url], keys, asked)
@@ -344,6 +372,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if (problem := missing_locomo(args.locomo)) is not None:
         parser.error(problem)
+    if args.fingerprinter is not None and not args.fingerprinter.is_dir():
+        parser.error(f"--fingerprinter {args.fingerprinter}: not a directory (an exported fingerprinter)")
+    # SIGTERM (timeout's) exits through the finally blocks that stop the servers
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     if args.prefill_only:
         print(prefill(args))
         return
@@ -355,14 +387,14 @@ def main(argv: list[str] | None = None) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--users", type=int, default=100)
-    parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--max-requests", type=int, default=200_000,
+    parser.add_argument("--users", type=within(int, 1), default=100)
+    parser.add_argument("--clients", type=within(int, 1), default=16)
+    parser.add_argument("--seconds", type=within(float, 0.1), default=60.0)
+    parser.add_argument("--max-requests", type=within(int, 1), default=200_000,
                         help="a bound on requests, whatever the time")
-    parser.add_argument("--search-share", type=float, default=0.8)
-    parser.add_argument("-k", dest="k", type=int, default=10)
-    parser.add_argument("--compare-queries", type=int, default=100,
+    parser.add_argument("--search-share", type=within(float, 0, 1), default=0.8)
+    parser.add_argument("-k", dest="k", type=within(int, 1, MAX_K), default=10)
+    parser.add_argument("--compare-queries", type=within(int, 1), default=100,
                         help="searches of the in-process comparison")
     parser.add_argument("--locomo", type=Path, default=default_locomo(),
                         help="the LoCoMo dev file (default: $ISQ_LOCOMO, else ../shared/data/locomo/)")

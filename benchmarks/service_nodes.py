@@ -59,7 +59,7 @@ def database_copy(template: str) -> Iterator[str]:
 
 
 def serve_and_load(args: argparse.Namespace, template: str, nodes: int, load: Load,
-                   check: Callable[[str, Any], dict[str, int]],
+                   check: Callable[[str, Any], dict[str, int | None]],
                    keys_for: Callable[[str], dict[str, str]]) -> dict[str, Any]:
     """``nodes`` server processes over a fresh copy of the pre-filled database with the keys of
     ``keys_for(database)``, loaded by ``load(urls, keys)`` (its figures and client log); once the

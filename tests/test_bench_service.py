@@ -9,9 +9,19 @@ import json
 import os
 from pathlib import Path
 
+import httpx
 import pytest
 
-from benchmarks.bench_service import _parser, canary, check_hits, parse_server_timing
+from benchmarks.bench_service import (
+    LoadLog,
+    _parser,
+    answered,
+    canary,
+    check_hits,
+    parse_server_timing,
+    summary,
+    verify,
+)
 from benchmarks.prefill import user_name
 
 
@@ -96,3 +106,46 @@ def test_a_prefilled_store_is_reused_whatever_path_names_its_files(tmp_path) -> 
     args = argparse.Namespace(users=3, locomo=locomo, fingerprinter=relative,
                               prefilled=tmp_path / "prefilled")
     assert prefill(args)["reused"] and (tmp_path / "prefilled" / PREFILL_MARK).is_file()
+
+
+def _answer(status: int, body: object) -> httpx.Response:
+    content = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    return httpx.Response(status, content=content, headers={"content-type": "application/json"})
+
+
+def test_an_answer_counts_only_when_it_is_the_routes_and_acknowledges_the_turn_sent() -> None:
+    """An add whose 200 does not name the turn sent would go unchecked for loss; a body that is
+    not the route's (a proxy's page) is an error, not a dead client thread."""
+    sent = {"turns": [{"speaker": "Load", "text": "note", "turn_id": "load-0-1"}]}
+    assert answered("add", _answer(200, {"turn_ids": ["load-0-1"]}), "u000", sent, 2) == (None, [])
+    assert answered("add", _answer(200, {"turn_ids": [], "duplicates": ["load-0-1"]}), "u000", sent, 2) == (
+        "add: not acknowledged", [])
+    assert answered("add", _answer(503, {"error": "busy"}), "u000", sent, 2) == ("add: 503", [])
+    assert answered("search", _answer(200, "<html>proxy error</html>"), "u000", {}, 2) == (
+        "search: malformed answer (JSONDecodeError)", [])
+    nothing = answered("search", _answer(200, {"hits": None}), "u000", {}, 2)
+    assert nothing == ("search: malformed answer (TypeError)", [])
+    leak = answered("search", _answer(200, {"hits": [{"id": "u001:0:1", "text": "x"}]}), "u000", {}, 2)
+    assert leak == (None, ["u000 got hit u001:0:1"])
+
+
+def test_only_good_answers_are_timed_and_goals_are_not_measured_without_them(tmp_path) -> None:
+    from retrieval.memory.store import AMUStore
+
+    log = LoadLog()
+    log.requests, log.errors["search: 503"] = 3, 3
+    figures = summary(log, 1.0, floor_ms=10.0, ceiling_rps=100.0)
+    assert (figures["answered"], figures["per_s"], figures["errors"], figures["leaks"]) == (0, 0.0, 3, None)
+    assert summary(LoadLog(), 1.0, floor_ms=10.0, ceiling_rps=100.0)["errors"] is None
+    AMUStore(tmp_path).close()
+    assert verify(tmp_path, log) == {"acknowledged_adds": 0, "lost": None, "duplicated": None}
+    log.acknowledged["u000"].append("load-0-1")
+    assert verify(tmp_path, log) == {"acknowledged_adds": 1, "lost": 1, "duplicated": 0}
+
+
+@pytest.mark.parametrize("argv", [["--users", "0"], ["--clients", "-1"], ["-k", "0"], ["-k", "101"],
+                                  ["--search-share", "1.5"], ["--compare-queries", "0"], ["--seconds", "x"]])
+def test_bad_arguments_are_one_error_line(argv, capsys) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        _parser().parse_args(argv)
+    assert stopped.value.code == 2 and "error: argument" in capsys.readouterr().err

@@ -140,3 +140,18 @@ def test_the_locomo_standin_renames_every_copy(tmp_path) -> None:
             == {"speaker": "Clara", "dia_id": "D1:1", "text": "Hi Dev"})
     assert copies[0]["qa"][0]["question"] == "Where did Ana go?"
     assert standin_main(["--locomo", str(tmp_path / "absent.json"), "--out", str(tmp_path / "x.json")]) == 2
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--sizes", "0"], "argument --sizes: expected a whole number at least 1, got '0'"),
+    (["--add-turns", "-6"], "argument --add-turns"), (["--searches", "0"], "argument --searches"),
+    (["--users", "-1"], "argument --users"),
+    (["--sizes", "100", "--users", "1"], "--users 1 would be the memory of --sizes 100 again (1x100)"),
+    (["--fingerprinter", "nowhere"], "--fingerprinter nowhere: not a directory")])
+def test_bench_memory_refuses_bad_arguments_before_any_work(argv, says, tmp_path, capsys) -> None:
+    from benchmarks import bench_memory
+    from tests.test_evaluate import write_locomo
+
+    with pytest.raises(SystemExit) as stopped:
+        bench_memory.main(["--locomo", str(write_locomo(tmp_path / "locomo.json")), *argv])
+    assert stopped.value.code == 2 and says in capsys.readouterr().err

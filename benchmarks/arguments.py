@@ -1,0 +1,22 @@
+"""Command-line argument types of the benchmarks: a bad value is one ``error:`` line from argparse
+before any work starts, not a traceback minutes into a run."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+
+def within(kind: type[int] | type[float], low: float, high: float = float("inf")) -> Callable[[str], float]:
+    """An argument of ``kind`` (int or float) from ``low`` to ``high``, both included."""
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            bounds = f"at least {low:g}" if high == float("inf") else f"from {low:g} to {high:g}"
+            raise argparse.ArgumentTypeError(f"expected {'a whole number' if kind is int else 'a number'} "
+                                             f"{bounds}, got {text!r}")
+        return value
+    return parse

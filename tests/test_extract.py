@@ -171,7 +171,8 @@ def test_informative_rule(text, caption, expected):
      ("the kids' 'garden' tour's end", ["kids", "garden", "tour", "end"]),
      ("It's Max's ball, O'Neil's too.", ["max", "ball", "o'neil"]),
      ("Pottery class in May, on Monday!", ["pottery", "class"]),
-     ("a b's x I'm", []), ("Ünïcode café naïve", ["ünïcode", "café", "naïve"])],
+     ("a b's x I'm", []), ("Ünïcode café naïve", ["ünïcode", "café", "naïve"]),
+     ("मैंने कल किताब खरीदी", ["मैंने", "कल", "किताब", "खरीदी"])],  # with their vowel signs
 )
 def test_content_words(text, expected):
     """Lower-cased words, a possessive 's dropped, apostrophes stripped, stopwords, month and day

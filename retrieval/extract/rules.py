@@ -11,6 +11,7 @@ from retrieval.extract.pronouns import mentions, resolve_pronouns
 from retrieval.index.stopwords import STOPWORDS
 from retrieval.llm_client import LLMUsage
 from retrieval.memory.records import AMU, Segment, Turn
+from retrieval.memory.scripts import MARKS, UNSPACED
 
 # Greetings, thanks and acknowledgements: a turn made only of these (plus names) carries no fact.
 _FILLERS = frozenset("""
@@ -34,15 +35,16 @@ take takes taking since ago week weeks weekend month months year today tonight t
 """.split())
 _VALID_FROM, _VALID_TO = frozenset(("since", "from")), frozenset(("until", "till", "by"))
 TAGS_PER_RECORD = 5
-_WORD = re.compile(r"[^\W\d_](?:[^\W\d_]|['’])*")
-"""A word: letters of any script (and inner apostrophes), so "café" and "гитару" are words."""
+_WORD = re.compile(rf"[^\W\d_](?:[^\W\d_]|[{MARKS}]|['’])*")
+"""A word: letters of any script with their combining marks (and inner apostrophes), so "café",
+"гитару" and "किताब" are words."""
 _POSSESSIVE = ("'s", "’s")
 """The endings of a possessive, dropped from a word (and from a name's last word)."""
 _UPPER = "[" + "".join(re.escape(chr(code)) for code in range(0x530) if chr(code).isupper()) + "]"
 """Capital letters of the Latin, Greek and Cyrillic scripts ("Émilie", "Łódź", "Олег")."""
 _PROPER = re.compile(rf"\b{_UPPER}[\w'’&\-]*(?:\s+{_UPPER}[\w'’&\-]*)*")
-_UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\u0e00-\u0e7f]")
-"""Letters of scripts written without spaces between words (kana, CJK ideographs, Thai)."""
+_UNSPACED = re.compile(f"[{UNSPACED}]")
+"""Letters of scripts written without spaces between words (:mod:`retrieval.memory.scripts`)."""
 UNSPACED_LETTERS = 4
 """How many such letters make a turn informative (its words cannot be counted)."""
 

@@ -50,6 +50,7 @@ import numpy as np
 
 from retrieval.memory.protocols import Embedder
 from retrieval.memory.records import Exchange, Segment, Turn
+from retrieval.memory.scripts import UNSPACED
 
 # Why a segment was finalized (Algorithm B.1).
 SEMANTIC_BOUNDARY = "semantic_boundary"
@@ -85,9 +86,8 @@ class SegmenterConfig:
     pair_turns: bool = True
 
 
-_UNSPACED = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf"
-                       "\u4e00-\u9fff\uf900-\ufaff]")
-"""Characters of scripts written without spaces between words: Thai, Lao, Myanmar, Khmer, kana, CJK."""
+_UNSPACED = re.compile(f"[{UNSPACED}]")
+"""Characters of scripts written without spaces between words (:mod:`retrieval.memory.scripts`)."""
 
 
 def count_tokens(text: str, ratio: float = SegmenterConfig.words_to_tokens) -> int:

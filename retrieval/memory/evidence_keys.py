@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from retrieval.memory.records import AMU
+from retrieval.memory.scripts import MARKS
 from retrieval.memory.times import time_interval
 
 PAIR_SEPARATOR = "|"
@@ -35,7 +36,7 @@ MAX_MONTH_KEYS = 24
 """At most this many month keys per time value (an open decade is not 120 month nodes)."""
 
 _SEPARATORS = re.compile(r"[\s_\-–—/\\|.·•:;,+&]+")
-_PUNCTUATION = re.compile(r"[^\w\s]")
+_PUNCTUATION = re.compile(rf"[^\w\s{MARKS}]")  # a combining mark is part of its letter
 
 
 def normalise_key(text: str) -> str:

@@ -1,0 +1,34 @@
+"""Character classes of writing systems that the text rules need beyond Python's ``\\w``.
+
+* Scripts written without spaces between words (Thai, Lao, Myanmar, Khmer, kana, CJK): a
+  sentence of them is one whitespace "word", so token counts and informativeness count their
+  characters instead.
+* Combining marks (Unicode categories Mn, Mc, Me): Devanagari's vowel signs, Thai's tone marks,
+  a decomposed accent. They belong to the word they follow, but ``\\w`` does not match them, so a
+  rule that keeps word characters only would cut "किताब" into "कत" + "ब".
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+UNSPACED = ("\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
+            "\uf900-\ufaff")
+"""The ranges (for a regular expression's character class) of the scripts written without spaces."""
+
+
+def _mark_ranges() -> str:
+    """The combining marks of the Basic Multilingual Plane as character-class ranges."""
+    ranges: list[tuple[int, int]] = []
+    for code in range(0x10000):
+        if not unicodedata.category(chr(code)).startswith("M"):
+            continue
+        if ranges and code == ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], code)
+        else:
+            ranges.append((code, code))
+    return "".join(f"\\u{low:04x}" if low == high else f"\\u{low:04x}-\\u{high:04x}" for low, high in ranges)
+
+
+MARKS = _mark_ranges()
+"""The ranges (for a regular expression's character class) of the combining marks."""

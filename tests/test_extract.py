@@ -12,10 +12,10 @@ from datetime import datetime
 import pytest
 
 from retrieval.extract.base import ReferenceContext
-from retrieval.extract.dates import resolve_relative_dates
+from retrieval.extract.dates import dated_absolutes, resolve_relative_dates
 from retrieval.extract.llm_extractor import LLMExtractor
 from retrieval.extract.pronouns import resolve_pronouns
-from retrieval.extract.rules import RuleExtractor, content_words, is_informative
+from retrieval.extract.rules import RuleExtractor, content_words, is_informative, temporal_scope
 from retrieval.llm_client import ChatClient, InvalidResponse
 from retrieval.memory.records import Exchange, Segment, Turn
 from tests.fake_chat import DROP, FakeChatServer, completion_body
@@ -44,10 +44,28 @@ MONDAY = datetime(2023, 5, 8, 13, 56)  # a Monday
         ("Yesterday was fun.", "7 May 2023 was fun.", ["2023-05-07"]),
         ("We biked last weekend.", "We biked on the weekend of 6 May 2023.", ["2023-05-06/2023-05-07"]),
         ("A few weeks ago.", "A few weeks ago.", []),
+        # "the last week of June" is late June, "the last year" the past twelve months: no rewrite
+        ("The last week of June we hike.", "The last week of June we hike.", []),
+        ("In the last year I learned German.", "In the last year I learned German.", []),
     ],
 )
 def test_relative_dates(text, expected, values):
     assert resolve_relative_dates(text, MONDAY) == (expected, values)
+
+
+@pytest.mark.parametrize(("text", "dated"), [
+    ("A crowd of 2000 people came.", {}), ("We raised money from 1999 donors.", {}),
+    ("She won the election by 2010 votes.", {}),  # counts, not years
+    ("In 2019 we moved.", {"2019": "in"}), ("It was in 2018.", {"2018": "in"}),
+    ("Back in 2015 Melanie painted.", {"2015": "in"}),
+    ("I lived in Berlin before 2020.", {"2020": "before"})])
+def test_a_year_after_a_preposition_is_no_count(text, dated):
+    assert dated_absolutes(text) == dated
+
+
+def test_before_and_after_a_date_bound_the_validity():
+    assert temporal_scope([("2020", "before")]) == {"t_ref": None, "valid_from": None, "valid_to": "2020"}
+    assert temporal_scope([("2019", "after")]) == {"t_ref": None, "valid_from": "2019", "valid_to": None}
 
 
 def test_relative_dates_need_a_session_time():
@@ -75,6 +93,16 @@ def test_relative_dates_need_a_session_time():
         ("Do you have a dog? What do you have?", "Does Melanie have a dog? What does Melanie have?"),
         ("We should do you a favor; I will have you over.",
          "We should do Melanie a favor; Caroline will have Melanie over."),
+        # a Roman numeral, "i.e." and the noun "mine" are no first person; "'d" + participle is "had"
+        ("We visited the World War I museum; my son has Type I diabetes.",
+         "We visited the World War I museum; Caroline's son has Type I diabetes."),
+        ("Options, i.e. hotels: I work in a gold mine.",
+         "Options, i.e. hotels: Caroline works in a gold mine."),
+        ("I'd already booked it, you'd seen it, I'd need a break.",
+         "Caroline had already booked it, Melanie had seen it, Caroline would need a break."),
+        # quoted speech is another voice's
+        ('My boss told me "I am quitting my job" today.',
+         'Caroline\'s boss told Caroline "I am quitting my job" today.'),
     ],
 )
 def test_pronouns(text, expected):
@@ -143,6 +171,16 @@ def test_an_undated_turn_takes_its_segments_time_for_dates_and_scope():
     segment = Segment("u", "s", 0, (Exchange((dated, undated)),), "session_flush", 10)
     _, boots = RuleExtractor().extract(segment, ReferenceContext(("Ann", "Bob"))).amus
     assert "on 7 May 2023" in boots.text and boots.t_ref == "2023-05-07"
+
+
+def test_you_is_the_one_the_turn_calls_by_name_in_a_group():
+    turns = [Turn("u", "g", f"g:{i}", speaker, text, MONDAY) for i, (speaker, text) in enumerate([
+        ("Ann", "Carol, you promised the budget spreadsheet."), ("Bob", "I finished the slides."),
+        ("Ann", "Carol, have you sent your spreadsheet?"), ("Carol", "Not yet.")])]
+    segment = Segment("u", "g", 0, tuple(Exchange((turn,)) for turn in turns), "session_flush", 30)
+    amus = RuleExtractor().extract(segment, ReferenceContext(("Ann", "Bob", "Carol"))).amus
+    assert amus[0].text == "Ann: Carol, Carol promised the budget spreadsheet."
+    assert amus[2].text == "Ann: Carol, has Carol sent Carol's spreadsheet?"
 
 
 def test_speaker_is_prefixed_when_the_text_does_not_name_them():

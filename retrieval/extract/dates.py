@@ -21,7 +21,7 @@ _RELATIVE_DATE = re.compile(
     r"\b(?:(?P<prep>" + "|".join(_PREPOSITIONS) + r")\s+)?"
     r"(?P<expr>the\s+day\s+before\s+yesterday|the\s+day\s+after\s+tomorrow|yesterday|today|tonight|tomorrow"
     r"|last\s+night"
-    r"|(?P<rel>last|next|this)\s+(?P<unit>week|weekend|month|year|" + "|".join(WEEKDAYS) + r")"
+    r"|(?<!the\s)(?P<rel>last|next|this)\s+(?P<unit>week|weekend|month|year|" + "|".join(WEEKDAYS) + r")"
     r"|(?P<num>\d+|" + "|".join(sorted(_NUMBERS, key=len, reverse=True)) + r")"
     r"\s+(?P<agounit>day|week|month|year)s?\s+ago)"
     r"\b(?P<poss>['’]s)?(?P<subject>(?=\s+(?:was|is|has|had|will|were|would)\b))?",
@@ -164,6 +164,12 @@ def resolve_dates(text: str, when: datetime | date | None) -> tuple[str, list[Re
     return _RELATIVE_DATE.sub(replace, text), found
 
 
+_AFTER_A_YEAR = tuple("""
+and or but when while where because as so that which who i we he she they it you my our his her their
+the a an to in on at for with was were is are had has have did will would then too already until before
+after since""".split())
+"""The words a year after a preposition may be followed by ("in 2019 we moved"); any other lower-case
+word makes the number a count ("a crowd of 2000 people", "by 2010 votes")."""
 _MONTH = r"(?P<month>" + "|".join([*(f"{name[:3]}(?:{name[3:]})?" if len(name) > 3 else name
                                      for name in MONTHS), "sept"]) + r")\.?"
 """A month by name, abbreviation ("Sep", "Sept.") or in full."""
@@ -173,7 +179,8 @@ _ABSOLUTE_DATE = re.compile(
     r"|" + _MONTH.replace("month", "month2") + r"\s+(?P<day2>\d{1,2})(?:st|nd|rd|th)?,?\s+(?P<year2>\d{4})"
     r"|" + _MONTH.replace("month", "month3") + r",?\s+(?P<year3>\d{4})"
     r"|(?P<iso>\d{4}-\d{2}(?:-\d{2})?)"
-    r"|(?P<yprep>in|since|until|during|of|by|from|before|after)\s+(?P<year4>(?:19|20)\d{2})(?!-\d))\b",
+    r"|(?P<yprep>in|since|until|during|of|by|from|before|after)\s+(?P<year4>(?:19|20)\d{2})(?!-\d)"
+    r"(?=\s*(?:[^\w\s]|$)|\s+(?-i:[A-Z])|\s+(?:" + "|".join(_AFTER_A_YEAR) + r")\b))\b",
     re.IGNORECASE,
 )
 
@@ -185,7 +192,7 @@ def _month_number(name: str) -> int:
 def absolute_dates(text: str) -> list[str]:
     """ISO values of the absolute dates written in ``text``, in order, without repeats: days
     ("7 May 2023", "May 7, 2023", "2023-05-07"), months ("May 2023", "2023-05") and years after a
-    preposition ("in 2022"). Impossible dates (30 February) are skipped."""
+    preposition ("in 2022"; not a count: "of 2000 people"). Impossible dates (30 February) are skipped."""
     return list(dated_absolutes(text))
 
 

@@ -25,6 +25,21 @@ _BASE_FORM_TRIGGERS = ("do", "does", "did", "can", "could", "will", "would", "sh
                        "watch", "hear", "heard", "have", "had", "to", "n't", "n’t")
 _NOT_AFTER_BASE_FORM = "".join(rf"(?<!{re.escape(word)} )" for word in _BASE_FORM_TRIGGERS)
 _APOS = r"['’]"
+_NUMBERED = ("War", "Type", "Part", "Phase", "Chapter", "Act", "Volume", "Level", "Stage", "Grade", "Class",
+             "Season", "Book", "Episode", "Round", "Tier", "Section", "Article", "Title", "Category")
+_NOT_A_NUMERAL = "".join(rf"(?<!\b{word} )" for word in _NUMBERED)
+"""Before "I": the words that take a Roman numeral ("World War I", "Type I diabetes")."""
+_PARTICIPLES = tuple("""
+been gone done seen had made taken got gotten known written thought bought heard left told found given
+eaten met felt kept lost won spent sent begun forgotten brought taught""".split())
+_PARTICIPLE = r"(\w+[^e\W]ed|" + "|".join(_PARTICIPLES) + r")"
+"""A past participle after "'d" ("I'd booked", "you'd seen"): "had", where a base form means "would"
+("I'd need": "-eed" is a base form)."""
+_NOUN_MINE = "".join(rf"(?<!\b{word} )" for word in ("a", "the", "gold", "coal", "salt", "diamond", "silver",
+                                                       "copper", "land"))
+"""Before "mine": the words that make it the noun ("a gold mine")."""
+_QUOTED = re.compile(r"(\"[^\"]*\"|“[^”]*”)")
+"""Quoted speech: another voice's "I" and "you", left as written."""
 
 
 def mentions(name: str, text: str) -> bool:
@@ -53,14 +68,14 @@ def _reflexive(match: re.Match[str], name: str) -> str:
 
 def _pronoun_rules(person: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str], str], str]]]:
     """Ordered (pattern, replacement) rules for first ("I") or second ("you") person."""
-    subj = r"I" if person == "first" else r"you"
+    subj = rf"{_NOT_A_NUMERAL}I" if person == "first" else r"you"
     be_past = "was" if person == "first" else "were"
     rules: list[tuple[str, Callable[[re.Match[str], str], str]]] = [
         (rf"\b{subj}{_APOS}m\b" if person == "first" else rf"\byou{_APOS}re\b", lambda m, n: f"{n} is"),
         (rf"\b{subj}\s+{'am' if person == 'first' else 'are'}\b", lambda m, n: f"{n} is"),
         (rf"\b{'am' if person == 'first' else 'are'}\s+{subj}\b", lambda m, n: f"is {n}"),
         (rf"\b{subj}{_APOS}ve\b", lambda m, n: f"{n} has"),
-        (rf"\b{subj}{_APOS}d\s+been\b", lambda m, n: f"{n} had been"),
+        (rf"\b{subj}{_APOS}d\s+{_ADVERB_RUN}{_PARTICIPLE}\b", lambda m, n: f"{n} had {m[1]}{m[2]}"),
         (rf"\b{subj}{_APOS}d\b", lambda m, n: f"{n} would"),
         (rf"\b{subj}{_APOS}ll\b", lambda m, n: f"{n} will"),
         (rf"\b{subj}\s+{be_past}\b", lambda m, n: f"{n} was"),
@@ -74,8 +89,8 @@ def _pronoun_rules(person: str) -> list[tuple[re.Pattern[str], Callable[[re.Matc
     ]
     if person == "first":
         rules += [
-            (r"\b(?:my|mine)\b", lambda m, n: f"{n}'s"),
-            (r"\b(?:I|me)\b", lambda m, n: n),
+            (rf"\bmy\b|{_NOUN_MINE}\bmine\b", lambda m, n: f"{n}'s"),
+            (rf"{_NOT_A_NUMERAL}\b(?:I|me)\b(?!\.\w)", lambda m, n: n),  # not "i.e."
             (r"\bmyself\b", _reflexive),
         ]
     else:
@@ -96,13 +111,15 @@ def resolve_pronouns(text: str, speaker: str, addressee: str | None) -> str:
     addressee's (left alone when unknown), fixing agreement for be/have/do, contractions and
     common present-tense verbs: "I am" -> "Caroline is", "my" -> "Caroline's", "do you" ->
     "does Melanie". Reflexives after their antecedent become "themselves" ("letting you express
-    yourself" -> "letting Melanie express themselves"), otherwise the name."""
+    yourself" -> "letting Melanie express themselves"), otherwise the name. Quoted speech is
+    another voice's and stays as written; a Roman numeral ("World War I") and "i.e." are no "I"."""
+    parts = _QUOTED.split(text)  # odd positions: the quotations
     for rules, name in ((_FIRST_PERSON, speaker), (_SECOND_PERSON, addressee)):
         if name is None:
             continue
         for pattern, build in rules:
-            text = pattern.sub(partial(_replace, build=build, name=name), text)
-    return text
+            parts[::2] = [pattern.sub(partial(_replace, build=build, name=name), part) for part in parts[::2]]
+    return "".join(parts)
 
 
 def _replace(match: re.Match[str], *, build: Callable[[re.Match[str], str], str], name: str) -> str:

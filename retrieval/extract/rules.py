@@ -33,7 +33,7 @@ says seem seems something sometimes soon still stuff sure tell tells thing thing
 times told took tried trying used want wanted wants went whole will without yeah years lots little
 take takes taking since ago week weeks weekend month months year today tonight tomorrow yesterday days night
 """.split())
-_VALID_FROM, _VALID_TO = frozenset(("since", "from")), frozenset(("until", "till", "by"))
+_VALID_FROM, _VALID_TO = frozenset(("since", "from", "after")), frozenset(("until", "till", "by", "before"))
 TAGS_PER_RECORD = 5
 _WORD = re.compile(rf"[^\W\d_](?:[^\W\d_]|[{MARKS}]|['’])*")
 """A word: letters of any script with their combining marks (and inner apostrophes), so "café",
@@ -123,8 +123,9 @@ def topic_tags(text: str, names: set[str], entities: Sequence[str]) -> list[str]
 
 def temporal_scope(resolved: Sequence[tuple[str, str | None]]) -> dict[str, str | None]:
     """``t_ref``, ``valid_from`` and ``valid_to`` from (ISO value, preposition) pairs in text
-    order: a value after "since"/"from" opens the validity interval, one after "until"/"till"/"by"
-    closes it, and the first other value is the event time (None: the session day is used)."""
+    order: a value after "since"/"from"/"after" opens the validity interval, one after
+    "until"/"till"/"by"/"before" closes it, and the first other value is the event time (None:
+    the session day is used)."""
     scope: dict[str, str | None] = {"t_ref": None, "valid_from": None, "valid_to": None}
     for value, preposition in resolved:
         field = ("valid_from" if preposition in _VALID_FROM else "valid_to" if preposition in _VALID_TO
@@ -146,11 +147,16 @@ def _memory_type(text: str, timestamps: Sequence[str]) -> str:
 
 
 def _addressee(turn: Turn, turns: Sequence[Turn], participants: Sequence[str]) -> str | None:
-    """Who "you" is: the other participant of a two-party conversation; otherwise the nearest
-    other speaker in the segment, preferring the previous turn."""
+    """Who "you" is: the other participant of a two-party conversation; otherwise the one the turn
+    calls by name ("Carol, you ...", "Thanks, Carol!"), else the nearest other speaker in the
+    segment, preferring the previous turn."""
     others = [name for name in participants if name != turn.speaker]
     if len(others) == 1:
         return others[0]
+    called = [name for name in others if re.search(
+        rf"(?:^|[,!?.]\s*|\b(?:hey|hi|hello|thanks|thank you)\s+){re.escape(name)}\s*[,!?]", turn.text, re.I)]
+    if len(called) == 1:
+        return called[0]
     index = turns.index(turn)
     for candidate in [*reversed(turns[:index]), *turns[index + 1:]]:
         if candidate.speaker != turn.speaker:

@@ -253,3 +253,35 @@ def test_exchanges_pair_a_turn_with_the_reply():
     config = SegmenterConfig(pair_turns=False)
     segments = SemanticSegmenter(TopicEmbedder(), "c", config).segment_session(turns_of([words(5)] * 4))
     assert sum(len(s.exchanges) for s in segments) == 4
+
+
+def test_a_restarted_stream_cuts_where_the_uninterrupted_one_does(tmp_path):
+    """The surprise history and the cut its open segment started with are replayed from the
+    stored segments, so closing and opening the memory between adds changes no segment."""
+    import random
+
+    from retrieval import Memory
+
+    rng = random.Random(3)
+    topics = ["garden tomatoes soil water", "marathon running shoes race", "python code bugs tests",
+              "trip to Paris museum art", "cooking pasta sauce garlic"]
+    turns = [{"speaker": "AB"[i % 2], "time": "2023-05-08T10:00:00",
+              "text": f"We talked about {rng.choice(topics)} and {rng.choice(topics)} item {i}."}
+             for i in range(120)]
+
+    def segments(path, restarts: bool) -> list[tuple]:
+        memory = Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+        for start in range(0, len(turns), 30):
+            memory.add(turns[start:start + 30], user_id="u", session_id="s")
+            memory.drain(user_id="u")
+            if restarts:
+                memory.close()
+                memory = Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+        memory.flush(user_id="u", session_id="s")
+        cut = [(record.turn_ids, record.reason) for record in memory.store.segments("u")]
+        memory.close()
+        return cut
+
+    uninterrupted = segments(tmp_path / "once", restarts=False)
+    assert len({reason for _, reason in uninterrupted}) > 1  # boundaries of more than one kind
+    assert segments(tmp_path / "restarted", restarts=True) == uninterrupted

@@ -31,7 +31,7 @@ from typing import Any
 
 from retrieval.extract.base import Extractor, ReferenceContext
 from retrieval.ingestion.pipeline import embed_segment, fingerprinted, segment_record
-from retrieval.ingestion.segmenter import SegmenterConfig, SemanticSegmenter
+from retrieval.ingestion.segmenter import SegmenterConfig, SemanticSegmenter, pair_exchanges, replayed_history
 from retrieval.memory.cache import for_user
 from retrieval.memory.records import AMU, Exchange, Segment, SegmentRecord, Turn
 from retrieval.memory.store_contract import Store
@@ -77,10 +77,11 @@ class UserStream:
              publish: Callable[[UserStream, SegmentRecord, list[AMU]], None] | None = None,
              purges: int | None = None) -> tuple[UserStream, list[AMU]]:
         """The stream after a restart: the reference context replayed from the stored segments of
-        the last session, the stored turns no segment covers (or ``turns``: none when the caller
-        feeds them itself, read after the user's purge count was ``purges``) fed again (segments
-        they close are committed now, through ``publish`` when given).
-        Returns it and the AMUs so committed."""
+        the last session, the surprise history from the last stored segments (:meth:`_replay`),
+        the stored turns no segment covers (or ``turns``: none when the caller feeds them itself,
+        read after the user's purge count was ``purges``) fed again (segments they close are
+        committed now, through ``publish`` when given). So it cuts and extracts as the stream that
+        never stopped would. Returns it and the AMUs so committed."""
         stream = cls(user, store, models, purges)
         if publish is not None:
             stream.publish = lambda record, amus: publish(stream, record, amus)
@@ -94,7 +95,35 @@ class UserStream:
             stream.context.enter(record.session_id)
             texts = [amu.text for amu in store.by_segment(user, record.seq) if not amu.archived]
             stream.context.record(record.state, texts)
+        stream._replay(segments)
         return stream, stream.push(store.uncovered_turns(user) if turns is None else turns)
+
+    def _replay(self, segments: Sequence[SegmentRecord]) -> None:
+        """Fill the surprise history from the last stored segments that hold a history's worth of
+        values (:func:`replayed_history`; their exchange vectors read from the store's cache)."""
+        closed: list[tuple[str, str, list[Exchange]]] = []
+        values = 0
+        for record in reversed(segments):
+            if values > self.models.config.history_size:
+                break  # one segment more than the values need: the cut its first exchange made
+            turns = [turn for turn in map(self._stored_turn, record.turn_ids) if turn is not None]
+            exchanges = pair_exchanges(turns, self.models.config.pair_turns)
+            closed.append((record.session_id, record.reason, exchanges))
+            values += max(len(exchanges) - 1, 0)
+        closed.reverse()
+        texts = [exchange.text for _, _, exchanges in closed for exchange in exchanges]
+        vectors = iter(self.models.embedder.encode(texts) if texts else [])
+        history, cut_off = replayed_history([(session, reason, [next(vectors) for _ in exchanges])
+                                             for session, reason, exchanges in closed if exchanges])
+        self.history.extend(history)
+        for session, segment in cut_off.items():
+            self.open_session(session).segmenter.cut_off = segment
+
+    def _stored_turn(self, turn_id: str) -> Turn | None:
+        try:
+            return self.store.turn(self.user, turn_id)
+        except KeyError:  # purged
+            return None
 
     def open_session(self, session_id: str) -> OpenSession:
         if session_id not in self.sessions:

@@ -155,6 +155,34 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / max(float(np.linalg.norm(a) * np.linalg.norm(b)), 1e-12))
 
 
+def _surprise(embedding: np.ndarray, segment: np.ndarray) -> float:
+    """Eq. 1: one minus the closer of the segment's centroid and its last exchange."""
+    return 1.0 - max(_cosine(embedding, segment.mean(axis=0)), _cosine(embedding, segment[-1]))
+
+
+def replayed_history(closed: Sequence[tuple[str, str, Sequence[np.ndarray]]]
+                     ) -> tuple[list[float], dict[str, np.ndarray]]:
+    """The surprise values the segmenter appended to its history while it cut these segments
+    ((session id, the reason it closed, its exchanges' embeddings), in the order they closed), as
+    :meth:`SemanticSegmenter.push` computed them: for each exchange after a segment's first,
+    against the exchanges before it; for a segment's first, against the segment of its session it
+    cut off, when that one closed at it (a semantic boundary or the capacity limit). And, per
+    session whose last segment closed so, that segment: the exchange that cut it off opens the
+    session's next segment and is still to be pushed again (:attr:`SemanticSegmenter.cut_off`). A
+    stream that restarts takes both, so it cuts where the uninterrupted one would."""
+    history: list[float] = []
+    before: dict[str, tuple[str, np.ndarray]] = {}  # per session: its last segment's reason, embeddings
+    for session, reason, embeddings in closed:
+        vectors = np.asarray(embeddings, dtype=np.float64)
+        cut = before.get(session)
+        if cut is not None and cut[0] in (SEMANTIC_BOUNDARY, CAPACITY_LIMIT):
+            history.append(_surprise(vectors[0], cut[1]))
+        history += [_surprise(vectors[index], vectors[:index]) for index in range(1, len(vectors))]
+        before[session] = (reason, vectors)
+    return history, {session: vectors for session, (reason, vectors) in before.items()
+                     if reason in (SEMANTIC_BOUNDARY, CAPACITY_LIMIT)}
+
+
 def pair_exchanges(turns: Sequence[Turn], pair: bool = True) -> list[Exchange]:
     """Group a session's turns into exchanges: each turn with the following turn when the
     speaker changes, otherwise alone (every turn alone when ``pair`` is false)."""
@@ -204,6 +232,9 @@ class SemanticSegmenter:
         self.user_id = user_id
         self.config = config
         self.history: deque[float] = deque(maxlen=config.history_size)
+        self.cut_off: np.ndarray | None = None
+        """After a restart (:func:`replayed_history`), the segment that the next exchange cut off
+        before it: its surprise against it joins the history, as it did before the restart."""
         self._active = _Active()
         self._session_id: str | None = None
         self._next_seq = 0
@@ -227,8 +258,7 @@ class SemanticSegmenter:
         """Eq. 4 for a new exchange against the (non-empty) active segment; no state changes."""
         cfg, active = self.config, self._active
         stack = np.stack(active.embeddings)
-        centroid = stack.mean(axis=0)
-        surprise = 1.0 - max(_cosine(embedding, centroid), _cosine(embedding, active.embeddings[-1]))
+        surprise = _surprise(embedding, stack)
         z = robust_z(surprise, self.history, cfg)
         absolute = absolute_surprise(surprise, cfg)
         phi = absolute if z is None else 0.5 * (z + absolute)
@@ -250,6 +280,9 @@ class SemanticSegmenter:
         embedding = np.asarray(embedding, dtype=np.float64)
         tokens = count_tokens(exchange.text, self.config.words_to_tokens)
         if not self._active.exchanges:
+            if self.cut_off is not None:
+                self.history.append(_surprise(embedding, self.cut_off))
+                self.cut_off = None
             return self._start(exchange, embedding, tokens)
         signals = self.signals(embedding)
         self.history.append(signals.surprise)
@@ -294,5 +327,5 @@ __all__ = [
     "CAPACITY_LIMIT", "EXCHANGE_LIMIT", "SEMANTIC_BOUNDARY", "SESSION_FLUSH", "TARGET_LENGTH",
     "BoundarySignals",
     "Exchange", "Segment", "SegmenterConfig", "SemanticSegmenter", "absolute_surprise", "cohesion",
-    "count_pressure", "count_tokens", "length_pressure", "pair_exchanges", "robust_z",
+    "count_pressure", "count_tokens", "length_pressure", "pair_exchanges", "replayed_history", "robust_z",
 ]

@@ -220,6 +220,8 @@ def test_a_resumed_job_says_so(tmp_path):
     (lambda m: m.add([{"speaker": "A", "text": "hi"}], user_id=None, session_id="s"), "user_id is required"),
     (lambda m: m.add([{"speaker": "A", "text": "  "}], user_id="u", session_id="s"),
      r"turns\[0\]: field 'text'"),
+    (lambda m: m.add([{"speaker": "A", "text": " \u200b "}], user_id="u", session_id="s"),
+     r"turns\[0\]: field 'text' must be a non-empty string"),
     (lambda m: m.add([{"speaker": "A", "text": "x" * (MAX_TURN_CHARS + 1)}], user_id="u", session_id="s"),
      "limit is"),
     (lambda m: m.add([{"speaker": "A", "text": "hi", "time": "yesterday"}], user_id="u", session_id="s"),
@@ -425,3 +427,16 @@ def test_a_directory_that_cannot_be_written_is_a_typed_refusal(tmp_path, monkeyp
     assert store_main(["compact", "--store", str(tmp_path)]) == 2
     with open_memory(tmp_path, read_only=True) as reader:
         assert reader.users() == []
+
+
+def test_a_turn_added_as_a_turn_keeps_its_offset(tmp_path):
+    from datetime import datetime
+
+    from retrieval.memory.records import Turn
+
+    given = datetime.fromisoformat("2023-05-08T01:00:00+09:00")
+    with open_memory(tmp_path) as mem:
+        mem.add([Turn("u", "s", "t1", "Aiko", "I went hiking.", given)], user_id="u", session_id="s")
+        stored = mem.store.turn("u", "t1")
+    assert stored.local_time == datetime(2023, 5, 8, 1, 0)
+    assert stored.session_time == datetime(2023, 5, 7, 16, 0)

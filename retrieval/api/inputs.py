@@ -147,7 +147,7 @@ def _text(where: str, name: str, value: Any, *, required: bool, limit: int) -> s
     field = f"turns.{where[6:-1]}.{name}"
     if value is None and not required:
         return None
-    if not isinstance(value, str) or (required and not value.strip()):
+    if not isinstance(value, str) or (required and not _visible(value)):
         raise InvalidInput(f"{where}: field {name!r} must be a non-empty string, got {value!r}", field)
     if len(value) > limit:
         advice = " (split it into several turns)" if name == "text" else ""
@@ -159,11 +159,17 @@ def _text(where: str, name: str, value: Any, *, required: bool, limit: int) -> s
     return value
 
 
+def _visible(value: str) -> bool:
+    """Whether ``value`` holds a character one can see: not only spaces, control and format
+    characters (a zero-width space is as blank as a space)."""
+    return any(not char.isspace() and unicodedata.category(char) not in ("Cc", "Cf") for char in value)
+
+
 def check_turn(index: int, turn: Any) -> TurnInput:
     """One turn of an ``add`` (a dict or a :class:`Turn`), checked."""
     where, field = f"turns[{index}]", f"turns.{index}"
     if isinstance(turn, Turn):
-        turn = {"speaker": turn.speaker, "text": turn.text, "time": turn.session_time,
+        turn = {"speaker": turn.speaker, "text": turn.text, "time": turn.stored_time(),
                 "turn_id": turn.turn_id, "image_caption": turn.image_caption}
     if not isinstance(turn, Mapping):
         raise InvalidInput(f"{where}: a turn is a dict with 'speaker' and 'text' (or a Turn), "

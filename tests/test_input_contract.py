@@ -255,6 +255,7 @@ HTTP_CASES = [
     ("huge cursor", "get", "/v1/memories?cursor=" + "9" * 30, None, 422, "query.cursor"),
     ("unknown query", "get", "/v1/memories?user_id=bob", None, 422, "query.user_id"),
     ("unknown query on post", "post", "/v1/search?user_id=bob", {"query": "bees"}, 422, "query.user_id"),
+    ("repeated query", "get", "/v1/memories?limit=1&limit=50", None, 422, "query.limit"),
     ("unknown body field", "post", "/v1/consolidate", {"user_id": "bob"}, 422, "body.user_id"),
     ("body on flush", "post", "/v1/sessions/s1/flush", {"user_id": "bob"}, 422, "body"),
     ("body on a session's delete", "delete", "/v1/sessions/never", {"user_id": "bob"}, 422, "body"),

@@ -1,7 +1,8 @@
 """Unknown query parameters are refused, as unknown body fields are: ``GET /v1/memories?user_id=bob``
 is a 422 naming ``query.user_id``, never a silently ignored request for someone else's data; so is
 a body sent to a route that takes none (``DELETE /v1/user {"user_id": "alice"}`` would otherwise
-forget the key's own user)."""
+forget the key's own user), and a parameter given twice (``?limit=1&limit=50``: which one counts
+would be the framework's choice, not the caller's)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ def _query_names(dependant: Dependant) -> set[str]:
 
 
 async def refuse_undeclared_input(request: Request) -> None:
-    """A route dependency: 422 for a body the route does not take (one declared by its headers)
-    and for the first query parameter it does not declare (on the event loop: no I/O, so no
-    worker thread)."""
+    """A route dependency: 422 for a body the route does not take (one declared by its headers),
+    for the first query parameter it does not declare and for the first one given twice (on the
+    event loop: no I/O, so no worker thread)."""
     route = request.scope.get("route")
     sent = request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
     if sent and isinstance(route, APIRoute) and not _takes_body(route.dependant):
@@ -39,3 +40,10 @@ async def refuse_undeclared_input(request: Request) -> None:
         raise RequestValidationError([{
             "type": "extra_forbidden", "loc": ("query", name), "input": request.query_params[name],
             "msg": f"unknown query parameter (this route takes {sorted(known) or 'none'})"}])
+    given = request.query_params
+    repeated = sorted(name for name in set(given) if len(given.getlist(name)) > 1)
+    if repeated:
+        name = repeated[0]
+        raise RequestValidationError([{
+            "type": "extra_forbidden", "loc": ("query", name), "input": request.query_params.getlist(name),
+            "msg": "given more than once (give it once)"}])

@@ -82,24 +82,31 @@ def serve_and_load(args: argparse.Namespace, template: str, nodes: int, load: Lo
 
 def compare_nodes(one: dict[str, Any], two: dict[str, Any], sqlite_load: dict[str, Any]) -> dict[str, Any]:
     """The two runs with the ratios their goals bound (the one-server run's search p50 over
-    SQLite's one server)."""
-    search = with_sqlite_ratio(one["load"]["routes"]["search"], sqlite_load["routes"]["search"])
-    one = {**one, "search": search}
-    return {"one": one, "two": two, "two_over_one_per_s": two["load"]["per_s"] / one["load"]["per_s"]}
+    SQLite's one server); a ratio is None (not measured) when a run answered no search, or none
+    of its requests."""
+    searched, baseline = one["load"]["routes"].get("search"), sqlite_load["routes"].get("search")
+    one = {**one, "search": with_sqlite_ratio(searched, baseline) if searched and baseline else None}
+    per_s = one["load"]["per_s"]
+    return {"one": one, "two": two, "two_over_one_per_s": two["load"]["per_s"] / per_s if per_s else None}
 
 
 def describe_nodes(figures: dict[str, Any] | None) -> list[str]:
     """Report lines of :func:`on_database`'s figures (none without them)."""
     if figures is None:
         return []
+    def shown(value: float | None, unit: str) -> str:
+        return "not measured" if value is None else f"{value:.2f}{unit}"
+
     lines = []
     for run in ("one", "two"):
         load, verified = figures[run]["load"], figures[run]["verify"]
         lines.append(f"PostgreSQL, {run} server(s): {load['per_s']:.1f} requests/s, search p50 "
-                     f"{load['routes']['search']['p50_ms']:.1f} ms, errors {load['errors']}, leaks "
-                     f"{load['leaks']}, lost {verified['lost']}, duplicated {verified['duplicated']}")
-    lines.append(f"PostgreSQL: search p50 {figures['one']['search']['p50_ratio_to_sqlite']:.2f}x SQLite's, "
-                 f"two servers over one {figures['two_over_one_per_s']:.2f}x")
+                     f"{shown(load['routes'].get('search', {}).get('p50_ms'), ' ms')}, errors "
+                     f"{load['errors']}, leaks {load['leaks']}, lost {verified['lost']}, duplicated "
+                     f"{verified['duplicated']}")
+    ratio = (figures["one"]["search"] or {}).get("p50_ratio_to_sqlite")
+    lines.append(f"PostgreSQL: search p50 {shown(ratio, 'x')} SQLite's, two servers over one "
+                 f"{shown(figures['two_over_one_per_s'], 'x')}")
     return lines
 
 

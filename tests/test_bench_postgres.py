@@ -88,6 +88,18 @@ def test_two_nodes_figures_and_goals():
     assert describe_nodes(None) == []
 
 
+def test_a_run_that_answered_nothing_measures_no_ratio():
+    """Every request failed (the load counts errors only): the ratios are not measured, not a crash."""
+    silent = {"load": {"per_s": 0.0, "errors": 40, "leaks": None, "routes": {}},
+              "verify": {"lost": None, "duplicated": None}}
+    nodes = compare_nodes(silent, _run(9.5, 130.0), {"routes": {"search": {"p50_ms": 100.0}}})
+    assert nodes["two_over_one_per_s"] is None and nodes["one"]["search"] is None
+    met = apply_goals({"postgres": nodes}, database_goals())
+    assert met["postgres.two_over_one_per_s >= 0.9"] is None
+    assert met["postgres.one.search.p50_ratio_to_sqlite <= 1.5"] is None
+    assert "not measured SQLite's" in describe_nodes(nodes)[-1]
+
+
 def test_database_flag_takes_only_a_postgresql_url(capsys):
     url = "postgresql://postgres@127.0.0.1:5432/bench"
     assert _parser().parse_args(["--database", url]).database == url

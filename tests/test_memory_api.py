@@ -440,3 +440,18 @@ def test_a_turn_added_as_a_turn_keeps_its_offset(tmp_path):
         stored = mem.store.turn("u", "t1")
     assert stored.local_time == datetime(2023, 5, 8, 1, 0)
     assert stored.session_time == datetime(2023, 5, 7, 16, 0)
+
+
+def test_a_merged_records_time_prefix_is_on_the_speakers_clock(tmp_path):
+    """Three statements between 01:00 and 09:00 on 8 May in Tokyo (7 May 16:00 to 8 May 00:00
+    UTC): the merge says so, not a span over two UTC days."""
+    hike = "I love hiking in the Alps every summer."
+    times = ["2023-05-08T01:00:00+09:00", "2023-05-08T08:00:00+09:00", "2023-05-08T09:00:00+09:00"]
+    with open_memory(tmp_path) as mem:
+        turns = [{"speaker": "Ann", "text": hike, "time": at, "turn_id": f"k{n}"}
+                 for n, at in enumerate(times)]
+        mem.add(turns, user_id="u", session_id="s")
+        mem.flush(user_id="u", session_id="s")
+        assert mem.consolidate(user_id="u", wait=True, timeout_s=60).state == "done"
+        (merged,) = mem.list(user_id="u").items
+    assert merged.text.startswith("[2023-05-08 01:00 to 2023-05-08 09:00] Ann loves hiking"), merged.text

@@ -25,6 +25,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Sequence
+from datetime import timedelta
 
 from retrieval.consolidation.config import ConsolidationConfig
 from retrieval.consolidation.fidelity import merge_problems
@@ -71,8 +72,10 @@ def consolidate_user(store: Store, user_id: str, embedder: Embedder,
     purges = store.purge_count(user_id)  # before the records: a purge after them is seen (_Step.apply)
     stored = list(store.amus(user_id, include_archived=True))  # reading AMUs back is the costly part
     report.turns_before, report.amus_before = _covered(stored), sum(not amu.archived for amu in stored)
-    turn_order = {turn.turn_id: index for index, turn in enumerate(store.turns(user_id))}
-    step = _Step(store, operator, config, turn_order, fingerprinter, report, purges)
+    turns = store.turns(user_id)
+    turn_order = {turn.turn_id: index for index, turn in enumerate(turns)}
+    offsets = {turn.turn_id: turn.utc_offset for turn in turns if turn.utc_offset is not None}
+    step = _Step(store, operator, config, turn_order, offsets, fingerprinter, report, purges)
     key = PLAN_KEY.format(user_id)
     gated = False
     for _ in range(config.max_passes):
@@ -124,6 +127,9 @@ class _Step:
     operator: Operator
     config: ConsolidationConfig
     turn_order: dict[str, int]
+    offsets: dict[str, timedelta]
+    """The UTC offsets the user's turns were given with (turn id -> offset), for merged records'
+    time prefixes on the speaker's clock."""
     fingerprinter: TextFingerprinter | None
     report: ConsolidationReport
     purges: int
@@ -156,7 +162,7 @@ class _Step:
             self.report.operations[Operation.KEEP.value] += first_time
         applied = 0
         for draft in drafts:
-            amu = merged_amu(cluster, draft, self.turn_order, self.config.prefix_min_span)
+            amu = merged_amu(cluster, draft, self.turn_order, self.config.prefix_min_span, self.offsets)
             problems = merge_problems([member.amu for member in cluster if member.id in draft.member_ids],
                                       amu)
             if problems:  # the members stay active: a merge never drops what they state

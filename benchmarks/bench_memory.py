@@ -53,7 +53,7 @@ import numpy as np
 from benchmarks.arguments import within
 from benchmarks.floor import BareEncoder, measure_floor
 from benchmarks.paths import FINGERPRINTER, default_locomo, missing_locomo
-from benchmarks.postgres import labelled, ratio_goals, with_sqlite_ratio
+from benchmarks.postgres import labelled, ratio_goals, unreachable, with_sqlite_ratio
 from benchmarks.timing import (
     Goal,
     against_floor,
@@ -286,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(problem)
     if not args.fingerprinter.is_dir():
         parser.error(f"--fingerprinter {args.fingerprinter}: not a directory (an exported fingerprinter)")
+    if (problem := unreachable(args.database)) is not None:
+        parser.error(problem)
     memories = {f"1x{size}": {"user": size} for size in dict.fromkeys(args.sizes)}
     if args.users:
         if f"{args.users}x100" in memories:

@@ -73,6 +73,7 @@ if __name__ == "__main__":
 from benchmarks.arguments import within  # noqa: E402
 from benchmarks.floor import BareEncoder, measure_ceiling, measure_floor  # noqa: E402
 from benchmarks.paths import FINGERPRINTER, default_locomo, missing_locomo  # noqa: E402
+from benchmarks.postgres import unreachable  # noqa: E402
 from benchmarks.prefill import prefill, user_name  # noqa: E402
 from benchmarks.service_nodes import database_goals, describe_nodes, on_database  # noqa: E402
 from benchmarks.service_process import Server, bearer, collector_pauses  # noqa: E402
@@ -374,6 +375,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(problem)
     if args.fingerprinter is not None and not args.fingerprinter.is_dir():
         parser.error(f"--fingerprinter {args.fingerprinter}: not a directory (an exported fingerprinter)")
+    if (problem := unreachable(args.database)) is not None:
+        parser.error(problem)
     # SIGTERM (timeout's) exits through the finally blocks that stop the servers
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     if args.prefill_only:

@@ -15,6 +15,20 @@ MAX_P50_RATIO = 1.5
 RATIO = "p50_ratio_to_sqlite"
 
 
+def unreachable(url: str | None) -> str | None:
+    """Why the ``--database`` the benchmark was given cannot be used (None: it can, or none was
+    given): asked before any work, not after the SQLite half of a run."""
+    if url is None:
+        return None
+    import psycopg
+
+    try:
+        psycopg.connect(url, connect_timeout=10).close()
+    except psycopg.Error as err:
+        return f"--database: cannot connect ({str(err).strip().splitlines()[-1]})"
+    return None
+
+
 def labelled(label: str, users: Mapping[str, int]) -> dict[str, int]:
     """``users`` renamed into one memory's own names in the shared database."""
     return {f"{label}.{user}": count for user, count in users.items()}

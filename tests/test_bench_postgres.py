@@ -11,7 +11,8 @@ import torch
 
 from benchmarks.bench_memory import bench_beside, bench_search, describe_beside
 from benchmarks.bench_service import _parser
-from benchmarks.postgres import ratio_goals
+from benchmarks.bench_service import main as bench_service_main
+from benchmarks.postgres import ratio_goals, unreachable
 from benchmarks.service_nodes import compare_nodes, database_copy, database_goals, describe_nodes
 from benchmarks.timing import apply_goals
 from isq.fingerprint import Fingerprinter
@@ -107,3 +108,16 @@ def test_database_flag_takes_only_a_postgresql_url(capsys):
     with pytest.raises(SystemExit):
         _parser().parse_args(["--database", "stores/bench"])
     assert "not a PostgreSQL URL" in capsys.readouterr().err
+
+
+def test_a_database_that_cannot_be_used_is_refused_before_any_work(postgres_url, tmp_path, capsys):
+    """Asked before the SQLite half of the run, not after minutes of it."""
+    from tests.test_evaluate import write_locomo
+
+    missing = postgres_url.rpartition("/")[0] + "/no_such_database"
+    assert unreachable(postgres_url) is None and unreachable(None) is None
+    assert unreachable(missing).startswith("--database: cannot connect (")
+    with pytest.raises(SystemExit) as stopped:
+        bench_service_main(["--database", missing, "--no-fingerprinter",
+                            "--locomo", str(write_locomo(tmp_path / "locomo.json"))])
+    assert stopped.value.code == 2 and "no_such_database" in capsys.readouterr().err

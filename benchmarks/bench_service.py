@@ -48,6 +48,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -104,6 +105,14 @@ GOALS = (Goal("load.routes.search.p99_ratio_to_floor", "<=", 10),
 
 def canary(user: str, client: int, number: int) -> str:
     return f"canary{user}x{client}x{number}"
+
+
+def load_note(mark: str, number: int) -> str:
+    """The text of a load add, carrying its canary ``mark`` (read back by :data:`NOTE_MARK`)."""
+    return f"Load note {mark}: remember item {number}."
+
+
+NOTE_MARK = re.compile(r"Load note (\S+): remember item")
 
 
 def questions(path: Path) -> list[str]:
@@ -203,7 +212,7 @@ def client_loop(args: argparse.Namespace, client: int, url: str, keys: dict[str,
                 route, body, path = "search", {"query": query, "k": args.k}, "/v1/search"
             else:
                 mark = canary(user, client, number)
-                turn = {"speaker": "Load", "text": f"Load note {mark}: remember item {number}.",
+                turn = {"speaker": "Load", "text": load_note(mark, number),
                         "turn_id": f"load-{client}-{number}"}
                 route, body, path = "add", {"turns": [turn]}, f"/v1/sessions/load-{client}/turns"
             began = time.perf_counter()
@@ -262,16 +271,18 @@ def run_load(args: argparse.Namespace, urls: Sequence[str], keys: dict[str, str]
 
 
 def verify(store: Path | str, log: LoadLog) -> dict[str, int | None]:
-    """Every acknowledged add stored exactly once (read after the servers exited); lost and
-    duplicated are None (not measured) when no add was acknowledged."""
+    """Every acknowledged add stored exactly once (read after the servers exited), counted by its
+    canary in the stored texts: a turn id is unique in the store, so an add stored twice would
+    show only as a second turn with its text. Lost and duplicated are None (not measured) when no
+    add was acknowledged."""
     from retrieval.memory.backends import open_store
 
     lost = duplicated = 0
     with open_store(store, read_only=True) as reader:
-        for user, turn_ids in log.acknowledged.items():
-            stored = Counter(turn.turn_id for turn in reader.turns(user) if turn.turn_id.startswith("load-"))
-            lost += sum(1 for turn_id in turn_ids if stored[turn_id] == 0)
-            duplicated += sum(1 for turn_id in turn_ids if stored[turn_id] > 1)
+        for user, marks in log.canaries.items():
+            stored = Counter(found[1] for turn in reader.turns(user) if (found := NOTE_MARK.match(turn.text)))
+            lost += sum(1 for mark in marks if stored[mark] == 0)
+            duplicated += sum(1 for mark in marks if stored[mark] > 1)
     acknowledged = sum(map(len, log.acknowledged.values()))
     return {"acknowledged_adds": acknowledged, "lost": lost if acknowledged else None,
             "duplicated": duplicated if acknowledged else None}

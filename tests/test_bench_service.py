@@ -18,6 +18,7 @@ from benchmarks.bench_service import (
     answered,
     canary,
     check_hits,
+    load_note,
     parse_server_timing,
     summary,
     verify,
@@ -140,7 +141,24 @@ def test_only_good_answers_are_timed_and_goals_are_not_measured_without_them(tmp
     AMUStore(tmp_path).close()
     assert verify(tmp_path, log) == {"acknowledged_adds": 0, "lost": None, "duplicated": None}
     log.acknowledged["u000"].append("load-0-1")
+    log.canaries["u000"].append(canary("u000", 0, 1))
     assert verify(tmp_path, log) == {"acknowledged_adds": 1, "lost": 1, "duplicated": 0}
+
+
+def test_an_add_stored_twice_under_two_ids_is_a_duplicate(tmp_path) -> None:
+    """A turn id is unique in the store: a duplicate shows as its text stored twice."""
+    from retrieval.memory.records import Turn
+    from retrieval.memory.store import AMUStore
+
+    mark, other = canary("u000", 0, 1), canary("u000", 0, 12)  # one mark a prefix of the other
+    with AMUStore(tmp_path) as store:
+        store.append_turns("u000", [Turn("u000", "load-0", turn_id, "Load", load_note(mark, 1))
+                                    for turn_id in ("load-0-1", "s:7")])
+        store.append_turns("u000", [Turn("u000", "load-0", "load-0-12", "Load", load_note(other, 12))])
+    log = LoadLog()
+    log.acknowledged["u000"] += ["load-0-1", "load-0-12", "load-0-13"]
+    log.canaries["u000"] += [mark, other, canary("u000", 0, 13)]
+    assert verify(tmp_path, log) == {"acknowledged_adds": 3, "lost": 1, "duplicated": 1}
 
 
 @pytest.mark.parametrize("argv", [["--users", "0"], ["--clients", "-1"], ["-k", "0"], ["-k", "101"],

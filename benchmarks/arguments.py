@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks.paths import missing_locomo
+from benchmarks.postgres import unreachable
 
 
 def within(kind: type[int] | type[float], low: float, high: float = float("inf")) -> Callable[[str], float]:
@@ -20,3 +24,18 @@ def within(kind: type[int] | type[float], low: float, high: float = float("inf")
                                              f"{bounds}, got {text!r}")
         return value
     return parse
+
+
+def refuse_unusable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """One ``error:`` line for the first input the run cannot use: the LoCoMo file, the
+    fingerprinter (None: the run takes none), the database (None: none given)."""
+    problem = (missing_locomo(args.locomo) or _not_an_export(args.fingerprinter)
+               or unreachable(args.database))
+    if problem is not None:
+        parser.error(problem)
+
+
+def _not_an_export(fingerprinter: Path | None) -> str | None:
+    if fingerprinter is None or fingerprinter.is_dir():
+        return None
+    return f"--fingerprinter {fingerprinter}: not a directory (an exported fingerprinter)"

@@ -50,10 +50,10 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.arguments import within
+from benchmarks.arguments import refuse_unusable, within
 from benchmarks.floor import BareEncoder, measure_floor
-from benchmarks.paths import FINGERPRINTER, default_locomo, missing_locomo
-from benchmarks.postgres import labelled, ratio_goals, unreachable, with_sqlite_ratio
+from benchmarks.paths import FINGERPRINTER, default_locomo
+from benchmarks.postgres import labelled, ratio_goals, with_sqlite_ratio
 from benchmarks.timing import (
     Goal,
     against_floor,
@@ -282,12 +282,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="also build each search memory in this (empty) PostgreSQL database, right "
                              "after its SQLite one, and give the PostgreSQL/SQLite search p50 ratio")
     args = parser.parse_args(argv)
-    if (problem := missing_locomo(args.locomo)) is not None:
-        parser.error(problem)
-    if not args.fingerprinter.is_dir():
-        parser.error(f"--fingerprinter {args.fingerprinter}: not a directory (an exported fingerprinter)")
-    if (problem := unreachable(args.database)) is not None:
-        parser.error(problem)
+    refuse_unusable(parser, args)
     memories = {f"1x{size}": {"user": size} for size in dict.fromkeys(args.sizes)}
     if args.users:
         if f"{args.users}x100" in memories:

@@ -71,10 +71,9 @@ if __package__ in (None, ""):  # run as a script: python benchmarks/bench_servic
 if __name__ == "__main__":
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from benchmarks.arguments import within  # noqa: E402
+from benchmarks.arguments import refuse_unusable, within  # noqa: E402
 from benchmarks.floor import BareEncoder, measure_ceiling, measure_floor  # noqa: E402
-from benchmarks.paths import FINGERPRINTER, default_locomo, missing_locomo  # noqa: E402
-from benchmarks.postgres import unreachable  # noqa: E402
+from benchmarks.paths import FINGERPRINTER, default_locomo  # noqa: E402
 from benchmarks.prefill import prefill, user_name  # noqa: E402
 from benchmarks.service_nodes import database_goals, describe_nodes, on_database  # noqa: E402
 from benchmarks.service_process import Server, bearer, collector_pauses  # noqa: E402
@@ -174,8 +173,8 @@ class LoadLog:
         default_factory=lambda: defaultdict(list))
     errors: Counter = dataclasses.field(default_factory=Counter)
     leaks: list[str] = dataclasses.field(default_factory=list)
-    acknowledged: dict[str, list[str]] = dataclasses.field(default_factory=lambda: defaultdict(list))
     canaries: dict[str, list[str]] = dataclasses.field(default_factory=lambda: defaultdict(list))
+    """Per user, the canary of each add the server acknowledged."""
     requests: int = 0
     full_collections: dict[str, float] = dataclasses.field(default_factory=dict)
     """The servers' full garbage collections during the load: count, and the seconds they held
@@ -230,7 +229,6 @@ def client_loop(args: argparse.Namespace, client: int, url: str, keys: dict[str,
                 log.parts[route].append(parse_server_timing(response.headers.get("server-timing")))
                 log.leaks += leaks
                 if not searching:
-                    log.acknowledged[user].append(turn["turn_id"])
                     log.canaries[user].append(mark)
 
 
@@ -283,7 +281,7 @@ def verify(store: Path | str, log: LoadLog) -> dict[str, int | None]:
             stored = Counter(found[1] for turn in reader.turns(user) if (found := NOTE_MARK.match(turn.text)))
             lost += sum(1 for mark in marks if stored[mark] == 0)
             duplicated += sum(1 for mark in marks if stored[mark] > 1)
-    acknowledged = sum(map(len, log.acknowledged.values()))
+    acknowledged = sum(map(len, log.canaries.values()))
     return {"acknowledged_adds": acknowledged, "lost": lost if acknowledged else None,
             "duplicated": duplicated if acknowledged else None}
 
@@ -382,12 +380,7 @@ def report(figures: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
-    if (problem := missing_locomo(args.locomo)) is not None:
-        parser.error(problem)
-    if args.fingerprinter is not None and not args.fingerprinter.is_dir():
-        parser.error(f"--fingerprinter {args.fingerprinter}: not a directory (an exported fingerprinter)")
-    if (problem := unreachable(args.database)) is not None:
-        parser.error(problem)
+    refuse_unusable(parser, args)
     # SIGTERM (timeout's) exits through the finally blocks that stop the servers
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     if args.prefill_only:

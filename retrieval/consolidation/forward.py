@@ -35,10 +35,10 @@ def merged_id(user_id: str, member_ids: Sequence[str]) -> str:
 
 
 def merged_amu(members: Sequence[Member], draft: Draft, turn_order: Mapping[str, int],
-               prefix_min_span: timedelta, offsets: Mapping[str, timedelta] | None = None) -> AMU:
+               prefix_min_span: timedelta, offsets: Mapping[str, timedelta]) -> AMU:
     """The AMU ``draft`` makes of the members it names (``turn_order``: turn id -> position in
     the conversation). Its time prefix is on the speaker's clock: shifted by the UTC offset its
-    newest turn was given with (``offsets``: turn id -> offset; none: UTC). Raises
+    newest turn was given with (``offsets``: turn id -> offset; a turn without one: UTC). Raises
     ``AMUValidationError`` for an invalid draft."""
     chosen = [m for m in members if m.id in set(draft.member_ids)]
     if len(chosen) < 2 or len(chosen) != len(set(draft.member_ids)):
@@ -51,8 +51,8 @@ def merged_amu(members: Sequence[Member], draft: Draft, turn_order: Mapping[str,
     ordered = tuple(sorted(turns, key=lambda turn_id: turn_order.get(turn_id, len(turn_order))))
     speakers = tuple(dict.fromkeys(speaker for m in chosen for speaker in m.amu.source.speakers))
     source = SourcePointer(user_id, last.amu.source.session_id, ordered, speakers, None)
-    shift = next((offsets[turn_id] for turn_id in reversed(last.amu.source.turn_ids)
-                  if offsets and turn_id in offsets), timedelta(0))
+    shift = next((offsets[turn_id] for turn_id in reversed(last.amu.source.turn_ids) if turn_id in offsets),
+                 timedelta(0))
     start, end = min(firsts) + shift if firsts else None, last.last + shift if last.last else None
     text = time_prefix(start, end, prefix_min_span) + strip_prefix(draft.text).strip()
     return AMU(id=merged_id(user_id, [m.id for m in chosen]), text=text,

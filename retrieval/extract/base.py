@@ -84,7 +84,8 @@ class Extractor(Protocol):
 def session_time(segment: Segment) -> datetime | None:
     """When the segment was said, on the speaker's clock: its first dated turn's local time (None
     when no turn has one)."""
-    return next((turn.local_time for turn in segment.turns if turn.local_time is not None), None)
+    first = _first_dated(segment)
+    return None if first is None else first.local_time
 
 
 def make_amu(segment: Segment, index: int, text: str, memory_type: str, turns: Sequence[Turn], *,
@@ -117,6 +118,10 @@ def _stated(turns: Sequence[Turn], segment: Segment) -> Turn | None:
     dated = [turn for turn in turns if turn.session_time is not None]
     if dated:
         return max(dated, key=lambda turn: turn.session_time or datetime.min)
+    return _first_dated(segment)
+
+
+def _first_dated(segment: Segment) -> Turn | None:
     return next((turn for turn in segment.turns if turn.session_time is not None), None)
 
 

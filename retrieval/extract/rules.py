@@ -43,8 +43,6 @@ _POSSESSIVE = ("'s", "’s")
 _UPPER = "[" + "".join(re.escape(chr(code)) for code in range(0x530) if chr(code).isupper()) + "]"
 """Capital letters of the Latin, Greek and Cyrillic scripts ("Émilie", "Łódź", "Олег")."""
 _PROPER = re.compile(rf"\b{_UPPER}[\w'’&\-]*(?:\s+{_UPPER}[\w'’&\-]*)*")
-_UNSPACED = re.compile(f"[{UNSPACED}]")
-"""Letters of scripts written without spaces between words (:mod:`retrieval.memory.scripts`)."""
 UNSPACED_LETTERS = 4
 """How many such letters make a turn informative (its words cannot be counted)."""
 
@@ -77,7 +75,7 @@ def is_informative(turn: Turn, participants: Sequence[str]) -> bool:
     """A turn yields an AMU unless it is pure small talk: no image and fewer than two content words
     (words that are not stopwords, greeting/thanks/acknowledgement fillers or participant names),
     and fewer than :data:`UNSPACED_LETTERS` letters of a script without spaces between words."""
-    if turn.image_caption or len(_UNSPACED.findall(turn.text)) >= UNSPACED_LETTERS:
+    if turn.image_caption or len(UNSPACED.findall(turn.text)) >= UNSPACED_LETTERS:
         return True
     names = {name.lower() for name in participants} | {turn.speaker.lower()}
     return len(content_words(turn.text, names)) >= 2

@@ -41,7 +41,6 @@ Choices where the paper is silent (all fields of :class:`SegmenterConfig`):
 from __future__ import annotations
 
 import math
-import re
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -86,16 +85,14 @@ class SegmenterConfig:
     pair_turns: bool = True
 
 
-_UNSPACED = re.compile(f"[{UNSPACED}]")
-"""Characters of scripts written without spaces between words (:mod:`retrieval.memory.scripts`)."""
 
 
 def count_tokens(text: str, ratio: float = SegmenterConfig.words_to_tokens) -> int:
     """Approximate token count: whitespace words x ``ratio``, rounded up, and one per character
     of a script written without spaces (a Chinese sentence is one "word", its tokenizer's tokens
     are about its characters), so that the token limits hold in any language."""
-    unspaced = len(_UNSPACED.findall(text))
-    words = _UNSPACED.sub(" ", text).split() if unspaced else text.split()
+    unspaced = len(UNSPACED.findall(text))
+    words = UNSPACED.sub(" ", text).split() if unspaced else text.split()
     return math.ceil(len(words) * ratio) + unspaced
 
 

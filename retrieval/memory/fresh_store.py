@@ -17,7 +17,7 @@ from pathlib import Path
 
 from retrieval.memory.connection import DB_NAME
 from retrieval.memory.errors import StoreError
-from retrieval.memory.lock import WriterLock
+from retrieval.memory.lock import lock_path
 from retrieval.memory.store_contract import Store
 
 
@@ -28,8 +28,8 @@ def fresh_paths(directory: Path | None, read_only: bool) -> list[Path]:
         return []
     if not directory.exists():
         return [directory]
-    names = [DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", WriterLock(directory, "ingest").path.name]
-    return [directory / name for name in names if not (directory / name).exists()]
+    paths = [directory / name for name in (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm")]
+    return [path for path in [*paths, lock_path(directory, "ingest")] if not path.exists()]
 
 
 def discard_if_fresh(store: Store, created: list[Path]) -> None:

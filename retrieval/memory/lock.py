@@ -11,11 +11,16 @@ from pathlib import Path
 from retrieval.memory.errors import StoreBusy
 
 
+def lock_path(directory: Path, role: str) -> Path:
+    """The lock file of ``role``'s writer in a store directory."""
+    return directory / f".{role}.lock"
+
+
 class WriterLock:
     """``<directory>/.<role>.lock``, held exclusively from :meth:`acquire` to :meth:`release`."""
 
     def __init__(self, directory: Path, role: str) -> None:
-        self.path = directory / f".{role}.lock"
+        self.path = lock_path(directory, role)
         self.role = role
         self._fd: int | None = None
 

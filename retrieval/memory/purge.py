@@ -188,6 +188,10 @@ def select(stored: Sequence[Stored], segments: list[SegmentRecord], gone: set[st
     return Selection(everything, segments, touched, dropped, chosen, restored, frames)
 
 
+def _owe_compaction(db: sqlite3.Connection) -> None:
+    db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, 'true')", (COMPACTION_OWED,))
+
+
 def _drop_cached(db: sqlite3.Connection, user: str, texts: Iterable[str]) -> None:
     """Delete the user's cached arrays of ``texts``."""
     keys = sorted({text_key(text) for text in texts})
@@ -246,7 +250,7 @@ class Purge(SQLitePart):
                             [row.amu.id for row in picked.restored])
             if derived is not None:
                 _drop_cached(db, user, derived(purged))
-            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, 'true')", (COMPACTION_OWED,))
+            _owe_compaction(db)
         return purged
 
     def scrub(self, user: str, texts: Iterable[str]) -> None:
@@ -267,7 +271,7 @@ class Purge(SQLitePart):
         being truncated: the compaction stays owed (see the module docstring)."""
         with self._transaction() as db:
             db.execute("INSERT INTO amu_fts (amu_fts) VALUES ('optimize')")
-            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, 'true')", (COMPACTION_OWED,))
+            _owe_compaction(db)  # until it finishes: a kill or a reader leaves it owed
         with self._writing() as db:
             db.execute("VACUUM")
             db.execute(f"PRAGMA busy_timeout = {round(CHECKPOINT_WAIT_S * 1000)}")

@@ -85,9 +85,10 @@ class Turn:
         """The time as the store keeps it: ISO 8601 in the offset it was given with (read back, it
         makes the same turn)."""
         local = self.local_time
-        if local is None or self.utc_offset is None:
-            return None if local is None else local.isoformat()
-        return local.replace(tzinfo=timezone(self.utc_offset)).isoformat()
+        if local is None:
+            return None
+        zone = None if self.utc_offset is None else timezone(self.utc_offset)
+        return local.replace(tzinfo=zone).isoformat()
 
     def render(self) -> str:
         """``"Speaker: text [shares an image: caption]"``: the raw-turn form used for embedding,

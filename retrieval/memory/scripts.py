@@ -10,11 +10,12 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
-UNSPACED = ("\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
-            "\uf900-\ufaff")
-"""The ranges (for a regular expression's character class) of the scripts written without spaces."""
+UNSPACED = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf"
+                      "\u4e00-\u9fff\uf900-\ufaff]")
+"""A character of a script written without spaces."""
 
 
 def _mark_ranges() -> str:

@@ -51,6 +51,7 @@ class AMUStore(StoreParts):
     """
 
     DB_NAME = DB_NAME
+    _purge: Purge  # the SQLite part, which knows whether a reader kept its last compaction from finishing
 
     def __init__(self, directory: str | Path, *, read_only: bool = False, role: str = "ingest") -> None:
         self.directory = Path(directory)
@@ -65,7 +66,7 @@ class AMUStore(StoreParts):
         self._cache = ArrayCache(connection)
         self._jobs = JobRows(connection)
         self._versions = StoreVersions(connection)
-        self._purge = self._compaction = Purge(connection)
+        self._purge = Purge(connection)
         self._meta = StoreMeta(connection)
 
     # -- the handle ------------------------------------------------------------------------------
@@ -118,7 +119,7 @@ class AMUStore(StoreParts):
         """Try again the compaction a reader kept from finishing, if the last one was, then close
         every connection (the readers of all threads too) and release the writer lock."""
         try:
-            if self._connection.holds_writer and self._compaction.kept_by_reader:
+            if self._connection.holds_writer and self._purge.kept_by_reader:
                 self.compact()
         finally:
             self._connection.close()

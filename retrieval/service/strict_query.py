@@ -45,5 +45,5 @@ async def refuse_undeclared_input(request: Request) -> None:
     if repeated:
         name = repeated[0]
         raise RequestValidationError([{
-            "type": "extra_forbidden", "loc": ("query", name), "input": request.query_params.getlist(name),
+            "type": "extra_forbidden", "loc": ("query", name), "input": given.getlist(name),
             "msg": "given more than once (give it once)"}])

@@ -92,6 +92,20 @@ def test_writers_of_one_user_in_several_processes_are_serialised(postgres_url):
             store.close()
 
 
+def test_users_whose_ids_share_a_32_bit_hash_do_not_share_an_ingestion_lock(postgres_url):
+    """``hashtext`` is 32 bits: among 200,000 ids several pairs collide, as these two do. Each user's
+    ingestion lock is its own, so one user's long ingestion step never holds up the other's."""
+    first, second = "user5865", "user189872"
+    with PostgresStore(postgres_url) as store, PostgresStore(postgres_url) as other:
+        assert store.db.value("SELECT hashtext(%s) = hashtext(%s)", (first, second)) is True
+        with store.ingestion_lock(first, wait=True) as held:
+            assert held
+            with other.ingestion_lock(second, wait=False) as also:
+                assert also
+            with other.ingestion_lock(first, wait=False) as again:
+                assert not again  # the same user's lock is still exclusive
+
+
 def test_the_commit_counter_moves_only_when_something_commits(postgres_url):
     with PostgresStore(postgres_url) as store:
         commit(store, 0, [make_amu(0, 0)])

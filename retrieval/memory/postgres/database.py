@@ -39,9 +39,11 @@ CONNECT_TIMEOUT_S = 10
 """How long opening a store waits for the server before it says it cannot be reached."""
 
 INGESTION_LOCKS = 1_836_019_570
-"""The first key of every user's ingestion lock (``pg_advisory_lock(INGESTION_LOCKS, hashtext(user))``)."""
+"""The seed of every user's ingestion lock key (``pg_advisory_lock(hashtextextended(user,
+INGESTION_LOCKS))``)."""
 JOB_LOCKS = 1_836_019_571
-"""The first key of every consolidation job's lock (``pg_try_advisory_lock(JOB_LOCKS, hashtext(id))``)."""
+"""The seed of every consolidation job's lock key (``pg_try_advisory_lock(hashtextextended(id,
+JOB_LOCKS))``)."""
 
 Connection = psycopg.Connection[dict[str, Any]]
 
@@ -130,21 +132,24 @@ class Database:
     @contextmanager
     def advisory_lock(self, space: int, name: str, *, wait: bool) -> Iterator[bool]:
         """A session-level advisory lock on a pooled connection kept for the block (so it is
-        released when the block ends or the process dies); yields whether it is held. Its two-key
-        form is a key space apart from the write transactions' locks."""
-        key = (space, name)
+        released when the block ends or the process dies); yields whether it is held. Its key is
+        a 64-bit hash of ``name`` seeded by ``space`` (32 bits would give two users of a large store
+        the same lock: among 200,000 ids several pairs collide), apart from the write
+        transactions' locks, whose seed is 0."""
+        key = (name, space)
         with self.connection() as conn:
             if wait:
-                conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", key)
+                conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, %s))", key)
                 held = True
             else:
-                found = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s)) AS held", key).fetchone()
+                found = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, %s)) AS held",
+                                     key).fetchone()
                 held = bool(found and found["held"])
             try:
                 yield held
             finally:
                 if held:
-                    conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", key)
+                    conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, %s))", key)
 
     @contextmanager
     def tracking(self, user_id: str) -> Iterator[list[tuple[Any, Any]]]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import threading
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -212,3 +215,34 @@ def test_in_lists_are_bound_in_chunks_under_sqlite_s_parameter_limit():
     assert [len(chunk) for _, chunk in chunks] == [IN_CHUNK, IN_CHUNK, 1]
     assert [marks.count("?") for marks, _ in chunks] == [IN_CHUNK, IN_CHUNK, 1] and chunks[2][0] == "?"
     assert [v for _, chunk in chunks for v in chunk] == values and list(in_chunks([])) == []
+
+
+def open_files(path: Path) -> int:
+    """This process's open file descriptors on ``path`` (Linux's /proc)."""
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if os.path.realpath(fd) == str(path.resolve()))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors through /proc")
+def test_a_reading_thread_s_connection_closes_when_the_thread_ends(tmp_path):
+    """Every thread reads on a connection of its own; a server's worker threads come and go, so one
+    that ends must not leave its connection open (each holds a descriptor and a page cache). SQLite
+    parks a closed connection's descriptor while others hold locks on the file, and the next one
+    opened reuses it: the count stays where the first round of threads left it."""
+    with AMUStore(tmp_path) as store:
+        commit(store, 0, [make_amu(0, 0)])
+        counts, together = [], threading.Barrier(8)
+
+        def read() -> None:
+            store.count()
+            together.wait()  # all eight connections open at once, every round
+
+        for _ in range(4):
+            readers = [threading.Thread(target=read) for _ in range(8)]
+            for thread in readers:
+                thread.start()
+            for thread in readers:
+                thread.join()
+            counts.append(open_files(tmp_path / AMUStore.DB_NAME))
+        assert counts == [counts[0]] * 4, counts
+        assert store.count() == 1  # this thread's reader, and the store, still work

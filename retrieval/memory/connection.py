@@ -7,7 +7,9 @@ indexes, vector cache, jobs, change markers, purge, meta) is a :class:`SQLitePar
 Writes go through the writer connection, one transaction at a time (threads of the process queue
 on a lock for it; reads inside a transaction use it too). Every other read runs on a connection
 of the reading thread, opened on its first read: in WAL mode a reader sees the last commit and
-never waits for the writer's transaction, so the store can be read from many threads at once.
+never waits for the writer's transaction, so the store can be read from many threads at once. A
+thread's reader is closed when the thread ends (:class:`_Reader`): a server's worker threads come
+and go, and each connection holds a file descriptor and a page cache.
 Open for writing, the store holds a writer lock per role (:mod:`retrieval.memory.lock`); open
 read-only it takes no lock and refuses every write. Bad files (not a database, an unknown schema
 version, no permission) raise one :class:`StoreError` naming the file, and so do SQLite faults
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,6 +40,17 @@ DB_NAME = "amus.sqlite3"
 """The store's database file in its directory."""
 
 
+class _Reader:
+    """A thread's reader connection, held by the thread alone (the store keeps a weak reference,
+    to close it with the store) and closed when the thread's locals go, as it ends: left to the
+    cyclic collector (a connection and its statement cache form a cycle) it would stay open for as
+    long as the collector waits, which in a serving process is minutes."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.connection = connection
+        weakref.finalize(self, connection.close)
+
+
 class SQLiteConnection:
     """The connections of the store in ``directory`` (see the module docstring).
 
@@ -53,7 +67,7 @@ class SQLiteConnection:
         self._lock: WriterLock | None = None
         self._local = threading.local()
         self._writes = threading.RLock()
-        self._readers: list[sqlite3.Connection] = []
+        self._readers: weakref.WeakSet[_Reader] = weakref.WeakSet()
         self._readers_guard = threading.Lock()
         self._writer: sqlite3.Connection | None = None
         if read_only:
@@ -100,13 +114,14 @@ class SQLiteConnection:
             return self._writer
         reader = getattr(self._local, "reader", None)
         if reader is None:
-            reader = self._connect(str(self.path)) if self._writer is not None else self._connect_read_only()
-            reader.row_factory = sqlite3.Row
-            reader.execute("PRAGMA foreign_keys=ON")
+            connection = (self._connect(str(self.path)) if self._writer is not None
+                          else self._connect_read_only())
+            connection.row_factory = sqlite3.Row
+            connection.execute("PRAGMA foreign_keys=ON")
+            reader = self._local.reader = _Reader(connection)
             with self._readers_guard:
-                self._readers.append(reader)
-            self._local.reader = reader
-        return reader
+                self._readers.add(reader)
+        return reader.connection
 
     @contextmanager
     def writing(self) -> Iterator[sqlite3.Connection]:
@@ -188,7 +203,7 @@ class SQLiteConnection:
     def close(self) -> None:
         """Close every connection (the readers of all threads too) and release the writer lock."""
         with self._readers_guard:
-            readers, self._readers = self._readers, []
+            readers, self._readers = [reader.connection for reader in self._readers], weakref.WeakSet()
         for connection in [*readers, self.watch] + ([] if self._writer is None else [self._writer]):
             connection.close()
         if self._lock is not None:

@@ -17,7 +17,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +171,7 @@ def machine() -> dict[str, Any]:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     return {"host": platform.node(), "cpus": os.cpu_count(), "load_average": list(load),
             "python": platform.python_version(),
-            "utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            "utc": datetime.now(UTC).isoformat(timespec="seconds")}
 
 
 def write_json(path: str | Path | None, figures: Mapping[str, Any]) -> None:

@@ -79,7 +79,7 @@ class ExportFingerprinter(L.Callback):
             pl_module.load_state_dict(state)
         datamodule = getattr(trainer, "datamodule", None)
         record = {
-            "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "exported_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "checkpoint": best or None,
             "global_step": trainer.global_step,
             "epochs": trainer.current_epoch,

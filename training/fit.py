@@ -1,12 +1,12 @@
 """``python -m training.fit --config configs/smoke.yaml`` — train ISQ with LightningCLI.
 
 Everything is set from YAML or the command line (``--print_config`` shows the full config);
-``configs/trainer_defaults.yaml`` is read before the ``--config`` files, so the configs share
-their trainer and callback blocks. ``--ckpt_path PATH`` resumes a run; with ``--validate_only
-true`` it is only validated. Precision defaults to ``bf16-mixed`` with CUDA and fp32 otherwise;
-fp16 and ``bf16-true`` are refused (T5 overflows in fp16; ``bf16-true`` would cast the EMA
-codebook buffers). Bad input (data, encoder, checkpoint, export directory) ends with one
-``error:`` line and exit code 2.
+``training/trainer_defaults.yaml`` (package data: an installed package has it too) is read before
+the ``--config`` files, so the configs share their trainer and callback blocks. ``--ckpt_path
+PATH`` resumes a run; with ``--validate_only true`` it is only validated. Precision defaults to
+``bf16-mixed`` with CUDA and fp32 otherwise; fp16 and ``bf16-true`` are refused (T5 overflows in
+fp16; ``bf16-true`` would cast the EMA codebook buffers). Bad input (data, encoder, checkpoint,
+export directory) ends with one ``error:`` line and exit code 2.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from training.data import DialogueDataModule
 from training.module import ISQLightningModule, WarmStartError
 from training.quiet import quiet_third_party_noise
 
-DEFAULTS = Path(__file__).resolve().parents[1] / "configs" / "trainer_defaults.yaml"
+DEFAULTS = Path(__file__).resolve().with_name("trainer_defaults.yaml")
 
 _FP16 = "fp16 overflows in T5 (use bf16-mixed on CUDA or 32-true)"
 _BF16_TRUE = "bf16-true casts the EMA codebook buffers to bf16 (use bf16-mixed)"

@@ -212,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     record = {
-        "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "exported_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": "python -m training.kmeans_control " + " ".join(sys.argv[1:] if argv is None else argv),
         "data": {"root": str(args.data_root), "split": "train", "file": str(train_file)},
         **record,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import calendar
 import re
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 _YEAR = re.compile(r"^(\d{4})$")
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
@@ -60,7 +60,7 @@ def naive_utc(moment: datetime) -> datetime:
     if moment.tzinfo is None:
         return moment
     try:
-        return moment.astimezone(timezone.utc).replace(tzinfo=None)
+        return moment.astimezone(UTC).replace(tzinfo=None)
     except OverflowError:
         raise ValueError(f"{moment.isoformat()} is outside years 1-9999 once converted to UTC") from None
 

@@ -115,8 +115,8 @@ def _load(loader: Any, name_or_path: str, **kwargs: Any) -> Any:
             reason = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face hub cannot be reached"
             raise EncoderUnavailable(
                 f"cannot load {name_or_path!r}: it is not a local directory, not in the Hugging Face cache, "
-                f"and {reason}; pass a local copy (e.g. --model.isq.encoder /path/to/{name_or_path}) or set "
-                f"up hub access ({_gpu_note()})")
+                f"and {reason}; give the path of a local copy in its place (e.g. /path/to/{name_or_path}) "
+                f"or set up hub access ({_gpu_note()})")
     try:
         return loader.from_pretrained(path, **kwargs)
     except OSError as err:
@@ -145,9 +145,13 @@ def build_encoder(config: ISQConfig, architecture: dict[str, Any] | None = None)
     spec = architecture if architecture is not None else config.encoder_config
     if spec is not None:
         spec = dict(spec)
-        enc_config = AutoConfig.for_model(spec.pop("model_type"), **spec)
-        encoder: PreTrainedModel = (T5EncoderModel(enc_config) if isinstance(enc_config, T5Config)
-                                    else AutoModel.from_config(enc_config))
+        try:
+            enc_config = AutoConfig.for_model(spec.pop("model_type"), **spec)
+            encoder: PreTrainedModel = (T5EncoderModel(enc_config) if isinstance(enc_config, T5Config)
+                                        else AutoModel.from_config(enc_config))
+        except (ValueError, TypeError, RuntimeError) as err:  # a size no model can have (d_model: -4)
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise OutOfRange(f"ISQConfig field 'encoder_config' builds no encoder: {first}") from None
     else:
         cls = T5EncoderModel if encoder_model_type(config) == "t5" else AutoModel
         encoder = from_pretrained(cls, config.encoder)

@@ -19,13 +19,14 @@ from typing import Any
 
 import torch
 from lightning import Trainer
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
 from isq.dailydialog import DataFormatError
 from isq.encoder import EncoderUnavailable
 from isq.export import ExportExistsError
-from isq.ranges import AT_LEAST_ONE, OutOfRange, Range, check_ranges
+from isq.ranges import AT_LEAST_ONE, NON_NEGATIVE, OutOfRange, Range, check_ranges
 from training.callbacks import ExportFingerprinter, RunConfigSaver, StepProgressBar
 from training.data import DialogueDataModule
 from training.module import ISQLightningModule, WarmStartError
@@ -89,20 +90,24 @@ EPOCH_FRACTION = Range(0, 1, low_open=True)
 
 
 def check_trainer(trainer: Any) -> None:
-    """The trainer's step counts, checked as the project's own settings are (:class:`OutOfRange`):
-    Lightning divides by a zero interval or accumulation, and ``max_steps 0`` trains nothing yet
-    exports an unvalidated fingerprinter."""
-    check_ranges("trainer", {"accumulate_grad_batches": trainer.get("accumulate_grad_batches")},
-                 {"accumulate_grad_batches": AT_LEAST_ONE})
-    max_steps = trainer.get("max_steps")
-    if max_steps is not None and max_steps != -1 and not (isinstance(max_steps, int) and max_steps >= 1):
-        raise OutOfRange(f"trainer field 'max_steps' is {max_steps!r}: allowed is -1 (no limit) or >= 1")
-    interval = trainer.get("val_check_interval")
-    fraction = isinstance(interval, float) and EPOCH_FRACTION.contains(interval)
-    batches = isinstance(interval, int) and interval >= 1
-    if interval is not None and not (fraction or batches):
-        raise OutOfRange(f"trainer field 'val_check_interval' is {interval!r}: allowed is a number of "
-                         "batches >= 1 or a fraction of the epoch in (0, 1]")
+    """The trainer's counts, checked as the project's own settings are (:class:`OutOfRange`):
+    Lightning divides by a zero interval or accumulation; ``max_steps``, ``max_epochs`` or
+    ``limit_train_batches`` of 0 train nothing and ``limit_val_batches`` 0 validates nothing, yet
+    each would export a fingerprinter no validation chose; a negative ``gradient_clip_val`` turns
+    clipping by norm into a step against the gradient."""
+    ranges = {"accumulate_grad_batches": AT_LEAST_ONE, "gradient_clip_val": NON_NEGATIVE}
+    check_ranges("trainer", {name: trainer.get(name) for name in ranges}, ranges)
+    for name in ("max_steps", "max_epochs"):
+        limit = trainer.get(name)
+        if limit is not None and limit != -1 and not (isinstance(limit, int) and limit >= 1):
+            raise OutOfRange(f"trainer field {name!r} is {limit!r}: allowed is -1 (no limit) or >= 1")
+    for name in ("val_check_interval", "limit_train_batches", "limit_val_batches"):
+        batches = trainer.get(name)
+        fraction = isinstance(batches, float) and EPOCH_FRACTION.contains(batches)
+        count = isinstance(batches, int) and not isinstance(batches, bool) and batches >= 1
+        if batches is not None and not (fraction or count):
+            raise OutOfRange(f"trainer field {name!r} is {batches!r}: allowed is a number of batches >= 1 "
+                             "or a fraction of the epoch in (0, 1]")
 
 
 def validate_at_the_end(trainer: Any) -> list[str]:
@@ -169,7 +174,7 @@ def check_checkpoint(path: str | None, model: torch.nn.Module) -> None:
 
 
 BAD_INPUT = (FileNotFoundError, DataFormatError, WarmStartError, EncoderUnavailable, ExportExistsError,
-             CheckpointError, OutOfRange, LoggerUnavailable)
+             CheckpointError, OutOfRange, LoggerUnavailable, MisconfigurationException)
 """Failures that are the input's fault: reported in one line, exit code 2."""
 
 

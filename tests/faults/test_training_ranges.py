@@ -111,6 +111,14 @@ def test_an_exports_out_of_range_max_length_is_one_load_error_naming_file_and_fi
     ("--trainer.val_check_interval", "1.5", "'val_check_interval' is 1.5: allowed is a number of batches"),
     ("--trainer.accumulate_grad_batches", "0", "'accumulate_grad_batches' is 0: allowed range is >= 1"),
     ("--trainer.max_steps", "0", "'max_steps' is 0: allowed is -1 (no limit) or >= 1"),
+    ("--trainer.max_epochs", "0", "'max_epochs' is 0: allowed is -1 (no limit) or >= 1"),
+    ("--trainer.limit_train_batches", "0", "'limit_train_batches' is 0: allowed is a number of batches"),
+    ("--trainer.limit_val_batches", "0", "'limit_val_batches' is 0: allowed is a number of batches"),
+    ("--trainer.limit_val_batches", "-1", "'limit_val_batches' is -1: allowed is a number of batches"),
+    ("--trainer.gradient_clip_val", "-1", "'gradient_clip_val' is -1: allowed range is >= 0"),
+    ("--trainer.devices", "0", "devices"),
+    ("--model.isq.encoder_config", "{model_type: t5, vocab_size: 128, d_model: -4}",
+     "'encoder_config' builds no encoder"),
 ])
 def test_fit_refuses_out_of_range_values_in_one_line(tmp_path, capsys, flag, value, expected):
     with pytest.raises(SystemExit) as exit_info:

@@ -144,6 +144,17 @@ def test_read_metrics_log_keeps_each_column_sparse(tmp_path):
     assert "epoch" not in log and "step" not in log
 
 
+@pytest.mark.parametrize(("content", "expected"), [
+    (b"PK\x03\x04\x80\x81 a checkpoint's bytes", r"not UTF-8 text \(invalid start byte at byte 4\)"),
+    (b"step,x\n1,2,3\n", r"metrics.csv:2: more cells than the header has columns"),
+], ids=["binary", "extra cells"])
+def test_a_log_that_is_not_a_metrics_csv_is_one_input_error(tmp_path, content, expected):
+    path = tmp_path / "metrics.csv"
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=expected):
+        read_metrics_log(path)
+
+
 # ---------------------------------------------------------------------------- report command
 
 

@@ -4,6 +4,7 @@ training log (a file, or the run directory holding it)."""
 from __future__ import annotations
 
 import csv
+import io
 import os
 import tempfile
 from pathlib import Path
@@ -30,10 +31,7 @@ def read_texts(path: Path) -> list[str]:
     """
     if not path.is_file():
         raise InputError(f"texts file not found: {path}")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
+    lines = utf8_text(path).splitlines()
     if any(EOU in line for line in lines):
         try:
             return [utterance for dialogue in read_dialogues(path) for utterance in dialogue]
@@ -74,21 +72,30 @@ def read_metrics_log(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         path = path / METRICS_NAME
     if not path.is_file():
         raise InputError(f"training log not found: {path}")
-    with open(path, newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        if "step" not in (reader.fieldnames or []):
-            raise InputError(f"{path}: not a Lightning CSV log (no 'step' column)")
-        series: dict[str, tuple[list[float], list[float]]] = {}
-        for row in reader:
-            if not row["step"]:
+    reader = csv.DictReader(io.StringIO(utf8_text(path), newline=""))
+    if "step" not in (reader.fieldnames or []):
+        raise InputError(f"{path}: not a Lightning CSV log (no 'step' column)")
+    series: dict[str, tuple[list[float], list[float]]] = {}
+    for row in reader:
+        if None in row:  # DictReader's key for cells beyond the header's columns
+            raise InputError(f"{path}:{reader.line_num}: more cells than the header has columns")
+        if not row["step"]:
+            continue
+        for column, value in row.items():
+            if column in ("step", "epoch") or not value:
                 continue
-            for column, value in row.items():
-                if column in ("step", "epoch") or not value:
-                    continue
-                steps, values = series.setdefault(column, ([], []))
-                try:
-                    steps.append(float(row["step"]))
-                    values.append(float(value))
-                except ValueError as err:
-                    raise InputError(f"{path}:{reader.line_num}: column {column}: {err}") from err
+            steps, values = series.setdefault(column, ([], []))
+            try:
+                steps.append(float(row["step"]))
+                values.append(float(value))
+            except ValueError as err:
+                raise InputError(f"{path}:{reader.line_num}: column {column}: {err}") from err
     return {column: (np.array(steps), np.array(values)) for column, (steps, values) in series.items()}
+
+
+def utf8_text(path: Path) -> str:
+    """The file's text, or :class:`InputError` when it is not UTF-8 (a checkpoint given by mistake)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err

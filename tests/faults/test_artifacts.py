@@ -207,6 +207,7 @@ def test_a_hub_encoder_without_the_hub_is_one_line(monkeypatch) -> None:
         load_tokenizer(tiny_config(encoder="t5-base", tokenizer=None, encoder_config=None))
     message = str(info.value)
     assert "t5-base" in message and "local" in message and "GPU" in message and "\n" not in message
+    assert "--" not in message  # shared by training.fit and training.kmeans_control: it names no flag
 
 
 def test_the_paper_config_without_the_hub_exits_with_one_line(tmp_path: Path, capsys, monkeypatch) -> None:

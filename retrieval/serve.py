@@ -18,8 +18,10 @@ the ``api_keys`` rows of a PostgreSQL store (``--store postgresql://...``), shar
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -103,22 +105,41 @@ def serve_main(argv: Sequence[str]) -> int:
         raise ValueError(f"--port must be 1-65535, got {args.port}")
     from retrieval.service.app import create_app
 
-    keys = KeyStore(args.store)
-    memory = open_memory(args)
-    try:
+    with contextlib.ExitStack() as stack:
+        listener = stack.enter_context(listening(args.host, args.port))
+        memory = open_memory(args)  # before the key file: a refused memory leaves none behind
+        stack.callback(memory.close)
+        keys = KeyStore(args.store)
+        stack.callback(keys.close)
         app = create_app(memory, keys, args.store, host=args.host)
         print(f"serving {redacted(args.store)} on http://{args.host}:{args.port} (OpenAPI /docs, MCP /mcp)",
               flush=True)
-        run(app, args.host, args.port)
-    finally:
-        memory.close()
-        keys.close()
+        run(app, args.host, args.port, listener=listener)
     return 0
 
 
-def run(app: Any, host: str, port: int, timeouts: ConnectionTimeouts | None = None) -> None:
+def listening(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` before anything loads: a port in use or a host that does not
+    resolve is one error line then, not a failure once the models are loaded and the store open."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        listener = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as err:
+        raise ValueError(f"--host {host}: {err.strerror or err}") from None
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+    except OSError as err:
+        listener.close()
+        raise ValueError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+    return listener
+
+
+def run(app: Any, host: str, port: int, timeouts: ConnectionTimeouts | None = None, *,
+        listener: socket.socket | None = None) -> None:
     """Serve ``app`` until SIGTERM or SIGINT, then return once it has drained (``timeouts``: those
-    of :mod:`retrieval.service.limits` unless given)."""
+    of :mod:`retrieval.service.limits` unless given; ``listener``: a socket already bound to
+    ``host:port``, :func:`listening`)."""
     import uvicorn
 
     from retrieval.service.connections import ConnectionTimeouts, uvicorn_config
@@ -129,7 +150,8 @@ def run(app: Any, host: str, port: int, timeouts: ConnectionTimeouts | None = No
     for stop_signal in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop_signal, signal.SIG_IGN)
     quiet_mcp_session_logs()
-    uvicorn.Server(uvicorn_config(app, host, port, timeouts or ConnectionTimeouts())).run()
+    server = uvicorn.Server(uvicorn_config(app, host, port, timeouts or ConnectionTimeouts()))
+    server.run(sockets=None if listener is None else [listener])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,6 +3,7 @@ loopback default, one-line errors) and the write gate that drains on shutdown.""
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -81,6 +82,35 @@ def test_loopback_hosts() -> None:
 def test_bad_port_is_one_error_line(tmp_path: Path) -> None:
     refused = serve("--store", str(tmp_path), "--port", "70000")
     assert refused.returncode == 2 and refused.stderr.startswith("error: --port")
+
+
+def test_a_port_in_use_is_one_error_line_before_anything_is_opened(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        refused = serve("--store", str(tmp_path / "store"), "--port", str(taken.getsockname()[1]))
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.startswith("error: cannot listen on 127.0.0.1:") and refused.stderr.count("\n") == 1
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_refused_memory_leaves_no_key_file(tmp_path: Path) -> None:
+    refused = serve("--store", str(tmp_path), "--fingerprinter", str(tmp_path / "absent"))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("blocker", ["a directory", "a file above"])
+def test_a_key_file_that_cannot_be_opened_is_one_error_line_not_called_corrupt(tmp_path: Path, blocker) -> None:
+    if blocker == "a directory":
+        (tmp_path / KEYS_FILE).mkdir()
+        store = tmp_path
+    else:
+        (tmp_path / "file").write_text("")
+        store = tmp_path / "file" / "store"
+    refused = serve("keys", "create", "--store", str(store), "--user", "alice")
+    assert refused.returncode == 2 and refused.stderr.startswith("error: ") and refused.stderr.count("\n") == 1
+    assert "cannot open" in refused.stderr and "restore it" not in refused.stderr
 
 
 def test_threads_must_be_a_whole_number_of_at_least_one(tmp_path: Path) -> None:

@@ -83,20 +83,31 @@ class KeyRows(Protocol):
     def close(self) -> None: ...
 
 
+def _unopenable(path: Path, err: OSError | sqlite3.Error) -> StoreError:
+    reason = (err.strerror if isinstance(err, OSError) else None) or str(err)
+    return StoreError(f"{path}: cannot open the key file ({reason}); the store directory must be a "
+                      "writable directory")
+
+
 class KeyFile:
     """The key rows in ``keys.sqlite`` of a store directory; safe to share between threads."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30.0)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30.0)
+        except (OSError, sqlite3.Error) as err:
+            raise _unopenable(path, err) from None
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(_SCHEMA)
-        except sqlite3.DatabaseError as err:
+        except sqlite3.Error as err:
             self._db.close()
-            raise StoreError(f"{path}: not a key file this server can read ({err}); restore it from a "
-                             "copy, or move it aside and create the keys again") from None
+            if getattr(err, "sqlite_errorname", "") in ("SQLITE_NOTADB", "SQLITE_CORRUPT"):
+                raise StoreError(f"{path}: not a key file this server can read ({err}); restore it from a "
+                                 "copy, or move it aside and create the keys again") from None
+            raise _unopenable(path, err) from None
         self._lock = threading.Lock()
 
     def close(self) -> None:

@@ -350,6 +350,8 @@ def test_mcp_over_http_takes_the_user_from_the_key(api: Api) -> None:
     assert "kayak" not in texts_of(api.bob.post("/v1/search", json={"query": "red kayak"}))
     assert (api.anonymous.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).status_code
             == 401)
+    metrics = api.anonymous.get("/metrics").text  # MCP traffic is counted under its route
+    assert 'route="/mcp",status="401"' in metrics and 'route="/mcp",status="200"' in metrics
 
 
 async def _mcp_answers(url: str, key: str, calls: list[tuple[str, dict]]) -> list:

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import anyio
 from fastapi import Depends, FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
-from starlette.routing import Route
+from starlette.routing import Match, Route
+from starlette.types import Scope
 
 from retrieval.service import errors, limits, schemas
 from retrieval.service.auth import KeyGuard
@@ -33,6 +34,15 @@ from retrieval.service.timing import StampArrival
 
 if TYPE_CHECKING:  # for types only: the app is handed an open memory, never builds one
     from retrieval.api.memory import Memory
+
+
+class NamedRoute(Route):
+    """A plain Starlette route that puts itself in the scope when it matches, as FastAPI's routes
+    do, so that ``/metrics`` counts its requests under its path instead of ``not_routed``."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        return match, (child if match == Match.NONE else {**child, "route": self})
 
 
 def create_app(memory: Memory, keys: KeyStore, store: str | Path, *, host: str = "127.0.0.1") -> FastAPI:
@@ -58,8 +68,8 @@ def create_app(memory: Memory, keys: KeyStore, store: str | Path, *, host: str =
         app.include_router(module.router, dependencies=[Depends(refuse_undeclared_input)],
                            responses=schemas.REFUSALS)
     app.include_router(system.router, dependencies=[Depends(refuse_undeclared_input)])
-    app.router.routes.append(Route("/mcp", KeyGuard(StreamableHTTPASGIApp(mcp.session_manager), keys),
-                                   methods=["GET", "POST", "DELETE"]))
+    app.router.routes.append(NamedRoute("/mcp", KeyGuard(StreamableHTTPASGIApp(mcp.session_manager), keys),
+                                        methods=["GET", "POST", "DELETE"]))
     app.add_middleware(BodyLimit)
     app.add_middleware(errors.UnexpectedErrors)  # inside the metrics: they count its 500s
     app.add_middleware(RequestMetrics, metrics=service.metrics)

@@ -145,6 +145,44 @@ class CountingEmbedder(WordEmbedder):
         return [text for name, texts in self.calls if name == thread for text in texts]
 
 
+class HeldEmbedder(CountingEmbedder):
+    """The counting embedder, held in the ingestion worker's first call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold = Hold()
+
+    def encode(self, texts):
+        if threading.current_thread().name == "memory-ingest" and not self.texts_of("memory-ingest"):
+            self.hold.here()
+        return super().encode(texts)
+
+
+def test_closing_stops_a_long_backlog_between_chunks_and_the_next_open_resumes_it(tmp_path, monkeypatch):
+    """A step feeds a backlog STEP_TURNS turns at a time and stops between chunks once the memory
+    closes, so shutdown waits for one chunk, not for the embedding of a user's whole backlog."""
+    monkeypatch.setattr("retrieval.api.backlog.STEP_TURNS", 6)
+    embedder = HeldEmbedder()
+    mem = Memory.open(tmp_path, embedder=embedder, fingerprinter=WordFingerprinter())
+    closing = threading.Thread(target=mem.close)
+    try:
+        mem.add(chat("a", 60), user_id="a", session_id="s")
+        assert embedder.hold.entered.wait(WAIT_S)  # the worker embeds its first chunk
+        closing.start()
+        deadline = time.monotonic() + WAIT_S
+        while not mem._backlog._closed and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        embedder.hold.released.set()
+        closing.join(WAIT_S)
+    exchanges = [text for text in embedder.texts_of("memory-ingest") if "\n" in text]
+    assert not closing.is_alive() and 0 < len(exchanges) <= 3  # the first chunk's 6 turns, paired
+    with open_memory(tmp_path) as mem:
+        mem.flush(user_id="a", session_id="s")
+        assert mem.pending() == 0 and len(mem.list(user_id="a", limit=100).items) == 60
+    covered_once(tmp_path, "a")
+
+
 def test_an_add_embeds_nothing_and_the_next_search_embeds_and_finds_its_turns(tmp_path, monkeypatch):
     embedder, extractor = CountingEmbedder(), HeldExtractor("a")
     builds: list[str] = []

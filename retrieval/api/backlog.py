@@ -59,6 +59,10 @@ from retrieval.memory.errors import StoreError
 from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.store_contract import Store
 
+STEP_TURNS = 512
+"""The most turns a step embeds and feeds in one call: a closing memory stops between such
+chunks, so its shutdown waits seconds however long a user's backlog (10,000 turns took 52 s
+as one call); a recorded session (:mod:`retrieval.api.bulk`) is one chunk."""
 POLL_S = 1.0
 """How often an idle worker over a store that other processes write looks for their users' work."""
 FAULT_WAIT_S = 1.0
@@ -156,9 +160,9 @@ class Backlog:
                 raise TimeoutError(f"{self.pending(user)} turns still pending after {timeout_s} s")
 
     def process(self, user: str) -> list[AMU]:
-        """Feed every turn of the user stored so far to its stream; returns the records of the
-        segments that closed. The caller holds the user's ``stream`` guard. Raises
-        :class:`IngestFailed` when it fails."""
+        """Feed every turn of the user stored so far to its stream, :data:`STEP_TURNS` at a time;
+        returns the records of the segments that closed. The caller holds the user's ``stream``
+        guard. Raises :class:`IngestFailed` when it fails."""
         guard = self.guards.of(user)
         with self._changed:
             state = self._users.setdefault(user, _User())
@@ -174,9 +178,11 @@ class Backlog:
             amus: list[AMU] = []
             if state.stream is None:
                 state.stream, amus = UserStream.load(user, self.store, self.models, (), self._publish, purges)
-            exchanges = state.stream.pair(turns)
-            self.unindexed.prepare(user, [exchange.text for exchange in exchanges], purges)  # one call
-            amus += state.stream.feed(exchanges)
+            for start in range(0, len(turns), STEP_TURNS):
+                self._refuse_if_closed()
+                exchanges = state.stream.pair(turns[start:start + STEP_TURNS])
+                self.unindexed.prepare(user, [exchange.text for exchange in exchanges], purges)  # one call
+                amus += state.stream.feed(exchanges)
             self.unindexed.prepare(user)
             with guard.state:
                 self.unindexed.index(user)
@@ -253,14 +259,17 @@ class Backlog:
     def _publish(self, stream: UserStream, record: SegmentRecord, amus: list[AMU]) -> None:
         """Commit a closed segment and add its records to the user's search state, under the
         user's ``state`` guard; refused once the memory closes, which ends the step."""
-        if self._closed:
-            raise StoreUnavailable("the memory is closed; its backlog resumes when it opens again")
+        self._refuse_if_closed()
         self.unindexed.prepare(stream.user)
         with self.guards.of(stream.user).state:
             self.unindexed.index(stream.user)
             with self.store.tracking(stream.user) as marks:
                 stream.store_segment(record, amus)
             self.states.extend(stream.user, marks, amus=amus)
+
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise StoreUnavailable("the memory is closed; its backlog resumes when it opens again")
 
     def _run(self) -> None:
         poll_s = POLL_S if self.store.concurrent_writers else None

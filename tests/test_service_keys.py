@@ -101,7 +101,8 @@ def test_a_refused_memory_leaves_no_key_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("blocker", ["a directory", "a file above"])
-def test_a_key_file_that_cannot_be_opened_is_one_error_line_not_called_corrupt(tmp_path: Path, blocker) -> None:
+def test_a_key_file_that_cannot_be_opened_is_one_error_line_not_called_corrupt(tmp_path: Path,
+                                                                                blocker: str) -> None:
     if blocker == "a directory":
         (tmp_path / KEYS_FILE).mkdir()
         store = tmp_path
@@ -109,8 +110,9 @@ def test_a_key_file_that_cannot_be_opened_is_one_error_line_not_called_corrupt(t
         (tmp_path / "file").write_text("")
         store = tmp_path / "file" / "store"
     refused = serve("keys", "create", "--store", str(store), "--user", "alice")
-    assert refused.returncode == 2 and refused.stderr.startswith("error: ") and refused.stderr.count("\n") == 1
-    assert "cannot open" in refused.stderr and "restore it" not in refused.stderr
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith("error: ") and "cannot open" in refused.stderr
+    assert "restore it" not in refused.stderr
 
 
 def test_threads_must_be_a_whole_number_of_at_least_one(tmp_path: Path) -> None:

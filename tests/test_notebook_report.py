@@ -107,6 +107,17 @@ def test_default_sample_resolves_a_relative_setting_against_the_repository(tmp_p
         default_sample(repo)
 
 
+def test_an_installed_package_resolves_a_relative_setting_against_the_working_directory(tmp_path,
+                                                                                        monkeypatch):
+    site = tmp_path / "site-packages"  # where an installed isq has its parents: no pyproject.toml
+    site.mkdir()
+    monkeypatch.setattr("isq.report.inputs.REPO", site)
+    fake_release(tmp_path / "work" / "dd")
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("ISQ_DAILYDIALOG", "dd")
+    assert default_sample()[1].startswith(f"DailyDialog validation ({tmp_path / 'work' / 'dd'}")
+
+
 # ---------------------------------------------------------------------------- report inputs
 
 

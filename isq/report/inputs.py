@@ -15,6 +15,8 @@ from isq.dailydialog import EOU, ROOT_ENV, DataFormatError, read_dialogues
 from isq.synthetic import SYNTHETIC, write_synthetic_corpus
 
 REPO = Path(__file__).resolve().parents[2]
+"""The source checkout's root (in an installed package: its site-packages, which has no
+``pyproject.toml``)."""
 METRICS_NAME = "metrics.csv"
 
 
@@ -43,12 +45,15 @@ def read_texts(path: Path) -> list[str]:
     return texts
 
 
-def default_sample(repo: Path = REPO) -> tuple[list[str], str]:
+def default_sample(repo: Path | None = None) -> tuple[list[str], str]:
     """The texts analysed when none are given, and where they came from: the DailyDialog
     validation utterances under ``$ISQ_DAILYDIALOG`` (a relative path is taken against the
-    repository root, wherever the caller runs); unset (or ``ISQ_DAILYDIALOG=synthetic``), the
-    validation split of the project's synthetic corpus. A set ``$ISQ_DAILYDIALOG`` that holds no
-    release is an error, never a silent fallback."""
+    repository root ``repo``, wherever the caller runs; by default this source checkout's, and
+    the working directory where the package is installed instead); unset (or
+    ``ISQ_DAILYDIALOG=synthetic``), the validation split of the project's synthetic corpus. A set
+    ``$ISQ_DAILYDIALOG`` that holds no release is an error, never a silent fallback."""
+    if repo is None:
+        repo = REPO if (REPO / "pyproject.toml").is_file() else Path.cwd()
     configured = os.environ.get(ROOT_ENV)
     if configured and configured != SYNTHETIC:
         validation = repo / Path(configured) / "validation" / "dialogues_validation.txt"  # absolute: as given

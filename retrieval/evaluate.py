@@ -194,6 +194,9 @@ def _check_inputs(args: argparse.Namespace, conversations: Sequence[LocomoConver
         raise EvaluationError(f"--configs {args.configs!r} names no configuration")
     if args.out.exists() and not args.out.is_dir():
         raise EvaluationError(f"--out {args.out} is a file, not a directory")
+    if args.fingerprinter == DEFAULT_FINGERPRINTER and not DEFAULT_FINGERPRINTER.is_dir():
+        raise EvaluationError("the committed fingerprinter (checkpoints/isq_minilm_dailydialog_cpu) is part "
+                              "of a source checkout, not of an installed package: pass --fingerprinter DIR")
     report = EvidenceReport()
     if not any(select_questions(conversation, report) for conversation in conversations):
         raise EvaluationError(f"{args.locomo}: no question of categories 1-4 whose evidence names a turn of "

@@ -504,6 +504,16 @@ def test_the_committed_fingerprinter_is_the_default_and_loads():
     assert fingerprinter.codebook.vectors.shape == (1024, 384)
 
 
+def test_without_the_committed_fingerprinter_the_default_says_to_pass_one(tmp_path, capsys, monkeypatch):
+    """An installed package has no checkpoints/: the default then names what to pass."""
+    absent = tmp_path / "site-packages" / "checkpoints"
+    monkeypatch.setattr("retrieval.evaluate.DEFAULT_FINGERPRINTER", absent)
+    locomo = write_locomo(tmp_path / "locomo.json")
+    assert main(["--locomo", locomo, "--out", str(tmp_path / "o")]) == 2
+    err = _error(capsys)
+    assert "pass --fingerprinter DIR" in err and not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize(("reply", "correct"), [
     ("CORRECT", True), ("Correct.", True), ("WRONG", False), ("Not correct.", False),
     ("NOT CORRECT - the gold answer is 2022", False), ("This is not correct", False), ("Incorrect", False),

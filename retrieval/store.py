@@ -7,10 +7,9 @@
 tables; opened read-only, so it may run beside an ingest) and prints ``ok`` with the store's
 counts, or each problem found: exit status 0 when intact, 1 when damaged (rebuild the store from
 its input into a new directory, or restore a copy). ``compact`` does what a purge does after it
-deletes (:meth:`retrieval.memory.purge.Purge.erase`: the FTS5 index rewritten without deleted
-terms, the write-ahead log truncated), so no deleted text stays in any file of the store
-directory, and rebuilds the database file (VACUUM), so the pages deletions freed go back to the
-file system (:meth:`retrieval.memory.purge.Purge.compact`); on PostgreSQL every table rewritten with
+deletes (:meth:`retrieval.memory.purge.Purge.compact`: the FTS5 index rewritten without deleted
+terms, the database file rebuilt with freed pages zeroed, the write-ahead log truncated), so no
+deleted text stays in any file of the store directory; on PostgreSQL every table rewritten with
 ``VACUUM FULL``, then a ``CHECKPOINT``. Either command exits with status 2 and one ``error:``
 line when the store cannot be opened or compacted (``compact`` of a directory that holds no store
 creates none).
@@ -71,7 +70,7 @@ def compact(args: argparse.Namespace) -> int:
         done = store.compact()
     if not done:
         print(f"not finished: {store.location}: a reader of an older snapshot (another process's long "
-              "read) kept the write-ahead log; run this again once it ends (the erasure stays owed)")
+              "read) kept the write-ahead log; run this again once it ends (the compaction stays owed)")
         return 1
     print(f"compacted: {store.location}")
     return 0

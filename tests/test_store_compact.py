@@ -43,31 +43,6 @@ def test_compact_leaves_no_purged_text_in_any_file(tmp_path, capsys):
         assert store.integrity_problems() == [] and len(store.turns("u")) == 8
 
 
-def pragma(directory: Path, name: str) -> int:
-    with sqlite3.connect(directory / AMUStore.DB_NAME) as db:
-        return int(db.execute(f"PRAGMA {name}").fetchone()[0])
-
-
-def test_a_delete_erases_in_place_and_compact_gives_the_freed_pages_back(tmp_path, capsys):
-    """A delete leaves the purged text in no file without rebuilding the database, which would hold
-    every user's writes for a time that grows with the whole store: the freed pages stay in the
-    file, zeroed. ``compact`` rebuilds it, and the file shrinks."""
-    story = " ".join([f"My neighbour {SECRET} repairs old violins in Lisbon."] * 150)  # overflow pages
-    turns = [{"speaker": "AB"[i % 2], "text": f"story number {i} about gardens and tomatoes.",
-              "turn_id": f"t{i}"} for i in range(8)]
-    with Memory.open(tmp_path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter()) as mem:
-        mem.add([*turns, {"speaker": "Ann", "text": story, "turn_id": "secret"}], user_id="u", session_id="s")
-        mem.flush(user_id="u", session_id="s")
-        assert holding(tmp_path, STEM)  # in the database or its write-ahead log
-        mem.delete("u:turn:secret", user_id="u")
-        assert holding(tmp_path, STEM) == [] and holding(tmp_path, SECRET.lower().encode()) == []
-    pages, free = pragma(tmp_path, "page_count"), pragma(tmp_path, "freelist_count")
-    assert free > 0
-    assert store_main(["compact", "--store", str(tmp_path)]) == 0
-    assert capsys.readouterr().out == f"compacted: {tmp_path / AMUStore.DB_NAME}\n"
-    assert pragma(tmp_path, "freelist_count") == 0 and pragma(tmp_path, "page_count") <= pages - free
-
-
 def test_a_compaction_a_reader_kept_from_finishing_says_so_and_stays_owed(tmp_path, capsys):
     with Memory.open(tmp_path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter()) as mem:
         mem.add([{"speaker": "Ann", "text": f"{SECRET} repairs violins."}], user_id="u", session_id="s")

@@ -71,9 +71,9 @@ def hard_purge(store: Store, user: str, llm_cache: Path | None, *, session_id: s
     purge's own transaction the cached arrays of the derived texts, and before it commits the
     user's LLM answers cached in ``llm_cache`` (:func:`drop_llm_answers`; a cache: gone early,
     they are computed again if the purge fails), so a process killed after the commit leaves
-    neither; then the purged data is erased from the store's files (a writer opening the store
-    does an erasure a killed one owed). It holds the user's ingestion lock, so no node commits a
-    segment of a purged turn meanwhile."""
+    neither; then the store's files are compacted (a writer opening the store does a compaction a
+    killed one owed). It holds the user's ingestion lock, so no node commits a segment of a purged
+    turn meanwhile."""
     def derived(purged: Purged) -> list[str]:
         texts = derived_texts(purged, before)
         if llm_cache is not None:

@@ -11,7 +11,7 @@ USER_KEYS = (PLAN_KEY, CONSTRUCTION_KEY)
 """Every per-user entry: forgetting a user removes each of them."""
 COMPACTION_OWED = "compaction_owed"
 """Set by a purge's transaction, cleared when the store's files hold nothing of what it removed
-(SQLite's :meth:`retrieval.memory.purge.Purge.erase`): a process killed in between leaves the
-erasure owed, and the next writer to open the store does it."""
+(SQLite's :meth:`retrieval.memory.purge.Purge.compact`): a process killed in between leaves the
+compaction owed, and the next writer to open the store does it."""
 MERGE_KEY = "consolidation:{}"
 """The operation that made a merged record (keyed by its id); purged with the record."""

@@ -32,18 +32,16 @@ user's: also its jobs, idempotency keys, cached arrays and per-user meta entries
 led there.
 
 The same transaction drops the cached arrays of the texts derived from what went (the caller
-names them, it knows how they were derived) and records that an erasure is owed; then
-:meth:`Purge.compact_owed` runs :meth:`Purge.erase` (a writer opening the store runs the one a
-killed process still owed): FTS5 ``optimize`` (its index keeps deleted terms until segments merge)
-and a WAL checkpoint that truncates the log. With ``secure_delete`` on, SQLite has already zeroed
-the deleted cells and freed pages, so the purged text is in none of the store's files afterwards.
-The file is not rebuilt (VACUUM): that would hold the writer, and every other user's writes, for
-a time that grows with the whole store (5 s at 575 MB), for no text it removes; ``python -m
-retrieval.store compact`` rebuilds it on demand (:meth:`Purge.compact`), giving the freed pages
-back. A reader that holds an older snapshot open (another process's long read: a backup, a
-``sqlite3`` shell) keeps the log's frames: the checkpoint then waits :data:`CHECKPOINT_WAIT_S` at
-most (holding the writer, so every user's writes wait as long) and the erasure stays owed, tried
-again at the next purge, when the memory closes or opens, and by ``retrieval.store compact``.
+names them, it knows how they were derived) and records that a compaction is owed; then
+:meth:`Purge.compact_owed` runs :meth:`Purge.compact` (also ``python -m retrieval.store compact``;
+a writer opening the store runs the one a killed process still owed):
+FTS5 ``optimize`` (its index keeps deleted terms until segments merge), VACUUM, a WAL checkpoint
+that truncates the log and, with ``secure_delete`` on, zeroed free pages: the purged text is in
+none of the store's files afterwards. A reader that holds an older snapshot open (another
+process's long read: a backup, a ``sqlite3`` shell) keeps the log's frames: the checkpoint then
+waits :data:`CHECKPOINT_WAIT_S` at most (holding the writer, so every user's writes wait as long)
+and the compaction stays owed, tried again at the next purge, when the memory closes or opens,
+and by ``retrieval.store compact``.
 """
 
 from __future__ import annotations
@@ -66,7 +64,7 @@ from retrieval.memory.schema import turns_sha256
 from retrieval.memory.sqlite_part import SQLitePart
 
 CHECKPOINT_WAIT_S = 1.0
-"""How long an erasure's WAL checkpoint waits for readers of older snapshots to finish."""
+"""How long a compaction's WAL checkpoint waits for readers of older snapshots to finish."""
 
 COUNT_PURGE = ("INSERT INTO purges (conversation_id, count, next_seq, next_turn) VALUES (?, 1, ?, ?) "
                "ON CONFLICT (conversation_id) DO UPDATE SET count = count + 1, "
@@ -190,7 +188,7 @@ def select(stored: Sequence[Stored], segments: list[SegmentRecord], gone: set[st
     return Selection(everything, segments, touched, dropped, chosen, restored, frames)
 
 
-def _owe_erasure(db: sqlite3.Connection) -> None:
+def _owe_compaction(db: sqlite3.Connection) -> None:
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, 'true')", (COMPACTION_OWED,))
 
 
@@ -204,7 +202,7 @@ def _drop_cached(db: sqlite3.Connection, user: str, texts: Iterable[str]) -> Non
 
 class Purge(SQLitePart):
     """The purge side of the store (a part of :class:`retrieval.memory.store.AMUStore`);
-    ``kept_by_reader``: its last erasure could not truncate the log (a reader held it)."""
+    ``kept_by_reader``: its last compaction could not truncate the log (a reader held it)."""
 
     kept_by_reader = False
 
@@ -213,7 +211,7 @@ class Purge(SQLitePart):
               derived: Callable[[Purged], Iterable[str]] | None = None) -> Purged:
         """Remove the user's selection (a session, AMUs, turns, or ``everything``) and what derives
         from it (see the module docstring), with the cached arrays of the texts ``derived`` names,
-        and owe an erasure, all in one transaction; returns what went. Call
+        and owe a compaction, all in one transaction; returns what went. Call
         :meth:`compact_owed` afterwards (a writer opening the store does it too)."""
         with self._transaction() as db:
             db.execute("INSERT INTO purging (flag) VALUES (1)")
@@ -252,36 +250,30 @@ class Purge(SQLitePart):
                             [row.amu.id for row in picked.restored])
             if derived is not None:
                 _drop_cached(db, user, derived(purged))
-            _owe_erasure(db)
+            _owe_compaction(db)
         return purged
 
     def scrub(self, user: str, texts: Iterable[str]) -> None:
-        """Drop the user's cached arrays of ``texts``, then :meth:`erase`."""
+        """Drop the user's cached arrays of ``texts``, then :meth:`compact`."""
         with self._transaction() as db:
             _drop_cached(db, user, texts)
-        self.erase()
+        self.compact()
 
     def compact_owed(self) -> None:
-        """:meth:`erase` if a purge owes it."""
+        """:meth:`compact` if a purge owes it."""
         if self._db.execute("SELECT 1 FROM meta WHERE key = ?", (COMPACTION_OWED,)).fetchone():
-            self.erase()
+            self.compact()
 
     def compact(self) -> bool:
-        """:meth:`erase`, with the database file rebuilt (VACUUM) so that the pages deletions freed
-        go back to the file system: ``retrieval.store compact``, run while no memory has the store
-        open for writing."""
-        return self.erase(rebuild=True)
-
-    def erase(self, *, rebuild: bool = False) -> bool:
         """Leave no deleted data in the store's files: rewrite the FTS5 index without deleted terms,
-        rebuild the database file if asked (see the module docstring) and truncate the WAL; then
-        none is owed. False when a reader kept the WAL from being truncated: it stays owed."""
+        rebuild the database file (VACUUM; free pages are zeroed by ``secure_delete``) and
+        truncate the WAL; then no compaction is owed. False when a reader kept the WAL from
+        being truncated: the compaction stays owed (see the module docstring)."""
         with self._transaction() as db:
             db.execute("INSERT INTO amu_fts (amu_fts) VALUES ('optimize')")
-            _owe_erasure(db)  # until it finishes: a kill or a reader leaves it owed
+            _owe_compaction(db)  # until it finishes: a kill or a reader leaves it owed
         with self._writing() as db:
-            if rebuild:
-                db.execute("VACUUM")
+            db.execute("VACUUM")
             db.execute(f"PRAGMA busy_timeout = {round(CHECKPOINT_WAIT_S * 1000)}")
             try:
                 busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()

@@ -51,7 +51,7 @@ class AMUStore(StoreParts):
     """
 
     DB_NAME = DB_NAME
-    _purge: Purge  # the SQLite part, which knows whether a reader kept its last erasure from finishing
+    _purge: Purge  # the SQLite part, which knows whether a reader kept its last compaction from finishing
 
     def __init__(self, directory: str | Path, *, read_only: bool = False, role: str = "ingest") -> None:
         self.directory = Path(directory)
@@ -116,11 +116,11 @@ class AMUStore(StoreParts):
         return [row for row in rows if row != "ok"] + missing
 
     def close(self) -> None:
-        """Try again the erasure a reader kept from finishing, if the last one was, then close
+        """Try again the compaction a reader kept from finishing, if the last one was, then close
         every connection (the readers of all threads too) and release the writer lock."""
         try:
             if self._connection.holds_writer and self._purge.kept_by_reader:
-                self._purge.erase()
+                self.compact()
         finally:
             self._connection.close()
 

@@ -162,7 +162,7 @@ class Purging(Protocol):
     def scrub(self, user: str, texts: Iterable[str]) -> None: ...
     def compact_owed(self) -> None:
         """Leave no trace in the files of what a purge removed, if a purge left any (SQLite: the
-        erasure it owes; PostgreSQL: nothing, VACUUM FULL being ``retrieval.store compact``)."""
+        compaction it owes; PostgreSQL: nothing, VACUUM FULL being ``retrieval.store compact``)."""
     def compact(self) -> bool:
         """Leave no trace of deleted data in the store's files (``retrieval.store compact``);
         False when a reader kept it from finishing (it stays owed)."""

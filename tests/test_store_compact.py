@@ -4,6 +4,7 @@ cannot compact says so."""
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from pathlib import Path
 
@@ -68,3 +69,37 @@ def test_compact_of_a_path_without_a_store_creates_none_and_says_so(tmp_path, ca
     assert store_main(["compact", "--store", str(target)]) == 2
     assert capsys.readouterr().err == f"error: no store at {target} ({AMUStore.DB_NAME} is missing)\n"
     assert sorted(p.name for p in tmp_path.rglob("*")) == (["a_file"] if where == "a_file" else [])
+
+
+def test_forgotten_words_are_in_no_file_even_where_sqlite_moved_rows_between_pages(tmp_path):
+    """secure_delete zeroes deleted cells and freed pages, but a page SQLite rebalances keeps stale
+    copies of moved rows in the gap between its cell pointers and its cells; only rebuilding the
+    file (the VACUUM of a purge's compaction) leaves none of the purged words behind. Six users
+    write sessions of unique words (some turns long enough for overflow pages); one user's
+    sessions are forgotten round by round, another user entirely."""
+    rng = random.Random(1)
+    filler = "the quick brown fox jumps over the lazy dog near gardens and tomatoes "
+    words: dict[tuple[str, str], list[str]] = {}
+    with Memory.open(tmp_path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter()) as mem:
+        for round_ in range(3):
+            for user in (f"user{n}" for n in range(6)):
+                for session in (f"r{round_}a", f"r{round_}b"):
+                    turns = []
+                    for n in range(25):
+                        said = ["qx" + "".join(rng.choice("bcdfghjklmnpvwz") for _ in range(12))
+                                for _ in range(3 if n % 7 else 1)]
+                        text = filler * (60 if n % 9 == 0 else 1) + " ".join(said)
+                        if n % 9 == 0:
+                            text += " " + filler * 40 + " ".join(said)
+                        words.setdefault((user, session), []).extend(said)
+                        turns.append({"speaker": "AB"[n % 2], "text": text, "turn_id": f"{session}-{n}"})
+                    mem.add(turns, user_id=user, session_id=session)
+                    mem.flush(user_id=user, session_id=session)
+            mem.forget(user_id="user4", session_id=f"r{round_}a")
+        mem.forget(user_id="user5")
+    gone = {w for (user, session), said in words.items()
+            if user == "user5" or (user == "user4" and session.endswith("a")) for w in said}
+    files = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file()).lower()
+    kept = [w for (user, _), said in words.items() if user == "user0" for w in said]
+    assert all(w.encode() in files for w in kept[:20])  # the check can see words that stay
+    assert [w for w in sorted(gone) if w.encode() in files] == []

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from retrieval.service.connections import ConnectionTimeouts
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
+LISTEN_BACKLOG = 2048
+"""Connections the kernel queues before the server accepts them (uvicorn's own default)."""
 MCP_SESSION_LOGGERS = ("mcp.server.streamable_http_manager", "mcp.server.streamable_http")
 
 
@@ -129,6 +131,7 @@ def listening(host: str, port: int) -> socket.socket:
     try:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((host, port))
+        listener.listen(LISTEN_BACKLOG)  # bound but not listening, the port is still another's to bind
     except OSError as err:
         listener.close()
         raise ValueError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None

@@ -94,6 +94,16 @@ def test_a_port_in_use_is_one_error_line_before_anything_is_opened(tmp_path: Pat
     assert not (tmp_path / "store").exists()
 
 
+def test_two_servers_starting_at_once_cannot_both_take_the_port() -> None:
+    """The port is listened on as soon as it is bound: two sockets with SO_REUSEADDR may both bind
+    one port while neither listens, so the second server would only fail once loaded."""
+    from retrieval.serve import listening
+
+    with listening("127.0.0.1", 0) as first:
+        with pytest.raises(ValueError, match="cannot listen on 127.0.0.1:"):
+            listening("127.0.0.1", first.getsockname()[1])
+
+
 def test_a_refused_memory_leaves_no_key_file(tmp_path: Path) -> None:
     refused = serve("--store", str(tmp_path), "--fingerprinter", str(tmp_path / "absent"))
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1

@@ -48,7 +48,8 @@ class _Reader:
 
     def __init__(self, connection: sqlite3.Connection) -> None:
         self.connection = connection
-        weakref.finalize(self, connection.close)
+        # not at interpreter exit, where a daemon thread may still be reading on it
+        weakref.finalize(self, connection.close).atexit = False
 
 
 class SQLiteConnection:

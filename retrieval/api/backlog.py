@@ -181,7 +181,7 @@ class Backlog:
             for start in range(0, len(turns), STEP_TURNS):
                 self._refuse_if_closed()
                 exchanges = state.stream.pair(turns[start:start + STEP_TURNS])
-                self.unindexed.prepare(user, [exchange.text for exchange in exchanges], purges)  # one call a chunk
+                self.unindexed.prepare(user, [exchange.text for exchange in exchanges], purges)  # a call
                 amus += state.stream.feed(exchanges)
             self.unindexed.prepare(user)
             with guard.state:

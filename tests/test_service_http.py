@@ -289,6 +289,25 @@ def test_a_flush_turns_a_sessions_last_turns_into_records_now(api: Api) -> None:
     assert (refused.status_code, refused.json()["field"]) == (404, "path.session_id"), refused.text
 
 
+def test_an_oversized_body_is_read_before_its_413_so_the_client_gets_the_answer(api: Api) -> None:
+    """A connection closed with bytes unread is reset, and a client still sending its body would
+    lose the answer: the server reads (and throws away) a refused body first. Nothing comes back
+    before the body is sent; then the 413, on a connection the client can read to its end."""
+    body = b"x" * (limits.MAX_BODY_BYTES + 1)
+    with socket.create_connection(("127.0.0.1", api.server.port), timeout=60) as connection:
+        connection.sendall(b"POST /v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: %d\r\n\r\n" % len(body))
+        connection.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            connection.recv(1)  # no answer while the body has not arrived
+        connection.settimeout(60)
+        connection.sendall(body)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 413") and b'"field":"body"' in answer.replace(b" ", b"")
+
+
 def test_a_small_declared_length_does_not_let_a_longer_chunked_body_past_the_limit(api: Api) -> None:
     body = json.dumps({"turns": [{"speaker": "Z", "text": "padding " * 1800}] * 80}).encode()
     assert len(body) > limits.MAX_BODY_BYTES

@@ -1,8 +1,10 @@
 """413 for a request body over :data:`~retrieval.service.limits.MAX_BODY_BYTES`, and 422 for one
 that is not UTF-8, before it is parsed.
 
-A declared ``Content-Length`` over the limit is refused without reading the body. Whatever the
-headers declare, the body is read up to the limit and replayed to the application, or refused once
+A declared ``Content-Length`` over the limit is refused after the body is read and thrown away
+(up to :data:`~retrieval.service.limits.DISCARD_BYTES`, so that the client, done sending, reads
+the 413 instead of a reset connection), and so is a body found too long. Whatever the headers
+declare, the body is read up to the limit and replayed to the application, or refused once
 it passes it: the bytes received are counted, since a request may declare a small
 ``Content-Length`` and send a longer chunked body, which the server reads by its
 ``Transfer-Encoding``. Every body the service reads is JSON, which travels in UTF-8 (RFC 8259):
@@ -16,7 +18,7 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from retrieval.service.limits import MAX_BODY_BYTES
+from retrieval.service.limits import DISCARD_BYTES, MAX_BODY_BYTES
 
 
 async def _refuse(send: Send, status: int, message: str) -> None:
@@ -39,10 +41,14 @@ class BodyLimit:
         declared = dict(scope["headers"]).get(b"content-length")
         too_long = f"request body over {self.limit} bytes"
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            if declared.isdigit() and int(declared) <= DISCARD_BYTES:
+                await _read_within(receive, DISCARD_BYTES)
             await _refuse(send, 413, too_long)
             return
-        body = await _read_within(receive, self.limit)
+        body, ended = await _read_within(receive, self.limit)
         if body is None:
+            if not ended:
+                await _read_within(receive, DISCARD_BYTES)  # the rest, if it ends soon enough
             await _refuse(send, 413, too_long)
             return
         try:
@@ -53,20 +59,22 @@ class BodyLimit:
         await self.app(scope, _replay(body, receive), send)
 
 
-async def _read_within(receive: Receive, limit: int) -> bytes | None:
-    """The request's body, or None once more than ``limit`` bytes of it have arrived."""
-    chunks, size = [], 0
+async def _read_within(receive: Receive, limit: int) -> tuple[bytes | None, bool]:
+    """The request's body, or None once more than ``limit`` bytes of it have arrived; and whether
+    the whole body has arrived (or the client has gone)."""
+    chunks: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            break
+            return b"".join(chunks), True
         chunks.append(message.get("body", b""))
         size += len(chunks[-1])
+        more = message.get("more_body", False)
         if size > limit:
-            return None
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
+            return None, not more
+        if not more:
+            return b"".join(chunks), True
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -21,12 +21,15 @@ from retrieval.api.limits import (
     MAX_TURNS,
 )
 
-__all__ = ["DEFAULT_K", "DEFAULT_PAGE", "ID_PATTERN", "MAX_BODY_BYTES", "MAX_ID_CHARS", "MAX_K",
-           "MAX_MEMORY_ID_CHARS", "MAX_PAGE",
-           "MAX_QUERY_CHARS", "MAX_TEXT_CHARS", "MAX_TURNS"]
+__all__ = ["DEFAULT_K", "DEFAULT_PAGE", "DISCARD_BYTES", "ID_PATTERN", "MAX_BODY_BYTES", "MAX_ID_CHARS",
+           "MAX_K", "MAX_MEMORY_ID_CHARS", "MAX_PAGE", "MAX_QUERY_CHARS", "MAX_TEXT_CHARS", "MAX_TURNS"]
 
 MAX_BODY_BYTES = 1_048_576
 """A request body larger than this (declared or streamed) is refused with 413."""
+DISCARD_BYTES = 4 * MAX_BODY_BYTES
+"""How much of a refused body the server reads and throws away before it answers 413: a
+connection closed with bytes unread is reset, and a client still sending would lose the answer.
+A body declared longer than this gets the 413 at once."""
 
 # How long the server waits on a connection (:mod:`retrieval.service.connections`) and on shutdown.
 KEEP_ALIVE_S = 5.0

@@ -306,6 +306,10 @@ def test_an_oversized_body_is_read_before_its_413_so_the_client_gets_the_answer(
         while chunk := connection.recv(65536):
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 413") and b'"field":"body"' in answer.replace(b" ", b"")
+    with socket.create_connection(("127.0.0.1", api.server.port), timeout=60) as connection:
+        connection.sendall(b"POST /v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+        assert connection.recv(12) == b"HTTP/1.1 413"  # told at once, not asked for the body
 
 
 def test_a_small_declared_length_does_not_let_a_longer_chunked_body_past_the_limit(api: Api) -> None:

@@ -3,9 +3,10 @@ that is not UTF-8, before it is parsed.
 
 A declared ``Content-Length`` over the limit is refused after the body is read and thrown away
 (up to :data:`~retrieval.service.limits.DISCARD_BYTES`, so that the client, done sending, reads
-the 413 instead of a reset connection), and so is a body found too long. Whatever the headers
-declare, the body is read up to the limit and replayed to the application, or refused once
-it passes it: the bytes received are counted, since a request may declare a small
+the 413 instead of a reset connection), and so is a body found too long; a client that asked to
+be told first (``Expect: 100-continue``, as curl does) is refused before it sends the body.
+Whatever the headers declare, the body is read up to the limit and replayed to the application,
+or refused once it passes it: the bytes received are counted, since a request may declare a small
 ``Content-Length`` and send a longer chunked body, which the server reads by its
 ``Transfer-Encoding``. Every body the service reads is JSON, which travels in UTF-8 (RFC 8259):
 the JSON parser would otherwise guess UTF-16 or UTF-32 from a body's first bytes and take it.
@@ -38,10 +39,12 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope["headers"]).get(b"content-length")
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length")
         too_long = f"request body over {self.limit} bytes"
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            if declared.isdigit() and int(declared) <= DISCARD_BYTES:
+            waiting = headers.get(b"expect", b"").lower() == b"100-continue"  # sends nothing until answered
+            if not waiting and declared.isdigit() and int(declared) <= DISCARD_BYTES:
                 await _read_within(receive, DISCARD_BYTES)
             await _refuse(send, 413, too_long)
             return

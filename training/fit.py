@@ -104,7 +104,8 @@ def check_trainer(trainer: Any) -> None:
     for name in ("val_check_interval", "limit_train_batches", "limit_val_batches"):
         batches = trainer.get(name)
         fraction = isinstance(batches, float) and EPOCH_FRACTION.contains(batches)
-        count = isinstance(batches, int) and not isinstance(batches, bool) and batches >= 1
+        count = (isinstance(batches, (int, float)) and not isinstance(batches, bool) and batches >= 1
+                 and float(batches).is_integer())  # 2.0 is a count to Lightning, as the parser may give "2"
         if batches is not None and not (fraction or count):
             raise OutOfRange(f"trainer field {name!r} is {batches!r}: allowed is a number of batches >= 1 "
                              "or a fraction of the epoch in (0, 1]")

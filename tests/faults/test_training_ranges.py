@@ -112,10 +112,10 @@ def test_an_exports_out_of_range_max_length_is_one_load_error_naming_file_and_fi
     ("--trainer.accumulate_grad_batches", "0", "'accumulate_grad_batches' is 0: allowed range is >= 1"),
     ("--trainer.max_steps", "0", "'max_steps' is 0: allowed is -1 (no limit) or >= 1"),
     ("--trainer.max_epochs", "0", "'max_epochs' is 0: allowed is -1 (no limit) or >= 1"),
-    ("--trainer.limit_train_batches", "0", "'limit_train_batches' is 0: allowed is a number of batches"),
-    ("--trainer.limit_val_batches", "0", "'limit_val_batches' is 0: allowed is a number of batches"),
-    ("--trainer.limit_val_batches", "-1", "'limit_val_batches' is -1: allowed is a number of batches"),
-    ("--trainer.gradient_clip_val", "-1", "'gradient_clip_val' is -1: allowed range is >= 0"),
+    ("--trainer.limit_train_batches", "0", "'limit_train_batches' is 0"),
+    ("--trainer.limit_val_batches", "0", "'limit_val_batches' is 0"),
+    ("--trainer.limit_val_batches", "-1", "'limit_val_batches' is -1"),
+    ("--trainer.gradient_clip_val", "-1", "'gradient_clip_val' is -1"),  # -1 or -1.0, as parsed
     ("--trainer.devices", "0", "devices"),
     ("--model.isq.encoder_config", "{model_type: t5, vocab_size: 128, d_model: -4}",
      "'encoder_config' builds no encoder"),
@@ -136,3 +136,13 @@ def test_max_steps_below_the_validation_interval_still_validates_and_records_the
     record = json.loads((callback.exported_to / "training_run.json").read_text())
     assert record["checkpoint"] is not None and Path(record["checkpoint"]).name == "step2.ckpt"
     assert "val/ce_loss" in record["metrics"]
+
+
+def test_a_whole_float_is_a_count_of_batches_as_lightning_reads_it():
+    """The parser may give ``--trainer.limit_val_batches 2`` as 2.0, which Lightning takes as 2
+    batches; a fraction above 1 is neither a count nor a share of the epoch."""
+    from training.fit import check_trainer
+
+    check_trainer({"limit_val_batches": 2.0, "limit_train_batches": 0.5, "val_check_interval": 2})
+    with pytest.raises(OutOfRange, match="'limit_val_batches' is 2.5"):
+        check_trainer({"limit_val_batches": 2.5})

@@ -319,8 +319,9 @@ def test_an_unnamed_turn_never_takes_the_id_of_a_stored_turn(tmp_path: Path) -> 
 
 
 def test_a_consolidation_waiter_is_told_when_the_memory_closes(tmp_path: Path, monkeypatch) -> None:
-    """Closing finishes the running job (its waiter gets it) and leaves the queued one for the next
-    open: its waiters get StoreUnavailable, with or without a timeout, instead of waiting for good."""
+    """Closing finishes the running job (its waiter gets it) and leaves the queued one (the same
+    user's, which waits for it) for the next open: its waiters get StoreUnavailable, with or
+    without a timeout, instead of waiting for good."""
     import threading
     import time
 
@@ -342,18 +343,19 @@ def test_a_consolidation_waiter_is_told_when_the_memory_closes(tmp_path: Path, m
         memory.flush(user_id=user, session_id="s1")
     outcome: dict[str, object] = {}
 
-    def wait(name: str, user: str, timeout_s: float | None) -> None:
+    def wait(name: str, session: str | None, timeout_s: float | None) -> None:
         try:
-            outcome[name] = memory.consolidate(user_id=user, wait=True, timeout_s=timeout_s).state
+            outcome[name] = memory.consolidate(user_id="u1", session_id=session, wait=True,
+                                               timeout_s=timeout_s).state
         except Exception as error:  # noqa: BLE001 - the outcome is what the test reads
             outcome[name] = error
 
     waiters = [threading.Thread(target=wait, args=args, daemon=True)
-               for args in (("running", "u1", None), ("queued", "u2", None), ("queued, timed", "u2", 30.0))]
+               for args in (("running", None, None), ("queued", "s1", None), ("queued, timed", "s1", 30.0))]
     waiters[0].start()
-    assert started.wait(30)  # u1's job runs (held), so u2's waits in the queue
+    assert started.wait(30)  # u1's first job runs (held), so its second waits in the queue
     waiters[1].start()
-    while memory._jobs._queue.qsize() < 1:
+    while len(memory._jobs._queue) < 1:
         time.sleep(0.01)
     waiters[2].start()
     threading.Timer(0.3, release.set).start()

@@ -264,6 +264,43 @@ def test_a_search_completes_while_another_users_consolidation_is_held(tmp_path):
         mem.close()
 
 
+class UserHeldOperator(OfflineOperator):
+    """The offline operator, held on the clusters of one user."""
+
+    def __init__(self, user: str) -> None:
+        super().__init__()
+        self.user, self.hold = user, Hold()
+
+    def decide(self, cluster):
+        if cluster[0].amu.source.user_id == self.user:
+            self.hold.here()
+        return super().decide(cluster)
+
+
+def test_a_consolidation_completes_while_another_users_consolidation_is_held(tmp_path):
+    """Jobs of different users run side by side: one user's long consolidation (an LLM's minutes)
+    holds up no other user's."""
+    operator = UserHeldOperator("a")
+    mem = open_memory(tmp_path, operator=operator)
+    try:
+        statements = ["I love hiking in the Alps.", "My sister bakes bread on Sundays.",
+                      "We adopted a puppy named Rex.", "Tom plays the violin beautifully."]
+        for user in ("a", "b"):
+            mem.add([{"speaker": "Ann", "text": f"{statements[i % 4]}"} for i in range(24)],
+                    user_id=user, session_id="s")
+            mem.flush(user_id=user, session_id="s")
+        held = mem.consolidate(user_id="a")
+        assert operator.hold.entered.wait(WAIT_S)
+        done = mem.consolidate(user_id="b", wait=True, timeout_s=WAIT_S)
+        assert done.state == "done" and done.progress["archived"] > 0 and operator.hold.blocked
+        assert mem.job(held.id, user_id="a").state == "running"
+        operator.hold.released.set()
+        assert finished(mem, held.id, "a").state == "done"
+    finally:
+        operator.hold.released.set()
+        mem.close()
+
+
 def test_a_search_completes_while_another_users_purge_holds_the_writer(tmp_path, monkeypatch):
     import retrieval.api.memory as memory_module
 

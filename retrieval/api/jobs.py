@@ -3,11 +3,14 @@
 A job is a row of the store's ``jobs`` table (:mod:`retrieval.memory.job_rows`) before it runs,
 so a job survives its process: :class:`JobRunner` runs the unfinished ones again when the memory
 opens (the engine resumes the plan it saved, so a job killed halfway ends where an uninterrupted
-one would; its progress then counts what ran after the restart and says ``resumed``: true). One
-worker thread runs the jobs of a store one at a time on its own connection in the ``consolidate``
-writer role; SQLite (WAL, busy timeout) serialises its short transactions with the API's. At most
-one unfinished job per (user, session): asking again returns the same job. Consolidation always
-covers the user's whole memory (merges may span sessions); a session id only names the job.
+one would; its progress then counts what ran after the restart and says ``resumed``: true).
+:data:`JOB_WORKERS` worker threads run the jobs on one handle of the store in the ``consolidate``
+writer role, each job of a user no other worker is running: jobs of different users run side by
+side (a user's consolidation, minutes of LLM calls perhaps, does not hold up another's), a user's
+own jobs one after another. SQLite (WAL, busy timeout) serialises their short transactions with
+the API's. At most one unfinished job per (user, session): asking again returns the same job.
+Consolidation always covers the user's whole memory (merges may span sessions); a session id only
+names the job.
 
 Many nodes (:attr:`Store.concurrent_writers`): a job runs only while its runner holds the job's
 lock in the store (:meth:`Store.job_lock`), and only if its row is not done or failed by then, so
@@ -19,9 +22,9 @@ job another node ran end.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -34,29 +37,34 @@ from retrieval.memory.job_rows import DONE, FAILED, RUNNING, JobRow
 from retrieval.memory.store_contract import Store
 
 CONSOLIDATE = "consolidate"
+JOB_WORKERS = 4
+"""Jobs run at once, each of another user."""
 
 
 class JobRunner:
-    """The job worker of ``store``, which runs the jobs on its own handle of it
+    """The job workers of ``store``, which run the jobs on their own handle of it
     (:meth:`~retrieval.memory.store_contract.Handle.reopen`). ``on_done(user)`` is called after
     each job (the memory drops the user's search snapshot). ``embedder`` and ``fingerprinter``
-    must be safe to share with the caller's thread
+    must be safe to share between threads
     (:class:`retrieval.consolidation.worker.SerializedEmbedder`, :class:`Locked`)."""
 
     def __init__(self, store: Store, embedder: Any, operator: Any, fingerprinter: Any | None,
                  on_done: Callable[[str], None]) -> None:
         self.store, self.embedder, self.operator = store, embedder, operator
         self.fingerprinter, self.on_done = fingerprinter, on_done
-        self._queue: queue.Queue[JobRow | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._finished = threading.Condition()
-        self._closed = False
+        self._queue: deque[JobRow] = deque()
+        self._running: set[str] = set()  # users whose job a worker runs now
+        self._changed = threading.Condition()  # the queue, the running users, jobs that ended
+        self._threads: list[threading.Thread] = []
+        self._handle: Store | None = None
+        self._stopping = False  # the workers take no more jobs
+        self._closed = False  # and have stopped: waiters of queued jobs are told
         self._ended: dict[int, JobRow] = {}  # rows of jobs that ended in this process, until waited for
 
     def start(self) -> None:
         """Queue the store's unfinished jobs (those a process that stopped left: run again, the
-        engine resumes their plan); where other nodes write, start the worker even without one,
-        so that it looks for theirs."""
+        engine resumes their plan); where other nodes write, start the workers even without one,
+        so that they look for theirs."""
         for job in self.store.unfinished():
             self.submit(job)
         if self.store.concurrent_writers:
@@ -64,12 +72,18 @@ class JobRunner:
 
     def submit(self, job: JobRow) -> None:
         self._started()
-        self._queue.put(job)
+        with self._changed:
+            self._queue.append(job)
+            self._changed.notify_all()
 
     def _started(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="memory-jobs", daemon=True)
-            self._thread.start()
+        if self._threads:
+            return
+        self._handle = self.store.reopen(role="consolidate")
+        self._threads = [threading.Thread(target=self._run, args=(self._handle,), name=f"memory-jobs-{n}",
+                                          daemon=True) for n in range(JOB_WORKERS)]
+        for thread in self._threads:
+            thread.start()
 
     def wait(self, store: Store, job_id: int, timeout_s: float | None = None) -> JobRow:
         """Block until the job is done or failed (or ``timeout_s`` passes); returns its row.
@@ -77,12 +91,12 @@ class JobRunner:
         the store and runs when it opens again), :class:`NotFound` when its user is forgotten
         meanwhile (the job went with the user's data)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        with self._finished:
+        with self._changed:
             while not (job_id in self._ended or self._closed or _settled(store.job_row(job_id))):
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     break
-                self._finished.wait(POLL_S if left is None else min(POLL_S, left))  # another node's end
+                self._changed.wait(POLL_S if left is None else min(POLL_S, left))  # another node's end
             if job_id in self._ended:
                 return self._ended.pop(job_id)
             if self._closed:
@@ -94,50 +108,68 @@ class JobRunner:
         return row
 
     def close(self) -> None:
-        """Finish the running job; queued ones stay queued in the store for the next open (their
+        """Finish the running jobs; queued ones stay queued in the store for the next open (their
         waiters are told so)."""
-        if self._thread is not None:
-            with self._queue.mutex:
-                self._queue.queue.clear()
-            self._queue.put(None)
-            self._thread.join()
-            self._thread = None
-        with self._finished:
+        with self._changed:
+            self._stopping = True
+            self._queue.clear()
+            self._changed.notify_all()
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+        with self._changed:
             self._closed = True
-            self._finished.notify_all()
+            self._changed.notify_all()
 
     def _next(self, store: Store) -> JobRow | None:
-        """The next queued job (None: close); where other nodes write, an idle poll queues the
-        store's unfinished jobs (one whose lock another node holds is skipped when taken)."""
-        while True:
-            try:
-                return self._queue.get(timeout=POLL_S if store.concurrent_writers else None)
-            except queue.Empty:
-                for job in store.unfinished():
-                    self._queue.put(job)
+        """The first queued job of a user no worker is running (None: closing); where other nodes
+        write, an idle wait of :data:`POLL_S` queues the store's unfinished jobs (one whose lock
+        another node holds is skipped when taken)."""
+        with self._changed:
+            while not self._stopping:
+                job = next((job for job in self._queue if job.user_id not in self._running), None)
+                if job is not None:
+                    self._queue.remove(job)
+                    self._running.add(job.user_id)
+                    return job
+                if not self._changed.wait(POLL_S if store.concurrent_writers else None):
+                    queued = {job.id for job in self._queue}
+                    self._queue.extend(job for job in store.unfinished() if job.id not in queued)
+            return None
 
-    def _run(self) -> None:
-        with self.store.reopen(role="consolidate") as store, background():  # behind searches
+    def _run(self, store: Store) -> None:
+        with background():  # behind searches
             embedder = CachedEmbedder(self.embedder, store)
             while (job := self._next(store)) is not None:
-                with store.job_lock(job.id) as held:
-                    current = store.job_row(job.id) if held else None
-                    if current is None or current.state in (DONE, FAILED):
-                        continue  # another node runs it, or ran it
-                    resumed = current.state == RUNNING  # a process running it stopped
-                    store.update_job(job.id, RUNNING, {"stage": "consolidating"})
-                    try:
-                        report = consolidate_user(store, job.user_id, embedder, self.operator,
-                                                  fingerprinter=self.fingerprinter)
-                        store.update_job(job.id, DONE, {**report.to_dict(), "resumed": resumed})
-                    except Exception as err:  # noqa: BLE001 - recorded in the job, which the caller reads
-                        store.update_job(job.id, FAILED, error=f"{type(err).__name__}: {err}")
-                self.on_done(job.user_id)
-                ended = store.job_row(job.id)
-                with self._finished:
-                    if ended is not None:
-                        self._ended[job.id] = ended
-                    self._finished.notify_all()
+                try:
+                    self._execute(store, job, embedder)
+                finally:
+                    with self._changed:
+                        self._running.discard(job.user_id)
+                        self._changed.notify_all()
+
+    def _execute(self, store: Store, job: JobRow, embedder: CachedEmbedder) -> None:
+        with store.job_lock(job.id) as held:
+            current = store.job_row(job.id) if held else None
+            if current is None or current.state in (DONE, FAILED):
+                return  # another node runs it, or ran it
+            resumed = current.state == RUNNING  # a process running it stopped
+            store.update_job(job.id, RUNNING, {"stage": "consolidating"})
+            try:
+                report = consolidate_user(store, job.user_id, embedder, self.operator,
+                                          fingerprinter=self.fingerprinter)
+                store.update_job(job.id, DONE, {**report.to_dict(), "resumed": resumed})
+            except Exception as err:  # noqa: BLE001 - recorded in the job, which the caller reads
+                store.update_job(job.id, FAILED, error=f"{type(err).__name__}: {err}")
+        self.on_done(job.user_id)
+        ended = store.job_row(job.id)
+        with self._changed:
+            if ended is not None:
+                self._ended[job.id] = ended
+            self._changed.notify_all()
 
 
 def _settled(row: JobRow | None) -> bool:

@@ -183,6 +183,39 @@ def test_closing_stops_a_long_backlog_between_chunks_and_the_next_open_resumes_i
     covered_once(tmp_path, "a")
 
 
+class ChunkHeldEmbedder(CountingEmbedder):
+    """The counting embedder, held in the ingestion worker's first call on an exchange (two turns'
+    text) holding ``word``."""
+
+    def __init__(self, word: str) -> None:
+        super().__init__()
+        self.word, self.hold = word, Hold()
+
+    def encode(self, texts):
+        exchange = any(self.word in text and "\n" in text for text in texts)
+        if threading.current_thread().name == "memory-ingest" and exchange:
+            self.hold.here()
+        return super().encode(texts)
+
+
+def test_the_pending_count_drops_chunk_by_chunk_while_a_long_backlog_is_processed(tmp_path, monkeypatch):
+    """A deployer watching ``pending`` (or the metrics) sees a long backlog shrink as each chunk of
+    STEP_TURNS turns is fed, not stand still until the whole backlog is done."""
+    monkeypatch.setattr("retrieval.api.backlog.STEP_TURNS", 6)
+    embedder = ChunkHeldEmbedder("story 6 ")  # the second chunk's first exchange
+    mem = Memory.open(tmp_path, embedder=embedder, fingerprinter=WordFingerprinter())
+    try:
+        mem.add(chat("a", 60), user_id="a", session_id="s")
+        assert embedder.hold.entered.wait(WAIT_S)
+        assert mem.pending(user_id="a") == 54 and mem.pending() == 54
+    finally:
+        embedder.hold.released.set()
+    mem.drain(user_id="a", timeout_s=WAIT_S)
+    assert mem.pending() == 0
+    mem.close()
+    covered_once(tmp_path, "a")
+
+
 def test_an_add_embeds_nothing_and_the_next_search_embeds_and_finds_its_turns(tmp_path, monkeypatch):
     embedder, extractor = CountingEmbedder(), HeldExtractor("a")
     builds: list[str] = []

@@ -160,8 +160,9 @@ class Backlog:
                 raise TimeoutError(f"{self.pending(user)} turns still pending after {timeout_s} s")
 
     def process(self, user: str) -> list[AMU]:
-        """Feed every turn of the user stored so far to its stream, :data:`STEP_TURNS` at a time;
-        returns the records of the segments that closed. The caller holds the user's ``stream``
+        """Feed every turn of the user stored so far to its stream, :data:`STEP_TURNS` at a time
+        (the user's pending count drops as each chunk but the last is fed, and by the last when the
+        step is done); returns the records of the segments that closed. The caller holds the user's ``stream``
         guard. Raises :class:`IngestFailed` when it fails."""
         guard = self.guards.of(user)
         with self._changed:
@@ -176,23 +177,35 @@ class Backlog:
                 state.pending = len(turns)  # what this step feeds, whichever node added it
         with self._step(user, state), background():
             amus: list[AMU] = []
+            counted = 0  # turns of this step already taken off the user's pending count
             if state.stream is None:
                 state.stream, amus = UserStream.load(user, self.store, self.models, (), self._publish, purges)
             for start in range(0, len(turns), STEP_TURNS):
                 self._refuse_if_closed()
-                exchanges = state.stream.pair(turns[start:start + STEP_TURNS])
+                chunk = turns[start:start + STEP_TURNS]
+                exchanges = state.stream.pair(chunk)
                 self.unindexed.prepare(user, [exchange.text for exchange in exchanges], purges)  # a call
                 amus += state.stream.feed(exchanges)
+                if start + len(chunk) < len(turns):  # the last chunk counts once the step is done
+                    counted += self._count_fed(state, len(chunk))
             self.unindexed.prepare(user)
             with guard.state:
                 self.unindexed.index(user)
         state.fed = last
         self._remember(user, state)
         with self._changed:
-            state.pending -= len(turns)
+            state.pending -= len(turns) - counted
             state.error = None
             self._changed.notify_all()
         return amus
+
+    def _count_fed(self, state: _User, count: int) -> int:
+        """Take ``count`` fed turns off the user's pending count (a long backlog shrinks chunk by
+        chunk on ``pending`` and the metrics); returns ``count``."""
+        with self._changed:
+            state.pending -= count
+            self._changed.notify_all()
+        return count
 
     def flush(self, user: str, session: str) -> list[AMU]:
         """:meth:`process`, then close the session's open segment; returns the records of every

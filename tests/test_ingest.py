@@ -364,6 +364,21 @@ def test_cli_refuses_a_bad_turn_naming_where_it_is_before_making_a_store(tmp_pat
     assert not (tmp_path / "store").exists()
 
 
+@pytest.mark.parametrize(("fields", "where", "message"), [
+    ({"conversation_id": "u" * 129}, "conversation 'uuu",
+     "conversation_id has 129 characters; the limit is 128"),
+    ({"session_id": "s\x01"}, "session 's\\x01'", "session_id 's\\x01' holds a control character"),
+])
+def test_cli_refuses_a_bad_user_or_session_id_before_making_a_store(tmp_path, capsys, fields, where, message):
+    """The ids the memory will refuse are refused first, so no store is left bound to the run's models."""
+    path = tmp_path / "talk.jsonl"
+    path.write_text(jsonl_line(**fields) + "\n")
+    assert main(["--jsonl", str(path), "--store", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and where in err and err.endswith(f"turn 't1': {message}\n")
+    assert not (tmp_path / "store").exists()
+
+
 def test_cli_subprocess_exit_code_without_traceback(tmp_path):
     broken = tmp_path / "broken.json"
     broken.write_text('[{"sample_id": "c", "conversation": {}, "qa": []}]')

@@ -17,7 +17,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from retrieval import Memory
 from retrieval.api.batch import IngestError, ingest_turns
+from retrieval.api.bulk import add_conversation
 from retrieval.eval.locomo import load_locomo
 from retrieval.extract.rules import RuleExtractor
 from retrieval.ingest import main
@@ -130,6 +132,32 @@ def test_ingest_turns_stores_every_segment(tmp_path, reference):
         assert store.source_turns(amu)[0].text.endswith("yesterday, number 0.")
         summary = stats.summary()
         assert "mean exchanges/segment" in summary and "LLM calls 0" in summary
+
+
+class FallingBackExtractor(RuleExtractor):
+    """The rule extractor with every odd segment kept as raw turns (as an LLM endpoint that is
+    down leaves it)."""
+
+    name = "rule-falling-back"
+
+    def extract(self, segment, context):
+        extraction = super().extract(segment, context)
+        return dataclasses.replace(extraction, fallback=True) if segment.seq % 2 else extraction
+
+
+def test_the_memory_path_counts_fallbacks_and_unresolved_dates_as_the_batch_path_does(tmp_path):
+    """``retrieval.ingest`` and the evaluation add through :func:`add_conversation`: its summary
+    counts the segments that fell back to raw turns and the date phrases kept unresolved."""
+    turns = conversation_turns()
+    turns[3] = dataclasses.replace(turns[3], text="I visited the pyramids 1000000 days ago, number 3.")
+    with AMUStore(tmp_path / "batch") as store:
+        batch = ingest_turns(turns, store, HashEmbedder(), FallingBackExtractor(), progress=False)
+    with Memory.open(tmp_path / "memory", embedder=HashEmbedder(), extractor=FallingBackExtractor()) as mem:
+        added = add_conversation(mem, turns)
+    assert batch.segments == added.segments and batch.segments >= 3
+    assert added.fallback_segments == batch.fallback_segments == batch.segments // 2
+    assert added.unresolved_dates == batch.unresolved_dates == 1
+    assert f"raw-turn fallback segments {batch.segments // 2} |" in added.summary()
 
 
 def test_crash_mid_ingest_then_resume_without_duplicates(tmp_path, reference):

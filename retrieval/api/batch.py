@@ -26,9 +26,10 @@ from collections.abc import Iterable, Sequence
 
 from tqdm.auto import tqdm
 
+from retrieval.api.counted import CountedExtractor
 from retrieval.api.online import StreamModels, UserStream
 from retrieval.api.replay import difference
-from retrieval.extract.base import Extraction, Extractor, ReferenceContext
+from retrieval.extract.base import Extractor, ReferenceContext
 from retrieval.ingestion.pipeline import (
     IngestError,
     IngestStats,
@@ -37,13 +38,11 @@ from retrieval.ingestion.pipeline import (
     segment_record,
 )
 from retrieval.ingestion.segmenter import SegmenterConfig, count_tokens, pair_exchanges
-from retrieval.llm_client import LLMUsage
 from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.records import (
     AMU,
     MAX_TURN_CHARS,
-    AMUValidationError,
     Segment,
     SegmentRecord,
     Turn,
@@ -52,31 +51,6 @@ from retrieval.memory.records import (
 from retrieval.memory.store_contract import Store
 
 Sessions = dict[str, list[Turn]]
-
-
-class CountedExtractor:
-    """The run's extractor as the stream sees it: counts fallbacks and unresolved date phrases,
-    and refuses an invalid record with :class:`IngestError` naming the user's segment and turns."""
-
-    def __init__(self, extractor: Extractor) -> None:
-        self.extractor = extractor
-        self.fallbacks = self.unresolved_dates = 0
-
-    @property
-    def usage(self) -> LLMUsage:
-        return self.extractor.usage
-
-    def extract(self, segment: Segment, context: ReferenceContext) -> Extraction:
-        try:
-            extraction = self.extractor.extract(segment, context)
-        except AMUValidationError as err:
-            turn_ids = [turn.turn_id for turn in segment.turns]
-            raise IngestError(f"{segment.user_id!r} segment {segment.seq} "
-                              f"(turns {turn_ids[0]}..{turn_ids[-1]}): the extractor made an invalid "
-                              f"record: {err}") from None
-        self.fallbacks += int(extraction.fallback)
-        self.unresolved_dates += extraction.unresolved_dates
-        return extraction
 
 
 def ingest_turns(turns: Iterable[Turn], store: Store, embedder: Embedder, extractor: Extractor, *,

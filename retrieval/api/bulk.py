@@ -24,8 +24,9 @@ def add_conversation(memory: Memory, turns: Sequence[Turn], *, progress: bool = 
     """Add the turns of one or more conversations (each its own user), session by session, with a
     progress bar of turns when ``progress``."""
     started = time.perf_counter()
-    extractor = memory.models.extractor
+    extractor, counted = memory.models.extractor, memory.extraction
     usage_before = dataclasses.replace(extractor.usage)
+    fallbacks_before, unresolved_before = counted.fallbacks, counted.unresolved_dates
     stats = IngestStats()
     sessions: dict[tuple[str, str], list[Turn]] = {}
     for turn in turns:
@@ -45,6 +46,8 @@ def add_conversation(memory: Memory, turns: Sequence[Turn], *, progress: bool = 
         stats.segments += memory.store.next_seq(user) - first_seq
         bar.update(len(session_turns))
     bar.close()
+    stats.fallback_segments = counted.fallbacks - fallbacks_before
+    stats.unresolved_dates = counted.unresolved_dates - unresolved_before
     stats.llm = extractor.usage.since(usage_before)
     stats.wall_s = time.perf_counter() - started
     return stats

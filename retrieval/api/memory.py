@@ -2,8 +2,8 @@
 scoped to a user, forgotten completely.
 
     with Memory.open("stores/agent", fingerprinter="checkpoints/isq_minilm_dailydialog_cpu") as mem:
-        mem.add([{"speaker": "Maria", "text": "I adopted a cat called Pickle."}], user_id="alice",
-        session_id="s1") hits = mem.search("What pet does Maria have?", user_id="alice", k=10).hits
+        mem.add([{"speaker": "Maria", "text": "I adopted a cat."}], user_id="alice", session_id="s1")
+        hits = mem.search("What pet does Maria have?", user_id="alice", k=10).hits
 
 Scoping: the store's ``conversation_id`` is the user; every read names it, so another user's id
 finds nothing (:class:`NotFound`). Processes: one :class:`Memory` writes a store; a second
@@ -32,9 +32,8 @@ What runs in parallel and what is serialised (:mod:`retrieval.api.closing`):
   call at a time behind a lock (their tokenizers refuse concurrent use).
 
 Trust holds per user: a search scores only the user's own state, sees every commit made before
-it starts (:mod:`retrieval.api.states`) and filters by session before the cut. :meth:`Memory.close`
-waits for the calls inside and stops the worker after its step; later calls get
-:class:`StoreUnavailable`.
+it starts (:mod:`retrieval.api.states`) and filters by session before the cut. :meth:`close` waits
+for the calls inside and stops the worker after its step; later calls get :class:`StoreUnavailable`.
 """
 
 from __future__ import annotations
@@ -47,6 +46,7 @@ from typing import Any
 from retrieval.api.appending import append_add
 from retrieval.api.backlog import Backlog
 from retrieval.api.closing import CallGate, UserGuards
+from retrieval.api.counted import CountedExtractor
 from retrieval.api.errors import InvalidInput, MemoryBusy, NotFound, StoreUnavailable
 from retrieval.api.inputs import (
     check_flag,
@@ -87,7 +87,8 @@ class Memory:
         self._tokens = Tokens(store_secret(store))
         shared, fingerprinter = models.shared()
         self._embedder = CachedEmbedder(shared, store)
-        self._online = StreamModels(self._embedder, models.extractor, fingerprinter, segmenter)
+        self.extraction = CountedExtractor(models.extractor)  # what its segments' extraction counted
+        self._online = StreamModels(self._embedder, self.extraction, fingerprinter, segmenter)
         self._query_embedder, self._fingerprinter = shared, fingerprinter
         self._states = SearchStates(store, self._build_bank)
         self._backlog = Backlog(store, self._online, self._guards, self._states)

@@ -27,7 +27,7 @@ from typing import Any
 
 from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
-from retrieval.api.errors import InvalidInput, MemoryAPIError, StoreUnavailable
+from retrieval.api.errors import InvalidInput, MemoryAPIError
 from retrieval.api.inputs import check_query
 from retrieval.api.loading import Deferred
 from retrieval.api.memory import Memory
@@ -35,10 +35,8 @@ from retrieval.api.results import SearchResult
 from retrieval.contract import Hit
 from retrieval.index.embed import SentenceEmbedder
 from retrieval.llm_client import reader_cache_dir
-from retrieval.memory.backends import open_store
 from retrieval.memory.errors import StoreError
-from retrieval.memory.fingerprinter_source import recorded_fingerprinter
-from retrieval.memory.store_contract import Store
+from retrieval.memory.fingerprinter_source import named_or_recorded
 from retrieval.memory.targets import store_target
 from retrieval.multi_route.params import PLAN_DEPTH, final_top_k
 from retrieval.multi_route.planner_llm import LLMPlanner
@@ -87,9 +85,7 @@ def run(args: argparse.Namespace) -> tuple[SearchResult, list[dict[str, Any]]]:
     if args.k < 1:
         raise InvalidInput(f"-k must be at least 1, got {args.k}")
     check_query(args.question)
-    if args.fingerprinter is None:  # the one ingestion recorded, if any
-        with _read_only_store(args.store) as store:
-            args.fingerprinter = recorded_fingerprinter(store)
+    args.fingerprinter = named_or_recorded(args.store, args.fingerprinter)
     fingerprinter = None if args.fingerprinter is None else Deferred(Fingerprinter.from_pretrained,
                                                                       args.fingerprinter)
     planner = Deferred(LLMPlanner, cache_dir=args.llm_cache) if args.planner == "llm" else "rule"
@@ -99,13 +95,6 @@ def run(args: argparse.Namespace) -> tuple[SearchResult, list[dict[str, Any]]]:
         k = args.k if args.exact_k else final_top_k(args.k, PLAN_DEPTH)
         result = memory.search(args.question, user_id=user, k=k, explain=True)
         return result, [item_dict(rank, hit, memory, user) for rank, hit in enumerate(result.hits, start=1)]
-
-
-def _read_only_store(target: str | Path) -> Store:
-    try:
-        return open_store(target, read_only=True)
-    except StoreError as err:
-        raise StoreUnavailable(str(err)) from None
 
 
 def item_dict(rank: int, hit: Hit, memory: Memory, user: str) -> dict[str, Any]:

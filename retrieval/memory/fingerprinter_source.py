@@ -2,8 +2,10 @@
 
 The store binds the fingerprinter's identity (its codebook checksum: :meth:`AMUStore.bind`);
 ingestion also records the directory it was loaded from (a mutable record: a checkpoint may be
-moved and named again). ``retrieval.query`` loads it from there when ``--fingerprinter`` is not
-given, and the identity check still refuses a directory that now holds another codebook.
+moved and named again). The command lines that open a built store (``retrieval.query``,
+``retrieval.serve``, ``retrieval.mcp``, ``retrieval.consolidate``) load it from there when
+``--fingerprinter`` is not given (:func:`named_or_recorded`), and the identity check still refuses
+a directory that now holds another codebook.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from retrieval.memory.backends import open_store
 from retrieval.memory.cache import model_identity
+from retrieval.memory.errors import StoreError
 from retrieval.memory.store_contract import Store
 
 PATH_KEY = "fingerprinter_path"
@@ -32,3 +36,16 @@ def recorded_fingerprinter(store: Store) -> Path | None:
     recorded = Path(store.meta(PATH_KEY))
     return recorded if recorded.is_dir() else None
 
+
+
+def named_or_recorded(target: str | Path, named: Path | None) -> Path | None:
+    """The fingerprinter a command line loads for the store at ``target``: the one ``named``, else
+    the one the store recorded (None for a store not made yet, or one that cannot be read now:
+    opening the memory then says why)."""
+    if named is not None:
+        return named
+    try:
+        with open_store(target, read_only=True) as store:
+            return recorded_fingerprinter(store)
+    except StoreError:
+        return None

@@ -1,5 +1,6 @@
-"""What both command lines (``retrieval.serve``, ``retrieval.mcp``) share: the memory options,
-opening the memory, and the one-line failure.
+"""What both command lines (``retrieval.serve``, ``retrieval.mcp``) share: the memory options (a
+built store's fingerprinter, when not named, is the one it recorded at ingestion), opening the
+memory, and the one-line failure.
 
 Idle OpenMP threads sleep. The model's forwards run on torch's OpenMP threads; by default an
 idle one spins at each barrier before it sleeps. A server shares its cores with its own request
@@ -28,7 +29,14 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", type=store_target, required=True,
                         help="the memory's store directory (created if missing) or PostgreSQL URL")
     parser.add_argument("--fingerprinter", type=Path,
-                        help="ISQ fingerprinter directory: adds the codebook route to search")
+                        help="ISQ fingerprinter directory: adds the codebook route to search (default: "
+                             "the one the store recorded when it was ingested with one)")
+    parser.add_argument("--extractor", choices=("rule", "llm"), default="rule",
+                        help="the extractor that closes segments (llm: the ISQ_LLM_* endpoint); a built "
+                             "store opens only with the one it was built with")
+    parser.add_argument("--embedder",
+                        help="sentence-transformers name or path (default: offline all-MiniLM-L6-v2); a "
+                             "built store opens only with the one it was built with")
     parser.add_argument("--threads", type=positive_int,
                         help="threads of this process's model forwards (default: torch's, one per core); "
                              "processes sharing a machine's cores should split them")
@@ -43,6 +51,7 @@ def open_memory(args: argparse.Namespace) -> Memory:
     (:class:`retrieval.multi_route.collector.LongLivedFreezer`)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from retrieval.api.memory import Memory
+    from retrieval.memory.fingerprinter_source import named_or_recorded
     from retrieval.multi_route.collector import LongLivedFreezer
 
     LongLivedFreezer().install()
@@ -51,7 +60,8 @@ def open_memory(args: argparse.Namespace) -> Memory:
         import torch
 
         torch.set_num_threads(args.threads)
-    return Memory.open(args.store, fingerprinter=args.fingerprinter)
+    return Memory.open(args.store, fingerprinter=named_or_recorded(args.store, args.fingerprinter),
+                       extractor=args.extractor, embedder=args.embedder)
 
 
 def positive_int(text: str) -> int:

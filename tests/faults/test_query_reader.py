@@ -17,7 +17,7 @@ from retrieval.memory.fingerprinter_source import recorded_fingerprinter, rememb
 from retrieval.memory.store import AMUStore
 from retrieval.multi_route.score_legend import SCORE_COLUMNS
 from tests.fake_chat import FakeChatServer, completion_body
-from tests.multi_route_fixtures import IDENTITY, WordFingerprinter, query_store
+from tests.multi_route_fixtures import IDENTITY, WordEmbedder, WordFingerprinter, query_store
 
 
 @pytest.fixture
@@ -87,6 +87,35 @@ def test_the_store_names_its_fingerprinter(store_dir, tmp_path, capsys, monkeypa
     assert query_module.main(["--store", str(store_dir), "pottery class", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert loaded == [checkpoint.resolve()] and any("code" in item["scores"] for item in out["items"])
+
+
+def test_serving_and_consolidating_a_built_store_take_its_recorded_fingerprinter(store_dir, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """``retrieval.serve`` and ``retrieval.mcp`` (one launcher) and ``retrieval.consolidate`` open a
+    store ingested with a fingerprinter without naming it again, as ``retrieval.query`` does."""
+    import retrieval.consolidate as consolidate_module
+    from retrieval.api.memory import Memory
+    from retrieval.serve import _serve_parser
+    from retrieval.service.launch import open_memory
+
+    checkpoint = tmp_path / "fingerprinter"
+    checkpoint.mkdir()
+    with AMUStore(store_dir) as store:
+        store.bind("fingerprinter", IDENTITY)
+        remember_fingerprinter(store, checkpoint, WordFingerprinter())
+    opened: list[dict] = []
+    monkeypatch.setattr(Memory, "open", lambda path, **options: opened.append(options))
+    open_memory(_serve_parser().parse_args(["--store", str(store_dir), "--extractor", "llm"]))
+    open_memory(_serve_parser().parse_args(["--store", str(tmp_path / "new")]))
+    assert [(o["fingerprinter"], o["extractor"], o["embedder"]) for o in opened] == [
+        (checkpoint.resolve(), "llm", None), (None, "rule", None)]
+    assert not (tmp_path / "new").exists()  # looking for a recorded one made no store
+    loaded: list[Path] = []
+    monkeypatch.setattr(consolidate_module.Fingerprinter, "from_pretrained",
+                        lambda directory: loaded.append(Path(directory)) or WordFingerprinter())
+    monkeypatch.setattr(consolidate_module, "SentenceEmbedder", lambda name: WordEmbedder())
+    assert consolidate_module.main(["--store", str(store_dir)]) in (0, 1)
+    assert loaded == [checkpoint.resolve()] and "error" not in capsys.readouterr().err
 
 
 # ---------------------------------------------------- reflexives stay reflexive in extracted facts

@@ -296,6 +296,34 @@ def test_a_version_4_store_migrates_and_counts_its_purges(tmp_path):
         assert mem.users() == [] and mem.store.ingestion_marks("u") == (0, 0, 1)
 
 
+def test_two_processes_opening_an_old_store_at_once_migrate_it_once(tmp_path, monkeypatch):
+    """The version read before the migration's transaction may be stale: another process (here a
+    consolidation's store, opened in between) migrated the store meanwhile. The second migration
+    is skipped; run again it failed ('duplicate column name') or re-keyed the cache twice."""
+    import retrieval.memory.connection as connection
+    from retrieval.memory.backends import open_store
+
+    with open_memory(tmp_path) as mem:
+        mem.add(chat("u", 4), user_id="u", session_id="s")
+        mem.flush(user_id="u", session_id="s")
+    db = sqlite3.connect(tmp_path / AMUStore.DB_NAME)
+    db.executescript("ALTER TABLE purges DROP COLUMN next_seq; ALTER TABLE purges DROP COLUMN next_turn;"
+                     "PRAGMA user_version=6;")
+    db.close()
+    needs, raced = connection.needs_migration, []
+
+    def another_process_first(found, current, **where):
+        if needs(found, current, **where) and not raced:
+            raced.append(found)
+            open_store(tmp_path, role="consolidate").close()  # migrates the store to the current version
+        return needs(found, current, **where)
+
+    monkeypatch.setattr(connection, "needs_migration", another_process_first)
+    with open_memory(tmp_path) as mem:
+        assert raced == [6] and mem.store.integrity_problems() == []
+        assert mem.search("story number 2", user_id="u", k=3).hits
+
+
 def test_an_unnamed_turn_never_takes_the_id_of_a_stored_turn(tmp_path: Path) -> None:
     """Generated ids are ``<session>:<n>`` after the session's count (and past every purged
     number): a deleted turn's place, or a caller's id of that form in another session, must not

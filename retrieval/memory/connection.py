@@ -193,7 +193,10 @@ class SQLiteConnection:
             version = self.db.execute("PRAGMA user_version").fetchone()[0]
             if needs_migration(version, SCHEMA_VERSION, where=str(self.path), read_only=self.read_only):
                 with self.transaction() as db:  # a half-created or half-migrated schema is never left behind
-                    create_or_migrate(db, version)
+                    # read again under the write lock: another process may have migrated it meanwhile
+                    version = db.execute("PRAGMA user_version").fetchone()[0]
+                    if version != SCHEMA_VERSION:
+                        create_or_migrate(db, version)
         except sqlite3.DatabaseError as err:
             self.close()
             raise StoreError(f"{self.path}: not a usable SQLite store ({err})") from None

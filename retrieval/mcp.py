@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from retrieval.api.errors import MemoryAPIError
+from retrieval.api.inputs import check_id
 from retrieval.memory.errors import StoreError
 from retrieval.service.launch import add_memory_arguments, open_memory
 
@@ -34,8 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from retrieval.service.mcp_tools import build_mcp, fixed_user
 
     try:
-        if not args.user.strip():
-            raise ValueError("--user must not be empty")
+        check_id("--user", args.user)  # what every tool call would refuse, refused at the start
         with contextlib.redirect_stdout(sys.stderr):  # stdout is the protocol's: model loaders print
             memory = open_memory(args)
     except (MemoryAPIError, StoreError, OSError, ValueError) as err:

@@ -16,6 +16,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from benchmarks.service_process import Server, bearer, collector_pauses
+from retrieval.service import keys as key_module
 from retrieval.service import limits
 from retrieval.service.keys import KeyStore
 
@@ -128,6 +129,24 @@ def test_a_revoked_key_is_refused_at_once(api: Api) -> None:
     assert api.anonymous.get("/v1/memories", headers=bearer(key)).status_code == 401
     forged = key[:-2] + ("AA" if not key.endswith("AA") else "BB")
     assert api.anonymous.get("/v1/memories", headers=bearer(forged)).status_code == 401
+
+
+def test_an_old_key_of_a_user_id_no_url_can_name_is_refused_saying_to_revoke_it(api: Api) -> None:
+    """A key file made before ``keys create`` checked the ids' pattern may hold a key for
+    ``team/alice``: that user could add and search but never name its memories in a URL (a delete
+    by id was a 404). Such a key is 403 on every route, MCP included, naming the key to revoke."""
+    salt, secret = b"0" * 16, "legacy-secret"
+    api.keys.rows.add_key("00legacy", "team/alice", salt, key_module._digest(salt, secret), key_module._now())
+    key = f"{key_module.PREFIX}_00legacy_{secret}"
+    for method, path, body in [("GET", "/v1/memories", None), ("POST", "/v1/search", {"query": "cat"}),
+                               ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})]:
+        response = api.anonymous.request(method, path, json=body, headers=bearer(key))
+        assert response.status_code == 403, (path, response.text)
+        refusal = response.json()
+        assert refusal["field"] == "header.authorization" and "keys revoke 00legacy" in refusal["error"]
+        assert "must start with a letter or digit" in refusal["error"]
+    api.keys.revoke("00legacy")
+    assert api.anonymous.get("/v1/memories", headers=bearer(key)).status_code == 401
 
 
 def test_alice_cannot_see_or_touch_bobs_memories(api: Api) -> None:

@@ -97,9 +97,11 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
 
 def test_bad_arguments_exit_2_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a directory")
-    for args in (["--store", str(tmp_path / "file"), "--user", "alice"],
-                 ["--store", str(tmp_path), "--user", " "]):
+    for args, said in ((["--store", str(tmp_path / "file"), "--user", "alice"], "file"),
+                       (["--store", str(tmp_path), "--user", " "], "--user is required"),
+                       (["--store", str(tmp_path), "--user", "u" * 130], "--user has 130 characters")):
         result = subprocess.run([sys.executable, "-m", "retrieval.mcp", *args], cwd=ROOT, env=child_env(),
                                 capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
         assert result.returncode == 2 and result.stdout == ""
         assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+        assert said in result.stderr

@@ -2,7 +2,9 @@
 
 The user is never read from a body, path or query: routes get it only from :func:`current_user`.
 No key, or a key that is malformed, unknown or revoked, is 401; two ``Authorization`` headers
-are 400 (which one counts is a guess a proxy and the server may make differently). The MCP
+are 400 (which one counts is a guess a proxy and the server may make differently); a live key of
+a user id the server cannot serve (:class:`retrieval.service.keys.UnservableKey`, from a key file
+older than the check at ``keys create``) is 403, saying to revoke it. The MCP
 endpoint is guarded by :class:`KeyGuard`, which puts the user in the ASGI scope's state for the
 tools to read.
 """
@@ -16,7 +18,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from retrieval.service.keys import KeyStore
+from retrieval.service.keys import KeyStore, UnservableKey
 
 _bearer = HTTPBearer(auto_error=False, description="an API key from `python -m retrieval.serve keys create`")
 UNAUTHORIZED = "a valid API key is required: Authorization: Bearer KEY"
@@ -40,7 +42,10 @@ async def current_user(request: Request,
     a worker thread would cost each request a hand-off to the pool and back."""
     if len(request.headers.getlist("authorization")) > 1:
         raise HTTPException(400, TWO_KEYS)
-    user = None if credentials is None else request.app.state.service.keys.user(credentials.credentials)
+    try:
+        user = None if credentials is None else request.app.state.service.keys.user(credentials.credentials)
+    except UnservableKey as err:
+        raise HTTPException(403, str(err)) from None
     if user is None:
         raise HTTPException(401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
     return user
@@ -61,9 +66,14 @@ class KeyGuard:
             return
         given = [value.decode("latin-1") for name, value in scope["headers"]
                  if name.lower() == b"authorization"]
-        user = user_of_header(self.keys, given[0]) if len(given) == 1 else None
+        try:
+            user = user_of_header(self.keys, given[0]) if len(given) == 1 else None
+        except UnservableKey as err:
+            user, refusal = None, (403, str(err))
+        else:
+            refusal = (400, TWO_KEYS) if len(given) > 1 else (401, UNAUTHORIZED)
         if user is None:
-            status, message = (400, TWO_KEYS) if len(given) > 1 else (401, UNAUTHORIZED)
+            status, message = refusal
             await send({"type": "http.response.start", "status": status,
                         "headers": [(b"content-type", b"application/json"),
                                     (b"www-authenticate", b"Bearer")]})

@@ -59,7 +59,7 @@ async def _http(request: Request, exc: Exception) -> JSONResponse:
                               headers=exc.headers)
     if exc.status_code == 400 and exc.detail != TWO_KEYS:  # FastAPI could not read the body
         return error_response(422, f"body: {exc.detail} (not JSON in UTF-8, or nested too deep)", "body")
-    field = KEY_FIELD if exc.status_code in (400, 401) else None  # the key checks' refusals
+    field = KEY_FIELD if exc.status_code in (400, 401, 403) else None  # the key checks' refusals
     return error_response(exc.status_code, str(exc.detail), field, headers=exc.headers)
 
 

@@ -51,6 +51,24 @@ class KeyCommandError(ValueError):
     """A key command cannot be done (unknown key id, bad user id); the message says which."""
 
 
+class UnservableKey(ValueError):
+    """A live key whose user id the server cannot serve (a key file made before the ids' pattern
+    was checked at ``keys create``): its memory ids could not be named in a URL."""
+
+
+def unservable(user_id: str) -> str | None:
+    """Why ``user_id`` cannot be served (None when it can): the memory's id check and the served
+    ids' pattern (:data:`ID_PATTERN`)."""
+    try:
+        check_id("user id", user_id)
+    except InvalidInput as err:
+        return str(err)
+    if not re.fullmatch(ID_PATTERN, user_id):
+        return (f"user id {user_id!r} must start with a letter or digit and hold only letters, digits "
+                "and ._:@- (it appears in the URLs of the user's memories)")
+    return None
+
+
 @dataclass(frozen=True)
 class KeyInfo:
     """One key as listed: never its secret."""
@@ -170,19 +188,16 @@ class KeyStore:
 
     def create(self, user_id: str) -> str:
         """A new key for ``user_id``; the only time its secret is seen."""
-        try:
-            check_id("user id (--user)", user_id)
-        except InvalidInput as err:
-            raise KeyCommandError(str(err)) from None
-        if not re.fullmatch(ID_PATTERN, user_id):
-            raise KeyCommandError(f"user id (--user) {user_id!r} may hold only letters, digits and ._:@- "
-                                  "(it appears in the URLs of the user's memories)")
+        problem = unservable(user_id)
+        if problem is not None:
+            raise KeyCommandError(f"--user: {problem}")
         key_id, secret, salt = secrets.token_hex(8), secrets.token_urlsafe(32), secrets.token_bytes(16)
         self.rows.add_key(key_id, user_id, salt, _digest(salt, secret), _now())
         return f"{PREFIX}_{key_id}_{secret}"
 
     def user(self, key: str) -> str | None:
-        """The user a live key belongs to; None for a malformed, unknown or revoked key."""
+        """The user a live key belongs to; None for a malformed, unknown or revoked key;
+        :class:`UnservableKey` for a live key of a user id the server cannot serve."""
         prefix, _, rest = key.partition("_")
         key_id, _, secret = rest.partition("_")
         if prefix != PREFIX or not key_id or not secret:
@@ -190,6 +205,10 @@ class KeyStore:
         row = self.rows.live_key(key_id)
         if row is None or not hmac.compare_digest(_digest(row[1], secret), row[2]):
             return None
+        problem = unservable(row[0])
+        if problem is not None:
+            raise UnservableKey(f"key {key_id}: {problem}; revoke it (keys revoke {key_id}) and create "
+                                "a key for another user id")
         return row[0]
 
     def list(self, user_id: str | None = None) -> list[KeyInfo]:

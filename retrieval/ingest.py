@@ -23,7 +23,7 @@ from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
 from retrieval.api.bulk import add_conversation
 from retrieval.api.errors import InvalidInput, MemoryAPIError
-from retrieval.api.inputs import check_id, check_turn
+from retrieval.api.inputs import check_recorded
 from retrieval.api.loading import Deferred, llm_cache
 from retrieval.api.memory import Memory
 from retrieval.consolidation.options import OPERATORS, make_operator
@@ -94,17 +94,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def checked_input(source: Path, turns: Sequence[Turn]) -> None:
-    """Every turn checked as the memory's ``add`` checks it, its conversation (the user) and session
-    ids too, before a store is created or opened; a bad one named by where it is in the input
-    (conversation, session, turn id) and by the input's own field (``conversation_id``)."""
+    """Every turn checked as the memory will check it (:func:`check_recorded`), before a store is
+    created or opened."""
     for turn in turns:
         try:
-            check_id("conversation_id", turn.user_id)
-            check_id("session_id", turn.session_id)
-            check_turn(0, turn)
+            check_recorded(turn)
         except InvalidInput as err:
-            where = f"conversation {turn.user_id!r}, session {turn.session_id!r}, turn {turn.turn_id!r}"
-            raise InputFormatError(f"{source}: {where}: {str(err).removeprefix('turns[0]: ')}") from None
+            raise InputFormatError(f"{source}: {err}") from None
 
 
 def _models(args: argparse.Namespace) -> tuple[Deferred, Deferred, Deferred | None]:

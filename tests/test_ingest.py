@@ -228,6 +228,25 @@ def test_sessions_must_be_contiguous(tmp_path):
         ingest_turns(shuffled, store, HashEmbedder(), RuleExtractor(), progress=False)
 
 
+@pytest.mark.parametrize(("change", "message"), [
+    ({"user_id": "u" * 200}, "conversation_id has 200 characters; the limit is 128"),
+    ({"session_id": "s1\x00"}, "session_id 's1\\x00' holds a control character"),
+    ({"speaker": "A\x01"}, "field 'speaker' 'A\\x01' holds a control character"),
+    ({"text": "x" * 20_001},
+     "field 'text' has 20001 characters; the limit is 20000 (split it into several turns)"),
+])
+def test_the_batch_path_refuses_what_the_memory_refuses_before_storing_anything(tmp_path, change, message):
+    """A turn the memory could never read, search or forget by id is refused at ingestion, naming
+    where it is; nothing is stored."""
+    turns = conversation_turns()
+    turns[5] = dataclasses.replace(turns[5], **change)
+    with AMUStore(tmp_path) as store:
+        with pytest.raises(IngestError) as refused:
+            ingest_turns(turns, store, HashEmbedder(), RuleExtractor(), progress=False)
+        assert str(refused.value).endswith(f"turn 'D1:6': {message}")
+        assert store.users_with_segments() == [] and list(store.amus()) == []
+
+
 # -- LoCoMo -----------------------------------------------------------------------------------
 
 

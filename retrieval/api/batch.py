@@ -27,6 +27,8 @@ from collections.abc import Iterable, Sequence
 from tqdm.auto import tqdm
 
 from retrieval.api.counted import CountedExtractor
+from retrieval.api.errors import InvalidInput
+from retrieval.api.inputs import check_recorded
 from retrieval.api.online import StreamModels, UserStream
 from retrieval.api.replay import difference
 from retrieval.extract.base import Extractor, ReferenceContext
@@ -42,7 +44,6 @@ from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.records import (
     AMU,
-    MAX_TURN_CHARS,
     Segment,
     SegmentRecord,
     Turn,
@@ -98,13 +99,15 @@ def ingest_turns(turns: Iterable[Turn], store: Store, embedder: Embedder, extrac
 
 
 def _group(turns: Iterable[Turn]) -> dict[str, Sessions]:
-    """conversation -> session -> turns, in order of appearance; sessions must be contiguous."""
+    """conversation -> session -> turns, in order of appearance; sessions must be contiguous, and
+    every turn passes the memory's checks (:func:`retrieval.api.inputs.check_recorded`)."""
     grouped: dict[str, Sessions] = {}
     previous: dict[str, str] = {}
     for turn in turns:
-        if len(turn.text) > MAX_TURN_CHARS:
-            raise IngestError(f"turn {turn.turn_id!r} of {turn.user_id!r} has {len(turn.text)} "
-                              f"characters; the limit is {MAX_TURN_CHARS} (split it into several turns)")
+        try:
+            check_recorded(turn)
+        except InvalidInput as err:
+            raise IngestError(str(err)) from None
         sessions = grouped.setdefault(turn.user_id, {})
         if turn.session_id in sessions and previous[turn.user_id] != turn.session_id:
             raise IngestError(f"turn {turn.turn_id!r}: session {turn.session_id!r} of "

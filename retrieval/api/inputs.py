@@ -188,6 +188,19 @@ def check_turn(index: int, turn: Any) -> TurnInput:
     return TurnInput(speaker, text, _time(where, f"{field}.time", turn.get("time")), turn_id, caption or None)
 
 
+def check_recorded(turn: Turn) -> None:
+    """A turn of a recorded conversation (ingestion's input): its conversation (user) and session
+    ids, and the turn as ``add`` checks it; a refusal names where it is (conversation, session,
+    turn id) and the input's own field (``conversation_id``)."""
+    try:
+        check_id("conversation_id", turn.user_id)
+        check_id("session_id", turn.session_id)
+        check_turn(0, turn)
+    except InvalidInput as err:
+        where = f"conversation {turn.user_id!r}, session {turn.session_id!r}, turn {turn.turn_id!r}"
+        raise InvalidInput(f"{where}: {str(err).removeprefix('turns[0]: ')}", err.field) from None
+
+
 def check_turns(turns: Any) -> list[TurnInput]:
     """The turns of an ``add``: a non-empty sequence, each checked, turn ids distinct."""
     if isinstance(turns, (str, bytes, Mapping)) or not isinstance(turns, Sequence) or not turns:

@@ -160,6 +160,7 @@ def test_consolidation_is_a_durable_job(tmp_path):
         merged = [item for item in mem.list(user_id="u", limit=100).items
                   if mem.history(item.id, user_id="u")]
         assert job.progress["created"] == len(merged) >= 1
+        assert job.progress["user_id"] == "u" and "conversation_id" not in job.progress  # one word
         assert all(h.archived and h.successor for h in mem.history(merged[0].id, user_id="u"))
 
 

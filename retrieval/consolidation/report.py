@@ -83,7 +83,7 @@ class ConsolidationReport:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready counts (the turn sets as sizes)."""
         return {
-            "conversation_id": self.user_id, "operator": self.operator, "threshold": self.threshold,
+            "user_id": self.user_id, "operator": self.operator, "threshold": self.threshold,
             "amus_before": self.amus_before, "amus_active_after": self.amus_active_after,
             "archived": self.archived, "created": self.created, "clusters": self.clusters,
             "operations": dict(sorted(self.operations.items())), "exact_duplicates": self.exact_duplicates,

@@ -94,7 +94,8 @@ def build_mcp(memory: Memory, gate: WriteGate, user_of: UserOf) -> MCPServer:
     def memory_list(ctx: Context, session_id: schemas.SessionId | None = None,
                     limit: schemas.PageSize = limits.DEFAULT_PAGE,
                     cursor: schemas.ShortText | None = None) -> schemas.MemoryPage:
-        """List stored memories, oldest first; pass next_cursor back for the next page."""
+        """List stored records (extracted memories; raw turns are found by memory_search), oldest
+        first; pass next_cursor back for the next page."""
         return _refusals(lambda: operations.list_memories(memory, user_of(ctx), session_id, limit, cursor))
 
     @server.tool()

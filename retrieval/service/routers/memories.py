@@ -21,7 +21,9 @@ def list_memories(user: User, service: Shared,
                   limit: Annotated[int, Query(ge=1, le=limits.MAX_PAGE)] = limits.DEFAULT_PAGE,
                   cursor: Annotated[str | None,
                                     Query(max_length=limits.MAX_ID_CHARS)] = None) -> schemas.MemoryPage:
-    """One page of the key user's memories, oldest first; ``next_cursor`` is null on the last page."""
+    """One page of the key user's records (extracted memories; raw turns not yet in a closed
+    segment are found by search and get, not listed), oldest first; ``next_cursor`` is null on the
+    last page."""
     return operations.list_memories(service.memory, user, session_id, limit, cursor)
 
 

@@ -12,7 +12,8 @@ from retrieval.memory.records import MAX_TURN_CHARS
 MAX_TEXT_CHARS = MAX_TURN_CHARS
 """Characters in one turn's text or image caption."""
 MAX_ID_CHARS = 128
-"""Characters in a user id, session id, memory id, turn id, speaker, time or idempotency key."""
+"""Characters in a user id, session id, turn id, speaker, time, idempotency key or job id (a memory
+id has its own limit, below)."""
 MAX_MEMORY_ID_CHARS = 3 * MAX_ID_CHARS
 """Characters in a memory id: an AMU id or ``<user>:turn:<turn id>``, both built from a user id
 and more, so the limit leaves room for a user id and a turn id of the longest kind."""

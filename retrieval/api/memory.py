@@ -333,7 +333,7 @@ class Memory:
     def job(self, id: str, *, user_id: str) -> Job:
         """A job of this user."""
         user = check_id("user_id", user_id)
-        number = self._tokens.open(JOB, user, check_id("id", id))
+        number = self._tokens.open(JOB, user, check_id("job id", id, "id"))
         with self._gate:
             row = None if number is None else self.store.job_row(number)
             if row is None or row.user_id != user:

@@ -65,6 +65,12 @@ def test_a_job_id_that_is_no_id_is_invalid_as_in_get(mem, job_id):
         assert error.field == "id" and len(str(error)) < 200
 
 
+def test_a_job_id_over_the_id_limit_is_refused_as_over_http(mem):
+    """A job id has the ids' limit in Python as in ``GET /v1/jobs/{job_id}``, not a memory id's."""
+    error = refused(lambda: mem.job("x" * (limits.MAX_ID_CHARS + 1), user_id="u"), InvalidInput)
+    assert error.field == "id" and f"the limit is {limits.MAX_ID_CHARS}" in str(error)
+
+
 @pytest.mark.parametrize(("call", "field"), [
     (lambda m: m.list(user_id="u", limit=10**20), "limit"),
     (lambda m: m.list(user_id="u", limit=limits.MAX_PAGE + 1), "limit"),
@@ -286,6 +292,11 @@ def test_http_image_captions_and_the_last_page(http):
     assert added.status_code == 200, added.text
     turn = http.get(f"/v1/memories/u:turn:{added.json()['turn_ids'][0]}").json()
     assert "a hive" in turn["text"]
+    uncaptioned = {**TURN, "text": "No image.", "image_caption": ""}
+    plain = http.post("/v1/sessions/s9/turns", json={"turns": [uncaptioned]})
+    assert plain.status_code == 200, plain.text  # an empty caption is none, as in Python
+    turn = http.get(f"/v1/memories/u:turn:{plain.json()['turn_ids'][0]}").json()
+    assert turn["text"] == "Ann: No image."
     count = len(http.get("/v1/memories", params={"limit": limits.MAX_PAGE}).json()["items"])
     assert http.get("/v1/memories", params={"limit": count}).json()["next_cursor"] is None
 

@@ -31,13 +31,14 @@ class _Request(BaseModel):
 
 class TurnIn(_Request):
     """One dialogue turn; ``time`` is ISO 8601 (the memory parses it), ``turn_id`` makes a retry
-    of the same turn add nothing, ``image_caption`` describes an image the speaker shared."""
+    of the same turn add nothing, ``image_caption`` describes an image the speaker shared (an empty
+    one is none, as in Python and the JSONL stream)."""
 
     speaker: ShortText
     text: Text
     time: ShortText | None = None
     turn_id: PathId | None = None
-    image_caption: Text | None = None
+    image_caption: Annotated[str, Field(max_length=limits.MAX_TEXT_CHARS)] | None = None
 
 
 class AddTurnsRequest(_Request):

@@ -88,7 +88,7 @@ from benchmarks.timing import (  # noqa: E402
     with_ratios,
     write_json,
 )
-from retrieval.api.limits import MAX_K  # noqa: E402
+from retrieval.api.limits import DEFAULT_K, MAX_K  # noqa: E402
 from retrieval.eval.construction import database_url  # noqa: E402
 from retrieval.service.timing import RETRIEVAL_PHASES, SERVICE_PARTS  # noqa: E402
 
@@ -400,7 +400,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-requests", type=within(int, 1), default=200_000,
                         help="a bound on requests, whatever the time")
     parser.add_argument("--search-share", type=within(float, 0, 1), default=0.8)
-    parser.add_argument("-k", dest="k", type=within(int, 1, MAX_K), default=10)
+    parser.add_argument("-k", dest="k", type=within(int, 1, MAX_K), default=DEFAULT_K)
     parser.add_argument("--compare-queries", type=within(int, 1), default=100,
                         help="searches of the in-process comparison")
     parser.add_argument("--locomo", type=Path, default=default_locomo(),

@@ -3,7 +3,7 @@
     python -m retrieval.mcp --store DIR --user USER [--fingerprinter DIR]
 
 Tools: memory_add, memory_flush, memory_search, memory_list, memory_delete, memory_forget,
-memory_consolidate (:mod:`retrieval.service.mcp_tools`). Every call acts for ``--user``: whoever
+memory_consolidate, memory_job (:mod:`retrieval.service.mcp_tools`). Every call acts for ``--user``: whoever
 can start this process owns that user's memory. Over the network, use ``python -m retrieval.serve``, whose
 ``/mcp`` endpoint takes the user from the API key. Bad input ends with one ``error:`` line on
 stderr and exit status 2 (stdout carries only the protocol).

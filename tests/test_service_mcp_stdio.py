@@ -16,7 +16,7 @@ from benchmarks.service_process import ROOT, child_env
 
 pytestmark = pytest.mark.slow
 TOOLS = {"memory_add", "memory_search", "memory_list", "memory_flush", "memory_delete", "memory_forget",
-         "memory_consolidate"}
+         "memory_consolidate", "memory_job"}
 
 
 def params(store: Path, user: str) -> StdioServerParameters:
@@ -59,6 +59,7 @@ async def _every_tool(session: ClientSession) -> dict:
     flushed = content(await session.call_tool("memory_flush", {"session_id": "s1"}))
     listed = await _records(session)
     job = content(await session.call_tool("memory_consolidate", {"session_id": "s1"}))
+    polled = content(await session.call_tool("memory_job", {"job_id": job["job_id"]}))
     first = listed["items"][0]["id"]
     deleted = content(await session.call_tool("memory_delete", {"memory_id": first}))
     again = await session.call_tool("memory_delete", {"memory_id": first})
@@ -68,7 +69,7 @@ async def _every_tool(session: ClientSession) -> dict:
     forgot = content(await session.call_tool("memory_forget", {}))
     after = content(await session.call_tool("memory_list", {}))
     return {"tools": tools, "added": added, "flushed": flushed, "replay": replay, "found": found,
-            "listed": listed, "job": job, "deleted": deleted, "again": again, "bad": bad,
+            "listed": listed, "job": job, "polled": polled, "deleted": deleted, "again": again, "bad": bad,
             "bad_time": bad_time, "forgot": forgot, "after": after}
 
 
@@ -86,6 +87,8 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
         item["id"] for item in seen["listed"]["items"]}
     assert "quokkalith" not in json.dumps(seen["found"]) + json.dumps(seen["listed"])
     assert seen["job"]["status"] in ("queued", "running", "done") and seen["deleted"] == {"deleted": True}
+    assert seen["polled"]["job_id"] == seen["job"]["job_id"] and seen["polled"]["status"] in (
+        "queued", "running", "done")
     for refused in ("again", "bad", "bad_time"):
         assert seen[refused].is_error, refused
     assert "text" in seen["bad"].content[0].text and "time" in seen["bad_time"].content[0].text
@@ -93,6 +96,9 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
     [bobs] = anyio.run(_session, store, "bob",
                        lambda s: s.call_tool("memory_search", {"query": "secret word"}))
     assert "quokkalith" in json.dumps(content(bobs))  # alice's forget left bob's memory alone
+    [alices_job] = anyio.run(_session, store, "bob",
+                             lambda s: s.call_tool("memory_job", {"job_id": seen["job"]["job_id"]}))
+    assert alices_job.is_error and "job_id" in alices_job.content[0].text  # another user's job is not found
 
 
 def test_bad_arguments_exit_2_with_one_line(tmp_path: Path) -> None:

@@ -25,20 +25,21 @@ if TYPE_CHECKING:  # for types only: the server is handed an open memory, never 
 UserOf = Callable[[Context], str]
 INSTRUCTIONS = ("Long-term memory of one user. Add dialogue turns as they happen (memory_add), find what was "
                 "said before (memory_search), list, delete or forget memories, "
-                "and consolidate near-duplicates.")
+                "and consolidate near-duplicates (memory_consolidate, then memory_job).")
 
 
-def _refusals(call: Callable[[], Any]) -> Any:
+def _refusals(call: Callable[[], Any], id_argument: str = "memory_id") -> Any:
     """A bad argument or a refusal of the memory becomes the tool's error message (is_error) naming
-    what is wrong, not a crash: ``call`` builds the request schemas too, so their checks are here."""
+    what is wrong, not a crash: ``call`` builds the request schemas too, so their checks are here.
+    The memory's ``id`` is the tool's ``id_argument``."""
     try:
         return call()
     except ValidationError as err:
         raise ToolError(_named(err)) from None
     except (MemoryAPIError, ShuttingDown) as err:
-        field = getattr(err, "field", None)  # the memory's "id" is the tool's memory_id
+        field = getattr(err, "field", None)
         if field is not None and field.split(".")[0] == "id":
-            field = "memory_id" + field[2:]
+            field = id_argument + field[2:]
         if field == "user_id":  # the connection's key names the user: no argument to name
             field = None
         raise ToolError(str(err) if field is None else f"{field}: {err}") from None
@@ -118,6 +119,11 @@ def build_mcp(memory: Memory, gate: WriteGate, user_of: UserOf) -> MCPServer:
     def memory_consolidate(ctx: Context, session_id: schemas.SessionId | None = None) -> schemas.Job:
         """Start consolidating (merging near-duplicate memories); returns the job and its status."""
         return _refusals(lambda: operations.consolidate(memory, gate, user_of(ctx), session_id))
+
+    @server.tool()
+    def memory_job(job_id: schemas.ShortText, ctx: Context) -> schemas.Job:
+        """A consolidation job's status and progress (the job_id memory_consolidate returned)."""
+        return _refusals(lambda: operations.job(memory, user_of(ctx), job_id), "job_id")
 
     return server
 

@@ -54,8 +54,8 @@ def needs_migration(found: int, current: int, *, where: str, read_only: bool) ->
     if found == current:
         return False
     if read_only:
-        raise StoreError(f"{where}: schema version {found} needs a migration to "
-                         f"{current}; open the store for writing once")
+        raise StoreError(f"{where}: schema version {found} needs a migration to {current}; open "
+                         "the store for writing once (python -m retrieval.store compact --store ... does)")
     return True
 
 

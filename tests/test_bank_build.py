@@ -152,7 +152,9 @@ def test_a_serving_process_installs_the_freezer(monkeypatch, tmp_path):
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     monkeypatch.setattr(Memory, "open", staticmethod(lambda store, **options: ("opened", store)))
     try:
-        opened = launch.open_memory(argparse.Namespace(store=tmp_path, fingerprinter=None, threads=None))
+        arguments = argparse.Namespace(store=tmp_path, fingerprinter=None, extractor="rule", embedder=None,
+                                       threads=None)
+        opened = launch.open_memory(arguments)
         assert opened == ("opened", tmp_path)
         assert any(isinstance(entry, LongLivedFreezer) for entry in gc.callbacks)
     finally:

@@ -405,6 +405,33 @@ def test_a_store_that_fails_under_the_worker_pauses_it_and_nothing_is_lost(tmp_p
     covered_once(tmp_path, "a")
 
 
+def test_a_store_that_fails_under_a_consolidation_job_pauses_it_and_the_job_completes(tmp_path, monkeypatch):
+    """A database restart during a job is not the job's failure: the worker waits and runs it again
+    (it resumes, as after a crash), and every worker lives on."""
+    from retrieval.api import backlog as backlog_module
+    from retrieval.api import jobs as jobs_module
+    from retrieval.memory.errors import StoreFault
+
+    monkeypatch.setattr(backlog_module, "FAULT_WAIT_S", 0.05)
+    monkeypatch.setattr(jobs_module, "FAULT_WAIT_S", 0.05)
+    consolidate, faults = jobs_module.consolidate_user, []
+
+    def failing_once(*args, **options):
+        if not faults:
+            faults.append(args[1])
+            raise StoreFault("the database failed (server closed the connection)")
+        return consolidate(*args, **options)
+
+    monkeypatch.setattr(jobs_module, "consolidate_user", failing_once)
+    with open_memory(tmp_path) as mem:
+        mem.add(chat("a", 30) + chat("a-again", 30), user_id="a", session_id="s")
+        mem.flush(user_id="a", session_id="s")
+        job = mem.consolidate(user_id="a", wait=True, timeout_s=WAIT_S)
+        assert faults == ["a"] and job.state == "done" and job.progress["resumed"] is True
+        assert all(thread.is_alive() for thread in mem._jobs._threads)
+        assert mem.consolidate(user_id="a", wait=True, timeout_s=WAIT_S).state == "done"
+
+
 # A memory at {store} (a directory or a PostgreSQL URL) adding 90 turns while its extractor
 # hangs in the third segment: the process the kill tests end mid-backlog.
 KILLED = """

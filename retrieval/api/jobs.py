@@ -18,25 +18,32 @@ a node that opens while another runs a job does not run it too. An idle worker l
 :data:`~retrieval.api.backlog.POLL_S` seconds for unfinished jobs whose lock is free (those of a
 node that died, whose lock died with it), and a waiter reads its job's row as often, so it sees a
 job another node ran end.
+
+A store that fails under a worker (a database restart) stops no worker and fails no job: the job
+stays unfinished and runs again after :data:`~retrieval.api.backlog.FAULT_WAIT_S` (resumed, as
+after a crash), and a failed poll is read again at the next.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from retrieval.api.backlog import POLL_S
+from retrieval.api.backlog import FAULT_WAIT_S, POLL_S
 from retrieval.api.errors import NotFound, StoreUnavailable
 from retrieval.consolidation.engine import consolidate_user
 from retrieval.index.query_batcher import background
 from retrieval.memory.cache import CachedEmbedder
+from retrieval.memory.errors import StoreError
 from retrieval.memory.job_rows import DONE, FAILED, RUNNING, JobRow
 from retrieval.memory.store_contract import Store
 
 CONSOLIDATE = "consolidate"
+logger = logging.getLogger(__name__)
 JOB_WORKERS = 4
 """Jobs run at once, each of another user."""
 
@@ -127,18 +134,27 @@ class JobRunner:
     def _next(self, store: Store) -> JobRow | None:
         """The first queued job of a user no worker is running (None: closing); where other nodes
         write, an idle wait of :data:`POLL_S` queues the store's unfinished jobs (one whose lock
-        another node holds is skipped when taken)."""
-        with self._changed:
-            while not self._stopping:
+        another node holds is skipped when taken), read outside the lock: a store that failed (a
+        database restart) holds up no other worker and stops none, the next poll reads again."""
+        while True:
+            with self._changed:
+                if self._stopping:
+                    return None
                 job = next((job for job in self._queue if job.user_id not in self._running), None)
                 if job is not None:
                     self._queue.remove(job)
                     self._running.add(job.user_id)
                     return job
-                if not self._changed.wait(POLL_S if store.concurrent_writers else None):
-                    queued = {job.id for job in self._queue}
-                    self._queue.extend(job for job in store.unfinished() if job.id not in queued)
-            return None
+                if self._changed.wait(POLL_S if store.concurrent_writers else None):
+                    continue
+            try:
+                unfinished = store.unfinished()
+            except StoreError as err:
+                logger.warning("consolidation jobs: the store failed while polling: %s", err)
+                continue
+            with self._changed:
+                queued = {job.id for job in self._queue}
+                self._queue.extend(job for job in unfinished if job.id not in queued)
 
     def _run(self, store: Store) -> None:
         with background():  # behind searches
@@ -146,6 +162,11 @@ class JobRunner:
             while (job := self._next(store)) is not None:
                 try:
                     self._execute(store, job, embedder)
+                except StoreError as err:  # the store failed (a database restart): the job stays unfinished
+                    logger.warning("consolidation job %s paused for %.0f s: %s", job.id, FAULT_WAIT_S, err)
+                    with self._changed:
+                        if not self._changed.wait_for(lambda: self._stopping, FAULT_WAIT_S):
+                            self._queue.append(job)  # tried again, as after a crash ("resumed")
                 finally:
                     with self._changed:
                         self._running.discard(job.user_id)
@@ -162,6 +183,8 @@ class JobRunner:
                 report = consolidate_user(store, job.user_id, embedder, self.operator,
                                           fingerprinter=self.fingerprinter)
                 store.update_job(job.id, DONE, {**report.to_dict(), "resumed": resumed})
+            except StoreError:
+                raise  # not the job's failure: it runs again once the store answers (_run)
             except Exception as err:  # noqa: BLE001 - recorded in the job, which the caller reads
                 store.update_job(job.id, FAILED, error=f"{type(err).__name__}: {err}")
         self.on_done(job.user_id)

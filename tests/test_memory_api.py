@@ -325,6 +325,32 @@ def test_two_processes_opening_an_old_store_at_once_migrate_it_once(tmp_path, mo
         assert mem.search("story number 2", user_id="u", k=3).hits
 
 
+def test_an_old_store_that_newer_code_migrated_meanwhile_is_refused_not_marked_older(tmp_path, monkeypatch):
+    """The version read again under the write lock is checked as the first was: a store newer code
+    migrated in between is refused, and keeps its version."""
+    import retrieval.memory.connection as connection
+
+    with open_memory(tmp_path) as mem:
+        mem.add(chat("u", 4), user_id="u", session_id="s")
+    db = sqlite3.connect(tmp_path / AMUStore.DB_NAME)
+    db.executescript("ALTER TABLE purges DROP COLUMN next_seq; ALTER TABLE purges DROP COLUMN next_turn;"
+                     "PRAGMA user_version=6;")
+    db.close()
+    needs = connection.needs_migration
+
+    def newer_code_first(found, current, **where):
+        if found == 6:
+            with sqlite3.connect(tmp_path / AMUStore.DB_NAME) as newer:
+                newer.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+        return needs(found, current, **where)
+
+    monkeypatch.setattr(connection, "needs_migration", newer_code_first)
+    with pytest.raises(MemoryAPIError, match=f"schema version {SCHEMA_VERSION + 1} is unknown"):
+        open_memory(tmp_path)
+    with sqlite3.connect(tmp_path / AMUStore.DB_NAME) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+
+
 def test_an_unnamed_turn_never_takes_the_id_of_a_stored_turn(tmp_path: Path) -> None:
     """Generated ids are ``<session>:<n>`` after the session's count (and past every purged
     number): a deleted turn's place, or a caller's id of that form in another session, must not

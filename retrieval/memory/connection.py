@@ -195,7 +195,7 @@ class SQLiteConnection:
                 with self.transaction() as db:  # a half-created or half-migrated schema is never left behind
                     # read again under the write lock: another process may have migrated it meanwhile
                     version = db.execute("PRAGMA user_version").fetchone()[0]
-                    if version != SCHEMA_VERSION:
+                    if needs_migration(version, SCHEMA_VERSION, where=str(self.path), read_only=False):
                         create_or_migrate(db, version)
         except sqlite3.DatabaseError as err:
             self.close()

@@ -15,8 +15,10 @@ from typing import Any
 
 from retrieval.memory.backends import open_store
 from retrieval.memory.cache import model_identity
+from retrieval.memory.connection import DB_NAME
 from retrieval.memory.errors import StoreError
 from retrieval.memory.store_contract import Store
+from retrieval.memory.targets import local_directory
 
 PATH_KEY = "fingerprinter_path"
 
@@ -38,14 +40,19 @@ def recorded_fingerprinter(store: Store) -> Path | None:
 
 
 
-def named_or_recorded(target: str | Path, named: Path | None) -> Path | None:
+def named_or_recorded(target: str | Path, named: Path | None, *, writer: bool = False) -> Path | None:
     """The fingerprinter a command line loads for the store at ``target``: the one ``named``, else
     the one the store recorded (None for a store not made yet, or one that cannot be read now:
-    opening the memory then says why)."""
+    opening the memory then says why). A ``writer`` (the caller opens the store for writing next)
+    reads it through a writing open, which migrates a store of an older schema that a read-only
+    open would refuse; a store directory without a store is not made one here."""
     if named is not None:
         return named
+    directory = local_directory(target)
+    if directory is not None and not (directory / DB_NAME).is_file():
+        return None
     try:
-        with open_store(target, read_only=True) as store:
+        with open_store(target, read_only=not writer) as store:
             return recorded_fingerprinter(store)
     except StoreError:
         return None

@@ -60,7 +60,8 @@ def open_memory(args: argparse.Namespace) -> Memory:
         import torch
 
         torch.set_num_threads(args.threads)
-    return Memory.open(args.store, fingerprinter=named_or_recorded(args.store, args.fingerprinter),
+    fingerprinter = named_or_recorded(args.store, args.fingerprinter, writer=True)
+    return Memory.open(args.store, fingerprinter=fingerprinter,
                        extractor=args.extractor, embedder=args.embedder)
 
 

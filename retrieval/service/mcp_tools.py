@@ -1,6 +1,6 @@
 """The memory as MCP tools (the official ``mcp`` SDK's ``MCPServer``, formerly ``FastMCP``).
 
-Seven tools over :mod:`retrieval.service.operations`, the same code as the HTTP routes, with the
+Eight tools over :mod:`retrieval.service.operations`, the same code as the HTTP routes, with the
 same argument schemas and limits, as strictly typed (``limit: "5"`` is refused). The user is never
 an argument: ``user_of`` gives it from the call's context (the server's ``--user`` over stdio,
 the request's key over HTTP).

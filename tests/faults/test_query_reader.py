@@ -7,6 +7,7 @@ reflexives ("themselves", not "Maria")."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -107,8 +108,13 @@ def test_serving_and_consolidating_a_built_store_take_its_recorded_fingerprinter
     monkeypatch.setattr(Memory, "open", lambda path, **options: opened.append(options))
     open_memory(_serve_parser().parse_args(["--store", str(store_dir), "--extractor", "llm"]))
     open_memory(_serve_parser().parse_args(["--store", str(tmp_path / "new")]))
+    db = sqlite3.connect(store_dir / AMUStore.DB_NAME)  # the store as an older version left it
+    db.executescript("ALTER TABLE purges DROP COLUMN next_seq; ALTER TABLE purges DROP COLUMN next_turn;"
+                     "PRAGMA user_version=6;")
+    db.close()
+    open_memory(_serve_parser().parse_args(["--store", str(store_dir)]))  # the first start after an upgrade
     assert [(o["fingerprinter"], o["extractor"], o["embedder"]) for o in opened] == [
-        (checkpoint.resolve(), "llm", None), (None, "rule", None)]
+        (checkpoint.resolve(), "llm", None), (None, "rule", None), (checkpoint.resolve(), "rule", None)]
     assert not (tmp_path / "new").exists()  # looking for a recorded one made no store
     loaded: list[Path] = []
     monkeypatch.setattr(consolidate_module.Fingerprinter, "from_pretrained",

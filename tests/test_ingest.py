@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import zlib
 from datetime import datetime
 from pathlib import Path
@@ -158,6 +159,50 @@ def test_the_memory_path_counts_fallbacks_and_unresolved_dates_as_the_batch_path
     assert added.fallback_segments == batch.fallback_segments == batch.segments // 2
     assert added.unresolved_dates == batch.unresolved_dates == 1
     assert f"raw-turn fallback segments {batch.segments // 2} |" in added.summary()
+
+
+class CrossingExtractor(FallingBackExtractor):
+    """User b's segments (all fallbacks) are extracted while user a's first segment is: b's wait
+    until a's begins, and a's ends only after b's first has."""
+
+    name = "rule-crossing"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.b_may_go, self.b_done = threading.Event(), threading.Event()
+
+    def extract(self, segment, context):
+        if segment.user_id == "b":
+            assert self.b_may_go.wait(60)
+            extraction = dataclasses.replace(super().extract(segment, context), fallback=True)
+            self.b_done.set()
+            return extraction
+        self.b_may_go.set()
+        assert self.b_done.wait(60)
+        return super().extract(segment, context)
+
+
+def test_a_runs_counts_are_its_own_users_while_another_user_is_extracted_beside_it(tmp_path):
+    """``add_conversation`` reports the fallbacks of the users it adds, not those another thread's
+    flush (or the ingestion worker) extracted for another user meanwhile."""
+    with Memory.open(tmp_path, embedder=HashEmbedder(), extractor=CrossingExtractor()) as mem:
+        mem.add([dataclasses.replace(t, user_id="b") for t in conversation_turns()[:12]], user_id="b",
+                session_id="s1")
+        flushing = threading.Thread(target=mem.flush, kwargs={"user_id": "b", "session_id": "s1"})
+        flushing.start()
+        stats = add_conversation(mem, conversation_turns("a"))
+        flushing.join(60)
+        own = sum(segment.fallback for segment in mem.store.segments("a"))
+        assert any(segment.fallback for segment in mem.store.segments("b"))
+        assert stats.fallback_segments == own
+
+
+def test_an_empty_caption_is_stored_as_none_as_add_stores_it(tmp_path):
+    turns = conversation_turns()
+    turns[0] = dataclasses.replace(turns[0], image_caption="")
+    with AMUStore(tmp_path) as store:
+        ingest_turns(turns, store, HashEmbedder(), RuleExtractor(), progress=False)
+        assert store.turns("conv-a")[0].image_caption is None
 
 
 def test_crash_mid_ingest_then_resume_without_duplicates(tmp_path, reference):

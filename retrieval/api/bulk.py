@@ -26,7 +26,8 @@ def add_conversation(memory: Memory, turns: Sequence[Turn], *, progress: bool = 
     started = time.perf_counter()
     extractor, counted = memory.models.extractor, memory.extraction
     usage_before = dataclasses.replace(extractor.usage)
-    fallbacks_before, unresolved_before = counted.fallbacks, counted.unresolved_dates
+    users = {turn.user_id for turn in turns}
+    fallbacks_before, unresolved_before = counted.counts(users)
     stats = IngestStats()
     sessions: dict[tuple[str, str], list[Turn]] = {}
     for turn in turns:
@@ -46,8 +47,9 @@ def add_conversation(memory: Memory, turns: Sequence[Turn], *, progress: bool = 
         stats.segments += memory.store.next_seq(user) - first_seq
         bar.update(len(session_turns))
     bar.close()
-    stats.fallback_segments = counted.fallbacks - fallbacks_before
-    stats.unresolved_dates = counted.unresolved_dates - unresolved_before
+    fallbacks, unresolved = counted.counts(users)
+    stats.fallback_segments = fallbacks - fallbacks_before
+    stats.unresolved_dates = unresolved - unresolved_before
     stats.llm = extractor.usage.since(usage_before)
     stats.wall_s = time.perf_counter() - started
     return stats

@@ -92,7 +92,7 @@ def ingest_turns(turns: Iterable[Turn], store: Store, embedder: Embedder, extrac
             _ingest_user(user, sessions, store, models, stats, bar, retry_fallbacks)
     finally:
         bar.close()
-    stats.fallback_segments, stats.unresolved_dates = counted.fallbacks, counted.unresolved_dates
+    stats.fallback_segments, stats.unresolved_dates = counted.counts()
     stats.llm = extractor.usage.since(usage_before)
     stats.wall_s = time.perf_counter() - started
     return stats
@@ -108,6 +108,7 @@ def _group(turns: Iterable[Turn]) -> dict[str, Sessions]:
             check_recorded(turn)
         except InvalidInput as err:
             raise IngestError(str(err)) from None
+        turn = dataclasses.replace(turn, image_caption=turn.image_caption or None)  # "" is none, as in add
         sessions = grouped.setdefault(turn.user_id, {})
         if turn.session_id in sessions and previous[turn.user_id] != turn.session_id:
             raise IngestError(f"turn {turn.turn_id!r}: session {turn.session_id!r} of "

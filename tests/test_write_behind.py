@@ -405,6 +405,37 @@ def test_a_store_that_fails_under_the_worker_pauses_it_and_nothing_is_lost(tmp_p
     covered_once(tmp_path, "a")
 
 
+def test_a_store_that_fails_inside_a_step_is_no_failure_of_the_user_and_the_worker_goes_on(tmp_path,
+                                                                                             monkeypatch):
+    """A database restart while the worker commits a segment: not the user's failed step (that
+    would stop the user's ingestion until a drain or flush); the worker pauses and processes the
+    backlog, later adds included, without anyone calling drain or flush."""
+    from retrieval.api import backlog as backlog_module
+    from retrieval.memory.errors import StoreFault
+
+    monkeypatch.setattr(backlog_module, "FAULT_WAIT_S", 0.05)
+    with open_memory(tmp_path) as mem:
+        commit, failures = mem.store.commit_stored_turns, []
+
+        def failing_once(record, amus):
+            if not failures:
+                failures.append(record.user_id)
+                raise StoreFault("the database failed (server closed the connection)")
+            return commit(record, amus)
+
+        monkeypatch.setattr(mem.store, "commit_stored_turns", failing_once)
+        mem.add(chat("a", 40), user_id="a", session_id="s")
+        deadline = time.monotonic() + WAIT_S
+        while (mem.pending(user_id="a") or not failures) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert failures == ["a"] and mem.pending(user_id="a") == 0
+        mem.add(chat("a-later", 4), user_id="a", session_id="s")
+        mem.drain(user_id="a", timeout_s=WAIT_S)  # no IngestFailed naming a fault long over
+        mem.flush(user_id="a", session_id="s")
+        assert len(mem.list(user_id="a", limit=100).items) == 44
+    covered_once(tmp_path, "a")
+
+
 def test_a_store_that_fails_under_a_consolidation_job_pauses_it_and_the_job_completes(tmp_path, monkeypatch):
     """A database restart during a job is not the job's failure: the worker waits and runs it again
     (it resumes, as after a crash), and every worker lives on."""

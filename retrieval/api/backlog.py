@@ -35,8 +35,9 @@ user's stream is dropped (reloaded from the store at its next step, so the faile
 turns are fed again), the error is kept, and the worker leaves the user alone until the error
 is surfaced, as :class:`retrieval.api.errors.IngestFailed`, by :meth:`Backlog.wait` (a drain)
 or by the next flush, which tries the backlog again itself. A store that fails under the worker
-(a :class:`~retrieval.memory.errors.StoreError` outside a step: a PostgreSQL restart while it polls
-or reads the user's marks) pauses it for :data:`FAULT_WAIT_S` with one warning, the user kept due.
+(a :class:`~retrieval.memory.errors.StoreError`: a PostgreSQL restart while it polls, reads the
+user's marks or commits a segment) is no failure of the user's: it pauses the worker for
+:data:`FAULT_WAIT_S` with one warning, the user kept due and its stream reloaded.
 """
 
 from __future__ import annotations
@@ -247,11 +248,20 @@ class Backlog:
     @contextmanager
     def _step(self, user: str, state: _User) -> Iterator[None]:
         """Around a step's work: closing leaves the unfinished segments' turns the backlog (the
-        stream is dropped); any other error is the user's failed step (:meth:`_failed`)."""
+        stream is dropped); so does a store that failed under the step (a database restart), which
+        is no failure of the user's: the user stays due, and the worker pauses
+        (:data:`FAULT_WAIT_S`) and tries again; any other error is the user's failed step
+        (:meth:`_failed`)."""
         try:
             yield
         except StoreUnavailable:
             state.stream = None
+            raise
+        except StoreError:
+            state.stream = None
+            with self._changed:
+                self._due[user] = None
+                self._changed.notify_all()
             raise
         except Exception as err:
             raise self._failed(user, state, err) from err

@@ -37,6 +37,13 @@ threads wait for a connection."""
 
 CONNECT_TIMEOUT_S = 10
 """How long opening a store waits for the server before it says it cannot be reached."""
+POOL_WAIT_S = 10.0
+"""How long a call waits for a pooled connection before its store fault (the server's clients
+get a 503 then, not a request held for a minute while the database restarts)."""
+RECONNECT_S = 5.0
+"""How long the pool keeps retrying a lost connection with growing pauses before it gives up
+and reconnects on the next call's demand: once the database is back, a call waits for at most
+one pause of these retries, not for a backoff grown to a minute."""
 
 INGESTION_LOCKS = 1_836_019_570
 """The seed of every user's ingestion lock key (``pg_advisory_lock(hashtextextended(user,
@@ -60,7 +67,8 @@ class Database:
         except psycopg.Error as err:
             reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
             raise StoreError(f"cannot connect to the store at {self.where}: {reason}") from None
-        self.pool = ConnectionPool(url, min_size=1, max_size=POOL_SIZE, open=True, timeout=60.0,
+        self.pool = ConnectionPool(url, min_size=1, max_size=POOL_SIZE, open=True, timeout=POOL_WAIT_S,
+                                   reconnect_timeout=RECONNECT_S,
                                    check=ConnectionPool.check_connection,  # a dropped one is replaced
                                    kwargs={"autocommit": True, "row_factory": dict_row})
 

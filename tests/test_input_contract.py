@@ -301,6 +301,32 @@ def test_http_image_captions_and_the_last_page(http):
     assert http.get("/v1/memories", params={"limit": count}).json()["next_cursor"] is None
 
 
+def test_a_store_that_fails_under_a_request_is_503_with_retry_after_not_500(http, mem, monkeypatch):
+    """A database restart under a request: 503 and Retry-After, the store's details (its host) in
+    the server's log only; the same when the key itself cannot be read, on /v1 and /mcp alike,
+    and for an MCP tool."""
+    from retrieval.memory.errors import StoreFault
+    from retrieval.service.auth import STORE_FAILED
+    from retrieval.service.mcp_tools import _refusals
+
+    def fail(*args, **options):
+        raise StoreFault("postgresql://db.internal:5432/memory: the database failed (server closed)")
+
+    monkeypatch.setattr(mem, "search", fail)
+    response = http.post("/v1/search", json={"query": "bees"})
+    assert (response.status_code, response.headers.get("retry-after")) == (503, "1")
+    assert response.json() == {"error": STORE_FAILED} and "db.internal" not in response.text
+    with pytest.raises(Exception, match="store cannot be reached") as refused:
+        _refusals(lambda: fail())
+    assert type(refused.value).__name__ == "ToolError"
+    monkeypatch.setattr(http.app.state.service.keys, "user", fail)
+    for method, path in (("GET", "/v1/memories"), ("POST", "/mcp")):
+        body = {"jsonrpc": "2.0", "id": 1, "method": "ping"} if path == "/mcp" else None
+        response = http.request(method, path, json=body)
+        assert (response.status_code, response.headers.get("retry-after")) == (503, "1"), path
+        assert response.json()["error"] == STORE_FAILED
+
+
 def test_http_conflicts_are_409_and_identical_replays_200(http):
     body = {"turns": [{**TURN, "turn_id": "b1"}], "idempotency_key": "k1"}
     assert http.post("/v1/sessions/s5/turns", json=body).status_code == 200

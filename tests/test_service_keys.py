@@ -183,3 +183,30 @@ def test_a_file_given_as_the_store_is_one_error_line_naming_it(tmp_path: Path) -
         assert done.returncode == 2 and done.stderr.strip() == \
             f"error: {store}: not a store directory (a file is there)", done.stderr
     assert store.read_text() == "not a store"
+
+
+def test_a_key_read_from_a_database_does_not_hold_the_event_loop() -> None:
+    """Keys on a database server are read on a worker thread: while one read stalls (a database
+    restarting), the event loop, and every other request on it, goes on."""
+    import asyncio
+
+    from retrieval.service.auth import user_of_key
+
+    release = threading.Event()
+
+    class StalledKeys:
+        local = False
+
+        def user(self, key: str) -> str:
+            assert release.wait(10), "the loop was held while the key was read"
+            return "alice"
+
+    async def main() -> str:
+        reading = asyncio.create_task(user_of_key(StalledKeys(), "k"))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)  # other requests' turn: the loop is not held by the stalled read
+        assert not reading.done()
+        release.set()
+        return await reading
+
+    assert asyncio.run(main()) == "alice"
+

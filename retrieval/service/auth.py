@@ -12,38 +12,56 @@ tools to read.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Annotated
 
+import anyio
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from retrieval.memory.errors import StoreError
 from retrieval.service.keys import KeyStore, UnservableKey
+
+log = logging.getLogger("retrieval.service")
 
 _bearer = HTTPBearer(auto_error=False, description="an API key from `python -m retrieval.serve keys create`")
 UNAUTHORIZED = "a valid API key is required: Authorization: Bearer KEY"
 TWO_KEYS = "send one Authorization header, not several"
+STORE_FAILED = "the memory's store cannot be reached right now (the server logged why); retry shortly"
+"""What a client is told when the store failed under its request (a database restart, a lost
+connection, a full disk): the details, which name the store's host, stay in the server's log."""
 KEY_FIELD = "header.authorization"
 """The field a refusal of the key names: the request's Authorization header."""
 
 
-def user_of_header(keys: KeyStore, authorization: str | None) -> str | None:
+async def user_of_header(keys: KeyStore, authorization: str | None) -> str | None:
     """The user of an ``Authorization`` header's bearer key, or None."""
     scheme, _, key = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         return None
-    return keys.user(key.strip())
+    return await user_of_key(keys, key.strip())
+
+
+async def user_of_key(keys: KeyStore, key: str) -> str | None:
+    """:meth:`KeyStore.user`, on the event loop when the keys are in a local file (one indexed read
+    and one SHA-256, tens of microseconds: a worker thread would cost each request a hand-off to
+    the pool and back), else on a worker thread: a database that stalls or restarts must not hold
+    the loop, and with it every other request, ``/healthz`` included."""
+    if keys.local:
+        return keys.user(key)
+    return await anyio.to_thread.run_sync(keys.user, key)
 
 
 async def current_user(request: Request,
                        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> str:
-    """The key's user; 401 without a live key, 400 with more than one Authorization header. Run on
-    the event loop (one indexed read of the key table and one SHA-256, tens of microseconds):
-    a worker thread would cost each request a hand-off to the pool and back."""
+    """The key's user (:func:`user_of_key`); 401 without a live key, 400 with more than one
+    Authorization header."""
     if len(request.headers.getlist("authorization")) > 1:
         raise HTTPException(400, TWO_KEYS)
+    keys = request.app.state.service.keys
     try:
-        user = None if credentials is None else request.app.state.service.keys.user(credentials.credentials)
+        user = None if credentials is None else await user_of_key(keys, credentials.credentials)
     except UnservableKey as err:
         raise HTTPException(403, str(err)) from None
     if user is None:
@@ -55,7 +73,8 @@ User = Annotated[str, Depends(current_user)]
 
 
 class KeyGuard:
-    """ASGI wrapper: 401 without a live key, else ``scope["state"]["user_id"]`` is the key's user."""
+    """ASGI wrapper: 401 without a live key (403 for an unservable one, 503 when the key could not
+    be read), else ``scope["state"]["user_id"]`` is the key's user."""
 
     def __init__(self, app: ASGIApp, keys: KeyStore) -> None:
         self.app, self.keys = app, keys
@@ -67,17 +86,20 @@ class KeyGuard:
         given = [value.decode("latin-1") for name, value in scope["headers"]
                  if name.lower() == b"authorization"]
         try:
-            user = user_of_header(self.keys, given[0]) if len(given) == 1 else None
+            user = await user_of_header(self.keys, given[0]) if len(given) == 1 else None
         except UnservableKey as err:
             user, refusal = None, (403, str(err))
+        except StoreError as err:  # the key could not be read: the store failed (a database restart)
+            log.warning("the store failed reading a key for %s: %s", scope["path"], err)
+            user, refusal = None, (503, STORE_FAILED)
         else:
             refusal = (400, TWO_KEYS) if len(given) > 1 else (401, UNAUTHORIZED)
         if user is None:
             status, message = refusal
-            await send({"type": "http.response.start", "status": status,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"www-authenticate", b"Bearer")]})
-            body = json.dumps({"error": message, "field": KEY_FIELD}).encode()
+            headers = [(b"content-type", b"application/json"),
+                       (b"retry-after", b"1") if status == 503 else (b"www-authenticate", b"Bearer")]
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            body = json.dumps({"error": message, "field": None if status == 503 else KEY_FIELD}).encode()
             await send({"type": "http.response.body", "body": body})
             return
         scope.setdefault("state", {})["user_id"] = user

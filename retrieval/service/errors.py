@@ -24,8 +24,17 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from retrieval.api.errors import Conflict, IngestFailed, InvalidInput, MemoryAPIError, MemoryBusy, NotFound
-from retrieval.service.auth import KEY_FIELD, TWO_KEYS
+from retrieval.api.errors import (
+    Conflict,
+    IngestFailed,
+    InvalidInput,
+    MemoryAPIError,
+    MemoryBusy,
+    NotFound,
+    StoreUnavailable,
+)
+from retrieval.memory.errors import StoreError
+from retrieval.service.auth import KEY_FIELD, STORE_FAILED, TWO_KEYS
 from retrieval.service.drain import ShuttingDown
 
 log = logging.getLogger("retrieval.service")
@@ -100,6 +109,13 @@ async def _shutting_down(_: Request, exc: Exception) -> JSONResponse:
     return error_response(503, str(exc), headers={"Retry-After": "1"})
 
 
+async def _store_failed(request: Request, exc: Exception) -> JSONResponse:
+    """The store failed under the request: 503 with ``Retry-After``, not an unexpected 500 (nothing
+    of a failed write was committed; an add retried with its idempotency key or turn ids is safe)."""
+    log.warning("the store failed answering %s %s: %s", request.method, request.url.path, exc)
+    return error_response(503, STORE_FAILED, headers={"Retry-After": "1"})
+
+
 class UnexpectedErrors:
     """ASGI middleware, the last word on a request that raised: a handler's unexpected exception is
     logged once (with a request id) and answered 500 ``{"error", "request_id"}``; a request cut off
@@ -162,3 +178,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(IngestFailed, _retry_later)
     app.add_exception_handler(MemoryBusy, _retry_later)
     app.add_exception_handler(ShuttingDown, _shutting_down)
+    app.add_exception_handler(StoreUnavailable, _retry_later)
+    app.add_exception_handler(StoreError, _store_failed)

@@ -182,6 +182,8 @@ class KeyStore:
         """The keys of ``store`` (a directory or a PostgreSQL URL; see :func:`key_rows_at`)."""
         self.where = redacted(store)
         self.rows = key_rows_at(store, create=create)
+        self.local = isinstance(self.rows, KeyFile)
+        """Whether a key is read from a local file (microseconds), not from a database server."""
 
     def close(self) -> None:
         self.rows.close()

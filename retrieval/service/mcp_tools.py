@@ -16,7 +16,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field, ValidationError
 
 from retrieval.api.errors import MemoryAPIError
+from retrieval.memory.errors import StoreError
 from retrieval.service import limits, operations, schemas
+from retrieval.service.auth import STORE_FAILED, log
 from retrieval.service.drain import ShuttingDown, WriteGate
 
 if TYPE_CHECKING:  # for types only: the server is handed an open memory, never builds one
@@ -43,6 +45,9 @@ def _refusals(call: Callable[[], Any], id_argument: str = "memory_id") -> Any:
         if field == "user_id":  # the connection's key names the user: no argument to name
             field = None
         raise ToolError(str(err) if field is None else f"{field}: {err}") from None
+    except StoreError as err:
+        log.warning("the store failed under an MCP tool: %s", err)
+        raise ToolError(STORE_FAILED) from None
 
 
 class StrictTools(MCPServer):

@@ -312,13 +312,19 @@ def test_a_store_that_fails_under_a_request_is_503_with_retry_after_not_500(http
     def fail(*args, **options):
         raise StoreFault("postgresql://db.internal:5432/memory: the database failed (server closed)")
 
-    monkeypatch.setattr(mem, "search", fail)
+    monkeypatch.setattr("retrieval.api.memory.run_search", fail)  # under the memory's call gate
+    with pytest.raises(StoreUnavailable, match="the store failed: .*db.internal") as python:
+        mem.search("bees", user_id="u")
+    assert isinstance(python.value.__cause__, StoreFault)  # Python: a MemoryAPIError, the cause kept
     response = http.post("/v1/search", json={"query": "bees"})
     assert (response.status_code, response.headers.get("retry-after")) == (503, "1")
     assert response.json() == {"error": STORE_FAILED} and "db.internal" not in response.text
-    with pytest.raises(Exception, match="store cannot be reached") as refused:
-        _refusals(lambda: fail())
-    assert type(refused.value).__name__ == "ToolError"
+    monkeypatch.setattr(mem, "list", fail)  # a store error outside the gate is answered alike
+    assert http.get("/v1/memories").json() == {"error": STORE_FAILED}
+    for call in (fail, lambda: mem.search("bees", user_id="u")):
+        with pytest.raises(Exception, match="store cannot be reached") as refused:
+            _refusals(call)
+        assert type(refused.value).__name__ == "ToolError" and "db.internal" not in str(refused.value)
     monkeypatch.setattr(http.app.state.service.keys, "user", fail)
     for method, path in (("GET", "/v1/memories"), ("POST", "/mcp")):
         body = {"jsonrpc": "2.0", "id": 1, "method": "ping"} if path == "/mcp" else None

@@ -1,6 +1,8 @@
 """What orders the calls on one :class:`retrieval.api.memory.Memory`: a gate every call passes
 (once the memory is closed it refuses them with :class:`StoreUnavailable` instead of SQLite's error
-about a closed database, and closing waits for the calls inside), and a pair of locks per user
+about a closed database, closing waits for the calls inside, and a store that fails under a call,
+a database restart say, is the call's :class:`StoreUnavailable` too, its cause the store's error),
+and a pair of locks per user
 (:class:`UserGuard`): nothing is shared between users, so different users never wait for each
 other."""
 
@@ -10,6 +12,7 @@ import threading
 import weakref
 
 from retrieval.api.errors import StoreUnavailable
+from retrieval.memory.errors import StoreError
 
 
 class CallGate:
@@ -32,10 +35,12 @@ class CallGate:
             self._inside += 1
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
         with self._idle:
             self._inside -= 1
             self._idle.notify_all()
+        if isinstance(error, StoreError):  # every refusal a MemoryAPIError, a store failure too
+            raise StoreUnavailable(f"the store failed: {error}") from error
 
 
 class _GuardLock:

@@ -109,6 +109,14 @@ async def _shutting_down(_: Request, exc: Exception) -> JSONResponse:
     return error_response(503, str(exc), headers={"Retry-After": "1"})
 
 
+async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
+    """The memory cannot serve the call: closed (its own message), or its store failed under the
+    call (:func:`_store_failed`, the cause kept out of the answer)."""
+    if isinstance(exc.__cause__, StoreError):
+        return await _store_failed(request, exc.__cause__)
+    return await _retry_later(request, exc)
+
+
 async def _store_failed(request: Request, exc: Exception) -> JSONResponse:
     """The store failed under the request: 503 with ``Retry-After``, not an unexpected 500 (nothing
     of a failed write was committed; an add retried with its idempotency key or turn ids is safe)."""
@@ -178,5 +186,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(IngestFailed, _retry_later)
     app.add_exception_handler(MemoryBusy, _retry_later)
     app.add_exception_handler(ShuttingDown, _shutting_down)
-    app.add_exception_handler(StoreUnavailable, _retry_later)
+    app.add_exception_handler(StoreUnavailable, _unavailable)
     app.add_exception_handler(StoreError, _store_failed)

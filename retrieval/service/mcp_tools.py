@@ -38,16 +38,17 @@ def _refusals(call: Callable[[], Any], id_argument: str = "memory_id") -> Any:
         return call()
     except ValidationError as err:
         raise ToolError(_named(err)) from None
-    except (MemoryAPIError, ShuttingDown) as err:
+    except (MemoryAPIError, ShuttingDown, StoreError) as err:
+        failed = err if isinstance(err, StoreError) else err.__cause__
+        if isinstance(failed, StoreError):  # the store failed under the call: its cause only logged
+            log.warning("the store failed under an MCP tool: %s", failed)
+            raise ToolError(STORE_FAILED) from None
         field = getattr(err, "field", None)
         if field is not None and field.split(".")[0] == "id":
             field = id_argument + field[2:]
         if field == "user_id":  # the connection's key names the user: no argument to name
             field = None
         raise ToolError(str(err) if field is None else f"{field}: {err}") from None
-    except StoreError as err:
-        log.warning("the store failed under an MCP tool: %s", err)
-        raise ToolError(STORE_FAILED) from None
 
 
 class StrictTools(MCPServer):

@@ -330,7 +330,7 @@ def test_a_store_that_fails_under_a_request_is_503_with_retry_after_not_500(http
         body = {"jsonrpc": "2.0", "id": 1, "method": "ping"} if path == "/mcp" else None
         response = http.request(method, path, json=body)
         assert (response.status_code, response.headers.get("retry-after")) == (503, "1"), path
-        assert response.json()["error"] == STORE_FAILED
+        assert response.json() == {"error": STORE_FAILED}
 
 
 def test_http_conflicts_are_409_and_identical_replays_200(http):

@@ -4,7 +4,8 @@ The user is never read from a body, path or query: routes get it only from :func
 No key, or a key that is malformed, unknown or revoked, is 401; two ``Authorization`` headers
 are 400 (which one counts is a guess a proxy and the server may make differently); a live key of
 a user id the server cannot serve (:class:`retrieval.service.keys.UnservableKey`, from a key file
-older than the check at ``keys create``) is 403, saying to revoke it. The MCP
+older than the check at ``keys create``) is 403, saying to revoke it; a key that cannot be read
+(the store failed: a database restart) is 503 with ``Retry-After``. The MCP
 endpoint is guarded by :class:`KeyGuard`, which puts the user in the ASGI scope's state for the
 tools to read.
 """
@@ -99,8 +100,8 @@ class KeyGuard:
             headers = [(b"content-type", b"application/json"),
                        (b"retry-after", b"1") if status == 503 else (b"www-authenticate", b"Bearer")]
             await send({"type": "http.response.start", "status": status, "headers": headers})
-            body = json.dumps({"error": message, "field": None if status == 503 else KEY_FIELD}).encode()
-            await send({"type": "http.response.body", "body": body})
+            body = json.dumps({"error": message} if status == 503 else {"error": message, "field": KEY_FIELD})
+            await send({"type": "http.response.body", "body": body.encode()})
             return
         scope.setdefault("state", {})["user_id"] = user
         await self.app(scope, receive, send)

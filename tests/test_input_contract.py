@@ -333,6 +333,46 @@ def test_a_store_that_fails_under_a_request_is_503_with_retry_after_not_500(http
         assert response.json() == {"error": STORE_FAILED}
 
 
+def test_mcp_takes_posts_only_no_stream_to_hold_open(http):
+    """A stateless MCP server sends nothing on a GET stream but pings: it held connections open for
+    as long as a key holder liked, past the key's revocation. GET and DELETE are 405 (the protocol
+    allows it); the tools answer POSTs."""
+    for method in ("GET", "DELETE"):
+        response = http.request(method, "/mcp", headers={"Accept": "text/event-stream"})
+        assert response.status_code == 405 and response.json()["field"] == "path"
+
+
+ROOT_LOGGING = """
+import logging, sys, tempfile
+sys.path.insert(0, {repo!r})
+from retrieval import Memory
+from retrieval.service.app import create_app
+from retrieval.service.connections import ConnectionTimeouts, uvicorn_config
+from retrieval.service.keys import KeyStore
+from tests.multi_route_fixtures import WordEmbedder
+store = tempfile.mkdtemp()
+app = create_app(Memory.open(store, embedder=WordEmbedder()), KeyStore(store), store)
+before = [type(h).__name__ for h in logging.getLogger().handlers]
+uvicorn_config(app, "127.0.0.1", 0, ConnectionTimeouts())
+root = logging.getLogger()
+print(before, [type(h).__name__ for h in root.handlers], logging.getLevelName(root.level))
+"""
+
+
+def test_the_servers_logging_replaces_the_mcp_sdks_root_handler():
+    """The server's logging puts uvicorn's handler at WARNING on the root logger, in place of the
+    rich-text INFO handler the MCP SDK installs there (which logged tool refusals with user ids,
+    and stopped the server when it could not import its traceback module, out of descriptors)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", ROOT_LOGGING.format(repo=str(repo))], capture_output=True,
+                         text=True, timeout=300, cwd=repo).stdout.strip()
+    assert out == "['RichHandler'] ['StreamHandler'] WARNING", out
+
+
 def test_http_conflicts_are_409_and_identical_replays_200(http):
     body = {"turns": [{**TURN, "turn_id": "b1"}], "idempotency_key": "k1"}
     assert http.post("/v1/sessions/s5/turns", json=body).status_code == 200

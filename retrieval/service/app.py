@@ -68,8 +68,10 @@ def create_app(memory: Memory, keys: KeyStore, store: str | Path, *, host: str =
         app.include_router(module.router, dependencies=[Depends(refuse_undeclared_input)],
                            responses=schemas.REFUSALS)
     app.include_router(system.router, dependencies=[Depends(refuse_undeclared_input)])
+    # POST only: a stateless server sends nothing on a GET stream but pings, which held a connection
+    # open for as long as the client liked, past its key's revocation (the protocol allows 405)
     app.router.routes.append(NamedRoute("/mcp", KeyGuard(StreamableHTTPASGIApp(mcp.session_manager), keys),
-                                        methods=["GET", "POST", "DELETE"]))
+                                        methods=["POST"]))
     app.add_middleware(BodyLimit)
     app.add_middleware(errors.UnexpectedErrors)  # inside the metrics: they count its 500s
     app.add_middleware(RequestMetrics, metrics=service.metrics)

@@ -95,9 +95,14 @@ class DeadlineH11Protocol(H11Protocol):
 
 
 def logging_config() -> dict[str, Any]:
-    """uvicorn's logging, with this package's warnings and errors (``retrieval.*``) in its format."""
+    """uvicorn's logging, with this package's warnings and errors (``retrieval.*``) in its format,
+    and every other logger's warnings and errors in the same format through the root logger: the
+    ``mcp`` SDK puts a rich-text handler at INFO there, which logged each tool refusal with its
+    user's ids, and which, out of file descriptors, failed to import its traceback module inside
+    the event loop's error handler and stopped the server."""
     config = {**LOGGING_CONFIG, "loggers": dict(LOGGING_CONFIG["loggers"])}
     config["loggers"]["retrieval"] = {"handlers": ["default"], "level": "WARNING", "propagate": False}
+    config["root"] = {"handlers": ["default"], "level": "WARNING"}
     return config
 
 

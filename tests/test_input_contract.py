@@ -433,3 +433,22 @@ def test_keys_list_of_a_missing_store_creates_nothing(tmp_path, capsys):
     assert not missing.exists() and "error: " in capsys.readouterr().err
     assert serve_main(["keys", "create", "--store", str(missing), "--user", "carol"]) == 0
     assert (missing / KEYS_FILE).is_file()
+
+
+def test_another_users_record_is_never_read_by_a_lookup(tmp_path, monkeypatch):
+    """A get, history or delete of another user's record id looks it up with the caller's user, so
+    the record is never read (a read would take measurably longer than a miss, and tell that the id
+    exists); the answer is the NotFound of a missing id."""
+    import retrieval.memory.reads as reads
+
+    with open_memory(tmp_path / "store") as memory:
+        memory.add(chat("bob", 30), user_id="bob", session_id="s1")
+        memory.flush(user_id="bob", session_id="s1")
+        bobs = memory.list(user_id="bob", limit=1).items[0].id
+        decoded, decode = [], reads.amu_from_row
+        monkeypatch.setattr(reads, "amu_from_row", lambda row: decoded.append(row) or decode(row))
+        for call in (memory.get, memory.history, memory.delete):
+            missing = refused(lambda: call(bobs.replace("bob", "nobody"), user_id="alice"), NotFound)  # noqa: B023
+            theirs = refused(lambda: call(bobs, user_id="alice"), NotFound)  # noqa: B023
+            assert str(theirs) == str(missing).replace("nobody", "bob")
+        assert decoded == [] and memory.get(bobs, user_id="bob").id == bobs

@@ -57,6 +57,9 @@ def test_round_trip_and_lookups(backend):
         assert len(names) == len(links) and names[0] == "entity:caroline" and "event_frame:1" in names
         with pytest.raises(KeyError, match="no AMU with id 'nope'"):
             store.get("nope")
+        assert store.get("conv-x:0:0", "conv-x") == first
+        with pytest.raises(KeyError, match="no AMU with id 'conv-x:0:0'"):  # another user's, read as missing
+            store.get("conv-x:0:0", "conv-y")
         with pytest.raises(KeyError, match="no turn 'D9' in conversation 'conv-x'"):
             store.turn("conv-x", "D9")
 

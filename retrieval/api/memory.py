@@ -378,7 +378,7 @@ class Memory:
 
     def _amu(self, user: str, item: str) -> AMU:
         try:
-            amu = self.store.get(item)
+            amu = self.store.get(item, user)  # another user's record is read as a missing one
         except KeyError:
             amu = None
         if amu is None or amu.source.user_id != user:

@@ -63,8 +63,8 @@ class StoreParts:
 
     # -- records and segments --------------------------------------------------------------------
 
-    def get(self, amu_id: str) -> AMU:
-        return self._reads.get(amu_id)
+    def get(self, amu_id: str, user_id: str | None = None) -> AMU:
+        return self._reads.get(amu_id, user_id)
 
     def amus(self, user_id: str | None = None, *, include_archived: bool = False) -> Iterator[AMU]:
         return self._reads.amus(user_id, include_archived=include_archived)

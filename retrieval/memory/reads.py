@@ -29,9 +29,14 @@ class StoreReads(SQLitePart):
     """The read side of the AMU store."""
 
 
-    def get(self, amu_id: str) -> AMU:
-        """The record with this id; ``KeyError`` if there is none."""
-        row = self._db.execute(f"SELECT {AMU_COLUMNS} FROM amus WHERE id = ?", (amu_id,)).fetchone()
+    def get(self, amu_id: str, user_id: str | None = None) -> AMU:
+        """The record with this id (of ``user_id`` when given); ``KeyError`` if there is none. The
+        user is part of the lookup, so another user's record costs what a missing one does: the
+        time of a call tells nobody whether it exists."""
+        sql, params = f"SELECT {AMU_COLUMNS} FROM amus WHERE id = ?", [amu_id]
+        if user_id is not None:
+            sql, params = sql + " AND conversation_id = ?", [amu_id, user_id]
+        row = self._db.execute(sql, params).fetchone()
         if row is None:
             raise KeyError(f"no AMU with id {amu_id!r}")
         return amu_from_row(row)

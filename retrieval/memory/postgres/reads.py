@@ -35,8 +35,11 @@ class Reads:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def get(self, amu_id: str) -> AMU:
-        row = self.db.row(f"SELECT {AMU_COLUMNS} FROM amus WHERE id = %s", (amu_id,))
+    def get(self, amu_id: str, user_id: str | None = None) -> AMU:
+        sql, params = f"SELECT {AMU_COLUMNS} FROM amus WHERE id = %s", [amu_id]
+        if user_id is not None:
+            sql, params = sql + " AND user_id = %s", [amu_id, user_id]
+        row = self.db.row(sql, params)
         if row is None:
             raise KeyError(f"no AMU with id {amu_id!r}")
         return amu_from_row(row)

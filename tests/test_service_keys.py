@@ -237,3 +237,34 @@ def test_the_servers_connections_send_at_once_without_nagle() -> None:
             return nodelay
 
     assert asyncio.run(main()) != 0
+
+
+def test_a_new_store_and_its_key_file_are_readable_by_their_owner_only(tmp_path: Path) -> None:
+    """Every user's memories and the list of users are not left to the umask (commonly 022, which
+    made them readable by every local account): a new store directory is 0700, the databases, their
+    -wal and -shm files and the lock files 0600; in a directory that existed, the files too."""
+    import os
+    import stat
+
+    from retrieval import Memory
+    from tests.multi_route_fixtures import WordEmbedder
+
+    previous = os.umask(0o022)
+    try:
+        for store, made in ((tmp_path / "new" / "store", True), (tmp_path / "existing", False)):
+            if not made:
+                store.mkdir(mode=0o755)
+            keys = KeyStore(store)
+            try:
+                with Memory.open(store, embedder=WordEmbedder()) as memory:
+                    memory.add([{"speaker": "A", "text": "My PIN is 4321."}], user_id="u", session_id="s")
+                    keys.create("u")
+                    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in store.iterdir()
+                             if path.is_file()}
+            finally:
+                keys.close()
+            assert {"amus.sqlite3", "amus.sqlite3-wal", KEYS_FILE, f"{KEYS_FILE}-wal"} <= set(modes), modes
+            assert all(mode == 0o600 for mode in modes.values()), modes
+            assert stat.S_IMODE(store.stat().st_mode) == (0o700 if made else 0o755)
+    finally:
+        os.umask(previous)

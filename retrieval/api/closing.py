@@ -35,7 +35,7 @@ class CallGate:
             self._inside += 1
         return self
 
-    def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
+    def __exit__(self, kind: object, error: BaseException | None, *_: object) -> None:
         with self._idle:
             self._inside -= 1
             self._idle.notify_all()

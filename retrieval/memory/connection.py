@@ -30,6 +30,7 @@ from typing import Any
 from retrieval.memory.errors import StoreError, StoreFault
 from retrieval.memory.faults import GuardedConnection
 from retrieval.memory.lock import WriterLock
+from retrieval.memory.private import private_directory, private_file
 from retrieval.memory.schema import SCHEMA_VERSION, create_or_migrate
 from retrieval.memory.store_contract import needs_migration
 
@@ -77,9 +78,10 @@ class SQLiteConnection:
             self.watch = self._connect_read_only()
         else:
             try:
-                self.directory.mkdir(parents=True, exist_ok=True)
+                private_directory(self.directory)
                 self._lock = WriterLock(self.directory, role)
                 self._lock.acquire()
+                private_file(self.path)
             except OSError as err:  # no permission, a read-only file system, ...
                 raise StoreError(
                     f"{self.directory} is not writable ({err.strerror}); open it read-only") from None

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from retrieval.memory.errors import StoreBusy
+from retrieval.memory.private import FILE_MODE
 
 
 def lock_path(directory: Path, role: str) -> Path:
@@ -25,7 +26,7 @@ class WriterLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -31,6 +31,7 @@ from retrieval.api.errors import InvalidInput
 from retrieval.api.inputs import check_id
 from retrieval.api.limits import ID_PATTERN
 from retrieval.memory.errors import StoreError
+from retrieval.memory.private import private_directory, private_file
 from retrieval.memory.targets import local_directory, redacted
 
 KEYS_FILE = "keys.sqlite"
@@ -113,7 +114,8 @@ class KeyFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            private_directory(path.parent)
+            private_file(path)
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30.0)
         except (OSError, sqlite3.Error) as err:
             raise _unopenable(path, err) from None

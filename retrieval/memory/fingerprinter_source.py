@@ -39,7 +39,6 @@ def recorded_fingerprinter(store: Store) -> Path | None:
     return recorded if recorded.is_dir() else None
 
 
-
 def named_or_recorded(target: str | Path, named: Path | None, *, writer: bool = False) -> Path | None:
     """The fingerprinter a command line loads for the store at ``target``: the one ``named``, else
     the one the store recorded (None for a store not made yet, or one that cannot be read now:

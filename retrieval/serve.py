@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from retrieval.api.errors import MemoryAPIError
 from retrieval.memory.errors import StoreError
 from retrieval.memory.targets import redacted, store_target
-from retrieval.service.keys import KeyCommandError, KeyStore
+from retrieval.service.keys import KeyCommandError, KeyStore, unservable
 from retrieval.service.launch import add_memory_arguments, is_loopback, open_memory
 
 if TYPE_CHECKING:
@@ -88,8 +88,10 @@ def keys_main(argv: Sequence[str]) -> int:
             print(key)
         elif args.command == "list":
             for info in keys.list(args.user):
-                print(f"{info.key_id}  user={info.user_id}  created={info.created}  "
-                      f"{'revoked=' + info.revoked if info.revoked else 'active'}")
+                state = f"revoked={info.revoked}" if info.revoked else "active"
+                if not info.revoked and unservable(info.user_id):  # made before keys create checked ids
+                    state += " (its user id cannot be served: revoke it)"
+                print(f"{info.key_id}  user={info.user_id}  created={info.created}  {state}")
         else:
             info = keys.revoke(args.key)
             print(f"revoked {info.key_id} (user {info.user_id}) at {info.revoked}")

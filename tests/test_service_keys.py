@@ -62,6 +62,11 @@ def test_keys_command_line(tmp_path: Path) -> None:
     assert key.split("_", 2)[2] not in listed.stdout
     assert serve("keys", "revoke", "--store", str(tmp_path), key_id).returncode == 0
     assert "revoked=" in serve("keys", "list", "--store", str(tmp_path), "--user", "alice").stdout
+    old = KeyStore(tmp_path)  # a key an older keys create made for a user id no URL can name
+    old.rows.add_key("00legacy", "team/alice", b"0" * 16, b"digest", "2026-01-01T00:00:00")
+    old.close()
+    assert "00legacy  user=team/alice  created=2026-01-01T00:00:00  active (its user id cannot be served: " \
+        "revoke it)" in serve("keys", "list", "--store", str(tmp_path)).stdout
     missing = serve("keys", "revoke", "--store", str(tmp_path), "nope")
     assert (missing.returncode == 2 and missing.stderr.startswith("error: ")
             and missing.stderr.count("\n") == 1)

@@ -378,12 +378,9 @@ class Memory:
 
     def _amu(self, user: str, item: str) -> AMU:
         try:
-            amu = self.store.get(item, user)  # another user's record is read as a missing one
+            return self.store.get(item, user)  # another user's record is read as a missing one
         except KeyError:
-            amu = None
-        if amu is None or amu.source.user_id != user:
-            raise NotFound(f"no record {item!r} for user {user!r}", "id")
-        return amu
+            raise NotFound(f"no record {item!r} for user {user!r}", "id") from None
 
     def _job(self, row: Any) -> Job:
         return Job(self._tokens.seal(JOB, row.user_id, row.id), row.user_id, row.session_id, row.kind,

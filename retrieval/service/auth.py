@@ -36,6 +36,12 @@ KEY_FIELD = "header.authorization"
 """The field a refusal of the key names: the request's Authorization header."""
 
 
+def store_failed(during: str, error: BaseException) -> str:
+    """Log why the store failed ``during`` a request (one warning); the answer's message."""
+    log.warning("the store failed %s: %s", during, error)
+    return STORE_FAILED
+
+
 async def user_of_header(keys: KeyStore, authorization: str | None) -> str | None:
     """The user of an ``Authorization`` header's bearer key, or None."""
     scheme, _, key = (authorization or "").partition(" ")
@@ -91,8 +97,7 @@ class KeyGuard:
         except UnservableKey as err:
             user, refusal = None, (403, str(err))
         except StoreError as err:  # the key could not be read: the store failed (a database restart)
-            log.warning("the store failed reading a key for %s: %s", scope["path"], err)
-            user, refusal = None, (503, STORE_FAILED)
+            user, refusal = None, (503, store_failed(f"reading a key for {scope['path']}", err))
         else:
             refusal = (400, TWO_KEYS) if len(given) > 1 else (401, UNAUTHORIZED)
         if user is None:

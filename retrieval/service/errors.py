@@ -34,7 +34,7 @@ from retrieval.api.errors import (
     StoreUnavailable,
 )
 from retrieval.memory.errors import StoreError
-from retrieval.service.auth import KEY_FIELD, STORE_FAILED, TWO_KEYS
+from retrieval.service.auth import KEY_FIELD, TWO_KEYS, store_failed
 from retrieval.service.drain import ShuttingDown
 
 log = logging.getLogger("retrieval.service")
@@ -120,8 +120,8 @@ async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
 async def _store_failed(request: Request, exc: Exception) -> JSONResponse:
     """The store failed under the request: 503 with ``Retry-After``, not an unexpected 500 (nothing
     of a failed write was committed; an add retried with its idempotency key or turn ids is safe)."""
-    log.warning("the store failed answering %s %s: %s", request.method, request.url.path, exc)
-    return error_response(503, STORE_FAILED, headers={"Retry-After": "1"})
+    message = store_failed(f"answering {request.method} {request.url.path}", exc)
+    return error_response(503, message, headers={"Retry-After": "1"})
 
 
 class UnexpectedErrors:

@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError
 from retrieval.api.errors import MemoryAPIError
 from retrieval.memory.errors import StoreError
 from retrieval.service import limits, operations, schemas
-from retrieval.service.auth import STORE_FAILED, log
+from retrieval.service.auth import store_failed
 from retrieval.service.drain import ShuttingDown, WriteGate
 
 if TYPE_CHECKING:  # for types only: the server is handed an open memory, never builds one
@@ -41,8 +41,7 @@ def _refusals(call: Callable[[], Any], id_argument: str = "memory_id") -> Any:
     except (MemoryAPIError, ShuttingDown, StoreError) as err:
         failed = err if isinstance(err, StoreError) else err.__cause__
         if isinstance(failed, StoreError):  # the store failed under the call: its cause only logged
-            log.warning("the store failed under an MCP tool: %s", failed)
-            raise ToolError(STORE_FAILED) from None
+            raise ToolError(store_failed("under an MCP tool", failed)) from None
         field = getattr(err, "field", None)
         if field is not None and field.split(".")[0] == "id":
             field = id_argument + field[2:]

@@ -14,8 +14,8 @@ import pytest
 from isq.fingerprint import FINGERPRINT_BATCH, Fingerprinter
 from isq.model import ISQModel
 from retrieval import Memory
-from retrieval.api.jobs import Locked
 from retrieval.api.loading import load_models
+from retrieval.consolidation.worker import SerializedFingerprinter
 from retrieval.index.embed import SentenceEmbedder
 from retrieval.index.joint import JointEncoder, JointModels, why_not_joined
 from retrieval.memory.cache import model_identity
@@ -148,7 +148,7 @@ def test_a_fingerprinter_over_another_encoder_is_not_joined(embedder, fingerprin
     other = ISQModel(tiny_config()).fingerprinter()
     thawed = copy.deepcopy(fingerprinter)
     thawed.semantic_encoder.frozen = False
-    for pair in ((embedder, other), (embedder, thawed), (embedder, Locked(fingerprinter, threading.Lock()))):
+    for pair in ((embedder, other), (embedder, thawed), (embedder, SerializedFingerprinter(fingerprinter))):
         assert why_not_joined(*pair) is not None
     assert why_not_joined(embedder, fingerprinter) is None
     with pytest.raises(ValueError, match="cannot join"):
@@ -170,7 +170,7 @@ def search(memory: Memory, query: str) -> list[tuple[str, float]]:
 
 
 def test_a_store_opens_with_either_form_and_finds_the_same(embedder, fingerprinter, tmp_path):
-    separate = {"embedder": embedder, "fingerprinter": Locked(fingerprinter, threading.Lock())}
+    separate = {"embedder": embedder, "fingerprinter": SerializedFingerprinter(fingerprinter)}
     with Memory.open(tmp_path / "two", **separate) as memory:
         assert memory.models.encoder is None
         memory.add(chat(12), user_id="maria", session_id="s1")

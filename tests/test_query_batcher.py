@@ -1,7 +1,8 @@
 """The model queue: foreground calls queued while a forward runs share the next one, whatever
 their lengths, and each gets its own rows; foreground calls go ahead of queued background work,
 which runs in forwards of a bounded size and still gets one forward after four foreground rounds
-in a row; a call finding the model idle runs on its own thread; errors reach their caller only;
+in a row; a call finding the model idle skips the worker; every forward runs on the model
+thread; errors reach their caller only;
 close leaves no thread. Fake encoders whose forwards wait for the test make the overlaps certain
 (order, not timing)."""
 
@@ -25,12 +26,14 @@ class HeldEncoder:
     def __init__(self) -> None:
         self.release = threading.Event()
         self.calls: list[list[str]] = []
+        self.threads: set[str] = set()
 
     def token_counts(self, texts):
         return [len(text) for text in texts]
 
     def compute(self, texts):
         self.calls.append(list(texts))
+        self.threads.add(threading.current_thread().name)
         if len(self.calls) == 1:
             assert self.release.wait(30)
         if "boom" in texts:
@@ -135,6 +138,7 @@ def test_a_foreground_call_goes_ahead_of_queued_background_work_which_runs_in_sm
     assert all(len(chunk) * max(map(len, chunk)) <= 12 for chunk in chunks)
     assert same(results["backlog"], alone(backlog))  # in the caller's order
     assert same(results["query"], alone(["the query"]))
+    assert encoder.threads == {"model-forwards"}
 
 
 def test_a_foreground_call_arriving_between_background_forwards_runs_before_the_next():
@@ -229,10 +233,13 @@ def test_close_waits_for_a_callers_own_forward():
     assert closed.is_set() and same(results[0], alone(["held"]))
 
 
-def test_a_call_finding_the_model_idle_runs_on_its_own_thread_and_calls_meanwhile_queue():
+def test_a_call_finding_the_model_idle_skips_the_worker_and_calls_meanwhile_queue():
     class Threads(HeldEncoder):
+        """Records the thread of each forward and whether the batcher's worker had started."""
+
         def compute(self, texts):
-            self.threads = [*getattr(self, "threads", []), threading.current_thread().name]
+            seen = (threading.current_thread().name, batcher._thread is None)
+            self.seen = [*getattr(self, "seen", []), seen]
             return super().compute(texts)
 
     encoder = Threads()
@@ -240,6 +247,6 @@ def test_a_call_finding_the_model_idle_runs_on_its_own_thread_and_calls_meanwhil
     results = concurrent(batcher, encoder, [["first"], ["second"], ["third"]])
     batcher.close()
     assert encoder.calls == [["first"], ["second", "third"]]
-    assert encoder.threads[0] != "query-batcher" and encoder.threads[1] == "query-batcher"
+    assert encoder.seen == [("model-forwards", True), ("model-forwards", False)]  # every forward there
     for request, result in zip([["first"], ["second"], ["third"]], results, strict=True):
         assert same(result, alone(request))

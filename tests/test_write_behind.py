@@ -24,6 +24,7 @@ from retrieval.api.closing import UserGuards
 from retrieval.api.errors import IngestFailed
 from retrieval.consolidation.operations import OfflineOperator
 from retrieval.extract.rules import RuleExtractor
+from retrieval.index.model_thread import calling_thread
 from retrieval.memory.store import AMUStore
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 
@@ -138,7 +139,7 @@ class CountingEmbedder(WordEmbedder):
         self.calls: list[tuple[str, list[str]]] = []
 
     def encode(self, texts):
-        self.calls.append((threading.current_thread().name, list(texts)))
+        self.calls.append((calling_thread().name, list(texts)))
         return super().encode(texts)
 
     def texts_of(self, thread: str) -> list[str]:
@@ -153,7 +154,7 @@ class HeldEmbedder(CountingEmbedder):
         self.hold = Hold()
 
     def encode(self, texts):
-        if threading.current_thread().name == "memory-ingest" and not self.texts_of("memory-ingest"):
+        if calling_thread().name == "memory-ingest" and not self.texts_of("memory-ingest"):
             self.hold.here()
         return super().encode(texts)
 
@@ -193,7 +194,7 @@ class ChunkHeldEmbedder(CountingEmbedder):
 
     def encode(self, texts):
         exchange = any(self.word in text and "\n" in text for text in texts)
-        if threading.current_thread().name == "memory-ingest" and exchange:
+        if calling_thread().name == "memory-ingest" and exchange:
             self.hold.here()
         return super().encode(texts)
 
@@ -470,6 +471,7 @@ import sys, time
 sys.path.insert(0, {repo!r})
 from retrieval import Memory
 from retrieval.extract.rules import RuleExtractor
+from retrieval.index.model_thread import calling_thread
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 
 class Stuck(RuleExtractor):

@@ -52,8 +52,8 @@ class JobRunner:
     """The job workers of ``store``, which run the jobs on their own handle of it
     (:meth:`~retrieval.memory.store_contract.Handle.reopen`). ``on_done(user)`` is called after
     each job (the memory drops the user's search snapshot). ``embedder`` and ``fingerprinter``
-    must be safe to share between threads
-    (:class:`retrieval.consolidation.worker.SerializedEmbedder`, :class:`Locked`)."""
+    must be safe to share between threads (:class:`retrieval.consolidation.worker.SerializedEmbedder`
+    and ``SerializedFingerprinter``)."""
 
     def __init__(self, store: Store, embedder: Any, operator: Any, fingerprinter: Any | None,
                  on_done: Callable[[str], None]) -> None:
@@ -198,16 +198,3 @@ class JobRunner:
 def _settled(row: JobRow | None) -> bool:
     """Done, failed or gone (purged with its user)."""
     return row is None or row.state in (DONE, FAILED)
-
-
-class Locked:
-    """A fingerprinter shared by two threads: one ``fingerprint`` call at a time (its tokenizer
-    refuses concurrent use); ``identity`` and ``codebook_size`` pass through."""
-
-    def __init__(self, fingerprinter: Any, lock: threading.Lock) -> None:
-        self.fingerprinter, self._lock = fingerprinter, lock
-        self.identity, self.codebook_size = fingerprinter.identity, fingerprinter.codebook_size
-
-    def fingerprint(self, texts: Any) -> Any:
-        with self._lock:
-            return self.fingerprinter.fingerprint(texts)

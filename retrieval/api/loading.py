@@ -5,7 +5,6 @@ after the store opened, so a busy or broken store is refused before any model lo
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,9 +12,9 @@ from typing import Any
 from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import FINGERPRINT_BATCH
 from retrieval.api.errors import InvalidInput
-from retrieval.api.jobs import Locked
-from retrieval.consolidation.worker import SerializedEmbedder
+from retrieval.consolidation.worker import SerializedEmbedder, SerializedFingerprinter
 from retrieval.index.joint import JointEncoder, JointModels, why_not_joined
+from retrieval.index.model_thread import on_model_thread
 from retrieval.index.query_batcher import QueryBatcher
 
 LLM_CACHE = "llm_cache"
@@ -59,10 +58,10 @@ class MemoryModels:
 
     def shared(self) -> tuple[Any, Any | None]:
         """The embedder and fingerprinter as several threads may call them: the joint halves as
-        they are (their batcher runs one forward at a time), other models behind a lock each."""
+        they are (their batcher runs one forward at a time), the others each call on the model thread."""
         if self.encoder is not None:
             return self.embedder, self.fingerprinter
-        fingerprinter = None if self.fingerprinter is None else Locked(self.fingerprinter, threading.Lock())
+        fingerprinter = None if self.fingerprinter is None else SerializedFingerprinter(self.fingerprinter)
         return SerializedEmbedder(self.embedder), fingerprinter
 
     def close(self) -> None:
@@ -171,16 +170,20 @@ def _checked(models: MemoryModels) -> MemoryModels:
 def load_models(directory: Path | None, *, embedder: Any = MINILM_ALIAS, fingerprinter: Any = None,
                 extractor: Any = "rule", planner: Any = "rule", operator: Any = "offline",
                 reranker: Any = None) -> MemoryModels:
-    """Load what is named; LLM answers are cached in ``llm_cache`` of the store's local files
-    ``directory`` (purged with the data), not at all without one."""
+    """Load what is named, on the model thread (:mod:`retrieval.index.model_thread`: loading runs
+    torch operators, which would give the calling thread an OpenMP team of its own); LLM answers are
+    cached in ``llm_cache`` of the store's local files ``directory`` (purged with the data), not at
+    all without one."""
     cache = llm_cache(directory)
+
+    def load() -> MemoryModels:
+        given = [_resolved(value) for value in (embedder, extractor, fingerprinter, reranker, planner)]
+        named = MemoryModels(_embedder(given[0]), _extractor(given[1], cache), _fingerprinter(given[2]),
+                             _planner(given[4], cache), _operator(operator, cache), _reranker(given[3]))
+        return _joined(_checked(named))
+
     try:
-        embedder, extractor, fingerprinter = (_resolved(embedder), _resolved(extractor),
-                                              _resolved(fingerprinter))
-        reranker, planner = _resolved(reranker), _resolved(planner)
-        return _joined(_checked(MemoryModels(_embedder(embedder), _extractor(extractor, cache),
-                                             _fingerprinter(fingerprinter), _planner(planner, cache),
-                                             _operator(operator, cache), _reranker(reranker))))
+        return on_model_thread(load)
     except (OSError, ValueError) as err:
         if isinstance(err, InvalidInput):
             raise

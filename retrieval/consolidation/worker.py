@@ -18,10 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
+from isq.fingerprint import Fingerprint
 from retrieval.consolidation.config import WORKER_INTERVAL_S, ConsolidationConfig
 from retrieval.consolidation.engine import consolidate_user
 from retrieval.consolidation.operations import OfflineOperator, Operator
 from retrieval.consolidation.report import ConsolidationReport
+from retrieval.index.model_thread import on_model_thread
 from retrieval.memory.backends import open_store
 from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.protocols import Embedder, TextFingerprinter
@@ -29,18 +31,29 @@ from retrieval.memory.store_contract import Store
 
 
 class SerializedEmbedder:
-    """An embedder shared by two threads: one ``encode`` at a time (a fast tokenizer refuses
-    concurrent use). Its identity is the wrapped embedder's, so stores see the same model."""
+    """An embedder shared by several threads: each ``encode`` runs on the model thread
+    (:mod:`retrieval.index.model_thread`), one at a time (a fast tokenizer refuses concurrent
+    use). Its identity is the wrapped embedder's, so stores see the same model."""
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
         self.dim = embedder.dim
         self.identity = model_identity(embedder)
-        self._lock = threading.Lock()
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        with self._lock:
-            return self.embedder.encode(texts)
+        return on_model_thread(lambda: self.embedder.encode(texts))
+
+
+class SerializedFingerprinter:
+    """A fingerprinter shared by several threads, as :class:`SerializedEmbedder`: each
+    ``fingerprint`` call on the model thread; ``identity`` and ``codebook_size`` pass through."""
+
+    def __init__(self, fingerprinter: TextFingerprinter) -> None:
+        self.fingerprinter = fingerprinter
+        self.identity, self.codebook_size = fingerprinter.identity, fingerprinter.codebook_size
+
+    def fingerprint(self, texts: Sequence[str]) -> list[Fingerprint]:
+        return on_model_thread(lambda: self.fingerprinter.fingerprint(texts))
 
 
 class ConsolidationWorker:

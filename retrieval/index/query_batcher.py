@@ -1,5 +1,6 @@
-"""The model queue: one worker thread runs every forward of the joint encoder, foreground calls
-before background ones.
+"""The model queue: one worker thread decides the forwards of the joint encoder, foreground
+calls before background ones; every forward runs on the process's model thread
+(:mod:`retrieval.index.model_thread`), which the worker hands it to.
 
 Foreground and background. A call is foreground (a search's query texts: someone is waiting for
 it) unless its thread is inside :func:`background` (the ingestion worker's steps, a flush's
@@ -19,10 +20,11 @@ shares a forward with calls of other lengths gets floats that differ from its ow
 the last bits (a text's floats depend on the length it is padded to; the bound and the codes are
 tested in ``tests/test_query_batcher.py``), the price of one forward instead of several.
 
-Alone. A foreground call that finds the queue empty and no forward running runs its forward on
-its own thread, without the hand-off to the worker and back (two thread wake-ups, which on a busy
-machine wait for the scheduler); calls arriving meanwhile queue for the worker as they would
-behind any forward. Its result is the same either way: ``encoder.compute`` of its texts alone.
+Alone. A foreground call that finds the queue empty and no forward running hands its forward to
+the model thread itself, without the hand-off to the worker and back (two thread wake-ups more,
+which on a busy machine wait for the scheduler); calls arriving meanwhile queue for the worker as
+they would behind any forward. Its result is the same either way: ``encoder.compute`` of its
+texts alone.
 
 Bounded: a caller waits for its own call, so at most one call per calling thread is queued.
 :meth:`close` serves what is queued, then stops the thread (started by the first call); a call
@@ -41,6 +43,7 @@ from typing import Protocol
 import numpy as np
 
 from retrieval.index.joint import Encoded
+from retrieval.index.model_thread import on_model_thread
 
 BACKGROUND_TOKENS = 256
 """The most padded tokens (texts x the longest text's tokens) of one background forward."""
@@ -138,11 +141,11 @@ class QueryBatcher:
         self._changed.notify()
 
     def _run_alone(self, texts: list[str]) -> Encoded:
-        """The forward of a foreground call that found the model idle, on the caller's thread;
-        then the worker may serve what queued meanwhile."""
+        """The forward of a foreground call that found the model idle, handed straight to the
+        model thread; then the worker may serve what queued meanwhile."""
         try:
             self.forwards += 1
-            return self.encoder.compute(texts)
+            return on_model_thread(lambda: self.encoder.compute(texts))
         finally:
             with self._changed:
                 self._running = False
@@ -206,7 +209,7 @@ class QueryBatcher:
         texts = [text for request in group for text in request.texts]
         try:
             self.forwards += 1
-            result = self.encoder.compute(texts)
+            result = on_model_thread(lambda: self.encoder.compute(texts))
         except BaseException as err:  # noqa: BLE001 - handed to the caller(s) that raise it
             if len(group) == 1:
                 group[0].finish(None, err)
@@ -226,7 +229,8 @@ class QueryBatcher:
                 request.chunks = deque(self._chunks(request.texts))
             positions = request.chunks.popleft()
             self.forwards += 1
-            request.parts.append((positions, self.encoder.compute([request.texts[i] for i in positions])))
+            texts = [request.texts[i] for i in positions]
+            request.parts.append((positions, on_model_thread(lambda: self.encoder.compute(texts))))
         except BaseException as err:  # noqa: BLE001 - handed to its caller
             request.finish(None, err)
             return True

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from retrieval.index.model_thread import on_model_thread
+
 
 class CrossEncoderReranker:
     """A local ``sentence_transformers.CrossEncoder``; ``name`` is its path."""
@@ -22,14 +24,16 @@ class CrossEncoderReranker:
             raise FileNotFoundError(f"reranker {path}: no such model directory")
         self.name = str(path)
         self.batch_size = batch_size
-        self._model = CrossEncoder(str(path), device="cpu")
+        self._model = on_model_thread(lambda: CrossEncoder(str(path), device="cpu"))
 
     def scores(self, query: str, texts: Sequence[str]) -> np.ndarray:
-        """One relevance score per text (higher is better)."""
+        """One relevance score per text (higher is better), from a forward on the model thread
+        (:mod:`retrieval.index.model_thread`)."""
         if not texts:
             return np.zeros(0, dtype=np.float64)
         pairs = [(query, text) for text in texts]
-        raw = self._model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False)
+        raw = on_model_thread(lambda: self._model.predict(pairs, batch_size=self.batch_size,
+                                                          show_progress_bar=False))
         return np.asarray(raw, dtype=np.float64).reshape(len(texts), -1)[:, 0]
 
 

@@ -74,6 +74,7 @@ from retrieval.eval.construction import database_url
 from retrieval.eval.locomo import load_locomo
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.embed import SentenceEmbedder
+from retrieval.index.model_thread import on_model_thread
 from retrieval.memory.backends import open_store
 from retrieval.memory.cache import CachedEmbedder, model_identity
 from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn, amu_id
@@ -122,8 +123,7 @@ def bench_add(turns: Sequence[Turn], embedder: Any, fingerprinter: Any, director
     passes = []
     for _ in range(FLOOR_PASSES):
         began = time.perf_counter()
-        embedder.encode(texts)
-        fingerprinter.fingerprint(texts)
+        on_model_thread(lambda: (embedder.encode(texts), fingerprinter.fingerprint(texts)))
         passes.append(time.perf_counter() - began)
     batch_s = min(passes)
     adds, flushes = [], []
@@ -295,8 +295,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     floor_ms = first["floor_ms"]
     print(f"floor: one bare forward of a dev question, median {floor_ms:.2f} ms over {first['forwards']} "
           "(the ratios printed until the end are to this one)")
-    embedder, fingerprinter = (SentenceEmbedder(args.embedder),
-                               Fingerprinter.from_pretrained(args.fingerprinter))
+    embedder, fingerprinter = on_model_thread(lambda: (SentenceEmbedder(args.embedder),
+                                                       Fingerprinter.from_pretrained(args.fingerprinter)))
     figures: dict[str, Any] = {"search": {}}
     turns = list(conversations[0].turns)[: args.add_turns or None]
     with tempfile.TemporaryDirectory() as scratch:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from isq.encoder import MINILM_ALIAS, quiet_loading, resolve_encoder_path
+from retrieval.index.model_thread import on_model_thread
 
 FLOOR_FORWARDS = 200
 CEILING_BATCH = 16
@@ -28,7 +29,9 @@ WARM_UP = 10
 
 
 class BareEncoder:
-    """The embedder's transformer and tokenizer, loaded on their own (the same weights)."""
+    """The embedder's transformer and tokenizer, loaded on their own (the same weights), loaded and
+    run on the process's model thread, as the memory's models are
+    (:mod:`retrieval.index.model_thread`: one OpenMP team in the process)."""
 
     def __init__(self, model: str = MINILM_ALIAS) -> None:
         from transformers import AutoModel, AutoTokenizer
@@ -36,15 +39,19 @@ class BareEncoder:
         path = resolve_encoder_path(model)
         with quiet_loading():
             self.tokenizer = AutoTokenizer.from_pretrained(path)
-            self.model = AutoModel.from_pretrained(path).eval()
+            self.model = on_model_thread(lambda: AutoModel.from_pretrained(path).eval())
 
     def forward_seconds(self, texts: Sequence[str]) -> float:
         """Seconds of one forward of ``texts`` as one padded batch (tokenised before timing)."""
         inputs = self.tokenizer(list(texts), padding=True, truncation=True, return_tensors="pt")
-        with torch.inference_mode():
-            began = time.perf_counter()
-            self.model(**inputs)
-            return time.perf_counter() - began
+
+        def timed() -> float:
+            with torch.inference_mode():
+                began = time.perf_counter()
+                self.model(**inputs)
+                return time.perf_counter() - began
+
+        return on_model_thread(timed)
 
     def samples_ms(self, batches: Sequence[Sequence[str]]) -> list[float]:
         """Milliseconds of one forward of each batch, after a warm-up."""

@@ -149,7 +149,7 @@ def test_a_serving_process_installs_the_freezer(monkeypatch, tmp_path):
     from retrieval.api.memory import Memory
     from retrieval.service import launch
 
-    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setenv("GOMP_SPINCOUNT", launch.SPIN_ROUNDS)
     monkeypatch.setattr(Memory, "open", staticmethod(lambda store, **options: ("opened", store)))
     try:
         arguments = argparse.Namespace(store=tmp_path, fingerprinter=None, extractor="rule", embedder=None,

@@ -2,13 +2,16 @@
 built store's fingerprinter, when not named, is the one it recorded at ingestion), opening the
 memory, and the one-line failure.
 
-Idle OpenMP threads sleep. The model's forwards run on torch's OpenMP threads; by default an
-idle one spins at each barrier before it sleeps. A server shares its cores with its own request
-threads (the routes and fusion in Python), its clients and other processes, so a spinning thread
-can burn the core the thread it waits for needs: on the team's 2-core machine at load ~10, back to
-back forwards of 6 queries cost 250-490 ms of CPU each with the default, 55-75 ms with sleeping
-threads. The threads and their share of the work are the same, so every vector and code is the
-same, bit for bit. A value of ``OMP_WAIT_POLICY`` already in the environment is kept.
+Idle OpenMP threads spin briefly. The model's forwards run on one OpenMP team, the model thread's
+(:mod:`retrieval.index.model_thread`). A team thread waiting at a barrier spins, then sleeps: a
+forward is some hundred operators, and a thread that sleeps between them is woken for each, which
+made one short query's forward 2.4x as slow on the team's 2-core machine (``OMP_WAIT_POLICY=
+PASSIVE``, never spinning: 10.2 ms against 4.3). A thread that spins long after a forward burns
+the core that a request thread (the routes and fusion in Python) or a client may need, and
+libgomp's default spins up to ~3 ms. So a server spins :data:`SPIN_ROUNDS` rounds (about 0.3 ms;
+4.6 ms a forward there), through ``GOMP_SPINCOUNT``, which OpenMP reads as torch loads. The
+threads and their share of the work are the same, so every vector and code is the same, bit for
+bit. A value already in the environment is kept.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from retrieval.memory.targets import store_target
+
+SPIN_ROUNDS = "30000"
+"""How many rounds an idle OpenMP thread of a server spins before it sleeps (the module docstring)."""
 
 if TYPE_CHECKING:  # imported when a memory is opened: the key commands need none of it
     from retrieval.api.memory import Memory
@@ -43,13 +49,13 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def open_memory(args: argparse.Namespace) -> Memory:
-    """``Memory.open`` with the command line's options: idle OpenMP threads sleeping (the module
-    docstring; OpenMP reads the setting as torch loads, so it is set before), ``--threads``
+    """``Memory.open`` with the command line's options: idle OpenMP threads spinning briefly
+    (:func:`spin_briefly`), ``--threads``
     bounding torch's intra-op threads (several processes each running as many threads as the
     machine has cores oversubscribe its cores: their forwards slow each other down), and the
     users' search states kept out of the collector's full passes
     (:class:`retrieval.multi_route.collector.LongLivedFreezer`)."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    spin_briefly()
     from retrieval.api.memory import Memory
     from retrieval.memory.fingerprinter_source import named_or_recorded
     from retrieval.multi_route.collector import LongLivedFreezer
@@ -63,6 +69,12 @@ def open_memory(args: argparse.Namespace) -> Memory:
     fingerprinter = named_or_recorded(args.store, args.fingerprinter, writer=True)
     return Memory.open(args.store, fingerprinter=fingerprinter,
                        extractor=args.extractor, embedder=args.embedder)
+
+
+def spin_briefly() -> None:
+    """Idle OpenMP threads spin :data:`SPIN_ROUNDS` rounds, then sleep, unless ``GOMP_SPINCOUNT``
+    is set already; call it before torch loads (OpenMP reads it then)."""
+    os.environ.setdefault("GOMP_SPINCOUNT", SPIN_ROUNDS)
 
 
 def positive_int(text: str) -> int:

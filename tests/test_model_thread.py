@@ -7,7 +7,11 @@ team (its effect on speed is a benchmark's: docs/performance.md)."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +19,8 @@ from retrieval import Memory
 from retrieval.api.loading import Deferred
 from retrieval.index.model_thread import MODEL_THREAD, calling_thread, on_model_thread
 from tests.test_ingest import HashEmbedder, conversation_turns
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def thread_name() -> str:
@@ -87,3 +93,22 @@ def test_the_memory_loads_and_runs_its_models_on_the_model_thread(tmp_path):
         assert memory.search("garden tomatoes", user_id="u", k=3).hits
     assert loaded == ["model-forwards"]
     assert embedder.threads == {"model-forwards"}  # the ingestion worker's, the flush's, the search's
+
+
+def test_an_interrupt_while_a_forward_runs_there_ends_the_process_as_an_interrupt(tmp_path):
+    """Ctrl-C reaches the waiting caller; the forward on the model thread finishes first, so the
+    interpreter does not exit under it (torch would abort the process)."""
+    script = tmp_path / "interrupted.py"
+    script.write_text(
+        "import os, signal, threading, torch\n"
+        "from retrieval.index.model_thread import on_model_thread\n"
+        "a = torch.randn(384, 384)\n"
+        "def forward():\n"
+        "    for _ in range(4000):\n"
+        "        torch.relu(a @ a)\n"
+        "threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
+        "on_model_thread(forward)\n")
+    done = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == -signal.SIGINT, done.stderr[-500:]
+    assert "KeyboardInterrupt" in done.stderr

@@ -16,6 +16,7 @@ import pytest
 
 from isq.fingerprint import Fingerprint
 from retrieval.index.joint import Encoded
+from retrieval.index.model_thread import on_model_thread
 from retrieval.index.query_batcher import QueryBatcher, background
 
 
@@ -250,3 +251,24 @@ def test_a_call_finding_the_model_idle_skips_the_worker_and_calls_meanwhile_queu
     assert encoder.seen == [("model-forwards", True), ("model-forwards", False)]  # every forward there
     for request, result in zip([["first"], ["second"], ["third"]], results, strict=True):
         assert same(result, alone(request))
+
+
+def test_a_call_made_on_the_model_thread_runs_there_at_once_while_the_worker_is_busy():
+    """A serialized joint half calls the batcher from the model thread: queued for the worker, whose
+    forward waits for the model thread, it would never return."""
+    encoder = HeldEncoder()
+    batcher = QueryBatcher(encoder, max_texts=64)
+    results: dict = {}
+    threads = [call(batcher, ["first"], results, 0)]  # alone, held on the model thread
+    until(lambda: len(encoder.calls) == 1)
+    threads.append(call(batcher, ["second"], results, 1))  # queued for the worker
+    until(lambda: batcher.waiting == 1)
+    inner = threading.Thread(target=lambda: results.update(inner=on_model_thread(
+        lambda: batcher.run(["inner"]))), daemon=True)  # queued on the model thread behind "first"
+    inner.start()
+    encoder.release.set()
+    for thread in [*threads, inner]:
+        thread.join(10)
+    assert not inner.is_alive(), "the model thread's own call waited for the worker"
+    batcher.close()
+    assert same(results["inner"], alone(["inner"])) and same(results[1], alone(["second"]))

@@ -28,8 +28,9 @@ What runs in parallel and what is serialised (:mod:`retrieval.api.closing`):
   steps, flush) and a purge, which so waits for the running step.
 * All writes share the store's writer connection, one short transaction at a time. The models
   run one forward at a time: searches arriving during one share the next, ahead of ingestion's
-  small forwards (:mod:`retrieval.index.query_batcher`); models that cannot be joined take one
-  call at a time behind a lock (their tokenizers refuse concurrent use).
+  small forwards (:mod:`retrieval.index.query_batcher`); every forward runs on the process's
+  model thread (:mod:`retrieval.index.model_thread`), models that cannot be joined one call at a
+  time there too (their tokenizers refuse concurrent use).
 
 Trust holds per user: a search scores only the user's own state, sees every commit made before
 it starts (:mod:`retrieval.api.states`) and filters by session before the cut. :meth:`close` waits

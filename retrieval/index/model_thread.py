@@ -48,7 +48,7 @@ class ModelThread:
 
     def run(self, function: Callable[[], T]) -> T:
         """``function()``, run on the thread; its error is raised here."""
-        if threading.current_thread() is self._thread:
+        if self.is_current():
             return function()
         call = _Call(function)
         with self._mutex:
@@ -56,7 +56,11 @@ class ModelThread:
                 self._thread = threading.Thread(target=self._serve, name="model-forwards", daemon=True)
                 self._thread.start()
             self._calls.put(call)  # type: ignore[arg-type]
-        call.done.wait()
+        try:
+            call.done.wait()
+        except BaseException:  # an interrupt (Ctrl-C) while the call runs: it finishes first, so
+            call.done.wait()  # the interpreter never exits with a forward in flight (torch aborts)
+            raise
         if call.error is not None:
             raise call.error
         return call.result  # type: ignore[return-value]
@@ -74,10 +78,14 @@ class ModelThread:
                 call.done.set()
                 del call
 
+    def is_current(self) -> bool:
+        """Whether the calling thread is the model thread."""
+        return threading.current_thread() is self._thread
+
     def calling_thread(self) -> threading.Thread:
         """On the thread, the one that handed it the call now running; elsewhere, the current one."""
-        current = threading.current_thread()
-        return self._caller if current is self._thread and self._caller is not None else current
+        caller = self._caller if self.is_current() else None
+        return caller if caller is not None else threading.current_thread()
 
     def forget(self) -> None:
         """In a child process after ``fork``: the thread did not come along; the next call starts one."""
@@ -92,6 +100,11 @@ os.register_at_fork(after_in_child=MODEL_THREAD.forget)
 def on_model_thread(function: Callable[[], T]) -> T:
     """``function()`` run on the process's model thread (see the module docstring)."""
     return MODEL_THREAD.run(function)
+
+
+def on_the_model_thread() -> bool:
+    """Whether the calling thread is the model thread (a call there runs at once)."""
+    return MODEL_THREAD.is_current()
 
 
 def calling_thread() -> threading.Thread:

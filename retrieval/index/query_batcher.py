@@ -43,12 +43,13 @@ from typing import Protocol
 import numpy as np
 
 from retrieval.index.joint import Encoded
-from retrieval.index.model_thread import on_model_thread
+from retrieval.index.model_thread import on_model_thread, on_the_model_thread
 
 BACKGROUND_TOKENS = 256
 """The most padded tokens (texts x the longest text's tokens) of one background forward."""
 FOREGROUND_ROUNDS = 4
 """Foreground rounds in a row after which waiting background work gets one forward."""
+CLOSED = "the query batcher is closed"
 
 
 class BatchableEncoder(Protocol):
@@ -112,10 +113,12 @@ class QueryBatcher:
     def run(self, texts: Sequence[str]) -> Encoded:
         """The encoder's ``compute(texts)``: in a forward shared with other foreground callers, or
         (a background call) in forwards of its own, after every foreground call queued."""
+        if on_the_model_thread():
+            return self._run_inline(list(texts))
         request = _Request(list(texts))
         with self._changed:
             if self._closed:
-                raise RuntimeError("the query batcher is closed")
+                raise RuntimeError(CLOSED)
             alone = not (_MARKS.background or self._running or self._foreground or self._background)
             if alone:
                 self._running = True
@@ -128,6 +131,15 @@ class QueryBatcher:
             raise request.error
         assert request.result is not None
         return request.result
+
+    def _run_inline(self, texts: list[str]) -> Encoded:
+        """A call made on the model thread itself (a serialized joint half's, say): queued, it would
+        wait for the worker, whose forward waits for the model thread. It runs at once: no other
+        forward runs while the model thread runs this call."""
+        if self._closed:
+            raise RuntimeError(CLOSED)
+        self.forwards += 1
+        return self.encoder.compute(texts)
 
     def _queue(self, request: _Request) -> None:
         """Queue ``request`` for the worker (started by the first call queued); under the lock."""

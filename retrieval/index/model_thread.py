@@ -102,7 +102,7 @@ def on_model_thread(function: Callable[[], T]) -> T:
     return MODEL_THREAD.run(function)
 
 
-def on_the_model_thread() -> bool:
+def is_model_thread() -> bool:
     """Whether the calling thread is the model thread (a call there runs at once)."""
     return MODEL_THREAD.is_current()
 

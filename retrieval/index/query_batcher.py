@@ -43,7 +43,7 @@ from typing import Protocol
 import numpy as np
 
 from retrieval.index.joint import Encoded
-from retrieval.index.model_thread import on_model_thread, on_the_model_thread
+from retrieval.index.model_thread import is_model_thread, on_model_thread
 
 BACKGROUND_TOKENS = 256
 """The most padded tokens (texts x the longest text's tokens) of one background forward."""
@@ -113,7 +113,7 @@ class QueryBatcher:
     def run(self, texts: Sequence[str]) -> Encoded:
         """The encoder's ``compute(texts)``: in a forward shared with other foreground callers, or
         (a background call) in forwards of its own, after every foreground call queued."""
-        if on_the_model_thread():
+        if is_model_thread():
             return self._run_inline(list(texts))
         request = _Request(list(texts))
         with self._changed:

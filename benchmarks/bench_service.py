@@ -8,8 +8,9 @@ and time.
    queries/s of one forward of 16 of them (:mod:`benchmarks.floor`), measured in this process
    before the server starts and again after it stopped, the two halves' samples pooled (a burst
    of other work on a shared machine during one of them moves the median less), with idle OpenMP
-   threads spinning briefly as in the servers, on this process's model thread: latencies are
-   also given as ratios to the floor, throughput as a ratio to the ceiling.
+   threads sleeping as in the servers (``GOMP_SPINCOUNT`` in the environment reaches both), on
+   this process's model thread: latencies are also given as ratios to the floor, throughput as a
+   ratio to the ceiling.
 1. A store pre-filled with users holding the LoCoMo dev conversations: the first added through
    ``Memory.add`` session by session (as ``retrieval.ingest`` does), the others copies of it
    (:mod:`retrieval.api.user_copy`, one transaction per user); built once under ``--prefilled``
@@ -64,12 +65,13 @@ import httpx
 
 if __package__ in (None, ""):  # run as a script: python benchmarks/bench_service.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-# The floor and ceiling are measured with the servers' OpenMP setting (idle threads spin briefly,
-# retrieval/service/launch.py), read as torch loads. Only when run, not when imported (by the tests).
+# The floor and ceiling are measured with the servers' OpenMP setting (idle threads sleep unless the
+# environment says otherwise, retrieval/service/launch.py), read as torch loads: under load, spinning
+# threads would inflate them and flatter every ratio. Only when run, not when imported (by the tests).
 if __name__ == "__main__":
-    from retrieval.service.launch import spin_briefly
+    from retrieval.service.launch import idle_threads_sleep
 
-    spin_briefly()
+    idle_threads_sleep()
 
 from benchmarks.arguments import refuse_unusable, within  # noqa: E402
 from benchmarks.floor import BareEncoder, measure_ceiling, measure_floor  # noqa: E402

@@ -2,16 +2,16 @@
 built store's fingerprinter, when not named, is the one it recorded at ingestion), opening the
 memory, and the one-line failure.
 
-Idle OpenMP threads spin briefly. The model's forwards run on one OpenMP team, the model thread's
-(:mod:`retrieval.index.model_thread`). A team thread waiting at a barrier spins, then sleeps: a
-forward is some hundred operators, and a thread that sleeps between them is woken for each, which
-made one short query's forward 2.4x as slow on the team's 2-core machine (``OMP_WAIT_POLICY=
-PASSIVE``, never spinning: 10.2 ms against 4.3). A thread that spins long after a forward burns
-the core that a request thread (the routes and fusion in Python) or a client may need, and
-libgomp's default spins up to ~3 ms. So a server spins :data:`SPIN_ROUNDS` rounds (about 0.3 ms;
-4.6 ms a forward there), through ``GOMP_SPINCOUNT``, which OpenMP reads as torch loads. The
-threads and their share of the work are the same, so every vector and code is the same, bit for
-bit. A value already in the environment is kept.
+Idle OpenMP threads sleep. The model's forwards run on one OpenMP team, the model thread's
+(:mod:`retrieval.index.model_thread`); by default an idle team thread spins at each barrier
+before it sleeps. A server shares its cores with its own request threads (the routes and fusion
+in Python), its clients and other processes, and there a spinning thread burns the core the
+thread it waits for needs: on the team's 2-core machine, two processes running forwards side by
+side took 54 ms a forward spinning 30,000 rounds and 7 ms sleeping at once. So a server's idle
+threads sleep at once (``OMP_WAIT_POLICY=PASSIVE``), unless the environment says otherwise: a
+server alone on its machine's cores gains from ``GOMP_SPINCOUNT=30000`` (about 0.3 ms of
+spinning; a forward of one query 4.6 ms against 10.2 there). The threads and their share of the
+work are the same either way, so every vector and code is the same, bit for bit.
 """
 
 from __future__ import annotations
@@ -23,9 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from retrieval.memory.targets import store_target
-
-SPIN_ROUNDS = "30000"
-"""How many rounds an idle OpenMP thread of a server spins before it sleeps (the module docstring)."""
 
 if TYPE_CHECKING:  # imported when a memory is opened: the key commands need none of it
     from retrieval.api.memory import Memory
@@ -49,13 +46,13 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def open_memory(args: argparse.Namespace) -> Memory:
-    """``Memory.open`` with the command line's options: idle OpenMP threads spinning briefly
-    (:func:`spin_briefly`), ``--threads``
+    """``Memory.open`` with the command line's options: idle OpenMP threads sleeping
+    (:func:`idle_threads_sleep`), ``--threads``
     bounding torch's intra-op threads (several processes each running as many threads as the
     machine has cores oversubscribe its cores: their forwards slow each other down), and the
     users' search states kept out of the collector's full passes
     (:class:`retrieval.multi_route.collector.LongLivedFreezer`)."""
-    spin_briefly()
+    idle_threads_sleep()
     from retrieval.api.memory import Memory
     from retrieval.memory.fingerprinter_source import named_or_recorded
     from retrieval.multi_route.collector import LongLivedFreezer
@@ -71,10 +68,11 @@ def open_memory(args: argparse.Namespace) -> Memory:
                        extractor=args.extractor, embedder=args.embedder)
 
 
-def spin_briefly() -> None:
-    """Idle OpenMP threads spin :data:`SPIN_ROUNDS` rounds, then sleep, unless ``GOMP_SPINCOUNT``
-    is set already; call it before torch loads (OpenMP reads it then)."""
-    os.environ.setdefault("GOMP_SPINCOUNT", SPIN_ROUNDS)
+def idle_threads_sleep() -> None:
+    """Idle OpenMP threads sleep at once unless ``OMP_WAIT_POLICY`` says otherwise (a
+    ``GOMP_SPINCOUNT`` in the environment still sets how long they spin; the module docstring);
+    call it before torch loads (OpenMP reads it then)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def positive_int(text: str) -> int:

@@ -174,17 +174,19 @@ def load_models(directory: Path | None, *, embedder: Any = MINILM_ALIAS, fingerp
     torch operators, which would give the calling thread an OpenMP team of its own); LLM answers are
     cached in ``llm_cache`` of the store's local files ``directory`` (purged with the data), not at
     all without one."""
-    cache = llm_cache(directory)
-
-    def load() -> MemoryModels:
-        given = [_resolved(value) for value in (embedder, extractor, fingerprinter, reranker, planner)]
-        named = MemoryModels(_embedder(given[0]), _extractor(given[1], cache), _fingerprinter(given[2]),
-                             _planner(given[4], cache), _operator(operator, cache), _reranker(given[3]))
-        return _joined(_checked(named))
-
     try:
-        return on_model_thread(load)
+        return on_model_thread(lambda: _load(llm_cache(directory), embedder, fingerprinter, extractor,
+                                             planner, operator, reranker))
     except (OSError, ValueError) as err:
         if isinstance(err, InvalidInput):
             raise
         raise InvalidInput(f"cannot load the models: {err}") from None
+
+
+def _load(cache: Path | None, embedder: Any, fingerprinter: Any, extractor: Any, planner: Any,
+          operator: Any, reranker: Any) -> MemoryModels:
+    embedder, extractor, fingerprinter = _resolved(embedder), _resolved(extractor), _resolved(fingerprinter)
+    reranker, planner = _resolved(reranker), _resolved(planner)
+    return _joined(_checked(MemoryModels(_embedder(embedder), _extractor(extractor, cache),
+                                         _fingerprinter(fingerprinter), _planner(planner, cache),
+                                         _operator(operator, cache), _reranker(reranker))))

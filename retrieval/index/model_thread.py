@@ -76,7 +76,7 @@ class ModelThread:
             finally:
                 self._caller = None
                 call.done.set()
-                del call
+                del call  # not held while idle: its result may be large
 
     def is_current(self) -> bool:
         """Whether the calling thread is the model thread."""

@@ -138,8 +138,12 @@ class QueryBatcher:
         forward runs while the model thread runs this call."""
         if self._closed:
             raise RuntimeError(CLOSED)
+        return self._forward(texts)
+
+    def _forward(self, texts: list[str]) -> Encoded:
+        """One forward of ``texts``, on the model thread (at once when called there)."""
         self.forwards += 1
-        return self.encoder.compute(texts)
+        return on_model_thread(lambda: self.encoder.compute(texts))
 
     def _queue(self, request: _Request) -> None:
         """Queue ``request`` for the worker (started by the first call queued); under the lock."""
@@ -156,8 +160,7 @@ class QueryBatcher:
         """The forward of a foreground call that found the model idle, handed straight to the
         model thread; then the worker may serve what queued meanwhile."""
         try:
-            self.forwards += 1
-            return on_model_thread(lambda: self.encoder.compute(texts))
+            return self._forward(texts)
         finally:
             with self._changed:
                 self._running = False
@@ -220,8 +223,7 @@ class QueryBatcher:
         only the caller whose texts raise it."""
         texts = [text for request in group for text in request.texts]
         try:
-            self.forwards += 1
-            result = on_model_thread(lambda: self.encoder.compute(texts))
+            result = self._forward(texts)
         except BaseException as err:  # noqa: BLE001 - handed to the caller(s) that raise it
             if len(group) == 1:
                 group[0].finish(None, err)
@@ -240,9 +242,7 @@ class QueryBatcher:
             if request.chunks is None:
                 request.chunks = deque(self._chunks(request.texts))
             positions = request.chunks.popleft()
-            self.forwards += 1
-            texts = [request.texts[i] for i in positions]
-            request.parts.append((positions, on_model_thread(lambda: self.encoder.compute(texts))))
+            request.parts.append((positions, self._forward([request.texts[i] for i in positions])))
         except BaseException as err:  # noqa: BLE001 - handed to its caller
             request.finish(None, err)
             return True

@@ -6,7 +6,8 @@
 A turn dict has ``speaker`` and ``text`` (required), ``time`` (ISO 8601 string or ``datetime``:
 when it was said; relative dates are resolved against it), ``turn_id`` (unique per user; given
 ids make replays idempotent) and ``image_caption``; no other fields. Every string must be valid
-Unicode (no lone surrogates); ids and speakers may not hold control characters.
+Unicode (no lone surrogates); ids and speakers may not hold control characters, nor a text or
+caption a NUL (U+0000), which PostgreSQL's text cannot keep: refused on every store alike.
 """
 
 from __future__ import annotations
@@ -156,6 +157,9 @@ def _text(where: str, name: str, value: Any, *, required: bool, limit: int) -> s
     _unicode(f"{where}: field {name!r}", field, value)
     if name == "speaker" and any(unicodedata.category(char) == "Cc" for char in value):
         raise InvalidInput(f"{where}: field 'speaker' {value!r} holds a control character", field)
+    if "\x00" in value:
+        raise InvalidInput(f"{where}: field {name!r} holds a NUL character (U+0000) at character "
+                           f"{value.index(chr(0))}", field)
     return value
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from retrieval.api.errors import MemoryAPIError
 from retrieval.api.inputs import check_id
 from retrieval.memory.errors import StoreError
-from retrieval.service.launch import add_memory_arguments, open_memory
+from retrieval.service.launch import add_memory_arguments, idle_threads_sleep, open_memory
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    idle_threads_sleep()
     from retrieval.service.drain import WriteGate
     from retrieval.service.mcp_tools import build_mcp, fixed_user
 

@@ -5,11 +5,13 @@ the states out of a serving process's later full collections (the freezer)."""
 from __future__ import annotations
 
 import gc
-import os
+import subprocess
+import sys
 import threading
 import weakref
 
 import numpy as np
+import pytest
 
 from retrieval.memory.reads import json_lists
 from retrieval.multi_route.collector import LongLivedFreezer, collector_paused, installed_freezer
@@ -144,16 +146,44 @@ def test_the_freezer_waits_for_a_full_collection_with_enough_survivors():
         _remove_freezers()
 
 
-def test_a_serving_process_sleeps_idle_openmp_threads_unless_told_otherwise(monkeypatch):
-    """Spinning threads of several servers on the same cores made a forward 7 times as slow."""
-    from retrieval.service import launch
+POLICY_AT_TORCH_IMPORT = """
+import os, sys
 
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    launch.idle_threads_sleep()
-    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
-    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    launch.idle_threads_sleep()
-    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+seen = []
+sys.addaudithook(lambda event, args: event == "import" and args[0] == "torch" and not seen
+                 and seen.append(os.environ.get("OMP_WAIT_POLICY")))
+command = __import__(sys.argv[1], fromlist=["main"])
+
+
+def opened(args):
+    import torch  # noqa: F401 - the memory would load it here at the latest
+    sys.__stdout__.write(f"policy when torch loaded: {seen[0]}\\n")  # the MCP command redirects stdout
+    sys.exit(0)
+
+
+command.open_memory = opened
+command.main(sys.argv[2:])
+"""
+
+
+@pytest.mark.parametrize("command", [["retrieval.serve", "--port", "8765"],
+                                     ["retrieval.mcp", "--user", "alice"]])
+def test_a_server_command_sleeps_idle_openmp_threads_unless_told_otherwise(tmp_path, command):
+    """OpenMP reads its wait policy as torch loads: each command sets it before anything it imports
+    loads torch. Spinning threads of several servers on the same cores made a forward 7 times as
+    slow."""
+    from benchmarks.service_process import ROOT, child_env
+
+    def policy(**env: str) -> str:
+        environment = {key: value for key, value in child_env().items() if key != "OMP_WAIT_POLICY"}
+        done = subprocess.run([sys.executable, "-c", POLICY_AT_TORCH_IMPORT, command[0], "--store",
+                               str(tmp_path / "store"), *command[1:]], cwd=ROOT, env={**environment, **env},
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split("policy when torch loaded: ")[1].strip()
+
+    assert policy() == "PASSIVE"
+    assert policy(OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"
 
 
 def test_a_serving_process_installs_the_freezer(monkeypatch, tmp_path):

@@ -46,13 +46,12 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def open_memory(args: argparse.Namespace) -> Memory:
-    """``Memory.open`` with the command line's options: idle OpenMP threads sleeping
-    (:func:`idle_threads_sleep`), ``--threads``
-    bounding torch's intra-op threads (several processes each running as many threads as the
+    """``Memory.open`` with the command line's options (the command has called
+    :func:`idle_threads_sleep` before anything loaded torch): ``--threads`` bounding torch's
+    intra-op threads (several processes each running as many threads as the
     machine has cores oversubscribe its cores: their forwards slow each other down), and the
     users' search states kept out of the collector's full passes
     (:class:`retrieval.multi_route.collector.LongLivedFreezer`)."""
-    idle_threads_sleep()
     from retrieval.api.memory import Memory
     from retrieval.memory.fingerprinter_source import named_or_recorded
     from retrieval.multi_route.collector import LongLivedFreezer
@@ -70,8 +69,9 @@ def open_memory(args: argparse.Namespace) -> Memory:
 
 def idle_threads_sleep() -> None:
     """Idle OpenMP threads sleep at once unless ``OMP_WAIT_POLICY`` says otherwise (a
-    ``GOMP_SPINCOUNT`` in the environment still sets how long they spin; the module docstring);
-    call it before torch loads (OpenMP reads it then)."""
+    ``GOMP_SPINCOUNT`` in the environment still sets how long they spin; the module docstring).
+    OpenMP reads it once, as torch loads: a command calls this first, before it imports anything
+    that imports torch (the app, the MCP tools, the memory)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.arguments import within
 from benchmarks.timing import describe_ratio, interleaved_rounds, ratio_spread, spread, write_json
 from isq.batches import length_order
 from isq.dailydialog import read_dialogues
@@ -76,16 +77,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", choices=("locomo", "dailydialog"), default="locomo")
     parser.add_argument("--path", help="the data file (default: the shared LoCoMo dev file or DailyDialog "
                                        "validation)")
-    parser.add_argument("--texts", type=int, default=512, help="first N texts (0: all)")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--texts", type=within(int, 0), default=512, help="first N texts (0: all)")
+    parser.add_argument("--rounds", type=within(int, 2), default=5,
+                        help="timed rounds (at least 2: a spread)")
+    parser.add_argument("--batch-size", type=within(int, 1), default=64)
+    parser.add_argument("--threads", type=within(int, 1), default=torch.get_num_threads())
     parser.add_argument("--json", help="write the figures to this JSON file")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    fingerprinter = Fingerprinter.from_pretrained(args.checkpoint)
-    texts = load_texts(args.data, args.path, args.texts)
+    try:  # a missing or malformed checkpoint or data file: one error line, as for a bad value
+        texts = load_texts(args.data, args.path, args.texts)
+        fingerprinter = Fingerprinter.from_pretrained(args.checkpoint)
+    except (OSError, ValueError) as err:
+        parser.error(str(err))
     warmup = texts[: args.batch_size]
     encode_only(fingerprinter, warmup, args.batch_size)
     fingerprinter.fingerprint(warmup, args.batch_size)

@@ -23,6 +23,7 @@ import torch
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.arguments import within  # noqa: E402
 from benchmarks.timing import describe_ratio, interleaved_rounds, ratio_spread, write_json  # noqa: E402
 from isq.quantizer import EMAQuantizer  # noqa: E402
 
@@ -37,14 +38,15 @@ def repeated(step: Callable[[], None], steps: int) -> Callable[[int], None]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--steps", type=int, default=5, help="steps of each variant per round")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--length", type=int, default=64)
-    parser.add_argument("--dim", type=int, default=256)
-    parser.add_argument("--codes", type=int, default=1024)
+    parser.add_argument("--rounds", type=within(int, 2), default=30,
+                        help="timed rounds (at least 2: a spread)")
+    parser.add_argument("--steps", type=within(int, 1), default=5, help="steps of each variant per round")
+    parser.add_argument("--warmup", type=within(int, 0), default=5)
+    parser.add_argument("--threads", type=within(int, 1), default=torch.get_num_threads())
+    parser.add_argument("--batch", type=within(int, 1), default=32)
+    parser.add_argument("--length", type=within(int, 1), default=64)
+    parser.add_argument("--dim", type=within(int, 1), default=256)
+    parser.add_argument("--codes", type=within(int, 2), default=1024)
     parser.add_argument("--json", help="write the figures to this JSON file")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import psutil
 
+from benchmarks.arguments import within
 from benchmarks.timing import describe_ratio, interleaved_rounds, ratio_spread, write_json
 from isq.topology import CooccurrenceTopology, TopologyParams
 from retrieval.index.dense import DenseIndex
@@ -235,25 +236,45 @@ def growth(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
+def refusal(args: argparse.Namespace) -> str | None:
+    """What the arguments ask that no run can do, or None."""
+    if args.k > min(args.sizes):
+        return f"--k {args.k} is more than the smallest of --sizes ({min(args.sizes)})"
+    if args.topics and args.topic_size > args.num_codes:
+        return f"--topic-size {args.topic_size} is more than --num-codes ({args.num_codes})"
+    for name, (low, high) in (("--amu-codes", args.amu_codes), ("--query-codes", args.query_codes)):
+        if low > high:
+            return f"{name} {low} {high}: LOW is more than HIGH"
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    parser.add_argument("--queries", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--k", type=int, default=20)
-    parser.add_argument("--num-codes", type=int, default=1024)
-    parser.add_argument("--dim", type=int, default=384)
-    parser.add_argument("--zipf", type=float, default=0.6, help="Zipf exponent of the background law")
-    parser.add_argument("--topics", type=int, default=64, help="topics of co-occurring codes (0: none)")
-    parser.add_argument("--topic-size", type=int, default=32)
-    parser.add_argument("--topic-share", type=float, default=0.4, help="share of draws from the topic")
-    parser.add_argument("--amu-codes", type=int, nargs=2, default=[8, 40], metavar=("LOW", "HIGH"))
-    parser.add_argument("--query-codes", type=int, nargs=2, default=[6, 16], metavar=("LOW", "HIGH"))
-    parser.add_argument("--max-hops", type=int, default=2, help="H_r of the paper's setting")
-    parser.add_argument("--alpha", type=float, default=0.5, help="alpha of the paper's setting")
+    parser.add_argument("--sizes", type=within(int, 1), nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--queries", type=within(int, 1), default=100)
+    parser.add_argument("--seed", type=within(int, 0), default=0)
+    parser.add_argument("--k", type=within(int, 1), default=20, help="top-k (at most the smallest size)")
+    parser.add_argument("--num-codes", type=within(int, 2), default=1024)
+    parser.add_argument("--dim", type=within(int, 1), default=384)
+    parser.add_argument("--zipf", type=within(float, 0), default=0.6,
+                        help="Zipf exponent of the background law")
+    parser.add_argument("--topics", type=within(int, 0), default=64,
+                        help="topics of co-occurring codes (0: none)")
+    parser.add_argument("--topic-size", type=within(int, 1), default=32,
+                        help="codes per topic (at most --num-codes)")
+    parser.add_argument("--topic-share", type=within(float, 0, 1), default=0.4,
+                        help="share of draws from the topic")
+    parser.add_argument("--amu-codes", type=within(int, 1), nargs=2, default=[8, 40], metavar=("LOW", "HIGH"))
+    parser.add_argument("--query-codes", type=within(int, 1), nargs=2, default=[6, 16],
+                        metavar=("LOW", "HIGH"))
+    parser.add_argument("--max-hops", type=within(int, 0), default=2, help="H_r of the paper's setting")
+    parser.add_argument("--alpha", type=within(float, 0, 1), default=0.5, help="alpha of the paper's setting")
     parser.add_argument("--json", help="write the figures to this JSON file")
     args = parser.parse_args(argv)
+    problem = refusal(args)
+    if problem is not None:
+        parser.error(problem)
 
     rng = np.random.default_rng(args.seed)
     model = CodeModel.build(rng, args.num_codes, args.zipf, args.topics, args.topic_size, args.topic_share)

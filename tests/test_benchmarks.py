@@ -155,3 +155,27 @@ def test_bench_memory_refuses_bad_arguments_before_any_work(argv, says, tmp_path
     with pytest.raises(SystemExit) as stopped:
         bench_memory.main(["--locomo", str(write_locomo(tmp_path / "locomo.json")), *argv])
     assert stopped.value.code == 2 and says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("main", "argv", "says"), [
+    (bench_fingerprint.main, ["--checkpoint", "/nowhere"], "/nowhere: fingerprinter directory not found"),
+    (bench_fingerprint.main, ["--path", "/nowhere.json"], "/nowhere.json: cannot read"),
+    (bench_fingerprint.main, ["--data", "dailydialog", "--path", "/nowhere"], "DailyDialog file not found"),
+    (bench_fingerprint.main, ["--threads", "0"], "argument --threads"),
+    (bench_fingerprint.main, ["--rounds", "1"], "argument --rounds: expected a whole number at least 2"),
+    (bench_quantizer.main, ["--threads", "-2"], "argument --threads"),
+    (bench_quantizer.main, ["--steps", "0"], "argument --steps"),
+    (bench_quantizer.main, ["--rounds", "0"], "argument --rounds"),
+    (bench_retrieval.main, ["--sizes", "0"], "argument --sizes"),
+    (bench_retrieval.main, ["--queries", "0"], "argument --queries"),
+    (bench_retrieval.main, ["--num-codes", "0"], "argument --num-codes"),
+    (bench_retrieval.main, ["--sizes", "10", "--k", "20"], "--k 20 is more than the smallest of --sizes (10)"),
+    (bench_retrieval.main, ["--num-codes", "16"], "--topic-size 32 is more than --num-codes (16)"),
+    (bench_retrieval.main, ["--amu-codes", "9", "3"], "--amu-codes 9 3: LOW is more than HIGH"),
+    (bench_retrieval.main, ["--topic-share", "2"], "argument --topic-share")])
+def test_the_model_benchmarks_refuse_bad_input_in_one_line(main, argv, says, capsys) -> None:
+    """A bad value, or a checkpoint or data file that is not there, is one argparse ``error:`` line
+    (exit status 2) before any work, not a traceback."""
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2 and says in capsys.readouterr().err

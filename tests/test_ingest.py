@@ -471,6 +471,16 @@ def test_cli_refuses_a_bad_user_or_session_id_before_making_a_store(tmp_path, ca
     assert not (tmp_path / "store").exists()
 
 
+def test_cli_names_an_embedder_directory_that_is_not_there(tmp_path, capsys):
+    path = tmp_path / "talk.jsonl"
+    path.write_text(jsonl_line() + "\n")
+    missing = tmp_path / "no-model"
+    assert main(["--jsonl", str(path), "--store", str(tmp_path / "store"), "--embedder", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"embedder '{missing}': no such directory" in err
+    assert not (tmp_path / "store").exists()
+
+
 def test_cli_subprocess_exit_code_without_traceback(tmp_path):
     broken = tmp_path / "broken.json"
     broken.write_text('[{"sample_id": "c", "conversation": {}, "qa": []}]')

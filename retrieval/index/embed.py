@@ -10,7 +10,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from isq.encoder import MINILM_ALIAS, quiet_loading, resolve_encoder_path, weights_checksum
+from isq.encoder import (
+    MINILM_ALIAS,
+    EncoderUnavailable,
+    quiet_loading,
+    resolve_encoder_path,
+    weights_checksum,
+)
 
 
 class SentenceEmbedder:
@@ -24,6 +30,9 @@ class SentenceEmbedder:
 
         self.name = model
         self.batch_size = batch_size
+        if (Path(model).is_absolute() or model.startswith(".")) and not Path(model).is_dir():
+            raise EncoderUnavailable(f"embedder {model!r}: no such directory (give a sentence-transformers "
+                                     f"model's directory, a hub name, or {MINILM_ALIAS!r}, the default)")
         with quiet_loading():
             self._model = SentenceTransformer(resolve_encoder_path(model), device=device)
         getter = (getattr(self._model, "get_embedding_dimension", None)

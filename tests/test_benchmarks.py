@@ -169,7 +169,8 @@ def test_bench_memory_refuses_bad_arguments_before_any_work(argv, says, tmp_path
     (bench_retrieval.main, ["--sizes", "0"], "argument --sizes"),
     (bench_retrieval.main, ["--queries", "0"], "argument --queries"),
     (bench_retrieval.main, ["--num-codes", "0"], "argument --num-codes"),
-    (bench_retrieval.main, ["--sizes", "10", "--k", "20"], "--k 20 is more than the smallest of --sizes (10)"),
+    (bench_retrieval.main, ["--sizes", "10", "--k", "20"],
+     "--k 20 is more than the smallest of --sizes (10)"),
     (bench_retrieval.main, ["--num-codes", "16"], "--topic-size 32 is more than --num-codes (16)"),
     (bench_retrieval.main, ["--amu-codes", "9", "3"], "--amu-codes 9 3: LOW is more than HIGH"),
     (bench_retrieval.main, ["--topic-share", "2"], "argument --topic-share")])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from retrieval.api.loading import load_models
 from retrieval.consolidation.worker import SerializedFingerprinter
 from retrieval.index.embed import SentenceEmbedder
 from retrieval.index.joint import JointEncoder, JointModels, why_not_joined
+from retrieval.index.model_thread import on_model_thread
 from retrieval.memory.cache import model_identity
 from retrieval.memory.store import AMUStore
 from tests.conftest import tiny_config
@@ -197,3 +199,54 @@ def test_a_store_opens_with_either_form_and_finds_the_same(embedder, fingerprint
         assert store.meta("fingerprinter") == model_identity(fingerprinter)
     finally:
         store.close()
+
+
+def test_a_users_turns_embedded_by_its_search_are_stored_from_a_forward_of_its_own_texts(
+        embedder, fingerprinter, tmp_path):
+    """A search embeds its user's turns the ingestion worker has not embedded yet and the vectors
+    are stored: queued among another user's queries (the model thread held, so all three queue),
+    they run in a forward of their own and are stored bit for bit as that text alone gives them,
+    whatever the others asked. (Order, not timing: each step waits for the queue's state.)"""
+    with Memory.open(tmp_path, embedder=embedder, fingerprinter=fingerprinter) as memory:
+        for other in ("bob", "cid"):  # two other users: one user's searches run one at a time
+            memory.add(chat(4), user_id=other, session_id="s1")
+            memory.flush(user_id=other, session_id="s1")
+        batcher = memory.models.encoder
+        assert batcher is not None
+        forwards: list[list[str]] = []
+        compute = batcher.encoder.compute
+        batcher.encoder.compute = lambda texts: forwards.append(list(texts)) or compute(texts)
+        entered, release = threading.Event(), threading.Event()
+        holder = threading.Thread(target=on_model_thread, args=(lambda: entered.set() or release.wait(30),))
+        holder.start()
+        assert entered.wait(30)
+        long_query = "Tell me everything about the cello, the bread, the piano and the trains in " * 3
+        searches = [threading.Thread(target=memory.search, args=("Where is Pickle?",),
+                                     kwargs={"user_id": "bob"})]
+        searches[0].start()
+        wait_for(lambda: batcher._running)  # bob's first query holds the next forward
+        memory.add([{"speaker": "Ann", "text": "My tortoise Quill eats dandelions.", "turn_id": "t1"}],
+                   user_id="ann", session_id="s1")
+        searches.append(threading.Thread(target=memory.search, args=("Quill?",), kwargs={"user_id": "ann"}))
+        searches[1].start()
+        wait_for(lambda: any("Quill eats" in text for call in batcher._foreground for text in call.texts))
+        searches.append(threading.Thread(target=memory.search, args=(long_query,), kwargs={"user_id": "cid"}))
+        searches[2].start()
+        wait_for(lambda: len(batcher._foreground) == 2)
+        release.set()
+        for thread in [holder, *searches]:
+            thread.join(30)
+        turn = "Ann: My tortoise Quill eats dandelions."
+        assert [call for call in forwards if turn in call] == [[turn]]
+        assert [call for call in forwards if long_query in call] == [[long_query]]
+        alone = on_model_thread(lambda: compute([turn])).vectors
+        stored = memory._embedder.for_user("ann").encode([turn])
+        assert np.array_equal(stored, alone)
+
+
+def wait_for(condition) -> None:
+    for _ in range(3000):  # bounded: 30 s at most
+        if condition():
+            return
+        time.sleep(0.01)
+    raise AssertionError("the condition never held")

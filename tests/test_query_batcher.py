@@ -1,13 +1,14 @@
 """The model queue: foreground calls queued while a forward runs share the next one, whatever
-their lengths, and each gets its own rows; foreground calls go ahead of queued background work,
-which runs in forwards of a bounded size and still gets one forward after four foreground rounds
-in a row; a call finding the model idle skips the worker; every forward runs on the model
-thread; errors reach their caller only;
-close leaves no thread. Fake encoders whose forwards wait for the test make the overlaps certain
-(order, not timing)."""
+their lengths, and each gets its own rows, except a kept call (stored results), which runs alone;
+foreground calls go ahead of queued background work, which runs in forwards of a bounded size and
+still gets one forward after four foreground rounds in a row; a call finding the model idle skips
+the worker; every forward runs on the model thread; errors reach their caller only; close leaves no
+thread. Fake encoders whose forwards wait for the test make the overlaps certain (order, not
+timing)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -17,7 +18,7 @@ import pytest
 from isq.fingerprint import Fingerprint
 from retrieval.index.joint import Encoded
 from retrieval.index.model_thread import on_model_thread
-from retrieval.index.query_batcher import QueryBatcher, background
+from retrieval.index.query_batcher import QueryBatcher, background, kept
 
 
 class HeldEncoder:
@@ -61,12 +62,13 @@ def until(condition) -> None:
     raise AssertionError("the condition never held")
 
 
-def call(batcher: QueryBatcher, texts: list[str], results: dict, key: object, behind: bool = False):
-    """A thread calling ``batcher.run(texts)`` (in the background when ``behind``); its result or
-    error lands in ``results[key]``."""
+def call(batcher: QueryBatcher, texts: list[str], results: dict, key: object, behind: bool = False,
+         mark=contextlib.nullcontext):
+    """A thread calling ``batcher.run(texts)`` inside ``mark()`` (:func:`background` when
+    ``behind``); its result or error lands in ``results[key]``."""
     def run() -> None:
         try:
-            with background(behind):
+            with background() if behind else mark():
                 results[key] = batcher.run(texts)
         except ValueError as err:
             results[key] = err
@@ -76,13 +78,16 @@ def call(batcher: QueryBatcher, texts: list[str], results: dict, key: object, be
     return thread
 
 
-def concurrent(batcher: QueryBatcher, encoder: HeldEncoder, requests: list[list[str]]) -> list:
-    """Run the first request, then the others while it is held; release once all are queued."""
+def concurrent(batcher: QueryBatcher, encoder: HeldEncoder, requests: list[list[str]],
+               marks: dict | None = None) -> list:
+    """Run the first request, then the others while it is held (request i inside ``marks[i]()``
+    where given); release once all are queued."""
     results: dict = {}
+    marks = marks or {}
     threads = [call(batcher, requests[0], results, 0)]
     until(lambda: len(encoder.calls) == 1)
     for i, request in enumerate(requests[1:], start=1):
-        threads.append(call(batcher, request, results, i))
+        threads.append(call(batcher, request, results, i, mark=marks.get(i, contextlib.nullcontext)))
         until(lambda i=i: batcher.waiting == i)  # queued in this order
     encoder.release.set()
     for thread in threads:
@@ -98,6 +103,22 @@ def test_calls_queued_during_a_forward_share_the_next_whatever_their_lengths():
     batcher.close()
     assert batcher.forwards == 2 < len(requests)
     assert encoder.calls[1] == [t for r in requests[1:] for t in r]  # in arrival order, one forward
+    for request, result in zip(requests, results, strict=True):
+        assert same(result, alone(request))
+
+
+def test_a_kept_call_shares_no_forward_so_what_is_stored_holds_no_other_callers_text():
+    """A kept call's results are stored (a search embedding its user's waiting turns): queued among
+    other users' queries, it runs in a forward of its own texts, and the queries around it still
+    share theirs."""
+    encoder = HeldEncoder()
+    batcher = QueryBatcher(encoder, max_texts=64)
+    requests = [["first"], ["a query"], ["the user's turn", "and another"], ["a much longer query"],
+                ["q"]]
+    results = concurrent(batcher, encoder, requests, marks={2: kept})
+    batcher.close()
+    assert encoder.calls[1:] == [["a query"], ["the user's turn", "and another"],
+                                 ["a much longer query", "q"]]
     for request, result in zip(requests, results, strict=True):
         assert same(result, alone(request))
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from retrieval.api.states import SearchStates
-from retrieval.index.query_batcher import background
+from retrieval.index.query_batcher import kept
 from retrieval.memory.records import Turn
 
 
@@ -64,7 +64,7 @@ class UnindexedTurns:
         with self._lock:
             entries = self._waiting.pop(user, [])
         if entries:
-            with background(False):  # under the user's guard: its adds and searches wait for it
+            with kept():  # under the user's guard (its adds and searches wait): foreground, unshared
                 self._embedder(user, entries).encode(self._texts(entries))
             for entry in entries:
                 self.states.extend(user, entry.marks, turns=entry.turns)

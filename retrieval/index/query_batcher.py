@@ -4,19 +4,21 @@ calls before background ones; every forward runs on the process's model thread
 
 Foreground and background. A call is foreground (a search's query texts: someone is waiting for
 it) unless its thread is inside :func:`background` (the ingestion worker's steps, a flush's
-processing, consolidation jobs; inside those, ``background(False)`` marks a call someone waits
-for again). Before each forward the worker looks at the queue again: while a foreground call is
-queued no background forward starts, except one after every :data:`FOREGROUND_ROUNDS`
-foreground rounds in a row (so ingestion still moves under a steady stream of searches). A
+processing, consolidation jobs). Inside :func:`kept` a call is foreground but shares no forward:
+its results are stored (a search embedding its user's turns the worker has not embedded yet), so
+they must come from forwards of the caller's texts only, never padded beside another user's query.
+Before each forward the worker looks at the queue again: while a foreground call is queued no
+background forward starts, except one after every :data:`FOREGROUND_ROUNDS` foreground rounds in a
+row (so ingestion still moves under a steady stream of searches). A
 background call runs as forwards of at most :data:`BACKGROUND_TOKENS` padded tokens each (its
 texts in token-length order, so a forward pads little), so a foreground call queued behind
 background work waits for one such forward at most. Background calls run one after another,
 in arrival order.
 
 Joining. The foreground calls queued while a forward runs share the next forward (up to
-``max_texts`` texts in all, in arrival order; a call of more texts runs alone), padded to their
-longest text. A call that runs alone gets exactly what ``encoder.compute`` gives it. A call that
-shares a forward with calls of other lengths gets floats that differ from its own forward's in
+``max_texts`` texts in all, in arrival order; a call of more texts, or a kept call, runs alone),
+padded to their longest text. A call that runs alone gets exactly what ``encoder.compute`` gives
+it. A call that shares a forward with calls of other lengths gets floats that differ from its own forward's in
 the last bits (a text's floats depend on the length it is padded to; the bound and the codes are
 tested in ``tests/test_query_batcher.py``), the price of one forward instead of several.
 
@@ -60,25 +62,41 @@ class BatchableEncoder(Protocol):
 
 class _Marks(threading.local):
     background = False
+    kept = False
 
 
 _MARKS = _Marks()
 
 
 @contextmanager
-def background(marked: bool = True) -> Iterator[None]:
-    """The calls this thread makes inside are background calls (with ``marked`` False:
-    foreground calls again, for work someone waits for inside a background step)."""
-    previous, _MARKS.background = _MARKS.background, marked
+def background() -> Iterator[None]:
+    """The calls this thread makes inside are background calls."""
+    with _marked(background=True, kept=False):
+        yield
+
+
+@contextmanager
+def kept() -> Iterator[None]:
+    """The calls this thread makes inside are foreground calls whose results are stored: each
+    runs in forwards of its own texts only (see the module docstring)."""
+    with _marked(background=False, kept=True):
+        yield
+
+
+@contextmanager
+def _marked(*, background: bool, kept: bool) -> Iterator[None]:
+    previous = _MARKS.background, _MARKS.kept
+    _MARKS.background, _MARKS.kept = background, kept
     try:
         yield
     finally:
-        _MARKS.background = previous
+        _MARKS.background, _MARKS.kept = previous
 
 
 @dataclass
 class _Request:
     texts: list[str]
+    kept: bool = False  # shares no forward with other calls
     chunks: deque[list[int]] | None = None  # background: positions per forward left, once started
     parts: list[tuple[list[int], Encoded]] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
@@ -115,7 +133,7 @@ class QueryBatcher:
         (a background call) in forwards of its own, after every foreground call queued."""
         if is_model_thread():
             return self._run_inline(list(texts))
-        request = _Request(list(texts))
+        request = _Request(list(texts), kept=_MARKS.kept)
         with self._changed:
             if self._closed:
                 raise RuntimeError(CLOSED)
@@ -204,12 +222,12 @@ class QueryBatcher:
                 self._running = False
 
     def _groups(self, requests: list[_Request]) -> list[list[_Request]]:
-        """Consecutive requests of up to ``max_texts`` texts in all; a request of none or of more
-        than ``max_texts`` alone."""
+        """Consecutive requests of up to ``max_texts`` texts in all; a kept request, or one of none
+        or of more than ``max_texts`` texts, alone."""
         groups: list[list[_Request]] = []
         size = 0
         for request in requests:
-            joinable = 0 < len(request.texts) <= self.max_texts
+            joinable = 0 < len(request.texts) <= self.max_texts and not request.kept
             if joinable and groups and 0 < size and size + len(request.texts) <= self.max_texts:
                 groups[-1].append(request)
                 size += len(request.texts)

@@ -297,6 +297,41 @@ def test_a_version_4_store_migrates_and_counts_its_purges(tmp_path):
         assert mem.users() == [] and mem.store.ingestion_marks("u") == (0, 0, 1)
 
 
+@pytest.mark.parametrize("version", [6, 7])
+def test_ids_purged_before_the_id_marks_are_never_given_again_after_the_upgrade(tmp_path, version):
+    """Purges before version 7 left no marks of the ids they took (a version-7 store migrated from
+    an earlier one has them at 0): after the upgrade a new turn took the deleted turn's generated id
+    and a new segment the forgotten session's record ids, so a stale delete or read reached them."""
+    def unnamed(n: int) -> list[dict]:
+        return [{"speaker": "Ann", "text": f"turn {i} about gardens and tomatoes."} for i in range(n)]
+
+    with open_memory(tmp_path) as mem:
+        mem.add(unnamed(3), user_id="u", session_id="s1")
+        mem.flush(user_id="u", session_id="s1")
+        mem.add(chat("u", 4), user_id="u", session_id="s2")
+        mem.flush(user_id="u", session_id="s2")
+        forgotten = {item.id for item in mem.list(user_id="u", session_id="s2", limit=100).items}
+        mem.delete("u:turn:s1:3", user_id="u")
+        mem.forget(user_id="u", session_id="s2")
+    db = sqlite3.connect(tmp_path / AMUStore.DB_NAME)  # what the purges of earlier code left
+    db.executescript("ALTER TABLE purges DROP COLUMN next_seq; ALTER TABLE purges DROP COLUMN next_turn;"
+                     "PRAGMA user_version=6;" if version == 6 else
+                     "UPDATE purges SET next_seq = 0, next_turn = 0; PRAGMA user_version=7;")
+    db.close()
+    with open_memory(tmp_path) as mem:
+        added = mem.add(unnamed(1), user_id="u", session_id="s1")
+        mem.add(chat("v", 4), user_id="u", session_id="s3")
+        mem.flush(user_id="u", session_id="s3")
+        since = {item.id for item in mem.list(user_id="u", session_id="s3", limit=100).items}
+        # 7 turns ever stored: segments count on from 7, generated turn numbers from 2 * 7 + 1
+        assert added.turn_ids == ("s1:15",) and mem.get("u:turn:s1:15", user_id="u")
+        assert forgotten and since and all(item.startswith("u:7:") for item in since)
+        for stale in ["u:turn:s1:3", *forgotten]:
+            with pytest.raises(NotFound):
+                mem.get(stale, user_id="u")
+        assert mem.store.integrity_problems() == []
+
+
 def test_two_processes_opening_an_old_store_at_once_migrate_it_once(tmp_path, monkeypatch):
     """The version read before the migration's transaction may be stale: another process (here a
     consolidation's store, opened in between) migrated the store meanwhile. The second migration

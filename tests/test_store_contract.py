@@ -389,3 +389,29 @@ def test_writers_opening_a_new_store_at_once_share_the_first_secret(backend):
 
         store.meta = meta
         assert store_secret(store) == bytes.fromhex("ab" * 32)
+
+
+def test_the_ids_purged_before_the_marks_are_never_given_again_after_the_upgrade(backend):
+    """Purges before the id marks (SQLite version 7, PostgreSQL 5) left none, and that migration
+    set them at 0: the next one counts every user on past any id the earlier numbering can have
+    given (here 2 turns ever stored: segments from 2, generated turn numbers from 2 * 2 + 1), in a
+    store that lost a turn only."""
+    def upgrade_from_zero_marks() -> None:
+        with backend.open() as store:
+            backend.raw(store, "UPDATE purges SET next_seq = 0, next_turn = 0")
+            backend.raw(store, "PRAGMA user_version=7" if backend.name == "sqlite"
+                        else "UPDATE schema_version SET version = 5")
+
+    with backend.open() as store:
+        commit(store, 0, [make_amu(0, 0)])
+        store.purge("nobody", everything=True)  # a purges row, no turn lost
+    upgrade_from_zero_marks()
+    with backend.open() as store:
+        assert store.next_seq("conv-x") == 1 and store.last_turn_number("conv-x", "s9") == 0
+        commit(store, 1, [make_amu(1, 0)])
+        store.purge("conv-x", amu_ids=["conv-x:1:0"])  # the last segment and its turn D1:1
+    upgrade_from_zero_marks()
+    with backend.open() as store:
+        assert store.next_seq("conv-x") == 2 and store.last_turn_number("conv-x", "s9") == 4
+        assert store.next_seq("nobody") == 2 and store.last_turn_number("nobody", "s9") == 4
+        assert store.next_seq("new") == 0 and store.integrity_problems() == []

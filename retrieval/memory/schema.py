@@ -1,4 +1,4 @@
-"""The store's SQLite schema (version 7) and the migration of version-1 to -6 stores.
+"""The store's SQLite schema (version 8) and the migration of version-1 to -7 stores.
 
 Append-only by triggers: raw turns never change; an AMU's fact never changes (only its
 ``archived`` flag, one way, its fingerprint, a derived index key, and its ``successor``, the
@@ -42,8 +42,17 @@ Version 7 adds to each ``purges`` row the numbers the user's ids count on from: 
 past the highest segment number the user ever had, and ``next_turn``, one past the highest number
 of a purged turn id of the form ``<session>:<n>``. A purge raises them, so a record id
 (``<user>:<segment>:<n>``) or a generated turn id never names new data after its old data went,
-and a stale delete or read of an old id finds nothing. Its migration adds the columns at 0: the
-purges made before it left no such marks.
+and a stale delete or read of an old id finds nothing. Its migration added the columns at 0.
+
+Version 8 sets the marks for the purges made before version 7, which left none. When the store
+ever lost a turn (the turns' AUTOINCREMENT counter, the turns ever stored, exceeds the turns there)
+its migration raises the marks of every user it knows (stored turns or a ``purges`` row) past any
+id the numbering before version 7 can have given: ``next_seq`` to the turns ever stored (each
+segment covered turns no other segment had, and was numbered one past the highest kept), and
+``next_turn`` to one past twice that (a generated number counted on from the session's stored
+turns, skipping only stored ids). Two kinds of purged id stay unknowable: a caller's own id of the
+form ``<session>:<n>``, and the ids of a user forgotten whole before version 5 (nothing of it is
+left).
 """
 
 from __future__ import annotations
@@ -58,7 +67,7 @@ from retrieval.memory.fts import FTS_TOKENIZER
 from retrieval.memory.indexing import backfill
 from retrieval.memory.records import Turn
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 TABLES = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -251,9 +260,10 @@ def _statements(script: str) -> list[str]:
 
 
 def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
-    """Bring a new (0), version-1 to -6 store to :data:`SCHEMA_VERSION`, in the caller's
+    """Bring a new (0), version-1 to -7 store to :data:`SCHEMA_VERSION`, in the caller's
     transaction (version 1 goes through version 2; versions 4 and 5 only add tables and the purge
-    guard; version 6 re-keys the cache tables by user; version 7 adds the id marks to ``purges``)."""
+    guard; version 6 re-keys the cache tables by user; version 7 adds the id marks to ``purges``;
+    version 8 sets them for the purges made before version 7)."""
     if version == 1:
         _alter(db, _V1_COLUMNS)
         db.execute("DROP TRIGGER IF EXISTS segments_append_only")  # v1's forbade the checksum update below
@@ -275,6 +285,7 @@ def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
         backfill(db)  # the evidence indexes of the AMUs stored before version 3
     if version in range(2, 6):  # version 1 had no cache tables
         _cache_by_user(db)
+    _mark_earlier_purges(db)
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
 
@@ -293,6 +304,20 @@ def _cache_by_user(db: sqlite3.Connection) -> None:
                    f"({user_texts('conversation_id')})) AS u "
                    f"JOIN {table}_v5 AS c ON c.item = u.item")
         db.execute(f"DROP TABLE {table}_v5")
+
+
+def _mark_earlier_purges(db: sqlite3.Connection) -> None:
+    """Raise each known user's id marks past every id the numbering before version 7 can have
+    given, when the store ever lost a turn (version 8, see the module docstring)."""
+    ever, now = db.execute("SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'turns'), 0), "
+                           "(SELECT COUNT(*) FROM turns)").fetchone()
+    if ever > now:
+        db.execute("INSERT INTO purges (conversation_id, count, next_seq, next_turn) "
+                   "SELECT conversation_id, 0, ?, ? FROM "
+                   "(SELECT conversation_id FROM turns UNION SELECT conversation_id FROM purges) "
+                   "WHERE true ON CONFLICT (conversation_id) DO UPDATE SET "
+                   "next_seq = max(next_seq, excluded.next_seq), "
+                   "next_turn = max(next_turn, excluded.next_turn)", (ever, 2 * ever + 1))
 
 
 def _alter(db: sqlite3.Connection, columns: str) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from retrieval.memory.cache import CachedEmbedder, CachedFingerprinter, model_key, text_key
-from retrieval.memory.schema import SCHEMA_VERSION
+from retrieval.memory.schema import EARLIER_IDS_BOUND, SCHEMA_VERSION
 from retrieval.memory.store import AMUStore
 from tests.test_amu_store import commit, make_amu
 from tests.test_ingest import HashEmbedder
@@ -137,7 +137,8 @@ def test_a_version_5_store_gives_its_cache_to_the_users_whose_texts_hold_it_keep
         assert store.cached("codes", "f", "conv-x", keys[:1]) == [b"\x01"]
         assert store.cached("vectors", "m", "someone", keys) == [None] * 3
         assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
-        assert store.ingestion_marks("gone")[2] == 2 and store.next_seq("gone") == 0  # no turn lost: no marks
+        assert store.ingestion_marks("gone")[2] == 2 and store.next_seq("gone") == EARLIER_IDS_BOUND
         store.purge("gone", everything=True)
-        assert [tuple(row) for row in store._db.execute("SELECT * FROM purges")] == [("gone", 3, 0, 0)]
+        marks = store._db.execute("SELECT * FROM purges WHERE conversation_id = 'gone'").fetchall()
+        assert [tuple(row) for row in marks] == [("gone", 3, EARLIER_IDS_BOUND, EARLIER_IDS_BOUND)]
         assert store.integrity_problems() == []

@@ -323,9 +323,9 @@ def test_ids_purged_before_the_id_marks_are_never_given_again_after_the_upgrade(
         mem.add(chat("v", 4), user_id="u", session_id="s3")
         mem.flush(user_id="u", session_id="s3")
         since = {item.id for item in mem.list(user_id="u", session_id="s3", limit=100).items}
-        # 7 turns ever stored: segments count on from 7, generated turn numbers from 2 * 7 + 1
-        assert added.turn_ids == ("s1:15",) and mem.get("u:turn:s1:15", user_id="u")
-        assert forgotten and since and all(item.startswith("u:7:") for item in since)
+        # segments and generated turn numbers count on from EARLIER_IDS_BOUND
+        assert added.turn_ids == ("s1:1000000000",) and mem.get("u:turn:s1:1000000000", user_id="u")
+        assert forgotten and since and all(item.startswith("u:1000000000:") for item in since)
         for stale in ["u:turn:s1:3", *forgotten]:
             with pytest.raises(NotFound):
                 mem.get(stale, user_id="u")

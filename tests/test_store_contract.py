@@ -11,6 +11,7 @@ from retrieval.api.inputs import TurnInput
 from retrieval.memory.cache import text_key
 from retrieval.memory.errors import StoreError, StoreMismatch
 from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn, amu_id
+from retrieval.memory.schema import EARLIER_IDS_BOUND
 from tests.test_amu_store import WHEN, commit, make_amu, make_turn
 
 
@@ -393,25 +394,37 @@ def test_writers_opening_a_new_store_at_once_share_the_first_secret(backend):
 
 def test_the_ids_purged_before_the_marks_are_never_given_again_after_the_upgrade(backend):
     """Purges before the id marks (SQLite version 7, PostgreSQL 5) left none, and that migration
-    set them at 0: the next one counts every user on past any id the earlier numbering can have
-    given (here 2 turns ever stored: segments from 2, generated turn numbers from 2 * 2 + 1), in a
-    store that lost a turn only."""
-    def upgrade_from_zero_marks() -> None:
-        with backend.open() as store:
-            backend.raw(store, "UPDATE purges SET next_seq = 0, next_turn = 0")
-            backend.raw(store, "PRAGMA user_version=7" if backend.name == "sqlite"
-                        else "UPDATE schema_version SET version = 5")
-
+    set them at 0: the next one counts every user it knows on from one bound past any id the
+    earlier numbering can have given, the same for a user that purged and one that did not (its
+    own counts would tell a user how much the others wrote); a new user counts from 0."""
     with backend.open() as store:
         commit(store, 0, [make_amu(0, 0)])
-        store.purge("nobody", everything=True)  # a purges row, no turn lost
-    upgrade_from_zero_marks()
-    with backend.open() as store:
-        assert store.next_seq("conv-x") == 1 and store.last_turn_number("conv-x", "s9") == 0
         commit(store, 1, [make_amu(1, 0)])
         store.purge("conv-x", amu_ids=["conv-x:1:0"])  # the last segment and its turn D1:1
-    upgrade_from_zero_marks()
+        store.append_turns("quiet", [Turn("quiet", "s1", "s1:1", "Bob", "hello", WHEN)])
+        store.purge("gone", everything=True)  # a purges row, no turn
+        backend.raw(store, "UPDATE purges SET next_seq = 0, next_turn = 0")
+        backend.raw(store, "PRAGMA user_version=7" if backend.name == "sqlite"
+                    else "UPDATE schema_version SET version = 5")
+        assert store.next_seq("conv-x") == 1 and store.last_turn_number("conv-x", "s9") == 0
     with backend.open() as store:
-        assert store.next_seq("conv-x") == 2 and store.last_turn_number("conv-x", "s9") == 4
-        assert store.next_seq("nobody") == 2 and store.last_turn_number("nobody", "s9") == 4
-        assert store.next_seq("new") == 0 and store.integrity_problems() == []
+        for user in ("conv-x", "quiet", "gone"):
+            assert store.next_seq(user) == EARLIER_IDS_BOUND
+            assert store.last_turn_number(user, "s1") == EARLIER_IDS_BOUND - 1
+        assert store.next_seq("new") == 0 and store.last_turn_number("new", "s1") == 0
+        assert store.integrity_problems() == []
+
+
+def test_past_500_million_turns_ever_stored_the_ids_count_on_past_what_they_can_have_reached(backend):
+    """Before the marks a segment number stayed below the turns ever stored and a generated turn
+    number at most twice them: in a store whose turn counter passed the bound both count on from
+    past those instead."""
+    with backend.open() as store:
+        commit(store, 0, [make_amu(0, 0)])
+        backend.raw(store, "UPDATE sqlite_sequence SET seq = 1500000000 WHERE name = 'turns'"
+                    if backend.name == "sqlite" else "SELECT setval('turns_position_seq', 1500000000)")
+        backend.raw(store, "PRAGMA user_version=7" if backend.name == "sqlite"
+                    else "UPDATE schema_version SET version = 5")
+    with backend.open() as store:
+        assert store.next_seq("conv-x") == 1_500_000_000
+        assert store.last_turn_number("conv-x", "s1") == 3_000_000_000

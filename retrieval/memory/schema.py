@@ -44,15 +44,19 @@ of a purged turn id of the form ``<session>:<n>``. A purge raises them, so a rec
 (``<user>:<segment>:<n>``) or a generated turn id never names new data after its old data went,
 and a stale delete or read of an old id finds nothing. Its migration added the columns at 0.
 
-Version 8 sets the marks for the purges made before version 7, which left none. When the store
-ever lost a turn (the turns' AUTOINCREMENT counter, the turns ever stored, exceeds the turns there)
-its migration raises the marks of every user it knows (stored turns or a ``purges`` row) past any
-id the numbering before version 7 can have given: ``next_seq`` to the turns ever stored (each
-segment covered turns no other segment had, and was numbered one past the highest kept), and
-``next_turn`` to one past twice that (a generated number counted on from the session's stored
-turns, skipping only stored ids). Two kinds of purged id stay unknowable: a caller's own id of the
-form ``<session>:<n>``, and the ids of a user forgotten whole before version 5 (nothing of it is
-left).
+Version 8 sets the marks for the purges made before version 7, which left none. No purged id is
+left to read them from, so its migration raises the marks of every user the store knows (stored
+turns or a ``purges`` row), purged or not, past any id the earlier numbering can have given. With
+T the turns ever stored (the turns' AUTOINCREMENT counter): a segment was numbered one past the
+highest kept and covered turns no other segment had, so its number stayed below T; a generated
+turn number counted on from the session's stored turns, skipping only stored ids, so it stayed at
+most 2T. Both marks go to :data:`EARLIER_IDS_BOUND`, one billion (``next_seq`` to T and
+``next_turn`` to 2T + 1 where those are higher, past 500 million turns): one bound for every user,
+since marks drawn from the store's counts, or raised only where something was purged, would tell
+each user how much the others wrote, or that one of them deleted. A store from before purging
+existed (versions 1 to 3) keeps its numbering. Two kinds of purged id stay unknowable: a caller's
+own id of the form ``<session>:<n>``, and the ids of a user forgotten whole before version 5
+(nothing of it is left).
 """
 
 from __future__ import annotations
@@ -68,6 +72,9 @@ from retrieval.memory.indexing import backfill
 from retrieval.memory.records import Turn
 
 SCHEMA_VERSION = 8
+
+EARLIER_IDS_BOUND = 10**9
+"""Where the migration to version 8 counts each known user's ids on from (see the module docstring)."""
 
 TABLES = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -285,7 +292,8 @@ def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
         backfill(db)  # the evidence indexes of the AMUs stored before version 3
     if version in range(2, 6):  # version 1 had no cache tables
         _cache_by_user(db)
-    _mark_earlier_purges(db)
+    if version in range(4, 8):  # purging came with version 4
+        _mark_earlier_purges(db)
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
 
@@ -308,16 +316,16 @@ def _cache_by_user(db: sqlite3.Connection) -> None:
 
 def _mark_earlier_purges(db: sqlite3.Connection) -> None:
     """Raise each known user's id marks past every id the numbering before version 7 can have
-    given, when the store ever lost a turn (version 8, see the module docstring)."""
-    ever, now = db.execute("SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'turns'), 0), "
-                           "(SELECT COUNT(*) FROM turns)").fetchone()
-    if ever > now:
-        db.execute("INSERT INTO purges (conversation_id, count, next_seq, next_turn) "
-                   "SELECT conversation_id, 0, ?, ? FROM "
-                   "(SELECT conversation_id FROM turns UNION SELECT conversation_id FROM purges) "
-                   "WHERE true ON CONFLICT (conversation_id) DO UPDATE SET "
-                   "next_seq = max(next_seq, excluded.next_seq), "
-                   "next_turn = max(next_turn, excluded.next_turn)", (ever, 2 * ever + 1))
+    given (version 8, see the module docstring)."""
+    (ever,) = db.execute("SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'turns'), 0)"
+                         ).fetchone()
+    marks = (max(EARLIER_IDS_BOUND, ever), max(EARLIER_IDS_BOUND, 2 * ever + 1))
+    db.execute("INSERT INTO purges (conversation_id, count, next_seq, next_turn) "
+               "SELECT conversation_id, 0, ?, ? FROM "
+               "(SELECT conversation_id FROM turns UNION SELECT conversation_id FROM purges) "
+               "WHERE true ON CONFLICT (conversation_id) DO UPDATE SET "
+               "next_seq = max(next_seq, excluded.next_seq), "
+               "next_turn = max(next_turn, excluded.next_turn)", marks)
 
 
 def _alter(db: sqlite3.Connection, columns: str) -> None:

@@ -18,8 +18,7 @@ Version 3 adds ``purges``, each user's count of purges, as the SQLite store's ve
 Version 4 keys the cache tables by user, as the SQLite store's version 6 does.
 Version 5 adds the numbers each user's ids count on from to ``purges``, as the SQLite store's
 version 7 does, and version 6 sets them for the purges made before it, as the SQLite store's
-version 8 does (the turns' sequence counts the turns ever stored; a sequence also counts inserts
-that rolled back, so it may find a lost turn where none was purged and raise the marks anyway).
+version 8 does (the turns' sequence counts the turns ever stored, and inserts that rolled back).
 
 The invariants are PostgreSQL triggers, as SQLite's are: raw turns never change; a record's fact
 never changes (only ``archived``, one way, ``fingerprint`` and ``successor``), and archiving drops
@@ -37,7 +36,7 @@ import psycopg
 
 from retrieval.memory.errors import StoreError
 from retrieval.memory.postgres.versions import COMMIT_SLOTS
-from retrieval.memory.schema import user_texts
+from retrieval.memory.schema import EARLIER_IDS_BOUND, user_texts
 from retrieval.memory.store_contract import needs_migration
 
 if TYPE_CHECKING:
@@ -175,12 +174,12 @@ ALTER TABLE purges ADD COLUMN next_seq bigint NOT NULL DEFAULT 0,
                    ADD COLUMN next_turn bigint NOT NULL DEFAULT 0;
 """
 
-_EARLIER_PURGE_MARKS = """
+_EARLIER_PURGE_MARKS = f"""
 INSERT INTO purges (user_id, count, next_seq, next_turn)
-SELECT known.user_id, 0, ever.turns, 2 * ever.turns + 1
+SELECT known.user_id, 0, greatest({EARLIER_IDS_BOUND}, ever.turns),
+       greatest({EARLIER_IDS_BOUND}, 2 * ever.turns + 1)
 FROM (SELECT user_id FROM turns UNION SELECT user_id FROM purges) AS known,
      (SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS turns FROM turns_position_seq) AS ever
-WHERE ever.turns > (SELECT count(*) FROM turns)
 ON CONFLICT (user_id) DO UPDATE SET next_seq = greatest(purges.next_seq, excluded.next_seq),
                                     next_turn = greatest(purges.next_turn, excluded.next_turn);
 """

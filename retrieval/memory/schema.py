@@ -47,16 +47,16 @@ and a stale delete or read of an old id finds nothing. Its migration added the c
 Version 8 sets the marks for the purges made before version 7, which left none. No purged id is
 left to read them from, so its migration raises the marks of every user the store knows (stored
 turns or a ``purges`` row), purged or not, past any id the earlier numbering can have given. With
-T the turns ever stored (the turns' AUTOINCREMENT counter): a segment was numbered one past the
-highest kept and covered turns no other segment had, so its number stayed below T; a generated
-turn number counted on from the session's stored turns, skipping only stored ids, so it stayed at
-most 2T. Both marks go to :data:`EARLIER_IDS_BOUND`, one billion (``next_seq`` to T and
-``next_turn`` to 2T + 1 where those are higher, past 500 million turns): one bound for every user,
-since marks drawn from the store's counts, or raised only where something was purged, would tell
-each user how much the others wrote, or that one of them deleted. A store from before purging
-existed (versions 1 to 3) keeps its numbering. Two kinds of purged id stay unknowable: a caller's
-own id of the form ``<session>:<n>``, and the ids of a user forgotten whole before version 5
-(nothing of it is left).
+T the turns ever stored (the turns' AUTOINCREMENT counter), a generated turn number stayed at most
+2T (it counted on from the session's stored turns, skipping only stored ids), and a segment number
+below T (one past the highest kept, each segment covering turns no other had), save that the first
+versions of the memory API used a number up at each failed commit of a segment. Both marks go to
+:data:`EARLIER_IDS_BOUND`, one billion, which leaves room for those (past 500 million turns,
+``next_seq`` to T and ``next_turn`` to 2T + 1 where higher): one bound for every user, since marks
+drawn from the store's counts, or raised only where something was purged, would tell each user how
+much the others wrote, or that one of them deleted. A store from before purging existed (versions
+1 to 3) keeps its numbering. Two kinds of purged id stay unknowable: a caller's own id of the form
+``<session>:<n>``, and the ids of a user forgotten whole before version 5 (nothing of it is left).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A copied user is a user of its own: the source's turns, segments and records under the target's
 id (searched alike, scores equal), isolated from the source afterwards (adds and purges of one
 never show in the other), written all or none; a user that is not settled, or a target that holds
-something, is refused naming the argument."""
+or held something, is refused naming the argument."""
 
 from __future__ import annotations
 
@@ -72,7 +72,12 @@ def test_after_the_copy_each_user_changes_alone(memory: Memory) -> None:
     memory.forget(user_id="b")
     assert memory.store.count("b") == 0 and not memory.store.has_user("b")
     assert hits(memory, "as1 story 3 tomatoes", "a") == before
-    assert copy_user(memory, "a", "b") == memory.store.count("a")  # a forgotten user is empty again
+    with pytest.raises(InvalidInput) as forgotten:  # b's old ids (b:0:0, b:turn:as1-0) would name the copy
+        copy_user(memory, "a", "b")
+    assert forgotten.value.field == "target_user_id" and memory.store.count("b") == 0
+    with pytest.raises(NotFound):
+        memory.get(f"b:{before[0][0].split(':', 1)[1]}", user_id="b")
+    assert copy_user(memory, "a", "c") == memory.store.count("a")
 
 
 def test_refusals_name_the_argument(memory: Memory) -> None:

@@ -15,8 +15,9 @@ other.
 
 Only a settled user is copied: every turn in a committed segment (no ingestion backlog, no open
 segment; :meth:`Memory.drain` first) and no archived record (a consolidated or re-extracted user
-has history the segment write does not carry). The target must hold nothing. Each refusal is one
-typed error naming the argument.
+has history the segment write does not carry). The target must hold nothing and never have held
+anything: the copy keeps the source's segment numbers and turn ids, so a purged user's old ids
+would name the copied data. Each refusal is one typed error naming the argument.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ def copy_user(memory: Memory, source_user_id: str, target_user_id: str) -> int:
     store = memory.store
     if not store.has_user(source):
         raise NotFound(f"no user {source!r} to copy", "source_user_id")
-    if store.has_user(target) or store.count(target):
-        raise InvalidInput(f"user {target!r} already holds turns or records; copy into a new user id",
+    if store.has_user(target) or store.count(target) or store.purge_count(target):
+        raise InvalidInput(f"user {target!r} holds or held turns or records; copy into a new user id",
                            "target_user_id")
     segments = _settled(memory, source)
     store.commit_segments(_renamed(segments, source, target))

@@ -392,6 +392,12 @@ def test_writers_opening_a_new_store_at_once_share_the_first_secret(backend):
         assert store_secret(store) == bytes.fromhex("ab" * 32)
 
 
+def back_before_version_8(backend, store) -> None:
+    """Mark the store as the version before the earlier purges' id marks (SQLite 7, PostgreSQL 5)."""
+    backend.raw(store, "PRAGMA user_version=7" if backend.name == "sqlite"
+                else "UPDATE schema_version SET version = 5")
+
+
 def test_the_ids_purged_before_the_marks_are_never_given_again_after_the_upgrade(backend):
     """Purges before the id marks (SQLite version 7, PostgreSQL 5) left none, and that migration
     set them at 0: the next one counts every user it knows on from one bound past any id the
@@ -404,8 +410,7 @@ def test_the_ids_purged_before_the_marks_are_never_given_again_after_the_upgrade
         store.append_turns("quiet", [Turn("quiet", "s1", "s1:1", "Bob", "hello", WHEN)])
         store.purge("gone", everything=True)  # a purges row, no turn
         backend.raw(store, "UPDATE purges SET next_seq = 0, next_turn = 0")
-        backend.raw(store, "PRAGMA user_version=7" if backend.name == "sqlite"
-                    else "UPDATE schema_version SET version = 5")
+        back_before_version_8(backend, store)
         assert store.next_seq("conv-x") == 1 and store.last_turn_number("conv-x", "s9") == 0
     with backend.open() as store:
         for user in ("conv-x", "quiet", "gone"):
@@ -423,8 +428,7 @@ def test_past_500_million_turns_ever_stored_the_ids_count_on_past_what_they_can_
         commit(store, 0, [make_amu(0, 0)])
         backend.raw(store, "UPDATE sqlite_sequence SET seq = 1500000000 WHERE name = 'turns'"
                     if backend.name == "sqlite" else "SELECT setval('turns_position_seq', 1500000000)")
-        backend.raw(store, "PRAGMA user_version=7" if backend.name == "sqlite"
-                    else "UPDATE schema_version SET version = 5")
+        back_before_version_8(backend, store)
     with backend.open() as store:
         assert store.next_seq("conv-x") == 1_500_000_000
         assert store.last_turn_number("conv-x", "s1") == 3_000_000_000

@@ -60,15 +60,14 @@ from retrieval.memory.meta_keys import COMPACTION_OWED, MERGE_KEY, USER_KEYS
 from retrieval.memory.reads import AMU_COLUMNS, amu_from_row, segment_from_row, turn_from_row
 from retrieval.memory.record_writes import insert_amu
 from retrieval.memory.records import AMU, SegmentRecord, Turn
-from retrieval.memory.schema import turns_sha256
+from retrieval.memory.schema import RAISE_ID_MARKS, turns_sha256
 from retrieval.memory.sqlite_part import SQLitePart
 
 CHECKPOINT_WAIT_S = 1.0
 """How long a compaction's WAL checkpoint waits for readers of older snapshots to finish."""
 
 COUNT_PURGE = ("INSERT INTO purges (conversation_id, count, next_seq, next_turn) VALUES (?, 1, ?, ?) "
-               "ON CONFLICT (conversation_id) DO UPDATE SET count = count + 1, "
-               "next_seq = max(next_seq, excluded.next_seq), next_turn = max(next_turn, excluded.next_turn)")
+               f"ON CONFLICT (conversation_id) DO UPDATE SET count = count + 1, {RAISE_ID_MARKS}")
 """One more purge of the user (a change marker of it:
 :meth:`retrieval.memory.versions.StoreVersions.ingestion_marks`), raising the numbers its ids
 count on from to :func:`id_marks`."""

@@ -76,6 +76,9 @@ SCHEMA_VERSION = 8
 EARLIER_IDS_BOUND = 10**9
 """Where the migration to version 8 counts each known user's ids on from (see the module docstring)."""
 
+RAISE_ID_MARKS = "next_seq = max(next_seq, excluded.next_seq), next_turn = max(next_turn, excluded.next_turn)"
+"""The upsert clause that raises a ``purges`` row's id marks, never lowers them."""
+
 TABLES = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS turns (
@@ -323,9 +326,7 @@ def _mark_earlier_purges(db: sqlite3.Connection) -> None:
     db.execute("INSERT INTO purges (conversation_id, count, next_seq, next_turn) "
                "SELECT conversation_id, 0, ?, ? FROM "
                "(SELECT conversation_id FROM turns UNION SELECT conversation_id FROM purges) "
-               "WHERE true ON CONFLICT (conversation_id) DO UPDATE SET "
-               "next_seq = max(next_seq, excluded.next_seq), "
-               "next_turn = max(next_turn, excluded.next_turn)", marks)
+               f"WHERE true ON CONFLICT (conversation_id) DO UPDATE SET {RAISE_ID_MARKS}", marks)
 
 
 def _alter(db: sqlite3.Connection, columns: str) -> None:

@@ -21,7 +21,7 @@ from retrieval.memory.errors import StoreError
 from retrieval.memory.indexing import frame_label
 from retrieval.memory.meta_keys import MERGE_KEY, USER_KEYS
 from retrieval.memory.postgres.reads import AMU_COLUMNS, SEGMENT_COLUMNS, TURN_COLUMNS
-from retrieval.memory.postgres.schema import COMPACTED, PURGING
+from retrieval.memory.postgres.schema import COMPACTED, PURGING, RAISE_ID_MARKS
 from retrieval.memory.postgres.writes import insert_amu
 from retrieval.memory.purge import Purged, Stored, id_marks, named_records, select
 from retrieval.memory.reads import amu_from_row, segment_from_row, turn_from_row
@@ -33,9 +33,7 @@ if TYPE_CHECKING:
 
 
 _COUNT_PURGE = ("INSERT INTO purges (user_id, count, next_seq, next_turn) VALUES (%s, 1, %s, %s) "
-                "ON CONFLICT (user_id) DO UPDATE SET count = purges.count + 1, "
-                "next_seq = greatest(purges.next_seq, excluded.next_seq), "
-                "next_turn = greatest(purges.next_turn, excluded.next_turn)")
+                f"ON CONFLICT (user_id) DO UPDATE SET count = purges.count + 1, {RAISE_ID_MARKS}")
 """One more purge of the user, raising its ids' marks (as the SQLite store's ``COUNT_PURGE``)."""
 
 

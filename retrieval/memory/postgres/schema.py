@@ -174,14 +174,17 @@ ALTER TABLE purges ADD COLUMN next_seq bigint NOT NULL DEFAULT 0,
                    ADD COLUMN next_turn bigint NOT NULL DEFAULT 0;
 """
 
+RAISE_ID_MARKS = ("next_seq = greatest(purges.next_seq, excluded.next_seq), "
+                  "next_turn = greatest(purges.next_turn, excluded.next_turn)")
+"""The upsert clause that raises a ``purges`` row's id marks, never lowers them."""
+
 _EARLIER_PURGE_MARKS = f"""
 INSERT INTO purges (user_id, count, next_seq, next_turn)
 SELECT known.user_id, 0, greatest({EARLIER_IDS_BOUND}, ever.turns),
        greatest({EARLIER_IDS_BOUND}, 2 * ever.turns + 1)
 FROM (SELECT user_id FROM turns UNION SELECT user_id FROM purges) AS known,
      (SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS turns FROM turns_position_seq) AS ever
-ON CONFLICT (user_id) DO UPDATE SET next_seq = greatest(purges.next_seq, excluded.next_seq),
-                                    next_turn = greatest(purges.next_turn, excluded.next_turn);
+ON CONFLICT (user_id) DO UPDATE SET {RAISE_ID_MARKS};
 """
 
 MIGRATIONS: tuple[str, ...] = (_TABLES + _TRIGGERS, _KEYS, _PURGES, _CACHE_BY_USER, _ID_MARKS,

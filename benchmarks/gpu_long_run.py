@@ -12,6 +12,7 @@ starting point (trained − k-means as the code route of ``multi+code``; each co
     python benchmarks/gpu_long_run.py --data-root ../shared/data/dailydialog \\
         --locomo ../shared/data/locomo/locomo_dev.json --out runs/gpu_long
     python benchmarks/gpu_long_run.py --tiny --locomo LOCOMO.json --out /tmp/gpu_long_tiny   # CPU, 2 steps
+    python benchmarks/gpu_long_run.py --max-minutes 4 --out runs/gpu_long   # a shorter lease: train 4 minutes
 
 ``--tiny`` runs the same config on the CPU (32-true) for 2 steps of 4 pairs of the project's
 synthetic corpus, to check the whole path (LoRA on the warm start, export, evaluation, summary)
@@ -58,11 +59,21 @@ def _run(step: str, command: Sequence[str]) -> None:
         raise RunError(f"{step} failed (exit {result.returncode}): {last}")
 
 
-def train(data_root: str, out: Path, tiny: bool) -> Path:
-    """Train the GPU config (or its tiny CPU form); returns the exported fingerprinter."""
+def max_time(minutes: int) -> str:
+    """Lightning's ``DD:HH:MM:SS`` for a whole number of minutes."""
+    if minutes < 1:
+        raise RunError(f"--max-minutes must be at least 1, got {minutes}")
+    return f"{minutes // 1440:02d}:{minutes // 60 % 24:02d}:{minutes % 60:02d}:00"
+
+
+def train(data_root: str, out: Path, tiny: bool, minutes: int | None = None) -> Path:
+    """Train the GPU config (or its tiny CPU form), stopped after ``minutes`` when given rather
+    than the config's 9; returns the exported fingerprinter."""
+    limit = ("--trainer.max_time", max_time(minutes)) if minutes is not None else ()
     _run("training", [sys.executable, "-m", "training.fit", "--config", str(CONFIG), "--data.root", data_root,
                       "--data.cache_dir", str(out / "cache"), "--trainer.enable_progress_bar", "false",
-                      "--trainer.logger.init_args.save_dir", str(out / "runs"), *(TINY if tiny else ())])
+                      "--trainer.logger.init_args.save_dir", str(out / "runs"), *(TINY if tiny else ()),
+                      *limit])
     exports = sorted((out / "runs" / RUN_NAME).glob("version_*/fingerprinter"),
                      key=lambda p: p.stat().st_mtime)
     if not exports:
@@ -101,6 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="directory for the run, the evaluation and summary.json")
     parser.add_argument("--tiny", action="store_true",
                         help="2 CPU steps on the synthetic corpus (a test of the path)")
+    parser.add_argument("--max-minutes", type=int,
+                        help="stop training after this many minutes instead of the config's 9 "
+                             "(to fit a shorter lease; the summary reports the steps reached)")
     args = parser.parse_args(argv)
     locomo = args.locomo if args.locomo.is_absolute() else Path.cwd() / args.locomo
     out = args.out if args.out.is_absolute() else Path.cwd() / args.out
@@ -111,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.tiny and not Path(data_root, "train").is_dir():
             raise RunError(f"{data_root}: not a DailyDialog release directory (no train/)")
         started = time.perf_counter()
-        fingerprinter = train(data_root, out, args.tiny)
+        fingerprinter = train(data_root, out, args.tiny, args.max_minutes)
         trained = time.perf_counter()
         questions = evaluate(fingerprinter, locomo, out)
         seconds = {"train": trained - started, "evaluate": time.perf_counter() - trained}

@@ -57,3 +57,14 @@ def test_bad_input_is_one_error_line_and_exit_2(tmp_path):
                              str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.startswith("error:") and "absent.json" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_max_minutes_is_lightnings_max_time_and_at_least_one(tmp_path):
+    from benchmarks.gpu_long_run import max_time
+
+    assert [max_time(m) for m in (4, 90, 1500)] == ["00:00:04:00", "00:01:30:00", "01:01:00:00"]
+    locomo = write_locomo(tmp_path / "locomo.json")
+    result = subprocess.run([*SCRIPT, "--tiny", "--max-minutes", "0", "--locomo", locomo, "--out",
+                             str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.startswith("error: --max-minutes must be at least 1")
+    assert not (tmp_path / "out" / "runs").exists()

@@ -17,6 +17,7 @@ the codebook lookup are left out, so the estimate is a little low. The peak come
 ``--peak-tflops`` or a table of device names (H100/H200 SXM 989 TFLOP/s dense bf16).
 
     python benchmarks/gpu_check.py --steps 300 --json perf/gpu_check.json
+    python benchmarks/gpu_check.py --steps 50 --profile 5    # then where a step's time goes
     python benchmarks/gpu_check.py --tiny --json /tmp/gpu_check.json   # CPU, tiny model, fp32
 """
 
@@ -27,6 +28,7 @@ import contextlib
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -159,8 +161,40 @@ def run(config: ISQConfig, vocab: int, shape: Shape, device: torch.device, bf16:
         if cuda:
             torch.cuda.synchronize()
         seconds.append(time.perf_counter() - began)
-    return {"model": model, "seconds": seconds, "loss": float(losses[-1]),
+    return {"model": model, "seconds": seconds, "loss": float(losses[-1]), "step": step,
+            "next_step": warmup + steps,
             "peak_memory_bytes": torch.cuda.max_memory_allocated() if cuda else None}
+
+
+def profile(step: Callable[[int], torch.Tensor], first: int, count: int, cuda: bool,
+            step_ms: float) -> dict[str, Any]:
+    """Profile ``count`` more steps: the time the device spends in kernels a step, as a share of
+    ``step_ms`` (the unprofiled median: the profiler slows the host, not the kernels; the rest of
+    a step the device waits on the host's launches and synchronisations), and the operators that
+    take most host time and most device time, printed as torch.profiler's tables."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    began = time.perf_counter()
+    with torch_profile(activities=activities) as prof:
+        for index in range(first, first + count):
+            step(index)
+        if cuda:
+            torch.cuda.synchronize()
+    profiled_ms = 1e3 * (time.perf_counter() - began) / count
+    figures: dict[str, Any] = {"steps": count, "profiled_step_ms": profiled_ms}
+    averages = prof.key_averages()
+    print(averages.table(sort_by="self_cpu_time_total", row_limit=12))
+    if cuda:
+        print(averages.table(sort_by="self_device_time_total", row_limit=12))
+        kernel_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
+        figures["device_busy_ms"] = kernel_us / 1e3 / count
+        figures["device_busy_fraction"] = figures["device_busy_ms"] / step_ms
+        print(f"the device is busy in kernels {figures['device_busy_ms']:.1f} ms of a {step_ms:.1f} ms step "
+              f"({figures['device_busy_fraction']:.0%}); the rest it waits on the host")
+    return figures
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -171,6 +205,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--peak-tflops", type=float, help="the device's dense bf16 peak in TFLOP/s "
                                                            "(default: from its name)")
     parser.add_argument("--tiny", action="store_true", help="tiny random model on CPU, fp32, a few steps")
+    parser.add_argument("--batch", type=int, default=32, help="contexts a step (the paper's 32)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="then profile N more steps: device busy time and the costliest operators")
     parser.add_argument("--json", help="write the figures to this JSON file")
     args = parser.parse_args(argv)
     if args.tiny:
@@ -184,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
             parser.exit(2, "gpu_check: no CUDA device is available; run it on a GPU machine, or pass --tiny "
                            "for the CPU smoke run\n")
         config, vocab = paper_config()
-        shape, device, bf16 = Shape(32, 192, 64), torch.device("cuda"), True
+        shape, device, bf16 = Shape(args.batch, 192, 64), torch.device("cuda"), True
         device_name = torch.cuda.get_device_name(device)
 
     result = run(config, vocab, shape, device, bf16, args.steps, args.warmup)
@@ -228,6 +265,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"model FLOPs {flops_per_step / 1e12:.2f} TFLOP/step, "
           f"achieved {figures['achieved_tflops']:.1f} TFLOP/s, MFU {shown}")
     print(f"final loss {figures['final_loss']:.3f}, dead codes at the last window {figures['dead_codes']}")
+    if args.profile > 0:
+        figures["profile"] = profile(result["step"], result["next_step"], args.profile, device.type == "cuda",
+                                     figures["step_ms_median"])
     write_json(args.json, figures)
 
 

@@ -53,6 +53,16 @@ def test_gpu_check_tiny_runs_on_cpu(tmp_path: Path) -> None:
     assert figures["parameters"]["total"] > figures["parameters"]["encoder_side"] > 0
 
 
+def test_gpu_check_profiles_further_steps_on_request(tmp_path: Path) -> None:
+    out = tmp_path / "gpu.json"
+    result = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--tiny", "--profile", "2", "--json",
+                             str(out)], cwd=ROOT, check=True, capture_output=True, text=True, timeout=600)
+    profiled = read(out)["profile"]
+    assert profiled["steps"] == 2 and profiled["profiled_step_ms"] > 0
+    assert "device_busy_ms" not in profiled  # kernels are timed on a GPU only
+    assert "Self CPU time total" in result.stdout and "aten::mm" in result.stdout
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without a GPU")
 def test_gpu_check_without_cuda_fails_in_one_line(capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:

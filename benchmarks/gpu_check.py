@@ -7,7 +7,8 @@ dimension 256, and a T5-base-sized decoder. Each step is what training runs: bf1
 (``torch.autocast`` cuda bf16, fp32 weights), backward, gradient clipping at 1.0, AdamW with the
 two learning rates of docs/design.md §1.8 (:meth:`isq.model.ISQModel.parameter_groups`: encoder 1e-4, the rest
 1e-3), then the quantizer's ``optimizer_step`` (dead-code revival). Batches are synthetic token
-ids shaped like the paper config: 32 contexts of 192 tokens, 32 targets of 64, no padding.
+ids shaped like the paper config: ``--batch`` contexts of 192 tokens (the paper's 32) and as many targets
+of 64, no padding.
 
 MFU = achieved model FLOP/s / the device's dense bf16 peak. Model FLOPs are estimated as
 6 x parameters x tokens, for the encoder side (encoder without its token embedding, a lookup,

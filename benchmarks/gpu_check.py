@@ -18,7 +18,7 @@ the codebook lookup are left out, so the estimate is a little low. The peak come
 ``--peak-tflops`` or a table of device names (H100/H200 SXM 989 TFLOP/s dense bf16).
 
     python benchmarks/gpu_check.py --steps 300 --json perf/gpu_check.json
-    python benchmarks/gpu_check.py --steps 50 --profile 5    # then where a step's time goes
+    python benchmarks/gpu_check.py --steps 60 --profile 5    # then where a step's time goes
     python benchmarks/gpu_check.py --tiny --json /tmp/gpu_check.json   # CPU, tiny model, fp32
 """
 
@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--peak-tflops", type=float, help="the device's dense bf16 peak in TFLOP/s "
                                                            "(default: from its name)")
     parser.add_argument("--tiny", action="store_true", help="tiny random model on CPU, fp32, a few steps")
-    parser.add_argument("--batch", type=int, default=32, help="contexts a step (the paper's 32)")
+    parser.add_argument("--batch", type=int, default=32,
+                        help="contexts a step (the paper's 32; --tiny keeps its own 4)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="then profile N more steps: device busy time and the costliest operators")
     parser.add_argument("--json", help="write the figures to this JSON file")

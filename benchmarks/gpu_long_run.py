@@ -13,6 +13,7 @@ starting point (trained − k-means as the code route of ``multi+code``; each co
         --locomo ../shared/data/locomo/locomo_dev.json --out runs/gpu_long
     python benchmarks/gpu_long_run.py --tiny --locomo LOCOMO.json --out /tmp/gpu_long_tiny   # CPU, 2 steps
     python benchmarks/gpu_long_run.py --max-minutes 4 --out runs/gpu_long   # a shorter lease: train 4 minutes
+    python benchmarks/gpu_long_run.py --seed 1 --out runs/gpu_long_seed1   # seed 1, not the config's 0
 
 ``--tiny`` runs the same config on the CPU (32-true) for 2 steps of 4 pairs of the project's
 synthetic corpus, to check the whole path (LoRA on the warm start, export, evaluation, summary)
@@ -66,14 +67,16 @@ def max_time(minutes: int) -> str:
     return f"{minutes // 1440:02d}:{minutes // 60 % 24:02d}:{minutes % 60:02d}:00"
 
 
-def train(data_root: str, out: Path, tiny: bool, minutes: int | None = None) -> Path:
+def train(data_root: str, out: Path, tiny: bool, minutes: int | None = None, seed: int | None = None) -> Path:
     """Train the GPU config (or its tiny CPU form), stopped after ``minutes`` when given rather
-    than the config's 9; returns the exported fingerprinter."""
+    than the config's 9, seeded with ``seed`` when given rather than the config's; returns the
+    exported fingerprinter."""
     limit = ("--trainer.max_time", max_time(minutes)) if minutes is not None else ()
+    seeded = ("--seed_everything", str(seed)) if seed is not None else ()
     _run("training", [sys.executable, "-m", "training.fit", "--config", str(CONFIG), "--data.root", data_root,
                       "--data.cache_dir", str(out / "cache"), "--trainer.enable_progress_bar", "false",
                       "--trainer.logger.init_args.save_dir", str(out / "runs"), *(TINY if tiny else ()),
-                      *limit])
+                      *limit, *seeded])
     exports = sorted((out / "runs" / RUN_NAME).glob("version_*/fingerprinter"),
                      key=lambda p: p.stat().st_mtime)
     if not exports:
@@ -91,13 +94,15 @@ def evaluate(fingerprinter: Path, locomo: Path, out: Path) -> Path:
 
 
 def summarise(fingerprinter: Path, questions: Path, seconds: dict[str, float]) -> dict:
-    """Steps reached, wall times, overall recall and the paired differences of COMPARISONS."""
+    """The seed the run used, steps reached, wall times, overall recall and the paired differences
+    of COMPARISONS."""
     record = json.loads((fingerprinter / "training_run.json").read_text())
     results = json.loads((questions.parent / "results.json").read_text())
     paired = {f"{name} − {baseline}": {group: vars(d)
                                        for group, d in compare(questions, baseline, [name])[name].items()}
               for name, baseline in COMPARISONS}
-    return {"fingerprinter": str(fingerprinter), "global_step": record.get("global_step"),
+    return {"fingerprinter": str(fingerprinter), "seed": record.get("seed"),
+            "global_step": record.get("global_step"),
             "seconds": {k: round(v, 1) for k, v in seconds.items()},
             "recall": {name: summary["overall"]["recall"] for name, summary in results["configs"].items()},
             "paired": paired}
@@ -115,6 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-minutes", type=int,
                         help="stop training after this many minutes instead of the config's 9 "
                              "(to fit a shorter lease; the summary reports the steps reached)")
+    parser.add_argument("--seed", type=int,
+                        help="seed everything with this instead of the config's seed_everything "
+                             "(the summary reports the seed the run used)")
     args = parser.parse_args(argv)
     locomo = args.locomo if args.locomo.is_absolute() else Path.cwd() / args.locomo
     out = args.out if args.out.is_absolute() else Path.cwd() / args.out
@@ -125,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.tiny and not Path(data_root, "train").is_dir():
             raise RunError(f"{data_root}: not a DailyDialog release directory (no train/)")
         started = time.perf_counter()
-        fingerprinter = train(data_root, out, args.tiny, args.max_minutes)
+        fingerprinter = train(data_root, out, args.tiny, args.max_minutes, args.seed)
         trained = time.perf_counter()
         questions = evaluate(fingerprinter, locomo, out)
         seconds = {"train": trained - started, "evaluate": time.perf_counter() - trained}
@@ -135,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     key = "multi+code − multi+kmeans"
-    print(f"{summary['global_step']} steps in {seconds['train']:.0f} s; {key}: "
+    print(f"seed {summary['seed']}: {summary['global_step']} steps in {seconds['train']:.0f} s; {key}: "
           f"{summary['paired'][key]['overall']['mean']:+.1f} points -> {out / 'summary.json'}")
     return 0
 

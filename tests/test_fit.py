@@ -64,7 +64,7 @@ def test_fit_logs_every_metric_checkpoints_and_exports(tmp_path):
     run_config = yaml.safe_load((tmp_path / "runs" / "smoke" / "version_0" / "config.yaml").read_text())
     assert run_config["trainer"]["max_steps"] == 4 and not (tmp_path / "runs" / "config.yaml").exists()
     fingerprinter = Fingerprinter.from_pretrained(exported(cli))
-    assert fingerprinter.run_record["global_step"] == 4
+    assert fingerprinter.run_record["global_step"] == 4 and fingerprinter.run_record["seed"] == 0
     assert "val/ce_loss" in fingerprinter.run_record["metrics"]
     prints = fingerprinter.fingerprint(["Shall we meet at the park at 5 o'clock?"])
     assert len(prints[0].token_codes) > 5 and all(0 <= c < 256 for c in prints[0].codes)
@@ -96,10 +96,11 @@ def test_init_from_starts_from_an_exported_fingerprinter(tmp_path):
     for name, tensor in source.semantic_encoder.state_dict().items():
         torch.testing.assert_close(module.model.semantic_encoder.state_dict()[name], tensor, rtol=0, atol=0)
     # Through the CLI it trains on and exports as usual.
-    cli = main(smoke_args(tmp_path / "warm", 2, "--model.init_from", str(source_dir)))
+    cli = main(smoke_args(tmp_path / "warm", 2, "--model.init_from", str(source_dir),
+                          "--seed_everything", "7"))
     assert cli.trainer.global_step == 2
     warm = Fingerprinter.from_pretrained(exported(cli))
-    assert warm.run_record["optim"]["init_from"] == str(source_dir)
+    assert warm.run_record["optim"]["init_from"] == str(source_dir) and warm.run_record["seed"] == 7
 
 
 def test_cpu_config_starts_from_the_committed_control():

@@ -36,11 +36,12 @@ def test_the_gpu_config_is_the_cpu_recipe_100x_longer_in_bf16_within_9_minutes()
 @pytest.mark.slow
 def test_tiny_run_trains_evaluates_and_summarises(tmp_path):
     locomo = write_locomo(tmp_path / "locomo.json")
-    result = subprocess.run([*SCRIPT, "--tiny", "--locomo", locomo, "--out", str(tmp_path / "out")], cwd=REPO,
-                            capture_output=True, text=True, timeout=900)
+    result = subprocess.run([*SCRIPT, "--tiny", "--seed", "3", "--locomo", locomo, "--out",
+                             str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["global_step"] == 2 and set(summary["seconds"]) == {"train", "evaluate"}
+    assert summary["global_step"] == 2 and summary["seed"] == 3
+    assert set(summary["seconds"]) == {"train", "evaluate"}
     config = json.loads((Path(summary["fingerprinter"]) / "config.json").read_text())
     assert '"lora_rank": 8' in json.dumps(config)
     results = json.loads((tmp_path / "out" / "eval" / "results.json").read_text())
@@ -49,7 +50,7 @@ def test_tiny_run_trains_evaluates_and_summarises(tmp_path):
     assert summary["paired"][key]["overall"]["n"] == 5
     assert summary["paired"][key]["overall"]["mean"] == pytest.approx(
         100 * (summary["recall"]["multi+code"] - summary["recall"]["multi+kmeans"]))
-    assert key in result.stdout and "2 steps" in result.stdout
+    assert key in result.stdout and "seed 3: 2 steps" in result.stdout
 
 
 def test_bad_input_is_one_error_line_and_exit_2(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,8 @@ class ExportFingerprinter(L.Callback):
         record = {
             "exported_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "checkpoint": best or None,
+            # the global seed (LightningCLI's seed_everything) sets PL_GLOBAL_SEED; absent if unseeded
+            "seed": int(os.environ["PL_GLOBAL_SEED"]) if "PL_GLOBAL_SEED" in os.environ else None,
             "global_step": trainer.global_step,
             "epochs": trainer.current_epoch,
             "data": dict(getattr(datamodule, "stats", {}))

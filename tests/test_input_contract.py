@@ -389,6 +389,30 @@ def test_http_conflicts_are_409_and_identical_replays_200(http):
     assert elsewhere.status_code == 409 and elsewhere.json()["field"] == "body.turns.0.turn_id"
 
 
+DUPLICATE_KEYS = [
+    ("/v1/sessions/s7/turns", '{"turns": [{"speaker": "A", "text": "I keep bees."}], '
+                              '"turns": [{"speaker": "A", "text": "I keep wasps."}]}', "turns"),
+    ("/v1/sessions/s7/turns", '{"turns": [{"speaker": "A", "text": "first", "text": "second"}]}', "text"),
+    ("/v1/search", '{"query": "bees", "k": 1, "k": 100}', "k"),
+    ("/mcp", '{"jsonrpc": "2.0", "id": 1, "method": "ping", "method": "tools/list"}', "method"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "key"), DUPLICATE_KEYS, ids=[c[2] for c in DUPLICATE_KEYS])
+def test_a_key_given_twice_in_a_body_is_refused_naming_it(http, path, body, key):
+    """A JSON object with a key twice would reach the application as the last value alone; it is
+    refused before any of it is read (nothing stored), as a query parameter given twice is."""
+    before = http.get("/v1/memories", params={"limit": limits.MAX_PAGE}).json()["items"]
+    for content in (body.encode(), "\ufeff".encode() + body.encode()):  # with a byte order mark too
+        response = http.post(path, content=content, headers={"Content-Type": "application/json"})
+        assert (response.status_code, response.json()["field"]) == (422, "body"), response.text
+        assert f"key {key!r} is given twice" in response.json()["error"]
+    assert http.get("/v1/memories", params={"limit": limits.MAX_PAGE}).json()["items"] == before
+    once = http.post("/v1/search", content='{"query": "bees", "k": 1}',
+                     headers={"Content-Type": "application/json"})
+    assert once.status_code == 200, once.text
+
+
 @pytest.mark.parametrize("path", ["/v1/memories", "/mcp"])
 def test_two_authorization_headers_are_refused(http, path):
     other = http.app.state.service.keys.create("bob")

@@ -1,5 +1,5 @@
 """413 for a request body over :data:`~retrieval.service.limits.MAX_BODY_BYTES`, and 422 for one
-that is not UTF-8, before it is parsed.
+that is not UTF-8 or whose JSON gives one object a key twice, before the application parses it.
 
 A declared ``Content-Length`` over the limit is refused after the body is read and thrown away
 (up to :data:`~retrieval.service.limits.DISCARD_BYTES`, so that the client, done sending, reads
@@ -10,12 +10,17 @@ or refused once it passes it: the bytes received are counted, since a request ma
 ``Content-Length`` and send a longer chunked body, which the server reads by its
 ``Transfer-Encoding``. Every body the service reads is JSON, which travels in UTF-8 (RFC 8259):
 the JSON parser would otherwise guess UTF-16 or UTF-32 from a body's first bytes and take it.
-A UTF-8 byte order mark is allowed (the parser skips it, as the RFC lets it).
+A UTF-8 byte order mark is allowed (the parser skips it, as the RFC lets it). A key given twice
+in one object (``{"k": 1, "k": 100}``) would reach the application as its last value alone, the
+others dropped unseen (RFC 8259 leaves such objects' meaning open): it is refused naming the key,
+as a query parameter given twice is (:mod:`retrieval.service.strict_query`). A body that is not
+JSON at all goes on to the application, which refuses it in its own words.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -59,7 +64,38 @@ class BodyLimit:
         except UnicodeDecodeError as err:
             await _refuse(send, 422, f"body: not UTF-8 (byte {err.start}); send JSON in UTF-8")
             return
+        twice = _key_given_twice(body)
+        if twice is not None:
+            await _refuse(send, 422, f"body: key {twice!r} is given twice in one object; give each key once")
+            return
         await self.app(scope, _replay(body, receive), send)
+
+
+class _KeyGivenTwice(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    held: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in held:
+            raise _KeyGivenTwice(key)
+        held[key] = value
+    return held
+
+
+def _key_given_twice(body: bytes) -> str | None:
+    """The first key some object of the JSON ``body`` gives twice; None when none does or when
+    ``body`` is not JSON (empty, malformed, nested past the parser's depth)."""
+    try:
+        json.loads(body, object_pairs_hook=_unique_keys)
+    except _KeyGivenTwice as found:
+        return found.key
+    except (ValueError, RecursionError):
+        return None
+    return None
 
 
 async def _read_within(receive: Receive, limit: int) -> tuple[bytes | None, bool]:

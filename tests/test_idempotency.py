@@ -72,6 +72,24 @@ def test_a_turn_id_names_one_turn(tmp_path):
         assert stored_texts(mem, "u") == [("s1", "t0", "I adopted a cat."), ("s1", "t1", "Nice!")]
 
 
+def test_the_same_instant_at_another_utc_offset_is_another_time(tmp_path):
+    """01:00+09:00 and 16:00+00:00 the day before are one instant but two local dates ("yesterday"
+    is read from the speaker's): a turn id or key given again with the other is a conflict."""
+    tokyo = [{"speaker": "Ann", "text": "I met Lena yesterday.", "time": "2023-05-08T01:00:00+09:00",
+              "turn_id": "t0"}]
+    with open_memory(tmp_path) as mem:
+        mem.add(tokyo, user_id="u", session_id="s1", idempotency_key="k1")
+        assert mem.add(tokyo, user_id="u", session_id="s1", idempotency_key="k1").replayed
+        for time in ("2023-05-07T16:00:00+00:00", "2023-05-07T16:00:00"):
+            moved = [{**tokyo[0], "time": time}]
+            with pytest.raises(Conflict, match="stored with another time") as caught:
+                mem.add(moved, user_id="u", session_id="s1")
+            assert caught.value.field == "turns.0.turn_id"
+            with pytest.raises(Conflict, match="idempotency_key 'k1'"):
+                mem.add(moved, user_id="u", session_id="s1", idempotency_key="k1")
+        assert [t.stored_time() for t in mem.store.turns("u")] == ["2023-05-08T01:00:00+09:00"]
+
+
 def test_ingesting_an_edited_conversation_into_its_store_is_refused_naming_the_turn(tmp_path, monkeypatch,
                                                                                     capsys):
     monkeypatch.setattr(ingest, "SentenceEmbedder", lambda name: WordEmbedder())

@@ -16,14 +16,17 @@ from retrieval.api.errors import Conflict
 from retrieval.memory.records import Turn
 from retrieval.memory.store_contract import Store
 
-COMPARED = ("session_id", "speaker", "text", "session_time", "image_caption")
+COMPARED = ("session_id", "speaker", "text", "session_time", "utc_offset", "image_caption")
+"""A turn's fields that make it the same turn. The time is the instant (``session_time``, UTC) and
+the offset it was given in: the same instant at another offset is another local date, from which
+"yesterday" is read."""
 
 
 def difference(stored: Turn, turn: Turn) -> str | None:
     """The first field in which ``turn`` differs from the stored one, as the caller names it."""
     for name in COMPARED:
         if getattr(stored, name) != getattr(turn, name):
-            return {"session_time": "time", "session_id": "session"}.get(name, name)
+            return {"session_time": "time", "utc_offset": "time", "session_id": "session"}.get(name, name)
     return None
 
 

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from retrieval import Memory
 from retrieval.api import limits
 from retrieval.api.errors import InvalidInput, MemoryAPIError, NotFound, StoreUnavailable
+from retrieval.memory.records import Turn
 from retrieval.memory.store import AMUStore
 from retrieval.serve import main as serve_main
 from retrieval.service import limits as service_limits
@@ -102,9 +103,22 @@ def test_a_job_id_over_the_id_limit_is_refused_as_over_http(mem):
                      session_id="s"), "user_id"),
     (lambda m: m.add([{"speaker": "A", "text": "hi"}], user_id="u", session_id="s",
                      idempotency_key="k\ud800"), "idempotency_key"),
+    (lambda m: m.add([Turn("v", "s", "t1", "A", "hi")], user_id="u", session_id="s"), "turns.0.user_id"),
+    (lambda m: m.add([{"speaker": "A", "text": "hi"}, Turn("u", "s2", "t1", "A", "hi")], user_id="u",
+                     session_id="s"), "turns.1.session_id"),
 ])
 def test_odd_python_input_is_one_typed_error_naming_the_field(mem, call, field):
     assert refused(lambda: call(mem)).field == field
+
+
+def test_a_turn_object_is_added_under_its_own_user_and_session_only(mem):
+    """A :class:`Turn` names its user and session: added under others it is refused, nothing of
+    the add stored, where it used to be stored under the add's silently."""
+    before = mem.store.turns("u")
+    refused(lambda: mem.add([Turn("bob", "s1", "b1", "A", "I keep bees.")], user_id="u", session_id="s1"))
+    assert mem.store.turns("u") == before and mem.store.turns("bob") == []
+    added = mem.add([Turn("u", "s1", "b1", "A", "I keep bees.")], user_id="u", session_id="s1")
+    assert added.turn_ids == ("b1",) and mem.store.turn("u", "b1").text == "I keep bees."
 
 
 @pytest.mark.parametrize("moment", EDGE_TIMES)

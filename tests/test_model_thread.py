@@ -88,7 +88,7 @@ def test_the_memory_loads_and_runs_its_models_on_the_model_thread(tmp_path):
         return embedder
 
     with Memory.open(tmp_path / "memory", embedder=Deferred(load)) as memory:
-        memory.add(conversation_turns()[:12], user_id="u", session_id="s1")
+        memory.add(conversation_turns("u")[:12], user_id="u", session_id="s1")
         memory.flush(user_id="u", session_id="s1")
         assert memory.search("garden tomatoes", user_id="u", k=3).hits
     assert loaded == ["model-forwards"]

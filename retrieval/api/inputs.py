@@ -205,10 +205,18 @@ def check_recorded(turn: Turn) -> None:
         raise InvalidInput(f"{where}: {str(err).removeprefix('turns[0]: ')}", err.field) from None
 
 
-def check_turns(turns: Any) -> list[TurnInput]:
-    """The turns of an ``add``: a non-empty sequence, each checked, turn ids distinct."""
+def check_turns(turns: Any, user: str, session: str) -> list[TurnInput]:
+    """The turns of an ``add`` to ``user``'s ``session``: a non-empty sequence, each checked, turn
+    ids distinct; a :class:`Turn` names its user and session, which must be these (the add stores
+    it under them: one naming others would be moved silently)."""
     if isinstance(turns, (str, bytes, Mapping)) or not isinstance(turns, Sequence) or not turns:
         raise InvalidInput(f"turns must be a non-empty list of turns, got {type(turns).__name__}", "turns")
+    for index, turn in enumerate(turns):
+        if isinstance(turn, Turn) and (turn.user_id, turn.session_id) != (user, session):
+            name, added = ("user_id", user) if turn.user_id != user else ("session_id", session)
+            raise InvalidInput(f"turns[{index}]: the Turn's {name} is {getattr(turn, name)!r}, not the "
+                               f"add's {added!r}; add it with its own {name}, or pass "
+                               f"dataclasses.replace(turn, {name}=...)", f"turns.{index}.{name}")
     checked = [check_turn(index, turn) for index, turn in enumerate(turns)]
     given = [turn.turn_id for turn in checked if turn.turn_id is not None]
     if len(given) != len(set(given)):

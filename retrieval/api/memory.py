@@ -180,7 +180,7 @@ class Memory:
         body is a :class:`Conflict` (:mod:`retrieval.api.replay`)."""
         user, session = check_id("user_id", user_id), check_id("session_id", session_id)
         key = optional_id("idempotency_key", idempotency_key)
-        checked = check_turns(turns)
+        checked = check_turns(turns, user, session)
         with self._gate, self._guards.of(user).state:
             self._writable()
             appended = append_add(self.store, user, session, checked, key)

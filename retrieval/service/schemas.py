@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
 
 from retrieval.service import limits
 
@@ -22,6 +22,17 @@ SessionId = PathId
 MemoryId = Annotated[str, Field(min_length=1, max_length=limits.MAX_MEMORY_ID_CHARS)]
 K = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_K)]
 PageSize = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_PAGE)]
+
+
+def _decimal_digits(value: Any) -> Any:
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        raise ValueError("must be a whole number in decimal digits alone, such as 20")
+    return value
+
+
+QueryPageSize = Annotated[int, BeforeValidator(_decimal_digits), Field(ge=1, le=limits.MAX_PAGE)]
+"""A page size given in a query string: decimal digits alone. The lax parse of a query string
+would also take ``1_0``, ``+5``, `` 5`` and ``5.000``, spellings a strict body refuses."""
 Text = Annotated[str, Field(min_length=1, max_length=limits.MAX_TEXT_CHARS)]
 
 

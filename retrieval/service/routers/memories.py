@@ -18,7 +18,7 @@ MemoryId = Annotated[str, Path(min_length=1, max_length=limits.MAX_MEMORY_ID_CHA
 def list_memories(user: User, service: Shared,
                   session_id: Annotated[str | None, Query(max_length=limits.MAX_ID_CHARS,
                                                           pattern=limits.ID_PATTERN)] = None,
-                  limit: Annotated[int, Query(ge=1, le=limits.MAX_PAGE)] = limits.DEFAULT_PAGE,
+                  limit: Annotated[schemas.QueryPageSize, Query()] = limits.DEFAULT_PAGE,
                   cursor: Annotated[str | None,
                                     Query(max_length=limits.MAX_ID_CHARS)] = None) -> schemas.MemoryPage:
     """One page of the key user's records (extracted memories; raw turns not yet in a closed

@@ -16,6 +16,7 @@ import pytest
 from retrieval import Memory
 from retrieval.api.purge import drop_llm_answers
 from retrieval.llm_client import user_answers
+from retrieval.memory.cache import text_key
 from tests.fake_chat import FakeChatServer, Reply, completion_body
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 
@@ -127,3 +128,38 @@ def test_an_entry_kept_for_no_user_that_quotes_a_purged_text_goes(tmp_path: Path
     drop_llm_answers(cache, "alice", [text])
     assert sorted(path.relative_to(cache) for path in cache.rglob("*.json")) == \
         [Path("other.json"), user_answers(cache, "bob").relative_to(cache) / "plan.json"]
+
+
+def test_a_deleted_merge_of_an_llm_takes_the_vector_of_its_unprefixed_statement(tmp_path: Path) -> None:
+    """Consolidation embeds each record's statement without its time prefix; where an LLM wrote
+    the merged statement, that text is no member's, and deleting the merge must take its vector
+    too (it stayed in the cache, and a copy of the user carried it on)."""
+    summary = f"Ann enjoys {SECRET} tea, as she said on several occasions."
+
+    def aggregating(body: dict[str, Any]) -> Reply:
+        answer = {"operation": "AGGREGATE", "text": summary, "memory_type": "preference",
+                  "entities": ["Ann"], "tags": ["tea"], "timestamps": []}
+        return 200, completion_body(json.dumps(answer), 10, 10), 0.0
+
+    store = tmp_path / "store"
+    with FakeChatServer(aggregating) as server, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ISQ_LLM_BASE_URL", server.base_url)
+        patch.setenv("ISQ_LLM_MODEL", "fake")
+        with open_memory(store, operator="llm") as memory:
+            for session, day, more in (("s1", "08", ""), ("s2", "20", " indeed")):  # a prefixed merge
+                memory.add([{"speaker": "Ann", "text": f"I love {SECRET} tea very much{more}.",
+                             "time": f"2023-05-{day}T10:00:00", "turn_id": f"{session}-t"},
+                             {"speaker": "Bob", "text": "Good for you.", "time": f"2023-05-{day}T10:00:00",
+                              "turn_id": f"{session}-u"}], user_id="alice", session_id=session)
+                memory.flush(user_id="alice", session_id=session)
+            assert memory.consolidate(user_id="alice", wait=True, timeout_s=120).state == "done"
+            [merged] = [item for item in memory.list(user_id="alice").items if summary in item.text]
+            assert merged.text.startswith("[2023-05-08 to 2023-05-20] ")
+            stripped = merged.text.removeprefix("[2023-05-08 to 2023-05-20] ")
+            memory.delete(merged.id, user_id="alice")
+    db = sqlite3.connect(store / "amus.sqlite3")
+    try:
+        items = {row[0] for row in db.execute("SELECT item FROM vectors WHERE conversation_id = 'alice'")}
+    finally:
+        db.close()
+    assert text_key(stripped) not in items and text_key(merged.text) not in items

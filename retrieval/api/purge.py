@@ -1,7 +1,8 @@
 """Hard deletion for the memory API: the store's purge (:mod:`retrieval.memory.purge`), the user's
 cached LLM answers, and what only this layer knows how to find, every derived text whose cached
 arrays must go too: each purged turn alone and paired with its neighbours (the segmentation's
-exchanges), the purged records' texts, their evidence nodes' search texts, and the search text of
+exchanges), the purged records' texts (also without a merge's time prefix, as consolidation
+embeds them), their evidence nodes' search texts, and the search text of
 each state the event frame of a touched segment went through (its records' texts, as a search
 snapshot embedded it).
 """
@@ -12,6 +13,7 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from retrieval.consolidation.prefix import strip_prefix
 from retrieval.index.evidence_nodes import searchable_text, segment_search_texts
 from retrieval.llm_client import drop_user_answers
 from retrieval.memory.purge import Purged
@@ -35,6 +37,7 @@ def derived_texts(purged: Purged, turns_before: Sequence[Turn]) -> list[str]:
     for amu in purged.amus:
         by_segment.setdefault(amu.source.segment, []).append(amu)
     texts += [amu.text for amu in purged.amus] + list(purged.node_texts)
+    texts += [strip_prefix(amu.text) for amu in purged.amus]  # as consolidation's plan embeds them
     texts += [text for amus in by_segment.values() for text in segment_search_texts(amus)]
     texts += [searchable_text("event_frame", "", members) for members in purged.frames]
     return list(dict.fromkeys(texts))

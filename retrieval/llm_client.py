@@ -5,6 +5,7 @@ extractor, the planner, consolidation and the evaluation's answer stage.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -12,6 +13,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -103,7 +105,9 @@ class ChatClient:
     Answers that parse are cached in ``cache_dir`` under the SHA-256 of the request (model,
     messages and parameters), so a rerun repeats no call; those of a request made for a user
     (``user``: the extractor's, planner's and consolidation's) in the user's own directory
-    (:func:`user_answers`). ``usage`` accounts for every call and cache hit.
+    (:func:`user_answers`). ``usage`` accounts for every call and cache hit, and
+    :meth:`usage_of` for those made for one user: what a user's own job reports, whatever other
+    users' jobs share the client meanwhile.
     """
 
     def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None, *,
@@ -133,6 +137,25 @@ class ChatClient:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.usage = LLMUsage()
+        self._users: dict[str, LLMUsage] = {}
+        self._counting = threading.Lock()
+
+    def usage_of(self, user: str) -> LLMUsage:
+        """A copy of the accounting of the requests made for ``user`` (zeros if none)."""
+        with self._counting:
+            return dataclasses.replace(self._users.get(user) or LLMUsage())
+
+    def forget_usage(self, user: str) -> None:
+        with self._counting:
+            self._users.pop(user, None)
+
+    def _count(self, user: str | None, **counts: int) -> None:
+        """Add ``counts`` to the client's accounting and to ``user``'s."""
+        with self._counting:
+            tallies = [self.usage] if user is None else [self.usage, self._users.setdefault(user, LLMUsage())]
+            for tally in tallies:
+                for name, count in counts.items():
+                    setattr(tally, name, getattr(tally, name) + count)
 
     def complete(self, messages: list[dict[str, str]], parse: Callable[[str], T],
                  label: str = "request", user: str | None = None) -> T | None:
@@ -150,24 +173,22 @@ class ChatClient:
             except InvalidResponse:
                 logger.warning("ignoring unusable cache entry %s", key)
             else:
-                self.usage.cache_hits += 1
                 prompt, completion = _tokens(cached)
-                self.usage.cached_prompt_tokens += prompt
-                self.usage.cached_completion_tokens += completion
+                self._count(user, cache_hits=1, cached_prompt_tokens=prompt,
+                            cached_completion_tokens=completion)
                 return result
         for attempt in range(self.max_retries + 1):
             if attempt:
-                self.usage.retries += 1
+                self._count(user, retries=1)
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
-            self.usage.http_calls += 1
+            self._count(user, http_calls=1)
             try:
                 body = self._post(payload)
             except (openai.APIError, ValueError) as err:
                 logger.warning("%s attempt %d: request failed: %s", label, attempt + 1, err)
                 continue
             prompt, completion = _tokens(body)
-            self.usage.prompt_tokens += prompt
-            self.usage.completion_tokens += completion
+            self._count(user, prompt_tokens=prompt, completion_tokens=completion)
             try:
                 result = parse(_content(body))
             except InvalidResponse as err:
@@ -240,8 +261,12 @@ class LLMRole:
     def usage(self) -> LLMUsage:
         return self.client.usage
 
+    def usage_of(self, user: str) -> LLMUsage:
+        return self.client.usage_of(user)
+
     def forget(self, user: str) -> None:
-        """Drop the answers cached for ``user`` (a purge of the user's data)."""
+        """Drop the answers cached for ``user`` (a purge of the user's data) and the count of them."""
+        self.client.forget_usage(user)
         if self.client.cache_dir is not None:
             drop_user_answers(self.client.cache_dir, user)
 

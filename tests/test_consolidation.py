@@ -342,6 +342,27 @@ def test_a_bad_llm_answer_is_retried_and_a_rerun_is_served_from_the_cache(marath
         assert len(server.requests) == 6
 
 
+def test_a_users_report_counts_only_the_requests_made_for_that_user(marathon: Path, tmp_path: Path) -> None:
+    """Jobs of several users share one operator: another user's request made while this user's
+    consolidation runs is not in this user's report (it showed the size of the other's records),
+    though the operator's total counts it; forgetting a user drops its count."""
+    class Shared(LLMOperator):
+        def decide(self, cluster):
+            drafts = super().decide(cluster)
+            self.client.complete([{"role": "user", "content": "another user's records " * 50}],
+                                 lambda content: content, user="bob")
+            return drafts
+
+    with FakeChatServer(answering(json.dumps(ANSWERS["MERGE"]))) as server, \
+            AMUStore(marathon, role="consolidate") as store:
+        operator = Shared(server.base_url, "m", max_retries=0)
+        report = consolidate_user(store, "conv-m", HashEmbedder(), operator)
+        assert (report.llm_calls, report.tokens) == (1, 120)
+        assert operator.usage_of("bob").tokens == 120 and operator.usage.tokens == 240
+        operator.forget("bob")
+        assert operator.usage_of("bob").tokens == 0 and operator.usage_of("conv-m").tokens == 120
+
+
 def test_an_answer_landing_after_a_purge_of_its_records_is_not_kept(marathon: Path, tmp_path: Path) -> None:
     """The user deletes the cluster's turns while the endpoint works on it: the answer restates
     them, so it must not stay in the user's cache (the purge dropped what was there before)."""

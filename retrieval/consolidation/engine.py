@@ -67,7 +67,7 @@ def consolidate_user(store: Store, user_id: str, embedder: Embedder,
                hint="consolidate with the fingerprinter the store was built with")
     cached = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder, store)
     cached = cached.for_user(user_id)
-    usage_before = dataclasses.replace(operator.usage)
+    usage_before = operator.usage_of(user_id)  # the user's own: other users' jobs share the operator
     report = ConsolidationReport(user_id, operator.name, float(config.threshold or 0.0))
     purges = store.purge_count(user_id)  # before the records: a purge after them is seen (_Step.apply)
     stored = list(store.amus(user_id, include_archived=True))  # reading AMUs back is the costly part
@@ -109,7 +109,7 @@ def consolidate_user(store: Store, user_id: str, embedder: Embedder,
     else:
         logger.warning("%s: stopped after %d consolidation passes", user_id, config.max_passes)
     report.turns_after, report.amus_active_after = _covered(stored), sum(not amu.archived for amu in stored)
-    report.llm = operator.usage.since(usage_before)
+    report.llm = operator.usage_of(user_id).since(usage_before)
     report.seconds = time.perf_counter() - started
     return report
 

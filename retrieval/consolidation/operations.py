@@ -68,6 +68,9 @@ class Operator(Protocol):
     @property
     def usage(self) -> LLMUsage: ...
 
+    def usage_of(self, user: str) -> LLMUsage:
+        """The accounting of the requests made for ``user``'s records (a copy)."""
+
     def decide(self, cluster: Sequence[Member]) -> list[Draft] | None:
         """Drafts for (parts of) the cluster, [] to keep it as it is, None without a usable answer."""
 
@@ -124,6 +127,9 @@ class OfflineOperator:
         for member in cluster:
             groups.setdefault(frozenset(member.amu.timestamps), []).append(member)
         return [keep_newest(Operation.MERGE, group) for group in groups.values() if len(group) > 1]
+
+    def usage_of(self, user: str) -> LLMUsage:
+        return LLMUsage()
 
     def forget(self, user: str) -> None:
         """Nothing: the offline operator keeps nothing."""

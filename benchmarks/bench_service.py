@@ -252,9 +252,9 @@ def answered(route: str, response: httpx.Response, user: str, sent: dict[str, An
 
 
 def run_load(args: argparse.Namespace, urls: Sequence[str], keys: dict[str, str],
-             asked: list[str]) -> tuple[LoadLog, float]:
+             asked: list[str], metrics_key: str) -> tuple[LoadLog, float]:
     log = LoadLog()
-    before = [collector_pauses(url) for url in urls]
+    before = [collector_pauses(url, metrics_key) for url in urls]
     began = time.monotonic()
     threads = [threading.Thread(target=client_loop,
                                 args=(args, n, urls[n % len(urls)], keys, asked, log, began + args.seconds))
@@ -264,7 +264,7 @@ def run_load(args: argparse.Namespace, urls: Sequence[str], keys: dict[str, str]
     for thread in threads:
         thread.join()
     seconds = time.monotonic() - began
-    after = [collector_pauses(url) for url in urls]
+    after = [collector_pauses(url, metrics_key) for url in urls]
     log.full_collections = {key: sum(end[key] - start[key] for start, end in zip(before, after, strict=True))
                             for key in ("count", "seconds")}
     return log, seconds
@@ -327,13 +327,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         shutil.copytree(args.prefilled, store)
         key_store = KeyStore(store)
         keys = {user_name(n): key_store.create(user_name(n)) for n in range(args.users)}
+        metrics_key = key_store.create_metrics()
         key_store.close()
         server = Server(store, *(("--fingerprinter", str(args.fingerprinter)) if args.fingerprinter else ()))
         try:
             server.start()
             warm_s = warm_up(server.url, keys, asked)
             compared = compare_in_process(args, store, server.url, keys, asked)
-            log, seconds = run_load(args, [server.url], keys, asked)
+            log, seconds = run_load(args, [server.url], keys, asked, metrics_key)
             exit_status = server.stop()
         finally:
             server.kill()

@@ -121,16 +121,19 @@ def on_database(args: argparse.Namespace, asked: list[str], figures: dict[str, A
     prefilled = add_users(args, args.database)
     floor_ms, ceiling_rps = figures["floor_ms"], figures["ceiling_rps"]
 
+    metrics_keys: list[str] = []  # the latest database's: the load reads its servers' /metrics
+
     def keys_for(database: str) -> dict[str, str]:
         key_store = KeyStore(database)
         try:
+            metrics_keys.append(key_store.create_metrics())
             return {user_name(n): key_store.create(user_name(n)) for n in range(args.users)}
         finally:
             key_store.close()
 
     def load(urls: Sequence[str], keys: dict[str, str]) -> tuple[dict[str, Any], LoadLog]:
         warm_s = sum(warm_up(url, keys, asked) for url in urls)
-        log, seconds = run_load(args, urls, keys, asked)
+        log, seconds = run_load(args, urls, keys, asked, metrics_keys[-1])
         return {"servers": len(urls), "warm_up_s": warm_s,
                 "load": summary(log, seconds, floor_ms, ceiling_rps)}, log
 

@@ -29,11 +29,12 @@ def child_env() -> dict[str, str]:
             "TOKENIZERS_PARALLELISM": "false"}
 
 
-def collector_pauses(url: str) -> dict[str, float]:
-    """The server's full garbage collections so far and their seconds, from its ``/metrics``."""
+def collector_pauses(url: str, metrics_key: str) -> dict[str, float]:
+    """The server's full garbage collections so far and their seconds, from its ``/metrics``
+    (read with a metrics key)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = httpx.get(f"{url}/metrics", timeout=60).raise_for_status().text
+    text = httpx.get(f"{url}/metrics", headers=bearer(metrics_key), timeout=60).raise_for_status().text
     found = {family.name: family.samples[0].value for family in text_string_to_metric_families(text)
              if family.name in ("isq_gc_full_collections", "isq_gc_full_collection_seconds")}
     return {"count": found["isq_gc_full_collections"], "seconds": found["isq_gc_full_collection_seconds"]}

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from retrieval.api.errors import MemoryAPIError
 from retrieval.memory.errors import StoreError
 from retrieval.memory.targets import redacted, store_target
-from retrieval.service.keys import KeyCommandError, KeyStore, unservable
+from retrieval.service.keys import METRICS, KeyCommandError, KeyStore, unservable
 from retrieval.service.launch import add_memory_arguments, idle_threads_sleep, is_loopback, open_memory
 
 if TYPE_CHECKING:
@@ -63,8 +63,12 @@ def _serve_parser() -> argparse.ArgumentParser:
 def _keys_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m retrieval.serve keys", description="manage API keys")
     commands = parser.add_subparsers(dest="command", required=True)
-    create = commands.add_parser("create", help="create a key for a user; prints it as the last line")
-    create.add_argument("--user", required=True)
+    create = commands.add_parser("create", help="create a key for a user, or one that reads /metrics; "
+                                                "prints it as the last line")
+    holder = create.add_mutually_exclusive_group(required=True)
+    holder.add_argument("--user")
+    holder.add_argument("--metrics", action="store_true",
+                        help="a key that reads /metrics and nothing of any user (for the operators' scraper)")
     listing = commands.add_parser("list",
                                   help="key ids, users, creation and revocation times (never secrets)")
     listing.add_argument("--user")
@@ -82,14 +86,16 @@ def keys_main(argv: Sequence[str]) -> int:
     keys = KeyStore(args.store, create=args.command == "create")
     try:
         if args.command == "create":
-            key = keys.create(args.user)
-            print(f"created a key for user {args.user!r}; it is shown only now "
-                  "(the store keeps a salted hash):")
+            key = keys.create_metrics() if args.metrics else keys.create(args.user)
+            print(f"created a key for {'/metrics' if args.metrics else f'user {args.user!r}'}; it is shown "
+                  "only now (the store keeps a salted hash):")
             print(key)
         elif args.command == "list":
             for info in keys.list(args.user):
                 state = f"revoked={info.revoked}" if info.revoked else "active"
-                if not info.revoked and unservable(info.user_id):  # made before keys create checked ids
+                if info.user_id == METRICS:
+                    state += " (reads /metrics only)"
+                elif not info.revoked and unservable(info.user_id):  # made before keys create checked ids
                     state += " (its user id cannot be served: revoke it)"
                 print(f"{info.key_id}  user={info.user_id}  created={info.created}  {state}")
         else:

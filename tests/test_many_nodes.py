@@ -150,9 +150,10 @@ def test_users_stay_apart_through_every_route_of_both_nodes(cluster: Cluster) ->
     add(clients["alice", "a"], "s1", "I adopted a cat called Pickle.", *conversation("the cat", ALICE_CANARY))
     bob_turns = add(clients["bob", "b"], "s1", "I adopted a dog called Rex.",
                     *conversation("the dog", BOB_CANARY)).json()["turn_ids"]
+    metrics_key = keys_command(cluster.database, "create", "--metrics").splitlines()[-1]
     for node in (cluster.a, cluster.b):
-        with httpx.Client(base_url=node.url, timeout=120) as anonymous:
-            processed(anonymous)
+        with cluster.client(node, metrics_key) as operator:
+            processed(operator)
     covered_once(cluster.database, "alice", flushed=False)  # no flush over HTTP: a segment stays open
     covered_once(cluster.database, "bob", flushed=False)
     page = clients["bob", "a"].get("/v1/memories", params={"limit": limits.MAX_PAGE}).json()

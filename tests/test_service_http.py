@@ -33,6 +33,8 @@ class Api:
         self.alice = httpx.Client(base_url=server.url, headers=bearer(self.alice_key), timeout=120)
         self.bob = httpx.Client(base_url=server.url, headers=bearer(self.bob_key), timeout=120)
         self.anonymous = httpx.Client(base_url=server.url, timeout=120)
+        self.metrics_key = keys.create_metrics()
+        self.metrics = httpx.Client(base_url=server.url, headers=bearer(self.metrics_key), timeout=120)
 
     def add(self, client: httpx.Client, session: str, *texts: str, **extra) -> httpx.Response:
         """Turns alternating between two speakers (exchanges), so that enough of them close a segment."""
@@ -57,7 +59,7 @@ def api(tmp_path_factory) -> Iterator[Api]:
                         *conversation("the cat", ALICE_CANARY))
         bob = api.add(api.bob, "s1", "I adopted a dog called Rex.", *conversation("the dog", BOB_CANARY))
         assert alice.status_code == bob.status_code == 200, bob.text
-        processed(api.anonymous)
+        processed(api.metrics)
         api.bob_turns = [f"bob:turn:{turn_id}" for turn_id in bob.json()["turn_ids"]]
         yield api
     finally:
@@ -147,6 +149,28 @@ def test_an_old_key_of_a_user_id_no_url_can_name_is_refused_saying_to_revoke_it(
         assert "must start with a letter or digit" in refusal["error"]
     api.keys.revoke("00legacy")
     assert api.anonymous.get("/v1/memories", headers=bearer(key)).status_code == 401
+
+
+def test_metrics_take_a_metrics_key_and_a_metrics_key_reads_nothing_else(api: Api) -> None:
+    """/metrics counts every user's records, segments and backlog: a user watching them would see
+    what the others store. No key is 401, a user's key 403; a metrics key reads them and no user's
+    memory (403 on /v1 and /mcp, naming the key), and once revoked, nothing."""
+    assert api.anonymous.get("/metrics").status_code == 401
+    refused = api.alice.get("/metrics")
+    assert refused.status_code == 403 and refused.json()["field"] == "header.authorization"
+    assert "keys create --metrics" in refused.json()["error"] and "isq_memory" not in refused.text
+    metrics = api.metrics.get("/metrics")
+    assert metrics.status_code == 200 and "isq_memory_amus" in metrics.text
+    for method, path, body in [("GET", "/v1/memories", None), ("POST", "/v1/search", {"query": "cat"}),
+                               ("DELETE", "/v1/user", None),
+                               ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})]:
+        response = api.metrics.request(method, path, json=body)
+        assert response.status_code == 403 and "metrics key" in response.json()["error"], response.text
+    key = api.keys.create_metrics()
+    assert api.anonymous.get("/metrics", headers=bearer(key)).status_code == 200
+    api.keys.revoke(key)
+    assert api.anonymous.get("/metrics", headers=bearer(key)).status_code == 401
+    assert api.alice.get("/v1/memories").status_code == 200  # alice's memory is still all there
 
 
 def test_alice_cannot_see_or_touch_bobs_memories(api: Api) -> None:
@@ -362,7 +386,7 @@ def test_a_path_with_a_trailing_slash_is_unknown_not_redirected(api: Api, path: 
 def test_made_up_methods_share_one_metrics_label(api: Api) -> None:
     for n in range(5):
         api.anonymous.request(f"X{n}", "/nowhere")
-    text = api.anonymous.get("/metrics").text
+    text = api.metrics.get("/metrics").text
     assert 'method="X0"' not in text and 'method="other",route="not_routed"' in text
 
 
@@ -392,7 +416,7 @@ def test_mcp_over_http_takes_the_user_from_the_key(api: Api) -> None:
     assert "kayak" not in texts_of(api.bob.post("/v1/search", json={"query": "red kayak"}))
     assert (api.anonymous.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).status_code
             == 401)
-    metrics = api.anonymous.get("/metrics").text  # MCP traffic is counted under its route
+    metrics = api.metrics.get("/metrics").text  # MCP traffic is counted under its route
     assert 'route="/mcp",status="401"' in metrics and 'route="/mcp",status="200"' in metrics
 
 
@@ -428,7 +452,7 @@ def test_mcp_refuses_what_http_refuses_naming_the_argument(api: Api) -> None:
 
 def test_metrics_count_routes_and_no_request_failed_with_500(api: Api) -> None:
     api.alice.post("/v1/search", json={"query": "cat"})
-    text = api.anonymous.get("/metrics").text
+    text = api.metrics.get("/metrics").text
     assert 'isq_http_requests_total{method="POST",route="/v1/search",status="200"}' in text
     assert 'isq_http_request_seconds_bucket{le="0.1",method="POST",route="/v1/search"}' in text
     assert 'isq_http_errors_total{method="GET",route="/v1/memories/{memory_id}",status="404"}' in text
@@ -439,5 +463,5 @@ def test_metrics_count_routes_and_no_request_failed_with_500(api: Api) -> None:
     assert 'status="500"' not in text, "a request got a 500:\n" + api.server.log_tail()
     assert "Traceback" not in api.server.log_tail(100_000)
     frozen = float(text.split("\nisq_gc_frozen_objects ")[1].split()[0])
-    pauses = collector_pauses(api.server.url)  # what bench_service reads before and after its load
+    pauses = collector_pauses(api.server.url, api.metrics_key)  # what bench_service reads around its load
     assert pauses["count"] >= 1 and pauses["seconds"] > 0 and frozen > 0  # the models' start left a full pass

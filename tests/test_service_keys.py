@@ -3,6 +3,7 @@ loopback default, one-line errors) and the write gate that drains on shutdown.""
 
 from __future__ import annotations
 
+import re
 import socket
 import sqlite3
 import subprocess
@@ -14,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.service_process import ROOT, child_env
+from retrieval.api.limits import ID_PATTERN
 from retrieval.service.drain import ShuttingDown, WriteGate
-from retrieval.service.keys import KEYS_FILE, KeyCommandError, KeyStore
+from retrieval.service.keys import KEYS_FILE, METRICS, KeyCommandError, KeyStore, UnservableKey
 from retrieval.service.launch import is_loopback
 
 
@@ -70,6 +72,19 @@ def test_keys_command_line(tmp_path: Path) -> None:
     missing = serve("keys", "revoke", "--store", str(tmp_path), "nope")
     assert (missing.returncode == 2 and missing.stderr.startswith("error: ")
             and missing.stderr.count("\n") == 1)
+
+
+def test_a_metrics_key_is_bound_to_no_user(tmp_path: Path) -> None:
+    created = serve("keys", "create", "--store", str(tmp_path), "--metrics")
+    assert created.returncode == 0 and "/metrics" in created.stdout
+    key = created.stdout.strip().splitlines()[-1]
+    keys = KeyStore(tmp_path)
+    assert keys.holder(key) == METRICS and not re.fullmatch(ID_PATTERN, METRICS)  # never a user's id
+    with pytest.raises(UnservableKey, match="metrics key"):
+        keys.user(key)
+    assert f"{key.split('_')[1]}  user={METRICS}" in serve("keys", "list", "--store", str(tmp_path)).stdout
+    both = serve("keys", "create", "--store", str(tmp_path), "--metrics", "--user", "alice")
+    assert both.returncode == 2 and "not allowed with" in both.stderr
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "example.org", "::"])

@@ -7,13 +7,15 @@ a user id the server cannot serve (:class:`retrieval.service.keys.UnservableKey`
 older than the check at ``keys create``) is 403, saying to revoke it; a key that cannot be read
 (the store failed: a database restart) is 503 with ``Retry-After``. The MCP
 endpoint is guarded by :class:`KeyGuard`, which puts the user in the ASGI scope's state for the
-tools to read.
+tools to read. ``/metrics`` takes a metrics key only (:func:`metrics_reader`): a user's key there
+is 403, and a metrics key anywhere else.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Annotated
 
 import anyio
@@ -22,13 +24,15 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from retrieval.memory.errors import StoreError
-from retrieval.service.keys import KeyStore, UnservableKey
+from retrieval.service.keys import METRICS, KeyStore, UnservableKey
 
 log = logging.getLogger("retrieval.service")
 
 _bearer = HTTPBearer(auto_error=False, description="an API key from `python -m retrieval.serve keys create`")
 UNAUTHORIZED = "a valid API key is required: Authorization: Bearer KEY"
 TWO_KEYS = "send one Authorization header, not several"
+METRICS_ONLY = ("/metrics takes a metrics key (python -m retrieval.serve keys create --metrics), not a "
+                "user's: its counts over all users are for the memory's operators")
 STORE_FAILED = "the memory's store cannot be reached right now (the server logged why); retry shortly"
 """What a client is told when the store failed under its request (a database restart, a lost
 connection, a full disk): the details, which name the store's host, stay in the server's log."""
@@ -50,18 +54,38 @@ async def user_of_header(keys: KeyStore, authorization: str | None) -> str | Non
     return await user_of_key(keys, key.strip())
 
 
-async def user_of_key(keys: KeyStore, key: str) -> str | None:
-    """:meth:`KeyStore.user`, on the event loop when the keys are in a local file (one indexed read
-    and one SHA-256, tens of microseconds: a worker thread would cost each request a hand-off to
-    the pool and back), else on a worker thread: a database that stalls or restarts must not hold
-    the loop, and with it every other request, ``/healthz`` included."""
+async def _looked_up(keys: KeyStore, lookup: Callable[[str], str | None], key: str) -> str | None:
+    """``lookup(key)`` (a :class:`KeyStore` method) on the event loop when the keys are in a local
+    file (one indexed read and one SHA-256, tens of microseconds: a worker thread would cost each
+    request a hand-off to the pool and back), else on a worker thread: a database that stalls or
+    restarts must not hold the loop, and with it every other request, ``/healthz`` included."""
     if keys.local:
-        return keys.user(key)
-    return await anyio.to_thread.run_sync(keys.user, key)
+        return lookup(key)
+    return await anyio.to_thread.run_sync(lookup, key)
 
 
-async def current_user(request: Request,
-                       credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> str:
+async def user_of_key(keys: KeyStore, key: str) -> str | None:
+    """:meth:`KeyStore.user`, read by :func:`_looked_up`."""
+    return await _looked_up(keys, keys.user, key)
+
+
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+async def metrics_reader(request: Request, credentials: Credentials) -> None:
+    """Let a live metrics key through (:meth:`KeyStore.holder`, read by :func:`_looked_up`); 401
+    without a live key, 403 with a user's, 400 with more than one Authorization header."""
+    if len(request.headers.getlist("authorization")) > 1:
+        raise HTTPException(400, TWO_KEYS)
+    keys = request.app.state.service.keys
+    holder = None if credentials is None else await _looked_up(keys, keys.holder, credentials.credentials)
+    if holder is None:
+        raise HTTPException(401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
+    if holder != METRICS:
+        raise HTTPException(403, METRICS_ONLY)
+
+
+async def current_user(request: Request, credentials: Credentials) -> str:
     """The key's user (:func:`user_of_key`); 401 without a live key, 400 with more than one
     Authorization header."""
     if len(request.headers.getlist("authorization")) > 1:

@@ -11,7 +11,9 @@ replaced. Every lookup reads the table, so a key revoked by the command line (or
 server over the same database) is refused by a running server at its next request. A key's user
 id passes the memory's own id check (:func:`retrieval.api.inputs.check_id`), so every key names a
 user the memory accepts, and the served ids' pattern (:data:`retrieval.api.limits.ID_PATTERN`), so
-every memory id of that user can be named in a URL.
+every memory id of that user can be named in a URL. A metrics key (``keys create --metrics``) is
+bound to :data:`METRICS` instead of a user: it reads ``/metrics`` and nothing else, and no user's
+key reads ``/metrics`` (its counts over all users would show one user what the others store).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ from retrieval.memory.targets import local_directory, redacted
 
 KEYS_FILE = "keys.sqlite"
 PREFIX = "isqm"
+METRICS = "*metrics"
+"""What a metrics key's row holds in place of a user id: never a user's (an id starts with a letter
+or digit)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS api_keys (
@@ -54,7 +59,7 @@ class KeyCommandError(ValueError):
 
 class UnservableKey(ValueError):
     """A live key whose user id the server cannot serve (a key file made before the ids' pattern
-    was checked at ``keys create``): its memory ids could not be named in a URL."""
+    was checked at ``keys create``, or a metrics key): no user's memory is its to reach."""
 
 
 def unservable(user_id: str) -> str | None:
@@ -195,13 +200,20 @@ class KeyStore:
         problem = unservable(user_id)
         if problem is not None:
             raise KeyCommandError(f"--user: {problem}")
+        return self._add(user_id)
+
+    def create_metrics(self) -> str:
+        """A new key that reads ``/metrics`` only; the only time its secret is seen."""
+        return self._add(METRICS)
+
+    def _add(self, holder: str) -> str:
         key_id, secret, salt = secrets.token_hex(8), secrets.token_urlsafe(32), secrets.token_bytes(16)
-        self.rows.add_key(key_id, user_id, salt, _digest(salt, secret), _now())
+        self.rows.add_key(key_id, holder, salt, _digest(salt, secret), _now())
         return f"{PREFIX}_{key_id}_{secret}"
 
-    def user(self, key: str) -> str | None:
-        """The user a live key belongs to; None for a malformed, unknown or revoked key;
-        :class:`UnservableKey` for a live key of a user id the server cannot serve."""
+    def holder(self, key: str) -> str | None:
+        """What a live key is bound to (a user id, or :data:`METRICS`); None for a malformed,
+        unknown or revoked key."""
         prefix, _, rest = key.partition("_")
         key_id, _, secret = rest.partition("_")
         if prefix != PREFIX or not key_id or not secret:
@@ -209,11 +221,23 @@ class KeyStore:
         row = self.rows.live_key(key_id)
         if row is None or not hmac.compare_digest(_digest(row[1], secret), row[2]):
             return None
-        problem = unservable(row[0])
+        return row[0]
+
+    def user(self, key: str) -> str | None:
+        """The user a live key belongs to; None for a malformed, unknown or revoked key;
+        :class:`UnservableKey` for a metrics key and for a live key of a user id the server cannot
+        serve."""
+        holder = self.holder(key)
+        if holder is None:
+            return None
+        key_id = key.split("_")[1]
+        if holder == METRICS:
+            raise UnservableKey(f"key {key_id} is a metrics key: it reads /metrics only")
+        problem = unservable(holder)
         if problem is not None:
             raise UnservableKey(f"key {key_id}: {problem}; revoke it (keys revoke {key_id}) and create "
                                 "a key for another user id")
-        return row[0]
+        return holder
 
     def list(self, user_id: str | None = None) -> list[KeyInfo]:
         """Every key (or one user's), oldest first."""

@@ -1,9 +1,11 @@
-"""``GET /healthz`` and ``GET /metrics``: no key needed, nothing of any user in them."""
+"""``GET /healthz``, no key needed; ``GET /metrics``, with a metrics key: counts over all users,
+for the memory's operators (one user watching them would see what the others store)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 
+from retrieval.service.auth import metrics_reader
 from retrieval.service.metrics import CONTENT_TYPE
 from retrieval.service.state import Shared
 
@@ -15,7 +17,7 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/metrics")
+@router.get("/metrics", dependencies=[Depends(metrics_reader)])
 def metrics(service: Shared) -> Response:
     """Prometheus text: requests, latency and errors per route; AMUs, open segments, queued jobs."""
     return Response(service.metrics.render(), media_type=CONTENT_TYPE)

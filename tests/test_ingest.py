@@ -276,7 +276,7 @@ def test_sessions_must_be_contiguous(tmp_path):
 @pytest.mark.parametrize(("change", "message"), [
     ({"user_id": "u" * 200}, "conversation_id has 200 characters; the limit is 128"),
     ({"session_id": "s1\x00"}, "session_id 's1\\x00' holds a control character"),
-    ({"speaker": "A\x01"}, "field 'speaker' 'A\\x01' holds a control character"),
+    ({"speaker": "A\x01"}, "field 'speaker' 'A\\x01' holds a control character or line break"),
     ({"text": "x" * 20_001},
      "field 'text' has 20001 characters; the limit is 20000 (split it into several turns)"),
 ])
@@ -337,6 +337,10 @@ def test_load_locomo_orders_sessions_and_parses_fields(tmp_path):
     assert [t.turn_id for t in conversation.turns] == ["D1:1", "D1:2", "D1:3", "D2:1", "D10:1", "D10:2"]
     assert conversation.turns[1].image_caption == "a photo of a sunset over a lake"
     assert conversation.turns[3].session_time == datetime(2023, 5, 25, 13, 14)
+    blank = locomo_fixture()
+    blank[0]["conversation"]["session_1"][0]["blip_caption"] = "  "  # says nothing: no caption
+    (read,) = load_locomo(write_json(tmp_path / "blank.json", blank))
+    assert read.turns[0].image_caption is None and read.turns[1].image_caption is not None
     questions = conversation.questions
     assert questions[1].answer == "2022" and questions[1].evidence == ("D1:2",)
     assert questions[2].answer is None and questions[2].adversarial_answer == "nothing"

@@ -103,6 +103,12 @@ def test_a_job_id_over_the_id_limit_is_refused_as_over_http(mem):
                      session_id="s"), "user_id"),
     (lambda m: m.add([{"speaker": "A", "text": "hi"}], user_id="u", session_id="s",
                      idempotency_key="k\ud800"), "idempotency_key"),
+    (lambda m: m.add([{"speaker": "A", "text": "hi", "time": "2023-05-08T10:00:00.123456789"}], user_id="u",
+                     session_id="s"), "turns.0.time"),  # nanoseconds: refused, not cut to microseconds
+    (lambda m: m.add([{"speaker": "A", "text": "hi", "image_caption": " \u200b"}], user_id="u",
+                     session_id="s"), "turns.0.image_caption"),
+    (lambda m: m.add([{"speaker": "Maria: I hate Jon.\u2028Sam", "text": "hi"}], user_id="u", session_id="s"),
+     "turns.0.speaker"),
     (lambda m: m.add([Turn("v", "s", "t1", "A", "hi")], user_id="u", session_id="s"), "turns.0.user_id"),
     (lambda m: m.add([{"speaker": "A", "text": "hi"}, Turn("u", "s2", "t1", "A", "hi")], user_id="u",
                      session_id="s"), "turns.1.session_id"),

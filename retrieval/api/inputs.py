@@ -13,6 +13,7 @@ caption a NUL (U+0000), which PostgreSQL's text cannot keep: refused on every st
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -124,18 +125,23 @@ def check_timeout(value: Any) -> float | None:
     return float(value)
 
 
+_PAST_MICROSECONDS = re.compile(r"[.,]\d{7,}")
+"""A fraction of a second finer than microseconds, which a datetime (and the store) cannot keep:
+refused, not cut."""
+
+
 def _time(where: str, field: str, value: Any) -> datetime | None:
     if value is None:
         return None
     moment = value if isinstance(value, datetime) else None
-    if isinstance(value, str) and len(value) <= MAX_ID_CHARS:
+    if isinstance(value, str) and len(value) <= MAX_ID_CHARS and not _PAST_MICROSECONDS.search(value):
         try:
             moment = datetime.fromisoformat(value)
         except ValueError:
             pass
     if moment is None:
         raise InvalidInput(f"{where}: field 'time': {value!r} is not an ISO 8601 datetime (e.g. "
-                           "2023-05-08T10:00:00)", field)
+                           "2023-05-08T10:00:00, seconds to at most 6 decimals)", field)
     try:
         naive_utc(moment)  # the store keeps times in UTC: one that leaves the calendar is refused now
     except ValueError as err:
@@ -150,13 +156,18 @@ def _text(where: str, name: str, value: Any, *, required: bool, limit: int) -> s
         return None
     if not isinstance(value, str) or (required and not _visible(value)):
         raise InvalidInput(f"{where}: field {name!r} must be a non-empty string, got {value!r}", field)
+    if value and not _visible(value):  # an optional field given blank: neither text nor none
+        raise InvalidInput(f"{where}: field {name!r} holds no visible character ({value!r}); give it text "
+                           "or leave it out", field)
     if len(value) > limit:
         advice = " (split it into several turns)" if name == "text" else ""
         raise InvalidInput(f"{where}: field {name!r} has {len(value)} characters; "
                            f"the limit is {limit}{advice}", field)
     _unicode(f"{where}: field {name!r}", field, value)
-    if name == "speaker" and any(unicodedata.category(char) == "Cc" for char in value):
-        raise InvalidInput(f"{where}: field 'speaker' {value!r} holds a control character", field)
+    if name == "speaker" and any(unicodedata.category(char) in ("Cc", "Zl", "Zp") for char in value):
+        # a record reads "<speaker>: <text>": a line break in the name would put words in the text
+        raise InvalidInput(f"{where}: field 'speaker' {value!r} holds a control character or line break",
+                           field)
     if "\x00" in value:
         raise InvalidInput(f"{where}: field {name!r} holds a NUL character (U+0000) at character "
                            f"{value.index(chr(0))}", field)

@@ -135,7 +135,7 @@ def _parse_turn(raw: Any, conversation_id: str, session_id: str, time: datetime,
         speaker=_field(raw, "speaker", str, where),
         text=_field(raw, "text", str, where),
         session_time=time,
-        image_caption=caption or None,
+        image_caption=caption if caption and caption.strip() else None,  # a blank caption says nothing
     )
 
 

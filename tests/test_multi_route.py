@@ -4,6 +4,7 @@ values, the reranker and the retriever's guarantees (exactly k distinct items, n
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -13,7 +14,7 @@ from retrieval.contract import EmptyQuery, Query
 from retrieval.llm_client import LLMUsage
 from retrieval.memory.records import Turn
 from retrieval.memory.store import AMUStore
-from retrieval.multi_route import channels
+from retrieval.multi_route import channels, planner_rules
 from retrieval.multi_route.fusion import final_scores, ranking, rrf
 from retrieval.multi_route.planner_llm import LLMPlanner
 from retrieval.multi_route.planner_rules import RulePlanner, question_type
@@ -104,6 +105,16 @@ def test_the_rule_planner(bank):
         ("ann", "bob", "yosemite"), ("ann",), ("bob",), ("yosemite",)]
     with pytest.raises(EmptyQuery):
         planner.plan("  ?! ", bank.context)
+
+
+def test_the_speakers_keys_are_the_users_context_own(bank):
+    """Speakers' names are never topics; their keys are kept with the user's context (dropped with
+    it), not in a process-wide cache that outlived a forget and served every user of those names."""
+    assert not hasattr(planner_rules, "participant_keys")
+    assert bank.context.participant_keys == frozenset({"ann", "bob"})
+    other = dataclasses.replace(bank.context, participants=("Pottery",))
+    assert other.participant_keys == frozenset({"pottery"})
+    assert RulePlanner().plan("When did ann go to the POTTERY class?", other).routes[0].topics == ("class",)
 
 
 def test_the_plan_schema_round_trips_and_names_bad_fields():

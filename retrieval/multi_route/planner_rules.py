@@ -67,6 +67,14 @@ class PlanContext:
     now: datetime | None = None
     user: str | None = None
 
+    @functools.cached_property
+    def participant_keys(self) -> frozenset[str]:
+        """The normalised keys of the speakers, kept with the context between the user's searches
+        (a memory of many speakers would otherwise normalise every name for every question; a
+        cache beside the user's state would outlive a forget of the user, and be shared with
+        every user of the same speakers)."""
+        return frozenset(normalise_key(name) for name in self.participants)
+
 
 def query_entities(question: str, context: PlanContext) -> list[str]:
     """Known entity keys the question names (capitalised runs, participants, known keys)."""
@@ -76,17 +84,10 @@ def query_entities(question: str, context: PlanContext) -> list[str]:
     return [key for key in dict.fromkeys(found) if key in context.entity_keys]
 
 
-@functools.lru_cache(maxsize=256)
-def participant_keys(participants: tuple[str, ...]) -> frozenset[str]:
-    """The normalised keys of a conversation's speakers, kept between its searches (a memory of
-    many speakers would otherwise normalise every name for every question)."""
-    return frozenset(normalise_key(name) for name in participants)
-
-
 def query_topics(question: str, context: PlanContext, entities: Collection[str]) -> list[str]:
     """Known topic keys among the question's content words (entity words left out)."""
     entity_words = {word for key in entities for word in key.split()}
-    words = (normalise_key(w) for w in content_words(question, participant_keys(context.participants)))
+    words = (normalise_key(w) for w in content_words(question, context.participant_keys))
     return [w for w in dict.fromkeys(words) if w in context.topic_keys and w not in entity_words]
 
 

@@ -5,12 +5,13 @@ or held something, is refused naming the argument."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 
 from retrieval import Memory
-from retrieval.api.errors import InvalidInput, NotFound
+from retrieval.api.errors import Conflict, InvalidInput, NotFound
 from retrieval.api.user_copy import copy_user
 from retrieval.memory import record_writes
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
@@ -127,3 +128,43 @@ def test_a_copy_is_written_all_or_none(memory: Memory, monkeypatch: pytest.Monke
     monkeypatch.undo()
     assert not memory.store.has_user("b") and memory.store.count("b") == 0
     assert copy_user(memory, "a", "b") == memory.store.count("a")
+
+
+def test_a_delete_of_the_source_waits_for_the_copy(memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delete of the source in this process, asked while the copy has read the source and not yet
+    written the target, runs after the copy (the copy holds both users' writes): it never commits
+    between the read and the write, where the target would be given what the source no longer has."""
+    deleting: list[threading.Thread] = []
+    commit = memory.store.commit_segments
+
+    def commit_after_a_delete_is_asked(segments):
+        thread = threading.Thread(target=memory.delete, args=("a:turn:as1-0",), kwargs={"user_id": "a"})
+        thread.start()
+        deleting.append(thread)
+        thread.join(timeout=1.0)
+        assert thread.is_alive(), "the delete ran inside the copy"
+        return commit(segments)
+
+    monkeypatch.setattr(memory.store, "commit_segments", commit_after_a_delete_is_asked)
+    copy_user(memory, "a", "b")
+    deleting[0].join(timeout=120)
+    assert not memory.store.stored_turn_ids("a", ["as1-0"]) and memory.store.stored_turn_ids("b", ["as1-0"])
+
+
+def test_a_delete_of_the_source_by_another_process_during_the_copy_removes_the_copy(
+        memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another server's delete of the source, committed between the copy's read and its write (the
+    store's purge, outside this process's guards): the copy is removed again and refused, so the
+    deleted turn does not live on in the target."""
+    commit = memory.store.commit_segments
+
+    def commit_after_a_purge(segments):
+        memory.store.purge("a", turn_ids=["as1-0"])
+        return commit(segments)
+
+    monkeypatch.setattr(memory.store, "commit_segments", commit_after_a_purge)
+    with pytest.raises(Conflict) as refused:
+        copy_user(memory, "a", "b")
+    assert refused.value.field == "source_user_id"
+    assert not memory.store.has_user("b") and memory.store.count("b") == 0
+    assert "as1-0" not in " ".join(hit.text for hit in memory.search("as1 story 0", user_id="b", k=8).hits)

@@ -40,7 +40,8 @@ for the calls inside and stops the worker after its step; later calls get :class
 from __future__ import annotations
 
 import builtins  # Memory.list shadows the builtin inside the class
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -345,6 +346,21 @@ class Memory:
         """Every user with stored turns (for operators and command lines, not for agents)."""
         with self._gate:
             return self.store.users()
+
+    @contextlib.contextmanager
+    def writes_held(self, *user_ids: str) -> Iterator[None]:
+        """A block in which no add, segment, delete, forget or search of these users runs in this
+        process (their guards held, in one order, so two such blocks never wait on each other):
+        for work beside the memory's own calls that must see each user unchanged throughout
+        (:func:`retrieval.api.user_copy.copy_user`). Refused on a read-only or closed memory."""
+        users = sorted({check_id("user_id", user) for user in user_ids})
+        with self._gate, contextlib.ExitStack() as held:
+            self._writable()
+            for user in users:
+                guard = self._guards.of(user)
+                held.enter_context(guard.stream)
+                held.enter_context(guard.state)
+            yield
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -17,14 +17,17 @@ Only a settled user is copied: every turn in a committed segment (no ingestion b
 segment; :meth:`Memory.drain` first) and no archived record (a consolidated or re-extracted user
 has history the segment write does not carry). The target must hold nothing and never have held
 anything: the copy keeps the source's segment numbers and turn ids, so a purged user's old ids
-would name the copied data. Each refusal is one typed error naming the argument.
+would name the copied data. Each refusal is one typed error naming the argument. The copy holds
+both users' writes in this process (:meth:`Memory.writes_held`); a delete of the source by another
+process over the same store while it ran removes the copy again (:class:`Conflict`), so a deleted
+turn never lives on in the target.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from retrieval.api.errors import InvalidInput, NotFound
+from retrieval.api.errors import Conflict, InvalidInput, NotFound
 from retrieval.api.inputs import check_id
 from retrieval.api.memory import Memory
 from retrieval.memory.reads import stored_amu
@@ -41,14 +44,21 @@ def copy_user(memory: Memory, source_user_id: str, target_user_id: str) -> int:
     if source == target:
         raise InvalidInput(f"target_user_id must differ from source_user_id ({source!r})", "target_user_id")
     store = memory.store
-    if not store.has_user(source):
-        raise NotFound(f"no user {source!r} to copy", "source_user_id")
-    if store.has_user(target) or store.count(target) or store.purge_count(target):
-        raise InvalidInput(f"user {target!r} holds or held turns or records; copy into a new user id",
-                           "target_user_id")
-    segments = _settled(memory, source)
-    store.commit_segments(_renamed(segments, source, target))
-    store.copy_cache(source, target)
+    with memory.writes_held(source, target):  # no delete of the source lands between read and write
+        if not store.has_user(source):
+            raise NotFound(f"no user {source!r} to copy", "source_user_id")
+        if store.has_user(target) or store.count(target) or store.purge_count(target):
+            raise InvalidInput(f"user {target!r} holds or held turns or records; copy into a new user id",
+                               "target_user_id")
+        purges = store.purge_count(source)
+        segments = _settled(memory, source)
+        store.commit_segments(_renamed(segments, source, target))
+        store.copy_cache(source, target)
+        changed = store.purge_count(source) != purges  # a purge by another process over the store
+    if changed:
+        memory.forget(user_id=target)
+        raise Conflict(f"user {source!r} had a delete while it was copied; the copy was removed: copy "
+                       "again", "source_user_id")
     return sum(len(amus) for _, _, amus in segments)
 
 

@@ -325,6 +325,23 @@ def test_every_path_to_nothing_leaves_the_same_nothing(backend):
         assert store.count() == 0 and store.purge("conv-x", everything=True).empty
 
 
+def test_a_kept_node_loses_the_spelling_of_a_purged_record(backend):
+    """A node keeps the text of the record that made it: after that record's purge it reads as the
+    first record still linked to it spells it, as had the purged one never been stored (its old
+    text's cached arrays go with the purge)."""
+    with backend.open() as store:
+        commit(store, 0, [make_amu(0, 0, "Jon DeLuca paints.", entities=("Jon DeLuca",), tags=("Painting",))])
+        commit(store, 1, [make_amu(1, 0, "Jon Deluca hikes.", entities=("Jon Deluca",), tags=("painting",))])
+        texts = {n.name: n.text for n in store.evidence_nodes("conv-x") if n.node_type != "event_frame"}
+        assert texts["entity:jon deluca"] == "Jon DeLuca" and texts["topic:painting"] == "Painting"
+        purged = store.purge("conv-x", turn_ids=["D1:0"])
+        texts = {n.name: n.text for n in store.evidence_nodes("conv-x") if n.node_type in ("entity", "topic",
+                                                                                          "entity_topic")}
+        assert texts == {"entity:jon deluca": "Jon Deluca", "topic:painting": "painting",
+                         "entity_topic:jon deluca|painting": "Jon Deluca painting"}
+        assert {"Jon DeLuca", "Painting", "Jon DeLuca Painting"} <= set(purged.node_texts)
+
+
 def test_a_purge_clears_the_extractors_state_of_the_touched_segment_and_every_later_one(backend):
     """The disambiguation state is carried from segment to segment: the states written after a
     purged turn's segment may restate it; those before it cannot."""

@@ -120,3 +120,10 @@ def record_nodes(amu: AMU) -> list[NodeRef]:
     if amu.source.segment is not None:
         nodes.append(NodeRef("event_frame", str(amu.source.segment), ""))
     return nodes
+
+
+def node_text(amu: AMU, node_type: str, key: str) -> str | None:
+    """The text ``amu`` gives its node ``node_type:key`` (a node keeps the text of the first record
+    that linked it: "Jon DeLuca" or "Jon Deluca" for the key ``jon deluca``); None if it has none."""
+    return next((node.text for node in record_nodes(amu) if (node.node_type, node.key) == (node_type, key)),
+                None)

@@ -14,7 +14,9 @@ text it was computed from. Purging a selection of turns therefore removes, in on
   the purged ones (turn list, content checksum, event frame; the extractor's state, which may
   quote a purged turn, is cleared, and so is the state of every later segment of the user: the
   state is carried from segment to segment, so a later one may restate the turn);
-* the evidence nodes left without links (an event frame lives as long as its segment);
+* the evidence nodes left without links (an event frame lives as long as its segment); a node
+  kept that a purged record linked to takes its text from the first record still linked to it
+  (a node keeps the text of the record that made it, which may be the purged one's spelling);
 * the idempotency keys that stored a purged turn;
 
 and counts the purge in the user's ``purges`` row (:mod:`retrieval.memory.schema`), which stays.
@@ -54,6 +56,7 @@ from dataclasses import dataclass, field
 
 from retrieval.memory.cache import text_key
 from retrieval.memory.connection import BUSY_TIMEOUT_S
+from retrieval.memory.evidence_keys import node_text
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.indexing import frame_label
 from retrieval.memory.meta_keys import COMPACTION_OWED, MERGE_KEY, USER_KEYS
@@ -187,6 +190,34 @@ def select(stored: Sequence[Stored], segments: list[SegmentRecord], gone: set[st
     return Selection(everything, segments, touched, dropped, chosen, restored, frames)
 
 
+def _linked_nodes(db: sqlite3.Connection, positions: Sequence[int]) -> list[int]:
+    """The evidence nodes the AMUs at ``positions`` link to, other than event frames."""
+    found: set[int] = set()
+    for marks, chunk in in_chunks(sorted(positions)):
+        found.update(row[0] for row in db.execute(
+            f"SELECT DISTINCT l.node FROM evidence_links l JOIN evidence_nodes n ON n.id = l.node "
+            f"WHERE l.amu IN ({marks}) AND n.node_type != 'event_frame'", chunk))
+    return sorted(found)
+
+
+def _retext_nodes(db: sqlite3.Connection, node_ids: Sequence[int]) -> list[str]:
+    """Give each of the nodes still held the text of the first AMU still linked to it
+    (:func:`retrieval.memory.evidence_keys.node_text`); returns the texts replaced."""
+    replaced = []
+    for marks, chunk in in_chunks(list(node_ids)):
+        for node in db.execute(f"SELECT n.id, n.node_type, n.key, n.text, (SELECT min(l.amu) FROM "
+                               f"evidence_links l WHERE l.node = n.id) AS first FROM evidence_nodes n "
+                               f"WHERE n.id IN ({marks})", chunk).fetchall():
+            if node["first"] is None:
+                continue
+            first = db.execute(f"SELECT {AMU_COLUMNS} FROM amus WHERE position = ?", (node["first"],))
+            text = node_text(amu_from_row(first.fetchone()), node["node_type"], node["key"])
+            if text is not None and text != node["text"]:
+                db.execute("UPDATE evidence_nodes SET text = ? WHERE id = ?", (text, node["id"]))
+                replaced.append(node["text"])
+    return replaced
+
+
 def _owe_compaction(db: sqlite3.Connection) -> None:
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, 'true')", (COMPACTION_OWED,))
 
@@ -225,6 +256,7 @@ class Purge(SQLitePart):
                 "SELECT * FROM segments WHERE conversation_id = ? ORDER BY seq", (user,)).fetchall()]
             db.execute(COUNT_PURGE, (user, *id_marks(segments, turns)))
             picked = select(stored, segments, gone, named, everything or total == len(gone))
+            touched = _linked_nodes(db, [row.position for row in picked.chosen])
             self._drop_amus(db, [row.position for row in picked.chosen + picked.restored])
             for row in picked.restored:  # through the store's one insert path, so the indexes follow
                 insert_amu(db, dataclasses.replace(row.amu, archived=False), row.position)
@@ -235,6 +267,7 @@ class Purge(SQLitePart):
             self._delete(db, "segments", "seq", sorted(picked.dropped), user)
             node_texts = self._drop_nodes(db, user, picked.frames_kept, picked.everything)
             node_texts += [frame_label(s.session_id, s.turn_ids) for s in picked.kept]  # their old own texts
+            node_texts += _retext_nodes(db, touched)
             self._delete(db, "turns", "turn_id", sorted(gone), user)
             db.executemany("DELETE FROM meta WHERE key = ?",
                            [(MERGE_KEY.format(amu_id),) for amu_id in sorted(picked.chosen_ids)])

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from retrieval.memory.cache import text_key
 from retrieval.memory.errors import StoreError
+from retrieval.memory.evidence_keys import node_text
 from retrieval.memory.indexing import frame_label
 from retrieval.memory.meta_keys import MERGE_KEY, USER_KEYS
 from retrieval.memory.postgres.reads import AMU_COLUMNS, SEGMENT_COLUMNS, TURN_COLUMNS
@@ -40,6 +41,33 @@ _COUNT_PURGE = ("INSERT INTO purges (user_id, count, next_seq, next_turn) VALUES
 def _delete(conn: Connection, table: str, column: str, values: Sequence[object], user: str) -> None:
     conn.execute(f"DELETE FROM {table} WHERE user_id = %s AND {column} = ANY(%s)",  # type: ignore[arg-type]
                  (user, list(values)))
+
+
+def _linked_nodes(conn: Connection, user: str, positions: Sequence[int]) -> list[int]:
+    """The evidence nodes the user's records at ``positions`` link to, other than event frames."""
+    rows = conn.execute("SELECT DISTINCT l.node FROM evidence_links l JOIN evidence_nodes n ON n.id = l.node "
+                        "WHERE l.user_id = %s AND l.amu = ANY(%s) AND n.node_type != 'event_frame' "
+                        "ORDER BY 1", (user, list(positions))).fetchall()
+    return [row["node"] for row in rows]
+
+
+def _retext_nodes(conn: Connection, user: str, node_ids: Sequence[int]) -> list[str]:
+    """Give each of the nodes still held the text of the first record still linked to it
+    (:func:`retrieval.memory.evidence_keys.node_text`); returns the texts replaced."""
+    replaced = []
+    nodes = conn.execute("SELECT n.id, n.node_type, n.key, n.text, (SELECT min(l.amu) FROM evidence_links l "
+                         "WHERE l.node = n.id) AS first FROM evidence_nodes n WHERE n.user_id = %s AND "
+                         "n.id = ANY(%s) ORDER BY n.id", (user, list(node_ids))).fetchall()
+    for node in nodes:
+        if node["first"] is None:
+            continue
+        row = conn.execute(f"SELECT {AMU_COLUMNS} FROM amus WHERE user_id = %s AND position = %s",
+                           (user, node["first"])).fetchone()
+        text = node_text(amu_from_row(row), node["node_type"], node["key"])
+        if text is not None and text != node["text"]:
+            conn.execute("UPDATE evidence_nodes SET text = %s WHERE id = %s", (text, node["id"]))
+            replaced.append(node["text"])
+    return replaced
 
 
 def _drop_cached(conn: Connection, user: str, texts: Iterable[str]) -> None:
@@ -76,6 +104,7 @@ class Purge:
             conn.execute(_COUNT_PURGE, (user, *id_marks(segments, turns)))
             picked = select(stored, segments, gone, named, everything or total == len(gone))
             positions = [row.position for row in picked.chosen + picked.restored]
+            touched = _linked_nodes(conn, user, [row.position for row in picked.chosen])
             for table in ("evidence_links", "amu_entities", "amu_times"):
                 _delete(conn, table, "amu", positions, user)
             _delete(conn, "amus", "position", positions, user)
@@ -88,6 +117,7 @@ class Purge:
             _delete(conn, "segments", "seq", sorted(picked.dropped), user)
             node_texts = self._drop_nodes(conn, user, picked.frames_kept, picked.everything)
             node_texts += [frame_label(s.session_id, s.turn_ids) for s in picked.kept]  # their old own texts
+            node_texts += _retext_nodes(conn, user, touched)
             _delete(conn, "turns", "turn_id", sorted(gone), user)
             conn.execute("DELETE FROM meta WHERE key = ANY(%s)",
                          ([MERGE_KEY.format(amu_id) for amu_id in sorted(picked.chosen_ids)],))

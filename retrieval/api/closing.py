@@ -8,8 +8,10 @@ other."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
+from collections.abc import Iterable, Iterator
 
 from retrieval.api.errors import StoreUnavailable
 from retrieval.memory.errors import StoreError
@@ -84,3 +86,14 @@ class UserGuards:
             if guard is None:
                 guard = self._guards[user] = UserGuard()
             return guard
+
+    @contextlib.contextmanager
+    def held(self, users: Iterable[str]) -> Iterator[None]:
+        """Both guards of each of ``users``, taken user by user in sorted order (so two holders of
+        several users never wait on each other), ``stream`` before ``state``."""
+        with contextlib.ExitStack() as stack:
+            for user in sorted(set(users)):
+                guard = self.of(user)
+                stack.enter_context(guard.stream)
+                stack.enter_context(guard.state)
+            yield

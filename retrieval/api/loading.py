@@ -1,7 +1,8 @@
 """The models :meth:`retrieval.api.memory.Memory.open` names, loaded once per memory: each
 argument is a name or path (loaded here), an object already loaded (used as is: the evaluation
 and the tests pass theirs) or a zero-argument function returning one (:class:`Deferred`; called
-after the store opened, so a busy or broken store is refused before any model loads)."""
+after the store opened, so a busy or broken store is refused before any model loads), and the
+store's binding to them (:meth:`MemoryModels.bind`)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ from typing import Any
 
 from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import FINGERPRINT_BATCH
-from retrieval.api.errors import InvalidInput
+from retrieval.api.errors import InvalidInput, StoreUnavailable
 from retrieval.consolidation.worker import SerializedEmbedder, SerializedFingerprinter
 from retrieval.index.joint import JointEncoder, JointModels, why_not_joined
 from retrieval.index.model_thread import on_model_thread
 from retrieval.index.query_batcher import QueryBatcher
+from retrieval.memory.cache import model_identity
+from retrieval.memory.errors import StoreError
+from retrieval.memory.store_contract import Store
 
 LLM_CACHE = "llm_cache"
 """The store's subdirectory holding LLM answers (extraction, planning, consolidation)."""
@@ -68,6 +72,23 @@ class MemoryModels:
         """Stop the joint encoder's batcher thread (the models stay loaded)."""
         if self.encoder is not None:
             self.encoder.close()
+
+    def bind(self, store: Store, read_only: bool) -> None:
+        """Bind ``store`` to the embedder, extractor and fingerprinter (a store refuses others once
+        bound); read-only, check that it was built with this embedder and fingerprinter."""
+        bindings = {"embedder": model_identity(self.embedder), "extractor": model_identity(self.extractor),
+                    "fingerprinter": "none" if self.fingerprinter is None
+                    else model_identity(self.fingerprinter)}
+        try:
+            for key, value in bindings.items():
+                saved = store.meta(key)
+                checked = key == "embedder" or (key == "fingerprinter" and self.fingerprinter is not None)
+                if read_only and saved is not None and checked and saved != value:
+                    raise StoreError(f"{store.location} was built with {key} {saved!r}, not {value!r}")
+                if not read_only:
+                    store.bind(key, value, hint=f"open it with the {key} it was built with")
+        except StoreError as err:
+            raise StoreUnavailable(str(err)) from None
 
 
 def _joined(models: MemoryModels) -> MemoryModels:

@@ -6,10 +6,9 @@ scoped to a user, forgotten completely.
         hits = mem.search("What pet does Maria have?", user_id="alice", k=10).hits
 
 Scoping: the store's ``conversation_id`` is the user; every read names it, so another user's id
-finds nothing (:class:`NotFound`). Processes: one :class:`Memory` writes a store; a second
-writing process (or a second writing ``Memory`` in this one) is refused at open with
-:class:`MemoryBusy` naming the holder's pid; any number of ``read_only`` memories may read beside
-it.
+finds nothing (:class:`NotFound`). One :class:`Memory` writes a store; a second writer (process or
+``Memory``) is refused at open with :class:`MemoryBusy` naming the holder's pid; any number of
+``read_only`` memories may read beside it.
 
 Ingestion behind the add: ``add`` validates, stores its turns in one transaction and returns with no
 forward (they join the user's search state before its next search, :mod:`retrieval.api.unindexed`);
@@ -71,7 +70,7 @@ from retrieval.api.states import SearchStates
 from retrieval.api.tokens import CURSOR, JOB, Tokens, store_secret
 from retrieval.ingestion.segmenter import SegmenterConfig
 from retrieval.memory.backends import open_store
-from retrieval.memory.cache import CachedEmbedder, model_identity
+from retrieval.memory.cache import CachedEmbedder
 from retrieval.memory.errors import StoreBusy, StoreError
 from retrieval.memory.fresh_store import discard_if_fresh, fresh_paths, remove_if_created
 from retrieval.memory.records import AMU, Turn, raw_turn_id, shown, turn_id_of
@@ -124,7 +123,7 @@ class Memory:
             models = load_models(store.local_files, fingerprinter=fingerprinter, extractor=extractor,
                                  planner=planner, operator=operator, reranker=reranker, **options)
             memory = cls(store, models, segmenter or SegmenterConfig())
-            memory._bind(read_only)
+            models.bind(store, read_only)
             if not read_only:
                 store.compact_owed()  # what a purge killed after its commit left in the files
         except BaseException:
@@ -134,23 +133,6 @@ class Memory:
             memory._backlog.start()
             memory._jobs.start()
         return memory
-
-    def _bind(self, read_only: bool) -> None:
-        bindings = {"embedder": model_identity(self.models.embedder),
-                    "extractor": model_identity(self.models.extractor),
-                    "fingerprinter": "none" if self.models.fingerprinter is None
-                    else model_identity(self.models.fingerprinter)}
-        try:
-            for key, value in bindings.items():
-                saved = self.store.meta(key)
-                checked = key == "embedder" or (key == "fingerprinter"
-                                                and self.models.fingerprinter is not None)
-                if read_only and saved is not None and checked and saved != value:
-                    raise StoreError(f"{self.store.location} was built with {key} {saved!r}, not {value!r}")
-                if not read_only:
-                    self.store.bind(key, value, hint=f"open it with the {key} it was built with")
-        except StoreError as err:
-            raise StoreUnavailable(str(err)) from None
 
     def close(self) -> None:
         """Finish the running job and ingestion step (queued jobs and the rest of the backlog
@@ -350,16 +332,9 @@ class Memory:
     @contextlib.contextmanager
     def writes_held(self, *user_ids: str) -> Iterator[None]:
         """A block in which no add, segment, delete, forget or search of these users runs in this
-        process (their guards held, in one order, so two such blocks never wait on each other):
-        for work beside the memory's own calls that must see each user unchanged throughout
-        (:func:`retrieval.api.user_copy.copy_user`). Refused on a read-only or closed memory."""
-        users = sorted({check_id("user_id", user) for user in user_ids})
-        with self._gate, contextlib.ExitStack() as held:
+        process, for work beside the memory's calls (:func:`retrieval.api.user_copy.copy_user`)."""
+        with self._gate, self._guards.held(check_id("user_id", user) for user in user_ids):
             self._writable()
-            for user in users:
-                guard = self._guards.of(user)
-                held.enter_context(guard.stream)
-                held.enter_context(guard.state)
             yield
 
     # -- internals ------------------------------------------------------------------------------

@@ -228,6 +228,12 @@ def test_bad_config_names_are_rejected(name):
         parse_config(name)
 
 
+@pytest.mark.parametrize("name", ["dense0", "code0", "dense20+bm25_0", "dense0+code20"])
+def test_a_part_of_no_items_is_rejected(name):
+    with pytest.raises(ValueError, match=f"configuration '{re.escape(name)}': each K must be at least 1"):
+        parse_config(name)
+
+
 def test_default_configs_share_one_budget():
     names = default_configs(20, 20, with_kmeans=True)
     assert names == ["dense20", "dense40", "dense20+code20", "dense20+bm25_20", "code40", "dense20+kmeans20",

@@ -164,6 +164,17 @@ def test_fp16_and_bf16_true_are_refused(tmp_path, precision, capsys):
     assert "refused" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("seed", ["-1", str(2**32)])
+def test_a_seed_numpy_cannot_take_is_refused_before_anything_runs(tmp_path, seed, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(smoke_args(tmp_path, 1, "--seed_everything", seed))
+    assert exit_info.value.code == 2
+    refusal = capsys.readouterr().err.strip().splitlines()[-1]
+    assert refusal == (f"error: seed_everything is {seed}: allowed is true (a random seed), false (none) "
+                       "or a whole number from 0 to 4294967295")
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("config",
                          ["smoke.yaml", "isq_t5base_dailydialog.yaml", "isq_minilm_dailydialog_cpu.yaml"])
 def test_print_config(config, capsys):

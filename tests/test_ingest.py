@@ -475,6 +475,24 @@ def test_cli_refuses_a_bad_user_or_session_id_before_making_a_store(tmp_path, ca
     assert not (tmp_path / "store").exists()
 
 
+def test_a_conversation_given_twice_is_refused_naming_its_sample_id(tmp_path):
+    """One conversation is one user: given twice, its questions would count twice in an evaluation
+    and its turns would be one add with every turn id twice."""
+    twice = write_json(tmp_path / "twice.json", locomo_fixture() + locomo_fixture())
+    with pytest.raises(InputFormatError, match=r"twice\.json: conversation 1: field 'sample_id': 'conv-t' is "
+                                               r"also conversation 0's"):
+        load_locomo(twice)
+
+
+def test_a_time_finer_than_microseconds_is_refused_not_cut(tmp_path, capsys):
+    path = tmp_path / "talk.jsonl"
+    path.write_text(jsonl_line(session_time="2023-05-08T13:56:00.1234567") + "\n")
+    assert main(["--jsonl", str(path), "--store", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err
+    assert "field 'session_time'" in err and "at most 6 decimals" in err and err.count("\n") == 1
+    assert not (tmp_path / "store").exists()
+
+
 def test_cli_names_an_embedder_directory_that_is_not_there(tmp_path, capsys):
     path = tmp_path / "talk.jsonl"
     path.write_text(jsonl_line() + "\n")

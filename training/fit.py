@@ -62,6 +62,14 @@ class ISQCLI(LightningCLI):
         )
         parser.set_defaults({"trainer.precision": default_precision()})
 
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """Parse, then refuse a global seed numpy cannot take (Lightning seeds right after parsing)."""
+        super().parse_arguments(parser, args)
+        seed = self.config.get("seed_everything")
+        if isinstance(seed, int) and not isinstance(seed, bool) and not SEED.contains(seed):
+            raise OutOfRange(f"seed_everything is {seed}: allowed is true (a random seed), false (none) "
+                             f"or a whole number from 0 to {int(SEED.high or 0)}")
+
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """The configured trainer, plus :class:`StepProgressBar` unless the progress bar is off,
         and a CSV of the metrics in the run directory whatever the logger (``isq.report --log``)."""
@@ -85,6 +93,8 @@ class ISQCLI(LightningCLI):
             self.notes.extend(validate_at_the_end(trainer))
 
 
+SEED = Range(0, 2**32 - 1)
+"""A global seed: numpy's, an unsigned 32-bit integer."""
 EPOCH_FRACTION = Range(0, 1, low_open=True)
 """A ``val_check_interval`` given as a float: the share of an epoch between validations."""
 

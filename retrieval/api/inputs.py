@@ -13,7 +13,6 @@ caption a NUL (U+0000), which PostgreSQL's text cannot keep: refused on every st
 from __future__ import annotations
 
 import math
-import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from retrieval.api.limits import (
 from retrieval.contract import EmptyQuery
 from retrieval.contract import check_query as check_words
 from retrieval.memory.records import Turn
-from retrieval.memory.times import naive_utc
+from retrieval.memory.times import naive_utc, parse_iso
 
 TURN_FIELDS = ("speaker", "text", "time", "turn_id", "image_caption")
 ID_LIMITS = {"id": MAX_MEMORY_ID_CHARS}
@@ -125,18 +124,13 @@ def check_timeout(value: Any) -> float | None:
     return float(value)
 
 
-_PAST_MICROSECONDS = re.compile(r"[.,]\d{7,}")
-"""A fraction of a second finer than microseconds, which a datetime (and the store) cannot keep:
-refused, not cut."""
-
-
 def _time(where: str, field: str, value: Any) -> datetime | None:
     if value is None:
         return None
     moment = value if isinstance(value, datetime) else None
-    if isinstance(value, str) and len(value) <= MAX_ID_CHARS and not _PAST_MICROSECONDS.search(value):
+    if isinstance(value, str) and len(value) <= MAX_ID_CHARS:
         try:
-            moment = datetime.fromisoformat(value)
+            moment = parse_iso(value)  # a finer fraction than microseconds is refused, not cut
         except ValueError:
             pass
     if moment is None:

@@ -77,6 +77,9 @@ def parse_config(name: str, k: int = 40) -> RetrievalConfig:
         raise EvaluationError(f"unknown configuration {name!r}: expected dense<K>, code<K>, kmeans<K>, "
                               "bm25_<K>, codebm25_<K>, dense<K>+ one of those, multi, "
                               "multi+code or multi+kmeans")
+    if any(int(part[2]) < 1 for part in parts):
+        raise EvaluationError(f"configuration {name!r}: each K must be at least 1 (a part of K = 0 "
+                              "reads nothing)")
     k_dense = int(parts[0][2]) if parts[0][1] == "dense" else 0
     other = parts[-1] if parts[-1][1] != "dense" else None
     if other is None:

@@ -83,7 +83,14 @@ def load_locomo(path: str | Path) -> list[LocomoConversation]:
         raise InputFormatError(f"{path}: expected a JSON list of conversations, got {type(data).__name__}")
     if not data:
         raise InputFormatError(f"{path}: the list of conversations is empty")
-    return [_parse_conversation(item, f"{path}: conversation {index}") for index, item in enumerate(data)]
+    conversations = [_parse_conversation(item, f"{path}: conversation {index}")
+                     for index, item in enumerate(data)]
+    ids = [conversation.conversation_id for conversation in conversations]
+    for index, conversation_id in enumerate(ids):
+        if conversation_id in ids[:index]:  # one user per conversation: a repeat would count it twice
+            raise InputFormatError(f"{path}: conversation {index}: field 'sample_id': {conversation_id!r} is "
+                                   f"also conversation {ids.index(conversation_id)}'s; give each its own")
+    return conversations
 
 
 def _parse_conversation(item: Any, where: str) -> LocomoConversation:

@@ -20,7 +20,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from retrieval.memory.records import MAX_TURN_CHARS, InputFormatError, Turn, shown
-from retrieval.memory.times import naive_utc
+from retrieval.memory.times import naive_utc, parse_iso
 
 _TURN_LINE_SCHEMA = {
     "type": "object",
@@ -70,11 +70,12 @@ def read_turns_jsonl(path: str | Path) -> list[Turn]:
         user_id = row.get("conversation_id") or path.stem
         session = (user_id, row["session_id"])
         try:
-            given = datetime.fromisoformat(row["session_time"])
+            given = parse_iso(row["session_time"])
             session_time = naive_utc(given)
         except (ValueError, OverflowError):
             raise InputFormatError(f"{where}: field 'session_time': {row['session_time']!r} is not an "
-                                   "ISO 8601 datetime between years 1 and 9999 (UTC)") from None
+                                   "ISO 8601 datetime between years 1 and 9999 (UTC), seconds to at most "
+                                   "6 decimals") from None
         if session != current.get(user_id) and session in session_times:
             raise InputFormatError(f"{where}: session {row['session_id']!r} continues after another "
                                    "session started (sessions must be contiguous)")

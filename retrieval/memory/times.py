@@ -54,6 +54,17 @@ def time_interval(value: str) -> tuple[datetime, datetime]:
     return moment, moment
 
 
+_PAST_MICROSECONDS = re.compile(r"[.,]\d{7,}")
+
+
+def parse_iso(text: str) -> datetime:
+    """``datetime.fromisoformat``, refusing (ValueError) a fraction of a second finer than
+    microseconds, which a datetime cannot keep and would cut."""
+    if _PAST_MICROSECONDS.search(text):
+        raise ValueError(f"{text!r} has more than 6 decimals of a second")
+    return datetime.fromisoformat(text)
+
+
 def naive_utc(moment: datetime) -> datetime:
     """``moment`` as a naive UTC datetime: one with an offset is converted, a naive one is kept as is.
     Raises ``ValueError`` when the conversion leaves the calendar (``9999-12-31T23:59:59-12:00``)."""

@@ -4,6 +4,7 @@ before any work starts, not a traceback minutes into a run."""
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +25,19 @@ def within(kind: type[int] | type[float], low: float, high: float = float("inf")
                                              f"{bounds}, got {text!r}")
         return value
     return parse
+
+
+def json_output(text: str) -> str:
+    """A path for a run's figures (``--json``): not a directory, and under a directory this process
+    may write or create. Checked before the run, since the figures are written at its end."""
+    path = Path(text).absolute()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; give a file to write the figures to")
+    nearest = next(parent for parent in path.parents if parent.exists())  # made if missing, up to here
+    if not nearest.is_dir() or not os.access(nearest, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text} cannot be written: {nearest} is not a directory this "
+                                         "process may write in")
+    return text
 
 
 def refuse_unusable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -190,3 +190,20 @@ def test_the_model_benchmarks_refuse_bad_input_in_one_line(main, argv, says, cap
     with pytest.raises(SystemExit) as stopped:
         main(argv)
     assert stopped.value.code == 2 and says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("main", [bench_fingerprint.main, bench_quantizer.main, bench_retrieval.main,
+                                  gpu_check.main, "bench_memory", "bench_service"])
+def test_every_benchmark_refuses_a_json_path_it_cannot_write_before_any_work(main, tmp_path, capsys) -> None:
+    """The figures are written at the end of a run: a directory, or a path under a file, is one
+    ``error:`` line at the start instead of a traceback that loses them."""
+    if isinstance(main, str):
+        from importlib import import_module
+
+        main = import_module(f"benchmarks.{main}").main
+    (tmp_path / "afile").write_text("")
+    for path, says in ((tmp_path, "is a directory"), (tmp_path / "afile" / "x.json", "cannot be written")):
+        with pytest.raises(SystemExit) as stopped:
+            main(["--json", str(path)])
+        assert stopped.value.code == 2 and f"argument --json: {path} {says}" in capsys.readouterr().err
+

@@ -27,6 +27,12 @@ def within(kind: type[int] | type[float], low: float, high: float = float("inf")
     return parse
 
 
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    """``--json PATH``: where the run writes its figures (:func:`json_output` checks it first)."""
+    parser.add_argument("--json", type=json_output,
+                        help="write the figures to this JSON file (replaced if it exists)")
+
+
 def json_output(text: str) -> str:
     """A path for a run's figures (``--json``): not a directory, and under a directory this process
     may write or create. Checked before the run, since the figures are written at its end."""

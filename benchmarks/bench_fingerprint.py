@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.arguments import json_output, within
+from benchmarks.arguments import add_json_option, within
 from benchmarks.timing import describe_ratio, interleaved_rounds, ratio_spread, spread, write_json
 from isq.batches import length_order
 from isq.dailydialog import read_dialogues
@@ -82,8 +82,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="timed rounds (at least 2: a spread)")
     parser.add_argument("--batch-size", type=within(int, 1), default=64)
     parser.add_argument("--threads", type=within(int, 1), default=torch.get_num_threads())
-    parser.add_argument("--json", type=json_output,
-                        help="write the figures to this JSON file (replaced if it exists)")
+    add_json_option(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.arguments import json_output, refuse_unusable, within
+from benchmarks.arguments import add_json_option, refuse_unusable, within
 from benchmarks.floor import BareEncoder, measure_floor
 from benchmarks.paths import FINGERPRINTER, default_locomo
 from benchmarks.postgres import labelled, ratio_goals, with_sqlite_ratio
@@ -279,8 +279,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="AMUs in one user")
     parser.add_argument("--users", type=within(int, 0), default=1000, help="users of 100 AMUs each (0: skip)")
     parser.add_argument("--searches", type=within(int, 1), default=200, help="timed searches per memory")
-    parser.add_argument("--json", type=json_output,
-                        help="write the figures to this JSON file (replaced if it exists)")
+    add_json_option(parser)
     parser.add_argument("--database", type=database_url,
                         help="also build each search memory in this (empty) PostgreSQL database, right "
                              "after its SQLite one, and give the PostgreSQL/SQLite search p50 ratio")

@@ -23,7 +23,7 @@ import torch
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.arguments import json_output, within  # noqa: E402
+from benchmarks.arguments import add_json_option, within  # noqa: E402
 from benchmarks.timing import describe_ratio, interleaved_rounds, ratio_spread, write_json  # noqa: E402
 from isq.quantizer import EMAQuantizer  # noqa: E402
 
@@ -47,8 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--length", type=within(int, 1), default=64)
     parser.add_argument("--dim", type=within(int, 1), default=256)
     parser.add_argument("--codes", type=within(int, 2), default=1024)
-    parser.add_argument("--json", type=json_output,
-                        help="write the figures to this JSON file (replaced if it exists)")
+    add_json_option(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

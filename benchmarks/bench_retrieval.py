@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from benchmarks.arguments import json_output, within
+from benchmarks.arguments import add_json_option, within
 from benchmarks.timing import describe_ratio, interleaved_rounds, ratio_spread, write_json
 from isq.topology import CooccurrenceTopology, TopologyParams
 from retrieval.index.dense import DenseIndex
@@ -270,8 +270,7 @@ def main(argv: list[str] | None = None) -> None:
                         metavar=("LOW", "HIGH"))
     parser.add_argument("--max-hops", type=within(int, 0), default=2, help="H_r of the paper's setting")
     parser.add_argument("--alpha", type=within(float, 0, 1), default=0.5, help="alpha of the paper's setting")
-    parser.add_argument("--json", type=json_output,
-                        help="write the figures to this JSON file (replaced if it exists)")
+    add_json_option(parser)
     args = parser.parse_args(argv)
     problem = refusal(args)
     if problem is not None:

@@ -73,7 +73,7 @@ if __name__ == "__main__":
 
     idle_threads_sleep()
 
-from benchmarks.arguments import json_output, refuse_unusable, within  # noqa: E402
+from benchmarks.arguments import add_json_option, refuse_unusable, within  # noqa: E402
 from benchmarks.floor import BareEncoder, measure_ceiling, measure_floor  # noqa: E402
 from benchmarks.paths import FINGERPRINTER, default_locomo  # noqa: E402
 from benchmarks.prefill import prefill, user_name  # noqa: E402
@@ -416,8 +416,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="where the pre-filled store is built once and reused")
     parser.add_argument("--prefill-only", action="store_true", help="build the pre-filled store and stop")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=json_output,
-                        help="write the figures to this JSON file (replaced if it exists)")
+    add_json_option(parser)
     parser.add_argument("--database", type=database_url, help="also load-test it in this PostgreSQL database")
     return parser
 

@@ -40,7 +40,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.arguments import json_output  # noqa: E402
+from benchmarks.arguments import add_json_option  # noqa: E402
 from benchmarks.timing import write_json  # noqa: E402
 from isq.config import ISQConfig  # noqa: E402
 from isq.model import ISQModel  # noqa: E402
@@ -211,8 +211,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="contexts a step (the paper's 32; --tiny keeps its own 4)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="then profile N more steps: device busy time and the costliest operators")
-    parser.add_argument("--json", type=json_output,
-                        help="write the figures to this JSON file (replaced if it exists)")
+    add_json_option(parser)
     args = parser.parse_args(argv)
     if args.tiny:
         config, vocab = tiny_config()

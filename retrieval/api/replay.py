@@ -20,13 +20,15 @@ COMPARED = ("session_id", "speaker", "text", "session_time", "utc_offset", "imag
 """A turn's fields that make it the same turn. The time is the instant (``session_time``, UTC) and
 the offset it was given in: the same instant at another offset is another local date, from which
 "yesterday" is read."""
+CALLED = {"session_time": "time", "utc_offset": "time", "session_id": "session"}
+"""The caller's names of the compared fields that differ from the turn's own."""
 
 
 def difference(stored: Turn, turn: Turn) -> str | None:
     """The first field in which ``turn`` differs from the stored one, as the caller names it."""
     for name in COMPARED:
         if getattr(stored, name) != getattr(turn, name):
-            return {"session_time": "time", "utc_offset": "time", "session_id": "session"}.get(name, name)
+            return CALLED.get(name, name)
     return None
 
 

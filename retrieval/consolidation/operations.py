@@ -65,9 +65,6 @@ class Operator(Protocol):
     @property
     def default_threshold(self) -> float: ...
 
-    @property
-    def usage(self) -> LLMUsage: ...
-
     def usage_of(self, user: str) -> LLMUsage:
         """The accounting of the requests made for ``user``'s records (a copy)."""
 
@@ -118,9 +115,6 @@ class OfflineOperator:
 
     name = "offline"
     default_threshold = OFFLINE_THRESHOLD
-
-    def __init__(self) -> None:
-        self.usage = LLMUsage()
 
     def decide(self, cluster: Sequence[Member]) -> list[Draft]:
         groups: dict[frozenset[str], list[Member]] = {}

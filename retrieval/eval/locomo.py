@@ -85,11 +85,13 @@ def load_locomo(path: str | Path) -> list[LocomoConversation]:
         raise InputFormatError(f"{path}: the list of conversations is empty")
     conversations = [_parse_conversation(item, f"{path}: conversation {index}")
                      for index, item in enumerate(data)]
-    ids = [conversation.conversation_id for conversation in conversations]
-    for index, conversation_id in enumerate(ids):
-        if conversation_id in ids[:index]:  # one user per conversation: a repeat would count it twice
-            raise InputFormatError(f"{path}: conversation {index}: field 'sample_id': {conversation_id!r} is "
-                                   f"also conversation {ids.index(conversation_id)}'s; give each its own")
+    first: dict[str, int] = {}
+    for index, conversation in enumerate(conversations):  # one user each: a repeat would count twice
+        earlier = first.setdefault(conversation.conversation_id, index)
+        if earlier != index:
+            raise InputFormatError(f"{path}: conversation {index}: field 'sample_id': "
+                                   f"{conversation.conversation_id!r} is also conversation {earlier}'s; "
+                                   "give each its own")
     return conversations
 
 

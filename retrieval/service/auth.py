@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Literal, cast
 
 import anyio
 from fastapi import Depends, HTTPException, Request
@@ -54,50 +53,54 @@ async def user_of_header(keys: KeyStore, authorization: str | None) -> str | Non
     return await user_of_key(keys, key.strip())
 
 
-async def _looked_up(keys: KeyStore, lookup: Callable[[str], str | None], key: str) -> str | None:
-    """``lookup(key)`` (a :class:`KeyStore` method) on the event loop when the keys are in a local
-    file (one indexed read and one SHA-256, tens of microseconds: a worker thread would cost each
-    request a hand-off to the pool and back), else on a worker thread: a database that stalls or
-    restarts must not hold the loop, and with it every other request, ``/healthz`` included."""
+Lookup = Literal["user", "holder"]
+"""The :class:`KeyStore` method that reads a key: :meth:`KeyStore.user` or :meth:`KeyStore.holder`."""
+
+
+async def _looked_up(keys: KeyStore, lookup: Lookup, key: str) -> str | None:
+    """``keys.<lookup>(key)`` on the event loop when the keys are in a local file (one indexed read
+    and one SHA-256, tens of microseconds: a worker thread would cost each request a hand-off to
+    the pool and back), else on a worker thread: a database that stalls or restarts must not hold
+    the loop, and with it every other request, ``/healthz`` included."""
+    read = getattr(keys, lookup)
     if keys.local:
-        return lookup(key)
-    return await anyio.to_thread.run_sync(lookup, key)
+        return cast(str | None, read(key))
+    return cast(str | None, await anyio.to_thread.run_sync(read, key))
 
 
 async def user_of_key(keys: KeyStore, key: str) -> str | None:
     """:meth:`KeyStore.user`, read by :func:`_looked_up`."""
-    return await _looked_up(keys, keys.user, key)
+    return await _looked_up(keys, "user", key)
 
 
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
-async def metrics_reader(request: Request, credentials: Credentials) -> None:
-    """Let a live metrics key through (:meth:`KeyStore.holder`, read by :func:`_looked_up`); 401
-    without a live key, 403 with a user's, 400 with more than one Authorization header."""
-    if len(request.headers.getlist("authorization")) > 1:
-        raise HTTPException(400, TWO_KEYS)
-    keys = request.app.state.service.keys
-    holder = None if credentials is None else await _looked_up(keys, keys.holder, credentials.credentials)
-    if holder is None:
-        raise HTTPException(401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
-    if holder != METRICS:
-        raise HTTPException(403, METRICS_ONLY)
-
-
-async def current_user(request: Request, credentials: Credentials) -> str:
-    """The key's user (:func:`user_of_key`); 401 without a live key, 400 with more than one
-    Authorization header."""
+async def _required(request: Request, credentials: Credentials, lookup: Lookup) -> str:
+    """What the request's one live key reads as (:func:`_looked_up`); 400 with more than one
+    Authorization header, 401 without a live key, 403 for an :class:`UnservableKey`."""
     if len(request.headers.getlist("authorization")) > 1:
         raise HTTPException(400, TWO_KEYS)
     keys = request.app.state.service.keys
     try:
-        user = None if credentials is None else await user_of_key(keys, credentials.credentials)
+        found = None if credentials is None else await _looked_up(keys, lookup, credentials.credentials)
     except UnservableKey as err:
         raise HTTPException(403, str(err)) from None
-    if user is None:
+    if found is None:
         raise HTTPException(401, UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
-    return user
+    return found
+
+
+async def metrics_reader(request: Request, credentials: Credentials) -> None:
+    """Let a live metrics key through (:meth:`KeyStore.holder`); 403 with a user's key, otherwise
+    as :func:`_required` refuses."""
+    if await _required(request, credentials, "holder") != METRICS:
+        raise HTTPException(403, METRICS_ONLY)
+
+
+async def current_user(request: Request, credentials: Credentials) -> str:
+    """The key's user (:meth:`KeyStore.user`), refused as :func:`_required` refuses."""
+    return await _required(request, credentials, "user")
 
 
 User = Annotated[str, Depends(current_user)]

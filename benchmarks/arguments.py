@@ -4,12 +4,12 @@ before any work starts, not a traceback minutes into a run."""
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.paths import missing_locomo
 from benchmarks.postgres import unreachable
+from isq.outputs import output_file
 
 
 def within(kind: type[int] | type[float], low: float, high: float = float("inf")) -> Callable[[str], float]:
@@ -20,7 +20,9 @@ def within(kind: type[int] | type[float], low: float, high: float = float("inf")
         except ValueError:
             value = None
         if value is None or not low <= value <= high:
-            bounds = f"at least {low:g}" if high == float("inf") else f"from {low:g} to {high:g}"
+            shown = (lambda bound: str(int(bound))) if kind is int else (lambda bound: f"{bound:g}")
+            bounds = (f"at least {shown(low)}" if high == float("inf")
+                      else f"from {shown(low)} to {shown(high)}")
             raise argparse.ArgumentTypeError(f"expected {'a whole number' if kind is int else 'a number'} "
                                              f"{bounds}, got {text!r}")
         return value
@@ -28,22 +30,10 @@ def within(kind: type[int] | type[float], low: float, high: float = float("inf")
 
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:
-    """``--json PATH``: where the run writes its figures (:func:`json_output` checks it first)."""
-    parser.add_argument("--json", type=json_output,
+    """``--json PATH``: where the run writes its figures (checked before the run, since the figures
+    are written at its end)."""
+    parser.add_argument("--json", type=output_file,
                         help="write the figures to this JSON file (replaced if it exists)")
-
-
-def json_output(text: str) -> str:
-    """A path for a run's figures (``--json``): not a directory, and under a directory this process
-    may write or create. Checked before the run, since the figures are written at its end."""
-    path = Path(text).absolute()
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a directory; give a file to write the figures to")
-    nearest = next(parent for parent in path.parents if parent.exists())  # made if missing, up to here
-    if not nearest.is_dir() or not os.access(nearest, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"{text} cannot be written: {nearest} is not a directory this "
-                                         "process may write in")
-    return text
 
 
 def refuse_unusable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -345,8 +345,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                "prefill_s": built["seconds"], "floor": floor, "ceiling": ceiling, "prefill": built,
                "warm_up_s": warm_s, "compare": compared,
                "load": summary(log, seconds, floor["floor_ms"], ceiling["ceiling_rps"]), "verify": checked,
-               "server_exit_status": exit_status, "settings": {
-                   k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
+               "server_exit_status": exit_status, "settings": vars(args)}
     if args.database:
         figures["postgres"] = on_database(args, asked, figures)
     figures["goals_met"] = apply_goals(figures, GOALS + (database_goals() if args.database else ()))

@@ -40,7 +40,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.arguments import add_json_option  # noqa: E402
+from benchmarks.arguments import add_json_option, within  # noqa: E402
 from benchmarks.timing import write_json  # noqa: E402
 from isq.config import ISQConfig  # noqa: E402
 from isq.model import ISQModel  # noqa: E402
@@ -202,14 +202,14 @@ def profile(step: Callable[[int], torch.Tensor], first: int, count: int, cuda: b
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=300, help="timed optimizer steps")
-    parser.add_argument("--warmup", type=int, default=10, help="untimed steps first")
-    parser.add_argument("--peak-tflops", type=float, help="the device's dense bf16 peak in TFLOP/s "
-                                                           "(default: from its name)")
+    parser.add_argument("--steps", type=within(int, 1), default=300, help="timed optimizer steps")
+    parser.add_argument("--warmup", type=within(int, 0), default=10, help="untimed steps first")
+    parser.add_argument("--peak-tflops", type=within(float, 1),
+                        help="the device's dense bf16 peak in TFLOP/s (default: from its name)")
     parser.add_argument("--tiny", action="store_true", help="tiny random model on CPU, fp32, a few steps")
-    parser.add_argument("--batch", type=int, default=32,
+    parser.add_argument("--batch", type=within(int, 1), default=32,
                         help="contexts a step (the paper's 32; --tiny keeps its own 4)")
-    parser.add_argument("--profile", type=int, default=0, metavar="N",
+    parser.add_argument("--profile", type=within(int, 0), default=0, metavar="N",
                         help="then profile N more steps: device busy time and the costliest operators")
     add_json_option(parser)
     args = parser.parse_args(argv)

@@ -33,6 +33,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.arguments import within  # noqa: E402
+from isq.outputs import output_directory  # noqa: E402
 from retrieval.eval.paired_differences import compare  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,9 +63,7 @@ def _run(step: str, command: Sequence[str]) -> None:
 
 
 def max_time(minutes: int) -> str:
-    """Lightning's ``DD:HH:MM:SS`` for a whole number of minutes."""
-    if minutes < 1:
-        raise RunError(f"--max-minutes must be at least 1, got {minutes}")
+    """Lightning's ``DD:HH:MM:SS`` for a whole number of minutes (``--max-minutes``, at least 1)."""
     return f"{minutes // 1440:02d}:{minutes // 60 % 24:02d}:{minutes % 60:02d}:00"
 
 
@@ -113,14 +113,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data-root", default="../shared/data/dailydialog",
                         help="DailyDialog release directory")
     parser.add_argument("--locomo", type=Path, default=Path("../shared/data/locomo/locomo_dev.json"))
-    parser.add_argument("--out", type=Path, required=True,
+    parser.add_argument("--out", type=output_directory, required=True,
                         help="directory for the run, the evaluation and summary.json")
     parser.add_argument("--tiny", action="store_true",
                         help="2 CPU steps on the synthetic corpus (a test of the path)")
-    parser.add_argument("--max-minutes", type=int,
+    parser.add_argument("--max-minutes", type=within(int, 1),
                         help="stop training after this many minutes instead of the config's 9 "
                              "(to fit a shorter lease; the summary reports the steps reached)")
-    parser.add_argument("--seed", type=int,
+    parser.add_argument("--seed", type=within(int, 0, 2**32 - 1),
                         help="seed everything with this instead of the config's seed_everything "
                              "(the summary reports the seed the run used)")
     args = parser.parse_args(argv)

@@ -16,6 +16,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from isq.outputs import output_file
+
 NAMES = [("Ana", "Ben"), ("Clara", "Dev"), ("Elena", "Farid"), ("Greta", "Hugo"), ("Ines", "Jonas"),
          ("Keiko", "Luis"), ("Mira", "Noah"), ("Olga", "Pavel"), ("Quinn", "Rosa")]
 
@@ -42,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--locomo", type=Path, required=True)
     parser.add_argument("--copies", type=int, default=7)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=output_file, required=True)
     args = parser.parse_args(argv)
     try:
         data = standin(json.loads(args.locomo.read_text(encoding="utf-8")), args.copies)

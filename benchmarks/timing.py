@@ -175,10 +175,17 @@ def machine() -> dict[str, Any]:
 
 
 def write_json(path: str | Path | None, figures: Mapping[str, Any]) -> None:
-    """Write ``figures`` (plus :func:`machine`) to ``path`` as JSON, when a path is given, and say where."""
+    """Write ``figures`` (plus :func:`machine`) to ``path`` as JSON, when a path is given, and say
+    where; paths among them (the run's settings) are written as text."""
     if path is None:
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**figures, "machine": machine()}, indent=2) + "\n")
+    path.write_text(json.dumps({**figures, "machine": machine()}, indent=2, default=_text_of_path) + "\n")
     print(f"wrote the figures to {path.resolve()}")
+
+
+def _text_of_path(value: Any) -> str:
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")

@@ -52,16 +52,29 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def refuse_occupied(directory: Path, overwrite: bool, hint: str) -> None:
+    """:class:`ExportExistsError` (its message ending in ``hint``) unless ``directory`` may take an
+    export: absent, empty, or with ``overwrite`` an earlier export (a directory holding
+    ``config.json``). Overwriting replaces an export only: a file, or a directory of other files
+    (a mistyped path, the repository), is never removed for one."""
+    if not directory.exists() or (directory.is_dir() and not any(directory.iterdir())):
+        return
+    if not overwrite:
+        raise ExportExistsError(f"{directory} already exists and is not empty; {hint}")
+    if not directory.is_dir() or not (directory / CONFIG_NAME).is_file():
+        raise ExportExistsError(f"{directory} is not a fingerprinter export (no {CONFIG_NAME}) and "
+                                "overwriting replaces only an export; choose another directory")
+
+
 def write_directory(directory: Path, tensors: Mapping[str, Tensor], meta: dict[str, Any],
                     write_tokenizer: Callable[[Path], Any], run_record: Mapping[str, Any] | None,
                     overwrite: bool = False) -> Path:
     """Write weights, tokenizer, run record and ``config.json`` into a temporary sibling
     directory, then move it into place, so ``directory`` is always a complete export or absent.
-    An existing, non-empty ``directory`` raises :class:`ExportExistsError` unless ``overwrite``."""
+    An existing, non-empty ``directory`` raises :class:`ExportExistsError` unless ``overwrite`` and
+    it is an earlier export (:func:`refuse_occupied`)."""
     directory = Path(directory)
-    if directory.exists() and not overwrite and (not directory.is_dir() or any(directory.iterdir())):
-        raise ExportExistsError(f"{directory} already exists and is not empty; choose another directory "
-                                "or overwrite it explicitly")
+    refuse_occupied(directory, overwrite, "choose another directory or overwrite it explicitly")
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = directory.parent / f".{directory.name}.tmp-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
@@ -87,10 +100,7 @@ def write_directory(directory: Path, tensors: Mapping[str, Tensor], meta: dict[s
         if directory.exists():
             directory.rename(retired)
         staging.rename(directory)
-        if retired.is_dir():
-            shutil.rmtree(retired, ignore_errors=True)
-        else:  # a file was there, replaced as asked
-            retired.unlink(missing_ok=True)
+        shutil.rmtree(retired, ignore_errors=True)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -169,7 +169,8 @@ class Fingerprinter(nn.Module):
     def save_pretrained(self, directory: str | Path, run_record: dict[str, Any] | None = None, *,
                         overwrite: bool = False) -> Path:
         """Write the directory atomically (complete or not at all); an existing, non-empty
-        directory raises :class:`isq.export.ExportExistsError` unless ``overwrite``."""
+        directory raises :class:`isq.export.ExportExistsError` unless ``overwrite`` and it holds
+        an earlier export."""
         reference = None
         if self.references_encoder():
             reference = {"encoder": self.config.encoder,

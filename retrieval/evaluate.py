@@ -38,6 +38,7 @@ from pathlib import Path
 
 from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
+from isq.outputs import output_directory
 from isq.topology import AGGREGATES, ASSOCIATIONS, TopologyParams
 from retrieval.api.errors import MemoryAPIError
 from retrieval.consolidation.options import OPERATORS, make_operator
@@ -72,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="trained fingerprinter directory (default: "
                              "the committed checkpoints/isq_minilm_dailydialog_cpu)")
     parser.add_argument("--kmeans-fingerprinter", type=Path, help="k-means control fingerprinter directory")
-    parser.add_argument("--out", type=Path, required=True,
+    parser.add_argument("--out", type=output_directory, required=True,
                         help="output directory (the store goes to OUT/store)")
     parser.add_argument("--extractor", choices=("rule", "llm"), default="rule")
     parser.add_argument("--embedder", default=MINILM_ALIAS,

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from isq.outputs import output_file
 from retrieval.eval.forest import FOREST_TITLE, label, plot_forest
 from retrieval.eval.paired_differences import compare, render
 
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="another run over the same questions whose configurations join as CONFIG@TAG, "
                              "e.g. --with consolidated/questions.jsonl:consolidated then "
                              "dense40@consolidated; runs given with the same TAG are averaged like --pool")
-    parser.add_argument("--forest", type=Path, metavar="PNG",
+    parser.add_argument("--forest", type=output_file, metavar="PNG",
                         help="also draw the table as a forest plot (one panel per group) into this PNG file")
     parser.add_argument("--resamples", type=whole_number(1, MAX_RESAMPLES), default=2000,
                         help=f"bootstrap resamples per interval (1 to {MAX_RESAMPLES:,})")

@@ -183,7 +183,12 @@ def test_bench_memory_refuses_bad_arguments_before_any_work(argv, says, tmp_path
      "--k 20 is more than the smallest of --sizes (10)"),
     (bench_retrieval.main, ["--num-codes", "16"], "--topic-size 32 is more than --num-codes (16)"),
     (bench_retrieval.main, ["--amu-codes", "9", "3"], "--amu-codes 9 3: LOW is more than HIGH"),
-    (bench_retrieval.main, ["--topic-share", "2"], "argument --topic-share")])
+    (bench_retrieval.main, ["--topic-share", "2"], "argument --topic-share"),
+    (gpu_check.main, ["--tiny", "--steps", "0"], "argument --steps: expected a whole number at least 1"),
+    (gpu_check.main, ["--tiny", "--warmup", "-1"], "argument --warmup"),
+    (gpu_check.main, ["--batch", "0"], "argument --batch"),
+    (gpu_check.main, ["--tiny", "--profile", "-2"], "argument --profile"),
+    (gpu_check.main, ["--peak-tflops", "0"], "argument --peak-tflops: expected a number at least 1")])
 def test_the_model_benchmarks_refuse_bad_input_in_one_line(main, argv, says, capsys) -> None:
     """A bad value, or a checkpoint or data file that is not there, is one argparse ``error:`` line
     (exit status 2) before any work, not a traceback."""

@@ -60,12 +60,22 @@ def test_bad_input_is_one_error_line_and_exit_2(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_max_minutes_is_lightnings_max_time_and_at_least_one(tmp_path):
+def test_max_minutes_is_lightnings_max_time(tmp_path):
     from benchmarks.gpu_long_run import max_time
 
     assert [max_time(m) for m in (4, 90, 1500)] == ["00:00:04:00", "00:01:30:00", "01:01:00:00"]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--max-minutes", "0"], "argument --max-minutes: expected a whole number at least 1, got '0'"),
+    (["--seed", "-1"], "argument --seed: expected a whole number from 0 to 4294967295, got '-1'"),
+    (["--out", "{file}/out"], "is not a directory this process may write in"),
+])
+def test_unusable_arguments_are_refused_before_training(tmp_path, extra, message):
     locomo = write_locomo(tmp_path / "locomo.json")
-    result = subprocess.run([*SCRIPT, "--tiny", "--max-minutes", "0", "--locomo", locomo, "--out",
-                             str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True)
-    assert result.returncode == 2 and result.stderr.startswith("error: --max-minutes must be at least 1")
-    assert not (tmp_path / "out" / "runs").exists()
+    (tmp_path / "a_file").write_text("x")
+    extra = [value.format(file=tmp_path / "a_file") for value in extra]
+    result = subprocess.run([*SCRIPT, "--tiny", "--locomo", locomo, "--out", str(tmp_path / "out"), *extra],
+                            cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()

@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.cli import SaveConfigCallback
 
-from isq.export import ExportExistsError
+from isq.export import refuse_occupied
 from training.module import ISQLightningModule
 
 log = logging.getLogger(__name__)
@@ -63,12 +63,10 @@ class ExportFingerprinter(L.Callback):
         self.refuse_occupied(self.target(trainer))
 
     def refuse_occupied(self, target: Path) -> None:
-        """ExportExistsError if ``target`` holds files and overwriting was not asked for."""
-        if target.exists() and not self.overwrite and (not target.is_dir() or any(target.iterdir())):
-            raise ExportExistsError(
-                f"the fingerprinter export directory {target} already exists and is not empty; "
-                "choose another ExportFingerprinter dirpath, leave it unset "
-                "(export into the run's own directory) or set overwrite: true")
+        """ExportExistsError if ``target`` holds files and overwriting was not asked for, or holds
+        something other than an earlier export (:func:`isq.export.refuse_occupied`)."""
+        refuse_occupied(target, self.overwrite, "choose another ExportFingerprinter dirpath, leave it "
+                        "unset (export into the run's own directory) or set overwrite: true")
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.is_global_zero:

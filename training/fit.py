@@ -104,8 +104,10 @@ def check_trainer(trainer: Any) -> None:
     Lightning divides by a zero interval or accumulation; ``max_steps``, ``max_epochs`` or
     ``limit_train_batches`` of 0 train nothing and ``limit_val_batches`` 0 validates nothing, yet
     each would export a fingerprinter no validation chose; a negative ``gradient_clip_val`` turns
-    clipping by norm into a step against the gradient."""
-    ranges = {"accumulate_grad_batches": AT_LEAST_ONE, "gradient_clip_val": NON_NEGATIVE}
+    clipping by norm into a step against the gradient; a negative ``log_every_n_steps`` logs every
+    step (0 is Lightning's "log no training step")."""
+    ranges = {"accumulate_grad_batches": AT_LEAST_ONE, "gradient_clip_val": NON_NEGATIVE,
+              "log_every_n_steps": NON_NEGATIVE}
     check_ranges("trainer", {name: trainer.get(name) for name in ranges}, ranges)
     for name in ("max_steps", "max_epochs"):
         limit = trainer.get(name)

@@ -37,7 +37,9 @@ from isq.batches import encode_batches
 from isq.config import ISQConfig
 from isq.dailydialog import read_dialogues
 from isq.encoder import MINILM_ALIAS, SemanticEncoder, build_encoder, encoder_width, load_tokenizer
+from isq.export import ExportExistsError, refuse_occupied
 from isq.fingerprint import Fingerprinter
+from isq.outputs import output_directory
 from isq.projection import StrideOneProjection
 
 
@@ -174,9 +176,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--projection-from", type=Path, default=None,
                         help="a trained fingerprinter directory: cluster its projected z_t instead of the "
                              "encoder's h_t (its encoder, projection and max length are used)")
-    parser.add_argument("--out", type=Path, required=True,
+    parser.add_argument("--out", type=output_directory, required=True,
                         help="fingerprinter directory to write (refused if it exists and is not empty)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier export at --out")
     return parser
 
 
@@ -186,9 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.kernel_size < 1 or args.kernel_size % 2 == 0:
         parser.error(f"--kernel-size must be a positive odd number (the projection keeps the length), "
                      f"got {args.kernel_size}")
-    if args.out.exists() and (not args.out.is_dir() or any(args.out.iterdir())) and not args.overwrite:
-        print(f"error: --out {args.out} already exists and is not empty (pass --overwrite to replace it)",
-              file=sys.stderr)
+    try:
+        refuse_occupied(args.out, args.overwrite, "pass --overwrite to replace it")
+    except ExportExistsError as err:
+        print(f"error: --out {err}", file=sys.stderr)
         return 2
     train_file = args.data_root / "train" / "dialogues_train.txt"
     counts = (("--max-tokens", args.max_tokens), ("--niter", args.niter), ("--batch-size", args.batch_size))

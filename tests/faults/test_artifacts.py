@@ -48,11 +48,27 @@ def test_an_existing_export_is_never_replaced_silently(export: Path) -> None:
     assert tree_bytes(export) != before and Fingerprinter.from_pretrained(export).identity == \
         other.fingerprinter().identity
     assert not [p for p in export.parent.iterdir() if p.name.startswith(".")]  # no staging left behind
-    a_file = export.parent / "notes.txt"
-    a_file.write_text("not an export")
-    other.export_fingerprinter(a_file, overwrite=True)  # a file in the way, replaced as asked
-    assert Fingerprinter.from_pretrained(a_file).identity == other.fingerprinter().identity
     assert not [p for p in export.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_overwriting_replaces_an_earlier_export_only(tmp_path: Path) -> None:
+    """A mistyped path given with overwrite (a notes file, a directory of other work) is refused
+    and left as it was; an empty directory takes an export without being asked."""
+    model = ISQModel(tiny_config())
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("not an export")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "results.json").write_text("{}")
+    for target in (a_file, work):
+        with pytest.raises(ExportExistsError, match="not a fingerprinter export"):
+            model.export_fingerprinter(target, overwrite=True)
+    assert a_file.read_text() == "not an export" and tree_bytes(work) == {"results.json": b"{}"}
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    model.export_fingerprinter(empty)
+    assert Fingerprinter.from_pretrained(empty).identity == model.fingerprinter().identity
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "notes.txt", "work"]  # no staging left
 
 
 def test_an_export_written_while_this_one_was_staged_is_kept(tmp_path: Path) -> None:

@@ -116,6 +116,7 @@ def test_an_exports_out_of_range_max_length_is_one_load_error_naming_file_and_fi
     ("--trainer.limit_val_batches", "0", "'limit_val_batches' is 0"),
     ("--trainer.limit_val_batches", "-1", "'limit_val_batches' is -1"),
     ("--trainer.gradient_clip_val", "-1", "'gradient_clip_val' is -1"),  # -1 or -1.0, as parsed
+    ("--trainer.log_every_n_steps", "-1", "'log_every_n_steps' is -1: allowed range is >= 0"),
     ("--trainer.devices", "0", "devices"),
     ("--model.isq.encoder_config", "{model_type: t5, vocab_size: 128, d_model: -4}",
      "'encoder_config' builds no encoder"),

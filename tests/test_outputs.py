@@ -1,0 +1,69 @@
+"""Every command line that writes checks where before any work: a path it cannot write is one
+argparse ``error:`` line (exit status 2), not a traceback at the end of the run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from benchmarks.locomo_standin import main as standin_main
+from isq.outputs import unwritable
+from isq.report.cli import main as report_main
+from retrieval.evaluate import main as evaluate_main
+from retrieval.paired import main as paired_main
+from training.kmeans_control import main as kmeans_main
+
+
+def test_unwritable_names_the_obstacle(tmp_path: Path) -> None:
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    assert unwritable(tmp_path / "new" / "deeper", directory=True) is None  # made on the way
+    assert unwritable(tmp_path / "new.json", directory=False) is None
+    assert unwritable(tmp_path, directory=True) is None
+    assert unwritable(a_file, directory=True) == f"{a_file} is a file, not a directory"
+    assert unwritable(tmp_path, directory=False) == f"{tmp_path} is a directory; give a file to write"
+    assert unwritable(a_file / "x", directory=False) == (
+        f"{a_file / 'x'} cannot be written: {a_file} is not a directory this process may write in")
+    if os.geteuid() != 0:  # root may write anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        assert "is not a directory this process may write in" in str(unwritable(locked / "x", directory=True))
+
+
+@pytest.mark.parametrize(("main", "argv", "flag"), [
+    (report_main, ["checkpoints/isq_minilm_dailydialog_cpu", "--out", "{file}/report"], "--out"),
+    (kmeans_main, ["--out", "{file}/control"], "--out"),
+    (evaluate_main, ["--locomo", "absent.json", "--out", "{file}/dev"], "--out"),
+    (standin_main, ["--locomo", "absent.json", "--out", "{file}/standin.json"], "--out"),
+    (paired_main, ["absent.jsonl", "dense20", "--baseline", "dense40", "--forest", "{file}/f.png"],
+     "--forest"),
+])
+def test_an_output_under_a_file_is_refused_before_any_work(main, argv, flag, tmp_path, capsys) -> None:
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    with pytest.raises(SystemExit) as stopped:
+        main([value.format(file=a_file) for value in argv])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and f"argument {flag}: " in err and "Traceback" not in err
+    assert f"{a_file} is not a directory this process may write in" in err
+    assert a_file.read_text() == "x"
+
+
+def test_the_kmeans_control_overwrites_an_earlier_export_only(tmp_path, capsys) -> None:
+    """``--overwrite`` given with a file's path or a directory of other work is refused before any
+    clustering, and what was there is kept."""
+    notes = tmp_path / "work" / "notes.txt"
+    notes.parent.mkdir()
+    notes.write_text("keep me")
+    with pytest.raises(SystemExit) as stopped:
+        kmeans_main(["--data-root", "unread", "--out", str(notes), "--overwrite"])
+    assert stopped.value.code == 2 and f"{notes} is a file, not a directory" in capsys.readouterr().err
+    assert kmeans_main(["--data-root", "unread", "--out", str(notes.parent), "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: --out {notes.parent} is not a fingerprinter export (no config.json)" in err
+    assert kmeans_main(["--data-root", "unread", "--out", str(notes.parent)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {notes.parent} already exists and is not empty; pass --overwrite" in err
+    assert notes.read_text() == "keep me"

@@ -66,3 +66,41 @@ def test_consolidation_and_deleting_one_turn_of_a_merged_record_on_postgresql(po
         mem.delete("u:turn:c1", user_id="u")
         restored = [item.turns for item in mem.list(user_id="u", limit=100).items if "hiking" in item.text]
         assert restored == [("c2",), ("c3",)]
+
+
+def test_a_record_naming_something_very_long_is_stored_alike_on_both_backends(backend):
+    """An unbroken run of a script without spaces, a pasted token or a ligature that NFKC spells out
+    long is no entity, tag or evidence key (:data:`MAX_NAME_CHARS`): the records are stored and
+    found on either backend, where PostgreSQL's index refused such a key on every retry before."""
+    from retrieval.memory.records import MAX_NAME_CHARS
+
+    run = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(1000))
+    turns = [{"speaker": "Ann", "text": run, "time": "2023-05-08T10:00:00", "turn_id": "t1"},
+             {"speaker": "Bob", "text": f"I love {'x' * 3500} and Paris", "time": "2023-05-08T10:01:00",
+              "turn_id": "t2"},
+             {"speaker": "Ann", "text": f"We met {chr(0xFDFA) * 150} in Rome", "time": "2023-05-08T10:02:00",
+              "turn_id": "t3"}]
+    with open_memory(backend.target) as mem:
+        mem.add(turns, user_id="u", session_id="s")
+        mem.flush(user_id="u", session_id="s")
+        records = list(mem.store.amus("u"))
+        nodes = mem.store.evidence_nodes("u")
+        found = mem.search("Rome", user_id="u", k=3).hits
+    assert len(records) == 3 and {len(record.text) for record in records} == {1005, 3520, 170}
+    assert max(len(name) for record in records for name in record.entities + record.tags) <= MAX_NAME_CHARS
+    assert max(len(node.key) for node in nodes) <= 2 * MAX_NAME_CHARS + 1  # an entity|topic pair at most
+    assert {"entity:bob", "entity:paris", "entity:rome"} <= {f"{node.node_type}:{node.key}" for node in nodes}
+    assert found and "Rome" in found[0].text
+
+
+def test_only_a_failed_server_or_connection_is_an_outage():
+    """A statement over a program limit fails the same on every retry: it is not reported as the
+    store's outage (which the ingestion worker waits out and retries for ever)."""
+    import psycopg
+
+    from retrieval.memory.postgres.database import outage
+
+    assert not outage(psycopg.errors.ProgramLimitExceeded("index row size 3024 exceeds maximum 2704"))
+    assert outage(psycopg.errors.AdminShutdown("terminating connection"))
+    assert outage(psycopg.errors.SerializationFailure("could not serialize"))
+    assert outage(psycopg.OperationalError("connection lost"))  # no SQLSTATE: the client's side

@@ -22,7 +22,7 @@ from datetime import timedelta
 from retrieval.consolidation.members import Member
 from retrieval.consolidation.operations import Draft, newest
 from retrieval.consolidation.prefix import strip_prefix, time_prefix
-from retrieval.memory.records import AMU, SourcePointer
+from retrieval.memory.records import AMU, SourcePointer, names
 
 MERGED_MARK = "c"
 """Merged AMU ids read ``<conversation>:c:<16 hex digits>``."""
@@ -58,5 +58,5 @@ def merged_amu(members: Sequence[Member], draft: Draft, turn_order: Mapping[str,
     return AMU(id=merged_id(user_id, [m.id for m in chosen]), text=text,
                memory_type=draft.memory_type,
                source=source, observed_at=last.amu.observed_at, timestamps=draft.timestamps,
-               entities=draft.entities, tags=draft.tags, t_ref=draft.t_ref, valid_from=draft.valid_from,
-               valid_to=draft.valid_to)
+               entities=names(draft.entities), tags=names(draft.tags), t_ref=draft.t_ref,
+               valid_from=draft.valid_from, valid_to=draft.valid_to)

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Protocol
 
 from retrieval.llm_client import LLMUsage, one_line
-from retrieval.memory.records import AMU, Segment, SourcePointer, Turn, amu_id
+from retrieval.memory.records import AMU, Segment, SourcePointer, Turn, amu_id, names
 
 
 @dataclass
@@ -104,8 +104,8 @@ def make_amu(segment: Segment, index: int, text: str, memory_type: str, turns: S
                              tuple(dict.fromkeys(t.speaker for t in turns)), segment.seq),
         observed_at=when.isoformat() if when else None,
         timestamps=tuple(timestamps),
-        entities=tuple(entities),
-        tags=tuple(tags),
+        entities=names(entities),
+        tags=names(tags),
         t_ref=t_ref or (local.date().isoformat() if local else None),
         valid_from=valid_from,
         valid_to=valid_to,

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from retrieval.memory.records import AMU
+from retrieval.memory.records import AMU, MAX_NAME_CHARS
 from retrieval.memory.scripts import MARKS
 from retrieval.memory.times import time_interval
 
@@ -69,11 +69,12 @@ class NodeRef:
 
 
 def _normalised(values: Iterable[str]) -> dict[str, str]:
-    """normalised key -> first spelling, empty keys dropped, first occurrence kept."""
+    """normalised key -> first spelling, first occurrence kept; empty keys dropped, and keys longer
+    than :data:`MAX_NAME_CHARS` (normalising may lengthen a name: NFKC spells out ligatures)."""
     keys: dict[str, str] = {}
     for value in values:
         key = normalise_key(value)
-        if key and key not in keys:
+        if key and len(key) <= MAX_NAME_CHARS and key not in keys:
             keys[key] = value.strip()
     return keys
 

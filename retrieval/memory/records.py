@@ -8,6 +8,7 @@ raw context can always be recovered.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -26,6 +27,18 @@ MEMORY_TYPES = (
 MAX_TURN_CHARS = 20_000
 """The longest turn text accepted (about 4,000 words; LoCoMo's longest is under 1,000 characters):
 longer input is refused by the loaders and by ingestion rather than processed for minutes."""
+
+
+MAX_NAME_CHARS = 200
+"""The longest entity or topic tag a new record keeps, and the longest evidence key: a longer one (a
+pasted key, an unbroken run of a script without spaces) names nothing a question would. Bounded so
+that every key fits a database index on either backend (PostgreSQL indexes at most ~2.7 KB a row)."""
+
+
+def names(values: Iterable[str]) -> tuple[str, ...]:
+    """The entities or tags of a new record: ``values`` without those longer than
+    :data:`MAX_NAME_CHARS`."""
+    return tuple(value for value in values if len(value) <= MAX_NAME_CHARS)
 
 
 class AMUValidationError(ValueError):

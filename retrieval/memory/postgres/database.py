@@ -12,8 +12,9 @@ the ``commits`` counters (:mod:`retrieval.memory.postgres.versions`), so their s
 commit and only then.
 
 A server that cannot be reached is one :class:`StoreError` naming the host, port and database;
-a connection lost later is a :class:`StoreFault` naming the same. Constraint violations (the
-append-only triggers, a duplicate id) pass through unchanged, as on SQLite.
+a connection lost later is a :class:`StoreFault` naming the same (:func:`outage`). Constraint
+violations (the append-only triggers, a duplicate id) and other errors of a statement that cannot
+succeed pass through unchanged, as on SQLite.
 """
 
 from __future__ import annotations
@@ -30,6 +31,20 @@ from psycopg_pool import ConnectionPool
 from retrieval.memory.errors import StoreError, StoreFault
 from retrieval.memory.postgres.versions import BUMP_COMMITS, user_version_of
 from retrieval.memory.targets import redacted
+
+OUTAGE_CLASSES = ("08", "40", "53", "57", "58")
+"""SQLSTATE classes of a server that failed rather than a statement that cannot succeed: connection
+exceptions, rolled-back transactions (serialization, deadlock), insufficient resources, operator
+intervention (a shutdown, a cancelled query) and system errors. Another operational error (a value
+over a program limit, say) fails the same way on every retry, so it is not reported as an outage."""
+
+
+def outage(err: psycopg.OperationalError) -> bool:
+    """Whether ``err`` is the server's or the connection's failure (worth retrying once it is back):
+    one of :data:`OUTAGE_CLASSES`, or a client-side error without a SQLSTATE (a lost connection, no
+    pooled connection in time)."""
+    return err.sqlstate is None or err.sqlstate[:2] in OUTAGE_CLASSES
+
 
 POOL_SIZE = 16
 """Connections one store may hold: one per concurrently reading or writing thread, beyond which
@@ -86,6 +101,8 @@ class Database:
                 with self.pool.connection() as conn:
                     yield cast(Connection, conn)  # the pool's connections read rows as dicts
         except psycopg.OperationalError as err:
+            if not outage(err):
+                raise
             raise StoreFault(f"{self.where}: the database failed ({err}); "
                              "rerun when the server is back (nothing committed is lost)") from err
 

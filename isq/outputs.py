@@ -1,6 +1,7 @@
 """Where a command line writes: checked when the arguments are read, before any work, so a path
 that cannot be written is one ``error:`` line rather than a traceback after a run whose figures it
-then loses. Shared by every command line of the project (argparse types and one plain check)."""
+then loses. Shared by every command line of the project: argparse types, and the plain check for
+the commands that print their own one-line errors."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ def unwritable(path: Path, *, directory: bool) -> str | None:
     directory, or None when it can: a file where a directory is wanted or the other way round, or a
     nearest existing ancestor that is not a directory this process may write in (the missing ones
     are made on the way)."""
-    path = Path(path).absolute()
     if directory and path.exists() and not path.is_dir():
         return f"{path} is a file, not a directory"
     if not directory and path.is_dir():
         return f"{path} is a directory; give a file to write"
-    nearest = path if directory and path.is_dir() else next(p for p in path.parents if p.exists())
+    absolute = path.absolute()
+    nearest = absolute if directory and path.is_dir() else next(p for p in absolute.parents if p.exists())
     if not nearest.is_dir() or not os.access(nearest, os.W_OK | os.X_OK):
         return f"{path} cannot be written: {nearest} is not a directory this process may write in"
     return None

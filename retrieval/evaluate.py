@@ -38,7 +38,7 @@ from pathlib import Path
 
 from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
-from isq.outputs import output_directory
+from isq.outputs import unwritable
 from isq.topology import AGGREGATES, ASSOCIATIONS, TopologyParams
 from retrieval.api.errors import MemoryAPIError
 from retrieval.consolidation.options import OPERATORS, make_operator
@@ -73,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="trained fingerprinter directory (default: "
                              "the committed checkpoints/isq_minilm_dailydialog_cpu)")
     parser.add_argument("--kmeans-fingerprinter", type=Path, help="k-means control fingerprinter directory")
-    parser.add_argument("--out", type=output_directory, required=True,
+    parser.add_argument("--out", type=Path, required=True,
                         help="output directory (the store goes to OUT/store)")
     parser.add_argument("--extractor", choices=("rule", "llm"), default="rule")
     parser.add_argument("--embedder", default=MINILM_ALIAS,
@@ -193,8 +193,8 @@ def _check_inputs(args: argparse.Namespace, conversations: Sequence[LocomoConver
             raise EvaluationError(f"{flag} must be at least 1, got {value}")
     if args.configs is not None and not _split(args.configs):
         raise EvaluationError(f"--configs {args.configs!r} names no configuration")
-    if args.out.exists() and not args.out.is_dir():
-        raise EvaluationError(f"--out {args.out} is a file, not a directory")
+    if (problem := unwritable(args.out, directory=True)) is not None:
+        raise EvaluationError(f"--out {problem}")
     if args.fingerprinter == DEFAULT_FINGERPRINTER and not DEFAULT_FINGERPRINTER.is_dir():
         raise EvaluationError("the committed fingerprinter (checkpoints/isq_minilm_dailydialog_cpu) is part "
                               "of a source checkout, not of an installed package: pass --fingerprinter DIR")

@@ -13,6 +13,7 @@ from isq.outputs import unwritable
 from isq.report.cli import main as report_main
 from retrieval.evaluate import main as evaluate_main
 from retrieval.paired import main as paired_main
+from tests.test_evaluate import write_locomo
 from training.kmeans_control import main as kmeans_main
 
 
@@ -32,21 +33,26 @@ def test_unwritable_names_the_obstacle(tmp_path: Path) -> None:
         assert "is not a directory this process may write in" in str(unwritable(locked / "x", directory=True))
 
 
-@pytest.mark.parametrize(("main", "argv", "flag"), [
-    (report_main, ["checkpoints/isq_minilm_dailydialog_cpu", "--out", "{file}/report"], "--out"),
-    (kmeans_main, ["--out", "{file}/control"], "--out"),
-    (evaluate_main, ["--locomo", "absent.json", "--out", "{file}/dev"], "--out"),
-    (standin_main, ["--locomo", "absent.json", "--out", "{file}/standin.json"], "--out"),
+@pytest.mark.parametrize(("main", "argv", "says"), [
+    (report_main, ["checkpoints/isq_minilm_dailydialog_cpu", "--out", "{file}/report"],
+     "isq.report: error: --out "),
+    (evaluate_main, ["--locomo", "{locomo}", "--out", "{file}/dev"], "error: --out "),
+    (kmeans_main, ["--out", "{file}/control"], "error: argument --out: "),
+    (standin_main, ["--locomo", "absent.json", "--out", "{file}/standin.json"], "error: argument --out: "),
     (paired_main, ["absent.jsonl", "dense20", "--baseline", "dense40", "--forest", "{file}/f.png"],
-     "--forest"),
+     "error: argument --forest: "),
 ])
-def test_an_output_under_a_file_is_refused_before_any_work(main, argv, flag, tmp_path, capsys) -> None:
+def test_an_output_under_a_file_is_refused_before_any_work(main, argv, says, tmp_path, capsys) -> None:
+    """Refused in the command's own one-line form (the report, the evaluation) or argparse's."""
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
-    with pytest.raises(SystemExit) as stopped:
-        main([value.format(file=a_file) for value in argv])
+    try:
+        status = main([value.format(file=a_file, locomo=write_locomo(tmp_path / "locomo.json"))
+                       for value in argv])
+    except SystemExit as stopped:
+        status = stopped.code
     err = capsys.readouterr().err
-    assert stopped.value.code == 2 and f"argument {flag}: " in err and "Traceback" not in err
+    assert status == 2 and says in err and "Traceback" not in err, err
     assert f"{a_file} is not a directory this process may write in" in err
     assert a_file.read_text() == "x"
 

@@ -21,7 +21,7 @@ import matplotlib
 
 from isq.analysis import sample_texts
 from isq.fingerprint import Fingerprinter
-from isq.outputs import output_directory
+from isq.outputs import unwritable
 from isq.report.analyse import analyse
 from isq.report.document import write_report
 from isq.report.inputs import InputError, default_sample, read_metrics_log, read_texts
@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--texts", type=Path,
                         help="one text per line, or a DailyDialog dialogues_*.txt file (default: DailyDialog "
                              "validation from $ISQ_DAILYDIALOG, else the synthetic corpus)")
-    parser.add_argument("--out", type=output_directory, required=True,
+    parser.add_argument("--out", type=Path, required=True,
                         help="report directory (created; its earlier report files are replaced)")
     parser.add_argument("--log", type=Path,
                         help="a training run's directory (runs/<name>/version_N) or its metrics.csv")
@@ -53,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise InputError(f"--sample must be positive, got {args.sample}")
         if args.batch_size < 1:
             raise InputError(f"--batch-size must be positive, got {args.batch_size}")
+        if (problem := unwritable(args.out, directory=True)) is not None:
+            raise InputError(f"--out {problem}")
         texts, source = (read_texts(args.texts), str(args.texts)) if args.texts else default_sample()
         log = read_metrics_log(args.log) if args.log else None
         try:

@@ -53,8 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--llm-cache", type=Path, help="LLM response cache (default: STORE/llm_cache)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--consolidate-in-background", nargs="?", const="offline", choices=OPERATORS,
-                        help="consolidate in a background worker beside the ingest (operator: "
-                             "offline by default)")
+                        help="then queue one consolidation job per conversation and wait for them "
+                             "(operator: offline by default)")
     return parser
 
 

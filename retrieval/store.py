@@ -53,7 +53,7 @@ def check(args: argparse.Namespace) -> int:
         problems = store.integrity_problems()
         counts = None if problems else (len(store.users_with_segments()), store.count())
     if counts is not None:
-        print(f"ok: {store.location} ({counts[0]} conversations, {counts[1]} AMUs)")
+        print(f"ok: {store.location} (users: {counts[0]}, AMUs: {counts[1]})")
         return 0
     print(f"damaged: {store.location}; rebuild the store from its input into a new directory, "
           "or restore a copy")

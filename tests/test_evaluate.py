@@ -302,7 +302,7 @@ def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
     for name in ("multi", "multi+code", "multi+kmeans"):  # exactly the budget, like dense4, with cost figures
         overall = results["configs"][name]["overall"]
         assert overall["mean_retrieved"] == 4.0 and overall["mean_tokens"] > 0 and overall["latency_ms"] > 0
-    assert results["multi"]["planner"] == "rules" and results["multi"]["reranker"].startswith("off")
+    assert results["multi"]["planner"] == "rule" and results["multi"]["reranker"].startswith("off")
     assert set(results["construction"]["per_conversation"]) == {"conv-t"}
     assert results == model.model_dump() and read_results(out / "results.json") == model
     configs = results["configs"]

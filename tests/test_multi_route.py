@@ -120,7 +120,7 @@ def test_the_speakers_keys_are_the_users_context_own(bank):
 def test_the_plan_schema_round_trips_and_names_bad_fields():
     plan = Plan("comparison",
                 (Route("g", ("q1", "q2"), ("ann",), ("dog",), TimeConstraint("2023-05", "2023-06")),))
-    assert Plan.from_dict(json.loads(json.dumps(plan.to_dict())), "rules") == plan
+    assert Plan.from_dict(json.loads(json.dumps(plan.to_dict())), "rule") == plan
     good = {"question_type": "single", "routes": [{"goal": "g", "queries": ["q"]}]}
     assert Plan.from_dict(good, "x").routes[0] == Route("g", ("q",))
     for bad, field in [({**good, "question_type": "opinion"}, "question_type"),
@@ -153,7 +153,7 @@ def test_the_llm_planner_through_the_one_client(bank, tmp_path):
     with FakeChatServer(lambda body: (503, {"error": "down"}, 0.0)) as server:
         down = LLMPlanner(server.base_url, "fake", max_retries=0)
         fallback = down.plan("When did Ann go to pottery?", bank.context)
-    assert fallback.planner == "rules" and down.fallbacks == 1
+    assert fallback.planner == "rule" and down.fallbacks == 1
 
 
 # -- fusion and selection --------------------------------------------------------------------------

@@ -39,7 +39,7 @@ def test_json_lists_items_with_route_scores_type_time_provenance_and_turns(store
 def test_the_listing(store_dir, capsys):
     assert main(["--store", str(store_dir), "Where will Ann and Bob go camping?"]) == 0
     out = capsys.readouterr().out
-    assert "Plan (rules):" in out and "Reranker: off" in out and "route 1" in out
+    assert "Plan (rule):" in out and "Reranker: off" in out and "route 1" in out
     assert "> [D2:4] (2023-06-20) Ann: Yes, Yosemite would be perfect." in out
 
 

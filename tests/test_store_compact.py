@@ -42,6 +42,9 @@ def test_compact_leaves_no_purged_text_in_any_file(tmp_path, capsys):
     assert holding(tmp_path, STEM) == [] and holding(tmp_path, SECRET.lower().encode()) == []
     with AMUStore(tmp_path, read_only=True) as store:  # the rest is intact
         assert store.integrity_problems() == [] and len(store.turns("u")) == 8
+        count = store.count()
+    assert store_main(["check", "--store", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"ok: {tmp_path / AMUStore.DB_NAME} (users: 1, AMUs: {count})\n"
 
 
 def test_a_compaction_a_reader_kept_from_finishing_says_so_and_stays_owed(tmp_path, capsys):

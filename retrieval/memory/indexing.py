@@ -2,13 +2,14 @@
 docs/design.md §7.1): their maintenance inside the store's write transactions and their reads.
 
 Writes. Every AMU the store inserts goes through :func:`index_amu` in the same transaction
-(``AMUStore._insert_amu``, the one insert path of ingestion, retried extraction and
-consolidation): it links the AMU to its evidence nodes (:func:`retrieval.index.evidence_nodes.
-record_nodes`), creating a node the first time its ``node_type:key`` appears in the
-conversation (repeated nodes merge). A committed segment first gets its event-frame node with
-its session and full turn range (:func:`add_event_frame`). The FTS5 rows follow by SQL triggers
-(:mod:`retrieval.memory.schema`), and so does archiving: an archived AMU leaves ``amu_fts`` and
-its node links in the archiving transaction, so no index ever returns it. No LLM call, no model.
+(:func:`retrieval.memory.record_writes.insert_amu`, the one insert path of ingestion, retried
+extraction and consolidation): it links the AMU to its evidence nodes
+(:func:`retrieval.memory.evidence_keys.record_nodes`), creating a node the first time its
+``node_type:key`` appears for the user (repeated nodes merge). A committed segment first gets
+its event-frame node with its session and full turn range (:func:`add_event_frame`). The FTS5
+rows follow by SQL triggers (:mod:`retrieval.memory.schema`), and so does archiving: an archived
+AMU leaves ``amu_fts`` and its node links in the archiving transaction, so no index ever returns
+it. No LLM call, no model.
 
 Reads (:class:`EvidenceReads`, a part of the store): a conversation's nodes with their active
 AMUs, and FTS5 ``bm25()`` search over a conversation's active AMUs.

@@ -103,9 +103,9 @@ def query_time(question: str, now: datetime | None) -> TimeConstraint | None:
 
 
 class RulePlanner:
-    """Offline planner; ``plan(question, context)`` -> :class:`Plan` (``planner="rules"``)."""
+    """Offline planner; ``plan(question, context)`` -> :class:`Plan` (``planner="rule"``)."""
 
-    name = "rules"
+    name = "rule"
 
     def plan(self, question: str, context: PlanContext) -> Plan:
         check_query(question)

@@ -79,7 +79,7 @@ class Plan:
 
     question_type: str
     routes: tuple[Route, ...]
-    planner: str = "rules"
+    planner: str = "rule"
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (:data:`PLAN_SCHEMA`, plus ``planner``)."""

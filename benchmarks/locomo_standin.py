@@ -51,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError, KeyError, TypeError) as err:
         print(f"error: {args.locomo}: {err}", file=sys.stderr)
         return 2
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data))
     print(f"{len(data)} conversations -> {args.out}")
     return 0

@@ -73,8 +73,8 @@ def write_directory(directory: Path, tensors: Mapping[str, Tensor], meta: dict[s
     directory, then move it into place, so ``directory`` is always a complete export or absent.
     An existing, non-empty ``directory`` raises :class:`ExportExistsError` unless ``overwrite`` and
     it is an earlier export (:func:`refuse_occupied`)."""
-    directory = Path(directory)
-    refuse_occupied(directory, overwrite, "choose another directory or overwrite it explicitly")
+    given, directory = Path(directory), Path(os.path.abspath(directory))  # "." has no name to stage beside
+    refuse_occupied(given, overwrite, "choose another directory or overwrite it explicitly")
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = directory.parent / f".{directory.name}.tmp-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
@@ -93,9 +93,9 @@ def write_directory(directory: Path, tensors: Mapping[str, Tensor], meta: dict[s
             try:
                 staging.rename(directory)
             except OSError:
-                raise ExportExistsError(f"{directory} was written by another export meanwhile; choose "
+                raise ExportExistsError(f"{given} was written by another export meanwhile; choose "
                                         "another directory or overwrite it explicitly") from None
-            return directory
+            return given
         retired = directory.parent / f".{directory.name}.old-{os.getpid()}"
         if directory.exists():
             directory.rename(retired)
@@ -104,7 +104,7 @@ def write_directory(directory: Path, tensors: Mapping[str, Tensor], meta: dict[s
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return directory
+    return given
 
 
 def read_meta(directory: Path) -> dict[str, Any]:

@@ -143,8 +143,9 @@ def test_the_locomo_standin_renames_every_copy(tmp_path) -> None:
         "sample_id": "c", "qa": [{"question": "Where did Anna go?"}], "conversation": {
             "speaker_a": "Anna", "speaker_b": "Bo",
             "session_1": [{"speaker": "Anna", "dia_id": "D1:1", "text": "Hi Bo"}]}}]))
-    assert standin_main(["--locomo", str(source), "--copies", "2", "--out", str(tmp_path / "s.json")]) == 0
-    copies = json.loads((tmp_path / "s.json").read_text())
+    out = tmp_path / "new" / "s.json"  # its folder is made
+    assert standin_main(["--locomo", str(source), "--copies", "2", "--out", str(out)]) == 0
+    copies = json.loads(out.read_text())
     assert [c["sample_id"] for c in copies] == ["c-copy0", "c-copy1"]
     assert (copies[1]["conversation"]["session_1"][0]
             == {"speaker": "Clara", "dia_id": "D1:1", "text": "Hi Dev"})

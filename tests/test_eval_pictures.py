@@ -173,8 +173,11 @@ def test_paired_cli_draws_the_forest_it_prints(tmp_path):
     run = [sys.executable, "-m", "retrieval.paired", str(path), "mix", "--baseline", "dense40", "--forest"]
     result = subprocess.run([*run, str(tmp_path / "f.png")], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0 and (tmp_path / "f.png").read_bytes()[:4] == PNG
-    bad = subprocess.run([*run, str(tmp_path / "no" / "f.png")], capture_output=True, text=True, cwd=REPO)
-    assert bad.returncode == 2 and bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
+    deeper = subprocess.run([*run, str(tmp_path / "new" / "f.png")], capture_output=True, text=True, cwd=REPO)
+    assert deeper.returncode == 0 and (tmp_path / "new" / "f.png").read_bytes()[:4] == PNG  # folder made
+    (tmp_path / "a_file").write_text("x")
+    bad = subprocess.run([*run, str(tmp_path / "a_file" / "f.png")], capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and "error: argument --forest" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_the_evaluation_writes_both_pictures_and_links_them(tmp_path, fingerprinters):  # noqa: F811

@@ -215,3 +215,21 @@ def test_the_llm_extractor_fills_the_temporal_scope(tmp_path):
     (amu,) = extraction.amus
     assert (amu.t_ref, amu.valid_from, amu.valid_to) == ("2023-05-07", "2023-05", None)
     assert amu.entities == ("Caroline",) and amu.tags == ("support group",) and amu.memory_type == "event"
+
+
+def test_a_name_too_long_for_a_key_keys_no_node_but_an_old_nodes_text_is_still_found() -> None:
+    """A new record's entity or tag of more than MAX_NAME_CHARS (after normalisation) keys no node;
+    a store written before the bound may hold such a node, and a purge re-texting it must still
+    find the spelling a remaining record gives it (``node_text`` looks every key up)."""
+    from retrieval.memory.evidence_keys import node_text
+    from retrieval.memory.records import MAX_NAME_CHARS
+
+    long_name = "Q" * (MAX_NAME_CHARS + 1)
+    amu = record(1, 0, "Ann met someone.", entities=("Ann", long_name), tags=("x" * 150,))
+    names = {node.name for node in record_nodes(amu)}
+    assert "entity:ann" in names and not any(len(node.key) > MAX_NAME_CHARS for node in record_nodes(amu))
+    assert f"entity:{long_name.casefold()}" not in names
+    assert node_text(amu, "entity", long_name.casefold()) == long_name
+    ligatures = record(1, 1, "A blessing.", tags=("\ufdfa" * 20,))  # 20 characters, 360 once normalised
+    assert not {node.node_type for node in record_nodes(ligatures)} & {"topic", "entity_topic"}
+    assert {node.node_type for node in record_nodes(ligatures, longest=None)} >= {"topic"}

@@ -3,13 +3,13 @@ argparse ``error:`` line (exit status 2), not a traceback at the end of the run.
 
 from __future__ import annotations
 
-import os
+import argparse
 from pathlib import Path
 
 import pytest
 
 from benchmarks.locomo_standin import main as standin_main
-from isq.outputs import unwritable
+from isq.outputs import export_directory, export_unwritable, unwritable
 from isq.report.cli import main as report_main
 from retrieval.evaluate import main as evaluate_main
 from retrieval.paired import main as paired_main
@@ -27,10 +27,28 @@ def test_unwritable_names_the_obstacle(tmp_path: Path) -> None:
     assert unwritable(tmp_path, directory=False) == f"{tmp_path} is a directory; give a file to write"
     assert unwritable(a_file / "x", directory=False) == (
         f"{a_file / 'x'} cannot be written: {a_file} is not a directory this process may write in")
-    if os.geteuid() != 0:  # root may write anywhere
-        locked = tmp_path / "locked"
-        locked.mkdir(mode=0o500)
-        assert "is not a directory this process may write in" in str(unwritable(locked / "x", directory=True))
+
+
+
+def test_what_this_process_may_not_write_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Permissions as ``os.access`` reports them (root may write anywhere, so they are simulated): a
+    locked directory, a read-only file in a writable one, and an export whose parent is locked
+    (the export is staged beside its directory)."""
+    import isq.outputs as outputs
+
+    locked, kept = tmp_path / "locked", tmp_path / "locked" / "export"
+    kept.mkdir(parents=True)
+    (tmp_path / "ro.json").write_text("{}")
+    read_only = {locked, tmp_path / "ro.json"}
+    monkeypatch.setattr(outputs.os, "access", lambda path, mode: Path(path) not in read_only)
+    assert unwritable(locked / "x", directory=True) == (
+        f"{locked / 'x'} cannot be written: {locked} is not a directory this process may write in")
+    read_only_file = tmp_path / "ro.json"
+    assert unwritable(read_only_file, directory=False) == f"{read_only_file} is not writable by this process"
+    assert unwritable(kept, directory=True) is None  # filling it would work
+    assert export_unwritable(kept) == f"{locked} is not writable by this process"  # staging beside would not
+    with pytest.raises(argparse.ArgumentTypeError, match="is not writable"):
+        export_directory(str(kept))
 
 
 @pytest.mark.parametrize(("main", "argv", "says"), [

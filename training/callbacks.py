@@ -17,6 +17,7 @@ from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.cli import SaveConfigCallback
 
 from isq.export import refuse_occupied
+from isq.outputs import UnwritableOutput, export_unwritable
 from training.module import ISQLightningModule
 
 log = logging.getLogger(__name__)
@@ -64,9 +65,12 @@ class ExportFingerprinter(L.Callback):
 
     def refuse_occupied(self, target: Path) -> None:
         """ExportExistsError if ``target`` holds files and overwriting was not asked for, or holds
-        something other than an earlier export (:func:`isq.export.refuse_occupied`)."""
+        something other than an earlier export (:func:`isq.export.refuse_occupied`);
+        UnwritableOutput if this process cannot write it (:func:`isq.outputs.export_unwritable`)."""
         refuse_occupied(target, self.overwrite, "choose another ExportFingerprinter dirpath, leave it "
                         "unset (export into the run's own directory) or set overwrite: true")
+        if (problem := export_unwritable(target)) is not None:
+            raise UnwritableOutput(f"the fingerprinter export directory: {problem}")
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.is_global_zero:

@@ -26,6 +26,7 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from isq.dailydialog import DataFormatError
 from isq.encoder import EncoderUnavailable
 from isq.export import ExportExistsError
+from isq.outputs import UnwritableOutput
 from isq.ranges import AT_LEAST_ONE, NON_NEGATIVE, OutOfRange, Range, check_ranges
 from training.callbacks import ExportFingerprinter, RunConfigSaver, StepProgressBar
 from training.data import DialogueDataModule
@@ -187,7 +188,7 @@ def check_checkpoint(path: str | None, model: torch.nn.Module) -> None:
 
 
 BAD_INPUT = (FileNotFoundError, DataFormatError, WarmStartError, EncoderUnavailable, ExportExistsError,
-             CheckpointError, OutOfRange, LoggerUnavailable, MisconfigurationException)
+             UnwritableOutput, CheckpointError, OutOfRange, LoggerUnavailable, MisconfigurationException)
 """Failures that are the input's fault: reported in one line, exit code 2."""
 
 

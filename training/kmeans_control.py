@@ -39,7 +39,7 @@ from isq.dailydialog import read_dialogues
 from isq.encoder import MINILM_ALIAS, SemanticEncoder, build_encoder, encoder_width, load_tokenizer
 from isq.export import ExportExistsError, refuse_occupied
 from isq.fingerprint import Fingerprinter
-from isq.outputs import output_directory
+from isq.outputs import export_directory
 from isq.projection import StrideOneProjection
 
 
@@ -176,7 +176,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--projection-from", type=Path, default=None,
                         help="a trained fingerprinter directory: cluster its projected z_t instead of the "
                              "encoder's h_t (its encoder, projection and max length are used)")
-    parser.add_argument("--out", type=output_directory, required=True,
+    parser.add_argument("--out", type=export_directory, required=True,
                         help="fingerprinter directory to write (refused if it exists and is not empty)")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier export at --out")
     return parser

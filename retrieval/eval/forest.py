@@ -79,6 +79,7 @@ def plot_forest(table: Table, path: Path, title: str = "") -> None:
     if title:
         figure.suptitle(title, fontsize=10)
     figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110, format="png")  # the file named, even without a .png suffix
     plt.close(figure)
 

@@ -115,7 +115,7 @@ class EvaluationSettings:
 class EvalModels:
     """What builds and reads the memory: the fingerprinters (``"trained"`` required, ``"kmeans"``
     optional), the embedder, the extractor (default the rule extractor), the multi-route planner
-    (default rules) and reranker (default none), an optional consolidation operator (each store
+    (default the rule planner) and reranker (default none), an optional consolidation operator (each store
     is then consolidated after ingestion and evaluated consolidated) and an optional answer stage."""
 
     fingerprinters: Mapping[str, Fingerprinter]

@@ -68,13 +68,13 @@ class NodeRef:
         return node_id(self.node_type, self.key)
 
 
-def _normalised(values: Iterable[str]) -> dict[str, str]:
+def _normalised(values: Iterable[str], longest: int | None) -> dict[str, str]:
     """normalised key -> first spelling, first occurrence kept; empty keys dropped, and keys longer
-    than :data:`MAX_NAME_CHARS` (normalising may lengthen a name: NFKC spells out ligatures)."""
+    than ``longest`` (normalising may lengthen a name: NFKC spells out ligatures)."""
     keys: dict[str, str] = {}
     for value in values:
         key = normalise_key(value)
-        if key and len(key) <= MAX_NAME_CHARS and key not in keys:
+        if key and (longest is None or len(key) <= longest) and key not in keys:
             keys[key] = value.strip()
     return keys
 
@@ -108,10 +108,12 @@ def temporal_keys(values: Sequence[str]) -> list[str]:
     return list(keys)
 
 
-def record_nodes(amu: AMU) -> list[NodeRef]:
+def record_nodes(amu: AMU, longest: int | None = MAX_NAME_CHARS) -> list[NodeRef]:
     """Every node ``amu`` links to, without repeats: entities, topics, entity-topic pairs,
-    temporal keys and the event frame of its segment (when it has one)."""
-    entities, topics = _normalised(amu.entities), _normalised(amu.tags)
+    temporal keys and the event frame of its segment (when it has one). An entity or topic key
+    longer than ``longest`` keys no node (None: every key, as a store written before the bound
+    may hold)."""
+    entities, topics = _normalised(amu.entities, longest), _normalised(amu.tags, longest)
     nodes = [NodeRef("entity", key, text) for key, text in entities.items()]
     nodes += [NodeRef("topic", key, text) for key, text in topics.items()]
     nodes += [NodeRef("entity_topic", f"{entity}{PAIR_SEPARATOR}{topic}",
@@ -125,6 +127,7 @@ def record_nodes(amu: AMU) -> list[NodeRef]:
 
 def node_text(amu: AMU, node_type: str, key: str) -> str | None:
     """The text ``amu`` gives its node ``node_type:key`` (a node keeps the text of the first record
-    that linked it: "Jon DeLuca" or "Jon Deluca" for the key ``jon deluca``); None if it has none."""
-    return next((node.text for node in record_nodes(amu) if (node.node_type, node.key) == (node_type, key)),
-                None)
+    that linked it: "Jon DeLuca" or "Jon Deluca" for the key ``jon deluca``); None if it has none.
+    Any key is looked up, however long: a store written before :data:`MAX_NAME_CHARS` holds some."""
+    return next((node.text for node in record_nodes(amu, longest=None)
+                 if (node.node_type, node.key) == (node_type, key)), None)

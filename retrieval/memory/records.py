@@ -30,9 +30,10 @@ longer input is refused by the loaders and by ingestion rather than processed fo
 
 
 MAX_NAME_CHARS = 200
-"""The longest entity or topic tag a new record keeps, and the longest evidence key: a longer one (a
-pasted key, an unbroken run of a script without spaces) names nothing a question would. Bounded so
-that every key fits a database index on either backend (PostgreSQL indexes at most ~2.7 KB a row)."""
+"""The longest entity or topic tag a new record keeps, and the longest entity or topic key of an
+evidence node (an entity-topic pair's key joins two): a longer one (a pasted key, an unbroken run of
+a script without spaces) names nothing a question would. Bounded so that every key fits a database
+index on either backend (PostgreSQL indexes at most ~2.7 KB a row)."""
 
 
 def names(values: Iterable[str]) -> tuple[str, ...]:

@@ -234,3 +234,31 @@ def test_the_paper_config_without_the_hub_exits_with_one_line(tmp_path: Path, ca
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "t5-base" in err and "GPU" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_an_export_into_the_current_empty_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``.`` has no name to stage beside: the export is staged beside the directory it stands for
+    (it was refused as "written by another export meanwhile")."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    model = ISQModel(tiny_config())
+    assert model.export_fingerprinter(".") == Path(".")
+    assert Fingerprinter.from_pretrained(empty).identity == model.fingerprinter().identity
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]  # no staging left beside it
+
+
+def test_training_refuses_an_export_directory_it_cannot_write_before_it_trains(tmp_path: Path,
+                                                                                capsys) -> None:
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(SystemExit) as exit_info:
+        fit_main(["--config", str(REPO / "configs" / "smoke.yaml"), "--trainer.max_steps", "1",
+                  "--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.save_dir",
+                  str(tmp_path / "runs"),
+                  "--trainer.callbacks.init_args.dirpath", str(tmp_path / "a_file" / "fp"),
+                  "--data.cache_dir", str(tmp_path / "c")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'a_file'} is not a directory this process may write in" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("**/*.ckpt"))  # refused before a single step

@@ -51,7 +51,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from retrieval.memory.cache import text_key
@@ -200,9 +200,10 @@ def _linked_nodes(db: sqlite3.Connection, positions: Sequence[int]) -> list[int]
     return sorted(found)
 
 
-def _retext_nodes(db: sqlite3.Connection, node_ids: Sequence[int]) -> list[str]:
+def _retext_nodes(db: sqlite3.Connection, node_ids: Sequence[int], records: Mapping[int, AMU]) -> list[str]:
     """Give each of the nodes still held the text of the first AMU still linked to it
-    (:func:`retrieval.memory.evidence_keys.node_text`); returns the texts replaced."""
+    (:func:`retrieval.memory.evidence_keys.node_text`; ``records``: the user's records by position,
+    as the purge read them); returns the texts replaced."""
     replaced = []
     for marks, chunk in in_chunks(list(node_ids)):
         for node in db.execute(f"SELECT n.id, n.node_type, n.key, n.text, (SELECT min(l.amu) FROM "
@@ -210,8 +211,7 @@ def _retext_nodes(db: sqlite3.Connection, node_ids: Sequence[int]) -> list[str]:
                                f"WHERE n.id IN ({marks})", chunk).fetchall():
             if node["first"] is None:
                 continue
-            first = db.execute(f"SELECT {AMU_COLUMNS} FROM amus WHERE position = ?", (node["first"],))
-            text = node_text(amu_from_row(first.fetchone()), node["node_type"], node["key"])
+            text = node_text(records[node["first"]], node["node_type"], node["key"])
             if text is not None and text != node["text"]:
                 db.execute("UPDATE evidence_nodes SET text = ? WHERE id = ?", (text, node["id"]))
                 replaced.append(node["text"])
@@ -267,7 +267,7 @@ class Purge(SQLitePart):
             self._delete(db, "segments", "seq", sorted(picked.dropped), user)
             node_texts = self._drop_nodes(db, user, picked.frames_kept, picked.everything)
             node_texts += [frame_label(s.session_id, s.turn_ids) for s in picked.kept]  # their old own texts
-            node_texts += _retext_nodes(db, touched)
+            node_texts += _retext_nodes(db, touched, {row.position: row.amu for row in stored})
             self._delete(db, "turns", "turn_id", sorted(gone), user)
             db.executemany("DELETE FROM meta WHERE key = ?",
                            [(MERGE_KEY.format(amu_id),) for amu_id in sorted(picked.chosen_ids)])

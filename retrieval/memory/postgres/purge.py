@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from retrieval.memory.cache import text_key
@@ -26,7 +26,7 @@ from retrieval.memory.postgres.schema import COMPACTED, PURGING, RAISE_ID_MARKS
 from retrieval.memory.postgres.writes import insert_amu
 from retrieval.memory.purge import Purged, Stored, id_marks, named_records, select
 from retrieval.memory.reads import amu_from_row, segment_from_row, turn_from_row
-from retrieval.memory.records import SegmentRecord, Turn
+from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.schema import turns_sha256
 
 if TYPE_CHECKING:
@@ -51,9 +51,11 @@ def _linked_nodes(conn: Connection, user: str, positions: Sequence[int]) -> list
     return [row["node"] for row in rows]
 
 
-def _retext_nodes(conn: Connection, user: str, node_ids: Sequence[int]) -> list[str]:
+def _retext_nodes(conn: Connection, user: str, node_ids: Sequence[int],
+                  records: Mapping[int, AMU]) -> list[str]:
     """Give each of the nodes still held the text of the first record still linked to it
-    (:func:`retrieval.memory.evidence_keys.node_text`); returns the texts replaced."""
+    (:func:`retrieval.memory.evidence_keys.node_text`; ``records``: the user's records by position,
+    as the purge read them); returns the texts replaced."""
     replaced = []
     nodes = conn.execute("SELECT n.id, n.node_type, n.key, n.text, (SELECT min(l.amu) FROM evidence_links l "
                          "WHERE l.node = n.id) AS first FROM evidence_nodes n WHERE n.user_id = %s AND "
@@ -61,9 +63,7 @@ def _retext_nodes(conn: Connection, user: str, node_ids: Sequence[int]) -> list[
     for node in nodes:
         if node["first"] is None:
             continue
-        row = conn.execute(f"SELECT {AMU_COLUMNS} FROM amus WHERE user_id = %s AND position = %s",
-                           (user, node["first"])).fetchone()
-        text = node_text(amu_from_row(row), node["node_type"], node["key"])
+        text = node_text(records[node["first"]], node["node_type"], node["key"])
         if text is not None and text != node["text"]:
             conn.execute("UPDATE evidence_nodes SET text = %s WHERE id = %s", (text, node["id"]))
             replaced.append(node["text"])
@@ -117,7 +117,7 @@ class Purge:
             _delete(conn, "segments", "seq", sorted(picked.dropped), user)
             node_texts = self._drop_nodes(conn, user, picked.frames_kept, picked.everything)
             node_texts += [frame_label(s.session_id, s.turn_ids) for s in picked.kept]  # their old own texts
-            node_texts += _retext_nodes(conn, user, touched)
+            node_texts += _retext_nodes(conn, user, touched, {row.position: row.amu for row in stored})
             _delete(conn, "turns", "turn_id", sorted(gone), user)
             conn.execute("DELETE FROM meta WHERE key = ANY(%s)",
                          ([MERGE_KEY.format(amu_id) for amu_id in sorted(picked.chosen_ids)],))

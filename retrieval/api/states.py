@@ -78,7 +78,7 @@ class SearchStates:
                 self.drop(user)
                 held = None
         if held is None:
-            held = _Held(*self._built(user), 0, version)
+            held = _Held(*self._built(user, version), 0, version)
             with self._guard:
                 self._held[user] = held
             self._resize(user, held)
@@ -88,15 +88,18 @@ class SearchStates:
                     self._held.move_to_end(user)
         return held.bank
 
-    def _built(self, user: str) -> tuple[MemoryBank, tuple[int, ...]]:
+    def _built(self, user: str, version: int) -> tuple[MemoryBank, tuple[int, ...]]:
         """A state built from the store and the user's rows it reflects: read before and after the
-        build. When they differ, another writer committed for the user during the build, and the
-        state may hold part of that commit: its rows are then unknown (empty), so the next search
-        builds it again rather than catching up (which would add the rows it holds a second time)
-        and the memory's own writes leave it as it is."""
+        build (``version``, the store's ``data_version`` read before the first, unchanged after the
+        build means nothing committed meanwhile, and spares the second read, a count over the
+        user's rows). When they differ, another writer committed for the user during the build,
+        and the state may hold part of that commit: its rows are then unknown (empty), so the next
+        search builds it again rather than catching up (which would add the rows it holds a second
+        time) and the memory's own writes leave it as it is."""
         rows = self.store.user_version(user)
         bank = self.build(user)
-        return bank, (rows if self.store.user_version(user) == rows else ())
+        unchanged = self.store.data_version() == version or self.store.user_version(user) == rows
+        return bank, (rows if unchanged else ())
 
     def extend(self, user: str, marks: Sequence[tuple[Any, Any]], turns: Sequence[Turn] = (),
                amus: Sequence[AMU] = ()) -> None:

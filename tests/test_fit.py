@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import os
 import subprocess
 import sys
@@ -139,6 +140,34 @@ def test_resume_continues_step_count_and_optimizer_state(tmp_path):
     assert steps == {6}, "AdamW state did not continue from the checkpoint"
     assert int(resumed.model.model.quantizer.codebook.window_steps) == 6 % 20
     assert first.trainer.global_step == 4
+
+
+def test_a_run_resumed_mid_epoch_ends_with_the_weights_of_the_uninterrupted_run(tmp_path, monkeypatch):
+    """A run that crashed after its step-2 checkpoint, resumed from it, trains on the batches
+    the uninterrupted run trained on (not the epoch's first ones again) with the same random
+    draws, and ends bit for bit where the uninterrupted run ended."""
+    seen: dict[str, list[str]] = {"straight": [], "crashed": [], "resumed": []}
+    train = ISQLightningModule.training_step
+
+    def recorded(run: str, crash_at: int | None = None):
+        def step(self, batch, batch_idx):
+            if self.global_step == crash_at:
+                raise RuntimeError("crash")
+            seen[run].append(hashlib.sha256(batch["input_ids"].numpy().tobytes()).hexdigest())
+            return train(self, batch, batch_idx)
+        return step
+
+    monkeypatch.setattr(ISQLightningModule, "training_step", recorded("straight"))
+    straight = main(smoke_args(tmp_path / "straight", 4)).model.state_dict()
+    monkeypatch.setattr(ISQLightningModule, "training_step", recorded("crashed", crash_at=2))
+    with pytest.raises(RuntimeError, match="crash"):
+        main(smoke_args(tmp_path / "crashed", 4))
+    last = next((tmp_path / "crashed" / "runs").glob("**/checkpoints/last.ckpt"))
+    monkeypatch.setattr(ISQLightningModule, "training_step", recorded("resumed"))
+    resumed = main(smoke_args(tmp_path / "resumed", 4, "--ckpt_path", str(last))).model.state_dict()
+    assert len(set(seen["straight"])) == 4
+    assert seen["crashed"] + seen["resumed"] == seen["straight"]
+    assert [name for name in straight if not torch.equal(straight[name], resumed[name])] == []
 
 
 def test_two_process_ddp_keeps_codebooks_identical(tmp_path):

@@ -17,7 +17,7 @@ from typing import Any
 import lightning as L
 import torch
 from datasets import Dataset
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Sampler
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from isq.dailydialog import ROOT_ENV, SPLITS, detokenize, dialogue_pairs, load_splits
@@ -33,6 +33,57 @@ RANGES = {"context_turns": AT_LEAST_ONE, "max_context_tokens": AT_LEAST_ONE,
           "max_target_tokens": AT_LEAST_ONE, "batch_size": AT_LEAST_ONE, "num_workers": NON_NEGATIVE,
           "limit_train_dialogues": AT_LEAST_ONE}
 """Allowed range of every numeric argument (``limit_train_dialogues`` None = all)."""
+
+
+class ResumableShuffle(Sampler[int]):
+    """The training pairs in a new random order each epoch, drawn as torch's ``RandomSampler``
+    draws it (a seed taken from the global generator when the epoch's first batch is read, so a
+    run's order is what the default sampler gave), with the epoch's seed kept: a run resumed
+    from a checkpoint taken mid-epoch continues that epoch in the same order, after the pairs
+    already trained on (:meth:`ResumableLoader.load_state_dict`), and draws again from the
+    next epoch on."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.seed: int | None = None
+        """The seed of the epoch being read (None between epochs)."""
+        self.resume: tuple[int, int] | None = None
+        """(seed, pairs already read) of the epoch to continue, from a checkpoint."""
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Any:
+        seed, skip = self.resume or (int(torch.empty((), dtype=torch.int64).random_().item()), 0)
+        self.seed, self.resume = seed, None
+        generator = torch.Generator()
+        generator.manual_seed(seed)
+        yield from torch.randperm(self.size, generator=generator).tolist()[skip:]
+
+
+class ResumableLoader(DataLoader):
+    """The training loader of one process, shuffled by :class:`ResumableShuffle`. Lightning saves
+    its :meth:`state_dict` with every checkpoint and hands it back to :meth:`load_state_dict`
+    when a run resumes, so the resumed epoch goes on where the checkpoint left it."""
+
+    def __init__(self, data: L.LightningDataModule, dataset: Dataset, **options: Any) -> None:
+        self.data, self.shuffle = data, ResumableShuffle(len(dataset))
+        super().__init__(dataset, sampler=self.shuffle, **options)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch's shuffle seed and the training pairs trained on in it (the batches the run
+        has processed this epoch, not those read ahead); empty before the first batch."""
+        if self.shuffle.seed is None or self.data.trainer is None:
+            return {}
+        progress = self.data.trainer.fit_loop.epoch_loop.batch_progress.current
+        batches = progress.processed  # type: ignore[attr-defined]  # a processed tracker, typed as its base
+        return {"shuffle_seed": self.shuffle.seed, "pairs_read": batches * self.batch_size}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue the checkpoint's epoch where it stopped (one taken at an epoch's end starts
+        the next epoch afresh)."""
+        if state_dict and state_dict["pairs_read"] < self.shuffle.size:
+            self.shuffle.resume = (int(state_dict["shuffle_seed"]), int(state_dict["pairs_read"]))
 
 
 class DialogueDataModule(L.LightningDataModule):
@@ -150,7 +201,7 @@ class DialogueDataModule(L.LightningDataModule):
             labels[i, : len(r["labels"])] = torch.tensor(r["labels"])
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+    def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
         return DataLoader(
             self.datasets[split], batch_size=self.hparams["batch_size"], shuffle=shuffle,
             num_workers=self.hparams["num_workers"], collate_fn=self._collate,
@@ -158,10 +209,18 @@ class DialogueDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
+        """Shuffled each epoch and resumable mid-epoch on one process (:class:`ResumableLoader`).
+        Under several processes Lightning puts its distributed sampler in place of the default
+        one (a seeded order per epoch, split across the ranks), and a mid-epoch resume restarts
+        the epoch (Lightning warns)."""
+        if self.trainer is not None and self.trainer.world_size > 1:
+            return self._loader("train", shuffle=True)
+        return ResumableLoader(self, self.datasets["train"], batch_size=self.hparams["batch_size"],
+                               num_workers=self.hparams["num_workers"], collate_fn=self._collate,
+                               persistent_workers=self.hparams["num_workers"] > 0)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("validation", shuffle=False)
+        return self._loader("validation")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
+        return self._loader("test")

@@ -26,6 +26,9 @@ ALREADY_EQUAL_ON_EVERY_RANK: dict[str, Any] = {"sync_dist": True, "reduce_fx": "
 val/ce_loss synced, the divergence all-gathered): the max of equal values is exact, unlike a
 mean, and declaring the sync keeps Lightning from warning that it is missing."""
 
+RANDOM_STATE = "random_state"
+"""The checkpoint key of the random generators' state (:meth:`ISQLightningModule.on_save_checkpoint`)."""
+
 RANGES = {"encoder_lr": POSITIVE, "head_lr": POSITIVE, "weight_decay": NON_NEGATIVE,
           "warmup_steps": NON_NEGATIVE, "min_lr_ratio": UNIT}
 """Allowed range of every numeric argument (``--model.encoder_lr -1.0`` is refused)."""
@@ -68,12 +71,34 @@ class ISQLightningModule(L.LightningModule):
         self._step_clock: float | None = None
         self._revival_candidates: torch.Tensor | None = None
         """The last training batch's real-token z: training_step hands it to optimizer_step."""
+        self._random_state: dict[str, Any] | None = None
+        """A resumed checkpoint's random state, restored when training starts."""
 
     def on_fit_start(self) -> None:
         """Say which weights train: the model summary counts the decoder with the encoder, so a
         LoRA run would read "Trainable 10.2 M" while the encoder trains only its adapters."""
         if self.trainer.is_global_zero:
             print(trainable_summary(self.model))
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep the random generators' state (dropout, revival draws) with the checkpoint, so a
+        run resumed from it draws what the uninterrupted run drew (with the training order that
+        :class:`training.data.ResumableLoader` keeps)."""
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+        checkpoint[RANDOM_STATE] = {"cpu": torch.get_rng_state(), "cuda": cuda}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Set the checkpoint's random state aside for :meth:`on_train_start`: a checkpoint is
+        restored before the run's set-up and sanity check, which draw from the generator."""
+        self._random_state = checkpoint.get(RANDOM_STATE)  # None: written before the state was kept
+
+    def on_train_start(self) -> None:
+        saved, self._random_state = self._random_state, None
+        if saved is None:
+            return
+        torch.set_rng_state(saved["cpu"])
+        if saved["cuda"] and torch.cuda.is_available() and len(saved["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(saved["cuda"])
 
     def forward(self, batch: dict[str, torch.Tensor]) -> ISQOutput:
         return self.model(batch["input_ids"], batch["attention_mask"], batch["labels"])

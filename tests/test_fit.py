@@ -65,8 +65,10 @@ def test_fit_logs_every_metric_checkpoints_and_exports(tmp_path):
     run_config = yaml.safe_load((tmp_path / "runs" / "smoke" / "version_0" / "config.yaml").read_text())
     assert run_config["trainer"]["max_steps"] == 4 and not (tmp_path / "runs" / "config.yaml").exists()
     fingerprinter = Fingerprinter.from_pretrained(exported(cli))
-    assert fingerprinter.run_record["global_step"] == 4 and fingerprinter.run_record["seed"] == 0
-    assert "val/ce_loss" in fingerprinter.run_record["metrics"]
+    record = fingerprinter.run_record
+    assert record["trained_steps"] == 4 and record["seed"] == 0
+    assert record["global_step"] == int(Path(record["checkpoint"]).stem.removeprefix("step"))
+    assert "val/ce_loss" in record["last_metrics"] and set(record["checkpoint_score"]) == {"val/ce_loss"}
     prints = fingerprinter.fingerprint(["Shall we meet at the park at 5 o'clock?"])
     assert len(prints[0].token_codes) > 5 and all(0 <= c < 256 for c in prints[0].codes)
 

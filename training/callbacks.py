@@ -76,24 +76,33 @@ class ExportFingerprinter(L.Callback):
         if not trainer.is_global_zero:
             return
         assert isinstance(pl_module, ISQLightningModule), "ExportFingerprinter exports an ISQLightningModule"
-        best = getattr(trainer.checkpoint_callback, "best_model_path", "") or ""
+        checkpoints = trainer.checkpoint_callback
+        best = getattr(checkpoints, "best_model_path", "") or ""
+        step, score = trainer.global_step, None
         if best and Path(best).is_file():
-            state = torch.load(best, map_location=pl_module.device, weights_only=False)["state_dict"]
-            pl_module.load_state_dict(state)
+            saved = torch.load(best, map_location=pl_module.device, weights_only=False)
+            pl_module.load_state_dict(saved["state_dict"])
+            step, best_score = int(saved["global_step"]), getattr(checkpoints, "best_model_score", None)
+            if best_score is not None:
+                score = {str(getattr(checkpoints, "monitor", None)): float(best_score)}
         datamodule = getattr(trainer, "datamodule", None)
         record = {
             "exported_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "checkpoint": best or None,
             # the global seed (LightningCLI's seed_everything) sets PL_GLOBAL_SEED; absent if unseeded
             "seed": int(os.environ["PL_GLOBAL_SEED"]) if "PL_GLOBAL_SEED" in os.environ else None,
-            "global_step": trainer.global_step,
+            # the exported weights' step and validation score (the best checkpoint's), then the
+            # run's: a run trains on after its best checkpoint, and its last metrics are its own
+            "global_step": step,
+            "checkpoint_score": score,
+            "trained_steps": trainer.global_step,
             "epochs": trainer.current_epoch,
             "data": dict(getattr(datamodule, "stats", {}))
             | {"hparams": dict(getattr(datamodule, "hparams", {}))},
             "trainer": {"precision": str(trainer.precision), "world_size": trainer.world_size,
                         "accumulate_grad_batches": trainer.accumulate_grad_batches},
             "optim": {k: v for k, v in pl_module.hparams.items() if k != "isq"},
-            "metrics": {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1},
+            "last_metrics": {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1},
         }
         self.exported_to = pl_module.model.export_fingerprinter(self.target(trainer), run_record=record,
                                                                 overwrite=self.overwrite)

@@ -127,14 +127,22 @@ def check_trainer(trainer: Any) -> None:
 def validate_at_the_end(trainer: Any) -> list[str]:
     """With ``max_steps`` below the validation interval no validation would run, so no checkpoint
     would be chosen and the export would record ``"checkpoint": null``: validate at the last
-    step instead. Returns the note that says so (printed once the run is accepted)."""
+    step instead; with ``max_steps`` past a validation but not on one, the steps after it are
+    trained and never validated, which the note says. Returns the note (printed once the run is
+    accepted)."""
     interval, max_steps = trainer.get("val_check_interval"), trainer.get("max_steps") or -1
     batches = max_steps * (trainer.get("accumulate_grad_batches") or 1)
-    if not (isinstance(interval, int) and not isinstance(interval, bool) and 0 < batches < interval):
+    if not (isinstance(interval, int) and not isinstance(interval, bool) and 0 < batches):
         return []
-    trainer["val_check_interval"] = batches
-    return [f"note: --trainer.max_steps {max_steps} is below --trainer.val_check_interval {interval}: "
-            f"validating after batch {batches} instead"]
+    if batches % interval and batches > interval:
+        return [f"note: the last {batches % interval} of {batches} training batches come after the last "
+                f"validation (batch {batches - batches % interval}; --trainer.val_check_interval "
+                f"{interval}): no checkpoint holds them, so the export is the best validated one"]
+    if batches < interval:
+        trainer["val_check_interval"] = batches
+        return [f"note: --trainer.max_steps {max_steps} is below --trainer.val_check_interval {interval}: "
+                f"validating after batch {batches} instead"]
+    return []
 
 
 class LoggerUnavailable(RuntimeError):

@@ -15,6 +15,7 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
+import torch
 
 from isq.config import RANGES, ISQConfig
 from isq.export import FingerprinterLoadError
@@ -136,7 +137,22 @@ def test_max_steps_below_the_validation_interval_still_validates_and_records_the
     (callback,) = [c for c in cli.trainer.callbacks if isinstance(c, ExportFingerprinter)]
     record = json.loads((callback.exported_to / "training_run.json").read_text())
     assert record["checkpoint"] is not None and Path(record["checkpoint"]).name == "step2.ckpt"
-    assert "val/ce_loss" in record["metrics"]
+    assert "val/ce_loss" in record["last_metrics"]
+
+
+def test_the_run_record_describes_the_exported_checkpoint_not_the_last_step(tmp_path, capsys):
+    """Five steps validated every two: the fifth is trained after the last validation (the run
+    says so when it starts), so the export holds an earlier checkpoint's weights, and its record
+    gives that checkpoint's step and score beside the steps the run trained."""
+    cli = fit_main(smoke_args(tmp_path, 5))
+    note = "the last 1 of 5 training batches come after the last validation (batch 4"
+    assert note in capsys.readouterr().err
+    (callback,) = [c for c in cli.trainer.callbacks if isinstance(c, ExportFingerprinter)]
+    record = json.loads((callback.exported_to / "training_run.json").read_text())
+    saved = torch.load(record["checkpoint"], weights_only=False)
+    assert record["global_step"] == saved["global_step"] < record["trained_steps"] == 5
+    (checkpoints,) = [c for c in saved["callbacks"].values() if "best_model_score" in c]
+    assert record["checkpoint_score"] == {"val/ce_loss": float(checkpoints["best_model_score"])}
 
 
 def test_a_whole_float_is_a_count_of_batches_as_lightning_reads_it():

@@ -290,3 +290,11 @@ def test_validate_only_reports_codebook_metrics_without_training(tmp_path):
     metrics = cli.trainer.callback_metrics
     assert 0 < float(metrics["val/codes_used"]) <= 256
     assert float(metrics["val/codebook_perplexity"]) >= 1.0
+
+
+def test_overfit_batches_trains_on_the_loader_lightning_rebuilds(tmp_path):
+    """Lightning rebuilds the training loader with a sequential sampler of its own to overfit a
+    few batches: the resumable loader must allow that, and then keeps no state."""
+    cli = main(smoke_args(tmp_path, 2, "--trainer.overfit_batches", "2"))
+    assert cli.trainer.global_step == 2
+    assert cli.trainer.train_dataloader.state_dict() == {}

@@ -62,28 +62,31 @@ class ResumableShuffle(Sampler[int]):
 
 
 class ResumableLoader(DataLoader):
-    """The training loader of one process, shuffled by :class:`ResumableShuffle`. Lightning saves
-    its :meth:`state_dict` with every checkpoint and hands it back to :meth:`load_state_dict`
-    when a run resumes, so the resumed epoch goes on where the checkpoint left it."""
+    """The training loader of one process, shuffled by :class:`ResumableShuffle` (its ``sampler``).
+    Lightning saves its :meth:`state_dict` with every checkpoint and hands it back to
+    :meth:`load_state_dict` when a run resumes, so the resumed epoch goes on where the checkpoint
+    left it. A loader Lightning rebuilt with a sampler of its own (``overfit_batches``) keeps
+    no state."""
 
-    def __init__(self, data: L.LightningDataModule, dataset: Dataset, **options: Any) -> None:
-        self.data, self.shuffle = data, ResumableShuffle(len(dataset))
-        super().__init__(dataset, sampler=self.shuffle, **options)
+    data: L.LightningDataModule | None = None
+    """The data module whose trainer's progress says how many batches were trained on."""
 
     def state_dict(self) -> dict[str, Any]:
         """The epoch's shuffle seed and the training pairs trained on in it (the batches the run
         has processed this epoch, not those read ahead); empty before the first batch."""
-        if self.shuffle.seed is None or self.data.trainer is None:
+        shuffle, trainer = self.sampler, self.data.trainer if self.data is not None else None
+        if not isinstance(shuffle, ResumableShuffle) or shuffle.seed is None or trainer is None:
             return {}
-        progress = self.data.trainer.fit_loop.epoch_loop.batch_progress.current
+        progress = trainer.fit_loop.epoch_loop.batch_progress.current
         batches = progress.processed  # type: ignore[attr-defined]  # a processed tracker, typed as its base
-        return {"shuffle_seed": self.shuffle.seed, "pairs_read": batches * self.batch_size}
+        return {"shuffle_seed": shuffle.seed, "pairs_read": batches * self.batch_size}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue the checkpoint's epoch where it stopped (one taken at an epoch's end starts
         the next epoch afresh)."""
-        if state_dict and state_dict["pairs_read"] < self.shuffle.size:
-            self.shuffle.resume = (int(state_dict["shuffle_seed"]), int(state_dict["pairs_read"]))
+        shuffle = self.sampler
+        if state_dict and isinstance(shuffle, ResumableShuffle) and state_dict["pairs_read"] < shuffle.size:
+            shuffle.resume = (int(state_dict["shuffle_seed"]), int(state_dict["pairs_read"]))
 
 
 class DialogueDataModule(L.LightningDataModule):
@@ -215,9 +218,13 @@ class DialogueDataModule(L.LightningDataModule):
         the epoch (Lightning warns)."""
         if self.trainer is not None and self.trainer.world_size > 1:
             return self._loader("train", shuffle=True)
-        return ResumableLoader(self, self.datasets["train"], batch_size=self.hparams["batch_size"],
-                               num_workers=self.hparams["num_workers"], collate_fn=self._collate,
-                               persistent_workers=self.hparams["num_workers"] > 0)
+        train, workers = self.datasets["train"], self.hparams["num_workers"]
+        loader = ResumableLoader(
+            train, batch_size=self.hparams["batch_size"], sampler=ResumableShuffle(len(train)),
+            num_workers=workers, collate_fn=self._collate, persistent_workers=workers > 0,
+        )
+        loader.data = self
+        return loader
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("validation")

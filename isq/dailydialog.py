@@ -106,10 +106,16 @@ def load_splits(root: Path) -> Splits:
         path = root / split / f"dialogues_{split}.txt"
         dialogues[split] = read_dialogues(path)
         mismatches[split] = count_label_mismatches(path, dialogues[split])
+    kept, leaked = without_leaks(dialogues)
+    return Splits(kept, leaked, mismatches)
+
+
+def without_leaks(dialogues: dict[str, list[list[str]]]) -> tuple[dict[str, list[list[str]]], dict[str, int]]:
+    """The splits with the validation and test dialogues that also occur in train dropped, and how
+    many each lost (docs/design.md §1.9), whichever source the splits came from."""
     seen = {tuple(d) for d in dialogues["train"]}
-    leaked = {}
+    kept, leaked = dict(dialogues), {}
     for split in ("validation", "test"):
-        kept = [d for d in dialogues[split] if tuple(d) not in seen]
-        leaked[split] = len(dialogues[split]) - len(kept)
-        dialogues[split] = kept
-    return Splits(dialogues, leaked, mismatches)
+        kept[split] = [d for d in dialogues[split] if tuple(d) not in seen]
+        leaked[split] = len(dialogues[split]) - len(kept[split])
+    return kept, leaked

@@ -115,3 +115,20 @@ def test_synthetic_corpus_is_deterministic(tmp_path):
     assert ((a / "train" / "dialogues_train.txt").read_text()
             == (b / "train" / "dialogues_train.txt").read_text())
     assert len(read_dialogues(a / "train" / "dialogues_train.txt")) == 5
+
+
+def test_a_hub_copy_drops_the_evaluation_dialogues_train_holds_as_the_release_does(tmp_path, monkeypatch):
+    """--data.hub_id reads the splits from a parquet copy: the validation and test dialogues that
+    are also in train are dropped and counted, as they are from the release directory."""
+    import datasets
+
+    train = [["Hi there .", "Hello , how are you ?"], ["Shall we go ?", "Yes , let us go ."]]
+    copy = {"train": {"dialog": train}, "validation": {"dialog": [train[0], ["New one .", "Indeed ."]]},
+            "test": {"dialog": [train[1], train[0], ["Fresh .", "Quite ."]]}}
+    monkeypatch.setattr(datasets, "load_dataset", {"someone/dailydialog": copy}.__getitem__)
+    dm = DialogueDataModule(hub_id="someone/dailydialog", tokenizer="offline:all-MiniLM-L6-v2",
+                            cache_dir=str(tmp_path / "cache"))
+    dm.setup("validate")
+    assert (dm.stats["leaked_validation"], dm.stats["leaked_test"]) == (1, 2)
+    assert (dm.stats["validation_dialogues"], dm.stats["test_dialogues"]) == (1, 1)
+    assert dm.stats["train_dialogues"] == 2 and dm.stats["source"] == "someone/dailydialog"

@@ -20,7 +20,7 @@ from datasets import Dataset
 from torch.utils.data import DataLoader, Sampler
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from isq.dailydialog import ROOT_ENV, SPLITS, detokenize, dialogue_pairs, load_splits
+from isq.dailydialog import ROOT_ENV, SPLITS, detokenize, dialogue_pairs, load_splits, without_leaks
 from isq.encoder import from_pretrained
 from isq.ranges import AT_LEAST_ONE, NON_NEGATIVE, check_ranges
 from isq.synthetic import SYNTHETIC, write_synthetic_corpus
@@ -139,23 +139,26 @@ class DialogueDataModule(L.LightningDataModule):
             from datasets import load_dataset
 
             hub = load_dataset(self.hparams["hub_id"])
-            return {s: [[detokenize(t) for t in d] for d in hub[s]["dialog"]]
-                    for s in SPLITS}, self.hparams["hub_id"]
+            dialogues, leaked = without_leaks({s: [[detokenize(t) for t in d] for d in hub[s]["dialog"]]
+                                               for s in SPLITS})
+            self._report_leaks(leaked)
+            return dialogues, self.hparams["hub_id"]
         if self.root is None:
             raise FileNotFoundError(f"no DailyDialog directory: pass --data.root or set ${ROOT_ENV}")
         root = Path(self.root)
         if self.root == SYNTHETIC:
             root = write_synthetic_corpus(self.cache_dir / "synthetic_corpus", seed=self.hparams["seed"])
         splits = load_splits(root)
-        self.stats.update(
-            {f"leaked_{k}": v for k, v in splits.leaked.items()}
-            | {f"label_mismatch_{k}": v for k, v in splits.label_mismatches.items()}
-        )
-        log.info("dropped evaluation dialogues also in train: %s", splits.leaked)
+        self._report_leaks(splits.leaked)
+        self.stats.update({f"label_mismatch_{k}": v for k, v in splits.label_mismatches.items()})
         if any(splits.label_mismatches.values()):
             log.info("dialogues whose act-label count differs from their utterances (labels unused): %s",
                      splits.label_mismatches)
         return splits.dialogues, str(root)
+
+    def _report_leaks(self, leaked: dict[str, int]) -> None:
+        self.stats.update({f"leaked_{k}": v for k, v in leaked.items()})
+        log.info("dropped evaluation dialogues also in train: %s", leaked)
 
     def setup(self, stage: str | None = None) -> None:
         """Read every split (their sizes go into the run record); tokenise only those the

@@ -45,7 +45,7 @@ import dataclasses
 import tempfile
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,7 @@ from retrieval.eval.construction import database_url
 from retrieval.eval.locomo import load_locomo
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.embed import SentenceEmbedder
+from retrieval.index.joint import JointEncoder, why_not_joined
 from retrieval.index.model_thread import on_model_thread
 from retrieval.memory.backends import open_store
 from retrieval.memory.cache import CachedEmbedder, model_identity
@@ -115,17 +116,26 @@ FLOOR_PASSES = 2
 """Timed passes of the batch floor; the fastest counts."""
 
 
+def batch_floor(embedder: Any, fingerprinter: Any) -> Callable[[Sequence[str]], Any]:
+    """What the ingest ratio's floor computes for a batch of turns: their vectors and codes in one
+    forward where the memory joins the two models (:mod:`retrieval.index.joint`), else each
+    model's own forward."""
+    if why_not_joined(embedder, fingerprinter) is None:
+        return JointEncoder(embedder, fingerprinter).compute
+    return lambda texts: (embedder.encode(texts), fingerprinter.fingerprint(texts))
+
+
 def bench_add(turns: Sequence[Turn], embedder: Any, fingerprinter: Any, directory: Path,
               floor_ms: float) -> dict[str, Any]:
     """Add ``turns`` one at a time as one user; the floor embeds and fingerprints them in one batch
-    (the faster of two passes: the first of a fresh model is up to a third slower, which would
-    flatter the ingest ratio)."""
+    as the memory would (:func:`batch_floor`; the faster of two passes: the first of a fresh model
+    is up to a third slower, which would flatter the ingest ratio)."""
     turns = [dataclasses.replace(turn, user_id="user") for turn in turns]
     texts = [turn.render() for turn in turns]
-    passes = []
+    passes, floor = [], batch_floor(embedder, fingerprinter)
     for _ in range(FLOOR_PASSES):
         began = time.perf_counter()
-        on_model_thread(lambda: (embedder.encode(texts), fingerprinter.fingerprint(texts)))
+        on_model_thread(lambda: floor(texts))
         passes.append(time.perf_counter() - began)
     batch_s = min(passes)
     adds, flushes = [], []

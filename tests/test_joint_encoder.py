@@ -251,3 +251,14 @@ def wait_for(condition) -> None:
             return
         time.sleep(0.01)
     raise AssertionError("the condition never held")
+
+
+def test_the_ingest_ratios_batch_floor_runs_the_one_forward_the_memory_runs(embedder, fingerprinter):
+    """bench_memory's batch floor for the ingest ratio computes what the memory computes: one
+    forward for vectors and codes where the models join, not each model's own."""
+    from benchmarks.bench_memory import batch_floor
+
+    floor, texts = batch_floor(embedder, fingerprinter), ["A first turn.", "A second turn, longer."]
+    encoded = floor(texts)
+    assert isinstance(floor.__self__, JointEncoder) and floor.__self__.forwards == 1  # type: ignore[attr-defined]
+    assert encoded.vectors.shape == (2, embedder.dim) and len(encoded.prints) == 2

@@ -11,7 +11,7 @@ import torch
 from isq.fingerprint import Fingerprinter
 from isq.synthetic import synthetic_dialogues, write_synthetic_corpus
 from tests.conftest import tiny_config
-from training.kmeans_control import build_kmeans_fingerprinter, main
+from training.kmeans_control import build_kmeans_fingerprinter, main, sample_texts, token_states
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +60,21 @@ def test_record_counts_the_clustered_tokens(control, texts):
     assert record["kind"] == "kmeans_control" and record["tokens"] == 500
     assert record["texts_available"] == len(texts) and 0 < record["texts_used"] < len(texts)
     assert 1 <= record["codes_used"] <= 8 and record["kmeans"]["seed"] == 0
+
+
+def test_every_clustered_state_counts_not_a_sample_of_them(texts):
+    """1,500 states for 2 codes is more than faiss clusters by default (256 a code): each centroid
+    must be the mean of all the states nearest it, as k-means over every state leaves it."""
+    fingerprinter, record = build_kmeans_fingerprinter(tiny_config(num_codes=2), texts, max_tokens=1500,
+                                                       seed=0, niter=40)
+    tokenizer, length = fingerprinter.tokenizer, fingerprinter.config.max_length
+    chosen = sample_texts(texts, tokenizer, 1500, length, 0)
+    states = token_states(fingerprinter.semantic_encoder, tokenizer, chosen, length)[:1500].astype(np.float64)
+    codebook = fingerprinter.codebook.vectors.double().numpy()
+    nearest = ((states[:, None, :] - codebook[None, :, :]) ** 2).sum(-1).argmin(1)
+    assert record["tokens"] == 1500 and set(nearest.tolist()) == {0, 1}
+    for code in (0, 1):
+        np.testing.assert_allclose(codebook[code], states[nearest == code].mean(0), atol=1e-4)
 
 
 def test_too_few_tokens_for_the_codebook_is_an_error(texts):

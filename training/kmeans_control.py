@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import math
 import random
 import sys
 import time
@@ -41,6 +42,9 @@ from isq.export import ExportExistsError, refuse_occupied
 from isq.fingerprint import Fingerprinter
 from isq.outputs import export_directory
 from isq.projection import StrideOneProjection
+
+FAISS_POINTS_PER_CODE = 256
+"""faiss's default cap on the points it clusters per code (``max_points_per_centroid``)."""
 
 
 def identity_projection(config: ISQConfig, d_model: int) -> StrideOneProjection:
@@ -132,7 +136,12 @@ def build_kmeans_fingerprinter(config: ISQConfig, texts: Sequence[str], *, max_t
         raise ValueError(f"{states.shape[0]} token states cannot place {config.num_codes} codes; "
                          "give more texts or a larger max_tokens")
     encoded_s = time.perf_counter() - started
-    kmeans = faiss.Kmeans(d_model, config.num_codes, niter=niter, seed=seed, verbose=False)
+    # faiss samples at most max_points_per_centroid (default 256) points a code and clusters only
+    # those; raised to cover every state, every state is clustered (where the default covers them
+    # all already, the default is kept and so is the clustering)
+    points = max(FAISS_POINTS_PER_CODE, math.ceil(states.shape[0] / config.num_codes))
+    kmeans = faiss.Kmeans(d_model, config.num_codes, niter=niter, seed=seed, verbose=False,
+                          max_points_per_centroid=points)
     kmeans.train(states)
     objective = float(kmeans.obj[-1]) if kmeans.obj is not None else None  # faiss records it per iteration
     _, assignment = kmeans.index.search(states, 1)
@@ -143,7 +152,7 @@ def build_kmeans_fingerprinter(config: ISQConfig, texts: Sequence[str], *, max_t
         "projection": "identity" if projection_from is None else "trained",
         "texts_available": len(texts),
         "texts_used": len(chosen),
-        "tokens": int(states.shape[0]),
+        "tokens": int(states.shape[0]),  # every one clustered
         "num_codes": config.num_codes,
         "codes_used": int(np.unique(assignment).size),
         "kmeans": {"niter": niter, "seed": seed, "objective": objective,

@@ -96,6 +96,19 @@ def test_default_sample_without_a_setting_is_the_synthetic_corpus(tmp_path, monk
     assert len(texts) == sum(len(d) for d in synthetic_dialogues(2, seed=12))
 
 
+def test_default_sample_leaves_out_the_validation_dialogues_train_holds(tmp_path, monkeypatch):
+    """The codebook never trained on the validation split it is analysed on: a validation dialogue
+    that is also a training dialogue is left out, and the source says how many were."""
+    root = fake_release(tmp_path / "dd")
+    train = (root / "train" / "dialogues_train.txt").read_text().splitlines()
+    validation = root / "validation" / "dialogues_validation.txt"
+    validation.write_text(validation.read_text() + train[0] + "\n")
+    monkeypatch.setenv("ISQ_DAILYDIALOG", str(root))
+    texts, source = default_sample(tmp_path)
+    assert len(texts) == sum(len(d) for d in synthetic_dialogues(2, seed=12))
+    assert source.endswith("; 1 dialogues also in train left out)")
+
+
 def test_default_sample_resolves_a_relative_setting_against_the_repository(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
     fake_release(repo / "data" / "dd")

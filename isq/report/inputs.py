@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from isq.dailydialog import EOU, ROOT_ENV, DataFormatError, read_dialogues
+from isq.dailydialog import EOU, ROOT_ENV, DataFormatError, load_splits, read_dialogues
 from isq.synthetic import SYNTHETIC, write_synthetic_corpus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +47,8 @@ def read_texts(path: Path) -> list[str]:
 
 def default_sample(repo: Path | None = None) -> tuple[list[str], str]:
     """The texts analysed when none are given, and where they came from: the DailyDialog
-    validation utterances under ``$ISQ_DAILYDIALOG`` (a relative path is taken against the
+    validation utterances under ``$ISQ_DAILYDIALOG``, less the dialogues train also holds (the
+    validation split training read, :func:`isq.dailydialog.load_splits`; a relative path is taken against the
     repository root ``repo``, wherever the caller runs; by default this source checkout's, and
     the working directory where the package is installed instead); unset (or
     ``ISQ_DAILYDIALOG=synthetic``), the validation split of the project's synthetic corpus. A set
@@ -60,7 +61,13 @@ def default_sample(repo: Path | None = None) -> tuple[list[str], str]:
         if not validation.is_file():
             raise InputError(f"${ROOT_ENV}={configured}: no DailyDialog release there "
                              f"({validation} not found)")
-        return read_texts(validation), f"DailyDialog validation ({validation.resolve()})"
+        try:
+            splits = load_splits(validation.parents[1])
+        except (OSError, DataFormatError) as err:
+            raise InputError(f"${ROOT_ENV}={configured}: {err}") from err
+        texts = [utterance for dialogue in splits.dialogues["validation"] for utterance in dialogue]
+        return texts, (f"DailyDialog validation ({validation.resolve()}; {splits.leaked['validation']} "
+                       "dialogues also in train left out)")
     with tempfile.TemporaryDirectory() as tmp:
         texts = read_texts(write_synthetic_corpus(tmp) / "validation" / "dialogues_validation.txt")
     return texts, "the project's synthetic corpus, validation split"

@@ -21,8 +21,10 @@ from isq.outputs import output_file
 from retrieval.eval.forest import FOREST_TITLE, label, plot_forest
 from retrieval.eval.paired_differences import compare, render
 
-MAX_RESAMPLES = 1_000_000
-"""More bootstrap resamples than this would hold gigabytes of resampled means for nothing."""
+MIN_RESAMPLES, MAX_RESAMPLES = 1_000, 1_000_000
+"""Fewer bootstrap resamples would leave each tail of a 95% interval a handful of resampled means
+(one resample gives an interval that need not hold its own mean); more would hold gigabytes of
+them for nothing."""
 
 
 def whole_number(low: int, high: int) -> Callable[[str], int]:
@@ -53,8 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "dense40@consolidated; runs given with the same TAG are averaged like --pool")
     parser.add_argument("--forest", type=output_file, metavar="PNG",
                         help="also draw the table as a forest plot (one panel per group) into this PNG file")
-    parser.add_argument("--resamples", type=whole_number(1, MAX_RESAMPLES), default=2000,
-                        help=f"bootstrap resamples per interval (1 to {MAX_RESAMPLES:,})")
+    parser.add_argument("--resamples", type=whole_number(MIN_RESAMPLES, MAX_RESAMPLES), default=2000,
+                        help=f"bootstrap resamples per interval ({MIN_RESAMPLES:,} to {MAX_RESAMPLES:,})")
     parser.add_argument("--seed", type=whole_number(0, 2**32 - 1), default=0)
     args = parser.parse_args(argv)
     try:

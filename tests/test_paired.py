@@ -218,7 +218,8 @@ def test_a_bad_results_file_names_the_file_and_the_field(tmp_path):
         read_results(path)
 
 
-@pytest.mark.parametrize(("option", "value"), [("--resamples", "0"), ("--resamples", "100000000000"),
+@pytest.mark.parametrize(("option", "value"), [("--resamples", "0"), ("--resamples", "1"),
+                                               ("--resamples", "999"), ("--resamples", "100000000000"),
                                                ("--resamples", "many"), ("--seed", "-1")])
 def test_out_of_range_options_are_refused_naming_the_option(tmp_path, capsys, option, value):
     with pytest.raises(SystemExit) as exit_info:

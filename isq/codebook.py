@@ -174,18 +174,24 @@ class Codebook(nn.Module):
         """Re-initialise the ``dead`` codes (bool mask) from random rows of ``candidates``.
 
         Code vector, EMA size and EMA sum are reset together, so the next EMA step starts from
-        the sample instead of overwriting it. Rank 0 draws; the draw is broadcast to all ranks.
+        the sample instead of overwriting it. Rank 0 draws; the draw is broadcast to all ranks,
+        which revive whenever rank 0 has candidates, whether or not they have any (``dead`` is the
+        same on every rank: the window counts are reduced across them).
         """
         self._require_statistics()
         dead_idx = dead.nonzero().squeeze(1)
         n_dead, n_cand = dead_idx.numel(), candidates.shape[0]
-        if n_dead == 0 or n_cand == 0:
+        drawn = n_cand if not distributed() else self._rank_zero_count(n_cand, candidates.device)
+        if n_dead == 0 or drawn == 0:
             return 0
-        if n_dead <= n_cand:
-            pick = torch.randperm(n_cand, device=candidates.device)[:n_dead]
-        else:
-            pick = torch.randint(n_cand, (n_dead,), device=candidates.device)
-        samples = candidates[pick].float().contiguous()
+        # a rank without candidates of its own receives rank 0's draw into zeros
+        samples = torch.zeros((n_dead, self.code_dim), dtype=torch.float32, device=candidates.device)
+        if n_cand:
+            if n_dead <= n_cand:
+                pick = torch.randperm(n_cand, device=candidates.device)[:n_dead]
+            else:
+                pick = torch.randint(n_cand, (n_dead,), device=candidates.device)
+            samples = candidates[pick].float().contiguous()
         if distributed():
             dist.broadcast(samples, src=0)
         self.vectors[dead_idx] = samples
@@ -194,6 +200,13 @@ class Codebook(nn.Module):
         # Re-derive every code from the updated statistics (the total size changed).
         self._refresh()
         return n_dead
+
+    @staticmethod
+    def _rank_zero_count(count: int, device: torch.device) -> int:
+        """Rank 0's ``count``, on every rank (whether rank 0 draws decides whether all revive)."""
+        shared = torch.tensor([count], dtype=torch.int64, device=device)
+        dist.broadcast(shared, src=0)
+        return int(shared.item())
 
     def _require_statistics(self) -> None:
         if self.frozen:

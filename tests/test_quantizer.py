@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import tempfile
@@ -200,6 +201,28 @@ def _ddp_worker(rank: int, world: int, init_file: str, result_dir: str) -> None:
         q.optimizer_step(q(torch.randn(1, 8, 4) + rank).revival_candidates)
     torch.save({k: v for k, v in q.state_dict().items()}, os.path.join(result_dir, f"rank{rank}.pt"))
     dist.destroy_process_group()
+
+
+def _revival_worker(rank: int, world: int, init_file: str, result_dir: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=30))  # a rank left waiting fails, not hangs
+    torch.manual_seed(0)
+    codebook = EMAQuantizer(8, 4).codebook
+    dead = torch.tensor([True, False, True, False, False, False, False, False])
+    candidates = torch.randn(5, 4) if rank == 0 else torch.zeros(0, 4)  # rank 1's last batch: no tokens
+    revived = codebook.revive(dead, candidates)
+    torch.save({"revived": revived, "vectors": codebook.vectors}, os.path.join(result_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def test_a_rank_without_candidates_revives_with_rank_zeros_draw():
+    """Rank 0 draws the dead codes' new vectors and broadcasts them: a rank whose own batch gave no
+    candidates must take part (it returned early, and rank 0 waited in the broadcast for ever)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_revival_worker, args=(2, os.path.join(tmp, "init"), tmp), nprocs=2, join=True)
+        r0, r1 = (torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in (0, 1))
+    assert r0["revived"] == r1["revived"] == 2
+    assert torch.equal(r0["vectors"], r1["vectors"])
 
 
 def test_two_rank_all_reduce_keeps_codebooks_identical():

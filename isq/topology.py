@@ -14,7 +14,9 @@ an AMU scores S_amu(u) = max_{b in U_fp(u)} A(b). Path B returns the K best AMUs
 The bank itself is an AMU x code incidence matrix X (CSR, never dense); M grows by X_new^T X_new
 as AMUs arrive, so adding never rebuilds the co-occurrence counts. P is held sparse (recomputed
 lazily when the bank changed) and a query expands only its own codes' rows of S_code, so no
-N_c x N_c array is ever held: 16,384 codes would need 2 GB for each dense one.
+search holds an N_c x N_c array: 16,384 codes would need 2 GB for each dense one. The analysis
+does (:meth:`CooccurrenceTopology.code_scores`, read by ``python -m isq.report``: at 16,384 codes
+it holds S_code and its temporaries, several GB).
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from isq.batches import encode_batches
 from isq.codebook import Codebook
 from isq.config import ISQConfig
 from isq.encoder import SemanticEncoder, build_encoder, is_adapter, resolve_encoder_path, weights_checksum
+from isq.identity import ENCODER_KEY
 
 FINGERPRINT_BATCH = 64
 """Texts per forward of :meth:`Fingerprinter.fingerprint` unless the caller says otherwise."""
@@ -80,6 +81,7 @@ class Fingerprinter(nn.Module):
         vectors = codebook.vectors if isinstance(codebook, Codebook) else codebook
         self.codebook = Codebook.from_vectors(vectors)
         self.run_record: dict[str, Any] | None = None
+        self._encoder_sha256: str | None = None
         self.requires_grad_(False)
         self.eval()
 
@@ -90,10 +92,34 @@ class Fingerprinter(nn.Module):
 
     @property
     def identity(self) -> dict[str, Any]:
-        """What a memory bank records to refuse a different fingerprinter later."""
+        """What a memory bank records to refuse a different fingerprinter later: the codebook
+        (:mod:`isq.identity`) and the encoder part that turns text into the vectors it codes."""
         vectors = self.codebook.vectors.detach().cpu().contiguous().numpy()
         return {"codebook_size": self.codebook_size,
-                "codebook_sha256": hashlib.sha256(vectors.tobytes()).hexdigest()}
+                "codebook_sha256": hashlib.sha256(vectors.tobytes()).hexdigest(),
+                ENCODER_KEY: self.encoder_sha256}
+
+    @property
+    def encoder_sha256(self) -> str:
+        """SHA-256 of what maps a text to the vectors the codebook codes: the tokenizer's class,
+        vocabulary and case folding, the maximum length, the projection's normalisation and every
+        tensor of the semantic encoder (weights, projection, running statistics). Computed once
+        (a fingerprinter is frozen; loading weights computes it again)."""
+        if self._encoder_sha256 is None:
+            digest = hashlib.sha256()
+            vocabulary = sorted(self.tokenizer.get_vocab().items())
+            digest.update(repr((type(self.tokenizer).__name__, getattr(self.tokenizer, "do_lower_case", None),
+                                vocabulary, self.config.max_length,
+                                self.config.normalize_projection)).encode())
+            for name, tensor in sorted(self.semantic_encoder.state_dict().items()):
+                digest.update(name.encode())
+                digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+            self._encoder_sha256 = digest.hexdigest()
+        return self._encoder_sha256
+
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        self._encoder_sha256 = None
+        return super().load_state_dict(*args, **kwargs)
 
     @property
     def device(self) -> torch.device:

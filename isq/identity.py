@@ -1,8 +1,12 @@
-"""Fingerprinter identity: what makes two codebooks' codes comparable.
+"""Fingerprinter identity: what makes two codebooks' codes comparable, and what makes two
+fingerprinters give the same codes to a text.
 
 Two fingerprinters with the same codebook size and codebook checksum assign the same code to
-the same vector, so anything built from one's codes (a topology, a retrieval bank, a store's
-cached fingerprints) can be used with the other; with any other fingerprinter it cannot.
+the same vector, so anything built from one's codes (a topology, a retrieval bank) can be used
+with the other; with any other fingerprinter it cannot (:func:`check_identity`). Which vectors a
+text gives is the encoder's part (its tokenizer, weights, projection and maximum length), named by
+``encoder_sha256``: a store that caches texts' codes is bound to that too
+(:func:`same_text_codes`).
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 IDENTITY_KEYS = ("codebook_size", "codebook_sha256")
+ENCODER_KEY = "encoder_sha256"
+"""The identity field naming the encoder part (absent from identities recorded before it was)."""
 
 
 class IdentityMismatch(ValueError):
@@ -39,3 +45,17 @@ def check_identity(saved: Mapping[str, Any] | None, expected: Mapping[str, Any],
             f"but it is being used with fingerprinter identity {expected_key}; "
             "codes of different codebooks are not comparable, rebuild it"
         )
+
+
+def same_text_codes(recorded: Any, current: Any) -> bool:
+    """Whether a store that recorded fingerprinter identity ``recorded`` may be used with one of
+    identity ``current``: the same identity, or a recorded one from before identities named the
+    encoder (no ``encoder_sha256``) with the same codebook, which is all such a store can check."""
+    if recorded == current:
+        return True
+    if not (isinstance(recorded, Mapping) and isinstance(current, Mapping)) or ENCODER_KEY in recorded:
+        return False
+    try:
+        return normalise_identity(recorded) == normalise_identity(current)
+    except ValueError:
+        return False

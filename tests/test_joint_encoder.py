@@ -5,6 +5,7 @@ opened with either form on the same store."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -13,14 +14,16 @@ import numpy as np
 import pytest
 
 from isq.fingerprint import FINGERPRINT_BATCH, Fingerprinter
+from isq.identity import normalise_identity
 from isq.model import ISQModel
 from retrieval import Memory
+from retrieval.api.errors import StoreUnavailable
 from retrieval.api.loading import load_models
 from retrieval.consolidation.worker import SerializedFingerprinter
 from retrieval.index.embed import SentenceEmbedder
 from retrieval.index.joint import JointEncoder, JointModels, why_not_joined
 from retrieval.index.model_thread import on_model_thread
-from retrieval.memory.cache import model_identity
+from retrieval.memory.cache import CachedFingerprinter, model_identity
 from retrieval.memory.store import AMUStore
 from tests.conftest import tiny_config
 
@@ -262,3 +265,28 @@ def test_the_ingest_ratios_batch_floor_runs_the_one_forward_the_memory_runs(embe
     encoded = floor(texts)
     assert isinstance(floor.__self__, JointEncoder) and floor.__self__.forwards == 1  # type: ignore[attr-defined]
     assert encoded.vectors.shape == (2, embedder.dim) and len(encoded.prints) == 2
+
+
+def test_a_fingerprinter_with_the_same_codebook_and_another_encoder_part_has_codes_of_its_own(
+        tmp_path, embedder, fingerprinter):
+    """The same codebook behind another maximum length gives a text other codes: its identity
+    names its encoder part, so a store's cache holds its codes apart, a store bound to the first
+    refuses it, and a store bound before identities named the encoder still opens with the first."""
+    short = Fingerprinter(dataclasses.replace(fingerprinter.config, max_length=8), fingerprinter.tokenizer,
+                          fingerprinter.semantic_encoder, fingerprinter.codebook)
+    text = "We could meet at the old harbour café on Saturday morning, if the ferry is running."
+    assert normalise_identity(short.identity) == normalise_identity(fingerprinter.identity)
+    assert short.identity != fingerprinter.identity
+    with AMUStore(tmp_path / "cache") as store:
+        long_codes = CachedFingerprinter(fingerprinter, store, "u").fingerprint([text])[0].token_codes
+        cached = CachedFingerprinter(short, store, "u")
+        assert cached.fingerprint([text])[0].token_codes == short.fingerprint([text])[0].token_codes
+        assert cached.computed == 1 and len(long_codes) > 8 == len(short.fingerprint([text])[0].token_codes)
+    with Memory.open(tmp_path / "bound", embedder=embedder, fingerprinter=fingerprinter):
+        pass
+    with pytest.raises(StoreUnavailable, match="was built with fingerprinter"):
+        Memory.open(tmp_path / "bound", embedder=embedder, fingerprinter=short)
+    with AMUStore(tmp_path / "bound") as store:  # as written before identities named the encoder
+        store.put_meta("fingerprinter", normalise_identity(fingerprinter.identity))
+    with Memory.open(tmp_path / "bound", embedder=embedder, fingerprinter=fingerprinter) as memory:
+        memory.add([{"speaker": "Ann", "text": text}], user_id="u", session_id="s")

@@ -12,6 +12,7 @@ from typing import Any
 
 from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import FINGERPRINT_BATCH
+from isq.identity import same_text_codes
 from retrieval.api.errors import InvalidInput, StoreUnavailable
 from retrieval.consolidation.worker import SerializedEmbedder, SerializedFingerprinter
 from retrieval.index.joint import JointEncoder, JointModels, why_not_joined
@@ -82,6 +83,8 @@ class MemoryModels:
         try:
             for key, value in bindings.items():
                 saved = store.meta(key)
+                if key == "fingerprinter" and saved is not None and same_text_codes(saved, value):
+                    continue  # bound to it, or before identities named the encoder (same codebook)
                 checked = key == "embedder" or (key == "fingerprinter" and self.fingerprinter is not None)
                 if read_only and saved is not None and checked and saved != value:
                     raise StoreError(f"{store.location} was built with {key} {saved!r}, not {value!r}")

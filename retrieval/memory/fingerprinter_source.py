@@ -1,6 +1,7 @@
 """Where a store's fingerprinter came from, so a reader need not name it again.
 
-The store binds the fingerprinter's identity (its codebook checksum: :meth:`AMUStore.bind`);
+The store binds the fingerprinter's identity (its codebook's and its encoder's checksums:
+:meth:`AMUStore.bind`);
 ingestion also records the directory it was loaded from (a mutable record: a checkpoint may be
 moved and named again). The command lines that open a built store (``retrieval.query``,
 ``retrieval.serve``, ``retrieval.mcp``, ``retrieval.consolidate``) load it from there when
@@ -13,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from isq.identity import same_text_codes
 from retrieval.memory.backends import open_store
 from retrieval.memory.cache import model_identity
 from retrieval.memory.connection import DB_NAME
@@ -25,7 +27,8 @@ PATH_KEY = "fingerprinter_path"
 
 def remember_fingerprinter(store: Store, directory: Path, fingerprinter: Any) -> None:
     """Record ``directory`` as the source of ``fingerprinter``, unless the store is bound to another."""
-    if store.meta("fingerprinter") in (None, model_identity(fingerprinter)):
+    saved = store.meta("fingerprinter")
+    if saved is None or same_text_codes(saved, model_identity(fingerprinter)):
         store.put_meta(PATH_KEY, str(Path(directory).resolve()))
 
 

@@ -171,3 +171,30 @@ def test_a_commit_landing_while_a_state_is_built_is_in_it_once(tmp_path):
             bank = reader._states.get("alice")
             assert sorted(turn.turn_id for turn in bank.turns) == sorted(
                 [f"alice-{i}" for i in range(6)] + ["kayak"])
+
+
+def test_a_reader_of_read_only_media_without_the_wal_index_sees_commits_and_forgets(tmp_path, monkeypatch):
+    """On read-only media a store closed cleanly has no -shm file and none can be made there, so it
+    is read as immutable; another process writing the same files (through a writable mount) must
+    still reach the reader: its next search reads the changed files, and a forgotten user is gone."""
+    from retrieval.memory.connection import SQLiteConnection
+    from retrieval.memory.errors import StoreError
+
+    connect = SQLiteConnection._connect
+
+    def read_only_media(self, target):
+        if "mode=ro" in target and "immutable" not in target and not Path(f"{self.path}-shm").exists():
+            raise StoreError(f"{self.path}: not a usable SQLite store (unable to open database file)")
+        return connect(self, target)
+
+    with open_memory(tmp_path) as writer:
+        fill(writer, "alice", chat("alice", 6) + [SECRET_TURN])
+    monkeypatch.setattr(SQLiteConnection, "_connect", read_only_media)
+    with open_memory(tmp_path, read_only=True) as reader:
+        assert reader.store._connection._snapshot is not None  # opened as immutable
+        assert any("Zorblaxian" in t for t in texts(reader.search(SECRET_QUERY, user_id="alice")))
+        with open_memory(tmp_path) as writer:
+            writer.add([{"speaker": "Bob", "text": "I bought a red kayak."}], user_id="alice", session_id="s1")
+            assert "Bob: I bought a red kayak." in texts(reader.search("red kayak", user_id="alice", k=3))
+            writer.forget(user_id="alice")
+        assert not reader.search(SECRET_QUERY, user_id="alice", k=20).hits

@@ -47,10 +47,23 @@ class _Reader:
     cyclic collector (a connection and its statement cache form a cycle) it would stay open for as
     long as the collector waits, which in a serving process is minutes."""
 
-    def __init__(self, connection: sqlite3.Connection) -> None:
-        self.connection = connection
+    def __init__(self, connection: sqlite3.Connection, generation: int) -> None:
+        self.connection, self.generation = connection, generation
         # not at interpreter exit, where a daemon thread may still be reading on it
         weakref.finalize(self, connection.close).atexit = False
+
+
+def _files(path: Path) -> tuple[tuple[int, int, int] | None, ...]:
+    """Inode, size and modification time of the store's database and write-ahead log (None for a
+    missing one): what a commit by any process changes."""
+    found: list[tuple[int, int, int] | None] = []
+    for file in (path, path.with_name(path.name + "-wal")):
+        try:
+            status = file.stat()
+            found.append((status.st_ino, status.st_size, status.st_mtime_ns))
+        except FileNotFoundError:
+            found.append(None)
+    return tuple(found)
 
 
 class SQLiteConnection:
@@ -72,10 +85,14 @@ class SQLiteConnection:
         self._readers: weakref.WeakSet[_Reader] = weakref.WeakSet()
         self._readers_guard = threading.Lock()
         self._writer: sqlite3.Connection | None = None
+        self._snapshot: tuple[Any, ...] | None = None
+        """The files as they were when the store was opened as immutable (else None)."""
+        self._generation = 0
+        """How many times the connections were opened again (a changed immutable store)."""
         if read_only:
             if not self.path.is_file():
                 raise StoreError(f"no store at {self.directory} ({DB_NAME} is missing)")
-            self.watch = self._connect_read_only()
+            self.watch = self._watching()
         else:
             try:
                 private_directory(self.directory)
@@ -116,12 +133,12 @@ class SQLiteConnection:
             assert self._writer is not None
             return self._writer
         reader = getattr(self._local, "reader", None)
-        if reader is None:
+        if reader is None or reader.generation != self._generation:
             connection = (self._connect(str(self.path)) if self._writer is not None
-                          else self._connect_read_only())
+                          else self._connect_read_only()[0])
             connection.row_factory = sqlite3.Row
             connection.execute("PRAGMA foreign_keys=ON")
-            reader = self._local.reader = _Reader(connection)
+            reader = self._local.reader = _Reader(connection, self._generation)
             with self._readers_guard:
                 self._readers.add(reader)
         return reader.connection
@@ -178,17 +195,40 @@ class SQLiteConnection:
         except (sqlite3.DatabaseError, StoreFault) as err:
             raise StoreError(f"{self.path}: not a usable SQLite store ({err.__cause__ or err})") from None
 
-    def _connect_read_only(self) -> sqlite3.Connection:
-        """A reader needs the WAL index file (``-shm``) beside the store; on read-only media where
-        it is missing and cannot be created, a store with nothing left in its write-ahead log (it
-        was closed cleanly) is opened as immutable instead."""
+    def _connect_read_only(self) -> tuple[sqlite3.Connection, bool]:
+        """A reader, and whether it is immutable. A reader needs the WAL index file (``-shm``)
+        beside the store; on read-only media where it is missing and cannot be created, a store
+        with nothing left in its write-ahead log (it was closed cleanly) is opened as immutable
+        instead: SQLite then reads it as a file that never changes (see :meth:`version`)."""
         try:
-            return self._connect(f"file:{self.path}?mode=ro")
+            return self._connect(f"file:{self.path}?mode=ro"), False
         except StoreError:
             wal = self.path.with_name(DB_NAME + "-wal")
             if wal.exists() and wal.stat().st_size > 0:
                 raise
-            return self._connect(f"file:{self.path}?mode=ro&immutable=1")
+            return self._connect(f"file:{self.path}?mode=ro&immutable=1"), True
+
+    def _watching(self) -> sqlite3.Connection:
+        """The read-only store's watching connection, noting the files if it is immutable."""
+        files = _files(self.path)
+        connection, immutable = self._connect_read_only()
+        self._snapshot = files if immutable else None
+        return connection
+
+    def version(self) -> int:
+        """SQLite's ``PRAGMA data_version`` of the watching connection, which moves whenever any
+        connection commits. An immutable store's never moves, so its files are compared with
+        those it was opened on: when a writer elsewhere has changed them (a read-only mount of a
+        store another process writes), every connection is opened again (as a live reader if the
+        ``-shm`` file is there now) and the version moves past every earlier one, so no state
+        or page read from the old file is served again."""
+        with self.watch_guard:
+            if self._snapshot is not None and _files(self.path) != self._snapshot:
+                stale, self.watch = self.watch, self._watching()
+                self._generation += 1  # each thread opens its reader again at its next read
+                stale.close()
+            (version,) = self.watch.execute("PRAGMA data_version").fetchone()
+        return int(version) + (self._generation << 40)
 
     def _prepare_schema(self) -> None:
         try:

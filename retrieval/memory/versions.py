@@ -26,10 +26,9 @@ class StoreVersions(SQLitePart):
     def data_version(self) -> int:
         """SQLite's ``PRAGMA data_version`` of the store's watching connection, which never writes:
         it moves whenever any connection commits (this store's writer, another process, the job
-        worker's store), so equal values mean nothing was committed in between."""
-        with self._connection.watch_guard:
-            (version,) = self._connection.watch.execute("PRAGMA data_version").fetchone()
-        return int(version)
+        worker's store), so equal values mean nothing was committed in between (an immutable
+        store's: :meth:`retrieval.memory.connection.SQLiteConnection.version`)."""
+        return self._connection.version()
 
     def user_version(self, user_id: str) -> tuple[int, ...]:
         """The user's rows in short: count and highest position of its turns, of its active

@@ -194,7 +194,8 @@ def test_a_reader_of_read_only_media_without_the_wal_index_sees_commits_and_forg
         assert reader.store._connection._snapshot is not None  # opened as immutable
         assert any("Zorblaxian" in t for t in texts(reader.search(SECRET_QUERY, user_id="alice")))
         with open_memory(tmp_path) as writer:
-            writer.add([{"speaker": "Bob", "text": "I bought a red kayak."}], user_id="alice", session_id="s1")
+            kayak = {"speaker": "Bob", "text": "I bought a red kayak."}
+            writer.add([kayak], user_id="alice", session_id="s1")
             assert "Bob: I bought a red kayak." in texts(reader.search("red kayak", user_id="alice", k=3))
             writer.forget(user_id="alice")
         assert not reader.search(SECRET_QUERY, user_id="alice", k=20).hits

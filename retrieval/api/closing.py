@@ -13,8 +13,8 @@ import threading
 import weakref
 from collections.abc import Iterable, Iterator
 
-from retrieval.api.errors import StoreUnavailable
-from retrieval.memory.errors import StoreError
+from retrieval.api.errors import MemoryBusy, StoreUnavailable
+from retrieval.memory.errors import StoreBusy, StoreError
 
 
 class CallGate:
@@ -41,6 +41,8 @@ class CallGate:
         with self._idle:
             self._inside -= 1
             self._idle.notify_all()
+        if isinstance(error, StoreBusy):  # another process holds a role the call needs
+            raise MemoryBusy(str(error)) from error
         if isinstance(error, StoreError):  # every refusal a MemoryAPIError, a store failure too
             raise StoreUnavailable(f"the store failed: {error}") from error
 

@@ -75,15 +75,17 @@ class JobRunner:
         for job in self.store.unfinished():
             self.submit(job)
         if self.store.concurrent_writers:
-            self._started()
+            self.start_workers()
 
     def submit(self, job: JobRow) -> None:
-        self._started()
+        self.start_workers()
         with self._changed:
             self._queue.append(job)
             self._changed.notify_all()
 
-    def _started(self) -> None:
+    def start_workers(self) -> None:
+        """Take the store's consolidate role and start the workers, unless they run already
+        (refused while another process holds the role: then no job should be queued for them)."""
         if self._threads:
             return
         self._handle = self.store.reopen(role="consolidate")

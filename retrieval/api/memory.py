@@ -63,7 +63,7 @@ from retrieval.api.jobs import CONSOLIDATE, JobRunner
 from retrieval.api.limits import DEFAULT_K, DEFAULT_PAGE
 from retrieval.api.loading import MemoryModels, llm_cache, load_models
 from retrieval.api.online import StreamModels
-from retrieval.api.purge import hard_purge
+from retrieval.api.purge import compact_owed, hard_purge
 from retrieval.api.results import AddResult, Job, MemoryItem, Page, SearchResult
 from retrieval.api.search import run_search
 from retrieval.api.states import SearchStates
@@ -125,13 +125,19 @@ class Memory:
             memory = cls(store, models, segmenter or SegmenterConfig())
             models.bind(store, read_only)
             if not read_only:
-                store.compact_owed()  # what a purge killed after its commit left in the files
+                compact_owed(store)  # what a purge killed after its commit left in the files
         except BaseException:
             discard_if_fresh(store, created)
             raise
         if not read_only:
-            memory._backlog.start()
-            memory._jobs.start()
+            try:
+                memory._backlog.start()
+                memory._jobs.start()  # takes the consolidate role for unfinished jobs
+            except BaseException as err:
+                memory.close()
+                if isinstance(err, StoreBusy):
+                    raise MemoryBusy(str(err)) from None
+                raise
         return memory
 
     def close(self) -> None:
@@ -245,6 +251,7 @@ class Memory:
                 self._require_session(user, session)
             if not self.store.count(user):
                 raise NotFound(f"user {user!r} has no records to consolidate", "user_id")
+            self._jobs.start_workers()  # before the job is stored: a refused role leaves no job behind
             row, created = self.store.create_job(user, session, CONSOLIDATE)
             if created:
                 self._jobs.submit(row)

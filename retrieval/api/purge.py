@@ -10,15 +10,19 @@ snapshot embedded it).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from retrieval.consolidation.prefix import strip_prefix
 from retrieval.index.evidence_nodes import searchable_text, segment_search_texts
 from retrieval.llm_client import drop_user_answers
+from retrieval.memory.errors import StoreFault
 from retrieval.memory.purge import Purged
 from retrieval.memory.records import AMU, Exchange, Turn
 from retrieval.memory.store_contract import Store
+
+logger = logging.getLogger(__name__)
 
 
 def derived_texts(purged: Purged, turns_before: Sequence[Turn]) -> list[str]:
@@ -87,5 +91,16 @@ def hard_purge(store: Store, user: str, llm_cache: Path | None, *, session_id: s
         before = store.turns(user)
         purged = store.purge(user, session_id=session_id, amu_ids=amu_ids, turn_ids=turn_ids,
                              everything=everything, derived=derived)
-    store.compact_owed()
+    compact_owed(store)
     return purged
+
+
+def compact_owed(store: Store) -> None:
+    """Do the compaction a purge owes (:meth:`~retrieval.memory.store_contract.Purging.compact_owed`).
+    A store that cannot do it now (SQLite's VACUUM needs about the database's size free on its
+    disk) keeps it owed, for the next purge or writing open, and the purge or open that tried goes
+    on: what was deleted is deleted, only its trace in free pages waits."""
+    try:
+        store.compact_owed()
+    except StoreFault as err:
+        logger.warning("the compaction a purge owes could not run; it stays owed: %s", err)

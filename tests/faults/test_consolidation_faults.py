@@ -15,15 +15,19 @@ from pathlib import Path
 
 import pytest
 
+from retrieval import Memory
 from retrieval.api.batch import ingest_turns
+from retrieval.api.errors import MemoryBusy
 from retrieval.consolidate import main as consolidate_main
 from retrieval.consolidation.audit import audit
 from retrieval.consolidation.engine import consolidate_user
 from retrieval.consolidation.worker import ConsolidationWorker, SerializedEmbedder
 from retrieval.extract.rules import RuleExtractor
 from retrieval.memory import record_writes
-from retrieval.memory.errors import StoreBusy, StoreMismatch
+from retrieval.memory.errors import StoreBusy, StoreFault, StoreMismatch
+from retrieval.memory.meta_keys import COMPACTION_OWED
 from retrieval.memory.store import AMUStore
+from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 from tests.test_consolidation import CID, built, duplicate_turns, snapshot  # noqa: F401 - the fixture
 from tests.test_ingest import HashEmbedder
 
@@ -162,3 +166,60 @@ def test_consolidation_with_another_fingerprinter_is_refused(built, tmp_path: Pa
     with AMUStore(store_dir, role="consolidate") as store, \
             pytest.raises(StoreMismatch, match="fingerprinter"):
         consolidate_user(store, CID, HashEmbedder(), fingerprinter=OtherFingerprinter())
+
+
+def _memory(path: Path, **options) -> Memory:
+    return Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(), **options)
+
+
+def _filled(path: Path) -> None:
+    with _memory(path) as memory:
+        memory.add([{"speaker": "AB"[i % 2], "text": f"Story {i} about the gardens and the tomatoes."}
+                    for i in range(8)], user_id="u", session_id="s")
+        memory.flush(user_id="u", session_id="s")
+
+
+def test_a_consolidation_refused_while_another_process_consolidates_stores_no_job(tmp_path: Path) -> None:
+    """The role is taken before the job is stored: refused, the call stores nothing, and once the
+    role is free the next call runs its job (a job stored first stayed queued with no worker)."""
+    _filled(tmp_path)
+    with _memory(tmp_path) as memory:
+        with AMUStore(tmp_path, role="consolidate"), pytest.raises(MemoryBusy, match="consolidate"):
+            memory.consolidate(user_id="u")
+        assert not memory.store.unfinished()
+        assert memory.consolidate(user_id="u", wait=True, timeout_s=120).state == "done"
+
+
+def test_an_open_refused_for_an_unfinished_job_holds_nothing_back(tmp_path: Path) -> None:
+    """Opening resumes unfinished jobs, which needs the consolidate role: held by another process,
+    the open is one MemoryBusy, and it leaves no ingestion thread and no writer lock behind."""
+    _filled(tmp_path)
+    with AMUStore(tmp_path) as store:
+        store.create_job("u", None, "consolidate")
+    with AMUStore(tmp_path, role="consolidate"), pytest.raises(MemoryBusy, match="consolidate"):
+        _memory(tmp_path)
+    assert not [t for t in threading.enumerate() if t.name.startswith("memory-")]
+    with _memory(tmp_path) as memory:  # the ingest role is free again; the stored job runs
+        assert memory.consolidate(user_id="u", wait=True, timeout_s=120).state == "done"
+
+
+def test_a_compaction_that_cannot_run_leaves_the_forget_done_and_the_store_open(tmp_path: Path,
+                                                                               monkeypatch) -> None:
+    """VACUUM needs about the database's size free: on a full disk the compaction a purge owes
+    fails after the purge committed. The forget reports success (it is done), the compaction stays
+    owed, the store still opens for writing, and a later open with room does it."""
+    _filled(tmp_path)
+    compact = AMUStore.compact_owed
+
+    def disk_full(self) -> None:
+        raise StoreFault(f"{tmp_path}: database or disk is full (SQLITE_FULL)")
+
+    monkeypatch.setattr(AMUStore, "compact_owed", disk_full)
+    with _memory(tmp_path) as memory:
+        memory.forget(user_id="u")
+        assert memory.store.meta(COMPACTION_OWED) is not None and not memory.store.count("u")
+    with _memory(tmp_path):
+        pass
+    monkeypatch.setattr(AMUStore, "compact_owed", compact)
+    with _memory(tmp_path) as memory:
+        assert memory.store.meta(COMPACTION_OWED) is None

@@ -40,6 +40,10 @@ BUSY_TIMEOUT_S = 30.0
 DB_NAME = "amus.sqlite3"
 """The store's database file in its directory."""
 
+DISK_FAULTS = ("SQLITE_FULL", "SQLITE_IOERR")
+"""SQLite errors at open that say the disk, not the store, is at fault (a full disk cannot hold the
+WAL index file): reported as such, where any other is "not a usable SQLite store"."""
+
 
 class _Reader:
     """A thread's reader connection, held by the thread alone (the store keeps a weak reference,
@@ -193,6 +197,9 @@ class SQLiteConnection:
             db.execute("SELECT 1 FROM sqlite_master LIMIT 1")
             return db
         except (sqlite3.DatabaseError, StoreFault) as err:
+            name = getattr(err.__cause__, "sqlite_errorname", "") or ""
+            if isinstance(err, StoreFault) and name.startswith(DISK_FAULTS):
+                raise  # a healthy store on a full or failing disk: the fault says so, not "unusable"
             raise StoreError(f"{self.path}: not a usable SQLite store ({err.__cause__ or err})") from None
 
     def _connect_read_only(self) -> tuple[sqlite3.Connection, bool]:

@@ -30,6 +30,8 @@ _ADVICE = {
                      "rebuild the store from its input into a new directory",
     "SQLITE_ERROR": "the store's schema was changed outside this code (a table or column is missing); see `"
                     + _CHECK + "`, then rebuild the store from its input into a new directory",
+    "SQLITE_IOERR_SHMSIZE": "the store's WAL index file (-shm) cannot grow: the disk is probably full; "
+                            "free space and rerun (nothing committed is lost)",
     "SQLITE_IOERR": "the disk reported an I/O error; check the medium and rerun (nothing committed is lost)",
     "SQLITE_READONLY": "the store cannot be written here (read-only file or medium); "
                        "copy it somewhere writable",

@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from isq.topology import CooccurrenceTopology
+from retrieval import Memory
 from retrieval.api.batch import IngestError, ingest_turns
+from retrieval.api.errors import StoreUnavailable
 from retrieval.contract import EmptyQuery, Query
 from retrieval.eval.dual_path import Channel, DualPathMode, DualPathRetriever
 from retrieval.eval.locomo import load_locomo
@@ -256,3 +258,25 @@ def test_fallback_segments_are_retried_when_the_endpoint_is_back(tmp_path: Path)
         assert archived == raw  # the raw-turn AMUs are kept, archived, never deleted
         third = ingest_turns(turns, store, HashEmbedder(), extractor, progress=False)
         assert third.amus == 0 and third.retried_segments == 0 and len(list(store.amus())) == len(active)
+
+
+def test_a_store_that_cannot_open_for_a_full_disk_says_so_not_that_it_is_unusable(tmp_path, monkeypatch):
+    """A full disk cannot hold the WAL index file a writer opens: the open is refused naming the
+    disk, not calling a healthy store "not a usable SQLite store" (which invites rebuilding it)."""
+    from retrieval.memory.faults import GuardedConnection, fault
+
+    AMUStore(tmp_path).close()
+    execute = GuardedConnection.execute
+
+    def full_disk(self, sql, *args):
+        if sql.startswith("SELECT 1 FROM sqlite_master"):
+            err = sqlite3.OperationalError("disk I/O error")
+            err.sqlite_errorname = "SQLITE_IOERR_SHMSIZE"
+            raise fault(err, self.store_path) from err
+        return execute(self, sql, *args)
+
+    monkeypatch.setattr(GuardedConnection, "execute", full_disk)
+    with pytest.raises(StoreUnavailable) as refused:
+        Memory.open(tmp_path, embedder=HashEmbedder())
+    message = str(refused.value)
+    assert "disk is probably full" in message and "not a usable" not in message

@@ -547,3 +547,19 @@ def test_a_merged_records_time_prefix_is_on_the_speakers_clock(tmp_path):
         assert mem.consolidate(user_id="u", wait=True, timeout_s=60).state == "done"
         (merged,) = mem.list(user_id="u").items
     assert merged.text.startswith("[2023-05-08 01:00 to 2023-05-08 09:00] Ann loves hiking"), merged.text
+
+
+def test_a_new_store_on_a_read_only_file_system_is_one_typed_refusal(tmp_path, monkeypatch):
+    """Nothing can be made there, not even removed (a read-only file system refuses to unlink a
+    missing file too): one StoreUnavailable that says a new store needs a writable directory."""
+    from pathlib import Path
+
+    from retrieval.api.errors import StoreUnavailable
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr("retrieval.memory.connection.private_directory", read_only)
+    monkeypatch.setattr(Path, "unlink", read_only)
+    with pytest.raises(StoreUnavailable, match="no store is there yet: choose a writable directory"):
+        open_memory(tmp_path / "new")

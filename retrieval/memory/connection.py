@@ -104,8 +104,9 @@ class SQLiteConnection:
                 self._lock.acquire()
                 private_file(self.path)
             except OSError as err:  # no permission, a read-only file system, ...
-                raise StoreError(
-                    f"{self.directory} is not writable ({err.strerror}); open it read-only") from None
+                hint = ("open it read-only" if self.path.is_file()
+                        else "no store is there yet: choose a writable directory for a new one")
+                raise StoreError(f"{self.directory} is not writable ({err.strerror}); {hint}") from None
             try:
                 writer = self._writer = self._connect(str(self.path))
                 writer.execute("PRAGMA journal_mode=WAL")

@@ -41,12 +41,20 @@ def discard_if_fresh(store: Store, created: list[Path]) -> None:
 
 
 def remove_if_created(created: list[Path]) -> None:
-    """Remove the directory or files this run ``created`` for a store (:func:`fresh_paths`)."""
+    """Remove the directory or files this run ``created`` for a store (:func:`fresh_paths`): those
+    that exist (the open may have failed before making them; on a read-only file system even
+    removing a missing file fails), and quietly where they cannot go, so the error that ended the
+    start is the one reported."""
     for path in created:
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
+        if not (path.exists() or path.is_symlink()):
+            continue
+        try:
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except OSError:
+            continue
 
 
 def _holds_segments(store: Store) -> bool:

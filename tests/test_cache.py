@@ -142,3 +142,24 @@ def test_a_version_5_store_gives_its_cache_to_the_users_whose_texts_hold_it_keep
         marks = store._db.execute("SELECT * FROM purges WHERE conversation_id = 'gone'").fetchall()
         assert [tuple(row) for row in marks] == [("gone", 3, EARLIER_IDS_BOUND, EARLIER_IDS_BOUND)]
         assert store.integrity_problems() == []
+
+
+def test_arrays_a_full_disk_cannot_cache_are_still_returned(tmp_path, monkeypatch):
+    """A search embeds the turns added since the last one and caches their vectors: a store that
+    cannot take them (a full disk) leaves them uncached, and the search still gets them."""
+    from retrieval.memory.errors import StoreFault
+
+    def disk_full(*args, **kwargs):
+        raise StoreFault(f"{tmp_path}: database or disk is full (SQLITE_FULL)")
+
+    with AMUStore(tmp_path) as store:
+        embedder = CountingEmbedder()
+        cached = CachedEmbedder(embedder, store, "u")
+        monkeypatch.setattr(AMUStore, "cache", disk_full)
+        vectors = cached.encode(TEXTS)
+        assert np.array_equal(vectors, HashEmbedder().encode(TEXTS)) and cached.computed == 2
+        monkeypatch.undo()
+        cached.encode(TEXTS)
+        assert cached.computed == 4 and len(embedder.calls) == 2  # computed again, then cached
+        cached.encode(TEXTS)
+        assert len(embedder.calls) == 2

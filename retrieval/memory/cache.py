@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self, cast
@@ -25,11 +26,15 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import numpy as np
 
 from isq.fingerprint import Fingerprint
+from retrieval.memory.errors import StoreFault
 from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.sqlite_part import SQLitePart
 
 if TYPE_CHECKING:
     from retrieval.memory.store_contract import VectorCache
+
+
+logger = logging.getLogger(__name__)
 
 
 def model_identity(model: Any) -> Any:
@@ -108,7 +113,8 @@ def read_through(store: VectorCache, table: str, model: str, owners: Sequence[st
     text once, in input order) and stored under every owner that lacked them. An owner in
     ``purges`` gets them stored only while its purge count is still the one given, read before its
     texts were: a purge committed meanwhile (another server's forget, say) may have removed those
-    texts, and their arrays must not come back."""
+    texts, and their arrays must not come back. A store that cannot take them now (a full disk)
+    leaves them uncached: the read that computed them still gets them."""
     keys = [text_key(text) for text in texts]
     found = _cached(store, table, model, owners, keys)
     missing = [i for i, blob in enumerate(found) if blob is None]
@@ -120,7 +126,10 @@ def read_through(store: VectorCache, table: str, model: str, owners: Sequence[st
     for i in missing:
         found[i] = new.setdefault(owners[i], {})[keys[i]] = made[texts[i]]
     for owner, blobs in new.items():
-        store.cache(table, model, owner, blobs, (purges or {}).get(owner))
+        try:
+            store.cache(table, model, owner, blobs, (purges or {}).get(owner))
+        except StoreFault as err:  # a cache: what was computed is returned, and computed again next time
+            logger.warning("arrays computed for %s were not cached (%s)", owner, err)
     return cast(list[bytes], found), len(distinct)
 
 

@@ -4,6 +4,7 @@ hard deletion that leaves no trace in the store's files, durable jobs, typed err
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
 import subprocess
 import sys
@@ -563,3 +564,11 @@ def test_a_new_store_on_a_read_only_file_system_is_one_typed_refusal(tmp_path, m
     monkeypatch.setattr(Path, "unlink", read_only)
     with pytest.raises(StoreUnavailable, match="no store is there yet: choose a writable directory"):
         open_memory(tmp_path / "new")
+
+
+def test_a_second_open_in_the_same_process_names_this_process(tmp_path):
+    from retrieval.api.errors import MemoryBusy
+
+    with open_memory(tmp_path):
+        with pytest.raises(MemoryBusy, match=f"in this process already \\(pid {os.getpid()}\\)"):
+            open_memory(tmp_path)

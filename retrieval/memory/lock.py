@@ -32,6 +32,9 @@ class WriterLock:
         except BlockingIOError:
             holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
             os.close(fd)
+            if holder == str(os.getpid()):
+                raise StoreBusy(f"{self.path.parent} is open for {self.role} in this process already (pid "
+                                f"{holder}); close that memory or store first, or use it") from None
             raise StoreBusy(f"{self.path.parent} is open for {self.role} by another process (pid {holder}); "
                             "wait for it to finish, or use another store") from None
         os.ftruncate(fd, 0)

@@ -150,7 +150,7 @@ def test_a_second_consolidation_of_a_store_is_refused(built, tmp_path: Path, cap
         with pytest.raises(StoreBusy, match="consolidate"):
             AMUStore(store_dir, role="consolidate")
         assert consolidate_main(["--store", str(store_dir)]) == 2
-        assert "open for consolidate by another process" in capsys.readouterr().err
+        assert "open for consolidate in this process already" in capsys.readouterr().err
     finally:
         release.set()
         worker.stop(final_round=False)

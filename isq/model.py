@@ -26,6 +26,7 @@ from isq.encoder import (
     load_tokenizer,
 )
 from isq.fingerprint import Fingerprinter
+from isq.projection import statistics_kept
 from isq.quantizer import EMAQuantizer
 
 
@@ -122,7 +123,8 @@ class ISQModel(nn.Module):
         if self.config.lambda_nce > 0:
             next_mask = labels >= 0
             pad = self.tokenizer.pad_token_id or 0
-            z_next = self.semantic_encoder(labels.masked_fill(~next_mask, pad), next_mask.long())
+            with statistics_kept(self.semantic_encoder):
+                z_next = self.semantic_encoder(labels.masked_fill(~next_mask, pad), next_mask.long())
             with fp32_island():  # cosine logits / 0.1 would lose digits in bf16
                 contrastive = info_nce(self.quantizer.code_distribution(z, mask),
                                        self.quantizer.code_distribution(z_next, next_mask),

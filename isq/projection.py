@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import Tensor, nn
 
@@ -22,6 +25,8 @@ class MaskedTokenNorm(nn.Module):
         self.momentum, self.eps = momentum, eps
         self.register_buffer("running_mean", torch.zeros(dim))
         self.register_buffer("running_var", torch.ones(dim))
+        self.tracking = True
+        """Whether a training forward moves the running statistics (:func:`statistics_kept`)."""
 
     def forward(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         if self.training:
@@ -30,11 +35,28 @@ class MaskedTokenNorm(nn.Module):
                 flat = flat[mask.reshape(-1).bool()]
             if flat.shape[0] > 1:
                 mean, var = flat.mean(0), flat.var(0, unbiased=False)
-                with torch.no_grad():
-                    self.running_mean.lerp_(mean, self.momentum)
-                    self.running_var.lerp_(var, self.momentum)
+                if self.tracking:
+                    with torch.no_grad():
+                        self.running_mean.lerp_(mean, self.momentum)
+                        self.running_var.lerp_(var, self.momentum)
                 return ((z - mean) / torch.sqrt(var + self.eps)).to(z.dtype)
         return ((z - self.running_mean) / torch.sqrt(self.running_var + self.eps)).to(z.dtype)
+
+
+@contextmanager
+def statistics_kept(module: nn.Module) -> Iterator[None]:
+    """Training forwards of ``module`` inside the block normalise by their batch as usual but leave
+    every :class:`MaskedTokenNorm`'s running statistics as they are: a second pass in one step
+    (the next turn's codes for the contrastive term) would move them twice, the second time by
+    other text than the contexts the codes are trained on."""
+    norms = [child for child in module.modules() if isinstance(child, MaskedTokenNorm)]
+    for norm in norms:
+        norm.tracking = False
+    try:
+        yield
+    finally:
+        for norm in norms:
+            norm.tracking = True
 
 
 class StrideOneProjection(nn.Module):

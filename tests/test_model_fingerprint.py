@@ -122,6 +122,20 @@ def test_contrastive_term_compares_context_codes_with_next_turn_codes(tiny):
     assert model.semantic_encoder.projection.conv.weight.grad.abs().sum() > 0
 
 
+def test_the_next_turns_pass_leaves_the_token_norms_running_statistics_to_the_contexts():
+    """With token standardisation, a training step moves the running statistics once, by the
+    contexts' tokens, whether or not the contrastive term encodes the next turns as well."""
+    stats = []
+    for lambda_nce in (0.0, 0.5):
+        torch.manual_seed(0)
+        model = ISQModel(tiny_config(normalize_projection="token", lambda_nce=lambda_nce)).train()
+        model(*_batch(model))
+        norm = model.semantic_encoder.projection.norm
+        stats.append((norm.running_mean.clone(), norm.running_var.clone()))
+    assert not torch.equal(stats[0][0], torch.zeros_like(stats[0][0]))  # the contexts moved them
+    torch.testing.assert_close(stats[0], stats[1], rtol=0, atol=0)
+
+
 def test_frozen_encoder_gets_no_gradient_and_stays_in_eval(tiny):
     model = ISQModel(tiny_config(freeze_encoder=True)).train()
     assert not model.encoder.training

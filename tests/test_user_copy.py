@@ -168,3 +168,28 @@ def test_a_delete_of_the_source_by_another_process_during_the_copy_removes_the_c
     assert refused.value.field == "source_user_id"
     assert not memory.store.has_user("b") and memory.store.count("b") == 0
     assert "as1-0" not in " ".join(hit.text for hit in memory.search("as1 story 0", user_id="b", k=8).hits)
+
+
+def test_a_consolidation_committed_while_the_copy_reads_is_a_conflict_not_half_a_copy(tmp_path: Path,
+                                                                                       monkeypatch) -> None:
+    """A consolidation job is not held by the copy's guards: one that commits between the copy's
+    check (nothing archived) and its read of the records would leave the copy without the archived
+    members; the copy refuses instead, writes nothing, and a copy after it is refused as usual."""
+    with Memory.open(tmp_path / "store", embedder=WordEmbedder()) as mem:
+        same = [{"speaker": "Ann", "text": "I love hiking in the Alps every summer."} for _ in range(6)]
+        mem.add(same, user_id="a", session_id="s")
+        mem.flush(user_id="a", session_id="s")
+        turns = mem.store.turns
+
+        def turns_then_consolidate(user):
+            found = turns(user)
+            monkeypatch.setattr(mem.store, "turns", turns)
+            assert mem.consolidate(user_id="a", wait=True, timeout_s=60).progress["created"] >= 1
+            return found
+
+        monkeypatch.setattr(mem.store, "turns", turns_then_consolidate)
+        with pytest.raises(Conflict) as refused:
+            copy_user(mem, "a", "b")
+        assert refused.value.field == "source_user_id" and not mem.store.has_user("b")
+        with pytest.raises(InvalidInput):
+            copy_user(mem, "a", "b")

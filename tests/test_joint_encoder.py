@@ -289,4 +289,6 @@ def test_a_fingerprinter_with_the_same_codebook_and_another_encoder_part_has_cod
     with AMUStore(tmp_path / "bound") as store:  # as written before identities named the encoder
         store.put_meta("fingerprinter", normalise_identity(fingerprinter.identity))
     with Memory.open(tmp_path / "bound", embedder=embedder, fingerprinter=fingerprinter) as memory:
-        memory.add([{"speaker": "Ann", "text": text}], user_id="u", session_id="s")
+        memory.add([{"speaker": "Ann", "text": text}] * 3, user_id="u", session_id="s")
+        memory.flush(user_id="u", session_id="s")  # the segment's store bind, then consolidation's
+        assert memory.consolidate(user_id="u", wait=True, timeout_s=120).state == "done"

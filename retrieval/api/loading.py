@@ -12,7 +12,6 @@ from typing import Any
 
 from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import FINGERPRINT_BATCH
-from isq.identity import same_text_codes
 from retrieval.api.errors import InvalidInput, StoreUnavailable
 from retrieval.consolidation.worker import SerializedEmbedder, SerializedFingerprinter
 from retrieval.index.joint import JointEncoder, JointModels, why_not_joined
@@ -20,6 +19,7 @@ from retrieval.index.model_thread import on_model_thread
 from retrieval.index.query_batcher import QueryBatcher
 from retrieval.memory.cache import model_identity
 from retrieval.memory.errors import StoreError
+from retrieval.memory.meta_keys import bound_alike
 from retrieval.memory.store_contract import Store
 
 LLM_CACHE = "llm_cache"
@@ -83,10 +83,8 @@ class MemoryModels:
         try:
             for key, value in bindings.items():
                 saved = store.meta(key)
-                if key == "fingerprinter" and saved is not None and same_text_codes(saved, value):
-                    continue  # bound to it, or before identities named the encoder (same codebook)
                 checked = key == "embedder" or (key == "fingerprinter" and self.fingerprinter is not None)
-                if read_only and saved is not None and checked and saved != value:
+                if read_only and saved is not None and checked and not bound_alike(key, saved, value):
                     raise StoreError(f"{store.location} was built with {key} {saved!r}, not {value!r}")
                 if not read_only:
                     store.bind(key, value, hint=f"open it with the {key} it was built with")

@@ -14,11 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from isq.identity import same_text_codes
 from retrieval.memory.backends import open_store
 from retrieval.memory.cache import model_identity
 from retrieval.memory.connection import DB_NAME
 from retrieval.memory.errors import StoreError
+from retrieval.memory.meta_keys import bound_alike
 from retrieval.memory.store_contract import Store
 from retrieval.memory.targets import local_directory
 
@@ -28,7 +28,7 @@ PATH_KEY = "fingerprinter_path"
 def remember_fingerprinter(store: Store, directory: Path, fingerprinter: Any) -> None:
     """Record ``directory`` as the source of ``fingerprinter``, unless the store is bound to another."""
     saved = store.meta("fingerprinter")
-    if saved is None or same_text_codes(saved, model_identity(fingerprinter)):
+    if saved is None or bound_alike("fingerprinter", saved, model_identity(fingerprinter)):
         store.put_meta(PATH_KEY, str(Path(directory).resolve()))
 
 

@@ -3,6 +3,10 @@ and the evaluation write and what a purge removes."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from isq.identity import same_text_codes
+
 PLAN_KEY = "consolidation_plan:{}"
 """A user's interrupted consolidation pass (its plan and settings), cleared when the pass ends."""
 CONSTRUCTION_KEY = "construction:{}"
@@ -15,3 +19,11 @@ COMPACTION_OWED = "compaction_owed"
 compaction owed, and the next writer to open the store does it."""
 MERGE_KEY = "consolidation:{}"
 """The operation that made a merged record (keyed by its id); purged with the record."""
+
+
+def bound_alike(key: str, saved: Any, value: Any) -> bool:
+    """Whether a store bound to ``saved`` under ``key`` (``embedder``, ``extractor``,
+    ``fingerprinter``) takes ``value``: the same value, or, for a fingerprinter, an identity
+    recorded before identities named the encoder with the same codebook
+    (:func:`isq.identity.same_text_codes`)."""
+    return saved == value or (key == "fingerprinter" and same_text_codes(saved, value))

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from retrieval.memory.errors import StoreMismatch
+from retrieval.memory.meta_keys import bound_alike
 from retrieval.memory.sqlite_part import SQLitePart
 
 
@@ -30,13 +31,14 @@ class StoreMeta(SQLitePart):
                 db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
 
     def bind(self, key: str, value: Any, hint: str = "use a new store") -> None:
-        """Record ``value`` under ``key`` on first use; afterwards refuse any other value
-        (:class:`StoreMismatch` naming both), so one store never mixes two models."""
+        """Record ``value`` under ``key`` on first use; afterwards refuse any value not bound alike
+        (:func:`retrieval.memory.meta_keys.bound_alike`; :class:`StoreMismatch` naming both), so
+        one store never mixes two models."""
         saved = self.meta(key)
         if saved is None:
             with self._transaction() as db:  # refused on a read-only store
                 db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
             saved = self.meta(key)
-        if saved != value:
+        if not bound_alike(key, saved, value):
             where = self._connection.directory
             raise StoreMismatch(f"{where} was built with {key} {saved!r}, not {value!r}; {hint}")

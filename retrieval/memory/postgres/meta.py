@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from retrieval.memory.errors import StoreMismatch
+from retrieval.memory.meta_keys import bound_alike
 
 if TYPE_CHECKING:
     from retrieval.memory.postgres.database import Database
@@ -41,5 +42,5 @@ class Meta:
                 conn.execute("INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT DO NOTHING",
                              (key, json.dumps(value)))
             saved = self.meta(key)
-        if saved != value:
+        if not bound_alike(key, saved, value):
             raise StoreMismatch(f"{self.db.where} was built with {key} {saved!r}, not {value!r}; {hint}")

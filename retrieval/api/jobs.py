@@ -63,6 +63,7 @@ class JobRunner:
         self._running: set[str] = set()  # users whose job a worker runs now
         self._changed = threading.Condition()  # the queue, the running users, jobs that ended
         self._threads: list[threading.Thread] = []
+        self._starting = threading.Lock()
         self._handle: Store | None = None
         self._stopping = False  # the workers take no more jobs
         self._closed = False  # and have stopped: waiters of queued jobs are told
@@ -85,14 +86,16 @@ class JobRunner:
 
     def start_workers(self) -> None:
         """Take the store's consolidate role and start the workers, unless they run already
-        (refused while another process holds the role: then no job should be queued for them)."""
-        if self._threads:
-            return
-        self._handle = self.store.reopen(role="consolidate")
-        self._threads = [threading.Thread(target=self._run, args=(self._handle,), name=f"memory-jobs-{n}",
-                                          daemon=True) for n in range(JOB_WORKERS)]
-        for thread in self._threads:
-            thread.start()
+        (refused while another process holds the role: then no job should be queued for them).
+        One caller at a time: two first consolidations would both take the role."""
+        with self._starting:
+            if self._threads:
+                return
+            self._handle = self.store.reopen(role="consolidate")
+            self._threads = [threading.Thread(target=self._run, args=(self._handle,), name=f"memory-jobs-{n}",
+                                              daemon=True) for n in range(JOB_WORKERS)]
+            for thread in self._threads:
+                thread.start()
 
     def wait(self, store: Store, job_id: int, timeout_s: float | None = None) -> JobRow:
         """Block until the job is done or failed (or ``timeout_s`` passes); returns its row.

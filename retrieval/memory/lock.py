@@ -11,6 +11,10 @@ from pathlib import Path
 from retrieval.memory.errors import StoreBusy
 from retrieval.memory.private import FILE_MODE
 
+_HELD_HERE: set[str] = set()
+"""The lock files this process holds (a refusal names this process, not a pid read from a file
+another thread may not have written yet, or that another container's process shares)."""
+
 
 def lock_path(directory: Path, role: str) -> Path:
     """The lock file of ``role``'s writer in a store directory."""
@@ -32,17 +36,23 @@ class WriterLock:
         except BlockingIOError:
             holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            if holder == str(os.getpid()):
-                raise StoreBusy(f"{self.path.parent} is open for {self.role} in this process already (pid "
-                                f"{holder}); close that memory or store first, or use it") from None
+            if self._key in _HELD_HERE:
+                raise StoreBusy(f"{self.path.parent} is open for {self.role} in this process already; "
+                                "close that memory or store first, or use it") from None
             raise StoreBusy(f"{self.path.parent} is open for {self.role} by another process (pid {holder}); "
                             "wait for it to finish, or use another store") from None
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._fd = fd
+        _HELD_HERE.add(self._key)
 
     def release(self) -> None:
         if self._fd is not None:
+            _HELD_HERE.discard(self._key)
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+    @property
+    def _key(self) -> str:
+        return str(self.path.resolve())

@@ -223,3 +223,34 @@ def test_a_compaction_that_cannot_run_leaves_the_forget_done_and_the_store_open(
     monkeypatch.setattr(AMUStore, "compact_owed", compact)
     with _memory(tmp_path) as memory:
         assert memory.store.meta(COMPACTION_OWED) is None
+
+
+def _consolidate_at_once(memory: Memory, users: tuple[str, ...]) -> tuple[list[str], list[Exception]]:
+    start, states, errors = threading.Barrier(len(users)), [], []
+
+    def consolidate(user: str) -> None:
+        start.wait()
+        try:
+            states.append(memory.consolidate(user_id=user).state)
+        except Exception as err:  # noqa: BLE001 - the test reports what was raised
+            errors.append(err)
+
+    threads = [threading.Thread(target=consolidate, args=(user,)) for user in users]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return states, errors
+
+
+def test_two_first_consolidations_at_once_both_run(tmp_path: Path) -> None:
+    """The first consolidation of an open memory starts the job workers, taking the consolidate
+    role: two at once must not both take it (the second was refused as 'another process')."""
+    _filled(tmp_path)
+    with _memory(tmp_path) as memory:
+        memory.add([{"speaker": "Ann", "text": "Story about the gardens."}] * 2, user_id="v", session_id="s")
+        memory.flush(user_id="v", session_id="s")
+    for _ in range(5):
+        with _memory(tmp_path) as memory:
+            states, errors = _consolidate_at_once(memory, ("u", "v"))
+            assert errors == [] and len(states) == 2

@@ -102,7 +102,7 @@ def test_a_second_writer_is_refused_and_a_reader_is_not(tmp_path: Path, capsys) 
                               for t in conversation_turns()) + "\n")
     with AMUStore(tmp_path / "store") as writer:
         ingest(writer, conversation_turns()[:4])
-        with pytest.raises(StoreBusy, match=r"open for ingest in this process already \(pid \d+\)"):
+        with pytest.raises(StoreBusy, match=r"open for ingest in this process already; close"):
             AMUStore(tmp_path / "store")
         assert ingest_main(["--jsonl", str(path), "--store", str(tmp_path / "store"), "--no-progress"]) == 2
         err = capsys.readouterr().err

@@ -194,8 +194,10 @@ def test_a_reader_of_read_only_media_without_the_wal_index_sees_commits_and_forg
         assert reader.store._connection._snapshot is not None  # opened as immutable
         assert any("Zorblaxian" in t for t in texts(reader.search(SECRET_QUERY, user_id="alice")))
         with open_memory(tmp_path) as writer:
-            kayak = {"speaker": "Bob", "text": "I bought a red kayak."}
-            writer.add([kayak], user_id="alice", session_id="s1")
-            assert "Bob: I bought a red kayak." in texts(reader.search("red kayak", user_id="alice", k=3))
             writer.forget(user_id="alice")
+        assert reader.users() == []  # a read that is not a search sees it too
         assert not reader.search(SECRET_QUERY, user_id="alice", k=20).hits
+        with open_memory(tmp_path) as writer:
+            kayak = {"speaker": "Bob", "text": "I bought a red kayak."}
+            writer.add([kayak], user_id="bob", session_id="s1")
+            assert "Bob: I bought a red kayak." in texts(reader.search("red kayak", user_id="bob", k=3))

@@ -137,6 +137,8 @@ class SQLiteConnection:
         if getattr(self._local, "writing", 0):
             assert self._writer is not None
             return self._writer
+        if self._snapshot is not None:
+            self._reopen_if_changed()
         reader = getattr(self._local, "reader", None)
         if reader is None or reader.generation != self._generation:
             connection = (self._connect(str(self.path)) if self._writer is not None
@@ -230,13 +232,20 @@ class SQLiteConnection:
         store another process writes), every connection is opened again (as a live reader if the
         ``-shm`` file is there now) and the version moves past every earlier one, so no state
         or page read from the old file is served again."""
+        self._reopen_if_changed()
+        with self.watch_guard:
+            (version,) = self.watch.execute("PRAGMA data_version").fetchone()
+        return int(version) + (self._generation << 40)
+
+    def _reopen_if_changed(self) -> None:
+        """For a store read as immutable: when its files changed, open the watching connection
+        again and have every thread open its reader again at its next read (every read checks,
+        not only a search's: a listing must not show a forgotten user either)."""
         with self.watch_guard:
             if self._snapshot is not None and _files(self.path) != self._snapshot:
                 stale, self.watch = self.watch, self._watching()
-                self._generation += 1  # each thread opens its reader again at its next read
+                self._generation += 1
                 stale.close()
-            (version,) = self.watch.execute("PRAGMA data_version").fetchone()
-        return int(version) + (self._generation << 40)
 
     def _prepare_schema(self) -> None:
         try:

@@ -102,7 +102,10 @@ def summarise(fingerprinter: Path, questions: Path, seconds: dict[str, float]) -
                                        for group, d in compare(questions, baseline, [name])[name].items()}
               for name, baseline in COMPARISONS}
     return {"fingerprinter": str(fingerprinter), "seed": record.get("seed"),
-            "global_step": record.get("global_step"),
+            # the steps trained, and the step of the exported (best) checkpoint; a record written
+            # before it named both has only the first, as global_step
+            "trained_steps": record.get("trained_steps", record.get("global_step")),
+            "exported_step": record.get("global_step"),
             "seconds": {k: round(v, 1) for k, v in seconds.items()},
             "recall": {name: summary["overall"]["recall"] for name, summary in results["configs"].items()},
             "paired": paired}
@@ -143,8 +146,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     key = "multi+code − multi+kmeans"
-    print(f"seed {summary['seed']}: {summary['global_step']} steps in {seconds['train']:.0f} s; {key}: "
-          f"{summary['paired'][key]['overall']['mean']:+.1f} points -> {out / 'summary.json'}")
+    mean = summary["paired"][key]["overall"]["mean"]
+    print(f"seed {summary['seed']}: {summary['trained_steps']} steps (exported: step "
+          f"{summary['exported_step']}) in {seconds['train']:.0f} s; {key}: {mean:+.1f} points "
+          f"-> {out / 'summary.json'}")
     return 0
 
 

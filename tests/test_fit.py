@@ -144,10 +144,13 @@ def test_resume_continues_step_count_and_optimizer_state(tmp_path):
     assert first.trainer.global_step == 4
 
 
-def test_a_run_resumed_mid_epoch_ends_with_the_weights_of_the_uninterrupted_run(tmp_path, monkeypatch):
+@pytest.mark.parametrize("limits", [(), ("--trainer.limit_train_batches", "2")],
+                         ids=["mid-epoch", "epoch-end"])
+def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path, monkeypatch, limits):
     """A run that crashed after its step-2 checkpoint, resumed from it, trains on the batches
     the uninterrupted run trained on (not the epoch's first ones again) with the same random
-    draws, and ends bit for bit where the uninterrupted run ended."""
+    draws, and ends bit for bit where the uninterrupted run ended; with epochs of two batches the
+    checkpoint closes an epoch, and the resumed run starts the next one as the uninterrupted did."""
     seen: dict[str, list[str]] = {"straight": [], "crashed": [], "resumed": []}
     train = ISQLightningModule.training_step
 
@@ -160,13 +163,13 @@ def test_a_run_resumed_mid_epoch_ends_with_the_weights_of_the_uninterrupted_run(
         return step
 
     monkeypatch.setattr(ISQLightningModule, "training_step", recorded("straight"))
-    straight = main(smoke_args(tmp_path / "straight", 4)).model.state_dict()
+    straight = main(smoke_args(tmp_path / "straight", 4, *limits)).model.state_dict()
     monkeypatch.setattr(ISQLightningModule, "training_step", recorded("crashed", crash_at=2))
     with pytest.raises(RuntimeError, match="crash"):
-        main(smoke_args(tmp_path / "crashed", 4))
+        main(smoke_args(tmp_path / "crashed", 4, *limits))
     last = next((tmp_path / "crashed" / "runs").glob("**/checkpoints/last.ckpt"))
     monkeypatch.setattr(ISQLightningModule, "training_step", recorded("resumed"))
-    resumed = main(smoke_args(tmp_path / "resumed", 4, "--ckpt_path", str(last))).model.state_dict()
+    resumed = main(smoke_args(tmp_path / "resumed", 4, *limits, "--ckpt_path", str(last))).model.state_dict()
     assert len(set(seen["straight"])) == 4
     assert seen["crashed"] + seen["resumed"] == seen["straight"]
     assert [name for name in straight if not torch.equal(straight[name], resumed[name])] == []

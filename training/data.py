@@ -73,12 +73,15 @@ class ResumableLoader(DataLoader):
 
     def state_dict(self) -> dict[str, Any]:
         """The epoch's shuffle seed and the training pairs trained on in it (the batches the run
-        has processed this epoch, not those read ahead); empty before the first batch."""
+        has processed this epoch, not those read ahead); empty before the first batch and once
+        the epoch's batches are done (the next epoch draws afresh)."""
         shuffle, trainer = self.sampler, self.data.trainer if self.data is not None else None
         if not isinstance(shuffle, ResumableShuffle) or shuffle.seed is None or trainer is None:
             return {}
         progress = trainer.fit_loop.epoch_loop.batch_progress.current
         batches = progress.processed  # type: ignore[attr-defined]  # a processed tracker, typed as its base
+        if batches >= trainer.num_training_batches:  # over: limit_train_batches may end it early
+            return {}
         return {"shuffle_seed": shuffle.seed, "pairs_read": batches * self.batch_size}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

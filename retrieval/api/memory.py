@@ -126,8 +126,10 @@ class Memory:
             models.bind(store, read_only)
             if not read_only:
                 compact_owed(store)  # what a purge killed after its commit left in the files
-        except BaseException:
+        except BaseException as err:
             discard_if_fresh(store, created)
+            if isinstance(err, StoreError):  # a fault the compaction found: one typed refusal
+                raise StoreUnavailable(str(err)) from None
             raise
         if not read_only:
             try:

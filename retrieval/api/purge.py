@@ -18,6 +18,7 @@ from retrieval.consolidation.prefix import strip_prefix
 from retrieval.index.evidence_nodes import searchable_text, segment_search_texts
 from retrieval.llm_client import drop_user_answers
 from retrieval.memory.errors import StoreFault
+from retrieval.memory.faults import passing
 from retrieval.memory.purge import Purged
 from retrieval.memory.records import AMU, Exchange, Turn
 from retrieval.memory.store_contract import Store
@@ -99,8 +100,11 @@ def compact_owed(store: Store) -> None:
     """Do the compaction a purge owes (:meth:`~retrieval.memory.store_contract.Purging.compact_owed`).
     A store that cannot do it now (SQLite's VACUUM needs about the database's size free on its
     disk) keeps it owed, for the next purge or writing open, and the purge or open that tried goes
-    on: what was deleted is deleted, only its trace in free pages waits."""
+    on: what was deleted is deleted, only its trace in free pages waits. Only a passing fault
+    (:func:`retrieval.memory.faults.passing`: the disk's, another writer's) is borne so."""
     try:
         store.compact_owed()
     except StoreFault as err:
+        if not passing(err):  # a damaged store is reported, not left behind a warning
+            raise
         logger.warning("the compaction a purge owes could not run; it stays owed: %s", err)

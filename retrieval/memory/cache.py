@@ -27,6 +27,7 @@ import numpy as np
 
 from isq.fingerprint import Fingerprint
 from retrieval.memory.errors import StoreFault
+from retrieval.memory.faults import passing
 from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.sqlite_part import SQLitePart
 
@@ -129,6 +130,8 @@ def read_through(store: VectorCache, table: str, model: str, owners: Sequence[st
         try:
             store.cache(table, model, owner, blobs, (purges or {}).get(owner))
         except StoreFault as err:  # a cache: what was computed is returned, and computed again next time
+            if not passing(err):
+                raise
             logger.warning("arrays computed for %s were not cached (%s)", owner, err)
     return cast(list[bytes], found), len(distinct)
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.memory.errors import StoreError, StoreFault
-from retrieval.memory.faults import GuardedConnection
+from retrieval.memory.faults import GuardedConnection, passing
 from retrieval.memory.lock import WriterLock
 from retrieval.memory.private import private_directory, private_file
 from retrieval.memory.schema import SCHEMA_VERSION, create_or_migrate
@@ -39,10 +39,6 @@ BUSY_TIMEOUT_S = 30.0
 
 DB_NAME = "amus.sqlite3"
 """The store's database file in its directory."""
-
-DISK_FAULTS = ("SQLITE_FULL", "SQLITE_IOERR")
-"""SQLite errors at open that say the disk, not the store, is at fault (a full disk cannot hold the
-WAL index file): reported as such, where any other is "not a usable SQLite store"."""
 
 
 class _Reader:
@@ -200,8 +196,7 @@ class SQLiteConnection:
             db.execute("SELECT 1 FROM sqlite_master LIMIT 1")
             return db
         except (sqlite3.DatabaseError, StoreFault) as err:
-            name = getattr(err.__cause__, "sqlite_errorname", "") or ""
-            if isinstance(err, StoreFault) and name.startswith(DISK_FAULTS):
+            if isinstance(err, StoreFault) and passing(err):
                 raise  # a healthy store on a full or failing disk: the fault says so, not "unusable"
             raise StoreError(f"{self.path}: not a usable SQLite store ({err.__cause__ or err})") from None
 

@@ -42,6 +42,19 @@ _ADVICE = {
 }
 
 
+PASSING = ("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_BUSY", "SQLITE_LOCKED")
+"""SQLite faults of the disk or of another writer rather than of the store's contents: a later
+try may not meet them, and the store is not damaged."""
+
+
+def passing(err: StoreFault) -> bool:
+    """Whether ``err`` is one of :data:`PASSING`, or a PostgreSQL outage (the only faults that
+    store raises as :class:`StoreFault`, :mod:`retrieval.memory.postgres.database`); a damaged or
+    altered store (corrupt, not a database, a missing table) is not."""
+    name = getattr(err.__cause__, "sqlite_errorname", None)
+    return name is None or name.startswith(PASSING)
+
+
 def fault(err: sqlite3.Error, path: Path) -> StoreFault | None:
     """The :class:`StoreFault` for a SQLite error on the store file ``path``; None for an error
     of the code itself (a constraint, a misused API, bad SQL), which should stay a traceback."""

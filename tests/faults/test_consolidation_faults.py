@@ -254,3 +254,24 @@ def test_two_first_consolidations_at_once_both_run(tmp_path: Path) -> None:
         with _memory(tmp_path) as memory:
             states, errors = _consolidate_at_once(memory, ("u", "v"))
             assert errors == [] and len(states) == 2
+
+
+def test_a_compaction_that_finds_the_store_damaged_is_reported(tmp_path: Path, monkeypatch) -> None:
+    """Only a passing fault (the disk's, another writer's) is borne as an owed compaction: a
+    damaged store found by the compaction of a writing open is refused, not hidden behind a
+    warning."""
+    import sqlite3
+
+    from retrieval.api.errors import StoreUnavailable
+    from retrieval.memory.faults import fault
+
+    _filled(tmp_path)
+
+    def damaged(self) -> None:
+        err = sqlite3.DatabaseError("database disk image is malformed")
+        err.sqlite_errorname = "SQLITE_CORRUPT"
+        raise fault(err, tmp_path / "amus.sqlite3") from err
+
+    monkeypatch.setattr(AMUStore, "compact_owed", damaged)
+    with pytest.raises(StoreUnavailable, match="damaged"):
+        _memory(tmp_path)

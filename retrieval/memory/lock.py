@@ -6,14 +6,27 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from pathlib import Path
 
 from retrieval.memory.errors import StoreBusy
 from retrieval.memory.private import FILE_MODE
 
-_HELD_HERE: set[str] = set()
-"""The lock files this process holds (a refusal names this process, not a pid read from a file
-another thread may not have written yet, or that another container's process shares)."""
+_HELD_HERE: set[tuple[int, int] | None] = set()
+"""The lock files this process holds, by device and inode (a refusal names this process, not a
+pid read from a file another thread may not have written yet, or that another container's process
+shares); emptied in a forked child, which holds none of them."""
+_HELD_GUARD = threading.Lock()
+
+
+def _forked() -> None:
+    """In a forked child: it holds no lock file, and no thread of it holds the guard."""
+    global _HELD_GUARD
+    _HELD_HERE.clear()
+    _HELD_GUARD = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def lock_path(directory: Path, role: str) -> Path:
@@ -28,31 +41,37 @@ class WriterLock:
         self.path = lock_path(directory, role)
         self.role = role
         self._fd: int | None = None
+        self._file: tuple[int, int] | None = None
 
     def acquire(self) -> None:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            if self._key in _HELD_HERE:
-                raise StoreBusy(f"{self.path.parent} is open for {self.role} in this process already; "
-                                "close that memory or store first, or use it") from None
-            raise StoreBusy(f"{self.path.parent} is open for {self.role} by another process (pid {holder}); "
-                            "wait for it to finish, or use another store") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self._fd = fd
-        _HELD_HERE.add(self._key)
+        file = _identity(fd)
+        with _HELD_GUARD:  # taking the lock and noting it are one step for this process's threads
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                if file in _HELD_HERE:
+                    raise StoreBusy(f"{self.path.parent} is open for {self.role} in this process already; "
+                                    "close that memory or store first, or use it") from None
+                raise StoreBusy(f"{self.path.parent} is open for {self.role} by another process (pid "
+                                f"{holder}); wait for it to finish, or use another store") from None
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+            self._fd, self._file = fd, file
+            _HELD_HERE.add(file)
 
     def release(self) -> None:
-        if self._fd is not None:
-            _HELD_HERE.discard(self._key)
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        with _HELD_GUARD:
+            if self._fd is not None:
+                _HELD_HERE.discard(self._file)
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                os.close(self._fd)
+                self._fd, self._file = None, None
 
-    @property
-    def _key(self) -> str:
-        return str(self.path.resolve())
+
+def _identity(fd: int) -> tuple[int, int]:
+    """The lock file as the kernel knows it (device and inode), however its path was spelled."""
+    status = os.fstat(fd)
+    return status.st_dev, status.st_ino

@@ -280,3 +280,41 @@ def test_a_store_that_cannot_open_for_a_full_disk_says_so_not_that_it_is_unusabl
         Memory.open(tmp_path, embedder=HashEmbedder())
     message = str(refused.value)
     assert "disk is probably full" in message and "not a usable" not in message
+
+
+def test_a_lock_this_process_holds_is_named_so_however_threads_race_or_paths_read(tmp_path, monkeypatch):
+    """Two threads taking one role's lock at once: every refusal names this process (a refusal
+    read between another thread's lock and its note of it said 'another process'); and a store
+    opened by a relative path, released after a change of directory, is known by its file."""
+    import collections
+    import threading
+
+    from retrieval.memory.lock import WriterLock
+
+    refusals: collections.Counter[str] = collections.Counter()
+
+    def take_and_give_back() -> None:
+        lock = WriterLock(tmp_path, "ingest")
+        try:
+            lock.acquire()
+            lock.release()
+        except StoreBusy as err:
+            refusals["this process" if "in this process already" in str(err) else str(err)] += 1
+
+    for _ in range(300):
+        threads = [threading.Thread(target=take_and_give_back) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert set(refusals) <= {"this process"}
+    monkeypatch.chdir(tmp_path)
+    relative = WriterLock(Path("."), "ingest")
+    relative.acquire()
+    monkeypatch.chdir(tmp_path.parent)
+    with pytest.raises(StoreBusy, match="in this process already"):
+        WriterLock(tmp_path, "ingest").acquire()
+    relative.release()
+    again = WriterLock(tmp_path, "ingest")
+    again.acquire()  # released: free again
+    again.release()

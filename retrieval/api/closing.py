@@ -13,7 +13,7 @@ import threading
 import weakref
 from collections.abc import Iterable, Iterator
 
-from retrieval.api.errors import MemoryBusy, StoreUnavailable
+from retrieval.api.errors import StoreUnavailable, refusal
 from retrieval.memory.errors import StoreBusy, StoreError
 
 
@@ -42,7 +42,7 @@ class CallGate:
             self._inside -= 1
             self._idle.notify_all()
         if isinstance(error, StoreBusy):  # another process holds a role the call needs
-            raise MemoryBusy(str(error)) from error
+            raise refusal(error) from error
         if isinstance(error, StoreError):  # every refusal a MemoryAPIError, a store failure too
             raise StoreUnavailable(f"the store failed: {error}") from error
 

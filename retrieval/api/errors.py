@@ -5,6 +5,8 @@ the store or a model. ``field`` names the argument as a dotted path (``turns.3.t
 
 from __future__ import annotations
 
+from retrieval.memory.errors import StoreBusy, StoreError
+
 
 class MemoryAPIError(Exception):
     """Base of every error the memory API raises on purpose."""
@@ -40,3 +42,9 @@ class IngestFailed(MemoryAPIError):
     """Closing a segment of this user failed in the ingestion worker (the message names the error).
     The user's turns are stored and stay searchable as raw turns; its backlog is kept and tried
     again by the next add or flush of the user."""
+
+
+def refusal(err: StoreError) -> MemoryAPIError:
+    """The API's error for a store's: :class:`MemoryBusy` when another writer holds the role,
+    else :class:`StoreUnavailable`; both with the store's message."""
+    return MemoryBusy(str(err)) if isinstance(err, StoreBusy) else StoreUnavailable(str(err))

@@ -89,6 +89,8 @@ class JobRunner:
         (refused while another process holds the role: then no job should be queued for them).
         One caller at a time: two first consolidations would both take the role."""
         with self._starting:
+            if self._stopping:  # the memory is closing: no role is taken after its close
+                raise StoreUnavailable("the memory is closed; open it again (Memory.open)")
             if self._threads:
                 return
             self._handle = self.store.reopen(role="consolidate")
@@ -122,7 +124,7 @@ class JobRunner:
     def close(self) -> None:
         """Finish the running jobs; queued ones stay queued in the store for the next open (their
         waiters are told so)."""
-        with self._changed:
+        with self._starting, self._changed:  # a start under way finishes first, and none follows
             self._stopping = True
             self._queue.clear()
             self._changed.notify_all()

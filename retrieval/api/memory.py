@@ -48,7 +48,7 @@ from retrieval.api.appending import append_add
 from retrieval.api.backlog import Backlog
 from retrieval.api.closing import CallGate, UserGuards
 from retrieval.api.counted import CountedExtractor
-from retrieval.api.errors import InvalidInput, MemoryBusy, NotFound, StoreUnavailable
+from retrieval.api.errors import InvalidInput, NotFound, StoreUnavailable, refusal
 from retrieval.api.inputs import (
     check_flag,
     check_id,
@@ -113,11 +113,10 @@ class Memory:
         created = fresh_paths(directory, read_only)
         try:
             store = open_store(path, read_only=read_only)
-        except StoreBusy as err:
-            raise MemoryBusy(str(err)) from None
         except StoreError as err:
-            remove_if_created(created)
-            raise StoreUnavailable(str(err)) from None
+            if not isinstance(err, StoreBusy):
+                remove_if_created(created)
+            raise refusal(err) from None
         try:
             options = {} if embedder is None else {"embedder": embedder}
             models = load_models(store.local_files, fingerprinter=fingerprinter, extractor=extractor,
@@ -129,7 +128,7 @@ class Memory:
         except BaseException as err:
             discard_if_fresh(store, created)
             if isinstance(err, StoreError):  # a fault the compaction found: one typed refusal
-                raise StoreUnavailable(str(err)) from None
+                raise refusal(err) from None
             raise
         if not read_only:
             try:
@@ -137,8 +136,8 @@ class Memory:
                 memory._jobs.start()  # takes the consolidate role for unfinished jobs
             except BaseException as err:
                 memory.close()
-                if isinstance(err, StoreBusy):
-                    raise MemoryBusy(str(err)) from None
+                if isinstance(err, StoreError):
+                    raise refusal(err) from None
                 raise
         return memory
 

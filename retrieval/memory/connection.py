@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.memory.errors import StoreError, StoreFault
-from retrieval.memory.faults import GuardedConnection, passing
+from retrieval.memory.faults import GuardedConnection, disk_fault
 from retrieval.memory.lock import WriterLock
 from retrieval.memory.private import private_directory, private_file
 from retrieval.memory.schema import SCHEMA_VERSION, create_or_migrate
@@ -196,7 +196,7 @@ class SQLiteConnection:
             db.execute("SELECT 1 FROM sqlite_master LIMIT 1")
             return db
         except (sqlite3.DatabaseError, StoreFault) as err:
-            if isinstance(err, StoreFault) and passing(err):
+            if isinstance(err, StoreFault) and disk_fault(err):
                 raise  # a healthy store on a full or failing disk: the fault says so, not "unusable"
             raise StoreError(f"{self.path}: not a usable SQLite store ({err.__cause__ or err})") from None
 
@@ -208,8 +208,11 @@ class SQLiteConnection:
         try:
             return self._connect(f"file:{self.path}?mode=ro"), False
         except StoreError:
-            wal = self.path.with_name(DB_NAME + "-wal")
-            if wal.exists() and wal.stat().st_size > 0:
+            try:  # a writer may remove its WAL as this looks
+                pending = self.path.with_name(DB_NAME + "-wal").stat().st_size > 0
+            except FileNotFoundError:
+                pending = False
+            if pending:
                 raise
             return self._connect(f"file:{self.path}?mode=ro&immutable=1"), True
 
@@ -262,7 +265,9 @@ class SQLiteConnection:
         """Close every connection (the readers of all threads too) and release the writer lock."""
         with self._readers_guard:
             readers, self._readers = [reader.connection for reader in self._readers], weakref.WeakSet()
-        for connection in [*readers, self.watch] + ([] if self._writer is None else [self._writer]):
+        with self.watch_guard:  # not while an immutable store's watch is being opened again
+            watch = self.watch
+        for connection in [*readers, watch] + ([] if self._writer is None else [self._writer]):
             connection.close()
         if self._lock is not None:
             self._lock.release()

@@ -42,17 +42,30 @@ _ADVICE = {
 }
 
 
-PASSING = ("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_BUSY", "SQLITE_LOCKED")
-"""SQLite faults of the disk or of another writer rather than of the store's contents: a later
-try may not meet them, and the store is not damaged."""
+DAMAGE = ("SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_FORMAT", "SQLITE_IOERR_CORRUPTFS")
+"""SQLite faults that say the store's files (or the file system under them) are damaged; with a
+missing table or column (``SQLITE_ERROR`` "no such ..."), the faults a retry will meet again."""
+DISK = ("SQLITE_FULL", "SQLITE_IOERR")
+"""SQLite faults of the disk: full, or failing to read or write."""
+
+
+def _name(err: StoreFault) -> str:
+    return getattr(err.__cause__, "sqlite_errorname", None) or ""
 
 
 def passing(err: StoreFault) -> bool:
-    """Whether ``err`` is one of :data:`PASSING`, or a PostgreSQL outage (the only faults that
-    store raises as :class:`StoreFault`, :mod:`retrieval.memory.postgres.database`); a damaged or
-    altered store (corrupt, not a database, a missing table) is not."""
-    name = getattr(err.__cause__, "sqlite_errorname", None)
-    return name is None or name.startswith(PASSING)
+    """Whether ``err`` leaves the store as it was, for a later try (a full disk, another writer's
+    lock, a file that cannot be opened now, a PostgreSQL outage: the only faults that store raises
+    as :class:`StoreFault`, :mod:`retrieval.memory.postgres.database`), rather than saying it is
+    damaged or altered (:data:`DAMAGE`, a missing table)."""
+    name = _name(err)
+    altered = name == "SQLITE_ERROR" and "no such" in str(err.__cause__)
+    return not (name.startswith(DAMAGE) or altered)
+
+
+def disk_fault(err: StoreFault) -> bool:
+    """Whether ``err`` is the disk's (:data:`DISK`) and not damage: a healthy store on it."""
+    return _name(err).startswith(DISK) and passing(err)
 
 
 def fault(err: sqlite3.Error, path: Path) -> StoreFault | None:

@@ -275,3 +275,61 @@ def test_a_compaction_that_finds_the_store_damaged_is_reported(tmp_path: Path, m
     monkeypatch.setattr(AMUStore, "compact_owed", damaged)
     with pytest.raises(StoreUnavailable, match="damaged"):
         _memory(tmp_path)
+
+
+def _sqlite_fault(name: str, path: Path) -> StoreFault:
+    import sqlite3
+
+    from retrieval.memory.faults import fault
+
+    err = sqlite3.OperationalError(f"{name} (injected)")
+    err.sqlite_errorname = name
+    made = fault(err, path)
+    assert made is not None
+    made.__cause__ = err
+    return made
+
+
+@pytest.mark.parametrize("name", ["SQLITE_CANTOPEN", "SQLITE_PROTOCOL", "SQLITE_NOMEM", "SQLITE_READONLY"])
+def test_a_compaction_fault_that_leaves_the_store_as_it_was_is_borne(tmp_path: Path, monkeypatch, name):
+    """What a later try may not meet (no file descriptor free, a WAL lock race, low memory, a
+    file system remounted read-only) leaves the compaction owed and the store opening."""
+    _filled(tmp_path)
+
+    def failing(self) -> None:
+        raise _sqlite_fault(name, tmp_path / "amus.sqlite3")
+
+    monkeypatch.setattr(AMUStore, "compact_owed", failing)
+    with _memory(tmp_path) as memory:
+        assert memory.store.count("u")
+
+
+def test_a_store_fault_while_the_open_starts_its_workers_is_one_typed_refusal(tmp_path: Path,
+                                                                             monkeypatch) -> None:
+    from retrieval.api.backlog import Backlog
+    from retrieval.api.errors import StoreUnavailable
+
+    _filled(tmp_path)
+
+    def damaged(self) -> None:
+        raise _sqlite_fault("SQLITE_CORRUPT", tmp_path / "amus.sqlite3")
+
+    monkeypatch.setattr(Backlog, "start", damaged)
+    with pytest.raises(StoreUnavailable, match="damaged"):
+        _memory(tmp_path)
+    assert not [t for t in threading.enumerate() if t.name.startswith("memory-")]
+
+
+def test_a_consolidation_that_starts_the_workers_as_the_memory_closes_takes_no_role(tmp_path: Path) -> None:
+    """The job workers are not started after the memory's close began: the consolidate role stays
+    free (it was taken by a call already inside and never given back)."""
+    from retrieval.api.errors import StoreUnavailable
+
+    _filled(tmp_path)
+    memory = _memory(tmp_path)
+    memory._jobs.close()  # the memory's close has stopped the workers; a call inside goes on
+    with pytest.raises(StoreUnavailable, match="closed"):
+        memory._jobs.start_workers()
+    memory.close()
+    with AMUStore(tmp_path, role="consolidate"):  # free
+        pass

@@ -105,7 +105,7 @@ def summarise(fingerprinter: Path, questions: Path, seconds: dict[str, float]) -
             # the steps trained, and the step of the exported (best) checkpoint; a record written
             # before it named both has only the first, as global_step
             "trained_steps": record.get("trained_steps", record.get("global_step")),
-            "exported_step": record.get("global_step"),
+            "exported_step": record.get("global_step") if "trained_steps" in record else None,
             "seconds": {k: round(v, 1) for k, v in seconds.items()},
             "recall": {name: summary["overall"]["recall"] for name, summary in results["configs"].items()},
             "paired": paired}

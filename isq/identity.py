@@ -57,5 +57,5 @@ def same_text_codes(recorded: Any, current: Any) -> bool:
         return False
     try:
         return normalise_identity(recorded) == normalise_identity(current)
-    except ValueError:
+    except (TypeError, ValueError):  # a recorded identity that is not one (a field missing or null)
         return False

@@ -292,3 +292,13 @@ def test_a_fingerprinter_with_the_same_codebook_and_another_encoder_part_has_cod
         memory.add([{"speaker": "Ann", "text": text}] * 3, user_id="u", session_id="s")
         memory.flush(user_id="u", session_id="s")  # the segment's store bind, then consolidation's
         assert memory.consolidate(user_id="u", wait=True, timeout_s=120).state == "done"
+
+
+def test_a_recorded_identity_that_is_not_one_binds_nothing_alike():
+    from isq.identity import same_text_codes
+
+    current = {"codebook_size": 64, "codebook_sha256": "a" * 64, "encoder_sha256": "b" * 64}
+    assert not same_text_codes({"codebook_size": None, "codebook_sha256": "a" * 64}, current)
+    assert not same_text_codes({"codebook_sha256": "a" * 64}, current)
+    assert same_text_codes({"codebook_size": 64, "codebook_sha256": "a" * 64}, current)
+    assert not same_text_codes({**current, "encoder_sha256": "c" * 64}, current)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
@@ -13,6 +14,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from isq.config import ISQConfig  # noqa: E402
 from isq.encoder import MINILM_ALIAS  # noqa: E402
+
+
+def run_together(target, count: int) -> None:
+    """Start ``count`` threads running ``target`` and wait for them all."""
+    threads = [threading.Thread(target=target) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def tiny_config(**overrides) -> ISQConfig:

@@ -21,6 +21,7 @@ from retrieval.memory.records import (
 )
 from retrieval.memory.store import AMUStore
 from retrieval.memory.times import iso_text, time_interval
+from tests.conftest import run_together
 
 WHEN = datetime(2023, 5, 8, 13, 56)
 
@@ -238,11 +239,7 @@ def test_a_reading_thread_s_connection_closes_when_the_thread_ends(tmp_path):
             together.wait()  # all eight connections open at once, every round
 
         for _ in range(4):
-            readers = [threading.Thread(target=read) for _ in range(8)]
-            for thread in readers:
-                thread.start()
-            for thread in readers:
-                thread.join()
+            run_together(read, 8)
             counts.append(open_files(tmp_path / AMUStore.DB_NAME))
         assert counts == [counts[0]] * 4, counts
         assert store.count() == 1  # this thread's reader, and the store, still work

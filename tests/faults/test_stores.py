@@ -287,9 +287,9 @@ def test_a_lock_this_process_holds_is_named_so_however_threads_race_or_paths_rea
     read between another thread's lock and its note of it said 'another process'); and a store
     opened by a relative path, released after a change of directory, is known by its file."""
     import collections
-    import threading
 
     from retrieval.memory.lock import WriterLock
+    from tests.conftest import run_together
 
     refusals: collections.Counter[str] = collections.Counter()
 
@@ -302,11 +302,7 @@ def test_a_lock_this_process_holds_is_named_so_however_threads_race_or_paths_rea
             refusals["this process" if "in this process already" in str(err) else str(err)] += 1
 
     for _ in range(300):
-        threads = [threading.Thread(target=take_and_give_back) for _ in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        run_together(take_and_give_back, 2)
     assert set(refusals) <= {"this process"}
     monkeypatch.chdir(tmp_path)
     relative = WriterLock(Path("."), "ingest")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.memory.errors import StoreError, StoreFault
-from retrieval.memory.faults import GuardedConnection, disk_fault
+from retrieval.memory.faults import GuardedConnection, outside_fault
 from retrieval.memory.lock import WriterLock
 from retrieval.memory.private import private_directory, private_file
 from retrieval.memory.schema import SCHEMA_VERSION, create_or_migrate
@@ -196,8 +196,8 @@ class SQLiteConnection:
             db.execute("SELECT 1 FROM sqlite_master LIMIT 1")
             return db
         except (sqlite3.DatabaseError, StoreFault) as err:
-            if isinstance(err, StoreFault) and disk_fault(err):
-                raise  # a healthy store on a full or failing disk: the fault says so, not "unusable"
+            if isinstance(err, StoreFault) and outside_fault(err):
+                raise  # a healthy store on a full disk or locked: the fault says so, not "unusable"
             raise StoreError(f"{self.path}: not a usable SQLite store ({err.__cause__ or err})") from None
 
     def _connect_read_only(self) -> tuple[sqlite3.Connection, bool]:

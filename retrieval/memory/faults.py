@@ -45,8 +45,9 @@ _ADVICE = {
 DAMAGE = ("SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_FORMAT", "SQLITE_IOERR_CORRUPTFS")
 """SQLite faults that say the store's files (or the file system under them) are damaged; with a
 missing table or column (``SQLITE_ERROR`` "no such ..."), the faults a retry will meet again."""
-DISK = ("SQLITE_FULL", "SQLITE_IOERR")
-"""SQLite faults of the disk: full, or failing to read or write."""
+OUTSIDE = ("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_BUSY", "SQLITE_LOCKED")
+"""SQLite faults from outside the store's contents: the disk full or failing, another process
+holding the file locked."""
 
 
 def _name(err: StoreFault) -> str:
@@ -63,9 +64,10 @@ def passing(err: StoreFault) -> bool:
     return not (name.startswith(DAMAGE) or altered)
 
 
-def disk_fault(err: StoreFault) -> bool:
-    """Whether ``err`` is the disk's (:data:`DISK`) and not damage: a healthy store on it."""
-    return _name(err).startswith(DISK) and passing(err)
+def outside_fault(err: StoreFault) -> bool:
+    """Whether ``err`` comes from outside the store (:data:`OUTSIDE`) and is not damage: a
+    healthy store on a full disk, or locked by another process."""
+    return _name(err).startswith(OUTSIDE) and passing(err)
 
 
 def fault(err: sqlite3.Error, path: Path) -> StoreFault | None:

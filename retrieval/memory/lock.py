@@ -42,6 +42,8 @@ class WriterLock:
         self.role = role
         self._fd: int | None = None
         self._file: tuple[int, int] | None = None
+        self._owner = 0
+        """The process that took the lock (a forked child inherits the object, not the lock)."""
 
     def acquire(self) -> None:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
@@ -57,16 +59,22 @@ class WriterLock:
                                     "close that memory or store first, or use it") from None
                 raise StoreBusy(f"{self.path.parent} is open for {self.role} by another process (pid "
                                 f"{holder}); wait for it to finish, or use another store") from None
-            os.ftruncate(fd, 0)
-            os.write(fd, str(os.getpid()).encode())
-            self._fd, self._file = fd, file
+            try:
+                os.ftruncate(fd, 0)
+                os.write(fd, str(os.getpid()).encode())
+            except BaseException:  # a full disk, say: give the lock back rather than hold it unseen
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+                raise
+            self._fd, self._file, self._owner = fd, file, os.getpid()
             _HELD_HERE.add(file)
 
     def release(self) -> None:
         with _HELD_GUARD:
             if self._fd is not None:
                 _HELD_HERE.discard(self._file)
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                if self._owner == os.getpid():  # a forked child shares the parent's lock: not its to free
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
                 os.close(self._fd)
                 self._fd, self._file = None, None
 

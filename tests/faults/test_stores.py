@@ -314,3 +314,50 @@ def test_a_lock_this_process_holds_is_named_so_however_threads_race_or_paths_rea
     again = WriterLock(tmp_path, "ingest")
     again.acquire()  # released: free again
     again.release()
+
+
+def test_a_store_locked_by_another_process_at_open_is_not_called_unusable(tmp_path, monkeypatch):
+    """A store another connection holds locked past the busy timeout is healthy: the open says it
+    was locked, not "not a usable SQLite store" (which invites rebuilding it)."""
+    AMUStore(tmp_path).close()
+    monkeypatch.setattr("retrieval.memory.connection.BUSY_TIMEOUT_S", 0.2)
+    holder = sqlite3.connect(tmp_path / "amus.sqlite3", isolation_level=None)
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreUnavailable) as refused:
+            Memory.open(tmp_path, embedder=HashEmbedder())
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert "SQLITE_BUSY" in str(refused.value) and "not a usable" not in str(refused.value)
+
+
+def test_a_forked_child_closing_its_copy_leaves_the_parents_lock_held_and_a_failed_pid_write_none(
+        tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from retrieval.memory.lock import WriterLock
+
+    lock = WriterLock(tmp_path, "ingest")
+    lock.acquire()
+    child = os.fork()
+    if child == 0:  # the child inherits the object: closing it must not free the parent's lock
+        lock.release()
+        os._exit(0)
+    os.waitpid(child, 0)
+    with pytest.raises(StoreBusy, match="in this process already"):
+        WriterLock(tmp_path, "ingest").acquire()
+    lock.release()
+
+    def disk_full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("retrieval.memory.lock.os.write", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        WriterLock(tmp_path, "consolidate").acquire()
+    monkeypatch.undo()
+    again = WriterLock(tmp_path, "consolidate")
+    again.acquire()  # the failed attempt gave the lock back
+    again.release()

@@ -184,14 +184,12 @@ class Codebook(nn.Module):
         drawn = n_cand if not distributed() else self._rank_zero_count(n_cand, candidates.device)
         if n_dead == 0 or drawn == 0:
             return 0
-        # a rank without candidates of its own receives rank 0's draw into zeros
-        samples = torch.zeros((n_dead, self.code_dim), dtype=torch.float32, device=candidates.device)
         if n_cand:
-            if n_dead <= n_cand:
-                pick = torch.randperm(n_cand, device=candidates.device)[:n_dead]
-            else:
-                pick = torch.randint(n_cand, (n_dead,), device=candidates.device)
+            pick = (torch.randperm(n_cand, device=candidates.device)[:n_dead] if n_dead <= n_cand
+                    else torch.randint(n_cand, (n_dead,), device=candidates.device))
             samples = candidates[pick].float().contiguous()
+        else:  # a rank without candidates of its own receives rank 0's draw
+            samples = torch.zeros((n_dead, self.code_dim), dtype=torch.float32, device=candidates.device)
         if distributed():
             dist.broadcast(samples, src=0)
         self.vectors[dead_idx] = samples

@@ -210,12 +210,14 @@ class DialogueDataModule(L.LightningDataModule):
             labels[i, : len(r["labels"])] = torch.tensor(r["labels"])
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
+    def _options(self) -> dict[str, Any]:
+        """What every loader of the module is made with (batch size, workers, collation)."""
+        workers = self.hparams["num_workers"]
+        return {"batch_size": self.hparams["batch_size"], "num_workers": workers, "collate_fn": self._collate,
+                "persistent_workers": workers > 0}
+
     def _loader(self, split: str, shuffle: bool = False) -> DataLoader:
-        return DataLoader(
-            self.datasets[split], batch_size=self.hparams["batch_size"], shuffle=shuffle,
-            num_workers=self.hparams["num_workers"], collate_fn=self._collate,
-            persistent_workers=self.hparams["num_workers"] > 0,
-        )
+        return DataLoader(self.datasets[split], shuffle=shuffle, **self._options())
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled each epoch and resumable mid-epoch on one process (:class:`ResumableLoader`).
@@ -224,11 +226,8 @@ class DialogueDataModule(L.LightningDataModule):
         the epoch (Lightning warns)."""
         if self.trainer is not None and self.trainer.world_size > 1:
             return self._loader("train", shuffle=True)
-        train, workers = self.datasets["train"], self.hparams["num_workers"]
-        loader = ResumableLoader(
-            train, batch_size=self.hparams["batch_size"], sampler=ResumableShuffle(len(train)),
-            num_workers=workers, collate_fn=self._collate, persistent_workers=workers > 0,
-        )
+        train = self.datasets["train"]
+        loader = ResumableLoader(train, sampler=ResumableShuffle(len(train)), **self._options())
         loader.data = self
         return loader
 

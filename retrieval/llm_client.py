@@ -29,12 +29,6 @@ from openai.types.chat import ChatCompletion
 logger = logging.getLogger(__name__)
 
 
-def reader_cache_dir() -> Path:
-    """The LLM response cache of a reader (``retrieval.query --planner llm``), which never writes
-    into the store it reads: ``$XDG_CACHE_HOME/isq-memory/llm_cache`` (``~/.cache`` by default)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "isq-memory" / "llm_cache"
-
-
 def user_answers(cache_dir: Path, user: str) -> Path:
     """Where ``cache_dir`` keeps the answers to requests made for ``user``: a directory of its own,
     named by a hash of the user id (any id, no path of it), so that a purge of the user's data drops

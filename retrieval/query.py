@@ -11,7 +11,7 @@ type and time, its provenance and the original turns, verbatim. The codebook rou
 the store was built with a fingerprinter (loaded from where ingestion recorded it) or
 ``--fingerprinter`` names one; ``--reranker`` names a local sentence-transformers CrossEncoder
 (off otherwise). The store is opened read-only beside any writer and nothing is written into it
-(the LLM planner's response cache goes to ``--llm-cache``, by default a user cache directory);
+(the LLM planner's answers are kept only in a ``--llm-cache`` directory, when one is named);
 its cached embeddings are used (it must have been built with the same embedder). Bad input (no
 store, an empty question, an unknown conversation) ends with one line on stderr and exit status 2.
 """
@@ -34,7 +34,6 @@ from retrieval.api.memory import Memory
 from retrieval.api.results import SearchResult
 from retrieval.contract import Hit
 from retrieval.index.embed import SentenceEmbedder
-from retrieval.llm_client import reader_cache_dir
 from retrieval.memory.errors import StoreError
 from retrieval.memory.fingerprinter_source import named_or_recorded
 from retrieval.memory.targets import store_target
@@ -59,8 +58,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="local CrossEncoder directory reranking inside each route")
     parser.add_argument("--planner", choices=("rule", "llm"), default="rule",
                         help="llm: ISQ_LLM_BASE_URL / ISQ_LLM_MODEL")
-    parser.add_argument("--llm-cache", type=Path, default=reader_cache_dir(),
-                        help="LLM planner response cache (default: %(default)s; never inside the store)")
+    parser.add_argument("--llm-cache", type=Path,
+                        help="keep the LLM planner's answers in this directory across runs (default: "
+                             "kept nowhere; never inside the store, so a purge of the store does not "
+                             "reach it: delete it with the users' data)")
     parser.add_argument("--embedder", default=MINILM_ALIAS, help="the embedder the store was built with")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser

@@ -12,10 +12,10 @@ import pytest
 
 from retrieval.memory.cache import text_key
 from retrieval.memory.errors import StoreError
-from retrieval.memory.postgres.schema import SCHEMA_VERSION
+from retrieval.memory.postgres.schema import SCHEMA_VERSION, STORE_TABLES
 from retrieval.memory.postgres.store import PostgresStore
 from retrieval.memory.records import SegmentRecord, Turn
-from tests.postgres_server import free_port
+from tests.postgres_server import ROLE, free_port
 from tests.test_amu_store import WHEN, commit, make_amu
 
 
@@ -144,6 +144,8 @@ def test_after_a_purge_and_compact_no_table_file_holds_the_text(postgres_server,
     with PostgresStore(postgres_url) as store:
         commit(store, 0, [make_amu(0, 0, f"My neighbour {secret} repairs violins.", entities=[secret])])
         commit(store, 1, [make_amu(1, 0, "Melanie runs.")])
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute("ANALYZE")  # what autovacuum runs on its own: it samples columns into pg_statistic
         checkpoint()
         assert in_table_files()
         store.purge("conv-x", amu_ids=["conv-x:0:0"])
@@ -156,6 +158,44 @@ def test_after_a_purge_and_compact_no_table_file_holds_the_text(postgres_server,
         with PostgresStore(postgres_url, read_only=True) as reader:
             with pytest.raises(StoreError, match="read-only"):
                 reader.compact()
+
+
+def sampled_columns(conn: psycopg.Connection) -> list[tuple[str, str]]:
+    """The store's text and bytea columns, ``user_id`` aside, that PostgreSQL's statistics sampled
+    (a ``pg_stats`` row)."""
+    return conn.execute("SELECT s.tablename::text, s.attname::text FROM pg_stats s JOIN pg_attribute a "
+                        "ON a.attrelid = s.tablename::regclass AND a.attname = s.attname "
+                        "WHERE s.schemaname = current_schema() AND s.tablename = ANY(%s) "
+                        "AND s.attname <> 'user_id' AND a.atttypid IN ('text'::regtype, 'bytea'::regtype) "
+                        "ORDER BY 1, 2", (list(STORE_TABLES),)).fetchall()
+
+
+def test_no_column_of_what_users_said_is_sampled_into_the_planner_statistics(postgres_url):
+    with PostgresStore(postgres_url) as store:
+        for seq in range(3):
+            commit(store, seq, [make_amu(seq, i, f"Ann said {word}.", entities=[word])
+                                for i, word in enumerate(["Vormquistel", "Vormquistel", "Pelliharn"])])
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("ANALYZE")
+        assert sampled_columns(conn) == []
+        columns = conn.execute(
+            "SELECT c.relname::text, a.attname::text, a.attstattarget FROM pg_attribute a "
+            "JOIN pg_class c ON c.oid = a.attrelid WHERE c.relname = ANY(%s) AND a.attnum > 0 "
+            "AND NOT a.attisdropped AND a.atttypid IN ('text'::regtype, 'bytea'::regtype) "
+            "AND a.attname <> 'user_id'", (list(STORE_TABLES),)).fetchall()
+    assert ("turns", "text", 0) in columns and ("amu_entities", "entity", 0) in columns
+    assert [column for column in columns if column[2] != 0] == []  # a column added later must say so too
+
+
+def test_compact_by_a_role_that_does_not_own_the_database_says_so(postgres_server):
+    name = postgres_server.database().rsplit("/", 1)[1]
+    with psycopg.connect(postgres_server.url(name), autocommit=True) as admin:
+        admin.execute("DO $$ BEGIN CREATE ROLE tenant LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+        admin.execute("GRANT pg_checkpoint TO tenant")
+        admin.execute("GRANT CREATE ON SCHEMA public TO tenant")
+    with PostgresStore(postgres_server.url(name).replace(f"//{ROLE}@", "//tenant@")) as store:
+        with pytest.raises(StoreError, match=r"not compacted: .*pg_statistic.* \(compact as the database's owner\)"):
+            store.compact()
 
 
 def test_api_key_rows_are_shared_by_every_handle(postgres_url):
@@ -185,10 +225,14 @@ def test_a_version_1_database_migrates_keeping_its_rows(postgres_url):
                      "VALUES ('u', 's', 't1', 'Ann', 'hello')")
         conn.execute("INSERT INTO vectors (model, item, vector) VALUES ('m', %s, 'v'), ('m', %s, 'q')",
                      (text_key("Ann: hello"), text_key("a question nobody stored")))
+        conn.execute("INSERT INTO turns (user_id, session_id, turn_id, speaker, text) "
+                     "VALUES ('u', 's', 't2', 'Ann', 'hello')")  # twice: a common value, sampled
+        conn.execute("ANALYZE")
+        assert ("turns", "text") in sampled_columns(conn)
     with pytest.raises(StoreError, match=f"schema version 1 needs a migration to {SCHEMA_VERSION}"):
         PostgresStore(postgres_url, read_only=True)
     with PostgresStore(postgres_url) as store:
-        assert [t.text for t in store.turns("u")] == ["hello"] and store.integrity_problems() == []
+        assert [t.text for t in store.turns("u")] == ["hello", "hello"] and store.integrity_problems() == []
         # version 4's cache by user: the array of the turn as embedded is the user's, the other gone
         assert store.cached("vectors", "m", "u", [text_key("Ann: hello")]) == [b"v"]
         assert store.cached("vectors", "m", "u", [text_key("a question nobody stored")]) == [None]
@@ -197,6 +241,7 @@ def test_a_version_1_database_migrates_keeping_its_rows(postgres_url):
         assert store.ingestion_marks("u") == (0, 0, 1)  # version 3's purge count
     with psycopg.connect(postgres_url) as conn:
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+        assert sampled_columns(conn) == []  # version 7 dropped what was sampled before it
 
 
 def test_pooled_connections_the_server_dropped_are_replaced_not_reported(postgres_url):

@@ -30,6 +30,8 @@ from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.schema import turns_sha256
 
 if TYPE_CHECKING:
+    import psycopg
+
     from retrieval.memory.postgres.database import Connection, Database
 
 
@@ -144,13 +146,28 @@ class Purge:
 
     def compact(self) -> bool:
         """``VACUUM FULL`` of the store's tables (each rewritten without its dead tuples; needs the
-        tables' owner) and a ``CHECKPOINT`` (a superuser or ``pg_checkpoint`` member), outside
-        any transaction."""
+        tables' owner) and of ``pg_statistic`` (without the samples the schema's version 7
+        dropped, :data:`retrieval.memory.postgres.schema._UNSAMPLED`; needs the database's owner),
+        then a ``CHECKPOINT`` (a superuser or ``pg_checkpoint`` member), outside any transaction."""
         if self.db.read_only:
             raise StoreError(f"{self.db.where} is open read-only")
         with self.db.connection() as conn:
             for table in COMPACTED:
                 conn.execute(f"VACUUM FULL {table}")  # type: ignore[arg-type]
+            skipped: list[str] = []
+
+            def note(notice: psycopg.errors.Diagnostic) -> None:
+                if notice.severity_nonlocalized == "WARNING":
+                    skipped.append(notice.message_primary or "")
+
+            conn.add_notice_handler(note)
+            try:
+                conn.execute("VACUUM FULL pg_statistic")
+            finally:
+                conn.remove_notice_handler(note)
+            if skipped:  # VACUUM skips, with a warning, a catalog the role may not vacuum
+                raise StoreError(f"{self.db.where}: not compacted: {'; '.join(skipped)} (compact as the "
+                                 "database's owner)")
             conn.execute("CHECKPOINT")
         return True
 

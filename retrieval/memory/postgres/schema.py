@@ -19,6 +19,7 @@ Version 4 keys the cache tables by user, as the SQLite store's version 6 does.
 Version 5 adds the numbers each user's ids count on from to ``purges``, as the SQLite store's
 version 7 does, and version 6 sets them for the purges made before it, as the SQLite store's
 version 8 does (the turns' sequence counts the turns ever stored, and inserts that rolled back).
+Version 7 keeps users' words out of the planner's statistics (:data:`_UNSAMPLED`).
 
 The invariants are PostgreSQL triggers, as SQLite's are: raw turns never change; a record's fact
 never changes (only ``archived``, one way, ``fingerprint`` and ``successor``), and archiving drops
@@ -99,7 +100,26 @@ CREATE INDEX jobs_by_state ON jobs (state);
 CREATE INDEX jobs_by_user ON jobs (user_id);
 """
 
-_TRIGGERS = """
+# The two triggers whose conditions name columns: a change of those columns' type must drop them first.
+_AMUS_APPEND_ONLY = """
+CREATE TRIGGER amus_append_only BEFORE UPDATE ON amus FOR EACH ROW
+WHEN ((OLD.id, OLD.user_id, OLD.session_id, OLD.segment, OLD.text, OLD.memory_type, OLD.observed_at,
+       OLD.timestamps, OLD.entities, OLD.tags, OLD.turn_ids, OLD.speakers, OLD.t_ref, OLD.valid_from,
+       OLD.valid_to) IS DISTINCT FROM
+      (NEW.id, NEW.user_id, NEW.session_id, NEW.segment, NEW.text, NEW.memory_type, NEW.observed_at,
+       NEW.timestamps, NEW.entities, NEW.tags, NEW.turn_ids, NEW.speakers, NEW.t_ref, NEW.valid_from,
+       NEW.valid_to))
+EXECUTE FUNCTION refuse('AMUs are append-only: only archived, fingerprint and successor may change');
+"""
+
+_SEGMENTS_APPEND_ONLY = """
+CREATE TRIGGER segments_append_only BEFORE UPDATE ON segments FOR EACH ROW
+WHEN ((OLD.user_id, OLD.seq, OLD.session_id, OLD.turn_ids, OLD.reason, OLD.content_sha256)
+      IS DISTINCT FROM (NEW.user_id, NEW.seq, NEW.session_id, NEW.turn_ids, NEW.reason, NEW.content_sha256))
+EXECUTE FUNCTION refuse('a segment''s identity is append-only');
+"""
+
+_TRIGGERS = f"""
 CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN RAISE EXCEPTION USING MESSAGE = TG_ARGV[0], ERRCODE = 'integrity_constraint_violation'; END $$;
 CREATE FUNCTION refuse_unless_purging() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -111,15 +131,7 @@ BEGIN
 END $$;
 CREATE FUNCTION drop_archived_links() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN DELETE FROM evidence_links WHERE amu = OLD.position; RETURN NULL; END $$;
-CREATE TRIGGER amus_append_only BEFORE UPDATE ON amus FOR EACH ROW
-WHEN ((OLD.id, OLD.user_id, OLD.session_id, OLD.segment, OLD.text, OLD.memory_type, OLD.observed_at,
-       OLD.timestamps, OLD.entities, OLD.tags, OLD.turn_ids, OLD.speakers, OLD.t_ref, OLD.valid_from,
-       OLD.valid_to) IS DISTINCT FROM
-      (NEW.id, NEW.user_id, NEW.session_id, NEW.segment, NEW.text, NEW.memory_type, NEW.observed_at,
-       NEW.timestamps, NEW.entities, NEW.tags, NEW.turn_ids, NEW.speakers, NEW.t_ref, NEW.valid_from,
-       NEW.valid_to))
-EXECUTE FUNCTION refuse('AMUs are append-only: only archived, fingerprint and successor may change');
-CREATE TRIGGER amus_archive_one_way BEFORE UPDATE ON amus FOR EACH ROW
+{_AMUS_APPEND_ONLY}CREATE TRIGGER amus_archive_one_way BEFORE UPDATE ON amus FOR EACH ROW
 WHEN (OLD.archived AND NOT NEW.archived)
 EXECUTE FUNCTION refuse('archiving is one-way: an archived AMU is never restored');
 CREATE TRIGGER amus_index_archive AFTER UPDATE ON amus FOR EACH ROW
@@ -130,11 +142,7 @@ CREATE TRIGGER turns_append_only BEFORE UPDATE ON turns FOR EACH ROW
 EXECUTE FUNCTION refuse('raw turns are append-only');
 CREATE TRIGGER turns_no_delete BEFORE DELETE ON turns FOR EACH ROW
 EXECUTE FUNCTION refuse_unless_purging('raw turns are append-only');
-CREATE TRIGGER segments_append_only BEFORE UPDATE ON segments FOR EACH ROW
-WHEN ((OLD.user_id, OLD.seq, OLD.session_id, OLD.turn_ids, OLD.reason, OLD.content_sha256)
-      IS DISTINCT FROM (NEW.user_id, NEW.seq, NEW.session_id, NEW.turn_ids, NEW.reason, NEW.content_sha256))
-EXECUTE FUNCTION refuse('a segment''s identity is append-only');
-CREATE TRIGGER segments_no_delete BEFORE DELETE ON segments FOR EACH ROW
+{_SEGMENTS_APPEND_ONLY}CREATE TRIGGER segments_no_delete BEFORE DELETE ON segments FOR EACH ROW
 EXECUTE FUNCTION refuse_unless_purging('segment progress rows are append-only');
 """
 
@@ -187,8 +195,37 @@ FROM (SELECT user_id FROM turns UNION SELECT user_id FROM purges) AS known,
 ON CONFLICT (user_id) DO UPDATE SET {RAISE_ID_MARKS};
 """
 
+STORE_TABLES = tuple(dict.fromkeys(re.findall(r"CREATE TABLE (\w+)",
+                                              _TABLES + _KEYS + _PURGES + _CACHE_BY_USER)))
+"""The store's tables (``schema_version`` aside)."""
+
+_UNSAMPLED = f"""
+DROP TRIGGER amus_append_only ON amus;
+DROP TRIGGER segments_append_only ON segments;
+DO $$
+DECLARE col record;
+BEGIN
+  FOR col IN SELECT c.relname AS tab, a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type
+             FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+             WHERE c.relnamespace = current_schema()::regnamespace
+               AND c.relname = ANY(ARRAY{list(STORE_TABLES)}) AND a.attnum > 0 AND NOT a.attisdropped
+               AND a.atttypid IN ('text'::regtype, 'bytea'::regtype) AND a.attname <> 'user_id'
+  LOOP
+    EXECUTE format('ALTER TABLE %I ALTER COLUMN %I SET STATISTICS 0, ALTER COLUMN %I TYPE %s',
+                   col.tab, col.name, col.name, col.type);
+  END LOOP;
+END $$;
+{_AMUS_APPEND_ONLY}{_SEGMENTS_APPEND_ONLY}"""
+"""Version 7: no column that holds what users said (every text and bytea column but ``user_id``)
+is sampled into PostgreSQL's planner statistics (``pg_statistic``, readable through ``pg_stats``):
+ANALYZE, which autovacuum runs on its own, copies a sample of a column's values there, where no
+purge reaches them. ``SET STATISTICS 0`` stops the sampling; the type set again to itself (no
+rewrite of the table) drops what was sampled before, which is why the two triggers that name
+columns are dropped and made again around it. A ``compact`` then rewrites ``pg_statistic``
+without the dropped samples (:meth:`retrieval.memory.postgres.purge.Purge.compact`)."""
+
 MIGRATIONS: tuple[str, ...] = (_TABLES + _TRIGGERS, _KEYS, _PURGES, _CACHE_BY_USER, _ID_MARKS,
-                               _EARLIER_PURGE_MARKS)
+                               _EARLIER_PURGE_MARKS, _UNSAMPLED)
 """The schema's steps: ``MIGRATIONS[n]`` takes version n to n + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -230,7 +267,7 @@ def _version(conn: Connection) -> int:
 
 
 
-COMPACTED = tuple(dict.fromkeys(re.findall(r"CREATE TABLE (\w+)", "".join(MIGRATIONS)))) + ("schema_version",)
+COMPACTED = STORE_TABLES + ("schema_version",)
 """Every table of the store: what ``compact`` rewrites."""
 
 SCHEMA_OBJECTS = tuple(dict.fromkeys(re.findall(r"CREATE (?:TABLE|INDEX|TRIGGER) (\w+)",

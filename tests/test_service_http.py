@@ -396,12 +396,12 @@ def test_the_memorys_refusals_are_422(api: Api) -> None:
     assert response.status_code == 422 and "time" in response.json()["error"], response.text
 
 
-async def _mcp_calls(url: str, key: str) -> tuple[list[str], dict, dict]:
+async def _mcp_calls(url: str, key: str) -> tuple[dict[str, dict], dict, dict]:
     async with httpx2.AsyncClient(headers=bearer(key), timeout=120) as http, \
             streamable_http_client(f"{url}/mcp", http_client=http) as streams, \
             ClientSession(streams[0], streams[1]) as session:
         await session.initialize()
-        tools = [tool.name for tool in (await session.list_tools()).tools]
+        tools = {tool.name: tool.input_schema for tool in (await session.list_tools()).tools}
         added = await session.call_tool("memory_add", {"session_id": "mcp", "turns": [
             {"speaker": "Maria", "text": "Over MCP: Maria bought a red kayak."}]})
         found = await session.call_tool("memory_search", {"query": "What did Maria buy?", "k": limits.MAX_K})
@@ -412,6 +412,8 @@ def test_mcp_over_http_takes_the_user_from_the_key(api: Api) -> None:
     tools, added, found = anyio.run(_mcp_calls, api.server.url, api.alice_key)
     assert {"memory_add", "memory_search", "memory_list", "memory_flush", "memory_delete", "memory_forget",
             "memory_consolidate"} <= set(tools)
+    query = tools["memory_search"]["properties"]["query"]  # the limits a client validates against
+    assert (query["minLength"], query["maxLength"]) == (1, limits.MAX_QUERY_CHARS), query
     assert added["turn_ids"] and "kayak" in json.dumps(found) and BOB_CANARY not in json.dumps(found)
     assert "kayak" not in texts_of(api.bob.post("/v1/search", json={"query": "red kayak"}))
     assert (api.anonymous.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).status_code

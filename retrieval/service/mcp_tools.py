@@ -90,7 +90,7 @@ def build_mcp(memory: Memory, gate: WriteGate, user_of: UserOf) -> MCPServer:
             schemas.AddTurnsRequest(turns=turns, idempotency_key=idempotency_key)))
 
     @server.tool()
-    def memory_search(query: str, ctx: Context, k: schemas.K = limits.DEFAULT_K,
+    def memory_search(query: schemas.Query, ctx: Context, k: schemas.K = limits.DEFAULT_K,
                       session_id: schemas.SessionId | None = None) -> schemas.SearchResponse:
         """Search the memory: the best-matching memories with their source turns."""
         return _refusals(lambda: operations.search_response(operations.search(

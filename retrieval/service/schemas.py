@@ -34,6 +34,7 @@ QueryPageSize = Annotated[int, BeforeValidator(_decimal_digits), Field(ge=1, le=
 """A page size given in a query string: decimal digits alone. The lax parse of a query string
 would also take ``1_0``, ``+5``, `` 5`` and ``5.000``, spellings a strict body refuses."""
 Text = Annotated[str, Field(min_length=1, max_length=limits.MAX_TEXT_CHARS)]
+Query = Annotated[str, Field(min_length=1, max_length=limits.MAX_QUERY_CHARS)]
 
 
 class _Request(BaseModel):
@@ -58,7 +59,7 @@ class AddTurnsRequest(_Request):
 
 
 class SearchRequest(_Request):
-    query: Annotated[str, Field(min_length=1, max_length=limits.MAX_QUERY_CHARS)]
+    query: Query
     k: K = limits.DEFAULT_K
     session_id: SessionId | None = None
     explain: bool = False

@@ -297,7 +297,29 @@ def json_answer(content: str, validator: Draft202012Validator) -> Any:
     if error is not None:
         where = "/".join(str(part) for part in error.path) or "(root)"
         raise InvalidResponse(f"schema violation at {where}: {error.message}")
+    _storable(answer)
     return answer
+
+
+def _storable(value: Any, where: str = "") -> None:
+    """Refuse a string of the answer that no store keeps: one holding a NUL character (PostgreSQL
+    text cannot, and the memory refuses it in input) or a lone surrogate (not UTF-8), both of which
+    JSON can spell (``\\u0000``, ``\\ud800``)."""
+    if isinstance(value, str):
+        problem = "a NUL character" if "\0" in value else None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            problem = f"not valid Unicode (a lone surrogate at character {err.start})"
+        if problem is not None:
+            raise InvalidResponse(f"{where or '(root)'}: {problem}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _storable(key, where)
+            _storable(item, f"{where}/{key}".lstrip("/"))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _storable(item, f"{where}/{index}".lstrip("/"))
 
 
 def _content(body: dict[str, Any]) -> str:

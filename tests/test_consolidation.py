@@ -323,14 +323,17 @@ def test_a_bad_llm_answer_is_retried_and_a_rerun_is_served_from_the_cache(marath
     bad_time = json.dumps(dict(ANSWERS["MERGE"], timestamps=["spring"]))
     only_prefix = json.dumps(dict(ANSWERS["MERGE"], text="[2023-05-08 to 2023-05-20] "))
     spaced_prefix = json.dumps(dict(ANSWERS["MERGE"], text=" [2023-05-08 to 2023-05-20] "))
-    replies = answering("not json", missing_text, bad_time, only_prefix, spaced_prefix,
+    # texts no store keeps, which JSON can spell: a NUL, a lone surrogate, more than a turn may hold
+    unstorable = [json.dumps(dict(ANSWERS["MERGE"], text=text))
+                  for text in ("Ann ran\x00 twice.", "Ann ran \ud800 twice.", "Ann ran. " * 2300)]
+    replies = answering("not json", missing_text, bad_time, only_prefix, spaced_prefix, *unstorable,
                         json.dumps(ANSWERS["MERGE"]))
     with FakeChatServer(replies) as server:
         with AMUStore(marathon, role="consolidate") as store:
-            operator = LLMOperator(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=5,
+            operator = LLMOperator(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=8,
                                    backoff_s=0.0)
             report = consolidate_user(store, "conv-m", HashEmbedder(), operator)
-            assert report.created == 1 and operator.usage.retries == 5 and operator.usage.http_calls == 6
+            assert report.created == 1 and operator.usage.retries == 8 and operator.usage.http_calls == 9
             first = [(a.text, a.source) for a in store.amus()]
         assert len(list((tmp_path / "cache").rglob("*.json"))) == 1  # only the valid answer was cached
         with AMUStore(second_store, role="consolidate") as store:
@@ -339,7 +342,7 @@ def test_a_bad_llm_answer_is_retried_and_a_rerun_is_served_from_the_cache(marath
             assert operator.usage.http_calls == 0 and operator.usage.cache_hits == 1
             assert (report.llm_calls, report.tokens) == (1, 120)
             assert [(a.text, a.source) for a in store.amus()] == first
-        assert len(server.requests) == 6
+        assert len(server.requests) == 9
 
 
 def test_a_users_report_counts_only_the_requests_made_for_that_user(marathon: Path, tmp_path: Path) -> None:

@@ -271,16 +271,19 @@ def test_llm_extractor_retries_until_a_valid_answer(tmp_path):
     wrong_turn = json.dumps({"records": [{"text": "x", "memory_type": "fact", "turn_ids": ["D9:9"]}]})
     bad_date = json.dumps({"records": [{"text": "x", "memory_type": "fact", "timestamps": ["2023-02-30"],
                                         "turn_ids": ["D1:1"]}]})
+    unstorable = [json.dumps({"records": [{"text": text, "memory_type": "fact", "turn_ids": ["D1:1"]}]})
+                  for text in ("x\x00", "x \udfff", "x " * 10_001)]  # a NUL, a lone surrogate, too long
     script = [(500, {"error": "boom"}, 0.0), completion("{not json", 50, 5), completion(bad_type, 60, 6),
               completion(wrong_turn, 70, 7), completion(bad_date, 80, 8),
+              *(completion(answer, 1, 1) for answer in unstorable),
               completion("```json\n" + GOOD + "\n```")]
     context = ReferenceContext(("Caroline", "Melanie"))
     context.enter("session_1")
     context.record("Caroline is a counselor-in-training.", ["Caroline likes painting."])
     with FakeOpenAI(script) as server:
-        extractor = llm(server, tmp_path, max_retries=5)
+        extractor = llm(server, tmp_path, max_retries=8)
         extraction = extractor.extract(make_segment(LLM_TURNS), context)
-    assert len(server.requests) == 6
+    assert len(server.requests) == 9
     assert not extraction.fallback and extraction.state == "Mel = Melanie."
     first, second = extraction.amus
     assert first.text == "Caroline attended an LGBTQ support group on 7 May 2023."
@@ -288,8 +291,9 @@ def test_llm_extractor_retries_until_a_valid_answer(tmp_path):
     assert second.source.turn_ids == ("D1:2", "D1:1") and second.source.speakers == ("Melanie", "Caroline")
     assert first.id == "conv-t:0:0" and first.observed_at == "2023-05-08T13:56:00"
     usage = extractor.usage
-    assert (usage.http_calls, usage.retries, usage.fallback_segments) == (6, 5, 0)
-    assert usage.prompt_tokens == 50 + 60 + 70 + 80 + 100 and usage.completion_tokens == 5 + 6 + 7 + 8 + 20
+    assert (usage.http_calls, usage.retries, usage.fallback_segments) == (9, 8, 0)
+    assert usage.prompt_tokens == 50 + 60 + 70 + 80 + 3 + 100
+    assert usage.completion_tokens == 5 + 6 + 7 + 8 + 3 + 20
     request = server.requests[0]
     assert request["model"] == "test-model" and request["temperature"] == 0.0
     assert request["response_format"] == {"type": "json_object"}

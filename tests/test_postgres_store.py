@@ -190,11 +190,13 @@ def test_no_column_of_what_users_said_is_sampled_into_the_planner_statistics(pos
 def test_compact_by_a_role_that_does_not_own_the_database_says_so(postgres_server):
     name = postgres_server.database().rsplit("/", 1)[1]
     with psycopg.connect(postgres_server.url(name), autocommit=True) as admin:
-        admin.execute("DO $$ BEGIN CREATE ROLE tenant LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+        admin.execute("DO $$ BEGIN CREATE ROLE tenant LOGIN; "
+                      "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
         admin.execute("GRANT pg_checkpoint TO tenant")
         admin.execute("GRANT CREATE ON SCHEMA public TO tenant")
     with PostgresStore(postgres_server.url(name).replace(f"//{ROLE}@", "//tenant@")) as store:
-        with pytest.raises(StoreError, match=r"not compacted: .*pg_statistic.* \(compact as the database's owner\)"):
+        with pytest.raises(StoreError,
+                           match=r"not compacted: .*pg_statistic.* \(compact as the database's owner\)"):
             store.compact()
 
 

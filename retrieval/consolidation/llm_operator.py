@@ -23,7 +23,7 @@ from retrieval.consolidation.members import Member
 from retrieval.consolidation.operations import Draft, Operation, keep_newest, union
 from retrieval.consolidation.prefix import strip_prefix
 from retrieval.llm_client import InvalidResponse, LLMRole, json_answer, one_line
-from retrieval.memory.records import MEMORY_TYPES
+from retrieval.memory.records import MAX_TURN_CHARS, MEMORY_TYPES
 from retrieval.memory.times import time_interval
 
 _STRINGS = {"type": "array", "items": {"type": "string", "minLength": 1, "pattern": r"\S"}}
@@ -32,7 +32,7 @@ ANSWER_SCHEMA: dict[str, Any] = {
     "required": ["operation"],
     "properties": {
         "operation": {"enum": [operation.value for operation in Operation]},
-        "text": {"type": "string"},
+        "text": {"type": "string", "maxLength": MAX_TURN_CHARS},
         "memory_type": {"enum": list(MEMORY_TYPES)},
         "entities": _STRINGS,
         "tags": _STRINGS,

@@ -26,7 +26,8 @@ MEMORY_TYPES = (
 
 MAX_TURN_CHARS = 20_000
 """The longest turn text accepted (about 4,000 words; LoCoMo's longest is under 1,000 characters):
-longer input is refused by the loaders and by ingestion rather than processed for minutes."""
+longer input is refused by the loaders and by ingestion rather than processed for minutes. An LLM
+answer (an extracted or merged record) with a longer text is unusable, as the memory's input."""
 
 
 MAX_NAME_CHARS = 200

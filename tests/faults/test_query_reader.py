@@ -1,8 +1,8 @@
 """What a reader of a store meets: a query writes nothing into the store (the LLM planner's answers
-are kept only in a cache directory the caller names, which a purge of the store cannot reach), so a store on shared or read-only media stays as it was; the
-listing explains its score columns, its size and its order, so it reads without the source; the
-store's fingerprinter is found without naming it again; the rule extractor writes reflexives as
-reflexives ("themselves", not "Maria")."""
+are kept only in a cache directory the caller names, which a purge of the store cannot reach), so
+a store on shared or read-only media stays as it was; the listing explains its score columns, its
+size and its order, so it reads without the source; the store's fingerprinter is found without
+naming it again; the rule extractor writes reflexives as reflexives ("themselves", not "Maria")."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from retrieval.consolidation.llm_operator import LLMOperator
 from retrieval.consolidation.members import Member
 from retrieval.consolidation.merge_plan import make_plan
 from retrieval.consolidation.operations import OfflineOperator, Operation
-from retrieval.consolidation.report import combined
+from retrieval.consolidation.report import ConsolidationReport, combined
 from retrieval.extract.rules import RuleExtractor
 from retrieval.ingest import main as ingest_main
 from retrieval.memory.meta_keys import PLAN_KEY
@@ -378,6 +378,7 @@ def test_an_answer_landing_after_a_purge_of_its_records_is_not_kept(marathon: Pa
         operator = LLMOperator(server.base_url, "m", cache_dir=tmp_path / "cache", max_retries=0)
         report = consolidate_user(store, "conv-m", HashEmbedder(), operator)
         assert len(server.requests) == 1 and report.created == 0 and report.conflicts == 0
+        assert not report.lost_turns  # the turns the user deleted were not lost by consolidating
         (left,) = store.amus("conv-m")
         assert left.source.turn_ids == ("D1:2",)
     assert not list((tmp_path / "cache").rglob("*.json"))
@@ -399,8 +400,11 @@ def test_no_operator_sees_a_record_after_a_purge_of_it_committed(store_dir: Path
 
     with AMUStore(store_dir, role="consolidate") as store:
         report = consolidate_user(store, CID, HashEmbedder(), Forgetting())
-        assert len(seen) == 1 and (report.created, report.archived) == (0, 0)
+        assert len(seen) == 1 and (report.created, report.archived) == (0, 0) and not report.lost_turns
         assert not list(store.amus(CID, include_archived=True))
+        again = consolidate_user(store, CID, HashEmbedder(), Forgetting())  # nothing left: nothing to do
+        assert again.to_dict() == {**ConsolidationReport(CID, again.operator, again.threshold).to_dict(),
+                                   "seconds": 0.0}
         with store._transaction() as db:  # the plan's row is gone, not kept as null
             assert not db.execute("SELECT key FROM meta WHERE key = ?", (PLAN_KEY.format(CID),)).fetchall()
 

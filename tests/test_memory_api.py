@@ -164,6 +164,24 @@ def test_consolidation_is_a_durable_job(tmp_path):
         assert all(h.archived and h.successor for h in mem.history(merged[0].id, user_id="u"))
 
 
+def test_a_failed_job_tells_its_user_it_failed_and_the_log_what_failed(tmp_path, monkeypatch, caplog):
+    """What failed may name the server's files: the job's user reads that it failed, the log reads why."""
+    from retrieval.api.jobs import JOB_FAILED
+    from retrieval.consolidation.operations import OfflineOperator
+
+    def broken(self, cluster):
+        raise RuntimeError(f"cannot read {tmp_path}/amus.sqlite3")
+
+    monkeypatch.setattr(OfflineOperator, "decide", broken)
+    with open_memory(tmp_path) as mem:
+        mem.add([{"speaker": "Ann", "text": "I love hiking in the Alps every summer."} for _ in range(4)],
+                user_id="u", session_id="s")
+        mem.flush(user_id="u", session_id="s")
+        job = mem.consolidate(user_id="u", wait=True, timeout_s=60)
+    assert (job.state, job.error) == ("failed", JOB_FAILED) and str(tmp_path) not in JOB_FAILED
+    assert f"cannot read {tmp_path}/amus.sqlite3" in caplog.text
+
+
 def test_a_waiter_is_told_when_its_jobs_user_is_forgotten(tmp_path, monkeypatch):
     """The job went with the user's data: its waiter gets NotFound naming the job, not a crash."""
     import threading

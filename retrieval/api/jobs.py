@@ -46,6 +46,9 @@ CONSOLIDATE = "consolidate"
 logger = logging.getLogger(__name__)
 JOB_WORKERS = 4
 """Jobs run at once, each of another user."""
+JOB_FAILED = "the consolidation stopped on an unexpected error (the server's log says which)"
+"""A failed job's error as its user reads it: the error itself, which may name the server's files,
+is logged instead."""
 
 
 class JobRunner:
@@ -192,8 +195,9 @@ class JobRunner:
                 store.update_job(job.id, DONE, {**report.to_dict(), "resumed": resumed})
             except StoreError:
                 raise  # not the job's failure: it runs again once the store answers (_run)
-            except Exception as err:  # noqa: BLE001 - recorded in the job, which the caller reads
-                store.update_job(job.id, FAILED, error=f"{type(err).__name__}: {err}")
+            except Exception:  # noqa: BLE001 - the job ends failed; what failed goes to the log
+                logger.exception("consolidation job %s failed", job.id)
+                store.update_job(job.id, FAILED, error=JOB_FAILED)
         self.on_done(job.user_id)
         ended = store.job_row(job.id)
         with self._changed:

@@ -55,20 +55,20 @@ def consolidate_user(store: Store, user_id: str, embedder: Embedder,
     :class:`CachedEmbedder` yourself to share one). ``operator`` defaults to the
     :class:`OfflineOperator`; ``config`` to :class:`ConsolidationConfig` with the operator's
     threshold. ``fingerprinter``: the one the store was built with (its binding is checked, as
-    on ingest), so merged AMUs carry fingerprints like the others. Raises ``ValueError`` for a
-    conversation the store does not hold.
+    on ingest), so merged AMUs carry fingerprints like the others. A conversation without a
+    stored segment (none yet, or all purged) has nothing to consolidate: its report is empty.
     """
     started = time.perf_counter()
     operator = operator or OfflineOperator()
     config = (config or ConsolidationConfig()).resolved(operator.default_threshold)
+    report = ConsolidationReport(user_id, operator.name, float(config.threshold or 0.0))
     if user_id not in store.users_with_segments():
-        raise ValueError(f"{store.location} holds no user {user_id!r}")
+        return report
     store.bind("fingerprinter", "none" if fingerprinter is None else model_identity(fingerprinter),
                hint="consolidate with the fingerprinter the store was built with")
     cached = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder, store)
     cached = cached.for_user(user_id)
     usage_before = operator.usage_of(user_id)  # the user's own: other users' jobs share the operator
-    report = ConsolidationReport(user_id, operator.name, float(config.threshold or 0.0))
     purges = store.purge_count(user_id)  # before the records: a purge after them is seen (_Step.apply)
     stored = list(store.amus(user_id, include_archived=True))  # reading AMUs back is the costly part
     report.turns_before, report.amus_before = _covered(stored), sum(not amu.archived for amu in stored)
@@ -109,6 +109,7 @@ def consolidate_user(store: Store, user_id: str, embedder: Embedder,
     else:
         logger.warning("%s: stopped after %d consolidation passes", user_id, config.max_passes)
     report.turns_after, report.amus_active_after = _covered(stored), sum(not amu.archived for amu in stored)
+    report.turns_stored = frozenset(turn.turn_id for turn in store.turns(user_id))
     report.llm = operator.usage_of(user_id).since(usage_before)
     report.seconds = time.perf_counter() - started
     return report

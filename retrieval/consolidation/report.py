@@ -50,6 +50,8 @@ class ConsolidationReport:
     llm: LLMUsage = field(default_factory=LLMUsage)
     turns_before: frozenset[str] = frozenset()
     turns_after: frozenset[str] = frozenset()
+    turns_stored: frozenset[str] = frozenset()
+    """The user's turn ids stored when the run ended: a turn deleted meanwhile was not lost."""
 
     @property
     def llm_calls(self) -> int:
@@ -61,12 +63,13 @@ class ConsolidationReport:
 
     @property
     def lost_turns(self) -> frozenset[str]:
-        """Turns an active AMU pointed to before and none points to after (always empty)."""
-        return self.turns_before - self.turns_after
+        """Stored turns an active AMU pointed to before and none points to after (always empty)."""
+        return (self.turns_before - self.turns_after) & self.turns_stored
 
     def absorb(self, later: ConsolidationReport) -> None:
         """Fold a later run over the same conversation into this one (the background worker's
-        rounds): counts add up, ``amus_active_after`` and ``turns_after`` are the later run's."""
+        rounds): counts add up; ``amus_active_after``, ``turns_after`` and ``turns_stored`` are the
+        later run's."""
         for name in ("archived", "created", "clusters", "exact_duplicates", "conflicts", "refused",
                      "unanswered", "passes", "seconds"):
             setattr(self, name, getattr(self, name) + getattr(later, name))
@@ -76,6 +79,7 @@ class ConsolidationReport:
         # any point counts as before, and "before" is the active count consolidation undid.
         self.turns_before |= later.turns_before | later.turns_after
         self.amus_active_after, self.turns_after = later.amus_active_after, later.turns_after
+        self.turns_stored = later.turns_stored
         self.amus_before = self.amus_active_after + self.archived - self.created
         self.count_sensitive, self.pending_reextraction = later.count_sensitive, later.pending_reextraction
         self.window_splits = later.window_splits

@@ -104,3 +104,38 @@ def test_only_a_failed_server_or_connection_is_an_outage():
     assert outage(psycopg.errors.AdminShutdown("terminating connection"))
     assert outage(psycopg.errors.SerializationFailure("could not serialize"))
     assert outage(psycopg.OperationalError("connection lost"))  # no SQLSTATE: the client's side
+
+
+def test_a_wait_for_a_users_lock_held_elsewhere_is_bounded_and_says_so(postgres_url, monkeypatch):
+    """Another connection (a node that stopped answering) holds the user's segment lock, or sits
+    in a write transaction of the user: this node's flush, forget and add wait a bounded time, then
+    fail as the store's fault (503 over HTTP), and go through once the lock is let go."""
+    import time
+
+    import psycopg
+
+    from retrieval.api.errors import StoreUnavailable
+    from retrieval.memory.errors import StoreError
+    from retrieval.memory.postgres import database
+
+    monkeypatch.setattr(database, "LOCK_WAIT_S", 1.0)
+    with open_memory(postgres_url) as mem, psycopg.connect(postgres_url, autocommit=True) as stuck:
+        pooled = mem.store.db.row("SELECT current_setting('tcp_keepalives_idle') AS idle, "
+                                  "current_setting('tcp_user_timeout') AS timeout")
+        assert pooled == {"idle": database.KEEPALIVE["tcp_keepalives_idle"],
+                          "timeout": database.KEEPALIVE["tcp_user_timeout"]}
+        mem.add(chat("u", 4), user_id="u", session_id="s")
+        stuck.execute("SELECT pg_advisory_lock(hashtextextended('u', %s))", (database.INGESTION_LOCKS,))
+        for call in (lambda: mem.flush(user_id="u", session_id="s"), lambda: mem.forget(user_id="u")):
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="held a user's lock for over 1 s") as refused:
+                call()
+            assert isinstance(refused.value.__cause__, StoreError)  # 503 over HTTP
+            assert time.monotonic() - started < 10
+        stuck.execute("SELECT pg_advisory_unlock_all()")
+        with stuck.transaction():  # a node stopped inside a write transaction of the user
+            stuck.execute("SELECT pg_advisory_xact_lock(hashtextextended('u', 0))")
+            with pytest.raises(StoreUnavailable, match="held a user's lock"):
+                mem.add(chat("v", 1), user_id="u", session_id="s")
+        assert mem.flush(user_id="u", session_id="s").amu_ids  # let go: the flush goes through
+        assert mem.add(chat("v", 1), user_id="u", session_id="s").turn_ids == ("v-0",)

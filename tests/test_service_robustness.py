@@ -139,6 +139,43 @@ def test_slow_clients_are_disconnected(tmp_path: Path, caplog: pytest.LogCapture
     assert not [record for record in caplog.records if record.exc_info or record.levelno >= logging.ERROR]
 
 
+def test_healthz_answers_while_every_worker_thread_waits_on_the_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests held by the store (a lock another node keeps) fill the worker threads; the health
+    check still answers, so a load balancer does not take a node that serves others' out."""
+    real, release, waiting = operations.list_memories, threading.Event(), threading.Semaphore(0)
+
+    def held(*args, **kwargs):
+        waiting.release()
+        release.wait(WAIT_S)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(operations, "list_memories", held)
+    async def worker_threads() -> float:  # anyio's default limit, which the server's sync routes share
+        return anyio.to_thread.current_default_thread_limiter().total_tokens
+
+    held_requests = int(anyio.run(worker_threads)) + 8
+    with served(tmp_path / "store") as server:
+        headers = bearer(server.keys.create("alice"))
+
+        def list_memories() -> None:
+            with httpx.Client(base_url=server.url, headers=headers, timeout=WAIT_S) as client:
+                client.get("/v1/memories")
+
+        callers = [threading.Thread(target=list_memories) for _ in range(held_requests)]
+        for caller in callers:
+            caller.start()
+        try:
+            for _ in range(held_requests - 8):  # every worker thread is taken
+                assert waiting.acquire(timeout=WAIT_S)
+            with httpx.Client(base_url=server.url, timeout=5.0) as client:
+                assert client.get("/healthz").json() == {"status": "ok"}
+        finally:
+            release.set()
+            for caller in callers:
+                caller.join(WAIT_S)
+
+
 SERVER = """
 import asyncio, sys
 from pathlib import Path

@@ -5,7 +5,8 @@ Reads run on a pooled connection in autocommit mode (each statement sees the las
 the connection of this thread's write transaction when one is open (so a check inside a
 transaction sees its own writes). Each write transaction first takes a transaction-level advisory
 lock per user it writes (``pg_advisory_xact_lock``, keyed by a hash of the user id, taken in
-sorted order so two transactions never wait on each other): PostgreSQL serialises the writers of
+sorted order so two transactions never wait on each other, and waiting at most
+:data:`LOCK_WAIT_S`): PostgreSQL serialises the writers of
 one user whichever process they run in, which is what the SQLite store gets from its one writer
 (a segment number allocated once, "already stored" checked once). Its last statement bumps one of
 the ``commits`` counters (:mod:`retrieval.memory.postgres.versions`), so their sum moves with every
@@ -60,6 +61,19 @@ RECONNECT_S = 5.0
 and reconnects on the next call's demand: once the database is back, a call waits for at most
 one pause of these retries, not for a backoff grown to a minute."""
 
+LOCK_WAIT_S = 30.0
+"""How long a call waits for a user's lock (another transaction writing the user, another node
+processing its segments) before its store fault. A node that stopped answering holds its locks
+until PostgreSQL drops its connection (:data:`KEEPALIVE`), and a wait without end would hold the
+caller's thread, then the server's others behind it."""
+
+KEEPALIVE = {"tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3",
+             "tcp_user_timeout": "30000"}
+"""The server's checks of each connection of a store (set on each one): a node whose machine is
+lost or cut off is found dead, and its locks released, in about 25-30 s, not after the system's
+default of more than two hours. A node that is alive but stuck keeps them (:data:`LOCK_WAIT_S`
+bounds the others' waits)."""
+
 INGESTION_LOCKS = 1_836_019_570
 """The seed of every user's ingestion lock key (``pg_advisory_lock(hashtextextended(user,
 INGESTION_LOCKS))``)."""
@@ -68,6 +82,16 @@ JOB_LOCKS = 1_836_019_571
 JOB_LOCKS))``)."""
 
 Connection = psycopg.Connection[dict[str, Any]]
+
+def _wait_at_most(conn: Connection) -> None:
+    """Bound the lock waits of the transaction open on ``conn`` (``SET LOCAL lock_timeout``)."""
+    conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{round(LOCK_WAIT_S * 1000)}ms",))
+
+
+def _configure(conn: Connection) -> None:
+    """Each new connection of the pool: the server's keepalive checks (:data:`KEEPALIVE`)."""
+    for name, value in KEEPALIVE.items():
+        conn.execute("SELECT set_config(%s, %s, false)", (name, value))
 
 
 class Database:
@@ -83,7 +107,7 @@ class Database:
             reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
             raise StoreError(f"cannot connect to the store at {self.where}: {reason}") from None
         self.pool = ConnectionPool(url, min_size=1, max_size=POOL_SIZE, open=True, timeout=POOL_WAIT_S,
-                                   reconnect_timeout=RECONNECT_S,
+                                   reconnect_timeout=RECONNECT_S, configure=_configure,
                                    check=ConnectionPool.check_connection,  # a dropped one is replaced
                                    kwargs={"autocommit": True, "row_factory": dict_row})
 
@@ -100,6 +124,10 @@ class Database:
             else:
                 with self.pool.connection() as conn:
                     yield cast(Connection, conn)  # the pool's connections read rows as dicts
+        except psycopg.errors.LockNotAvailable as err:
+            raise StoreFault(f"{self.where}: another connection held a user's lock for over "
+                             f"{LOCK_WAIT_S:.0f} s (another node busy with the user, or one that stopped "
+                             "answering); retry later (nothing of this call was committed)") from err
         except psycopg.OperationalError as err:
             if not outage(err):
                 raise
@@ -136,6 +164,7 @@ class Database:
             self._local.conn = conn
             try:
                 with conn.transaction():
+                    _wait_at_most(conn)
                     for user in locked:
                         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (user,))
                     before = None if tracked is None else user_version_of(conn, tracked[0])
@@ -164,7 +193,9 @@ class Database:
         key = (name, space)
         with self.connection() as conn:
             if wait:
-                conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, %s))", key)
+                with conn.transaction():  # a session's lock: it outlives the transaction that bounds its wait
+                    _wait_at_most(conn)
+                    conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, %s))", key)
                 held = True
             else:
                 found = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, %s)) AS held",

@@ -13,7 +13,8 @@ router = APIRouter(tags=["system"])
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
+    """On the event loop, not a worker thread: it answers while every thread waits on the store."""
     return {"status": "ok"}
 
 

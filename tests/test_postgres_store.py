@@ -12,7 +12,7 @@ import pytest
 
 from retrieval.memory.cache import text_key
 from retrieval.memory.errors import StoreError
-from retrieval.memory.postgres.schema import SCHEMA_VERSION, STORE_TABLES
+from retrieval.memory.postgres.schema import MIGRATIONS, SCHEMA_VERSION, STATISTICS_OWED, STORE_TABLES
 from retrieval.memory.postgres.store import PostgresStore
 from retrieval.memory.records import SegmentRecord, Turn
 from tests.postgres_server import ROLE, free_port
@@ -187,17 +187,40 @@ def test_no_column_of_what_users_said_is_sampled_into_the_planner_statistics(pos
     assert [column for column in columns if column[2] != 0] == []  # a column added later must say so too
 
 
-def test_compact_by_a_role_that_does_not_own_the_database_says_so(postgres_server):
-    name = postgres_server.database().rsplit("/", 1)[1]
+def test_words_sampled_before_version_7_are_compacted_away_by_a_role_that_may_rewrite_pg_statistic(
+        postgres_server):
+    """A version-6 store owned by a role that does not own the database, its words sampled by
+    ANALYZE: the migration drops the samples, whose rows stay in pg_statistic's file; that role's
+    compact is refused before it runs, the superuser's leaves no file holding them, and then the
+    role's own compact has nothing owed."""
+    secret, name = "Pelliharnquist", postgres_server.database().rsplit("/", 1)[1]
     with psycopg.connect(postgres_server.url(name), autocommit=True) as admin:
         admin.execute("DO $$ BEGIN CREATE ROLE tenant LOGIN; "
                       "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
         admin.execute("GRANT pg_checkpoint TO tenant")
         admin.execute("GRANT CREATE ON SCHEMA public TO tenant")
-    with PostgresStore(postgres_server.url(name).replace(f"//{ROLE}@", "//tenant@")) as store:
-        with pytest.raises(StoreError,
-                           match=r"not compacted: .*pg_statistic.* \(compact as the database's owner\)"):
+        files = postgres_server.data / "base" / str(admin.execute(
+            "SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()[0])
+    tenant = postgres_server.url(name).replace(f"//{ROLE}@", "//tenant@")
+    with psycopg.connect(tenant, autocommit=True) as conn:  # what version-6 code left behind
+        conn.execute("CREATE TABLE schema_version (version integer NOT NULL)")
+        for step in MIGRATIONS[:6]:
+            conn.execute(step)
+        conn.execute("INSERT INTO schema_version VALUES (6)")
+        conn.execute("INSERT INTO turns (user_id, session_id, turn_id, speaker, text) "
+                     "VALUES ('u', 's', 't1', 'Ann', %s), ('u', 's', 't2', 'Ann', %s)", (secret, secret))
+        conn.execute("ANALYZE")
+    with PostgresStore(tenant) as store:  # migrated to version 7
+        store.purge("u", everything=True)
+        with pytest.raises(StoreError, match=r"not compacted: pg_statistic still holds words sampled before "
+                                             r"schema version 7.*database's owner or a superuser"):
             store.compact()
+    with PostgresStore(postgres_server.url(name)) as store:
+        assert store.compact() and store.meta(STATISTICS_OWED) is None
+    assert not [path.name for path in files.iterdir()
+                if path.is_file() and secret.encode() in path.read_bytes()]
+    with PostgresStore(tenant) as store:
+        assert store.compact()
 
 
 def test_api_key_rows_are_shared_by_every_handle(postgres_url):
@@ -217,8 +240,6 @@ def test_api_key_rows_are_shared_by_every_handle(postgres_url):
 
 
 def test_a_version_1_database_migrates_keeping_its_rows(postgres_url):
-    from retrieval.memory.postgres.schema import MIGRATIONS
-
     with psycopg.connect(postgres_url, autocommit=True) as conn:  # what version-1 code left behind
         conn.execute("CREATE TABLE schema_version (version integer NOT NULL)")
         conn.execute(MIGRATIONS[0])

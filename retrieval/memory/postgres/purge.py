@@ -22,7 +22,7 @@ from retrieval.memory.evidence_keys import node_text
 from retrieval.memory.indexing import frame_label
 from retrieval.memory.meta_keys import MERGE_KEY, USER_KEYS
 from retrieval.memory.postgres.reads import AMU_COLUMNS, SEGMENT_COLUMNS, TURN_COLUMNS
-from retrieval.memory.postgres.schema import COMPACTED, PURGING, RAISE_ID_MARKS
+from retrieval.memory.postgres.schema import COMPACTED, PURGING, RAISE_ID_MARKS, STATISTICS_OWED
 from retrieval.memory.postgres.writes import insert_amu
 from retrieval.memory.purge import Purged, Stored, id_marks, named_records, select
 from retrieval.memory.reads import amu_from_row, segment_from_row, turn_from_row
@@ -30,10 +30,14 @@ from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.schema import turns_sha256
 
 if TYPE_CHECKING:
-    import psycopg
-
     from retrieval.memory.postgres.database import Connection, Database
 
+
+_MAY_VACUUM_CATALOG = ("SELECT rolsuper OR pg_has_role(current_user, (SELECT datdba FROM pg_database "
+                       "WHERE datname = current_database()), 'USAGE') AS may FROM pg_roles "
+                       "WHERE rolname = current_user")
+"""Whether this role may vacuum the database's catalogs (``pg_statistic``): a superuser or one
+with the database owner's privileges."""
 
 _COUNT_PURGE = ("INSERT INTO purges (user_id, count, next_seq, next_turn) VALUES (%s, 1, %s, %s) "
                 f"ON CONFLICT (user_id) DO UPDATE SET count = purges.count + 1, {RAISE_ID_MARKS}")
@@ -146,28 +150,26 @@ class Purge:
 
     def compact(self) -> bool:
         """``VACUUM FULL`` of the store's tables (each rewritten without its dead tuples; needs the
-        tables' owner) and of ``pg_statistic`` (without the samples the schema's version 7
-        dropped, :data:`retrieval.memory.postgres.schema._UNSAMPLED`; needs the database's owner),
-        then a ``CHECKPOINT`` (a superuser or ``pg_checkpoint`` member), outside any transaction."""
+        tables' owner) and, where the role may (the database's owner or a superuser), of
+        ``pg_statistic``, then a ``CHECKPOINT`` (a superuser or ``pg_checkpoint`` member), outside
+        any transaction. A store whose migration to version 7 dropped sampled words
+        (:data:`retrieval.memory.postgres.schema.STATISTICS_OWED`) needs ``pg_statistic`` rewritten:
+        another role is refused before anything runs."""
         if self.db.read_only:
             raise StoreError(f"{self.db.where} is open read-only")
         with self.db.connection() as conn:
+            owed = conn.execute("SELECT 1 FROM meta WHERE key = %s", (STATISTICS_OWED,)).fetchone()
+            role = conn.execute(_MAY_VACUUM_CATALOG).fetchone()
+            catalog = role is not None and bool(role["may"])
+            if owed is not None and not catalog:
+                raise StoreError(f"{self.db.where}: not compacted: pg_statistic still holds words sampled "
+                                 "before schema version 7, and only the database's owner or a superuser "
+                                 "may rewrite it (compact as one of them)")
             for table in COMPACTED:
                 conn.execute(f"VACUUM FULL {table}")  # type: ignore[arg-type]
-            skipped: list[str] = []
-
-            def note(notice: psycopg.errors.Diagnostic) -> None:
-                if notice.severity_nonlocalized == "WARNING":
-                    skipped.append(notice.message_primary or "")
-
-            conn.add_notice_handler(note)
-            try:
+            if catalog:
                 conn.execute("VACUUM FULL pg_statistic")
-            finally:
-                conn.remove_notice_handler(note)
-            if skipped:  # VACUUM skips, with a warning, a catalog the role may not vacuum
-                raise StoreError(f"{self.db.where}: not compacted: {'; '.join(skipped)} (compact as the "
-                                 "database's owner)")
+                conn.execute("DELETE FROM meta WHERE key = %s", (STATISTICS_OWED,))
             conn.execute("CHECKPOINT")
         return True
 

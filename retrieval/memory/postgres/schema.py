@@ -199,11 +199,15 @@ STORE_TABLES = tuple(dict.fromkeys(re.findall(r"CREATE TABLE (\w+)",
                                               _TABLES + _KEYS + _PURGES + _CACHE_BY_USER)))
 """The store's tables (``schema_version`` aside)."""
 
+STATISTICS_OWED = "pg_statistic_owed"
+"""The ``meta`` key version 7 sets where it dropped sampled words: ``pg_statistic``'s file still
+holds them until ``compact`` rewrites it (:meth:`retrieval.memory.postgres.purge.Purge.compact`)."""
+
 _UNSAMPLED = f"""
 DROP TRIGGER amus_append_only ON amus;
 DROP TRIGGER segments_append_only ON segments;
 DO $$
-DECLARE col record;
+DECLARE col record; sampled boolean := false;
 BEGIN
   FOR col IN SELECT c.relname AS tab, a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type
              FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
@@ -211,9 +215,14 @@ BEGIN
                AND c.relname = ANY(ARRAY{list(STORE_TABLES)}) AND a.attnum > 0 AND NOT a.attisdropped
                AND a.atttypid IN ('text'::regtype, 'bytea'::regtype) AND a.attname <> 'user_id'
   LOOP
+    sampled := sampled OR EXISTS (SELECT 1 FROM pg_stats WHERE schemaname = current_schema()
+                                  AND tablename = col.tab AND attname = col.name);
     EXECUTE format('ALTER TABLE %I ALTER COLUMN %I SET STATISTICS 0, ALTER COLUMN %I TYPE %s',
                    col.tab, col.name, col.name, col.type);
   END LOOP;
+  IF sampled THEN
+    INSERT INTO meta (key, value) VALUES ('{STATISTICS_OWED}', 'true') ON CONFLICT (key) DO NOTHING;
+  END IF;
 END $$;
 {_AMUS_APPEND_ONLY}{_SEGMENTS_APPEND_ONLY}"""
 """Version 7: no column that holds what users said (every text and bytea column but ``user_id``)
@@ -221,8 +230,8 @@ is sampled into PostgreSQL's planner statistics (``pg_statistic``, readable thro
 ANALYZE, which autovacuum runs on its own, copies a sample of a column's values there, where no
 purge reaches them. ``SET STATISTICS 0`` stops the sampling; the type set again to itself (no
 rewrite of the table) drops what was sampled before, which is why the two triggers that name
-columns are dropped and made again around it. A ``compact`` then rewrites ``pg_statistic``
-without the dropped samples (:meth:`retrieval.memory.postgres.purge.Purge.compact`)."""
+columns are dropped and made again around it. Where something had been sampled, the dropped rows
+stay in ``pg_statistic``'s file until a ``compact`` rewrites it (:data:`STATISTICS_OWED`)."""
 
 MIGRATIONS: tuple[str, ...] = (_TABLES + _TRIGGERS, _KEYS, _PURGES, _CACHE_BY_USER, _ID_MARKS,
                                _EARLIER_PURGE_MARKS, _UNSAMPLED)

@@ -24,8 +24,9 @@ from retrieval.consolidation.operations import OfflineOperator, Operation
 from retrieval.consolidation.report import ConsolidationReport, combined
 from retrieval.extract.rules import RuleExtractor
 from retrieval.ingest import main as ingest_main
+from retrieval.llm_client import InvalidResponse
 from retrieval.memory.meta_keys import PLAN_KEY
-from retrieval.memory.records import AMU, SourcePointer, Turn
+from retrieval.memory.records import AMU, MAX_TURN_CHARS, SourcePointer, Turn
 from retrieval.memory.store import AMUStore
 from tests.fake_chat import FakeChatServer, completion_body
 from tests.store_lexical import lexical_search
@@ -343,6 +344,36 @@ def test_a_bad_llm_answer_is_retried_and_a_rerun_is_served_from_the_cache(marath
             assert (report.llm_calls, report.tokens) == (1, 120)
             assert [(a.text, a.source) for a in store.amus()] == first
         assert len(server.requests) == 9
+
+
+def test_an_answer_may_restate_long_members_at_their_length_and_no_longer() -> None:
+    """A record may be longer than a turn may be where it restates members that long together (an
+    aggregate keeps every name and number), not beyond."""
+    from retrieval.consolidation.llm_operator import _parse
+
+    long = [member(str(n), f"Ann listed item {n}: " + "a pine cone, " * 900) for n in range(2)]
+    together = sum(len(m.amu.text) for m in long)
+    assert together > MAX_TURN_CHARS
+    fits = json.dumps(dict(ANSWERS["AGGREGATE"], text="x" * together))
+    assert len(_parse(fits, long).text) == together
+    with pytest.raises(InvalidResponse, match="more than the"):
+        _parse(json.dumps(dict(ANSWERS["AGGREGATE"], text="x" * (together + 1))), long)
+    with pytest.raises(InvalidResponse, match=f"more than the {MAX_TURN_CHARS}"):
+        _parse(json.dumps(dict(ANSWERS["AGGREGATE"], text="x" * (MAX_TURN_CHARS + 1))),
+               [member("s", "Ann runs.")])
+
+
+def test_rounds_folded_together_count_a_turn_deleted_between_them_as_deleted_not_lost() -> None:
+    def run(before: set[str], after: set[str], stored: set[str]) -> ConsolidationReport:
+        return ConsolidationReport(CID, "offline", 0.25, turns_before=frozenset(before),
+                                   turns_after=frozenset(after), turns_stored=frozenset(stored))
+
+    deleted = run({"a", "b"}, {"a", "b"}, {"a", "b"})
+    deleted.absorb(run({"a"}, {"a"}, {"a"}))  # the user deleted b between the rounds
+    assert not deleted.lost_turns
+    lost = run({"a", "b"}, {"a", "b"}, {"a", "b"})
+    lost.absorb(run({"a", "b"}, {"a"}, {"a", "b"}))  # b still stored, no record points to it
+    assert lost.lost_turns == {"b"}
 
 
 def test_a_users_report_counts_only_the_requests_made_for_that_user(marathon: Path, tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from retrieval.consolidation.members import Member
 from retrieval.consolidation.operations import Draft, Operation, keep_newest, union
 from retrieval.consolidation.prefix import strip_prefix
 from retrieval.llm_client import InvalidResponse, LLMRole, json_answer, one_line
-from retrieval.memory.records import MAX_TURN_CHARS, MEMORY_TYPES
+from retrieval.memory.records import MEMORY_TYPES, written_limit
 from retrieval.memory.times import time_interval
 
 _STRINGS = {"type": "array", "items": {"type": "string", "minLength": 1, "pattern": r"\S"}}
@@ -32,7 +32,7 @@ ANSWER_SCHEMA: dict[str, Any] = {
     "required": ["operation"],
     "properties": {
         "operation": {"enum": [operation.value for operation in Operation]},
-        "text": {"type": "string", "maxLength": MAX_TURN_CHARS},
+        "text": {"type": "string"},
         "memory_type": {"enum": list(MEMORY_TYPES)},
         "entities": _STRINGS,
         "tags": _STRINGS,
@@ -106,6 +106,9 @@ def _parse(content: str, ordered: Sequence[Member]) -> Draft:
     text = answer["text"].strip()
     if not strip_prefix(text).strip():
         raise InvalidResponse("text: nothing but a time prefix")
+    limit = written_limit(member.amu.text for member in ordered)
+    if len(text) > limit:
+        raise InvalidResponse(f"text: {len(text)} characters, more than the {limit} its members allow")
     base = keep_newest(operation, ordered)  # the newest statement's scope for MERGE and UPDATE
     scope = ((None, None, None) if operation == Operation.AGGREGATE
              else (base.t_ref, base.valid_from, base.valid_to))

@@ -10,7 +10,7 @@ from jsonschema import Draft202012Validator
 
 from retrieval.extract.base import Extraction, ReferenceContext, make_amu, raw_turn_amus, session_time
 from retrieval.llm_client import InvalidResponse, LLMRole, json_answer, one_line
-from retrieval.memory.records import MAX_TURN_CHARS, MEMORY_TYPES, AMUValidationError, Segment, Turn
+from retrieval.memory.records import MEMORY_TYPES, AMUValidationError, Segment, Turn, written_limit
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +93,8 @@ class LLMExtractor(LLMRole):
             "type": "object",
             "required": ["text", "memory_type", "turn_ids"],
             "properties": {
-                "text": {"type": "string", "minLength": 1, "maxLength": MAX_TURN_CHARS},
+                "text": {"type": "string", "minLength": 1,
+                         "maxLength": written_limit(turn.render() for turn in segment.turns)},
                 "memory_type": {"enum": list(MEMORY_TYPES)},
                 "entities": strings,
                 "tags": strings,

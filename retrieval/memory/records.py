@@ -26,8 +26,13 @@ MEMORY_TYPES = (
 
 MAX_TURN_CHARS = 20_000
 """The longest turn text accepted (about 4,000 words; LoCoMo's longest is under 1,000 characters):
-longer input is refused by the loaders and by ingestion rather than processed for minutes. An LLM
-answer (an extracted or merged record) with a longer text is unusable, as the memory's input."""
+longer input is refused by the loaders and by ingestion rather than processed for minutes."""
+
+
+def written_limit(sources: Iterable[str]) -> int:
+    """The longest record text an LLM may write from ``sources`` (a segment's turns, a cluster's
+    records): as long as a turn may be, or as all it restates together where that is longer."""
+    return max(MAX_TURN_CHARS, sum(len(text) for text in sources))
 
 
 MAX_NAME_CHARS = 200

@@ -17,7 +17,7 @@ from retrieval.extract.llm_extractor import LLMExtractor
 from retrieval.extract.pronouns import resolve_pronouns
 from retrieval.extract.rules import RuleExtractor, content_words, is_informative, temporal_scope
 from retrieval.llm_client import ChatClient, InvalidResponse
-from retrieval.memory.records import Exchange, Segment, Turn
+from retrieval.memory.records import MAX_TURN_CHARS, Exchange, Segment, Turn
 from tests.fake_chat import DROP, FakeChatServer, completion_body
 
 MONDAY = datetime(2023, 5, 8, 13, 56)  # a Monday
@@ -330,6 +330,23 @@ def test_a_turn_said_on_another_day_carries_its_time_in_the_prompt():
     assert lines[-3:] == ["[s:0] A: At the airport, delayed.",
                           "[s:1] (said Tuesday, 09 May 2023, 00:20) B: Tell me when you land.",
                           "[s:2] (said Tuesday, 09 May 2023, 09:00) A: Landed! The flight yesterday was bad."]
+
+
+def test_an_llm_record_may_be_as_long_as_its_segment_and_no_longer(tmp_path):
+    """A segment of two long turns: a record restating them may be longer than a turn may be, up
+    to their length together (as they are rendered: speaker and text); one character more is
+    refused and the request retried."""
+    segment = make_segment(["Ann listed: " + "a pine cone, " * 1000, "Bob listed: " + "a red kite, " * 1000])
+    together = sum(len(turn.render()) for turn in segment.turns)
+    assert together > MAX_TURN_CHARS
+
+    def answer(length: int) -> str:
+        return json.dumps({"records": [{"text": "x" * length, "memory_type": "fact", "turn_ids": ["D1:1"]}]})
+
+    with FakeOpenAI([completion(answer(together + 1)), completion(answer(together))]) as server:
+        extraction = llm(server, tmp_path, max_retries=1).extract(segment, ReferenceContext(("Ann", "Bob")))
+    assert len(server.requests) == 2 and not extraction.fallback
+    assert [len(amu.text) for amu in extraction.amus] == [together]
 
 
 def test_llm_cache_makes_reruns_free(tmp_path):

@@ -62,17 +62,17 @@ and reconnects on the next call's demand: once the database is back, a call wait
 one pause of these retries, not for a backoff grown to a minute."""
 
 LOCK_WAIT_S = 30.0
-"""How long a call waits for a user's lock (another transaction writing the user, another node
-processing its segments) before its store fault. A node that stopped answering holds its locks
-until PostgreSQL drops its connection (:data:`KEEPALIVE`), and a wait without end would hold the
-caller's thread, then the server's others behind it."""
+"""How long a write transaction waits for the locks it takes (the user's, a commit counter's row)
+before its store fault: another transaction holds them only while it runs, so a longer wait is a
+node that stopped inside one, and a wait without end would hold the caller's thread, then the
+server's others behind it. The ingestion lock is waited for without bound: another node holds it
+for as long as it processes the user's backlog (:meth:`Database.advisory_lock`)."""
 
 KEEPALIVE = {"tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3",
              "tcp_user_timeout": "30000"}
 """The server's checks of each connection of a store (set on each one): a node whose machine is
 lost or cut off is found dead, and its locks released, in about 25-30 s, not after the system's
-default of more than two hours. A node that is alive but stuck keeps them (:data:`LOCK_WAIT_S`
-bounds the others' waits)."""
+default of more than two hours. A node that is alive but stuck keeps them."""
 
 INGESTION_LOCKS = 1_836_019_570
 """The seed of every user's ingestion lock key (``pg_advisory_lock(hashtextextended(user,
@@ -125,9 +125,9 @@ class Database:
                 with self.pool.connection() as conn:
                     yield cast(Connection, conn)  # the pool's connections read rows as dicts
         except psycopg.errors.LockNotAvailable as err:
-            raise StoreFault(f"{self.where}: another connection held a user's lock for over "
-                             f"{LOCK_WAIT_S:.0f} s (another node busy with the user, or one that stopped "
-                             "answering); retry later (nothing of this call was committed)") from err
+            raise StoreFault(f"{self.where}: a write waited over {LOCK_WAIT_S:.0f} s for a lock another "
+                             "connection holds (a node that stopped inside a transaction?); that write "
+                             "committed nothing: retry later") from err
         except psycopg.OperationalError as err:
             if not outage(err):
                 raise
@@ -192,10 +192,8 @@ class Database:
         transactions' locks, whose seed is 0."""
         key = (name, space)
         with self.connection() as conn:
-            if wait:
-                with conn.transaction():  # a session's lock: it outlives the transaction that bounds its wait
-                    _wait_at_most(conn)
-                    conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, %s))", key)
+            if wait:  # for as long as its holder works, or until the server drops a lost holder
+                conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, %s))", key)
                 held = True
             else:
                 found = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, %s)) AS held",

@@ -89,9 +89,10 @@ def _wait_at_most(conn: Connection) -> None:
 
 
 def _configure(conn: Connection) -> None:
-    """Each new connection of the pool: the server's keepalive checks (:data:`KEEPALIVE`)."""
+    """Each new connection of the pool: the server's keepalive checks (:data:`KEEPALIVE`; a server
+    that has no such setting, ``tcp_user_timeout`` before PostgreSQL 12, skips it)."""
     for name, value in KEEPALIVE.items():
-        conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+        conn.execute("SELECT set_config(name, %s, false) FROM pg_settings WHERE name = %s", (value, name))
 
 
 class Database:

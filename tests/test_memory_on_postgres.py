@@ -111,7 +111,8 @@ def test_a_write_waits_a_bounded_time_for_a_stuck_transaction_and_a_flush_waits_
     """Another connection sits in a write transaction of the user (a node stopped inside one): an
     add waits a bounded time, then fails as the store's fault (503 over HTTP), and goes through
     once the lock is let go. Another connection holds the user's ingestion lock (a node processing
-    a long backlog): a flush waits for it as long as it is held, then goes through."""
+    a long backlog): a flush waits for it as long as it is held, whatever lock timeout the database
+    sets by default, then goes through; meanwhile this node's worker goes on with other users."""
     import threading
 
     import psycopg
@@ -121,6 +122,9 @@ def test_a_write_waits_a_bounded_time_for_a_stuck_transaction_and_a_flush_waits_
     from retrieval.memory.postgres import database
 
     monkeypatch.setattr(database, "LOCK_WAIT_S", 1.0)
+    monkeypatch.setitem(database.KEEPALIVE, "tcp_no_such_setting", "1")  # an older server's missing one
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"ALTER DATABASE {postgres_url.rsplit('/', 1)[1]} SET lock_timeout = '200ms'")
     with open_memory(postgres_url) as mem, psycopg.connect(postgres_url, autocommit=True) as other:
         pooled = mem.store.db.row("SELECT current_setting('tcp_keepalives_idle') AS idle, "
                                   "current_setting('tcp_user_timeout') AS timeout")
@@ -129,7 +133,7 @@ def test_a_write_waits_a_bounded_time_for_a_stuck_transaction_and_a_flush_waits_
         mem.add(chat("u", 4), user_id="u", session_id="s")
         with other.transaction():
             other.execute("SELECT pg_advisory_xact_lock(hashtextextended('u', 0))")
-            with pytest.raises(StoreUnavailable, match="waited over 1 s for a lock") as refused:
+            with pytest.raises(StoreUnavailable, match="waited longer than its lock timeout") as refused:
                 mem.add(chat("v", 1), user_id="u", session_id="s")
             assert isinstance(refused.value.__cause__, StoreError)  # 503 over HTTP
         assert mem.add(chat("v", 1), user_id="u", session_id="s").turn_ids == ("v-0",)
@@ -139,6 +143,9 @@ def test_a_write_waits_a_bounded_time_for_a_stuck_transaction_and_a_flush_waits_
         flush.start()
         flush.join(3 * database.LOCK_WAIT_S)
         assert flush.is_alive() and not flushed  # still waiting for the busy node, not refused
+        mem.add(chat("w", 3), user_id="w", session_id="s")
+        mem.drain(user_id="w", timeout_s=60)  # the worker does not wait behind u's flush
+        assert mem.pending(user_id="w") == 0 and flush.is_alive()
         other.execute("SELECT pg_advisory_unlock_all()")
         flush.join(60)
         assert not flush.is_alive() and flushed[0].amu_ids  # type: ignore[attr-defined]

@@ -315,17 +315,28 @@ class Backlog:
                     self._changed.wait_for(lambda: self._closed, FAULT_WAIT_S)
 
     def _take(self, user: str) -> None:
-        """One step of ``user`` unless another node holds its ingestion lock."""
+        """One step of ``user`` unless another node holds its ingestion lock. Where other nodes
+        write, a call of this node holding the user's ``stream`` guard may be waiting for another
+        node's step (a flush, a purge): the worker leaves the user for the next poll rather than
+        wait behind it, which would stop every other user's ingestion meanwhile."""
         guard: UserGuard = self.guards.of(user)
-        with guard.stream, self.store.ingestion_lock(user, wait=False) as held:
-            if not held:
-                with self._changed:
-                    self._busy.add(user)  # another node is at it: look again at the next poll
+        with guard.stream.taken(wait=not self.store.concurrent_writers) as free:
+            if not free:
+                self._later(user)
                 return
-            try:
-                self.process(user)
-            except (IngestFailed, StoreUnavailable):
-                pass  # a failure is kept in the user's state, for the next drain or flush
+            with self.store.ingestion_lock(user, wait=False) as held:
+                if not held:
+                    self._later(user)  # another node is at it
+                    return
+                try:
+                    self.process(user)
+                except (IngestFailed, StoreUnavailable):
+                    pass  # a failure is kept in the user's state, for the next drain or flush
+
+    def _later(self, user: str) -> None:
+        """Look at ``user`` again at the next poll."""
+        with self._changed:
+            self._busy.add(user)
 
     def _poll(self) -> None:
         """Make due every user whose lock was taken, whose pending turns this node has not seen

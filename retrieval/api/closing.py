@@ -63,6 +63,16 @@ class _GuardLock:
     def __exit__(self, *exc: object) -> None:
         self._lock.release()
 
+    @contextlib.contextmanager
+    def taken(self, *, wait: bool) -> Iterator[bool]:
+        """Hold the lock for the block, waiting for it only when ``wait``; yields whether it is held."""
+        held = self._lock.acquire(blocking=wait)
+        try:
+            yield held
+        finally:
+            if held:
+                self._lock.release()
+
 
 class UserGuard:
     """One user's locks. ``state`` (short holds) orders what the user's search state and turn log

@@ -92,7 +92,10 @@ def _configure(conn: Connection) -> None:
     """Each new connection of the pool: the server's keepalive checks (:data:`KEEPALIVE`; a server
     that has no such setting, ``tcp_user_timeout`` before PostgreSQL 12, skips it)."""
     for name, value in KEEPALIVE.items():
-        conn.execute("SELECT set_config(name, %s, false) FROM pg_settings WHERE name = %s", (value, name))
+        try:
+            conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+        except psycopg.errors.UndefinedObject:  # "unrecognized configuration parameter"
+            continue
 
 
 class Database:
@@ -126,9 +129,10 @@ class Database:
                 with self.pool.connection() as conn:
                     yield cast(Connection, conn)  # the pool's connections read rows as dicts
         except psycopg.errors.LockNotAvailable as err:
-            raise StoreFault(f"{self.where}: a write waited over {LOCK_WAIT_S:.0f} s for a lock another "
-                             "connection holds (a node that stopped inside a transaction?); that write "
-                             "committed nothing: retry later") from err
+            raise StoreFault(f"{self.where}: a statement waited longer than its lock timeout for a lock "
+                             f"another connection holds (a write transaction waits {LOCK_WAIT_S:.0f} s a "
+                             "lock: a node that stopped inside one?); its transaction committed nothing: "
+                             "retry later") from err
         except psycopg.OperationalError as err:
             if not outage(err):
                 raise
@@ -194,7 +198,9 @@ class Database:
         key = (name, space)
         with self.connection() as conn:
             if wait:  # for as long as its holder works, or until the server drops a lost holder
-                conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, %s))", key)
+                with conn.transaction():  # the session's lock outlives it; a server's default timeout
+                    conn.execute("SELECT set_config('lock_timeout', '0', true)")  # does not apply
+                    conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, %s))", key)
                 held = True
             else:
                 found = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, %s)) AS held",

@@ -26,6 +26,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from openai.types.chat import ChatCompletion
 
+from retrieval.memory.records import lone_surrogate
+
 logger = logging.getLogger(__name__)
 
 
@@ -306,13 +308,11 @@ def _storable(value: Any, where: str = "") -> None:
     text cannot, and the memory refuses it in input) or a lone surrogate (not UTF-8), both of which
     JSON can spell (``\\u0000``, ``\\ud800``)."""
     if isinstance(value, str):
-        problem = "a NUL character" if "\0" in value else None
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as err:
-            problem = f"not valid Unicode (a lone surrogate at character {err.start})"
-        if problem is not None:
-            raise InvalidResponse(f"{where or '(root)'}: {problem}")
+        at, place = lone_surrogate(value), where or "(root)"
+        if at is not None:
+            raise InvalidResponse(f"{place}: not valid Unicode (a lone surrogate at character {at})")
+        if "\0" in value:
+            raise InvalidResponse(f"{place}: a NUL character")
     elif isinstance(value, dict):
         for key, item in value.items():
             _storable(key, where)

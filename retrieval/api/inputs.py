@@ -30,7 +30,7 @@ from retrieval.api.limits import (
 )
 from retrieval.contract import EmptyQuery
 from retrieval.contract import check_query as check_words
-from retrieval.memory.records import Turn
+from retrieval.memory.records import Turn, lone_surrogate
 from retrieval.memory.times import naive_utc, parse_iso
 
 TURN_FIELDS = ("speaker", "text", "time", "turn_id", "image_caption")
@@ -54,11 +54,9 @@ class TurnInput:
 
 def _unicode(name: str, field: str, value: str) -> None:
     """Refuse a string SQLite, JSON and the tokenizers cannot take: one with a lone surrogate."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise InvalidInput(f"{name} is not valid Unicode (a lone surrogate at character {err.start})",
-                           field) from None
+    at = lone_surrogate(value)
+    if at is not None:
+        raise InvalidInput(f"{name} is not valid Unicode (a lone surrogate at character {at})", field)
 
 
 def check_id(name: str, value: Any, field: str | None = None) -> str:

@@ -29,6 +29,16 @@ MAX_TURN_CHARS = 20_000
 longer input is refused by the loaders and by ingestion rather than processed for minutes."""
 
 
+def lone_surrogate(text: str) -> int | None:
+    """Where ``text`` holds a lone surrogate, a string no store, JSON file or tokenizer takes (not
+    UTF-8), else None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return err.start
+    return None
+
+
 def written_limit(sources: Iterable[str]) -> int:
     """The longest record text an LLM may write from ``sources`` (a segment's turns, a cluster's
     records): as long as a turn may be, or as all it restates together where that is longer."""

@@ -83,9 +83,10 @@ JOB_LOCKS))``)."""
 
 Connection = psycopg.Connection[dict[str, Any]]
 
-def _wait_at_most(conn: Connection) -> None:
-    """Bound the lock waits of the transaction open on ``conn`` (``SET LOCAL lock_timeout``)."""
-    conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{round(LOCK_WAIT_S * 1000)}ms",))
+def _lock_timeout(conn: Connection, seconds: float) -> None:
+    """Bound the lock waits of the transaction open on ``conn`` (``SET LOCAL lock_timeout``; 0: no
+    bound, whatever the database sets by default)."""
+    conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{round(seconds * 1000)}ms",))
 
 
 def _configure(conn: Connection) -> None:
@@ -169,7 +170,7 @@ class Database:
             self._local.conn = conn
             try:
                 with conn.transaction():
-                    _wait_at_most(conn)
+                    _lock_timeout(conn, LOCK_WAIT_S)
                     for user in locked:
                         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (user,))
                     before = None if tracked is None else user_version_of(conn, tracked[0])
@@ -198,8 +199,8 @@ class Database:
         key = (name, space)
         with self.connection() as conn:
             if wait:  # for as long as its holder works, or until the server drops a lost holder
-                with conn.transaction():  # the session's lock outlives it; a server's default timeout
-                    conn.execute("SELECT set_config('lock_timeout', '0', true)")  # does not apply
+                with conn.transaction():  # the session's lock outlives the transaction
+                    _lock_timeout(conn, 0)
                     conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, %s))", key)
                 held = True
             else:

@@ -24,6 +24,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from isq.identity import ENCODER_KEY, IDENTITY_KEYS
+
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 CONFIG_NAME = "config.json"
@@ -54,16 +56,27 @@ def sha256_file(path: Path) -> str:
 
 def refuse_occupied(directory: Path, overwrite: bool, hint: str) -> None:
     """:class:`ExportExistsError` (its message ending in ``hint``) unless ``directory`` may take an
-    export: absent, empty, or with ``overwrite`` an earlier export (a directory holding
-    ``config.json``). Overwriting replaces an export only: a file, or a directory of other files
+    export: absent, empty, or with ``overwrite`` an earlier export (:func:`is_export`). Overwriting replaces an export only: a file, or a directory of other files
     (a mistyped path, the repository), is never removed for one."""
     if not directory.exists() or (directory.is_dir() and not any(directory.iterdir())):
         return
     if not overwrite:
         raise ExportExistsError(f"{directory} already exists and is not empty; {hint}")
-    if not directory.is_dir() or not (directory / CONFIG_NAME).is_file():
-        raise ExportExistsError(f"{directory} is not a fingerprinter export (no {CONFIG_NAME}) and "
-                                "overwriting replaces only an export; choose another directory")
+    if not is_export(directory):
+        raise ExportExistsError(f"{directory} is not a fingerprinter export (no {CONFIG_NAME} with "
+                                "'format_version' and 'isq_config') and overwriting replaces only an "
+                                "export; choose another directory")
+
+
+def is_export(directory: Path) -> bool:
+    """Whether ``directory`` holds a fingerprinter export: a ``config.json`` that is a JSON object
+    with ``format_version`` and ``isq_config`` (a Hugging Face model directory has a
+    ``config.json`` too, and is no export)."""
+    try:
+        meta = json.loads((directory / CONFIG_NAME).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(meta, dict) and "format_version" in meta and "isq_config" in meta
 
 
 def write_directory(directory: Path, tensors: Mapping[str, Tensor], meta: dict[str, Any],
@@ -169,12 +182,19 @@ def read_tensors(directory: Path, expected: Mapping[str, Tensor]) -> dict[str, T
 
 
 def check_identity(directory: Path, recorded: Mapping[str, Any], loaded: Mapping[str, Any]) -> None:
-    """The loaded codebook must be the one whose checksum ``config.json`` recorded."""
-    for key in ("codebook_size", "codebook_sha256"):
+    """The loaded fingerprinter must be the one ``config.json`` recorded: its codebook, and (where
+    recorded: exports made before the field have none) its encoder part, which ``config.json``'s
+    own ``isq_config`` (maximum length, projection normalisation) changes and no file checksum
+    covers."""
+    for key in (*IDENTITY_KEYS, ENCODER_KEY):
+        if key == ENCODER_KEY and key not in recorded:
+            continue
         if recorded.get(key) != loaded[key]:
+            made = f"the codebook in {WEIGHTS_NAME} gives" if key in IDENTITY_KEYS else \
+                f"the encoder, tokenizer and field 'isq_config' of {CONFIG_NAME} give"
             raise FingerprinterLoadError(
                 f"{directory / CONFIG_NAME}: field 'identity.{key}' is {recorded.get(key)!r}, "
-                f"but the codebook in {WEIGHTS_NAME} gives {loaded[key]!r}")
+                f"but {made} {loaded[key]!r}: the export was changed after it was written")
 
 
 def read_run_record(directory: Path) -> dict[str, Any] | None:

@@ -60,15 +60,20 @@ def test_overwriting_replaces_an_earlier_export_only(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     (work / "results.json").write_text("{}")
-    for target in (a_file, work):
+    encoder = tmp_path / "encoder"  # a Hugging Face model directory: a config.json of its own
+    encoder.mkdir()
+    (encoder / "config.json").write_text('{"model_type": "bert"}')
+    (encoder / "NOTES.txt").write_text("mine")
+    for target in (a_file, work, encoder):
         with pytest.raises(ExportExistsError, match="not a fingerprinter export"):
             model.export_fingerprinter(target, overwrite=True)
     assert a_file.read_text() == "not an export" and tree_bytes(work) == {"results.json": b"{}"}
+    assert tree_bytes(encoder) == {"NOTES.txt": b"mine", "config.json": b'{"model_type": "bert"}'}
     empty = tmp_path / "empty"
     empty.mkdir()
     model.export_fingerprinter(empty)
     assert Fingerprinter.from_pretrained(empty).identity == model.fingerprinter().identity
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "notes.txt", "work"]  # no staging left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "encoder", "notes.txt", "work"]  # no staging
 
 
 def test_an_export_written_while_this_one_was_staged_is_kept(tmp_path: Path) -> None:
@@ -190,6 +195,25 @@ def test_the_recorded_codebook_checksum_is_compared(copy: Path) -> None:
     (copy / "config.json").write_text(json.dumps(meta))
     with pytest.raises(FingerprinterLoadError, match="identity.codebook_sha256"):
         Fingerprinter.from_pretrained(copy)
+
+
+@pytest.mark.parametrize("setting", [{"max_length": 8}, {"normalize_projection": "layer"}])
+def test_an_edited_config_that_changes_the_codes_is_refused(copy: Path, setting: dict) -> None:
+    """``config.json`` is the one file no recorded checksum covers; its encoder settings change
+    every text's codes, which the recorded encoder identity catches."""
+    meta = json.loads((copy / "config.json").read_text())
+    meta["isq_config"].update(setting)
+    (copy / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(FingerprinterLoadError, match="identity.encoder_sha256.*isq_config"):
+        Fingerprinter.from_pretrained(copy)
+
+
+def test_an_export_recorded_before_the_encoder_identity_loads(copy: Path) -> None:
+    reference = Fingerprinter.from_pretrained(copy).fingerprint([TEXT])
+    meta = json.loads((copy / "config.json").read_text())
+    del meta["identity"]["encoder_sha256"]
+    (copy / "config.json").write_text(json.dumps(meta))
+    assert Fingerprinter.from_pretrained(copy).fingerprint([TEXT]) == reference
 
 
 @pytest.mark.parametrize(("edit", "field"), [

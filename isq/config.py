@@ -124,7 +124,9 @@ RANGES: dict[str, Range] = {
     "code_dim": AT_LEAST_ONE,
     "kernel_size": AT_LEAST_ONE,
     "num_codes": AT_LEAST_ONE,
-    "ema_decay": Range(0, 1, high_open=True),  # 1 would never move a code
+    # 1 would never move a code; 0 would zero every code a step leaves unused (and divide 0 by 0 in
+    # a step without real tokens)
+    "ema_decay": Range(0, 1, low_open=True, high_open=True),
     "ema_eps": POSITIVE,
     "beta": NON_NEGATIVE,
     "lambda_vq": NON_NEGATIVE,

@@ -136,6 +136,23 @@ def encoder_model_type(config: ISQConfig) -> str:
     return str(from_pretrained(AutoConfig, config.encoder).model_type)
 
 
+@contextlib.contextmanager
+def built_from(field: str, what: str) -> Iterator[None]:
+    """Around building a randomly initialised model from the config dict in ISQConfig ``field``:
+    whatever the build raises becomes one :class:`OutOfRange` line naming the field. A value no
+    model can take (``d_model: -4``, ``dropout_rate: 5``, ``d_model: 2.5``, an unknown activation)
+    fails inside transformers as a ValueError, TypeError, KeyError or huggingface_hub's strict
+    dataclass error (no ValueError), so any exception is taken; nothing here reads a file."""
+    try:
+        yield
+    except Exception as err:
+        lines = " ".join(line.strip() for line in str(err).strip().splitlines() if line.strip())
+        if isinstance(err, KeyError):  # a lookup table's miss: its message is the key alone
+            lines = f"unknown value {lines}"
+        raise OutOfRange(f"ISQConfig field {field!r} builds no {what}: "
+                         f"{lines[:300] or type(err).__name__}") from None
+
+
 def build_encoder(config: ISQConfig, architecture: dict[str, Any] | None = None) -> PreTrainedModel:
     """The encoder: pretrained from ``config.encoder``, or random from a config dict.
 
@@ -145,19 +162,27 @@ def build_encoder(config: ISQConfig, architecture: dict[str, Any] | None = None)
     spec = architecture if architecture is not None else config.encoder_config
     if spec is not None:
         spec = dict(spec)
-        try:
+        with built_from("encoder_config", "encoder"):
             enc_config = AutoConfig.for_model(spec.pop("model_type"), **spec)
             encoder: PreTrainedModel = (T5EncoderModel(enc_config) if isinstance(enc_config, T5Config)
                                         else AutoModel.from_config(enc_config))
-        except (ValueError, TypeError, RuntimeError) as err:  # a size no model can have (d_model: -4)
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise OutOfRange(f"ISQConfig field 'encoder_config' builds no encoder: {first}") from None
     else:
         cls = T5EncoderModel if encoder_model_type(config) == "t5" else AutoModel
         encoder = from_pretrained(cls, config.encoder)
     if getattr(encoder, "pooler", None) is not None:
         encoder.register_module("pooler", None)
     return encoder
+
+
+def check_vocabulary(config: ISQConfig, encoder: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    """:class:`OutOfRange` when the tokenizer gives ids the encoder has no embedding for (a small
+    ``encoder_config`` with a large tokenizer), which would fail only inside the first training step."""
+    embeddings = encoder.get_input_embeddings()
+    rows = embeddings.num_embeddings if isinstance(embeddings, nn.Embedding) else None
+    if rows is not None and len(tokenizer) > rows:
+        field = "encoder_config" if config.encoder_config is not None else "tokenizer"
+        raise OutOfRange(f"ISQConfig field {field!r}: the encoder embeds {rows} token ids, but the "
+                         f"tokenizer {config.tokenizer or config.encoder!r} has {len(tokenizer)}")
 
 
 def encoder_width(encoder: PreTrainedModel) -> int:

@@ -56,8 +56,9 @@ def sha256_file(path: Path) -> str:
 
 def refuse_occupied(directory: Path, overwrite: bool, hint: str) -> None:
     """:class:`ExportExistsError` (its message ending in ``hint``) unless ``directory`` may take an
-    export: absent, empty, or with ``overwrite`` an earlier export (:func:`is_export`). Overwriting replaces an export only: a file, or a directory of other files
-    (a mistyped path, the repository), is never removed for one."""
+    export: absent, empty, or with ``overwrite`` an earlier export (:func:`is_export`).
+    Overwriting replaces an export only: a file, or a directory of other files (a mistyped path,
+    the repository, a model directory), is never removed for one."""
     if not directory.exists() or (directory.is_dir() and not any(directory.iterdir())):
         return
     if not overwrite:

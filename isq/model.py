@@ -20,6 +20,8 @@ from isq.config import ISQConfig
 from isq.encoder import (
     SemanticEncoder,
     build_encoder,
+    built_from,
+    check_vocabulary,
     encoder_model_type,
     from_pretrained,
     is_adapter,
@@ -42,7 +44,8 @@ def build_decoder(config: ISQConfig, tokenizer: PreTrainedTokenizerBase) -> T5Fo
         values = {"d_model": 256, "d_ff": 1024, "num_decoder_layers": 2, "num_heads": 4, "d_kv": 64,
                   **config.decoder, "vocab_size": len(tokenizer), "num_layers": 1, "pad_token_id": pad,
                   "eos_token_id": eos, "decoder_start_token_id": pad, "tie_word_embeddings": True}
-        seq2seq = T5ForConditionalGeneration(T5Config.from_dict(values))
+        with built_from("decoder", "decoder"):
+            seq2seq = T5ForConditionalGeneration(T5Config.from_dict(values))
     seq2seq.register_module("encoder", None)  # never run: encoder_outputs are always given
     return seq2seq
 
@@ -88,8 +91,9 @@ class ISQModel(nn.Module):
         super().__init__()
         self.config = config
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config)
-        self.semantic_encoder = SemanticEncoder.build(config, build_encoder(config),
-                                                      frozen=config.freeze_encoder)
+        encoder = build_encoder(config)
+        check_vocabulary(config, encoder, self.tokenizer)
+        self.semantic_encoder = SemanticEncoder.build(config, encoder, frozen=config.freeze_encoder)
         self.quantizer = EMAQuantizer(
             num_codes=config.num_codes, code_dim=config.code_dim, ema_decay=config.ema_decay,
             ema_eps=config.ema_eps,

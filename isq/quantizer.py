@@ -53,7 +53,7 @@ class EMAQuantizer(nn.Module):
         revive_every: optimizer steps per dead-code window (20).
         revive_threshold: a code is dead when its mean per-step count over the window is below this (1.0).
         kmeans_init: initialise the codebook by k-means on the first training batch (not in the
-            paper (docs/design.md §1.10); on in the paper config, see ``ISQConfig.kmeans_init``).
+            paper, docs/design.md §1.10: off in the paper config, on in the smoke config).
         kmeans_iters: Lloyd iterations for that initialisation.
     """
 

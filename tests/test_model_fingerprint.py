@@ -155,6 +155,7 @@ def test_unknown_config_field_is_named():
     ({"decoder": None}, "'decoder' must be dict"),
     ({"decoder": {"d_model": 32, "num_decoder_layer": 7}}, "'decoder.num_decoder_layer' is not a T5 setting"),
     ({"encoder_config": {"d_model": 8}}, "'encoder_config' needs a 'model_type'"),
+    ({"ema_decay": 0.0}, "'ema_decay' is 0.0"),
 ])
 def test_a_mistyped_or_misspelt_setting_is_refused_naming_it(overrides, named):
     """Python construction is checked as YAML and exports are: nothing is silently ignored."""
@@ -164,6 +165,14 @@ def test_a_mistyped_or_misspelt_setting_is_refused_naming_it(overrides, named):
 
 @pytest.mark.parametrize(("overrides", "named"), [
     ({"lora_rank": 2, "lora_targets": ["qq"]}, "'lora_targets' is \\['qq'\\]: Target modules"),
+    ({"decoder": {"d_model": 32, "dropout_rate": 5.0}}, "'decoder' builds no decoder: dropout probability"),
+    ({"decoder": {"d_model": 2.5}}, "'decoder' builds no decoder: .*'d_model' expected int"),
+    ({"decoder": {"feed_forward_proj": "bogus"}}, "'decoder' builds no decoder: unknown value 'bogus'"),
+    ({"encoder_config": {"model_type": "t5", "d_model": 2.5}},
+     "'encoder_config' builds no encoder: .*d_model"),
+    ({"encoder_config": {"model_type": "t5", "vocab_size": 1000, "d_model": 32, "num_layers": 1,
+                         "num_heads": 2, "d_kv": 16}},
+     "'encoder_config': the encoder embeds 1000 token ids, but the tokenizer"),
 ])
 def test_a_setting_the_encoder_cannot_take_is_refused_naming_it(overrides, named):
     with pytest.raises(OutOfRange, match=named):

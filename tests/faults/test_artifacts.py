@@ -73,7 +73,7 @@ def test_overwriting_replaces_an_earlier_export_only(tmp_path: Path) -> None:
     empty.mkdir()
     model.export_fingerprinter(empty)
     assert Fingerprinter.from_pretrained(empty).identity == model.fingerprinter().identity
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "encoder", "notes.txt", "work"]  # no staging
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "encoder", "notes.txt", "work"]  # no .tmp
 
 
 def test_an_export_written_while_this_one_was_staged_is_kept(tmp_path: Path) -> None:

@@ -6,8 +6,11 @@ Every configuration of one evaluation answers the same questions, so the per-que
 difference in evidence recall cancels how hard each question is. For each configuration against
 the baseline this prints, overall and per category, the mean difference in recall points, a 95%
 percentile-bootstrap interval over questions (``scipy.stats.bootstrap`` with a fixed seed), and
-how many questions got better and worse. An interval that excludes 0 is a difference that two LoCoMo
-conversations can resolve; one that includes 0 is not.
+how many questions got better and worse. The interval treats the questions as independent draws;
+those of one conversation share a memory, so on few conversations it is if anything too narrow
+and holds for these conversations only (``--by-conversation`` shows each apart). Runs pooled with
+``--pool`` (seeds) are averaged question by question and the interval leaves out how much they
+differ, unless ``--resample-runs`` draws them too.
 """
 
 from __future__ import annotations
@@ -53,6 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="another run over the same questions whose configurations join as CONFIG@TAG, "
                              "e.g. --with consolidated/questions.jsonl:consolidated then "
                              "dense40@consolidated; runs given with the same TAG are averaged like --pool")
+    parser.add_argument("--resample-runs", action="store_true",
+                        help="each bootstrap resample also draws the pooled runs (--pool, --with) with "
+                             "replacement, so the interval holds how much the runs (seeds) differ")
+    parser.add_argument("--by-conversation", action="store_true",
+                        help="add one group per conversation to the table")
     parser.add_argument("--forest", type=output_file, metavar="PNG",
                         help="also draw the table as a forest plot (one panel per group) into this PNG file")
     parser.add_argument("--resamples", type=whole_number(MIN_RESAMPLES, MAX_RESAMPLES), default=2000,
@@ -67,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ValueError(f"--with {item!r}: expected QUESTIONS:TAG")
             tagged.setdefault(tag, []).append(Path(path))
         table = compare([args.questions, *args.pool], args.baseline, args.configs, args.resamples, args.seed,
-                        tagged)
+                        tagged, resample_runs=args.resample_runs, by_conversation=args.by_conversation)
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -90,6 +90,51 @@ def test_runs_under_one_tag_are_pooled_against_pooled_main_runs(tmp_path: Path) 
         compare(one, "base", ["other"], tagged={"h0": [flat_one, other_questions]})
 
 
+def runs_of(path: Path, conversation: str, evidence: list[str], found: list[tuple[list[str], list[str]]]
+            ) -> Path:
+    rows = [QuestionRecord(conversation=conversation if i < 2 else "d", qa_index=i, category="single-hop",
+                           question=f"q{i}", evidence=evidence, found={"base": base, "other": other})
+            for i, (base, other) in enumerate(found)]
+    write_questions(path, rows)
+    return path
+
+
+def test_resampling_runs_puts_their_spread_into_the_interval(tmp_path: Path) -> None:
+    """Seed 1 finds "other" better on every question, seed 2 no different: pooled, every question
+    differs by +50 points and the questions alone give no spread; with the runs drawn too the
+    interval runs from seed 2's 0 to seed 1's +100."""
+    better = runs_of(tmp_path / "s1.jsonl", "c", ["D1:1"], [([], ["D1:1"])] * 4)
+    level = runs_of(tmp_path / "s2.jsonl", "c", ["D1:1"], [([], [])] * 4)
+    questions_only = compare([better, level], "base", ["other"])["other"]["overall"]
+    assert (questions_only.mean, questions_only.low, questions_only.high) == (50.0, 50.0, 50.0)
+    both = compare([better, level], "base", ["other"], resample_runs=True)["other"]["overall"]
+    assert (both.mean, both.low, both.high, both.better, both.worse) == (50.0, 0.0, 100.0, 4, 0)
+
+
+def test_resampled_runs_stay_paired_within_a_seed(tmp_path: Path) -> None:
+    """Each seed finds "other" half an evidence list ahead of "base" on every question, at
+    different levels: drawn in pairs the difference never varies; a tagged run set is no seed's
+    pair, drawn apart, and varies."""
+    evidence = ["D1:1", "D1:2"]
+    one = runs_of(tmp_path / "s1.jsonl", "c", evidence, [([], ["D1:1"])] * 4)
+    two = runs_of(tmp_path / "s2.jsonl", "c", evidence, [(["D1:1"], evidence)] * 4)
+    paired = compare([one, two], "base", ["other"], resample_runs=True)["other"]["overall"]
+    assert (paired.mean, paired.low, paired.high) == pytest.approx((50.0, 50.0, 50.0))
+    apart = compare([one, two], "base@t", ["other"], tagged={"t": [one, two]}, resample_runs=True)
+    assert apart["other"]["overall"].low < 50.0 < apart["other"]["overall"].high
+
+
+def test_each_conversation_is_a_group_when_asked(tmp_path: Path) -> None:
+    from retrieval.paired import main
+
+    path = runs_of(tmp_path / "a.jsonl", "c", ["D1:1"], [([], ["D1:1"]), ([], []), ([], []), (["D1:1"], [])])
+    table = compare(path, "base", ["other"], by_conversation=True)["other"]
+    assert list(table) == ["overall", "single-hop", "c", "d"]
+    assert (table["c"].n, table["c"].mean, table["d"].n, table["d"].mean) == (2, 50.0, 2, -50.0)
+    assert "d" not in compare(path, "base", ["other"])["other"]
+    assert main([str(path), "--by-conversation", "--resample-runs", "--baseline", "base", "other"]) == 0
+
+
 def test_the_lexical_channel_drops_stopwords_from_queries() -> None:
     from retrieval.index.fts import FTSIndex, match_expression
 

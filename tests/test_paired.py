@@ -128,11 +128,20 @@ def test_questions_jsonl_round_trips_through_the_schema(tmp_path):
     (question("temporal", ["D1:1"], dense40=["D1:1"], mix="D1:1"),
      "q.jsonl:2: not a questions.jsonl record: found.mix"),
     (question("temporal", ["D1:1"], dense40=["D1:1"]), "q.jsonl:2: configurations ['dense40'] differ"),
+    (question("temporal", [], dense40=[], mix=[]),
+     "q.jsonl:2: not a questions.jsonl record: evidence: List should have at least 1 item"),
 ])
 def test_a_bad_questions_line_is_named(tmp_path, second, message):
     first = question("temporal", ["D1:1"], dense40=[], mix=[])
     path = write_questions_file(tmp_path / "q.jsonl", [first, second])
     with pytest.raises(ValueError, match=re.escape(message)):
+        read_questions(path)
+
+
+def test_a_questions_file_that_is_not_utf8_is_named(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_bytes(b'{"question": "caf\xe9"}\n')
+    with pytest.raises(ValueError, match=re.escape(f"{path}: not UTF-8 text (byte 17)")):
         read_questions(path)
 
 

@@ -5,6 +5,13 @@ difference in evidence recall cancels how hard each question is. For each config
 the baseline: the mean difference in recall points, a 95% percentile-bootstrap interval over
 questions (:func:`scipy.stats.bootstrap` on the per-question differences, resampled with a fixed
 seed), and how many questions got better and worse.
+
+Several runs over the same questions (training seeds) are pooled question by question, and the
+interval then resamples questions only: it leaves out how much the runs differ. With
+``resample_runs`` each resample also draws the runs with replacement
+(:func:`run_resampled_difference`), so the interval holds the runs' spread too. Questions that
+share a conversation are resampled as if independent: with two conversations no interval over
+conversations can be had, and ``by_conversation`` shows each conversation's difference apart.
 Imports no torch: it reads ``questions.jsonl`` through :func:`retrieval.eval.results.read_questions`.
 """
 
@@ -60,6 +67,40 @@ def paired_difference(baseline: Sequence[float], other: Sequence[float], resampl
                             int((diff < 0).sum()))
 
 
+RESAMPLE_CHUNK = 10_000
+"""Resamples drawn at once by :func:`run_resampled_difference` (its arrays are this many rows of
+one weight per question)."""
+
+
+def run_resampled_difference(baseline: np.ndarray, other: np.ndarray, same_runs: bool, resamples: int = 2000,
+                             seed: int = 0, level: float = 0.95) -> PairedDifference:
+    """``other − baseline`` as :func:`paired_difference` of the run-averaged recalls, with a
+    percentile-bootstrap interval in which every resample draws the questions with replacement and
+    the runs of each side with replacement (the same draw for both when ``same_runs``: then
+    the runs are paired, as a seed's two configurations are). ``baseline`` and ``other`` are
+    recalls in [0, 1], runs × questions; drawn by ``np.random.default_rng(seed)``."""
+    if baseline.shape[1] != other.shape[1] or baseline.shape[1] == 0:
+        raise ValueError(f"paired samples differ in length or are empty: {baseline.shape[1]} and "
+                         f"{other.shape[1]}")
+    rng = np.random.default_rng(seed)
+    questions = baseline.shape[1]
+
+    def draw(count: int, size: int) -> np.ndarray:
+        return rng.multinomial(count, np.full(count, 1.0 / count), size=size) / count
+
+    means = []
+    for start in range(0, resamples, RESAMPLE_CHUNK):
+        size = min(RESAMPLE_CHUNK, resamples - start)
+        weights = draw(questions, size)
+        base_runs = draw(baseline.shape[0], size)
+        other_runs = base_runs if same_runs else draw(other.shape[0], size)
+        means.append(100.0 * ((other_runs @ other - base_runs @ baseline) * weights).sum(axis=1))
+    low, high = np.percentile(np.concatenate(means), [50.0 * (1 - level), 50.0 * (1 + level)])
+    diff = 100.0 * (other.mean(axis=0) - baseline.mean(axis=0))
+    return PairedDifference(questions, float(diff.mean()), float(low), float(high), int((diff > 0).sum()),
+                            int((diff < 0).sum()))
+
+
 def _read_runs(paths: Sequence[Path], reference: tuple[Path, list] | None = None) -> list[list]:
     """The rows of each ``questions.jsonl``, checked to hold the same questions as ``reference``
     (a path and its rows; default: the first of ``paths``)."""
@@ -85,54 +126,84 @@ def _question(row: QuestionRecord) -> tuple[object, ...]:
     return row.conversation, row.qa_index, row.question, row.category, tuple(row.evidence)
 
 
-def _mean_recalls(runs: list[list]) -> dict[str, list[float]]:
-    """Per configuration (those every run has), each question's recall averaged over the runs."""
+@dataclass(frozen=True)
+class RunRecalls:
+    """One configuration's recall of every question in each run (runs × questions) and the runs
+    it was read from: ``""`` for the main runs, else the tag they were given under."""
+
+    runs: np.ndarray
+    source: str
+
+    def mean(self) -> list[float]:
+        """Each question's recall averaged over the runs."""
+        return list((self.runs.sum(axis=0) / self.runs.shape[0]).tolist())
+
+
+def _run_recalls(runs: list[list], source: str) -> dict[str, RunRecalls]:
+    """Per configuration (those every run has), each question's recall in each run."""
     first = runs[0]
     names = [name for name in first[0].found if all(name in rows[0].found for rows in runs)]
-    return {name: [sum(score_evidence(rows[i].evidence, set(rows[i].found[name])).recall for rows in runs)
-                   / len(runs) for i in range(len(first))] for name in names}
+    return {name: RunRecalls(np.array([[score_evidence(rows[i].evidence, set(rows[i].found[name])).recall
+                                        for i in range(len(first))] for rows in runs]), source)
+            for name in names}
 
 
 def read_recalls(paths: Sequence[Path], tagged: Mapping[str, Path | Sequence[Path]] | None = None
-                 ) -> tuple[list[str], list[bool], dict[str, list[float]]]:
-    """Categories, lexical-gap flags and per-configuration recall of every question, from one
-    ``questions.jsonl`` or several runs over the same questions (e.g. training seeds), whose
-    recalls are averaged question by question. ``tagged`` adds the configurations of other runs
-    over the same questions as ``<configuration>@<tag>`` (e.g. the same configuration evaluated
-    on consolidated memory, or with another Path B setting); several runs under one tag are
-    averaged the same way."""
+                 ) -> tuple[list[QuestionRecord], dict[str, RunRecalls]]:
+    """The questions (the first run's rows) and per-configuration recall of every question in
+    every run, from one ``questions.jsonl`` or several runs over the same questions (e.g.
+    training seeds). ``tagged`` adds the configurations of other runs over the same questions as
+    ``<configuration>@<tag>`` (e.g. the same configuration evaluated on consolidated memory, or
+    with another Path B setting), one or several runs under each tag."""
     runs = _read_runs(paths)
-    recalls = _mean_recalls(runs)
+    recalls = _run_recalls(runs, "")
     for tag, tag_paths in (tagged or {}).items():
         tag_paths = [tag_paths] if isinstance(tag_paths, Path) else list(tag_paths)
         tag_runs = _read_runs(tag_paths, reference=(paths[0], runs[0]))
-        recalls.update({f"{name}@{tag}": values for name, values in _mean_recalls(tag_runs).items()})
-    return [row.category for row in runs[0]], [bool(row.lexical_gap) for row in runs[0]], recalls
+        recalls.update({f"{name}@{tag}": values for name, values in _run_recalls(tag_runs, tag).items()})
+    return runs[0], recalls
 
 
 def compare(paths: Path | Sequence[Path], baseline: str, others: Sequence[str], resamples: int = 2000,
-            seed: int = 0,
-            tagged: Mapping[str, Path | Sequence[Path]] | None = None) -> dict[str,
-                                                                               dict[str, PairedDifference]]:
-    """``{config: {"overall" | category | "lexical gap": PairedDifference}}`` against ``baseline``
-    (the lexical-gap group when the file flags such questions); ``tagged`` as :func:`read_recalls`."""
+            seed: int = 0, tagged: Mapping[str, Path | Sequence[Path]] | None = None, *,
+            resample_runs: bool = False,
+            by_conversation: bool = False) -> dict[str, dict[str, PairedDifference]]:
+    """``{config: {"overall" | category | "lexical gap" | conversation: PairedDifference}}``
+    against ``baseline`` (the lexical-gap group when the file flags such questions, a group per
+    conversation with ``by_conversation``); ``tagged`` as :func:`read_recalls`; with
+    ``resample_runs`` the intervals resample the runs too (:func:`run_resampled_difference`)."""
     paths = [paths] if isinstance(paths, Path) else list(paths)
-    categories, gaps, recalls = read_recalls(paths, tagged)
+    questions, recalls = read_recalls(paths, tagged)
     unknown = [name for name in (baseline, *others) if name not in recalls]
     if unknown:
         raise ValueError(f"{paths[0]}: no configuration {', '.join(unknown)}; it has {', '.join(recalls)}")
-    groups = {"overall": list(range(len(categories)))}
+    groups = _groups(questions, by_conversation)
+
+    def difference(name: str, rows: list[int]) -> PairedDifference:
+        base, other = recalls[baseline], recalls[name]
+        if resample_runs:
+            return run_resampled_difference(base.runs[:, rows], other.runs[:, rows],
+                                            base.source == other.source, resamples, seed)
+        base_mean, other_mean = base.mean(), other.mean()
+        return paired_difference([base_mean[i] for i in rows], [other_mean[i] for i in rows], resamples, seed)
+
+    return {name: {group: difference(name, rows) for group, rows in groups.items()} for name in others}
+
+
+def _groups(questions: Sequence[QuestionRecord], by_conversation: bool) -> dict[str, list[int]]:
+    """The question groups compared: overall, each category, the lexical-gap questions (when the
+    run flags any) and, with ``by_conversation``, each conversation in the order of the file."""
+    categories = [row.category for row in questions]
+    groups = {"overall": list(range(len(questions)))}
     known = [name for name in CATEGORY_NAMES.values() if name in categories]
     for category in known + sorted(set(categories) - set(known)):
         groups[category] = [i for i, c in enumerate(categories) if c == category]
-    if any(gaps):
-        groups["lexical gap"] = [i for i, gap in enumerate(gaps) if gap]
-    return {
-        name: {group: paired_difference([recalls[baseline][i] for i in rows],
-                                        [recalls[name][i] for i in rows], resamples, seed)
-               for group, rows in groups.items()}
-        for name in others
-    }
+    if any(row.lexical_gap for row in questions):
+        groups["lexical gap"] = [i for i, row in enumerate(questions) if row.lexical_gap]
+    if by_conversation:
+        for conversation in dict.fromkeys(row.conversation for row in questions):
+            groups[conversation] = [i for i, row in enumerate(questions) if row.conversation == conversation]
+    return groups
 
 
 def render(baseline: str, table: dict[str, dict[str, PairedDifference]]) -> str:

@@ -294,7 +294,7 @@ class QuestionRecord(Record):
     qa_index: int
     category: str
     question: str
-    evidence: list[str]
+    evidence: Annotated[list[str], Field(min_length=1)]  # a question without evidence is not scored
     found: dict[str, list[str]]
     lexical_gap: bool | None = None
 
@@ -318,7 +318,10 @@ def write_results(path: Path, results: Results) -> None:
 def read_results(path: str | Path) -> Results:
     """``results.json`` as :class:`Results`; a ValueError names the file and the line or field at fault."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start})") from None
     try:
         return Results.model_validate(json.loads(text))
     except json.JSONDecodeError as err:
@@ -342,19 +345,22 @@ def read_questions(path: str | Path) -> list[QuestionRecord]:
     """The rows of a ``questions.jsonl`` (blank lines skipped). Every row must name the same
     configurations; a ValueError names the file and the line at fault."""
     path = Path(path)
+    try:  # split at "\n" only: a text may hold U+2028, which str.splitlines would split at
+        lines = path.read_bytes().decode("utf-8").split("\n")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start})") from None
     rows: list[QuestionRecord] = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = QuestionRecord.model_validate(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: invalid JSON ({err.msg})") from None
-            except ValidationError as err:
-                raise ValueError(f"{path}:{number}: not a questions.jsonl record: {_problem(err)}") from None
-            if rows and set(row.found) != set(rows[0].found):
-                raise ValueError(f"{path}:{number}: configurations {sorted(row.found)} differ from "
-                                 f"{sorted(rows[0].found)} of the first question")
-            rows.append(row)
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = QuestionRecord.model_validate(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{number}: invalid JSON ({err.msg})") from None
+        except ValidationError as err:
+            raise ValueError(f"{path}:{number}: not a questions.jsonl record: {_problem(err)}") from None
+        if rows and set(row.found) != set(rows[0].found):
+            raise ValueError(f"{path}:{number}: configurations {sorted(row.found)} differ from "
+                             f"{sorted(rows[0].found)} of the first question")
+        rows.append(row)
     return rows

@@ -344,6 +344,16 @@ def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
         evaluate(conversations, models, tmp_path / "x",
                  EvaluationSettings(k_dense=2, k_code=2, progress=False,
                                     store=tmp_path / "elsewhere" / "store"))
+    # --store with a file the store was not built from: refused, naming the first turn that differs
+    first, *rest = conversations[0].sessions
+    edited = replace(first.turns[1], text="Something else entirely.")
+    changes = {"stored with another text": (replace(first, turns=(first.turns[0], edited, *first.turns[2:])),
+                                            *rest),
+               "'D2:1' stored, nothing in the file": (first,)}
+    for message, sessions in changes.items():
+        with pytest.raises(EvaluationError, match=f"holds another memory of 'conv-t'.*{message}"):
+            evaluate([replace(conversations[0], sessions=sessions)], models, tmp_path / "y",
+                     EvaluationSettings(k_dense=2, k_code=2, progress=False, store=out / "store"))
 
 
 def test_the_memory_in_a_database_retrieves_as_in_a_directory(tmp_path, fingerprinters, postgres_url):

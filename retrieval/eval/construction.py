@@ -4,6 +4,7 @@ the construction-cost ledger of the store."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ import numpy as np
 from isq.topology import TopologyParams
 from retrieval.api.bulk import add_conversation
 from retrieval.api.memory import Memory
+from retrieval.api.replay import difference
 from retrieval.contract import Retriever
 from retrieval.eval.configs import TRAINED, EvaluationError, RetrievalConfig
 from retrieval.eval.dual_path import DualPath, DualPathRetriever, Lexical
@@ -24,7 +26,7 @@ from retrieval.extract.base import Extractor
 from retrieval.ingestion.pipeline import IngestStats
 from retrieval.memory.meta_keys import CONSTRUCTION_KEY
 from retrieval.memory.protocols import Embedder, TextFingerprinter
-from retrieval.memory.records import AMU
+from retrieval.memory.records import AMU, Turn
 from retrieval.memory.store_contract import Store
 from retrieval.memory.targets import POSTGRES_SCHEMES, url_scheme
 from retrieval.multi_route.retriever import MultiRouteRetriever
@@ -150,13 +152,32 @@ def add_locomo_conversation(conversation: LocomoConversation, memory: Memory,
     """Build one LoCoMo conversation's memory the way users do, through :meth:`Memory.add`
     (:func:`retrieval.api.bulk.add_conversation`; the conversation is a user), its cost in the
     ledger; returns the seconds spent and the turns found stored (a rerun). A read-only memory
-    (``--store``) is only checked to hold the conversation."""
+    (``--store``) is checked to hold the conversation as the file has it: the same turns, in the
+    same order, each the same (:func:`retrieval.api.replay.difference`, as a rerun's add compares
+    them)."""
     cid = conversation.conversation_id
     if memory.store.read_only:
         if cid not in memory.store.users_with_segments():
             raise EvaluationError(f"{memory.store.location} holds no memory of {cid!r}")
+        _check_stored(memory.store, cid, conversation.turns)
         return 0.0, 0
     logger.info("%s: adding %d turns through Memory.add", cid, len(conversation.turns))
     stats = add_conversation(memory, conversation.turns)
     ledger.add(cid, stats)
     return stats.wall_s, len(conversation.turns) - stats.turns
+
+
+def _check_stored(store: Store, cid: str, turns: Sequence[Turn]) -> None:
+    """:class:`EvaluationError` naming the first turn in which the store's memory of ``cid`` and the
+    LoCoMo file differ (a store built from another release or an edited file)."""
+    stored = store.turns(cid)
+    for index, (kept, turn) in enumerate(itertools.zip_longest(stored, turns)):
+        if kept is None or turn is None or kept.turn_id != turn.turn_id:
+            where = f"turn {index + 1}: {'nothing' if kept is None else repr(kept.turn_id)} stored, " \
+                    f"{'nothing' if turn is None else repr(turn.turn_id)} in the file"
+        elif (changed := difference(kept, turn)) is not None:
+            where = f"turn {turn.turn_id!r} is stored with another {changed}"
+        else:
+            continue
+        raise EvaluationError(f"{store.location} holds another memory of {cid!r} than the LoCoMo file "
+                              f"({where}); build it from this file (without --store)")

@@ -118,7 +118,7 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--store", type=store_target,
                        help="evaluate the memory already built in this store (directory or PostgreSQL "
                             "URL; read-only; e.g. one consolidated through Memory.consolidate) instead of "
-                            "adding LoCoMo into OUT/store")
+                            "adding LoCoMo into OUT/store; it must hold the file's turns, as they are there")
     parser.add_argument("--no-progress", action="store_true")
     return parser
 

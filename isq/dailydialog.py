@@ -52,15 +52,28 @@ def read_dialogues(path: Path) -> list[list[str]]:
             continue
         if EOU not in line:
             raise DataFormatError(f"{path}:{number}: no '{EOU}' utterance separator in {line[:60]!r}")
-        turns = [detokenize(t) for t in line.split(EOU)]
-        turns = [t for t in turns if t]
-        if len(turns) < 2:
-            raise DataFormatError(f"{path}:{number}: a dialogue needs at least two utterances, "
-                                  f"found {len(turns)}")
-        dialogues.append(turns)
+        pieces = line.split(EOU)
+        if not pieces[-1].strip():  # the separator after the last utterance
+            pieces = pieces[:-1]
+        try:
+            dialogues.append(checked_dialogue([detokenize(t) for t in pieces]))
+        except DataFormatError as err:
+            raise DataFormatError(f"{path}:{number}: {err}") from None
     if not dialogues:
         raise DataFormatError(f"{path}: no dialogues")
     return dialogues
+
+
+def checked_dialogue(turns: list[str]) -> list[str]:
+    """``turns`` (detokenised utterances), or :class:`DataFormatError` (without a place: the
+    reader adds it) when one is empty, which would shift every later speaker tag (tags follow
+    the turns' order), or when there are fewer than two, which make no pair."""
+    empty = [index for index, turn in enumerate(turns) if not turn]
+    if empty:
+        raise DataFormatError(f"utterance {empty[0] + 1} of {len(turns)} is empty")
+    if len(turns) < 2:
+        raise DataFormatError(f"a dialogue needs at least two utterances, found {len(turns)}")
+    return turns
 
 
 def count_label_mismatches(dialogue_path: Path, dialogues: list[list[str]]) -> int:
@@ -72,7 +85,10 @@ def count_label_mismatches(dialogue_path: Path, dialogues: list[list[str]]) -> i
     act_path = dialogue_path.with_name(dialogue_path.name.replace("dialogues_", "dialogues_act_"))
     if not act_path.is_file():
         return 0
-    acts = act_path.read_text(encoding="utf-8").splitlines()
+    try:
+        acts = act_path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise DataFormatError(f"{act_path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     return sum(1 for turns, labels in zip(dialogues, acts, strict=False) if len(labels.split()) != len(turns))
 
 
@@ -110,12 +126,38 @@ def load_splits(root: Path) -> Splits:
     return Splits(kept, leaked, mismatches)
 
 
+_APOSTROPHES = str.maketrans({"’": "'", "‘": "'", "`": "'"})
+
+
+def leak_key(text: str) -> str:
+    """What two texts that are the same text share: ``text`` lower-cased, without whitespace, its
+    apostrophes one character. The release repeats train dialogues in validation and test with
+    only such differences ("sir.How" / "sir. How", "I’m" / "I'm", "do you" / "Do you")."""
+    return "".join(text.translate(_APOSTROPHES).lower().split())
+
+
 def without_leaks(dialogues: dict[str, list[list[str]]]) -> tuple[dict[str, list[list[str]]], dict[str, int]]:
-    """The splits with the validation and test dialogues that also occur in train dropped, and how
-    many each lost (docs/design.md §1.9), whichever source the splits came from."""
-    seen = {tuple(d) for d in dialogues["train"]}
+    """The splits with the validation and test dialogues that also occur in train (compared by
+    :func:`leak_key`) dropped, and how many each lost (docs/design.md §1.9), whichever source the
+    splits came from."""
+    seen = {tuple(map(leak_key, d)) for d in dialogues["train"]}
     kept, leaked = dict(dialogues), {}
     for split in ("validation", "test"):
-        kept[split] = [d for d in dialogues[split] if tuple(d) not in seen]
+        kept[split] = [d for d in dialogues[split] if tuple(map(leak_key, d)) not in seen]
         leaked[split] = len(dialogues[split]) - len(kept[split])
     return kept, leaked
+
+
+def without_seen_pairs(pairs: dict[str, list[str]],
+                       train: dict[str, list[str]]) -> tuple[dict[str, list[str]], int]:
+    """``pairs`` (of :func:`dialogue_pairs`) without those whose context and target, compared by
+    :func:`leak_key`, are a pair of ``train``: a validation dialogue that shares its opening turns
+    with a train dialogue (and is no copy of it) holds pairs training saw. Returns how many went."""
+    def keys(some: dict[str, list[str]]) -> list[tuple[str, str]]:
+        return [(leak_key(c), leak_key(t)) for c, t in zip(some["context"], some["target"], strict=True)]
+
+    seen = set(keys(train))
+    keep = [key not in seen for key in keys(pairs)]
+    kept = {name: [value for value, k in zip(values, keep, strict=True) if k]
+            for name, values in pairs.items()}
+    return kept, keep.count(False)

@@ -44,6 +44,59 @@ def test_leaked_evaluation_dialogues_are_dropped_and_counted(tmp_path):
     assert splits.dialogues["validation"] == [["C.", "D."]]
 
 
+def test_a_copy_differing_in_case_spacing_or_apostrophes_is_a_leak(tmp_path):
+    train = "Not at all . I ’ m an agnostic . Do you ? __eou__ No , sir.How about you ? __eou__"
+    copy = "Not at all . I ' m an agnostic . do you ? __eou__ No , sir . How about you ? __eou__"
+    root = write_release(tmp_path, [train], [copy, "C . __eou__ D . __eou__"], ["E . __eou__ F . __eou__"])
+    splits = load_splits(root)
+    assert splits.leaked == {"validation": 1, "test": 0} and splits.dialogues["validation"] == [["C.", "D."]]
+
+
+def test_evaluation_pairs_that_train_holds_are_dropped_and_counted(tmp_path):
+    """A validation dialogue that opens as a train dialogue does (and goes on otherwise) holds a
+    pair training saw: it is dropped from validation, the rest of the dialogue kept."""
+    root = write_release(tmp_path, ["Good morning . __eou__ Morning , sir . __eou__ Tea ? __eou__"] * 2,
+                         ["Good morning . __eou__ Morning , Sir . __eou__ Coffee , please . __eou__"],
+                         ["E . __eou__ F . __eou__"])
+    dm = DialogueDataModule(root=str(root), tokenizer="offline:all-MiniLM-L6-v2", context_turns=2,
+                            limit_train_dialogues=1, cache_dir=str(tmp_path / "cache"))
+    dm.setup("validate")
+    assert dm.pairs["validation"] == {"context": ["A: Good morning. B: Morning, Sir."],
+                                      "target": ["Coffee, please."]}
+    assert (dm.stats["leaked_pairs_validation"], dm.stats["validation_pairs"]) == (1, 1)
+    assert dm.stats["leaked_pairs_test"] == 0 and dm.stats["train_dialogues"] == 1
+
+
+def test_a_long_context_loses_its_oldest_tokens_and_keeps_the_turn_replied_to(tmp_path):
+    old = " ".join(["long ago"] * 30)
+    root = write_release(tmp_path, [f"{old} . __eou__ What now ? __eou__ Sleep . __eou__"],
+                         ["A . __eou__ B . __eou__"], ["E . __eou__ F . __eou__"])
+    dm = DialogueDataModule(root=str(root), tokenizer="offline:all-MiniLM-L6-v2", max_context_tokens=12,
+                            max_target_tokens=3, cache_dir=str(tmp_path / "cache"))
+    dm.setup("fit")
+    rows = list(dm.datasets["train"])
+    decoded = [dm.tokenizer.decode(row["input_ids"]) for row in rows]
+    assert decoded[1].endswith("b : what now? [SEP]") and decoded[1].startswith("[CLS] long ago")
+    assert [len(row["input_ids"]) for row in rows] == [12, 12]
+    assert dm.tokenizer.decode(rows[0]["labels"]) == "[CLS] what [SEP]"  # a long target keeps its start
+
+
+def test_an_empty_utterance_is_refused_naming_it(tmp_path):
+    """Dropped, it would give every later utterance the other speaker's tag."""
+    path = tmp_path / "d.txt"
+    path.write_text("A . __eou__ B . __eou__\nHi , Ann . __eou__   __eou__ Hello Bob . __eou__\n")
+    with pytest.raises(DataFormatError, match=r"d\.txt:2: utterance 2 of 3 is empty"):
+        read_dialogues(path)
+
+
+def test_an_act_label_file_that_is_not_utf8_is_named(tmp_path):
+    root = write_release(tmp_path, ["A . __eou__ B . __eou__"], ["E . __eou__ F . __eou__"],
+                         ["G . __eou__ H . __eou__"])
+    (root / "train" / "dialogues_act_train.txt").write_bytes(b"\xff 1 2\n")
+    with pytest.raises(DataFormatError, match=r"dialogues_act_train\.txt: not UTF-8"):
+        load_splits(root)
+
+
 def test_act_label_count_mismatch_is_tolerated_and_counted(tmp_path):
     root = write_release(tmp_path, ["A . __eou__ B . __eou__", "C . __eou__ D . __eou__"],
                          ["E . __eou__ F . __eou__"], ["G . __eou__ H . __eou__"])
@@ -132,3 +185,7 @@ def test_a_hub_copy_drops_the_evaluation_dialogues_train_holds_as_the_release_do
     assert (dm.stats["leaked_validation"], dm.stats["leaked_test"]) == (1, 2)
     assert (dm.stats["validation_dialogues"], dm.stats["test_dialogues"]) == (1, 1)
     assert dm.stats["train_dialogues"] == 2 and dm.stats["source"] == "someone/dailydialog"
+    copy["test"]["dialog"].append(["Hello .", "", "Bye ."])
+    with pytest.raises(DataFormatError, match="hub split 'test', dialogue 3: utterance 2 of 3 is empty"):
+        DialogueDataModule(hub_id="someone/dailydialog", tokenizer="offline:all-MiniLM-L6-v2",
+                           cache_dir=str(tmp_path / "cache")).setup("validate")

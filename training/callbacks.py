@@ -96,7 +96,7 @@ class ExportFingerprinter(L.Callback):
             "global_step": step,
             "checkpoint_score": score,
             "trained_steps": trainer.global_step,
-            "epochs": trainer.current_epoch,
+            "epochs": epochs_trained(trainer),
             "data": dict(getattr(datamodule, "stats", {}))
             | {"hparams": dict(getattr(datamodule, "hparams", {}))},
             "trainer": {"precision": str(trainer.precision), "world_size": trainer.world_size,
@@ -108,6 +108,16 @@ class ExportFingerprinter(L.Callback):
                                                                 overwrite=self.overwrite)
         log.info("exported fingerprinter to %s", self.exported_to)
         print(f"exported fingerprinter to {self.exported_to}")
+
+
+def epochs_trained(trainer: L.Trainer) -> float | None:
+    """How many epochs of training batches the run trained on, a fraction when it stopped inside
+    one (``max_steps``; ``current_epoch`` counts an interrupted epoch as done); None when an epoch
+    has no known length (an iterable dataset)."""
+    per_epoch = trainer.num_training_batches
+    if not per_epoch or per_epoch == float("inf"):
+        return None
+    return round(trainer.global_step * trainer.accumulate_grad_batches / per_epoch, 4)
 
 
 class RunConfigSaver(SaveConfigCallback):

@@ -20,7 +20,17 @@ from datasets import Dataset
 from torch.utils.data import DataLoader, Sampler
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from isq.dailydialog import ROOT_ENV, SPLITS, detokenize, dialogue_pairs, load_splits, without_leaks
+from isq.dailydialog import (
+    ROOT_ENV,
+    SPLITS,
+    DataFormatError,
+    checked_dialogue,
+    detokenize,
+    dialogue_pairs,
+    load_splits,
+    without_leaks,
+    without_seen_pairs,
+)
 from isq.encoder import from_pretrained
 from isq.ranges import AT_LEAST_ONE, NON_NEGATIVE, check_ranges
 from isq.synthetic import SYNTHETIC, write_synthetic_corpus
@@ -92,6 +102,19 @@ class ResumableLoader(DataLoader):
             shuffle.resume = (int(state_dict["shuffle_seed"]), int(state_dict["pairs_read"]))
 
 
+CONTEXT_CUT = "left"
+"""Which end of a context longer than ``max_context_tokens`` is cut: the oldest (a context runs
+oldest turn first, and the target replies to its last)."""
+
+
+def _hub_dialogue(split: str, index: int, utterances: list[str]) -> list[str]:
+    """One dialogue of a hub copy, detokenised and checked as the release files' are."""
+    try:
+        return checked_dialogue([detokenize(t) for t in utterances])
+    except DataFormatError as err:
+        raise DataFormatError(f"hub split {split!r}, dialogue {index}: {err}") from None
+
+
 class DialogueDataModule(L.LightningDataModule):
     """DailyDialog (or the project's synthetic corpus) tokenised for :class:`isq.model.ISQModel`.
 
@@ -142,8 +165,9 @@ class DialogueDataModule(L.LightningDataModule):
             from datasets import load_dataset
 
             hub = load_dataset(self.hparams["hub_id"])
-            dialogues, leaked = without_leaks({s: [[detokenize(t) for t in d] for d in hub[s]["dialog"]]
-                                               for s in SPLITS})
+            dialogues, leaked = without_leaks({split: [_hub_dialogue(split, i, d)
+                                                       for i, d in enumerate(hub[split]["dialog"])]
+                                               for split in SPLITS})
             self._report_leaks(leaked)
             return dialogues, self.hparams["hub_id"]
         if self.root is None:
@@ -163,17 +187,27 @@ class DialogueDataModule(L.LightningDataModule):
         self.stats.update({f"leaked_{k}": v for k, v in leaked.items()})
         log.info("dropped evaluation dialogues also in train: %s", leaked)
 
+    def _pairs(self, dialogues: dict[str, list[list[str]]]) -> None:
+        """Every split's pairs; an evaluation split's without the pairs train has (of all its
+        dialogues, before ``limit_train_dialogues``), counted as ``leaked_pairs_<split>``."""
+        turns = self.hparams["context_turns"]
+        train = dialogue_pairs(dialogues["train"], turns)
+        if self.hparams["limit_train_dialogues"]:
+            dialogues["train"] = dialogues["train"][: self.hparams["limit_train_dialogues"]]
+        for split, items in dialogues.items():
+            pairs = dialogue_pairs(items, turns)
+            if split != "train":
+                pairs, self.stats[f"leaked_pairs_{split}"] = without_seen_pairs(pairs, train)
+            self.pairs[split] = pairs
+            self.stats[f"{split}_dialogues"] = len(items)
+            self.stats[f"{split}_pairs"] = len(pairs["context"])
+
     def setup(self, stage: str | None = None) -> None:
         """Read every split (their sizes go into the run record); tokenise only those the
         stage uses (:data:`STAGE_SPLITS`), so a training run does not tokenise the test split."""
         if not self.pairs:
             dialogues, self.stats["source"] = self._read()
-            if self.hparams["limit_train_dialogues"]:
-                dialogues["train"] = dialogues["train"][: self.hparams["limit_train_dialogues"]]
-            for split, items in dialogues.items():
-                self.pairs[split] = dialogue_pairs(items, self.hparams["context_turns"])
-                self.stats[f"{split}_dialogues"] = len(items)
-                self.stats[f"{split}_pairs"] = len(self.pairs[split]["context"])
+            self._pairs(dialogues)
         for split in STAGE_SPLITS.get(stage or "", SPLITS):
             if split not in self.datasets:
                 self.datasets[split] = self._tokenize(split, self.pairs[split])
@@ -181,13 +215,15 @@ class DialogueDataModule(L.LightningDataModule):
     def _tokenize(self, split: str, pairs: dict[str, list[str]]) -> Dataset:
         h = self.hparams
         key = hashlib.sha256(repr((pairs["context"], pairs["target"], h["tokenizer"], h["max_context_tokens"],
-                                   h["max_target_tokens"])).encode()).hexdigest()[:16]
+                                   h["max_target_tokens"], CONTEXT_CUT)).encode()).hexdigest()[:16]
         cache = self.cache_dir / "tokenized" / f"{split}-{key}.arrow"
         cache.parent.mkdir(parents=True, exist_ok=True)
         tok = self.tokenizer
 
         def encode(batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
+            tok.truncation_side = CONTEXT_CUT  # a long context loses its oldest tokens
             ctx = tok(batch["context"], truncation=True, max_length=h["max_context_tokens"])
+            tok.truncation_side = "right"  # a long target keeps its start
             tgt = tok(batch["target"], truncation=True, max_length=h["max_target_tokens"])
             return {"input_ids": ctx["input_ids"], "labels": tgt["input_ids"]}
 

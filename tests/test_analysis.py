@@ -178,6 +178,13 @@ def test_frequent_words_skip_subwords_short_and_special_tokens():
     assert analysis.frequent_words(sample, 5) == ["monday", "dollars"]
 
 
+def test_frequent_words_of_a_tokenizer_that_marks_word_starts():
+    """SentencePiece (T5) marks a word's first piece with "▁"; the unmarked pieces are insides."""
+    sample = hand_sample([["▁they", "▁have", "▁ticket", "▁stub", "s", ".", "</s>"],
+                          ["▁have", "▁ticket", "tion", "</s>"]], [[0] * 7, [0] * 4])
+    assert analysis.frequent_words(sample, 5) == ["have", "ticket", "they", "stub"]
+
+
 # ---------------------------------------------------------------------------- stability
 
 

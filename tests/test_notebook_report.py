@@ -207,6 +207,22 @@ def test_report_without_texts_uses_and_names_the_default_sample(fingerprinter_di
     assert "texts from `the project's synthetic corpus" in (tmp_path / "report" / "report.md").read_text()
 
 
+def test_multi_hop_only_associations_are_walked_two_steps():
+    """Codes 0 and 2 never share a text but each shares one with code 1: one step (the default
+    H_r) cannot score 0 -> 2, which the multi-hop-only table is about; two steps do."""
+    import numpy as np
+
+    from isq.analysis import SampleCodes, top_associations
+    from isq.report import multi_hop_scores, sample_topology
+
+    codes = [np.array([0, 1]), np.array([1, 2]), np.array([0, 1]), np.array([1, 2])]
+    sample = SampleCodes(["t"] * 4, [["a", "b"]] * 4, codes, [np.ones(2)] * 4, [np.ones(2)] * 4, 4)
+    topology = sample_topology(sample)
+    assert topology.params.max_hops == 1 and topology.code_scores()[0, 2] == 0
+    found = top_associations(multi_hop_scores(topology), topology.cooccurrence, 5, indirect_only=True)
+    assert {(link.source, link.target) for link in found} == {(0, 2), (2, 0)}
+
+
 def test_report_with_training_log(fingerprinter_dir, dialogue_file, tmp_path):
     run = tmp_path / "runs" / "smoke" / "version_0"  # --log takes the run directory
     run.mkdir(parents=True)

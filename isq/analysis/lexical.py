@@ -98,10 +98,18 @@ def word_codes(sample: SampleCodes, pieces: Sequence[str]) -> Counter[tuple[int,
     return found
 
 
+WORD_START = ("▁", "Ġ")
+"""How SentencePiece (T5) and byte-level BPE (GPT-2, RoBERTa) mark a token that starts a word;
+WordPiece (BERT, MiniLM) marks the others instead (``##``)."""
+
+
 def frequent_words(sample: SampleCodes, count: int, min_length: int = 4) -> list[str]:
-    """The ``count`` most frequent whole-word alphabetic tokens of at least ``min_length`` letters."""
-    words: Counter[str] = Counter(
-        token for tokens in sample.tokens for token in tokens
-        if token.isalpha() and len(token) >= min_length
-    )
+    """The ``count`` most frequent whole-word alphabetic tokens of at least ``min_length`` letters:
+    where the tokenizer marks word starts (:data:`WORD_START`), the marked tokens without the mark
+    (an unmarked one is the inside of a word), else the tokens as they are."""
+    tokens = [token for text in sample.tokens for token in text]
+    marked = any(token[:1] in WORD_START for token in tokens)
+    if marked:
+        tokens = [token[1:] for token in tokens if token[:1] in WORD_START]
+    words = Counter(token for token in tokens if token.isalpha() and len(token) >= min_length)
     return [word for word, _ in words.most_common(count)]

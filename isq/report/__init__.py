@@ -9,7 +9,14 @@ fingerprinter pass), ``figures``, ``tables``, ``document`` (``report.md``) and `
 
 from __future__ import annotations
 
-from isq.report.analyse import DEFAULT_WORDS, CodebookAnalysis, analyse, sample_topology
+from isq.report.analyse import (
+    DEFAULT_WORDS,
+    MULTI_HOP,
+    CodebookAnalysis,
+    analyse,
+    multi_hop_scores,
+    sample_topology,
+)
 from isq.report.cli import main
 from isq.report.document import MIN_SOURCE_UNITS, write_report
 from isq.report.figures import (
@@ -33,6 +40,7 @@ __all__ = [
     "DEFAULT_WORDS",
     "LOSS_PANELS",
     "MIN_SOURCE_UNITS",
+    "MULTI_HOP",
     "PERPLEXITY_COLUMNS",
     "CodebookAnalysis",
     "InputError",
@@ -44,6 +52,7 @@ __all__ = [
     "distances_figure",
     "lengths_figure",
     "main",
+    "multi_hop_scores",
     "norms_figure",
     "pca_figure",
     "read_metrics_log",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -49,6 +49,18 @@ def sample_topology(sample: SampleCodes,
     return topology
 
 
+MULTI_HOP = 2
+"""H_r of the multi-hop-only associations: under the default H_r = 1 a code's scores reach only
+the codes it co-occurs with, so no pair that never co-occurs (M_ab = 0) could score."""
+
+
+def multi_hop_scores(topology: CooccurrenceTopology) -> np.ndarray:
+    """S_code of ``topology`` walked at least :data:`MULTI_HOP` steps (its other parameters kept)."""
+    hops = max(MULTI_HOP, topology.params.max_hops)
+    scores: np.ndarray = topology.with_params(replace(topology.params, max_hops=hops)).code_scores()
+    return scores
+
+
 @dataclass
 class CodebookAnalysis:
     """Every result the report shows, from one fingerprinter and one text sample."""
@@ -66,6 +78,7 @@ class CodebookAnalysis:
     cooccurrence: sp.csr_matrix
     doc_freq: np.ndarray
     code_scores: np.ndarray
+    multi_hop_scores: np.ndarray
     topology_params: dict[str, float]
     concordance: dict[int, CodeConcordance]
     words: dict[str, tuple[list[str], Counter[tuple[int, ...]]]]
@@ -105,6 +118,7 @@ def analyse(
         cooccurrence=topology.cooccurrence,
         doc_freq=topology.doc_freq,
         code_scores=topology.code_scores(),
+        multi_hop_scores=multi_hop_scores(topology),
         topology_params={"units": topology.num_units, "max_hops": topology.params.max_hops,
                          "alpha": topology.params.alpha},
         concordance=concordance(sample),

@@ -10,7 +10,7 @@ import numpy as np
 
 from isq.analysis import Association, degrees, top_associations
 from isq.markdown import markdown_table
-from isq.report.analyse import CodebookAnalysis
+from isq.report.analyse import MULTI_HOP, CodebookAnalysis
 from isq.report.figures import (
     degree_figure,
     distances_figure,
@@ -63,7 +63,8 @@ def write_report(
 
     def strongest(indirect_only: bool) -> list[Association]:
         sources = a.doc_freq >= MIN_SOURCE_UNITS
-        return top_associations(a.code_scores, a.cooccurrence, 15, indirect_only, sources)
+        scores = a.multi_hop_scores if indirect_only else a.code_scores
+        return top_associations(scores, a.cooccurrence, 15, indirect_only, sources)
 
     params = a.topology_params
     sections = [
@@ -88,7 +89,8 @@ def write_report(
         "### Strongest associations (S_code, diagonal excluded, "
         f"source codes in >= {MIN_SOURCE_UNITS} texts)\n",
         associations_table(strongest(indirect_only=False), a.concordance) + "\n",
-        "### Strongest multi-hop-only associations (M_ab = 0)\n",
+        f"### Strongest multi-hop-only associations (M_ab = 0, H_r = {max(MULTI_HOP, params['max_hops'])})\n",
+        "Walked two steps whatever the H_r above: one step reaches only codes that co-occur.\n",
         associations_table(strongest(indirect_only=True), a.concordance) + "\n",
         "## Token ↔ code concordance\n", concordance_table(a.concordance) + "\n",
         "### Codes of chosen words\n", words_table(a.words) + "\n",

@@ -136,8 +136,11 @@ def training_figures(log: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> dict[s
         for axis, (title, columns) in zip(axes, panels.items(), strict=True):
             _plot_series(axis, log, columns, title)
         figures["training_losses"] = figure
-    for name, wanted, title in (("training_codes", CODE_COLUMNS, "codes alive, dead and revived"),
-                                ("training_perplexity", PERPLEXITY_COLUMNS, "codebook perplexity")):
+    # train/ counts one batch's tokens, val/ the whole validation split's: a smaller sample uses
+    # fewer codes, so the two differ without any gap between the splits
+    scope = " (train: per batch; val: whole split)"
+    for name, wanted, title in (("training_codes", CODE_COLUMNS, "codes alive, dead and revived" + scope),
+                                ("training_perplexity", PERPLEXITY_COLUMNS, "codebook perplexity" + scope)):
         present = [column for column in wanted if column in log]
         if present:
             figure, (axis,) = _axes(1, width=6.0)

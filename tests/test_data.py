@@ -81,14 +81,6 @@ def test_a_long_context_loses_its_oldest_tokens_and_keeps_the_turn_replied_to(tm
     assert dm.tokenizer.decode(rows[0]["labels"]) == "[CLS] what [SEP]"  # a long target keeps its start
 
 
-def test_an_empty_utterance_is_refused_naming_it(tmp_path):
-    """Dropped, it would give every later utterance the other speaker's tag."""
-    path = tmp_path / "d.txt"
-    path.write_text("A . __eou__ B . __eou__\nHi , Ann . __eou__   __eou__ Hello Bob . __eou__\n")
-    with pytest.raises(DataFormatError, match=r"d\.txt:2: utterance 2 of 3 is empty"):
-        read_dialogues(path)
-
-
 def test_an_act_label_file_that_is_not_utf8_is_named(tmp_path):
     root = write_release(tmp_path, ["A . __eou__ B . __eou__"], ["E . __eou__ F . __eou__"],
                          ["G . __eou__ H . __eou__"])
@@ -104,17 +96,16 @@ def test_act_label_count_mismatch_is_tolerated_and_counted(tmp_path):
     assert load_splits(root).label_mismatches["train"] == 1
 
 
-def test_malformed_line_names_file_and_line(tmp_path):
+@pytest.mark.parametrize(("second_line", "message"), [
+    ("no separator here", "no '__eou__'"),
+    ("Only one . __eou__", "a dialogue needs at least two"),
+    # dropped, an empty utterance would give every later one the other speaker's tag
+    ("Hi , Ann . __eou__   __eou__ Hello Bob . __eou__", "utterance 2 of 3 is empty"),
+])
+def test_a_malformed_dialogue_names_file_and_line(tmp_path, second_line, message):
     path = tmp_path / "dialogues_train.txt"
-    path.write_text("Hi . __eou__ Hello . __eou__\nno separator here\n")
-    with pytest.raises(DataFormatError, match=r"dialogues_train\.txt:2: no '__eou__'"):
-        read_dialogues(path)
-
-
-def test_single_utterance_dialogue_is_refused(tmp_path):
-    path = tmp_path / "d.txt"
-    path.write_text("Only one . __eou__\n")
-    with pytest.raises(DataFormatError, match=r"d\.txt:1: a dialogue needs at least two"):
+    path.write_text(f"Hi . __eou__ Hello . __eou__\n{second_line}\n")
+    with pytest.raises(DataFormatError, match=rf"dialogues_train\.txt:2: {message}"):
         read_dialogues(path)
 
 

@@ -59,7 +59,14 @@ def _run(step: str, command: Sequence[str]) -> None:
     result = subprocess.run(list(command), cwd=REPO, capture_output=True, text=True)
     if result.returncode != 0:
         last = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()[-1]
-        raise RunError(f"{step} failed (exit {result.returncode}): {last}")
+        raise RunError(f"{step} failed (exit {result.returncode}): {last.removeprefix('error: ')}")
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (torch imported only here: the run trains in a subprocess)."""
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 def max_time(minutes: int) -> str:
@@ -135,6 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise RunError(f"{locomo}: no such LoCoMo file")
         if not args.tiny and not Path(data_root, "train").is_dir():
             raise RunError(f"{data_root}: not a DailyDialog release directory (no train/)")
+        if not args.tiny and not cuda_available():
+            raise RunError("no CUDA device is available; run it on a GPU machine, or pass --tiny for the "
+                           "same path on the CPU")
         started = time.perf_counter()
         fingerprinter = train(data_root, out, args.tiny, args.max_minutes, args.seed)
         trained = time.perf_counter()

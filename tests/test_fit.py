@@ -194,10 +194,12 @@ def test_two_process_ddp_keeps_codebooks_identical(tmp_path):
 
 
 @pytest.mark.parametrize("precision", ["16-mixed", "bf16-true"])
-def test_fp16_and_bf16_true_are_refused(tmp_path, precision, capsys):
-    with pytest.raises(SystemExit):
+def test_fp16_and_bf16_true_are_refused_in_one_line(tmp_path, precision, capsys):
+    with pytest.raises(SystemExit) as exit_info:
         main(smoke_args(tmp_path, 1, "--trainer.precision", precision))
-    assert "refused" in capsys.readouterr().err
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --trainer.precision {precision} is refused: ") and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("seed", ["-1", str(2**32)])

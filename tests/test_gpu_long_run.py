@@ -60,6 +60,20 @@ def test_bad_input_is_one_error_line_and_exit_2(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_without_a_gpu_the_full_run_stops_at_once_naming_tiny(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: the full run would start")
+    locomo = write_locomo(tmp_path / "locomo.json")
+    (tmp_path / "dd" / "train").mkdir(parents=True)
+    result = subprocess.run([*SCRIPT, "--data-root", str(tmp_path / "dd"), "--locomo", locomo, "--out",
+                             str(tmp_path / "out")], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr == (
+        "error: no CUDA device is available; run it on a GPU machine, or pass --tiny for the same path "
+        "on the CPU\n")
+
+
 def test_max_minutes_is_lightnings_max_time(tmp_path):
     from benchmarks.gpu_long_run import max_time
 

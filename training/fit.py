@@ -86,7 +86,7 @@ class ISQCLI(LightningCLI):
         trainer = self.config.get("trainer", {})
         precision = str(trainer.get("precision"))
         if precision in REFUSED_PRECISION:
-            self.parser.error(f"--trainer.precision {precision} is refused: {REFUSED_PRECISION[precision]}")
+            raise OutOfRange(f"--trainer.precision {precision} is refused: {REFUSED_PRECISION[precision]}")
         check_trainer(trainer)
         if self.config.get("validate_only"):
             trainer["logger"] = False  # a validation is printed, not a run: no runs/<name>/version_N for it

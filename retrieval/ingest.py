@@ -8,8 +8,9 @@
     python -m retrieval.ingest --jsonl turns.jsonl --store DIR ...
 
 The JSONL turn stream is described in :mod:`retrieval.ingestion.turns_jsonl`. A rerun on the same
-store adds nothing (stored turn ids are replays). ``--consolidate-in-background`` queues one
-durable consolidation job per conversation (:meth:`Memory.consolidate`) and waits for them at the end.
+store adds nothing (stored turn ids are replays). ``--consolidate-in-background`` then runs one
+durable consolidation job per conversation (:meth:`Memory.consolidate`) on the memory's job
+workers, one conversation after another, and prints each job's report.
 """
 
 from __future__ import annotations
@@ -77,10 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 remember_fingerprinter(memory.store, args.fingerprinter, memory.models.fingerprinter)
             stats = add_conversation(memory, turns, progress=not args.no_progress)
             jobs = []
-            if args.consolidate_in_background:
-                jobs = [memory.consolidate(user_id=user, wait=False)
+            if args.consolidate_in_background:  # one job a user, each waited for before the next
+                # is queued: asked again once its job ended, consolidate would start a second one
+                jobs = [memory.consolidate(user_id=user, wait=True)
                         for user in dict.fromkeys(t.user_id for t in turns)]
-                jobs = [memory.consolidate(user_id=job.user_id, wait=True) for job in jobs]
     except (InputFormatError, IngestError, MemoryAPIError, StoreError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -493,6 +494,20 @@ def test_consolidate_cli(store_dir: Path, tmp_path: Path, capsys, monkeypatch) -
 
 
 def test_ingest_cli_consolidates_in_the_background(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Each user's job runs once and its report is printed, however soon a job ends (here every
+    job has ended when consolidate returns: asked again then, consolidate starts another)."""
+    from retrieval.api.memory import Memory
+
+    queue = Memory.consolidate
+
+    def ended_at_once(memory: Memory, *, user_id: str, **options: object):
+        job = queue(memory, user_id=user_id, **options)
+        while job.state not in ("done", "failed"):
+            time.sleep(0.02)
+            job = memory.job(job.id, user_id=user_id)
+        return job
+
+    monkeypatch.setattr(Memory, "consolidate", ended_at_once)
     monkeypatch.setattr("retrieval.ingest.SentenceEmbedder", NamedHashEmbedder)
     path = tmp_path / "talk.jsonl"
     path.write_text("\n".join(json.dumps({"conversation_id": t.user_id, "session_id": t.session_id,
@@ -503,6 +518,8 @@ def test_ingest_cli_consolidates_in_the_background(tmp_path: Path, capsys, monke
     assert ingest_main(["--jsonl", str(path), "--store", str(store), "--no-progress",
                         "--consolidate-in-background"]) == 0
     out = capsys.readouterr().out
-    assert "AMUs written 19" in out and f"consolidation {CID}: active AMUs" in out
+    assert "AMUs written 19" in out and f"consolidation {CID}: active AMUs 19 -> 13 | archived" in out
     with AMUStore(store, read_only=True) as reader:
         assert reader.count(CID, include_archived=False) == 13 and audit(reader).ok
+        # one job: the report printed is the consolidation's, not a second run's over its result
+        assert [row.id for row in map(reader.job_row, (1, 2)) if row is not None] == [1]

@@ -47,6 +47,15 @@ MONDAY = datetime(2023, 5, 8, 13, 56)  # a Monday
         # "the last week of June" is late June, "the last year" the past twelve months: no rewrite
         ("The last week of June we hike.", "The last week of June we hike.", []),
         ("In the last year I learned German.", "In the last year I learned German.", []),
+        # short weekday names (capitalised: "I last sat there" is no Saturday), weekends counted back,
+        # "this past": a determiner makes the phrase a thing ("my last year of college")
+        ("Last Fri we swam; I last sat there.", "On Friday, 5 May 2023 we swam; I last sat there.",
+         ["2023-05-05"]),
+        ("Group was last Tues.", "Group was on Tuesday, 2 May 2023.", ["2023-05-02"]),
+        ("We camped two weekends ago.", "We camped on the weekend of 29 April 2023.",
+         ["2023-04-29/2023-04-30"]),
+        ("The trip this past weekend.", "The trip on the weekend of 6 May 2023.", ["2023-05-06/2023-05-07"]),
+        ("My last year of college was hard.", "My last year of college was hard.", []),
     ],
 )
 def test_relative_dates(text, expected, values):
@@ -103,6 +112,10 @@ def test_relative_dates_need_a_session_time():
         # quoted speech is another voice's
         ('My boss told me "I am quitting my job" today.',
          'Caroline\'s boss told Caroline "I am quitting my job" today.'),
+        # a "you" of several people names no one; the addressee called before "you" is not doubled
+        ("You both looked great on your wedding day!", "You both looked great on your wedding day!"),
+        ("I hope all of you had fun.", "Caroline hopes all of you had fun."),
+        ("No doubt, Melanie you've got this.", "No doubt, Melanie has got this."),
     ],
 )
 def test_pronouns(text, expected):
@@ -179,7 +192,7 @@ def test_you_is_the_one_the_turn_calls_by_name_in_a_group():
         ("Ann", "Carol, have you sent your spreadsheet?"), ("Carol", "Not yet.")])]
     segment = Segment("u", "g", 0, tuple(Exchange((turn,)) for turn in turns), "session_flush", 30)
     amus = RuleExtractor().extract(segment, ReferenceContext(("Ann", "Bob", "Carol"))).amus
-    assert amus[0].text == "Ann: Carol, Carol promised the budget spreadsheet."
+    assert amus[0].text == "Ann: Carol promised the budget spreadsheet."  # the name called, not written twice
     assert amus[2].text == "Ann: Carol, has Carol sent Carol's spreadsheet?"
 
 
@@ -201,6 +214,14 @@ def test_speaker_is_prefixed_when_the_text_does_not_name_them():
 def test_informative_rule(text, caption, expected):
     turn = Turn("c", "s", "t", "Melanie", text, MONDAY, caption)
     assert is_informative(turn, ("Caroline", "Melanie")) is expected
+
+
+def test_an_images_topics_are_what_it_shows_not_the_caption_wrapper():
+    turn = Turn("c", "s", "t", "Melanie", "Look at this sunset!", MONDAY, "a photo of a sunset over the lake")
+    segment = Segment("c", "s", 0, (Exchange((turn,)),), "session_flush", 10)
+    (amu,) = RuleExtractor().extract(segment, ReferenceContext(("Caroline", "Melanie"))).amus
+    assert amu.text.endswith("[Melanie shares an image: a photo of a sunset over the lake]")
+    assert amu.tags == ("look", "sunset", "lake")
 
 
 @pytest.mark.parametrize(

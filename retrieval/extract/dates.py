@@ -10,6 +10,13 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_WEEKDAY_ABBREVIATIONS = {"mon": 0, "tue": 1, "tues": 1, "wed": 2, "thu": 3, "thur": 3, "thurs": 3, "fri": 4,
+                          "sat": 5, "sun": 6}
+"""Short weekday names as people write them ("last Fri"); each maps to its index in WEEKDAYS. Only
+capitalised: "I last sat there" is no Saturday."""
+_DETERMINERS = ("the", "my", "his", "her", "our", "their", "your", "its")
+"""Before "last"/"next"/"this", a word that makes the phrase a thing, not a date ("my last year of
+college", "the next month")."""
 MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
           "november", "december")
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
@@ -21,9 +28,11 @@ _RELATIVE_DATE = re.compile(
     r"\b(?:(?P<prep>" + "|".join(_PREPOSITIONS) + r")\s+)?"
     r"(?P<expr>the\s+day\s+before\s+yesterday|the\s+day\s+after\s+tomorrow|yesterday|today|tonight|tomorrow"
     r"|last\s+night"
-    r"|(?<!the\s)(?P<rel>last|next|this)\s+(?P<unit>week|weekend|month|year|" + "|".join(WEEKDAYS) + r")"
+    r"|" + "".join(rf"(?<!\b{word}\s)" for word in _DETERMINERS)
+    + r"(?P<rel>last|next|this\s+past|this)\s+(?P<unit>weekend|week|month|year|" + "|".join(WEEKDAYS)
+    + "|(?-i:" + "|".join(sorted((a.title() for a in _WEEKDAY_ABBREVIATIONS), key=len, reverse=True)) + r"))"
     r"|(?P<num>\d+|" + "|".join(sorted(_NUMBERS, key=len, reverse=True)) + r")"
-    r"\s+(?P<agounit>day|week|month|year)s?\s+ago)"
+    r"\s+(?P<agounit>day|weekend|week|month|year)s?\s+ago)"
     r"\b(?P<poss>['’]s)?(?P<subject>(?=\s+(?:was|is|has|had|will|were|would)\b))?",
     re.IGNORECASE,
 )
@@ -59,6 +68,14 @@ def _shift_months(day: date, months: int) -> date:
     return date(index // 12, index % 12 + 1, 1)
 
 
+def _weekend(today: date, step: int) -> tuple[str, str, str]:
+    """The weekend ``step`` weeks from the one of today's Monday-to-Sunday week (-1: last weekend,
+    also on a Saturday or Sunday, when "this weekend" is the current one)."""
+    saturday = today - timedelta(days=today.weekday()) + timedelta(days=5 + 7 * step)
+    sunday = saturday + timedelta(days=1)
+    return f"the weekend of {_day_text(saturday)}", f"{saturday.isoformat()}/{sunday.isoformat()}", "on"
+
+
 def _resolve(match: re.Match[str], today: date) -> tuple[str, str, str]:
     """(absolute phrase, ISO value, default preposition) for one relative expression."""
     expr = " ".join(match["expr"].lower().split())
@@ -81,26 +98,26 @@ def _resolve(match: re.Match[str], today: date) -> tuple[str, str, str]:
             day = today - timedelta(weeks=count)
             monday = day - timedelta(days=day.weekday())
             return f"the week of {_day_text(monday)}", _week(day), "in"
+        if unit == "weekend":  # one weekend ago is last weekend
+            return _weekend(today, -count)
         if unit == "month":
             month = _shift_months(today, -count)
             return _month_text(month), _month(month), "in"
         return str(today.year - count), _year(today.year - count), "in"
-    step = {"last": -1, "this": 0, "next": 1}[match["rel"].lower()]
+    step = {"last": -1, "this past": -1, "this": 0, "next": 1}[" ".join(match["rel"].lower().split())]
     unit = match["unit"].lower()
     monday = today - timedelta(days=today.weekday())
     if unit == "week":
         words = {-1: "the week before", 0: "the week of", 1: "the week after"}[step]
         return f"{words} {_day_text(today)}", _week(today + timedelta(weeks=step)), "in"
     if unit == "weekend":
-        saturday = monday + timedelta(days=5 + 7 * step)
-        sunday = saturday + timedelta(days=1)
-        return f"the weekend of {_day_text(saturday)}", f"{saturday.isoformat()}/{sunday.isoformat()}", "on"
+        return _weekend(today, step)
     if unit == "month":
         month = _shift_months(today, step)
         return _month_text(month), _month(month), "in"
     if unit == "year":
         return str(today.year + step), _year(today.year + step), "in"
-    target = WEEKDAYS.index(unit)
+    target = WEEKDAYS.index(unit) if unit in WEEKDAYS else _WEEKDAY_ABBREVIATIONS[unit]
     if step == -1:  # the most recent such day strictly before today
         day = today - timedelta(days=(today.weekday() - target) % 7 or 7)
     elif step == 1:  # the first such day strictly after today

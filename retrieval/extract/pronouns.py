@@ -40,6 +40,9 @@ _NOUN_MINE = "".join(rf"(?<!\b{word} )" for word in ("a", "the", "gold", "coal",
 """Before "mine": the words that make it the noun ("a gold mine")."""
 _QUOTED = re.compile(r"(\"[^\"]*\"|“[^”]*”)")
 """Quoted speech: another voice's "I" and "you", left as written."""
+_PLURAL_YOU = re.compile(r"\byou\s+(?:both|guys|all|two|three|folks|people)\b|\by['’]all\b"
+                         r"|\b(?:both|all|each|either|neither|any)\s+of\s+you\b", re.IGNORECASE)
+"""A "you" of several people ("you both", "you guys", "all of you"): no one addressee's name."""
 
 
 def mentions(name: str, text: str) -> bool:
@@ -112,8 +115,15 @@ def resolve_pronouns(text: str, speaker: str, addressee: str | None) -> str:
     common present-tense verbs: "I am" -> "Caroline is", "my" -> "Caroline's", "do you" ->
     "does Melanie". Reflexives after their antecedent become "themselves" ("letting you express
     yourself" -> "letting Melanie express themselves"), otherwise the name. Quoted speech is
-    another voice's and stays as written; a Roman numeral ("World War I") and "i.e." are no "I"."""
+    another voice's and stays as written; a Roman numeral ("World War I") and "i.e." are no "I". A
+    text that speaks to several people ("you both", "all of you") keeps its "you"; the addressee's
+    name called right before "you" is dropped ("Jon, you did it" -> "Jon did it")."""
     parts = _QUOTED.split(text)  # odd positions: the quotations
+    if addressee is not None and any(_PLURAL_YOU.search(part) for part in parts[::2]):
+        addressee = None  # the text speaks to several people
+    if addressee is not None:  # a name called before "you" ("Jon, you did it") would be written twice
+        vocative = re.compile(rf"\b{re.escape(addressee)},?\s+(?=you\b)", re.IGNORECASE)
+        parts[::2] = [vocative.sub("", part) for part in parts[::2]]
     for rules, name in ((_FIRST_PERSON, speaker), (_SECOND_PERSON, addressee)):
         if name is None:
             continue

@@ -110,6 +110,11 @@ def find_entities(text: str, participants: Sequence[str]) -> list[str]:
     return found
 
 
+_CAPTION_OPENING = re.compile(r"^\s*(?:there is\s+)?(?:a|an)\s+(?:close up\s+)?"
+                              r"(?:photo|picture|image|photograph)\s+of\s+", re.IGNORECASE)
+"""How an image captioner opens a caption ("a photo of a dog"): what the image shows follows."""
+
+
 def topic_tags(text: str, names: set[str], entities: Sequence[str]) -> list[str]:
     """The first :data:`TAGS_PER_RECORD` distinct content words of at least four letters that are
     neither generic verbs or adverbs nor words of the record's entities (those have entity nodes)."""
@@ -201,10 +206,12 @@ class RuleExtractor:
             text = resolve_pronouns(text, turn.speaker, _addressee(turn, turns, participants))
             if not mentions(turn.speaker, text):
                 text = f"{turn.speaker}: {text}"
+            tagged = text  # the words topics are read from: the turn's and its caption's, no wrapper
             if turn.image_caption:
                 text = f"{text} [{turn.speaker} shares an image: {turn.image_caption}]"
+                tagged = f"{tagged} {_CAPTION_OPENING.sub('', turn.image_caption)}"
             entities = find_entities(text, participants)
             amus.append(make_amu(segment, len(amus), text, _memory_type(turn.text, timestamps), [turn],
                                   timestamps=timestamps, entities=entities,
-                                  tags=topic_tags(text, names, entities), **temporal_scope(dated)))
+                                  tags=topic_tags(tagged, names, entities), **temporal_scope(dated)))
         return Extraction(amus, unresolved_dates=unresolved)

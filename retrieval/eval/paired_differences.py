@@ -149,7 +149,16 @@ def _run_recalls(runs: list[list], source: str) -> dict[str, RunRecalls]:
 
 
 def read_recalls(paths: Sequence[Path], tagged: Mapping[str, Path | Sequence[Path]] | None = None
-                 ) -> tuple[list[QuestionRecord], dict[str, RunRecalls]]:
+                 ) -> tuple[list[str], list[bool], dict[str, list[float]]]:
+    """Categories, lexical-gap flags and per-configuration recall of every question averaged over
+    the runs (:func:`read_run_recalls`, whose arguments these are)."""
+    questions, recalls = read_run_recalls(paths, tagged)
+    return ([row.category for row in questions], [bool(row.lexical_gap) for row in questions],
+            {name: values.mean() for name, values in recalls.items()})
+
+
+def read_run_recalls(paths: Sequence[Path], tagged: Mapping[str, Path | Sequence[Path]] | None = None
+                     ) -> tuple[list[QuestionRecord], dict[str, RunRecalls]]:
     """The questions (the first run's rows) and per-configuration recall of every question in
     every run, from one ``questions.jsonl`` or several runs over the same questions (e.g.
     training seeds). ``tagged`` adds the configurations of other runs over the same questions as
@@ -173,7 +182,7 @@ def compare(paths: Path | Sequence[Path], baseline: str, others: Sequence[str], 
     conversation with ``by_conversation``); ``tagged`` as :func:`read_recalls`; with
     ``resample_runs`` the intervals resample the runs too (:func:`run_resampled_difference`)."""
     paths = [paths] if isinstance(paths, Path) else list(paths)
-    questions, recalls = read_recalls(paths, tagged)
+    questions, recalls = read_run_recalls(paths, tagged)
     unknown = [name for name in (baseline, *others) if name not in recalls]
     if unknown:
         raise ValueError(f"{paths[0]}: no configuration {', '.join(unknown)}; it has {', '.join(recalls)}")

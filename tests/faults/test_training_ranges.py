@@ -53,7 +53,8 @@ def test_every_numeric_module_and_data_argument_has_a_range():
 
 @pytest.mark.parametrize(("field", "value", "allowed"), [
     ("max_length", 0, ">= 1"), ("max_length", -5, ">= 1"), ("num_codes", 0, ">= 1"), ("code_dim", 0, ">= 1"),
-    ("ema_decay", 1.0, "in [0, 1)"), ("ema_eps", 0.0, "> 0"), ("beta", -0.1, ">= 0"),
+    ("ema_decay", 1.0, "in (0, 1)"), ("ema_decay", 0.0, "in (0, 1)"), ("ema_eps", 0.0, "> 0"),
+    ("beta", -0.1, ">= 0"),
     ("lambda_ent", math.nan, ">= 0"), ("nce_temperature", 0.0, "> 0"), ("revive_every", 0, ">= 1"),
     ("lora_rank", -1, ">= 0"), ("entropy_temperature", math.inf, "> 0"),
 ])

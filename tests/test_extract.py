@@ -56,6 +56,10 @@ MONDAY = datetime(2023, 5, 8, 13, 56)  # a Monday
          ["2023-04-29/2023-04-30"]),
         ("The trip this past weekend.", "The trip on the weekend of 6 May 2023.", ["2023-05-06/2023-05-07"]),
         ("My last year of college was hard.", "My last year of college was hard.", []),
+        ("I saw her last week.", "I saw her in the week before 8 May 2023.", ["2023-W18"]),
+        # "this past year" is the last twelve months; a short name before a name or a hyphen is none
+        ("This past year I learned German.", "This past year I learned German.", []),
+        ("This Sun Valley trip, last Wed-Fri.", "This Sun Valley trip, last Wed-Fri.", []),
     ],
 )
 def test_relative_dates(text, expected, values):
@@ -116,10 +120,21 @@ def test_relative_dates_need_a_session_time():
         ("You both looked great on your wedding day!", "You both looked great on your wedding day!"),
         ("I hope all of you had fun.", "Caroline hopes all of you had fun."),
         ("No doubt, Melanie you've got this.", "No doubt, Melanie has got this."),
+        ("Wow, Melanie, your group is great. Was it Melanie you met?",
+         "Wow, Melanie's group is great. Was it Melanie Melanie met?"),  # called, then spoken of
+        ("I'm rooting for you all the way.", "Caroline is rooting for Melanie all the way."),
     ],
 )
 def test_pronouns(text, expected):
     assert resolve_pronouns(text, "Caroline", "Melanie") == expected
+
+
+@pytest.mark.parametrize(("text", "addressee", "expected"), [
+    ("I hope you had fun.", "Hope", "Caroline hopes Hope had fun."),
+    ("Will you come? Will, you must.", "Will", "Will Will come? Will must."),
+])
+def test_an_addressee_whose_name_is_a_word_is_called_only_as_a_name(text, addressee, expected):
+    assert resolve_pronouns(text, "Caroline", addressee) == expected
 
 
 def test_second_person_is_kept_without_an_addressee():
@@ -217,10 +232,11 @@ def test_informative_rule(text, caption, expected):
 
 
 def test_an_images_topics_are_what_it_shows_not_the_caption_wrapper():
-    turn = Turn("c", "s", "t", "Melanie", "Look at this sunset!", MONDAY, "a photo of a sunset over the lake")
+    caption = "a photography of a sunset over the lake"  # how the dev file's captioner often opens
+    turn = Turn("c", "s", "t", "Melanie", "Look at this sunset!", MONDAY, caption)
     segment = Segment("c", "s", 0, (Exchange((turn,)),), "session_flush", 10)
     (amu,) = RuleExtractor().extract(segment, ReferenceContext(("Caroline", "Melanie"))).amus
-    assert amu.text.endswith("[Melanie shares an image: a photo of a sunset over the lake]")
+    assert amu.text.endswith("[Melanie shares an image: a photography of a sunset over the lake]")
     assert amu.tags == ("look", "sunset", "lake")
 
 

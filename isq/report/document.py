@@ -90,7 +90,8 @@ def write_report(
         f"source codes in >= {MIN_SOURCE_UNITS} texts)\n",
         associations_table(strongest(indirect_only=False), a.concordance) + "\n",
         f"### Strongest multi-hop-only associations (M_ab = 0, H_r = {max(MULTI_HOP, params['max_hops'])})\n",
-        "Walked two steps whatever the H_r above: one step reaches only codes that co-occur.\n",
+        f"Walked at least {MULTI_HOP} steps whatever the H_r above: one step reaches only codes that "
+        "co-occur.\n",
         associations_table(strongest(indirect_only=True), a.concordance) + "\n",
         "## Token ↔ code concordance\n", concordance_table(a.concordance) + "\n",
         "### Codes of chosen words\n", words_table(a.words) + "\n",

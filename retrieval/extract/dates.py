@@ -13,10 +13,13 @@ WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", 
 _WEEKDAY_ABBREVIATIONS = {"mon": 0, "tue": 1, "tues": 1, "wed": 2, "thu": 3, "thur": 3, "thurs": 3, "fri": 4,
                           "sat": 5, "sun": 6}
 """Short weekday names as people write them ("last Fri"); each maps to its index in WEEKDAYS. Only
-capitalised: "I last sat there" is no Saturday."""
-_DETERMINERS = ("the", "my", "his", "her", "our", "their", "your", "its")
+capitalised ("I last sat there" is no Saturday), and not before a hyphen or a capitalised word
+("this Sun Valley trip", "last Wed-Fri"). "This past" is said of a weekend or a weekday; "this
+past year" is the last twelve months, no calendar year, and stays as written."""
+_DETERMINERS = ("the", "my", "his", "our", "their", "your", "its")
 """Before "last"/"next"/"this", a word that makes the phrase a thing, not a date ("my last year of
-college", "the next month")."""
+college", "the next month"); not "her", which is as often the object before a date ("I saw her
+last week")."""
 MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
           "november", "december")
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
@@ -29,8 +32,10 @@ _RELATIVE_DATE = re.compile(
     r"(?P<expr>the\s+day\s+before\s+yesterday|the\s+day\s+after\s+tomorrow|yesterday|today|tonight|tomorrow"
     r"|last\s+night"
     r"|" + "".join(rf"(?<!\b{word}\s)" for word in _DETERMINERS)
-    + r"(?P<rel>last|next|this\s+past|this)\s+(?P<unit>weekend|week|month|year|" + "|".join(WEEKDAYS)
-    + "|(?-i:" + "|".join(sorted((a.title() for a in _WEEKDAY_ABBREVIATIONS), key=len, reverse=True)) + r"))"
+    + r"(?P<rel>last|next|this\s+past(?=\s+(?:weekend|" + "|".join(WEEKDAYS) + r")\b)|this)"
+    r"\s+(?P<unit>weekend|week|month|year|" + "|".join(WEEKDAYS)
+    + "|(?-i:(?:" + "|".join(sorted((a.title() for a in _WEEKDAY_ABBREVIATIONS), key=len, reverse=True))
+    + r")(?!-|\s+(?!I\b)[A-Z])))"
     r"|(?P<num>\d+|" + "|".join(sorted(_NUMBERS, key=len, reverse=True)) + r")"
     r"\s+(?P<agounit>day|weekend|week|month|year)s?\s+ago)"
     r"\b(?P<poss>['’]s)?(?P<subject>(?=\s+(?:was|is|has|had|will|were|would)\b))?",

@@ -40,9 +40,14 @@ _NOUN_MINE = "".join(rf"(?<!\b{word} )" for word in ("a", "the", "gold", "coal",
 """Before "mine": the words that make it the noun ("a gold mine")."""
 _QUOTED = re.compile(r"(\"[^\"]*\"|“[^”]*”)")
 """Quoted speech: another voice's "I" and "you", left as written."""
-_PLURAL_YOU = re.compile(r"\byou\s+(?:both|guys|all|two|three|folks|people)\b|\by['’]all\b"
+_PLURAL_YOU = re.compile(r"\byou\s+(?:both|guys|two|three|folks|people)\b|\by['’]all\b"
                          r"|\b(?:both|all|each|either|neither|any)\s+of\s+you\b", re.IGNORECASE)
-"""A "you" of several people ("you both", "you guys", "all of you"): no one addressee's name."""
+"""A "you" of several people ("you both", "you guys", "all of you"): no one addressee's name. Not
+"you all", which is as often one person's ("rooting for you all the way")."""
+_CLAUSE_START = r"[,.!?;:]\s*"
+_INTERJECTION = r"\b(?:[Hh]ey|[Hh]i|[Ww]ow|[Yy]eah|[Tt]hanks|[Oo]h|[Aa]w)\s+"
+"""Where a name is called rather than spoken of: after a clause's start or an interjection ("Hey
+Jon", "Thanks Jon"), or, with a comma after it, at the start of the text ("Jon, you ...")."""
 
 
 def mentions(name: str, text: str) -> bool:
@@ -121,15 +126,26 @@ def resolve_pronouns(text: str, speaker: str, addressee: str | None) -> str:
     parts = _QUOTED.split(text)  # odd positions: the quotations
     if addressee is not None and any(_PLURAL_YOU.search(part) for part in parts[::2]):
         addressee = None  # the text speaks to several people
-    if addressee is not None:  # a name called before "you" ("Jon, you did it") would be written twice
-        vocative = re.compile(rf"\b{re.escape(addressee)},?\s+(?=you\b)", re.IGNORECASE)
-        parts[::2] = [vocative.sub("", part) for part in parts[::2]]
+    if addressee is not None:  # a name called before "you(r)" ("Jon, you did it") would be written twice
+        uncalled = _called(addressee)
+        parts[::2] = [uncalled(part) for part in parts[::2]]
     for rules, name in ((_FIRST_PERSON, speaker), (_SECOND_PERSON, addressee)):
         if name is None:
             continue
         for pattern, build in rules:
             parts[::2] = [pattern.sub(partial(_replace, build=build, name=name), part) for part in parts[::2]]
     return "".join(parts)
+
+
+def _called(name: str) -> Callable[[str], str]:
+    """``text`` without the addressee's ``name`` (as written: "Will" is a name, "will" no) where
+    it is called right before "you" or "your": followed by a comma, or after a clause's start or
+    an interjection ("No doubt, Jon you've", "Thanks Jon you rock"), never opening the text
+    without a comma ("Will you come?"). What precedes the name is kept."""
+    word, you = re.escape(name), r"(?=you(?:r|rs)?\b)"
+    pattern = re.compile(rf"(^|{_CLAUSE_START}|{_INTERJECTION}){word},\s+{you}"
+                         rf"|({_CLAUSE_START}|{_INTERJECTION}){word}\s+{you}")
+    return partial(pattern.sub, lambda match: match[1] if match[1] is not None else match[2])
 
 
 def _replace(match: re.Match[str], *, build: Callable[[re.Match[str], str], str], name: str) -> str:

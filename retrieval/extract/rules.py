@@ -111,7 +111,7 @@ def find_entities(text: str, participants: Sequence[str]) -> list[str]:
 
 
 _CAPTION_OPENING = re.compile(r"^\s*(?:there is\s+)?(?:a|an)\s+(?:close up\s+)?"
-                              r"(?:photo|picture|image|photograph)\s+of\s+", re.IGNORECASE)
+                              r"(?:photo(?:graph|graphy)?|picture|image)\s+of\s+", re.IGNORECASE)
 """How an image captioner opens a caption ("a photo of a dog"): what the image shows follows."""
 
 

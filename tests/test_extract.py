@@ -57,6 +57,7 @@ MONDAY = datetime(2023, 5, 8, 13, 56)  # a Monday
         ("The trip this past weekend.", "The trip on the weekend of 6 May 2023.", ["2023-05-06/2023-05-07"]),
         ("My last year of college was hard.", "My last year of college was hard.", []),
         ("I saw her last week.", "I saw her in the week before 8 May 2023.", ["2023-W18"]),
+        ("I borrowed his last Friday.", "I borrowed his on Friday, 5 May 2023.", ["2023-05-05"]),
         # "this past year" is the last twelve months; a short name before a name or a hyphen is none
         ("This past year I learned German.", "This past year I learned German.", []),
         ("This Sun Valley trip, last Wed-Fri.", "This Sun Valley trip, last Wed-Fri.", []),
@@ -123,6 +124,8 @@ def test_relative_dates_need_a_session_time():
         ("Wow, Melanie, your group is great. Was it Melanie you met?",
          "Wow, Melanie's group is great. Was it Melanie Melanie met?"),  # called, then spoken of
         ("I'm rooting for you all the way.", "Caroline is rooting for Melanie all the way."),
+        ("I owe you two coffees!", "Caroline owe Melanie two coffees!"),  # "you two" before a noun: one
+        ("You two are cute, see you two!", "You two are cute, see you two!"),
     ],
 )
 def test_pronouns(text, expected):
@@ -132,6 +135,8 @@ def test_pronouns(text, expected):
 @pytest.mark.parametrize(("text", "addressee", "expected"), [
     ("I hope you had fun.", "Hope", "Caroline hopes Hope had fun."),
     ("Will you come? Will, you must.", "Will", "Will Will come? Will must."),
+    ("Great. Will you send pics? Great. May your days be merry.", "May",
+     "Great. Will May send pics? Great. May May's days be merry."),  # a sentence's start calls no one
 ])
 def test_an_addressee_whose_name_is_a_word_is_called_only_as_a_name(text, addressee, expected):
     assert resolve_pronouns(text, "Caroline", addressee) == expected

@@ -16,10 +16,10 @@ _WEEKDAY_ABBREVIATIONS = {"mon": 0, "tue": 1, "tues": 1, "wed": 2, "thu": 3, "th
 capitalised ("I last sat there" is no Saturday), and not before a hyphen or a capitalised word
 ("this Sun Valley trip", "last Wed-Fri"). "This past" is said of a weekend or a weekday; "this
 past year" is the last twelve months, no calendar year, and stays as written."""
-_DETERMINERS = ("the", "my", "his", "our", "their", "your", "its")
+_DETERMINERS = ("the", "my", "our", "their", "your", "its")
 """Before "last"/"next"/"this", a word that makes the phrase a thing, not a date ("my last year of
-college", "the next month"); not "her", which is as often the object before a date ("I saw her
-last week")."""
+college", "the next month"); not "her" or "his", which as often stand alone before a date ("I saw
+her last week", "I borrowed his last Friday")."""
 MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
           "november", "december")
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,

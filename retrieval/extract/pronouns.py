@@ -40,14 +40,18 @@ _NOUN_MINE = "".join(rf"(?<!\b{word} )" for word in ("a", "the", "gold", "coal",
 """Before "mine": the words that make it the noun ("a gold mine")."""
 _QUOTED = re.compile(r"(\"[^\"]*\"|“[^”]*”)")
 """Quoted speech: another voice's "I" and "you", left as written."""
-_PLURAL_YOU = re.compile(r"\byou\s+(?:both|guys|two|three|folks|people)\b|\by['’]all\b"
+_PLURAL_YOU = re.compile(r"\byou\s+(?:both|guys|folks)\b|\by['’]all\b"
+                         r"|\byou\s+(?:two|three)\b(?=\s*(?:[^\w\s]|$)|\s+(?:are|were|have|had|should|can|could"
+                         r"|will|would|must|look|did|do)\b)"
                          r"|\b(?:both|all|each|either|neither|any)\s+of\s+you\b", re.IGNORECASE)
-"""A "you" of several people ("you both", "you guys", "all of you"): no one addressee's name. Not
-"you all", which is as often one person's ("rooting for you all the way")."""
-_CLAUSE_START = r"[,.!?;:]\s*"
+"""A "you" of several people ("you both", "you guys", "all of you", "you two are"): no one
+addressee's name. Not "you all", which is as often one person's ("rooting for you all the way"),
+nor "you two" before a noun ("I owe you two coffees")."""
+_CLAUSE_START = r"[,;:]\s*"
 _INTERJECTION = r"\b(?:[Hh]ey|[Hh]i|[Ww]ow|[Yy]eah|[Tt]hanks|[Oo]h|[Aa]w)\s+"
-"""Where a name is called rather than spoken of: after a clause's start or an interjection ("Hey
-Jon", "Thanks Jon"), or, with a comma after it, at the start of the text ("Jon, you ...")."""
+"""Where a name is called rather than spoken of: after a clause's start within a sentence or an
+interjection ("No doubt, Jon you", "Thanks Jon"), or, with a comma after it, at the start of the
+text ("Jon, you ..."). Not after a sentence's end: "Great. Will you come?" asks, it calls no Will."""
 
 
 def mentions(name: str, text: str) -> bool:
@@ -139,11 +143,12 @@ def resolve_pronouns(text: str, speaker: str, addressee: str | None) -> str:
 
 def _called(name: str) -> Callable[[str], str]:
     """``text`` without the addressee's ``name`` (as written: "Will" is a name, "will" no) where
-    it is called right before "you" or "your": followed by a comma, or after a clause's start or
-    an interjection ("No doubt, Jon you've", "Thanks Jon you rock"), never opening the text
-    without a comma ("Will you come?"). What precedes the name is kept."""
+    it is called right before "you" or "your": followed by a comma, or without one after a
+    clause's start within a sentence or an interjection ("No doubt, Jon you've", "Thanks Jon you
+    rock"), never opening a sentence without a comma ("Great. Will you come?"). What precedes the
+    name is kept."""
     word, you = re.escape(name), r"(?=you(?:r|rs)?\b)"
-    pattern = re.compile(rf"(^|{_CLAUSE_START}|{_INTERJECTION}){word},\s+{you}"
+    pattern = re.compile(rf"(^|[.!?]\s*|{_CLAUSE_START}|{_INTERJECTION}){word},\s+{you}"
                          rf"|({_CLAUSE_START}|{_INTERJECTION}){word}\s+{you}")
     return partial(pattern.sub, lambda match: match[1] if match[1] is not None else match[2])
 

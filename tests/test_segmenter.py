@@ -285,3 +285,16 @@ def test_a_restarted_stream_cuts_where_the_uninterrupted_one_does(tmp_path):
     uninterrupted = segments(tmp_path / "once", restarts=False)
     assert len({reason for _, reason in uninterrupted}) > 1  # boundaries of more than one kind
     assert segments(tmp_path / "restarted", restarts=True) == uninterrupted
+
+
+def test_a_session_of_several_sessions_or_a_short_embedding_is_refused():
+    mixed = turns_of([words(5)] * 2, session="s1") + turns_of([words(5)] * 2, session="s2")
+    with pytest.raises(ValueError, match=r"sessions\[0\] holds turns of \('c', 's1'\) and \('c', 's2'\)"):
+        SemanticSegmenter(TopicEmbedder(), "c").segment_session(mixed)
+
+    class ShortEmbedder(TopicEmbedder):
+        def encode(self, texts):
+            return super().encode(texts)[:-1]
+
+    with pytest.raises(ValueError, match="returned 1 vectors for 2 exchanges"):
+        SemanticSegmenter(ShortEmbedder(), "c").segment_session(turns_of([words(5)] * 4))

@@ -241,9 +241,20 @@ class SemanticSegmenter:
         return self.segment_sessions([turns])[0]
 
     def segment_sessions(self, sessions: Sequence[Sequence[Turn]]) -> list[list[Segment]]:
-        """The segments of each session in turn, with one embedding call for all their exchanges."""
+        """The segments of each session in turn, with one embedding call for all their exchanges.
+        A ValueError names a session whose turns are of several users or sessions (they would be
+        paired into one exchange) and an embedder that returns another number of vectors."""
+        for index, turns in enumerate(sessions):
+            owners = sorted({(turn.user_id, turn.session_id) for turn in turns})
+            if len(owners) > 1:
+                raise ValueError(f"sessions[{index}] holds turns of {owners[0]} and {owners[1]}: "
+                                 "a session's turns share one user and one session")
         exchanges = [pair_exchanges(turns, self.config.pair_turns) for turns in sessions]
-        embeddings = iter(self.embedder.encode([exchange.text for group in exchanges for exchange in group]))
+        texts = [exchange.text for group in exchanges for exchange in group]
+        vectors = self.embedder.encode(texts)
+        if len(vectors) != len(texts):
+            raise ValueError(f"the embedder returned {len(vectors)} vectors for {len(texts)} exchanges")
+        embeddings = iter(vectors)
         result = []
         for group in exchanges:
             segments = [segment for exchange in group for segment in self.push(exchange, next(embeddings))]

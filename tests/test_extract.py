@@ -142,6 +142,11 @@ def test_an_addressee_whose_name_is_a_word_is_called_only_as_a_name(text, addres
     assert resolve_pronouns(text, "Caroline", addressee) == expected
 
 
+def test_an_empty_name_leaves_its_pronouns_as_written():
+    assert resolve_pronouns("I said you know", "", "") == "I said you know"
+    assert resolve_pronouns("I said you know", "Ann", "") == "Ann said you know"
+
+
 def test_second_person_is_kept_without_an_addressee():
     assert resolve_pronouns("I like you", "Caroline", None) == "Caroline likes you"
 

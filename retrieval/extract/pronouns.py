@@ -128,12 +128,13 @@ def resolve_pronouns(text: str, speaker: str, addressee: str | None) -> str:
     text that speaks to several people ("you both", "all of you") keeps its "you"; the addressee's
     name called right before "you" is dropped ("Jon, you did it" -> "Jon did it")."""
     parts = _QUOTED.split(text)  # odd positions: the quotations
+    addressee = addressee or None  # an empty name is no name: its pronouns stay as written
     if addressee is not None and any(_PLURAL_YOU.search(part) for part in parts[::2]):
         addressee = None  # the text speaks to several people
     if addressee is not None:  # a name called before "you(r)" ("Jon, you did it") would be written twice
         uncalled = _called(addressee)
         parts[::2] = [uncalled(part) for part in parts[::2]]
-    for rules, name in ((_FIRST_PERSON, speaker), (_SECOND_PERSON, addressee)):
+    for rules, name in ((_FIRST_PERSON, speaker or None), (_SECOND_PERSON, addressee)):
         if name is None:
             continue
         for pattern, build in rules:

@@ -71,6 +71,18 @@ def test_each_channel_finds_its_known_answer(bank):
     assert all(ARCHIVED not in ids(bank, ranked) for ranked in everything)
 
 
+def test_a_session_scope_applies_before_the_node_channels_cut(bank, monkeypatch):
+    """One semantic node match allowed: without a scope it is the nearest node of all (session 1's
+    "pottery"); scoped to session 2 it is the nearest node with a session-2 record, not a node of
+    session 1 that would take the one place and reach nothing in scope."""
+    monkeypatch.setattr(channels, "NODE_MATCHES", 1)
+    route, query = Route("g", ("pottery class",)), vector(bank, "pottery class")
+    assert ids(bank, channels.node_recall(bank, route, query, 5)) == [f"{CID}:0:0"]
+    scope = bank.session_mask("session_2")
+    scoped = ids(bank, channels.node_recall(bank, route, query, 5, scope))
+    assert scoped and all(item.startswith(f"{CID}:1:") for item in scoped)
+
+
 # -- planning ------------------------------------------------------------------------------------
 
 

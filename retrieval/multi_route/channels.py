@@ -152,13 +152,31 @@ def node_recall(bank: MemoryBank, route: Route, query: np.ndarray, budget: int,
     keys = [("entity", e) for e in entities] + [("topic", t) for t in topics]
     keys += [("entity_topic", f"{e}{PAIR_SEPARATOR}{t}") for e in entities for t in topics]
     matched = {node: 1.0 for node in (bank.node(kind, key) for kind, key in keys) if node is not None}
-    if bank.searchable.size:
-        similarity = inner_products(bank.node_vectors, query)
-        order, cosines = top_k_of_scores(similarity, NODE_MATCHES)
-        for position, cosine in zip(order.tolist(), cosines.tolist(), strict=True):
-            node = int(bank.searchable[position])
-            matched[node] = max(matched.get(node, 0.0), cosine)
+    for node, cosine in _nearest_nodes(bank, query, scope):
+        matched[node] = max(matched.get(node, 0.0), cosine)
     return _expand(bank, "nodes", matched, query, budget, scope)
+
+
+def _nearest_nodes(bank: MemoryBank, query: np.ndarray, scope: Scope) -> list[tuple[int, float]]:
+    """The :data:`NODE_MATCHES` searchable nodes most similar to the query (positive cosine, ties
+    by order) with their cosines; with a ``scope``, among the nodes with a record in it (the
+    filter before the cut: nodes of other sessions would take the places and reach nothing)."""
+    if not bank.searchable.size:
+        return []
+    similarity = inner_products(bank.node_vectors, query)
+    records = record_scope(bank, scope)
+    if records is None:
+        order, cosines = top_k_of_scores(similarity, NODE_MATCHES)
+        return [(int(bank.searchable[p]), c) for p, c in zip(order.tolist(), cosines.tolist(), strict=True)]
+    positive = np.flatnonzero(similarity > 0)
+    found: list[tuple[int, float]] = []
+    for position in positive[np.lexsort((positive, -similarity[positive]))].tolist():
+        node = int(bank.searchable[position])
+        if records[bank.node_members[node]].any():
+            found.append((node, float(similarity[position])))
+            if len(found) == NODE_MATCHES:
+                break
+    return found
 
 
 def temporal_recall(bank: MemoryBank, time: TimeConstraint, query: np.ndarray,

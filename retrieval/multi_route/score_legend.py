@@ -13,8 +13,8 @@ from retrieval.multi_route.params import (
 )
 
 SCORE_COLUMNS = {
-    "records": "cosine of the record to a route query (-1..1)",
-    "turns": "cosine of the verbatim turn to a route query (-1..1)",
+    "records": "cosine of the record to a route query (0..1]: only positive ones are listed",
+    "turns": "cosine of the verbatim turn to a route query (0..1]: only positive ones are listed",
     "nodes": f"evidence-node weight (match x key specificity) + {NODE_RELEVANCE} x cosine",
     "temporal": f"time-node weight inside the route's time range + {NODE_RELEVANCE} x cosine",
     "lexical": "FTS5 BM25 of the query's content words (0 and up, unbounded)",

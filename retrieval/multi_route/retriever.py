@@ -131,11 +131,10 @@ class MultiRouteRetriever:
         pool = order[:rerank_limit(k)]
         signatures = {item: self._signature(item, candidates[item]) for item in dict.fromkeys(seeds + pool)}
         selected = mmr_select(pool, relevance, signatures, k, seeds)
-        if len(selected) < k:
+        if len(selected) < k:  # every candidate is selected (the pool holds them all): fill from outside
             taken = set(selected)
-            rest = [item for item in order if item not in taken]
-            rest += [item for item in self._fallback(vectors[texts[0]], scope)
-                     if item not in taken and item not in scores]
+            rest = [item for item in self._fallback(vectors[texts[0]], scope)
+                    if item not in taken and item not in scores]
             selected += rest[: k - len(selected)]
         hits = [self._hit(rank, item, candidates.get(item), scores.get(item))
                 for rank, item in enumerate(selected, start=1)]

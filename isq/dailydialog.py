@@ -42,12 +42,7 @@ def read_dialogues(path: Path) -> list[list[str]]:
     if not path.is_file():
         raise FileNotFoundError(f"DailyDialog file not found: {path}")
     dialogues = []
-    with open(path, encoding="utf-8", errors="strict") as handle:
-        try:
-            lines = handle.readlines()
-        except UnicodeDecodeError as err:
-            raise DataFormatError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(_utf8_text(path).split("\n"), start=1):
         if not line.strip():
             continue
         if EOU not in line:
@@ -62,6 +57,14 @@ def read_dialogues(path: Path) -> list[list[str]]:
     if not dialogues:
         raise DataFormatError(f"{path}: no dialogues")
     return dialogues
+
+
+def _utf8_text(path: Path) -> str:
+    """The file's text (newlines as ``\n``), or :class:`DataFormatError` naming it when it is not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise DataFormatError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
 def checked_dialogue(turns: list[str]) -> list[str]:
@@ -85,10 +88,7 @@ def count_label_mismatches(dialogue_path: Path, dialogues: list[list[str]]) -> i
     act_path = dialogue_path.with_name(dialogue_path.name.replace("dialogues_", "dialogues_act_"))
     if not act_path.is_file():
         return 0
-    try:
-        acts = act_path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as err:
-        raise DataFormatError(f"{act_path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    acts = _utf8_text(act_path).splitlines()
     return sum(1 for turns, labels in zip(dialogues, acts, strict=False) if len(labels.split()) != len(turns))
 
 

@@ -190,12 +190,12 @@ class DialogueDataModule(L.LightningDataModule):
     def _pairs(self, dialogues: dict[str, list[list[str]]]) -> None:
         """Every split's pairs; an evaluation split's without the pairs train has (of all its
         dialogues, before ``limit_train_dialogues``), counted as ``leaked_pairs_<split>``."""
-        turns = self.hparams["context_turns"]
+        turns, limit = self.hparams["context_turns"], self.hparams["limit_train_dialogues"]
         train = dialogue_pairs(dialogues["train"], turns)
-        if self.hparams["limit_train_dialogues"]:
-            dialogues["train"] = dialogues["train"][: self.hparams["limit_train_dialogues"]]
+        if limit:
+            dialogues["train"] = dialogues["train"][:limit]
         for split, items in dialogues.items():
-            pairs = dialogue_pairs(items, turns)
+            pairs = train if split == "train" and not limit else dialogue_pairs(items, turns)
             if split != "train":
                 pairs, self.stats[f"leaked_pairs_{split}"] = without_seen_pairs(pairs, train)
             self.pairs[split] = pairs

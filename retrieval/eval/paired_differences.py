@@ -187,14 +187,15 @@ def compare(paths: Path | Sequence[Path], baseline: str, others: Sequence[str], 
     if unknown:
         raise ValueError(f"{paths[0]}: no configuration {', '.join(unknown)}; it has {', '.join(recalls)}")
     groups = _groups(questions, by_conversation)
+    means = {name: recalls[name].mean() for name in (baseline, *others)}
 
     def difference(name: str, rows: list[int]) -> PairedDifference:
         base, other = recalls[baseline], recalls[name]
         if resample_runs:
             return run_resampled_difference(base.runs[:, rows], other.runs[:, rows],
                                             base.source == other.source, resamples, seed)
-        base_mean, other_mean = base.mean(), other.mean()
-        return paired_difference([base_mean[i] for i in rows], [other_mean[i] for i in rows], resamples, seed)
+        return paired_difference([means[baseline][i] for i in rows], [means[name][i] for i in rows],
+                                 resamples, seed)
 
     return {name: {group: difference(name, rows) for group, rows in groups.items()} for name in others}
 

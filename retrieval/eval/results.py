@@ -310,6 +310,14 @@ def _problem(err: ValidationError) -> str:
     return f"{field}: {first['msg']}{more}"
 
 
+def _utf8_text(path: Path) -> str:
+    """The file's text, or a ValueError naming it when it is not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start})") from None
+
+
 def write_results(path: Path, results: Results) -> None:
     """``results.json``, indented, through :mod:`json` (floats as Python writes them)."""
     path.write_text(json.dumps(results.model_dump(), indent=2))
@@ -318,10 +326,7 @@ def write_results(path: Path, results: Results) -> None:
 def read_results(path: str | Path) -> Results:
     """``results.json`` as :class:`Results`; a ValueError names the file and the line or field at fault."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    text = _utf8_text(path)
     try:
         return Results.model_validate(json.loads(text))
     except json.JSONDecodeError as err:
@@ -345,12 +350,9 @@ def read_questions(path: str | Path) -> list[QuestionRecord]:
     """The rows of a ``questions.jsonl`` (blank lines skipped). Every row must name the same
     configurations; a ValueError names the file and the line at fault."""
     path = Path(path)
-    try:  # split at "\n" only: a text may hold U+2028, which str.splitlines would split at
-        lines = path.read_bytes().decode("utf-8").split("\n")
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 text (byte {err.start})") from None
     rows: list[QuestionRecord] = []
-    for number, line in enumerate(lines, start=1):
+    # split at "\n" only: a text may hold U+2028, which str.splitlines would split at
+    for number, line in enumerate(_utf8_text(path).split("\n"), start=1):
         if not line.strip():
             continue
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from functools import partial
+from functools import lru_cache, partial
 
 _ADVERBS = ("really", "just", "also", "always", "still", "never", "actually", "totally", "definitely",
             "usually",
@@ -142,6 +142,7 @@ def resolve_pronouns(text: str, speaker: str, addressee: str | None) -> str:
     return "".join(parts)
 
 
+@lru_cache(maxsize=256)  # one pattern per addressee, not per turn
 def _called(name: str) -> Callable[[str], str]:
     """``text`` without the addressee's ``name`` (as written: "Will" is a name, "will" no) where
     it is called right before "you" or "your": followed by a comma, or without one after a

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,7 @@ from retrieval.consolidation.config import ConsolidationConfig
 from retrieval.consolidation.engine import consolidate_user
 from retrieval.consolidation.gates import is_count_sensitive, split_by_window
 from retrieval.consolidation.llm_operator import LLMOperator
-from retrieval.consolidation.members import Member
+from retrieval.consolidation.members import Member, members
 from retrieval.consolidation.merge_plan import make_plan
 from retrieval.consolidation.operations import OfflineOperator, Operation
 from retrieval.consolidation.report import ConsolidationReport, combined
@@ -113,9 +113,40 @@ def member(unit_id: str, text: str, speaker: str = "Ann", when: datetime | None 
     ("On Saturday, 20 May 2023 at 1:56 pm Caroline ran a charity race.", False),
     ("Melanie painted a lake sunrise in 2022.", False),
     ("Caroline loves painting sunsets.", False),
+    ("Jon has saved 2000 dollars for the trip.", True),  # a number that could be a year, and is not
+    ("Jon has 1999 followers.", True),
+    ("Jon's team won 21:15.", True),
+    ("Jon moved to Paris in mid-2021, from 2019 to the 2020s.", False),
+    ("[2023-05-08 to 2023-05-20] Jon left at 17:30.", False),
 ])
 def test_count_sensitive_lexicon(text: str, sensitive: bool) -> None:
     assert is_count_sensitive(text) is sensitive
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("threshold", "0.1", "threshold must be a number, got '0.1'"),
+    ("threshold", True, "threshold must be a number, got True"),
+    ("window_days", None, "window_days must be a number, got None"),
+    ("prefix_min_span_minutes", float("nan"), "prefix_min_span_minutes must be a number, got nan"),
+    ("max_passes", 2.5, "max_passes must be a whole number, got 2.5"),
+    ("max_passes", True, "max_passes must be a whole number, got True"),
+])
+def test_a_setting_of_the_wrong_type_is_refused_naming_it(field: str, value: object, message: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        ConsolidationConfig(**{field: value})
+    assert str(refused.value) == message
+
+
+def test_a_merge_chain_of_any_length_is_followed_to_its_first_statement() -> None:
+    """Each run can merge a new undated duplicate into the last merged AMU, so a chain grows a link
+    a run without bound: its members' spans and forwarded AMUs are found without recursion."""
+    start = datetime(2023, 5, 1)
+    chain = [AMU(f"{CID}:m{i}", "Ann loves tea.", "fact", SourcePointer(CID, "s1", (f"T{i}",), ("Ann",), 0),
+                 observed_at=(start + timedelta(hours=i)).isoformat(), archived=i < 2999)
+             for i in range(3000)]
+    (only,) = members(chain, {f"{CID}:m{i}": f"{CID}:m{i + 1}" for i in range(2999)})
+    assert (only.id, only.first, only.last) == (f"{CID}:m2999", start, start + timedelta(hours=2999))
+    assert [amu.id for amu in only.forwarded] == [f"{CID}:m{i}" for i in range(2998, -1, -1)]
 
 
 def test_gates_on_hand_built_clusters() -> None:
@@ -226,6 +257,15 @@ def test_forwarding_keeps_every_source_turn_reachable(store_dir: Path) -> None:
         hike = next(a for a in store.amus() if "Ann loves hiking" in a.text)
         assert hike.text == "[2023-05-08 to 2023-08-01] Ann loves hiking in the mountains with Ann's dog Max."
         assert hike.source.turn_ids == ("D1:1", "D2:1", "D3:1")
+
+
+def test_loose_settings_refuse_each_lossy_draft_once(store_dir: Path) -> None:
+    """A refused cluster is planned and asked again in each later pass: its refusal counts once."""
+    with AMUStore(store_dir, role="consolidate") as store:
+        loose = ConsolidationConfig(threshold=2, linkage="single", window_days=100_000)
+        report = consolidate_user(store, CID, HashEmbedder(), config=loose)
+        assert (report.amus_active_after, report.refused, report.passes) == (15, 1, 2)
+        assert audit(store).ok
 
 
 def test_the_audit_names_a_lost_turn(store_dir: Path) -> None:
@@ -523,3 +563,53 @@ def test_ingest_cli_consolidates_in_the_background(tmp_path: Path, capsys, monke
         assert reader.count(CID, include_archived=False) == 13 and audit(reader).ok
         # one job: the report printed is the consolidation's, not a second run's over its result
         assert [row.id for row in map(reader.job_row, (1, 2)) if row is not None] == [1]
+
+
+def test_a_merge_keeps_what_was_forwarded_into_its_members(tmp_path: Path) -> None:
+    """A first merge names Max in its text but not in its entities; a later merge of it that drops
+    Max is refused (the audit checks every forwarded AMU against the end of its chain)."""
+    user, first, later = "conv-x", datetime(2023, 5, 8, 10), datetime(2023, 5, 20, 10)
+    walks = [Turn(user, "s1", "D1:1", "Ann", "I walk my dog Max in the park in the mornings.", first),
+             Turn(user, "s1", "D1:2", "Bob", "That sounds like a lovely routine for you.", first),
+             Turn(user, "s1", "D1:3", "Ann", "I walk my dog Max in the park in the mornings, really.", first)]
+    answers = [{"operation": "MERGE", "text": "Ann walks Ann's dog Max in the park in the mornings.",
+                "memory_type": "fact", "entities": ["Ann"]},
+               {"operation": "MERGE", "text": "Ann walks the dog in the park in the mornings.",
+                "memory_type": "fact", "entities": ["Ann"]}]
+    with FakeChatServer(answering(*map(json.dumps, answers))) as server, \
+            AMUStore(tmp_path / "store", role="consolidate") as store:
+        operator = LLMOperator(server.base_url, "m", max_retries=0)
+        ingest_turns(walks, store, HashEmbedder(), RuleExtractor(), progress=False)
+        assert consolidate_user(store, user, HashEmbedder(), operator).created == 1
+        again = Turn(user, "s2", "D2:1", "Ann", "I walk the dog in the park in the mornings, really.", later)
+        ingest_turns([again], store, HashEmbedder(), RuleExtractor(), progress=False)
+        report = consolidate_user(store, user, HashEmbedder(), operator)
+        assert (report.created, report.refused) == (0, 1) and audit(store).ok
+        assert any("Max" in amu.text for amu in store.amus(user))
+
+
+def test_turns_stored_during_a_run_are_on_their_speakers_clock(tmp_path: Path) -> None:
+    """A merge of a record from turns stored while the run is under way gets its prefix in the
+    speaker's time zone, as a run after them would write it."""
+    user, zone = "conv-z", timezone(timedelta(hours=9))
+    first, late = datetime(2023, 5, 8, 10, tzinfo=zone), datetime(2023, 5, 21, 2, tzinfo=zone)  # 20 May UTC
+    books = [Turn(user, "s1", "D1:1", "Ann", "I love hiking in the mountains with my dog Max.", first),
+             Turn(user, "s1", "D1:2", "Bob", "Reading fantasy novels before bed relaxes me a lot.", first),
+             Turn(user, "s1", "D1:3", "Ann", "What a nice way to end the day, I agree.", first),
+             Turn(user, "s1", "D1:4", "Bob", "Reading fantasy novels before bed relaxes me a lot!", first)]
+    hike = [Turn(user, "s2", "D2:1", "Ann", "I love hiking in the mountains with my dog Max.", late)]
+    directory = tmp_path / "store"
+    with AMUStore(directory) as writer:
+        ingest_turns(books, writer, HashEmbedder(), RuleExtractor(), progress=False)
+
+    class StoringMeanwhile(OfflineOperator):
+        def decide(self, cluster):
+            if hike:  # the first call: another writer stores a session meanwhile
+                with AMUStore(directory) as other:
+                    ingest_turns([hike.pop()], other, HashEmbedder(), RuleExtractor(), progress=False)
+            return super().decide(cluster)
+
+    with AMUStore(directory, role="consolidate") as store:
+        consolidate_user(store, user, HashEmbedder(), StoringMeanwhile())
+        merged = {amu.text for amu in store.amus(user) if ":c:" in amu.id and amu.source.speakers == ("Ann",)}
+    assert merged == {"[2023-05-08 to 2023-05-21] Ann loves hiking in the mountains with Ann's dog Max."}

@@ -63,6 +63,13 @@ class ConsolidationConfig:
     max_passes: int = MAX_PASSES
 
     def __post_init__(self) -> None:
+        numbers = {"threshold": self.threshold, "window_days": self.window_days,
+                   "prefix_min_span_minutes": self.prefix_min_span_minutes}
+        for name, value in numbers.items():
+            if not (value is None and name == "threshold" or _is_number(value)):
+                raise ValueError(f"{name} must be a number, got {value!r}")
+        if isinstance(self.max_passes, bool) or not isinstance(self.max_passes, int):
+            raise ValueError(f"max_passes must be a whole number, got {self.max_passes!r}")
         if self.threshold is not None and not 0.0 < self.threshold <= 2.0:
             raise ValueError(f"threshold {self.threshold} is not a cosine distance in (0, 2]")
         if self.linkage not in LINKAGES:
@@ -92,3 +99,8 @@ class ConsolidationConfig:
     def key(self) -> dict[str, Any]:
         """What a persisted plan records of the settings that made it."""
         return asdict(self)
+
+
+def _is_number(value: Any) -> bool:
+    """A real number that is not a bool (``True`` is no threshold), nor NaN."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value

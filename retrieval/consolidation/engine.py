@@ -72,13 +72,11 @@ def consolidate_user(store: Store, user_id: str, embedder: Embedder,
     purges = store.purge_count(user_id)  # before the records: a purge after them is seen (_Step.apply)
     stored = list(store.amus(user_id, include_archived=True))  # reading AMUs back is the costly part
     report.turns_before, report.amus_before = _covered(stored), sum(not amu.archived for amu in stored)
-    turns = store.turns(user_id)
-    turn_order = {turn.turn_id: index for index, turn in enumerate(turns)}
-    offsets = {turn.turn_id: turn.utc_offset for turn in turns if turn.utc_offset is not None}
-    step = _Step(store, operator, config, turn_order, offsets, fingerprinter, report, purges)
+    step = _Step(store, operator, config, {}, {}, fingerprinter, report, purges)
     key = PLAN_KEY.format(user_id)
     gated = False
     for _ in range(config.max_passes):
+        step.read_turns(user_id)  # each pass: turns stored meanwhile are its members' too
         current = members(stored, store.successors(user_id))
         saved = store.meta(key)
         resumed = saved is not None and saved.get("config") == config.key()
@@ -136,9 +134,18 @@ class _Step:
     purges: int
     """The user's purge count read before the members were."""
     seen: set[tuple[str, ...]] = dataclasses.field(default_factory=set)
+    refusals: set[tuple[tuple[str, ...], str]] = dataclasses.field(default_factory=set)
+    """The drafts refused so far (members, text): a cluster planned again in a later pass is
+    asked again, and its refusal counted once."""
     stale: bool = False
     """A purge committed since the members were read: the rest of the pass is skipped and the
     next one reads the records again."""
+
+    def read_turns(self, user_id: str) -> None:
+        """The user's turns' order and UTC offsets as stored now."""
+        turns = self.store.turns(user_id)
+        self.turn_order = {turn.turn_id: index for index, turn in enumerate(turns)}
+        self.offsets = {turn.turn_id: turn.utc_offset for turn in turns if turn.utc_offset is not None}
 
     def apply(self, cluster: Sequence[Member]) -> int:
         """Drafts applied for the still-active members of a planned cluster; none once a purge
@@ -164,10 +171,13 @@ class _Step:
         applied = 0
         for draft in drafts:
             amu = merged_amu(cluster, draft, self.turn_order, self.config.prefix_min_span, self.offsets)
-            problems = merge_problems([member.amu for member in cluster if member.id in draft.member_ids],
-                                      amu)
+            absorbed = [member for member in cluster if member.id in draft.member_ids]
+            problems = merge_problems([member.amu for member in absorbed], amu,
+                                      [old for member in absorbed for old in member.forwarded])
             if problems:  # the members stay active: a merge never drops what they state
-                self.report.refused += 1
+                refusal = (draft.member_ids, amu.text)
+                self.report.refused += refusal not in self.refusals
+                self.refusals.add(refusal)
                 logger.info("%s: %s refused (%s)", amu.source.user_id, draft.operation.value,
                             "; ".join(problems))
                 continue

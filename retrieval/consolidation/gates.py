@@ -26,16 +26,23 @@ from retrieval.consolidation.members import Member
 
 _MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|jun(?:e)?|jul(?:y)?|aug(?:ust)?"
           r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?")
+_TIME_WORD = (r"(?:in|since|until|till|by|from|to|through|between|and|of|during|before|after|around|about"
+              r"|circa|early|late|mid|at|year|summer|winter|spring|autumn|fall)")
+"""A word after which a bare year (2022) or clock time (17:30) is a time, not a quantity."""
 DATES_AND_TIMES = re.compile(
     r"\b\d{1,2}(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH + r"(?:,?\s+\d{4})?\b"   # 7 May 2023, 7th of May
     r"|\b" + _MONTH + r"\s+\d{1,2}(?:st|nd|rd|th)?(?:,?\s+\d{4})?\b"            # May 7, 2023
     r"|\b" + _MONTH + r",?\s+\d{4}\b"                                            # May 2023
     r"|\b\d{4}-\d{2}(?:-\d{2})?(?:T[\d:.]+)?\b|\b\d{4}-W\d{2}\b"                # ISO values
-    r"|\b(?:19|20)\d{2}s?\b"                                                     # years, the 1990s
-    r"|\b\d{1,2}(?::\d{2})?\s*(?:a\.?m\.?|p\.?m\.?)(?!\w)|\b\d{1,2}:\d{2}\b",    # clock times
+    r"|\b" + _TIME_WORD + r"[\s-]+(?:the\s+)?(?:19|20)\d{2}\b(?![-/]\d)"           # in 2022, mid-2021
+    r"|\b(?:19|20)\d0s\b"                                                        # the 1990s
+    r"|\b\d{1,2}(?::\d{2})?\s*(?:a\.?m\.?|p\.?m\.?)(?!\w)"                       # 5 pm, 5:30 a.m.
+    r"|\b" + _TIME_WORD + r"\s+\d{1,2}:\d{2}\b",                                   # at 17:30
     re.IGNORECASE,
 )
-"""Dates and clock times: blanked before the count test (they are times, not counts)."""
+"""Dates and clock times: blanked before the count test (they are times, not counts). A bare year or
+clock time is one only after a word that says so (:data:`_TIME_WORD`): "saved 2000 dollars" or
+"won 21:15" states a quantity."""
 
 _NUMBER_WORDS = (r"two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen"
                  r"|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety"

@@ -20,11 +20,14 @@ from retrieval.memory.times import time_interval
 @dataclass(frozen=True)
 class Member:
     """An active AMU with its statement span: ``first`` is the earliest statement time of the AMU
-    and of every AMU forwarded into it, ``last`` its own; both None for an undated AMU."""
+    and of every AMU forwarded into it, ``last`` its own; both None for an undated AMU.
+    ``forwarded``: the AMUs forwarded into it, at any depth (what a merge of it must still state,
+    as the audit checks)."""
 
     amu: AMU
     first: datetime | None
     last: datetime | None
+    forwarded: tuple[AMU, ...] = ()
 
     @property
     def id(self) -> str:
@@ -48,16 +51,15 @@ def members(amus: Iterable[AMU], successors: Mapping[str, str]) -> list[Member]:
     predecessors: dict[str, list[str]] = {}
     for old, new in successors.items():
         predecessors.setdefault(new, []).append(old)
-    by_id = {amu.id: amu for amu in amus}
     earliest: dict[str, datetime | None] = {}
-
-    def first(unit_id: str) -> datetime | None:
-        if unit_id not in earliest:
-            earliest[unit_id] = None  # guards a (corrupt) cycle
-            times = [statement_time(by_id[unit_id])] + [first(p) for p in predecessors.get(unit_id, ())
-                                                        if p in by_id]
-            known = [t for t in times if t is not None]
-            earliest[unit_id] = min(known) if known else None
-        return earliest[unit_id]
-
-    return [Member(amu, first(amu.id), statement_time(amu)) for amu in amus if not amu.archived]
+    history: dict[str, tuple[AMU, ...]] = {}
+    by_id = {amu.id: amu for amu in amus}
+    # Store order: an AMU is stored after every AMU forwarded into it, so one pass sees each
+    # predecessor first (a loop, not recursion: a chain grows by one link a run, without bound).
+    for amu in amus:
+        before = [p for p in predecessors.get(amu.id, ()) if p in earliest]  # (a corrupt cycle: not yet)
+        known = [t for t in [statement_time(amu)] + [earliest[p] for p in before] if t is not None]
+        earliest[amu.id] = min(known) if known else None
+        history[amu.id] = tuple(old for p in before for old in (by_id[p], *history[p]))
+    return [Member(amu, earliest[amu.id], statement_time(amu), history[amu.id]) for amu in amus
+            if not amu.archived]

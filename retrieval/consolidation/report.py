@@ -106,7 +106,8 @@ class ConsolidationReport:
                 f"clusters {self.clusters} | archived {self.archived} | created {self.created} "
                 f"({operations}; exact {self.exact_duplicates}) | held back: "
                 f"count-sensitive {self.count_sensitive}, window splits {self.window_splits}, "
-                f"merges refused {self.refused} | passes {self.passes} | LLM calls {self.llm_calls}, "
+                f"merges refused {self.refused}, unanswered {self.unanswered} | passes {self.passes} | "
+                f"LLM calls {self.llm_calls}, "
                 f"tokens {self.tokens} | turns lost {len(self.lost_turns)} | {self.seconds:.1f} s")
 
 

@@ -83,6 +83,24 @@ class InvalidResponse(ValueError):
     :meth:`ChatClient.complete` to have the request retried."""
 
 
+class EndpointRefused(ValueError):
+    """The endpoint refused a request for a reason no retry changes and every request shares: a key
+    it does not take (401, 403), or a URL or model it does not have (404). Raised at once, so that
+    what the endpoint was asked for is not replaced by a fallback (raw-turn records, the rule plan)."""
+
+
+REFUSALS = {401: "ISQ_LLM_API_KEY (the key)", 403: "ISQ_LLM_API_KEY (the key)",
+            404: "ISQ_LLM_BASE_URL and ISQ_LLM_MODEL (the endpoint and the model)"}
+"""The HTTP statuses that are :class:`EndpointRefused`, with the settings each points at."""
+
+UNRETRIED = (400, 413, 422)
+"""Statuses of a request the endpoint will refuse however often it is sent (too long for the
+model, a parameter it does not take): answered None at once, no retry."""
+
+RETRY_AFTER_MAX_S = 60.0
+"""The longest ``Retry-After`` of a 429 or 503 that a retry waits for (longer ones are cut to it)."""
+
+
 T = TypeVar("T")
 
 
@@ -96,10 +114,14 @@ class ChatClient:
     JSON object answer.
 
     :meth:`complete` retries HTTP errors, transport errors, timeouts and answers its ``parse``
-    callback rejects, with exponential backoff (``backoff_s * 2**k`` seconds). The SDK's own
-    retries are off, so ``usage.http_calls`` and ``usage.retries`` count every request sent.
-    Answers that parse are cached in ``cache_dir`` under the SHA-256 of the request (model,
-    messages and parameters), so a rerun repeats no call; those of a request made for a user
+    callback rejects, with exponential backoff (``backoff_s * 2**k`` seconds, or the endpoint's
+    ``Retry-After`` when longer, up to :data:`RETRY_AFTER_MAX_S`); it raises
+    :class:`EndpointRefused` for a refused key, URL or model and gives up at once on a request the
+    endpoint cannot take (:data:`UNRETRIED`). ``timeout_s`` bounds each wait for the endpoint (to
+    connect, or for the next bytes of its answer), not a whole answer. The SDK's own retries are
+    off, so ``usage.http_calls`` and ``usage.retries`` count every request sent. Answers that parse
+    are cached in ``cache_dir`` under the SHA-256 of the request (endpoint, model, messages and
+    parameters), so a rerun repeats no call; those of a request made for a user
     (``user``: the extractor's, planner's and consolidation's) in the user's own directory
     (:func:`user_answers`). ``usage`` accounts for every call and cache hit, and
     :meth:`usage_of` for those made for one user: what a user's own job reports, whatever other
@@ -160,7 +182,8 @@ class ChatClient:
         ``label`` names the request in log messages; ``user``, the user whose data the messages
         carry (its answer cached apart)."""
         payload = {"model": self.model, "messages": messages, **self.params}
-        key = hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+        request = {"endpoint": self.endpoint, **payload}  # a model name may not say whose weights
+        key = hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
         path = self._entry(key, user)
         cached = self._cache_load(path)
         if cached is not None:
@@ -173,15 +196,23 @@ class ChatClient:
                 self._count(user, cache_hits=1, cached_prompt_tokens=prompt,
                             cached_completion_tokens=completion)
                 return result
+        wait_s = 0.0
         for attempt in range(self.max_retries + 1):
             if attempt:
                 self._count(user, retries=1)
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+                time.sleep(max(self.backoff_s * 2 ** (attempt - 1), wait_s))
             self._count(user, http_calls=1)
             try:
                 body = self._post(payload)
             except (openai.APIError, ValueError) as err:
                 logger.warning("%s attempt %d: request failed: %s", label, attempt + 1, err)
+                status = err.status_code if isinstance(err, openai.APIStatusError) else None
+                if status in REFUSALS:
+                    raise EndpointRefused(f"the LLM endpoint {self.endpoint} refused model {self.model!r} "
+                                          f"with HTTP {status}: check {REFUSALS[status]}") from None
+                if status in UNRETRIED:
+                    return None
+                wait_s = _retry_after(err)
                 continue
             prompt, completion = _tokens(body)
             self._count(user, prompt_tokens=prompt, completion_tokens=completion)
@@ -226,14 +257,23 @@ class ChatClient:
 
     @staticmethod
     def _cache_store(path: Path | None, body: dict[str, Any]) -> None:
+        """Keep ``body`` in the cache file ``path``, written then renamed, so a crash never leaves a
+        truncated entry; a cache that cannot take it (a full disk) keeps nothing and says so: the
+        answer, paid for, is still used."""
         if path is None:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Write-then-rename, so a crash never leaves a truncated entry behind.
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False,
-                                         encoding="utf-8") as handle:
-            json.dump(body, handle)
-        os.replace(handle.name, path)
+        temporary = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False,
+                                             encoding="utf-8") as handle:
+                temporary = handle.name
+                json.dump(body, handle)
+            os.replace(temporary, path)
+        except OSError as err:
+            logger.warning("answer not cached in %s: %s", path.parent, err)
+            if temporary is not None:
+                Path(temporary).unlink(missing_ok=True)
 
 
 class LLMRole:
@@ -265,6 +305,18 @@ class LLMRole:
         self.client.forget_usage(user)
         if self.client.cache_dir is not None:
             drop_user_answers(self.client.cache_dir, user)
+
+
+def _retry_after(err: Exception) -> float:
+    """The seconds a 429 or 503 answer asks to wait before the next request (its ``Retry-After``,
+    in seconds, at most :data:`RETRY_AFTER_MAX_S`); 0 for any other failure."""
+    if not isinstance(err, openai.APIStatusError) or err.status_code not in (429, 503):
+        return 0.0
+    try:
+        seconds = float(err.response.headers.get("retry-after", "0"))
+    except ValueError:  # an HTTP date: the backoff applies
+        return 0.0
+    return min(max(seconds, 0.0), RETRY_AFTER_MAX_S) if seconds == seconds else 0.0
 
 
 def _check_endpoint(base_url: str) -> None:

@@ -32,11 +32,13 @@ def completion_body(content: str, prompt_tokens: int, completion_tokens: int,
 class FakeChatServer:
     """Serves POST /v1/chat/completions on 127.0.0.1 with ``respond(request_body) -> Reply``.
 
-    Every request body and its headers (names in lower case) are recorded before ``respond`` runs."""
+    Every request body and its headers (names in lower case) are recorded before ``respond`` runs;
+    ``answer_headers`` are sent with every answer."""
 
     def __init__(self, respond: Callable[[dict[str, Any]], Reply]) -> None:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.answer_headers: dict[str, str] = {}
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -52,6 +54,8 @@ class FakeChatServer:
                 data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
+                for name, value in owner.answer_headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 try:

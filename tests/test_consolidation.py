@@ -27,7 +27,7 @@ from retrieval.extract.rules import RuleExtractor
 from retrieval.ingest import main as ingest_main
 from retrieval.llm_client import InvalidResponse
 from retrieval.memory.meta_keys import PLAN_KEY
-from retrieval.memory.records import AMU, MAX_TURN_CHARS, SourcePointer, Turn
+from retrieval.memory.records import AMU, MAX_TURN_CHARS, MAX_WRITTEN_KEYS, SourcePointer, Turn
 from retrieval.memory.store import AMUStore
 from tests.fake_chat import FakeChatServer, completion_body
 from tests.store_lexical import lexical_search
@@ -613,3 +613,16 @@ def test_turns_stored_during_a_run_are_on_their_speakers_clock(tmp_path: Path) -
         consolidate_user(store, user, HashEmbedder(), StoringMeanwhile())
         merged = {amu.text for amu in store.amus(user) if ":c:" in amu.id and amu.source.speakers == ("Ann",)}
     assert merged == {"[2023-05-08 to 2023-05-21] Ann loves hiking in the mountains with Ann's dog Max."}
+
+
+def test_an_llm_answer_may_add_a_bounded_number_of_keys() -> None:
+    """Evidence nodes pair every entity with every tag: a merged record may have at most
+    MAX_WRITTEN_KEYS tags (or entities, timestamps) more than its members have together."""
+    cluster = [member("a1", "Ann loves tea."), member("a2", "Ann loves tea!")]
+    answers = [dict(ANSWERS["MERGE"], text="Ann loves tea.", tags=[f"t{i}" for i in range(count)])
+               for count in (MAX_WRITTEN_KEYS + 1, MAX_WRITTEN_KEYS)]
+    with FakeChatServer(answering(*map(json.dumps, answers))) as server:
+        operator = LLMOperator(server.base_url, "m", max_retries=0)
+        assert operator.decide(cluster) is None  # one tag too many: unusable
+        (draft,) = operator.decide(cluster)
+    assert len(draft.tags) == MAX_WRITTEN_KEYS and len(server.requests) == 2

@@ -15,6 +15,7 @@ import pytest
 
 from retrieval import Memory
 from retrieval.api.purge import drop_llm_answers
+from retrieval.extract.llm_extractor import LLMExtractor
 from retrieval.llm_client import user_answers
 from retrieval.memory.cache import text_key
 from tests.fake_chat import FakeChatServer, Reply, completion_body
@@ -109,6 +110,33 @@ def test_a_purge_drops_the_users_answers_and_no_other_users(tmp_path: Path, endp
     assert len(endpoint.requests) == asked and again == first  # bob's plan still cached, nothing changed
     assert sorted(user_answers(store / "llm_cache", "bob").glob("*.json")) == bobs
     assert not user_answers(store / "llm_cache", "alice").exists()
+
+
+def test_a_forget_reaches_answers_cached_outside_the_store(tmp_path: Path, endpoint: FakeChatServer) -> None:
+    """An extractor given as an object with a cache directory of its own: a forget drops the
+    user's answers there too, not only in the store's."""
+    elsewhere = tmp_path / "elsewhere"
+    with Memory.open(tmp_path / "store", embedder=WordEmbedder(), fingerprinter=WordFingerprinter(),
+                     extractor=LLMExtractor(cache_dir=elsewhere)) as memory:
+        add_one(memory, "alice", "Ann", f"My neighbour {SECRET} repairs old violins.", "a1")
+        add_one(memory, "bob", "Bob", "We planted tomatoes in the garden.", "b1")
+        assert list(user_answers(elsewhere, "alice").glob("*.json"))
+        memory.forget(user_id="alice")
+    assert not user_answers(elsewhere, "alice").exists()
+    assert list(user_answers(elsewhere, "bob").glob("*.json"))
+    assert SECRET not in "".join(path.read_text() for path in elsewhere.rglob("*.json"))
+
+
+def test_a_reader_with_the_llm_planner_writes_nothing_into_the_store(tmp_path: Path,
+                                                                     endpoint: FakeChatServer) -> None:
+    store = tmp_path / "store"
+    with open_memory(store) as memory:
+        add_one(memory, "alice", "Ann", "I flew to Lisbon for a conference.", "a1")
+    with Memory.open(store, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(), planner="llm",
+                     read_only=True) as reader:
+        assert reader.search("Where did Ann fly?", user_id="alice").hits
+    assert any("Question: " in json.dumps(request) for request in endpoint.requests)
+    assert not (store / "llm_cache").exists()
 
 
 @pytest.mark.parametrize("text", ['My neighbour is called "Quenfrithal" and repairs violins.',

@@ -25,6 +25,7 @@ from retrieval.eval.dual_path import Channel, DualPathMode
 from retrieval.eval.locomo import load_locomo
 from retrieval.eval.metrics import covered_turns, score_evidence, summarise, tied_at_cut
 from retrieval.eval.questions import EvidenceReport, parse_evidence, select_questions
+from retrieval.eval.render import render_markdown
 from retrieval.eval.results import SweepRow, TopologySetting, read_results
 from retrieval.eval.run import EvalModels, EvaluationSettings, evaluate
 from retrieval.evaluate import main
@@ -303,6 +304,10 @@ def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
         overall = results["configs"][name]["overall"]
         assert overall["mean_retrieved"] == 4.0 and overall["mean_tokens"] > 0 and overall["latency_ms"] > 0
     assert results["multi"]["planner"] == "rule" and results["multi"]["reranker"].startswith("off")
+    assert results["multi"]["plans_by"] == {"rule": sum(results["multi"]["question_types"].values())}
+    fell_back = model.multi.model_copy(update={"planner": "llm:m", "plans_by": {"llm:m": 3, "rule": 1}})
+    assert "- planner: llm:m (plans made by: llm:m 3, rule 1); reranker: off" in render_markdown(
+        model.model_copy(update={"multi": fell_back}), [])
     assert set(results["construction"]["per_conversation"]) == {"conv-t"}
     assert results == model.model_dump() and read_results(out / "results.json") == model
     configs = results["configs"]

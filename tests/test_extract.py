@@ -8,16 +8,17 @@ import logging
 import socket
 import time
 from datetime import datetime
+from types import SimpleNamespace
 
 import pytest
 
 from retrieval.extract.base import ReferenceContext
 from retrieval.extract.dates import dated_absolutes, resolve_relative_dates
-from retrieval.extract.llm_extractor import LLMExtractor
+from retrieval.extract.llm_extractor import MAX_RECORDS_PER_TURN, LLMExtractor
 from retrieval.extract.pronouns import resolve_pronouns
 from retrieval.extract.rules import RuleExtractor, content_words, is_informative, temporal_scope
-from retrieval.llm_client import ChatClient, InvalidResponse
-from retrieval.memory.records import MAX_TURN_CHARS, Exchange, Segment, Turn
+from retrieval.llm_client import RETRY_AFTER_MAX_S, ChatClient, EndpointRefused, InvalidResponse
+from retrieval.memory.records import MAX_TURN_CHARS, MAX_WRITTEN_KEYS, Exchange, Segment, Turn
 from tests.fake_chat import DROP, FakeChatServer, completion_body
 
 MONDAY = datetime(2023, 5, 8, 13, 56)  # a Monday
@@ -534,6 +535,85 @@ def test_timeouts_are_honoured(tmp_path):
         assert chat.complete([{"role": "user", "content": "hi"}], expect_ok) is None
         assert time.monotonic() - start < 1.5
     assert (chat.usage.http_calls, chat.usage.retries, len(server.requests)) == (2, 1, 2)
+
+
+@pytest.mark.parametrize(("status", "setting"), [(401, "ISQ_LLM_API_KEY"), (403, "ISQ_LLM_API_KEY"),
+                                               (404, "ISQ_LLM_MODEL")])
+def test_a_refused_key_url_or_model_is_one_error_at_once(tmp_path, status, setting):
+    """No retry changes them, and a fallback would store raw turns for every segment for good."""
+    with FakeOpenAI([(status, {"error": "no"}, 0.0)]) as server:
+        with pytest.raises(EndpointRefused, match=f"HTTP {status}: check .*{setting}"):
+            client(server.base_url, tmp_path, max_retries=4).complete([{"role": "user", "content": "hi"}],
+                                                                       expect_ok)
+        with pytest.raises(EndpointRefused):
+            llm(server, tmp_path).extract(make_segment(LLM_TURNS), ReferenceContext(("Caroline", "Melanie")))
+    assert len(server.requests) == 2
+
+
+def test_a_request_the_endpoint_cannot_take_is_not_retried(tmp_path):
+    with FakeOpenAI([(400, {"error": "context too long"}, 0.0), completion("ok")]) as server:
+        chat = client(server.base_url, tmp_path, max_retries=4)
+        assert chat.complete([{"role": "user", "content": "hi"}], expect_ok) is None
+    assert (len(server.requests), chat.usage.retries) == (1, 0)
+
+
+def test_a_busy_endpoints_retry_after_is_waited_for(tmp_path, monkeypatch):
+    waits = []
+    monkeypatch.setattr("retrieval.llm_client.time", SimpleNamespace(sleep=waits.append))
+    with FakeOpenAI([(429, {"error": "slow down"}, 0.0), (503, {"error": "busy"}, 0.0), (500, {}, 0.0),
+                     completion("ok")]) as server:
+        server.answer_headers["Retry-After"] = "7"
+        chat = client(server.base_url, tmp_path, max_retries=3, backoff_s=1.0)
+        assert chat.complete([{"role": "user", "content": "hi"}], expect_ok) == "ok"
+    with FakeOpenAI([(429, {}, 0.0)]) as server:
+        server.answer_headers["Retry-After"] = "86400"
+        chat = client(server.base_url, tmp_path, max_retries=2, backoff_s=1.0)
+        assert chat.complete([{"role": "user", "content": "hi"}], expect_ok) is None
+    # the first call: 429 -> 7 s, 503 -> 7 s (its backoff 2 s is shorter), 500 -> its backoff 4 s;
+    # the second: a day is cut to RETRY_AFTER_MAX_S
+    assert waits[:3] == [7.0, 7.0, 4.0] and set(waits[3:]) == {RETRY_AFTER_MAX_S}
+
+
+def test_an_answer_the_cache_cannot_keep_is_used_all_the_same(tmp_path, monkeypatch, caplog):
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("retrieval.llm_client.tempfile.NamedTemporaryFile", full_disk)
+    with FakeOpenAI([completion("ok")]) as server, \
+            caplog.at_level(logging.WARNING, logger="retrieval.llm_client"):
+        chat = client(server.base_url, tmp_path)
+        assert chat.complete([{"role": "user", "content": "hi"}], expect_ok) == "ok"
+    assert "answer not cached" in caplog.text and "No space left" in caplog.text
+    assert not [path for path in (tmp_path / "cache").rglob("*") if path.is_file()]
+
+
+def test_the_same_model_name_at_another_endpoint_is_asked_again(tmp_path):
+    """A local server may ignore the model name: its answers are not another endpoint's."""
+    with FakeOpenAI([completion("ok")]) as first, FakeOpenAI([completion("ok")]) as second:
+        for server in (first, second):
+            assert client(server.base_url, tmp_path).complete([{"role": "user", "content": "hi"}],
+                                                              expect_ok) == "ok"
+    assert (len(first.requests), len(second.requests)) == (1, 1)
+
+
+def test_an_answer_writing_without_bound_is_unusable(tmp_path):
+    """Evidence nodes pair every entity with every tag: an answer may not give a record more than
+    MAX_WRITTEN_KEYS of each, nor a segment more than MAX_RECORDS_PER_TURN records a turn."""
+    def answer(records: int, keys: int) -> str:
+        record = {"text": "Caroline likes tea.", "memory_type": "fact", "turn_ids": ["D1:1"],
+                  "entities": [f"E{i}" for i in range(keys)], "tags": [f"t{i}" for i in range(keys)]}
+        return json.dumps({"records": [record] * records})
+
+    segment = make_segment(LLM_TURNS)
+    most = 2 * MAX_RECORDS_PER_TURN
+    script = [completion(answer(1, MAX_WRITTEN_KEYS + 1)), completion(answer(most + 1, 1)),
+              completion(answer(most, MAX_WRITTEN_KEYS))]
+    with FakeOpenAI(script) as server:
+        extractor = llm(server, tmp_path, max_retries=2)
+        extraction = extractor.extract(segment, ReferenceContext(("Caroline", "Melanie")))
+    assert len(server.requests) == 3 and not extraction.fallback
+    assert len(extraction.amus) == most
+    assert len(extraction.amus[0].entities) == MAX_WRITTEN_KEYS
 
 
 def test_no_key_sends_no_authorization_header(tmp_path, monkeypatch):

@@ -69,6 +69,16 @@ class MemoryModels:
         fingerprinter = None if self.fingerprinter is None else SerializedFingerprinter(self.fingerprinter)
         return SerializedEmbedder(self.embedder), fingerprinter
 
+    def answer_caches(self, local_files: Path | None) -> list[Path]:
+        """Every directory LLM answers for the memory's users may be cached in: the store's own
+        (:func:`llm_cache`) and any other that the extractor, planner or operator caches in (one
+        given as an object, with a ``cache_dir`` of its own), each once: a purge drops the user's
+        answers from all of them."""
+        own = llm_cache(local_files)
+        given = [getattr(getattr(model, "client", None), "cache_dir", None)
+                 for model in (self.extractor, self.planner, self.operator)]
+        return list(dict.fromkeys(cache for cache in (own, *given) if isinstance(cache, Path)))
+
     def close(self) -> None:
         """Stop the joint encoder's batcher thread (the models stay loaded)."""
         if self.encoder is not None:

@@ -61,7 +61,7 @@ from retrieval.api.inputs import (
 )
 from retrieval.api.jobs import CONSOLIDATE, JobRunner
 from retrieval.api.limits import DEFAULT_K, DEFAULT_PAGE
-from retrieval.api.loading import MemoryModels, llm_cache, load_models
+from retrieval.api.loading import MemoryModels, load_models
 from retrieval.api.online import StreamModels
 from retrieval.api.purge import compact_owed, hard_purge
 from retrieval.api.results import AddResult, Job, MemoryItem, Page, SearchResult
@@ -119,8 +119,10 @@ class Memory:
             raise refusal(err) from None
         try:
             options = {} if embedder is None else {"embedder": embedder}
-            models = load_models(store.local_files, fingerprinter=fingerprinter, extractor=extractor,
-                                 planner=planner, operator=operator, reranker=reranker, **options)
+            # A reader writes nothing into the store, LLM answers included: its planner caches none.
+            models = load_models(None if read_only else store.local_files, fingerprinter=fingerprinter,
+                                 extractor=extractor, planner=planner, operator=operator, reranker=reranker,
+                                 **options)
             memory = cls(store, models, segmenter or SegmenterConfig())
             models.bind(store, read_only)
             if not read_only:
@@ -368,7 +370,7 @@ class Memory:
 
     def _purge(self, user: str, **selection: Any) -> None:
         """The caller holds both of the user's guards, so no segment of a purged turn commits."""
-        hard_purge(self.store, user, llm_cache(self.store.local_files), **selection)
+        hard_purge(self.store, user, self.models.answer_caches(self.store.local_files), **selection)
         self._states.drop(user)
         self._backlog.reset(user)  # an open segment may have held a purged turn: reload it
 

@@ -73,19 +73,19 @@ def _quoted(text: str) -> set[str]:
     return found
 
 
-def hard_purge(store: Store, user: str, llm_cache: Path | None, *, session_id: str | None = None,
+def hard_purge(store: Store, user: str, llm_caches: Sequence[Path], *, session_id: str | None = None,
                amu_ids: Sequence[str] = (), turn_ids: Sequence[str] = (), everything: bool = False) -> Purged:
     """Purge the selection with everything derived from it (:mod:`retrieval.memory.purge`): in the
     purge's own transaction the cached arrays of the derived texts, and before it commits the
-    user's LLM answers cached in ``llm_cache`` (:func:`drop_llm_answers`; a cache: gone early,
+    user's LLM answers cached in each of ``llm_caches`` (:func:`drop_llm_answers`; a cache: gone early,
     they are computed again if the purge fails), so a process killed after the commit leaves
     neither; then the store's files are compacted (a writer opening the store does a compaction a
     killed one owed). It holds the user's ingestion lock, so no node commits a segment of a purged
     turn meanwhile."""
     def derived(purged: Purged) -> list[str]:
         texts = derived_texts(purged, before)
-        if llm_cache is not None:
-            drop_llm_answers(llm_cache, user, texts)
+        for cache in llm_caches:
+            drop_llm_answers(cache, user, texts)
         return texts
 
     with store.ingestion_lock(user, wait=True):

@@ -23,7 +23,7 @@ from retrieval.consolidation.members import Member
 from retrieval.consolidation.operations import Draft, Operation, keep_newest, union
 from retrieval.consolidation.prefix import strip_prefix
 from retrieval.llm_client import InvalidResponse, LLMRole, json_answer, one_line
-from retrieval.memory.records import MEMORY_TYPES, written_limit
+from retrieval.memory.records import MAX_WRITTEN_KEYS, MEMORY_TYPES, written_limit
 from retrieval.memory.times import time_interval
 
 _STRINGS = {"type": "array", "items": {"type": "string", "minLength": 1, "pattern": r"\S"}}
@@ -98,6 +98,11 @@ def _parse(content: str, ordered: Sequence[Member]) -> Draft:
     operation = Operation(answer["operation"])
     if operation == Operation.KEEP:
         return Draft(operation, (), "", "fact")
+    for field in ("entities", "tags", "timestamps"):
+        held = len({value for member in ordered for value in getattr(member.amu, field)})
+        if len(answer.get(field, ())) > held + MAX_WRITTEN_KEYS:
+            raise InvalidResponse(f"{field}: {len(answer[field])} values, more than the {held} its members "
+                                  f"have and {MAX_WRITTEN_KEYS} more")
     for value in answer.get("timestamps", []):
         try:
             time_interval(value)

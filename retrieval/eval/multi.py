@@ -74,5 +74,6 @@ def multi_info(retrievers: Mapping[str, MultiRouteRetriever], plans: Sequence[Pl
                           reranker=reranker,
                           question_types=dict(Counter(plan.question_type for plan in plans)),
                           mean_routes=float(np.mean([len(plan.routes) for plan in plans])) if plans else 0.0,
-                          nodes=nodes, bank_seconds={cid: round(s, 2) for cid, s in bank_seconds.items()})
+                          nodes=nodes, bank_seconds={cid: round(s, 2) for cid, s in bank_seconds.items()},
+                          plans_by=dict(Counter(plan.planner for plan in plans)))
 

@@ -59,10 +59,20 @@ def _multi_lines(results: Results) -> list[str]:
                       for cid, counts in multi.nodes.items())
     banks = ", ".join(f"{cid} {seconds:.1f} s" for cid, seconds in multi.bank_seconds.items())
     return ["## Multi-route retrieval", "",
-            f"- planner: {multi.planner}; reranker: {multi.reranker}",
+            f"- planner: {multi.planner}{_made_by(multi.planner, multi.plans_by)}; "
+            f"reranker: {multi.reranker}",
             f"- question types: {types}; mean routes per plan {multi.mean_routes:.2f}",
             f"- evidence nodes with active records: {nodes}",
             f"- route banks built in: {banks}", ""]
+
+
+def _made_by(planner: str, plans_by: dict[str, int] | None) -> str:
+    """`` (plans made by: llm:m 300, rule 4)`` where another planner than ``planner`` made plans
+    (the rule planner, for an LLM planner's fallbacks)."""
+    if plans_by is None or set(plans_by) <= {planner}:
+        return ""
+    made = ", ".join(f"{name} {count}" for name, count in sorted(plans_by.items()))
+    return f" (plans made by: {made})"
 
 
 def render_markdown(results: Results, sweep_rows: Sequence[SweepRow]) -> str:

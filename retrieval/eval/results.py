@@ -221,6 +221,9 @@ class MultiRouteInfo(Record):
     mean_routes: float
     nodes: dict[str, dict[str, int]]
     bank_seconds: dict[str, float]
+    plans_by: dict[str, int] | None = None
+    """How many plans each planner made: an LLM planner's fallbacks (endpoint down or refusing,
+    answers that never validate) are the rule planner's. Absent from files written before it."""
 
 
 class LexicalGap(Record):

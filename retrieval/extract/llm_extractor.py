@@ -10,13 +10,24 @@ from jsonschema import Draft202012Validator
 
 from retrieval.extract.base import Extraction, ReferenceContext, make_amu, raw_turn_amus, session_time
 from retrieval.llm_client import InvalidResponse, LLMRole, json_answer, one_line
-from retrieval.memory.records import MEMORY_TYPES, AMUValidationError, Segment, Turn, written_limit
+from retrieval.memory.records import (
+    MAX_WRITTEN_KEYS,
+    MEMORY_TYPES,
+    AMUValidationError,
+    Segment,
+    Turn,
+    written_limit,
+)
 
 logger = logging.getLogger(__name__)
 
 
 _SCOPE = ("t_ref", "valid_from", "valid_to")
 """The temporal scope of a record (Table 12), optional in the answer."""
+MAX_RECORDS_PER_TURN = 8
+"""The most records an answer may write per turn of its segment (with at most
+:data:`retrieval.memory.records.MAX_WRITTEN_KEYS` entities, tags and timestamps each): an answer
+past either bound is unusable, and retried like any other."""
 _ISO_TIME = r"^\d{4}(-W\d{2}|-\d{2}(-\d{2}([T ][0-9:.]+([+-]\d{2}:?\d{2}|Z)?)?)?)?(/.+)?$"
 
 SYSTEM_PROMPT = f"""You turn one segment of a dialogue into atomic memory records.
@@ -88,7 +99,7 @@ class LLMExtractor(LLMRole):
 
     @staticmethod
     def _schema(segment: Segment) -> dict[str, Any]:
-        strings = {"type": "array", "items": {"type": "string", "minLength": 1}}
+        strings = {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": MAX_WRITTEN_KEYS}
         record = {
             "type": "object",
             "required": ["text", "memory_type", "turn_ids"],
@@ -98,7 +109,8 @@ class LLMExtractor(LLMRole):
                 "memory_type": {"enum": list(MEMORY_TYPES)},
                 "entities": strings,
                 "tags": strings,
-                "timestamps": {"type": "array", "items": {"type": "string", "pattern": _ISO_TIME}},
+                "timestamps": {"type": "array", "items": {"type": "string", "pattern": _ISO_TIME},
+                               "maxItems": MAX_WRITTEN_KEYS},
                 **{field: {"type": ["string", "null"], "pattern": _ISO_TIME} for field in _SCOPE},
                 "turn_ids": {"type": "array", "minItems": 1,
                              "items": {"enum": [turn.turn_id for turn in segment.turns]}},
@@ -107,7 +119,8 @@ class LLMExtractor(LLMRole):
         return {
             "type": "object",
             "required": ["records"],
-            "properties": {"records": {"type": "array", "items": record},
+            "properties": {"records": {"type": "array", "items": record,
+                                       "maxItems": MAX_RECORDS_PER_TURN * len(segment.turns)},
                            "disambiguation": {"type": "string"}},
         }
 

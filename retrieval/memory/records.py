@@ -45,6 +45,13 @@ def written_limit(sources: Iterable[str]) -> int:
     return max(MAX_TURN_CHARS, sum(len(text) for text in sources))
 
 
+MAX_WRITTEN_KEYS = 16
+"""The most entities, topic tags or timestamps an LLM may give a record it extracts, and may add to
+those a consolidated record's members have: evidence nodes pair every entity of a record with every
+tag, so an answer without a bound (a model looping, a turn asking for it) could grow one record
+into thousands of nodes."""
+
+
 MAX_NAME_CHARS = 200
 """The longest entity or topic tag a new record keeps, and the longest entity or topic key of an
 evidence node (an entity-topic pair's key joins two): a longer one (a pasted key, an unbroken run of

@@ -1,8 +1,9 @@
 """The LLM planner (LycheeMemory section 3.5, appendix F.2): one call per question, temperature
 0, a raw JSON plan validated against :data:`retrieval.multi_route.query_plan.PLAN_SCHEMA`, through the
 project's one client (:class:`retrieval.llm_client.ChatClient`: retries, on-disk cache, token
-accounting). A question whose plan cannot be had (endpoint down, answers that never validate)
-gets the rule planner's plan, and ``fallbacks`` counts it."""
+accounting). A question whose plan cannot be had (endpoint down or refusing, answers that never
+validate) gets the rule planner's plan, and ``fallbacks`` counts it: a search is answered whatever
+the endpoint does, and its plan's source says which planner made it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import logging
 from typing import Any
 
 from retrieval.contract import check_query
-from retrieval.llm_client import InvalidResponse, LLMRole, json_answer
+from retrieval.llm_client import EndpointRefused, InvalidResponse, LLMRole, json_answer, one_line
 from retrieval.multi_route.params import MAX_ROUTES, QUESTION_TYPES
 from retrieval.multi_route.planner_rules import PlanContext, RulePlanner
 from retrieval.multi_route.query_plan import PLAN_VALIDATOR, Plan, PlanError
@@ -47,17 +48,22 @@ class LLMPlanner(LLMRole):
             lines.append(f"Latest session date: {context.now:%A, %d %B %Y}")
         if context.participants:
             lines.append("Participants: " + ", ".join(context.participants))
-        lines += ["", f"Question: {question}"]
+        lines += ["", f"Question: {one_line(question)}"]
         return [{"role": "system", "content": PLANNER_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
 
     def plan(self, question: str, context: PlanContext) -> Plan:
         check_query(question)
-        plan = self.client.complete(self.messages(question, context), self._parse,
-                                    label=f"plan {question[:40]!r}", user=context.user)
+        try:
+            plan = self.client.complete(self.messages(question, context), self._parse,
+                                        label=f"plan {question[:40]!r}", user=context.user)
+        except EndpointRefused as err:
+            plan, why = None, str(err)
+        else:
+            why = "no valid answer"
         if plan is not None:
             return plan
         self.fallbacks += 1
-        logger.warning("no valid plan for %r: using the rule planner", question)
+        logger.warning("no plan for %r (%s): using the rule planner", question, why)
         return self.fallback.plan(question, context)
 
     def _parse(self, content: str) -> Plan:

@@ -62,8 +62,9 @@ def test_notebook_puts_two_codebooks_side_by_side(pair, tmp_path, monkeypatch):
     monkeypatch.delenv("ISQ_CONFIG_A", raising=False)
     monkeypatch.delenv("ISQ_CONFIG_B", raising=False)
     notebook = nbformat.read(NOTEBOOK, as_version=4)
+    (tmp_path / "kernel").mkdir()  # a kernel outside the repository: paths still the repository's
     NotebookClient(notebook, kernel_name="python3", timeout=180,
-                   resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+                   resources={"metadata": {"path": str(tmp_path / "kernel")}}).execute()
     outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     images = [o for o in outputs if "image/png" in o.get("data", {})]

@@ -177,6 +177,86 @@ def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path, 
     assert [name for name in straight if not torch.equal(straight[name], resumed[name])] == []
 
 
+def test_a_resumed_run_exports_the_best_checkpoint_of_its_whole_history(tmp_path, monkeypatch):
+    """Validation gets worse after step 4 (a stand-in for a late rise); the run crashes after its
+    step-4 checkpoint. The resumed run validates only the worse step 6 in its own directory, yet
+    exports step 4, as the uninterrupted run does."""
+    forward, train = ISQLightningModule.forward, ISQLightningModule.training_step
+
+    def rising(self, batch):
+        out = forward(self, batch)
+        if not self.training and self.global_step > 4:
+            out.ce_loss = out.ce_loss + 1.0
+        return out
+
+    def crashing(self, batch, batch_idx):
+        if self.global_step == 5:
+            raise RuntimeError("crash")
+        return train(self, batch, batch_idx)
+
+    monkeypatch.setattr(ISQLightningModule, "forward", rising)
+    straight = Fingerprinter.from_pretrained(exported(main(smoke_args(tmp_path / "straight", 6))))
+    monkeypatch.setattr(ISQLightningModule, "training_step", crashing)
+    with pytest.raises(RuntimeError, match="crash"):
+        main(smoke_args(tmp_path / "crashed", 6))
+    last = next((tmp_path / "crashed" / "runs").glob("**/checkpoints/last.ckpt"))
+    monkeypatch.setattr(ISQLightningModule, "training_step", train)
+    resumed = Fingerprinter.from_pretrained(exported(main(smoke_args(tmp_path / "resumed", 6, "--ckpt_path",
+                                                                     str(last)))))
+    assert straight.run_record["global_step"] == resumed.run_record["global_step"] == 4
+    assert straight.run_record["checkpoint_score"] == resumed.run_record["checkpoint_score"]
+    assert resumed.run_record["checkpoint"].startswith(str(tmp_path / "crashed"))
+    assert torch.equal(straight.codebook.vectors, resumed.codebook.vectors)
+
+
+@pytest.mark.parametrize(("setting", "value", "said"), [
+    ("--model.head_lr", "0.5", "model.head_lr 0.003, not 0.5"),
+    ("--model.isq.freeze_encoder", "true", "model.isq.freeze_encoder False, not True"),
+])
+def test_a_resume_with_other_model_settings_is_one_clear_error(tmp_path, capsys, setting, value, said):
+    """The restored optimiser would keep the checkpoint's learning rates, and a frozen encoder
+    changes its parameter groups (a traceback inside Lightning); validating is not refused."""
+    main(smoke_args(tmp_path, 2))
+    last = str(next((tmp_path / "runs").glob("**/checkpoints/last.ckpt")))
+    with pytest.raises(SystemExit) as refused:
+        main(smoke_args(tmp_path, 4, setting, value, "--ckpt_path", last))
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert f"the run was trained with {said}" in err and "Traceback" not in err
+    validated = main(smoke_args(tmp_path, 4, setting, value, "--ckpt_path", last, "--validate_only", "true"))
+    assert "val/ce_loss" in validated.trainer.callback_metrics
+
+
+def test_training_without_a_logger_is_refused_before_it_writes_anything(tmp_path, capsys, monkeypatch):
+    """Without a logger Lightning would put the checkpoints into ./checkpoints and the export into
+    the working directory (here the repository's committed checkpoints/)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as refused:
+        main(smoke_args(tmp_path, 2, "--trainer.logger", "false"))
+    assert refused.value.code == 2 and "--trainer.logger false is refused" in capsys.readouterr().err
+    assert [path.name for path in tmp_path.iterdir()] == []
+
+
+def test_a_warm_up_longer_than_the_run_and_a_run_no_validation_chose_are_said(tmp_path, capsys):
+    cli = main(smoke_args(tmp_path, 2, "--model.warmup_steps", "100", "--trainer.val_check_interval", "0.5",
+                          "--trainer.check_val_every_n_epoch", "1"))
+    err = capsys.readouterr().err
+    assert "note: --model.warmup_steps 100 is not below --trainer.max_steps 2" in err
+    assert "note: no validation chose a checkpoint" in err
+    assert Fingerprinter.from_pretrained(exported(cli)).run_record["checkpoint"] is None
+
+
+def test_token_lengths_past_the_encoders_positions_are_one_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as refused:
+        main(["--config", str(REPO / "configs" / "isq_minilm_dailydialog_cpu.yaml"),
+              "--data.root", "synthetic", "--data.max_context_tokens", "1000",
+              "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"),
+              "--data.cache_dir", str(tmp_path / "cache")])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert "--data.max_context_tokens is 1000: this encoder takes at most 512 tokens" in err
+
+
 def test_two_process_ddp_keeps_codebooks_identical(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     args = smoke_args(tmp_path, 4, "--trainer.strategy", "ddp", "--trainer.devices", "2",

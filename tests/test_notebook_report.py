@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -60,14 +61,17 @@ def test_committed_notebook_has_no_outputs():
     assert all(cell.outputs == [] and cell.execution_count is None for cell in code)
 
 
-def test_notebook_executes_top_to_bottom(fingerprinter_dir, monkeypatch):
+def test_notebook_executes_top_to_bottom(fingerprinter_dir, monkeypatch, tmp_path):
+    """Run by a kernel outside the repository, the fingerprinter given relative to the repository."""
     # the kernel inherits this process's environment
-    monkeypatch.setenv("ISQ_FINGERPRINTER", str(fingerprinter_dir))
+    monkeypatch.setenv("ISQ_FINGERPRINTER", os.path.relpath(fingerprinter_dir, REPO))
     monkeypatch.setenv("ISQ_SAMPLE_SIZE", "40")
     monkeypatch.setenv("ISQ_DAILYDIALOG", "synthetic")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
+    elsewhere = tmp_path / "kernel"
+    elsewhere.mkdir()
     client = NotebookClient(notebook, kernel_name="python3", timeout=180,
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+                            resources={"metadata": {"path": str(elsewhere)}})
     client.execute()  # raises CellExecutionError on the first failing cell
     outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]

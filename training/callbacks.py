@@ -23,6 +23,9 @@ from training.module import ISQLightningModule
 log = logging.getLogger(__name__)
 
 EXPORT_NAME = "fingerprinter"
+BEST_KEY = "isq_best_checkpoint"
+"""The checkpoint key of the best validated checkpoint of the run's whole history
+(:meth:`ExportFingerprinter.best`)."""
 
 
 def run_directory(trainer: L.Trainer) -> Path:
@@ -49,11 +52,18 @@ class ExportFingerprinter(L.Callback):
     goes exactly there; an existing, non-empty ``dirpath`` is refused when fit *starts* (before
     any training) unless ``overwrite`` is true, so a committed reference checkpoint is never
     replaced by accident.
+
+    A resumed run trains in a directory of its own, where Lightning's ``ModelCheckpoint`` tracks
+    its best checkpoint afresh; every checkpoint therefore also records the best validated one of
+    the run's whole history (:data:`BEST_KEY`), and the export is the better of that and the
+    resumed run's own best: an interrupted run resumed exports what the uninterrupted run exports.
     """
 
     def __init__(self, dirpath: str | None = None, overwrite: bool = False) -> None:
         self.dirpath, self.overwrite = dirpath, overwrite
         self.exported_to: Path | None = None
+        self.inherited: dict[str, Any] | None = None
+        """The best validated checkpoint of the runs this one resumes: path, monitor and score."""
 
     def target(self, trainer: L.Trainer) -> Path:
         if self.dirpath is not None:
@@ -72,19 +82,56 @@ class ExportFingerprinter(L.Callback):
         if (problem := export_unwritable(target)) is not None:
             raise UnwritableOutput(f"the fingerprinter export directory: {problem}")
 
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        checkpoint[BEST_KEY] = self.best(trainer)
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        """Take the resumed history's best: recorded by this callback, or (a checkpoint made before
+        it recorded one) its ``ModelCheckpoint`` state's best of the monitored value."""
+        self.inherited = checkpoint.get(BEST_KEY)
+        if self.inherited is None:
+            monitor = getattr(trainer.checkpoint_callback, "monitor", None)
+            states = [state for key, state in checkpoint.get("callbacks", {}).items()
+                      if key.startswith("ModelCheckpoint") and state.get("monitor") == monitor]
+            if states and states[0].get("best_model_score") is not None:
+                self.inherited = {"path": states[0]["best_model_path"], "monitor": monitor,
+                                  "score": float(states[0]["best_model_score"])}
+
+    def best(self, trainer: L.Trainer) -> dict[str, Any] | None:
+        """The best validated checkpoint so far, of this run and the runs it resumes (path,
+        monitor, score; None before any): the inherited one wins a tie, as the earlier one does
+        in ``ModelCheckpoint``. A checkpoint file since removed is not a candidate."""
+        checkpoints = trainer.checkpoint_callback
+        monitor, mode = getattr(checkpoints, "monitor", None), getattr(checkpoints, "mode", "min")
+        own_path, own_score = getattr(checkpoints, "best_model_path", ""), getattr(checkpoints,
+                                                                                   "best_model_score", None)
+        found = [] if self.inherited is None or self.inherited["monitor"] != monitor else [self.inherited]
+        if own_path and own_score is not None:
+            found.append({"path": own_path, "monitor": monitor, "score": float(own_score)})
+        found = [entry for entry in found if Path(entry["path"]).is_file()]
+        if not found:  # nothing monitored: ModelCheckpoint's "best" is its latest checkpoint
+            unscored = monitor is None and bool(own_path) and Path(own_path).is_file()
+            return {"path": own_path, "monitor": None, "score": None} if unscored else None
+        return (min if mode == "min" else max)(found, key=lambda entry: entry["score"])
+
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.is_global_zero:
             return
         assert isinstance(pl_module, ISQLightningModule), "ExportFingerprinter exports an ISQLightningModule"
-        checkpoints = trainer.checkpoint_callback
-        best = getattr(checkpoints, "best_model_path", "") or ""
-        step, score = trainer.global_step, None
-        if best and Path(best).is_file():
+        chosen = self.best(trainer)
+        best, step, score = "", trainer.global_step, None
+        if chosen is not None:
+            best = chosen["path"]
             saved = torch.load(best, map_location=pl_module.device, weights_only=False)
             pl_module.load_state_dict(saved["state_dict"])
-            step, best_score = int(saved["global_step"]), getattr(checkpoints, "best_model_score", None)
-            if best_score is not None:
-                score = {str(getattr(checkpoints, "monitor", None)): float(best_score)}
+            step = int(saved["global_step"])
+            score = None if chosen["score"] is None else {str(chosen["monitor"]): chosen["score"]}
+        else:
+            print("note: no validation chose a checkpoint (none ran, e.g. a --trainer.val_check_interval "
+                  "fraction of an epoch the run never reached): the export holds the last weights",
+                  file=sys.stderr)
         datamodule = getattr(trainer, "datamodule", None)
         record = {
             "exported_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

@@ -11,6 +11,7 @@ export directory) ends with one ``error:`` line and exit code 2.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import sys
 import zipfile
@@ -91,7 +92,13 @@ class ISQCLI(LightningCLI):
         if self.config.get("validate_only"):
             trainer["logger"] = False  # a validation is printed, not a run: no runs/<name>/version_N for it
         else:
+            if trainer.get("logger") is False:
+                raise OutOfRange("--trainer.logger false is refused for training: a run's checkpoints, "
+                                 "config and export go to its logger's run directory, and without one "
+                                 "they would land in the working directory (another place: "
+                                 "--trainer.logger.init_args.save_dir DIR)")
             self.notes.extend(validate_at_the_end(trainer))
+            self.notes.extend(warm_up_note(self.config.get("model", {}), trainer))
 
 
 SEED = Range(0, 2**32 - 1)
@@ -145,6 +152,28 @@ def validate_at_the_end(trainer: Any) -> list[str]:
     return []
 
 
+def warm_up_note(model: Any, trainer: Any) -> list[str]:
+    """A note when the linear warm-up is not shorter than the run: the learning rate then never
+    reaches its peak (the configs' 100- and 500-step warm-ups cut short by a small ``max_steps``)."""
+    warmup, max_steps = model.get("warmup_steps"), trainer.get("max_steps")
+    if isinstance(warmup, int) and isinstance(max_steps, int) and 0 < max_steps <= warmup:
+        return [f"note: --model.warmup_steps {warmup} is not below --trainer.max_steps {max_steps}: the "
+                f"learning rates stay in their warm-up, at most {max_steps / warmup:.2f} of their peak"]
+    return []
+
+
+def check_lengths(model: ISQLightningModule, data: DialogueDataModule) -> None:
+    """The token lengths the encoder is given must fit its positions (:class:`OutOfRange`, before the
+    data is tokenised): contexts always, targets when the contrastive term encodes them too."""
+    positions = getattr(model.model.encoder.config, "max_position_embeddings", None)  # T5's are relative
+    lengths = {"max_context_tokens": data.hparams["max_context_tokens"]}
+    if model.model.config.lambda_nce > 0:
+        lengths["max_target_tokens"] = data.hparams["max_target_tokens"]
+    for name, length in lengths.items():
+        if positions is not None and length > positions:
+            raise OutOfRange(f"--data.{name} is {length}: this encoder takes at most {positions} tokens")
+
+
 class LoggerUnavailable(RuntimeError):
     """The configured experiment logger cannot start (wandb without a login or offline mode)."""
 
@@ -167,10 +196,11 @@ class CheckpointError(ValueError):
     """--ckpt_path names no readable Lightning checkpoint."""
 
 
-def check_checkpoint(path: str | None, model: torch.nn.Module) -> None:
+def check_checkpoint(path: str | None, model: torch.nn.Module, resume: bool = False) -> None:
     """A checkpoint to resume from or validate must exist, be a complete torch zip archive (a
     truncated file has no central directory), be a Lightning checkpoint and hold weights of this
-    model's shapes (one made with other settings does not fit): refused before the run starts."""
+    model's shapes (one made with other settings does not fit); one to resume from, of a run with
+    this model's settings (:func:`changed_settings`): refused before the run starts."""
     if path is None:
         return
     if not Path(path).is_file():
@@ -193,6 +223,28 @@ def check_checkpoint(path: str | None, model: torch.nn.Module) -> None:
                 f"--ckpt_path {path}: its weights do not fit this model's settings ({name}: "
                 f"{found.get(name, 'absent')} in the checkpoint, {expected.get(name, 'absent')} here); "
                 "give the settings it was trained with")
+    if resume and (changed := changed_settings(saved.get("hyper_parameters") or {},
+                                               dict(getattr(model, "hparams", {})))):
+        raise CheckpointError(
+            f"--ckpt_path {path}: the run was trained with {changed[0]}; a resume continues a run with its "
+            "own model settings (the optimiser state holds them), so give those, or start a new run from its "
+            "export with --model.init_from")
+
+
+def changed_settings(saved: Any, current: Any, prefix: str = "model") -> list[str]:
+    """The model settings (``--model.*``) a checkpoint's hyperparameters give otherwise than the
+    current ones, as ``model.head_lr 0.003, not 0.5``. Restoring the optimiser would keep the
+    checkpoint's learning rates whatever the settings say, and a frozen or thawed encoder changes
+    its parameter groups."""
+    if dataclasses.is_dataclass(current) and not isinstance(current, type):
+        current = dataclasses.asdict(current)
+    if isinstance(saved, dict) and isinstance(current, dict):
+        names = sorted((saved.keys() | current.keys()) - {"_instantiator"})
+        return [change for name in names
+                for change in changed_settings(saved.get(name), current.get(name), f"{prefix}.{name}")]
+    if isinstance(saved, (list, tuple)) and isinstance(current, (list, tuple)):
+        saved, current = list(saved), list(current)
+    return [] if saved == current else [f"{prefix} {saved!r}, not {current!r}"]
 
 
 BAD_INPUT = (FileNotFoundError, DataFormatError, WarmStartError, EncoderUnavailable, ExportExistsError,
@@ -219,7 +271,8 @@ def main(args: list[str] | None = None) -> ISQCLI:
             parser_kwargs={"default_config_files": [str(DEFAULTS)]},
         )
         ckpt_path = cli.config.get("ckpt_path")
-        check_checkpoint(ckpt_path, cli.model)
+        check_lengths(cli.model, cli.datamodule)
+        check_checkpoint(ckpt_path, cli.model, resume=not cli.config.get("validate_only"))
         # an occupied export directory: refused before data setup
         for callback in getattr(cli.trainer, "callbacks", []):
             if isinstance(callback, ExportFingerprinter) and callback.dirpath is not None:

@@ -4,7 +4,8 @@ Third-party messages that say nothing about this run: Lightning's advertisement 
 logger, a deprecation inside Lightning's own pytree helper, and the warning about modules in
 eval mode (a frozen encoder is kept in eval mode on purpose, see ``isq.encoder``), and the
 checkpoint callback's "dirpath has changed" when a checkpoint is resumed or validated (every run
-has its own directory by design, so a continuation tracks its best checkpoint afresh). Device lines,
+has its own directory by design; the export still takes the best checkpoint of the whole
+history, :class:`training.callbacks.ExportFingerprinter`). Device lines,
 the model summary, progress, metrics and every error stay.
 """
 

@@ -32,7 +32,7 @@ from isq.report.figures import (
     training_figures,
     usage_figure,
 )
-from isq.report.inputs import InputError, default_sample, read_metrics_log, read_texts
+from isq.report.inputs import InputError, default_sample, read_metrics_log, read_texts, repository_root
 from isq.report.tables import associations_table, concordance_table, stability_table, words_table
 
 __all__ = [
@@ -57,6 +57,7 @@ __all__ = [
     "pca_figure",
     "read_metrics_log",
     "read_texts",
+    "repository_root",
     "sample_topology",
     "stability_figure",
     "stability_table",

@@ -45,6 +45,13 @@ def read_texts(path: Path) -> list[str]:
     return texts
 
 
+def repository_root() -> Path:
+    """The root relative paths are taken against (the notebooks' fingerprinters and samples): this
+    source checkout, wherever the caller runs; where the package is installed, the working
+    directory."""
+    return REPO if (REPO / "pyproject.toml").is_file() else Path.cwd()
+
+
 def default_sample(repo: Path | None = None) -> tuple[list[str], str]:
     """The texts analysed when none are given, and where they came from: the DailyDialog
     validation utterances under ``$ISQ_DAILYDIALOG``, less the dialogues train also holds (the
@@ -54,7 +61,7 @@ def default_sample(repo: Path | None = None) -> tuple[list[str], str]:
     ``ISQ_DAILYDIALOG=synthetic``), the validation split of the project's synthetic corpus. A set
     ``$ISQ_DAILYDIALOG`` that holds no release is an error, never a silent fallback."""
     if repo is None:
-        repo = REPO if (REPO / "pyproject.toml").is_file() else Path.cwd()
+        repo = repository_root()
     configured = os.environ.get(ROOT_ENV)
     if configured and configured != SYNTHETIC:
         validation = repo / Path(configured) / "validation" / "dialogues_validation.txt"  # absolute: as given

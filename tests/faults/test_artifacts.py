@@ -254,7 +254,7 @@ def test_the_paper_config_without_the_hub_exits_with_one_line(tmp_path: Path, ca
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(SystemExit) as exit_info:
         fit_main(["--config", str(REPO / "configs" / "isq_t5base_dailydialog.yaml"), "--data.root",
-                  "synthetic", "--trainer.logger", "false"])
+                  "synthetic", "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "t5-base" in err and "GPU" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

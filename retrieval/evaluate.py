@@ -55,6 +55,7 @@ from retrieval.extract.llm_extractor import LLMExtractor
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.embed import SentenceEmbedder
 from retrieval.ingestion.pipeline import IngestError
+from retrieval.llm_client import EndpointRefused
 from retrieval.memory.errors import StoreError
 from retrieval.memory.records import InputFormatError
 from retrieval.memory.targets import store_target
@@ -171,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             configs=configs, k_dense=args.k_dense, k_code=args.k_code, topology=topology, sweep=args.sweep,
             answer_configs=answer_configs, recorded=settings, progress=not args.no_progress,
             store=args.store, database=args.database))
-    except (EvaluationError, IngestError, StoreError, MemoryAPIError) as err:
+    except (EvaluationError, IngestError, StoreError, MemoryAPIError, EndpointRefused) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(_summary_line(results, args.out))

@@ -97,8 +97,10 @@ UNRETRIED = (400, 413, 422)
 """Statuses of a request the endpoint will refuse however often it is sent (too long for the
 model, a parameter it does not take): answered None at once, no retry."""
 
-RETRY_AFTER_MAX_S = 60.0
-"""The longest ``Retry-After`` of a 429 or 503 that a retry waits for (longer ones are cut to it)."""
+RETRY_AFTER_MAX_S = 20.0
+"""The longest ``Retry-After`` of a 429 or 503 that a retry waits for (longer ones are cut to it): a
+segment's extraction holds its user's ingestion lock, which a delete of the user waits for, so its
+retries wait at most ``max_retries`` times this (80 s with the defaults)."""
 
 
 T = TypeVar("T")
@@ -196,20 +198,23 @@ class ChatClient:
                 self._count(user, cache_hits=1, cached_prompt_tokens=prompt,
                             cached_completion_tokens=completion)
                 return result
-        wait_s = 0.0
+        wait_s = 0.0  # what the last answer asked to wait (Retry-After)
         for attempt in range(self.max_retries + 1):
             if attempt:
                 self._count(user, retries=1)
                 time.sleep(max(self.backoff_s * 2 ** (attempt - 1), wait_s))
             self._count(user, http_calls=1)
+            wait_s = 0.0
             try:
                 body = self._post(payload)
             except (openai.APIError, ValueError) as err:
                 logger.warning("%s attempt %d: request failed: %s", label, attempt + 1, err)
                 status = err.status_code if isinstance(err, openai.APIStatusError) else None
-                if status in REFUSALS:
-                    raise EndpointRefused(f"the LLM endpoint {self.endpoint} refused model {self.model!r} "
-                                          f"with HTTP {status}: check {REFUSALS[status]}") from None
+                if status in REFUSALS:  # the message may reach a service's clients: no URL or model in it
+                    logger.error("the LLM endpoint %s refused model %r: HTTP %d", _redacted(self.endpoint),
+                                 self.model, status)
+                    raise EndpointRefused(f"the LLM endpoint refused the memory's requests (HTTP {status}): "
+                                          f"check {REFUSALS[status]}") from None
                 if status in UNRETRIED:
                     return None
                 wait_s = _retry_after(err)
@@ -305,6 +310,13 @@ class LLMRole:
         self.client.forget_usage(user)
         if self.client.cache_dir is not None:
             drop_user_answers(self.client.cache_dir, user)
+
+
+def _redacted(url: str) -> str:
+    """``url`` without credentials or query, for logs (``http://user:secret@host/v1``: ``http://host/v1``)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    return f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{parts.path}"
 
 
 def _retry_after(err: Exception) -> float:

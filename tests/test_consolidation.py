@@ -116,7 +116,10 @@ def member(unit_id: str, text: str, speaker: str = "Ann", when: datetime | None 
     ("Jon has saved 2000 dollars for the trip.", True),  # a number that could be a year, and is not
     ("Jon has 1999 followers.", True),
     ("Jon's team won 21:15.", True),
-    ("Jon moved to Paris in mid-2021, from 2019 to the 2020s.", False),
+    ("Jon moved to Paris in mid-2021, early 2019 or in the 2020s.", False),
+    ("Jon has saved about 2000 dollars.", True),
+    ("Jon's channel grew to 2000 subscribers, a budget of 2000 dollars.", True),
+    ("Jon won by 2010 votes.", True),
     ("[2023-05-08 to 2023-05-20] Jon left at 17:30.", False),
 ])
 def test_count_sensitive_lexicon(text: str, sensitive: bool) -> None:

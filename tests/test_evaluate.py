@@ -483,16 +483,19 @@ def test_cli_run_with_the_answer_stage(tmp_path, monkeypatch, fingerprinter_dirs
     assert read_results(out / "results.json").answers.configs["dense2+code2"].overall.n == 5
 
 
-@pytest.mark.parametrize("down", ["some", "all"])
+@pytest.mark.parametrize("down", ["some", "all", "refused"])
 def test_failed_llm_requests_are_counted_not_scored(tmp_path, monkeypatch, fingerprinter_dirs, down):
     """An answer or a verdict the endpoint never gave is no wrong answer: it is counted under
-    ``failed`` and left out of F1, judge and n; with nothing graded the stage says why."""
+    ``failed`` and left out of F1, judge and n; with nothing graded the stage says why. An endpoint
+    refusing the key stops the stage at its first request, the rest of the run kept."""
     monkeypatch.setattr(evaluate_module, "SentenceEmbedder", lambda name: HashEmbedder())
     monkeypatch.setattr("retrieval.llm_client.time.sleep", lambda seconds: None)  # instant retries
     canned = {qa["question"]: qa["answer"] for qa in QA if "answer" in qa}
 
     def reply(body: dict) -> tuple[int, dict, float]:
         system, user = (m["content"] for m in body["messages"])
+        if down == "refused":
+            return 401, {"error": "bad key"}, 0.0
         if down == "all" or (system != JUDGE_PROMPT and QA[0]["question"] in user) \
                 or (system == JUDGE_PROMPT and f"Question: {QA[3]['question']}" in user):
             return 500, {"error": "down"}, 0.0
@@ -506,7 +509,11 @@ def test_failed_llm_requests_are_counted_not_scored(tmp_path, monkeypatch, finge
                      str(fingerprinter_dirs["trained"]), "--out", str(out), "--k-dense", "2", "--k-code", "2",
                      "--answer-configs", "dense2+code2", "--no-progress"]) == 0
     answers = json.loads((out / "results.json").read_text())["answers"]
-    if down == "all":
+    if down == "refused":
+        assert answers["status"] == "skipped" and "stopped" in answers["note"]
+        assert "(HTTP 401)" in answers["note"]
+        assert len(server.requests) == 1 and server.base_url not in answers["note"]
+    elif down == "all":
         assert answers["status"] == "skipped" and "answer 5" in answers["note"], answers
     else:
         assert answers["failed"] == {"answer": 1, "judge": 1}, answers["failed"]

@@ -26,9 +26,11 @@ from retrieval.consolidation.members import Member
 
 _MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|jun(?:e)?|jul(?:y)?|aug(?:ust)?"
           r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?")
-_TIME_WORD = (r"(?:in|since|until|till|by|from|to|through|between|and|of|during|before|after|around|about"
-              r"|circa|early|late|mid|at|year|summer|winter|spring|autumn|fall)")
-"""A word after which a bare year (2022) or clock time (17:30) is a time, not a quantity."""
+_TIME_WORD = (r"(?:in|since|until|till|through|during|before|after|early|late|mid|at|year"
+              r"|summer|winter|spring|autumn|fall)")
+"""A word after which a bare year (2022) or clock time (17:30) is a time, not a quantity: none that
+also precedes amounts ("about 2000", "to 2000", "of 2000", "by 2010 votes"; "from 2019 to 2021"
+then counts, erring towards holding a fact back)."""
 DATES_AND_TIMES = re.compile(
     r"\b\d{1,2}(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH + r"(?:,?\s+\d{4})?\b"   # 7 May 2023, 7th of May
     r"|\b" + _MONTH + r"\s+\d{1,2}(?:st|nd|rd|th)?(?:,?\s+\d{4})?\b"            # May 7, 2023

@@ -61,7 +61,8 @@ Return only a JSON object, without markdown fences:
 For KEEP, return {{"operation": "KEEP"}}. memory_type is one of: {", ".join(MEMORY_TYPES)}.
 entities: canonical names of people, places, organisations and things; tags: short topic tags;
 timestamps: ISO 8601 values (YYYY, YYYY-MM, YYYY-MM-DD, YYYY-Www or an interval A/B) of the times the
-new record refers to; empty when none."""
+new record refers to; empty when none. Add at most {MAX_WRITTEN_KEYS} entities, tags or timestamps each to
+those the records have."""
 
 
 class LLMOperator(LLMRole):

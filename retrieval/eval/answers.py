@@ -18,7 +18,7 @@ from retrieval.eval.construction import BuiltConversation
 from retrieval.eval.metrics import mean, summarise
 from retrieval.eval.questions import DIA_ID, EvalQuestion
 from retrieval.eval.results import AnswersDone, AnswersSkipped, AnswerSummary
-from retrieval.llm_client import ChatClient, InvalidResponse
+from retrieval.llm_client import ChatClient, EndpointRefused, InvalidResponse
 from retrieval.memory.records import AMU, Turn
 from retrieval.memory.store_contract import Store
 
@@ -164,8 +164,11 @@ def run_answer_stage(stage: AnswerStage | None, config_names: Sequence[str],
                 # raw-turn items of the multi-route configurations: the turn itself
                 turns += [store.turn(question.conversation_id, turn_id) for hit in question_hits
                           if hit.id not in amus_by_id for turn_id in hit.turns]
-                prediction = stage.answer(question, amus, turns)
-                verdict = stage.judge(question, prediction) if prediction is not None else None
+                try:
+                    prediction = stage.answer(question, amus, turns)
+                    verdict = stage.judge(question, prediction) if prediction is not None else None
+                except EndpointRefused as err:  # every later request would be refused too
+                    return AnswersSkipped(note=f"the answer stage stopped: {err}")
                 failed["answer"] += prediction is None
                 failed["judge"] += prediction is not None and verdict is None
                 f1 = (locomo_f1(prediction, question.answer, question.category) if prediction is not None

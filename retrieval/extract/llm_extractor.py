@@ -46,6 +46,8 @@ timestamps: ISO 8601 values of the times the fact refers to (YYYY, YYYY-MM, YYYY
 an interval A/B); empty when none. t_ref: the one time the fact refers to (the event time, else the
 session date); valid_from / valid_to: when the fact starts / stops holding, or null.
 turn_ids: the ids of the turns the fact comes from.
+At most {MAX_RECORDS_PER_TURN} records per turn of the segment, and at most {MAX_WRITTEN_KEYS} entities, tags
+and timestamps each per record.
 disambiguation: at most 1200 characters of notes for later segments (canonical names, aliases,
 what pronouns refer to). The reference context is read-only background: extract nothing from it."""
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import threading
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ from retrieval.contract import Query
 from retrieval.eval.dual_path import Channel, DualPathMode, DualPathRetriever
 from retrieval.index import products
 from retrieval.index.dense import DenseIndex
-from retrieval.index.fts import word_tokens
+from retrieval.index.fts import RecordLexical
 from retrieval.index.products import PRODUCT_ROWS, SHARED_BLOCKS, inner_products
 from tests.multi_route_fixtures import WordEmbedder
 
@@ -22,7 +24,7 @@ DIM = 24
 
 def hashed_embedder() -> WordEmbedder:
     """A tiny stand-in embedder: hashed bag of words, L2-normalised."""
-    return WordEmbedder(DIM, word_tokens)
+    return WordEmbedder(DIM, lambda text: re.findall(r"\w+", text.lower()))
 
 
 def unit_rows(rng: np.random.Generator, count: int, dim: int) -> np.ndarray:
@@ -289,6 +291,24 @@ def test_retriever_save_load_round_trip(tmp_path) -> None:
     for mode in MODES:
         assert search(loaded, query, mode=mode) == search(retriever, query, mode=mode)
     check_hits(search(loaded, query), loaded, data)
+
+
+def test_a_shared_lexical_channel_keeps_its_entities_and_topics_through_save_and_load(tmp_path) -> None:
+    """The evaluation's bank shares the user's records' lexical table (text, entities, topics): a
+    word only an entity holds is found after loading as before."""
+    records = [SimpleNamespace(id="a", text="She adopted a puppy.", entities=("Caroline",),
+                               tags=("adoption",)),
+               SimpleNamespace(id="b", text="Melanie went hiking.", entities=("Melanie",), tags=("hiking",))]
+    retriever = DualPathRetriever(4, IDENTITY, lexical=RecordLexical(records))
+    sources = [{"session_id": "s", "turn_ids": [f"t{i}"]} for i in (1, 2)]
+    retriever.add(["a", "b"], [record.text for record in records], np.eye(4, dtype=np.float32)[:2],
+                  [{1}, {2}], sources)
+    query = Query("Caroline adoption", np.eye(4, dtype=np.float32)[0], frozenset({1}))
+    mode = DualPathMode(Channel.BM25, 0)
+    retriever.save(tmp_path)
+    loaded = DualPathRetriever.load(tmp_path, IDENTITY)
+    found = [hit.id for hit in loaded.search(query, mode, 2)]
+    assert found == [hit.id for hit in retriever.search(query, mode, 2)] == ["a"]
 
 
 def test_retriever_refuses_another_fingerprinter(tmp_path) -> None:

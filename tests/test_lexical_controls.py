@@ -138,9 +138,22 @@ def test_each_conversation_is_a_group_when_asked(tmp_path: Path) -> None:
 def test_the_lexical_channel_drops_stopwords_from_queries() -> None:
     from retrieval.index.fts import FTSIndex, match_expression
 
-    assert match_expression("What did Anna paint in the park?") == '"anna" OR "paint" OR "park"'
-    assert match_expression("What is it?") == '"what" OR "is" OR "it"'  # nothing else to match
+    assert match_expression("What did Anna paint in the park, anna?") == '"Anna" OR "paint" OR "park"'
+    assert match_expression("What is it?") == '"What" OR "is" OR "it"'  # nothing else to match
     index = FTSIndex()
     index.add(["Anna painted a lake.", "What is the time?"])
     positions, _ = index.search("what did Anna paint", 5)
     assert list(positions) == [0]  # "what" alone no longer matches the second text; "paint" is stemmed
+
+
+@pytest.mark.parametrize("word", ["İstanbul", "ᏣᎳᎩ", "ᲡᲐᲥᲐᲠᲗᲕᲔᲚᲝ"])
+def test_a_word_written_as_in_a_record_finds_it(word: str) -> None:
+    """FTS5 folds case by an older Unicode than Python's lower(): a query lower-cased by Python
+    ("İ" to "i" and a combining dot; Cherokee and Georgian capitals to letters FTS5 keeps apart)
+    did not find the word it was written as."""
+    from retrieval.index.fts import FTSIndex
+
+    index = FTSIndex()
+    index.add(["Ann moved there last year.", f"Ann moved to {word} last year."])
+    positions, _ = index.search(word, 5)
+    assert list(positions) == [1]

@@ -196,14 +196,17 @@ class DualPathRetriever:
         return self._hits(Channel.DENSE, ids[0][found], scores[0][found])
 
     def save(self, directory: str | Path) -> None:
-        """Write the bank: ``retriever.json`` (identity, ids, texts, sources), the dense index, the
-        topology and the code-BM25 files, all in ``directory``."""
+        """Write the bank: ``retriever.json`` (identity, ids, texts, sources and the lexical table's
+        rows), the dense index, the topology and the code-BM25 files, all in ``directory``."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.dense.save(directory)
         self.topology.save(directory)
         self.code_bm25.save(directory)
-        record = {"identity": self.identity, "ids": self.ids, "texts": self.texts, "sources": self.sources}
+        record: dict[str, Any] = {"identity": self.identity, "ids": self.ids, "texts": self.texts,
+                                  "sources": self.sources}
+        if isinstance(self.lexical, FTSIndex):  # with its entities and topics columns
+            record["lexical"] = self.lexical.rows()
         (directory / _CONFIG_FILE).write_text(json.dumps(record))
 
     @classmethod
@@ -223,7 +226,9 @@ class DualPathRetriever:
         retriever.dense, retriever.topology = dense, topology
         retriever.code_bm25 = CodeBM25.load(directory)
         retriever.ids, retriever.texts, retriever.sources = record["ids"], record["texts"], record["sources"]
-        retriever.lexical.add(retriever.texts)  # type: ignore[attr-defined]
+        rows = record.get("lexical") or [(text, "", "") for text in retriever.texts]  # (saved before rows)
+        retriever.lexical.add([row[0] for row in rows], [[row[1]] for row in rows],  # type: ignore[attr-defined]
+                              [[row[2]] for row in rows])
         retriever._index_of = {amu_id: i for i, amu_id in enumerate(retriever.ids)}
         return retriever
 

@@ -33,19 +33,20 @@ from retrieval.memory.records import AMU
 _WORD = re.compile(r"\w+")
 
 
-def word_tokens(text: str) -> list[str]:
-    """Lower-cased word tokens (``\\w+``): what a query is split into before FTS5 tokenises it."""
-    return _WORD.findall(text.lower())
-
-
 def match_expression(text: str) -> str | None:
-    """An FTS5 MATCH expression for free text: every distinct word that is not a stopword (all
-    of them when there is nothing else) as a quoted string, joined by OR (quoting keeps FTS5
-    syntax such as NEAR, AND or a trailing * out of user text). None when the text has no word."""
-    tokens = word_tokens(text)
-    content = [word for word in tokens if word not in STOPWORDS]
-    words = dict.fromkeys(word.replace("_", " ") for word in content or tokens)
-    quoted = [f'"{word}"' for word in words if word.strip()]
+    """An FTS5 MATCH expression for free text: every distinct word (``\\w+``) that is not a
+    stopword (all of them when there is nothing else) as a quoted string, joined by OR (quoting
+    keeps FTS5 syntax such as NEAR, AND or a trailing * out of user text). None when the text has
+    no word. Words go to FTS5 as written, which folds their case as it folded the indexed text's:
+    Python lower-cases some letters otherwise ("İ" to "i" and a combining dot, Cherokee capitals to
+    small letters FTS5 does not fold), which would leave a word unable to find itself; only the
+    stopword test and the distinctness are taken lower-cased."""
+    tokens = _WORD.findall(text)
+    content = [word for word in tokens if word.lower() not in STOPWORDS]
+    words: dict[str, str] = {}
+    for word in content or tokens:
+        words.setdefault(word.lower(), word.replace("_", " "))
+    quoted = [f'"{word}"' for word in words.values() if word.strip()]
     return " OR ".join(quoted) if quoted else None
 
 
@@ -76,6 +77,11 @@ class FTSIndex:
                 for i, (text, e, t) in enumerate(zip(texts, entities, topics, strict=True))]
         self._db.executemany("INSERT INTO lexical (rowid, text, entities, topics) VALUES (?, ?, ?, ?)", rows)
         self._count += len(rows)
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """Every row's text, entities and topics as indexed (entities and topics each one string),
+        in position order: what :meth:`add` takes back, each column as a one-item sequence."""
+        return self._db.execute("SELECT text, entities, topics FROM lexical ORDER BY rowid").fetchall()
 
     def search(self, query: str, k: int, exclude: Iterable[int] = (),
                within: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -157,3 +157,16 @@ def test_a_word_written_as_in_a_record_finds_it(word: str) -> None:
     index.add(["Ann moved there last year.", f"Ann moved to {word} last year."])
     positions, _ = index.search(word, 5)
     assert list(positions) == [1]
+
+
+@pytest.mark.parametrize(("query", "found"), [("東京", [0]), ("猫", [0]), ("猫を飼っていますか", [0]),
+                                              ("饺子", [1]), ("我喜欢饺子", [1]), ("Tokyo", [2])])
+def test_a_cjk_word_inside_a_sentence_is_found(query: str, found: list[int]) -> None:
+    """FTS5 takes a run of kana or ideographs for one word: both sides are written as character
+    pairs (and the records' single characters), so a word finds the sentence that holds it."""
+    from retrieval.index.fts import FTSIndex
+
+    index = FTSIndex()
+    index.add(["東京で猫を飼っています", "我在北京喜欢吃饺子", "Ann likes Tokyo."])
+    positions, _ = index.search(query, 5)
+    assert list(positions) == found

@@ -226,9 +226,10 @@ class DualPathRetriever:
         retriever.dense, retriever.topology = dense, topology
         retriever.code_bm25 = CodeBM25.load(directory)
         retriever.ids, retriever.texts, retriever.sources = record["ids"], record["texts"], record["sources"]
-        rows = record.get("lexical") or [(text, "", "") for text in retriever.texts]  # (saved before rows)
-        retriever.lexical.add([row[0] for row in rows], [[row[1]] for row in rows],  # type: ignore[attr-defined]
-                              [[row[2]] for row in rows])
+        if "lexical" in record:
+            retriever.lexical.add_rows(map(tuple, record["lexical"]))  # type: ignore[attr-defined]
+        else:  # saved without its rows
+            retriever.lexical.add(retriever.texts)  # type: ignore[attr-defined]
         retriever._index_of = {amu_id: i for i, amu_id in enumerate(retriever.ids)}
         return retriever
 

@@ -29,8 +29,23 @@ from isq.topk import as_exclude_array, empty_result
 from retrieval.index.stopwords import STOPWORDS
 from retrieval.memory.fts import FTS_TOKENIZER, bm25_rows
 from retrieval.memory.records import AMU
+from retrieval.memory.scripts import IDEOGRAPHIC_RUN
 
 _WORD = re.compile(r"\w+")
+
+
+def paired(text: str, letters: bool = False) -> str:
+    """``text`` with each run of kana and CJK ideographs (:data:`retrieval.memory.scripts.
+    IDEOGRAPHIC_RUN`) written as its overlapping character pairs, space-separated (a lone character
+    as itself), and with ``letters`` (indexed text) its single characters too: FTS5's tokenizer
+    takes a whole run for one word, so a word inside a sentence (東京 in 東京で猫を飼っています)
+    could only be found by the whole sentence. A query's runs are paired, so its pairs match the
+    record's, and a one-character query word matches the record's letters."""
+    def tokens(run: str) -> str:
+        pairs = [run[i:i + 2] for i in range(len(run) - 1)] or [run]
+        return " " + " ".join([*run, *pairs] if letters and len(run) > 1 else pairs) + " "
+
+    return IDEOGRAPHIC_RUN.sub(lambda run: tokens(run.group()), text)
 
 
 def match_expression(text: str) -> str | None:
@@ -41,7 +56,7 @@ def match_expression(text: str) -> str | None:
     Python lower-cases some letters otherwise ("İ" to "i" and a combining dot, Cherokee capitals to
     small letters FTS5 does not fold), which would leave a word unable to find itself; only the
     stopword test and the distinctness are taken lower-cased."""
-    tokens = _WORD.findall(text)
+    tokens = _WORD.findall(paired(text))
     content = [word for word in tokens if word.lower() not in STOPWORDS]
     words: dict[str, str] = {}
     for word in content or tokens:
@@ -73,14 +88,20 @@ class FTSIndex:
         texts = list(texts)
         entities = list(entities) if entities is not None else [()] * len(texts)
         topics = list(topics) if topics is not None else [()] * len(texts)
-        rows = [(self._count + i + 1, text, " ".join(e), " ".join(t))
-                for i, (text, e, t) in enumerate(zip(texts, entities, topics, strict=True))]
-        self._db.executemany("INSERT INTO lexical (rowid, text, entities, topics) VALUES (?, ?, ?, ?)", rows)
-        self._count += len(rows)
+        self.add_rows([(paired(text, letters=True), paired(" ".join(e), letters=True),
+                         paired(" ".join(t), letters=True))
+                        for text, e, t in zip(texts, entities, topics, strict=True)])
+
+    def add_rows(self, rows: Iterable[tuple[str, str, str]]) -> None:
+        """Add rows as :meth:`rows` gives them (text, entities, topics as indexed)."""
+        numbered = [(self._count + i + 1, *row) for i, row in enumerate(rows)]
+        self._db.executemany("INSERT INTO lexical (rowid, text, entities, topics) VALUES (?, ?, ?, ?)",
+                             numbered)
+        self._count += len(numbered)
 
     def rows(self) -> list[tuple[str, str, str]]:
         """Every row's text, entities and topics as indexed (entities and topics each one string),
-        in position order: what :meth:`add` takes back, each column as a one-item sequence."""
+        in position order: what :meth:`add_rows` takes back."""
         return self._db.execute("SELECT text, entities, topics FROM lexical ORDER BY rowid").fetchall()
 
     def search(self, query: str, k: int, exclude: Iterable[int] = (),

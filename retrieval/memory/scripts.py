@@ -2,7 +2,7 @@
 
 * Scripts written without spaces between words (Thai, Lao, Myanmar, Khmer, kana, CJK): a
   sentence of them is one whitespace "word", so token counts and informativeness count their
-  characters instead.
+  characters instead, and the lexical channel indexes kana and CJK as character pairs.
 * Combining marks (Unicode categories Mn, Mc, Me): Devanagari's vowel signs, Thai's tone marks,
   a decomposed accent. They belong to the word they follow, but ``\\w`` does not match them, so a
   rule that keeps word characters only would cut "किताब" into "कत" + "ब".
@@ -16,6 +16,10 @@ import unicodedata
 UNSPACED = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf"
                       "\u4e00-\u9fff\uf900-\ufaff]")
 """A character of a script written without spaces."""
+
+IDEOGRAPHIC_RUN = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+"""A run of kana and CJK ideographs: written without spaces, and without combining marks, so its
+characters are whole letters (the lexical channel pairs them, :func:`retrieval.index.fts.paired`)."""
 
 
 def _mark_ranges() -> str:

@@ -16,7 +16,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -26,6 +25,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from openai.types.chat import ChatCompletion
 
+from retrieval.llm_usage import LLMUsage
 from retrieval.memory.records import lone_surrogate
 
 logger = logging.getLogger(__name__)
@@ -41,41 +41,6 @@ def user_answers(cache_dir: Path, user: str) -> Path:
 def drop_user_answers(cache_dir: Path, user: str) -> None:
     """Delete every answer ``cache_dir`` keeps for ``user``."""
     shutil.rmtree(user_answers(cache_dir, user), ignore_errors=True)
-
-
-@dataclass
-class LLMUsage:
-    """Token accounting. ``prompt_tokens`` / ``completion_tokens`` sum the ``usage`` of every HTTP
-    response (what the endpoint billed); ``cached_*`` sum the usage recorded with cache hits, so
-    ``prompt_tokens + cached_prompt_tokens`` is the construction cost of the memory."""
-
-    http_calls: int = 0
-    cache_hits: int = 0
-    retries: int = 0
-    fallback_segments: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_prompt_tokens: int = 0
-    cached_completion_tokens: int = 0
-
-    @property
-    def calls(self) -> int:
-        """Requests answered, from the endpoint or the cache (a hit stands for a call an earlier run paid
-        for)."""
-        return self.http_calls + self.cache_hits
-
-    @property
-    def tokens(self) -> int:
-        """Prompt and completion tokens, billed now or recorded with cache hits."""
-        return (self.prompt_tokens + self.completion_tokens + self.cached_prompt_tokens
-                + self.cached_completion_tokens)
-
-    def __add__(self, other: LLMUsage) -> LLMUsage:
-        return LLMUsage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(LLMUsage)})
-
-    def since(self, before: LLMUsage) -> LLMUsage:
-        """This minus ``before``, field by field: one run's share of running totals."""
-        return LLMUsage(**{f.name: getattr(self, f.name) - getattr(before, f.name) for f in fields(LLMUsage)})
 
 
 class InvalidResponse(ValueError):

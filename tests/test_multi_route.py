@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from retrieval.contract import EmptyQuery, Query
-from retrieval.llm_client import LLMUsage
+from retrieval.llm_usage import LLMUsage
 from retrieval.memory.records import Turn
 from retrieval.memory.store import AMUStore
 from retrieval.multi_route import channels, planner_rules

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from retrieval.extract.base import Extraction, Extractor, ReferenceContext
 from retrieval.ingestion.pipeline import IngestError
-from retrieval.llm_client import LLMUsage
+from retrieval.llm_usage import LLMUsage
 from retrieval.memory.records import AMUValidationError, Segment
 
 

@@ -27,7 +27,7 @@ from typing import Protocol
 from retrieval.consolidation.config import OFFLINE_THRESHOLD
 from retrieval.consolidation.members import Member
 from retrieval.consolidation.prefix import strip_prefix
-from retrieval.llm_client import LLMUsage
+from retrieval.llm_usage import LLMUsage
 
 
 class Operation(str, Enum):

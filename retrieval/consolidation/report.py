@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from retrieval.llm_client import LLMUsage
+from retrieval.llm_usage import LLMUsage
 
 
 @dataclass

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from retrieval.llm_client import LLMUsage, one_line
+from retrieval.llm_client import one_line
+from retrieval.llm_usage import LLMUsage
 from retrieval.memory.records import AMU, Segment, SourcePointer, Turn, amu_id, names
 
 

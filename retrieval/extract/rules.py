@@ -9,7 +9,7 @@ from retrieval.extract.base import Extraction, ReferenceContext, make_amu, sessi
 from retrieval.extract.dates import MONTHS, WEEKDAYS, dated_absolutes, resolve_dates
 from retrieval.extract.pronouns import mentions, resolve_pronouns
 from retrieval.index.stopwords import STOPWORDS
-from retrieval.llm_client import LLMUsage
+from retrieval.llm_usage import LLMUsage
 from retrieval.memory.records import AMU, Segment, Turn
 from retrieval.memory.scripts import MARKS, UNSPACED
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from retrieval.index.evidence_nodes import segment_search_texts
-from retrieval.llm_client import LLMUsage
+from retrieval.llm_usage import LLMUsage
 from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU, Segment, SegmentRecord, Turn
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +16,8 @@ import yaml
 
 from isq.config import ISQConfig
 from isq.fingerprint import Fingerprinter
-from training.callbacks import ExportFingerprinter
-from training.fit import main
+from training.callbacks import BEST_KEY, ExportFingerprinter
+from training.fit import changed_settings, main
 from training.module import ISQLightningModule
 
 REPO = Path(__file__).resolve().parents[1]
@@ -179,8 +180,10 @@ def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path, 
 
 def test_a_resumed_run_exports_the_best_checkpoint_of_its_whole_history(tmp_path, monkeypatch):
     """Validation gets worse after step 4 (a stand-in for a late rise); the run crashes after its
-    step-4 checkpoint. The resumed run validates only the worse step 6 in its own directory, yet
-    exports step 4, as the uninterrupted run does."""
+    step-4 checkpoint. Resumed from another working directory (its run directory is relative, as
+    the configs' ``runs`` is), the run validates only the worse step 6 in its own directory, yet
+    exports step 4, as the uninterrupted run does; so does a checkpoint written before the best was
+    recorded in it (its checkpoint callback's best, found beside the checkpoint resumed)."""
     forward, train = ISQLightningModule.forward, ISQLightningModule.training_step
 
     def rising(self, batch):
@@ -194,19 +197,30 @@ def test_a_resumed_run_exports_the_best_checkpoint_of_its_whole_history(tmp_path
             raise RuntimeError("crash")
         return train(self, batch, batch_idx)
 
+    def here(directory: Path) -> list[str]:
+        directory.mkdir()
+        monkeypatch.chdir(directory)
+        return ["--trainer.logger.init_args.save_dir", "runs"]
+
     monkeypatch.setattr(ISQLightningModule, "forward", rising)
     straight = Fingerprinter.from_pretrained(exported(main(smoke_args(tmp_path / "straight", 6))))
     monkeypatch.setattr(ISQLightningModule, "training_step", crashing)
     with pytest.raises(RuntimeError, match="crash"):
-        main(smoke_args(tmp_path / "crashed", 6))
+        main(smoke_args(tmp_path, 6, *here(tmp_path / "crashed")))
     last = next((tmp_path / "crashed" / "runs").glob("**/checkpoints/last.ckpt"))
+    legacy = tmp_path / "legacy.ckpt"
+    saved = torch.load(last, weights_only=False)
+    del saved[BEST_KEY]
+    torch.save(saved, legacy)
+    shutil.copy(legacy, last.with_name("legacy.ckpt"))  # beside the run's checkpoints, as it was written
     monkeypatch.setattr(ISQLightningModule, "training_step", train)
-    resumed = Fingerprinter.from_pretrained(exported(main(smoke_args(tmp_path / "resumed", 6, "--ckpt_path",
-                                                                     str(last)))))
-    assert straight.run_record["global_step"] == resumed.run_record["global_step"] == 4
-    assert straight.run_record["checkpoint_score"] == resumed.run_record["checkpoint_score"]
-    assert resumed.run_record["checkpoint"].startswith(str(tmp_path / "crashed"))
-    assert torch.equal(straight.codebook.vectors, resumed.codebook.vectors)
+    for name, checkpoint in (("resumed", last), ("from_legacy", last.with_name("legacy.ckpt"))):
+        cli = main(smoke_args(tmp_path, 6, *here(tmp_path / name), "--ckpt_path", str(checkpoint)))
+        resumed = Fingerprinter.from_pretrained(exported(cli))
+        assert straight.run_record["global_step"] == resumed.run_record["global_step"] == 4, name
+        assert straight.run_record["checkpoint_score"] == resumed.run_record["checkpoint_score"]
+        assert resumed.run_record["checkpoint"] == str(last.with_name("step4.ckpt"))
+        assert torch.equal(straight.codebook.vectors, resumed.codebook.vectors)
 
 
 @pytest.mark.parametrize(("setting", "value", "said"), [
@@ -227,12 +241,28 @@ def test_a_resume_with_other_model_settings_is_one_clear_error(tmp_path, capsys,
     assert "val/ce_loss" in validated.trainer.callback_metrics
 
 
-def test_training_without_a_logger_is_refused_before_it_writes_anything(tmp_path, capsys, monkeypatch):
+def test_settings_a_resume_may_spell_otherwise(tmp_path, monkeypatch):
+    """The warm start (the checkpoint's weights replace it), a path spelled another way, a setting
+    the checkpoint predates and a list kept as a tuple are no change; another value is."""
+    (tmp_path / "fp").mkdir()
+    monkeypatch.chdir(tmp_path)
+    saved = {"head_lr": 0.003, "init_from": "fp", "_instantiator": "lightning", "isq": {
+        "encoder": "fp", "lora_targets": ["q", "v"], "decoder": {"d_model": 64}}}
+    current = {"head_lr": 0.003, "init_from": str(tmp_path / "fp"), "isq": {
+        "encoder": "./fp", "lora_targets": ("q", "v"), "decoder": {"d_model": 64}, "added_since": "none"}}
+    assert changed_settings(saved, current) == []
+    current["isq"]["lora_targets"] = ("q", "k")
+    assert changed_settings(saved, current) == ["model.isq.lora_targets[1] 'v', not 'k'"]
+
+
+@pytest.mark.parametrize("logger", ["false", "[]"])
+def test_training_without_a_logger_is_refused_before_it_writes_anything(tmp_path, capsys, monkeypatch,
+                                                                        logger):
     """Without a logger Lightning would put the checkpoints into ./checkpoints and the export into
     the working directory (here the repository's committed checkpoints/)."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as refused:
-        main(smoke_args(tmp_path, 2, "--trainer.logger", "false"))
+        main(smoke_args(tmp_path, 2, "--trainer.logger", logger))
     assert refused.value.code == 2 and "--trainer.logger false is refused" in capsys.readouterr().err
     assert [path.name for path in tmp_path.iterdir()] == []
 
@@ -242,7 +272,7 @@ def test_a_warm_up_longer_than_the_run_and_a_run_no_validation_chose_are_said(tm
                           "--trainer.check_val_every_n_epoch", "1"))
     err = capsys.readouterr().err
     assert "note: --model.warmup_steps 100 is not below --trainer.max_steps 2" in err
-    assert "note: no validation chose a checkpoint" in err
+    assert "note: no validated checkpoint is left to export" in err
     assert Fingerprinter.from_pretrained(exported(cli)).run_record["checkpoint"] is None
 
 

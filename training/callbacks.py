@@ -84,54 +84,67 @@ class ExportFingerprinter(L.Callback):
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
-        checkpoint[BEST_KEY] = self.best(trainer)
+        # not only files on disk: a top-k checkpoint is written after this, and is the best itself
+        checkpoint[BEST_KEY] = self.best(trainer, on_disk=False)
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
         """Take the resumed history's best: recorded by this callback, or (a checkpoint made before
-        it recorded one) its ``ModelCheckpoint`` state's best of the monitored value."""
-        self.inherited = checkpoint.get(BEST_KEY)
-        if self.inherited is None:
+        it recorded one) its ``ModelCheckpoint`` state's best of the monitored value; its file
+        where recorded, else the file of that name beside the checkpoint resumed (:func:`located`)."""
+        inherited = checkpoint.get(BEST_KEY)
+        if inherited is None:
             monitor = getattr(trainer.checkpoint_callback, "monitor", None)
             states = [state for key, state in checkpoint.get("callbacks", {}).items()
                       if key.startswith("ModelCheckpoint") and state.get("monitor") == monitor]
             if states and states[0].get("best_model_score") is not None:
-                self.inherited = {"path": states[0]["best_model_path"], "monitor": monitor,
-                                  "score": float(states[0]["best_model_score"])}
+                inherited = {"path": states[0]["best_model_path"], "monitor": monitor,
+                             "score": float(states[0]["best_model_score"])}
+        self.inherited = None if inherited is None else dict(
+            inherited, path=located(inherited["path"], trainer.ckpt_path))
 
-    def best(self, trainer: L.Trainer) -> dict[str, Any] | None:
-        """The best validated checkpoint so far, of this run and the runs it resumes (path,
+    def best(self, trainer: L.Trainer, on_disk: bool = True) -> dict[str, Any] | None:
+        """The best validated checkpoint so far, of this run and the runs it resumes (absolute path,
         monitor, score; None before any): the inherited one wins a tie, as the earlier one does
-        in ``ModelCheckpoint``. A checkpoint file since removed is not a candidate."""
+        in ``ModelCheckpoint``. With ``on_disk``, a file since removed is not a candidate."""
+        candidates = self._candidates(trainer)
+        if on_disk:
+            candidates = [entry for entry in candidates if Path(entry["path"]).is_file()]
+        return candidates[0] if candidates else None
+
+    def _candidates(self, trainer: L.Trainer) -> list[dict[str, Any]]:
+        """The inherited best and this run's own, best first (without a monitored value:
+        ``ModelCheckpoint``'s "best", its latest checkpoint)."""
         checkpoints = trainer.checkpoint_callback
         monitor, mode = getattr(checkpoints, "monitor", None), getattr(checkpoints, "mode", "min")
         own_path, own_score = getattr(checkpoints, "best_model_path", ""), getattr(checkpoints,
                                                                                    "best_model_score", None)
+        own_path = str(Path(own_path).resolve()) if own_path else ""
+        if monitor is None:
+            return [{"path": own_path, "monitor": None, "score": None}] if own_path else []
         found = [] if self.inherited is None or self.inherited["monitor"] != monitor else [self.inherited]
         if own_path and own_score is not None:
             found.append({"path": own_path, "monitor": monitor, "score": float(own_score)})
-        found = [entry for entry in found if Path(entry["path"]).is_file()]
-        if not found:  # nothing monitored: ModelCheckpoint's "best" is its latest checkpoint
-            unscored = monitor is None and bool(own_path) and Path(own_path).is_file()
-            return {"path": own_path, "monitor": None, "score": None} if unscored else None
-        return (min if mode == "min" else max)(found, key=lambda entry: entry["score"])
+        return sorted(found, key=lambda entry: entry["score"], reverse=mode == "max")  # ties keep their order
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.is_global_zero:
             return
         assert isinstance(pl_module, ISQLightningModule), "ExportFingerprinter exports an ISQLightningModule"
-        chosen = self.best(trainer)
         best, step, score = "", trainer.global_step, None
-        if chosen is not None:
-            best = chosen["path"]
-            saved = torch.load(best, map_location=pl_module.device, weights_only=False)
+        for chosen in self._candidates(trainer):
+            saved = _saved_checkpoint(chosen, pl_module.device)
+            if saved is None:
+                print(f"note: the best validated checkpoint {chosen['path']} is gone or is another run's "
+                      "(its score differs); the next best is exported", file=sys.stderr)
+                continue
             pl_module.load_state_dict(saved["state_dict"])
-            step = int(saved["global_step"])
+            best, step = chosen["path"], int(saved["global_step"])
             score = None if chosen["score"] is None else {str(chosen["monitor"]): chosen["score"]}
+            break
         else:
-            print("note: no validation chose a checkpoint (none ran, e.g. a --trainer.val_check_interval "
-                  "fraction of an epoch the run never reached): the export holds the last weights",
-                  file=sys.stderr)
+            print("note: no validated checkpoint is left to export (none was saved, or its file is gone): "
+                  "the export holds the last weights", file=sys.stderr)
         datamodule = getattr(trainer, "datamodule", None)
         record = {
             "exported_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -155,6 +168,35 @@ class ExportFingerprinter(L.Callback):
                                                                 overwrite=self.overwrite)
         log.info("exported fingerprinter to %s", self.exported_to)
         print(f"exported fingerprinter to {self.exported_to}")
+
+
+def located(path: str, resumed: str | Path | None) -> str:
+    """The absolute path of an inherited best checkpoint: where recorded when that is an absolute
+    path to a file; else the file of its name beside the checkpoint ``resumed`` (the run directory
+    moved, or a path recorded relative to another working directory, as Lightning records them);
+    else the recorded path taken from here."""
+    recorded = Path(path)
+    if recorded.is_absolute() and recorded.is_file():
+        return str(recorded)
+    if resumed is not None and (beside := Path(resumed).resolve().parent / recorded.name).is_file():
+        return str(beside)
+    return str(recorded.resolve())
+
+
+def _saved_checkpoint(chosen: dict[str, Any], device: torch.device) -> dict[str, Any] | None:
+    """The checkpoint file ``chosen`` names, if it is there and is the one chosen: its checkpoint
+    callback's state holds the chosen score as the score it was saved with (a path taken from
+    another working directory may name another run's file)."""
+    if not Path(chosen["path"]).is_file():
+        return None
+    saved = torch.load(chosen["path"], map_location=device, weights_only=False)
+    if chosen["score"] is None:
+        return saved
+    scores = [state.get("current_score") for key, state in saved.get("callbacks", {}).items()
+              if key.startswith("ModelCheckpoint") and state.get("monitor") == chosen["monitor"]]
+    tolerance = 1e-6 * max(1.0, abs(chosen["score"]))
+    same = any(value is not None and abs(float(value) - chosen["score"]) <= tolerance for value in scores)
+    return saved if same else None
 
 
 def epochs_trained(trainer: L.Trainer) -> float | None:

@@ -92,7 +92,7 @@ class ISQCLI(LightningCLI):
         if self.config.get("validate_only"):
             trainer["logger"] = False  # a validation is printed, not a run: no runs/<name>/version_N for it
         else:
-            if trainer.get("logger") is False:
+            if trainer.get("logger") is False or trainer.get("logger") == []:
                 raise OutOfRange("--trainer.logger false is refused for training: a run's checkpoints, "
                                  "config and export go to its logger's run directory, and without one "
                                  "they would land in the working directory (another place: "
@@ -231,19 +231,31 @@ def check_checkpoint(path: str | None, model: torch.nn.Module, resume: bool = Fa
             "export with --model.init_from")
 
 
+NOT_COMPARED = {"_instantiator", "init_from"}
+"""Hyperparameters a resume may give otherwise: Lightning's own, and the warm start (the
+checkpoint's weights replace it)."""
+
+
 def changed_settings(saved: Any, current: Any, prefix: str = "model") -> list[str]:
     """The model settings (``--model.*``) a checkpoint's hyperparameters give otherwise than the
     current ones, as ``model.head_lr 0.003, not 0.5``. Restoring the optimiser would keep the
     checkpoint's learning rates whatever the settings say, and a frozen or thawed encoder changes
-    its parameter groups."""
+    its parameter groups. A setting the checkpoint does not have (one added since) is not compared,
+    nor :data:`NOT_COMPARED`; two spellings of one existing path are the same setting."""
     if dataclasses.is_dataclass(current) and not isinstance(current, type):
         current = dataclasses.asdict(current)
     if isinstance(saved, dict) and isinstance(current, dict):
-        names = sorted((saved.keys() | current.keys()) - {"_instantiator"})
+        names = sorted(saved.keys() - NOT_COMPARED)
         return [change for name in names
-                for change in changed_settings(saved.get(name), current.get(name), f"{prefix}.{name}")]
+                for change in changed_settings(saved[name], current.get(name), f"{prefix}.{name}")]
     if isinstance(saved, (list, tuple)) and isinstance(current, (list, tuple)):
-        saved, current = list(saved), list(current)
+        if len(saved) != len(current):
+            return [f"{prefix} {saved!r}, not {current!r}"]
+        return [change for index, (old, new) in enumerate(zip(saved, current, strict=True))
+                for change in changed_settings(old, new, f"{prefix}[{index}]")]
+    if isinstance(saved, str) and isinstance(current, str) and saved != current \
+            and Path(saved).exists() and Path(current).exists():
+        saved, current = str(Path(saved).resolve()), str(Path(current).resolve())
     return [] if saved == current else [f"{prefix} {saved!r}, not {current!r}"]
 
 

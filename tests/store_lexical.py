@@ -11,7 +11,7 @@ from retrieval.memory.store import AMUStore
 
 def lexical_search(store: AMUStore, query: str, user_id: str, k: int) -> list[tuple[str, float]]:
     """``bm25()`` over the user's active records in the store's table: up to ``k`` (AMU id, score)."""
-    expression = match_expression(query)
+    expression = match_expression(query, pair=False)  # the store's table is not paired
     if expression is None:
         return []
     rows = bm25_rows(store._db, "amu_fts", expression, k, join="JOIN amus a ON a.position = amu_fts.rowid",

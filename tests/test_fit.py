@@ -223,6 +223,29 @@ def test_a_resumed_run_exports_the_best_checkpoint_of_its_whole_history(tmp_path
         assert torch.equal(straight.codebook.vectors, resumed.codebook.vectors)
 
 
+def test_a_run_checkpointing_weights_only_exports_its_best(tmp_path, monkeypatch):
+    """A weights-only checkpoint holds no callback state to check its score by: it is exported as
+    the best all the same."""
+    forward = ISQLightningModule.forward
+
+    def rising(self, batch):
+        out = forward(self, batch)
+        if not self.training and self.global_step > 2:
+            out.ce_loss = out.ce_loss + 1.0
+        return out
+
+    monkeypatch.setattr(ISQLightningModule, "forward", rising)
+    callbacks = tmp_path / "callbacks.yaml"
+    callbacks.write_text(yaml.safe_dump({"trainer": {"callbacks": [
+        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+         "init_args": {"monitor": "val/ce_loss", "mode": "min", "filename": "step{step}",
+                       "auto_insert_metric_name": False, "save_weights_only": True}},
+        {"class_path": "training.callbacks.ExportFingerprinter"}]}}))
+    record = Fingerprinter.from_pretrained(exported(main(smoke_args(tmp_path, 4, "--config", str(callbacks))))
+                                           ).run_record
+    assert record["global_step"] == 2 and record["checkpoint"].endswith("step2.ckpt")
+
+
 @pytest.mark.parametrize(("setting", "value", "said"), [
     ("--model.head_lr", "0.5", "model.head_lr 0.003, not 0.5"),
     ("--model.isq.freeze_encoder", "true", "model.isq.freeze_encoder False, not True"),

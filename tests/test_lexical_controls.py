@@ -159,14 +159,33 @@ def test_a_word_written_as_in_a_record_finds_it(word: str) -> None:
     assert list(positions) == [1]
 
 
-@pytest.mark.parametrize(("query", "found"), [("東京", [0]), ("猫", [0]), ("猫を飼っていますか", [0]),
-                                              ("饺子", [1]), ("我喜欢饺子", [1]), ("Tokyo", [2])])
+@pytest.mark.parametrize(("query", "found"), [
+    ("東京", [0]), ("猫", [0]), ("猫を飼っていますか", [0]), ("饺子", [1]), ("我喜欢饺子", [1]),
+    ("Tokyo", [2]), ("京", [1, 0]), ("佐々木", [4]), ("ジョン・スミス", [])])
 def test_a_cjk_word_inside_a_sentence_is_found(query: str, found: list[int]) -> None:
     """FTS5 takes a run of kana or ideographs for one word: both sides are written as character
-    pairs (and the records' single characters), so a word finds the sentence that holds it."""
+    pairs (a lone query character as a prefix), so a word finds the sentence that holds it; an
+    iteration mark belongs to its run, a katakana middle dot does not."""
     from retrieval.index.fts import FTSIndex
 
     index = FTSIndex()
-    index.add(["東京で猫を飼っています", "我在北京喜欢吃饺子", "Ann likes Tokyo."])
+    index.add(["東京で猫を飼っています", "我在北京喜欢吃饺子", "Ann likes Tokyo.", "パンとスイーツ",
+               "佐々木さんに会った"])
     positions, _ = index.search(query, 5)
     assert list(positions) == found
+
+
+def test_records_of_another_script_leave_the_order_of_a_latin_query_as_it_was() -> None:
+    """Paired runs count as about one token a character in a row's length, which BM25 normalises
+    by: a user's Japanese records do not reorder the user's English matches."""
+    from retrieval.index.fts import FTSIndex
+
+    texts = ["Ann loves pottery and she took a pottery class at the community center downtown last spring",
+             "pottery with Mel", *(f"a note about gardening number {i}" for i in range(10))]
+    japanese = ["昨日は雨が降っていたので家でずっと本を読んでいました。とても面白い小説でした。"] * 20
+    orders = []
+    for rows in (texts, texts + japanese):
+        index = FTSIndex()
+        index.add(rows)
+        orders.append(list(index.search("pottery", 2)[0]))
+    assert orders == [[1, 0], [1, 0]]

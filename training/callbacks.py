@@ -120,8 +120,11 @@ class ExportFingerprinter(L.Callback):
         own_path, own_score = getattr(checkpoints, "best_model_path", ""), getattr(checkpoints,
                                                                                    "best_model_score", None)
         own_path = str(Path(own_path).resolve()) if own_path else ""
-        if monitor is None:
-            return [{"path": own_path, "monitor": None, "score": None}] if own_path else []
+        if monitor is None:  # only this run's own: a path restored from another run's state may not be
+            directory = getattr(checkpoints, "dirpath", None)
+            own = bool(own_path) and directory is not None and \
+                Path(directory).resolve() in Path(own_path).parents
+            return [{"path": own_path, "monitor": None, "score": None}] if own else []
         found = [] if self.inherited is None or self.inherited["monitor"] != monitor else [self.inherited]
         if own_path and own_score is not None:
             found.append({"path": own_path, "monitor": monitor, "score": float(own_score)})
@@ -186,7 +189,8 @@ def located(path: str, resumed: str | Path | None) -> str:
 def _saved_checkpoint(chosen: dict[str, Any], device: torch.device) -> dict[str, Any] | None:
     """The checkpoint file ``chosen`` names, if it is there and is the one chosen: its checkpoint
     callback's state holds the chosen score as the score it was saved with (a path taken from
-    another working directory may name another run's file)."""
+    another working directory may name another run's file); a checkpoint saved with its weights
+    only has no such state, and is taken as it is."""
     if not Path(chosen["path"]).is_file():
         return None
     saved = torch.load(chosen["path"], map_location=device, weights_only=False)
@@ -194,6 +198,8 @@ def _saved_checkpoint(chosen: dict[str, Any], device: torch.device) -> dict[str,
         return saved
     scores = [state.get("current_score") for key, state in saved.get("callbacks", {}).items()
               if key.startswith("ModelCheckpoint") and state.get("monitor") == chosen["monitor"]]
+    if not scores:  # a weights-only checkpoint: nothing to tell it by
+        return saved
     tolerance = 1e-6 * max(1.0, abs(chosen["score"]))
     same = any(value is not None and abs(float(value) - chosen["score"]) <= tolerance for value in scores)
     return saved if same else None

@@ -206,7 +206,7 @@ class DualPathRetriever:
         record: dict[str, Any] = {"identity": self.identity, "ids": self.ids, "texts": self.texts,
                                   "sources": self.sources}
         if isinstance(self.lexical, FTSIndex):  # with its entities and topics columns
-            record["lexical"] = self.lexical.rows()
+            record["lexical"], record["lexical_format"] = self.lexical.rows(), LEXICAL_FORMAT
         (directory / _CONFIG_FILE).write_text(json.dumps(record))
 
     @classmethod
@@ -226,12 +226,17 @@ class DualPathRetriever:
         retriever.dense, retriever.topology = dense, topology
         retriever.code_bm25 = CodeBM25.load(directory)
         retriever.ids, retriever.texts, retriever.sources = record["ids"], record["texts"], record["sources"]
-        if "lexical" in record:
+        if record.get("lexical_format") == LEXICAL_FORMAT:
             retriever.lexical.add_rows(map(tuple, record["lexical"]))  # type: ignore[attr-defined]
-        else:  # saved without its rows
+        else:  # saved without its rows, or tokenised otherwise: the texts, without entities and topics
             retriever.lexical.add(retriever.texts)  # type: ignore[attr-defined]
         retriever._index_of = {amu_id: i for i, amu_id in enumerate(retriever.ids)}
         return retriever
+
+
+LEXICAL_FORMAT = 2
+"""How a saved bank's lexical rows are tokenised (:meth:`retrieval.index.fts.FTSIndex.rows`): 2, runs
+of kana and CJK ideographs as pairs and a last character (:func:`retrieval.index.fts.paired`)."""
 
 
 @dataclass(frozen=True)

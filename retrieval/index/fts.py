@@ -2,9 +2,10 @@
 "SQLite + FTS5"; docs/design.md §7.1).
 
 The store keeps an FTS5 table over every active record's text, entities and topic tags
-(:mod:`retrieval.memory.schema`, ranked by :func:`retrieval.memory.fts.bm25_rows`); :class:`FTSIndex` is the
-same table in memory for a bank given as texts (the dual-path retriever without records), and
-:class:`RecordLexical` the same table in memory over one user's records. Every table tokenises with
+(:mod:`retrieval.memory.schema`, ranked by :func:`retrieval.memory.fts.bm25_rows`); :class:`FTSIndex` is a
+table of the same columns in memory for a bank given as texts (the dual-path retriever without
+records), and :class:`RecordLexical` one over one user's records; these two write runs of kana and
+CJK ideographs as character pairs (:func:`paired`), the store's does not. Every table tokenises with
 :data:`FTS_TOKENIZER` (Porter stemming) and ranks with :func:`bm25_search`: a query matches any of
 its words other than stopwords (OR), scored by FTS5's Okapi BM25 (k1 = 1.2, b = 0.75, columns weighted
 equally), best first, ties by insertion order.
@@ -34,34 +35,40 @@ from retrieval.memory.scripts import IDEOGRAPHIC_RUN
 _WORD = re.compile(r"\w+")
 
 
-def paired(text: str, letters: bool = False) -> str:
+def paired(text: str, indexed: bool = False) -> str:
     """``text`` with each run of kana and CJK ideographs (:data:`retrieval.memory.scripts.
     IDEOGRAPHIC_RUN`) written as its overlapping character pairs, space-separated (a lone character
-    as itself), and with ``letters`` (indexed text) its single characters too: FTS5's tokenizer
-    takes a whole run for one word, so a word inside a sentence (東京 in 東京で猫を飼っています)
-    could only be found by the whole sentence. A query's runs are paired, so its pairs match the
-    record's, and a one-character query word matches the record's letters."""
+    as itself), and when ``indexed`` its last character too, so that every character of the run
+    begins a token: FTS5's tokenizer takes a whole run for one word, so a word inside a sentence
+    (東京 in 東京で猫を飼っています) could only be found by the whole sentence. A query's pairs match
+    the record's, and a one-character query word is a prefix query (:func:`match_expression`). A
+    run of n characters is n tokens of the record's length, about as many as its words would be
+    had it spaces."""
     def tokens(run: str) -> str:
-        pairs = [run[i:i + 2] for i in range(len(run) - 1)] or [run]
-        return " " + " ".join([*run, *pairs] if letters and len(run) > 1 else pairs) + " "
+        pieces = [run[i:i + 2] for i in range(len(run) - 1)] + ([run[-1]] if indexed or len(run) == 1 else [])
+        return " " + " ".join(pieces) + " "
 
     return IDEOGRAPHIC_RUN.sub(lambda run: tokens(run.group()), text)
 
 
-def match_expression(text: str) -> str | None:
+def match_expression(text: str, pair: bool = True) -> str | None:
     """An FTS5 MATCH expression for free text: every distinct word (``\\w+``) that is not a
     stopword (all of them when there is nothing else) as a quoted string, joined by OR (quoting
     keeps FTS5 syntax such as NEAR, AND or a trailing * out of user text). None when the text has
     no word. Words go to FTS5 as written, which folds their case as it folded the indexed text's:
     Python lower-cases some letters otherwise ("İ" to "i" and a combining dot, Cherokee capitals to
     small letters FTS5 does not fold), which would leave a word unable to find itself; only the
-    stopword test and the distinctness are taken lower-cased."""
-    tokens = _WORD.findall(paired(text))
+    stopword test, and the distinctness of ASCII words, are taken lower-cased. Runs of kana and CJK
+    ideographs are ``pair``-ed as the channel's tables index them (:func:`paired`; the store's own
+    table, which no search reads, is not), a lone character of them matching every token it
+    begins."""
+    tokens = _WORD.findall(paired(text) if pair else text)
     content = [word for word in tokens if word.lower() not in STOPWORDS]
     words: dict[str, str] = {}
     for word in content or tokens:
-        words.setdefault(word.lower(), word.replace("_", " "))
-    quoted = [f'"{word}"' for word in words.values() if word.strip()]
+        words.setdefault(word.lower() if word.isascii() else word, word.replace("_", " "))
+    quoted = [f'"{word}"' + ("*" if pair and len(word) == 1 and IDEOGRAPHIC_RUN.fullmatch(word) else "")
+              for word in words.values() if word.strip()]
     return " OR ".join(quoted) if quoted else None
 
 
@@ -88,8 +95,8 @@ class FTSIndex:
         texts = list(texts)
         entities = list(entities) if entities is not None else [()] * len(texts)
         topics = list(topics) if topics is not None else [()] * len(texts)
-        self.add_rows([(paired(text, letters=True), paired(" ".join(e), letters=True),
-                         paired(" ".join(t), letters=True))
+        self.add_rows([(paired(text, indexed=True), paired(" ".join(e), indexed=True),
+                         paired(" ".join(t), indexed=True))
                         for text, e, t in zip(texts, entities, topics, strict=True)])
 
     def add_rows(self, rows: Iterable[tuple[str, str, str]]) -> None:

@@ -17,9 +17,11 @@ UNSPACED = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u34
                       "\u4e00-\u9fff\uf900-\ufaff]")
 """A character of a script written without spaces."""
 
-IDEOGRAPHIC_RUN = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
-"""A run of kana and CJK ideographs: written without spaces, and without combining marks, so its
-characters are whole letters (the lexical channel pairs them, :func:`retrieval.index.fts.paired`)."""
+IDEOGRAPHIC_RUN = re.compile("[\u3005-\u3007\u303b\u3041-\u3096\u309d-\u309f\u30a1-\u30fa\u30fc-\u30ff"
+                             "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+"""A run of kana and CJK ideographs, with the iteration marks (佐々木) and the long vowel mark (ー):
+letters written without spaces (the lexical channel pairs them, :func:`retrieval.index.fts.paired`);
+the katakana middle dot (ジョン・スミス) and the voicing marks are not letters of a run."""
 
 
 def _mark_ranges() -> str:

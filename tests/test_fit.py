@@ -223,6 +223,28 @@ def test_a_resumed_run_exports_the_best_checkpoint_of_its_whole_history(tmp_path
         assert torch.equal(straight.codebook.vectors, resumed.codebook.vectors)
 
 
+def test_only_a_checkpoint_holding_the_recorded_score_or_weights_only_is_exported(tmp_path):
+    """A path taken from another working directory may name another run's file: a full checkpoint
+    is exported only when its checkpoint callback saved it with the recorded score; a weights-only
+    one, which has no callback state, as it is."""
+    from training.callbacks import _saved_checkpoint
+
+    def state(monitor: str, score: float) -> dict:
+        return {"ModelCheckpoint{'monitor': 'x'}": {"monitor": monitor, "current_score": torch.tensor(score)}}
+
+    files = {"ours": {"callbacks": state("val/ce_loss", 1.0)},
+             "other_score": {"callbacks": state("val/ce_loss", 2.0)},
+             "other_monitor": {"callbacks": state("val/loss", 1.0)}, "no_state": {"callbacks": {}},
+             "weights_only": {"state_dict": {}}}
+    accepted = set()
+    for name, content in files.items():
+        torch.save(content, tmp_path / name)
+        if _saved_checkpoint({"path": str(tmp_path / name), "monitor": "val/ce_loss", "score": 1.0},
+                             torch.device("cpu")) is not None:
+            accepted.add(name)
+    assert accepted == {"ours", "weights_only"}
+
+
 def test_a_run_checkpointing_weights_only_exports_its_best(tmp_path, monkeypatch):
     """A weights-only checkpoint holds no callback state to check its score by: it is exported as
     the best all the same."""

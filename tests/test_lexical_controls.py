@@ -161,7 +161,7 @@ def test_a_word_written_as_in_a_record_finds_it(word: str) -> None:
 
 @pytest.mark.parametrize(("query", "found"), [
     ("東京", [0]), ("猫", [0]), ("猫を飼っていますか", [0]), ("饺子", [1]), ("我喜欢饺子", [1]),
-    ("Tokyo", [2]), ("京", [1, 0]), ("佐々木", [4]), ("ジョン・スミス", [])])
+    ("Tokyo", [2]), ("京", [1, 0]), ("佐々木", [4]), ("ジョン・スミス", []), ("ｶﾀ", [5])])
 def test_a_cjk_word_inside_a_sentence_is_found(query: str, found: list[int]) -> None:
     """FTS5 takes a run of kana or ideographs for one word: both sides are written as character
     pairs (a lone query character as a prefix), so a word finds the sentence that holds it; an
@@ -170,14 +170,16 @@ def test_a_cjk_word_inside_a_sentence_is_found(query: str, found: list[int]) -> 
 
     index = FTSIndex()
     index.add(["東京で猫を飼っています", "我在北京喜欢吃饺子", "Ann likes Tokyo.", "パンとスイーツ",
-               "佐々木さんに会った"])
+               "佐々木さんに会った", "ｶﾀｶﾅです"])
     positions, _ = index.search(query, 5)
     assert list(positions) == found
 
 
 def test_records_of_another_script_leave_the_order_of_a_latin_query_as_it_was() -> None:
-    """Paired runs count as about one token a character in a row's length, which BM25 normalises
-    by: a user's Japanese records do not reorder the user's English matches."""
+    """Paired runs count about one token a character in a row's length, which BM25 normalises by:
+    twenty Japanese records beside a user's English ones leave the order of its English matches
+    (characters and pairs together flipped it at ten; a run's tokens are still about twice its
+    words, so many more can)."""
     from retrieval.index.fts import FTSIndex
 
     texts = ["Ann loves pottery and she took a pottery class at the community center downtown last spring",

@@ -196,10 +196,10 @@ def _saved_checkpoint(chosen: dict[str, Any], device: torch.device) -> dict[str,
     saved = torch.load(chosen["path"], map_location=device, weights_only=False)
     if chosen["score"] is None:
         return saved
-    scores = [state.get("current_score") for key, state in saved.get("callbacks", {}).items()
-              if key.startswith("ModelCheckpoint") and state.get("monitor") == chosen["monitor"]]
-    if not scores:  # a weights-only checkpoint: nothing to tell it by
+    if "callbacks" not in saved:  # a weights-only checkpoint: nothing to tell it by
         return saved
+    scores = [state.get("current_score") for key, state in saved["callbacks"].items()
+              if key.startswith("ModelCheckpoint") and state.get("monitor") == chosen["monitor"]]
     tolerance = 1e-6 * max(1.0, abs(chosen["score"]))
     same = any(value is not None and abs(float(value) - chosen["score"]) <= tolerance for value in scores)
     return saved if same else None

@@ -18,8 +18,9 @@ UNSPACED = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u34
 """A character of a script written without spaces."""
 
 IDEOGRAPHIC_RUN = re.compile("[\u3005-\u3007\u303b\u3041-\u3096\u309d-\u309f\u30a1-\u30fa\u30fc-\u30ff"
-                             "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
-"""A run of kana and CJK ideographs, with the iteration marks (佐々木) and the long vowel mark (ー):
+                             "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f]+")
+"""A run of kana (half-width katakana too) and CJK ideographs, with the iteration marks (佐々木) and
+the long vowel mark (ー):
 letters written without spaces (the lexical channel pairs them, :func:`retrieval.index.fts.paired`);
 the katakana middle dot (ジョン・スミス) and the voicing marks are not letters of a run."""
 

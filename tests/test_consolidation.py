@@ -629,3 +629,9 @@ def test_an_llm_answer_may_add_a_bounded_number_of_keys() -> None:
         assert operator.decide(cluster) is None  # one tag too many: unusable
         (draft,) = operator.decide(cluster)
     assert len(draft.tags) == MAX_WRITTEN_KEYS and len(server.requests) == 2
+
+
+def test_the_summary_line_counts_clusters_no_answer_came_for() -> None:
+    """An endpoint that answered none of the clusters reads otherwise than KEEP answers."""
+    report = ConsolidationReport(CID, "llm:m", 0.25, clusters=2, unanswered=2)
+    assert "clusters 2 |" in report.summary() and "merges refused 0, unanswered 2 |" in report.summary()

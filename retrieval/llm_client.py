@@ -27,6 +27,7 @@ from openai.types.chat import ChatCompletion
 
 from retrieval.llm_usage import LLMUsage
 from retrieval.memory.records import lone_surrogate
+from retrieval.memory.targets import redacted
 
 logger = logging.getLogger(__name__)
 
@@ -163,20 +164,20 @@ class ChatClient:
                 self._count(user, cache_hits=1, cached_prompt_tokens=prompt,
                             cached_completion_tokens=completion)
                 return result
-        wait_s = 0.0  # what the last answer asked to wait (Retry-After)
+        wait_s = 0.0  # what the last answer asked to wait (Retry-After), for the next attempt only
         for attempt in range(self.max_retries + 1):
             if attempt:
                 self._count(user, retries=1)
                 time.sleep(max(self.backoff_s * 2 ** (attempt - 1), wait_s))
+                wait_s = 0.0
             self._count(user, http_calls=1)
-            wait_s = 0.0
             try:
                 body = self._post(payload)
             except (openai.APIError, ValueError) as err:
                 logger.warning("%s attempt %d: request failed: %s", label, attempt + 1, err)
                 status = err.status_code if isinstance(err, openai.APIStatusError) else None
                 if status in REFUSALS:  # the message may reach a service's clients: no URL or model in it
-                    logger.error("the LLM endpoint %s refused model %r: HTTP %d", _redacted(self.endpoint),
+                    logger.error("the LLM endpoint %s refused model %r: HTTP %d", redacted(self.endpoint),
                                  self.model, status)
                     raise EndpointRefused(f"the LLM endpoint refused the memory's requests (HTTP {status}): "
                                           f"check {REFUSALS[status]}") from None
@@ -275,13 +276,6 @@ class LLMRole:
         self.client.forget_usage(user)
         if self.client.cache_dir is not None:
             drop_user_answers(self.client.cache_dir, user)
-
-
-def _redacted(url: str) -> str:
-    """``url`` without credentials or query, for logs (``http://user:secret@host/v1``: ``http://host/v1``)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    return f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{parts.path}"
 
 
 def _retry_after(err: Exception) -> float:

@@ -84,8 +84,7 @@ class ExportFingerprinter(L.Callback):
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
-        # not only files on disk: a top-k checkpoint is written after this, and is the best itself
-        checkpoint[BEST_KEY] = self.best(trainer, on_disk=False)
+        checkpoint[BEST_KEY] = self.best(trainer)
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
@@ -95,21 +94,19 @@ class ExportFingerprinter(L.Callback):
         inherited = checkpoint.get(BEST_KEY)
         if inherited is None:
             monitor = getattr(trainer.checkpoint_callback, "monitor", None)
-            states = [state for key, state in checkpoint.get("callbacks", {}).items()
-                      if key.startswith("ModelCheckpoint") and state.get("monitor") == monitor]
+            states = _checkpoint_states(checkpoint, monitor)
             if states and states[0].get("best_model_score") is not None:
                 inherited = {"path": states[0]["best_model_path"], "monitor": monitor,
                              "score": float(states[0]["best_model_score"])}
         self.inherited = None if inherited is None else dict(
             inherited, path=located(inherited["path"], trainer.ckpt_path))
 
-    def best(self, trainer: L.Trainer, on_disk: bool = True) -> dict[str, Any] | None:
+    def best(self, trainer: L.Trainer) -> dict[str, Any] | None:
         """The best validated checkpoint so far, of this run and the runs it resumes (absolute path,
         monitor, score; None before any): the inherited one wins a tie, as the earlier one does
-        in ``ModelCheckpoint``. With ``on_disk``, a file since removed is not a candidate."""
+        in ``ModelCheckpoint``. Its file need not be on disk yet (a top-k checkpoint is written
+        after the checkpoints record it, and may be the best itself): the export checks it."""
         candidates = self._candidates(trainer)
-        if on_disk:
-            candidates = [entry for entry in candidates if Path(entry["path"]).is_file()]
         return candidates[0] if candidates else None
 
     def _candidates(self, trainer: L.Trainer) -> list[dict[str, Any]]:
@@ -194,15 +191,18 @@ def _saved_checkpoint(chosen: dict[str, Any], device: torch.device) -> dict[str,
     if not Path(chosen["path"]).is_file():
         return None
     saved = torch.load(chosen["path"], map_location=device, weights_only=False)
-    if chosen["score"] is None:
+    if chosen["score"] is None or "callbacks" not in saved:  # a weights-only one: nothing to tell it by
         return saved
-    if "callbacks" not in saved:  # a weights-only checkpoint: nothing to tell it by
-        return saved
-    scores = [state.get("current_score") for key, state in saved["callbacks"].items()
-              if key.startswith("ModelCheckpoint") and state.get("monitor") == chosen["monitor"]]
+    scores = [state.get("current_score") for state in _checkpoint_states(saved, chosen["monitor"])]
     tolerance = 1e-6 * max(1.0, abs(chosen["score"]))
     same = any(value is not None and abs(float(value) - chosen["score"]) <= tolerance for value in scores)
     return saved if same else None
+
+
+def _checkpoint_states(checkpoint: dict[str, Any], monitor: str | None) -> list[dict[str, Any]]:
+    """The states a checkpoint holds of ``ModelCheckpoint`` callbacks monitoring ``monitor``."""
+    return [state for key, state in checkpoint.get("callbacks", {}).items()
+            if key.startswith("ModelCheckpoint") and state.get("monitor") == monitor]
 
 
 def epochs_trained(trainer: L.Trainer) -> float | None:

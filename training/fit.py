@@ -165,12 +165,14 @@ def warm_up_note(model: Any, trainer: Any) -> list[str]:
 def check_lengths(model: ISQLightningModule, data: DialogueDataModule) -> None:
     """The token lengths the encoder is given must fit its positions (:class:`OutOfRange`, before the
     data is tokenised): contexts always, targets when the contrastive term encodes them too."""
-    positions = getattr(model.model.encoder.config, "max_position_embeddings", None)  # T5's are relative
+    positions = getattr(model.model.encoder.config, "max_position_embeddings", None)
+    if positions is None:  # T5's are relative
+        return
     lengths = {"max_context_tokens": data.hparams["max_context_tokens"]}
     if model.model.config.lambda_nce > 0:
         lengths["max_target_tokens"] = data.hparams["max_target_tokens"]
     for name, length in lengths.items():
-        if positions is not None and length > positions:
+        if length > positions:
             raise OutOfRange(f"--data.{name} is {length}: this encoder takes at most {positions} tokens")
 
 

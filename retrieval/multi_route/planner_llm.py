@@ -56,10 +56,9 @@ class LLMPlanner(LLMRole):
         try:
             plan = self.client.complete(self.messages(question, context), self._parse,
                                         label=f"plan {question[:40]!r}", user=context.user)
+            why = "no valid answer"
         except EndpointRefused as err:
             plan, why = None, str(err)
-        else:
-            why = "no valid answer"
         if plan is not None:
             return plan
         self.fallbacks += 1

@@ -4,8 +4,8 @@ Not a test: prints figures (and writes them with ``--json PATH``). For each bank
 build time and memory of the topology (incidence, M = X^T X, S_code, inverted index) and of an exact
 faiss ``IndexFlatIP``, then times, query by query and in rotated order within each query (see
 :mod:`benchmarks.timing`): Path B in the library default (self term + sum, the MaxScore walk
-:func:`isq.topk.sum_walk`), Path B in the paper's setting (docs/design.md §3.5: max, the
-inverted-index walk :func:`isq.topk.max_walk`), the brute-force scorer of each setting (every AMU
+:func:`isq.walks.sum_walk`), Path B in the paper's setting (docs/design.md §3.5: max, the
+inverted-index walk :func:`isq.walks.max_walk`), the brute-force scorer of each setting (every AMU
 scored), and faiss. Every query's Path B result is checked against brute force: same AMUs, same
 order, bitwise the same scores. Ratios are medians of per-query ratios, with quartiles and extremes.
 

@@ -3,10 +3,10 @@
 Trains ``configs/isq_minilm_dailydialog_gpu.yaml`` (bf16-mixed, LoRA rank 8, 10,000 steps of 128
 pairs from the committed k-means control, stopped after 9 minutes at the latest) with
 ``python -m training.fit``, evaluates the export with ``python -m retrieval.evaluate`` against
-the control (the code route of multi-route retrieval and of the dual path, Path B alone, the
+the control (the code channel of multi-route retrieval and of the dual path, Path B alone, the
 lexical baselines), and writes ``OUT/summary.json``: the steps reached, the wall times, overall
 recall per configuration and the paired differences that say whether training beats its
-starting point (trained − k-means as the code route of ``multi+code``; each code route −
+starting point (trained − k-means as the code channel of ``multi+code``; each code channel −
 ``multi``), computed by :mod:`retrieval.eval.paired_differences` from the run's ``questions.jsonl``.
 
     python benchmarks/gpu_long_run.py --data-root ../shared/data/dailydialog \\

@@ -338,9 +338,9 @@ class CooccurrenceTopology:
                exclude: Iterable[int] = ()) -> tuple[np.ndarray, np.ndarray]:
         """Path B top-k (indices, scores), identical to :meth:`search_bruteforce`.
 
-        With ``aggregate="max"`` the bank is not scanned (:func:`isq.topk.max_walk`). With
+        With ``aggregate="max"`` the bank is not scanned (:func:`isq.walks.max_walk`). With
         ``aggregate="sum"`` the inverted index is walked with MaxScore pruning, AMUs reached
-        being scored exactly from their rows of X (:func:`isq.topk.sum_walk`).
+        being scored exactly from their rows of X (:func:`isq.walks.sum_walk`).
         """
         check_k(k)
         if self.params.length_norm:  # per-unit normalisation breaks the walk's bounds: score every unit

@@ -7,7 +7,7 @@ multi-route retrieval, :mod:`retrieval.multi_route`), opened read-only; a conver
 
 Prints the plan, a legend of the score columns (:mod:`retrieval.multi_route.score_legend`), then each
 selected item (record or raw turn) with the route that found it, its channel scores, its record
-type and time, its provenance and the original turns, verbatim. The codebook route is on when
+type and time, its provenance and the original turns, verbatim. The codebook channel is on when
 the store was built with a fingerprinter (loaded from where ingestion recorded it) or
 ``--fingerprinter`` names one; ``--reranker`` names a local sentence-transformers CrossEncoder
 (off otherwise). The store is opened read-only beside any writer and nothing is written into it
@@ -46,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m retrieval.query", description=__doc__.split("\n\n")[0])
     parser.add_argument("question", help="the question to retrieve evidence for")
     parser.add_argument("--store", type=store_target, required=True,
-                        help="store directory (python -m retrieval.ingest)")
+                        help="store directory or postgresql:// URL (python -m retrieval.ingest)")
     parser.add_argument("--user", "--conversation", dest="user",
                         help="the user to search (needed when the store holds several; a LoCoMo "
                              "conversation is the user of its id)")
@@ -82,7 +82,7 @@ def _user(memory: Memory, wanted: str | None) -> str:
 
 def run(args: argparse.Namespace) -> tuple[SearchResult, list[dict[str, Any]]]:
     """Open the memory read-only, search the conversation (user) and read each hit's turns; returns
-    the result and the items in JSON form."""
+    the result and its hits in JSON form."""
     if args.k < 1:
         raise InvalidInput(f"-k must be at least 1, got {args.k}")
     check_query(args.question)
@@ -95,25 +95,25 @@ def run(args: argparse.Namespace) -> tuple[SearchResult, list[dict[str, Any]]]:
         user = _user(memory, args.user)
         k = args.k if args.exact_k else final_top_k(args.k, PLAN_DEPTH)
         result = memory.search(args.question, user_id=user, k=k, explain=True)
-        return result, [item_dict(rank, hit, memory, user) for rank, hit in enumerate(result.hits, start=1)]
+        return result, [hit_dict(rank, hit, memory, user) for rank, hit in enumerate(result.hits, start=1)]
 
 
-def item_dict(rank: int, hit: Hit, memory: Memory, user: str) -> dict[str, Any]:
-    """One selected item as JSON: id, kind, text, type, time, routes, scores, provenance, turns."""
+def hit_dict(rank: int, hit: Hit, memory: Memory, user: str) -> dict[str, Any]:
+    """One hit as JSON, in the HTTP hit's words (``session_id``, ``turns``: the ids of its source
+    turns), with its rank, routes and scores, and the source turns verbatim (``source_turns``)."""
     turns = [memory.store.turn(user, turn_id) for turn_id in hit.turns]
     explain = hit.explain or {}
     scores = {name: channel["score"] for name, channel in explain.get("channels", {}).items()}
     return {"rank": rank, "id": hit.id, "kind": hit.kind, "text": hit.text, "memory_type": hit.memory_type,
-            "time": hit.time, "routes": explain.get("routes", []),
-            "scores": {**scores, **explain.get("fused", {})},
-            "provenance": {"session_id": hit.session_id, "turn_ids": list(hit.turns)},
-            "turns": [{"turn_id": t.turn_id, "speaker": t.speaker, "text": t.text,
-                       "image_caption": t.image_caption,
-                       "session_time": t.session_time.isoformat() if t.session_time else None}
-                      for t in turns]}
+            "time": hit.time, "session_id": hit.session_id, "turns": list(hit.turns),
+            "routes": explain.get("routes", []), "scores": {**scores, **explain.get("fused", {})},
+            "source_turns": [{"turn_id": t.turn_id, "speaker": t.speaker, "text": t.text,
+                              "image_caption": t.image_caption,
+                              "time": t.session_time.isoformat() if t.session_time else None}
+                             for t in turns]}
 
 
-def render(result: SearchResult, items: Sequence[dict[str, Any]], args: argparse.Namespace) -> str:
+def render(result: SearchResult, hits: Sequence[dict[str, Any]], args: argparse.Namespace) -> str:
     """The human-readable listing."""
     plan = result.plan or {"planner": "-", "question_type": "-", "routes": []}
     lines = [f"Question: {result.query}", f"Plan ({plan['planner']}): {plan['question_type']}"]
@@ -123,20 +123,19 @@ def render(result: SearchResult, items: Sequence[dict[str, Any]], args: argparse
                      f"topics {route['topics']}; time {time}")
     codebook = (f"on ({args.fingerprinter})" if args.fingerprinter else
                 "off (no fingerprinter recorded by the store, or its directory is gone; --fingerprinter DIR)")
-    size = size_note(args.k, len(items), args.exact_k)
-    lines += [f"Reranker: {result.reranker}", f"Codebook route: {codebook}",
+    size = size_note(args.k, len(hits), args.exact_k)
+    lines += [f"Reranker: {result.reranker}", f"Codebook channel: {codebook}",
               f"{size}, in {1000 * result.seconds:.0f} ms", *legend_lines(), ""]
-    for item in items:
-        scores = " ".join(f"{name} {value:.3g}" for name, value in item["scores"].items())
-        kind = item["memory_type"] if item["kind"] == "record" else "raw turn"
-        lines.append(f"{item['rank']:>3}. [{item['id']}] {kind}, time {item['time'] or 'unknown'}, "
-                     f"route {','.join(map(str, item['routes'])) or '-'} | {scores}")
-        lines.append(f"     {item['text']}")
-        lines.append(f"     provenance: {item['provenance']['session_id']}, turns "
-                     f"{', '.join(item['provenance']['turn_ids'])}")
-        for turn in item["turns"]:
+    for hit in hits:
+        scores = " ".join(f"{name} {value:.3g}" for name, value in hit["scores"].items())
+        kind = hit["memory_type"] if hit["kind"] == "record" else "raw turn"
+        lines.append(f"{hit['rank']:>3}. [{hit['id']}] {kind}, time {hit['time'] or 'unknown'}, "
+                     f"route {','.join(map(str, hit['routes'])) or '-'} | {scores}")
+        lines.append(f"     {hit['text']}")
+        lines.append(f"     provenance: {hit['session_id']}, turns {', '.join(hit['turns'])}")
+        for turn in hit["source_turns"]:
             caption = f" [shares an image: {turn['image_caption']}]" if turn["image_caption"] else ""
-            lines.append(f"       > [{turn['turn_id']}] ({(turn['session_time'] or 'undated')[:10]}) "
+            lines.append(f"       > [{turn['turn_id']}] ({(turn['time'] or 'undated')[:10]}) "
                          f"{turn['speaker']}: {turn['text']}{caption}")
     return "\n".join(lines)
 
@@ -144,17 +143,17 @@ def render(result: SearchResult, items: Sequence[dict[str, Any]], args: argparse
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        result, items = run(args)
+        result, hits = run(args)
     except (MemoryAPIError, StoreError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"question": result.query, "plan": result.plan, "reranker": result.reranker,
+        print(json.dumps({"query": result.query, "plan": result.plan, "reranker": result.reranker,
                           "seconds": result.seconds, "k": args.k,
-                          "size": size_note(args.k, len(items), args.exact_k), "score_columns": SCORE_COLUMNS,
-                          "order": ORDER_NOTE, "items": items}, ensure_ascii=False, indent=2))
+                          "size": size_note(args.k, len(hits), args.exact_k), "score_columns": SCORE_COLUMNS,
+                          "order": ORDER_NOTE, "hits": hits}, ensure_ascii=False, indent=2))
     else:
-        print(render(result, items, args))
+        print(render(result, hits, args))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""``multi+kmeans``: the k-means control as the code route of the same multi-route retrieval."""
+"""``multi+kmeans``: the k-means control as the code channel of the same multi-route retrieval."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _found(out) -> dict[str, list[list[str]]]:
 
 def test_multi_kmeans_is_multi_code_with_the_controls_codebook(tmp_path, fingerprinters):  # noqa: F811
     """Swapping the two fingerprinters swaps multi+code and multi+kmeans question for question,
-    and leaves multi (no code route) as it was: the configuration's code route is the control's."""
+    and leaves multi (no code channel) as it was: the configuration's code channel is the control's."""
     conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
     swapped = {"trained": fingerprinters["kmeans"], "kmeans": fingerprinters["trained"]}
     runs = {}

@@ -17,22 +17,25 @@ def store_dir(tmp_path, monkeypatch):
     return query_store(tmp_path, monkeypatch)
 
 
-def test_json_lists_items_with_route_scores_type_time_provenance_and_turns(store_dir, capsys):
+def test_json_lists_hits_with_route_scores_type_time_provenance_and_turns(store_dir, capsys):
     assert (main(["--store", str(store_dir), "When did Ann sign up for the pottery class?", "-k", "5",
                   "--json"]) == 0)
     out = json.loads(capsys.readouterr().out)
     assert out["plan"]["question_type"] == "temporal" and out["plan"]["routes"][0]["entities"] == ["ann"]
     assert out["reranker"].startswith("off")
-    items = out["items"]
+    assert out["query"] == "When did Ann sign up for the pottery class?"
+    items = out["hits"]
     # max(5, 15) capped by the bank's 8 items
     assert len(items) == 8 and len({item["id"] for item in items}) == 8
     assert ARCHIVED not in {item["id"] for item in items}
     first = items[0]
     assert first["id"] == f"{CID}:0:0" and first["kind"] == "record" and first["memory_type"] == "fact"
     assert first["time"] == "2023-05-07" and first["routes"] == [1] and "lexical" in first["scores"]
-    assert first["provenance"] == {"session_id": "session_1", "turn_ids": ["D1:1"]}
+    assert (first["session_id"], first["turns"]) == ("session_1", ["D1:1"])  # as an HTTP hit says it
     # the original turn, verbatim
-    assert first["turns"][0]["text"] == "I signed up for a pottery class yesterday."
+    assert first["source_turns"][0]["text"] == "I signed up for a pottery class yesterday."
+    source = first["source_turns"][0]
+    assert source["turn_id"] == "D1:1" and source["time"].startswith("2023-")
     assert {item["kind"] for item in items} == {"record", "turn"}
 
 

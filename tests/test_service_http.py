@@ -404,7 +404,8 @@ async def _mcp_calls(url: str, key: str) -> tuple[dict[str, dict], dict, dict]:
         tools = {tool.name: tool.input_schema for tool in (await session.list_tools()).tools}
         added = await session.call_tool("memory_add", {"session_id": "mcp", "turns": [
             {"speaker": "Maria", "text": "Over MCP: Maria bought a red kayak."}]})
-        found = await session.call_tool("memory_search", {"query": "What did Maria buy?", "k": limits.MAX_K})
+        found = await session.call_tool("memory_search", {"query": "What did Maria buy?", "k": limits.MAX_K,
+                                                           "explain": True})
         return tools, added.structured_content, found.structured_content
 
 
@@ -415,6 +416,7 @@ def test_mcp_over_http_takes_the_user_from_the_key(api: Api) -> None:
     query = tools["memory_search"]["properties"]["query"]  # the limits a client validates against
     assert (query["minLength"], query["maxLength"]) == (1, limits.MAX_QUERY_CHARS), query
     assert added["turn_ids"] and "kayak" in json.dumps(found) and BOB_CANARY not in json.dumps(found)
+    assert all(hit["explain"]["channels"] for hit in found["hits"]), found  # as over HTTP
     assert "kayak" not in texts_of(api.bob.post("/v1/search", json={"query": "red kayak"}))
     assert (api.anonymous.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).status_code
             == 401)
@@ -458,7 +460,7 @@ def test_metrics_count_routes_and_no_request_failed_with_500(api: Api) -> None:
     assert 'isq_http_requests_total{method="POST",route="/v1/search",status="200"}' in text
     assert 'isq_http_request_seconds_bucket{le="0.1",method="POST",route="/v1/search"}' in text
     assert 'isq_http_errors_total{method="GET",route="/v1/memories/{memory_id}",status="404"}' in text
-    for gauge in ("isq_memory_amus", "isq_memory_open_segments", "isq_memory_queued_jobs",
+    for gauge in ("isq_memory_amus", "isq_memory_open_segments", "isq_memory_unfinished_jobs",
                   "isq_gc_full_collections_total", "isq_gc_full_collection_seconds_total",
                   "isq_gc_frozen_objects"):  # the server process runs the collector's freezer
         assert f"\n{gauge} " in text, gauge

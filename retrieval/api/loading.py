@@ -182,7 +182,7 @@ MODEL_METHODS = {"embedder": ("encode", "dim"), "extractor": ("extract",),
                  "fingerprinter": ("fingerprint", "codebook_size", "identity"), "planner": ("plan",),
                  "operator": ("decide",), "reranker": ("scores",)}
 """What each model given as an object must have; the fingerprinter, planner and reranker may be
-None (no codebook route, the rule planner, no reranking)."""
+None (no codebook channel, the rule planner, no reranking)."""
 
 
 def _checked(models: MemoryModels) -> MemoryModels:

@@ -267,7 +267,7 @@ class Memory:
     def search(self, query: str, *, user_id: str, session_id: str | None = None, k: int = DEFAULT_K,
                explain: bool = False) -> SearchResult:
         """The user's k best items for ``query`` by plan-guided multi-route retrieval, with the
-        codebook route when a fingerprinter is set (:mod:`retrieval.api.search`)."""
+        codebook channel when a fingerprinter is set (:mod:`retrieval.api.search`)."""
         user, session = check_id("user_id", user_id), optional_id("session_id", session_id)
         text, k, explain = check_query(query), check_k(k), check_flag("explain", explain)
         with self._gate, self._guards.of(user).state:

@@ -4,7 +4,7 @@ Configurations at equal budget are named ``dense{K}``, ``code{K}``, ``kmeans{K}`
 ``dense{K}+code{K}`` / ``dense{K}+kmeans{K}`` / ``dense{K}+bm25_{K}``: ``code`` is Path B with the
 trained fingerprinter, ``kmeans`` Path B with the k-means control, and a ``+`` path only adds
 items that the dense path did not return (docs/design.md §4.2). ``multi`` is plan-guided
-multi-route retrieval with every route but the codebook, ``multi+code`` adds the codebook route
+multi-route retrieval with every channel but the codebook, ``multi+code`` adds the codebook channel
 (docs/design.md §7.5) and ``multi+kmeans`` adds it with the k-means control as its codebook (the
 same plans and routes otherwise); all three return the evaluation's total budget (k_dense +
 k_code) of distinct items.
@@ -32,7 +32,7 @@ class EvaluationError(ValueError):
 
 _PART = re.compile(r"(dense|codebm25_|code|kmeans|bm25_)(\d+)")
 MULTI_CONFIGS = ("multi", "multi+code", "multi+kmeans")
-"""Multi-route retrieval without a codebook route, with the trained codebook's, with the control's."""
+"""Multi-route retrieval without a codebook channel, with the trained codebook's, with the control's."""
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,8 @@ def parse_config(name: str, k: int = 40) -> RetrievalConfig:
 
 def default_configs(k_dense: int = 20, k_code: int = 20, with_kmeans: bool = False) -> list[str]:
     """Dense-K, Dense-2K, Dense-K + Codebook-K, Dense-K + BM25-K, Codebook-2K, with the control
-    Dense-K + k-means-K, and multi-route retrieval without and with the codebook route (with the
-    control: also with the control as that route): the ablation at equal budgets."""
+    Dense-K + k-means-K, and multi-route retrieval without and with the codebook channel (with the
+    control: also with the control as that channel): the ablation at equal budgets."""
     total = k_dense + k_code
     names = [f"dense{k_dense}", f"dense{total}", f"dense{k_dense}+code{k_code}",
              f"dense{k_dense}+bm25_{k_code}", f"code{total}"]

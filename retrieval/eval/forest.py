@@ -27,7 +27,7 @@ def label(name: str, baseline: str) -> str:
 def comparisons(names: Sequence[str], k: int) -> list[tuple[str, str]]:
     """The (configuration, baseline) pairs an evaluation of ``names`` draws: every configuration
     against the dense baseline of the same budget; each multi-route configuration with a
-    codebook route against ``multi``; each trained-codebook configuration against its k-means
+    codebook channel against ``multi``; each trained-codebook configuration against its k-means
     twin (``code`` -> ``kmeans`` in the name)."""
     from retrieval.eval.configs import MULTI_CONFIGS  # here: configs loads the dual path, and with it faiss
 

@@ -1,6 +1,6 @@
 """The multi-route configurations of the evaluation (``multi``, ``multi+code``, ``multi+kmeans``;
 docs/design.md §7): one :class:`MultiRouteRetriever` per conversation and configuration over the
-same active AMUs and embeddings as the dual-path banks, whose code route searches the
+same active AMUs and embeddings as the dual-path banks, whose code channel searches the
 configuration's codebook (the trained one's topology for ``multi+code``, the control's for
 ``multi+kmeans``; the other routes and the plans are shared), and the plans' query texts
 embedded and fingerprinted in one batch before any query is timed (the dual-path
@@ -35,7 +35,7 @@ def build_route_retrievers(store: Store, conversation_id: str, embedder: Embedde
                            reranker: CrossEncoderReranker | None,
                            configs: Sequence[RetrievalConfig]) -> dict[str, MultiRouteRetriever]:
     """The conversation's memory bank (the given records and vectors) and, over it, one
-    retriever per multi-route configuration of ``configs``, whose codebook route (where the
+    retriever per multi-route configuration of ``configs``, whose codebook channel (where the
     configuration uses codes) searches its codebook: the topology of that codebook's dual-path
     bank in ``banks`` (same records), queries fingerprinted by its entry in ``fingerprinters``.
     The bank is built once, with the trained codebook; another codebook's bank shares its

@@ -1,4 +1,4 @@
-"""BM25 over codes: a lexical control for Path B.
+"""BM25 over codes: a lexical control for Path B (docs/design.md §4.2).
 
 Path B with the self term and sum aggregation scores a unit by the IDF-weighted overlap of code
 sets. Okapi BM25 over the codes themselves adds what full-text retrieval would: term frequency
@@ -6,10 +6,11 @@ with saturation (a code seen three times in a unit counts more than once, but no
 as much) and unit-length normalisation. If Path B's walk adds nothing over this, the codebook
 acts as a vocabulary, and its gains are a lexical matcher's.
 
-    score(u, Q) = Σ_{b ∈ Q} idf(b) · tf(b, u) (k1 + 1) / (tf(b, u) + k1 (1 − β + β |u| / avg|u|))
+    score(u, Q) = Σ_{b ∈ Q} idf(b) · tf(b, u) (k1 + 1) / (tf(b, u) + k1 (1 − B + B |u| / avg|u|))
     idf(b) = log(1 + (N − n(b) + 0.5) / (n(b) + 0.5))
 
-(|u|: the unit's number of token codes; the Lucene idf, always positive.)
+(|u|: the unit's number of token codes; B: the length normalisation, the argument ``b``; the
+Lucene idf, always positive.)
 """
 
 from __future__ import annotations

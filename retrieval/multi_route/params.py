@@ -1,6 +1,6 @@
 """The constants of plan-guided multi-route retrieval in one place. Each comes from LycheeMemory
-(section 3.5, Algorithm B.2, appendix C.4 and its Table 14) unless it says it is this project's
-choice (the paper does not give it)."""
+(section 3.5, Algorithm B.2, appendix C.4 and its Table 14; docs/design.md §7.3-§7.4) unless it
+says it is this project's choice (the paper does not give it)."""
 
 from __future__ import annotations
 

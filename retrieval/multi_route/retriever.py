@@ -145,12 +145,12 @@ class MultiRouteRetriever:
         return Retrieval(question, hits, done - started, plan, reranker, timings)
 
     def _encode(self, texts: list[str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Each query text's vector and, with the codebook route on, its code set."""
+        """Each query text's vector and, with the codebook channel on, its code set."""
         vectors = dict(zip(texts, self.bank.query_embedder.encode(texts), strict=True))
         codes: dict[str, Any] = {}
         if self.use_code:
             if self.bank.fingerprinter is None:
-                raise ValueError("the codebook route needs a bank built with a fingerprinter")
+                raise ValueError("the codebook channel needs a bank built with a fingerprinter")
             codes = {text: fp.codes
                      for text, fp in zip(texts, self.bank.fingerprinter.fingerprint(texts), strict=True)}
         return vectors, codes

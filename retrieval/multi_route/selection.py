@@ -1,4 +1,5 @@
-"""Diversity-aware selection (LycheeMemory appendix C.4): route coverage first, then MMR.
+"""Diversity-aware selection (LycheeMemory appendix C.4; docs/design.md §7.4): route coverage
+first, then MMR.
 
 Every candidate has a signature: the sets of its source session, entities, matched queries,
 evidence nodes, turns and text tokens (the fields the paper lists). The similarity of two

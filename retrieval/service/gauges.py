@@ -20,7 +20,7 @@ from retrieval.memory.store_contract import Store
 
 
 class StoreGauges:
-    """Callable returning ``amus``, ``open_segments`` and ``queued_jobs`` of the store at
+    """Callable returning ``amus``, ``open_segments`` and ``unfinished_jobs`` of the store at
     ``target`` (a directory or a URL), with what ``caches`` returns."""
 
     def __init__(self, target: str | Path, caches: Callable[[], Mapping[str, float]]) -> None:
@@ -36,7 +36,7 @@ class StoreGauges:
             open_segments = sum(len({turn.session_id for turn in store.uncovered_turns(user)})
                                 for user in store.users())
             return {"amus": store.count(include_archived=False), "open_segments": open_segments,
-                    "queued_jobs": len(store.unfinished()), **self.caches()}
+                    "unfinished_jobs": len(store.unfinished()), **self.caches()}
 
     def close(self) -> None:
         with self._lock:

@@ -32,7 +32,7 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", type=store_target, required=True,
                         help="the memory's store directory (created if missing) or PostgreSQL URL")
     parser.add_argument("--fingerprinter", type=Path,
-                        help="ISQ fingerprinter directory: adds the codebook route to search (default: "
+                        help="ISQ fingerprinter directory: adds the codebook channel to search (default: "
                              "the one the store recorded when it was ingested with one)")
     parser.add_argument("--extractor", choices=("rule", "llm"), default="rule",
                         help="the extractor that closes segments (llm: the ISQ_LLM_* endpoint); a built "

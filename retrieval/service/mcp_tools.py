@@ -1,7 +1,9 @@
 """The memory as MCP tools (the official ``mcp`` SDK's ``MCPServer``, formerly ``FastMCP``).
 
 Eight tools over :mod:`retrieval.service.operations`, the same code as the HTTP routes, with the
-same argument schemas and limits, as strictly typed (``limit: "5"`` is refused). The user is never
+same argument schemas and limits, as strictly typed (``limit: "5"`` is refused). Where they differ:
+``memory_consolidate`` answers the whole job (HTTP: 202 with its ``job_id``), as a tool call has no
+status code to say it was accepted. The user is never
 an argument: ``user_of`` gives it from the call's context (the server's ``--user`` over stdio,
 the request's key over HTTP).
 """
@@ -91,10 +93,13 @@ def build_mcp(memory: Memory, gate: WriteGate, user_of: UserOf) -> MCPServer:
 
     @server.tool()
     def memory_search(query: schemas.Query, ctx: Context, k: schemas.K = limits.DEFAULT_K,
-                      session_id: schemas.SessionId | None = None) -> schemas.SearchResponse:
-        """Search the memory: the best-matching memories with their source turns."""
+                      session_id: schemas.SessionId | None = None,
+                      explain: bool = False) -> schemas.SearchResponse:
+        """Search the memory: the best-matching memories with their source turns (``explain``: how
+        each was found)."""
         return _refusals(lambda: operations.search_response(operations.search(
-            memory, user_of(ctx), schemas.SearchRequest(query=query, k=k, session_id=session_id))))
+            memory, user_of(ctx), schemas.SearchRequest(query=query, k=k, session_id=session_id,
+                                                        explain=explain))))
 
     @server.tool()
     def memory_list(ctx: Context, session_id: schemas.SessionId | None = None,

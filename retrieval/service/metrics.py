@@ -29,7 +29,7 @@ MemoryGauges = Callable[[], Mapping[str, float]]
 
 _GAUGES = {"amus": "records (AMUs) stored, all users",
            "open_segments": "segments still open (turns not yet extracted)",
-           "queued_jobs": "consolidation jobs queued or running",
+           "unfinished_jobs": "consolidation jobs queued or running (unfinished)",
            "search_states": "users whose search state is held in memory",
            "search_state_bytes": "estimated bytes of the search states held (bounded: least recent dropped)",
            "user_streams": "users whose segmentation stream is held in memory",

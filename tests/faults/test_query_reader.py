@@ -67,7 +67,7 @@ def test_exact_k_returns_k(store_dir, capsys):
     assert (query_module.main(["--store", str(store_dir), "pottery class", "-k", "3", "--exact-k", "--json"])
             == 0)
     out = json.loads(capsys.readouterr().out)
-    assert (len(out["items"]) == 3 and out["size"] == "3 items (k = 3)"
+    assert (len(out["hits"]) == 3 and out["size"] == "3 items (k = 3)"
             and out["score_columns"] == SCORE_COLUMNS)
 
 
@@ -88,7 +88,7 @@ def test_the_store_names_its_fingerprinter(store_dir, tmp_path, capsys, monkeypa
         assert recorded_fingerprinter(store) == checkpoint.resolve()
     assert query_module.main(["--store", str(store_dir), "pottery class", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert loaded == [checkpoint.resolve()] and any("code" in item["scores"] for item in out["items"])
+    assert loaded == [checkpoint.resolve()] and any("code" in item["scores"] for item in out["hits"])
 
 
 def test_serving_and_consolidating_a_built_store_take_its_recorded_fingerprinter(store_dir, tmp_path, capsys,

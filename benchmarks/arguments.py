@@ -9,6 +9,7 @@ from pathlib import Path
 
 from benchmarks.paths import missing_locomo
 from benchmarks.postgres import unreachable
+from isq.export import is_export
 from isq.outputs import output_file
 
 
@@ -46,6 +47,6 @@ def refuse_unusable(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 
 def _not_an_export(fingerprinter: Path | None) -> str | None:
-    if fingerprinter is None or fingerprinter.is_dir():
+    if fingerprinter is None or is_export(fingerprinter):
         return None
-    return f"--fingerprinter {fingerprinter}: not a directory (an exported fingerprinter)"
+    return f"--fingerprinter {fingerprinter}: not an exported fingerprinter (no config.json of one)"

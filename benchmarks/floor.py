@@ -7,7 +7,10 @@ of a batch of 16 short queries (16 / the median forward time), what a query enco
 batches concurrent requests can serve at most. Both are measured in the same run as the figures
 they divide, on the dev questions, after a warm-up; a run may measure them twice (before and after
 its load, passing the first samples as ``earlier``) so that a burst of other work on the machine
-during one of the two moves the median less.
+during one of the two moves the median less. Such a run also gives each half's median and their
+``drift`` (the larger over the smaller): ratios to a floor that moved by more than
+:data:`FLOOR_DRIFT_MAX` say more about the machine than about the memory, and the benchmarks
+count the run's steadiness among their goals.
 """
 
 from __future__ import annotations
@@ -19,13 +22,16 @@ from typing import Any
 
 import torch
 
-from isq.encoder import MINILM_ALIAS, quiet_loading, resolve_encoder_path
+from isq.encoder import MINILM_ALIAS, from_pretrained
 from retrieval.index.model_thread import on_model_thread
 
 FLOOR_FORWARDS = 200
 CEILING_BATCH = 16
 CEILING_FORWARDS = 30
 WARM_UP = 10
+FLOOR_DRIFT_MAX = 1.25
+"""The most a run's floor (or ceiling forward) may differ between its two halves for its ratios
+to be read as the memory's: a quarter, about the spread of one floor between quiet runs."""
 
 
 class BareEncoder:
@@ -36,10 +42,8 @@ class BareEncoder:
     def __init__(self, model: str = MINILM_ALIAS) -> None:
         from transformers import AutoModel, AutoTokenizer
 
-        path = resolve_encoder_path(model)
-        with quiet_loading():
-            self.tokenizer = AutoTokenizer.from_pretrained(path)
-            self.model = on_model_thread(lambda: AutoModel.from_pretrained(path).eval())
+        self.tokenizer = from_pretrained(AutoTokenizer, model)
+        self.model = on_model_thread(lambda: from_pretrained(AutoModel, model).eval())
 
     def forward_seconds(self, texts: Sequence[str]) -> float:
         """Seconds of one forward of ``texts`` as one padded batch (tokenised before timing)."""
@@ -65,8 +69,10 @@ def measure_floor(encoder: BareEncoder, queries: Sequence[str], forwards: int = 
     """``floor_ms``: the median of ``forwards`` single-query forwards (the queries taken in turn)
     and of the ``earlier`` samples of the same run."""
     batches = [[queries[i % len(queries)]] for i in range(forwards)]
-    samples = [*earlier, *encoder.samples_ms(batches)]
-    return {"floor_ms": statistics.median(samples), "forwards": len(samples), "samples_ms": samples}
+    now = encoder.samples_ms(batches)
+    samples = [*earlier, *now]
+    return {"floor_ms": statistics.median(samples), "forwards": len(samples), "samples_ms": samples,
+            **halves(earlier, now)}
 
 
 def measure_ceiling(encoder: BareEncoder, queries: Sequence[str], batch: int = CEILING_BATCH,
@@ -74,7 +80,17 @@ def measure_ceiling(encoder: BareEncoder, queries: Sequence[str], batch: int = C
     """``ceiling_rps``: ``batch`` / the median forward time of ``forwards`` batches of ``batch``
     queries and of the ``earlier`` samples of the same run."""
     batches = [[queries[(i * batch + j) % len(queries)] for j in range(batch)] for i in range(forwards)]
-    samples = [*earlier, *encoder.samples_ms(batches)]
+    now = encoder.samples_ms(batches)
+    samples = [*earlier, *now]
     forward_ms = statistics.median(samples)
     return {"ceiling_rps": batch / (forward_ms / 1000.0), "batch": batch, "forward_ms": forward_ms,
-            "forwards": len(samples), "samples_ms": samples}
+            "forwards": len(samples), "samples_ms": samples, **halves(earlier, now)}
+
+
+def halves(earlier: Sequence[float], now: Sequence[float]) -> dict[str, Any]:
+    """With samples from both halves of a run: each half's median and their ``drift``, the larger
+    over the smaller (1: a steady machine); nothing for a single measurement."""
+    if not earlier:
+        return {}
+    first, second = statistics.median(earlier), statistics.median(now)
+    return {"halves_ms": [first, second], "drift": max(first, second) / min(first, second)}

@@ -17,8 +17,16 @@ class UnwritableOutput(ValueError):
 def unwritable(path: Path, *, directory: bool) -> str | None:
     """Why ``path`` cannot be written as a file (``directory`` false) or made or filled as a
     directory, or None when it can: a file where a directory is wanted or the other way round, an
-    existing file or directory this process may not write, or a nearest existing ancestor that is
-    not a directory this process may write in (the missing ones are made on the way)."""
+    existing file or directory this process may not write, a nearest existing ancestor that is
+    not a directory this process may write in (the missing ones are made on the way), or a path the
+    system refuses to look at (a name too long, say)."""
+    try:
+        return _unwritable(path, directory=directory)
+    except OSError as err:
+        return f"{path} cannot be written: {err.strerror or err}"
+
+
+def _unwritable(path: Path, *, directory: bool) -> str | None:
     if directory and path.exists() and not path.is_dir():
         return f"{path} is a file, not a directory"
     if not directory and path.is_dir():

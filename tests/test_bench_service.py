@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from benchmarks.bench_service import (
+    GOALS,
     LoadLog,
     _parser,
     answered,
@@ -24,6 +25,7 @@ from benchmarks.bench_service import (
     verify,
 )
 from benchmarks.prefill import user_name
+from benchmarks.timing import apply_goals
 
 
 def test_a_hit_of_another_user_is_a_leak() -> None:
@@ -90,6 +92,52 @@ def test_the_floor_and_ceiling_pool_the_samples_of_both_measurements() -> None:
     assert measure_floor(Fixed(), ["q"], forwards=5, earlier=[90.0] * 4)["floor_ms"] == 10.0  # type: ignore[arg-type]
     ceiling = measure_ceiling(Fixed(), ["q"], batch=16, forwards=2, earlier=[])  # type: ignore[arg-type]
     assert ceiling["forward_ms"] == 160.0 and ceiling["ceiling_rps"] == 100.0
+
+
+def test_a_floor_that_moved_between_the_halves_of_a_run_is_a_goal_not_met() -> None:
+    """Ratios to a floor that doubled between the start and the end of a run are the machine's."""
+    from benchmarks.bench_memory import GOALS as MEMORY_GOALS
+    from benchmarks.floor import measure_ceiling, measure_floor
+
+    class Fixed:
+        def __init__(self, ms: float) -> None:
+            self.ms = ms
+
+        def samples_ms(self, batches):
+            return [self.ms] * len(batches)
+
+    first = measure_floor(Fixed(10.0), ["q"], forwards=4)  # type: ignore[arg-type]
+    assert "drift" not in first  # one measurement has no halves
+    floor = measure_floor(Fixed(20.0), ["q"], forwards=4, earlier=first["samples_ms"])  # type: ignore[arg-type]
+    assert floor["halves_ms"] == [10.0, 20.0] and floor["drift"] == 2.0
+    steady = measure_ceiling(Fixed(11.0), ["q"], forwards=2, earlier=[10.0, 10.0])  # type: ignore[arg-type]
+    assert steady["drift"] == pytest.approx(1.1)
+    met = apply_goals({"floor": floor, "ceiling": steady}, GOALS)
+    assert met["floor.drift <= 1.25"] is False and met["ceiling.drift <= 1.25"] is True
+    assert apply_goals({"floor": floor}, MEMORY_GOALS)["floor.drift <= 1.25"] is False
+
+
+def test_the_loads_figures_are_ratios_to_the_floor_and_ceiling_and_every_goal_is_measured(tmp_path) -> None:
+    """From a load of known times: throughput over the ceiling, p99 over the floor, and each goal of
+    the table resolves to a figure (a goal naming a key nobody writes would read "not measured")."""
+    log = LoadLog()
+    log.requests = 10
+    log.latencies["search"] = [0.010] * 7 + [0.050]
+    log.latencies["add"] = [0.020, 0.020]
+    log.parts["search"] = [None] * 8
+    log.parts["add"] = [None] * 2
+    load = summary(log, 2.0, floor_ms=5.0, ceiling_rps=20.0)
+    assert load["per_s"] == 5.0 and load["per_s_ratio_to_ceiling"] == 0.25
+    search = load["routes"]["search"]
+    assert search["p99_ratio_to_floor"] == pytest.approx(search["p99_ms"] / 5.0) and search["p99_ms"] > 40
+    assert load["leaks"] == 0 and load["errors"] == 0
+    figures = {"load": load, "verify": {"lost": 0, "duplicated": 0},
+               "compare": {"http_over_in_process_p50": 1.2},
+               "floor": {"drift": 1.0}, "ceiling": {"drift": 1.0}}
+    met = apply_goals(figures, GOALS)
+    assert None not in met.values(), met
+    assert met == {**dict.fromkeys(met, True), "load.routes.search.p99_ratio_to_floor <= 10": True,
+                   "load.per_s_ratio_to_ceiling >= 0.4": False}
 
 
 def test_a_prefilled_store_is_reused_whatever_path_names_its_files(tmp_path) -> None:

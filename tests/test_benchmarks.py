@@ -158,14 +158,33 @@ def test_the_locomo_standin_renames_every_copy(tmp_path) -> None:
     (["--add-turns", "-6"], "argument --add-turns"), (["--searches", "0"], "argument --searches"),
     (["--users", "-1"], "argument --users"),
     (["--sizes", "100", "--users", "1"], "--users 1 would be the memory of --sizes 100 again (1x100)"),
-    (["--fingerprinter", "nowhere"], "--fingerprinter nowhere: not a directory")])
+    (["--fingerprinter", "nowhere"], "--fingerprinter nowhere: not an exported fingerprinter"),
+    (["--fingerprinter", "{tmp}"], "not an exported fingerprinter (no config.json of one)"),
+    (["--embedder", "{tmp}/no-model"], "--embedder: "),
+    (["--json", "{tmp}/" + "x" * 300 + ".json"], "cannot be written: File name too long")])
 def test_bench_memory_refuses_bad_arguments_before_any_work(argv, says, tmp_path, capsys) -> None:
+    """Each before any figure is measured: a directory that is not an export, a model that cannot be
+    loaded, a path the system will not take, as well as the values argparse checks."""
     from benchmarks import bench_memory
     from tests.test_evaluate import write_locomo
 
+    argv = [part.replace("{tmp}", str(tmp_path)) for part in argv]
     with pytest.raises(SystemExit) as stopped:
         bench_memory.main(["--locomo", str(write_locomo(tmp_path / "locomo.json")), *argv])
     assert stopped.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_bench_memory_takes_the_ingest_ratio_as_turns_per_second_over_the_floors_and_judges_it() -> None:
+    """300 turns ingested in 20 s where the batch floor took 6 s: 15 against 50 turns/s, 0.3 of
+    the floor, short of the goal of half; 2 s would be 1.5 of it."""
+    from benchmarks.bench_memory import GOALS, ingest_rates
+
+    rates = ingest_rates(300, ingest_s=20.0, batch_s=6.0)
+    assert (rates["ingest_turns_per_s"], rates["floor_turns_per_s"]) == (15.0, 50.0)
+    assert rates["ingest_ratio_to_floor"] == pytest.approx(0.3)
+    goal = "add.ingest_ratio_to_floor >= 0.5"
+    assert timing.apply_goals({"add": rates}, GOALS)[goal] is False
+    assert timing.apply_goals({"add": ingest_rates(300, ingest_s=2.0, batch_s=3.0)}, GOALS)[goal] is True
 
 
 @pytest.mark.parametrize(("main", "argv", "says"), [

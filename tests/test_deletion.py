@@ -301,3 +301,16 @@ def test_a_reader_holding_an_old_snapshot_leaves_the_compaction_owed_until_it_ca
     reader.close()
     with open_memory(tmp_path) as mem:
         assert mem.store.meta(COMPACTION_OWED) is None
+
+
+def test_the_exchanges_a_purged_turn_was_part_of_are_among_the_texts_forgotten() -> None:
+    """The segmenter embedded each turn paired with its neighbours: those pairs' cached vectors
+    hold the turn's words too, on both sides of it."""
+    from retrieval.api.purge import derived_texts
+    from retrieval.memory.purge import Purged
+    from retrieval.memory.records import Exchange, Turn
+    from tests.test_amu_store import WHEN
+
+    turns = [Turn("u", "s", f"t{n}", ("Ann", "Bob")[n % 2], f"words {n}", WHEN) for n in range(3)]
+    texts = derived_texts(Purged(turns=[turns[1]]), turns)
+    assert Exchange((turns[0], turns[1])).text in texts and Exchange((turns[1], turns[2])).text in texts

@@ -110,3 +110,15 @@ def test_ingesting_an_edited_conversation_into_its_store_is_refused_naming_the_t
     assert err.count("\n") == 1 and err.startswith("error: ") and "'D1:3'" in err, err
     with Memory.open(store, embedder=WordEmbedder(), read_only=True) as mem:
         assert mem.get("talk:turn:D1:3", user_id="talk").text.endswith("garden and its tomatoes.")
+
+
+def test_a_key_reused_with_another_image_caption_is_a_conflict(tmp_path):
+    """The caption is part of what the turn says: a replay that changes it would drop the new one."""
+    shared = [{"speaker": "Ann", "text": "Look at this!", "time": "2023-05-08T10:00:00",
+               "image_caption": "a red kayak on a lake"}]
+    other = [{**shared[0], "image_caption": "a blue canoe"}]
+    with open_memory(tmp_path) as mem:
+        mem.add(shared, user_id="u", session_id="s1", idempotency_key="k1")
+        with pytest.raises(Conflict, match="idempotency_key 'k1'"):
+            mem.add(other, user_id="u", session_id="s1", idempotency_key="k1")
+        assert [turn.image_caption for turn in mem.store.turns("u")] == ["a red kayak on a lake"]

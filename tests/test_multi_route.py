@@ -290,3 +290,36 @@ def test_the_similarity_columns_are_the_pairwise_definition():
     matrix = np.stack([columns.column(b) for b in range(12)], axis=1)
     expected = [[similarity(signatures[a], signatures[b]) for b in range(12)] for a in range(12)]
     np.testing.assert_allclose(matrix, expected)
+
+
+def test_ranking_breaks_ties_by_item_ascending() -> None:
+    fused = rrf([[7, 4], [2]])  # 7 and 2 each first in one list: equal support
+    assert fused[7] == fused[2] and ranking(fused) == [2, 7, 4]
+
+
+def test_a_seed_that_several_routes_found_is_selected_once() -> None:
+    signatures = {item: {"tokens": frozenset({str(item)})} for item in (1, 2, 3)}
+    assert mmr_select([1, 2, 3], {1: 0.9, 2: 0.8, 3: 0.7}, signatures, 3, seeds=[1, 1, 2]) == [1, 2, 3]
+
+
+def test_a_scoped_search_never_fills_its_list_from_outside_the_scope(bank) -> None:
+    scope = bank.session_mask("session_2")
+    result = MultiRouteRetriever(bank, plan_depth=0).retrieve(Query("pottery class"), 12, scope=scope)
+    assert result.hits and len(result.hits) <= int(scope.sum())
+    assert {hit.session_id for hit in result.hits} == {"session_2"}
+
+
+def test_mmr_chooses_among_the_top_rerank_limit_candidates_not_the_top_k(bank, monkeypatch) -> None:
+    from retrieval.multi_route import retriever as retriever_module
+    from retrieval.multi_route.params import rerank_limit
+
+    pools = []
+
+    def spy(pool, relevance, signatures, k, seeds=()):
+        pools.append((list(pool), len(relevance)))
+        return mmr_select(pool, relevance, signatures, k, seeds)
+
+    monkeypatch.setattr(retriever_module, "mmr_select", spy)
+    MultiRouteRetriever(bank, plan_depth=0).retrieve(Query("What did Ann do with pottery?"), 3)
+    [(pool, scored)] = pools
+    assert scored > 3 and len(pool) == min(scored, rerank_limit(3))

@@ -252,3 +252,18 @@ def test_the_quantizer_alone_applies_beta():
         expected = out.codebook_loss + beta * out.commitment_loss
         torch.testing.assert_close(out.vq_loss, expected, rtol=0, atol=0)
     assert float(losses[0.25].vq_loss) > float(losses[0.0].vq_loss) > 0
+
+
+def test_the_vq_loss_reaches_the_encoder_through_the_commitment_term_weighted_by_beta() -> None:
+    """d vq_loss / dz = β · 2 (z − e) / n (docs/design.md §1.6): only the commitment term has a
+    gradient into z, and β weighs it. The loss values alone cannot tell a β on the wrong term, nor a
+    detached commitment term (the two terms are equal in value)."""
+    torch.manual_seed(0)
+    beta = 0.25
+    quantizer = EMAQuantizer(8, 4, beta=beta).eval()
+    z = torch.randn(1, 5, 4, requires_grad=True)
+    out = quantizer(z, with_entropy=False)
+    out.vq_loss.backward()
+    assert z.grad is not None
+    codes = quantizer.codebook.vectors[out.indices.reshape(-1)]
+    torch.testing.assert_close(z.grad.reshape(-1, 4), beta * 2 * (z.detach().reshape(-1, 4) - codes) / 5)

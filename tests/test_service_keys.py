@@ -288,3 +288,68 @@ def test_a_new_store_and_its_key_file_are_readable_by_their_owner_only(tmp_path:
             assert stat.S_IMODE(store.stat().st_mode) == (0o700 if made else 0o755)
     finally:
         os.umask(previous)
+
+
+def test_revoking_a_key_again_keeps_the_first_revocation_time(tmp_path: Path, monkeypatch) -> None:
+    from retrieval.service import keys as keys_module
+
+    keys = KeyStore(tmp_path)
+    alice = keys.create("alice")
+    monkeypatch.setattr(keys_module, "_now", lambda: "2026-01-01T00:00:00+00:00")
+    first = keys.revoke(alice)
+    monkeypatch.setattr(keys_module, "_now", lambda: "2026-06-01T00:00:00+00:00")
+    assert first.revoked == keys.revoke(alice).revoked == "2026-01-01T00:00:00+00:00"
+
+
+def _guarded(keys: KeyStore, headers: list[str]) -> tuple[int, list[str]]:
+    """The status the MCP mount's key guard answers for a request with these Authorization
+    headers, and the users it let through to the app behind it."""
+    import anyio
+
+    from retrieval.service.auth import KeyGuard
+
+    let_through, sent = [], []
+
+    async def app(scope, receive, send):
+        let_through.append(scope["state"]["user_id"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    async def receive():
+        return {"type": "http.request", "body": b""}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "path": "/mcp", "headers": [(b"authorization", h.encode()) for h in headers]}
+    anyio.run(KeyGuard(app, keys), scope, receive, send)
+    return sent[0]["status"], let_through
+
+
+def test_the_mcp_key_guard_takes_one_bearer_header_and_only_that(tmp_path: Path) -> None:
+    keys = KeyStore(tmp_path)
+    alice, bob = keys.create("alice"), keys.create("bob")
+    assert _guarded(keys, [f"Bearer {alice}"]) == (200, ["alice"])
+    assert _guarded(keys, [f"Bearer {alice}", f"Bearer {bob}"]) == (400, [])  # which counts is a guess
+    assert _guarded(keys, [f"Basic {alice}"]) == (401, [])  # a valid key under another scheme
+
+
+def test_two_authorization_headers_are_refused_on_the_rest_routes(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from retrieval import Memory
+    from retrieval.service.app import create_app
+    from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
+
+    store = tmp_path / "store"
+    memory = Memory.open(store, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+    keys = KeyStore(store)
+    try:
+        alice, bob = keys.create("alice"), keys.create("bob")
+        with TestClient(create_app(memory, keys, store)) as client:
+            assert client.get("/v1/memories", headers=[("Authorization", f"Bearer {alice}")]).status_code == 200
+            two = client.get("/v1/memories", headers=[("Authorization", f"Bearer {alice}"),
+                                                      ("Authorization", f"Bearer {bob}")])
+            assert two.status_code == 400 and "one Authorization header" in two.text, two.text
+    finally:
+        keys.close()
+        memory.close()

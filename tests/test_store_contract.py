@@ -449,3 +449,27 @@ def test_past_500_million_turns_ever_stored_the_ids_count_on_past_what_they_can_
     with backend.open() as store:
         assert store.next_seq("conv-x") == 1_500_000_000
         assert store.last_turn_number("conv-x", "s1") == 3_000_000_000
+
+
+def test_a_purge_by_turn_id_reads_only_its_users_turn(backend):
+    """Turn ids are the caller's, so two users may both have a "t1": purging Ann's reports Ann's
+    words (from which the derived texts to forget are computed) and leaves Bob's."""
+    with backend.open() as store:
+        store.append_turns("ann", [Turn("ann", "s", "t1", "Ann", "Ann's words", WHEN),
+                                   Turn("ann", "s", "t2", "Ann", "more", WHEN)])
+        store.append_turns("bob", [Turn("bob", "s", "t1", "Bob", "Bob's private words", WHEN)])
+        purged = store.purge("ann", turn_ids=["t1"])
+        assert [(turn.user_id, turn.text) for turn in purged.turns] == [("ann", "Ann's words")]
+        assert [turn.text for turn in store.turns("bob")] == ["Bob's private words"]
+
+
+def test_a_partial_purge_drops_the_cached_vectors_and_codes_of_its_derived_texts(backend):
+    with backend.open() as store:
+        commit(store, 0, [make_amu(0, 0, text="Caroline paints.")])
+        commit(store, 1, [make_amu(1, 0, text="Caroline runs.")])
+        keys = [text_key("Caroline paints."), text_key("kept")]
+        for table in ("vectors", "codes"):
+            store.cache(table, "m", "conv-x", dict(zip(keys, (b"1", b"2"), strict=True)))
+        store.purge("conv-x", turn_ids=["D1:0"], derived=lambda purged: [amu.text for amu in purged.amus])
+        for table in ("vectors", "codes"):
+            assert store.cached(table, "m", "conv-x", keys) == [None, b"2"], table

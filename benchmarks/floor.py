@@ -31,7 +31,7 @@ CEILING_FORWARDS = 30
 WARM_UP = 10
 FLOOR_DRIFT_MAX = 1.25
 """The most a run's floor (or ceiling forward) may differ between its two halves for its ratios
-to be read as the memory's: a quarter, about the spread of one floor between quiet runs."""
+to be read as the memory's: a quarter, just above the 10-20% a shared machine drifts in one run."""
 
 
 class BareEncoder:

@@ -129,6 +129,6 @@ def test_mixed_offsets_work_through_ingest_consolidate_and_query(tmp_path: Path,
     assert consolidate_main(["--store", store, "--threshold", "0.9"]) == 0
     capsys.readouterr()
     assert query_module.main(["--store", store, "What did Ann plant in the garden?", "--json"]) == 0
-    items = json.loads(capsys.readouterr().out)["items"]
-    assert items and {turn["session_time"] for item in items for turn in item["turns"]} <= {
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    assert hits and {turn["time"] for hit in hits for turn in hit["source_turns"]} <= {
         "2023-05-08T11:56:00", "2023-05-20T09:00:00", "2023-06-01T13:00:00"}

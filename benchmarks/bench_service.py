@@ -36,9 +36,10 @@ no such header), errors, lost, duplicated, leaks (each null, not measured, when 
 search or no add was answered), the p50 ratio. Goals, written beside their figures and summed up
 in ``goals_met``: search p99 <= 10x floor, throughput >= 0.4x ceiling, 0 errors, lost, duplicated
 and leaks, HTTP p50 <= 1.5x in-process, and a floor and ceiling whose halves (before and after
-the load) agree within a quarter (``floor.drift``, ``ceiling.drift``). The codebook channel is on by default (the committed
-fingerprinter, as shipped). The client threads share the machine with the server (and, on the
-team's 2-core machine, with other work): the figures say so through the recorded load average.
+the load) agree within a quarter (``floor.drift``, ``ceiling.drift``). The codebook channel is
+on by default (the committed fingerprinter, as shipped). The client threads share the machine
+with the server (and, on the team's 2-core machine, with other work): the figures say so through
+the recorded load average.
 The LoCoMo file is ``--locomo``, else ``$ISQ_LOCOMO``, else ../shared/data/locomo/locomo_dev.json.
 ``--database URL``: the load test over PostgreSQL too, one server then two (``service_nodes.py``).
 """

@@ -346,7 +346,8 @@ def test_two_authorization_headers_are_refused_on_the_rest_routes(tmp_path: Path
     try:
         alice, bob = keys.create("alice"), keys.create("bob")
         with TestClient(create_app(memory, keys, store)) as client:
-            assert client.get("/v1/memories", headers=[("Authorization", f"Bearer {alice}")]).status_code == 200
+            one = client.get("/v1/memories", headers=[("Authorization", f"Bearer {alice}")])
+            assert one.status_code == 200, one.text
             two = client.get("/v1/memories", headers=[("Authorization", f"Bearer {alice}"),
                                                       ("Authorization", f"Bearer {bob}")])
             assert two.status_code == 400 and "one Authorization header" in two.text, two.text

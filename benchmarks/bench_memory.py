@@ -25,8 +25,8 @@ random unit vectors put in the store's cache under the real embedder's identity 
 snapshot builds from SELECTs, as over a built memory). Queries are the LoCoMo dev questions,
 embedded and fingerprinted by the real models at search time: a search's latency includes both.
 Reported per memory: the snapshot build (first search of each user), search p50/p99 (k=10, code
-channel on) and where a search's time goes (medians of ``SearchResult.timings``: encode, routes,
-fusion, and the rest; null where the memory does not report them). Goals: p50 <= 1.5x floor at
+channel on) and where a search's time goes (medians of ``SearchResult.timings``: model_wait,
+encode, routes, fusion, and the rest; null where the memory does not report them). Goals: p50 <= 1.5x floor at
 1x10000 and 1000x100, <= 3x at 1x100000; the cold build at 1x100000 <= 200x floor. With 1,000
 users the searches go to random users whose snapshots are warm.
 

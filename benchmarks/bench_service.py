@@ -30,7 +30,7 @@ and time.
 
 Figures: ``prefill_s`` (the first user's build ``seed_s`` plus the copies' ``copy_s``),
 throughput and p50/p95/p99 per route over the good answers, where a search's time went (medians
-of the response's ``Server-Timing`` parts: encode, routes, fusion, wait, serialise, queue,
+of the response's ``Server-Timing`` parts: model_wait, encode, routes, fusion, wait, serialise, queue,
 respond, and the rest outside the app: connection, uvicorn and client; null when the server sends
 no such header), errors, lost, duplicated, leaks (each null, not measured, when no request, no
 search or no add was answered), the p50 ratio. Goals, written beside their figures and summed up

@@ -82,7 +82,8 @@ class Hit:
 class Retrieval:
     """What one query retrieved: the hits in order, the wall time, for multi-route retrieval
     the plan it followed and the reranker it used, and where the time went (``timings``: seconds
-    per phase, "encode", "routes" and "fusion"; empty when the retriever does not measure them)."""
+    per phase, "model_wait", "encode", "routes" and "fusion"; empty when the retriever does not
+    measure them)."""
 
     query: str
     hits: list[Hit]

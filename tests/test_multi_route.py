@@ -220,7 +220,8 @@ def test_exactly_k_distinct_items_and_never_an_archived_one(bank, k, use_code):
 
 def test_a_retrieval_splits_its_time_into_encode_routes_and_fusion(bank):
     result = MultiRouteRetriever(bank, use_code=True, plan_depth=0).retrieve(Query("pottery class"), 4)
-    assert set(result.timings) == {"encode", "routes", "fusion"}
+    assert set(result.timings) == {"model_wait", "encode", "routes", "fusion"}
+    assert result.timings["model_wait"] == 0.0  # no batcher: nothing queued for the model
     assert all(seconds >= 0 for seconds in result.timings.values())
     assert sum(result.timings.values()) == pytest.approx(result.seconds, abs=1e-3)
 

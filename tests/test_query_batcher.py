@@ -18,7 +18,7 @@ import pytest
 from isq.fingerprint import Fingerprint
 from retrieval.index.joint import Encoded
 from retrieval.index.model_thread import on_model_thread
-from retrieval.index.query_batcher import QueryBatcher, background, kept
+from retrieval.index.query_batcher import QueryBatcher, background, kept, queue_clock
 
 
 class HeldEncoder:
@@ -293,3 +293,36 @@ def test_a_call_made_on_the_model_thread_runs_there_at_once_while_the_worker_is_
     assert not inner.is_alive(), "the model thread's own call waited for the worker"
     batcher.close()
     assert same(results["inner"], alone(["inner"])) and same(results[1], alone(["second"]))
+
+
+def test_the_queue_clock_counts_a_calls_wait_behind_a_forward_not_its_own_forward():
+    """The first call finds the model idle: it waited 0, however long its forward is held. The
+    second queues behind that forward: it waited at least the time it was held after queueing."""
+    encoder = HeldEncoder()
+    batcher = QueryBatcher(encoder, max_texts=64)
+    waits: dict[str, list[float]] = {}
+
+    def clocked(name: str, texts: list[str]) -> threading.Thread:
+        def run() -> None:
+            with queue_clock() as clock:
+                batcher.run(texts)
+            waits[name] = clock
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    first = clocked("first", ["held"])
+    until(lambda: len(encoder.calls) == 1)
+    second = clocked("second", ["queued"])
+    until(lambda: batcher.waiting == 1)
+    time.sleep(0.05)  # a lower bound on the second call's wait, not a measure of anything
+    encoder.release.set()
+    first.join(30)
+    second.join(30)
+    batcher.close()
+    assert waits["first"] == [0.0]
+    assert len(waits["second"]) == 1 and waits["second"][0] >= 0.05
+    with queue_clock() as outside:
+        pass
+    assert outside == []  # only calls made inside are counted

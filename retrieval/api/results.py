@@ -32,7 +32,7 @@ class SearchResult(_Plain):
     session_id, turns, memory_type, time and, with ``explain``, the explanation), with the plan's
     question type, the plan itself (JSON form: routes, their queries, entities, topics and time
     range), the reranker, the wall time and the retrieval's ``timings`` (seconds per phase:
-    "encode", "routes", "fusion"; empty when nothing was retrieved)."""
+    "model_wait", "encode", "routes", "fusion"; empty when nothing was retrieved)."""
 
     query: str
     hits: tuple[Hit, ...]

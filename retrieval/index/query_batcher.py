@@ -28,6 +28,10 @@ which on a busy machine wait for the scheduler); calls arriving meanwhile queue 
 they would behind any forward. Its result is the same either way: ``encoder.compute`` of its
 texts alone.
 
+Waiting. A caller may ask how long its calls waited queued before their forwards started
+(:func:`queue_clock`): the model's queue, behind other callers' forwards and background work, as
+distinct from the forwards themselves. A call that ran alone or inline waited 0.
+
 Bounded: a caller waits for its own call, so at most one call per calling thread is queued.
 :meth:`close` serves what is queued, then stops the thread (started by the first call); a call
 after it is refused.
@@ -36,6 +40,7 @@ after it is refused.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -63,6 +68,7 @@ class BatchableEncoder(Protocol):
 class _Marks(threading.local):
     background = False
     kept = False
+    waits: list[float] | None = None  # the open queue clock's, see queue_clock
 
 
 _MARKS = _Marks()
@@ -84,6 +90,24 @@ def kept() -> Iterator[None]:
 
 
 @contextmanager
+def queue_clock() -> Iterator[list[float]]:
+    """A list that gathers, for each call this thread makes inside to any batcher, the seconds it
+    waited queued before its forward started (0 for a call that found the model idle)."""
+    previous = _MARKS.waits
+    waits: list[float] = []
+    _MARKS.waits = waits
+    try:
+        yield waits
+    finally:
+        _MARKS.waits = previous
+
+
+def _waited(seconds: float) -> None:
+    if _MARKS.waits is not None:
+        _MARKS.waits.append(seconds)
+
+
+@contextmanager
 def _marked(*, background: bool, kept: bool) -> Iterator[None]:
     previous = _MARKS.background, _MARKS.kept
     _MARKS.background, _MARKS.kept = background, kept
@@ -102,6 +126,12 @@ class _Request:
     done: threading.Event = field(default_factory=threading.Event)
     result: Encoded | None = None
     error: BaseException | None = None
+    queued_at: float = field(default_factory=time.perf_counter)
+    started_at: float | None = None  # its first forward's start
+
+    def start(self) -> None:
+        if self.started_at is None:
+            self.started_at = time.perf_counter()
 
     def finish(self, result: Encoded | None, error: BaseException | None) -> None:
         self.result, self.error = result, error
@@ -132,6 +162,7 @@ class QueryBatcher:
         """The encoder's ``compute(texts)``: in a forward shared with other foreground callers, or
         (a background call) in forwards of its own, after every foreground call queued."""
         if is_model_thread():
+            _waited(0.0)
             return self._run_inline(list(texts))
         request = _Request(list(texts), kept=_MARKS.kept)
         with self._changed:
@@ -143,8 +174,10 @@ class QueryBatcher:
             else:
                 self._queue(request)
         if alone:
+            _waited(0.0)
             return self._run_alone(request.texts)
         request.done.wait()
+        _waited((request.started_at or request.queued_at) - request.queued_at)
         if request.error is not None:
             raise request.error
         assert request.result is not None
@@ -240,6 +273,8 @@ class QueryBatcher:
         """One forward for the group; when it fails, each call again alone, so an error reaches
         only the caller whose texts raise it."""
         texts = [text for request in group for text in request.texts]
+        for request in group:
+            request.start()
         try:
             result = self._forward(texts)
         except BaseException as err:  # noqa: BLE001 - handed to the caller(s) that raise it
@@ -259,6 +294,7 @@ class QueryBatcher:
         try:
             if request.chunks is None:
                 request.chunks = deque(self._chunks(request.texts))
+            request.start()
             positions = request.chunks.popleft()
             request.parts.append((positions, self._forward([request.texts[i] for i in positions])))
         except BaseException as err:  # noqa: BLE001 - handed to its caller

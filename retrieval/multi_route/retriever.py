@@ -24,6 +24,7 @@ import numpy as np
 
 from retrieval.contract import Hit, Query, Retrieval
 from retrieval.index.products import inner_products
+from retrieval.index.query_batcher import queue_clock
 from retrieval.multi_route.bank import MemoryBank
 from retrieval.multi_route.channels import (
     ChannelList,
@@ -108,16 +109,19 @@ class MultiRouteRetriever:
     def retrieve(self, query: Query, k: int = 40, *, plan: Plan | None = None,
                  scope: Scope = None) -> Retrieval:
         """The final top-k = max(k, plan_depth, 1) items for ``query`` (Algorithm B.2 line 3), of
-        the items in ``scope`` when one is given. Its ``timings`` split the wall time: "encode"
-        (the route queries' embeddings and fingerprints), "routes" (the plan, the channels and
-        the fusion inside each route) and "fusion" (final scores, MMR, filling, the hits)."""
+        the items in ``scope`` when one is given. Its ``timings`` split the wall time: "model_wait"
+        (the route queries' calls queued for the model behind other forwards, where the models
+        share a batcher: :func:`retrieval.index.query_batcher.queue_clock`), "encode" (the rest
+        of their embeddings and fingerprints), "routes" (the plan, the channels and the fusion
+        inside each route) and "fusion" (final scores, MMR, filling, the hits)."""
         question = query.text
         started = time.perf_counter()
         plan = plan or self.plan(question)
         k = final_top_k(k, self.plan_depth)
         texts = list(dict.fromkeys(text for route in plan.routes for text in route.queries))
         planned = time.perf_counter()
-        vectors, codes = self._encode(texts)
+        with queue_clock() as waits:
+            vectors, codes = self._encode(texts)
         encoded = time.perf_counter()
         candidates: dict[int, _Candidate] = {}
         route_lists = [self._route(number, route, plan.question_type, vectors, codes, k, candidates, scope)
@@ -140,8 +144,9 @@ class MultiRouteRetriever:
                 for rank, item in enumerate(selected, start=1)]
         reranker = self.reranker.name if self.reranker is not None else RERANKER_OFF
         done = time.perf_counter()
-        timings = {"encode": encoded - planned, "routes": (planned - started) + (routed - encoded),
-                   "fusion": done - routed}
+        waited = min(sum(waits), encoded - planned)
+        timings = {"model_wait": waited, "encode": encoded - planned - waited,
+                   "routes": (planned - started) + (routed - encoded), "fusion": done - routed}
         return Retrieval(question, hits, done - started, plan, reranker, timings)
 
     def _encode(self, texts: list[str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -8,15 +8,18 @@ app's outermost middleware) to the start of its response:
 * ``wait``: the memory's call outside the retrieval's phases: waiting for the user's guard
   (the user's add, segment commit or other search), making sure the user's search state is the
   store's latest (and building it when it is not);
-* ``encode``, ``routes``, ``fusion``: the retrieval's own phases (``SearchResult.timings``; 0 for
-  a phase the search did not run, as for a user with nothing stored);
+* ``model_wait``, ``encode``, ``routes``, ``fusion``: the retrieval's own phases
+  (``SearchResult.timings``; 0 for a phase the search did not run, as for a user with nothing
+  stored): ``model_wait`` is the query's wait in the model's queue behind other requests'
+  forwards and background work, ``encode`` the rest of encoding it;
 * ``serialise``: building the response body;
 * ``respond``: the handler's end to the response's start (the event loop taking the result back
   from the worker thread, the middlewares).
 
 What a client measures beyond their sum is outside the app: the connection, uvicorn's parsing
-and the client itself. The header holds these seven names and numbers only, the request's own
-figures: nothing of what the memory holds, for this user or another.
+and the client itself. The header holds these eight names and numbers only, the request's own
+figures: nothing of what the memory holds, for this user or another (``model_wait`` says how busy
+the models were, which ``encode`` said before it was split out).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 HEADER = "Server-Timing"
-RETRIEVAL_PHASES = ("encode", "routes", "fusion")
+RETRIEVAL_PHASES = ("model_wait", "encode", "routes", "fusion")
 SERVICE_PARTS = ("wait", "serialise", "queue", "respond")
 """The header's parts that are the service's, after :data:`RETRIEVAL_PHASES`."""
 _ARRIVED, _HANDLED = "arrived_s", "handled_s"

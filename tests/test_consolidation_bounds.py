@@ -1,0 +1,116 @@
+"""What consolidation's gates, clustering and fidelity check hold at their bounds (docs/design.md
+§8): the time window inclusive and measured to a member's last statement, complete linkage,
+zero vectors, the merge bound of 8, whole-word entities, the count lexicon."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from retrieval.consolidation.gates import split_by_window
+from retrieval.consolidation.members import Member
+from retrieval.memory.records import AMU, SourcePointer
+
+WINDOW = timedelta(days=30)
+
+
+def member(unit_id: str, first: datetime | None, last: datetime | None = None) -> Member:
+    amu = AMU(
+        unit_id,
+        f"Ann likes pottery {unit_id}.",
+        "fact",
+        SourcePointer("c", "s1", (f"T{unit_id}",), ("Ann",), 0),
+    )
+    return Member(amu, first, last or first)
+
+
+def test_statements_exactly_one_window_apart_share_a_sub_cluster():
+    """Gate 3 keeps sub-clusters whose statements span *at most* the window."""
+    parts = split_by_window([member("a", datetime(2023, 1, 1)), member("b", datetime(2023, 1, 31))], WINDOW)
+    assert [[m.id for m in part] for part in parts] == [["a", "b"]]
+
+
+def test_the_window_is_measured_to_a_members_last_statement():
+    """A member restated later (first statement early, its own last statement late) spans to
+    its last statement; measuring from its first lets a merge cover two months under a 30-day
+    window."""
+    early = member("a", datetime(2023, 1, 1))
+    restated = member("b", datetime(2023, 1, 2), datetime(2023, 3, 1))
+    parts = split_by_window([early, restated], WINDOW)
+    assert [[m.id for m in part] for part in parts] == [["a"], ["b"]]
+
+
+def _amu(unit_id: str, text: str, entities=(), timestamps=()) -> AMU:
+    return AMU(
+        unit_id,
+        text,
+        "fact",
+        SourcePointer("c", "s1", (f"T{unit_id}",), ("Ann",), 0),
+        entities=tuple(entities),
+        timestamps=tuple(timestamps),
+    )
+
+
+def test_clusters_use_complete_linkage_and_do_not_chain():
+    """Complete linkage puts two rows in one cluster only when every pair is within the
+    threshold. a~b and b~c but a far from c: single linkage chains all three into one merge."""
+    import numpy as np
+
+    from retrieval.consolidation.clustering import hac_clusters
+
+    angle = np.radians([0.0, 35.0, 70.0])
+    vectors = np.stack(
+        [np.cos(angle), np.sin(angle)], axis=1
+    )  # neighbours 1 - cos 35° = 0.18 apart, ends 0.66
+    clusters = hac_clusters(vectors, threshold=0.25)
+    assert all(len(rows) == 2 for rows in clusters) and clusters
+
+
+def test_a_zero_vector_is_at_distance_one_from_all():
+    """A zero embedding is at cosine distance 1 (documented); dividing by its zero norm gives
+    NaN distances and scipy's linkage raises on them."""
+    import numpy as np
+
+    from retrieval.consolidation.clustering import cosine_distances, hac_clusters
+
+    vectors = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 0.01]])
+    assert cosine_distances(vectors)[:2].tolist() == [1.0, 1.0]
+    assert hac_clusters(vectors, threshold=0.1) == [[1, 2]]
+
+
+def test_nine_members_are_over_the_merge_bound():
+    """A merge absorbs at most 8 AMUs (docs/design.md §8.2); the bound is stated here, not
+    read from the module."""
+    from retrieval.consolidation.fidelity import merge_problems
+
+    members = [_amu(f"a{i}", "Ann likes pottery.") for i in range(9)]
+    merged = _amu("m", "Ann likes pottery.")
+    assert merge_problems(members, merged)[0].startswith("9 members, over the bound of 8")
+    assert merge_problems(members[:8], merged) == []
+
+
+def test_an_entity_is_kept_only_as_a_whole_word():
+    """ "Al" is not kept by a merged text that says "Alice": the entity test is a whole-word
+    match; a substring match lets a merge silently drop a name."""
+    from retrieval.consolidation.fidelity import lost_content
+
+    member_ = _amu("a", "Al went hiking with Ben.", entities=("Al", "Ben"))
+    merged = _amu("m", "Alice went hiking with Ben.")
+    assert lost_content(member_, merged) == ["entity 'Al'"]
+
+
+def test_an_entity_not_written_in_the_members_text_need_not_be_kept():
+    """Only the entities a member states in its text must survive a merge; requiring every
+    attached entity refuses merges that lose nothing stated."""
+    from retrieval.consolidation.fidelity import lost_content
+
+    member_ = _amu("a", "Ann went to the support group.", entities=("Ann", "LGBTQ"))
+    merged = _amu("m", "Ann went to the support group again.")
+    assert lost_content(member_, merged) == []
+
+
+def test_number_of_is_a_counting_phrase():
+    """ "number of" is in the documented count lexicon; dropping it lets a fact like this one
+    (no digit, no number word) be consolidated."""
+    from retrieval.consolidation.gates import is_count_sensitive
+
+    assert is_count_sensitive("Ann was surprised by the number of guests at the party.")

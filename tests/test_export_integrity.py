@@ -1,0 +1,87 @@
+"""An exported fingerprinter loads only as written: every file by its checksum, the encoder by its
+identity, finite weights; an overwrite replaces an earlier export only. Each test edits a copy of
+a committed export."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from isq.export import FingerprinterLoadError
+from isq.fingerprint import Fingerprinter
+
+
+@pytest.fixture
+def export(tmp_path):
+    source = Path(__file__).resolve().parents[1] / "checkpoints" / "isq_minilm_dailydialog_cpu"
+    target = tmp_path / "fp"
+    shutil.copytree(source, target)
+    return target
+
+
+def test_an_edited_tokenizer_file_is_refused_by_its_checksum(export):
+    """Format 2 records every file's SHA-256; a tokenizer file edited after export (here its
+    truncation length) must be refused by name. Nothing else checks tokenizer_config.json."""
+    path = export / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    config["model_max_length"] = 8
+    path.write_text(json.dumps(config))
+    with pytest.raises(FingerprinterLoadError, match="tokenizer_config.json: SHA-256 differs"):
+        Fingerprinter.from_pretrained(export)
+
+
+def test_an_edited_max_length_in_config_is_refused_by_the_encoder_identity(export, tmp_path):
+    """An export that records identity.encoder_sha256 is checked against it; config.json's own
+    isq_config (max_length) is covered by no file checksum, only by that identity."""
+    resaved = Fingerprinter.from_pretrained(export).save_pretrained(tmp_path / "resaved")
+    meta = json.loads((resaved / "config.json").read_text())
+    assert "encoder_sha256" in json.dumps(meta["identity"])
+    meta["isq_config"]["max_length"] = 16
+    (resaved / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(FingerprinterLoadError, match="identity"):
+        Fingerprinter.from_pretrained(resaved)
+
+
+def test_an_export_with_a_nan_weight_is_refused(export, tmp_path):
+    """Every tensor must be finite; an export written from a run that diverged (NaN weights,
+    checksums and codebook identity consistent) must not load and fingerprint garbage."""
+    import torch
+
+    model = Fingerprinter.from_pretrained(export)
+    name, tensor = next(
+        (n, t) for n, t in model.state_dict().items() if "projection" in n and t.is_floating_point()
+    )
+    with torch.no_grad():
+        tensor.view(-1)[0] = float("nan")
+    model.save_pretrained(tmp_path / "nan")
+    with pytest.raises(FingerprinterLoadError, match="NaN"):
+        Fingerprinter.from_pretrained(tmp_path / "nan")
+
+
+def test_overwrite_never_replaces_a_directory_that_is_not_an_export(export, tmp_path):
+    """Overwrite=True replaces an earlier export only; a directory of other files (a mistyped
+    path, a model directory) must be refused and left as it was, not deleted."""
+    from isq.export import ExportExistsError
+
+    model = Fingerprinter.from_pretrained(export)
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    with pytest.raises(ExportExistsError):
+        model.save_pretrained(other, overwrite=True)
+    assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
+
+
+def test_a_new_export_records_the_checksum_of_its_tokenizer_files(export, tmp_path):
+    """Write_directory records the SHA-256 of every file it writes but the run record; an
+    export that recorded the weights alone would load an edited tokenizer file."""
+    resaved = Fingerprinter.from_pretrained(export).save_pretrained(tmp_path / "resaved")
+    files = json.loads((resaved / "config.json").read_text())["files"]
+    assert {"model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= set(files)
+    path = resaved / "tokenizer_config.json"
+    path.write_text(path.read_text() + "\n")
+    with pytest.raises(FingerprinterLoadError, match="SHA-256 differs"):
+        Fingerprinter.from_pretrained(resaved)

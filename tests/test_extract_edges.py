@@ -1,0 +1,46 @@
+"""The rule extractor at its edges: "you" in a two-party talk, the first preposition of a repeated
+date, the year 9999, three ideographs of small talk."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+
+from retrieval.extract.base import ReferenceContext
+from retrieval.extract.dates import dated_absolutes, resolve_dates
+from retrieval.extract.rules import RuleExtractor, is_informative
+from retrieval.memory.records import Exchange, Segment, Turn
+
+WHEN = datetime(2023, 5, 8, 13, 56)
+
+
+def test_you_in_a_two_party_conversation_is_the_other_participant_even_alone_in_a_segment():
+    """In a two-party conversation "you" is the other participant. Without that rule the
+    addressee is looked for among the segment's other speakers; a segment of one speaker's turns
+    has none, and "you" stays unresolved in the stored fact."""
+    turns = [Turn("u", "s", "t1", "Ann", "I think you should try the new pottery studio downtown.", WHEN)]
+    segment = Segment("u", "s", 0, (Exchange((turns[0],)),), "session_flush", 12)
+    (amu,) = RuleExtractor().extract(segment, ReferenceContext(("Ann", "Ben"))).amus
+    assert "Ben" in amu.text and " you " not in f" {amu.text} "
+
+
+def test_a_repeated_absolute_date_keeps_its_first_preposition():
+    """Dated_absolutes gives a repeated value the preposition of its first occurrence (what
+    decides whether it opens a validity interval); the last one's turns "since" into None."""
+    assert dated_absolutes("Since 7 May 2023 I run daily; I also ran on 7 May 2023.") == {
+        "2023-05-07": "since"
+    }
+
+
+def test_this_year_resolves_in_the_year_9999():
+    """Years 1 to 9999 are representable (the bound is inclusive); "this year" in a session of
+    9999 resolves to "9999" rather than being left unresolved."""
+    text, found = resolve_dates("We moved this year.", date(9999, 6, 1))
+    assert [d.value for d in found] == ["9999"] and text == "We moved in 9999."
+
+
+def test_three_ideographs_of_small_talk_are_not_informative():
+    """A turn in a script without spaces is informative from UNSPACED_LETTERS = 4 letters on;
+    a three-letter thank-you ("谢谢你") stays small talk and yields no record."""
+    turn = Turn("u", "s", "t1", "Ann", "谢谢你", WHEN)
+    assert not is_informative(turn, ("Ann", "Ben"))
+    assert is_informative(Turn("u", "s", "t2", "Ann", "我喜欢猫", WHEN), ("Ann", "Ben"))

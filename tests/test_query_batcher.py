@@ -296,15 +296,29 @@ def test_a_call_made_on_the_model_thread_runs_there_at_once_while_the_worker_is_
 
 
 def test_the_queue_clock_counts_a_calls_wait_behind_a_forward_not_its_own_forward():
-    """The first call finds the model idle: it waited 0, however long its forward is held. The
-    second queues behind that forward: it waited at least the time it was held after queueing."""
-    encoder = HeldEncoder()
+    """The first call finds the model idle: it waits about nothing, however long its forward is
+    held. The second queues behind that forward: its wait is at least the time it was held after
+    queueing, and ends where its own forward starts (not where it ends: that forward sleeps)."""
+    class Timed(HeldEncoder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.starts: list[float] = []
+
+        def compute(self, texts):
+            self.starts.append(time.perf_counter())
+            if len(self.calls) == 1:  # the second forward, of the queued call
+                time.sleep(0.1)
+            return super().compute(texts)
+
+    encoder = Timed()
     batcher = QueryBatcher(encoder, max_texts=64)
     waits: dict[str, list[float]] = {}
+    called: dict[str, float] = {}
 
     def clocked(name: str, texts: list[str]) -> threading.Thread:
         def run() -> None:
             with queue_clock() as clock:
+                called[name] = time.perf_counter()
                 batcher.run(texts)
             waits[name] = clock
 
@@ -321,8 +335,41 @@ def test_the_queue_clock_counts_a_calls_wait_behind_a_forward_not_its_own_forwar
     first.join(30)
     second.join(30)
     batcher.close()
-    assert waits["first"] == [0.0]
-    assert len(waits["second"]) == 1 and waits["second"][0] >= 0.05
+    assert len(waits["first"]) == 1 and waits["first"][0] <= encoder.starts[0] - called["first"]
+    assert len(waits["second"]) == 1
+    assert 0.05 <= waits["second"][0] <= encoder.starts[1] - called["second"]
     with queue_clock() as outside:
         pass
     assert outside == []  # only calls made inside are counted
+
+
+def test_the_queue_clock_counts_a_wait_for_the_model_thread_busy_with_other_work():
+    """A call that finds the batcher idle still waits while the model thread runs something else
+    (a reranker's forward, another model's call): that is waiting for the model too."""
+    encoder = HeldEncoder()
+    encoder.release.set()
+    batcher = QueryBatcher(encoder, max_texts=64)
+    busy, free = threading.Event(), threading.Event()
+
+    def other_work() -> None:
+        busy.set()
+        assert free.wait(30)
+
+    holder = threading.Thread(target=lambda: on_model_thread(other_work))
+    holder.start()
+    assert busy.wait(30)
+    waits: list[float] = []
+
+    def run() -> None:
+        with queue_clock() as clock:
+            batcher.run(["x"])
+        waits.extend(clock)
+
+    caller = threading.Thread(target=run)
+    caller.start()
+    time.sleep(0.05)  # a lower bound on the wait, as above
+    free.set()
+    holder.join(30)
+    caller.join(30)
+    batcher.close()
+    assert len(waits) == 1 and waits[0] >= 0.05

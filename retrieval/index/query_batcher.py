@@ -28,9 +28,10 @@ which on a busy machine wait for the scheduler); calls arriving meanwhile queue 
 they would behind any forward. Its result is the same either way: ``encoder.compute`` of its
 texts alone.
 
-Waiting. A caller may ask how long its calls waited queued before their forwards started
-(:func:`queue_clock`): the model's queue, behind other callers' forwards and background work, as
-distinct from the forwards themselves. A call that ran alone or inline waited 0.
+Waiting. A caller may ask how long its calls waited before their forwards started on the model
+thread (:func:`queue_clock`): the model's queue, behind other callers' forwards, background work
+and whatever else the model thread runs, as distinct from the forwards themselves. A call made on
+the model thread itself waited 0.
 
 Bounded: a caller waits for its own call, so at most one call per calling thread is queued.
 :meth:`close` serves what is queued, then stops the thread (started by the first call); a call
@@ -91,8 +92,10 @@ def kept() -> Iterator[None]:
 
 @contextmanager
 def queue_clock() -> Iterator[list[float]]:
-    """A list that gathers, for each call this thread makes inside to any batcher, the seconds it
-    waited queued before its forward started (0 for a call that found the model idle)."""
+    """A list that gathers, for each call this thread makes inside to any batcher, the seconds
+    from the call to the start of its first forward on the model thread: its wait behind other
+    forwards, background work and whatever else the model thread runs (about 0 for a call that
+    found the model idle). A clock opened inside another gathers its calls for itself alone."""
     previous = _MARKS.waits
     waits: list[float] = []
     _MARKS.waits = waits
@@ -132,6 +135,11 @@ class _Request:
     def start(self) -> None:
         if self.started_at is None:
             self.started_at = time.perf_counter()
+
+    def waited(self) -> float:
+        """Seconds from queueing to the first forward's start on the model thread; for a call that
+        failed before any forward, to now."""
+        return (self.started_at or time.perf_counter()) - self.queued_at
 
     def finish(self, result: Encoded | None, error: BaseException | None) -> None:
         self.result, self.error = result, error
@@ -174,10 +182,12 @@ class QueryBatcher:
             else:
                 self._queue(request)
         if alone:
-            _waited(0.0)
-            return self._run_alone(request.texts)
+            try:
+                return self._run_alone(request)
+            finally:
+                _waited(request.waited())
         request.done.wait()
-        _waited((request.started_at or request.queued_at) - request.queued_at)
+        _waited(request.waited())
         if request.error is not None:
             raise request.error
         assert request.result is not None
@@ -191,10 +201,18 @@ class QueryBatcher:
             raise RuntimeError(CLOSED)
         return self._forward(texts)
 
-    def _forward(self, texts: list[str]) -> Encoded:
-        """One forward of ``texts``, on the model thread (at once when called there)."""
+    def _forward(self, texts: list[str], starting: Sequence[_Request] = ()) -> Encoded:
+        """One forward of ``texts``, on the model thread (at once when called there); the
+        ``starting`` requests' forwards start when the model thread takes it up (it may be busy
+        with other work: a reranker, another model's call)."""
         self.forwards += 1
-        return on_model_thread(lambda: self.encoder.compute(texts))
+
+        def compute() -> Encoded:
+            for request in starting:
+                request.start()
+            return self.encoder.compute(texts)
+
+        return on_model_thread(compute)
 
     def _queue(self, request: _Request) -> None:
         """Queue ``request`` for the worker (started by the first call queued); under the lock."""
@@ -207,11 +225,11 @@ class QueryBatcher:
             self._foreground.append(request)
         self._changed.notify()
 
-    def _run_alone(self, texts: list[str]) -> Encoded:
+    def _run_alone(self, request: _Request) -> Encoded:
         """The forward of a foreground call that found the model idle, handed straight to the
         model thread; then the worker may serve what queued meanwhile."""
         try:
-            return self._forward(texts)
+            return self._forward(request.texts, [request])
         finally:
             with self._changed:
                 self._running = False
@@ -273,10 +291,8 @@ class QueryBatcher:
         """One forward for the group; when it fails, each call again alone, so an error reaches
         only the caller whose texts raise it."""
         texts = [text for request in group for text in request.texts]
-        for request in group:
-            request.start()
         try:
-            result = self._forward(texts)
+            result = self._forward(texts, group)
         except BaseException as err:  # noqa: BLE001 - handed to the caller(s) that raise it
             if len(group) == 1:
                 group[0].finish(None, err)
@@ -294,9 +310,8 @@ class QueryBatcher:
         try:
             if request.chunks is None:
                 request.chunks = deque(self._chunks(request.texts))
-            request.start()
             positions = request.chunks.popleft()
-            request.parts.append((positions, self._forward([request.texts[i] for i in positions])))
+            request.parts.append((positions, self._forward([request.texts[i] for i in positions], [request])))
         except BaseException as err:  # noqa: BLE001 - handed to its caller
             request.finish(None, err)
             return True

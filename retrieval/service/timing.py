@@ -10,16 +10,18 @@ app's outermost middleware) to the start of its response:
   store's latest (and building it when it is not);
 * ``model_wait``, ``encode``, ``routes``, ``fusion``: the retrieval's own phases
   (``SearchResult.timings``; 0 for a phase the search did not run, as for a user with nothing
-  stored): ``model_wait`` is the query's wait in the model's queue behind other requests'
-  forwards and background work, ``encode`` the rest of encoding it;
+  stored): ``model_wait`` is the query's wait for the model (behind other requests' forwards,
+  background work and anything else on the model thread; 0 where the memory's models share no
+  batcher), ``encode`` the rest of encoding it;
 * ``serialise``: building the response body;
 * ``respond``: the handler's end to the response's start (the event loop taking the result back
   from the worker thread, the middlewares).
 
 What a client measures beyond their sum is outside the app: the connection, uvicorn's parsing
 and the client itself. The header holds these eight names and numbers only, the request's own
-figures: nothing of what the memory holds, for this user or another (``model_wait`` says how busy
-the models were, which ``encode`` said before it was split out).
+figures: nothing of what the memory holds, for this user or another. ``model_wait`` says how busy
+the model was when the query came (about 0: idle), as ``encode`` did less sharply before it was
+split out: that someone's request or ingestion was using it, not whose or what.
 """
 
 from __future__ import annotations

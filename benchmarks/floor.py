@@ -68,11 +68,9 @@ def measure_floor(encoder: BareEncoder, queries: Sequence[str], forwards: int = 
                   earlier: Sequence[float] = ()) -> dict[str, Any]:
     """``floor_ms``: the median of ``forwards`` single-query forwards (the queries taken in turn)
     and of the ``earlier`` samples of the same run."""
-    batches = [[queries[i % len(queries)]] for i in range(forwards)]
-    now = encoder.samples_ms(batches)
-    samples = [*earlier, *now]
+    samples, steadiness = _pooled(encoder, [[queries[i % len(queries)]] for i in range(forwards)], earlier)
     return {"floor_ms": statistics.median(samples), "forwards": len(samples), "samples_ms": samples,
-            **halves(earlier, now)}
+            **steadiness}
 
 
 def measure_ceiling(encoder: BareEncoder, queries: Sequence[str], batch: int = CEILING_BATCH,
@@ -80,17 +78,18 @@ def measure_ceiling(encoder: BareEncoder, queries: Sequence[str], batch: int = C
     """``ceiling_rps``: ``batch`` / the median forward time of ``forwards`` batches of ``batch``
     queries and of the ``earlier`` samples of the same run."""
     batches = [[queries[(i * batch + j) % len(queries)] for j in range(batch)] for i in range(forwards)]
-    now = encoder.samples_ms(batches)
-    samples = [*earlier, *now]
+    samples, steadiness = _pooled(encoder, batches, earlier)
     forward_ms = statistics.median(samples)
     return {"ceiling_rps": batch / (forward_ms / 1000.0), "batch": batch, "forward_ms": forward_ms,
-            "forwards": len(samples), "samples_ms": samples, **halves(earlier, now)}
+            "forwards": len(samples), "samples_ms": samples, **steadiness}
 
 
-def halves(earlier: Sequence[float], now: Sequence[float]) -> dict[str, Any]:
-    """With samples from both halves of a run: each half's median and their ``drift``, the larger
-    over the smaller (1: a steady machine); nothing for a single measurement."""
+def _pooled(encoder: BareEncoder, batches: Sequence[Sequence[str]],
+            earlier: Sequence[float]) -> tuple[list[float], dict[str, Any]]:
+    """The ``earlier`` samples with this measurement's, and, when there were earlier ones, each
+    half's median and their ``drift``, the larger over the smaller (1: a steady machine)."""
+    now = encoder.samples_ms(batches)
     if not earlier:
-        return {}
+        return now, {}
     first, second = statistics.median(earlier), statistics.median(now)
-    return {"halves_ms": [first, second], "drift": max(first, second) / min(first, second)}
+    return [*earlier, *now], {"halves_ms": [first, second], "drift": max(first, second) / min(first, second)}

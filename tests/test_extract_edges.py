@@ -3,14 +3,13 @@ date, the year 9999, three ideographs of small talk."""
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import date
 
 from retrieval.extract.base import ReferenceContext
 from retrieval.extract.dates import dated_absolutes, resolve_dates
 from retrieval.extract.rules import RuleExtractor, is_informative
 from retrieval.memory.records import Exchange, Segment, Turn
-
-WHEN = datetime(2023, 5, 8, 13, 56)
+from tests.test_amu_store import WHEN
 
 
 def test_you_in_a_two_party_conversation_is_the_other_participant_even_alone_in_a_segment():

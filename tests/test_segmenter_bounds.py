@@ -4,8 +4,6 @@ closer of centroid and last exchange, and a replayed history matches the live on
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import numpy as np
 import pytest
 
@@ -18,8 +16,8 @@ from retrieval.ingestion.segmenter import (
     count_tokens,
 )
 from retrieval.memory.records import Exchange, Turn
+from tests.test_segmenter import WHEN
 
-WHEN = datetime(2023, 5, 8, 13, 56)
 E1, E2 = np.array([1.0, 0.0, 0.0]), np.array([0.0, 1.0, 0.0])
 
 

@@ -1,7 +1,8 @@
 """The model queue: foreground calls queued while a forward runs share the next one, whatever
 their lengths, and each gets its own rows, except a kept call (stored results), which runs alone;
-foreground calls go ahead of queued background work, which runs in forwards of a bounded size and
-still gets one forward after four foreground rounds in a row; a call finding the model idle skips
+foreground calls go ahead of queued background work, which runs in forwards of a bounded size, one
+forward per background call in turn, and still gets one forward after four foreground rounds in a
+row; a call finding the model idle skips
 the worker; every forward runs on the model thread; errors reach their caller only; close leaves no
 thread. Fake encoders whose forwards wait for the test make the overlaps certain (order, not
 timing)."""
@@ -177,6 +178,27 @@ def test_a_foreground_call_arriving_between_background_forwards_runs_before_the_
     batcher.close()
     assert encoder.calls == [["aa", "bb"], ["query"], ["cc", "dd"], ["ee", "ff"]]
     assert same(results["backlog"], alone(["aa", "bb", "cc", "dd", "ee", "ff"]))
+
+
+def test_background_calls_take_one_forward_each_in_turn():
+    """One user's long backlog holds another's flush up by one forward, not by the whole
+    backlog (else the flush's time would tell how much the other user had just stored)."""
+    encoder = HeldEncoder()
+    batcher = QueryBatcher(encoder, max_texts=64, background_tokens=4)
+    backlog = ["aa", "ab", "ac", "ad", "ae", "af"]  # three forwards of two texts
+    results: dict = {}
+    threads = [call(batcher, ["held"], results, "held", behind=True)]
+    until(lambda: len(encoder.calls) == 1)
+    threads.append(call(batcher, backlog, results, "backlog", behind=True))
+    until(lambda: batcher.waiting == 1)
+    threads.append(call(batcher, ["bo"], results, "flush", behind=True))
+    until(lambda: batcher.waiting == 2)
+    encoder.release.set()
+    for thread in threads:
+        thread.join(30)
+    batcher.close()
+    assert encoder.calls == [["held"], ["aa", "ab"], ["bo"], ["ac", "ad"], ["ae", "af"]]
+    assert same(results["backlog"], alone(backlog)) and same(results["flush"], alone(["bo"]))
 
 
 class SteppedEncoder(HeldEncoder):

@@ -12,8 +12,9 @@ background forward starts, except one after every :data:`FOREGROUND_ROUNDS` fore
 row (so ingestion still moves under a steady stream of searches). A
 background call runs as forwards of at most :data:`BACKGROUND_TOKENS` padded tokens each (its
 texts in token-length order, so a forward pads little), so a foreground call queued behind
-background work waits for one such forward at most. Background calls run one after another,
-in arrival order.
+background work waits for one such forward at most. Background calls take one forward each in
+turn (round robin), so one caller's long call (a user's ingestion backlog) holds up another's (a
+flush, a consolidation job) by one forward per call queued, not by the whole of it.
 
 Joining. The foreground calls queued while a forward runs share the next forward (up to
 ``max_texts`` texts in all, in arrival order; a call of more texts, or a kept call, runs alone),
@@ -270,6 +271,8 @@ class QueryBatcher:
             with self._changed:
                 if finished:
                     self._background.popleft()
+                elif behind is not None and len(self._background) > 1:
+                    self._background.rotate(-1)  # one forward per background call in turn
                 self._running = False
 
     def _groups(self, requests: list[_Request]) -> list[list[_Request]]:

@@ -149,3 +149,52 @@ def test_a_write_waits_a_bounded_time_for_a_stuck_transaction_and_a_flush_waits_
         other.execute("SELECT pg_advisory_unlock_all()")
         flush.join(60)
         assert not flush.is_alive() and flushed[0].amu_ids  # type: ignore[attr-defined]
+
+
+def test_flushes_held_in_extraction_leave_the_pool_connections_for_other_users(postgres_url, monkeypatch):
+    """Five users' flushes whose extraction waits (an LLM taking its time) on a pool of four: each
+    lock holder reads and commits on its lock's connection and at most two hold locks, so another
+    user's search and add go through meanwhile and every flush ends; holding two connections each,
+    the flushes took the whole pool and waited for each other until the pool's timeout."""
+    import threading
+
+    from retrieval.extract.rules import RuleExtractor
+    from retrieval.memory.postgres import database
+
+    monkeypatch.setattr(database, "POOL_SIZE", 4)
+    monkeypatch.setattr(database, "LOCK_HOLDERS", 2)
+    monkeypatch.setattr(database, "POOL_WAIT_S", 3.0)
+    release, entered = threading.Event(), threading.Semaphore(0)
+
+    class HeldExtractor(RuleExtractor):
+        def extract(self, segment, context):
+            entered.release()
+            assert release.wait(60)
+            return super().extract(segment, context)
+
+    users = [f"p{n}" for n in range(5)]
+    with Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(),
+                     extractor=HeldExtractor()) as mem:
+        for user in [*users, "other"]:
+            mem.add(chat(user, 2), user_id=user, session_id="s")
+        mem.drain(timeout_s=60)
+        outcomes: dict[str, object] = {}
+
+        def flush(user: str) -> None:
+            try:
+                outcomes[user] = mem.flush(user_id=user, session_id="s").amu_ids
+            except Exception as err:  # noqa: BLE001 - the outcome is what the test reads
+                outcomes[user] = err
+
+        threads = [threading.Thread(target=flush, args=(user,)) for user in users]
+        for thread in threads:
+            thread.start()
+        for _ in range(2):
+            assert entered.acquire(timeout=30)  # two flushes inside their extraction
+        assert mem.search("tomatoes", user_id="other", k=3).hits
+        assert mem.add(chat("more", 1), user_id="other", session_id="s").turn_ids == ("more-0",)
+        release.set()
+        for thread in threads:
+            thread.join(120)
+    assert all(isinstance(amus, tuple) and amus for amus in outcomes.values()), outcomes
+    assert sorted(outcomes) == users

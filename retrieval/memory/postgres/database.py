@@ -3,14 +3,15 @@ name (its password hidden, :func:`retrieval.memory.targets.redacted`), write tra
 
 Reads run on a pooled connection in autocommit mode (each statement sees the last commit), or on
 the connection of this thread's write transaction when one is open (so a check inside a
-transaction sees its own writes). Each write transaction first takes a transaction-level advisory
-lock per user it writes (``pg_advisory_xact_lock``, keyed by a hash of the user id, taken in
-sorted order so two transactions never wait on each other, and waiting at most
-:data:`LOCK_WAIT_S`): PostgreSQL serialises the writers of
-one user whichever process they run in, which is what the SQLite store gets from its one writer
-(a segment number allocated once, "already stored" checked once). Its last statement bumps one of
-the ``commits`` counters (:mod:`retrieval.memory.postgres.versions`), so their sum moves with every
-commit and only then.
+transaction sees its own writes), or on the connection of an advisory lock this thread holds (so
+a lock holder takes one connection of the pool, not two; at most :data:`LOCK_HOLDERS` of them).
+Each write transaction first takes a transaction-level advisory lock per user it writes
+(``pg_advisory_xact_lock``, keyed by a hash of the user id, taken in sorted order so two
+transactions never wait on each other, and waiting at most :data:`LOCK_WAIT_S`): PostgreSQL
+serialises the writers of one user whichever process they run in, which is what the SQLite store
+gets from its one writer (a segment number allocated once, "already stored" checked once). Its
+last statement bumps one of the ``commits`` counters (:mod:`retrieval.memory.postgres.versions`),
+so their sum moves with every commit and only then.
 
 A server that cannot be reached is one :class:`StoreError` naming the host, port and database;
 a connection lost later is a :class:`StoreFault` naming the same (:func:`outage`). Constraint
@@ -50,6 +51,12 @@ def outage(err: psycopg.OperationalError) -> bool:
 POOL_SIZE = 16
 """Connections one store may hold: one per concurrently reading or writing thread, beyond which
 threads wait for a connection."""
+LOCK_HOLDERS = POOL_SIZE // 2
+"""Threads of one store that may hold an advisory lock at once, each on a pooled connection that
+its reads and transactions then use too: a lock waited for (a flush, a purge) waits for a turn
+beyond them, one not waited for (the ingestion worker's, a job's) is not held, as if another node
+held it. Whatever a node's locks wait for (an LLM extraction, another node's backlog), the pool
+keeps connections for its searches, adds and model thread."""
 
 CONNECT_TIMEOUT_S = 10
 """How long opening a store waits for the server before it says it cannot be reached."""
@@ -106,6 +113,7 @@ class Database:
         self.where = redacted(url)
         self.read_only = read_only
         self._local = threading.local()
+        self._holders = threading.BoundedSemaphore(LOCK_HOLDERS)
         try:  # one direct attempt first: it says why the server cannot be reached
             psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S).close()
         except psycopg.Error as err:
@@ -123,6 +131,8 @@ class Database:
     def connection(self) -> Iterator[Connection]:
         """This thread's transaction connection, else a pooled one (faults as :class:`StoreFault`)."""
         open_one = getattr(self._local, "conn", None)
+        if open_one is None and self._held_locks():
+            open_one = self._held_locks()[-1]  # the connection this thread's advisory lock holds
         try:
             if open_one is not None:
                 yield open_one
@@ -192,11 +202,32 @@ class Database:
     @contextmanager
     def advisory_lock(self, space: int, name: str, *, wait: bool) -> Iterator[bool]:
         """A session-level advisory lock on a pooled connection kept for the block (so it is
-        released when the block ends or the process dies); yields whether it is held. Its key is
+        released when the block ends or the process dies), this thread's connection meanwhile
+        (once one of :data:`LOCK_HOLDERS` turns is free); yields whether it is held. Its key is
         a 64-bit hash of ``name`` seeded by ``space`` (32 bits would give two users of a large store
         the same lock: among 200,000 ids several pairs collide), apart from the write
         transactions' locks, whose seed is 0."""
         key = (name, space)
+        held_here = self._held_locks()
+        if not held_here and not self._holders.acquire(blocking=wait):  # a thread's first lock takes a turn
+            yield False  # this node's lock holders are all busy: as if another node held it
+            return
+        try:
+            with self._locked(key, wait=wait, held_here=held_here) as held:
+                yield held
+        finally:
+            if not held_here:
+                self._holders.release()
+
+    def _held_locks(self) -> list[Connection]:
+        """The connections of the advisory locks this thread holds, innermost last."""
+        locks: list[Connection] | None = getattr(self._local, "locks", None)
+        if locks is None:
+            locks = self._local.locks = []
+        return locks
+
+    @contextmanager
+    def _locked(self, key: tuple[str, int], *, wait: bool, held_here: list[Connection]) -> Iterator[bool]:
         with self.connection() as conn:
             if wait:  # for as long as its holder works, or until the server drops a lost holder
                 with conn.transaction():  # the session's lock outlives the transaction
@@ -207,9 +238,11 @@ class Database:
                 found = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, %s)) AS held",
                                      key).fetchone()
                 held = bool(found and found["held"])
+            held_here.append(conn)  # the block's reads and transactions run on it
             try:
                 yield held
             finally:
+                held_here.pop()
                 if held:
                     conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, %s))", key)
 

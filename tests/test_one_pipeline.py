@@ -65,3 +65,29 @@ def test_batch_ingestion_stores_what_the_memory_api_stores(tmp_path: Path) -> No
     assert any("Cat" not in amu.entities and "Cat will bring Bob" in amu.text for amu in batch["amus"])
     for key in api:
         assert batch[key] == api[key], key
+
+
+def test_a_segments_participants_are_the_speakers_up_to_its_last_turn_whenever_it_closes(tmp_path):
+    """A third speaker, named in session 1, speaks in session 2: session 1's records (texts,
+    entities) are the same whether it closed before session 2 was added or after (its open segment
+    extracted while her turn was already stored), and name her as the text does, not as a
+    participant. (Segment numbers follow the order segments close in, so they differ.)"""
+    turns = [turn for turn in recorded_turns() if turn.user_id == "u1"]
+    sessions = list(dict.fromkeys(turn.session_id for turn in turns))
+    built = {}
+    for name in ("each session closed before the next", "all added, then closed"):
+        with Memory.open(tmp_path / name, embedder=WordEmbedder(),
+                         fingerprinter=SequenceFingerprinter()) as mem:
+            for session in sessions:
+                mem.add([turn for turn in turns if turn.session_id == session], user_id="u1",
+                        session_id=session)
+                if name.startswith("each"):
+                    mem.flush(user_id="u1", session_id=session)
+            mem.drain(user_id="u1")
+            for session in sessions:
+                mem.flush(user_id="u1", session_id=session)
+            built[name] = [(amu.text, amu.entities) for amu in mem.store.amus("u1")
+                           if amu.source.session_id == sessions[0]]
+    assert built["each session closed before the next"] == built["all added, then closed"]
+    assert any("Cat will bring Bob" in text and "Cat" not in entities
+               for text, entities in built["all added, then closed"])

@@ -73,3 +73,15 @@ def test_forwarding_refuses_when_one_member_is_no_longer_active(backend):
         second = dataclasses.replace(make_amu(0, 0), id="conv-x:m2")
         assert not store.forward(["conv-x:0:1", "conv-x:0:2"], second, "MERGE")
         assert store.successor("conv-x:0:1") == "conv-x:m1" and not store.get("conv-x:0:2").archived
+
+
+def test_a_users_speakers_up_to_a_turn_are_those_of_the_turns_stored_until_it(backend):
+    """The extractor's participants for a segment: the speakers of the user's turns stored up to
+    its last turn, in order of their first turn; another user's turn of the same id counts not."""
+    with backend.open() as store:
+        store.append_turns("v", [_turn("v", "t2", "elsewhere", "Eve")])
+        store.append_turns("u", [_turn("u", "t1", "one", "Zed"), _turn("u", "t2", "two", "Amy"),
+                                 _turn("u", "t3", "three", "Cat")])
+        assert store.speakers("u", "t1") == ("Zed",)
+        assert store.speakers("u", "t2") == ("Zed", "Amy")
+        assert store.speakers("u") == store.speakers("u", "t3") == ("Zed", "Amy", "Cat")

@@ -161,6 +161,7 @@ def _retry_fallbacks(user: str, records: Sequence[SegmentRecord], store: Store, 
         if record.fallback:
             turns = _record_turns(store, record)
             segment = _segment(record, turns, models.config)
+            context.participants = store.speakers(user, turns[-1].turn_id)  # as when first extracted
             retried = models.extractor.extract(segment, context)
             if not retried.fallback:
                 revision = record.revision + 1

@@ -10,8 +10,10 @@ through it too), turn by turn:
   enters the segmenter (it is stored, hence searchable, at once);
 * the surprise history is the user's, shared by its sessions, as one conversation's is in the
   batch; segment numbers are the user's, in the order segments close;
-* the extractor's reference context is the user's: participants are the user's speakers so
-  far, the state and recent records are replayed from the stored segments after a restart.
+* the extractor's reference context is the user's: participants are the speakers of the user's
+  turns stored up to the segment's last turn (not those stored after it, which depends on how far
+  the adds had got when the segment closed), the state and recent records are replayed from the
+  stored segments after a restart.
 
 Each closed segment embeds its texts into the store's vector cache, then commits its AMUs,
 fingerprints and index rows in one transaction
@@ -185,7 +187,7 @@ class UserStream:
         segment = dataclasses.replace(segment, seq=self.next_seq)
         self.next_seq += 1
         models, context = self.models, self.context
-        context.participants = self.store.speakers(self.user)
+        context.participants = self.store.speakers(self.user, segment.turns[-1].turn_id)
         context.enter(segment.session_id)
         extraction = models.extractor.extract(segment, context)
         # its texts before its codes: with the joint models (retrieval.index.joint) the codes are

@@ -161,8 +161,8 @@ class StoreParts:
     def has_session(self, user: str, session_id: str) -> bool:
         return self._turns.has_session(user, session_id)
 
-    def speakers(self, user: str) -> tuple[str, ...]:
-        return self._turns.speakers(user)
+    def speakers(self, user: str, through: str | None = None) -> tuple[str, ...]:
+        return self._turns.speakers(user, through)
 
     # -- evidence, cache, jobs, versions, purge --------------------------------------------------
 

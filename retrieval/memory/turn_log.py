@@ -138,8 +138,11 @@ class TurnLog(SQLitePart):
         return self._db.execute("SELECT 1 FROM turns WHERE conversation_id = ? AND session_id = ? LIMIT 1",
                                 (user, session_id)).fetchone() is not None
 
-    def speakers(self, user: str) -> tuple[str, ...]:
-        """The user's speakers in order of their first turn (the extractor's participants)."""
-        rows = self._db.execute("SELECT speaker FROM turns WHERE conversation_id = ? GROUP BY speaker "
-                                "ORDER BY MIN(position)", (user,))
+    def speakers(self, user: str, through: str | None = None) -> tuple[str, ...]:
+        """The user's speakers in order of their first turn (the extractor's participants); with
+        ``through`` (a turn id), only those of the turns stored up to that turn."""
+        rows = self._db.execute(
+            "SELECT speaker FROM turns WHERE conversation_id = ? AND (? IS NULL OR position <= (SELECT "
+            "position FROM turns WHERE conversation_id = ? AND turn_id = ?)) GROUP BY speaker "
+            "ORDER BY MIN(position)", (user, through, user, through))
         return tuple(row[0] for row in rows)

@@ -109,7 +109,8 @@ class TurnLog:
         return self.db.row("SELECT 1 AS found FROM turns WHERE user_id = %s AND session_id = %s LIMIT 1",
                            (user, session_id)) is not None
 
-    def speakers(self, user: str) -> tuple[str, ...]:
-        rows = self.db.rows("SELECT speaker FROM turns WHERE user_id = %s GROUP BY speaker "
-                            "ORDER BY min(position)", (user,))
+    def speakers(self, user: str, through: str | None = None) -> tuple[str, ...]:
+        rows = self.db.rows("SELECT speaker FROM turns WHERE user_id = %s AND (%s::text IS NULL OR "
+                            "position <= (SELECT position FROM turns WHERE user_id = %s AND turn_id = %s)) "
+                            "GROUP BY speaker ORDER BY min(position)", (user, through, user, through))
         return tuple(row["speaker"] for row in rows)

@@ -381,6 +381,34 @@ def test_a_failing_segment_is_reported_at_drain_and_tried_again_by_flush(tmp_pat
     covered_once(tmp_path, "a")
 
 
+def test_a_failed_step_is_tried_again_by_the_worker_after_a_pause(tmp_path, monkeypatch):
+    """The extraction endpoint fails once: a user that only adds (no drain, no flush) gets its
+    records all the same, the worker trying it again after a pause; the drain after has nothing
+    to report, the failure being over."""
+    from retrieval.api import backlog
+
+    monkeypatch.setattr(backlog, "RETRY_S", 0.05)
+    failures: list[str] = []
+
+    class FailingOnce(RuleExtractor):
+        def extract(self, segment, context):
+            if not failures:
+                failures.append(segment.user_id)
+                raise RuntimeError("the extraction endpoint is down")
+            return super().extract(segment, context)
+
+    with open_memory(tmp_path, extractor=FailingOnce()) as mem:
+        mem.add(chat("a", 30), user_id="a", session_id="s")
+        deadline = time.monotonic() + WAIT_S
+        while (mem.pending(user_id="a") or not failures) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert failures == ["a"] and mem.pending(user_id="a") == 0
+        mem.drain(user_id="a", timeout_s=WAIT_S)
+        assert len(mem.list(user_id="a", limit=50).items) > 10
+        mem.flush(user_id="a", session_id="s")
+    covered_once(tmp_path, "a")
+
+
 def test_a_store_that_fails_under_the_worker_pauses_it_and_nothing_is_lost(tmp_path, monkeypatch):
     """A database restart while the worker reads the user's backlog (outside a step): the worker
     waits and tries again instead of dying, so the turns are processed once the store answers."""

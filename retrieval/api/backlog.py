@@ -32,18 +32,23 @@ node that died, whose lock died with it) and for users whose lock it found taken
 
 Errors. A step that raises (an extractor's error, a full disk) does not stop the worker: the
 user's stream is dropped (reloaded from the store at its next step, so the failed segment's
-turns are fed again), the error is kept, and the worker leaves the user alone until the error
-is surfaced, as :class:`retrieval.api.errors.IngestFailed`, by :meth:`Backlog.wait` (a drain)
-or by the next flush, which tries the backlog again itself. A store that fails under the worker
-(a :class:`~retrieval.memory.errors.StoreError`: a PostgreSQL restart while it polls, reads the
-user's marks or commits a segment) is no failure of the user's: it pauses the worker for
-:data:`FAULT_WAIT_S` with one warning, the user kept due and its stream reloaded.
+turns are fed again) and the error is kept; the worker tries the user again after
+:data:`RETRY_S`, twice as long after each failure in a row up to :data:`RETRY_MAX_S` (an
+endpoint that is down is not called at every add), so a user that only adds and searches gets
+its records once the cause is gone. Until a step succeeds the error is surfaced, as
+:class:`retrieval.api.errors.IngestFailed`, by :meth:`Backlog.wait` (a drain, after which the
+worker tries at once) or by the next flush, which tries the backlog again itself. A store that
+fails under the worker (a :class:`~retrieval.memory.errors.StoreError`: a PostgreSQL restart while
+it polls, reads the user's marks or commits a segment) is no failure of the user's: it pauses the
+worker for :data:`FAULT_WAIT_S` with one warning, the user kept due and its stream reloaded.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -64,6 +69,11 @@ STEP_TURNS = 512
 """The most turns a step embeds and feeds in one call: a closing memory stops between such
 chunks, so its shutdown waits seconds however long a user's backlog (10,000 turns took 52 s
 as one call); a recorded session (:mod:`retrieval.api.bulk`) is one chunk."""
+RETRY_S = 1.0
+"""How long the worker leaves a user whose step failed before it tries again (doubled after each
+failure in a row)."""
+RETRY_MAX_S = 300.0
+"""The longest pause between the worker's tries of a user whose steps keep failing."""
 POLL_S = 1.0
 """How often an idle worker over a store that other processes write looks for their users' work."""
 FAULT_WAIT_S = 1.0
@@ -82,6 +92,8 @@ class _User:
     stream: UserStream | None = None
     fed: int = 0
     error: str | None = None
+    failures: int = 0
+    retry_at: float | None = None
     seen: tuple[int, ...] = ()
     marks: tuple[int, ...] = ()
 
@@ -150,7 +162,7 @@ class Backlog:
                       if s.error is not None and user in (None, name)]
             if failed:
                 name, state = failed[0]
-                error, state.error = state.error, None
+                error, state.error, state.retry_at = state.error, None, None
                 self._due[name] = None
                 self._changed.notify_all()
                 raise IngestFailed(f"processing the turns of user {name!r} failed: {error}", "user_id")
@@ -196,7 +208,7 @@ class Backlog:
         self._remember(user, state)
         with self._changed:
             state.pending -= len(turns) - counted
-            state.error = None
+            state.error, state.failures, state.retry_at = None, 0, None
             self._changed.notify_all()
         return amus
 
@@ -277,7 +289,24 @@ class Backlog:
             state.stream, state.fed, state.error, state.pending = None, 0, error, count
             if count and error is None:
                 self._due[user] = None
+            if error is not None:
+                state.failures += 1
+                state.retry_at = time.monotonic() + min(RETRY_MAX_S, RETRY_S * 2 ** (state.failures - 1))
             self._changed.notify_all()
+
+    def _retry_due(self) -> float | None:
+        """Make due every failed user whose pause is over (the caller holds ``_changed``); returns
+        the seconds until the next pause ends, None if none is running."""
+        now, nearest = time.monotonic(), None
+        for name, state in self._users.items():
+            if state.retry_at is None:
+                continue
+            if state.retry_at <= now:
+                state.retry_at = None
+                self._due[name] = None
+            else:
+                nearest = min(nearest or math.inf, state.retry_at - now)
+        return nearest
 
     def _publish(self, stream: UserStream, record: SegmentRecord, amus: list[AMU]) -> None:
         """Commit a closed segment and add its records to the user's search state, under the
@@ -298,10 +327,15 @@ class Backlog:
         poll_s = POLL_S if self.store.concurrent_writers else None
         while True:
             with self._changed:
-                self._changed.wait_for(lambda: self._closed or bool(self._due), poll_s)
+                retry_s = self._retry_due()
+                waits = [wait for wait in (poll_s, retry_s) if wait is not None]
+                self._changed.wait_for(lambda: self._closed or bool(self._due), min(waits, default=None))
+                self._retry_due()
                 if self._closed:
                     return
                 user = self._due.popitem(last=False)[0] if self._due else None
+            if user is None and poll_s is None:
+                continue  # a failed user's pause ended early: no store of other writers to poll
             try:
                 if user is None:
                     self._poll()

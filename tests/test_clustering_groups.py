@@ -62,6 +62,7 @@ def test_a_pair_at_the_threshold_is_linked():
     vectors = np.array([[1.0, 0.0], [0.5, np.sqrt(3) / 2]])
     assert hac_clusters(vectors, 0.5) == [[0, 1]]
     assert hac_clusters(vectors, 0.49) == []
+    assert hac_clusters(vectors.tolist(), 0.5) == [[0, 1]]  # rows as lists too
 
 
 def test_screening_blocks_meet_every_pair(monkeypatch):
@@ -77,6 +78,25 @@ def test_screening_blocks_meet_every_pair(monkeypatch):
     groups = [group.tolist() for group in linked_groups(vectors, 0.01)]
     assert groups == [[0, 150, 299], list(range(10, 40))]
     assert hac_clusters(vectors, 0.01) == groups
+
+
+def test_distances_computed_in_blocks_are_the_condensed_matrix(monkeypatch):
+    """Blocks of three rows (the last one short) give every pair once, in squareform's order,
+    as 1 - cos clipped to [0, 2], a zero row at distance 1."""
+    monkeypatch.setattr(clustering, "SCREEN_ELEMENTS", 60)
+    rng = np.random.default_rng(11)
+    vectors = rng.normal(size=(20, 8))
+    vectors[4] = 0.0
+    vectors[7] = -vectors[3]
+    expected = np.clip(np.nan_to_num(pdist(vectors, "cosine"), nan=1.0), 0.0, 2.0)
+    distances = clustering.cosine_distances(vectors)
+    assert distances.shape == expected.shape and np.allclose(distances, expected, rtol=0, atol=1e-12)
+    assert distances[squareform_index(20, 3, 7)] == pytest.approx(2.0, abs=1e-12)
+
+
+def squareform_index(n: int, i: int, j: int) -> int:
+    """The position of the pair (i, j), i < j, in a condensed matrix of n rows."""
+    return n * i - i * (i + 1) // 2 + j - i - 1
 
 
 def test_no_distance_matrix_over_all_rows_is_built():

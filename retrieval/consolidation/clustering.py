@@ -6,12 +6,13 @@ linkages accepted (:data:`retrieval.consolidation.config.LINKAGES`: single, comp
 two clusters are never closer than their closest pair of members. A merge at or below the
 threshold therefore joins rows that a chain of pairs within the threshold connects, and the
 clustering is the same run on each such group of rows (a connected component of the pairs
-within the threshold) apart: the condensed distance matrix, n(n-1)/2 float64 entries, is then
-only ever built for one component, not over a user's every record (the full matrix and its
-condensed half take 16 and 8 GB at 45,000 records). The pairs are found block by block in float32
-with a margin (:data:`SCREEN_MARGIN`) well above its rounding, so no pair is missed; a pair
-admitted by the margin alone only joins rows that the component's exact float64 clustering keeps
-apart.
+within the threshold) apart, but for merges at exactly equal distances, which scipy takes in an
+order the other rows also decide, and for a distance within a rounding error of the threshold.
+The condensed distance matrix, n(n-1)/2 float64 entries, is then only ever built for one group,
+not over a user's every record (the full matrix and its condensed half take 16 and 8 GB at
+45,000 records). The pairs are found block by block in float32 with a margin
+(:data:`SCREEN_MARGIN`) well above its rounding, so no pair is missed; a pair admitted by the
+margin alone only joins rows that the group's exact float64 clustering keeps apart.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
-from scipy.spatial.distance import squareform
 
 SCREEN_ELEMENTS = 2**22
 """Entries of one block of the float32 similarity screen (16 MiB): its rows are this over n."""
@@ -38,11 +38,21 @@ def _unit(vectors: np.ndarray, dtype: type[np.floating]) -> np.ndarray:
 
 
 def cosine_distances(vectors: np.ndarray) -> np.ndarray:
-    """Condensed pairwise cosine distances 1 - cos (a zero vector is at distance 1 from all)."""
+    """Condensed pairwise cosine distances 1 - cos (a zero vector is at distance 1 from all),
+    computed a block of rows at a time (:data:`SCREEN_ELEMENTS` entries): no n x n matrix beside
+    the condensed one, and no ``x @ x.T`` of float64 rows, which numpy hands to OpenBLAS's dsyrk,
+    whose 0.3.31 build crashes the process (SIGSEGV) from about 16,000 rows of 384."""
     unit = _unit(vectors, np.float64)
-    distances = np.clip(1.0 - unit @ unit.T, 0.0, 2.0)
-    np.fill_diagonal(distances, 0.0)
-    return squareform(distances, checks=False)
+    n = len(unit)
+    condensed = np.empty(n * (n - 1) // 2)
+    step, at = max(1, SCREEN_ELEMENTS // max(n, 1)), 0
+    for start in range(0, n, step):
+        block = np.clip(1.0 - unit[start:start + step] @ unit[start:].T, 0.0, 2.0)
+        for row, distances in enumerate(block):
+            after = distances[row + 1:]  # the pairs (i, j > i), in squareform's order
+            condensed[at:at + len(after)] = after
+            at += len(after)
+    return condensed
 
 
 def linked_groups(vectors: np.ndarray, threshold: float) -> list[np.ndarray]:
@@ -89,6 +99,7 @@ def hac_clusters(vectors: np.ndarray, threshold: float, method: str = "complete"
     cosine distance ``threshold`` (with complete linkage: every pair within it), found one
     linked group (:func:`linked_groups`) at a time. Each cluster lists its rows in order;
     clusters are ordered by their first row. Deterministic."""
+    vectors = np.asarray(vectors)
     if len(vectors) < 2:
         return []
     if not np.isfinite(vectors).all():

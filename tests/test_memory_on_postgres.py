@@ -151,25 +151,28 @@ def test_a_write_waits_a_bounded_time_for_a_stuck_transaction_and_a_flush_waits_
         assert not flush.is_alive() and flushed[0].amu_ids  # type: ignore[attr-defined]
 
 
-def test_flushes_held_in_extraction_leave_the_pool_connections_for_other_users(postgres_url, monkeypatch):
-    """Five users' flushes whose extraction waits (an LLM taking its time) on a pool of four: each
-    lock holder reads and commits on its lock's connection and at most two hold locks, so another
-    user's search and add go through meanwhile and every flush ends; holding two connections each,
-    the flushes took the whole pool and waited for each other until the pool's timeout."""
+def test_flushes_held_in_extraction_leave_the_pool_and_the_other_users_alone(postgres_url, monkeypatch):
+    """Five users' flushes whose extraction waits (an LLM taking its time) on a pool of six: each
+    lock holder reads and commits on its lock's connection, and two flushes hold locks at a time
+    (the others wait for a turn, holding no connection), so meanwhile another user searches, adds,
+    is ingested by the worker and is forgotten, and every flush ends. Holding two connections each,
+    the flushes took the whole pool and waited for each other until the pool's timeout; with every
+    lock holder taking a turn, the forget and the worker waited for the others' extractions."""
     import threading
 
     from retrieval.extract.rules import RuleExtractor
     from retrieval.memory.postgres import database
 
-    monkeypatch.setattr(database, "POOL_SIZE", 4)
+    monkeypatch.setattr(database, "POOL_SIZE", 6)
     monkeypatch.setattr(database, "LOCK_HOLDERS", 2)
     monkeypatch.setattr(database, "POOL_WAIT_S", 3.0)
     release, entered = threading.Event(), threading.Semaphore(0)
 
     class HeldExtractor(RuleExtractor):
         def extract(self, segment, context):
-            entered.release()
-            assert release.wait(60)
+            if segment.user_id.startswith("p"):
+                entered.release()
+                assert release.wait(60)
             return super().extract(segment, context)
 
     users = [f"p{n}" for n in range(5)]
@@ -189,12 +192,59 @@ def test_flushes_held_in_extraction_leave_the_pool_connections_for_other_users(p
         threads = [threading.Thread(target=flush, args=(user,)) for user in users]
         for thread in threads:
             thread.start()
-        for _ in range(2):
-            assert entered.acquire(timeout=30)  # two flushes inside their extraction
-        assert mem.search("tomatoes", user_id="other", k=3).hits
-        assert mem.add(chat("more", 1), user_id="other", session_id="s").turn_ids == ("more-0",)
-        release.set()
-        for thread in threads:
-            thread.join(120)
-    assert all(isinstance(amus, tuple) and amus for amus in outcomes.values()), outcomes
+        try:
+            for _ in range(2):
+                assert entered.acquire(timeout=30)  # two flushes inside their extraction
+            assert mem.search("tomatoes", user_id="other", k=3).hits
+            assert mem.add(chat("more", 12), user_id="other", session_id="s").turn_ids[0] == "more-0"
+            mem.drain(user_id="other", timeout_s=30)  # the worker takes the lock without a turn
+            assert mem.pending(user_id="other") == 0
+            forget = threading.Thread(target=mem.forget, kwargs={"user_id": "other"})
+            forget.start()
+            forget.join(30)
+            assert not forget.is_alive() and not mem.search("tomatoes", user_id="other", k=3).hits
+            assert not entered.acquire(timeout=0.2)  # still two at a time
+        finally:
+            release.set()
+            for thread in threads:
+                thread.join(120)
     assert sorted(outcomes) == users
+    assert all(isinstance(amus, tuple) and amus for amus in outcomes.values()), outcomes
+
+
+def test_a_failed_user_whose_lock_another_node_holds_at_its_retry_is_tried_again(postgres_url, monkeypatch):
+    """The extractor fails once; when the worker's retry comes, another node holds the user's
+    ingestion lock: the worker looks again later, and the turns are processed once it is free
+    (no drain or flush asks for them)."""
+    import time
+
+    import psycopg
+
+    from retrieval.api import backlog
+    from retrieval.extract.rules import RuleExtractor
+    from retrieval.memory.postgres import database
+
+    monkeypatch.setattr(backlog, "RETRY_S", 0.2)
+    failures: list[str] = []
+
+    class FailingOnce(RuleExtractor):
+        def extract(self, segment, context):
+            if not failures:
+                failures.append(segment.user_id)
+                raise RuntimeError("the extraction endpoint is down")
+            return super().extract(segment, context)
+
+    with Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(),
+                     extractor=FailingOnce()) as mem, psycopg.connect(postgres_url, autocommit=True) as other:
+        mem.add(chat("u", 30), user_id="u", session_id="s")
+        deadline = time.monotonic() + 60
+        while not failures and time.monotonic() < deadline:
+            time.sleep(0.01)
+        other.execute("SELECT pg_advisory_lock(hashtextextended('u', %s))", (database.INGESTION_LOCKS,))
+        time.sleep(1.5)  # the retry (after 0.2 s) finds the lock taken, and so may the next look
+        assert mem.pending(user_id="u") == 30
+        other.execute("SELECT pg_advisory_unlock_all()")
+        deadline = time.monotonic() + 60
+        while mem.pending(user_id="u") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert failures == ["u"] and mem.pending(user_id="u") == 0

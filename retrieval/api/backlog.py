@@ -223,7 +223,7 @@ class Backlog:
     def flush(self, user: str, session: str) -> list[AMU]:
         """:meth:`process`, then close the session's open segment; returns the records of every
         segment so closed (the caller holds the user's ``stream`` guard)."""
-        with self.store.ingestion_lock(user, wait=True):
+        with self.store.ingestion_lock(user, wait=True, capped=True):
             amus = self.process(user)
             state = self._users[user]
             assert state.stream is not None
@@ -368,9 +368,14 @@ class Backlog:
                     pass  # a failure is kept in the user's state, for the next drain or flush
 
     def _later(self, user: str) -> None:
-        """Look at ``user`` again at the next poll."""
+        """Look at ``user`` again at the next poll (a failed user, whose polls skip it: at its
+        retry's next turn, else its retry would be lost)."""
         with self._changed:
-            self._busy.add(user)
+            state = self._users.get(user)
+            if state is not None and state.error is not None:
+                state.retry_at = time.monotonic() + POLL_S
+            else:
+                self._busy.add(user)
 
     def _poll(self) -> None:
         """Make due every user whose lock was taken, whose pending turns this node has not seen

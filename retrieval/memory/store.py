@@ -98,7 +98,8 @@ class AMUStore(StoreParts):
     def concurrent_writers(self) -> bool:
         return False  # one writer process: the store directory's writer lock
 
-    def ingestion_lock(self, user_id: str, *, wait: bool) -> AbstractContextManager[bool]:
+    def ingestion_lock(self, user_id: str, *, wait: bool,
+                       capped: bool = False) -> AbstractContextManager[bool]:
         return nullcontext(True)
 
     def job_lock(self, job_id: int) -> AbstractContextManager[bool]:

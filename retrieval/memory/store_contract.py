@@ -211,10 +211,14 @@ class Handle(Protocol):
         must be checked against the store; False where one process writes (SQLite)."""
         ...
 
-    def ingestion_lock(self, user_id: str, *, wait: bool) -> AbstractContextManager[bool]:
+    def ingestion_lock(self, user_id: str, *, wait: bool,
+                       capped: bool = False) -> AbstractContextManager[bool]:
         """Hold the right to close the user's segments (feed its turn log to its segmentation and
         commit what closes) for the block, across every process over the store; yields whether
-        it is held (``wait=False`` does not wait for another holder). A holder that dies releases
+        it is held (``wait=False`` does not wait for another holder; ``capped``: the caller may
+        hold it long, and many callers at once, as flushes do through their extractions, so a
+        backend whose holders each take a connection lets a bounded number hold such locks at a
+        time and the others wait for a turn). A holder that dies releases
         it. Where one process writes (SQLite), the caller's own per-user guard orders the work
         and this always yields True."""
         ...

@@ -4,7 +4,8 @@ name (its password hidden, :func:`retrieval.memory.targets.redacted`), write tra
 Reads run on a pooled connection in autocommit mode (each statement sees the last commit), or on
 the connection of this thread's write transaction when one is open (so a check inside a
 transaction sees its own writes), or on the connection of an advisory lock this thread holds (so
-a lock holder takes one connection of the pool, not two; at most :data:`LOCK_HOLDERS` of them).
+a lock holder takes one connection of the pool, not two; flushes hold locks :data:`LOCK_HOLDERS`
+at a time).
 Each write transaction first takes a transaction-level advisory lock per user it writes
 (``pg_advisory_xact_lock``, keyed by a hash of the user id, taken in sorted order so two
 transactions never wait on each other, and waiting at most :data:`LOCK_WAIT_S`): PostgreSQL
@@ -52,11 +53,12 @@ POOL_SIZE = 16
 """Connections one store may hold: one per concurrently reading or writing thread, beyond which
 threads wait for a connection."""
 LOCK_HOLDERS = POOL_SIZE // 2
-"""Threads of one store that may hold an advisory lock at once, each on a pooled connection that
-its reads and transactions then use too: a lock waited for (a flush, a purge) waits for a turn
-beyond them, one not waited for (the ingestion worker's, a job's) is not held, as if another node
-held it. Whatever a node's locks wait for (an LLM extraction, another node's backlog), the pool
-keeps connections for its searches, adds and model thread."""
+"""Threads of one store that may hold a capped advisory lock at once: a flush's ingestion lock,
+held through an extraction (an LLM's, perhaps) by as many threads as flush together. Beyond them a
+flush waits for a turn before it takes the lock, holding nothing of the pool. Other holders (the
+ingestion worker's one thread, a purge, a job) take no turn, so no user waits for another's
+extraction to delete or be ingested; with every holder on one connection (its lock's), the pool
+keeps connections for the node's searches, adds and model thread."""
 
 CONNECT_TIMEOUT_S = 10
 """How long opening a store waits for the server before it says it cannot be reached."""
@@ -191,32 +193,33 @@ class Database:
             finally:
                 self._local.conn = None
 
-    def ingestion_lock(self, user_id: str, *, wait: bool) -> AbstractContextManager[bool]:
+    def ingestion_lock(self, user_id: str, *, wait: bool,
+                       capped: bool = False) -> AbstractContextManager[bool]:
         """The user's ingestion lock (:meth:`advisory_lock`)."""
-        return self.advisory_lock(INGESTION_LOCKS, user_id, wait=wait)
+        return self.advisory_lock(INGESTION_LOCKS, user_id, wait=wait, capped=capped)
 
     def job_lock(self, job_id: int) -> AbstractContextManager[bool]:
         """The right to run consolidation job ``job_id`` (:meth:`advisory_lock`, not waited for)."""
         return self.advisory_lock(JOB_LOCKS, str(job_id), wait=False)
 
     @contextmanager
-    def advisory_lock(self, space: int, name: str, *, wait: bool) -> Iterator[bool]:
+    def advisory_lock(self, space: int, name: str, *, wait: bool, capped: bool = False) -> Iterator[bool]:
         """A session-level advisory lock on a pooled connection kept for the block (so it is
         released when the block ends or the process dies), this thread's connection meanwhile
-        (once one of :data:`LOCK_HOLDERS` turns is free); yields whether it is held. Its key is
+        (``capped``: once one of :data:`LOCK_HOLDERS` turns is free); yields whether it is held. Its key is
         a 64-bit hash of ``name`` seeded by ``space`` (32 bits would give two users of a large store
         the same lock: among 200,000 ids several pairs collide), apart from the write
         transactions' locks, whose seed is 0."""
         key = (name, space)
         held_here = self._held_locks()
-        if not held_here and not self._holders.acquire(blocking=wait):  # a thread's first lock takes a turn
-            yield False  # this node's lock holders are all busy: as if another node held it
-            return
+        turn = capped and not held_here  # a thread's first capped lock waits for a turn
+        if turn:
+            self._holders.acquire()
         try:
             with self._locked(key, wait=wait, held_here=held_here) as held:
                 yield held
         finally:
-            if not held_here:
+            if turn:
                 self._holders.release()
 
     def _held_locks(self) -> list[Connection]:

@@ -100,8 +100,9 @@ class PostgresStore(StoreParts):
     def concurrent_writers(self) -> bool:
         return True  # any number of server processes over one database
 
-    def ingestion_lock(self, user_id: str, *, wait: bool) -> AbstractContextManager[bool]:
-        return self.db.ingestion_lock(user_id, wait=wait)
+    def ingestion_lock(self, user_id: str, *, wait: bool,
+                       capped: bool = False) -> AbstractContextManager[bool]:
+        return self.db.ingestion_lock(user_id, wait=wait, capped=capped)
 
     def job_lock(self, job_id: int) -> AbstractContextManager[bool]:
         return self.db.job_lock(job_id)

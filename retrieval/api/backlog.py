@@ -289,7 +289,9 @@ class Backlog:
             state.stream, state.fed, state.error, state.pending = None, 0, error, count
             if count and error is None:
                 self._due[user] = None
-            if error is not None:
+            if error is None:  # a purge: the user starts afresh
+                state.failures, state.retry_at = 0, None
+            else:
                 state.failures += 1
                 state.retry_at = time.monotonic() + min(RETRY_MAX_S, RETRY_S * 2 ** (state.failures - 1))
             self._changed.notify_all()

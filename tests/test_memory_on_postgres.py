@@ -221,21 +221,14 @@ def test_a_failed_user_whose_lock_another_node_holds_at_its_retry_is_tried_again
     import psycopg
 
     from retrieval.api import backlog
-    from retrieval.extract.rules import RuleExtractor
     from retrieval.memory.postgres import database
+    from tests.test_write_behind import FailingOnce
 
     monkeypatch.setattr(backlog, "RETRY_S", 0.2)
-    failures: list[str] = []
-
-    class FailingOnce(RuleExtractor):
-        def extract(self, segment, context):
-            if not failures:
-                failures.append(segment.user_id)
-                raise RuntimeError("the extraction endpoint is down")
-            return super().extract(segment, context)
-
+    extractor = FailingOnce()
+    failures = extractor.failures
     with Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(),
-                     extractor=FailingOnce()) as mem, psycopg.connect(postgres_url, autocommit=True) as other:
+                     extractor=extractor) as mem, psycopg.connect(postgres_url, autocommit=True) as other:
         mem.add(chat("u", 30), user_id="u", session_id="s")
         deadline = time.monotonic() + 60
         while not failures and time.monotonic() < deadline:

@@ -63,6 +63,23 @@ class HeldExtractor(RuleExtractor):
         return super().extract(segment, context)
 
 
+class FailingOnce(RuleExtractor):
+    """The rule extractor, whose first call fails (an endpoint down for a moment); the users of
+    the failed calls in :attr:`failures`."""
+
+    name = "rule"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures: list[str] = []
+
+    def extract(self, segment, context):
+        if not self.failures:
+            self.failures.append(segment.user_id)
+            raise RuntimeError("the extraction endpoint is down")
+        return super().extract(segment, context)
+
+
 class HeldOperator(OfflineOperator):
     def __init__(self) -> None:
         super().__init__()
@@ -388,16 +405,9 @@ def test_a_failed_step_is_tried_again_by_the_worker_after_a_pause(tmp_path, monk
     from retrieval.api import backlog
 
     monkeypatch.setattr(backlog, "RETRY_S", 0.05)
-    failures: list[str] = []
-
-    class FailingOnce(RuleExtractor):
-        def extract(self, segment, context):
-            if not failures:
-                failures.append(segment.user_id)
-                raise RuntimeError("the extraction endpoint is down")
-            return super().extract(segment, context)
-
-    with open_memory(tmp_path, extractor=FailingOnce()) as mem:
+    extractor = FailingOnce()
+    failures = extractor.failures
+    with open_memory(tmp_path, extractor=extractor) as mem:
         mem.add(chat("a", 30), user_id="a", session_id="s")
         deadline = time.monotonic() + WAIT_S
         while (mem.pending(user_id="a") or not failures) and time.monotonic() < deadline:

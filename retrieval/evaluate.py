@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             k = args.k_dense + args.k_code
             answer_configs = [n for n in (f"dense{args.k_dense}+code{args.k_code}", f"dense{k}")
                               if n in names]
-        resolve_configs(names, fingerprinters, answer_configs)
+        resolve_configs(names, fingerprinters, answer_configs, sweep=args.sweep)
         topology = TopologyParams(args.max_hops, args.alpha, args.self_term, args.aggregate, args.association,
                                   args.length_norm)
         planner = None

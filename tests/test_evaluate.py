@@ -361,6 +361,46 @@ def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
                      EvaluationSettings(k_dense=2, k_code=2, progress=False, store=out / "store"))
 
 
+def test_out_holds_one_runs_reports_whatever_stops_a_rerun(tmp_path, fingerprinters, monkeypatch):
+    """A rerun into the same OUT that fails half-way (here while drawing its pictures), that is
+    refused (a sweep with no codebook path; a shorter cut of the file, whose memory the store's
+    longer one would pad with distractors) leaves the earlier run's reports as they were; a
+    rerun that ends replaces them all."""
+    import retrieval.eval.run as run_module
+
+    conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
+    out, models = tmp_path / "eval", EvalModels(fingerprinters, HashEmbedder())
+
+    def settings(*configs: str, **more) -> EvaluationSettings:
+        return EvaluationSettings(configs=configs, k_dense=2, k_code=2, progress=False, **more)
+
+    evaluate(conversations, models, out, settings("dense2", "dense2+code2"))
+    reports = {name: (out / name).read_bytes() for name in ("questions.jsonl", "results.json", "results.md")}
+
+    def unchanged() -> bool:
+        return all((out / name).read_bytes() == data for name, data in reports.items())
+
+    def no_pictures(*_args) -> None:
+        raise OSError("no space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(run_module, "write_pictures", no_pictures)
+        with pytest.raises(OSError, match="no space"):
+            evaluate(conversations, models, out, settings("dense4"))
+    assert unchanged()
+    with pytest.raises(EvaluationError, match="--sweep needs a configuration with a codebook path"):
+        evaluate(conversations, models, out, settings("dense4", sweep=True))
+    assert unchanged()
+    shorter = [replace(conversations[0], sessions=conversations[0].sessions[:1])]
+    with pytest.raises(EvaluationError, match="'D2:1' stored, nothing in the file.*its own --out"):
+        evaluate(shorter, models, out, settings("dense4"))
+    assert unchanged()
+    again = evaluate(conversations, models, out, settings("dense4"))
+    assert set(json.loads((out / "results.json").read_text())["configs"]) == set(again.configs) == {"dense4"}
+    assert set(json.loads((out / "questions.jsonl").read_text().splitlines()[0])["found"]) == {"dense4"}
+    assert not (out / ".incomplete").exists()
+
+
 def test_the_memory_in_a_database_retrieves_as_in_a_directory(tmp_path, fingerprinters, postgres_url):
     conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
     models = EvalModels(fingerprinters, HashEmbedder())
@@ -419,6 +459,10 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, capsys, fingerprinte
     assert (main(["--locomo", locomo, "--fingerprinter", trained, "--alpha", "1.5", "--out",
                   str(tmp_path / "o")]) == 2)
     assert "alpha" in _error(capsys)
+    assert main(["--locomo", locomo, "--fingerprinter", trained, "--configs", "dense20", "--sweep",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "--sweep needs a configuration with a codebook path" in _error(capsys)
+    assert not (tmp_path / "o").exists()  # refused before the memory (and OUT) is made
 
 
 def test_cli_database_is_a_postgresql_url_and_excludes_store(tmp_path, capsys, fingerprinter_dirs):

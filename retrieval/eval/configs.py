@@ -101,10 +101,13 @@ def default_configs(k_dense: int = 20, k_code: int = 20, with_kmeans: bool = Fal
 
 
 def resolve_configs(names: Sequence[str], codebooks: Collection[str], answer_configs: Sequence[str] = (),
-                    k: int = 40) -> list[RetrievalConfig]:
+                    k: int = 40, *, sweep: bool = False) -> list[RetrievalConfig]:
     """Parse ``names`` (multi-route ones with ``k`` items), checking that each one's codebook
-    is among ``codebooks`` and that every answer configuration is one of them."""
+    is among ``codebooks``, that every answer configuration is one of them and, for a ``sweep``,
+    that one walks the topology (refused before any work, not after the build)."""
     selected = [parse_config(name, k) for name in names]
+    if sweep and not any(config.walks_topology for config in selected):
+        raise EvaluationError("--sweep needs a configuration with a codebook path")
     missing = [c.name for c in selected if c.codebook is not None and c.codebook not in codebooks]
     if missing:
         raise EvaluationError(f"configuration(s) {', '.join(missing)} need a k-means control fingerprinter")

@@ -164,10 +164,14 @@ def add_locomo_conversation(conversation: LocomoConversation, memory: Memory,
     logger.info("%s: adding %d turns through Memory.add", cid, len(conversation.turns))
     stats = add_conversation(memory, conversation.turns)
     ledger.add(cid, stats)
+    # a rerun replays the file's turns; turns of a longer file an earlier run built from would be
+    # searched beside them, as distractors of every question
+    _check_stored(memory.store, cid, conversation.turns, "give a run from another file its own --out")
     return stats.wall_s, len(conversation.turns) - stats.turns
 
 
-def _check_stored(store: Store, cid: str, turns: Sequence[Turn]) -> None:
+def _check_stored(store: Store, cid: str, turns: Sequence[Turn],
+                  advice: str = "build it from this file (without --store)") -> None:
     """:class:`EvaluationError` naming the first turn in which the store's memory of ``cid`` and the
     LoCoMo file differ (a store built from another release or an edited file)."""
     stored = store.turns(cid)
@@ -180,4 +184,4 @@ def _check_stored(store: Store, cid: str, turns: Sequence[Turn]) -> None:
         else:
             continue
         raise EvaluationError(f"{store.location} holds another memory of {cid!r} than the LoCoMo file "
-                              f"({where}); build it from this file (without --store)")
+                              f"({where}); {advice}")

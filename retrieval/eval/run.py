@@ -72,6 +72,7 @@ from retrieval.eval.results import (
     write_results,
     write_sweep,
 )
+from retrieval.eval.staging import publish, staging_dir
 from retrieval.extract.base import Extractor
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.fts import RecordLexical
@@ -309,8 +310,6 @@ def sweep_topology(selected: Sequence[RetrievalConfig], built: Built, queries: Q
                    out_dir: Path) -> tuple[list[SweepRow], SweepInfo]:
     """The topology sweep over the Path B configurations, written to ``sweep.json``."""
     swept = [c for c in selected if c.walks_topology]
-    if not swept:
-        raise EvaluationError("--sweep needs a configuration with a codebook path")
     tick = time.perf_counter()
     rows = run_sweep(swept, built.conversations, queries, sweep_grid())
     primary = next((c.name for c in swept if c.dual and c.dual.k_dense and c.codebook == TRAINED),
@@ -332,7 +331,7 @@ def evaluate(conversations: Sequence[LocomoConversation], models: EvalModels, ou
     names = (settings.names if settings.configs is not None
              else default_configs(settings.k_dense, settings.k_code, KMEANS in models.fingerprinters))
     selected = resolve_configs(names, models.fingerprinters, settings.answer_configs,
-                               settings.k_dense + settings.k_code)
+                               settings.k_dense + settings.k_code, sweep=settings.sweep)
     if settings.store is not None and settings.database is not None:
         raise EvaluationError("give the memory's store (evaluated read-only) or a database to build it in, "
                               "not both")
@@ -340,7 +339,7 @@ def evaluate(conversations: Sequence[LocomoConversation], models: EvalModels, ou
     target = settings.store or settings.database or out_dir / STORE_DIR
     with open_memory(target, models.embedder, extractor, models.operator,
                      read_only=settings.store is not None) as memory:
-        out_dir.mkdir(parents=True, exist_ok=True)  # once the memory opened: a refused run leaves none
+        staging = staging_dir(out_dir)  # out_dir made once the memory opened: a refused run leaves none
         # embeddings and fingerprints come from its cache when an earlier run computed them
         store = memory.store
         embedder = CachedEmbedder(models.embedder, store)
@@ -360,7 +359,7 @@ def evaluate(conversations: Sequence[LocomoConversation], models: EvalModels, ou
         questions = built.questions
         curves = recall_curves(selected, questions, lambda c: retrieve_all(c, built.conversations, queries))
         gaps = gap_flags(questions, conversations)
-        write_questions(out_dir / "questions.jsonl", [
+        write_questions(staging / "questions.jsonl", [
             QuestionRecord(conversation=q.conversation_id, qa_index=q.qa_index, category=q.category_name,
                            question=q.question, evidence=list(q.evidence),
                            found={name: list(scores[i].found) for name, scores in per_question.items()},
@@ -380,9 +379,9 @@ def evaluate(conversations: Sequence[LocomoConversation], models: EvalModels, ou
                                "k_code": settings.k_code, "topology": settings.topology.to_dict(),
                                "categories": {str(k): v for k, v in CATEGORY_NAMES.items()},
                                "conversations": ids})
-        rows, swept_info = sweep_topology(selected, built, queries, out_dir) if settings.sweep else ([], None)
+        rows, swept_info = sweep_topology(selected, built, queries, staging) if settings.sweep else ([], None)
         answers = run_answer_stage(models.answer_stage, settings.answer_configs, questions, all_hits,
-                                   built.conversations, store, out_dir)
+                                   built.conversations, store, staging)
 
     multi = {cid: next(iter(c.multi.values())) for cid, c in built.conversations.items() if c.multi}
     results = Results(configs=config_results, construction=construction,
@@ -393,8 +392,9 @@ def evaluate(conversations: Sequence[LocomoConversation], models: EvalModels, ou
                       lexical_gap=lexical_gap,
                       consolidation=(consolidation_block(built.consolidated, questions)
                                      if built.consolidated else None), recall_curves=curves)
-    write_results(out_dir / "results.json", results)
-    write_pictures(results, out_dir)
-    (out_dir / "results.md").write_text(render_markdown(results, rows))
+    write_results(staging / "results.json", results)
+    write_pictures(results, staging)
+    (staging / "results.md").write_text(render_markdown(results, rows))
+    publish(staging, out_dir)
     return results
 

@@ -1,0 +1,38 @@
+"""A run's reports written aside and moved into the output directory together, ``results.json``
+last, so that the directory holds one run's reports: a run stopped, failed or refused half-way
+(Ctrl-C, an endpoint failing in the answer stage, a sweep refused) leaves the earlier run's as they
+were, never its ``questions.jsonl`` beside another run's ``results.json``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Collection
+from pathlib import Path
+
+from retrieval.eval.curves import CURVES_FILE
+from retrieval.eval.forest import FOREST_FILE
+
+STAGING = ".incomplete"
+"""The subdirectory of the output directory a run writes its reports into until they are all written."""
+
+
+def staging_dir(out_dir: Path) -> Path:
+    """An empty directory for this run's reports inside ``out_dir`` (what a stopped run left
+    there is dropped)."""
+    staging = out_dir / STAGING
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    return staging
+
+
+def publish(staging: Path, out_dir: Path, derived: Collection[str] = (CURVES_FILE, FOREST_FILE)) -> None:
+    """Move every report of ``staging`` into ``out_dir``, ``results.json`` last, and drop the
+    ``derived`` files (pictures drawn from the reports) an earlier run wrote and this one did
+    not, which would read as this run's; then ``staging`` itself."""
+    for name in derived:
+        if not (staging / name).exists():
+            (out_dir / name).unlink(missing_ok=True)
+    for path in sorted(staging.iterdir(), key=lambda path: path.name == "results.json"):
+        os.replace(path, out_dir / path.name)
+    staging.rmdir()

@@ -83,6 +83,8 @@ def _keys_parser() -> argparse.ArgumentParser:
 
 def keys_main(argv: Sequence[str]) -> int:
     args = _keys_parser().parse_args(argv)
+    if args.command == "create" and args.user is not None and (problem := unservable(args.user)) is not None:
+        raise KeyCommandError(f"--user: {problem}")  # before a key store, and its directory, is made
     keys = KeyStore(args.store, create=args.command == "create")
     try:
         if args.command == "create":

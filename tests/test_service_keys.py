@@ -72,6 +72,10 @@ def test_keys_command_line(tmp_path: Path) -> None:
     missing = serve("keys", "revoke", "--store", str(tmp_path), "nope")
     assert (missing.returncode == 2 and missing.stderr.startswith("error: ")
             and missing.stderr.count("\n") == 1)
+    mistyped = tmp_path / "no" / "such store"
+    unservable_id = serve("keys", "create", "--store", str(mistyped), "--user", "team/alice")
+    assert unservable_id.returncode == 2 and unservable_id.stderr.startswith("error: --user: ")
+    assert not mistyped.parent.exists()  # refused before a key store (and its directories) is made
 
 
 def test_a_metrics_key_is_bound_to_no_user(tmp_path: Path) -> None:

@@ -374,8 +374,9 @@ def test_out_holds_one_runs_reports_whatever_stops_a_rerun(tmp_path, fingerprint
     def settings(*configs: str, **more) -> EvaluationSettings:
         return EvaluationSettings(configs=configs, k_dense=2, k_code=2, progress=False, **more)
 
-    evaluate(conversations, models, out, settings("dense2", "dense2+code2"))
-    reports = {name: (out / name).read_bytes() for name in ("questions.jsonl", "results.json", "results.md")}
+    evaluate(conversations, models, out, settings("dense2", "dense2+code2", sweep=True))
+    reports = {name: (out / name).read_bytes()
+               for name in ("questions.jsonl", "results.json", "results.md", "sweep.json")}
 
     def unchanged() -> bool:
         return all((out / name).read_bytes() == data for name, data in reports.items())
@@ -397,6 +398,7 @@ def test_out_holds_one_runs_reports_whatever_stops_a_rerun(tmp_path, fingerprint
     assert unchanged()
     again = evaluate(conversations, models, out, settings("dense4"))
     assert set(json.loads((out / "results.json").read_text())["configs"]) == set(again.configs) == {"dense4"}
+    assert not (out / "sweep.json").exists()  # the earlier run's sweep, which this one did not make
     assert set(json.loads((out / "questions.jsonl").read_text().splitlines()[0])["found"]) == {"dense4"}
     assert not (out / ".incomplete").exists()
 
@@ -421,6 +423,9 @@ def test_the_memory_in_a_database_retrieves_as_in_a_directory(tmp_path, fingerpr
     with pytest.raises(EvaluationError, match="not both"):
         evaluate(conversations, models, tmp_path / "x",
                  replace(settings, database=postgres_url, store=tmp_path / "local" / "store"))
+    shorter = [replace(conversations[0], sessions=conversations[0].sessions[:1])]
+    with pytest.raises(EvaluationError, match="'D2:1' stored, nothing in the file.*its own --database$"):
+        evaluate(shorter, models, tmp_path / "cut", replace(settings, database=postgres_url))
 
 
 def test_a_kmeans_configuration_needs_the_control(tmp_path, fingerprinters):

@@ -166,7 +166,8 @@ def add_locomo_conversation(conversation: LocomoConversation, memory: Memory,
     ledger.add(cid, stats)
     # a rerun replays the file's turns; turns of a longer file an earlier run built from would be
     # searched beside them, as distractors of every question
-    _check_stored(memory.store, cid, conversation.turns, "give a run from another file its own --out")
+    own = "--database" if url_scheme(memory.store.location) in POSTGRES_SCHEMES else "--out"
+    _check_stored(memory.store, cid, conversation.turns, f"give a run from another file its own {own}")
     return stats.wall_s, len(conversation.turns) - stats.turns
 
 

@@ -13,6 +13,11 @@ from pathlib import Path
 from retrieval.eval.curves import CURVES_FILE
 from retrieval.eval.forest import FOREST_FILE
 
+OPTIONAL = (CURVES_FILE, FOREST_FILE, "sweep.json", "answers.jsonl")
+"""The reports a run writes only sometimes (pictures of what it has, ``--sweep``, the answer
+stage): an earlier run's are dropped when this one has none, lest they read as this run's (the
+LLM's answers stay cached, in ``OUT/llm_cache`` or ``--llm-cache``)."""
+
 STAGING = ".incomplete"
 """The subdirectory of the output directory a run writes its reports into until they are all written."""
 
@@ -26,11 +31,10 @@ def staging_dir(out_dir: Path) -> Path:
     return staging
 
 
-def publish(staging: Path, out_dir: Path, derived: Collection[str] = (CURVES_FILE, FOREST_FILE)) -> None:
+def publish(staging: Path, out_dir: Path, optional: Collection[str] = OPTIONAL) -> None:
     """Move every report of ``staging`` into ``out_dir``, ``results.json`` last, and drop the
-    ``derived`` files (pictures drawn from the reports) an earlier run wrote and this one did
-    not, which would read as this run's; then ``staging`` itself."""
-    for name in derived:
+    ``optional`` ones an earlier run wrote and this one did not; then ``staging`` itself."""
+    for name in optional:
         if not (staging / name).exists():
             (out_dir / name).unlink(missing_ok=True)
     for path in sorted(staging.iterdir(), key=lambda path: path.name == "results.json"):

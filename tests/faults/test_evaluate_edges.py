@@ -55,7 +55,7 @@ def test_a_missing_store_or_embedder_is_one_line_and_leaves_no_out(locomo, tmp_p
     path = tmp_path / "locomo.json"
     path.write_text(json.dumps(locomo))
     monkeypatch.setattr(evaluate_module.Fingerprinter, "from_pretrained", lambda directory: object())
-    monkeypatch.setattr(evaluate_module, "resolve_configs", lambda *args: None)
+    monkeypatch.setattr(evaluate_module, "resolve_configs", lambda *args, **kwargs: None)
     argv = ["--locomo", str(path), "--out", str(tmp_path / "out"), "--no-progress"]
     monkeypatch.setattr(evaluate_module, "SentenceEmbedder", lambda name: (_ for _ in ()).throw(OSError(
         f"{name}: no such model")))

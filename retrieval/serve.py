@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from retrieval.api.errors import MemoryAPIError
 from retrieval.memory.errors import StoreError
 from retrieval.memory.targets import redacted, store_target
-from retrieval.service.keys import METRICS, KeyCommandError, KeyStore, unservable
+from retrieval.service.keys import METRICS, KeyCommandError, KeyStore, check_servable, unservable
 from retrieval.service.launch import add_memory_arguments, idle_threads_sleep, is_loopback, open_memory
 
 if TYPE_CHECKING:
@@ -83,8 +83,8 @@ def _keys_parser() -> argparse.ArgumentParser:
 
 def keys_main(argv: Sequence[str]) -> int:
     args = _keys_parser().parse_args(argv)
-    if args.command == "create" and args.user is not None and (problem := unservable(args.user)) is not None:
-        raise KeyCommandError(f"--user: {problem}")  # before a key store, and its directory, is made
+    if args.command == "create" and args.user is not None:
+        check_servable(args.user)  # before a key store, and its directory, is made
     keys = KeyStore(args.store, create=args.command == "create")
     try:
         if args.command == "create":

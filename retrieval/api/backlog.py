@@ -46,7 +46,6 @@ worker for :data:`FAULT_WAIT_S` with one warning, the user kept due and its stre
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import OrderedDict
@@ -93,7 +92,6 @@ class _User:
     fed: int = 0
     error: str | None = None
     failures: int = 0
-    retry_at: float | None = None
     seen: tuple[int, ...] = ()
     marks: tuple[int, ...] = ()
 
@@ -111,6 +109,7 @@ class Backlog:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._busy: set[str] = set()
+        self._retries: dict[str, float] = {}  # failed users: when the worker tries each again
         self._polled: int | None = None
 
     def start(self) -> None:
@@ -162,7 +161,8 @@ class Backlog:
                       if s.error is not None and user in (None, name)]
             if failed:
                 name, state = failed[0]
-                error, state.error, state.retry_at = state.error, None, None
+                error, state.error = state.error, None
+                self._retries.pop(name, None)
                 self._due[name] = None
                 self._changed.notify_all()
                 raise IngestFailed(f"processing the turns of user {name!r} failed: {error}", "user_id")
@@ -208,7 +208,8 @@ class Backlog:
         self._remember(user, state)
         with self._changed:
             state.pending -= len(turns) - counted
-            state.error, state.failures, state.retry_at = None, 0, None
+            state.error, state.failures = None, 0
+            self._retries.pop(user, None)
             self._changed.notify_all()
         return amus
 
@@ -290,25 +291,21 @@ class Backlog:
             if count and error is None:
                 self._due[user] = None
             if error is None:  # a purge: the user starts afresh
-                state.failures, state.retry_at = 0, None
+                state.failures = 0
+                self._retries.pop(user, None)
             else:
                 state.failures += 1
-                state.retry_at = time.monotonic() + min(RETRY_MAX_S, RETRY_S * 2 ** (state.failures - 1))
+                self._retries[user] = time.monotonic() + min(RETRY_MAX_S, RETRY_S * 2 ** (state.failures - 1))
             self._changed.notify_all()
 
     def _retry_due(self) -> float | None:
         """Make due every failed user whose pause is over (the caller holds ``_changed``); returns
         the seconds until the next pause ends, None if none is running."""
-        now, nearest = time.monotonic(), None
-        for name, state in self._users.items():
-            if state.retry_at is None:
-                continue
-            if state.retry_at <= now:
-                state.retry_at = None
-                self._due[name] = None
-            else:
-                nearest = min(nearest or math.inf, state.retry_at - now)
-        return nearest
+        now = time.monotonic()
+        for name in [name for name, at in self._retries.items() if at <= now]:
+            del self._retries[name]
+            self._due[name] = None
+        return min(self._retries.values()) - now if self._retries else None
 
     def _publish(self, stream: UserStream, record: SegmentRecord, amus: list[AMU]) -> None:
         """Commit a closed segment and add its records to the user's search state, under the
@@ -375,7 +372,7 @@ class Backlog:
         with self._changed:
             state = self._users.get(user)
             if state is not None and state.error is not None:
-                state.retry_at = time.monotonic() + POLL_S
+                self._retries[user] = time.monotonic() + POLL_S
             else:
                 self._busy.add(user)
 

@@ -30,6 +30,11 @@ SCREEN_MARGIN = 1e-3
 ~1e-6 at the embedders' widths."""
 
 
+def _block_rows(n: int) -> int:
+    """Rows of one block of ``n`` columns within :data:`SCREEN_ELEMENTS` entries (at least one)."""
+    return max(1, SCREEN_ELEMENTS // max(n, 1))
+
+
 def _unit(vectors: np.ndarray, dtype: type[np.floating]) -> np.ndarray:
     """Rows scaled to unit length in ``dtype``; a zero row stays zero (at distance 1 from all)."""
     matrix = np.asarray(vectors, dtype=np.float64)
@@ -45,7 +50,7 @@ def cosine_distances(vectors: np.ndarray) -> np.ndarray:
     unit = _unit(vectors, np.float64)
     n = len(unit)
     condensed = np.empty(n * (n - 1) // 2)
-    step, at = max(1, SCREEN_ELEMENTS // max(n, 1)), 0
+    step, at = _block_rows(n), 0
     for start in range(0, n, step):
         block = np.clip(1.0 - unit[start:start + step] @ unit[start:].T, 0.0, 2.0)
         for row, distances in enumerate(block):
@@ -64,7 +69,7 @@ def linked_groups(vectors: np.ndarray, threshold: float) -> list[np.ndarray]:
     unit = _unit(vectors, np.float32)
     n = len(unit)
     first = np.arange(n)  # per row, the first row of its group so far
-    step = max(1, SCREEN_ELEMENTS // max(n, 1))
+    step = _block_rows(n)
     pending: list[tuple[np.ndarray, np.ndarray]] = []
     held = 0
     for start in range(0, n, step):

@@ -75,6 +75,13 @@ def unservable(user_id: str) -> str | None:
     return None
 
 
+def check_servable(user_id: str) -> None:
+    """:class:`KeyCommandError` naming ``--user`` when ``user_id`` cannot be served (:func:`unservable`)."""
+    problem = unservable(user_id)
+    if problem is not None:
+        raise KeyCommandError(f"--user: {problem}")
+
+
 @dataclass(frozen=True)
 class KeyInfo:
     """One key as listed: never its secret."""
@@ -197,9 +204,7 @@ class KeyStore:
 
     def create(self, user_id: str) -> str:
         """A new key for ``user_id``; the only time its secret is seen."""
-        problem = unservable(user_id)
-        if problem is not None:
-            raise KeyCommandError(f"--user: {problem}")
+        check_servable(user_id)
         return self._add(user_id)
 
     def create_metrics(self) -> str:

@@ -20,8 +20,8 @@ app's outermost middleware) to the start of its response:
 What a client measures beyond their sum is outside the app: the connection, uvicorn's parsing
 and the client itself. The header holds these eight names and numbers only, the request's own
 figures: nothing of what the memory holds, for this user or another. ``model_wait`` says how busy
-the model was when the query came (about 0: idle), as ``encode`` did less sharply before it was
-split out: that someone's request or ingestion was using it, not whose or what.
+the model was when the query came (about 0: idle): that someone's request or ingestion was using
+it, not whose or what.
 """
 
 from __future__ import annotations

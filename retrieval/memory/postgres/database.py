@@ -132,9 +132,8 @@ class Database:
     @contextmanager
     def connection(self) -> Iterator[Connection]:
         """This thread's transaction connection, else a pooled one (faults as :class:`StoreFault`)."""
-        open_one = getattr(self._local, "conn", None)
-        if open_one is None and self._held_locks():
-            open_one = self._held_locks()[-1]  # the connection this thread's advisory lock holds
+        locks = self._held_locks()  # the innermost one's connection serves a lock holder's reads
+        open_one = getattr(self._local, "conn", None) or (locks[-1] if locks else None)
         try:
             if open_one is not None:
                 yield open_one

@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -87,7 +87,7 @@ def from_pretrained(loader: Any, name_or_path: str, **kwargs: Any) -> Any:
     """``loader.from_pretrained`` (a transformers class) for a local path, the offline alias, a
     cached name or, with the hub reachable, a hub name; otherwise one :class:`EncoderUnavailable`."""
     with quiet_loading():
-        return _load(loader, name_or_path, **kwargs)
+        return load_offline_first(loader.from_pretrained, name_or_path, **kwargs)
 
 
 @contextlib.contextmanager
@@ -102,11 +102,15 @@ def quiet_loading() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def _load(loader: Any, name_or_path: str, **kwargs: Any) -> Any:
+def load_offline_first(load: Callable[..., Any], name_or_path: str, **kwargs: Any) -> Any:
+    """``load(path, **kwargs)`` (a transformers ``from_pretrained``, a sentence-transformers model
+    class: anything taking ``local_files_only``) of a local path, the offline alias, a name in the
+    Hugging Face cache or, with the hub reachable, a hub name; otherwise one
+    :class:`EncoderUnavailable` at once, not the hub client's minute of retries."""
     path = resolve_encoder_path(name_or_path)
     if not Path(path).is_dir():
         try:  # the Hugging Face cache first: no network needed
-            return loader.from_pretrained(path, local_files_only=True, **kwargs)
+            return load(path, local_files_only=True, **kwargs)
         except OSError:
             pass
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or os.environ.get(
@@ -118,7 +122,7 @@ def _load(loader: Any, name_or_path: str, **kwargs: Any) -> Any:
                 f"and {reason}; give the path of a local copy in its place (e.g. /path/to/{name_or_path}) "
                 f"or set up hub access ({_gpu_note()})")
     try:
-        return loader.from_pretrained(path, **kwargs)
+        return load(path, **kwargs)
     except OSError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise EncoderUnavailable(f"cannot load {name_or_path!r}: {first} ({_gpu_note()})") from None

@@ -525,3 +525,31 @@ def test_cli_ingests_jsonl_with_the_real_embedder(tmp_path, capsys):
     assert "turns 22 | exchanges 11" in out and "AMUs written 22" in out and "wall time" in out
     with AMUStore(store_dir) as store:
         assert store.count("talk") == 22
+
+
+def test_cli_names_an_embedder_the_hub_would_have_to_give_in_one_line_at_once(tmp_path, capsys, monkeypatch):
+    """A name neither on disk nor in the Hugging Face cache, with no hub: refused in one line that
+    says it is the embedder, not after the hub client's minute of retries."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr("isq.encoder._hub_reachable", lambda: False)
+    path = tmp_path / "talk.jsonl"
+    path.write_text(jsonl_line() + "\n")
+    assert main(["--jsonl", str(path), "--store", str(tmp_path / "store"),
+                 "--embedder", "no-such-model"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "embedder: cannot load 'no-such-model'" in err
+    assert "the Hugging Face hub cannot be reached" in err
+    assert not (tmp_path / "store").exists()
+
+
+def test_cli_names_an_embedder_directory_that_holds_no_model_in_one_line(tmp_path, capsys):
+    path = tmp_path / "talk.jsonl"
+    path.write_text(jsonl_line() + "\n")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("not a model")
+    assert main(["--jsonl", str(path), "--store", str(tmp_path / "store"),
+                 "--embedder", str(tmp_path / "notes")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"embedder '{tmp_path / 'notes'}': " in err and "Traceback" not in err
+    assert not (tmp_path / "store").exists()

@@ -91,16 +91,26 @@ def test_a_metrics_key_is_bound_to_no_user(tmp_path: Path) -> None:
     assert both.returncode == 2 and "not allowed with" in both.stderr
 
 
-@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "example.org", "::"])
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "::"])
 def test_the_server_refuses_a_remote_host_without_allow_remote(tmp_path: Path, host: str) -> None:
     refused = serve("--store", str(tmp_path), "--host", host)
     assert refused.returncode == 2 and "--allow-remote" in refused.stderr and refused.stderr.count("\n") == 1
     assert not (tmp_path / "amus.sqlite3").exists()
 
 
+def test_the_server_names_a_host_that_does_not_resolve_as_such(tmp_path: Path) -> None:
+    """A mistyped name is not a remote machine to allow (``.invalid`` never resolves, RFC 2606)."""
+    refused = serve("--store", str(tmp_path), "--host", "no-such-host.invalid")
+    assert refused.returncode == 2 and refused.stderr.startswith("error: --host no-such-host.invalid: ")
+    assert "--allow-remote" not in refused.stderr and refused.stderr.count("\n") == 1
+    assert not (tmp_path / "amus.sqlite3").exists()
+
+
 def test_loopback_hosts() -> None:
     assert all(map(is_loopback, ("127.0.0.1", "127.0.0.2", "::1", "localhost")))
-    assert not any(map(is_loopback, ("0.0.0.0", "::", "10.0.0.1", "localhost.example.org")))
+    assert not any(map(is_loopback, ("0.0.0.0", "::", "10.0.0.1")))
+    with pytest.raises(ValueError, match="^--host no-such-host.invalid: "):
+        is_loopback("no-such-host.invalid")
 
 
 def test_bad_port_is_one_error_line(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import torch
 from isq.encoder import (
     MINILM_ALIAS,
     EncoderUnavailable,
+    load_offline_first,
     quiet_loading,
     resolve_encoder_path,
     weights_checksum,
@@ -33,8 +34,14 @@ class SentenceEmbedder:
         if (Path(model).is_absolute() or model.startswith(".")) and not Path(model).is_dir():
             raise EncoderUnavailable(f"embedder {model!r}: no such directory (give a sentence-transformers "
                                      f"model's directory, a hub name, or {MINILM_ALIAS!r}, the default)")
-        with quiet_loading():
-            self._model = SentenceTransformer(resolve_encoder_path(model), device=device)
+        try:
+            with quiet_loading():
+                self._model = load_offline_first(SentenceTransformer, model, device=device)
+        except EncoderUnavailable as err:  # it names the model and what to give instead
+            raise EncoderUnavailable(f"embedder: {err}") from None
+        except (OSError, ValueError) as err:  # a directory, but not a sentence-transformers model's
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise EncoderUnavailable(f"embedder {model!r}: {first}") from None
         getter = (getattr(self._model, "get_embedding_dimension", None)
                   or self._model.get_sentence_embedding_dimension)
         dim = getter()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -87,10 +88,17 @@ def positive_int(text: str) -> int:
 
 
 def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine only (127.0.0.0/8, ::1, localhost)."""
+    """Whether ``host`` names this machine only: localhost, or a name or address whose every
+    address is a loopback one (127.0.0.0/8, ::1). A name that does not resolve is a
+    :class:`ValueError` naming ``--host`` (a typo, not a remote machine)."""
     if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
-        return False
+        pass
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError as err:
+        raise ValueError(f"--host {host}: {err.strerror or err}") from None
+    return all(ipaddress.ip_address(str(address[4][0]).split("%")[0]).is_loopback for address in found)

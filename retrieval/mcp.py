@@ -2,11 +2,12 @@
 
     python -m retrieval.mcp --store DIR --user USER [--fingerprinter DIR]
 
-Tools: memory_add, memory_flush, memory_search, memory_list, memory_delete, memory_forget,
-memory_consolidate, memory_job (:mod:`retrieval.service.mcp_tools`). Every call acts for ``--user``: whoever
-can start this process owns that user's memory. Over the network, use ``python -m retrieval.serve``, whose
-``/mcp`` endpoint takes the user from the API key. Bad input ends with one ``error:`` line on
-stderr and exit status 2 (stdout carries only the protocol).
+Tools: memory_add, memory_flush, memory_search, memory_list, memory_get, memory_history,
+memory_delete, memory_forget, memory_consolidate, memory_job (:mod:`retrieval.service.mcp_tools`).
+Every call acts for ``--user`` (an id a key could serve: the same user over HTTP): whoever can
+start this process owns that user's memory. Over the network, use ``python -m retrieval.serve``,
+whose ``/mcp`` endpoint takes the user from the API key. Bad input ends with one ``error:`` line
+on stderr and exit status 2 (stdout carries only the protocol).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 from retrieval.api.errors import MemoryAPIError
 from retrieval.api.inputs import check_id
 from retrieval.memory.errors import StoreError
+from retrieval.service.keys import check_servable
 from retrieval.service.launch import add_memory_arguments, idle_threads_sleep, open_memory
 
 
@@ -37,6 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         check_id("--user", args.user)  # what every tool call would refuse, refused at the start
+        check_servable(args.user)  # an id no key could serve (" alice"): a memory HTTP never reaches
         with contextlib.redirect_stdout(sys.stderr):  # stdout is the protocol's: model loaders print
             memory = open_memory(args)
     except (MemoryAPIError, StoreError, OSError, ValueError) as err:

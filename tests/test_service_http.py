@@ -7,6 +7,7 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import httpx
@@ -103,7 +104,7 @@ def test_a_turn_is_found_by_the_next_search(api: Api) -> None:
     assert found.status_code == 200
     hits = found.json()["hits"]
     assert any("Lisbon" in hit["text"] for hit in hits), hits
-    assert all({"id", "text", "score", "turns"} <= set(hit) and "explain" not in hit for hit in hits)
+    assert all({"id", "text", "score", "turns"} <= set(hit) and hit["explain"] is None for hit in hits)
     explained = api.alice.post("/v1/search", json={"query": "Where did Lena move?", "k": 5, "explain": True})
     assert all(hit["explain"]["channels"] for hit in explained.json()["hits"])
 
@@ -396,27 +397,37 @@ def test_the_memorys_refusals_are_422(api: Api) -> None:
     assert response.status_code == 422 and "time" in response.json()["error"], response.text
 
 
-async def _mcp_calls(url: str, key: str) -> tuple[dict[str, dict], dict, dict]:
+async def _mcp_calls(url: str, key: str) -> tuple[dict[str, Any], dict, dict, dict, dict]:
     async with httpx2.AsyncClient(headers=bearer(key), timeout=120) as http, \
             streamable_http_client(f"{url}/mcp", http_client=http) as streams, \
             ClientSession(streams[0], streams[1]) as session:
         await session.initialize()
-        tools = {tool.name: tool.input_schema for tool in (await session.list_tools()).tools}
+        tools = {tool.name: tool for tool in (await session.list_tools()).tools}
         added = await session.call_tool("memory_add", {"session_id": "mcp", "turns": [
             {"speaker": "Maria", "text": "Over MCP: Maria bought a red kayak."}]})
         found = await session.call_tool("memory_search", {"query": "What did Maria buy?", "k": limits.MAX_K,
                                                            "explain": True})
-        return tools, added.structured_content, found.structured_content
+        plain = await session.call_tool("memory_search", {"query": "What did Maria buy?", "k": 5})
+        got = await session.call_tool("memory_get", {"memory_id": plain.structured_content["hits"][0]["id"]})
+        return (tools, added.structured_content, found.structured_content, plain.structured_content,
+                got.structured_content)
 
 
 def test_mcp_over_http_takes_the_user_from_the_key(api: Api) -> None:
-    tools, added, found = anyio.run(_mcp_calls, api.server.url, api.alice_key)
-    assert {"memory_add", "memory_search", "memory_list", "memory_flush", "memory_delete", "memory_forget",
-            "memory_consolidate"} <= set(tools)
-    query = tools["memory_search"]["properties"]["query"]  # the limits a client validates against
+    tools, added, found, plain, got = anyio.run(_mcp_calls, api.server.url, api.alice_key)
+    assert {"memory_add", "memory_search", "memory_list", "memory_get", "memory_history", "memory_flush",
+            "memory_delete", "memory_forget", "memory_consolidate", "memory_job"} == set(tools)
+    query = tools["memory_search"].input_schema["properties"]["query"]  # what a client validates against
     assert (query["minLength"], query["maxLength"]) == (1, limits.MAX_QUERY_CHARS), query
+    assert all(tool.input_schema["additionalProperties"] is False for tool in tools.values())
+    assert tools["memory_forget"].annotations.destructive_hint
+    assert tools["memory_search"].annotations.read_only_hint
+    assert f"{limits.MAX_BODY_BYTES:,} bytes" in tools["memory_add"].description
     assert added["turn_ids"] and "kayak" in json.dumps(found) and BOB_CANARY not in json.dumps(found)
     assert all(hit["explain"]["channels"] for hit in found["hits"]), found  # as over HTTP
+    over_http = api.alice.post("/v1/search", json={"query": "What did Maria buy?", "k": 5}).json()
+    assert plain == over_http, (plain, over_http)  # one answer, the same fields, nulls included
+    assert got == api.alice.get(f"/v1/memories/{plain['hits'][0]['id']}").json()
     assert "kayak" not in texts_of(api.bob.post("/v1/search", json={"query": "red kayak"}))
     assert (api.anonymous.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).status_code
             == 401)
@@ -436,6 +447,8 @@ async def _mcp_refusals(url: str, key: str) -> dict[str, str]:
     calls = {"another user": ("memory_search", {"query": "cat", "user_id": "bob"}),
              "a misspelt argument": ("memory_search", {"query": "cat", "limit": 3}),
              "k zero": ("memory_search", {"query": "cat", "k": 0}),
+             "explain as text": ("memory_search", {"query": "cat", "explain": "yes"}),
+             "explain as a number": ("memory_search", {"query": "cat", "explain": 1}),
              "a long cursor": ("memory_list", {"cursor": "a" * 200_000}),
              "an unknown session": ("memory_list", {"session_id": "nosuch"})}
     answers = dict(zip(calls, await _mcp_answers(url, key, list(calls.values())), strict=True))
@@ -448,6 +461,10 @@ def test_mcp_refuses_what_http_refuses_naming_the_argument(api: Api) -> None:
     assert refused["another user"] == "user_id: Extra inputs are not permitted"
     assert refused["a misspelt argument"] == "limit: Extra inputs are not permitted"
     assert refused["k zero"] == "k: Input should be greater than or equal to 1"
+    assert refused["explain as text"] == refused["explain as a number"]
+    assert refused["explain as text"] == "explain: Input should be a valid boolean"
+    over_http = api.alice.post("/v1/search", json={"query": "cat", "explain": 1})
+    assert (over_http.status_code, over_http.json()["field"]) == (422, "body.explain"), over_http.text
     assert refused["a long cursor"].startswith("cursor: String should have at most")
     assert len(refused["a long cursor"]) < 200 and "nosuch" in refused["an unknown session"]
     listed = api.alice.get("/v1/memories", params={"session_id": "nosuch"})

@@ -15,8 +15,8 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from benchmarks.service_process import ROOT, child_env
 
 pytestmark = pytest.mark.slow
-TOOLS = {"memory_add", "memory_search", "memory_list", "memory_flush", "memory_delete", "memory_forget",
-         "memory_consolidate", "memory_job"}
+TOOLS = {"memory_add", "memory_search", "memory_list", "memory_get", "memory_history", "memory_flush",
+         "memory_delete", "memory_forget", "memory_consolidate", "memory_job"}
 
 
 def params(store: Path, user: str) -> StdioServerParameters:
@@ -29,8 +29,9 @@ def content(result) -> dict:
     return result.structured_content
 
 
-async def _session(store: Path, user: str, calls) -> list:
-    async with stdio_client(params(store, user)) as (read, write), ClientSession(read, write) as session:
+async def _session(store: Path, user: str, calls, errlog=sys.stderr) -> list:
+    async with stdio_client(params(store, user), errlog=errlog) as (read, write), \
+            ClientSession(read, write) as session:
         await session.initialize()
         return [await calls(session)]
 
@@ -78,7 +79,10 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
     bob = anyio.run(_session, store, "bob", lambda s: s.call_tool("memory_add", {
         "session_id": "s1", "turns": [{"speaker": "Rex", "text": "Bob's secret word is quokkalith."}]}))
     assert not bob[0].is_error
-    [seen] = anyio.run(_session, store, "alice", _every_tool)
+    with open(tmp_path / "stderr.txt", "w") as errlog:
+        [seen] = anyio.run(_session, store, "alice", _every_tool, errlog)
+    logged = (tmp_path / "stderr.txt").read_text()
+    assert "no record" not in logged and "yesterday-ish" not in logged, logged  # refusals are the caller's
     assert seen["tools"] == TOOLS
     assert (len(seen["added"]["turn_ids"]) == 25 and seen["added"]["memory_ids"] == []  # records come later
             and seen["replay"]["replayed"] and not seen["replay"]["turn_ids"])
@@ -105,7 +109,8 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a directory")
     for args, said in ((["--store", str(tmp_path / "file"), "--user", "alice"], "file"),
                        (["--store", str(tmp_path), "--user", " "], "--user is required"),
-                       (["--store", str(tmp_path), "--user", "u" * 130], "--user has 130 characters")):
+                       (["--store", str(tmp_path), "--user", "u" * 130], "--user has 130 characters"),
+                       (["--store", str(tmp_path), "--user", " alice"], "must start with a letter or digit")):
         result = subprocess.run([sys.executable, "-m", "retrieval.mcp", *args], cwd=ROOT, env=child_env(),
                                 capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
         assert result.returncode == 2 and result.stdout == ""

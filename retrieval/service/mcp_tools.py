@@ -1,6 +1,6 @@
 """The memory as MCP tools (the official ``mcp`` SDK's ``MCPServer``, formerly ``FastMCP``).
 
-Eight tools over :mod:`retrieval.service.operations`, the same code as the HTTP routes, with the
+Ten tools over :mod:`retrieval.service.operations`, the same code as the HTTP routes, with the
 same argument schemas and limits, as strictly typed (``limit: "5"`` is refused). Where they differ:
 ``memory_consolidate`` answers the whole job (HTTP: 202 with its ``job_id``), as a tool call has no
 status code to say it was accepted. The user is never
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import Tool, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from retrieval.api.errors import MemoryAPIError
@@ -28,8 +29,12 @@ if TYPE_CHECKING:  # for types only: the server is handed an open memory, never 
 
 UserOf = Callable[[Context], str]
 INSTRUCTIONS = ("Long-term memory of one user. Add dialogue turns as they happen (memory_add), find what was "
-                "said before (memory_search), list, delete or forget memories, "
+                "said before (memory_search), list, get, delete or forget memories, "
                 "and consolidate near-duplicates (memory_consolidate, then memory_job).")
+
+ADD_DESCRIPTION = ("Add dialogue turns (speaker, text, optional ISO time and turn_id) to a session; "
+                   f"searchable at once. Over HTTP a call is at most {limits.MAX_BODY_BYTES:,} bytes of "
+                   "JSON, whatever its turns' limits allow: send a long conversation in several calls.")
 
 
 def _refusals(call: Callable[[], Any], id_argument: str = "memory_id") -> Any:
@@ -54,8 +59,17 @@ def _refusals(call: Callable[[], Any], id_argument: str = "memory_id") -> Any:
 
 class StrictTools(MCPServer):
     """An MCP server whose tools check their arguments as the HTTP routes do: an argument a tool
-    does not take (``user_id``, a misspelt ``limit``) is refused instead of dropped, and a bad
-    value is named as ``argument: message``, not in the SDK's multi-line validation report."""
+    does not take (``user_id``, a misspelt ``limit``) is refused instead of dropped (and each
+    tool's input schema says so), and a bad value is named as ``argument: message``, not in the
+    SDK's multi-line validation report. It logs from warnings up: the SDK logs every refused call,
+    with the values refused, at INFO."""
+
+    def __init__(self, name: str, instructions: str) -> None:
+        super().__init__(name, instructions=instructions, log_level="WARNING")
+
+    async def list_tools(self) -> list[Tool]:
+        return [tool.model_copy(update={"input_schema": {**tool.input_schema, "additionalProperties": False}})
+                for tool in await super().list_tools()]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
         taken = {tool.name: set(tool.input_schema.get("properties", {})) for tool in await self.list_tools()}
@@ -79,29 +93,28 @@ def _named(err: ValidationError) -> str:
 
 def build_mcp(memory: Memory, gate: WriteGate, user_of: UserOf) -> MCPServer:
     """An MCP server whose tools act on ``memory`` for the user ``user_of`` names."""
-    server = StrictTools("isq-memory", instructions=INSTRUCTIONS)
+    server = StrictTools("isq-memory", INSTRUCTIONS)
 
-    @server.tool()
+    @server.tool(description=ADD_DESCRIPTION,
+                 annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
     def memory_add(session_id: schemas.SessionId, turns: Annotated[list[schemas.TurnIn], Field(
             min_length=1, max_length=limits.MAX_TURNS)], ctx: Context,
             idempotency_key: schemas.ShortText | None = None) -> schemas.AddTurnsResponse:
-        """Add dialogue turns (speaker, text, optional ISO time and turn_id) to a session; searchable at
-        once."""
         return _refusals(lambda: operations.add_turns(
             memory, gate, user_of(ctx), session_id,
             schemas.AddTurnsRequest(turns=turns, idempotency_key=idempotency_key)))
 
-    @server.tool()
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def memory_search(query: schemas.Query, ctx: Context, k: schemas.K = limits.DEFAULT_K,
                       session_id: schemas.SessionId | None = None,
-                      explain: bool = False) -> schemas.SearchResponse:
+                      explain: schemas.Flag = False) -> schemas.SearchResponse:
         """Search the memory: the best-matching memories with their source turns (``explain``: how
         each was found)."""
         return _refusals(lambda: operations.search_response(operations.search(
             memory, user_of(ctx), schemas.SearchRequest(query=query, k=k, session_id=session_id,
                                                         explain=explain))))
 
-    @server.tool()
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def memory_list(ctx: Context, session_id: schemas.SessionId | None = None,
                     limit: schemas.PageSize = limits.DEFAULT_PAGE,
                     cursor: schemas.ShortText | None = None) -> schemas.MemoryPage:
@@ -109,28 +122,39 @@ def build_mcp(memory: Memory, gate: WriteGate, user_of: UserOf) -> MCPServer:
         first; pass next_cursor back for the next page."""
         return _refusals(lambda: operations.list_memories(memory, user_of(ctx), session_id, limit, cursor))
 
-    @server.tool()
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def memory_get(memory_id: schemas.MemoryId, ctx: Context) -> schemas.MemoryItem:
+        """One stored record or raw turn by its id (a search hit's or a listed item's)."""
+        return _refusals(lambda: operations.get_memory(memory, user_of(ctx), memory_id))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def memory_history(memory_id: schemas.MemoryId, ctx: Context) -> schemas.History:
+        """The records consolidation merged into this one (archived, each naming its successor)."""
+        return _refusals(lambda: operations.history(memory, user_of(ctx), memory_id))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
     def memory_flush(session_id: schemas.SessionId, ctx: Context) -> schemas.Flushed:
         """Close the session's open segment now (call it when a conversation ends): its last turns
         become memories; returns their ids."""
         return _refusals(lambda: operations.flush(memory, gate, user_of(ctx), session_id))
 
-    @server.tool()
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
     def memory_delete(memory_id: schemas.MemoryId, ctx: Context) -> schemas.Deleted:
-        """Delete one memory, completely."""
+        """Delete one memory completely: a record goes with the turns it came from and everything
+        derived from them (records of other turns stay); a raw turn with what derives from it."""
         return _refusals(lambda: operations.delete_memory(memory, gate, user_of(ctx), memory_id))
 
-    @server.tool()
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
     def memory_forget(ctx: Context, session_id: schemas.SessionId | None = None) -> schemas.Deleted:
         """Forget one session, or (without session_id) everything of this user."""
         return _refusals(lambda: operations.forget(memory, gate, user_of(ctx), session_id))
 
-    @server.tool()
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
     def memory_consolidate(ctx: Context, session_id: schemas.SessionId | None = None) -> schemas.Job:
         """Start consolidating (merging near-duplicate memories); returns the job and its status."""
         return _refusals(lambda: operations.consolidate(memory, gate, user_of(ctx), session_id))
 
-    @server.tool()
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def memory_job(job_id: schemas.ShortText, ctx: Context) -> schemas.Job:
         """A consolidation job's status and progress (the job_id memory_consolidate returned)."""
         return _refusals(lambda: operations.job(memory, user_of(ctx), job_id), "job_id")

@@ -21,6 +21,8 @@ which memory ids of the turn (``<user>:turn:<turn id>``) and of its records carr
 SessionId = PathId
 MemoryId = Annotated[str, Field(min_length=1, max_length=limits.MAX_MEMORY_ID_CHARS)]
 K = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_K)]
+Flag = Annotated[bool, Strict()]
+"""A JSON boolean: ``"yes"``, ``"true"`` and ``1`` are refused, not read as true."""
 PageSize = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_PAGE)]
 
 
@@ -62,7 +64,7 @@ class SearchRequest(_Request):
     query: Query
     k: K = limits.DEFAULT_K
     session_id: SessionId | None = None
-    explain: bool = False
+    explain: Flag = False
 
 
 class ConsolidateRequest(_Request):

@@ -21,7 +21,7 @@ def search(body: schemas.SearchRequest, user: User, service: Shared, request: Re
     started = time.perf_counter()
     result = operations.search(service.memory, user, body)
     serialising = time.perf_counter()
-    response = Response(operations.search_response(result).model_dump_json(exclude_none=True),
+    response = Response(operations.search_response(result).model_dump_json(),
                         media_type="application/json")
     response.headers[HEADER] = server_timing(result.timings, call_s=serialising - started,
                                              serialise_s=time.perf_counter() - serialising,

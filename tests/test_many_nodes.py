@@ -300,13 +300,19 @@ def test_a_node_catches_its_search_state_up_with_another_nodes_appends(postgres_
         b.search(queries[0], user_id="u")
         a.add([{"speaker": "AB"[i % 2], "text": f"later {i} about moorland walks"} for i in range(12)],
               user_id="u", session_id="s0")
-        a.flush(user_id="u", session_id="s0")
-        seen = [[(h.id, h.score) for h in b.search(q, user_id="u", k=8).hits] for q in queries]
-        assert builds == ["u"]
-        with Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(),
-                         read_only=True) as fresh:
-            assert seen == [[(h.id, h.score) for h in fresh.search(q, user_id="u", k=8).hits]
-                            for q in queries]
+        a.drain(user_id="u")  # the segments its boundaries closed are committed; the last stays open
+        answers = []
+        for close in (lambda: None, lambda: a.flush(user_id="u", session_id="s0")):
+            close()
+            seen = [[(h.id, h.score) for h in b.search(q, user_id="u", k=8).hits] for q in queries]
+            with Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(),
+                             read_only=True) as fresh:  # its open turns are the store's
+                assert seen == [[(h.id, h.score) for h in fresh.search(q, user_id="u", k=8).hits]
+                                for q in queries]
+            answers.append(seen)
+        assert builds == ["u"] and answers[0] != answers[1]
+        open_turns = b._states.get("u").open_turns
+        assert not open_turns.any() and len(open_turns) == 24  # the other node's flush closed them all
         a.forget(user_id="u", session_id="s0")
         assert not b.search(queries[0], user_id="u").hits and builds == ["u", "u"]
     finally:

@@ -72,6 +72,27 @@ def test_the_incremental_snapshot_matches_a_fresh_build(tmp_path):
     assert incremental == fresh and all(len(hits) == 8 for hits in fresh)
 
 
+def test_a_turn_added_a_moment_ago_ranks_first_before_its_segment_commits(tmp_path):
+    """Until its segment commits, a turn is listed by the raw-turn channel alone: open, it stands
+    in for its records, so the records that several channels list do not bury it (explain says it
+    is open); flushed, its record answers in its place."""
+    garden = [{"speaker": "AB"[i % 2], "text": f"Ann rode the bike number {i} to the garden.",
+               "turn_id": f"g-{i}"} for i in range(40)]
+    with open_memory(tmp_path) as mem:
+        mem.add(garden, user_id="u", session_id="s1")
+        mem.flush(user_id="u", session_id="s1")
+        mem.add([{"speaker": "Bob", "text": "My bike is green and has a bell."},
+                 {"speaker": "Ann", "text": "Okay, thanks!"}], user_id="u", session_id="s2")
+        first = mem.search("Whose bike is green with a bell?", user_id="u", k=5, explain=True).hits[0]
+        assert (first.id, first.kind, first.explain["open"]) == ("u:turn:s2:1", "turn", True), first
+        mem.flush(user_id="u", session_id="s2")
+        first = mem.search("Whose bike is green with a bell?", user_id="u", k=5).hits[0]
+        assert first.kind == "record" and first.turns == ("s2:1",) and "green" in first.text
+        hits = mem.search("okay thanks", user_id="u", k=40, explain=True).hits  # no record of it: a raw turn
+        thanks = next(hit for hit in hits if hit.id == "u:turn:s2:2")
+        assert thanks.explain["open"] is False and thanks.explain["channels"]["turns"]["rank"] == 1, thanks
+
+
 def test_users_are_kept_apart(tmp_path):
     with open_memory(tmp_path) as mem:
         mem.add(chat("alice", 12) + [{"speaker": "Ann", "text": f"My secret word is {CANARY}."}],

@@ -15,7 +15,7 @@ from retrieval.llm_usage import LLMUsage
 from retrieval.memory.records import Turn
 from retrieval.memory.store import AMUStore
 from retrieval.multi_route import channels, planner_rules
-from retrieval.multi_route.fusion import final_scores, ranking, rrf
+from retrieval.multi_route.fusion import final_scores, ranking, rrf, stand_in
 from retrieval.multi_route.planner_llm import LLMPlanner
 from retrieval.multi_route.planner_rules import RulePlanner, question_type
 from retrieval.multi_route.query_plan import Plan, PlanError, Route, TimeConstraint
@@ -192,6 +192,12 @@ def test_rrf_and_final_scores_by_hand():
     assert parts[2].s_final == pytest.approx(0.82 * 61 / 62 + 0.18 * (1 / 62) / top)
 
 
+def test_an_open_turn_stands_in_at_its_raw_turn_rank_by_hand():
+    fused = {1: 1 / 61, 7: 1 / 61}
+    stand_in(fused, [7, 1, 8, 7], 3.0, lambda item: item in (7, 8))
+    assert fused == pytest.approx({1: 1 / 61, 7: 1 / 61 + 3 / 61, 8: 3 / 63})  # a repeat adds once
+
+
 def test_mmr_by_hand():
     a = {"turns": frozenset({"D1:1"}), "tokens": frozenset({"pottery", "class"})}
     b = {"turns": frozenset({"D1:1"}), "tokens": frozenset({"pottery", "lesson"})}
@@ -237,6 +243,22 @@ def test_a_session_mask_is_the_items_of_that_session_also_after_growth(bank):
     new = bank.session_mask("session_3").tolist()
     assert new == by_text("session_3") == [False] * (bank.size - 1) + [True]
     assert bank.session_mask("session_1").tolist() == by_text("session_1")
+
+
+def test_an_open_turn_stands_in_for_its_records_until_its_segment_commits(bank):
+    """A turn no segment covers yet is listed by the raw-turn channel alone; open, it ranks as if
+    its records were listed where it is, so the record channels' favourites do not bury it."""
+    assert not bank.open_turns.any()  # every stored turn is in a committed segment
+    bank.add_turns([Turn(CID, "session_3", "D3:1", "Bob", "Biscuit the dog learned to roll over.")])
+    assert bank.open_turns.tolist() == [False] * 7 + [True]
+    retriever = MultiRouteRetriever(bank, use_code=True, plan_depth=0)
+    question = Query("Which dog learned to roll over?")
+    opened = [hit.id for hit in retriever.retrieve(question, 3).hits]
+    bank.close_turns(["D3:1"])
+    closed = [hit.id for hit in retriever.retrieve(question, 3).hits]
+    fresh = f"{CID}:turn:D3:1"
+    assert opened[0] == fresh and fresh not in closed, (opened, closed)
+    assert closed[0] == f"{CID}:1:0"  # the record several channels list: the turn's rival
 
 
 def test_the_final_top_k_is_at_least_the_plan_depth(bank):

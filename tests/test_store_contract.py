@@ -184,9 +184,11 @@ def test_the_turn_log_idempotency_keys_and_the_backlog(backend):
         assert backlog == turns and store.backlog("u", after=last) == ([], last)
         store.commit_stored_turns(SegmentRecord("u", 0, "s1", ("s1:1", "s1:2"), "semantic_boundary"), [])
         assert store.uncovered_turns("u") == turns[2:] and store.next_seq("u") == 1
+        assert store.uncovered_turn_ids("u") == {"s1:3"} and store.uncovered_turn_ids("v") == set()
         assert store.backlog("u", after=last - 1) == ([turns[2]], last)
         store.commit_stored_turns(SegmentRecord("u", 1, "s1", ("s1:3",), "session_end"), [])
         assert store.backlog_users() == [] and store.users_with_segments() == ["u"]
+        assert store.uncovered_turn_ids("u") == set()
         with pytest.raises(ValueError, match="segment 1 of 'u' is already stored"):
             store.commit_stored_turns(SegmentRecord("u", 1, "s1", ("s1:3",), "session_end"), [])
 

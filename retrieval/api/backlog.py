@@ -316,7 +316,7 @@ class Backlog:
             self.unindexed.index(stream.user)
             with self.store.tracking(stream.user) as marks:
                 stream.store_segment(record, amus)
-            self.states.extend(stream.user, marks, amus=amus)
+            self.states.extend(stream.user, marks, amus=amus, closed=record.turn_ids)
 
     def _refuse_if_closed(self) -> None:
         if self._closed:

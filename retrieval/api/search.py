@@ -6,7 +6,8 @@ there is when there are fewer.
 ``session`` keeps retrieval to the items of one session: it is the retriever's scope, so every
 channel ranks that session's items only (a filter before the channels' cuts, not after).
 ``explain`` adds each hit's per-channel rank and score, the routes (from 1) that found it, its
-fused scores and, for the code channel, the codes the record shares with the query's.
+fused scores, for the code channel the codes the record shares with the query's, and for a raw
+turn whether it is open (in no committed segment yet: it stood in for its records).
 """
 
 from __future__ import annotations
@@ -48,4 +49,6 @@ def _explained(bank: MemoryBank, hit: Hit, query_codes: frozenset[int]) -> Hit:
     if query_codes and hit.kind == "record":
         codes = set(bank.records[hit.index].fingerprint or ())
         details["shared_codes"] = sorted(codes & query_codes)
+    if hit.kind == "turn":  # an open one stood in for its records (retrieval.multi_route.fusion.stand_in)
+        details["open"] = bool(bank.open_turns[hit.index - len(bank.records)])
     return replace(hit, explain=details)

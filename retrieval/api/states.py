@@ -102,11 +102,12 @@ class SearchStates:
         return bank, (rows if unchanged else ())
 
     def extend(self, user: str, marks: Sequence[tuple[Any, Any]], turns: Sequence[Turn] = (),
-               amus: Sequence[AMU] = ()) -> None:
-        """The memory's own write (its transactions' ``marks``) stored ``turns`` or committed
-        ``amus``: they join the user's held state, unless the marks show
-        another writer's change of the user between: then it is left as it was, for
-        :meth:`get` to catch up from the store (the memory's own rows are stored there too)."""
+               amus: Sequence[AMU] = (), closed: Sequence[str] = ()) -> None:
+        """The memory's own write (its transactions' ``marks``) stored ``turns`` or committed a
+        segment of the turns ``closed`` with its records ``amus``: they join the user's held state
+        (the segment's turns are no longer open), unless the marks show another writer's change of
+        the user between: then it is left as it was, for :meth:`get` to catch up from the store
+        (the memory's own rows are stored there too)."""
         held = self._held.get(user)
         if held is None or not marks:
             return
@@ -115,6 +116,7 @@ class SearchStates:
             return
         held.bank.add_turns(turns)
         held.bank.add_records(self.store, amus)
+        held.bank.close_turns(closed)
         held.rows = marks[-1][1]
         self._resize(user, held)
 
@@ -139,6 +141,8 @@ class SearchStates:
             return False
         held.bank.add_turns(turns)
         held.bank.add_records(self.store, amus)
+        if amus:  # another writer committed segments: which turns they closed is in the store
+            held.bank.open_only(self.store.uncovered_turn_ids(user))
         held.rows = rows
         self._resize(user, held)
         return True

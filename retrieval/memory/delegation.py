@@ -143,6 +143,9 @@ class StoreParts:
     def uncovered_turns(self, user: str) -> list[Turn]:
         return self._turns.uncovered_turns(user)
 
+    def uncovered_turn_ids(self, user: str) -> set[str]:
+        return self._turns.uncovered_turn_ids(user)
+
     def backlog(self, user: str, after: int | None = None) -> tuple[list[Turn], int]:
         return self._turns.backlog(user, after)
 

@@ -90,6 +90,14 @@ class TurnLog(SQLitePart):
         """The user's stored turns that no committed segment covers (its open segments), in order."""
         return self.backlog(user)[0]
 
+    def uncovered_turn_ids(self, user: str) -> set[str]:
+        """The ids of :meth:`uncovered_turns`, the set difference taken in SQL: a search state
+        built over many turns reads the few open ones, not every turn again."""
+        rows = self._db.execute("SELECT turn_id FROM turns WHERE conversation_id = ? EXCEPT "
+                                "SELECT j.value FROM segments AS s, json_each(s.turn_ids) AS j "
+                                "WHERE s.conversation_id = ?", (user, user))
+        return {row[0] for row in rows}
+
     def backlog(self, user: str, after: int | None = None) -> tuple[list[Turn], int]:
         """The user's turns to feed to its segmentation, in order, and the highest turn position
         read (``after`` when none): without ``after``, every stored turn no committed segment

@@ -7,7 +7,9 @@ codebook topology over the same records.
 Items are numbered: record i is item i, raw turn j is item ``len(records) + j``. A raw turn
 that is the whole provenance of a record is the same evidence as that record: raw-turn recall
 returns that record instead (Algorithm B.2 line 12, "merge duplicate candidates"), so the
-final list never spends two items on one turn that way.
+final list never spends two items on one turn that way. A raw turn no committed segment covers
+yet is *open* (:attr:`MemoryBank.open_turns`): its records are still to be written, and the
+retriever lets it stand in for them (:func:`retrieval.multi_route.fusion.stand_in`).
 
 Built once from the store, a bank then owns its growth: :meth:`MemoryBank.add_turns` and
 :meth:`MemoryBank.add_records` extend it in place as turns and segments are stored, so a search
@@ -27,7 +29,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -73,12 +75,13 @@ class MemoryBank:
                                    user=user_id)
         dim = embedder.dim
         self._record_rows, self._turn_rows, self._node_rows = (GrowingRows(dim) for _ in range(3))
-        self._turn_record, self._searchable = GrowingInts(), GrowingInts()
+        self._turn_record, self._searchable, self._turn_open = GrowingInts(), GrowingInts(), GrowingInts()
         self._record_sessions, self._turn_sessions = GrowingInts(), GrowingInts()
         self._sessions: dict[str, int] = {}
         self._turn_index: dict[str, int] = {}
         self._signatures: dict[int, dict[str, frozenset[str]]] = {}
         self.add_turns(store.turns(user_id))
+        self.open_only(store.uncovered_turn_ids(user_id))
         self._add_records(records, record_vectors, store.evidence_nodes(user_id))
         self.topology = topology
 
@@ -123,6 +126,12 @@ class MemoryBank:
     def turn_record(self) -> np.ndarray:
         """Per raw turn, the record it is the whole provenance of, or -1."""
         return self._turn_record.view
+
+    @property
+    def open_turns(self) -> np.ndarray:
+        """Per raw turn, whether it is open: stored, in no committed segment (as far as the bank
+        was told: :meth:`add_turns` opens, :meth:`close_turns` and :meth:`open_only` close)."""
+        return self._turn_open.view.astype(bool)
 
     @property
     def searchable(self) -> np.ndarray:
@@ -205,12 +214,30 @@ class MemoryBank:
             self._turn_index[turn.turn_id] = len(self.turns)
             self.turns.append(turn)
         self._turn_record.extend(np.full(len(turns), -1, dtype=np.int64), fresh=True)
+        self._turn_open.extend(np.ones(len(turns), dtype=np.int64), fresh=True)
         self._turn_sessions.extend(self._session_numbers(turn.session_id for turn in turns), fresh=True)
         times = [turn.session_time for turn in turns if turn.session_time is not None]
         context = self.context
         self.context = dataclasses.replace(
             context, participants=tuple(dict.fromkeys([*context.participants, *(t.speaker for t in turns)])),
             now=max([*times, *([context.now] if context.now else [])]) if times else context.now)
+
+    def close_turns(self, turn_ids: Sequence[str]) -> None:
+        """A committed segment covers these turns: they are no longer open."""
+        opened = self._turn_open.view
+        for turn_id in turn_ids:
+            j = self._turn_index.get(turn_id)
+            if j is not None:
+                opened[j] = 0
+
+    def open_only(self, turn_ids: Collection[str]) -> None:
+        """Of the bank's turns, these alone are open (the store's ``uncovered_turn_ids``)."""
+        opened = self._turn_open.view
+        opened[:] = 0
+        for turn_id in turn_ids:
+            j = self._turn_index.get(turn_id)
+            if j is not None:
+                opened[j] = 1
 
     def add_records(self, store: Store, amus: Sequence[AMU]) -> None:
         """A committed segment's active records join every channel (records, turns merged into a

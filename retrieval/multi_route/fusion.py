@@ -11,7 +11,7 @@ to 1 at rank 1, and s_route = RRF(d) / max_d' RRF(d'), its fused support across 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from retrieval.multi_route.params import RRF_KAPPA, S_BEST, S_ROUTE
@@ -33,6 +33,21 @@ def rrf(lists: Sequence[Sequence[int]], weights: Sequence[float] | None = None,
             seen.add(item)
             fused[item] = fused.get(item, 0.0) + weight / (kappa + rank)
     return fused
+
+
+def stand_in(fused: dict[int, float], turns: Sequence[int], weight: float, is_open: Callable[[int], bool],
+             kappa: float = RRF_KAPPA) -> None:
+    """Let each open raw turn of the raw-turn list ``turns`` stand in for its records, which a
+    closing segment has still to write: at its rank there it adds ``weight`` / (κ + rank) to its
+    fused score in ``fused``, ``weight`` being the query's record channels' weights summed, as
+    if each of them ranked its records where the raw-turn channel ranks it (docs/design.md §7.4).
+    Without it a turn added a moment ago, listed by one channel, ranks below every record that
+    several channels list, however well it answers. Records and closed turns are left as they are."""
+    seen: set[int] = set()
+    for rank, item in enumerate(turns, start=1):
+        if item not in seen and is_open(item):
+            seen.add(item)
+            fused[item] = fused.get(item, 0.0) + weight / (kappa + rank)
 
 
 def ranking(scores: Mapping[int, float]) -> list[int]:

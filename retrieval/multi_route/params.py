@@ -16,6 +16,10 @@ CHANNELS = ("records", "nodes", "temporal", "turns", "lexical", "code")
 recall, raw-turn recall (section 3.5), the FTS5 lexical channel and the codebook path
 (docs/design.md §7.3)."""
 
+STAND_IN_CHANNELS = ("records", "nodes", "lexical", "code")
+"""The channels that list a query's records: an open raw turn, whose records are still to be
+written, stands in for them in these (:func:`retrieval.multi_route.fusion.stand_in`)."""
+
 PLAN_DEPTH = 15
 """Table 14: plan_depth; the final top-k is max(requested k, plan_depth, 1) (Algorithm B.2 line 3)."""
 

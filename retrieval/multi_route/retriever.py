@@ -36,9 +36,10 @@ from retrieval.multi_route.channels import (
     temporal_recall,
     turn_recall,
 )
-from retrieval.multi_route.fusion import final_scores, ranking, rrf
+from retrieval.multi_route.fusion import final_scores, ranking, rrf, stand_in
 from retrieval.multi_route.params import (
     PLAN_DEPTH,
+    STAND_IN_CHANNELS,
     ChannelWeights,
     final_top_k,
     record_budget,
@@ -179,14 +180,29 @@ class MultiRouteRetriever:
                                                          temporal_budget(k), scope)))
         for tag, ranked in lists:
             _gather(candidates, tag, number, ranked)
-        fused = rrf([ranked.items.tolist() for _, ranked in lists],
-                    [self.weights.weight(question_type, ranked.channel) for _, ranked in lists])
+        weights = [self.weights.weight(question_type, ranked.channel) for _, ranked in lists]
+        fused = rrf([ranked.items.tolist() for _, ranked in lists], weights)
+        self._stand_in(fused, lists, weights)
         order = ranking(fused)
         if self.reranker is not None and order:
             top = order[:rerank_limit(k)]
             scores = self.reranker.scores(route.queries[0], [bank.text(item) for item in top])
             order = rerank(top, scores) + order[len(top):]
         return order
+
+    def _stand_in(self, fused: dict[int, float], lists: list[tuple[str, ChannelList]],
+                  weights: list[float]) -> None:
+        """The open raw turns of each query's raw-turn list stand in for their records in the
+        query's record channels (:func:`retrieval.multi_route.fusion.stand_in`)."""
+        opened, first_turn = self.bank.open_turns, len(self.bank.records)
+        if not opened.any():
+            return
+        for tag, ranked in lists:
+            if ranked.channel == "turns":
+                weight = sum(w for (other, listed), w in zip(lists, weights, strict=True)
+                             if other == tag and listed.channel in STAND_IN_CHANNELS)
+                stand_in(fused, ranked.items.tolist(), weight,
+                         lambda item: item >= first_turn and bool(opened[item - first_turn]))
 
     def _signature(self, item: int, candidate: _Candidate) -> Signature:
         """The item's fixed signature (:meth:`MemoryBank.signature`) with the queries and nodes

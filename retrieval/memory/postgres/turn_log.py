@@ -70,6 +70,13 @@ class TurnLog:
     def uncovered_turns(self, user: str) -> list[Turn]:
         return self.backlog(user)[0]
 
+    def uncovered_turn_ids(self, user: str) -> set[str]:
+        """The ids of :meth:`uncovered_turns` (as the SQLite store's)."""
+        rows = self.db.rows("SELECT turn_id FROM turns WHERE user_id = %s EXCEPT SELECT "
+                            "json_array_elements_text(turn_ids::json) FROM segments WHERE user_id = %s",
+                            (user, user))
+        return {row["turn_id"] for row in rows}
+
     def backlog(self, user: str, after: int | None = None) -> tuple[list[Turn], int]:
         """The user's turns to feed to its segmentation and the highest position read (see the SQLite
         store's :meth:`retrieval.memory.turn_log.TurnLog.backlog`)."""

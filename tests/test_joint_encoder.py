@@ -282,8 +282,8 @@ def test_a_fingerprinter_with_the_same_codebook_and_another_encoder_part_has_cod
         cached = CachedFingerprinter(short, store, "u")
         assert cached.fingerprint([text])[0].token_codes == short.fingerprint([text])[0].token_codes
         assert cached.computed == 1 and len(long_codes) > 8 == len(short.fingerprint([text])[0].token_codes)
-    with Memory.open(tmp_path / "bound", embedder=embedder, fingerprinter=fingerprinter):
-        pass
+    with Memory.open(tmp_path / "bound", embedder=embedder, fingerprinter=fingerprinter) as memory:
+        memory.add([{"speaker": "Ann", "text": text}], user_id="u", session_id="s")  # built: bound
     with pytest.raises(StoreUnavailable, match="was built with fingerprinter"):
         Memory.open(tmp_path / "bound", embedder=embedder, fingerprinter=short)
     with AMUStore(tmp_path / "bound") as store:  # as written before identities named the encoder

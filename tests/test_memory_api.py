@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from retrieval import Memory
-from retrieval.api.errors import InvalidInput, MemoryAPIError, MemoryBusy, NotFound
+from retrieval.api.errors import InvalidInput, MemoryAPIError, MemoryBusy, NotFound, StoreUnavailable
 from retrieval.memory.records import MAX_TURN_CHARS
 from retrieval.memory.schema import SCHEMA_VERSION
 from retrieval.memory.store import AMUStore
@@ -91,6 +91,19 @@ def test_a_turn_added_a_moment_ago_ranks_first_before_its_segment_commits(tmp_pa
         hits = mem.search("okay thanks", user_id="u", k=40, explain=True).hits  # no record of it: a raw turn
         thanks = next(hit for hit in hits if hit.id == "u:turn:s2:2")
         assert thanks.explain["open"] is False and thanks.explain["channels"]["turns"]["rank"] == 1, thanks
+
+
+def test_a_store_holding_no_turn_takes_the_models_it_is_opened_with(tmp_path):
+    """A server started and stopped before any add leaves its models recorded; opened with others
+    (a fingerprinter added) the empty store takes those, and once it holds a turn it refuses any
+    other, naming the way out."""
+    with Memory.open(tmp_path, embedder=WordEmbedder()):
+        pass
+    with open_memory(tmp_path) as mem:
+        mem.add([{"speaker": "Ann", "text": "A first turn."}], user_id="u", session_id="s")
+        assert mem.store.meta("fingerprinter") == WordFingerprinter.identity
+    with pytest.raises(StoreUnavailable, match="built with fingerprinter .* or use a new store"):
+        Memory.open(tmp_path, embedder=WordEmbedder())
 
 
 def test_users_are_kept_apart(tmp_path):

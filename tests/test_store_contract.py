@@ -168,7 +168,9 @@ def test_the_turn_log_idempotency_keys_and_the_backlog(backend):
     with backend.open() as store:
         turns = [Turn("u", "s1", f"s1:{i}", "Ann" if i % 2 else "Bob", f"text {i}", WHEN)
                  for i in range(1, 4)]
+        assert not store.holds_turns()
         assert store.append_turns("u", turns[:2], key="k1") == turns[:2]
+        assert store.holds_turns()
         assert store.append_turns("u", turns, key="k2") == turns[2:]  # the stored ones are skipped
         assert store.idempotent_turn_ids("u", "k2") == ["s1:1", "s1:2", "s1:3"]
         assert store.idempotent_turn_ids("u", "none") is None and store.idempotent_turn_ids("v", "k1") is None

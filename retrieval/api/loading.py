@@ -86,18 +86,24 @@ class MemoryModels:
 
     def bind(self, store: Store, read_only: bool) -> None:
         """Bind ``store`` to the embedder, extractor and fingerprinter (a store refuses others once
-        bound); read-only, check that it was built with this embedder and fingerprinter."""
+        it holds a turn: a store opened but never added to, a server started and stopped, takes
+        the models it is opened with next); read-only, check that it was built with this embedder
+        and fingerprinter."""
         bindings = {"embedder": model_identity(self.embedder), "extractor": model_identity(self.extractor),
                     "fingerprinter": "none" if self.fingerprinter is None
                     else model_identity(self.fingerprinter)}
         try:
+            unbuilt = not read_only and not store.holds_turns()
             for key, value in bindings.items():
                 saved = store.meta(key)
                 checked = key == "embedder" or (key == "fingerprinter" and self.fingerprinter is not None)
                 if read_only and saved is not None and checked and not bound_alike(key, saved, value):
                     raise StoreError(f"{store.location} was built with {key} {saved!r}, not {value!r}")
+                if unbuilt and saved is not None and not bound_alike(key, saved, value):
+                    store.put_meta(key, value)
                 if not read_only:
-                    store.bind(key, value, hint=f"open it with the {key} it was built with")
+                    store.bind(key, value, hint=f"open it with the {key} it was built with, or use a new "
+                                                "store")
         except StoreError as err:
             raise StoreUnavailable(str(err)) from None
 

@@ -161,6 +161,9 @@ class StoreParts:
     def has_user(self, user: str) -> bool:
         return self._turns.has_user(user)
 
+    def holds_turns(self) -> bool:
+        return self._turns.holds_turns()
+
     def has_session(self, user: str, session_id: str) -> bool:
         return self._turns.has_session(user, session_id)
 

@@ -142,6 +142,10 @@ class TurnLog(SQLitePart):
         return (self._db.execute("SELECT 1 FROM turns WHERE conversation_id = ? LIMIT 1",
                                  (user,)).fetchone() is not None)
 
+    def holds_turns(self) -> bool:
+        """Whether any user has a stored turn (records are made of turns: none, nothing is built)."""
+        return self._db.execute("SELECT 1 FROM turns LIMIT 1").fetchone() is not None
+
     def has_session(self, user: str, session_id: str) -> bool:
         return self._db.execute("SELECT 1 FROM turns WHERE conversation_id = ? AND session_id = ? LIMIT 1",
                                 (user, session_id)).fetchone() is not None

@@ -112,6 +112,10 @@ class TurnLog:
     def has_user(self, user: str) -> bool:
         return self.db.row("SELECT 1 AS found FROM turns WHERE user_id = %s LIMIT 1", (user,)) is not None
 
+    def holds_turns(self) -> bool:
+        """As the SQLite store's :meth:`retrieval.memory.turn_log.TurnLog.holds_turns`."""
+        return self.db.row("SELECT 1 AS found FROM turns LIMIT 1") is not None
+
     def has_session(self, user: str, session_id: str) -> bool:
         return self.db.row("SELECT 1 AS found FROM turns WHERE user_id = %s AND session_id = %s LIMIT 1",
                            (user, session_id)) is not None

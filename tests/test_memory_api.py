@@ -106,6 +106,13 @@ def test_a_store_holding_no_turn_takes_the_models_it_is_opened_with(tmp_path):
         Memory.open(tmp_path, embedder=WordEmbedder())
 
 
+def test_a_fingerprinter_path_that_is_not_a_directory_says_where_the_committed_ones_are(tmp_path):
+    with pytest.raises(InvalidInput, match="a source checkout's checkpoints/; a relative path is read from "
+                       "the current directory") as refused:
+        Memory.open(tmp_path, embedder=WordEmbedder(), fingerprinter="checkpoints/no-such-fingerprinter")
+    assert refused.value.field == "fingerprinter"
+
+
 def test_users_are_kept_apart(tmp_path):
     with open_memory(tmp_path) as mem:
         mem.add(chat("alice", 12) + [{"speaker": "Ann", "text": f"My secret word is {CANARY}."}],

@@ -132,8 +132,9 @@ def _fingerprinter(value: Any) -> Any | None:
         from isq.fingerprint import Fingerprinter
 
         if not Path(value).is_dir():
-            raise InvalidInput(f"fingerprinter {str(value)!r} is not a directory "
-                               "(an exported ISQ fingerprinter)", "fingerprinter")
+            raise InvalidInput(f"fingerprinter {str(value)!r} is not a directory: give an exported ISQ "
+                               "fingerprinter's (the committed ones are in a source checkout's checkpoints/; "
+                               "a relative path is read from the current directory)", "fingerprinter")
         return Fingerprinter.from_pretrained(value)
     return value
 

@@ -58,7 +58,8 @@ class WriterLock:
                     raise StoreBusy(f"{self.path.parent} is open for {self.role} in this process already; "
                                     "close that memory or store first, or use it") from None
                 raise StoreBusy(f"{self.path.parent} is open for {self.role} by another process (pid "
-                                f"{holder}); wait for it to finish, or use another store") from None
+                                f"{holder}): wait for it to finish or stop it (a server holds its store "
+                                "until it stops), or use another store") from None
             try:
                 os.ftruncate(fd, 0)
                 os.write(fd, str(os.getpid()).encode())

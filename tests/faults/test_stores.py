@@ -95,6 +95,28 @@ def test_an_edited_conversation_is_refused_not_kept_stale(tmp_path: Path) -> Non
 # ---------------------------------------------------------------------------- 6. stores that cannot be used
 
 
+def test_a_store_another_process_writes_is_refused_naming_it_and_the_ways_out(tmp_path: Path) -> None:
+    """A server never finishes: the refusal says to stop the holder as well as to wait for it."""
+    import subprocess
+    import sys
+
+    AMUStore(tmp_path / "store").close()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from retrieval.memory.store import AMUStore\n"
+                               f"store = AMUStore({str(tmp_path / 'store')!r})\n"
+                               "print('held', flush=True)\nsys.stdin.read()\n"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        refusal = (rf"by another process \(pid {holder.pid}\): wait for it to finish or stop it "
+                   r"\(a server holds its store until it stops\), or use another store")
+        with pytest.raises(StoreBusy, match=refusal):
+            AMUStore(tmp_path / "store")
+    finally:
+        holder.communicate("", timeout=60)
+
+
 def test_a_second_writer_is_refused_and_a_reader_is_not(tmp_path: Path, capsys) -> None:
     path = tmp_path / "talk.jsonl"
     path.write_text("\n".join(json.dumps({"session_id": t.session_id, "session_time": WHEN.isoformat(),

@@ -119,7 +119,8 @@ class Database:
         try:  # one direct attempt first: it says why the server cannot be reached
             psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S).close()
         except psycopg.Error as err:
-            reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()]  # cause, then hint
+            reason = "; ".join(lines) or type(err).__name__
             raise StoreError(f"cannot connect to the store at {self.where}: {reason}") from None
         self.pool = ConnectionPool(url, min_size=1, max_size=POOL_SIZE, open=True, timeout=POOL_WAIT_S,
                                    reconnect_timeout=RECONNECT_S, configure=_configure,

@@ -397,7 +397,7 @@ def test_the_memorys_refusals_are_422(api: Api) -> None:
     assert response.status_code == 422 and "time" in response.json()["error"], response.text
 
 
-async def _mcp_calls(url: str, key: str) -> tuple[dict[str, Any], dict, dict, dict, dict]:
+async def _mcp_calls(url: str, key: str) -> tuple[dict[str, Any], dict, dict, dict, dict, Any]:
     async with httpx2.AsyncClient(headers=bearer(key), timeout=120) as http, \
             streamable_http_client(f"{url}/mcp", http_client=http) as streams, \
             ClientSession(streams[0], streams[1]) as session:
@@ -408,13 +408,15 @@ async def _mcp_calls(url: str, key: str) -> tuple[dict[str, Any], dict, dict, di
         found = await session.call_tool("memory_search", {"query": "What did Maria buy?", "k": limits.MAX_K,
                                                            "explain": True})
         plain = await session.call_tool("memory_search", {"query": "What did Maria buy?", "k": 5})
-        got = await session.call_tool("memory_get", {"memory_id": plain.structured_content["hits"][0]["id"]})
+        first = plain.structured_content["hits"][0]["id"]
+        got = await session.call_tool("memory_get", {"memory_id": first})
+        merged = await session.call_tool("memory_history", {"memory_id": first})
         return (tools, added.structured_content, found.structured_content, plain.structured_content,
-                got.structured_content)
+                got.structured_content, merged)
 
 
 def test_mcp_over_http_takes_the_user_from_the_key(api: Api) -> None:
-    tools, added, found, plain, got = anyio.run(_mcp_calls, api.server.url, api.alice_key)
+    tools, added, found, plain, got, merged = anyio.run(_mcp_calls, api.server.url, api.alice_key)
     assert {"memory_add", "memory_search", "memory_list", "memory_get", "memory_history", "memory_flush",
             "memory_delete", "memory_forget", "memory_consolidate", "memory_job"} == set(tools)
     query = tools["memory_search"].input_schema["properties"]["query"]  # what a client validates against
@@ -428,6 +430,9 @@ def test_mcp_over_http_takes_the_user_from_the_key(api: Api) -> None:
     over_http = api.alice.post("/v1/search", json={"query": "What did Maria buy?", "k": 5}).json()
     assert plain == over_http, (plain, over_http)  # one answer, the same fields, nulls included
     assert got == api.alice.get(f"/v1/memories/{plain['hits'][0]['id']}").json()
+    history = api.alice.get(f"/v1/memories/{plain['hits'][0]['id']}/history")  # a raw turn's: none
+    assert history.status_code == 404 and merged.is_error
+    assert merged.content[0].text == f"memory_id: {history.json()['error']}"
     assert "kayak" not in texts_of(api.bob.post("/v1/search", json={"query": "red kayak"}))
     assert (api.anonymous.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).status_code
             == 401)

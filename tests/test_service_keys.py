@@ -111,6 +111,8 @@ def test_loopback_hosts() -> None:
     assert not any(map(is_loopback, ("0.0.0.0", "::", "10.0.0.1")))
     with pytest.raises(ValueError, match="^--host no-such-host.invalid: "):
         is_loopback("no-such-host.invalid")
+    with pytest.raises(ValueError, match="^--host a..b: .*idna"):  # a name IDNA cannot encode
+        is_loopback("a..b")
 
 
 def test_bad_port_is_one_error_line(tmp_path: Path) -> None:

@@ -70,7 +70,7 @@ def unservable(user_id: str) -> str | None:
     except InvalidInput as err:
         return str(err)
     if not re.fullmatch(ID_PATTERN, user_id):
-        return (f"user id {user_id!r} must start with a letter or digit and hold only letters, digits "
+        return (f"user id {user_id!r} must start with a letter or digit and hold only ASCII letters, digits "
                 "and ._:@- (it appears in the URLs of the user's memories)")
     return None
 

@@ -99,6 +99,6 @@ def is_loopback(host: str) -> bool:
         pass
     try:
         found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except OSError as err:
-        raise ValueError(f"--host {host}: {err.strerror or err}") from None
+    except (OSError, UnicodeError) as err:  # UnicodeError: a name IDNA cannot encode (``a..b``)
+        raise ValueError(f"--host {host}: {getattr(err, 'strerror', None) or err}") from None
     return all(ipaddress.ip_address(str(address[4][0]).split("%")[0]).is_loopback for address in found)

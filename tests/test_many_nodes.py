@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from benchmarks.service_process import ROOT, Server, bearer, child_env, free_port
-from retrieval.api.errors import Conflict
+from retrieval.api.errors import Conflict, StoreUnavailable
 from retrieval.api.memory import Memory
 from retrieval.memory.backends import open_store
 from retrieval.service import limits
@@ -318,6 +318,44 @@ def test_a_node_catches_its_search_state_up_with_another_nodes_appends(postgres_
     finally:
         a.close()
         b.close()
+
+
+def test_a_segment_without_records_closes_its_turns_on_every_node(postgres_url) -> None:
+    """Small talk makes a segment with no records: committed by another node, or by this node
+    after another node's add, its turns stop standing in for records on this node too, as in a
+    state built from the store."""
+    a, b = _nodes(postgres_url)
+    try:
+        a.add([{"speaker": "Ann", "text": "Ann planted tomatoes in the garden."}], user_id="u",
+              session_id="s1")
+        a.flush(user_id="u", session_id="s1")
+        a.search("tomatoes", user_id="u")  # a holds the user's state from here on
+        b.add([{"speaker": "Bob", "text": "Okay!"}, {"speaker": "Ann", "text": "Yes."}], user_id="u",
+              session_id="s2")
+        b.flush(user_id="u", session_id="s2")
+        a.search("okay yes", user_id="u")
+        b.add([{"speaker": "Bob", "text": "Bob fixed the old bicycle."}], user_id="u", session_id="s3")
+        a.add([{"speaker": "Ann", "text": "Thanks!"}], user_id="u", session_id="s4")
+        a.flush(user_id="u", session_id="s4")
+        a.search("bicycle", user_id="u")
+        bank = a._states.get("u")
+        opened = {turn.turn_id: bool(flag) for turn, flag in zip(bank.turns, bank.open_turns, strict=True)}
+        assert len(b.list(user_id="u", session_id="s2").items) == 0  # no records: the case at hand
+        assert opened == {turn_id: turn_id == "s3:1" for turn_id in ("s1:1", "s2:1", "s2:2", "s3:1", "s4:1")}
+    finally:
+        a.close()
+        b.close()
+
+
+def test_an_empty_database_another_node_serves_keeps_its_models(postgres_url) -> None:
+    """An empty SQLite store takes the models of its one writer; a database several nodes may serve
+    keeps the first node's, even before any turn (the other node may be adding one)."""
+    first = Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+    try:
+        with pytest.raises(StoreUnavailable, match="built with fingerprinter"):
+            Memory.open(postgres_url, embedder=WordEmbedder())
+    finally:
+        first.close()
 
 
 def _nodes(url: str) -> tuple[Memory, Memory]:

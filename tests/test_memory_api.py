@@ -13,6 +13,7 @@ import pytest
 
 from retrieval import Memory
 from retrieval.api.errors import InvalidInput, MemoryAPIError, MemoryBusy, NotFound, StoreUnavailable
+from retrieval.memory.fingerprinter_source import PATH_KEY as FINGERPRINTER_PATH
 from retrieval.memory.records import MAX_TURN_CHARS
 from retrieval.memory.schema import SCHEMA_VERSION
 from retrieval.memory.store import AMUStore
@@ -97,11 +98,12 @@ def test_a_store_holding_no_turn_takes_the_models_it_is_opened_with(tmp_path):
     """A server started and stopped before any add leaves its models recorded; opened with others
     (a fingerprinter added) the empty store takes those, and once it holds a turn it refuses any
     other, naming the way out."""
-    with Memory.open(tmp_path, embedder=WordEmbedder()):
-        pass
+    with Memory.open(tmp_path, embedder=WordEmbedder()) as mem:
+        mem.store.put_meta(FINGERPRINTER_PATH, "/where/ingest/found/it")  # as ingest records one
     with open_memory(tmp_path) as mem:
         mem.add([{"speaker": "Ann", "text": "A first turn."}], user_id="u", session_id="s")
         assert mem.store.meta("fingerprinter") == WordFingerprinter.identity
+        assert mem.store.meta(FINGERPRINTER_PATH) is None  # it named the fingerprinter replaced
     with pytest.raises(StoreUnavailable, match="built with fingerprinter .* or use a new store"):
         Memory.open(tmp_path, embedder=WordEmbedder())
 

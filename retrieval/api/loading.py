@@ -19,6 +19,7 @@ from retrieval.index.model_thread import on_model_thread
 from retrieval.index.query_batcher import QueryBatcher
 from retrieval.memory.cache import model_identity
 from retrieval.memory.errors import StoreError
+from retrieval.memory.fingerprinter_source import PATH_KEY as FINGERPRINTER_PATH
 from retrieval.memory.meta_keys import bound_alike
 from retrieval.memory.store_contract import Store
 
@@ -86,14 +87,15 @@ class MemoryModels:
 
     def bind(self, store: Store, read_only: bool) -> None:
         """Bind ``store`` to the embedder, extractor and fingerprinter (a store refuses others once
-        it holds a turn: a store opened but never added to, a server started and stopped, takes
-        the models it is opened with next); read-only, check that it was built with this embedder
-        and fingerprinter."""
+        it holds a turn; a store opened but never added to, a server started and stopped, takes
+        the models it is opened with next, where this memory is its one writer: several nodes of
+        a database may be serving it already); read-only, check that it was built with this
+        embedder and fingerprinter."""
         bindings = {"embedder": model_identity(self.embedder), "extractor": model_identity(self.extractor),
                     "fingerprinter": "none" if self.fingerprinter is None
                     else model_identity(self.fingerprinter)}
         try:
-            unbuilt = not read_only and not store.holds_turns()
+            unbuilt = not read_only and not store.concurrent_writers and not store.holds_turns()
             for key, value in bindings.items():
                 saved = store.meta(key)
                 checked = key == "embedder" or (key == "fingerprinter" and self.fingerprinter is not None)
@@ -101,6 +103,8 @@ class MemoryModels:
                     raise StoreError(f"{store.location} was built with {key} {saved!r}, not {value!r}")
                 if unbuilt and saved is not None and not bound_alike(key, saved, value):
                     store.put_meta(key, value)
+                    if key == "fingerprinter":  # a path ingest recorded names the one replaced
+                        store.put_meta(FINGERPRINTER_PATH, None)
                 if not read_only:
                     store.bind(key, value, hint=f"open it with the {key} it was built with, or use a new "
                                                 "store")

@@ -124,25 +124,26 @@ class SearchStates:
         """Extend ``held`` by the user's turns and active records stored after the last ones it
         holds, if they are the whole difference between its rows and ``rows`` (the user's rows
         now, :meth:`retrieval.memory.store_contract.Versions.user_version`: counts and highest
-        positions of turns and active records, and how many of those carry a fingerprint), as they
-        are when writers only appended; whether it did. Positions only grow and a user's writers
+        positions of turns and active records, how many of those carry a fingerprint, and the
+        segments' count), as they are when writers only appended, and its open turns those the
+        store's segments leave uncovered (segments are no items: they only close turns); whether
+        it did. Positions only grow and a user's writers
         commit one at a time, so appended rows are exactly those after the held positions; a
         purge or an archive lowers a count, a later fingerprint raises one that nothing appended
         explains, and a commit landing meanwhile adds rows ``rows`` does not count."""
-        turn_count, last_turn, record_count, last_record, printed = held.rows
+        turn_count, last_turn, record_count, last_record, printed, _ = held.rows
         turns, turn_seen = self.store.backlog(user, last_turn)
         more = rows[2] - record_count
         found = self.store.page(user, after=last_record, limit=more + 1) if more > 0 else []
         amus = [amu for _, amu in found]
         appended = (turn_count + len(turns), turn_seen, record_count + len(amus),
                     found[-1][0] if found else last_record,
-                    printed + sum(amu.fingerprint is not None for amu in amus))
+                    printed + sum(amu.fingerprint is not None for amu in amus), rows[5])
         if appended != rows:
             return False
         held.bank.add_turns(turns)
         held.bank.add_records(self.store, amus)
-        if amus:  # another writer committed segments: which turns they closed is in the store
-            held.bank.open_only(self.store.uncovered_turn_ids(user))
+        held.bank.open_only(self.store.uncovered_turn_ids(user))  # the segments committed meanwhile
         held.rows = rows
         self._resize(user, held)
         return True

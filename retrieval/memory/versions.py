@@ -17,7 +17,8 @@ def user_rows(db: sqlite3.Connection, user_id: str) -> tuple[int, ...]:
     records = db.execute("SELECT count(*), coalesce(max(position), 0), count(fingerprint) "
                          "FROM amus WHERE conversation_id = ? AND archived = 0",
                          (user_id,)).fetchone()
-    return (*map(int, turns), *map(int, records))
+    segments = db.execute("SELECT count(*) FROM segments WHERE conversation_id = ?", (user_id,)).fetchone()
+    return (*map(int, turns), *map(int, records), int(segments[0]))
 
 
 class StoreVersions(SQLitePart):
@@ -32,9 +33,10 @@ class StoreVersions(SQLitePart):
 
     def user_version(self, user_id: str) -> tuple[int, ...]:
         """The user's rows in short: count and highest position of its turns, of its active
-        records, and how many of those have a fingerprint. Positions only grow (AUTOINCREMENT),
-        turns never change and archiving is one way, so every append, archive, purge or new
-        fingerprint of the user changes this tuple."""
+        records, how many of those have a fingerprint, and its segments' count. Positions only
+        grow (AUTOINCREMENT), turns never change and archiving is one way, so every append,
+        archive, purge, new fingerprint or committed segment (one without records too) of the user
+        changes this tuple."""
         return user_rows(self._db, user_id)
 
     def ingestion_marks(self, user_id: str) -> tuple[int, ...]:

@@ -29,18 +29,19 @@ _INGESTION_MARKS = ("SELECT (SELECT coalesce(max(seq) + 1, 0) FROM segments WHER
                     "(SELECT count(*) FROM amus WHERE user_id = %s) AS records, "
                     "(SELECT coalesce(max(count), 0) FROM purges WHERE user_id = %s) AS purges")
 
-_USER_VERSION = ("SELECT t.n, t.last, a.n AS records, a.last AS record_last, a.printed FROM "
+_USER_VERSION = ("SELECT t.n, t.last, a.n AS records, a.last AS record_last, a.printed, s.n AS segments FROM "
                  "(SELECT count(*) AS n, coalesce(max(position), 0) AS last FROM turns "
                  "WHERE user_id = %s) t, "
                  "(SELECT count(*) AS n, coalesce(max(position), 0) AS last, count(fingerprint) AS printed "
-                 "FROM amus WHERE user_id = %s AND NOT archived) a")
+                 "FROM amus WHERE user_id = %s AND NOT archived) a, "
+                 "(SELECT count(*) AS n FROM segments WHERE user_id = %s) s")
 
 
 def user_version_of(conn: Any, user_id: str) -> tuple[int, ...]:
-    """Count and highest position of the user's turns, of its active records, and how many of
-    those have a fingerprint (as the SQLite store's: positions only grow, turns never change and
-    archiving is one way, so every change of the user changes this tuple)."""
-    row = conn.execute(_USER_VERSION, (user_id, user_id)).fetchone()
+    """Count and highest position of the user's turns, of its active records, how many of those
+    have a fingerprint, and its segments' count (as the SQLite store's: positions only grow, turns
+    never change and archiving is one way, so every change of the user changes this tuple)."""
+    row = conn.execute(_USER_VERSION, (user_id, user_id, user_id)).fetchone()
     return tuple(int(value) for value in row.values())
 
 

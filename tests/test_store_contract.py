@@ -325,7 +325,7 @@ def test_every_path_to_nothing_leaves_the_same_nothing(backend):
         assert [a.id for a in store.amus()][-1] != "conv-x:3:0" and store.segment("conv-x", 3) is None
         everything = store.purge("conv-x", turn_ids=["D1:0", "D1:1", "D1:2"])  # the last turns: everything
         assert len(everything.amus) == 4
-        assert residue(store) == ([], [], [], [], None, [], None, [], [], (0, 0, 0, 0, 0))
+        assert residue(store) == ([], [], [], [], None, [], None, [], [], (0, 0, 0, 0, 0, 0))
         assert store.count() == 0 and store.purge("conv-x", everything=True).empty
 
 

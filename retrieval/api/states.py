@@ -127,10 +127,10 @@ class SearchStates:
         positions of turns and active records, how many of those carry a fingerprint, and the
         segments' count), as they are when writers only appended, and its open turns those the
         store's segments leave uncovered (segments are no items: they only close turns); whether
-        it did. Positions only grow and a user's writers
-        commit one at a time, so appended rows are exactly those after the held positions; a
-        purge or an archive lowers a count, a later fingerprint raises one that nothing appended
-        explains, and a commit landing meanwhile adds rows ``rows`` does not count."""
+        it did. Positions only grow and a user's writers commit one at a time, so appended rows
+        are exactly those after the held positions; a purge or an archive lowers a count, a later
+        fingerprint raises one that nothing appended explains, and a commit landing meanwhile adds
+        rows ``rows`` does not count."""
         turn_count, last_turn, record_count, last_record, printed, _ = held.rows
         turns, turn_seen = self.store.backlog(user, last_turn)
         more = rows[2] - record_count

@@ -47,7 +47,9 @@ def named_or_recorded(target: str | Path, named: Path | None, *, writer: bool = 
     the one the store recorded (None for a store not made yet, or one that cannot be read now:
     opening the memory then says why). A ``writer`` (the caller opens the store for writing next)
     reads it through a writing open, which migrates a store of an older schema that a read-only
-    open would refuse; a store directory without a store is not made one here."""
+    open would refuse; a store directory without a store is not made one here. A writer of a
+    store built with a fingerprinter it cannot find is refused here (:class:`StoreError`), naming
+    the directory that is gone, since the memory would refuse it without saying where to look."""
     if named is not None:
         return named
     directory = local_directory(target)
@@ -55,6 +57,27 @@ def named_or_recorded(target: str | Path, named: Path | None, *, writer: bool = 
         return None
     try:
         with open_store(target, read_only=not writer) as store:
-            return recorded_fingerprinter(store)
-    except StoreError:
+            recorded = recorded_fingerprinter(store)
+            if writer and recorded is None:
+                _refuse_unfound(store)
+            return recorded
+    except StoreError as err:
+        if isinstance(err, UnfoundFingerprinter):
+            raise
         return None
+
+
+class UnfoundFingerprinter(StoreError):
+    """A store built with a fingerprinter is opened for writing without one it can find."""
+
+
+def _refuse_unfound(store: Store) -> None:
+    """:class:`UnfoundFingerprinter` when ``store`` holds turns built with a fingerprinter: its
+    recorded directory is gone, or none was recorded (only ``retrieval.ingest`` records it)."""
+    if store.meta("fingerprinter") in (None, "none") or not store.holds_turns():
+        return
+    recorded = store.meta(PATH_KEY)
+    where = (f"loaded from {recorded}, which is no longer a directory" if recorded is not None
+             else "whose directory it does not record")
+    raise UnfoundFingerprinter(f"{store.location} was built with a fingerprinter {where}: pass "
+                               "--fingerprinter DIR, the same exported fingerprinter")

@@ -14,7 +14,13 @@ import pytest
 
 import retrieval.query as query_module
 from retrieval.extract.pronouns import resolve_pronouns
-from retrieval.memory.fingerprinter_source import recorded_fingerprinter, remember_fingerprinter
+from retrieval.memory.fingerprinter_source import (
+    PATH_KEY,
+    UnfoundFingerprinter,
+    named_or_recorded,
+    recorded_fingerprinter,
+    remember_fingerprinter,
+)
 from retrieval.memory.store import AMUStore
 from retrieval.multi_route.score_legend import SCORE_COLUMNS
 from tests.fake_chat import FakeChatServer, completion_body
@@ -123,6 +129,26 @@ def test_serving_and_consolidating_a_built_store_take_its_recorded_fingerprinter
     monkeypatch.setattr(consolidate_module, "SentenceEmbedder", lambda name: WordEmbedder())
     assert consolidate_module.main(["--store", str(store_dir)]) in (0, 1)
     assert loaded == [checkpoint.resolve()] and "error" not in capsys.readouterr().err
+
+
+def test_serving_a_store_whose_fingerprinter_cannot_be_found_names_where_it_was(store_dir, tmp_path):
+    """Built with a fingerprinter whose recorded directory is gone, or that recorded none (built
+    through the server), a store is refused at start naming that, not as built "not 'none'"."""
+    from retrieval.serve import _serve_parser
+    from retrieval.service.launch import open_memory
+
+    moved = tmp_path / "moved-away"
+    with AMUStore(store_dir) as store:
+        store.bind("fingerprinter", IDENTITY)
+        store.put_meta(PATH_KEY, str(moved))
+    with pytest.raises(UnfoundFingerprinter, match=f"loaded from {moved}, which is no longer a directory: "
+                       "pass --fingerprinter DIR"):
+        open_memory(_serve_parser().parse_args(["--store", str(store_dir)]))
+    with AMUStore(store_dir) as store:
+        store.put_meta(PATH_KEY, None)
+    with pytest.raises(UnfoundFingerprinter, match="whose directory it does not record"):
+        named_or_recorded(store_dir, None, writer=True)
+    assert named_or_recorded(store_dir, None) is None  # a reader (retrieval.query) goes on without it
 
 
 # ---------------------------------------------------- reflexives stay reflexive in extracted facts

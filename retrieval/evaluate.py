@@ -175,6 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (EvaluationError, IngestError, StoreError, MemoryAPIError, EndpointRefused) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"interrupted: {args.out}'s reports are as an earlier run left them; the memory built so far "
+              "is kept, and the same command again goes on from it", file=sys.stderr)
+        return 130
     print(_summary_line(results, args.out))
     return 0
 

@@ -85,6 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (InputFormatError, IngestError, MemoryAPIError, StoreError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted: the turns added so far are stored; the same command again adds the rest",
+              file=sys.stderr)
+        return 130
     print(stats.summary())
     for job in jobs:
         report = job.progress

@@ -500,6 +500,21 @@ class FakeChat(FakeChatServer):
         return 200, completion_body(answers.get(question, "no idea"), 100, 5), 0.0
 
 
+def test_ctrl_c_ends_the_run_in_one_line_with_the_interrupt_status(tmp_path, monkeypatch, capsys,
+                                                                   fingerprinter_dirs):
+    monkeypatch.setattr(evaluate_module, "SentenceEmbedder", lambda name: HashEmbedder())
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evaluate_module, "evaluate", interrupted)
+    code = main(["--locomo", write_locomo(tmp_path / "locomo.json"), "--fingerprinter",
+                 str(fingerprinter_dirs["trained"]), "--out", str(tmp_path / "eval"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 130 and err.startswith("interrupted: ") and err.count("\n") == 1, err
+    assert "the same command again goes on from it" in err
+
+
 def test_cli_run_with_the_answer_stage(tmp_path, monkeypatch, fingerprinter_dirs):
     monkeypatch.setattr(evaluate_module, "SentenceEmbedder", lambda name: HashEmbedder())
     canned = {QA[0]["question"]: "Lisbon, a blue scarf", QA[1]["question"]: QA[1]["answer"],

@@ -493,6 +493,34 @@ def test_a_time_finer_than_microseconds_is_refused_not_cut(tmp_path, capsys):
     assert not (tmp_path / "store").exists()
 
 
+def test_ctrl_c_keeps_the_sessions_added_and_a_rerun_adds_the_rest(tmp_path, capsys, monkeypatch):
+    """Interrupted after its first session, ingest says so in one line (status 130); the same
+    command again stores every turn once."""
+    import retrieval.ingest as ingest_module
+
+    path = tmp_path / "talk.jsonl"
+    turns = conversation_turns()
+    path.write_text("\n".join(jsonl_line(session_id=t.session_id, turn_id=t.turn_id, speaker=t.speaker,
+                                          text=t.text) for t in turns) + "\n")
+    add = ingest_module.add_conversation
+
+    def first_session_then_ctrl_c(memory, given, **options):
+        add(memory, [t for t in given if t.session_id == given[0].session_id], **options)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ingest_module, "add_conversation", first_session_then_ctrl_c)
+    command = ["--jsonl", str(path), "--store", str(tmp_path / "store"), "--no-progress"]
+    assert main(command) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("interrupted: the turns added so far are stored") and err.count("\n") == 1, err
+    with AMUStore(tmp_path / "store", read_only=True) as store:
+        assert 0 < len(store.turns("talk")) < len(turns)  # the file's name is its conversation
+    monkeypatch.setattr(ingest_module, "add_conversation", add)
+    assert main(command) == 0
+    with AMUStore(tmp_path / "store", read_only=True) as store:
+        assert [t.turn_id for t in store.turns("talk")] == [t.turn_id for t in turns]
+
+
 def test_cli_names_an_embedder_directory_that_is_not_there(tmp_path, capsys):
     path = tmp_path / "talk.jsonl"
     path.write_text(jsonl_line() + "\n")

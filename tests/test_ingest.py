@@ -581,3 +581,25 @@ def test_cli_names_an_embedder_directory_that_holds_no_model_in_one_line(tmp_pat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"embedder '{tmp_path / 'notes'}': " in err and "Traceback" not in err
     assert not (tmp_path / "store").exists()
+
+
+def test_an_embedder_from_the_hugging_face_cache_asks_the_hub_for_nothing(monkeypatch):
+    """The cache attempt tells the transformer's adapter lookup too that it is local (transformers
+    asks the hub for an adapter config otherwise: 24 s of retries with the hub unreachable)."""
+    import sentence_transformers
+
+    from retrieval.index.embed import SentenceEmbedder
+
+    calls: list[dict] = []
+
+    class Cached:
+        def __init__(self, path, **kwargs):
+            calls.append({"path": path, **kwargs})
+
+        def get_sentence_embedding_dimension(self):
+            return 8
+
+    monkeypatch.setattr(sentence_transformers, "SentenceTransformer", Cached)
+    assert SentenceEmbedder("org/cached-model").dim == 8
+    assert calls == [{"path": "org/cached-model", "local_files_only": True, "device": "cpu",
+                      "model_kwargs": {"adapter_kwargs": {"local_files_only": True}}}]

@@ -20,6 +20,17 @@ from isq.encoder import (
 )
 
 
+def _sentence_transformer(path: str, *, local_files_only: bool = False, **kwargs: Any) -> Any:
+    """``SentenceTransformer(path, ...)``; from the Hugging Face cache alone (``local_files_only``),
+    its transformer's adapter lookup too: transformers asks the hub for an ``adapter_config.json``
+    however it is told, which with the hub unreachable costs the hub client's retries."""
+    from sentence_transformers import SentenceTransformer
+
+    if local_files_only:
+        kwargs["model_kwargs"] = {"adapter_kwargs": {"local_files_only": True}}
+    return SentenceTransformer(path, local_files_only=local_files_only, **kwargs)
+
+
 class SentenceEmbedder:
     """A sentence-transformers model by name or path (offline all-MiniLM-L6-v2 by default).
 
@@ -27,8 +38,6 @@ class SentenceEmbedder:
     """
 
     def __init__(self, model: str = MINILM_ALIAS, batch_size: int = 64, device: str = "cpu") -> None:
-        from sentence_transformers import SentenceTransformer
-
         self.name = model
         self.batch_size = batch_size
         if (Path(model).is_absolute() or model.startswith(".")) and not Path(model).is_dir():
@@ -36,7 +45,7 @@ class SentenceEmbedder:
                                      f"model's directory, a hub name, or {MINILM_ALIAS!r}, the default)")
         try:
             with quiet_loading():
-                self._model = load_offline_first(SentenceTransformer, model, device=device)
+                self._model = load_offline_first(_sentence_transformer, model, device=device)
         except EncoderUnavailable as err:  # it names the model and what to give instead
             raise EncoderUnavailable(f"embedder: {err}") from None
         except (OSError, ValueError) as err:  # a directory, but not a sentence-transformers model's

@@ -58,26 +58,26 @@ def named_or_recorded(target: str | Path, named: Path | None, *, writer: bool = 
     try:
         with open_store(target, read_only=not writer) as store:
             recorded = recorded_fingerprinter(store)
-            if writer and recorded is None:
-                _refuse_unfound(store)
-            return recorded
-    except StoreError as err:
-        if isinstance(err, UnfoundFingerprinter):
-            raise
+            unfound = _unfound(store) if writer and recorded is None else None
+    except StoreError:
         return None
+    if unfound is not None:
+        raise UnfoundFingerprinter(unfound)
+    return recorded
 
 
 class UnfoundFingerprinter(StoreError):
     """A store built with a fingerprinter is opened for writing without one it can find."""
 
 
-def _refuse_unfound(store: Store) -> None:
-    """:class:`UnfoundFingerprinter` when ``store`` holds turns built with a fingerprinter: its
-    recorded directory is gone, or none was recorded (only ``retrieval.ingest`` records it)."""
+def _unfound(store: Store) -> str | None:
+    """Why ``store`` cannot be written without naming its fingerprinter (None when it can): it
+    holds turns built with one whose recorded directory is gone, or that none recorded (only
+    ``retrieval.ingest`` records it)."""
     if store.meta("fingerprinter") in (None, "none") or not store.holds_turns():
-        return
+        return None
     recorded = store.meta(PATH_KEY)
     where = (f"loaded from {recorded}, which is no longer a directory" if recorded is not None
              else "whose directory it does not record")
-    raise UnfoundFingerprinter(f"{store.location} was built with a fingerprinter {where}: pass "
-                               "--fingerprinter DIR, the same exported fingerprinter")
+    return (f"{store.location} was built with a fingerprinter {where}: pass --fingerprinter DIR, the same "
+            "exported fingerprinter")

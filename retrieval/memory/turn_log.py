@@ -106,13 +106,11 @@ class TurnLog(SQLitePart):
             rows = self._db.execute("SELECT * FROM turns WHERE conversation_id = ? AND position > ? "
                                     "ORDER BY position", (user, after)).fetchall()
             return [turn_from_row(row) for row in rows], rows[-1]["position"] if rows else after
-        covered = {turn_id for (turn_ids,) in self._db.execute(
-            "SELECT turn_ids FROM segments WHERE conversation_id = ?", (user,))
-                   for turn_id in json.loads(turn_ids)}
         rows = self._db.execute("SELECT * FROM turns WHERE conversation_id = ? ORDER BY position",
                                 (user,)).fetchall()
+        uncovered = self.uncovered_turn_ids(user)  # after the turns: one added meanwhile is not read
         last = rows[-1]["position"] if rows else 0
-        return [turn_from_row(row) for row in rows if row["turn_id"] not in covered], last
+        return [turn_from_row(row) for row in rows if row["turn_id"] in uncovered], last
 
     def backlog_users(self) -> list[str]:
         """Users that may have turns no committed segment covers (more stored turns than their

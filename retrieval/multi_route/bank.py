@@ -44,7 +44,7 @@ from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.records import AMU, Turn, raw_turn_id
 from retrieval.memory.store_contract import Store
 from retrieval.multi_route.collector import collector_paused
-from retrieval.multi_route.growing import GrowingInts, GrowingRows
+from retrieval.multi_route.growing import GrowingFlags, GrowingInts, GrowingRows
 from retrieval.multi_route.planner_rules import PlanContext
 
 ITEM_BYTES = 2048
@@ -75,7 +75,7 @@ class MemoryBank:
                                    user=user_id)
         dim = embedder.dim
         self._record_rows, self._turn_rows, self._node_rows = (GrowingRows(dim) for _ in range(3))
-        self._turn_record, self._searchable, self._turn_open = GrowingInts(), GrowingInts(), GrowingInts()
+        self._turn_record, self._searchable, self._turn_open = GrowingInts(), GrowingInts(), GrowingFlags()
         self._record_sessions, self._turn_sessions = GrowingInts(), GrowingInts()
         self._sessions: dict[str, int] = {}
         self._turn_index: dict[str, int] = {}
@@ -130,8 +130,9 @@ class MemoryBank:
     @property
     def open_turns(self) -> np.ndarray:
         """Per raw turn, whether it is open: stored, in no committed segment (as far as the bank
-        was told: :meth:`add_turns` opens, :meth:`close_turns` and :meth:`open_only` close)."""
-        return self._turn_open.view.astype(bool)
+        was told: :meth:`add_turns` opens, :meth:`close_turns` and :meth:`open_only` close). The
+        bank's own array, to read."""
+        return self._turn_open.view
 
     @property
     def searchable(self) -> np.ndarray:
@@ -214,7 +215,7 @@ class MemoryBank:
             self._turn_index[turn.turn_id] = len(self.turns)
             self.turns.append(turn)
         self._turn_record.extend(np.full(len(turns), -1, dtype=np.int64), fresh=True)
-        self._turn_open.extend(np.ones(len(turns), dtype=np.int64), fresh=True)
+        self._turn_open.extend(np.ones(len(turns), dtype=bool), fresh=True)
         self._turn_sessions.extend(self._session_numbers(turn.session_id for turn in turns), fresh=True)
         times = [turn.session_time for turn in turns if turn.session_time is not None]
         context = self.context
@@ -228,16 +229,16 @@ class MemoryBank:
         for turn_id in turn_ids:
             j = self._turn_index.get(turn_id)
             if j is not None:
-                opened[j] = 0
+                opened[j] = False
 
     def open_only(self, turn_ids: Collection[str]) -> None:
         """Of the bank's turns, these alone are open (the store's ``uncovered_turn_ids``)."""
         opened = self._turn_open.view
-        opened[:] = 0
+        opened[:] = False
         for turn_id in turn_ids:
             j = self._turn_index.get(turn_id)
             if j is not None:
-                opened[j] = 1
+                opened[j] = True
 
     def add_records(self, store: Store, amus: Sequence[AMU]) -> None:
         """A committed segment's active records join every channel (records, turns merged into a

@@ -56,3 +56,10 @@ class GrowingInts(_Growing):
 
     def __init__(self) -> None:
         super().__init__((), np.int64)
+
+
+class GrowingFlags(_Growing):
+    """A boolean vector."""
+
+    def __init__(self) -> None:
+        super().__init__((), np.bool_)

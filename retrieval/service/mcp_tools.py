@@ -72,7 +72,8 @@ class StrictTools(MCPServer):
                 for tool in await super().list_tools()]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
-        taken = {tool.name: set(tool.input_schema.get("properties", {})) for tool in await self.list_tools()}
+        listed = await super().list_tools()  # the schemas as made: this runs at every call
+        taken = {tool.name: set(tool.input_schema.get("properties", {})) for tool in listed}
         unknown = sorted(set(arguments) - taken[name]) if name in taken else []
         if unknown:
             raise ToolError(f"{unknown[0]}: Extra inputs are not permitted")

@@ -84,11 +84,10 @@ class TurnLog:
             rows = self.db.rows(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s AND position > %s "
                                 "ORDER BY position", (user, after))
             return turns_of(rows), int(rows[-1]["position"]) if rows else after
-        segments = self.db.rows("SELECT turn_ids FROM segments WHERE user_id = %s", (user,))
-        covered = {turn_id for row in segments for turn_id in json.loads(row["turn_ids"])}
         rows = self.db.rows(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s ORDER BY position", (user,))
+        uncovered = self.uncovered_turn_ids(user)  # after the turns: one added meanwhile is not read
         last = int(rows[-1]["position"]) if rows else 0
-        return turns_of([row for row in rows if row["turn_id"] not in covered]), last
+        return turns_of([row for row in rows if row["turn_id"] in uncovered]), last
 
     def backlog_users(self) -> list[str]:
         """Users with more stored turns than their segments list, in order of their first turn."""

@@ -10,6 +10,7 @@ reached, :class:`EncoderUnavailable` says so in one line instead of a minute of 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import socket
@@ -87,7 +88,18 @@ def from_pretrained(loader: Any, name_or_path: str, **kwargs: Any) -> Any:
     """``loader.from_pretrained`` (a transformers class) for a local path, the offline alias, a
     cached name or, with the hub reachable, a hub name; otherwise one :class:`EncoderUnavailable`."""
     with quiet_loading():
-        return load_offline_first(loader.from_pretrained, name_or_path, **kwargs)
+        return load_offline_first(functools.partial(_loaded, loader), name_or_path, **kwargs)
+
+
+def _loaded(loader: Any, path: str, *, local_files_only: bool = False, **kwargs: Any) -> Any:
+    """``loader.from_pretrained(path, ...)``; a model from the Hugging Face cache alone
+    (``local_files_only``) with its adapter lookup local too: an ``AutoModel`` class asks the hub
+    for an ``adapter_config.json`` however it is told, which with the hub unreachable costs the
+    hub client's retries (tokenizers and configs have no adapters, and take no such argument)."""
+    if local_files_only and (isinstance(loader, type) and issubclass(loader, PreTrainedModel)
+                             or hasattr(loader, "_model_mapping")):  # a concrete model or an AutoModel class
+        kwargs["adapter_kwargs"] = {"local_files_only": True}
+    return loader.from_pretrained(path, local_files_only=local_files_only, **kwargs)
 
 
 @contextlib.contextmanager

@@ -3,6 +3,8 @@ encoder, and an export holds the adapters beside a checksum reference to the ins
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -89,6 +91,39 @@ def test_the_trainable_line_says_only_adapters_train(pair) -> None:
 def test_loading_an_encoder_draws_no_progress_bar(capfd) -> None:
     ISQModel(minilm())
     assert "Loading weights" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("loader", ["AutoModel", "BertModel", "AutoTokenizer", "AutoConfig"])
+def test_a_model_in_the_hugging_face_cache_loads_asking_the_hub_for_nothing(loader, tmp_path, monkeypatch):
+    """A hub name found in the cache loads from it with no request to the hub: an ``AutoModel``
+    asked the hub for an ``adapter_config.json`` even when told to stay local (with the hub
+    unreachable, 23 s of the hub client's retries)."""
+    import huggingface_hub.constants
+    import huggingface_hub.file_download
+    import transformers
+
+    from isq.encoder import from_pretrained, resolve_encoder_path
+
+    snapshot = tmp_path / "models--org--tiny" / "snapshots" / ("0" * 40)
+    transformers.BertModel(transformers.BertConfig(
+        vocab_size=32, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16,
+    )).save_pretrained(snapshot)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt"):
+        (snapshot / name).write_bytes((Path(resolve_encoder_path(MINILM_ALIAS)) / name).read_bytes())
+    (tmp_path / "models--org--tiny" / "refs").mkdir()
+    (tmp_path / "models--org--tiny" / "refs" / "main").write_text("0" * 40)
+    asked: list[str] = []
+
+    def hub(url, *args, **kwargs):
+        asked.append(url)
+        raise OSError("the hub cannot be reached")
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # as a user's: the tests set it
+    monkeypatch.setattr(huggingface_hub.file_download, "get_hf_file_metadata", hub)
+    loaded = from_pretrained(getattr(transformers, loader), "org/tiny", cache_dir=str(tmp_path))
+    assert asked == []
+    assert type(loaded).__name__ == {"AutoModel": "BertModel", "BertModel": "BertModel",
+                                     "AutoTokenizer": "BertTokenizer", "AutoConfig": "BertConfig"}[loader]
 
 
 def test_loading_the_sentence_embedder_draws_no_progress_bar(capfd) -> None:

@@ -8,6 +8,7 @@ import hashlib
 import json
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -513,6 +514,27 @@ def test_ctrl_c_ends_the_run_in_one_line_with_the_interrupt_status(tmp_path, mon
     err = capsys.readouterr().err
     assert code == 130 and err.startswith("interrupted: ") and err.count("\n") == 1, err
     assert "the same command again goes on from it" in err
+
+
+def test_a_run_refused_while_building_leaves_no_staged_reports_or_empty_out(tmp_path, monkeypatch, capsys,
+                                                                           fingerprinter_dirs):
+    """A run refused half-way (``--store`` holding another memory of the file's conversation)
+    leaves OUT as it found it: no ``.incomplete``, and no OUT where there was none."""
+    monkeypatch.setattr(evaluate_module, "SentenceEmbedder", lambda name: HashEmbedder())
+    locomo = write_locomo(tmp_path / "locomo.json")
+    command = ["--fingerprinter", str(fingerprinter_dirs["trained"]), "--k-dense", "2", "--k-code", "2",
+               "--no-progress"]
+    assert main(["--locomo", locomo, "--out", str(tmp_path / "built"), *command]) == 0
+    edited = tmp_path / "edited.json"
+    edited.write_text(Path(locomo).read_text().replace(SESSION_1[3], "Something else entirely."))
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "notes.txt").write_text("mine")
+    for out in ("fresh", "kept"):
+        assert main(["--locomo", str(edited), "--out", str(tmp_path / out), "--store",
+                     str(tmp_path / "built" / "store"), *command]) == 2
+        assert "holds another memory of 'conv-t'" in capsys.readouterr().err
+    assert not (tmp_path / "fresh").exists()
+    assert sorted(path.name for path in (tmp_path / "kept").iterdir()) == ["notes.txt"]
 
 
 def test_cli_run_with_the_answer_stage(tmp_path, monkeypatch, fingerprinter_dirs):

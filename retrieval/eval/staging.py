@@ -5,6 +5,7 @@ were, never its ``questions.jsonl`` beside another run's ``results.json``."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Collection
@@ -40,3 +41,12 @@ def publish(staging: Path, out_dir: Path, optional: Collection[str] = OPTIONAL) 
     for path in sorted(staging.iterdir(), key=lambda path: path.name == "results.json"):
         os.replace(path, out_dir / path.name)
     staging.rmdir()
+
+
+def drop_staging(out_dir: Path, made: bool) -> None:
+    """What a failed or stopped run staged in ``out_dir`` is dropped, and ``out_dir`` itself where
+    the run ``made`` it and nothing else is there (a refused ``--store`` run leaves no directory)."""
+    shutil.rmtree(out_dir / STAGING, ignore_errors=True)
+    if made:
+        with contextlib.suppress(OSError):  # not empty: the memory built so far is kept there
+            out_dir.rmdir()

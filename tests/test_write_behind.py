@@ -381,6 +381,54 @@ def test_a_search_completes_while_another_users_purge_holds_the_writer(tmp_path,
         assert not mem.search("a story 5 gardens", user_id="a", k=3).hits
 
 
+def test_a_search_completes_while_its_users_add_waits_for_another_users_purge(tmp_path, monkeypatch):
+    """A's purge holds the store's writer; B's add waits for it; B's search does not wait with it
+    (and finds B's add once it is stored)."""
+    import retrieval.api.memory as memory_module
+
+    hold, real = Hold(), memory_module.hard_purge
+
+    def held_purge(store, user, *args, **kwargs):
+        with store._transaction():  # the writer's transaction stays open while held
+            hold.here()
+        return real(store, user, *args, **kwargs)
+
+    monkeypatch.setattr(memory_module, "hard_purge", held_purge)
+    with open_memory(tmp_path) as mem:
+        for user in ("a", "b"):
+            mem.add(chat(user, 12), user_id=user, session_id="s")
+            mem.flush(user_id=user, session_id="s")
+        assert hit_ids(mem, "b story 5 gardens", "b")  # B's state held
+        appending, append = threading.Event(), mem.store.append_turns
+
+        def announced_append(*args, **kwargs):
+            appending.set()  # the add holds what it holds while it waits for the writer
+            return append(*args, **kwargs)
+
+        monkeypatch.setattr(mem.store, "append_turns", announced_append)
+        forget = threading.Thread(target=mem.forget, kwargs={"user_id": "a"})
+        add = threading.Thread(target=mem.add, args=([{"speaker": "Ann", "text": "b pumpkins grow late"}],),
+                               kwargs={"user_id": "b", "session_id": "s"})
+        found: list[list[tuple[str, float]]] = []
+        search = threading.Thread(target=lambda: found.append(hit_ids(mem, "b story 7 gardens", "b")))
+        forget.start()
+        try:
+            assert hold.entered.wait(WAIT_S)
+            add.start()
+            assert appending.wait(WAIT_S)
+            search.start()
+            search.join(WAIT_S)
+            assert not search.is_alive() and hold.blocked and add.is_alive()
+            assert found[0] and all(hit.startswith("b") for hit, _ in found[0])
+        finally:
+            hold.released.set()
+            forget.join(WAIT_S)
+            add.join(WAIT_S)
+            search.join(WAIT_S)
+        top = mem.search("b pumpkins grow late", user_id="b", k=1).hits[0]
+        assert top.text.endswith("b pumpkins grow late")
+
+
 def test_a_failing_segment_is_reported_at_drain_and_tried_again_by_flush(tmp_path):
     extractor = HeldExtractor("a")
     extractor.hold.released.set()

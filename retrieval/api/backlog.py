@@ -183,7 +183,7 @@ class Backlog:
         if self.store.concurrent_writers and state.stream is not None \
                 and state.marks != self.store.ingestion_marks(user):
             state.stream = None  # another node closed segments of the user or purged: reload
-        with guard.state:
+        with guard.log, guard.state:  # no add between the backlog read and its count
             purges = self.store.purge_count(user)  # before the turns: their arrays cached while it holds
             turns, last = self.store.backlog(user, None if state.stream is None else state.fed)
             with self._changed:
@@ -242,7 +242,7 @@ class Backlog:
 
     def reset(self, user: str) -> None:
         """Forget the user's stream and waiting turns after its turns changed (a purge; the caller
-        holds both of the user's guards): the next step reloads the stream from the store."""
+        holds every guard of the user): the next step reloads the stream from the store."""
         self.unindexed.drop(user)
         with self._changed:
             state = self._users.get(user)
@@ -280,7 +280,8 @@ class Backlog:
             raise self._failed(user, state, err) from err
 
     def _failed(self, user: str, state: _User, err: Exception) -> IngestFailed:
-        with self.guards.of(user).state:
+        guard = self.guards.of(user)
+        with guard.log, guard.state:
             self._reset(user, state, f"{type(err).__name__}: {err}")
         return IngestFailed(f"processing the turns of user {user!r} failed: {state.error}", "user_id")
 

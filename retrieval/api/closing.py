@@ -2,7 +2,7 @@
 (once the memory is closed it refuses them with :class:`StoreUnavailable` instead of SQLite's error
 about a closed database, closing waits for the calls inside, and a store that fails under a call,
 a database restart say, is the call's :class:`StoreUnavailable` too, its cause the store's error),
-and a pair of locks per user
+and three locks per user
 (:class:`UserGuard`): nothing is shared between users, so different users never wait for each
 other."""
 
@@ -75,13 +75,17 @@ class _GuardLock:
 
 
 class UserGuard:
-    """One user's locks. ``state`` (short holds) orders what the user's search state and turn log
-    see: an add's bind-and-commit, a segment's commit and state update, a search, a purge.
-    ``stream`` (held while segments are processed, which may take an LLM call) orders the user's
-    ingestion: the worker's steps, a flush, a purge. Take ``stream`` before ``state``."""
+    """One user's locks. ``state`` (short holds) orders what the user's search state sees: an
+    add's turns joining it, a segment's commit and state update, a search, a purge. ``log`` orders
+    what the user's turn log takes: an add's bind-and-commit (which may wait for the store's one
+    writer, another user's purge say: no search waits with it), the worker's read of the backlog,
+    a purge. ``stream`` (held while segments are processed, which may take an LLM call) orders the
+    user's ingestion: the worker's steps, a flush, a purge. Take ``stream``, then ``log``, then
+    ``state``."""
 
     def __init__(self) -> None:
         self.state = _GuardLock(self)
+        self.log = _GuardLock(self)
         self.stream = _GuardLock(self)
 
 
@@ -101,11 +105,12 @@ class UserGuards:
 
     @contextlib.contextmanager
     def held(self, users: Iterable[str]) -> Iterator[None]:
-        """Both guards of each of ``users``, taken user by user in sorted order (so two holders of
-        several users never wait on each other), ``stream`` before ``state``."""
+        """Every guard of each of ``users``, taken user by user in sorted order (so two holders of
+        several users never wait on each other), ``stream``, ``log``, then ``state``."""
         with contextlib.ExitStack() as stack:
             for user in sorted(set(users)):
                 guard = self.of(user)
                 stack.enter_context(guard.stream)
+                stack.enter_context(guard.log)
                 stack.enter_context(guard.state)
             yield

@@ -21,10 +21,12 @@ What runs in parallel and what is serialised (:mod:`retrieval.api.closing`):
 * Users never wait for each other: each has its own guards, search state and stream; searches,
   gets and lists read the store on their thread's own SQLite connection (WAL), which never waits
   for a write transaction, another user's add or segment, a consolidation or a purge.
-* A user's ``state`` guard orders its add (id binding and commit), a segment's commit with its
-  search-state update, its searches (the state is extended in place) and a purge: one commit or
-  one search at a time, never an extraction. Its ``stream`` guard orders its ingestion (worker
-  steps, flush) and a purge, which so waits for the running step.
+* A user's ``state`` guard orders its add's turns joining the search state, a segment's commit
+  with its search-state update, its searches (the state is extended in place) and a purge: one
+  commit or one search at a time, never an extraction. Its ``log`` guard orders its adds (id
+  binding and commit, which may wait for the store's writer: its searches do not wait with them)
+  with the worker's read of the backlog and a purge. Its ``stream`` guard orders its ingestion
+  (worker steps, flush) and a purge, which so waits for the running step.
 * All writes share the store's writer connection, one short transaction at a time. The models
   run one forward at a time: searches arriving during one share the next, ahead of ingestion's
   small forwards (:mod:`retrieval.index.query_batcher`); every forward runs on the process's
@@ -173,10 +175,12 @@ class Memory:
         user, session = check_id("user_id", user_id), check_id("session_id", session_id)
         key = optional_id("idempotency_key", idempotency_key)
         checked = check_turns(turns, user, session)
-        with self._gate, self._guards.of(user).state:
+        guard = self._guards.of(user)
+        with self._gate, guard.log:
             self._writable()
             appended = append_add(self.store, user, session, checked, key)
-            self._backlog.added(user, appended.marks, appended.stored, appended.purges)
+            with guard.state:
+                self._backlog.added(user, appended.marks, appended.stored, appended.purges)
             return appended.result
 
     def flush(self, *, user_id: str, session_id: str) -> AddResult:
@@ -218,7 +222,7 @@ class Memory:
         (:mod:`retrieval.memory.purge`, :mod:`retrieval.api.purge`)."""
         user, item = check_id("user_id", user_id), check_id("id", id)
         guard = self._guards.of(user)
-        with self._gate, guard.stream, guard.state:
+        with self._gate, guard.stream, guard.log, guard.state:
             self._writable()
             turn_id = turn_id_of(user, item)
             if turn_id is not None:
@@ -234,7 +238,7 @@ class Memory:
         derives from them, as :meth:`delete` of each turn does."""
         user, session = check_id("user_id", user_id), optional_id("session_id", session_id)
         guard = self._guards.of(user)
-        with self._gate, guard.stream, guard.state:
+        with self._gate, guard.stream, guard.log, guard.state:
             self._writable()
             if session is not None:
                 self._require_session(user, session)
@@ -369,7 +373,7 @@ class Memory:
                 "ingest_pending_turns": self._backlog.pending()}
 
     def _purge(self, user: str, **selection: Any) -> None:
-        """The caller holds both of the user's guards, so no segment of a purged turn commits."""
+        """The caller holds every guard of the user, so no add or segment of a purged turn commits."""
         hard_purge(self.store, user, self.models.answer_caches(self.store.local_files), **selection)
         self._states.drop(user)
         self._backlog.reset(user)  # an open segment may have held a purged turn: reload it

@@ -537,6 +537,37 @@ def test_a_run_refused_while_building_leaves_no_staged_reports_or_empty_out(tmp_
     assert sorted(path.name for path in (tmp_path / "kept").iterdir()) == ["notes.txt"]
 
 
+def test_a_run_stopped_half_way_counts_what_it_built_in_the_construction_cost(tmp_path, fingerprinters,
+                                                                             monkeypatch):
+    """Ctrl-C in the second session: the first session's segments stay built, and what building
+    them cost is in the store's ledger, so the run that goes on reports both runs' cost."""
+    from retrieval.api.memory import Memory
+    from retrieval.memory.backends import open_store
+    from retrieval.memory.meta_keys import CONSTRUCTION_KEY
+
+    conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
+    models, settings = EvalModels(fingerprinters, HashEmbedder()), EvaluationSettings(progress=False)
+    flush, flushed = Memory.flush, []
+
+    def stopped(memory, **kwargs):
+        flushed.append(kwargs["session_id"])
+        if len(flushed) == 2:
+            raise KeyboardInterrupt
+        return flush(memory, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Memory, "flush", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            evaluate(conversations, models, tmp_path / "eval", settings)
+    with open_store(tmp_path / "eval" / "store") as store:
+        spent = store.meta(CONSTRUCTION_KEY.format("conv-t"))
+        assert len(store.segments("conv-t")) > 0
+    assert spent is not None and spent["seconds"] > 0
+    done = evaluate(conversations, models, tmp_path / "eval", settings)
+    assert done.construction.ingest_seconds > spent["seconds"]
+    assert done.construction.per_conversation["conv-t"] > spent["seconds"]
+
+
 def test_cli_run_with_the_answer_stage(tmp_path, monkeypatch, fingerprinter_dirs):
     monkeypatch.setattr(evaluate_module, "SentenceEmbedder", lambda name: HashEmbedder())
     canned = {QA[0]["question"]: "Lisbon, a blue scarf", QA[1]["question"]: QA[1]["answer"],

@@ -162,8 +162,11 @@ def add_locomo_conversation(conversation: LocomoConversation, memory: Memory,
         _check_stored(memory.store, cid, conversation.turns)
         return 0.0, 0
     logger.info("%s: adding %d turns through Memory.add", cid, len(conversation.turns))
-    stats = add_conversation(memory, conversation.turns)
-    ledger.add(cid, stats)
+    stats = IngestStats()
+    try:
+        add_conversation(memory, conversation.turns, stats=stats)
+    finally:  # a run stopped half-way counts what it spent: the segments it committed stay built
+        ledger.add(cid, stats)
     # a rerun replays the file's turns; turns of a longer file an earlier run built from would be
     # searched beside them, as distractors of every question
     own = "--database" if url_scheme(memory.store.location) in POSTGRES_SCHEMES else "--out"

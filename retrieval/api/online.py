@@ -83,7 +83,10 @@ class UserStream:
         the stored turns no segment covers (or ``turns``: none when the caller feeds them itself,
         read after the user's purge count was ``purges``) fed again (segments they close are
         committed now, through ``publish`` when given). So it cuts and extracts as the stream that
-        never stopped would. Returns it and the AMUs so committed."""
+        never stopped would, where the user had at most one session open: the open exchanges of
+        several are fed again after every closed segment's values, where the stream that never
+        stopped had some of those values after them, so a cut in them may move. Returns it and
+        the AMUs so committed."""
         stream = cls(user, store, models, purges)
         if publish is not None:
             stream.publish = lambda record, amus: publish(stream, record, amus)

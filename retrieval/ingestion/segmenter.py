@@ -166,7 +166,8 @@ def replayed_history(closed: Sequence[tuple[str, str, Sequence[np.ndarray]]]
     cut off, when that one closed at it (a semantic boundary or the capacity limit). And, per
     session whose last segment closed so, that segment: the exchange that cut it off opens the
     session's next segment and is still to be pushed again (:attr:`SemanticSegmenter.cut_off`). A
-    stream that restarts takes both, so it cuts where the uninterrupted one would."""
+    stream that restarts takes both, so it cuts where the uninterrupted one would (when its open
+    exchanges all came after these segments' values: :meth:`retrieval.api.online.UserStream.load`)."""
     history: list[float] = []
     before: dict[str, tuple[str, np.ndarray]] = {}  # per session: its last segment's reason, embeddings
     for session, reason, embeddings in closed:

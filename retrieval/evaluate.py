@@ -50,7 +50,7 @@ from retrieval.eval.questions import EvidenceReport, select_questions
 from retrieval.eval.render import pct
 from retrieval.eval.results import Results
 from retrieval.eval.run import EvalModels, EvaluationSettings, evaluate
-from retrieval.eval.staging import drop_staging
+from retrieval.eval.staging import drop_if_empty
 from retrieval.extract.base import Extractor
 from retrieval.extract.llm_extractor import LLMExtractor
 from retrieval.extract.rules import RuleExtractor
@@ -175,11 +175,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             answer_configs=answer_configs, recorded=settings, progress=not args.no_progress,
             store=args.store, database=args.database))
     except (EvaluationError, IngestError, StoreError, MemoryAPIError, EndpointRefused) as err:
-        drop_staging(args.out, fresh_out)
+        drop_if_empty(args.out, fresh_out)
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        drop_staging(args.out, fresh_out)
+        drop_if_empty(args.out, fresh_out)
         print(f"interrupted: {args.out}'s reports are as an earlier run left them; the memory built so far "
               "is kept, and the same command again goes on from it", file=sys.stderr)
         return 130

@@ -537,6 +537,39 @@ def test_a_run_refused_while_building_leaves_no_staged_reports_or_empty_out(tmp_
     assert sorted(path.name for path in (tmp_path / "kept").iterdir()) == ["notes.txt"]
 
 
+def test_a_second_run_refused_into_the_same_out_leaves_the_running_runs_reports(tmp_path, monkeypatch,
+                                                                                  fingerprinter_dirs):
+    """Run A holds OUT's store and has staged its reports; run B into the same OUT is refused (the
+    store is busy) and drops nothing of A's: A ends with its reports published."""
+    import threading
+
+    import retrieval.eval.run as run_module
+
+    monkeypatch.setattr(evaluate_module, "SentenceEmbedder", lambda name: HashEmbedder())
+    out = tmp_path / "out"
+    command = ["--locomo", write_locomo(tmp_path / "locomo.json"), "--out", str(out), "--fingerprinter",
+               str(fingerprinter_dirs["trained"]), "--k-dense", "2", "--k-code", "2", "--no-progress"]
+    staged, go_on, write = threading.Event(), threading.Event(), run_module.write_questions
+
+    def held(path, *args, **kwargs):
+        staged.set()
+        go_on.wait(120)
+        return write(path, *args, **kwargs)
+
+    monkeypatch.setattr(run_module, "write_questions", held)
+    codes: list[int] = []
+    first = threading.Thread(target=lambda: codes.append(main(command)))
+    first.start()
+    try:
+        assert staged.wait(120) and (out / ".incomplete").is_dir()
+        assert main(command) == 2
+        assert (out / ".incomplete").is_dir()
+    finally:
+        go_on.set()
+        first.join(120)
+    assert codes == [0] and (out / "results.json").is_file()
+
+
 def test_a_run_stopped_half_way_counts_what_it_built_in_the_construction_cost(tmp_path, fingerprinters,
                                                                              monkeypatch):
     """Ctrl-C in the second session: the first session's segments stay built, and what building

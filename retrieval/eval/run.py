@@ -72,7 +72,7 @@ from retrieval.eval.results import (
     write_results,
     write_sweep,
 )
-from retrieval.eval.staging import publish, staging_dir
+from retrieval.eval.staging import publish, staged
 from retrieval.extract.base import Extractor
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.fts import RecordLexical
@@ -338,9 +338,9 @@ def evaluate(conversations: Sequence[LocomoConversation], models: EvalModels, ou
     extractor = models.extractor or RuleExtractor()
     target = settings.store or settings.database or out_dir / STORE_DIR
     with open_memory(target, models.embedder, extractor, models.operator,
-                     read_only=settings.store is not None) as memory:
-        staging = staging_dir(out_dir)  # out_dir made once the memory opened: a refused run leaves none
-        # embeddings and fingerprints come from its cache when an earlier run computed them
+                     read_only=settings.store is not None) as memory, staged(out_dir) as staging:
+        # out_dir made once the memory opened (a refused run leaves none); embeddings and
+        # fingerprints come from its cache when an earlier run computed them
         store = memory.store
         embedder = CachedEmbedder(models.embedder, store)
         fingerprinters = {name: CachedFingerprinter(fp, store) for name, fp in models.fingerprinters.items()}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from retrieval.eval.curves import CURVES_FILE
@@ -43,10 +43,21 @@ def publish(staging: Path, out_dir: Path, optional: Collection[str] = OPTIONAL) 
     staging.rmdir()
 
 
-def drop_staging(out_dir: Path, made: bool) -> None:
-    """What a failed or stopped run staged in ``out_dir`` is dropped, and ``out_dir`` itself where
-    the run ``made`` it and nothing else is there (a refused ``--store`` run leaves no directory)."""
-    shutil.rmtree(out_dir / STAGING, ignore_errors=True)
+@contextlib.contextmanager
+def staged(out_dir: Path) -> Iterator[Path]:
+    """:func:`staging_dir` for a block that writes the run's reports: one that fails or is stopped
+    in it (Ctrl-C) drops what it staged."""
+    staging = staging_dir(out_dir)
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def drop_if_empty(out_dir: Path, made: bool) -> None:
+    """Remove ``out_dir`` where the run ``made`` it and left nothing in it (a refused ``--store``
+    run); another run's reports or a memory built there keep it."""
     if made:
-        with contextlib.suppress(OSError):  # not empty: the memory built so far is kept there
+        with contextlib.suppress(OSError):  # not empty, or gone
             out_dir.rmdir()

@@ -11,7 +11,8 @@ worker replays every user that has some, so no turn is lost or fed twice and no 
 committed twice (a segment's records, index rows and progress row commit in one transaction).
 
 A step holds the user's ``stream`` guard (:class:`retrieval.api.closing.UserGuard`) while it
-processes and the ``state`` guard only to read the log, to commit each closed segment with its
+processes, the ``log`` and ``state`` guards only to read the log (no add commits between that
+read and the count of what it fed), and the ``state`` guard to commit each closed segment with its
 search-state update and to add the turns of the user's adds to its search state
 (:class:`retrieval.api.unindexed.UnindexedTurns`, whose vectors it computes before), so the user's
 adds and searches wait at most for one commit, and other users never wait. Its model calls are

@@ -21,12 +21,9 @@ What runs in parallel and what is serialised (:mod:`retrieval.api.closing`):
 * Users never wait for each other: each has its own guards, search state and stream; searches,
   gets and lists read the store on their thread's own SQLite connection (WAL), which never waits
   for a write transaction, another user's add or segment, a consolidation or a purge.
-* A user's ``state`` guard orders its add's turns joining the search state, a segment's commit
-  with its search-state update, its searches (the state is extended in place) and a purge: one
-  commit or one search at a time, never an extraction. Its ``log`` guard orders its adds (id
-  binding and commit, which may wait for the store's writer: its searches do not wait with them)
-  with the worker's read of the backlog and a purge. Its ``stream`` guard orders its ingestion
-  (worker steps, flush) and a purge, which so waits for the running step.
+* A user's guards (:class:`retrieval.api.closing.UserGuard`): ``state`` orders what its search
+  state sees (one commit or one search at a time, never an extraction), ``log`` its adds' commits
+  (its searches do not wait while they wait for the writer), ``stream`` its ingestion.
 * All writes share the store's writer connection, one short transaction at a time. The models
   run one forward at a time: searches arriving during one share the next, ahead of ingestion's
   small forwards (:mod:`retrieval.index.query_batcher`); every forward runs on the process's

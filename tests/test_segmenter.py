@@ -287,6 +287,53 @@ def test_a_restarted_stream_cuts_where_the_uninterrupted_one_does(tmp_path):
     assert segments(tmp_path / "restarted", restarts=True) == uninterrupted
 
 
+def test_a_restart_with_several_sessions_open_cuts_where_the_uninterrupted_stream_does(tmp_path):
+    """Three sessions of one user added interleaved and never flushed: a restart feeds their open
+    exchanges again, and each is judged against the history as it stood when it was first pushed
+    (the closed segments' values merged in by the turn log's order), so no cut moves."""
+    import random
+
+    from retrieval import Memory
+
+    rng = random.Random(4)
+    topics = [["garden", "tomatoes", "soil", "water"], ["marathon", "running", "shoes", "race"],
+              ["guitar", "song", "chords", "band"], ["paris", "trip", "museum", "train"],
+              ["puppy", "walk", "park", "leash"], ["cake", "oven", "flour", "sugar"]]
+    everyword = [word for topic in topics for word in topic]
+    adds: dict[str, list[list[dict]]] = {}
+    for session in ("s0", "s1", "s2"):
+        topic, said = rng.choice(topics), []
+        for i in range(24):
+            topic = rng.choice(topics) if rng.random() < 0.2 else topic
+            said.append({"speaker": ("Ann", "Bob")[i % 2], "turn_id": f"{session}-{i}",
+                         "text": " ".join(rng.sample(topic, 3) + rng.sample(everyword, 1))})
+        adds[session] = [said[i:i + 3] for i in range(0, 24, 3)]
+    order = rng.sample(list(adds) * 8, k=24)
+    ops = [(session, adds[session][order[:at].count(session)]) for at, session in enumerate(order)]
+
+    def segments(path, restart_at: int | None, flush: bool) -> list[tuple]:
+        memory = Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+        for at, (session, turns) in enumerate([*ops, (None, [])]):
+            if at == restart_at:
+                memory.close()
+                memory = Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+            if session is not None:
+                memory.add(turns, user_id="u", session_id=session)
+                memory.drain(user_id="u")
+        for session in adds if flush else ():
+            memory.flush(user_id="u", session_id=session)
+        cut = [(record.session_id, record.turn_ids, record.reason) for record in memory.store.segments("u")]
+        memory.close()
+        return cut
+
+    for flush in (False, True):
+        uninterrupted = segments(tmp_path / f"once{flush}", None, flush)
+        assert len(uninterrupted) >= 3 and len({session for session, _, _ in uninterrupted}) == 3
+        for restart_at in range(6, 25, 3):  # 24: a restart after the last add, before the flushes
+            restarted = segments(tmp_path / f"restarted{restart_at}{flush}", restart_at, flush)
+            assert restarted == uninterrupted, (restart_at, flush)
+
+
 def test_a_session_of_several_sessions_or_a_short_embedding_is_refused():
     mixed = turns_of([words(5)] * 2, session="s1") + turns_of([words(5)] * 2, session="s2")
     with pytest.raises(ValueError, match=r"sessions\[0\] holds turns of \('c', 's1'\) and \('c', 's2'\)"):

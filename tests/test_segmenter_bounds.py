@@ -93,6 +93,9 @@ def test_replayed_history_counts_the_exchange_that_made_a_capacity_cut():
     closed = [s for ex, e in pushed for s in live.push(ex, e)] + [live.flush()]
     assert [s.reason for s in closed] == [CAPACITY_LIMIT, SESSION_FLUSH]
     vectors = {ex.turns[0].turn_id: e for ex, e in pushed}
-    replay = [(s.session_id, s.reason, [vectors[ex.turns[0].turn_id] for ex in s.exchanges]) for s in closed]
+    keys = {ex.turns[0].turn_id: float(at) for at, (ex, _) in enumerate(pushed)}
+    replay = [(s.session_id, s.reason, [keys[ex.turns[0].turn_id] for ex in s.exchanges],
+               [vectors[ex.turns[0].turn_id] for ex in s.exchanges]) for s in closed]
     history, _ = replayed_history(replay)
-    assert history == pytest.approx(list(live.history))
+    assert [key for key, _ in history] == [1.0, 2.0]  # each value keyed by the push that appended it
+    assert [value for _, value in history] == pytest.approx(list(live.history))

@@ -26,6 +26,7 @@ ingestion worker wraps it to update the user's search state under the user's gua
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +34,8 @@ from typing import Any
 
 from retrieval.extract.base import Extractor, ReferenceContext
 from retrieval.ingestion.pipeline import embed_segment, fingerprinted, segment_record
-from retrieval.ingestion.segmenter import SegmenterConfig, SemanticSegmenter, pair_exchanges, replayed_history
+from retrieval.ingestion.push_order import PushOrder
+from retrieval.ingestion.segmenter import SegmenterConfig, SemanticSegmenter, replayed_history
 from retrieval.memory.cache import for_user
 from retrieval.memory.records import AMU, Exchange, Segment, SegmentRecord, Turn
 from retrieval.memory.store_contract import Store
@@ -73,6 +75,8 @@ class UserStream:
         self.sessions: dict[str, OpenSession] = {}
         self.context = ReferenceContext(())
         self.next_seq = store.next_seq(user)
+        self._order: PushOrder | None = None  # after a restart, until the values in _later are merged
+        self._later: deque[tuple[float, float]] = deque()
 
     @classmethod
     def load(cls, user: str, store: Store, models: StreamModels, turns: Sequence[Turn] | None = None,
@@ -83,10 +87,9 @@ class UserStream:
         the stored turns no segment covers (or ``turns``: none when the caller feeds them itself,
         read after the user's purge count was ``purges``) fed again (segments they close are
         committed now, through ``publish`` when given). So it cuts and extracts as the stream that
-        never stopped would, where the user had at most one session open: the open exchanges of
-        several are fed again after every closed segment's values, where the stream that never
-        stopped had some of those values after them, so a cut in them may move. Returns it and
-        the AMUs so committed."""
+        never stopped would, the open exchanges of several sessions included (up to a flush
+        followed by another session's turns before it: :mod:`retrieval.ingestion.push_order`).
+        Returns it and the AMUs so committed."""
         stream = cls(user, store, models, purges)
         if publish is not None:
             stream.publish = lambda record, amus: publish(stream, record, amus)
@@ -104,31 +107,32 @@ class UserStream:
         return stream, stream.push(store.uncovered_turns(user) if turns is None else turns)
 
     def _replay(self, segments: Sequence[SegmentRecord]) -> None:
-        """Fill the surprise history from the last stored segments that hold a history's worth of
-        values (:func:`replayed_history`; their exchange vectors read from the store's cache)."""
-        closed: list[tuple[str, str, list[Exchange]]] = []
-        values = 0
-        for record in reversed(segments):
-            if values > self.models.config.history_size:
-                break  # one segment more than the values need: the cut its first exchange made
-            turns = [turn for turn in map(self._stored_turn, record.turn_ids) if turn is not None]
-            exchanges = pair_exchanges(turns, self.models.config.pair_turns)
-            closed.append((record.session_id, record.reason, exchanges))
-            values += max(len(exchanges) - 1, 0)
-        closed.reverse()
-        texts = [exchange.text for _, _, exchanges in closed for exchange in exchanges]
+        """The surprise history as it stood before the first open exchange was pushed, and the
+        closed segments' values pushed after it, to join the history as the open exchanges are
+        fed again (:meth:`feed`), in the order the stream that never stopped appended them
+        (:mod:`retrieval.ingestion.push_order`; the segments' exchange vectors read from the
+        store's cache; :func:`replayed_history`)."""
+        order = PushOrder(self.store.turns(self.user), segments, self.models.config.pair_turns)
+        chosen = order.look_back(segments, self.models.config.history_size)
+        closed = [(record, order.exchanges(record)) for record in chosen]
+        texts = [exchange.text for _, exchanges in closed for exchange in exchanges]
         vectors = iter(self.models.embedder.encode(texts) if texts else [])
-        history, cut_off = replayed_history([(session, reason, [next(vectors) for _ in exchanges])
-                                             for session, reason, exchanges in closed if exchanges])
-        self.history.extend(history)
+        values, cut_off = replayed_history([(record.session_id, record.reason, order.keys(record),
+                                             [next(vectors) for _ in exchanges])
+                                            for record, exchanges in closed if exchanges])
+        values.sort(key=lambda keyed: keyed[0])  # stable: a segment's values keep their order
+        self.history.extend(value for key, value in values if key < order.first_open)
+        self._later = deque((key, value) for key, value in values if key >= order.first_open)
+        self._order = order if self._later else None
         for session, segment in cut_off.items():
             self.open_session(session).segmenter.cut_off = segment
 
-    def _stored_turn(self, turn_id: str) -> Turn | None:
-        try:
-            return self.store.turn(self.user, turn_id)
-        except KeyError:  # purged
-            return None
+    def _release(self, key: float) -> None:
+        """The closed segments' values pushed before the push keyed ``key`` join the history."""
+        while self._later and self._later[0][0] < key:
+            self.history.append(self._later.popleft()[1])
+        if not self._later:
+            self._order = None  # all merged: the user's turn index is not kept
 
     def open_session(self, session_id: str) -> OpenSession:
         if session_id not in self.sessions:
@@ -167,6 +171,7 @@ class UserStream:
         session = self.sessions.get(session_id)
         if session is None:
             return []
+        self._release(math.inf)  # a flush now comes after every push the log holds
         amus = self.feed([Exchange((session.waiting,))]) if session.waiting is not None else []
         session.waiting = None
         closed = session.segmenter.flush()
@@ -180,6 +185,7 @@ class UserStream:
         vectors = self.models.embedder.encode([exchange.text for exchange in exchanges])
         amus: list[AMU] = []
         for exchange, vector in zip(exchanges, vectors, strict=True):
+            self._release(math.inf if self._order is None else self._order.key(exchange))
             session = self.open_session(exchange.turns[0].session_id)
             for segment in session.segmenter.push(exchange, vector):
                 amus += self._commit(segment)

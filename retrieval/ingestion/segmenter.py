@@ -157,25 +157,26 @@ def _surprise(embedding: np.ndarray, segment: np.ndarray) -> float:
     return 1.0 - max(_cosine(embedding, segment.mean(axis=0)), _cosine(embedding, segment[-1]))
 
 
-def replayed_history(closed: Sequence[tuple[str, str, Sequence[np.ndarray]]]
-                     ) -> tuple[list[float], dict[str, np.ndarray]]:
+def replayed_history(closed: Sequence[tuple[str, str, Sequence[float], Sequence[np.ndarray]]]
+                     ) -> tuple[list[tuple[float, float]], dict[str, np.ndarray]]:
     """The surprise values the segmenter appended to its history while it cut these segments
-    ((session id, the reason it closed, its exchanges' embeddings), in the order they closed), as
-    :meth:`SemanticSegmenter.push` computed them: for each exchange after a segment's first,
-    against the exchanges before it; for a segment's first, against the segment of its session it
-    cut off, when that one closed at it (a semantic boundary or the capacity limit). And, per
-    session whose last segment closed so, that segment: the exchange that cut it off opens the
-    session's next segment and is still to be pushed again (:attr:`SemanticSegmenter.cut_off`). A
-    stream that restarts takes both, so it cuts where the uninterrupted one would (when its open
-    exchanges all came after these segments' values: :meth:`retrieval.api.online.UserStream.load`)."""
-    history: list[float] = []
+    ((session id, the reason it closed, the keys of its exchanges' pushes,
+    :mod:`retrieval.ingestion.push_order`, and their embeddings), in the order they closed), each
+    with the key of the push that appended it, as :meth:`SemanticSegmenter.push` computed them:
+    for each exchange after a segment's first, against the exchanges before it; for a segment's
+    first, against the segment of its session it cut off, when that one closed at it (a semantic
+    boundary or the capacity limit). And, per session whose last segment closed so, that
+    segment: the exchange that cut it off opens the session's next segment and is still to be
+    pushed again (:attr:`SemanticSegmenter.cut_off`). A stream that restarts takes both, so it
+    cuts where the uninterrupted one would."""
+    history: list[tuple[float, float]] = []
     before: dict[str, tuple[str, np.ndarray]] = {}  # per session: its last segment's reason, embeddings
-    for session, reason, embeddings in closed:
+    for session, reason, keys, embeddings in closed:
         vectors = np.asarray(embeddings, dtype=np.float64)
         cut = before.get(session)
         if cut is not None and cut[0] in (SEMANTIC_BOUNDARY, CAPACITY_LIMIT):
-            history.append(_surprise(vectors[0], cut[1]))
-        history += [_surprise(vectors[index], vectors[:index]) for index in range(1, len(vectors))]
+            history.append((keys[0], _surprise(vectors[0], cut[1])))
+        history += [(keys[at], _surprise(vectors[at], vectors[:at])) for at in range(1, len(vectors))]
         before[session] = (reason, vectors)
     return history, {session: vectors for session, (reason, vectors) in before.items()
                      if reason in (SEMANTIC_BOUNDARY, CAPACITY_LIMIT)}

@@ -1,0 +1,112 @@
+"""When a user's stream pushed each exchange into its segmenter, read back from the turn log: a
+stream restarted with open segments in several sessions replays its surprise history in the
+order the stream that never stopped built it (docs/design.md §5.2).
+
+The worker feeds a user's turns in log order, and an exchange is pushed when the turn that
+completes it is fed: a paired exchange at its reply, a lone turn at the next turn of its session
+(the speaker did not change) or, the last turn before a flush, at that flush. Every surprise
+value belongs to the push of one exchange, so the value's *key* is the log index of that
+completing turn. A flush's own moment is not in the log: its push is keyed just after its turn,
+which is exact unless turns of other sessions were fed between that turn and the flush. (Turns
+fed unpaired, ``SegmenterConfig.pair_turns`` off, wait for the end of the worker's chunk, which
+the log does not record either.)
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+
+from retrieval.ingestion.segmenter import CAPACITY_LIMIT, SEMANTIC_BOUNDARY, SESSION_FLUSH, pair_exchanges
+from retrieval.memory.records import Exchange, SegmentRecord, Turn
+
+CUTS = (SEMANTIC_BOUNDARY, CAPACITY_LIMIT)
+"""How a segment closes at its session's next exchange, whose push appends its surprise against it."""
+
+
+class PushOrder:
+    """The keys of a user's pushes, from its stored ``turns`` (in log order) and ``segments`` (in
+    the order they closed)."""
+
+    def __init__(self, turns: Sequence[Turn], segments: Sequence[SegmentRecord], pair_turns: bool) -> None:
+        self.pair_turns = pair_turns
+        self.turns = {turn.turn_id: turn for turn in turns}
+        self.index = {turn.turn_id: at for at, turn in enumerate(turns)}
+        self.following: dict[str, str] = {}
+        last: dict[str, str] = {}
+        for turn in turns:
+            if turn.session_id in last:
+                self.following[last[turn.session_id]] = turn.turn_id
+            last[turn.session_id] = turn.turn_id
+        covered = {turn_id for record in segments for turn_id in record.turn_ids}
+        self.first_open = min((at for turn_id, at in self.index.items() if turn_id not in covered),
+                              default=math.inf)
+        """The index of the first turn no segment covers: every value keyed below it was in the
+        history before any open exchange was pushed."""
+
+    def key(self, exchange: Exchange, flushed: bool = False) -> float:
+        """The key of the push of ``exchange`` (``flushed``: a lone turn pushed by the flush that
+        closed its segment); a turn not in the log read is fed after every key."""
+        own = exchange.turns[-1].turn_id
+        if own not in self.index:
+            return math.inf
+        if len(exchange.turns) == 2:
+            return float(self.index[own])
+        following = None if flushed else self.following.get(own)
+        return self.index[own] + 0.5 if following is None else float(self.index[following])
+
+    def exchanges(self, record: SegmentRecord) -> list[Exchange]:
+        """The exchanges of a closed segment (its turns purged since left out)."""
+        return pair_exchanges([self.turns[t] for t in record.turn_ids if t in self.turns], self.pair_turns)
+
+    def keys(self, record: SegmentRecord) -> list[float]:
+        """The keys of the segment's exchanges' pushes (its last, alone at a flush, was the flush's)."""
+        exchanges = self.exchanges(record)
+        return [self.key(exchange, flushed=record.reason == SESSION_FLUSH and at == len(exchanges) - 1
+                         and len(exchange.turns) == 1) for at, exchange in enumerate(exchanges)]
+
+    def closed_by(self, record: SegmentRecord, keys: Sequence[float]) -> float:
+        """A bound on the key of the push that closed the segment: its session's next exchange
+        (a cut) or, at the latest, just after its last turn (a flush, a full segment)."""
+        stored = [t for t in record.turn_ids if t in self.turns]
+        if not stored:
+            return -math.inf
+        bound = max([*keys, self.index[stored[-1]] + 0.5])
+        first = self.following.get(stored[-1])
+        if first is None:
+            return bound
+        second = self.following.get(first)
+        turns = (self.turns[first],) if second is None else (self.turns[first], self.turns[second])
+        paired = self.pair_turns and len(turns) == 2 and turns[0].speaker != turns[1].speaker
+        return max(bound, self.key(Exchange(turns if paired else turns[:1])))
+
+    def look_back(self, segments: Sequence[SegmentRecord], size: int) -> list[SegmentRecord]:
+        """The closed segments, in the order they closed, whose values a history of ``size`` needs:
+        every value keyed from the first open turn on, and the ``size`` keyed last below it. Read
+        back from the last: a segment closed no later than its push (:meth:`closed_by`) and holds
+        no value keyed after it, so once that bound is below the ``size`` values found, neither it
+        nor any before it holds one of them. Each segment's session predecessor is added when the
+        segment's first exchange cut it off (its value needs that segment's embeddings)."""
+        previous: dict[int, SegmentRecord] = {}
+        last: dict[str, SegmentRecord] = {}
+        for record in segments:
+            if record.session_id in last:
+                previous[record.seq] = last[record.session_id]
+            last[record.session_id] = record
+        chosen: list[SegmentRecord] = []
+        below: list[float] = []  # a min-heap of the ``size`` largest value keys below first_open
+        for record in reversed(segments):
+            keys = self.keys(record)
+            if len(below) >= size and self.closed_by(record, keys) < below[0]:
+                break
+            chosen.append(record)
+            cut = previous.get(record.seq)
+            valued = keys if cut is not None and cut.reason in CUTS else keys[1:]
+            for key in (k for k in valued if k < self.first_open):
+                (heapq.heappush if len(below) < size else heapq.heappushpop)(below, key)
+        held = {record.seq for record in chosen}
+        needed = {cut.seq: cut for record in chosen if (cut := previous.get(record.seq)) is not None
+                  and cut.seq not in held and cut.reason in CUTS}
+        order = {record.seq: at for at, record in enumerate(segments)}
+        return sorted([*chosen, *needed.values()], key=lambda record: order[record.seq])

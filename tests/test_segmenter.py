@@ -334,6 +334,24 @@ def test_a_restart_with_several_sessions_open_cuts_where_the_uninterrupted_strea
             assert restarted == uninterrupted, (restart_at, flush)
 
 
+def test_a_push_is_keyed_by_the_log_index_of_the_turn_that_completed_its_exchange():
+    """A paired exchange at its reply, a lone turn at its session's next turn, a turn a flush
+    pushed just after itself, a turn the log does not hold after every key."""
+    from retrieval.ingestion.push_order import PushOrder
+    from retrieval.memory.records import SegmentRecord
+
+    said = [("s1", "Ann"), ("s1", "Bob"), ("s2", "Ann"), ("s1", "Ann"), ("s2", "Cy"), ("s1", "Ann")]
+    log = [Turn("c", session, f"t{at}", speaker, f"turn {at}") for at, (session, speaker) in enumerate(said)]
+    flushed = SegmentRecord("c", 0, "s1", ("t0", "t1", "t3"), SESSION_FLUSH)
+    order = PushOrder(log, [flushed], pair_turns=True)
+    assert order.first_open == 2  # t2, of s2, is in no segment
+    assert order.key(Exchange((log[0], log[1]))) == 1  # at its reply
+    assert order.key(Exchange((log[3],))) == 5  # Ann again: pushed alone when t5 came
+    assert order.key(Exchange((log[3],)), flushed=True) == 3.5
+    assert order.keys(flushed) == [1, 3.5]  # the segment's last turn went alone at its flush
+    assert order.key(Exchange((Turn("c", "s1", "t9", "Ann", "later"),))) == math.inf
+
+
 def test_a_session_of_several_sessions_or_a_short_embedding_is_refused():
     mixed = turns_of([words(5)] * 2, session="s1") + turns_of([words(5)] * 2, session="s2")
     with pytest.raises(ValueError, match=r"sessions\[0\] holds turns of \('c', 's1'\) and \('c', 's2'\)"):

@@ -98,8 +98,8 @@ class PushOrder:
         below: list[float] = []  # a min-heap of the ``size`` largest value keys below first_open
         for record in reversed(segments):
             keys = self.keys(record)
-            if len(below) >= size and self.closed_by(record, keys) < below[0]:
-                break
+            if len(below) >= size and (not below or self.closed_by(record, keys) < below[0]):
+                break  # (a history of no values needs no segment)
             chosen.append(record)
             cut = previous.get(record.seq)
             valued = keys if cut is not None and cut.reason in CUTS else keys[1:]

@@ -352,17 +352,23 @@ def test_a_consolidation_completes_while_another_users_consolidation_is_held(tmp
         mem.close()
 
 
-def test_a_search_completes_while_another_users_purge_holds_the_writer(tmp_path, monkeypatch):
+def purges_held(monkeypatch) -> Hold:
+    """Every purge holds the store's writer (its transaction open) until the hold is released."""
     import retrieval.api.memory as memory_module
 
     hold, real = Hold(), memory_module.hard_purge
 
     def held_purge(store, user, *args, **kwargs):
-        with store._transaction():  # the writer's transaction stays open while held
+        with store._transaction():
             hold.here()
         return real(store, user, *args, **kwargs)
 
     monkeypatch.setattr(memory_module, "hard_purge", held_purge)
+    return hold
+
+
+def test_a_search_completes_while_another_users_purge_holds_the_writer(tmp_path, monkeypatch):
+    hold = purges_held(monkeypatch)
     with open_memory(tmp_path) as mem:
         for user in ("a", "b"):
             mem.add(chat(user, 12), user_id=user, session_id="s")
@@ -384,16 +390,7 @@ def test_a_search_completes_while_another_users_purge_holds_the_writer(tmp_path,
 def test_a_search_completes_while_its_users_add_waits_for_another_users_purge(tmp_path, monkeypatch):
     """A's purge holds the store's writer; B's add waits for it; B's search does not wait with it
     (and finds B's add once it is stored)."""
-    import retrieval.api.memory as memory_module
-
-    hold, real = Hold(), memory_module.hard_purge
-
-    def held_purge(store, user, *args, **kwargs):
-        with store._transaction():  # the writer's transaction stays open while held
-            hold.here()
-        return real(store, user, *args, **kwargs)
-
-    monkeypatch.setattr(memory_module, "hard_purge", held_purge)
+    hold = purges_held(monkeypatch)
     with open_memory(tmp_path) as mem:
         for user in ("a", "b"):
             mem.add(chat(user, 12), user_id=user, session_id="s")

@@ -334,6 +334,60 @@ def test_a_restart_with_several_sessions_open_cuts_where_the_uninterrupted_strea
             assert restarted == uninterrupted, (restart_at, flush)
 
 
+def test_a_restart_cuts_as_the_uninterrupted_stream_with_flushes_and_a_speaker_saying_two_turns(tmp_path):
+    """Adds of one to three turns to three sessions, a speaker now and then saying two turns in a
+    row, a session flushed when another's add follows it: a restart before any operation leaves
+    every cut where it was. (A turn waiting at the restart whose speaker speaks again after it is
+    pushed alone by that later turn, after every value the log held.)"""
+    import random
+
+    from retrieval import Memory
+
+    rng = random.Random(10)
+    topics = [["garden", "tomatoes", "soil", "water"], ["marathon", "running", "shoes", "race"],
+              ["guitar", "song", "chords", "band"], ["paris", "trip", "museum", "train"],
+              ["puppy", "walk", "park", "leash"], ["cake", "oven", "flour", "sugar"]]
+    everyword = [word for topic in topics for word in topic]
+    topic = {f"s{i}": rng.choice(topics) for i in range(3)}
+    speaker, count, ops, last = dict.fromkeys(topic, "Ann"), dict.fromkeys(topic, 0), [], None
+    for _ in range(20):
+        session = rng.choice(list(topic))
+        if last and last != session and rng.random() < 0.3:
+            ops.append(("flush", last, []))
+        turns = []
+        for _ in range(rng.randint(1, 3)):
+            if rng.random() < 0.2:
+                topic[session] = rng.choice(topics)
+            if rng.random() > 0.3:
+                speaker[session] = "Bob" if speaker[session] == "Ann" else "Ann"
+            words = rng.choices(topic[session], k=rng.randint(3, 6) - 1) + rng.sample(everyword, 1)
+            turns.append({"speaker": speaker[session], "turn_id": f"{session}-{count[session]}",
+                          "text": " ".join(words)})
+            count[session] += 1
+        ops.append(("add", session, turns))
+        last = session
+
+    def segments(path, restart_at: int | None) -> list[tuple]:
+        memory = Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+        for at, (kind, session, turns) in enumerate(ops):
+            if at == restart_at:
+                memory.close()
+                memory = Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+            if kind == "add":
+                memory.add(turns, user_id="u", session_id=session)
+                memory.drain(user_id="u")
+            else:
+                memory.flush(user_id="u", session_id=session)
+        cut = [(record.session_id, record.turn_ids, record.reason) for record in memory.store.segments("u")]
+        memory.close()
+        return cut
+
+    uninterrupted = segments(tmp_path / "once", None)
+    assert {reason for _, _, reason in uninterrupted} >= {SESSION_FLUSH}
+    for restart_at in range(1, len(ops)):
+        assert segments(tmp_path / f"restarted{restart_at}", restart_at) == uninterrupted, restart_at
+
+
 def test_a_push_is_keyed_by_the_log_index_of_the_turn_that_completed_its_exchange():
     """A paired exchange at its reply, a lone turn at its session's next turn, a turn a flush
     pushed just after itself, a turn the log does not hold after every key."""

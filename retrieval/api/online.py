@@ -87,8 +87,8 @@ class UserStream:
         the stored turns no segment covers (or ``turns``: none when the caller feeds them itself,
         read after the user's purge count was ``purges``) fed again (segments they close are
         committed now, through ``publish`` when given). So it cuts and extracts as the stream that
-        never stopped would, the open exchanges of several sessions included (up to a flush
-        followed by another session's turns before it: :mod:`retrieval.ingestion.push_order`).
+        never stopped would, the open exchanges of several sessions included (up to where the
+        log does not say when a flush came: :mod:`retrieval.ingestion.push_order`).
         Returns it and the AMUs so committed."""
         stream = cls(user, store, models, purges)
         if publish is not None:
@@ -171,7 +171,6 @@ class UserStream:
         session = self.sessions.get(session_id)
         if session is None:
             return []
-        self._release(math.inf)  # a flush now comes after every push the log holds
         amus = self.feed([Exchange((session.waiting,))]) if session.waiting is not None else []
         session.waiting = None
         closed = session.segmenter.flush()
@@ -185,7 +184,7 @@ class UserStream:
         vectors = self.models.embedder.encode([exchange.text for exchange in exchanges])
         amus: list[AMU] = []
         for exchange, vector in zip(exchanges, vectors, strict=True):
-            self._release(math.inf if self._order is None else self._order.key(exchange))
+            self._release(math.inf if self._order is None else self._order.fed_key(exchange))
             session = self.open_session(exchange.turns[0].session_id)
             for segment in session.segmenter.push(exchange, vector):
                 amus += self._commit(segment)

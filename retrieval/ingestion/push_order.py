@@ -6,10 +6,13 @@ The worker feeds a user's turns in log order, and an exchange is pushed when the
 completes it is fed: a paired exchange at its reply, a lone turn at the next turn of its session
 (the speaker did not change) or, the last turn before a flush, at that flush. Every surprise
 value belongs to the push of one exchange, so the value's *key* is the log index of that
-completing turn. A flush's own moment is not in the log: its push is keyed just after its turn,
-which is exact unless turns of other sessions were fed between that turn and the flush. (Turns
-fed unpaired, ``SegmenterConfig.pair_turns`` off, wait for the end of the worker's chunk, which
-the log does not record either.)
+completing turn. A flush's own moment is not in the log: its push is keyed just after its turn.
+That is exact unless turns of other sessions were fed between that turn and the flush (then a
+value may be misplaced, or left out of the replay), or the flush's push itself closed the
+segment at its length or exchange limit and the session was added to again (the log cannot tell
+that push from one made by the session's next turn). (Turns fed unpaired,
+``SegmenterConfig.pair_turns`` off, wait for the end of the worker's chunk, which the log does not
+record either.)
 """
 
 from __future__ import annotations
@@ -55,6 +58,15 @@ class PushOrder:
             return float(self.index[own])
         following = None if flushed else self.following.get(own)
         return self.index[own] + 0.5 if following is None else float(self.index[following])
+
+    def fed_key(self, exchange: Exchange) -> float:
+        """The key of a push the restarted stream makes now: :meth:`key`, except for a lone turn
+        whose next turn the log read does not hold: a turn stored since (or a flush) pushes it,
+        after every key."""
+        own = exchange.turns[-1].turn_id
+        if len(exchange.turns) == 1 and own in self.index and own not in self.following:
+            return math.inf
+        return self.key(exchange)
 
     def exchanges(self, record: SegmentRecord) -> list[Exchange]:
         """The exchanges of a closed segment (its turns purged since left out)."""

@@ -113,13 +113,12 @@ class UserStream:
         (:mod:`retrieval.ingestion.push_order`; the segments' exchange vectors read from the
         store's cache; :func:`replayed_history`)."""
         order = PushOrder(self.store.turns(self.user), segments, self.models.config.pair_turns)
-        chosen = order.look_back(segments, self.models.config.history_size)
-        closed = [(record, order.exchanges(record)) for record in chosen]
-        texts = [exchange.text for _, exchanges in closed for exchange in exchanges]
+        closed = order.look_back(segments, self.models.config.history_size)
+        texts = [exchange.text for _, exchanges, _ in closed for exchange in exchanges]
         vectors = iter(self.models.embedder.encode(texts) if texts else [])
-        values, cut_off = replayed_history([(record.session_id, record.reason, order.keys(record),
+        values, cut_off = replayed_history([(record.session_id, record.reason, keys,
                                              [next(vectors) for _ in exchanges])
-                                            for record, exchanges in closed if exchanges])
+                                            for record, exchanges, keys in closed if exchanges])
         values.sort(key=lambda keyed: keyed[0])  # stable: a segment's values keep their order
         self.history.extend(value for key, value in values if key < order.first_open)
         self._later = deque((key, value) for key, value in values if key >= order.first_open)

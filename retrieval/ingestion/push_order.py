@@ -21,11 +21,11 @@ import heapq
 import math
 from collections.abc import Sequence
 
-from retrieval.ingestion.segmenter import CAPACITY_LIMIT, SEMANTIC_BOUNDARY, SESSION_FLUSH, pair_exchanges
+from retrieval.ingestion.segmenter import CUTS, SESSION_FLUSH, pair_exchanges
 from retrieval.memory.records import Exchange, SegmentRecord, Turn
 
-CUTS = (SEMANTIC_BOUNDARY, CAPACITY_LIMIT)
-"""How a segment closes at its session's next exchange, whose push appends its surprise against it."""
+Keyed = tuple[SegmentRecord, list[Exchange], list[float]]
+"""A closed segment with its exchanges and the keys of their pushes (:meth:`PushOrder.keyed`)."""
 
 
 class PushOrder:
@@ -68,15 +68,18 @@ class PushOrder:
             return math.inf
         return self.key(exchange)
 
-    def exchanges(self, record: SegmentRecord) -> list[Exchange]:
-        """The exchanges of a closed segment (its turns purged since left out)."""
-        return pair_exchanges([self.turns[t] for t in record.turn_ids if t in self.turns], self.pair_turns)
+    def keyed(self, record: SegmentRecord) -> Keyed:
+        """A closed segment's exchanges (its turns purged since left out) and the keys of their
+        pushes (its last, alone at a flush, was the flush's)."""
+        stored = [self.turns[turn_id] for turn_id in record.turn_ids if turn_id in self.turns]
+        exchanges = pair_exchanges(stored, self.pair_turns)
+        return record, exchanges, [self.key(exchange, flushed=record.reason == SESSION_FLUSH
+                                            and at == len(exchanges) - 1 and len(exchange.turns) == 1)
+                                   for at, exchange in enumerate(exchanges)]
 
     def keys(self, record: SegmentRecord) -> list[float]:
-        """The keys of the segment's exchanges' pushes (its last, alone at a flush, was the flush's)."""
-        exchanges = self.exchanges(record)
-        return [self.key(exchange, flushed=record.reason == SESSION_FLUSH and at == len(exchanges) - 1
-                         and len(exchange.turns) == 1) for at, exchange in enumerate(exchanges)]
+        """The keys of the segment's exchanges' pushes (:meth:`keyed`)."""
+        return self.keyed(record)[2]
 
     def closed_by(self, record: SegmentRecord, keys: Sequence[float]) -> float:
         """A bound on the key of the push that closed the segment: its session's next exchange
@@ -93,7 +96,7 @@ class PushOrder:
         paired = self.pair_turns and len(turns) == 2 and turns[0].speaker != turns[1].speaker
         return max(bound, self.key(Exchange(turns if paired else turns[:1])))
 
-    def look_back(self, segments: Sequence[SegmentRecord], size: int) -> list[SegmentRecord]:
+    def look_back(self, segments: Sequence[SegmentRecord], size: int) -> list[Keyed]:
         """The closed segments, in the order they closed, whose values a history of ``size`` needs:
         every value keyed from the first open turn on, and the ``size`` keyed last below it. Read
         back from the last: a segment closed no later than its push (:meth:`closed_by`) and holds
@@ -106,19 +109,19 @@ class PushOrder:
             if record.session_id in last:
                 previous[record.seq] = last[record.session_id]
             last[record.session_id] = record
-        chosen: list[SegmentRecord] = []
+        chosen: dict[int, Keyed] = {}
         below: list[float] = []  # a min-heap of the ``size`` largest value keys below first_open
         for record in reversed(segments):
-            keys = self.keys(record)
+            _, _, keys = keyed = self.keyed(record)
             if len(below) >= size and (not below or self.closed_by(record, keys) < below[0]):
                 break  # (a history of no values needs no segment)
-            chosen.append(record)
+            chosen[record.seq] = keyed
             cut = previous.get(record.seq)
             valued = keys if cut is not None and cut.reason in CUTS else keys[1:]
             for key in (k for k in valued if k < self.first_open):
                 (heapq.heappush if len(below) < size else heapq.heappushpop)(below, key)
-        held = {record.seq for record in chosen}
-        needed = {cut.seq: cut for record in chosen if (cut := previous.get(record.seq)) is not None
-                  and cut.seq not in held and cut.reason in CUTS}
+        needed = [cut for seq in list(chosen) if (cut := previous.get(seq)) is not None
+                  and cut.seq not in chosen and cut.reason in CUTS]
+        chosen.update((cut.seq, self.keyed(cut)) for cut in needed)
         order = {record.seq: at for at, record in enumerate(segments)}
-        return sorted([*chosen, *needed.values()], key=lambda record: order[record.seq])
+        return sorted(chosen.values(), key=lambda keyed: order[keyed[0].seq])

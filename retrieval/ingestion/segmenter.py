@@ -57,6 +57,8 @@ CAPACITY_LIMIT = "capacity_limit"
 TARGET_LENGTH = "target_length"
 EXCHANGE_LIMIT = "exchange_limit"
 SESSION_FLUSH = "session_flush"
+CUTS = (SEMANTIC_BOUNDARY, CAPACITY_LIMIT)
+"""How a segment closes at its session's next exchange, whose push appends its surprise against it."""
 
 _MAD_TO_SIGMA = 1.4826
 
@@ -174,12 +176,12 @@ def replayed_history(closed: Sequence[tuple[str, str, Sequence[float], Sequence[
     for session, reason, keys, embeddings in closed:
         vectors = np.asarray(embeddings, dtype=np.float64)
         cut = before.get(session)
-        if cut is not None and cut[0] in (SEMANTIC_BOUNDARY, CAPACITY_LIMIT):
+        if cut is not None and cut[0] in CUTS:
             history.append((keys[0], _surprise(vectors[0], cut[1])))
         history += [(keys[at], _surprise(vectors[at], vectors[:at])) for at in range(1, len(vectors))]
         before[session] = (reason, vectors)
     return history, {session: vectors for session, (reason, vectors) in before.items()
-                     if reason in (SEMANTIC_BOUNDARY, CAPACITY_LIMIT)}
+                     if reason in CUTS}
 
 
 def pair_exchanges(turns: Sequence[Turn], pair: bool = True) -> list[Exchange]:

@@ -220,11 +220,11 @@ def test_a_failed_user_whose_lock_another_node_holds_at_its_retry_is_tried_again
 
     import psycopg
 
-    from retrieval.api import backlog
+    from retrieval.api import retries
     from retrieval.memory.postgres import database
     from tests.test_write_behind import FailingOnce
 
-    monkeypatch.setattr(backlog, "RETRY_S", 0.2)
+    monkeypatch.setattr(retries, "RETRY_S", 0.2)
     extractor = FailingOnce()
     failures = extractor.failures
     with Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(),

@@ -447,9 +447,9 @@ def test_a_failed_step_is_tried_again_by_the_worker_after_a_pause(tmp_path, monk
     """The extraction endpoint fails once: a user that only adds (no drain, no flush) gets its
     records all the same, the worker trying it again after a pause; the drain after has nothing
     to report, the failure being over."""
-    from retrieval.api import backlog
+    from retrieval.api import retries
 
-    monkeypatch.setattr(backlog, "RETRY_S", 0.05)
+    monkeypatch.setattr(retries, "RETRY_S", 0.05)
     extractor = FailingOnce()
     failures = extractor.failures
     with open_memory(tmp_path, extractor=extractor) as mem:

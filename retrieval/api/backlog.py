@@ -33,10 +33,9 @@ node that died, whose lock died with it) and for users whose lock it found taken
 
 Errors. A step that raises (an extractor's error, a full disk) does not stop the worker: the
 user's stream is dropped (reloaded from the store at its next step, so the failed segment's
-turns are fed again) and the error is kept; the worker tries the user again after
-:data:`RETRY_S`, twice as long after each failure in a row up to :data:`RETRY_MAX_S` (an
-endpoint that is down is not called at every add), so a user that only adds and searches gets
-its records once the cause is gone. Until a step succeeds the error is surfaced, as
+turns are fed again) and the error is kept; the worker tries the user again after a pause that
+grows with each failure in a row (:mod:`retrieval.api.retries`), so a user that only adds and
+searches gets its records once the cause is gone. Until a step succeeds the error is surfaced, as
 :class:`retrieval.api.errors.IngestFailed`, by :meth:`Backlog.wait` (a drain, after which the
 worker tries at once) or by the next flush, which tries the backlog again itself. A store that
 fails under the worker (a :class:`~retrieval.memory.errors.StoreError`: a PostgreSQL restart while
@@ -48,7 +47,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -58,6 +56,7 @@ from typing import Any
 from retrieval.api.closing import UserGuard, UserGuards
 from retrieval.api.errors import IngestFailed, StoreUnavailable
 from retrieval.api.online import StreamModels, UserStream
+from retrieval.api.retries import Retries
 from retrieval.api.states import SearchStates
 from retrieval.api.unindexed import UnindexedTurns
 from retrieval.index.query_batcher import background
@@ -69,11 +68,6 @@ STEP_TURNS = 512
 """The most turns a step embeds and feeds in one call: a closing memory stops between such
 chunks, so its shutdown waits seconds however long a user's backlog (10,000 turns took 52 s
 as one call); a recorded session (:mod:`retrieval.api.bulk`) is one chunk."""
-RETRY_S = 1.0
-"""How long the worker leaves a user whose step failed before it tries again (doubled after each
-failure in a row)."""
-RETRY_MAX_S = 300.0
-"""The longest pause between the worker's tries of a user whose steps keep failing."""
 POLL_S = 1.0
 """How often an idle worker over a store that other processes write looks for their users' work."""
 FAULT_WAIT_S = 1.0
@@ -110,7 +104,7 @@ class Backlog:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._busy: set[str] = set()
-        self._retries: dict[str, float] = {}  # failed users: when the worker tries each again
+        self._retries = Retries()
         self._polled: int | None = None
 
     def start(self) -> None:
@@ -163,7 +157,7 @@ class Backlog:
             if failed:
                 name, state = failed[0]
                 error, state.error = state.error, None
-                self._retries.pop(name, None)
+                self._retries.cancel(name)
                 self._due[name] = None
                 self._changed.notify_all()
                 raise IngestFailed(f"processing the turns of user {name!r} failed: {error}", "user_id")
@@ -210,7 +204,7 @@ class Backlog:
         with self._changed:
             state.pending -= len(turns) - counted
             state.error, state.failures = None, 0
-            self._retries.pop(user, None)
+            self._retries.cancel(user)
             self._changed.notify_all()
         return amus
 
@@ -294,20 +288,18 @@ class Backlog:
                 self._due[user] = None
             if error is None:  # a purge: the user starts afresh
                 state.failures = 0
-                self._retries.pop(user, None)
+                self._retries.cancel(user)
             else:
                 state.failures += 1
-                self._retries[user] = time.monotonic() + min(RETRY_MAX_S, RETRY_S * 2 ** (state.failures - 1))
+                self._retries.failed(user, state.failures)
             self._changed.notify_all()
 
     def _retry_due(self) -> float | None:
         """Make due every failed user whose pause is over (the caller holds ``_changed``); returns
         the seconds until the next pause ends, None if none is running."""
-        now = time.monotonic()
-        for name in [name for name, at in self._retries.items() if at <= now]:
-            del self._retries[name]
-            self._due[name] = None
-        return min(self._retries.values()) - now if self._retries else None
+        over, next_s = self._retries.due()
+        self._due.update(dict.fromkeys(over))
+        return next_s
 
     def _publish(self, stream: UserStream, record: SegmentRecord, amus: list[AMU]) -> None:
         """Commit a closed segment and add its records to the user's search state, under the
@@ -374,7 +366,7 @@ class Backlog:
         with self._changed:
             state = self._users.get(user)
             if state is not None and state.error is not None:
-                self._retries[user] = time.monotonic() + POLL_S
+                self._retries.after(user, POLL_S)
             else:
                 self._busy.add(user)
 

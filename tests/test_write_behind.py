@@ -621,3 +621,57 @@ def test_a_held_user_lock_keeps_its_guard_so_the_user_gets_no_second_one():
     with held:
         gc.collect()
         assert guards.of("u").state is held  # else another thread could search the user beside this one
+
+
+def test_streams_beyond_the_bound_are_dropped_and_reloaded_cutting_as_if_held(tmp_path, monkeypatch):
+    """Five users, each adding to two sessions in turn, under a bound of two held streams: an idle
+    user's stream is dropped once two others were fed after it, its next step loads it from the
+    store (open exchanges of both sessions fed again), and every user's segments are those of a
+    memory that kept every stream."""
+    import random
+
+    from retrieval.api import worker_users
+    from retrieval.api.online import UserStream
+
+    rng = random.Random(3)
+    topics = [["garden", "tomatoes", "soil", "water"], ["marathon", "running", "shoes", "race"],
+              ["guitar", "song", "chords", "band"], ["paris", "trip", "museum", "train"]]
+    users = [f"u{n}" for n in range(5)]
+    ops = []  # (user, session, turns), every user's every round before the next round
+    for round_ in range(8):
+        for user in users:
+            session, topic = f"s{round_ % 2}", rng.choice(topics)
+            turns = [{"speaker": ("Ann", "Bob")[i % 2], "turn_id": f"{session}-{round_}-{i}",
+                      "text": " ".join(rng.sample(topic, 3))} for i in range(3)]
+            ops.append((user, session, turns))
+    loads = Counter()
+    load = UserStream.load.__func__
+
+    def counted(cls, user, *args, **kwargs):
+        loads[user] += 1
+        return load(cls, user, *args, **kwargs)
+
+    monkeypatch.setattr(UserStream, "load", classmethod(counted))
+
+    def segments(path, bound):
+        monkeypatch.setattr(worker_users, "STREAMS_HELD", bound)
+        held = []
+        with Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter()) as memory:
+            for user, session, turns in ops:
+                memory.add(turns, user_id=user, session_id=session)
+                memory.drain(user_id=user)
+                held.append(memory.cache_gauges()["user_streams"])
+            for user in users:
+                for session in ("s0", "s1"):
+                    memory.flush(user_id=user, session_id=session)
+            return held, {user: [(r.session_id, r.turn_ids, r.reason) for r in memory.store.segments(user)]
+                          for user in users}
+
+    held_all, kept = segments(tmp_path / "kept", 100)
+    assert max(held_all) == 5 and sum(loads.values()) == 5  # one load per user: nothing dropped
+    assert all(len(cut) >= 4 for cut in kept.values())
+    loads.clear()
+    held_two, bounded = segments(tmp_path / "bounded", 2)
+    assert max(held_two) == 2
+    assert min(loads.values()) >= 7  # each user's stream loaded again at almost every round
+    assert bounded == kept

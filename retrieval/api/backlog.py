@@ -41,6 +41,9 @@ worker tries at once) or by the next flush, which tries the backlog again itself
 fails under the worker (a :class:`~retrieval.memory.errors.StoreError`: a PostgreSQL restart while
 it polls, reads the user's marks or commits a segment) is no failure of the user's: it pauses the
 worker for :data:`FAULT_WAIT_S` with one warning, the user kept due and its stream reloaded.
+
+Streams held. The worker keeps the streams of the users it fed last (:mod:`retrieval.api.worker_users`);
+an idle user's stream beyond the bound is dropped, to be loaded from the store at its next step.
 """
 
 from __future__ import annotations
@@ -50,7 +53,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from retrieval.api.closing import UserGuard, UserGuards
@@ -59,6 +61,7 @@ from retrieval.api.online import StreamModels, UserStream
 from retrieval.api.retries import Retries
 from retrieval.api.states import SearchStates
 from retrieval.api.unindexed import UnindexedTurns
+from retrieval.api.worker_users import HeldStreams, UserProgress
 from retrieval.index.query_batcher import background
 from retrieval.memory.errors import StoreError
 from retrieval.memory.records import AMU, SegmentRecord, Turn
@@ -77,20 +80,6 @@ tries the same work again: a fault stops no worker."""
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class _User:
-    """What the worker knows of one user: its stream and the last turn position fed to it, the
-    turns stored but not yet fed or being fed, and the error of its last step."""
-
-    pending: int = 0
-    stream: UserStream | None = None
-    fed: int = 0
-    error: str | None = None
-    failures: int = 0
-    seen: tuple[int, ...] = ()
-    marks: tuple[int, ...] = ()
-
-
 class Backlog:
     """The ingestion worker of one writable memory (see the module docstring)."""
 
@@ -98,7 +87,7 @@ class Backlog:
                  states: SearchStates) -> None:
         self.store, self.models, self.guards, self.states = store, models, guards, states
         self.unindexed = UnindexedTurns(states, models.embedder)
-        self._users: dict[str, _User] = {}
+        self._users: dict[str, UserProgress] = {}
         self._due: OrderedDict[str, None] = OrderedDict()
         self._changed = threading.Condition()
         self._closed = False
@@ -106,13 +95,14 @@ class Backlog:
         self._busy: set[str] = set()
         self._retries = Retries()
         self._polled: int | None = None
+        self._held = HeldStreams()
 
     def start(self) -> None:
         """Count each user's unprocessed turns in the store and start the worker on them."""
         for user in self.store.backlog_users():
             count = len(self.store.uncovered_turns(user))
             if count:
-                self._users[user] = _User(pending=count)
+                self._users[user] = UserProgress(pending=count)
                 self._due[user] = None
         self._thread = threading.Thread(target=self._run, name="memory-ingest", daemon=True)
         self._thread.start()
@@ -125,7 +115,7 @@ class Backlog:
             return
         self.unindexed.added(user, marks, turns, purges)
         with self._changed:
-            self._users.setdefault(user, _User()).pending += len(turns)
+            self._users.setdefault(user, UserProgress()).pending += len(turns)
             if self._users[user].error is None:
                 self._due[user] = None
             self._changed.notify_all()
@@ -147,7 +137,7 @@ class Backlog:
         step (:class:`IngestFailed`, once: the worker then tries again), :class:`TimeoutError`
         after ``timeout_s``, :class:`StoreUnavailable` when the memory closes meanwhile."""
         def settled() -> bool:
-            states = [self._users.get(user, _User())] if user is not None else list(self._users.values())
+            states = list(self._users.values()) if user is None else [self._users.get(user, UserProgress())]
             return self._closed or all(s.pending == 0 or s.error is not None for s in states)
 
         with self._changed:
@@ -174,7 +164,7 @@ class Backlog:
         guard. Raises :class:`IngestFailed` when it fails."""
         guard = self.guards.of(user)
         with self._changed:
-            state = self._users.setdefault(user, _User())
+            state = self._users.setdefault(user, UserProgress())
         if self.store.concurrent_writers and state.stream is not None \
                 and state.marks != self.store.ingestion_marks(user):
             state.stream = None  # another node closed segments of the user or purged: reload
@@ -206,9 +196,24 @@ class Backlog:
             state.error, state.failures = None, 0
             self._retries.cancel(user)
             self._changed.notify_all()
+        for other in self._held.fed(user):
+            self._drop_stream(other)
         return amus
 
-    def _count_fed(self, state: _User, count: int) -> int:
+    def _drop_stream(self, user: str) -> None:
+        """Drop the stream of ``user`` unless a step or flush of it runs, or it has turns to feed
+        or a failure to report; in a store no other node writes, forget the user altogether."""
+        with self.guards.of(user).stream.taken(wait=False) as free, self._changed:
+            state = self._users.get(user)
+            if not free or (state is not None and (state.pending or state.error is not None)):
+                return
+            if state is not None:
+                state.stream = None
+                if not self.store.concurrent_writers:
+                    del self._users[user]
+            self._held.dropped(user)
+
+    def _count_fed(self, state: UserProgress, count: int) -> int:
         """Take ``count`` fed turns off the user's pending count (a long backlog shrinks chunk by
         chunk on ``pending`` and the metrics); returns ``count``."""
         with self._changed:
@@ -228,7 +233,7 @@ class Backlog:
             self._remember(user, state)
             return amus
 
-    def _remember(self, user: str, state: _User) -> None:
+    def _remember(self, user: str, state: UserProgress) -> None:
         """Where several nodes write the store: what this node left of the user after its own
         commits, so that only another node's changes make the next step reload the stream."""
         if self.store.concurrent_writers:
@@ -254,7 +259,7 @@ class Backlog:
             self._thread.join()
 
     @contextmanager
-    def _step(self, user: str, state: _User) -> Iterator[None]:
+    def _step(self, user: str, state: UserProgress) -> Iterator[None]:
         """Around a step's work: closing leaves the unfinished segments' turns the backlog (the
         stream is dropped); so does a store that failed under the step (a database restart), which
         is no failure of the user's: the user stays due, and the worker pauses
@@ -274,13 +279,13 @@ class Backlog:
         except Exception as err:
             raise self._failed(user, state, err) from err
 
-    def _failed(self, user: str, state: _User, err: Exception) -> IngestFailed:
+    def _failed(self, user: str, state: UserProgress, err: Exception) -> IngestFailed:
         guard = self.guards.of(user)
         with guard.log, guard.state:
             self._reset(user, state, f"{type(err).__name__}: {err}")
         return IngestFailed(f"processing the turns of user {user!r} failed: {state.error}", "user_id")
 
-    def _reset(self, user: str, state: _User, error: str | None) -> None:
+    def _reset(self, user: str, state: UserProgress, error: str | None) -> None:
         count = len(self.store.uncovered_turns(user))
         with self._changed:
             state.stream, state.fed, state.error, state.pending = None, 0, error, count
@@ -385,5 +390,5 @@ class Backlog:
                     if self.store.user_version(user) != seen.get(user, ())}
         with self._changed:
             for user in due:
-                if self._users.setdefault(user, _User()).error is None:
+                if self._users.setdefault(user, UserProgress()).error is None:
                     self._due[user] = None

@@ -1,0 +1,62 @@
+"""What the ingestion worker (:mod:`retrieval.api.backlog`) keeps of each user between steps: its
+progress (:class:`UserProgress`) and, for the users it fed last, its stream
+(:class:`HeldStreams`: at most :data:`STREAMS_HELD`, the least recently fed dropped first).
+
+A stream (:class:`retrieval.api.online.UserStream`) is what a user's open segments and surprise
+history are in memory; the turn log holds the same, so a dropped stream is loaded again from the
+store at the user's next step, as after a restart (:meth:`retrieval.api.online.UserStream.load`:
+it cuts as the stream that never stopped, up to the flushes the log cannot place,
+:mod:`retrieval.ingestion.push_order`). Without a bound a server would keep one stream for every
+user that ever wrote, for as long as it runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from retrieval.api.online import UserStream
+
+STREAMS_HELD = 1024
+"""The most users' streams one memory keeps between steps. A stream with one open session of a
+few exchanges held about 20 KiB (tracemalloc over 50 users with all-MiniLM-L6-v2 vectors), so
+the bound is about 20 MiB; a user beyond it pays a reload from the store at its next step (its
+turns and segments read: milliseconds for a user of a thousand turns)."""
+
+
+@dataclass
+class UserProgress:
+    """What the worker knows of one user: its stream and the last turn position fed to it, the
+    turns stored but not yet fed or being fed, and the error of its last step."""
+
+    pending: int = 0
+    stream: UserStream | None = None
+    fed: int = 0
+    error: str | None = None
+    failures: int = 0
+    seen: tuple[int, ...] = ()
+    marks: tuple[int, ...] = ()
+
+
+class HeldStreams:
+    """The users whose streams are held, least recently fed first (thread-safe)."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = STREAMS_HELD if limit is None else limit
+        self._order: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def fed(self, user: str) -> list[str]:
+        """``user``'s stream was just fed: it is the most recent; returns the users beyond the
+        bound, least recently fed first, for the caller to drop (:meth:`dropped`) where it can."""
+        with self._lock:
+            self._order[user] = None
+            self._order.move_to_end(user)
+            return list(itertools.islice(self._order, max(len(self._order) - self.limit, 0)))
+
+    def dropped(self, user: str) -> None:
+        """``user``'s stream is no longer held."""
+        with self._lock:
+            self._order.pop(user, None)

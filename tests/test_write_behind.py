@@ -675,3 +675,32 @@ def test_streams_beyond_the_bound_are_dropped_and_reloaded_cutting_as_if_held(tm
     assert max(held_two) == 2
     assert min(loads.values()) >= 7  # each user's stream loaded again at almost every round
     assert bounded == kept
+
+
+def test_a_reloaded_stream_that_has_fed_every_open_turn_holds_its_history_not_the_log(tmp_path, monkeypatch):
+    """A user with an old turn still waiting for its reply and a long closed session after it: its
+    stream, dropped (a bound of one) and loaded again for a step that pushes nothing (a turn that
+    waits too), has the history the held stream had, not the closed segments' values kept aside
+    with the user's turn log until some later push; a bound of none still keeps the stream fed."""
+    from retrieval.api import worker_users
+
+    monkeypatch.setattr(worker_users, "STREAMS_HELD", 1)
+    with open_memory(tmp_path) as mem:
+        mem.add([{"speaker": "Ann", "text": "an early remark about my garden"}], user_id="b",
+                session_id="old")
+        mem.add(chat("b", 40), user_id="b", session_id="main")
+        mem.flush(user_id="b", session_id="main")
+        held = mem._backlog._users["b"].stream
+        assert held is not None and len(held.history) > 5
+        history = list(held.history)
+        mem.add(chat("a", 2), user_id="a", session_id="s")
+        mem.drain()
+        assert "b" not in mem._backlog._users and mem.cache_gauges()["user_streams"] == 1
+        mem.add([{"speaker": "Ann", "text": "a question waiting for its reply"}], user_id="b",
+                session_id="new")
+        mem.drain()
+        reloaded = mem._backlog._users["b"].stream
+        assert reloaded is not held and list(reloaded.history) == history
+        monkeypatch.setattr(mem._backlog._held, "limit", 0)
+        mem.add(chat("a2", 2), user_id="a", session_id="t")
+        assert len(mem.flush(user_id="a", session_id="t").amu_ids) == 2

@@ -77,6 +77,7 @@ class UserStream:
         self.next_seq = store.next_seq(user)
         self._order: PushOrder | None = None  # after a restart, until the values in _later are merged
         self._later: deque[tuple[float, float]] = deque()
+        self._caught_up = False  # the log's last open turn fed: _later joins the history after this feed
 
     @classmethod
     def load(cls, user: str, store: Store, models: StreamModels, turns: Sequence[Turn] | None = None,
@@ -163,6 +164,8 @@ class UserStream:
             exchanges += [Exchange((s.waiting,)) for s in self.sessions.values() if s.waiting is not None]
             for session in self.sessions.values():
                 session.waiting = None
+        if self._order is not None and any(turn.turn_id == self._order.last_open for turn in turns):
+            self._caught_up = True
         return exchanges
 
     def flush(self, session_id: str) -> list[AMU]:
@@ -178,15 +181,15 @@ class UserStream:
 
     def feed(self, exchanges: Sequence[Exchange]) -> list[AMU]:
         """Segment the exchanges (:meth:`pair`) in order; returns the AMUs of the segments they closed."""
-        if not exchanges:
-            return []
-        vectors = self.models.embedder.encode([exchange.text for exchange in exchanges])
         amus: list[AMU] = []
+        vectors = self.models.embedder.encode([exchange.text for exchange in exchanges]) if exchanges else []
         for exchange, vector in zip(exchanges, vectors, strict=True):
             self._release(math.inf if self._order is None else self._order.fed_key(exchange))
             session = self.open_session(exchange.turns[0].session_id)
             for segment in session.segmenter.push(exchange, vector):
                 amus += self._commit(segment)
+        if self._caught_up:  # no later push comes before the values still held: they join now
+            self._release(math.inf)
         return amus
 
     def _commit(self, segment: Segment) -> list[AMU]:

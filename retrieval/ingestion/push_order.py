@@ -43,10 +43,13 @@ class PushOrder:
                 self.following[last[turn.session_id]] = turn.turn_id
             last[turn.session_id] = turn.turn_id
         covered = {turn_id for record in segments for turn_id in record.turn_ids}
-        self.first_open = min((at for turn_id, at in self.index.items() if turn_id not in covered),
-                              default=math.inf)
+        open_turns = [at for turn_id, at in self.index.items() if turn_id not in covered]
+        self.first_open = min(open_turns, default=math.inf)
         """The index of the first turn no segment covers: every value keyed below it was in the
         history before any open exchange was pushed."""
+        self.last_open = turns[max(open_turns)].turn_id if open_turns else None
+        """The last turn no segment covers: once it is fed, every open turn is, and every later
+        push comes after every value the log held (:meth:`fed_key`)."""
 
     def key(self, exchange: Exchange, flushed: bool = False) -> float:
         """The key of the push of ``exchange`` (``flushed``: a lone turn pushed by the flush that

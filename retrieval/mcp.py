@@ -21,7 +21,7 @@ from retrieval.api.errors import MemoryAPIError
 from retrieval.api.inputs import check_id
 from retrieval.memory.errors import StoreError
 from retrieval.service.keys import check_servable
-from retrieval.service.launch import add_memory_arguments, idle_threads_sleep, open_memory
+from retrieval.service.launch import add_memory_arguments, bounded_allocator, idle_threads_sleep, open_memory
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     idle_threads_sleep()
+    bounded_allocator()
     from retrieval.service.drain import WriteGate
     from retrieval.service.mcp_tools import build_mcp, fixed_user
 

@@ -30,7 +30,13 @@ from retrieval.api.errors import MemoryAPIError
 from retrieval.memory.errors import StoreError
 from retrieval.memory.targets import redacted, store_target
 from retrieval.service.keys import METRICS, KeyCommandError, KeyStore, check_servable, unservable
-from retrieval.service.launch import add_memory_arguments, idle_threads_sleep, is_loopback, open_memory
+from retrieval.service.launch import (
+    add_memory_arguments,
+    bounded_allocator,
+    idle_threads_sleep,
+    is_loopback,
+    open_memory,
+)
 
 if TYPE_CHECKING:
     from retrieval.service.connections import ConnectionTimeouts
@@ -116,6 +122,7 @@ def serve_main(argv: Sequence[str]) -> int:
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be 1-65535, got {args.port}")
     idle_threads_sleep()
+    bounded_allocator()
     from retrieval.service.app import create_app
 
     with contextlib.ExitStack() as stack:

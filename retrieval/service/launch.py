@@ -98,8 +98,9 @@ def bounded_allocator() -> list[str]:
     """Set glibc's malloc to :data:`MALLOC_ARENAS` arenas and a fixed :data:`MMAP_THRESHOLD_BYTES`
     (the module docstring), each unless the environment sets it; returns the settings applied
     (none off glibc). A command calls it first, before its threads start."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    if not hasattr(libc, "gnu_get_libc_version"):
+    name = ctypes.util.find_library("c")
+    libc = None if name is None else ctypes.CDLL(name)
+    if libc is None or not hasattr(libc, "gnu_get_libc_version"):
         return []
     settings = {"MALLOC_ARENA_MAX": (_M_ARENA_MAX, MALLOC_ARENAS),
                 "MALLOC_MMAP_THRESHOLD_": (_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)}

@@ -80,10 +80,6 @@ class PushOrder:
                                             and at == len(exchanges) - 1 and len(exchange.turns) == 1)
                                    for at, exchange in enumerate(exchanges)]
 
-    def keys(self, record: SegmentRecord) -> list[float]:
-        """The keys of the segment's exchanges' pushes (:meth:`keyed`)."""
-        return self.keyed(record)[2]
-
     def closed_by(self, record: SegmentRecord, keys: Sequence[float]) -> float:
         """A bound on the key of the push that closed the segment: its session's next exchange
         (a cut) or, at the latest, just after its last turn (a flush, a full segment)."""

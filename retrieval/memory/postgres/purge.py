@@ -24,7 +24,8 @@ from retrieval.memory.meta_keys import MERGE_KEY, USER_KEYS
 from retrieval.memory.postgres.reads import AMU_COLUMNS, SEGMENT_COLUMNS, TURN_COLUMNS
 from retrieval.memory.postgres.schema import COMPACTED, PURGING, RAISE_ID_MARKS, STATISTICS_OWED
 from retrieval.memory.postgres.writes import insert_amu
-from retrieval.memory.purge import Purged, Stored, id_marks, named_records, select
+from retrieval.memory.purge import Purged
+from retrieval.memory.purge_selection import Stored, id_marks, named_records, select
 from retrieval.memory.reads import amu_from_row, segment_from_row, turn_from_row
 from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.schema import turns_sha256

@@ -1,0 +1,109 @@
+"""What a purge removes and rewrites, decided from the user's rows as the purge reads them, one
+rule for both backends (:mod:`retrieval.memory.purge` says what derives from what; each backend's
+purge applies the :class:`Selection` in its own transaction): the segments touched and dropped,
+the records deleted and restored, the event frames' past member texts, and the numbers the user's
+ids count on from after it (:func:`id_marks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from retrieval.memory.records import AMU, SegmentRecord, Turn
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One AMU row as the purge reads it."""
+
+    position: int
+    amu: AMU
+    successor: str | None
+
+
+def frame_states(stored: Sequence[Stored], seq: int) -> list[list[str]]:
+    """The member texts (store order) of segment ``seq``'s event frame after each insert or
+    archive that changed it, and now: an AMU is a member from its position until its successor's
+    (archived without one: until the segment's next AMU, a retried extraction)."""
+    position = {row.amu.id: row.position for row in stored}
+    members = [row for row in stored if row.amu.source.segment == seq]
+    spans: list[tuple[int, int | None, str]] = []
+    for row in members:
+        end = None
+        if row.amu.archived:
+            end = (position.get(row.successor) if row.successor is not None
+                   else next((o.position for o in members if o.position > row.position), None))
+        spans.append((row.position, end, row.amu.text))
+    times = sorted({t for start, end, _ in spans for t in (start, end) if t is not None})
+    states = [[text for start, end, text in spans if start <= t and (end is None or t < end)] for t in times]
+    states.append([row.amu.text for row in members if not row.amu.archived])
+    return [state for state in states if state]
+
+
+def id_marks(segments: Sequence[SegmentRecord], turns: Sequence[Turn]) -> tuple[int, int]:
+    """What a purge of ``turns`` among the user's ``segments`` (all of them, before it) raises the
+    user's ``purges`` row's marks to: one past its highest segment number (``next_seq``), and one
+    past the highest ``<n>`` of a purged turn id ``<session>:<n>`` (``next_turn``; 0 when none)."""
+    numbers = [turn.turn_id.removeprefix(f"{turn.session_id}:") for turn in turns
+               if turn.turn_id.startswith(f"{turn.session_id}:")]
+    return (max((s.seq + 1 for s in segments), default=0),
+            max((int(n) + 1 for n in numbers if n.isascii() and n.isdigit()), default=0))
+
+
+def named_records(stored: Sequence[Stored], amu_ids: Sequence[str]) -> tuple[set[str], list[str]]:
+    """The ids of the stored records among ``amu_ids`` and the turn ids they were extracted from
+    (a record's purge takes its source turns with it)."""
+    wanted = set(amu_ids)
+    named = {row.amu.id for row in stored if row.amu.id in wanted}
+    return named, [turn for row in stored if row.amu.id in named for turn in row.amu.source.turn_ids]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a purge removes and rewrites, decided from the user's rows alone (one rule for every
+    backend): the segments it touches, those it drops whole, the records it deletes, the archived
+    records it restores (their successor goes) and the event frames' past member texts."""
+
+    everything: bool
+    segments: list[SegmentRecord]
+    touched: list[SegmentRecord]
+    dropped: set[int]
+    chosen: list[Stored]
+    restored: list[Stored]
+    frames: list[list[str]]
+
+    @property
+    def chosen_ids(self) -> set[str]:
+        return {row.amu.id for row in self.chosen}
+
+    @property
+    def carried(self) -> int | None:
+        """The number of the first touched segment: the extractor's disambiguation state of every
+        later segment is cleared, since it was carried from segment to segment through that one
+        (None: no segment touched)."""
+        return min((s.seq for s in self.touched), default=None)
+
+    @property
+    def kept(self) -> list[SegmentRecord]:
+        """Touched segments that keep some of their turns."""
+        return [s for s in self.touched if s.seq not in self.dropped]
+
+    @property
+    def frames_kept(self) -> set[str]:
+        """The event-frame keys (segment numbers) of the segments that stay."""
+        return {str(s.seq) for s in self.segments if s.seq not in self.dropped}
+
+
+def select(stored: Sequence[Stored], segments: list[SegmentRecord], gone: set[str], named: set[str],
+           everything: bool) -> Selection:
+    """The :class:`Selection` of a purge of the turns ``gone`` and the records ``named`` (or of
+    ``everything``) among the user's ``stored`` records and ``segments``."""
+    touched = [s for s in segments if everything or gone.intersection(s.turn_ids)]
+    dropped = {s.seq for s in touched if everything or gone.issuperset(s.turn_ids)}
+    chosen = [row for row in stored if everything or row.amu.id in named
+              or row.amu.source.segment in dropped or gone.intersection(row.amu.source.turn_ids)]
+    chosen_ids = {row.amu.id for row in chosen}
+    restored = [row for row in stored if row.successor in chosen_ids and row.amu.id not in chosen_ids]
+    frames = [state for s in touched for state in frame_states(stored, s.seq)]
+    return Selection(everything, segments, touched, dropped, chosen, restored, frames)

@@ -76,3 +76,26 @@ def test_a_query_code_equal_to_the_codebook_size_is_a_value_error():
     index.add([[0, 1], [2, 3]])
     with pytest.raises(ValueError, match=r"query codes must lie in \[0, 4\)"):
         index.scores([4])
+
+
+def test_a_dropped_lexical_table_closes_its_database_at_once():
+    """A search state dropped to stay within its bound lets its user's lexical table go: the
+    in-memory database closes with it, not when the cyclic collector next runs (a connection and
+    its statement cache form a cycle)."""
+    import gc
+    import sqlite3
+
+    import pytest
+
+    gc.disable()
+    try:
+        for kind in (FTSIndex, RecordLexical):
+            index = kind()
+            index.add(["Ann likes Tokyo."])
+            db = index._db
+            assert db.execute("SELECT count(*) FROM lexical").fetchone() == (1,)
+            del index
+            with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+                db.execute("SELECT 1")
+    finally:
+        gc.enable()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import weakref
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -86,6 +87,10 @@ class FTSIndex:
 
     def __init__(self) -> None:
         self._db = sqlite3.connect(":memory:", check_same_thread=False)
+        # closed with the index, as a dropped search state lets it go: a connection and its
+        # statement cache form a cycle, which would hold the table until the cyclic collector runs
+        # (not at interpreter exit, where a daemon thread may still be reading it)
+        weakref.finalize(self, self._db.close).atexit = False
         self._db.execute(f"CREATE VIRTUAL TABLE lexical USING fts5(text, entities, topics, "
                          f"tokenize='{FTS_TOKENIZER}')")
         self._count = 0

@@ -15,6 +15,11 @@ import psycopg
 from retrieval.memory.postgres.store import PostgresStore
 from retrieval.memory.store import AMUStore
 
+SQLITE_BEFORE_VERSION_9 = ("DROP TRIGGER segments_flush_moves_in_purge; "
+                           "ALTER TABLE segments DROP COLUMN flushed_after;")
+"""Makes a SQLite store of the current schema one as code before version 9 left it (no segment
+keeps where its flush came); a test then sets the older version it stands for."""
+
 
 @dataclass
 class Backend:

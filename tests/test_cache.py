@@ -13,6 +13,7 @@ import pytest
 from retrieval.memory.cache import CachedEmbedder, CachedFingerprinter, model_key, text_key
 from retrieval.memory.schema import EARLIER_IDS_BOUND, SCHEMA_VERSION
 from retrieval.memory.store import AMUStore
+from tests.store_backends import SQLITE_BEFORE_VERSION_9
 from tests.test_amu_store import commit, make_amu
 from tests.test_ingest import HashEmbedder
 
@@ -119,7 +120,7 @@ def test_a_version_5_store_gives_its_cache_to_the_users_whose_texts_hold_it_keep
     db = sqlite3.connect(tmp_path / AMUStore.DB_NAME)
     turn = db.execute("SELECT speaker || ': ' || text FROM turns").fetchone()[0]
     old = {"Anna went to the museum.": b"a", turn: b"t", "a question nobody stored": b"q"}
-    db.executescript("DROP TABLE vectors; DROP TABLE codes;"
+    db.executescript(SQLITE_BEFORE_VERSION_9 + "DROP TABLE vectors; DROP TABLE codes;"
                      "CREATE TABLE vectors (model TEXT NOT NULL, item TEXT NOT NULL, vector BLOB NOT NULL,"
                      " PRIMARY KEY (model, item));"
                      "CREATE TABLE codes (model TEXT NOT NULL, item TEXT NOT NULL, codes BLOB NOT NULL,"
@@ -136,7 +137,7 @@ def test_a_version_5_store_gives_its_cache_to_the_users_whose_texts_hold_it_keep
         assert store.cached("vectors", "m", "conv-x", keys) == [b"a", b"t", None]
         assert store.cached("codes", "f", "conv-x", keys[:1]) == [b"\x01"]
         assert store.cached("vectors", "m", "someone", keys) == [None] * 3
-        assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
         assert store.ingestion_marks("gone")[2] == 2 and store.next_seq("gone") == EARLIER_IDS_BOUND
         store.purge("gone", everything=True)
         marks = store._db.execute("SELECT * FROM purges WHERE conversation_id = 'gone'").fetchall()

@@ -19,6 +19,7 @@ from retrieval.memory.evidence_keys import normalise_key, record_nodes, temporal
 from retrieval.memory.records import AMU, Exchange, Segment, SegmentRecord, SourcePointer, Turn, amu_id
 from retrieval.memory.schema import SCHEMA_VERSION
 from retrieval.memory.store import AMUStore
+from tests.store_backends import SQLITE_BEFORE_VERSION_9
 from tests.store_lexical import lexical_search
 
 WHEN = datetime(2023, 5, 8, 13, 56)
@@ -134,7 +135,7 @@ def _downgrade_to_version_2(path) -> None:
         db.execute(f"DROP TABLE {table}")
     for column in ("t_ref", "valid_from", "valid_to"):
         db.execute(f"ALTER TABLE amus DROP COLUMN {column}")
-    db.execute("PRAGMA user_version=2")
+    db.executescript(SQLITE_BEFORE_VERSION_9 + "PRAGMA user_version=2;")
     db.commit()
     db.close()
 

@@ -18,6 +18,7 @@ from retrieval.memory.records import MAX_TURN_CHARS
 from retrieval.memory.schema import SCHEMA_VERSION
 from retrieval.memory.store import AMUStore
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
+from tests.store_backends import SQLITE_BEFORE_VERSION_9
 
 CANARY = "Zorblaxian"
 
@@ -328,6 +329,7 @@ def test_a_version_3_store_migrates_its_conversations_become_users(tmp_path):
         mem.add(chat("conv-26", 6), user_id="conv-26", session_id="session_1")
         mem.flush(user_id="conv-26", session_id="session_1")
     db = sqlite3.connect(tmp_path / AMUStore.DB_NAME)
+    db.executescript(SQLITE_BEFORE_VERSION_9)
     for table in ("idempotency", "jobs", "purging"):
         db.execute(f"DROP TABLE {table}")
     db.execute("PRAGMA user_version=3")
@@ -346,7 +348,7 @@ def test_a_version_4_store_migrates_and_counts_its_purges(tmp_path):
         mem.flush(user_id="u", session_id="s")
     db = sqlite3.connect(tmp_path / AMUStore.DB_NAME)
     db.execute("DROP TABLE purges")
-    db.execute("PRAGMA user_version=4")
+    db.executescript(SQLITE_BEFORE_VERSION_9 + "PRAGMA user_version=4;")
     db.commit()
     db.close()
     with pytest.raises(MemoryAPIError, match=f"migration to {SCHEMA_VERSION}.*retrieval.store compact"):
@@ -375,9 +377,10 @@ def test_ids_purged_before_the_id_marks_are_never_given_again_after_the_upgrade(
         mem.delete("u:turn:s1:3", user_id="u")
         mem.forget(user_id="u", session_id="s2")
     db = sqlite3.connect(tmp_path / AMUStore.DB_NAME)  # what the purges of earlier code left
-    db.executescript("ALTER TABLE purges DROP COLUMN next_seq; ALTER TABLE purges DROP COLUMN next_turn;"
-                     "PRAGMA user_version=6;" if version == 6 else
-                     "UPDATE purges SET next_seq = 0, next_turn = 0; PRAGMA user_version=7;")
+    earlier = ("ALTER TABLE purges DROP COLUMN next_seq; ALTER TABLE purges DROP COLUMN next_turn; "
+               "PRAGMA user_version=6;" if version == 6 else
+               "UPDATE purges SET next_seq = 0, next_turn = 0; PRAGMA user_version=7;")
+    db.executescript(SQLITE_BEFORE_VERSION_9 + earlier)
     db.close()
     with open_memory(tmp_path) as mem:
         added = mem.add(unnamed(1), user_id="u", session_id="s1")
@@ -404,7 +407,8 @@ def test_two_processes_opening_an_old_store_at_once_migrate_it_once(tmp_path, mo
         mem.add(chat("u", 4), user_id="u", session_id="s")
         mem.flush(user_id="u", session_id="s")
     db = sqlite3.connect(tmp_path / AMUStore.DB_NAME)
-    db.executescript("ALTER TABLE purges DROP COLUMN next_seq; ALTER TABLE purges DROP COLUMN next_turn;"
+    db.executescript(SQLITE_BEFORE_VERSION_9 + "ALTER TABLE purges DROP COLUMN next_seq; "
+                     "ALTER TABLE purges DROP COLUMN next_turn;"
                      "PRAGMA user_version=6;")
     db.close()
     needs, raced = connection.needs_migration, []
@@ -429,7 +433,8 @@ def test_an_old_store_that_newer_code_migrated_meanwhile_is_refused_not_marked_o
     with open_memory(tmp_path) as mem:
         mem.add(chat("u", 4), user_id="u", session_id="s")
     db = sqlite3.connect(tmp_path / AMUStore.DB_NAME)
-    db.executescript("ALTER TABLE purges DROP COLUMN next_seq; ALTER TABLE purges DROP COLUMN next_turn;"
+    db.executescript(SQLITE_BEFORE_VERSION_9 + "ALTER TABLE purges DROP COLUMN next_seq; "
+                     "ALTER TABLE purges DROP COLUMN next_turn;"
                      "PRAGMA user_version=6;")
     db.close()
     needs = connection.needs_migration

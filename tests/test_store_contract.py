@@ -12,6 +12,7 @@ from retrieval.memory.cache import text_key
 from retrieval.memory.errors import StoreError, StoreMismatch
 from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn, amu_id
 from retrieval.memory.schema import EARLIER_IDS_BOUND
+from tests.store_backends import SQLITE_BEFORE_VERSION_9
 from tests.test_amu_store import WHEN, commit, make_amu, make_turn
 
 
@@ -304,6 +305,32 @@ def test_deleting_one_turn_of_a_merged_record_restores_what_the_others_stated(ba
             backend.raw(store, "DELETE FROM turns")
 
 
+def test_a_purge_moves_a_flush_off_a_purged_turn_to_the_nearest_earlier_one_that_stays(backend):
+    """A segment keeps the last turn fed when a flush closed it, of any session; purging that turn
+    moves the flush to the nearest earlier turn left (its place among them), or empties it, so no
+    purged id stays. Nothing else may change it."""
+    turns = [make_turn("a1"), make_turn("b1", session="s2"), make_turn("b2", session="s2"),
+             make_turn("a2"), make_turn("b3", session="s2")]
+    with backend.open() as store:
+        store.append_turns("conv-x", turns)
+        for seq, (session, covered, after) in enumerate([("session_1", ("a1",), "b2"),
+                                                         ("s2", ("b1", "b2"), None),
+                                                         ("session_1", ("a2",), "b3")]):
+            store.commit_stored_turns(SegmentRecord("conv-x", seq, session, covered, "session_flush",
+                                                    flushed_after=after), [])
+        assert [s.flushed_after for s in store.segments("conv-x")] == ["b2", None, "b3"]
+        with pytest.raises(backend.integrity_error, match="flush moves only"):
+            backend.raw(store, "UPDATE segments SET flushed_after = 'a1'")
+        store.purge("conv-x", turn_ids=["b2", "b3"])
+        assert [(s.seq, s.turn_ids, s.flushed_after) for s in store.segments("conv-x")] == [
+            (0, ("a1",), "b1"), (1, ("b1",), None), (2, ("a2",), "a2")]
+        store.purge("conv-x", session_id="s2")
+        assert [s.flushed_after for s in store.segments("conv-x")] == ["a1", "a2"]
+        store.purge("conv-x", turn_ids=["a1"])
+        assert [(s.seq, s.flushed_after) for s in store.segments("conv-x")] == [(2, "a2")]
+        assert store.integrity_problems() == []
+
+
 def test_every_path_to_nothing_leaves_the_same_nothing(backend):
     def residue(store) -> tuple:
         return (store.turns("conv-x"), store.segments("conv-x"),
@@ -414,9 +441,14 @@ def test_writers_opening_a_new_store_at_once_share_the_first_secret(backend):
 
 
 def back_before_version_8(backend, store) -> None:
-    """Mark the store as the version before the earlier purges' id marks (SQLite 7, PostgreSQL 5)."""
-    backend.raw(store, "PRAGMA user_version=7" if backend.name == "sqlite"
-                else "UPDATE schema_version SET version = 5")
+    """Mark the store as the version before the earlier purges' id marks (SQLite 7, PostgreSQL 5),
+    without the segments' flushes, which came later."""
+    if backend.name == "sqlite":
+        for statement in [*SQLITE_BEFORE_VERSION_9.split("; "), "PRAGMA user_version=7"]:
+            backend.raw(store, statement)
+    else:
+        backend.raw(store, "DROP TRIGGER segments_flush_moves_in_purge ON segments; "
+                    "ALTER TABLE segments DROP COLUMN flushed_after; UPDATE schema_version SET version = 5")
 
 
 def test_the_ids_purged_before_the_marks_are_never_given_again_after_the_upgrade(backend):

@@ -78,6 +78,10 @@ class UserStream:
         self._order: PushOrder | None = None  # after a restart, until the values in _later are merged
         self._later: deque[tuple[float, float]] = deque()
         self._caught_up = False  # the log's last open turn fed: _later joins the history after this feed
+        self._last_open: str | None = None  # after a restart, until the log's open turns are fed again
+        self.fed_through: str | None = None
+        """The id of the last turn of the log this stream has fed (turns fed again after a restart
+        were fed before it): where a flush now stands in the log (``SegmentRecord.flushed_after``)."""
 
     @classmethod
     def load(cls, user: str, store: Store, models: StreamModels, turns: Sequence[Turn] | None = None,
@@ -88,8 +92,8 @@ class UserStream:
         the stored turns no segment covers (or ``turns``: none when the caller feeds them itself,
         read after the user's purge count was ``purges``) fed again (segments they close are
         committed now, through ``publish`` when given). So it cuts and extracts as the stream that
-        never stopped would, the open exchanges of several sessions included (up to where the
-        log does not say when a flush came: :mod:`retrieval.ingestion.push_order`).
+        never stopped would, the open exchanges of several sessions included, each flush at the
+        place in the log its segments keep (:mod:`retrieval.ingestion.push_order`).
         Returns it and the AMUs so committed."""
         stream = cls(user, store, models, purges)
         if publish is not None:
@@ -113,7 +117,10 @@ class UserStream:
         fed again (:meth:`feed`), in the order the stream that never stopped appended them
         (:mod:`retrieval.ingestion.push_order`; the segments' exchange vectors read from the
         store's cache; :func:`replayed_history`)."""
-        order = PushOrder(self.store.turns(self.user), segments, self.models.config.pair_turns)
+        log = self.store.turns(self.user)
+        order = PushOrder(log, segments, self.models.config.pair_turns)
+        self.fed_through = log[-1].turn_id if log else None
+        self._last_open = order.last_open
         closed = order.look_back(segments, self.models.config.history_size)
         texts = [exchange.text for _, exchanges, _ in closed for exchange in exchanges]
         vectors = iter(self.models.embedder.encode(texts) if texts else [])
@@ -150,6 +157,10 @@ class UserStream:
         caller feeds them (:meth:`feed`), so it may embed their texts beside others first."""
         exchanges: list[Exchange] = []
         for turn in turns:
+            if self._last_open is None:
+                self.fed_through = turn.turn_id
+            elif turn.turn_id == self._last_open:  # every open turn of the log read is fed again
+                self._last_open, self._caught_up = None, self._order is not None
             session = self.open_session(turn.session_id)
             waiting = session.waiting
             if waiting is None:
@@ -164,36 +175,38 @@ class UserStream:
             exchanges += [Exchange((s.waiting,)) for s in self.sessions.values() if s.waiting is not None]
             for session in self.sessions.values():
                 session.waiting = None
-        if self._order is not None and any(turn.turn_id == self._order.last_open for turn in turns):
-            self._caught_up = True
         return exchanges
 
     def flush(self, session_id: str) -> list[AMU]:
-        """Close the session's open segment (the waiting turn joins it as an exchange alone)."""
+        """Close the session's open segment (the waiting turn joins it as an exchange alone). The
+        segments so closed keep where in the log the flush came (``flushed_after``)."""
         session = self.sessions.get(session_id)
         if session is None:
             return []
-        amus = self.feed([Exchange((session.waiting,))]) if session.waiting is not None else []
+        after = self.fed_through
+        amus = self.feed([Exchange((session.waiting,))], after) if session.waiting is not None else []
         session.waiting = None
         closed = session.segmenter.flush()
         del self.sessions[session_id]
-        return amus + (self._commit(closed) if closed is not None else [])
+        return amus + (self._commit(closed, after) if closed is not None else [])
 
-    def feed(self, exchanges: Sequence[Exchange]) -> list[AMU]:
-        """Segment the exchanges (:meth:`pair`) in order; returns the AMUs of the segments they closed."""
+    def feed(self, exchanges: Sequence[Exchange], flushed_after: str | None = None) -> list[AMU]:
+        """Segment the exchanges (:meth:`pair`) in order; returns the AMUs of the segments they
+        closed (``flushed_after``: a flush pushes them, after that turn of the log)."""
         amus: list[AMU] = []
         vectors = self.models.embedder.encode([exchange.text for exchange in exchanges]) if exchanges else []
         for exchange, vector in zip(exchanges, vectors, strict=True):
             self._release(math.inf if self._order is None else self._order.fed_key(exchange))
             session = self.open_session(exchange.turns[0].session_id)
             for segment in session.segmenter.push(exchange, vector):
-                amus += self._commit(segment)
+                amus += self._commit(segment, flushed_after)
         if self._caught_up:  # no later push comes before the values still held: they join now
             self._release(math.inf)
         return amus
 
-    def _commit(self, segment: Segment) -> list[AMU]:
-        """Extract a closed segment (numbered in the user's order) and commit it in one transaction."""
+    def _commit(self, segment: Segment, flushed_after: str | None = None) -> list[AMU]:
+        """Extract a closed segment (numbered in the user's order) and commit it in one transaction
+        (``flushed_after``: closed by a flush made after that turn of the log)."""
         segment = dataclasses.replace(segment, seq=self.next_seq)
         self.next_seq += 1
         models, context = self.models, self.context
@@ -204,7 +217,8 @@ class UserStream:
         # then read from the forward that embedded them, one forward per segment
         embed_segment(models.embedder, segment.turns, extraction.amus)
         amus = fingerprinted(extraction.amus, models.fingerprinter)
-        self.publish(segment_record(segment, extraction.state, extraction.fallback, len(amus)), amus)
+        self.publish(segment_record(segment, extraction.state, extraction.fallback, len(amus), flushed_after),
+                     amus)
         context.record(extraction.state, [amu.text for amu in amus])
         return amus
 

@@ -5,9 +5,8 @@ progress (:class:`UserProgress`) and, for the users it fed last, its stream
 A stream (:class:`retrieval.api.online.UserStream`) is what a user's open segments and surprise
 history are in memory; the turn log holds the same, so a dropped stream is loaded again from the
 store at the user's next step, as after a restart (:meth:`retrieval.api.online.UserStream.load`:
-it cuts as the stream that never stopped, up to the flushes the log cannot place,
-:mod:`retrieval.ingestion.push_order`). Without a bound a server would keep one stream for every
-user that ever wrote, for as long as it runs.
+it cuts as the stream that never stopped, :mod:`retrieval.ingestion.push_order`). Without a bound
+a server would keep one stream for every user that ever wrote, for as long as it runs.
 """
 
 from __future__ import annotations

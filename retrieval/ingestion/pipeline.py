@@ -80,10 +80,11 @@ def embed_segment(embedder: Embedder, turns: Sequence[Turn], amus: Sequence[AMU]
                     + segment_search_texts(amus))
 
 
-def segment_record(segment: Segment, state: str, fallback: bool, count: int) -> SegmentRecord:
+def segment_record(segment: Segment, state: str, fallback: bool, count: int,
+                   flushed_after: str | None = None) -> SegmentRecord:
     return SegmentRecord(segment.user_id, segment.seq, segment.session_id,
                          tuple(turn.turn_id for turn in segment.turns), segment.reason, state, fallback,
-                         count)
+                         count, flushed_after=flushed_after)
 
 
 def fingerprinted(amus: list[AMU], fingerprinter: TextFingerprinter | None) -> list[AMU]:

@@ -6,13 +6,13 @@ The worker feeds a user's turns in log order, and an exchange is pushed when the
 completes it is fed: a paired exchange at its reply, a lone turn at the next turn of its session
 (the speaker did not change) or, the last turn before a flush, at that flush. Every surprise
 value belongs to the push of one exchange, so the value's *key* is the log index of that
-completing turn. A flush's own moment is not in the log: its push is keyed just after its turn.
-That is exact unless turns of other sessions were fed between that turn and the flush (then a
-value may be misplaced, or left out of the replay), or the flush's push itself closed the
-segment at its length or exchange limit and the session was added to again (the log cannot tell
-that push from one made by the session's next turn). (Turns fed unpaired,
-``SegmenterConfig.pair_turns`` off, wait for the end of the worker's chunk, which the log does not
-record either.)
+completing turn; a flush's push is keyed just after the last turn the stream had fed when it
+came, which the segments the flush closed keep (``SegmentRecord.flushed_after``). A segment stored
+before that was kept, or whose ``flushed_after`` turn a purge removed, has its flush keyed just
+after its own last turn: exact unless turns of other sessions were fed between that turn and the
+flush, or the flush's push closed the segment at its length or exchange limit and the session was
+added to again. (Turns fed unpaired, ``SegmenterConfig.pair_turns`` off, wait for the end of the
+worker's chunk, which the log does not record.)
 """
 
 from __future__ import annotations
@@ -51,16 +51,30 @@ class PushOrder:
         """The last turn no segment covers: once it is fed, every open turn is, and every later
         push comes after every value the log held (:meth:`fed_key`)."""
 
-    def key(self, exchange: Exchange, flushed: bool = False) -> float:
-        """The key of the push of ``exchange`` (``flushed``: a lone turn pushed by the flush that
-        closed its segment); a turn not in the log read is fed after every key."""
+    def key(self, exchange: Exchange, flush: float | None = None) -> float:
+        """The key of the push of ``exchange`` (``flush``: the key of the flush that closed its
+        segment, which pushed it if it is a lone turn whose session's next turn came after the
+        flush); a turn not in the log read is fed after every key."""
         own = exchange.turns[-1].turn_id
         if own not in self.index:
             return math.inf
         if len(exchange.turns) == 2:
             return float(self.index[own])
-        following = None if flushed else self.following.get(own)
+        following = self.following.get(own)
+        if flush is not None and (following is None or self.index[following] > flush):
+            return flush
         return self.index[own] + 0.5 if following is None else float(self.index[following])
+
+    def flush_key(self, record: SegmentRecord) -> float | None:
+        """The key of the push of the flush that closed the segment (just after the turn it
+        names, or, where that is not known, after the segment's own last turn); None when no
+        flush closed it."""
+        if record.flushed_after in self.index:
+            return self.index[record.flushed_after] + 0.5
+        stored = [turn_id for turn_id in record.turn_ids if turn_id in self.turns]
+        if record.reason != SESSION_FLUSH or not stored:
+            return None
+        return self.index[stored[-1]] + 0.5
 
     def fed_key(self, exchange: Exchange) -> float:
         """The key of a push the restarted stream makes now: :meth:`key`, except for a lone turn
@@ -73,20 +87,21 @@ class PushOrder:
 
     def keyed(self, record: SegmentRecord) -> Keyed:
         """A closed segment's exchanges (its turns purged since left out) and the keys of their
-        pushes (its last, alone at a flush, was the flush's)."""
+        pushes (its last, alone at a flush, may have been the flush's)."""
         stored = [self.turns[turn_id] for turn_id in record.turn_ids if turn_id in self.turns]
         exchanges = pair_exchanges(stored, self.pair_turns)
-        return record, exchanges, [self.key(exchange, flushed=record.reason == SESSION_FLUSH
-                                            and at == len(exchanges) - 1 and len(exchange.turns) == 1)
+        flush = self.flush_key(record)
+        return record, exchanges, [self.key(exchange, flush if at == len(exchanges) - 1 else None)
                                    for at, exchange in enumerate(exchanges)]
 
     def closed_by(self, record: SegmentRecord, keys: Sequence[float]) -> float:
         """A bound on the key of the push that closed the segment: its session's next exchange
-        (a cut) or, at the latest, just after its last turn (a flush, a full segment)."""
+        (a cut), its flush, or, at the latest, just after its last turn (a full segment)."""
         stored = [t for t in record.turn_ids if t in self.turns]
         if not stored:
             return -math.inf
-        bound = max([*keys, self.index[stored[-1]] + 0.5])
+        flush = self.flush_key(record)
+        bound = max([*keys, self.index[stored[-1]] + 0.5, -math.inf if flush is None else flush])
         first = self.following.get(stored[-1])
         if first is None:
             return bound

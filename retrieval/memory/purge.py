@@ -14,6 +14,9 @@ text it was computed from. Purging a selection of turns therefore removes, in on
   the purged ones (turn list, content checksum, event frame; the extractor's state, which may
   quote a purged turn, is cleared, and so is the state of every later segment of the user: the
   state is carried from segment to segment, so a later one may restate the turn);
+* a segment's ``flushed_after`` that names a purged turn moves to the nearest earlier turn that
+  stays, so the flush keeps its place among the turns left, or is emptied
+  (:func:`retrieval.memory.purge_selection.moved_flushes`);
 * the evidence nodes left without links (an event frame lives as long as its segment); a node
   kept that a purged record linked to takes its text from the first record still linked to it
   (a node keeps the text of the record that made it, which may be the purged one's spelling);
@@ -63,7 +66,7 @@ from retrieval.memory.evidence_keys import node_text
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.indexing import frame_label
 from retrieval.memory.meta_keys import COMPACTION_OWED, MERGE_KEY, USER_KEYS
-from retrieval.memory.purge_selection import Stored, id_marks, named_records, select
+from retrieval.memory.purge_selection import Stored, id_marks, moved_flushes, named_records, select
 from retrieval.memory.reads import AMU_COLUMNS, amu_from_row, segment_from_row, turn_from_row
 from retrieval.memory.record_writes import insert_amu
 from retrieval.memory.records import AMU, SegmentRecord, Turn
@@ -129,6 +132,12 @@ def _owe_compaction(db: sqlite3.Connection) -> None:
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, 'true')", (COMPACTION_OWED,))
 
 
+def _turn_ids(db: sqlite3.Connection, user: str) -> list[str]:
+    """The user's turn ids in log order."""
+    rows = db.execute("SELECT turn_id FROM turns WHERE conversation_id = ? ORDER BY position", (user,))
+    return [row[0] for row in rows]
+
+
 def _drop_cached(db: sqlite3.Connection, user: str, texts: Iterable[str]) -> None:
     """Delete the user's cached arrays of ``texts``."""
     keys = sorted({text_key(text) for text in texts})
@@ -172,6 +181,9 @@ class Purge(SQLitePart):
                 db.execute("UPDATE segments SET state = '' WHERE conversation_id = ? AND seq > ? "
                            "AND state != ''", (user, picked.carried))
             self._delete(db, "segments", "seq", sorted(picked.dropped), user)
+            db.executemany("UPDATE segments SET flushed_after = ? WHERE conversation_id = ? AND seq = ?",
+                           [(after, user, seq) for after, seq in moved_flushes(segments, gone,
+                                                                               lambda: _turn_ids(db, user))])
             node_texts = self._drop_nodes(db, user, picked.frames_kept, picked.everything)
             node_texts += [frame_label(s.session_id, s.turn_ids) for s in picked.kept]  # their old own texts
             node_texts += _retext_nodes(db, touched, {row.position: row.amu for row in stored})
@@ -271,10 +283,10 @@ class Purge(SQLitePart):
                                (user, seq)).fetchone()[0]
             db.execute("DELETE FROM segments WHERE conversation_id = ? AND seq = ?", (user, seq))
             db.execute("INSERT INTO segments (conversation_id, seq, session_id, turn_ids, reason, state, "
-                       "fallback, amu_count, content_sha256, revision) "
-                       "VALUES (?, ?, ?, ?, ?, '', ?, ?, ?, ?)",
+                       "fallback, amu_count, content_sha256, revision, flushed_after) "
+                       "VALUES (?, ?, ?, ?, ?, '', ?, ?, ?, ?, ?)",
                        (user, seq, record.session_id, json.dumps(left), record.reason, int(record.fallback),
-                        count, turns_sha256(turns), record.revision))
+                        count, turns_sha256(turns), record.revision, record.flushed_after))
             db.execute("UPDATE evidence_nodes SET text = ?, turn_ids = ? WHERE conversation_id = ? "
                        "AND node_type = 'event_frame' AND key = ?",
                        (frame_label(record.session_id, left), json.dumps(left), user, str(seq)))

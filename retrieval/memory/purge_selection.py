@@ -1,13 +1,14 @@
 """What a purge removes and rewrites, decided from the user's rows as the purge reads them, one
 rule for both backends (:mod:`retrieval.memory.purge` says what derives from what; each backend's
 purge applies the :class:`Selection` in its own transaction): the segments touched and dropped,
-the records deleted and restored, the event frames' past member texts, and the numbers the user's
-ids count on from after it (:func:`id_marks`).
+the records deleted and restored, the event frames' past member texts, where the flushes that
+named a purged turn move (:func:`moved_flushes`), and the numbers the user's ids count on from
+after it (:func:`id_marks`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from retrieval.memory.records import AMU, SegmentRecord, Turn
@@ -39,6 +40,25 @@ def frame_states(stored: Sequence[Stored], seq: int) -> list[list[str]]:
     states = [[text for start, end, text in spans if start <= t and (end is None or t < end)] for t in times]
     states.append([row.amu.text for row in members if not row.amu.archived])
     return [state for state in states if state]
+
+
+def moved_flushes(segments: Sequence[SegmentRecord], gone: set[str],
+                  log: Callable[[], Iterable[str]]) -> list[tuple[str | None, int]]:
+    """(new ``flushed_after``, segment number) of each of the user's ``segments`` whose flush
+    names a turn that goes: the nearest earlier turn of the ``log`` (the user's turn ids in order,
+    read only when needed) that stays, so the flush keeps its place among the turns left; None
+    where no earlier turn stays."""
+    named = {s.flushed_after for s in segments if s.flushed_after in gone}
+    if not named:
+        return []
+    place: dict[str, str | None] = {}
+    kept = None
+    for turn_id in log():
+        if turn_id in named:
+            place[turn_id] = kept
+        if turn_id not in gone:
+            kept = turn_id
+    return [(place.get(s.flushed_after), s.seq) for s in segments if s.flushed_after in named]
 
 
 def id_marks(segments: Sequence[SegmentRecord], turns: Sequence[Turn]) -> tuple[int, int]:

@@ -197,4 +197,4 @@ def segment_from_row(row: sqlite3.Row) -> SegmentRecord:
     return SegmentRecord(row["conversation_id"], row["seq"], row["session_id"],
                          tuple(json.loads(row["turn_ids"])),
                          row["reason"], row["state"], bool(row["fallback"]), row["amu_count"],
-                         row["content_sha256"], row["revision"])
+                         row["content_sha256"], row["revision"], row["flushed_after"])

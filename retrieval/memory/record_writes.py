@@ -93,9 +93,10 @@ class RecordWrites(SQLitePart):
             insert_amu(db, amu)
         db.execute(
             "INSERT INTO segments (conversation_id, seq, session_id, turn_ids, reason, state, fallback, "
-            "amu_count, content_sha256, revision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
+            "amu_count, content_sha256, revision, flushed_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
             (record.user_id, record.seq, record.session_id, json.dumps(list(record.turn_ids)),
-             record.reason, record.state, int(record.fallback), len(amus), turns_sha256(turns)),
+             record.reason, record.state, int(record.fallback), len(amus), turns_sha256(turns),
+             record.flushed_after),
         )
 
     def replace_extraction(self, record: SegmentRecord, amus: Sequence[AMU]) -> None:

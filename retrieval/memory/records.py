@@ -290,7 +290,10 @@ class SegmentRecord:
     """The progress marker of one ingested segment. ``state`` is the extractor's disambiguation
     state after the segment (LycheeMemory eq. 5), kept so that a resumed run rebuilds the same
     reference context. ``content_sha256`` fingerprints what the segment's turns say (the store
-    computes it); ``revision`` counts retried extractions (0 = the first)."""
+    computes it); ``revision`` counts retried extractions (0 = the first). ``flushed_after`` is
+    the id of the last turn the stream had fed when a flush closed the segment (None for one
+    closed by a fed turn, or stored before it was kept): the flush's place in the turn log, which
+    a restarted stream needs to replay its surprise history (:mod:`retrieval.ingestion.push_order`)."""
 
     user_id: str
     seq: int
@@ -302,6 +305,7 @@ class SegmentRecord:
     amu_count: int = 0
     content_sha256: str | None = None
     revision: int = 0
+    flushed_after: str | None = None
 
 
 @dataclass(frozen=True)

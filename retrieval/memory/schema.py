@@ -1,4 +1,4 @@
-"""The store's SQLite schema (version 8) and the migration of version-1 to -7 stores.
+"""The store's SQLite schema (version 9) and the migration of version-1 to -8 stores.
 
 Append-only by triggers: raw turns never change; an AMU's fact never changes (only its
 ``archived`` flag, one way, its fingerprint, a derived index key, and its ``successor``, the
@@ -57,6 +57,13 @@ drawn from the store's counts, or raised only where something was purged, would 
 much the others wrote, or that one of them deleted. A store from before purging existed (versions
 1 to 3) keeps its numbering. Two kinds of purged id stay unknowable: a caller's own id of the form
 ``<session>:<n>``, and the ids of a user forgotten whole before version 5 (nothing of it is left).
+
+Version 9 adds to each segment ``flushed_after``, the id of the last turn the stream had fed when
+a flush closed the segment: a flush's place in the turn log, which a restarted stream needs to
+replay its surprise history (:mod:`retrieval.ingestion.push_order`). A purge that removes that turn
+moves it to the nearest earlier turn that stays (the same place among the turns left), or empties
+it, so no purged id stays behind; nothing else changes it. Its migration adds the column empty:
+the segments stored before keep their flushes placed just after their own last turn.
 """
 
 from __future__ import annotations
@@ -71,7 +78,7 @@ from retrieval.memory.fts import FTS_TOKENIZER
 from retrieval.memory.indexing import backfill
 from retrieval.memory.records import Turn
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 EARLIER_IDS_BOUND = 10**9
 """Where the migration to version 8 counts each known user's ids on from (see the module docstring)."""
@@ -103,6 +110,7 @@ CREATE TABLE IF NOT EXISTS segments (
     amu_count INTEGER NOT NULL,
     content_sha256 TEXT,
     revision INTEGER NOT NULL DEFAULT 0,
+    flushed_after TEXT,
     PRIMARY KEY (conversation_id, seq)
 );
 CREATE TABLE IF NOT EXISTS amus (
@@ -215,6 +223,10 @@ DROP TRIGGER IF EXISTS segments_append_only;
 CREATE TRIGGER segments_append_only
 BEFORE UPDATE OF conversation_id, seq, session_id, turn_ids, reason, content_sha256 ON segments
 BEGIN SELECT RAISE(ABORT, 'a segment''s identity is append-only'); END;
+DROP TRIGGER IF EXISTS segments_flush_moves_in_purge;
+CREATE TRIGGER segments_flush_moves_in_purge BEFORE UPDATE OF flushed_after ON segments
+WHEN NOT EXISTS (SELECT 1 FROM purging)
+BEGIN SELECT RAISE(ABORT, 'a segment''s flush moves only when a purge removes its turn'); END;
 DROP TRIGGER IF EXISTS segments_no_delete;
 CREATE TRIGGER segments_no_delete BEFORE DELETE ON segments WHEN NOT EXISTS (SELECT 1 FROM purging)
 BEGIN SELECT RAISE(ABORT, 'segment progress rows are append-only'); END;
@@ -231,6 +243,7 @@ _V1_COLUMNS = (
 )
 _V6_ID_MARKS = ("ALTER TABLE purges ADD COLUMN next_seq INTEGER NOT NULL DEFAULT 0;"
                 "ALTER TABLE purges ADD COLUMN next_turn INTEGER NOT NULL DEFAULT 0;")
+_V9_FLUSHES = "ALTER TABLE segments ADD COLUMN flushed_after TEXT;"
 _V5_CACHE = ("ALTER TABLE vectors RENAME TO vectors_v5;"
              "ALTER TABLE codes RENAME TO codes_v5;")
 
@@ -270,10 +283,11 @@ def _statements(script: str) -> list[str]:
 
 
 def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
-    """Bring a new (0), version-1 to -7 store to :data:`SCHEMA_VERSION`, in the caller's
+    """Bring a new (0), version-1 to -8 store to :data:`SCHEMA_VERSION`, in the caller's
     transaction (version 1 goes through version 2; versions 4 and 5 only add tables and the purge
     guard; version 6 re-keys the cache tables by user; version 7 adds the id marks to ``purges``;
-    version 8 sets them for the purges made before version 7)."""
+    version 8 sets them for the purges made before version 7; version 9 adds the segments'
+    ``flushed_after``)."""
     if version == 1:
         _alter(db, _V1_COLUMNS)
         db.execute("DROP TRIGGER IF EXISTS segments_append_only")  # v1's forbade the checksum update below
@@ -289,6 +303,8 @@ def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
         _alter(db, _V2_COLUMNS)
     if version in (5, 6):  # earlier versions have no purges table: the one below has the marks
         _alter(db, _V6_ID_MARKS)
+    if version in range(1, 9):
+        _alter(db, _V9_FLUSHES)
     for statement in _statements(TABLES) + _statements(TRIGGERS):
         db.execute(statement)
     if version in (1, 2):

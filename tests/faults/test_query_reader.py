@@ -25,6 +25,7 @@ from retrieval.memory.store import AMUStore
 from retrieval.multi_route.score_legend import SCORE_COLUMNS
 from tests.fake_chat import FakeChatServer, completion_body
 from tests.multi_route_fixtures import IDENTITY, WordEmbedder, WordFingerprinter, query_store
+from tests.store_backends import SQLITE_BEFORE_VERSION_9
 
 
 @pytest.fixture
@@ -116,7 +117,8 @@ def test_serving_and_consolidating_a_built_store_take_its_recorded_fingerprinter
     open_memory(_serve_parser().parse_args(["--store", str(store_dir), "--extractor", "llm"]))
     open_memory(_serve_parser().parse_args(["--store", str(tmp_path / "new")]))
     db = sqlite3.connect(store_dir / AMUStore.DB_NAME)  # the store as an older version left it
-    db.executescript("ALTER TABLE purges DROP COLUMN next_seq; ALTER TABLE purges DROP COLUMN next_turn;"
+    db.executescript(SQLITE_BEFORE_VERSION_9 + "ALTER TABLE purges DROP COLUMN next_seq; "
+                     "ALTER TABLE purges DROP COLUMN next_turn;"
                      "PRAGMA user_version=6;")
     db.close()
     open_memory(_serve_parser().parse_args(["--store", str(store_dir)]))  # the first start after an upgrade

@@ -25,7 +25,7 @@ from retrieval.memory.postgres.reads import AMU_COLUMNS, SEGMENT_COLUMNS, TURN_C
 from retrieval.memory.postgres.schema import COMPACTED, PURGING, RAISE_ID_MARKS, STATISTICS_OWED
 from retrieval.memory.postgres.writes import insert_amu
 from retrieval.memory.purge import Purged
-from retrieval.memory.purge_selection import Stored, id_marks, named_records, select
+from retrieval.memory.purge_selection import Stored, id_marks, moved_flushes, named_records, select
 from retrieval.memory.reads import amu_from_row, segment_from_row, turn_from_row
 from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.schema import turns_sha256
@@ -122,6 +122,10 @@ class Purge:
                 conn.execute("UPDATE segments SET state = '' WHERE user_id = %s AND seq > %s AND state != ''",
                              (user, picked.carried))
             _delete(conn, "segments", "seq", sorted(picked.dropped), user)
+            for after, seq in moved_flushes(segments, gone, lambda: [row["turn_id"] for row in self.db.rows(
+                    "SELECT turn_id FROM turns WHERE user_id = %s ORDER BY position", (user,))]):
+                conn.execute("UPDATE segments SET flushed_after = %s WHERE user_id = %s AND seq = %s",
+                             (after, user, seq))
             node_texts = self._drop_nodes(conn, user, picked.frames_kept, picked.everything)
             node_texts += [frame_label(s.session_id, s.turn_ids) for s in picked.kept]  # their old own texts
             node_texts += _retext_nodes(conn, user, touched, {row.position: row.amu for row in stored})
@@ -198,10 +202,10 @@ class Purge:
                                   (user, seq))
             conn.execute("DELETE FROM segments WHERE user_id = %s AND seq = %s", (user, seq))
             conn.execute("INSERT INTO segments (user_id, seq, session_id, turn_ids, reason, state, fallback, "
-                         "amu_count, content_sha256, revision) "
-                         "VALUES (%s, %s, %s, %s, %s, '', %s, %s, %s, %s)",
+                         "amu_count, content_sha256, revision, flushed_after) "
+                         "VALUES (%s, %s, %s, %s, %s, '', %s, %s, %s, %s, %s)",
                          (user, seq, record.session_id, json.dumps(left), record.reason, record.fallback,
-                          count, turns_sha256(turns), record.revision))
+                          count, turns_sha256(turns), record.revision, record.flushed_after))
             conn.execute("UPDATE evidence_nodes SET text = %s, turn_ids = %s WHERE user_id = %s "
                          "AND node_type = 'event_frame' AND key = %s",
                          (frame_label(record.session_id, left), json.dumps(left), user, str(seq)))

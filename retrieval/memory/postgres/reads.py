@@ -22,7 +22,7 @@ AMU_COLUMNS = ", ".join("user_id AS conversation_id" if name == "user_id" else n
 TURN_COLUMNS = ("position, user_id AS conversation_id, session_id, turn_id, speaker, text, session_time, "
                 "image_caption")
 SEGMENT_COLUMNS = ("user_id AS conversation_id, seq, session_id, turn_ids, reason, state, fallback, "
-                   "amu_count, content_sha256, revision")
+                   "amu_count, content_sha256, revision, flushed_after")
 
 
 def turns_of(rows: list[Any]) -> list[Turn]:

@@ -20,6 +20,7 @@ Version 5 adds the numbers each user's ids count on from to ``purges``, as the S
 version 7 does, and version 6 sets them for the purges made before it, as the SQLite store's
 version 8 does (the turns' sequence counts the turns ever stored, and inserts that rolled back).
 Version 7 keeps users' words out of the planner's statistics (:data:`_UNSAMPLED`).
+Version 8 adds the segments' ``flushed_after``, as the SQLite store's version 9 does (unsampled).
 
 The invariants are PostgreSQL triggers, as SQLite's are: raw turns never change; a record's fact
 never changes (only ``archived``, one way, ``fingerprint`` and ``successor``), and archiving drops
@@ -233,8 +234,19 @@ rewrite of the table) drops what was sampled before, which is why the two trigge
 columns are dropped and made again around it. Where something had been sampled, the dropped rows
 stay in ``pg_statistic``'s file until a ``compact`` rewrites it (:data:`STATISTICS_OWED`)."""
 
+_FLUSHES = """
+ALTER TABLE segments ADD COLUMN flushed_after text;
+ALTER TABLE segments ALTER COLUMN flushed_after SET STATISTICS 0;
+CREATE TRIGGER segments_flush_moves_in_purge BEFORE UPDATE ON segments FOR EACH ROW
+WHEN (OLD.flushed_after IS DISTINCT FROM NEW.flushed_after
+      AND current_setting('memory.purging', true) IS DISTINCT FROM 'on')
+EXECUTE FUNCTION refuse('a segment''s flush moves only when a purge removes its turn');
+"""
+"""Version 8: where in the turn log a flush closed each segment (:mod:`retrieval.memory.schema`,
+version 9), which only a purge of that turn moves."""
+
 MIGRATIONS: tuple[str, ...] = (_TABLES + _TRIGGERS, _KEYS, _PURGES, _CACHE_BY_USER, _ID_MARKS,
-                               _EARLIER_PURGE_MARKS, _UNSAMPLED)
+                               _EARLIER_PURGE_MARKS, _UNSAMPLED, _FLUSHES)
 """The schema's steps: ``MIGRATIONS[n]`` takes version n to n + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

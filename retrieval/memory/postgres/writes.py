@@ -96,9 +96,11 @@ class Writes:
         for amu in amus:
             insert_amu(conn, amu)
         conn.execute("INSERT INTO segments (user_id, seq, session_id, turn_ids, reason, state, fallback, "
-                     "amu_count, content_sha256, revision) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 0)",
+                     "amu_count, content_sha256, revision, flushed_after) "
+                     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 0, %s)",
                      (record.user_id, record.seq, record.session_id, json.dumps(list(record.turn_ids)),
-                      record.reason, record.state, record.fallback, len(amus), turns_sha256(turns)))
+                      record.reason, record.state, record.fallback, len(amus), turns_sha256(turns),
+                      record.flushed_after))
 
     def replace_extraction(self, record: SegmentRecord, amus: Sequence[AMU]) -> None:
         """A retried extraction: the segment's current records archived, ``amus`` inserted and the

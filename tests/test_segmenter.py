@@ -334,25 +334,25 @@ def test_a_restart_with_several_sessions_open_cuts_where_the_uninterrupted_strea
             assert restarted == uninterrupted, (restart_at, flush)
 
 
-def test_a_restart_cuts_as_the_uninterrupted_stream_with_flushes_and_a_speaker_saying_two_turns(tmp_path):
-    """Adds of one to three turns to three sessions, a speaker now and then saying two turns in a
-    row, a session flushed when another's add follows it: a restart before any operation leaves
-    every cut where it was. (A turn waiting at the restart whose speaker speaks again after it is
-    pushed alone by that later turn, after every value the log held.)"""
+def interleaved_ops(seed: int, rounds: int, flush_any: bool) -> list[tuple[str, str, list[dict]]]:
+    """Adds of one to three turns to three sessions of one user, a speaker now and then saying two
+    turns in a row, and flushes: of the session last added to when another's add follows it, or
+    (``flush_any``) now and then of any session begun, other sessions' turns often added since."""
     import random
 
-    from retrieval import Memory
-
-    rng = random.Random(10)
+    rng = random.Random(seed)
     topics = [["garden", "tomatoes", "soil", "water"], ["marathon", "running", "shoes", "race"],
               ["guitar", "song", "chords", "band"], ["paris", "trip", "museum", "train"],
               ["puppy", "walk", "park", "leash"], ["cake", "oven", "flour", "sugar"]]
     everyword = [word for topic in topics for word in topic]
     topic = {f"s{i}": rng.choice(topics) for i in range(3)}
     speaker, count, ops, last = dict.fromkeys(topic, "Ann"), dict.fromkeys(topic, 0), [], None
-    for _ in range(20):
+    for _ in range(rounds):
         session = rng.choice(list(topic))
-        if last and last != session and rng.random() < 0.3:
+        begun = [name for name in topic if count[name]]
+        if flush_any and begun and rng.random() < 0.3:
+            ops.append(("flush", rng.choice(begun), []))
+        elif not flush_any and last and last != session and rng.random() < 0.3:
             ops.append(("flush", last, []))
         turns = []
         for _ in range(rng.randint(1, 3)):
@@ -366,21 +366,42 @@ def test_a_restart_cuts_as_the_uninterrupted_stream_with_flushes_and_a_speaker_s
             count[session] += 1
         ops.append(("add", session, turns))
         last = session
+    return ops
+
+
+def run_ops(path, ops, restart_at: int | None) -> tuple[list, list[list[float]]]:
+    """The user's stored segments after ``ops`` (closing and opening the memory before operation
+    ``restart_at``), and its stream's surprise history after each operation."""
+    from retrieval import Memory
+
+    memory = Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+    histories = []
+    for at, (kind, session, turns) in enumerate(ops):
+        if at == restart_at:
+            memory.close()
+            memory = Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+        if kind == "add":
+            memory.add(turns, user_id="u", session_id=session)
+            memory.drain(user_id="u")
+        else:
+            memory.flush(user_id="u", session_id=session)
+        stream = memory._backlog._users["u"].stream
+        histories.append(list(stream.history) if stream is not None else [])
+    segments = memory.store.segments("u")
+    memory.close()
+    return segments, histories
+
+
+def test_a_restart_cuts_as_the_uninterrupted_stream_with_flushes_and_a_speaker_saying_two_turns(tmp_path):
+    """Adds of one to three turns to three sessions, a speaker now and then saying two turns in a
+    row, a session flushed when another's add follows it: a restart before any operation leaves
+    every cut where it was. (A turn waiting at the restart whose speaker speaks again after it is
+    pushed alone by that later turn, after every value the log held.)"""
+    ops = interleaved_ops(10, 20, flush_any=False)
 
     def segments(path, restart_at: int | None) -> list[tuple]:
-        memory = Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
-        for at, (kind, session, turns) in enumerate(ops):
-            if at == restart_at:
-                memory.close()
-                memory = Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
-            if kind == "add":
-                memory.add(turns, user_id="u", session_id=session)
-                memory.drain(user_id="u")
-            else:
-                memory.flush(user_id="u", session_id=session)
-        cut = [(record.session_id, record.turn_ids, record.reason) for record in memory.store.segments("u")]
-        memory.close()
-        return cut
+        return [(record.session_id, record.turn_ids, record.reason)
+                for record in run_ops(path, ops, restart_at)[0]]
 
     uninterrupted = segments(tmp_path / "once", None)
     assert {reason for _, _, reason in uninterrupted} >= {SESSION_FLUSH}
@@ -391,67 +412,21 @@ def test_a_restart_cuts_as_the_uninterrupted_stream_with_flushes_and_a_speaker_s
 @pytest.mark.parametrize("seed", [4, 5])
 def test_a_restart_replays_the_surprise_history_exactly_when_a_session_is_flushed_after_others_were_added(
         tmp_path, seed):
-    """Adds of one to three turns to three sessions, each now and then followed by a flush of any
-    session already begun, turns of other sessions often added since its last: the segments a
-    flush closes keep the last turn fed then (``flushed_after``), so after a restart before any
-    operation the stream's surprise history equals, value for value and in order, the one of the
-    stream that never stopped, after every later operation, and every cut is where it was. (Placed
-    just after the flushed session's own last turn instead, a flush's values moved in 6 of 8
-    seeds.)"""
-    import random
-
-    from retrieval import Memory
-
-    rng = random.Random(seed)
-    topics = [["garden", "tomatoes", "soil", "water"], ["marathon", "running", "shoes", "race"],
-              ["guitar", "song", "chords", "band"], ["paris", "trip", "museum", "train"],
-              ["puppy", "walk", "park", "leash"], ["cake", "oven", "flour", "sugar"]]
-    everyword = [word for topic in topics for word in topic]
-    topic = {f"s{i}": rng.choice(topics) for i in range(3)}
-    speaker, count, ops = dict.fromkeys(topic, "Ann"), dict.fromkeys(topic, 0), []
-    for _ in range(24):
-        session = rng.choice(list(topic))
-        begun = [name for name in topic if count[name]]
-        if begun and rng.random() < 0.3:
-            ops.append(("flush", rng.choice(begun), []))
-        turns = []
-        for _ in range(rng.randint(1, 3)):
-            if rng.random() < 0.2:
-                topic[session] = rng.choice(topics)
-            if rng.random() > 0.3:
-                speaker[session] = "Bob" if speaker[session] == "Ann" else "Ann"
-            words = rng.choices(topic[session], k=rng.randint(3, 6) - 1) + rng.sample(everyword, 1)
-            turns.append({"speaker": speaker[session], "turn_id": f"{session}-{count[session]}",
-                          "text": " ".join(words)})
-            count[session] += 1
-        ops.append(("add", session, turns))
-
-    def run(path, restart_at: int | None) -> tuple[list[tuple], list[list[float]]]:
-        memory = Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
-        histories = []
-        for at, (kind, session, turns) in enumerate(ops):
-            if at == restart_at:
-                memory.close()
-                memory = Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
-            if kind == "add":
-                memory.add(turns, user_id="u", session_id=session)
-                memory.drain(user_id="u")
-            else:
-                memory.flush(user_id="u", session_id=session)
-            stream = memory._backlog._users["u"].stream
-            histories.append(list(stream.history) if stream is not None else [])
-        cut = [(record.session_id, record.turn_ids, record.reason, record.flushed_after)
-               for record in memory.store.segments("u")]
-        memory.close()
-        return cut, histories
-
-    uninterrupted, histories = run(tmp_path / "once", None)
-    flushes = [(session, after) for session, _, reason, after in uninterrupted if reason == SESSION_FLUSH]
+    """Flushes of any session begun, turns of other sessions often added since its last: the
+    segments a flush closes keep the last turn fed then (``flushed_after``), so after a restart
+    before any operation the stream's surprise history equals, value for value and in order, the
+    one of the stream that never stopped, after every later operation, and every cut is where it
+    was. (Placed just after the flushed session's own last turn instead, a flush's values moved in
+    6 of 8 seeds.)"""
+    ops = interleaved_ops(seed, 24, flush_any=True)
+    uninterrupted, histories = run_ops(tmp_path / "once", ops, None)
+    flushes = [(record.session_id, record.flushed_after) for record in uninterrupted
+               if record.reason == SESSION_FLUSH]
     assert flushes and all(after is not None for _, after in flushes)
     assert any(not after.startswith(f"{session}-") for session, after in flushes)  # others' turns came last
     for restart_at in range(1, len(ops)):
-        cut, restarted = run(tmp_path / f"restarted{restart_at}", restart_at)
-        assert cut == uninterrupted, restart_at
+        segments, restarted = run_ops(tmp_path / f"restarted{restart_at}", ops, restart_at)
+        assert segments == uninterrupted, restart_at
         assert restarted[restart_at:] == histories[restart_at:], restart_at
 
 

@@ -243,3 +243,15 @@ def test_a_reading_thread_s_connection_closes_when_the_thread_ends(tmp_path):
             counts.append(open_files(tmp_path / AMUStore.DB_NAME))
         assert counts == [counts[0]] * 4, counts
         assert store.count() == 1  # this thread's reader, and the store, still work
+
+
+def test_a_reader_keeps_a_small_page_cache_and_the_writer_the_default(tmp_path):
+    """Readers read most pages once (a search state's build, a listing); a server may hold one in
+    each of its worker threads, so each keeps READER_CACHE_KIB of pages, not SQLite's 2,000 KiB."""
+    from retrieval.memory.connection import READER_CACHE_KIB
+
+    with AMUStore(tmp_path) as store:
+        commit(store, 0, [make_amu(0, 0)])
+        assert store._db.execute("PRAGMA cache_size").fetchone()[0] == -READER_CACHE_KIB == -256
+        with store._transaction() as db:
+            assert db.execute("PRAGMA cache_size").fetchone()[0] == -2000

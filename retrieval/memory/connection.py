@@ -37,6 +37,14 @@ from retrieval.memory.store_contract import needs_migration
 BUSY_TIMEOUT_S = 30.0
 """How long a write waits for another role's transaction (e.g. consolidation beside ingestion)."""
 
+READER_CACHE_KIB = 256
+"""The page cache of each thread's reader (SQLite's default: 2,000 KiB, which the writer keeps). A
+reader reads a user's rows once to build its search state, or a page of a listing, and finds
+little of it again in its cache, but filled the whole default one: a server holding a reader in
+each of its 40 worker threads kept up to 80 MB of pages. The first search of a 100,000-record
+user (its state built from the store) took 4.18 and 4.39 s with this cache, 4.47 and 4.54 s with
+the default (a fresh process each run)."""
+
 DB_NAME = "amus.sqlite3"
 """The store's database file in its directory."""
 
@@ -141,6 +149,7 @@ class SQLiteConnection:
                           else self._connect_read_only()[0])
             connection.row_factory = sqlite3.Row
             connection.execute("PRAGMA foreign_keys=ON")
+            connection.execute(f"PRAGMA cache_size=-{READER_CACHE_KIB}")
             reader = self._local.reader = _Reader(connection, self._generation)
             with self._readers_guard:
                 self._readers.add(reader)

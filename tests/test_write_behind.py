@@ -704,3 +704,48 @@ def test_a_reloaded_stream_that_has_fed_every_open_turn_holds_its_history_not_th
         monkeypatch.setattr(mem._backlog._held, "limit", 0)
         mem.add(chat("a2", 2), user_id="a", session_id="t")
         assert len(mem.flush(user_id="a", session_id="t").amu_ids) == 2
+
+
+def test_a_flush_that_reloads_the_stream_places_itself_after_the_turns_it_fed_not_a_later_add(
+        tmp_path, monkeypatch):
+    """A flush of a user whose stream was dropped loads it again from the turn log, which an add to
+    another session of the user, landing after the step read its backlog, has already grown: the
+    flush came after the turns the step fed (b2), not the one added meanwhile (b3), and a stream
+    loaded later replays the history the stream that fed them built."""
+    from retrieval.api import worker_users
+    from retrieval.api.online import UserStream
+
+    monkeypatch.setattr(worker_users, "STREAMS_HELD", 1)
+    replay, added = UserStream._replay, []
+
+    def add_during_the_load(stream, segments):
+        if not added and stream.user == "u":
+            added.append(mem)
+            writer = threading.Thread(target=mem.add, args=([turn("b3", "Bob", "cake oven sugar")],),
+                                      kwargs={"user_id": "u", "session_id": "s2"})
+            writer.start()
+            writer.join(10)
+        return replay(stream, segments)
+
+    def turn(turn_id, speaker, text):
+        return {"turn_id": turn_id, "speaker": speaker, "text": text}
+
+    with open_memory(tmp_path) as mem:
+        mem.add([turn("a0", "Ann", "guitar song chords band"), turn("a1", "Bob", "guitar chords song"),
+                 turn("a2", "Ann", "guitar band museum")], user_id="u", session_id="s1")
+        mem.add([turn("b0", "Ann", "cake oven flour sugar"), turn("b1", "Bob", "cake flour oven"),
+                 turn("b2", "Ann", "cake sugar train")], user_id="u", session_id="s2")
+        mem.drain(user_id="u")
+        mem.add([turn("v0", "Ann", "hello there")], user_id="v", session_id="x")
+        mem.drain(user_id="v")
+        assert mem._backlog._users.get("u") is None  # u's stream dropped
+        monkeypatch.setattr(UserStream, "_replay", add_during_the_load)
+        mem.flush(user_id="u", session_id="s1")
+        monkeypatch.setattr(UserStream, "_replay", replay)
+        assert added and [(r.session_id, r.flushed_after) for r in mem.store.segments("u")] == [("s1", "b2")]
+        mem.drain(user_id="u")
+        fed = list(mem._backlog._users["u"].stream.history)
+    with open_memory(tmp_path) as mem:
+        mem.add([turn("b4", "Ann", "cake train")], user_id="u", session_id="s2")
+        mem.drain(user_id="u")
+        assert list(mem._backlog._users["u"].stream.history)[:len(fed)] == fed

@@ -77,11 +77,12 @@ class UserStream:
         self.next_seq = store.next_seq(user)
         self._order: PushOrder | None = None  # after a restart, until the values in _later are merged
         self._later: deque[tuple[float, float]] = deque()
-        self._caught_up = False  # the log's last open turn fed: _later joins the history after this feed
-        self._last_open: str | None = None  # after a restart, until the log's open turns are fed again
+        self._caught_up = False  # the log's open turns all fed: _later joins the history after this feed
+        self._unfed: dict[str, int] = {}  # after a restart, the log's open turns (by index) until fed again
         self.fed_through: str | None = None
         """The id of the last turn of the log this stream has fed (turns fed again after a restart
         were fed before it): where a flush now stands in the log (``SegmentRecord.flushed_after``)."""
+        self._fed_at = -1.0  # its index in the log read at the restart (inf: a turn stored since)
 
     @classmethod
     def load(cls, user: str, store: Store, models: StreamModels, turns: Sequence[Turn] | None = None,
@@ -119,8 +120,8 @@ class UserStream:
         store's cache; :func:`replayed_history`)."""
         log = self.store.turns(self.user)
         order = PushOrder(log, segments, self.models.config.pair_turns)
-        self.fed_through = log[-1].turn_id if log else None
-        self._last_open = order.last_open
+        self._unfed, self._fed_at = dict(order.open_at), float(order.last_covered)
+        self.fed_through = log[order.last_covered].turn_id if order.last_covered >= 0 else None
         closed = order.look_back(segments, self.models.config.history_size)
         texts = [exchange.text for _, exchanges, _ in closed for exchange in exchanges]
         vectors = iter(self.models.embedder.encode(texts) if texts else [])
@@ -157,10 +158,7 @@ class UserStream:
         caller feeds them (:meth:`feed`), so it may embed their texts beside others first."""
         exchanges: list[Exchange] = []
         for turn in turns:
-            if self._last_open is None:
-                self.fed_through = turn.turn_id
-            elif turn.turn_id == self._last_open:  # every open turn of the log read is fed again
-                self._last_open, self._caught_up = None, self._order is not None
+            self._fed(turn)
             session = self.open_session(turn.session_id)
             waiting = session.waiting
             if waiting is None:
@@ -176,6 +174,15 @@ class UserStream:
             for session in self.sessions.values():
                 session.waiting = None
         return exchanges
+
+    def _fed(self, turn: Turn) -> None:
+        """``turn`` is fed: the last fed in log order unless it is an open turn fed again that came
+        before the last covered one (a turn stored since the restart's log read comes after all)."""
+        at = self._unfed.pop(turn.turn_id, math.inf)
+        if at >= self._fed_at:
+            self.fed_through, self._fed_at = turn.turn_id, at
+        if at < math.inf and not self._unfed:  # every open turn of the log read is fed again
+            self._caught_up = self._order is not None
 
     def flush(self, session_id: str) -> list[AMU]:
         """Close the session's open segment (the waiting turn joins it as an exchange alone). The

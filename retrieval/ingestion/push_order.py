@@ -43,13 +43,14 @@ class PushOrder:
                 self.following[last[turn.session_id]] = turn.turn_id
             last[turn.session_id] = turn.turn_id
         covered = {turn_id for record in segments for turn_id in record.turn_ids}
-        open_turns = [at for turn_id, at in self.index.items() if turn_id not in covered]
-        self.first_open = min(open_turns, default=math.inf)
+        self.open_at = {turn_id: at for turn_id, at in self.index.items() if turn_id not in covered}
+        """The log index of each turn no segment covers: once all are fed, every later push comes
+        after every value the log held (:meth:`fed_key`)."""
+        self.first_open = min(self.open_at.values(), default=math.inf)
         """The index of the first turn no segment covers: every value keyed below it was in the
         history before any open exchange was pushed."""
-        self.last_open = turns[max(open_turns)].turn_id if open_turns else None
-        """The last turn no segment covers: once it is fed, every open turn is, and every later
-        push comes after every value the log held (:meth:`fed_key`)."""
+        self.last_covered = max((at for turn_id, at in self.index.items() if turn_id in covered), default=-1)
+        """The index of the last turn a segment covers (-1: none), which every stream fed."""
 
     def key(self, exchange: Exchange, flush: float | None = None) -> float:
         """The key of the push of ``exchange`` (``flush``: the key of the flush that closed its

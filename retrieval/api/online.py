@@ -80,8 +80,9 @@ class UserStream:
         self._caught_up = False  # the log's open turns all fed: _later joins the history after this feed
         self._unfed: dict[str, int] = {}  # after a restart, the log's open turns (by index) until fed again
         self.fed_through: str | None = None
-        """The id of the last turn of the log this stream has fed (turns fed again after a restart
-        were fed before it): where a flush now stands in the log (``SegmentRecord.flushed_after``)."""
+        """The id of the turn latest in the log among those this stream has fed (the open turns a
+        restart feeds again may come before the last one a segment covers): where a flush now
+        stands in the log (``SegmentRecord.flushed_after``)."""
         self._fed_at = -1.0  # its index in the log read at the restart (inf: a turn stored since)
 
     @classmethod

@@ -29,7 +29,7 @@ from retrieval.index.embed import SentenceEmbedder
 from retrieval.memory.backends import open_store
 from retrieval.memory.connection import DB_NAME
 from retrieval.memory.errors import StoreError
-from retrieval.memory.fingerprinter_source import recorded_fingerprinter
+from retrieval.memory.fingerprinter_source import recorded_or_refused
 from retrieval.memory.targets import local_directory, store_target
 
 
@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ValueError(f"{store.location} holds no user {unknown[0]!r} "
                                  f"(it holds {len(stored)})")
             operator = make_operator(args.operator, args.llm_cache or llm_cache(store.local_files))
-            named = args.fingerprinter or recorded_fingerprinter(store)  # the one ingestion recorded
+            named = args.fingerprinter or recorded_or_refused(store)  # the one ingestion recorded
             fingerprinter = None if named is None else Fingerprinter.from_pretrained(named)
             embedder = SentenceEmbedder(args.embedder)
             for user_id in conversations:

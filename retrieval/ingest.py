@@ -35,7 +35,7 @@ from retrieval.index.embed import SentenceEmbedder
 from retrieval.ingestion.pipeline import IngestError
 from retrieval.ingestion.turns_jsonl import read_turns_jsonl
 from retrieval.memory.errors import StoreError
-from retrieval.memory.fingerprinter_source import remember_fingerprinter
+from retrieval.memory.fingerprinter_source import named_or_recorded, remember_fingerprinter
 from retrieval.memory.records import InputFormatError, Turn
 from retrieval.memory.targets import local_directory, store_target
 
@@ -50,7 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--extractor", choices=("rule", "llm"), default="rule")
     parser.add_argument("--embedder", default=MINILM_ALIAS, help="sentence-transformers name or path for "
                         "segmentation embeddings (default: offline all-MiniLM-L6-v2)")
-    parser.add_argument("--fingerprinter", type=Path, help="exported ISQ fingerprinter directory")
+    parser.add_argument("--fingerprinter", type=Path,
+                        help="exported ISQ fingerprinter directory (default, adding to a built store: "
+                             "the one it recorded)")
     parser.add_argument("--llm-cache", type=Path, help="LLM response cache (default: STORE/llm_cache)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--consolidate-in-background", nargs="?", const="offline", choices=OPERATORS,
@@ -69,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not turns:  # an empty input would create a store and fix its models for nothing
             raise InputFormatError(f"{args.locomo or args.jsonl}: no turns; nothing to ingest")
         checked_input(args.locomo or args.jsonl, turns)
+        # adding to a built store: its fingerprinter unless another is named, as the readers do
+        args.fingerprinter = named_or_recorded(args.store, args.fingerprinter, writer=True)
         embedder, extractor, fingerprinter = _models(args)
         operator = make_operator(args.consolidate_in_background or "offline",
                                  _llm_cache(args))

@@ -4,9 +4,10 @@ The store binds the fingerprinter's identity (its codebook's and its encoder's c
 :meth:`AMUStore.bind`);
 ingestion also records the directory it was loaded from (a mutable record: a checkpoint may be
 moved and named again). The command lines that open a built store (``retrieval.query``,
-``retrieval.serve``, ``retrieval.mcp``, ``retrieval.consolidate``) load it from there when
-``--fingerprinter`` is not given (:func:`named_or_recorded`), and the identity check still refuses
-a directory that now holds another codebook.
+``retrieval.serve``, ``retrieval.mcp``, ``retrieval.consolidate``, and ``retrieval.ingest`` adding
+to one) load it from there when ``--fingerprinter`` is not given (:func:`named_or_recorded`,
+:func:`recorded_or_refused`), and the identity check still refuses a directory that now holds
+another codebook.
 """
 
 from __future__ import annotations
@@ -61,6 +62,16 @@ def named_or_recorded(target: str | Path, named: Path | None, *, writer: bool = 
             unfound = _unfound(store) if writer and recorded is None else None
     except StoreError:
         return None
+    if unfound is not None:
+        raise UnfoundFingerprinter(unfound)
+    return recorded
+
+
+def recorded_or_refused(store: Store) -> Path | None:
+    """:func:`recorded_fingerprinter` of an open store about to be written, refusing one built
+    with a fingerprinter it cannot find (:class:`UnfoundFingerprinter`, naming where it looked)."""
+    recorded = recorded_fingerprinter(store)
+    unfound = _unfound(store) if recorded is None else None
     if unfound is not None:
         raise UnfoundFingerprinter(unfound)
     return recorded

@@ -131,9 +131,24 @@ def test_serving_and_consolidating_a_built_store_take_its_recorded_fingerprinter
     monkeypatch.setattr(consolidate_module, "SentenceEmbedder", lambda name: WordEmbedder())
     assert consolidate_module.main(["--store", str(store_dir)]) in (0, 1)
     assert loaded == [checkpoint.resolve()] and "error" not in capsys.readouterr().err
+    import retrieval.ingest as ingest_module
+    from retrieval.memory.errors import StoreError
+
+    named: list[Path | None] = []
+
+    def models(args):
+        named.append(args.fingerprinter)
+        raise StoreError("stop before loading")
+
+    monkeypatch.setattr(ingest_module, "_models", models)
+    more = tmp_path / "more.jsonl"
+    more.write_text('{"session_id": "s9", "session_time": "2023-05-08T13:56:00", "speaker": "Ann", '
+                    '"turn_id": "s9:1", "text": "One more turn."}\n', encoding="utf-8")
+    assert ingest_module.main(["--jsonl", str(more), "--store", str(store_dir)]) == 2
+    assert named == [checkpoint.resolve()]  # adding to the store takes its fingerprinter too
 
 
-def test_serving_a_store_whose_fingerprinter_cannot_be_found_names_where_it_was(store_dir, tmp_path):
+def test_serving_a_store_whose_fingerprinter_cannot_be_found_names_where_it_was(store_dir, tmp_path, capsys):
     """Built with a fingerprinter whose recorded directory is gone, or that recorded none (built
     through the server), a store is refused at start naming that, not as built "not 'none'"."""
     from retrieval.serve import _serve_parser
@@ -151,6 +166,13 @@ def test_serving_a_store_whose_fingerprinter_cannot_be_found_names_where_it_was(
     with pytest.raises(UnfoundFingerprinter, match="whose directory it does not record"):
         named_or_recorded(store_dir, None, writer=True)
     assert named_or_recorded(store_dir, None) is None  # a reader (retrieval.query) goes on without it
+    import retrieval.consolidate as consolidate_module
+
+    with AMUStore(store_dir) as store:
+        store.put_meta(PATH_KEY, str(moved))
+    assert consolidate_module.main(["--store", str(store_dir)]) == 2
+    assert f"loaded from {moved}, which is no longer a directory: pass --fingerprinter DIR" in \
+        capsys.readouterr().err
 
 
 # ---------------------------------------------------- reflexives stay reflexive in extracted facts

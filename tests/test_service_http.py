@@ -317,6 +317,13 @@ def test_oversized_and_malformed_bodies(api: Api) -> None:
         assert response.status_code == 200, (encoding, response.text)
     assert (api.alice.get("/v1/memories", params={"limit": limits.MAX_PAGE + 1}).json()["field"]
             == "query.limit")
+    body = b'{"query": "A cat?", "k": 5}'
+    for declared_as in ("application/x-www-form-urlencoded", "text/plain", None):  # curl -d without -H
+        response = api.alice.post("/v1/search", content=body,
+                                  headers={} if declared_as is None else {"Content-Type": declared_as})
+        assert (response.status_code, response.json()) == (422, {
+            "error": "body: send the body as JSON, with the header Content-Type: application/json",
+            "field": "body"}), declared_as
 
 
 def test_a_flush_turns_a_sessions_last_turns_into_records_now(api: Api) -> None:

@@ -51,13 +51,22 @@ def _field(location: tuple | list) -> str:
 
 
 # Starlette types every handler as taking an Exception; each is registered for one class below.
-async def _validation(_: Request, exc: Exception) -> JSONResponse:
+async def _validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0]
     # a body that is not JSON has the parser's character offset as its location: the field is the body
     field = "body" if first.get("type") == "json_invalid" else _field(first.get("loc", ()))
     status = 413 if first.get("type") == "too_long" and field == "body.turns" else 422
-    return error_response(status, f"{field}: {first.get('msg', 'invalid')}", field)
+    message = first.get("msg", "invalid")
+    if field == "body" and not _sent_as_json(request):  # FastAPI read it as a form, or not at all
+        message = "send the body as JSON, with the header Content-Type: application/json"
+    return error_response(status, f"{field}: {message}", field)
+
+
+def _sent_as_json(request: Request) -> bool:
+    """Whether FastAPI read the body as JSON: only one declared so."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return media_type == "application/json" or media_type.endswith("+json")
 
 
 async def _http(request: Request, exc: Exception) -> JSONResponse:

@@ -104,7 +104,8 @@ def hit_dict(rank: int, hit: Hit, memory: Memory, user: str) -> dict[str, Any]:
     turns = [memory.store.turn(user, turn_id) for turn_id in hit.turns]
     explain = hit.explain or {}
     scores = {name: channel["score"] for name, channel in explain.get("channels", {}).items()}
-    return {"rank": rank, "id": hit.id, "kind": hit.kind, "text": hit.text, "memory_type": hit.memory_type,
+    return {"rank": rank, "id": hit.id, "kind": hit.kind, "text": hit.text, "score": hit.score,
+            "memory_type": hit.memory_type,
             "time": hit.time, "session_id": hit.session_id, "turns": list(hit.turns),
             "routes": explain.get("routes", []), "scores": {**scores, **explain.get("fused", {})},
             "source_turns": [{"turn_id": t.turn_id, "speaker": t.speaker, "text": t.text,

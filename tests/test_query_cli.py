@@ -31,6 +31,10 @@ def test_json_lists_hits_with_route_scores_type_time_provenance_and_turns(store_
     first = items[0]
     assert first["id"] == f"{CID}:0:0" and first["kind"] == "record" and first["memory_type"] == "fact"
     assert first["time"] == "2023-05-07" and first["routes"] == [1] and "lexical" in first["scores"]
+    # the HTTP hit's score: the fused score, where a route's fusion scored the hit
+    fused = [item for item in items if "s_final" in item["scores"]]
+    assert fused
+    assert [item["score"] for item in fused] == pytest.approx([item["scores"]["s_final"] for item in fused])
     assert (first["session_id"], first["turns"]) == ("session_1", ["D1:1"])  # as an HTTP hit says it
     # the original turn, verbatim
     assert first["source_turns"][0]["text"] == "I signed up for a pottery class yesterday."

@@ -58,13 +58,11 @@ def named_or_recorded(target: str | Path, named: Path | None, *, writer: bool = 
         return None
     try:
         with open_store(target, read_only=not writer) as store:
-            recorded = recorded_fingerprinter(store)
-            unfound = _unfound(store) if writer and recorded is None else None
+            return recorded_or_refused(store) if writer else recorded_fingerprinter(store)
+    except UnfoundFingerprinter:
+        raise
     except StoreError:
         return None
-    if unfound is not None:
-        raise UnfoundFingerprinter(unfound)
-    return recorded
 
 
 def recorded_or_refused(store: Store) -> Path | None:

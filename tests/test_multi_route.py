@@ -261,6 +261,22 @@ def test_an_open_turn_stands_in_for_its_records_until_its_segment_commits(bank):
     assert closed[0] == f"{CID}:1:0"  # the record several channels list: the turn's rival
 
 
+def test_open_small_talk_does_not_stand_in_for_records_it_will_not_have(bank):
+    """An open turn of small talk will have no record (the extractors skip it): it ranks as a
+    closed turn does, while an open turn with content stands in."""
+    bank.add_turns([Turn(CID, "session_3", "D3:1", "Bob", "Wow, pottery!"),
+                    Turn(CID, "session_3", "D3:2", "Ann", "Biscuit the dog learned to roll over.")])
+    first_turn = len(bank.records)
+    assert [bank.stands_in(first_turn + j) for j in range(len(bank.turns))] == [False] * 7 + [False, True]
+    assert not bank.stands_in(0)  # a record
+    retriever = MultiRouteRetriever(bank, use_code=True, plan_depth=0)
+    question = Query("pottery")
+    opened = [(hit.id, hit.score) for hit in retriever.retrieve(question, 5).hits]
+    bank.close_turns(["D3:1"])
+    closed = [(hit.id, hit.score) for hit in retriever.retrieve(question, 5).hits]
+    assert opened == closed and opened[0][0] == f"{CID}:0:0" and f"{CID}:turn:D3:1" in dict(opened), opened
+
+
 def test_the_final_top_k_is_at_least_the_plan_depth(bank):
     default = MultiRouteRetriever(bank).retrieve(Query("pottery"), 3)
     assert len(default.hits) == 8  # final top-k = max(3, plan_depth 15, 1), capped by the bank

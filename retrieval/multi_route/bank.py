@@ -9,7 +9,8 @@ that is the whole provenance of a record is the same evidence as that record: ra
 returns that record instead (Algorithm B.2 line 12, "merge duplicate candidates"), so the
 final list never spends two items on one turn that way. A raw turn no committed segment covers
 yet is *open* (:attr:`MemoryBank.open_turns`): its records are still to be written, and the
-retriever lets it stand in for them (:func:`retrieval.multi_route.fusion.stand_in`).
+retriever lets it stand in for them (:func:`retrieval.multi_route.fusion.stand_in`) unless it is
+small talk, of which no record will be written (:meth:`MemoryBank.stands_in`).
 
 Built once from the store, a bank then owns its growth: :meth:`MemoryBank.add_turns` and
 :meth:`MemoryBank.add_records` extend it in place as turns and segments are stored, so a search
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from isq.topology import CooccurrenceTopology, TopologyParams
-from retrieval.extract.rules import content_words
+from retrieval.extract.rules import content_words, is_informative
 from retrieval.index.evidence_nodes import SEARCHABLE_TYPES, searchable_text
 from retrieval.index.fts import RecordLexical
 from retrieval.memory.evidence_keys import normalise_key
@@ -133,6 +134,14 @@ class MemoryBank:
         was told: :meth:`add_turns` opens, :meth:`close_turns` and :meth:`open_only` close). The
         bank's own array, to read."""
         return self._turn_open.view
+
+    def stands_in(self, item: int) -> bool:
+        """Whether ``item`` is an open raw turn that will have records: not small talk (no image
+        and fewer than two content words, :func:`retrieval.extract.rules.is_informative`, the
+        turns the rule extractor makes no record of and the LLM extractor is told to skip)."""
+        j = item - len(self.records)
+        return (j >= 0 and bool(self._turn_open.view[j])
+                and is_informative(self.turns[j], self.context.participants))
 
     @property
     def searchable(self) -> np.ndarray:

@@ -193,16 +193,15 @@ class MultiRouteRetriever:
     def _stand_in(self, fused: dict[int, float], lists: list[tuple[str, ChannelList]],
                   weights: list[float]) -> None:
         """The open raw turns of each query's raw-turn list stand in for their records in the
-        query's record channels (:func:`retrieval.multi_route.fusion.stand_in`)."""
-        opened, first_turn = self.bank.open_turns, len(self.bank.records)
-        if not opened.any():
+        query's record channels (:func:`retrieval.multi_route.fusion.stand_in`), small talk aside
+        (:meth:`MemoryBank.stands_in`)."""
+        if not self.bank.open_turns.any():
             return
         for tag, ranked in lists:
             if ranked.channel == "turns":
                 weight = sum(w for (other, listed), w in zip(lists, weights, strict=True)
                              if other == tag and listed.channel in STAND_IN_CHANNELS)
-                stand_in(fused, ranked.items.tolist(), weight,
-                         lambda item: item >= first_turn and bool(opened[item - first_turn]))
+                stand_in(fused, ranked.items.tolist(), weight, self.bank.stands_in)
 
     def _signature(self, item: int, candidate: _Candidate) -> Signature:
         """The item's fixed signature (:meth:`MemoryBank.signature`) with the queries and nodes

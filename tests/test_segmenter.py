@@ -369,17 +369,21 @@ def interleaved_ops(seed: int, rounds: int, flush_any: bool) -> list[tuple[str, 
     return ops
 
 
-def run_ops(path, ops, restart_at: int | None) -> tuple[list, list[list[float]]]:
+def run_ops(path, ops, restart_at: int | None,
+            config: SegmenterConfig | None = None) -> tuple[list, list[list[float]]]:
     """The user's stored segments after ``ops`` (closing and opening the memory before operation
     ``restart_at``), and its stream's surprise history after each operation."""
     from retrieval import Memory
 
-    memory = Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+    def opened():
+        return Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(), segmenter=config)
+
+    memory = opened()
     histories = []
     for at, (kind, session, turns) in enumerate(ops):
         if at == restart_at:
             memory.close()
-            memory = Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+            memory = opened()
         if kind == "add":
             memory.add(turns, user_id="u", session_id=session)
             memory.drain(user_id="u")
@@ -426,6 +430,21 @@ def test_a_restart_replays_the_surprise_history_exactly_when_a_session_is_flushe
     assert any(not after.startswith(f"{session}-") for session, after in flushes)  # others' turns came last
     for restart_at in range(1, len(ops)):
         segments, restarted = run_ops(tmp_path / f"restarted{restart_at}", ops, restart_at)
+        assert segments == uninterrupted, restart_at
+        assert restarted[restart_at:] == histories[restart_at:], restart_at
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6])
+def test_a_restart_replays_the_surprise_history_exactly_with_every_turn_an_exchange(tmp_path, seed):
+    """With ``pair_turns`` off each turn is pushed as it is fed, keyed by its own place in the log,
+    so a restart before any operation replays the history and the cuts of the stream that never
+    stopped, flushes of any session included."""
+    config = SegmenterConfig(pair_turns=False)
+    ops = interleaved_ops(seed, 24, flush_any=True)
+    uninterrupted, histories = run_ops(tmp_path / "once", ops, None, config)
+    assert any(record.reason != SESSION_FLUSH for record in uninterrupted)  # cuts, not only flushes
+    for restart_at in range(1, len(ops)):
+        segments, restarted = run_ops(tmp_path / f"restarted{restart_at}", ops, restart_at, config)
         assert segments == uninterrupted, restart_at
         assert restarted[restart_at:] == histories[restart_at:], restart_at
 

@@ -162,18 +162,16 @@ class UserStream:
             self._fed(turn)
             session = self.open_session(turn.session_id)
             waiting = session.waiting
-            if waiting is None:
+            if not self.models.config.pair_turns:  # every turn an exchange, complete as it comes
+                exchanges.append(Exchange((turn,)))
+            elif waiting is None:
                 session.waiting = turn
-            elif self.models.config.pair_turns and waiting.speaker != turn.speaker:
+            elif waiting.speaker != turn.speaker:
                 exchanges.append(Exchange((waiting, turn)))
                 session.waiting = None
             else:
                 exchanges.append(Exchange((waiting,)))
                 session.waiting = turn
-        if not self.models.config.pair_turns:
-            exchanges += [Exchange((s.waiting,)) for s in self.sessions.values() if s.waiting is not None]
-            for session in self.sessions.values():
-                session.waiting = None
         return exchanges
 
     def _fed(self, turn: Turn) -> None:

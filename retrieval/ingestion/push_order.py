@@ -11,8 +11,8 @@ came, which the segments the flush closed keep (``SegmentRecord.flushed_after``)
 before that was kept, or whose ``flushed_after`` turn a purge removed, has its flush keyed just
 after its own last turn: exact unless turns of other sessions were fed between that turn and the
 flush, or the flush's push closed the segment at its length or exchange limit and the session was
-added to again. (Turns fed unpaired, ``SegmenterConfig.pair_turns`` off, wait for the end of the
-worker's chunk, which the log does not record.)
+added to again. With ``SegmenterConfig.pair_turns`` off every turn is an exchange, pushed as it is
+fed: its key is its own log index.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class PushOrder:
         own = exchange.turns[-1].turn_id
         if own not in self.index:
             return math.inf
-        if len(exchange.turns) == 2:
+        if len(exchange.turns) == 2 or not self.pair_turns:
             return float(self.index[own])
         following = self.following.get(own)
         if flush is not None and (following is None or self.index[following] > flush):
@@ -82,7 +82,7 @@ class PushOrder:
         whose next turn the log read does not hold: a turn stored since (or a flush) pushes it,
         after every key."""
         own = exchange.turns[-1].turn_id
-        if len(exchange.turns) == 1 and own in self.index and own not in self.following:
+        if self.pair_turns and len(exchange.turns) == 1 and own in self.index and own not in self.following:
             return math.inf
         return self.key(exchange)
 

@@ -1,6 +1,6 @@
 """``python -m retrieval.mcp``: the memory as an MCP server over stdio, for one user.
 
-    python -m retrieval.mcp --store DIR --user USER [--fingerprinter DIR]
+    python -m retrieval.mcp --store DIR --user USER [--fingerprinter DIR] [--read-only]
 
 Tools: memory_add, memory_flush, memory_search, memory_list, memory_get, memory_history,
 memory_delete, memory_forget, memory_consolidate, memory_job (:mod:`retrieval.service.mcp_tools`).

@@ -2,7 +2,7 @@
 and the API keys that bind callers to users.
 
     python -m retrieval.serve --store DIR [--fingerprinter DIR] [--threads N] [--host 127.0.0.1] [--port 8765]
-                              [--allow-remote]
+                              [--allow-remote] [--read-only]
     python -m retrieval.serve keys create --store DIR --user USER   # prints the new key last
     python -m retrieval.serve keys list   --store DIR [--user USER]     # never creates a key store
     python -m retrieval.serve keys revoke --store DIR KEY_ID         # or the whole key
@@ -10,9 +10,11 @@ and the API keys that bind callers to users.
 The server listens on 127.0.0.1 unless told otherwise; any other address needs
 ``--allow-remote``. SIGTERM (or Ctrl-C) stops accepting requests, lets running requests finish
 for a bounded time and running writes after them, then closes the memory: a turn answered 200 is
-stored. Slow clients are disconnected (:mod:`retrieval.service.connections`). Bad input ends with
-one ``error:`` line and exit status 2. Keys are kept as salted hashes in ``STORE/keys.sqlite``, or in
-the ``api_keys`` rows of a PostgreSQL store (``--store postgresql://...``), shared by every server over it.
+stored. With ``--read-only`` it serves the store beside the process that writes it, answering reads
+and refusing every write (403). Slow clients are disconnected
+(:mod:`retrieval.service.connections`). Bad input ends with one ``error:`` line and exit status 2.
+Keys are kept as salted hashes in ``STORE/keys.sqlite``, or in the ``api_keys`` rows of a
+PostgreSQL store (``--store postgresql://...``), shared by every server over it.
 """
 
 from __future__ import annotations
@@ -129,11 +131,11 @@ def serve_main(argv: Sequence[str]) -> int:
         listener = stack.enter_context(listening(args.host, args.port))
         memory = open_memory(args)  # before the key file: a refused memory leaves none behind
         stack.callback(memory.close)
-        keys = KeyStore(args.store)
+        keys = KeyStore(args.store, create=not args.read_only)  # a reader makes no key file
         stack.callback(keys.close)
         app = create_app(memory, keys, args.store, host=args.host)
-        print(f"serving {redacted(args.store)} on http://{args.host}:{args.port} (OpenAPI /docs, MCP /mcp)",
-              flush=True)
+        print(f"serving {redacted(args.store)}{' read-only' if args.read_only else ''} on "
+              f"http://{args.host}:{args.port} (OpenAPI /docs, MCP /mcp)", flush=True)
         run(app, args.host, args.port, listener=listener)
     return 0
 

@@ -38,6 +38,16 @@ class StoreUnavailable(MemoryAPIError):
     """The store cannot be used (not a store, another model built it, read-only, closed, ...)."""
 
 
+class ReadOnly(StoreUnavailable):
+    """A write to a memory opened read-only (``Memory.open(..., read_only=True)``, ``retrieval.serve
+    --read-only``): it answers every read and refuses every write, which belongs to the process that
+    writes the store."""
+
+    def __init__(self) -> None:
+        super().__init__("this memory is open read-only: it answers reads; send writes to the process that "
+                         "writes its store")
+
+
 class IngestFailed(MemoryAPIError):
     """Closing a segment of this user failed in the ingestion worker (the message names the error).
     The user's turns are stored and stay searchable as raw turns; its backlog is kept and tried

@@ -47,7 +47,7 @@ from retrieval.api.appending import append_add
 from retrieval.api.backlog import Backlog
 from retrieval.api.closing import CallGate, UserGuards
 from retrieval.api.counted import CountedExtractor
-from retrieval.api.errors import InvalidInput, NotFound, StoreUnavailable, refusal
+from retrieval.api.errors import InvalidInput, NotFound, ReadOnly, StoreUnavailable, refusal
 from retrieval.api.inputs import (
     check_flag,
     check_id,
@@ -352,7 +352,7 @@ class Memory:
 
     def _writable(self) -> None:
         if self.store.read_only:
-            raise StoreUnavailable(f"{self.store.location} is open read-only")
+            raise ReadOnly()
 
     def _build_bank(self, user: str) -> MemoryBank:
         return MemoryBank.build(self.store, user, self._embedder.for_user(user),

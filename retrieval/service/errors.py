@@ -4,7 +4,7 @@
 do the memory's own refusals (their ``field``, placed in the path, query or body it came from);
 404 is the answer for anything the key's user does not own, whether or not it exists for someone
 else, and for a path no route serves (``field`` "path"); 409 is an idempotency key or turn id
-given again with another body.
+given again with another body; 403 without a field is a write to a server started read-only.
 An unexpected failure (:class:`UnexpectedErrors`) is one log record and a 500 without internals,
 both carrying a request id; the connection stays usable.
 """
@@ -31,6 +31,7 @@ from retrieval.api.errors import (
     MemoryAPIError,
     MemoryBusy,
     NotFound,
+    ReadOnly,
     StoreUnavailable,
 )
 from retrieval.memory.errors import StoreError
@@ -196,4 +197,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(MemoryBusy, _retry_later)
     app.add_exception_handler(ShuttingDown, _shutting_down)
     app.add_exception_handler(StoreUnavailable, _unavailable)
+    app.add_exception_handler(ReadOnly, _refusal(403))  # a write to a read-only server: not to retry
     app.add_exception_handler(StoreError, _store_failed)

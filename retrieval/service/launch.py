@@ -51,6 +51,9 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--embedder",
                         help="sentence-transformers name or path (default: offline all-MiniLM-L6-v2); a "
                              "built store opens only with the one it was built with")
+    parser.add_argument("--read-only", action="store_true",
+                        help="answer reads only (search, get, list, jobs) beside the process that writes the "
+                             "store; every write is refused")
     parser.add_argument("--threads", type=positive_int,
                         help="threads of this process's model forwards (default: torch's, one per core); "
                              "processes sharing a machine's cores should split them")
@@ -73,9 +76,9 @@ def open_memory(args: argparse.Namespace) -> Memory:
         import torch
 
         torch.set_num_threads(args.threads)
-    fingerprinter = named_or_recorded(args.store, args.fingerprinter, writer=True)
-    return Memory.open(args.store, fingerprinter=fingerprinter,
-                       extractor=args.extractor, embedder=args.embedder)
+    fingerprinter = named_or_recorded(args.store, args.fingerprinter, writer=not args.read_only)
+    return Memory.open(args.store, fingerprinter=fingerprinter, extractor=args.extractor,
+                       embedder=args.embedder, read_only=args.read_only)
 
 
 def idle_threads_sleep() -> None:

@@ -5,7 +5,7 @@ same argument schemas and limits, as strictly typed (``limit: "5"`` is refused).
 ``memory_consolidate`` answers the whole job (HTTP: 202 with its ``job_id``), as a tool call has no
 status code to say it was accepted. The user is never
 an argument: ``user_of`` gives it from the call's context (the server's ``--user`` over stdio,
-the request's key over HTTP).
+the request's key over HTTP). Over a read-only memory only the tools that read are listed.
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ UserOf = Callable[[Context], str]
 INSTRUCTIONS = ("Long-term memory of one user. Add dialogue turns as they happen (memory_add), find what was "
                 "said before (memory_search), list, get, delete or forget memories, "
                 "and consolidate near-duplicates (memory_consolidate, then memory_job).")
+
+READ_ONLY_INSTRUCTIONS = ("Long-term memory of one user, read-only here: find what was said before "
+                          "(memory_search), list or get memories, read a consolidation job.")
+WRITE_TOOLS = ("memory_add", "memory_flush", "memory_delete", "memory_forget", "memory_consolidate")
+"""The tools that write: a read-only memory's server does not list them."""
 
 ADD_DESCRIPTION = ("Add dialogue turns (speaker, text, optional ISO time and turn_id) to a session; "
                    f"searchable at once. Over HTTP a call is at most {limits.MAX_BODY_BYTES:,} bytes of "
@@ -93,8 +98,9 @@ def _named(err: ValidationError) -> str:
 
 
 def build_mcp(memory: Memory, gate: WriteGate, user_of: UserOf) -> MCPServer:
-    """An MCP server whose tools act on ``memory`` for the user ``user_of`` names."""
-    server = StrictTools("isq-memory", INSTRUCTIONS)
+    """An MCP server whose tools act on ``memory`` for the user ``user_of`` names (those that read
+    only, when the memory is read-only)."""
+    server = StrictTools("isq-memory", READ_ONLY_INSTRUCTIONS if memory.store.read_only else INSTRUCTIONS)
 
     @server.tool(description=ADD_DESCRIPTION,
                  annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
@@ -160,6 +166,9 @@ def build_mcp(memory: Memory, gate: WriteGate, user_of: UserOf) -> MCPServer:
         """A consolidation job's status and progress (the job_id memory_consolidate returned)."""
         return _refusals(lambda: operations.job(memory, user_of(ctx), job_id), "job_id")
 
+    if memory.store.read_only:
+        for name in WRITE_TOOLS:
+            server.remove_tool(name)
     return server
 
 

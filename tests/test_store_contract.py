@@ -408,6 +408,23 @@ def test_ids_are_never_given_again_after_a_purge(backend):
         assert store.next_seq("conv-x") == 3 and store.last_turn_number("conv-x", "s2") == 3
 
 
+def test_a_purge_of_turn_ids_numbered_past_what_the_stores_columns_hold_still_happens(backend):
+    """A caller may give ``<session>:<n>`` with any n: the marks count only numbers the columns hold
+    one past, so a purge of a larger one (or of the largest id generated after it) is carried out,
+    not refused as an integer overflow that would keep the user from ever being forgotten."""
+    huge = ["s:99999999999999999999", f"s:{2**63 - 2}", f"s:{2**63 - 1}", "s:" + "9" * 120]
+    with backend.open() as store:
+        store.append_turns("u", [Turn("u", "s", turn_id, "Ann", f"text {i}", WHEN)
+                                 for i, turn_id in enumerate(huge)])
+        store.purge("u", turn_ids=huge[:2])
+        assert store.last_turn_number("u", "s") == 2**63 - 2  # past the purged numbers it can hold
+        store.purge("u", turn_ids=huge[2:])
+        assert store.last_turn_number("u", "s") == 2**63 - 2 and not store.turns("u")
+        store.append_turns("u", [Turn("u", "s", "s:1", "Ann", "again", WHEN)])
+        store.purge("u", everything=True)
+        assert not store.has_user("u") and store.integrity_problems() == []
+
+
 def test_a_generated_id_another_writer_took_is_numbered_again_inside_the_append(backend):
     """Between an add's bind and its transaction another writer stored a turn under the id it
     generated: the append gives the turn a new number (a caller's id would be a conflict check)."""

@@ -61,14 +61,21 @@ def moved_flushes(segments: Sequence[SegmentRecord], gone: set[str],
     return [(place.get(s.flushed_after), s.seq) for s in segments if s.flushed_after in named]
 
 
+MARKED_TURN_NUMBERS = 2**63 - 1
+"""Turn numbers below this are marked when purged (one past it is the largest integer both stores'
+columns hold). A caller's id of a higher number is no id the memory would generate: numbering
+counts on from the turns stored, so it never gets there, and the mark leaves it out."""
+
+
 def id_marks(segments: Sequence[SegmentRecord], turns: Sequence[Turn]) -> tuple[int, int]:
     """What a purge of ``turns`` among the user's ``segments`` (all of them, before it) raises the
     user's ``purges`` row's marks to: one past its highest segment number (``next_seq``), and one
-    past the highest ``<n>`` of a purged turn id ``<session>:<n>`` (``next_turn``; 0 when none)."""
-    numbers = [turn.turn_id.removeprefix(f"{turn.session_id}:") for turn in turns
-               if turn.turn_id.startswith(f"{turn.session_id}:")]
+    past the highest ``<n>`` below :data:`MARKED_TURN_NUMBERS` of a purged turn id
+    ``<session>:<n>`` (``next_turn``; 0 when none)."""
+    numbers = [int(n) for turn in turns if turn.turn_id.startswith(f"{turn.session_id}:")
+               and (n := turn.turn_id.removeprefix(f"{turn.session_id}:")).isascii() and n.isdigit()]
     return (max((s.seq + 1 for s in segments), default=0),
-            max((int(n) + 1 for n in numbers if n.isascii() and n.isdigit()), default=0))
+            max((n + 1 for n in numbers if n < MARKED_TURN_NUMBERS), default=0))
 
 
 def named_records(stored: Sequence[Stored], amu_ids: Sequence[str]) -> tuple[set[str], list[str]]:

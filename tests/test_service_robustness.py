@@ -20,7 +20,9 @@ import pytest
 from mcp import Client
 
 from benchmarks.service_process import ROOT, bearer, child_env, free_port
+from retrieval.extract.rules import RuleExtractor
 from retrieval.service import operations
+from retrieval.service.auth import INGEST_FAILED
 from retrieval.service.connections import ConnectionTimeouts
 from retrieval.service.drain import WriteGate
 from retrieval.service.mcp_tools import build_mcp, fixed_user
@@ -97,6 +99,37 @@ def test_an_mcp_tools_bad_argument_is_named_and_logs_no_traceback(
     message = result.content[0].text
     assert result.is_error and message.split(":")[0].endswith(named), message  # the argument first
     assert not [record for record in caplog.records if record.exc_info or record.levelno >= logging.ERROR]
+
+
+SECRET = "/srv/isq/secrets/llm-token.json"
+
+
+def test_a_failed_segment_tells_the_client_to_retry_and_only_the_log_why(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The extractor's error names what the server holds (an endpoint, a file): HTTP and MCP say
+    the turns are kept and tried again, and the server's log says why."""
+    def failing(self, segment, context):
+        raise PermissionError(f"[Errno 13] Permission denied: '{SECRET}'")
+
+    monkeypatch.setattr(RuleExtractor, "extract", failing)
+    with served(tmp_path / "store") as server:
+        key = server.keys.create("alice")
+        with httpx.Client(base_url=server.url, headers=bearer(key), timeout=WAIT_S) as alice:
+            added = alice.post("/v1/sessions/s1/turns",
+                               json={"turns": [{"speaker": "Ann", "text": "I like tea."}]})
+            assert added.status_code == 200, added.text
+            flushed = alice.post("/v1/sessions/s1/flush")
+            assert (flushed.status_code, flushed.headers["retry-after"]) == (503, "1"), flushed.text
+            assert flushed.json() == {"error": INGEST_FAILED}
+
+            async def flush_over_mcp():
+                async with Client(build_mcp(server.memory, WriteGate(), fixed_user("alice"))) as client:
+                    return await client.call_tool("memory_flush", {"session_id": "s1"})
+
+            over_mcp = anyio.run(flush_over_mcp)
+            assert over_mcp.is_error and over_mcp.content[0].text == INGEST_FAILED
+            assert "tea" in alice.post("/v1/search", json={"query": "tea"}).text  # still stored and found
+    assert SECRET in caplog.text and "processing the turns of user 'alice' failed" in caplog.text
 
 
 def closed_within(sock: socket.socket, seconds: float) -> bool:

@@ -280,6 +280,7 @@ class Backlog:
             raise self._failed(user, state, err) from err
 
     def _failed(self, user: str, state: UserProgress, err: Exception) -> IngestFailed:
+        logger.warning("processing the turns of user %r failed (tried again later)", user, exc_info=err)
         guard = self.guards.of(user)
         with guard.log, guard.state:
             self._reset(user, state, f"{type(err).__name__}: {err}")

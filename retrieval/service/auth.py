@@ -35,6 +35,10 @@ METRICS_ONLY = ("/metrics takes a metrics key (python -m retrieval.serve keys cr
 STORE_FAILED = "the memory's store cannot be reached right now (the server logged why); retry shortly"
 """What a client is told when the store failed under its request (a database restart, a lost
 connection, a full disk): the details, which name the store's host, stay in the server's log."""
+INGEST_FAILED = ("processing this user's stored turns into memories failed (the server logged why); they "
+                 "stay stored and searchable, and the next flush or add tries them again")
+"""What a client is told of an :class:`~retrieval.api.errors.IngestFailed`: its message names the
+extractor's error (an endpoint, a file of the server), which the worker logged."""
 KEY_FIELD = "header.authorization"
 """The field a refusal of the key names: the request's Authorization header."""
 

@@ -35,7 +35,7 @@ from retrieval.api.errors import (
     StoreUnavailable,
 )
 from retrieval.memory.errors import StoreError
-from retrieval.service.auth import KEY_FIELD, TWO_KEYS, store_failed
+from retrieval.service.auth import INGEST_FAILED, KEY_FIELD, TWO_KEYS, store_failed
 from retrieval.service.drain import ShuttingDown
 
 log = logging.getLogger("retrieval.service")
@@ -109,10 +109,13 @@ def _refusal(status: int) -> Callable[[Request, Exception], Awaitable[JSONRespon
 
 
 async def _retry_later(_: Request, exc: Exception) -> JSONResponse:
-    """A call that may succeed if retried: a segment the worker could not process (its extractor
-    failed; its turns stay stored and searchable and it is tried again), or an add that other
-    servers kept changing the user under (nothing stored)."""
+    """A call that may succeed if retried: an add that other servers kept changing the user under
+    (nothing stored)."""
     return error_response(503, str(exc), headers={"Retry-After": "1"})
+
+
+async def _ingest_failed(_: Request, __: Exception) -> JSONResponse:
+    return error_response(503, INGEST_FAILED, headers={"Retry-After": "1"})
 
 
 async def _shutting_down(_: Request, exc: Exception) -> JSONResponse:
@@ -193,7 +196,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(NotFound, _refusal(404))
     app.add_exception_handler(InvalidInput, _refusal(422))
     app.add_exception_handler(Conflict, _refusal(409))
-    app.add_exception_handler(IngestFailed, _retry_later)
+    app.add_exception_handler(IngestFailed, _ingest_failed)
     app.add_exception_handler(MemoryBusy, _retry_later)
     app.add_exception_handler(ShuttingDown, _shutting_down)
     app.add_exception_handler(StoreUnavailable, _unavailable)

@@ -18,10 +18,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import Tool, ToolAnnotations
 from pydantic import Field, ValidationError
 
-from retrieval.api.errors import MemoryAPIError
+from retrieval.api.errors import IngestFailed, MemoryAPIError
 from retrieval.memory.errors import StoreError
 from retrieval.service import limits, operations, schemas
-from retrieval.service.auth import store_failed
+from retrieval.service.auth import INGEST_FAILED, store_failed
 from retrieval.service.drain import ShuttingDown, WriteGate
 
 if TYPE_CHECKING:  # for types only: the server is handed an open memory, never builds one
@@ -54,6 +54,8 @@ def _refusals(call: Callable[[], Any], id_argument: str = "memory_id") -> Any:
         failed = err if isinstance(err, StoreError) else err.__cause__
         if isinstance(failed, StoreError):  # the store failed under the call: its cause only logged
             raise ToolError(store_failed("under an MCP tool", failed)) from None
+        if isinstance(err, IngestFailed):  # the worker logged what failed
+            raise ToolError(INGEST_FAILED) from None
         field = getattr(err, "field", None)
         if field is not None and field.split(".")[0] == "id":
             field = id_argument + field[2:]

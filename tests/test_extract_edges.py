@@ -1,14 +1,15 @@
 """The rule extractor at its edges: "you" in a two-party talk, the first preposition of a repeated
-date, the year 9999, three ideographs of small talk."""
+date, the year 9999, three ideographs of small talk, a speaker called "You", decomposed accents."""
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import date
 
 from retrieval.extract.base import ReferenceContext
 from retrieval.extract.dates import dated_absolutes, resolve_dates
 from retrieval.extract.rules import RuleExtractor, is_informative
-from retrieval.memory.records import Exchange, Segment, Turn
+from retrieval.memory.records import AMU, Exchange, Segment, Turn
 from tests.test_amu_store import WHEN
 
 
@@ -43,3 +44,26 @@ def test_three_ideographs_of_small_talk_are_not_informative():
     turn = Turn("u", "s", "t1", "Ann", "谢谢你", WHEN)
     assert not is_informative(turn, ("Ann", "Ben"))
     assert is_informative(Turn("u", "s", "t2", "Ann", "我喜欢猫", WHEN), ("Ann", "Ben"))
+
+
+def extracted(turns: list[Turn], participants: tuple[str, ...]) -> list[AMU]:
+    segment = Segment("u", "s", 0, tuple(Exchange((turn,)) for turn in turns), "session_flush", 40)
+    return RuleExtractor().extract(segment, ReferenceContext(participants)).amus
+
+
+def test_a_speaker_called_you_keeps_their_own_facts():
+    """Chat exports call the user "You": the speaker's name written for "I" is no "you" for the
+    addressee's rules to rewrite (it was, and the user's cat and city became the assistant's)."""
+    turns = [Turn("u", "s", "t1", "You", "I love my cat Pickle and I live in Lyon.", WHEN),
+             Turn("u", "s", "t2", "Assistant", "Nice, I hope your cat likes Lyon.", WHEN)]
+    assert [amu.text for amu in extracted(turns, ("You", "Assistant"))] == [
+        "You loves You's cat Pickle and You lives in Lyon.", "Nice, Assistant hopes You's cat likes Lyon."]
+
+
+def test_decomposed_accents_are_letters_not_word_ends():
+    """Written decomposed (NFD), "système" ends in "me" after a combining accent, which a word
+    boundary took for the pronoun (it became "systèAnn"); the record is the composed text, its
+    names found."""
+    text = unicodedata.normalize("NFD", "Le système de crème est même meilleur, dit Ångström. Tôi mới đến.")
+    (record,) = extracted([Turn("u", "s", "t1", "Ann", text, WHEN)], ("Ann", "Ben"))
+    assert record.text == "Ann: " + unicodedata.normalize("NFC", text) and "Ångström" in record.entities

@@ -71,18 +71,41 @@ def _third_person(verb: str) -> str:
     return verb + "s"
 
 
-def _reflexive(match: re.Match[str], name: str) -> str:
+def _reflexive(match: re.Match[str], name: _Name) -> str:
     """A reflexive whose antecedent is now the name ("I challenged myself" -> "Maria challenged
     themselves", not "... challenged Maria"): singular "themselves", as the extractor knows no
     one's gender. Without the name earlier in the text ("Myself, I ...") the name itself."""
-    return "themselves" if mentions(name, match.string[: match.start()]) else name
+    before = match.string[: match.start()]
+    return "themselves" if mentions(name, before) or mentions(name.real, before) else name
 
 
-def _pronoun_rules(person: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str], str], str]]]:
+class _Name(str):
+    """The stand-in the rules write for a person's name (a word of letters, spelt as no rule
+    matches, so a later rule never rewrites a name written by an earlier one: a speaker called
+    "You"), with the name it stands for (``real``)."""
+
+    real: str
+
+    @classmethod
+    def standing_for(cls, real: str, text: str, role: str) -> _Name:
+        number = 0
+        while f"qq{role}{number}qq" in text.lower():
+            number += 1
+        name = cls(f"qq{role}{number}qq")
+        name.real = real
+        return name
+
+    def put_back(self, text: str) -> str:
+        """``text`` with the name where the rules wrote the stand-in (capitalised where they
+        capitalised it)."""
+        return text.replace(self.capitalize(), self.real[:1].upper() + self.real[1:]).replace(self, self.real)
+
+
+def _pronoun_rules(person: str) -> list[tuple[re.Pattern[str], Callable[[re.Match[str], _Name], str]]]:
     """Ordered (pattern, replacement) rules for first ("I") or second ("you") person."""
     subj = rf"{_NOT_A_NUMERAL}I" if person == "first" else r"you"
     be_past = "was" if person == "first" else "were"
-    rules: list[tuple[str, Callable[[re.Match[str], str], str]]] = [
+    rules: list[tuple[str, Callable[[re.Match[str], _Name], str]]] = [
         (rf"\b{subj}{_APOS}m\b" if person == "first" else rf"\byou{_APOS}re\b", lambda m, n: f"{n} is"),
         (rf"\b{subj}\s+{'am' if person == 'first' else 'are'}\b", lambda m, n: f"{n} is"),
         (rf"\b{'am' if person == 'first' else 'are'}\s+{subj}\b", lambda m, n: f"is {n}"),
@@ -134,12 +157,18 @@ def resolve_pronouns(text: str, speaker: str, addressee: str | None) -> str:
     if addressee is not None:  # a name called before "you(r)" ("Jon, you did it") would be written twice
         uncalled = _called(addressee)
         parts[::2] = [uncalled(part) for part in parts[::2]]
-    for rules, name in ((_FIRST_PERSON, speaker or None), (_SECOND_PERSON, addressee)):
-        if name is None:
+    names: list[_Name] = []
+    for rules, real, role in ((_FIRST_PERSON, speaker or None, "speaker"),
+                              (_SECOND_PERSON, addressee, "addressee")):
+        if real is None:
             continue
+        names.append(name := _Name.standing_for(real, text, role))
         for pattern, build in rules:
             parts[::2] = [pattern.sub(partial(_replace, build=build, name=name), part) for part in parts[::2]]
-    return "".join(parts)
+    resolved = "".join(parts)
+    for name in names:
+        resolved = name.put_back(resolved)
+    return resolved
 
 
 @lru_cache(maxsize=256)  # one pattern per addressee, not per turn
@@ -155,7 +184,7 @@ def _called(name: str) -> Callable[[str], str]:
     return partial(pattern.sub, lambda match: match[1] if match[1] is not None else match[2])
 
 
-def _replace(match: re.Match[str], *, build: Callable[[re.Match[str], str], str], name: str) -> str:
+def _replace(match: re.Match[str], *, build: Callable[[re.Match[str], _Name], str], name: _Name) -> str:
     return _keep_case(match[0], build(match, name))
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import unicodedata
 from collections.abc import Sequence, Set
 
 from retrieval.extract.base import Extraction, ReferenceContext, make_amu, session_time
@@ -69,6 +71,16 @@ def content_words(text: str, names: Set[str]) -> list[str]:
         if len(word) > 1 and word not in _NOT_NAMES and word not in names:
             kept.append(word)
     return kept
+
+
+def composed(turn: Turn) -> Turn:
+    """``turn`` with its text and caption in Unicode's composed form (NFC): written decomposed, a
+    letter's accent is a mark of its own, which regular expressions take for the end of a word, so
+    "même" would hold the word "me" (a pronoun to resolve) and "Ångström" no name."""
+    text = unicodedata.normalize("NFC", turn.text)
+    caption = turn.image_caption and unicodedata.normalize("NFC", turn.image_caption)
+    return turn if (text, caption) == (turn.text, turn.image_caption) else dataclasses.replace(
+        turn, text=text, image_caption=caption)
 
 
 def is_informative(turn: Turn, participants: Sequence[str]) -> bool:
@@ -170,18 +182,18 @@ def _addressee(turn: Turn, turns: Sequence[Turn], participants: Sequence[str]) -
 class RuleExtractor:
     """Offline, deterministic extraction: one AMU per informative turn (:func:`is_informative`).
 
-    The fact text is the turn with relative dates resolved against the session time
-    (:func:`resolve_relative_dates`) and pronouns replaced by names (:func:`resolve_pronouns`);
-    a shared image is folded in as ``[<speaker> shares an image: <caption>]``, and when the
-    speaker's name does not occur in the result it is prefixed (``"Melanie: ..."``) so that the
-    fact says who stated it. Deterministic metadata: entities are the participants named and
-    the capitalised word runs (:func:`find_entities`); topic tags come from :func:`topic_tags`;
-    timestamps are the resolved relative dates and the absolute dates of the turn
-    (:func:`retrieval.extract.dates.dated_absolutes`), and the temporal scope follows their
-    prepositions (:func:`temporal_scope`; ``t_ref`` defaults to the session day); the memory type
-    is a keyword heuristic. A relative date outside the years 1 to 9999 stays as written, with no
-    timestamp, and is counted in ``Extraction.unresolved_dates``. No reference context is used (the state
-    stays empty).
+    The fact text is the turn (in composed Unicode, :func:`composed`) with relative dates resolved
+    against the session time (:func:`resolve_relative_dates`) and pronouns replaced by names
+    (:func:`resolve_pronouns`); a shared image is folded in as ``[<speaker> shares an image:
+    <caption>]``, and when the speaker's name does not occur in the result it is prefixed
+    (``"Melanie: ..."``) so that the fact says who stated it. Deterministic metadata: entities are
+    the participants named and the capitalised word runs (:func:`find_entities`); topic tags come
+    from :func:`topic_tags`; timestamps are the resolved relative dates and the absolute dates of
+    the turn (:func:`retrieval.extract.dates.dated_absolutes`), and the temporal scope follows their
+    prepositions (:func:`temporal_scope`; ``t_ref`` defaults to the session day); the memory type is
+    a keyword heuristic. A relative date outside the years 1 to 9999 stays as written, with no
+    timestamp, and is counted in ``Extraction.unresolved_dates``. No reference context is used (the
+    state stays empty).
     """
 
     name = "rule"
@@ -192,7 +204,7 @@ class RuleExtractor:
     def extract(self, segment: Segment, context: ReferenceContext) -> Extraction:
         participants = context.participants or tuple(dict.fromkeys(t.speaker for t in segment.turns))
         names = {name.lower() for name in participants}
-        turns = segment.turns
+        turns = [composed(turn) for turn in segment.turns]
         amus: list[AMU] = []
         unresolved = 0
         for turn in turns:

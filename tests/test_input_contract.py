@@ -237,6 +237,30 @@ def test_ids_of_the_longest_kind_are_accepted_and_their_memory_ids_readable(mem)
     assert mem.get(f"{user}:turn:{turn_id}", user_id=user).text == "S" * limits.MAX_ID_CHARS + ": hi"
 
 
+@pytest.mark.parametrize(("user", "session", "turn_id", "field"), [
+    ("\u200b\u200b", "s", "t", "user_id"), ("alice\u200b", "s", "t", "user_id"),
+    ("alice", "s\u2028", "t", "session_id"), ("alice", "s", "t\u202e", "turns.0.turn_id"),
+    ("alice", "s", "\u200dt", "turns.0.turn_id")])
+def test_a_new_id_holds_no_invisible_character_yet_one_stored_before_is_read_and_forgotten(
+        mem, user, session, turn_id, field):
+    """A blank-looking id, or one that looks like another, is refused where a write would store it;
+    an id an earlier version stored that way is still read, listed by search and forgotten."""
+    turn = {"speaker": "Ann", "text": "I keep bees.", "turn_id": turn_id}
+    assert refused(lambda: mem.add([turn], user_id=user, session_id=session)).field == field
+    assert not mem.store.has_user(user)
+    mem.store.append_turns(user, [Turn(user, session, turn_id, "Ann", "I keep bees.")])
+    assert mem.get(f"{user}:turn:{turn_id}", user_id=user).text == "Ann: I keep bees."
+    mem.forget(user_id=user, session_id=session)
+    assert not mem.store.has_user(user)
+
+
+def test_an_emoji_joined_by_zero_width_joiners_is_an_id(mem):
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"
+    mem.add([{"speaker": "Ann", "text": "We went camping.", "turn_id": f"{family}-1"}], user_id="alice",
+            session_id=family)
+    assert mem.get(f"alice:turn:{family}-1", user_id="alice").session_id == family
+
+
 def test_http_and_python_share_one_set_of_limits():
     for name in ("MAX_ID_CHARS", "MAX_MEMORY_ID_CHARS", "MAX_QUERY_CHARS", "MAX_K", "DEFAULT_K", "MAX_PAGE",
                  "DEFAULT_PAGE", "MAX_TEXT_CHARS", "ID_PATTERN", "MAX_TURNS"):

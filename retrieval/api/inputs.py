@@ -73,6 +73,27 @@ def check_id(name: str, value: Any, field: str | None = None) -> str:
     return value
 
 
+def check_new_id(name: str, value: Any, field: str | None = None) -> str:
+    """An id a write stores (a user, session or turn id): :func:`check_id`, on one line and without
+    invisible format characters, so that it can be seen ("\u200b" looks blank) and two ids that look
+    the same are the same ("alice" and "alice\u200b" would be two users). Reads and deletions take
+    any id :func:`check_id` takes: what an earlier version stored can still be read and forgotten."""
+    value = check_id(name, value, field)
+    hidden = next((char for at, char in enumerate(value) if unicodedata.category(char) in ("Cf", "Zl", "Zp")
+                   and not _joins_emoji(value, at)), None)
+    if hidden is not None:
+        raise InvalidInput(f"{name} {value!r} holds an invisible character or line break "
+                           f"(U+{ord(hidden):04X})", field or name)
+    return value
+
+
+def _joins_emoji(value: str, at: int) -> bool:
+    """Whether ``value[at]`` is a zero-width joiner between two symbols: part of one emoji (a
+    family, a flag), which shows."""
+    return (value[at] == "\u200d" and 0 < at < len(value) - 1
+            and unicodedata.category(value[at - 1]) == unicodedata.category(value[at + 1]) == "So")
+
+
 def optional_id(name: str, value: Any) -> str | None:
     return None if value is None else check_id(name, value)
 
@@ -189,7 +210,7 @@ def check_turn(index: int, turn: Any) -> TurnInput:
     text = _text(where, "text", turn.get("text"), required=True, limit=MAX_TEXT_CHARS)
     turn_id = turn.get("turn_id")
     if turn_id is not None:
-        check_id(f"{where}: field 'turn_id'", turn_id, f"{field}.turn_id")
+        check_new_id(f"{where}: field 'turn_id'", turn_id, f"{field}.turn_id")
     caption = _text(where, "image_caption", turn.get("image_caption"), required=False, limit=MAX_TEXT_CHARS)
     assert speaker is not None and text is not None
     return TurnInput(speaker, text, _time(where, f"{field}.time", turn.get("time")), turn_id, caption or None)
@@ -200,8 +221,8 @@ def check_recorded(turn: Turn) -> None:
     ids, and the turn as ``add`` checks it; a refusal names where it is (conversation, session,
     turn id) and the input's own field (``conversation_id``)."""
     try:
-        check_id("conversation_id", turn.user_id)
-        check_id("session_id", turn.session_id)
+        check_new_id("conversation_id", turn.user_id)
+        check_new_id("session_id", turn.session_id)
         check_turn(0, turn)
     except InvalidInput as err:
         where = f"conversation {turn.user_id!r}, session {turn.session_id!r}, turn {turn.turn_id!r}"
@@ -209,11 +230,13 @@ def check_recorded(turn: Turn) -> None:
 
 
 def check_turns(turns: Any, user: str, session: str) -> list[TurnInput]:
-    """The turns of an ``add`` to ``user``'s ``session``: a non-empty sequence, each checked, turn
-    ids distinct; a :class:`Turn` names its user and session, which must be these (the add stores
-    it under them: one naming others would be moved silently)."""
+    """The turns of an ``add`` to ``user``'s ``session`` (ids :func:`check_new_id` takes): a
+    non-empty sequence, each checked, turn ids distinct; a :class:`Turn` names its user and session,
+    which must be these (the add stores it under them: one naming others would be moved silently)."""
     if isinstance(turns, (str, bytes, Mapping)) or not isinstance(turns, Sequence) or not turns:
         raise InvalidInput(f"turns must be a non-empty list of turns, got {type(turns).__name__}", "turns")
+    check_new_id("user_id", user)
+    check_new_id("session_id", session)
     for index, turn in enumerate(turns):
         if isinstance(turn, Turn) and (turn.user_id, turn.session_id) != (user, session):
             name, added = ("user_id", user) if turn.user_id != user else ("session_id", session)

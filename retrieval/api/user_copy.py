@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 
 from retrieval.api.errors import Conflict, InvalidInput, NotFound
-from retrieval.api.inputs import check_id
+from retrieval.api.inputs import check_id, check_new_id
 from retrieval.api.memory import Memory
 from retrieval.memory.reads import stored_amu
 from retrieval.memory.records import AMU, SegmentRecord, SourcePointer, Turn
@@ -41,7 +41,7 @@ def copy_user(memory: Memory, source_user_id: str, target_user_id: str) -> int:
     """Copy the settled user ``source_user_id`` to the empty user ``target_user_id`` in one
     transaction (all or none); returns the number of records copied."""
     source = check_id("source_user_id", source_user_id)
-    target = check_id("target_user_id", target_user_id)
+    target = check_new_id("target_user_id", target_user_id)
     if source == target:
         raise InvalidInput(f"target_user_id must differ from source_user_id ({source!r})", "target_user_id")
     store = memory.store

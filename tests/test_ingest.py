@@ -432,6 +432,10 @@ def test_read_turns_jsonl(tmp_path):
         (["[1, 2]"], r"talk\.jsonl:1: \[1, 2\] is not of type 'object'"),
         ([jsonl_line(text="w" * 30_000)],
          r"talk\.jsonl:1: field 'text': 'w{60}'… \(30000 characters\) is too long$"),
+        ([jsonl_line(image_captoin="a red kayak")],
+         r"talk\.jsonl:1: field 'image_captoin': not a field of a turn line; its fields are conversation_id"),
+        ([jsonl_line(time="2023-05-08T10:00:00")],
+         r"talk\.jsonl:1: field 'time': not a field of a turn line \(the stream calls it session_time\)"),
     ],
 )
 def test_malformed_jsonl_names_file_and_line(tmp_path, lines, message):

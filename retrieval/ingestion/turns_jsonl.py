@@ -6,7 +6,8 @@
 ``session_time`` is ISO 8601 (relative dates are resolved against it, on the speaker's clock); one
 with an offset is converted to UTC, its offset kept, one without is taken as written
 (:class:`retrieval.memory.records.Turn`). Optional fields:
-``conversation_id`` (default: the file name without extension) and ``image_caption``.
+``conversation_id`` (default: the file name without extension) and ``image_caption``; any other
+field is refused.
 Blank lines are ignored; every error names the file and line.
 """
 
@@ -22,20 +23,29 @@ from jsonschema.exceptions import best_match
 from retrieval.memory.records import MAX_TURN_CHARS, InputFormatError, Turn, shown
 from retrieval.memory.times import naive_utc, parse_iso
 
-_TURN_LINE_SCHEMA = {
-    "type": "object",
-    "required": ["session_id", "session_time", "speaker", "turn_id", "text"],
-    "properties": {
-        "conversation_id": {"type": "string", "pattern": r"\S"},
-        "session_id": {"type": "string", "pattern": r"\S"},
-        "session_time": {"type": "string"},
-        "speaker": {"type": "string", "pattern": r"\S"},
-        "turn_id": {"type": "string", "pattern": r"\S"},
-        "text": {"type": "string", "maxLength": MAX_TURN_CHARS},
-        "image_caption": {"type": ["string", "null"]},
-    },
+_TURN_LINE_FIELDS: dict[str, dict[str, object]] = {
+    "conversation_id": {"type": "string", "pattern": r"\S"},
+    "session_id": {"type": "string", "pattern": r"\S"},
+    "session_time": {"type": "string"},
+    "speaker": {"type": "string", "pattern": r"\S"},
+    "turn_id": {"type": "string", "pattern": r"\S"},
+    "text": {"type": "string", "maxLength": MAX_TURN_CHARS},
+    "image_caption": {"type": ["string", "null"]},
 }
+_TURN_LINE_SCHEMA = {"type": "object", "properties": _TURN_LINE_FIELDS, "additionalProperties": False,
+                     "required": ["session_id", "session_time", "speaker", "turn_id", "text"]}
 _TURN_LINE_VALIDATOR = Draft202012Validator(_TURN_LINE_SCHEMA)
+
+
+def _refuse_unknown_fields(where: str, row: object) -> None:
+    """A field a turn line does not have is refused by name (a misspelt ``image_caption`` would
+    otherwise be dropped, its caption lost)."""
+    fields = _TURN_LINE_FIELDS
+    unknown = sorted(set(row) - set(fields)) if isinstance(row, dict) else []
+    if unknown:
+        hint = " (the stream calls it session_time)" if unknown[0] == "time" else ""
+        raise InputFormatError(f"{where}: field {unknown[0]!r}: not a field of a turn line{hint}; its fields "
+                               f"are {', '.join(fields)}")
 
 
 def read_turns_jsonl(path: str | Path) -> list[Turn]:
@@ -61,6 +71,7 @@ def read_turns_jsonl(path: str | Path) -> list[Turn]:
             row = json.loads(line)
         except json.JSONDecodeError as err:
             raise InputFormatError(f"{where}:{err.colno}: invalid JSON: {err.msg}") from None
+        _refuse_unknown_fields(where, row)
         error = best_match(_TURN_LINE_VALIDATOR.iter_errors(row))
         if error is not None:
             field_name = ".".join(str(part) for part in error.path)

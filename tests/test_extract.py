@@ -127,6 +127,11 @@ def test_relative_dates_need_a_session_time():
         ("I'm rooting for you all the way.", "Caroline is rooting for Melanie all the way."),
         ("I owe you two coffees!", "Caroline owe Melanie two coffees!"),  # "you two" before a noun: one
         ("You two are cute, see you two!", "You two are cute, see you two!"),
+        # a reflexive after its antecedent, however that was written, is "themselves"
+        ("You're doing great looking after yourself. Myself, I rest.",
+         "Melanie is doing great looking after themselves. Caroline, Caroline rest."),
+        ("I keep believing in myself; Melanie, believe in yourself.",
+         "Caroline keeps believing in themselves; Melanie, believe in themselves."),
     ],
 )
 def test_pronouns(text, expected):

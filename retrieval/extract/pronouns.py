@@ -75,8 +75,7 @@ def _reflexive(match: re.Match[str], name: _Name) -> str:
     """A reflexive whose antecedent is now the name ("I challenged myself" -> "Maria challenged
     themselves", not "... challenged Maria"): singular "themselves", as the extractor knows no
     one's gender. Without the name earlier in the text ("Myself, I ...") the name itself."""
-    before = match.string[: match.start()]
-    return "themselves" if mentions(name, before) or mentions(name.real, before) else name
+    return "themselves" if name.mentioned_in(match.string[: match.start()]) else name
 
 
 class _Name(str):
@@ -94,6 +93,11 @@ class _Name(str):
         name = cls(f"qq{role}{number}qq")
         name.real = real
         return name
+
+    def mentioned_in(self, text: str) -> bool:
+        """Whether ``text`` names the person: as written, or as the rules wrote them (capitalised
+        or not)."""
+        return any(mentions(name, text) for name in (self, self.capitalize(), self.real))
 
     def put_back(self, text: str) -> str:
         """``text`` with the name where the rules wrote the stand-in (capitalised where they

@@ -10,12 +10,15 @@
 The JSONL turn stream is described in :mod:`retrieval.ingestion.turns_jsonl`. A rerun on the same
 store adds nothing (stored turn ids are replays). ``--consolidate-in-background`` then runs one
 durable consolidation job per conversation (:meth:`Memory.consolidate`) on the memory's job
-workers, one conversation after another, and prints each job's report.
+workers, one conversation after another, and prints each job's report. Ids a server cannot put in
+a URL (:data:`retrieval.api.limits.ID_PATTERN`: a space, a slash) are stored, with one warning:
+Python and ``retrieval.query`` reach them, HTTP and MCP do not.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +28,7 @@ from isq.fingerprint import Fingerprinter
 from retrieval.api.bulk import add_conversation
 from retrieval.api.errors import InvalidInput, MemoryAPIError
 from retrieval.api.inputs import check_recorded
+from retrieval.api.limits import ID_PATTERN
 from retrieval.api.loading import Deferred, llm_cache
 from retrieval.api.memory import Memory
 from retrieval.consolidation.options import OPERATORS, make_operator
@@ -71,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not turns:  # an empty input would create a store and fix its models for nothing
             raise InputFormatError(f"{args.locomo or args.jsonl}: no turns; nothing to ingest")
         checked_input(args.locomo or args.jsonl, turns)
+        warn_unservable(args.locomo or args.jsonl, turns)
         # adding to a built store: its fingerprinter unless another is named, as the readers do
         args.fingerprinter = named_or_recorded(args.store, args.fingerprinter, writer=True)
         embedder, extractor, fingerprinter = _models(args)
@@ -110,6 +115,21 @@ def checked_input(source: Path, turns: Sequence[Turn]) -> None:
             check_recorded(turn)
         except InvalidInput as err:
             raise InputFormatError(f"{source}: {err}") from None
+
+
+def warn_unservable(source: Path, turns: Sequence[Turn]) -> None:
+    """One warning line for the ids of ``turns`` that no URL can name: the store keeps them, but
+    ``retrieval.serve keys create`` refuses such a user, and such a session or turn cannot be
+    listed, read or deleted over HTTP or MCP."""
+    kinds = {"conversation": {t.user_id for t in turns}, "session": {t.session_id for t in turns},
+             "turn": {t.turn_id for t in turns}}
+    unservable = {kind: sorted(i for i in ids if not re.fullmatch(ID_PATTERN, i))
+                  for kind, ids in kinds.items()}
+    named = [f"{len(ids)} {kind} id(s) such as {ids[0]!r}" for kind, ids in unservable.items() if ids]
+    if named:
+        print(f"warning: {source}: {', '.join(named)} cannot be served over HTTP or MCP (an id there starts "
+              "with a letter or digit and holds only ASCII letters, digits and ._:@-); Python and "
+              "retrieval.query reach them", file=sys.stderr)
 
 
 def _models(args: argparse.Namespace) -> tuple[Deferred, Deferred, Deferred | None]:

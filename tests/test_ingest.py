@@ -23,7 +23,7 @@ from retrieval.api.batch import IngestError, ingest_turns
 from retrieval.api.bulk import add_conversation
 from retrieval.eval.locomo import load_locomo
 from retrieval.extract.rules import RuleExtractor
-from retrieval.ingest import main
+from retrieval.ingest import main, warn_unservable
 from retrieval.ingestion.segmenter import SegmenterConfig
 from retrieval.ingestion.turns_jsonl import read_turns_jsonl
 from retrieval.memory.records import InputFormatError, Turn
@@ -607,3 +607,18 @@ def test_an_embedder_from_the_hugging_face_cache_asks_the_hub_for_nothing(monkey
     assert SentenceEmbedder("org/cached-model").dim == 8
     assert calls == [{"path": "org/cached-model", "local_files_only": True, "device": "cpu",
                       "model_kwargs": {"adapter_kwargs": {"local_files_only": True}}}]
+
+
+def test_ids_no_url_can_name_are_stored_with_one_warning(tmp_path, capsys):
+    """A conversation id with a space (a JSONL file's name), a turn id with a slash: the store keeps
+    them for Python and retrieval.query, and the run says in one line that a server cannot reach
+    them; ids a server can name say nothing."""
+    source = tmp_path / "my talk.jsonl"
+    warn_unservable(source, [Turn("my talk", "s 1", "D1/1", "Ann", "hi", None),
+                             Turn("my talk", "s1", "D1:2", "Ann", "hi", None)])
+    warning = capsys.readouterr().err
+    assert warning.count("\n") == 1 and warning.startswith(
+        f"warning: {source}: 1 conversation id(s) such as 'my talk', 1 session id(s) such as 's 1', "
+        "1 turn id(s) such as 'D1/1' cannot be served over HTTP or MCP")
+    warn_unservable(source, [Turn("conv-26", "session_1", "D1:3", "Ann", "hi", None)])
+    assert capsys.readouterr().err == ""

@@ -84,13 +84,12 @@ async def _http(request: Request, exc: Exception) -> JSONResponse:
 
 def located(request: Request, field: str | None) -> str | None:
     """A memory argument as the request's field: ``path.``, ``query.`` or ``body.`` before it (the
-    memory's ``id`` is the route's one path parameter, e.g. ``path.memory_id``; its ``user_id`` is
-    the key's user, so the key's header)."""
-    if field is None:
+    memory's ``id`` is the route's one path parameter, e.g. ``path.memory_id``). Its ``user_id`` is
+    the key's user, which the request cannot get wrong (a refused key is refused before): a refusal
+    about the user itself ("no records to consolidate") names no field, as over MCP."""
+    if field is None or field.partition(".")[0] == "user_id":
         return None
     head, _, rest = field.partition(".")
-    if head == "user_id":
-        return KEY_FIELD
     params = request.path_params
     if head == "id" and len(params) == 1:
         return "path." + next(iter(params)) + ("." + rest if rest else "")

@@ -29,6 +29,7 @@ from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
 from retrieval.api.errors import InvalidInput, MemoryAPIError
 from retrieval.api.inputs import check_query
+from retrieval.api.limits import MAX_K
 from retrieval.api.loading import Deferred
 from retrieval.api.memory import Memory
 from retrieval.api.results import SearchResult
@@ -83,8 +84,8 @@ def _user(memory: Memory, wanted: str | None) -> str:
 def run(args: argparse.Namespace) -> tuple[SearchResult, list[dict[str, Any]]]:
     """Open the memory read-only, search the conversation (user) and read each hit's turns; returns
     the result and its hits in JSON form."""
-    if args.k < 1:
-        raise InvalidInput(f"-k must be at least 1, got {args.k}")
+    if not 1 <= args.k <= MAX_K:
+        raise InvalidInput(f"-k must be from 1 to {MAX_K}, got {args.k}")
     check_query(args.question)
     args.fingerprinter = named_or_recorded(args.store, args.fingerprinter)
     fingerprinter = None if args.fingerprinter is None else Deferred(Fingerprinter.from_pretrained,

@@ -54,7 +54,8 @@ def test_the_listing(store_dir, capsys):
     (["--store", "{missing}", "a question"], "no store at"),
     (["--store", "{store}", "   "], "no letter or digit"),
     (["--store", "{store}", "a question", "--user", "conv-9"], "no user 'conv-9'"),
-    (["--store", "{store}", "a question", "-k", "0"], "-k must be at least 1"),
+    (["--store", "{store}", "a question", "-k", "0"], "-k must be from 1 to 100, got 0"),
+    (["--store", "{store}", "a question", "-k", "101"], "-k must be from 1 to 100, got 101"),
     (["--store", "{store}", "a question", "--reranker", "{missing}"], "no such model directory"),
 ])
 def test_bad_input_is_one_line_and_exit_2(store_dir, tmp_path, capsys, args, message):

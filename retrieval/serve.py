@@ -131,7 +131,8 @@ def serve_main(argv: Sequence[str]) -> int:
         listener = stack.enter_context(listening(args.host, args.port))
         memory = open_memory(args)  # before the key file: a refused memory leaves none behind
         stack.callback(memory.close)
-        keys = KeyStore(args.store, create=not args.read_only)  # a reader makes no key file
+        # a reader makes no key file, and reads the keys of a database without writing its schema
+        keys = KeyStore(args.store, create=not args.read_only, read_only=args.read_only)
         stack.callback(keys.close)
         app = create_app(memory, keys, args.store, host=args.host)
         print(f"serving {redacted(args.store)}{' read-only' if args.read_only else ''} on "

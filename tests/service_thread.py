@@ -32,16 +32,16 @@ class Served:
     memory: Memory
 
 
-def open_memory(store: Path, read_only: bool = False) -> Memory:
+def open_memory(store: Path | str, read_only: bool = False) -> Memory:
     return Memory.open(store, embedder=WordEmbedder(), read_only=read_only)
 
 
 @contextmanager
-def served(store: Path, timeouts: ConnectionTimeouts | None = None, *,
+def served(store: Path | str, timeouts: ConnectionTimeouts | None = None, *,
            read_only: bool = False) -> Iterator[Served]:
     """The app over ``store`` until the block ends (then drained and closed, like the server);
     ``timeouts`` are the server's unless given; ``read_only`` as ``retrieval.serve --read-only``."""
-    memory, keys = open_memory(store, read_only), KeyStore(store, create=not read_only)
+    memory, keys = open_memory(store, read_only), KeyStore(store, create=not read_only, read_only=read_only)
     port = free_port()
     config = uvicorn_config(create_app(memory, keys, store), "127.0.0.1", port,
                             timeouts or ConnectionTimeouts(), log_config=None)

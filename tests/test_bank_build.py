@@ -196,7 +196,7 @@ def test_a_serving_process_installs_the_freezer(monkeypatch, tmp_path):
     monkeypatch.setattr(Memory, "open", staticmethod(lambda store, **options: ("opened", store)))
     try:
         arguments = argparse.Namespace(store=tmp_path, fingerprinter=None, extractor="rule", embedder=None,
-                                       threads=None)
+                                       threads=None, read_only=False)
         opened = launch.open_memory(arguments)
         assert opened == ("opened", tmp_path)
         assert any(isinstance(entry, LongLivedFreezer) for entry in gc.callbacks)

@@ -5,6 +5,7 @@ with one 403 that changes nothing, and its MCP endpoint lists only the tools tha
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -71,7 +72,24 @@ def test_a_read_only_server_reads_beside_the_writer_and_refuses_every_write(tmp_
             assert "kayak" in str(searched)
             writer.delete("alice:turn:t1", user_id="alice")
             assert "kayak" not in found(alice, "red kayak")  # deleted by the writer: gone here too
-            assert server.memory.pending() == 0 and writer.store.count("alice")
+    finally:
+        writer.close()
+
+
+def test_a_read_only_server_over_a_database_takes_no_write_not_even_the_schemas(postgres_url: str) -> None:
+    """A replica's connection refuses every write: the reader's memory and its keys open all the
+    same, and it serves them."""
+    writer = open_memory(postgres_url)
+    key = KeyStore(postgres_url).create("alice")
+    try:
+        writer.add([{"speaker": "Maria", "text": "Maria bought a red kayak.", "turn_id": "t1"}],
+                   user_id="alice", session_id="s1")
+        replica = postgres_url + "?options=" + quote("-c default_transaction_read_only=on")
+        with served(replica, read_only=True) as server, \
+                httpx.Client(base_url=server.url, headers=bearer(key), timeout=60) as alice:
+            assert "kayak" in found(alice, "red kayak")
+            refused = alice.post("/v1/sessions/s1/turns", json={"turns": [{"speaker": "x", "text": "hi"}]})
+            assert refused.status_code == 403, refused.text
     finally:
         writer.close()
 

@@ -173,14 +173,16 @@ class KeyFile:
         return row
 
 
-def key_rows_at(store: str | Path, *, create: bool = True) -> KeyRows:
+def key_rows_at(store: str | Path, *, create: bool = True, read_only: bool = False) -> KeyRows:
     """The key rows of ``store``: its key file (made when missing unless ``create`` is False, then a
-    store without one is a :class:`KeyCommandError`), or the PostgreSQL store at a URL."""
+    store without one is a :class:`KeyCommandError`), or the PostgreSQL store at a URL (opened
+    ``read_only`` for a server that only reads: a replica's connection may take no write, not
+    even the schema's)."""
     directory = local_directory(store)
     if directory is None:
         from retrieval.memory.backends import open_store
 
-        return cast(KeyRows, open_store(store))  # a URL opens a PostgresStore, which keeps key rows
+        return cast(KeyRows, open_store(store, read_only=read_only))  # a PostgresStore keeps key rows
     path = directory / KEYS_FILE
     if directory.exists() and not directory.is_dir():
         raise KeyCommandError(f"{directory}: not a store directory (a file is there)")
@@ -192,10 +194,10 @@ def key_rows_at(store: str | Path, *, create: bool = True) -> KeyRows:
 class KeyStore:
     """The API keys of one store (see the module docstring); safe to share between threads."""
 
-    def __init__(self, store: str | Path, *, create: bool = True) -> None:
+    def __init__(self, store: str | Path, *, create: bool = True, read_only: bool = False) -> None:
         """The keys of ``store`` (a directory or a PostgreSQL URL; see :func:`key_rows_at`)."""
         self.where = redacted(store)
-        self.rows = key_rows_at(store, create=create)
+        self.rows = key_rows_at(store, create=create, read_only=read_only)
         self.local = isinstance(self.rows, KeyFile)
         """Whether a key is read from a local file (microseconds), not from a database server."""
 

@@ -67,3 +67,7 @@ def test_decomposed_accents_are_letters_not_word_ends():
     text = unicodedata.normalize("NFD", "Le système de crème est même meilleur, dit Ångström. Tôi mới đến.")
     (record,) = extracted([Turn("u", "s", "t1", "Ann", text, WHEN)], ("Ann", "Ben"))
     assert record.text == "Ann: " + unicodedata.normalize("NFC", text) and "Ångström" in record.entities
+    nfd = {name: unicodedata.normalize("NFD", name) for name in ("José", "Zoë")}  # names decomposed too
+    said = [Turn("u", "s", "t1", nfd["José"], nfd["Zoë"] + ", I think you paint so well.", WHEN)]
+    (record,) = extracted(said, (nfd["José"], nfd["Zoë"]))
+    assert (record.text, record.entities) == ("Zoë, José thinks Zoë paints so well.", ("José", "Zoë"))

@@ -74,13 +74,18 @@ def content_words(text: str, names: Set[str]) -> list[str]:
 
 
 def composed(turn: Turn) -> Turn:
-    """``turn`` with its text and caption in Unicode's composed form (NFC): written decomposed, a
-    letter's accent is a mark of its own, which regular expressions take for the end of a word, so
-    "même" would hold the word "me" (a pronoun to resolve) and "Ångström" no name."""
-    text = unicodedata.normalize("NFC", turn.text)
-    caption = turn.image_caption and unicodedata.normalize("NFC", turn.image_caption)
-    return turn if (text, caption) == (turn.text, turn.image_caption) else dataclasses.replace(
-        turn, text=text, image_caption=caption)
+    """``turn`` with its speaker, text and caption in Unicode's composed form (NFC): written
+    decomposed, a letter's accent is a mark of its own, which regular expressions take for the end
+    of a word, so "même" would hold the word "me" (a pronoun to resolve) and "Ångström" no name."""
+    speaker, text = _nfc(turn.speaker), _nfc(turn.text)
+    caption = turn.image_caption and _nfc(turn.image_caption)
+    if (speaker, text, caption) == (turn.speaker, turn.text, turn.image_caption):
+        return turn
+    return dataclasses.replace(turn, speaker=speaker, text=text, image_caption=caption)
+
+
+def _nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
 
 
 def is_informative(turn: Turn, participants: Sequence[str]) -> bool:
@@ -202,9 +207,9 @@ class RuleExtractor:
         self.usage = LLMUsage()
 
     def extract(self, segment: Segment, context: ReferenceContext) -> Extraction:
-        participants = context.participants or tuple(dict.fromkeys(t.speaker for t in segment.turns))
-        names = {name.lower() for name in participants}
         turns = [composed(turn) for turn in segment.turns]
+        participants = tuple(dict.fromkeys(map(_nfc, context.participants or (t.speaker for t in turns))))
+        names = {name.lower() for name in participants}
         amus: list[AMU] = []
         unresolved = 0
         for turn in turns:

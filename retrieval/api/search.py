@@ -7,7 +7,8 @@ there is when there are fewer.
 channel ranks that session's items only (a filter before the channels' cuts, not after).
 ``explain`` adds each hit's per-channel rank and score, the routes (from 1) that found it, its
 fused scores, for the code channel the codes the record shares with the query's, and for a raw
-turn whether it is open (in no committed segment yet: it stood in for its records).
+turn whether it is open (in no committed segment yet: it stood in for its records unless it is small
+talk, :meth:`MemoryBank.stands_in`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,6 @@ def _explained(bank: MemoryBank, hit: Hit, query_codes: frozenset[int]) -> Hit:
     if query_codes and hit.kind == "record":
         codes = set(bank.records[hit.index].fingerprint or ())
         details["shared_codes"] = sorted(codes & query_codes)
-    if hit.kind == "turn":  # an open one stood in for its records (retrieval.multi_route.fusion.stand_in)
+    if hit.kind == "turn":  # in no committed segment yet (the module docstring)
         details["open"] = bool(bank.open_turns[hit.index - len(bank.records)])
     return replace(hit, explain=details)

@@ -240,7 +240,9 @@ def test_ids_of_the_longest_kind_are_accepted_and_their_memory_ids_readable(mem)
 @pytest.mark.parametrize(("user", "session", "turn_id", "field"), [
     ("\u200b\u200b", "s", "t", "user_id"), ("alice\u200b", "s", "t", "user_id"),
     ("alice", "s\u2028", "t", "session_id"), ("alice", "s", "t\u202e", "turns.0.turn_id"),
-    ("alice", "s", "\u200dt", "turns.0.turn_id")])
+    ("alice", "s", "\u200dt", "turns.0.turn_id"), ("alice\ufe0f", "s", "t", "user_id"),
+    (" alice", "s", "t", "user_id"), ("\u3164", "s", "t", "user_id"),
+    ("alice", "s\u034f", "t", "session_id")])
 def test_a_new_id_holds_no_invisible_character_yet_one_stored_before_is_read_and_forgotten(
         mem, user, session, turn_id, field):
     """A blank-looking id, or one that looks like another, is refused where a write would store it;
@@ -254,11 +256,14 @@ def test_a_new_id_holds_no_invisible_character_yet_one_stored_before_is_read_and
     assert not mem.store.has_user(user)
 
 
-def test_an_emoji_joined_by_zero_width_joiners_is_an_id(mem):
-    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"
-    mem.add([{"speaker": "Ann", "text": "We went camping.", "turn_id": f"{family}-1"}], user_id="alice",
-            session_id=family)
-    assert mem.get(f"alice:turn:{family}-1", user_id="alice").session_id == family
+@pytest.mark.parametrize("emoji", ["\U0001f468\u200d\U0001f469\u200d\U0001f467",  # a family
+                                   "\U0001f3f3\ufe0f\u200d\U0001f308",  # a rainbow flag
+                                   "\U0001f469\U0001f3fd\u200d\U0001f4bb",  # a skin tone
+                                   "\U0001f3f4\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f"])
+def test_an_emoji_of_joined_symbols_is_an_id(mem, emoji):
+    mem.add([{"speaker": "Ann", "text": "We went camping.", "turn_id": f"{emoji}-1"}], user_id="alice",
+            session_id=emoji)
+    assert mem.get(f"alice:turn:{emoji}-1", user_id="alice").session_id == emoji
 
 
 def test_http_and_python_share_one_set_of_limits():

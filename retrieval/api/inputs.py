@@ -74,24 +74,47 @@ def check_id(name: str, value: Any, field: str | None = None) -> str:
 
 
 def check_new_id(name: str, value: Any, field: str | None = None) -> str:
-    """An id a write stores (a user, session or turn id): :func:`check_id`, on one line and without
-    invisible format characters, so that it can be seen ("\u200b" looks blank) and two ids that look
-    the same are the same ("alice" and "alice\u200b" would be two users). Reads and deletions take
-    any id :func:`check_id` takes: what an earlier version stored can still be read and forgotten."""
+    """An id a write stores (a user, session or turn id): :func:`check_id`, showing something and
+    no more than it holds, so that two ids that look the same are the same ("alice" and
+    "alice\u200b" or "alice " would be two users): no space at either end, not made only of
+    characters that show nothing, no invisible format character, line break, grapheme joiner or
+    stray variation selector outside an emoji (or an ideograph's variant). Reads and deletions
+    take any id :func:`check_id` takes: what an earlier version stored can still be read and
+    forgotten."""
     value = check_id(name, value, field)
-    hidden = next((char for at, char in enumerate(value) if unicodedata.category(char) in ("Cf", "Zl", "Zp")
-                   and not _joins_emoji(value, at)), None)
+    if value != value.strip() or all(char.isspace() or char in _SHOWS_NOTHING or not _visible(char)
+                                     for char in value):
+        raise InvalidInput(f"{name} {value!r} shows nothing, or has a space at an end", field or name)
+    hidden = next((char for at, char in enumerate(value) if _hides(value, at)), None)
     if hidden is not None:
         raise InvalidInput(f"{name} {value!r} holds an invisible character or line break "
                            f"(U+{ord(hidden):04X})", field or name)
     return value
 
 
-def _joins_emoji(value: str, at: int) -> bool:
-    """Whether ``value[at]`` is a zero-width joiner between two symbols: part of one emoji (a
-    family, a flag), which shows."""
-    return (value[at] == "\u200d" and 0 < at < len(value) - 1
-            and unicodedata.category(value[at - 1]) == unicodedata.category(value[at + 1]) == "So")
+_SHOWS_NOTHING = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+"""Letters and symbols drawn blank: the Hangul fillers and the empty braille pattern."""
+
+
+def _hides(value: str, at: int) -> bool:
+    """Whether ``value[at]`` is invisible where it stands: a format character, line or paragraph
+    separator, the grapheme joiner or a variation selector, except as part of an emoji (a zero-width
+    joiner between its symbols, a tag after a flag, a presentation selector after a symbol) or of an
+    ideograph's variant."""
+    char, before = value[at], value[at - 1] if at else ""
+    kind = unicodedata.category(char)
+    if char == "\u200d":  # joins emoji: after a symbol, a skin tone or a presentation selector
+        after = value[at + 1] if at + 1 < len(value) else ""
+        return not (before and (_symbol(before) or before == "\ufe0f") and after and _symbol(after))
+    if "\U000e0020" <= char <= "\U000e007f":  # tags spell a subdivision flag after its black flag
+        return not (before and (_symbol(before) or "\U000e0020" <= before <= "\U000e007f"))
+    if "\ufe00" <= char <= "\ufe0f" or "\U000e0100" <= char <= "\U000e01ef":
+        return not (before and (_symbol(before) or unicodedata.category(before) == "Lo"))
+    return kind in ("Cf", "Zl", "Zp") or char == "\u034f"
+
+
+def _symbol(char: str) -> bool:
+    return unicodedata.category(char) in ("So", "Sk")
 
 
 def optional_id(name: str, value: Any) -> str | None:

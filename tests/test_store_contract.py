@@ -410,8 +410,8 @@ def test_ids_are_never_given_again_after_a_purge(backend):
 
 def test_a_purge_of_turn_ids_numbered_past_what_the_stores_columns_hold_still_happens(backend):
     """A caller may give ``<session>:<n>`` with any n: the marks count only numbers the columns hold
-    one past, so a purge of a larger one (or of the largest id generated after it) is carried out,
-    not refused as an integer overflow that would keep the user from ever being forgotten."""
+    one past, so a purge of a larger one is carried out, not refused as an integer overflow that
+    would keep the user from ever being forgotten."""
     huge = ["s:99999999999999999999", f"s:{2**63 - 2}", f"s:{2**63 - 1}", "s:" + "9" * 120]
     with backend.open() as store:
         store.append_turns("u", [Turn("u", "s", turn_id, "Ann", f"text {i}", WHEN)

@@ -63,8 +63,9 @@ def moved_flushes(segments: Sequence[SegmentRecord], gone: set[str],
 
 MARKED_TURN_NUMBERS = 2**63 - 1
 """Turn numbers below this are marked when purged (one past it is the largest integer both stores'
-columns hold). A caller's id of a higher number is no id the memory would generate: numbering
-counts on from the turns stored, so it never gets there, and the mark leaves it out."""
+columns hold). Numbering counts on from the turns stored, so only a caller's own ids get there,
+and the mark leaves them out; after a caller's purged id of 2**63 - 2, the generated 2**63 - 1
+cannot be marked and is given again once purged."""
 
 
 def id_marks(segments: Sequence[SegmentRecord], turns: Sequence[Turn]) -> tuple[int, int]:

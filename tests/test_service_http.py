@@ -399,6 +399,14 @@ def test_made_up_methods_share_one_metrics_label(api: Api) -> None:
     assert 'method="X0"' not in text and 'method="other",route="not_routed"' in text
 
 
+def test_the_openapi_pages_are_counted_under_their_paths(api: Api) -> None:
+    pages = ("/openapi.json", "/docs")
+    for path in pages:
+        assert api.anonymous.get(path).status_code == 200
+    text = api.metrics.get("/metrics").text
+    assert all(f'method="GET",route="{path}",status="200"' in text for path in pages), text
+
+
 def test_the_memorys_refusals_are_422(api: Api) -> None:
     response = api.alice.post("/v1/sessions/s1/turns",
                               json={"turns": [{"speaker": "a", "text": "b", "time": "not a time"}]})

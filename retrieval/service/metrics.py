@@ -60,10 +60,14 @@ class _CollectorPauses(Collector):
 
 
 def route_label(scope: Scope) -> str:
-    """The matched route's template (``/v1/memories/{memory_id}``); ``not_routed`` for a request
-    refused before routing (413) or matching no route (404)."""
+    """The matched route's template (``/v1/memories/{memory_id}``); the path of one of FastAPI's
+    own pages (``/openapi.json``, ``/docs``: plain routes of a fixed path, which routing gives an
+    endpoint and no route); ``not_routed`` for a request refused before routing (413) or matching
+    no route (404)."""
     route = scope.get("route")
-    return route.path if route is not None else "not_routed"
+    if route is not None:
+        return str(route.path)
+    return str(scope["path"]) if "endpoint" in scope else "not_routed"
 
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})

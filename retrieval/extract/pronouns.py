@@ -27,8 +27,9 @@ _NOT_AFTER_BASE_FORM = "".join(rf"(?<!{re.escape(word)} )" for word in _BASE_FOR
 _APOS = r"['’]"
 _NUMBERED = ("War", "Type", "Part", "Phase", "Chapter", "Act", "Volume", "Level", "Stage", "Grade", "Class",
              "Season", "Book", "Episode", "Round", "Tier", "Section", "Article", "Title", "Category")
-_NOT_A_NUMERAL = "".join(rf"(?<!\b{word} )" for word in _NUMBERED)
-"""Before "I": the words that take a Roman numeral ("World War I", "Type I diabetes")."""
+_NOT_A_NUMERAL = "".join(rf"(?<!\b{word} )" for word in _NUMBERED) + r"(?<!['’])"
+"""Before "I": the words that take a Roman numeral ("World War I", "Type I diabetes"), and an
+apostrophe, after which an "i" ends a word ("Hawai'i")."""
 _PARTICIPLES = tuple("""
 been gone done seen had made taken got gotten known written thought bought heard left told found given
 eaten met felt kept lost won spent sent begun forgotten brought taught""".split())
@@ -129,7 +130,7 @@ def _pronoun_rules(person: str) -> list[tuple[re.Pattern[str], Callable[[re.Matc
     if person == "first":
         rules += [
             (rf"\bmy\b|{_NOUN_MINE}\bmine\b", lambda m, n: f"{n}'s"),
-            (rf"{_NOT_A_NUMERAL}\b(?:I|me)\b(?!\.\w)", lambda m, n: n),  # not "i.e."
+            (rf"{_NOT_A_NUMERAL}\b(?:I|me)\b(?!\.\w|-\d)", lambda m, n: n),  # not "i.e.", "I-95"
             (r"\bmyself\b", _reflexive),
         ]
     else:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import unicodedata
 from collections.abc import Sequence, Set
 
 from retrieval.extract.base import Extraction, ReferenceContext, make_amu, session_time
@@ -13,7 +12,7 @@ from retrieval.extract.pronouns import mentions, resolve_pronouns
 from retrieval.index.stopwords import STOPWORDS
 from retrieval.llm_usage import LLMUsage
 from retrieval.memory.records import AMU, Segment, Turn
-from retrieval.memory.scripts import MARKS, UNSPACED
+from retrieval.memory.scripts import MARKS, UNSPACED, composed
 
 # Greetings, thanks and acknowledgements: a turn made only of these (plus names) carries no fact.
 _FILLERS = frozenset("""
@@ -73,19 +72,14 @@ def content_words(text: str, names: Set[str]) -> list[str]:
     return kept
 
 
-def composed(turn: Turn) -> Turn:
-    """``turn`` with its speaker, text and caption in Unicode's composed form (NFC): written
-    decomposed, a letter's accent is a mark of its own, which regular expressions take for the end
-    of a word, so "même" would hold the word "me" (a pronoun to resolve) and "Ångström" no name."""
-    speaker, text = _nfc(turn.speaker), _nfc(turn.text)
-    caption = turn.image_caption and _nfc(turn.image_caption)
+def composed_turn(turn: Turn) -> Turn:
+    """``turn`` with its speaker, text and caption composed (:func:`retrieval.memory.scripts.composed`):
+    decomposed, "même" would hold the pronoun "me" and "Ångström" be no name."""
+    speaker, text = composed(turn.speaker), composed(turn.text)
+    caption = turn.image_caption and composed(turn.image_caption)
     if (speaker, text, caption) == (turn.speaker, turn.text, turn.image_caption):
         return turn
     return dataclasses.replace(turn, speaker=speaker, text=text, image_caption=caption)
-
-
-def _nfc(text: str) -> str:
-    return unicodedata.normalize("NFC", text)
 
 
 def is_informative(turn: Turn, participants: Sequence[str]) -> bool:
@@ -187,7 +181,7 @@ def _addressee(turn: Turn, turns: Sequence[Turn], participants: Sequence[str]) -
 class RuleExtractor:
     """Offline, deterministic extraction: one AMU per informative turn (:func:`is_informative`).
 
-    The fact text is the turn (in composed Unicode, :func:`composed`) with relative dates resolved
+    The fact text is the turn (in composed Unicode, :func:`composed_turn`) with relative dates resolved
     against the session time (:func:`resolve_relative_dates`) and pronouns replaced by names
     (:func:`resolve_pronouns`); a shared image is folded in as ``[<speaker> shares an image:
     <caption>]``, and when the speaker's name does not occur in the result it is prefixed
@@ -207,8 +201,8 @@ class RuleExtractor:
         self.usage = LLMUsage()
 
     def extract(self, segment: Segment, context: ReferenceContext) -> Extraction:
-        turns = [composed(turn) for turn in segment.turns]
-        participants = tuple(dict.fromkeys(map(_nfc, context.participants or (t.speaker for t in turns))))
+        turns = [composed_turn(turn) for turn in segment.turns]
+        participants = tuple(dict.fromkeys(map(composed, context.participants or (t.speaker for t in turns))))
         names = {name.lower() for name in participants}
         amus: list[AMU] = []
         unresolved = 0

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-import unicodedata
 import weakref
 from collections.abc import Iterable, Sequence
 
@@ -32,7 +31,7 @@ from isq.topk import as_exclude_array, empty_result
 from retrieval.index.stopwords import STOPWORDS
 from retrieval.memory.fts import FTS_TOKENIZER, bm25_rows
 from retrieval.memory.records import AMU
-from retrieval.memory.scripts import IDEOGRAPHIC_RUN
+from retrieval.memory.scripts import IDEOGRAPHIC_RUN, composed
 
 _WORD = re.compile(r"\w+")
 
@@ -53,13 +52,6 @@ def paired(text: str, indexed: bool = False) -> str:
     return IDEOGRAPHIC_RUN.sub(lambda run: tokens(run.group()), text)
 
 
-def composed(text: str) -> str:
-    """``text`` in Unicode's composed form (NFC), for a query and the texts it is matched with: the
-    tokenizer strips a decomposed accent but keeps a composed letter of two ("ở" of "phở", written
-    as one character or as three), so the two forms of one word would not match."""
-    return unicodedata.normalize("NFC", text)
-
-
 def match_expression(text: str, pair: bool = True) -> str | None:
     """An FTS5 MATCH expression for free text: every distinct word (``\\w+``) that is not a
     stopword (all of them when there is nothing else) as a quoted string, joined by OR (quoting
@@ -70,7 +62,8 @@ def match_expression(text: str, pair: bool = True) -> str | None:
     stopword test, and the distinctness of ASCII words, are taken lower-cased. Runs of kana and CJK
     ideographs are ``pair``-ed as the channel's tables index them (:func:`paired`; the store's own
     table, which no search reads, is not), a lone character of them matching every token it
-    begins. The text is taken composed (:func:`composed`), as the channel's tables index theirs."""
+    begins. The text is taken composed (:func:`retrieval.memory.scripts.composed`), as the channel's
+    tables index theirs."""
     text = composed(text)
     tokens = _WORD.findall(paired(text) if pair else text)
     content = [word for word in tokens if word.lower() not in STOPWORDS]

@@ -3,6 +3,8 @@
 * Scripts written without spaces between words (Thai, Lao, Myanmar, Khmer, kana, CJK): a
   sentence of them is one whitespace "word", so token counts and informativeness count their
   characters instead, and the lexical channel indexes kana and CJK as character pairs.
+* Composed form (NFC, :func:`composed`): the rules and the lexical channel take text composed, so
+  that a word written with decomposed accents is the same word.
 * Combining marks (Unicode categories Mn, Mc, Me): Devanagari's vowel signs, Thai's tone marks,
   a decomposed accent. They belong to the word they follow, but ``\\w`` does not match them, so a
   rule that keeps word characters only would cut "किताब" into "कत" + "ब".
@@ -23,6 +25,14 @@ IDEOGRAPHIC_RUN = re.compile("[\u3005-\u3007\u303b\u3041-\u3096\u309d-\u309f\u30
 the long vowel mark (ー):
 letters written without spaces (the lexical channel pairs them, :func:`retrieval.index.fts.paired`);
 the katakana middle dot (ジョン・スミス) and the voicing marks are not letters of a run."""
+
+
+def composed(text: str) -> str:
+    """``text`` in Unicode's composed form (NFC). Written decomposed, a letter's accent is a mark of
+    its own: a regular expression takes it for the end of a word ("même" holds the word "me"), and
+    FTS5's tokenizer strips it but keeps a composed letter of two ("ở" of "phở"), so the two forms
+    of one word would not match."""
+    return unicodedata.normalize("NFC", text)
 
 
 def _mark_ranges() -> str:

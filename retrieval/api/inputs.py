@@ -82,8 +82,7 @@ def check_new_id(name: str, value: Any, field: str | None = None) -> str:
     take any id :func:`check_id` takes: what an earlier version stored can still be read and
     forgotten."""
     value = check_id(name, value, field)
-    if value != value.strip() or all(char.isspace() or char in _SHOWS_NOTHING or not _visible(char)
-                                     for char in value):
+    if value != value.strip() or not any(_visible(char) and char not in _SHOWS_NOTHING for char in value):
         raise InvalidInput(f"{name} {value!r} shows nothing, or has a space at an end", field or name)
     hidden = next((char for at, char in enumerate(value) if _hides(value, at)), None)
     if hidden is not None:
@@ -102,7 +101,6 @@ def _hides(value: str, at: int) -> bool:
     joiner between its symbols, a tag after a flag, a presentation selector after a symbol) or of an
     ideograph's variant."""
     char, before = value[at], value[at - 1] if at else ""
-    kind = unicodedata.category(char)
     if char == "\u200d":  # joins emoji: after a symbol, a skin tone or a presentation selector
         after = value[at + 1] if at + 1 < len(value) else ""
         return not (before and (_symbol(before) or before == "\ufe0f") and after and _symbol(after))
@@ -110,7 +108,7 @@ def _hides(value: str, at: int) -> bool:
         return not (before and (_symbol(before) or "\U000e0020" <= before <= "\U000e007f"))
     if "\ufe00" <= char <= "\ufe0f" or "\U000e0100" <= char <= "\U000e01ef":
         return not (before and (_symbol(before) or unicodedata.category(before) == "Lo"))
-    return kind in ("Cf", "Zl", "Zp") or char == "\u034f"
+    return unicodedata.category(char) in ("Cf", "Zl", "Zp") or char == "\u034f"
 
 
 def _symbol(char: str) -> bool:

@@ -160,11 +160,12 @@ class UserStream:
         exchanges: list[Exchange] = []
         for turn in turns:
             self._fed(turn)
-            session = self.open_session(turn.session_id)
-            waiting = session.waiting
             if not self.models.config.pair_turns:  # every turn an exchange, complete as it comes
                 exchanges.append(Exchange((turn,)))
-            elif waiting is None:
+                continue
+            session = self.open_session(turn.session_id)
+            waiting = session.waiting
+            if waiting is None:
                 session.waiting = turn
             elif waiting.speaker != turn.speaker:
                 exchanges.append(Exchange((waiting, turn)))

@@ -87,9 +87,11 @@ def located(request: Request, field: str | None) -> str | None:
     memory's ``id`` is the route's one path parameter, e.g. ``path.memory_id``). Its ``user_id`` is
     the key's user, which the request cannot get wrong (a refused key is refused before): a refusal
     about the user itself ("no records to consolidate") names no field, as over MCP."""
-    if field is None or field.partition(".")[0] == "user_id":
+    if field is None:
         return None
     head, _, rest = field.partition(".")
+    if head == "user_id":
+        return None
     params = request.path_params
     if head == "id" and len(params) == 1:
         return "path." + next(iter(params)) + ("." + rest if rest else "")

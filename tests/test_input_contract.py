@@ -23,6 +23,7 @@ from retrieval.service.drain import WriteGate
 from retrieval.service.keys import KEYS_FILE, KeyStore
 from retrieval.service.mcp_tools import build_mcp, fixed_user
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
+from tests.refusals import refusal_of
 
 EDGE_TIMES = ["9999-12-31T23:59:59-12:00", "0001-01-01T00:00:00+14:00"]
 ODD_JOB_IDS = ["²", "①", "١", "1", "18446744073709551616", "9" * 40, "-1"]
@@ -382,13 +383,14 @@ def test_a_store_that_fails_under_a_request_is_503_with_retry_after_not_500(http
     for call in (fail, lambda: mem.search("bees", user_id="u")):
         with pytest.raises(Exception, match="store cannot be reached") as refused:
             _refusals(call)
-        assert type(refused.value).__name__ == "ToolError" and "db.internal" not in str(refused.value)
+        assert type(refused.value).__name__ == "Refused" and "db.internal" not in str(refused.value)
+        assert refused.value.result().structured_content == {"error": STORE_FAILED, "status": 503}
     monkeypatch.setattr(http.app.state.service.keys, "user", fail)
     for method, path in (("GET", "/v1/memories"), ("POST", "/mcp")):
         body = {"jsonrpc": "2.0", "id": 1, "method": "ping"} if path == "/mcp" else None
         response = http.request(method, path, json=body)
         assert (response.status_code, response.headers.get("retry-after")) == (503, "1"), path
-        assert response.json() == {"error": STORE_FAILED}
+        assert refusal_of(response) == {"error": STORE_FAILED}
 
 
 def test_mcp_takes_posts_only_no_stream_to_hold_open(http):
@@ -458,8 +460,8 @@ def test_a_key_given_twice_in_a_body_is_refused_naming_it(http, path, body, key)
     before = http.get("/v1/memories", params={"limit": limits.MAX_PAGE}).json()["items"]
     for content in (body.encode(), "\ufeff".encode() + body.encode()):  # with a byte order mark too
         response = http.post(path, content=content, headers={"Content-Type": "application/json"})
-        assert (response.status_code, response.json()["field"]) == (422, "body"), response.text
-        assert f"key {key!r} is given twice" in response.json()["error"]
+        assert (response.status_code, refusal_of(response)["field"]) == (422, "body"), response.text
+        assert f"key {key!r} is given twice" in refusal_of(response)["error"]
     assert http.get("/v1/memories", params={"limit": limits.MAX_PAGE}).json()["items"] == before
     once = http.post("/v1/search", content='{"query": "bees", "k": 1}',
                      headers={"Content-Type": "application/json"})
@@ -472,7 +474,8 @@ def test_two_authorization_headers_are_refused(http, path):
     headers = [("Authorization", f"Bearer {http.key}"), ("Authorization", f"Bearer {other}")]
     response = http.request("GET" if path != "/mcp" else "POST", path, headers=headers,
                             json=None if path != "/mcp" else {"jsonrpc": "2.0", "id": 1, "method": "ping"})
-    assert response.status_code == 400 and response.json()["field"] == "header.authorization", response.text
+    refused = (response.status_code, refusal_of(response)["field"])
+    assert refused == (400, "header.authorization"), response.text
 
 
 @pytest.mark.parametrize("path", ["/v1/memories", "/mcp"])
@@ -481,7 +484,8 @@ def test_an_unknown_key_is_refused_naming_the_header(http, path):
     method, headers = ("GET" if path != "/mcp" else "POST"), {"Authorization": "Bearer nope"}
     response = http.request(method, path, headers=headers,
                             json=None if path != "/mcp" else ping)
-    assert response.status_code == 401 and response.json()["field"] == "header.authorization", response.text
+    refused = (response.status_code, refusal_of(response)["field"])
+    assert refused == (401, "header.authorization"), response.text
 
 
 def test_mcp_arguments_are_strict(mem):

@@ -20,6 +20,7 @@ from benchmarks.service_process import Server, bearer, collector_pauses
 from retrieval.service import keys as key_module
 from retrieval.service import limits
 from retrieval.service.keys import KeyStore
+from tests.refusals import refusal_of
 
 pytestmark = pytest.mark.slow
 ALICE_CANARY, BOB_CANARY = "zebracorn-alice-7731", "quokkalith-bob-5512"
@@ -145,7 +146,7 @@ def test_an_old_key_of_a_user_id_no_url_can_name_is_refused_saying_to_revoke_it(
                                ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})]:
         response = api.anonymous.request(method, path, json=body, headers=bearer(key))
         assert response.status_code == 403, (path, response.text)
-        refusal = response.json()
+        refusal = refusal_of(response)
         assert refusal["field"] == "header.authorization" and "keys revoke 00legacy" in refusal["error"]
         assert "must start with a letter or digit" in refusal["error"]
     api.keys.revoke("00legacy")
@@ -166,7 +167,7 @@ def test_metrics_take_a_metrics_key_and_a_metrics_key_reads_nothing_else(api: Ap
                                ("DELETE", "/v1/user", None),
                                ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})]:
         response = api.metrics.request(method, path, json=body)
-        assert response.status_code == 403 and "metrics key" in response.json()["error"], response.text
+        assert response.status_code == 403 and "metrics key" in refusal_of(response)["error"], response.text
     key = api.keys.create_metrics()
     assert api.anonymous.get("/metrics", headers=bearer(key)).status_code == 200
     api.keys.revoke(key)
@@ -222,6 +223,7 @@ def test_jobs_are_the_users_own(api: Api) -> None:
     assert (nothing.status_code, nothing.json()) == (404, {"error": refusal}), nothing.text
     (answer,) = anyio.run(_mcp_answers, api.server.url, api.keys.create("erin"), [("memory_consolidate", {})])
     assert answer.is_error and answer.content[0].text == refusal
+    assert answer.structured_content == {"error": refusal, "status": 404}  # as over HTTP: no field
 
 
 def test_pages_and_cursor(api: Api) -> None:
@@ -464,21 +466,32 @@ async def _mcp_answers(url: str, key: str, calls: list[tuple[str, dict]]) -> lis
         return [await session.call_tool(*call) for call in calls]
 
 
-async def _mcp_refusals(url: str, key: str) -> dict[str, str]:
+async def _mcp_refusals(url: str, key: str) -> dict[str, dict]:
+    turn = {"speaker": "a", "text": "b"}
     calls = {"another user": ("memory_search", {"query": "cat", "user_id": "bob"}),
              "a misspelt argument": ("memory_search", {"query": "cat", "limit": 3}),
              "k zero": ("memory_search", {"query": "cat", "k": 0}),
              "explain as text": ("memory_search", {"query": "cat", "explain": "yes"}),
              "explain as a number": ("memory_search", {"query": "cat", "explain": 1}),
              "a long cursor": ("memory_list", {"cursor": "a" * 200_000}),
-             "an unknown session": ("memory_list", {"session_id": "nosuch"})}
+             "an unknown session": ("memory_list", {"session_id": "nosuch"}),
+             "too many turns": ("memory_add", {"session_id": "s1", "turns": [turn] * (limits.MAX_TURNS + 1)})}
     answers = dict(zip(calls, await _mcp_answers(url, key, list(calls.values())), strict=True))
-    assert all(answer.is_error for answer in answers.values()), answers
-    return {case: answer.content[0].text for case, answer in answers.items()}
+    assert all(answer.is_error and answer.content[0].text == answer.structured_content["error"]
+               for answer in answers.values()), answers
+    return {case: answer.structured_content for case, answer in answers.items()}
 
 
 def test_mcp_refuses_what_http_refuses_naming_the_argument(api: Api) -> None:
-    refused = anyio.run(_mcp_refusals, api.server.url, api.alice_key)
+    """Each refusal's text is its structured content's ``error``, which also names the argument
+    and gives the status HTTP answers the same refusal with."""
+    typed = anyio.run(_mcp_refusals, api.server.url, api.alice_key)
+    refused = {case: detail["error"] for case, detail in typed.items()}
+    assert typed["k zero"] == {"error": refused["k zero"], "field": "k", "status": 422}
+    assert typed["another user"] == {"error": refused["another user"], "field": "user_id", "status": 422}
+    assert typed["an unknown session"] == {"error": refused["an unknown session"], "field": "session_id",
+                                           "status": 404}
+    assert (typed["too many turns"]["field"], typed["too many turns"]["status"]) == ("turns", 413)
     assert refused["another user"] == "user_id: Extra inputs are not permitted"
     assert refused["a misspelt argument"] == "limit: Extra inputs are not permitted"
     assert refused["k zero"] == "k: Input should be greater than or equal to 1"
@@ -490,6 +503,29 @@ def test_mcp_refuses_what_http_refuses_naming_the_argument(api: Api) -> None:
     assert len(refused["a long cursor"]) < 200 and "nosuch" in refused["an unknown session"]
     listed = api.alice.get("/v1/memories", params={"session_id": "nosuch"})
     assert (listed.status_code, listed.json()["field"]) == (404, "query.session_id"), listed.text
+
+
+async def _mcp_failure(url: str, key: str, call: tuple[str, dict]) -> str:
+    """What the SDK's client raises (its message) when ``call`` is refused before any tool runs."""
+    try:
+        await _mcp_answers(url, key, [call])
+    except Exception as err:  # noqa: BLE001 - whichever the client raises, its words are the test
+        while isinstance(err, BaseExceptionGroup) and len(err.exceptions) == 1:
+            err = err.exceptions[0]
+        return str(err)
+    raise AssertionError(f"{call} was not refused")
+
+
+def test_an_mcp_client_is_told_why_the_server_refused_before_the_tools(api: Api) -> None:
+    """The body limit and the key check answer /mcp before MCP does: in a JSON-RPC error, whose
+    message the client shows, not "Server returned an error response"."""
+    over = limits.MAX_BODY_BYTES // limits.MAX_TEXT_CHARS + 1  # turns of the longest text
+    longest = {"speaker": "Ann", "text": "x" * limits.MAX_TEXT_CHARS}
+    add = ("memory_add", {"session_id": "s1", "turns": [longest] * over})
+    told = anyio.run(_mcp_failure, api.server.url, api.alice_key, add)
+    assert f"request body over {limits.MAX_BODY_BYTES} bytes" in told, told
+    told = anyio.run(_mcp_failure, api.server.url, "isqm_0123456789abcdef_notthesecret", ("memory_list", {}))
+    assert "a valid API key is required" in told, told
 
 
 def test_metrics_count_routes_and_no_request_failed_with_500(api: Api) -> None:

@@ -98,6 +98,9 @@ def test_an_mcp_tools_bad_argument_is_named_and_logs_no_traceback(
         memory.close()
     message = result.content[0].text
     assert result.is_error and message.split(":")[0].endswith(named), message  # the argument first
+    typed = result.structured_content
+    assert (typed["error"], typed["field"].split(".")[-1]) == (message, named), typed
+    assert typed["status"] in (404, 422), typed
     assert not [record for record in caplog.records if record.exc_info or record.levelno >= logging.ERROR]
 
 
@@ -128,6 +131,7 @@ def test_a_failed_segment_tells_the_client_to_retry_and_only_the_log_why(
 
             over_mcp = anyio.run(flush_over_mcp)
             assert over_mcp.is_error and over_mcp.content[0].text == INGEST_FAILED
+            assert over_mcp.structured_content == {"error": INGEST_FAILED, "status": 503}  # worth retrying
             assert "tea" in alice.post("/v1/search", json={"query": "tea"}).text  # still stored and found
     assert SECRET in caplog.text and "processing the turns of user 'alice' failed" in caplog.text
 

@@ -23,6 +23,7 @@ from retrieval.service import errors, limits, schemas
 from retrieval.service.auth import KeyGuard
 from retrieval.service.body_limit import BodyLimit
 from retrieval.service.drain import WriteGate
+from retrieval.service.early_refusal import MCP_PATH
 from retrieval.service.gauges import StoreGauges
 from retrieval.service.keys import KeyStore
 from retrieval.service.mcp_tools import build_mcp, key_user
@@ -51,7 +52,7 @@ def create_app(memory: Memory, keys: KeyStore, store: str | Path, *, host: str =
     gate, gauges = WriteGate(), StoreGauges(store, memory.cache_gauges)
     service = Service(memory, keys, gate, ServiceMetrics(gauges))
     mcp = build_mcp(memory, gate, key_user)
-    mcp.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True, host=host)
+    mcp.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True, json_response=True, host=host)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -70,7 +71,7 @@ def create_app(memory: Memory, keys: KeyStore, store: str | Path, *, host: str =
     app.include_router(system.router, dependencies=[Depends(refuse_undeclared_input)])
     # POST only: a stateless server sends nothing on a GET stream but pings, which held a connection
     # open for as long as the client liked, past its key's revocation (the protocol allows 405)
-    app.router.routes.append(NamedRoute("/mcp", KeyGuard(StreamableHTTPASGIApp(mcp.session_manager), keys),
+    app.router.routes.append(NamedRoute(MCP_PATH, KeyGuard(StreamableHTTPASGIApp(mcp.session_manager), keys),
                                         methods=["POST"]))
     app.add_middleware(BodyLimit)
     app.add_middleware(errors.UnexpectedErrors)  # inside the metrics: they count its 500s

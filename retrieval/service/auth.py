@@ -13,7 +13,6 @@ is 403, and a metrics key anywhere else.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Annotated, Literal, cast
 
@@ -23,6 +22,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from retrieval.memory.errors import StoreError
+from retrieval.service.early_refusal import refusal_body
 from retrieval.service.keys import METRICS, KeyStore, UnservableKey
 
 log = logging.getLogger("retrieval.service")
@@ -136,8 +136,8 @@ class KeyGuard:
             headers = [(b"content-type", b"application/json"),
                        (b"retry-after", b"1") if status == 503 else (b"www-authenticate", b"Bearer")]
             await send({"type": "http.response.start", "status": status, "headers": headers})
-            body = json.dumps({"error": message} if status == 503 else {"error": message, "field": KEY_FIELD})
-            await send({"type": "http.response.body", "body": body.encode()})
+            detail = {"error": message} if status == 503 else {"error": message, "field": KEY_FIELD}
+            await send({"type": "http.response.body", "body": refusal_body(scope, status, detail)})
             return
         scope.setdefault("state", {})["user_id"] = user
         await self.app(scope, receive, send)

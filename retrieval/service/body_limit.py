@@ -14,7 +14,8 @@ A UTF-8 byte order mark is allowed (the parser skips it, as the RFC lets it). A 
 in one object (``{"k": 1, "k": 100}``) would reach the application as its last value alone, the
 others dropped unseen (RFC 8259 leaves such objects' meaning open): it is refused naming the key,
 as a query parameter given twice is (:mod:`retrieval.service.strict_query`). A body that is not
-JSON at all goes on to the application, which refuses it in its own words.
+JSON at all goes on to the application, which refuses it in its own words. At the MCP endpoint a
+refusal is a JSON-RPC error (:mod:`retrieval.service.early_refusal`).
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from retrieval.service.early_refusal import refusal_body
 from retrieval.service.limits import DISCARD_BYTES, MAX_BODY_BYTES
 
 
-async def _refuse(send: Send, status: int, message: str) -> None:
-    body = json.dumps({"error": message, "field": "body"}).encode()
+async def _refuse(scope: Scope, send: Send, status: int, message: str) -> None:
+    body = refusal_body(scope, status, {"error": message, "field": "body"})
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body})
@@ -51,22 +53,23 @@ class BodyLimit:
             waiting = headers.get(b"expect", b"").lower() == b"100-continue"  # sends nothing until answered
             if not waiting and declared.isdigit() and int(declared) <= DISCARD_BYTES:
                 await _read_within(receive, DISCARD_BYTES)
-            await _refuse(send, 413, too_long)
+            await _refuse(scope, send, 413, too_long)
             return
         body, ended = await _read_within(receive, self.limit)
         if body is None:
             if not ended:
                 await _read_within(receive, DISCARD_BYTES)  # the rest, if it ends soon enough
-            await _refuse(send, 413, too_long)
+            await _refuse(scope, send, 413, too_long)
             return
         try:
             body.decode("utf-8")
         except UnicodeDecodeError as err:
-            await _refuse(send, 422, f"body: not UTF-8 (byte {err.start}); send JSON in UTF-8")
+            await _refuse(scope, send, 422, f"body: not UTF-8 (byte {err.start}); send JSON in UTF-8")
             return
         twice = _key_given_twice(body)
         if twice is not None:
-            await _refuse(send, 422, f"body: key {twice!r} is given twice in one object; give each key once")
+            await _refuse(scope, send, 422,
+                          f"body: key {twice!r} is given twice in one object; give each key once")
             return
         await self.app(scope, _replay(body, receive), send)
 

@@ -12,10 +12,10 @@ both carrying a request id; the connection stays usable.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -37,8 +37,32 @@ from retrieval.api.errors import (
 from retrieval.memory.errors import StoreError
 from retrieval.service.auth import INGEST_FAILED, KEY_FIELD, TWO_KEYS, store_failed
 from retrieval.service.drain import ShuttingDown
+from retrieval.service.early_refusal import refusal_body
 
 log = logging.getLogger("retrieval.service")
+
+INVALID = 422
+"""The status of a malformed argument or field (FastAPI's for a request it cannot validate)."""
+
+REFUSAL_STATUS: tuple[tuple[type[Exception], int], ...] = (
+    (ReadOnly, 403), (NotFound, 404), (Conflict, 409), (InvalidInput, INVALID), (IngestFailed, 503),
+    (MemoryBusy, 503), (ShuttingDown, 503), (StoreUnavailable, 503), (StoreError, 503))
+"""Each refusal's status, the most specific class first (a :class:`ReadOnly` is a
+:class:`StoreUnavailable`): an HTTP answer's status code, and the ``status`` of an MCP tool's
+error (:mod:`retrieval.service.mcp_tools`). 503 is worth retrying; the others are not, as they are."""
+
+
+def status_of(refusal: Exception) -> int:
+    """The status of a refusal (:data:`REFUSAL_STATUS`)."""
+    return next(status for kind, status in REFUSAL_STATUS if isinstance(refusal, kind))
+
+
+def invalid_status(error: Mapping[str, Any]) -> int:
+    """The status of arguments their schema refused, by its first ``error`` (pydantic's): 413 for
+    more turns than one add takes (too large a request, in the unit that limit counts), else
+    :data:`INVALID`."""
+    too_many_turns = error.get("type") == "too_long" and tuple(error.get("loc", ()))[-1:] == ("turns",)
+    return 413 if too_many_turns else INVALID
 
 
 def error_response(status: int, message: str, field: str | None = None,
@@ -57,7 +81,7 @@ async def _validation(request: Request, exc: Exception) -> JSONResponse:
     first = exc.errors()[0]
     # a body that is not JSON has the parser's character offset as its location: the field is the body
     field = "body" if first.get("type") == "json_invalid" else _field(first.get("loc", ()))
-    status = 413 if first.get("type") == "too_long" and field == "body.turns" else 422
+    status = invalid_status(first)
     message = first.get("msg", "invalid")
     if field == "body" and not _sent_as_json(request):  # FastAPI read it as a form, or not at all
         message = "send the body as JSON, with the header Content-Type: application/json"
@@ -77,7 +101,7 @@ async def _http(request: Request, exc: Exception) -> JSONResponse:
         return error_response(exc.status_code, f"no route {verb} {request.url.path} (see /docs)", "path",
                               headers=exc.headers)
     if exc.status_code == 400 and exc.detail != TWO_KEYS:  # FastAPI could not read the body
-        return error_response(422, f"body: {exc.detail} (not JSON in UTF-8, or nested too deep)", "body")
+        return error_response(INVALID, f"body: {exc.detail} (not JSON in UTF-8, or nested too deep)", "body")
     field = KEY_FIELD if exc.status_code in (400, 401, 403) else None  # the key checks' refusals
     return error_response(exc.status_code, str(exc.detail), field, headers=exc.headers)
 
@@ -102,25 +126,19 @@ def located(request: Request, field: str | None) -> str | None:
     return "body." + field
 
 
-def _refusal(status: int) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
-    async def handler(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, MemoryAPIError)
-        return error_response(status, str(exc), located(request, exc.field))
-    return handler
+async def _refusal(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, MemoryAPIError)
+    return error_response(status_of(exc), str(exc), located(request, exc.field))
 
 
 async def _retry_later(_: Request, exc: Exception) -> JSONResponse:
     """A call that may succeed if retried: an add that other servers kept changing the user under
-    (nothing stored)."""
-    return error_response(503, str(exc), headers={"Retry-After": "1"})
+    (nothing stored), a call arriving while the server shuts down."""
+    return error_response(status_of(exc), str(exc), headers={"Retry-After": "1"})
 
 
-async def _ingest_failed(_: Request, __: Exception) -> JSONResponse:
-    return error_response(503, INGEST_FAILED, headers={"Retry-After": "1"})
-
-
-async def _shutting_down(_: Request, exc: Exception) -> JSONResponse:
-    return error_response(503, str(exc), headers={"Retry-After": "1"})
+async def _ingest_failed(_: Request, exc: Exception) -> JSONResponse:
+    return error_response(status_of(exc), INGEST_FAILED, headers={"Retry-After": "1"})
 
 
 async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
@@ -135,7 +153,7 @@ async def _store_failed(request: Request, exc: Exception) -> JSONResponse:
     """The store failed under the request: 503 with ``Retry-After``, not an unexpected 500 (nothing
     of a failed write was committed; an add retried with its idempotency key or turn ids is safe)."""
     message = store_failed(f"answering {request.method} {request.url.path}", exc)
-    return error_response(503, message, headers={"Retry-After": "1"})
+    return error_response(status_of(exc), message, headers={"Retry-After": "1"})
 
 
 class UnexpectedErrors:
@@ -171,19 +189,19 @@ class UnexpectedErrors:
             log.warning("%s %s cancelled: the server stopped before it finished (request id %s)",
                         scope["method"], scope["path"], request_id)
             if not started:
-                await _answer(send, 503, "the server stopped before this request finished; retry it",
+                await _answer(scope, send, 503, "the server stopped before this request finished; retry it",
                               request_id)
         except Exception as exc:
             request_id = uuid.uuid4().hex
             log.error("unexpected error answering %s %s (request id %s)", scope["method"], scope["path"],
                       request_id, exc_info=exc)
             if not started:  # else uvicorn closes the connection: the response is cut short
-                await _answer(send, 500, f"internal error (logged by the server as request {request_id})",
-                              request_id)
+                await _answer(scope, send, 500,
+                              f"internal error (logged by the server as request {request_id})", request_id)
 
 
-async def _answer(send: Send, status: int, message: str, request_id: str) -> None:
-    body = json.dumps({"error": message, "request_id": request_id}).encode()
+async def _answer(scope: Scope, send: Send, status: int, message: str, request_id: str) -> None:
+    body = refusal_body(scope, status, {"error": message, "request_id": request_id})
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"x-request-id", request_id.encode()),
                             (b"content-length", str(len(body)).encode())]})
@@ -194,12 +212,10 @@ def install(app: FastAPI) -> None:
     """Register the handlers of refusals on ``app`` (:class:`UnexpectedErrors` is a middleware)."""
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(HTTPException, _http)
-    app.add_exception_handler(NotFound, _refusal(404))
-    app.add_exception_handler(InvalidInput, _refusal(422))
-    app.add_exception_handler(Conflict, _refusal(409))
+    for refused in (NotFound, InvalidInput, Conflict, ReadOnly):
+        app.add_exception_handler(refused, _refusal)
     app.add_exception_handler(IngestFailed, _ingest_failed)
     app.add_exception_handler(MemoryBusy, _retry_later)
-    app.add_exception_handler(ShuttingDown, _shutting_down)
+    app.add_exception_handler(ShuttingDown, _retry_later)
     app.add_exception_handler(StoreUnavailable, _unavailable)
-    app.add_exception_handler(ReadOnly, _refusal(403))  # a write to a read-only server: not to retry
     app.add_exception_handler(StoreError, _store_failed)

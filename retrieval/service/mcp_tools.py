@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import Tool, ToolAnnotations
+from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from retrieval.api.errors import IngestFailed, MemoryAPIError
@@ -23,6 +23,7 @@ from retrieval.memory.errors import StoreError
 from retrieval.service import limits, operations, schemas
 from retrieval.service.auth import INGEST_FAILED, store_failed
 from retrieval.service.drain import ShuttingDown, WriteGate
+from retrieval.service.errors import INVALID, invalid_status, status_of
 
 if TYPE_CHECKING:  # for types only: the server is handed an open memory, never builds one
     from retrieval.api.memory import Memory
@@ -42,34 +43,53 @@ ADD_DESCRIPTION = ("Add dialogue turns (speaker, text, optional ISO time and tur
                    "JSON, whatever its turns' limits allow: send a long conversation in several calls.")
 
 
+class Refused(ToolError):
+    """A tool's refusal, answered as the tool's error (``is_error``): its text is the message, and
+    its structured content says the same as the HTTP route's answer, ``{"error", "field"?,
+    "status"}``: the argument named (a tool's argument, as the message begins with it), and the
+    HTTP status of the same refusal (:data:`retrieval.service.errors.REFUSAL_STATUS`: 503 is worth
+    retrying, the others are not)."""
+
+    def __init__(self, message: str, status: int, argument: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.argument = status, argument
+
+    def result(self) -> CallToolResult:
+        detail: dict[str, Any] = {"error": str(self), "status": self.status}
+        if self.argument is not None:
+            detail["field"] = self.argument
+        return CallToolResult(content=[TextContent(type="text", text=str(self))], structured_content=detail,
+                              is_error=True)
+
+
 def _refusals(call: Callable[[], Any], id_argument: str = "memory_id") -> Any:
-    """A bad argument or a refusal of the memory becomes the tool's error message (is_error) naming
+    """A bad argument or a refusal of the memory becomes the tool's error (:class:`Refused`) naming
     what is wrong, not a crash: ``call`` builds the request schemas too, so their checks are here.
     The memory's ``id`` is the tool's ``id_argument``."""
     try:
         return call()
     except ValidationError as err:
-        raise ToolError(_named(err)) from None
+        raise _invalid(err) from None
     except (MemoryAPIError, ShuttingDown, StoreError) as err:
         failed = err if isinstance(err, StoreError) else err.__cause__
         if isinstance(failed, StoreError):  # the store failed under the call: its cause only logged
-            raise ToolError(store_failed("under an MCP tool", failed)) from None
+            raise Refused(store_failed("under an MCP tool", failed), status_of(failed)) from None
         if isinstance(err, IngestFailed):  # the worker logged what failed
-            raise ToolError(INGEST_FAILED) from None
+            raise Refused(INGEST_FAILED, status_of(err)) from None
         field = getattr(err, "field", None)
         if field is not None and field.split(".")[0] == "id":
             field = id_argument + field[2:]
         if field == "user_id":  # the connection's key names the user: no argument to name
             field = None
-        raise ToolError(str(err) if field is None else f"{field}: {err}") from None
+        raise Refused(str(err) if field is None else f"{field}: {err}", status_of(err), field) from None
 
 
 class StrictTools(MCPServer):
     """An MCP server whose tools check their arguments as the HTTP routes do: an argument a tool
     does not take (``user_id``, a misspelt ``limit``) is refused instead of dropped (and each
     tool's input schema says so), and a bad value is named as ``argument: message``, not in the
-    SDK's multi-line validation report. It logs from warnings up: the SDK logs every refused call,
-    with the values refused, at INFO."""
+    SDK's multi-line validation report; a refusal is answered as :class:`Refused` says. It logs
+    from warnings up: the SDK logs every refused call, with the values refused, at INFO."""
 
     def __init__(self, name: str, instructions: str) -> None:
         super().__init__(name, instructions=instructions, log_level="WARNING")
@@ -79,24 +99,31 @@ class StrictTools(MCPServer):
                 for tool in await super().list_tools()]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        try:
+            return await self._checked_call(name, arguments, context)
+        except Refused as refused:
+            return refused.result()
+
+    async def _checked_call(self, name: str, arguments: dict[str, Any], context: Context | None) -> Any:
         listed = await super().list_tools()  # the schemas as made: this runs at every call
         taken = {tool.name: set(tool.input_schema.get("properties", {})) for tool in listed}
         unknown = sorted(set(arguments) - taken[name]) if name in taken else []
         if unknown:
-            raise ToolError(f"{unknown[0]}: Extra inputs are not permitted")
+            raise Refused(f"{unknown[0]}: Extra inputs are not permitted", INVALID, unknown[0])
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as err:  # the SDK's "Error executing tool ..." around the tool's own error
             if isinstance(err.__cause__, ValidationError):
-                raise ToolError(_named(err.__cause__)) from None
-            if isinstance(err.__cause__, ToolError):
-                raise ToolError(str(err.__cause__)) from None
+                raise _invalid(err.__cause__) from None
+            if isinstance(err.__cause__, Refused):
+                raise err.__cause__ from None
             raise
 
 
-def _named(err: ValidationError) -> str:
+def _invalid(err: ValidationError) -> Refused:
     first = err.errors()[0]
-    return f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
+    field = ".".join(str(part) for part in first["loc"])
+    return Refused(f"{field}: {first['msg']}", invalid_status(first), field)
 
 
 def build_mcp(memory: Memory, gate: WriteGate, user_of: UserOf) -> MCPServer:

@@ -191,6 +191,34 @@ def test_a_cjk_word_inside_a_sentence_is_found(query: str, found: list[int]) -> 
     assert list(positions) == found
 
 
+@pytest.mark.parametrize(("query", "found"), [
+    ("แมว", [0]), ("ชื่อ", [0]), ("แมวของฉัน", [0]), ("ไทย", [1]), ("ឆ្មា", [2]), ("ແມວ", [3]),
+    ("ကြောင်", [4]), ("Tokyo", [5])])
+def test_a_thai_word_inside_a_sentence_is_found(query: str, found: list[int]) -> None:
+    """Thai, Lao, Myanmar and Khmer are written without spaces too, and FTS5 ends a word at each of
+    their vowel signs and tone marks: their letters are paired without the marks, so "cat" (แมว)
+    finds "I have a cat named Pickle" (before, in no sentence but alone), and "name" (ชื่อ) is one
+    word, not three."""
+    from retrieval.index.fts import FTSIndex
+
+    index = FTSIndex()
+    index.add(["ฉันมีแมวชื่อพิกเคิล", "เราไปกินข้าวที่ร้านอาหารไทย", "ខ្ញុំចូលចិត្តឆ្មា។ វាឈ្មោះពិកឃើល", "ຂ້ອຍມີແມວ",
+               "ကျွန်တော် ကြောင် ချစ်တယ်", "Ann likes Tokyo."])
+    positions, _ = index.search(query, 5)
+    assert list(positions) == found
+
+
+def test_a_stray_tone_mark_is_no_word() -> None:
+    """A run of Thai marks alone (a tone mark after a space or a Latin letter) holds no letter
+    to pair: it is indexed as nothing, and as a query it matches nothing."""
+    from retrieval.index.fts import FTSIndex, match_expression
+
+    index = FTSIndex()
+    index.add(["555 \u0e48", "ok\u0e49\u0e48 แมว"])
+    assert match_expression("\u0e48") is None
+    assert list(index.search("แมว \u0e48", 5)[0]) == [1]
+
+
 def test_records_of_another_script_leave_the_order_of_a_latin_query_as_it_was() -> None:
     """Paired runs count about one token a character in a row's length, which BM25 normalises by:
     twenty Japanese records beside a user's English ones leave the order of its English matches

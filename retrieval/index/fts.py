@@ -4,11 +4,11 @@
 The store keeps an FTS5 table over every active record's text, entities and topic tags
 (:mod:`retrieval.memory.schema`, ranked by :func:`retrieval.memory.fts.bm25_rows`); :class:`FTSIndex` is a
 table of the same columns in memory for a bank given as texts (the dual-path retriever without
-records), and :class:`RecordLexical` one over one user's records; these two write runs of kana and
-CJK ideographs as character pairs (:func:`paired`), the store's does not. Every table tokenises with
-:data:`FTS_TOKENIZER` (Porter stemming) and ranks with :func:`bm25_search`: a query matches any of
-its words other than stopwords (OR), scored by FTS5's Okapi BM25 (k1 = 1.2, b = 0.75, columns weighted
-equally), best first, ties by insertion order.
+records), and :class:`RecordLexical` one over one user's records; these two write runs of letters
+written without spaces (kana, CJK, Thai, ...) as character pairs (:func:`paired`), the store's
+does not. Every table tokenises with :data:`FTS_TOKENIZER` (Porter stemming) and ranks with
+:func:`bm25_search`: a query matches any of its words other than stopwords (OR), scored by FTS5's
+Okapi BM25 (k1 = 1.2, b = 0.75, columns weighted equally), best first, ties by insertion order.
 
 Search reads one user's table, never the store's: BM25's statistics (row count, average row length,
 how many rows hold a word) are those of the table searched, so a score computed over the store's
@@ -31,25 +31,30 @@ from isq.topk import as_exclude_array, empty_result
 from retrieval.index.stopwords import STOPWORDS
 from retrieval.memory.fts import FTS_TOKENIZER, bm25_rows
 from retrieval.memory.records import AMU
-from retrieval.memory.scripts import IDEOGRAPHIC_RUN, composed
+from retrieval.memory.scripts import PAIRED_RUN, composed, unmarked
 
 _WORD = re.compile(r"\w+")
 
 
 def paired(text: str, indexed: bool = False) -> str:
-    """``text`` with each run of kana and CJK ideographs (:data:`retrieval.memory.scripts.
-    IDEOGRAPHIC_RUN`) written as its overlapping character pairs, space-separated (a lone character
-    as itself), and when ``indexed`` its last character too, so that every character of the run
-    begins a token: FTS5's tokenizer takes a whole run for one word, so a word inside a sentence
-    (東京 in 東京で猫を飼っています) could only be found by the whole sentence. A query's pairs match
-    the record's, and a one-character query word is a prefix query (:func:`match_expression`). A
-    run of n characters is n tokens of the record's length, about as many as its words would be
-    had it spaces."""
+    """``text`` with each run of letters written without spaces (:data:`retrieval.memory.scripts.
+    PAIRED_RUN`: kana, CJK ideographs, Thai, Lao, Myanmar, Khmer) written as its overlapping
+    character pairs, space-separated (a lone character as itself), and when ``indexed`` its last
+    character too, so that every character of the run begins a token: FTS5's tokenizer takes a
+    whole run for one word, so a word inside a sentence (東京 in 東京で猫を飼っています) could only be
+    found by the whole sentence. A run's combining marks (Thai's vowel signs and tone marks) are
+    left out of its pairs: the tokenizer would end a word at each. A query's pairs match the
+    record's, and a one-character query word is a prefix query (:func:`match_expression`). A run
+    of n characters is n tokens of the record's length, about as many as its words would be had it
+    spaces."""
     def tokens(run: str) -> str:
+        run = unmarked(run)
+        if not run:  # marks alone (a stray tone mark): no letter to index
+            return " "
         pieces = [run[i:i + 2] for i in range(len(run) - 1)] + ([run[-1]] if indexed or len(run) == 1 else [])
         return " " + " ".join(pieces) + " "
 
-    return IDEOGRAPHIC_RUN.sub(lambda run: tokens(run.group()), text)
+    return PAIRED_RUN.sub(lambda run: tokens(run.group()), text)
 
 
 def match_expression(text: str, pair: bool = True) -> str | None:
@@ -59,8 +64,8 @@ def match_expression(text: str, pair: bool = True) -> str | None:
     no word. Words go to FTS5 as written, which folds their case as it folded the indexed text's:
     Python lower-cases some letters otherwise ("İ" to "i" and a combining dot, Cherokee capitals to
     small letters FTS5 does not fold), which would leave a word unable to find itself; only the
-    stopword test, and the distinctness of ASCII words, are taken lower-cased. Runs of kana and CJK
-    ideographs are ``pair``-ed as the channel's tables index them (:func:`paired`; the store's own
+    stopword test, and the distinctness of ASCII words, are taken lower-cased. Runs of letters written
+    without spaces are ``pair``-ed as the channel's tables index them (:func:`paired`; the store's own
     table, which no search reads, is not), a lone character of them matching every token it
     begins. The text is taken composed (:func:`retrieval.memory.scripts.composed`), as the channel's
     tables index theirs."""
@@ -70,7 +75,7 @@ def match_expression(text: str, pair: bool = True) -> str | None:
     words: dict[str, str] = {}
     for word in content or tokens:
         words.setdefault(word.lower() if word.isascii() else word, word.replace("_", " "))
-    quoted = [f'"{word}"' + ("*" if pair and len(word) == 1 and IDEOGRAPHIC_RUN.fullmatch(word) else "")
+    quoted = [f'"{word}"' + ("*" if pair and len(word) == 1 and PAIRED_RUN.fullmatch(word) else "")
               for word in words.values() if word.strip()]
     return " OR ".join(quoted) if quoted else None
 

@@ -96,6 +96,8 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
     for refused in ("again", "bad", "bad_time"):
         assert seen[refused].is_error, refused
     assert "text" in seen["bad"].content[0].text and "time" in seen["bad_time"].content[0].text
+    assert seen["again"].structured_content == {"error": seen["again"].content[0].text, "field": "memory_id",
+                                                "status": 404}  # typed as over HTTP: the record is gone
     assert seen["forgot"] == {"deleted": True} and seen["after"]["items"] == []
     [bobs] = anyio.run(_session, store, "bob",
                        lambda s: s.call_tool("memory_search", {"query": "secret word"}))

@@ -21,7 +21,7 @@ import pytest
 
 from retrieval import Memory
 from retrieval.api.closing import UserGuards
-from retrieval.api.errors import IngestFailed
+from retrieval.api.errors import IngestFailed, MemoryBusy
 from retrieval.consolidation.operations import OfflineOperator
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.model_thread import calling_thread
@@ -146,6 +146,29 @@ def test_add_returns_before_its_segment_is_processed_and_flush_waits(tmp_path):
         extractor.hold.released.set()
         mem.close()
     covered_once(tmp_path, "a")
+
+
+def test_a_full_backlog_refuses_adds_storing_nothing_until_it_is_processed(tmp_path, monkeypatch):
+    """Adds faster than the worker would hold ever more turns in memory: from MAX_PENDING_TURNS
+    pending, a user's add is refused (MemoryBusy, which HTTP answers 503 with Retry-After),
+    nothing of it stored; another user's adds go on; once processed, the user adds again."""
+    monkeypatch.setattr("retrieval.api.backlog.MAX_PENDING_TURNS", 30)
+    extractor = HeldExtractor("a")
+    mem = open_memory(tmp_path, extractor=extractor)
+    try:
+        mem.add(chat("a", 20), user_id="a", session_id="s")
+        assert extractor.hold.entered.wait(WAIT_S)  # the worker holds the first segment
+        mem.add(chat("b", 20), user_id="a", session_id="s")  # under the bound: taken, past it
+        with pytest.raises(MemoryBusy, match="40 turns stored and not yet processed"):
+            mem.add(chat("c", 1), user_id="a", session_id="s")
+        assert mem.pending(user_id="a") == 40 and not mem.store.stored_turn_ids("a", ["c-0"])
+        assert mem.add(chat("d", 40), user_id="d", session_id="s").turn_ids  # another user's backlog
+        extractor.hold.released.set()
+        mem.drain(user_id="a", timeout_s=WAIT_S)
+        assert mem.add(chat("c", 1), user_id="a", session_id="s").turn_ids == ("c-0",)
+    finally:
+        extractor.hold.released.set()
+        mem.close()
 
 
 class CountingEmbedder(WordEmbedder):

@@ -2,20 +2,19 @@
 :meth:`retrieval.api.memory.Memory.add` stored (exchange embeddings, segmentation, extraction,
 fingerprints, records, index rows, the user's search state), each user's turns strictly in order.
 
-The turn log is the queue. An add commits its turns and tells the worker; the worker reads
-every turn of the user stored since the last it fed (one read, so a many-turn add or a backlog
-of several adds is embedded in one call) and feeds them to the user's
-:class:`retrieval.api.online.UserStream`. Nothing else records the queue: after a crash (a
-``kill -9`` anywhere) the turns no committed segment covers are the backlog, and at open the
-worker replays every user that has some, so no turn is lost or fed twice and no segment is
-committed twice (a segment's records, index rows and progress row commit in one transaction).
+The turn log is the queue. An add commits its turns and tells the worker; the worker reads every
+turn of the user stored since the last it fed (one read) and feeds them to the user's
+:class:`retrieval.api.online.UserStream`. Nothing else records the queue: after a crash (a ``kill
+-9`` anywhere) the turns no committed segment covers are the backlog, and at open the worker
+replays every user that has some, so no turn is lost or fed twice and no segment is committed
+twice (a segment's records, index rows and progress row commit in one transaction).
 
 A step holds the user's ``stream`` guard (:class:`retrieval.api.closing.UserGuard`) while it
-processes, the ``log`` and ``state`` guards only to read the log (no add commits between that
-read and the count of what it fed), and the ``state`` guard to commit each closed segment with its
-search-state update and to add the turns of the user's adds to its search state
-(:class:`retrieval.api.unindexed.UnindexedTurns`, whose vectors it computes before), so the user's
-adds and searches wait at most for one commit, and other users never wait. Its model calls are
+processes, the ``log`` and ``state`` guards only to read the log (no add commits between that read
+and the count of what it fed), and the ``state`` guard to commit each closed segment with its
+search-state update and to add the turns of the user's adds to its search state (their vectors
+computed before, :mod:`retrieval.api.unindexed`), so the user's adds and searches wait at most
+for one commit, and other users never wait. Its model calls are
 background calls (:func:`retrieval.index.query_batcher.background`): searches go first.
 :meth:`Backlog.process` runs a step in the caller's thread (a flush).
 
@@ -31,19 +30,20 @@ any segment. While idle the worker looks at the store every :data:`POLL_S` secon
 for users whose turn log changed since its last step (another node's adds, or the backlog of a
 node that died, whose lock died with it) and for users whose lock it found taken.
 
-Errors. A step that raises (an extractor's error, a full disk) does not stop the worker: the
-user's stream is dropped (reloaded from the store at its next step, so the failed segment's
-turns are fed again) and the error is kept; the worker tries the user again after a pause that
-grows with each failure in a row (:mod:`retrieval.api.retries`), so a user that only adds and
-searches gets its records once the cause is gone. Until a step succeeds the error is surfaced, as
-:class:`retrieval.api.errors.IngestFailed`, by :meth:`Backlog.wait` (a drain, after which the
-worker tries at once) or by the next flush, which tries the backlog again itself. A store that
-fails under the worker (a :class:`~retrieval.memory.errors.StoreError`: a PostgreSQL restart while
-it polls, reads the user's marks or commits a segment) is no failure of the user's: it pauses the
-worker for :data:`FAULT_WAIT_S` with one warning, the user kept due and its stream reloaded.
+Errors. A step that raises (an extractor's error, a full disk) does not stop the worker: the user's
+stream is dropped (reloaded at its next step: the failed segment's turns are fed again) and the
+error is kept; the worker tries the user again after a pause that grows with each failure in a row
+(:mod:`retrieval.api.retries`), so a user that only adds and searches gets its records once the
+cause is gone. Until a step succeeds the error is surfaced, as :class:`retrieval.api.errors.
+IngestFailed`, by :meth:`Backlog.wait` (a drain, after which the worker tries at once) or by the
+next flush, which tries the backlog again itself. A store that fails under the worker (a
+:class:`~retrieval.memory.errors.StoreError`: a PostgreSQL restart while it polls, reads the user's
+marks or commits a segment) is no failure of the user's: it pauses the worker for
+:data:`FAULT_WAIT_S` with one warning, the user kept due and its stream reloaded.
 
-Streams held. The worker keeps the streams of the users it fed last (:mod:`retrieval.api.worker_users`);
+Bounded. The worker keeps the streams of the users it fed last (:mod:`retrieval.api.worker_users`):
 an idle user's stream beyond the bound is dropped, to be loaded from the store at its next step.
+An add is refused while its user's backlog is full (:meth:`Backlog.admit`): it is held in memory.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from retrieval.api.closing import UserGuard, UserGuards
-from retrieval.api.errors import IngestFailed, StoreUnavailable
+from retrieval.api.errors import IngestFailed, MemoryBusy, StoreUnavailable
+from retrieval.api.limits import MAX_PENDING_TURNS
 from retrieval.api.online import StreamModels, UserStream
 from retrieval.api.retries import Retries
 from retrieval.api.states import SearchStates
@@ -120,6 +121,12 @@ class Backlog:
                 self._due[user] = None
             self._changed.notify_all()
 
+    def admit(self, user: str) -> None:
+        """Refuse an add (:class:`MemoryBusy`) while the user's backlog is full (MAX_PENDING_TURNS)."""
+        if (pending := self.pending(user)) >= MAX_PENDING_TURNS:
+            raise MemoryBusy(f"user {user!r} has {pending:,} turns stored and not yet processed, as many as "
+                             "the memory holds for one user: retry once they are (a flush or drain waits)")
+
     def pending(self, user: str | None = None) -> int:
         """Turns stored but not yet processed, of ``user`` or of all users."""
         with self._changed:
@@ -158,10 +165,9 @@ class Backlog:
                 raise TimeoutError(f"{self.pending(user)} turns still pending after {timeout_s} s")
 
     def process(self, user: str) -> list[AMU]:
-        """Feed every turn of the user stored so far to its stream, :data:`STEP_TURNS` at a time
-        (the user's pending count drops as each chunk but the last is fed, and by the last when the
-        step is done); returns the records of the segments that closed. The caller holds the user's ``stream``
-        guard. Raises :class:`IngestFailed` when it fails."""
+        """Feed every turn of the user stored so far to its stream, :data:`STEP_TURNS` at a time (the
+        user's pending count dropping chunk by chunk); returns the records of the segments that
+        closed. The caller holds the user's ``stream`` guard. Raises :class:`IngestFailed` when it fails."""
         guard = self.guards.of(user)
         with self._changed:
             state = self._users.setdefault(user, UserProgress())
@@ -214,8 +220,7 @@ class Backlog:
             self._held.dropped(user)
 
     def _count_fed(self, state: UserProgress, count: int) -> int:
-        """Take ``count`` fed turns off the user's pending count (a long backlog shrinks chunk by
-        chunk on ``pending`` and the metrics); returns ``count``."""
+        """Take ``count`` fed turns off the user's pending count (shrinking chunk by chunk); returns it."""
         with self._changed:
             state.pending -= count
             self._changed.notify_all()

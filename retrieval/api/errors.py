@@ -31,7 +31,8 @@ class Conflict(MemoryAPIError):
 
 class MemoryBusy(MemoryAPIError):
     """Another writer is in the way: another process holds the store open for writing (the message
-    names its pid), or other servers kept adding to the user while an add was checked (retry it)."""
+    names its pid), or other servers kept adding to the user while an add was checked, or the
+    user's backlog is full (:data:`retrieval.api.limits.MAX_PENDING_TURNS`): retry it."""
 
 
 class StoreUnavailable(MemoryAPIError):

@@ -27,6 +27,12 @@ MAX_PAGE = 100
 DEFAULT_PAGE = 20
 MAX_TURNS = 100
 """Turns in one HTTP or MCP add (a request's size; a Python ``add`` may pass a whole session)."""
+MAX_PENDING_TURNS = 10_000
+"""Turns of one user stored and not yet processed by the ingestion worker from which an add is
+refused (:class:`retrieval.api.errors.MemoryBusy`, to retry): the worker holds them in memory
+until it has, so adds faster than it (a few hundred turns a second against its tens) would
+otherwise grow the process without bound. A flush or a drain waits for them; an add under the
+bound may take the backlog past it by its own turns."""
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
 """What a served user id (a key's), session id or turn id may look like: each appears in URLs
 (a memory id is built from the user id and the turn id), so no slashes or spaces. Python callers

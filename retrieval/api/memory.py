@@ -168,13 +168,14 @@ class Memory:
         embed and feed to the user's open segment of ``session_id``; ``amu_ids`` is empty (the
         records of segments the turns close come later: :meth:`flush`, :meth:`drain`). Replaying
         ``idempotency_key`` or a stored turn id adds nothing, giving either again with another
-        body is a :class:`Conflict` (:mod:`retrieval.api.replay`)."""
+        body is a :class:`Conflict` (:mod:`retrieval.api.replay`); a full backlog refuses it."""
         user, session = check_id("user_id", user_id), check_id("session_id", session_id)
         key = optional_id("idempotency_key", idempotency_key)
         checked = check_turns(turns, user, session)
         guard = self._guards.of(user)
         with self._gate, guard.log:
             self._writable()
+            self._backlog.admit(user)  # nothing stored while the user's backlog is full
             appended = append_add(self.store, user, session, checked, key)
             with guard.state:
                 self._backlog.added(user, appended.marks, appended.stored, appended.purges)
@@ -318,9 +319,8 @@ class Memory:
                 predecessors.setdefault(successor, []).append(archived)
             found, stack = [], [item]
             while stack:
-                for previous in predecessors.get(stack.pop(), []):
-                    found.append(previous)
-                    stack.append(previous)
+                found += (previous := predecessors.get(stack.pop(), []))
+                stack += previous
             order = {amu.id: n for n, amu in enumerate(self.store.amus(user, include_archived=True))}
             return [_record_item(self.store.get(i), self.store.successor(i))
                     for i in sorted(set(found), key=order.__getitem__)]

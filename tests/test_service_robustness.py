@@ -25,6 +25,7 @@ from retrieval.service import operations
 from retrieval.service.auth import INGEST_FAILED
 from retrieval.service.connections import ConnectionTimeouts
 from retrieval.service.drain import WriteGate
+from retrieval.service.limits import KEY_CALLS
 from retrieval.service.mcp_tools import build_mcp, fixed_user
 from tests.service_thread import open_memory, served
 
@@ -179,7 +180,8 @@ def test_slow_clients_are_disconnected(tmp_path: Path, caplog: pytest.LogCapture
 def test_healthz_answers_while_every_worker_thread_waits_on_the_store(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Requests held by the store (a lock another node keeps) fill the worker threads; the health
-    check still answers, so a load balancer does not take a node that serves others' out."""
+    check still answers, so a load balancer does not take a node that serves others' out. (Each
+    key has KEY_CALLS requests inside at a time: the requests come from as many keys as fill it.)"""
     real, release, waiting = operations.list_memories, threading.Event(), threading.Semaphore(0)
 
     def held(*args, **kwargs):
@@ -193,13 +195,14 @@ def test_healthz_answers_while_every_worker_thread_waits_on_the_store(
 
     held_requests = int(anyio.run(worker_threads)) + 8
     with served(tmp_path / "store") as server:
-        headers = bearer(server.keys.create("alice"))
+        keys = [server.keys.create(f"user{n}") for n in range(held_requests // KEY_CALLS + 1)]
 
-        def list_memories() -> None:
-            with httpx.Client(base_url=server.url, headers=headers, timeout=WAIT_S) as client:
+        def list_memories(key: str) -> None:
+            with httpx.Client(base_url=server.url, headers=bearer(key), timeout=WAIT_S) as client:
                 client.get("/v1/memories")
 
-        callers = [threading.Thread(target=list_memories) for _ in range(held_requests)]
+        callers = [threading.Thread(target=list_memories, args=(keys[n // KEY_CALLS],))
+                   for n in range(held_requests)]
         for caller in callers:
             caller.start()
         try:

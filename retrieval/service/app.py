@@ -25,6 +25,7 @@ from retrieval.service.body_limit import BodyLimit
 from retrieval.service.drain import WriteGate
 from retrieval.service.early_refusal import MCP_PATH
 from retrieval.service.gauges import StoreGauges
+from retrieval.service.key_share import KeyShare
 from retrieval.service.keys import KeyStore
 from retrieval.service.mcp_tools import build_mcp, key_user
 from retrieval.service.metrics import RequestMetrics, ServiceMetrics
@@ -73,6 +74,7 @@ def create_app(memory: Memory, keys: KeyStore, store: str | Path, *, host: str =
     # open for as long as the client liked, past its key's revocation (the protocol allows 405)
     app.router.routes.append(NamedRoute(MCP_PATH, KeyGuard(StreamableHTTPASGIApp(mcp.session_manager), keys),
                                         methods=["POST"]))
+    app.add_middleware(KeyShare)  # inside the body limit: a waiting request has read its body
     app.add_middleware(BodyLimit)
     app.add_middleware(errors.UnexpectedErrors)  # inside the metrics: they count its 500s
     app.add_middleware(RequestMetrics, metrics=service.metrics)

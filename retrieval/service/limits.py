@@ -31,6 +31,10 @@ DISCARD_BYTES = 4 * MAX_BODY_BYTES
 connection closed with bytes unread is reset, and a client still sending would lose the answer.
 A body declared longer than this gets the 413 at once."""
 
+KEY_CALLS = 4
+"""Requests of one API key in the application at a time (:mod:`retrieval.service.key_share`): the
+others wait at the door, holding no worker thread."""
+
 # How long the server waits on a connection (:mod:`retrieval.service.connections`) and on shutdown.
 KEEP_ALIVE_S = 5.0
 """An idle keep-alive connection is closed after this long without a new request."""

@@ -1,0 +1,54 @@
+"""At most :data:`~retrieval.service.limits.KEY_CALLS` requests of one API key inside the
+application at a time; the key's other requests wait their turn at the door, in arrival order,
+holding no thread.
+
+The routes and the MCP tools run on one pool of worker threads shared by every user (AnyIO's, 40
+threads). A user's writes wait on the user's own locks (its adds, flushes, deletes and forgets
+run one at a time), so a client sending many of them at once would fill the pool with threads
+waiting on each other, and every other user's request would wait for a thread behind them: a
+review's 45 concurrent flushes of one user held another user's search for 114.7 s. Waiting here,
+a key's extra requests cost the event loop a waiter each and leave the pool to the other keys.
+
+A request without an ``Authorization`` header passes (the key check refuses it at once); requests
+are grouped by the header's SHA-256, so no secret is held beyond the request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import anyio
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from retrieval.service.limits import KEY_CALLS
+
+
+class _Slots:
+    """The calls of one key inside the application, and the requests that hold or wait for them."""
+
+    def __init__(self, calls: int) -> None:
+        self.limiter, self.requests = anyio.Semaphore(calls), 0
+
+
+class KeyShare:
+    """ASGI middleware (see the module docstring)."""
+
+    def __init__(self, app: ASGIApp, calls: int = KEY_CALLS) -> None:
+        self.app, self.calls = app, calls
+        self._keys: dict[bytes, _Slots] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        given = [value for name, value in scope.get("headers", ()) if name.lower() == b"authorization"]
+        if scope["type"] != "http" or not given:
+            await self.app(scope, receive, send)
+            return
+        key = hashlib.sha256(b"\n".join(given)).digest()
+        slots = self._keys.setdefault(key, _Slots(self.calls))
+        slots.requests += 1
+        try:
+            async with slots.limiter:
+                await self.app(scope, receive, send)
+        finally:
+            slots.requests -= 1
+            if not slots.requests:
+                del self._keys[key]

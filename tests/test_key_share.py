@@ -1,0 +1,62 @@
+"""One key's requests beyond KEY_CALLS wait at the door, holding no worker thread, while another
+key's requests go in at once (a test of order, not of timing)."""
+
+from __future__ import annotations
+
+import anyio
+
+from retrieval.service.key_share import KeyShare
+from retrieval.service.limits import KEY_CALLS
+
+
+def test_a_keys_requests_past_its_share_wait_and_another_keys_go_in() -> None:
+    inside: list[bytes] = []
+    most: dict[bytes, int] = {}
+    release = anyio.Event()
+
+    async def app(scope, receive, send) -> None:
+        key = dict(scope["headers"])[b"authorization"]
+        inside.append(key)
+        most[key] = max(most.get(key, 0), inside.count(key))
+        if key == b"Bearer alice":
+            await release.wait()
+        inside.remove(key)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    share = KeyShare(app)
+
+    async def request(key: bytes, answered: list) -> None:
+        scope = {"type": "http", "path": "/v1/search", "headers": [(b"authorization", key)]}
+
+        async def send(message) -> None:
+            answered.append(key)
+
+        await share(scope, lambda: None, send)
+
+    async def main() -> list:
+        answered: list[bytes] = []
+        async with anyio.create_task_group() as group:
+            for _ in range(KEY_CALLS + 5):
+                group.start_soon(request, b"Bearer alice", answered)
+            await anyio.wait_all_tasks_blocked()
+            assert inside.count(b"Bearer alice") == KEY_CALLS  # the others wait at the door
+            await request(b"Bearer bob", answered)  # goes in and out while alice's wait
+            assert answered == [b"Bearer bob"]
+            release.set()
+        return answered
+
+    answered = anyio.run(main)
+    assert answered.count(b"Bearer alice") == KEY_CALLS + 5 and most[b"Bearer alice"] == KEY_CALLS
+    assert share._keys == {}  # nothing kept of a key once its requests are answered
+
+
+def test_a_request_without_a_key_passes_unlimited() -> None:
+    calls: list[str] = []
+
+    async def app(scope, receive, send) -> None:
+        calls.append(scope["type"])
+
+    share = KeyShare(app, calls=1)
+    anyio.run(share, {"type": "http", "path": "/healthz", "headers": []}, None, None)
+    anyio.run(share, {"type": "lifespan"}, None, None)
+    assert calls == ["http", "lifespan"]

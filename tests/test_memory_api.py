@@ -7,6 +7,7 @@ import errno
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -206,6 +207,25 @@ def test_consolidation_is_a_durable_job(tmp_path):
         assert job.progress["created"] == len(merged) >= 1
         assert job.progress["user_id"] == "u" and "conversation_id" not in job.progress  # one word
         assert all(h.archived and h.successor for h in mem.history(merged[0].id, user_id="u"))
+
+
+def test_an_ended_job_nobody_waits_for_leaves_nothing_held(tmp_path):
+    """A served consolidation is never waited for (HTTP and MCP answer the job at once): its row,
+    once it ends, is read from the store, not kept in the memory (a loop of them grew it)."""
+    with open_memory(tmp_path) as mem:
+        same = [{"speaker": "Ann", "text": "I love hiking in the Alps every summer."} for _ in range(6)]
+        mem.add(same, user_id="u", session_id="s")
+        mem.flush(user_id="u", session_id="s")
+        for session in (None, "s", None):
+            started = mem.consolidate(user_id="u", session_id=session)
+            deadline = time.monotonic() + 60
+            while (state := mem.job(started.id, user_id="u").state) not in ("done", "failed"):
+                assert time.monotonic() < deadline, state
+                time.sleep(0.01)
+            assert state == "done"
+        assert mem._jobs._ended == {} and not mem._jobs._waiters
+        waited = mem.consolidate(user_id="u", wait=True, timeout_s=60)  # a waiter reads its row once
+        assert waited.state == "done" and mem._jobs._ended == {} and not mem._jobs._waiters
 
 
 def test_a_failed_job_tells_its_user_it_failed_and_the_log_what_failed(tmp_path, monkeypatch, caplog):

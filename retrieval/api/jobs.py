@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -70,7 +70,8 @@ class JobRunner:
         self._handle: Store | None = None
         self._stopping = False  # the workers take no more jobs
         self._closed = False  # and have stopped: waiters of queued jobs are told
-        self._ended: dict[int, JobRow] = {}  # rows of jobs that ended in this process, until waited for
+        self._ended: dict[int, JobRow] = {}  # rows of jobs that ended here while waited for, until read
+        self._waiters: Counter[int] = Counter()  # the jobs waited for, by how many callers
 
     def start(self) -> None:
         """Queue the store's unfinished jobs (those a process that stopped left: run again, the
@@ -109,11 +110,15 @@ class JobRunner:
         meanwhile (the job went with the user's data)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._changed:
-            while not (job_id in self._ended or self._closed or _settled(store.job_row(job_id))):
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    break
-                self._changed.wait(POLL_S if left is None else min(POLL_S, left))  # another node's end
+            self._waiters[job_id] += 1
+            try:
+                while not (job_id in self._ended or self._closed or _settled(store.job_row(job_id))):
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        break
+                    self._changed.wait(POLL_S if left is None else min(POLL_S, left))  # another node's end
+            finally:
+                self._waiters -= Counter([job_id])  # a count that reaches 0 leaves the counter
             if job_id in self._ended:
                 return self._ended.pop(job_id)
             if self._closed:
@@ -201,8 +206,8 @@ class JobRunner:
         self.on_done(job.user_id)
         ended = store.job_row(job.id)
         with self._changed:
-            if ended is not None:
-                self._ended[job.id] = ended
+            if ended is not None and self._waiters[job.id]:  # kept for its waiters only: a row read
+                self._ended[job.id] = ended  # later comes from the store (unless purged meanwhile)
             self._changed.notify_all()
 
 

@@ -164,12 +164,19 @@ def test_a_foreground_call_goes_ahead_of_queued_background_work_which_runs_in_sm
     assert encoder.threads == {"model-forwards"}
 
 
-def test_a_foreground_call_arriving_between_background_forwards_runs_before_the_next():
+@pytest.mark.parametrize("long_call", ["background", "kept"])
+def test_a_foreground_call_arriving_between_the_forwards_of_a_long_call_runs_before_the_next(long_call):
+    """Background work runs in forwards of a bounded size, and so does a kept call of as many texts
+    (a search embedding many waiting turns of its user: an add, then a search): a query queued
+    during one of its forwards waits for that one, not for all of them. Each result is its own
+    texts' alone."""
     encoder = HeldEncoder()
     batcher = QueryBatcher(encoder, max_texts=64, background_tokens=4)
     results: dict = {}
-    threads = [call(batcher, ["aa", "bb", "cc", "dd", "ee", "ff"], results, "backlog", behind=True)]
-    until(lambda: len(encoder.calls) == 1)  # the first of three background forwards, held
+    texts = ["aa", "bb", "cc", "dd", "ee", "ff"]
+    threads = [call(batcher, texts, results, "long", behind=long_call == "background",
+                    mark=kept if long_call == "kept" else contextlib.nullcontext)]
+    until(lambda: len(encoder.calls) == 1)  # the first of three forwards, held
     threads.append(call(batcher, ["query"], results, "query"))
     until(lambda: batcher.waiting == 1)
     encoder.release.set()
@@ -177,7 +184,7 @@ def test_a_foreground_call_arriving_between_background_forwards_runs_before_the_
         thread.join(30)
     batcher.close()
     assert encoder.calls == [["aa", "bb"], ["query"], ["cc", "dd"], ["ee", "ff"]]
-    assert same(results["backlog"], alone(["aa", "bb", "cc", "dd", "ee", "ff"]))
+    assert same(results["long"], alone(texts)) and same(results["query"], alone(["query"]))
 
 
 def test_background_calls_take_one_forward_each_in_turn():

@@ -158,10 +158,12 @@ def test_a_full_backlog_refuses_adds_storing_nothing_until_it_is_processed(tmp_p
     try:
         mem.add(chat("a", 20), user_id="a", session_id="s")
         assert extractor.hold.entered.wait(WAIT_S)  # the worker holds the first segment
-        mem.add(chat("b", 20), user_id="a", session_id="s")  # under the bound: taken, past it
-        with pytest.raises(MemoryBusy, match="40 turns stored and not yet processed"):
+        mem.add(chat("b", 20), user_id="a", session_id="s", idempotency_key="k")  # under the bound: past it
+        with pytest.raises(MemoryBusy, match="40 turns not yet processed"):
             mem.add(chat("c", 1), user_id="a", session_id="s")
         assert mem.pending(user_id="a") == 40 and not mem.store.stored_turn_ids("a", ["c-0"])
+        assert mem.add(chat("b", 20), user_id="a", session_id="s", idempotency_key="k").replayed  # answered
+        assert len(mem.add(chat("a", 20), user_id="a", session_id="s").duplicates) == 20  # stores nothing
         assert mem.add(chat("d", 40), user_id="d", session_id="s").turn_ids  # another user's backlog
         extractor.hold.released.set()
         mem.drain(user_id="a", timeout_s=WAIT_S)

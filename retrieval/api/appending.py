@@ -14,7 +14,7 @@ writer can take the new one, so adds to one session from several nodes at once a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from retrieval.api.errors import MemoryBusy
@@ -40,9 +40,11 @@ class Appended(NamedTuple):
     purges: int = 0
 
 
-def append_add(store: Store, user: str, session: str, turns: Sequence[Any], key: str | None) -> Appended:
+def append_add(store: Store, user: str, session: str, turns: Sequence[Any], key: str | None,
+               admit: Callable[[], None] = lambda: None) -> Appended:
     """Bind ``turns`` (checked inputs) to ids, check them and append them in one transaction,
-    again while another writer changes the user in between (see the module docstring)."""
+    again while another writer changes the user in between (see the module docstring). ``admit``
+    runs before an add that would store a turn (a replay stores none), and may refuse it."""
     given = {turn.turn_id for turn in turns if turn.turn_id is not None}
     for _ in range(ADD_ATTEMPTS):
         bound = store.bind_turn_ids(user, session, turns)
@@ -51,6 +53,8 @@ def append_add(store: Store, user: str, session: str, turns: Sequence[Any], key:
             return Appended(AddResult((), (), replayed, replayed=True), [], [])
         known = store.stored_turn_ids(user, [turn.turn_id for turn in bound if turn.turn_id in given])
         generated = [turn.turn_id for turn in bound if turn.turn_id not in given]
+        if len(known) < len(bound):
+            admit()
         purges = store.purge_count(user)
         try:
             with store.tracking(user) as marks:

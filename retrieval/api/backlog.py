@@ -124,8 +124,8 @@ class Backlog:
     def admit(self, user: str) -> None:
         """Refuse an add (:class:`MemoryBusy`) while the user's backlog is full (MAX_PENDING_TURNS)."""
         if (pending := self.pending(user)) >= MAX_PENDING_TURNS:
-            raise MemoryBusy(f"user {user!r} has {pending:,} turns stored and not yet processed, as many as "
-                             "the memory holds for one user: retry once they are (a flush or drain waits)")
+            raise MemoryBusy(f"user {user!r} has {pending:,} turns not yet processed, the most held for one "
+                             "user: retry once they are (a flush waits for them, or says why they cannot be)")
 
     def pending(self, user: str | None = None) -> int:
         """Turns stored but not yet processed, of ``user`` or of all users."""

@@ -175,8 +175,8 @@ class Memory:
         guard = self._guards.of(user)
         with self._gate, guard.log:
             self._writable()
-            self._backlog.admit(user)  # nothing stored while the user's backlog is full
-            appended = append_add(self.store, user, session, checked, key)
+            # refused while the user's backlog is full (a replay, which stores nothing, is answered)
+            appended = append_add(self.store, user, session, checked, key, lambda: self._backlog.admit(user))
             with guard.state:
                 self._backlog.added(user, appended.marks, appended.stored, appended.purges)
             return appended.result

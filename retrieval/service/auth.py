@@ -49,12 +49,17 @@ def store_failed(during: str, error: BaseException) -> str:
     return STORE_FAILED
 
 
+def bearer_key(authorization: str | None) -> str | None:
+    """The key of an ``Authorization`` header, ``Bearer KEY`` (the scheme in any case, the key's
+    surrounding spaces dropped), or None."""
+    scheme, _, key = (authorization or "").partition(" ")
+    return key.strip() if scheme.lower() == "bearer" and key.strip() else None
+
+
 async def user_of_header(keys: KeyStore, authorization: str | None) -> str | None:
     """The user of an ``Authorization`` header's bearer key, or None."""
-    scheme, _, key = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():
-        return None
-    return await user_of_key(keys, key.strip())
+    key = bearer_key(authorization)
+    return None if key is None else await user_of_key(keys, key)
 
 
 Lookup = Literal["user", "holder"]

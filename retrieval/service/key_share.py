@@ -9,8 +9,9 @@ waiting on each other, and every other user's request would wait for a thread be
 review's 45 concurrent flushes of one user held another user's search for 114.7 s. Waiting here,
 a key's extra requests cost the event loop a waiter each and leave the pool to the other keys.
 
-A request without an ``Authorization`` header passes (the key check refuses it at once); requests
-are grouped by the header's SHA-256, so no secret is held beyond the request.
+A request without one bearer key passes (the key check refuses it at once); requests are grouped
+by the key as the key check reads it (:func:`retrieval.service.auth.bearer_key`: "bearer" in any
+case, spaces around the key), by its SHA-256, so no secret is held beyond the request.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import hashlib
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from retrieval.service.auth import bearer_key
 from retrieval.service.limits import KEY_CALLS
 
 
@@ -39,10 +41,11 @@ class KeyShare:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         given = [value for name, value in scope.get("headers", ()) if name.lower() == b"authorization"]
-        if scope["type"] != "http" or not given:
+        bearer = bearer_key(given[0].decode("latin-1")) if len(given) == 1 else None
+        if scope["type"] != "http" or bearer is None:
             await self.app(scope, receive, send)
             return
-        key = hashlib.sha256(b"\n".join(given)).digest()
+        key = hashlib.sha256(bearer.encode("latin-1")).digest()
         slots = self._keys.setdefault(key, _Slots(self.calls))
         slots.requests += 1
         try:

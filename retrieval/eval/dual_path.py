@@ -234,9 +234,10 @@ class DualPathRetriever:
         return retriever
 
 
-LEXICAL_FORMAT = 2
-"""How a saved bank's lexical rows are tokenised (:meth:`retrieval.index.fts.FTSIndex.rows`): 2, runs
-of kana and CJK ideographs as pairs and a last character (:func:`retrieval.index.fts.paired`)."""
+LEXICAL_FORMAT = 3
+"""How a saved bank's lexical rows are tokenised (:meth:`retrieval.index.fts.FTSIndex.rows`): 3, runs
+of letters written without spaces (kana, CJK, and since 3 Thai, Lao, Myanmar and Khmer without their
+marks) as pairs and a last character (:func:`retrieval.index.fts.paired`)."""
 
 
 @dataclass(frozen=True)

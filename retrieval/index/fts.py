@@ -31,7 +31,7 @@ from isq.topk import as_exclude_array, empty_result
 from retrieval.index.stopwords import STOPWORDS
 from retrieval.memory.fts import FTS_TOKENIZER, bm25_rows
 from retrieval.memory.records import AMU
-from retrieval.memory.scripts import PAIRED_RUN, composed, unmarked
+from retrieval.memory.scripts import IDEOGRAPHIC_RUN, PAIRED_RUN, composed, unmarked
 
 _WORD = re.compile(r"\w+")
 
@@ -43,10 +43,11 @@ def paired(text: str, indexed: bool = False) -> str:
     character too, so that every character of the run begins a token: FTS5's tokenizer takes a
     whole run for one word, so a word inside a sentence (東京 in 東京で猫を飼っています) could only be
     found by the whole sentence. A run's combining marks (Thai's vowel signs and tone marks) are
-    left out of its pairs: the tokenizer would end a word at each. A query's pairs match the
-    record's, and a one-character query word is a prefix query (:func:`match_expression`). A run
-    of n characters is n tokens of the record's length, about as many as its words would be had it
-    spaces."""
+    left out of its pairs: the tokenizer would end a word at each. So words that differ only in
+    their marks are one word here (ไม่ "not" and ไม้ "wood"), and a word of one letter and its marks
+    (ดี) matches that letter alone. A query's pairs match the record's, and a one-character kana or
+    CJK query word is a prefix query (:func:`match_expression`). A run of n characters is n tokens
+    of the record's length, about as many as its words would be had it spaces."""
     def tokens(run: str) -> str:
         run = unmarked(run)
         if not run:  # marks alone (a stray tone mark): no letter to index
@@ -66,7 +67,7 @@ def match_expression(text: str, pair: bool = True) -> str | None:
     small letters FTS5 does not fold), which would leave a word unable to find itself; only the
     stopword test, and the distinctness of ASCII words, are taken lower-cased. Runs of letters written
     without spaces are ``pair``-ed as the channel's tables index them (:func:`paired`; the store's own
-    table, which no search reads, is not), a lone character of them matching every token it
+    table, which no search reads, is not), a lone kana or CJK character matching every token it
     begins. The text is taken composed (:func:`retrieval.memory.scripts.composed`), as the channel's
     tables index theirs."""
     text = composed(text)
@@ -75,7 +76,7 @@ def match_expression(text: str, pair: bool = True) -> str | None:
     words: dict[str, str] = {}
     for word in content or tokens:
         words.setdefault(word.lower() if word.isascii() else word, word.replace("_", " "))
-    quoted = [f'"{word}"' + ("*" if pair and len(word) == 1 and PAIRED_RUN.fullmatch(word) else "")
+    quoted = [f'"{word}"' + ("*" if pair and len(word) == 1 and IDEOGRAPHIC_RUN.fullmatch(word) else "")
               for word in words.values() if word.strip()]
     return " OR ".join(quoted) if quoted else None
 

@@ -93,12 +93,21 @@ def test_a_text_beside_texts_padded_to_its_length_keeps_its_codes_and_its_floats
     assert beside.part(0, 1).prints == alone.prints
 
 
-def test_token_counts_of_more_texts_than_one_batch_are_each_texts_own(joint):
+def test_token_counts_of_more_texts_than_one_batch_are_each_texts_own(joint, monkeypatch):
     """Counted a batch at a time (a backlog of long turns tokenised at once took gigabytes), each
     count is the text's alone, cut at the model's length."""
     texts = many_texts(3 * FINGERPRINT_BATCH) + ["tomato " * 600]
-    assert joint.token_counts(texts) == [joint.token_counts([text])[0] for text in texts]
-    assert joint.token_counts(texts)[-1] == joint.fingerprinter.config.max_length
+    tokenizer, batches = joint.fingerprinter.tokenizer, []
+
+    def counted(batch, **options):
+        batches.append(len(batch))
+        return tokenizer(batch, **options)
+
+    monkeypatch.setattr(joint.fingerprinter, "tokenizer", counted)
+    counts = joint.token_counts(texts)
+    assert max(batches) == FINGERPRINT_BATCH and sum(batches) == len(texts)
+    assert counts == [joint.token_counts([text])[0] for text in texts]
+    assert counts[-1] == joint.fingerprinter.config.max_length
 
 
 def test_texts_of_other_lengths_in_one_forward_differ_from_alone_in_float_rounding_only(joint):

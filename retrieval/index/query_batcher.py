@@ -9,7 +9,7 @@ its results are stored (a search embedding its user's turns the worker has not e
 they must come from forwards of the caller's texts only, never padded beside another user's query;
 one of more texts than a background forward takes runs as such forwards, each queued afresh, so
 the queries queued meanwhile go between them (else another user's query waited for the whole of
-one user's add-then-search: up to 10.7 s in a review).
+one user's add-then-search: up to 10.7 s measured).
 Before each forward the worker looks at the queue again: while a foreground call is queued no
 background forward starts, except one after every :data:`FOREGROUND_ROUNDS` foreground rounds in a
 row (so ingestion still moves under a steady stream of searches). A

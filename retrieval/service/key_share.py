@@ -5,8 +5,8 @@ holding no thread.
 The routes and the MCP tools run on one pool of worker threads shared by every user (AnyIO's, 40
 threads). A user's writes wait on the user's own locks (its adds, flushes, deletes and forgets
 run one at a time), so a client sending many of them at once would fill the pool with threads
-waiting on each other, and every other user's request would wait for a thread behind them: a
-review's 45 concurrent flushes of one user held another user's search for 114.7 s. Waiting here,
+waiting on each other, and every other user's request would wait for a thread behind them (45
+concurrent flushes of one user held another user's search for 114.7 s). Waiting here,
 a key's extra requests cost the event loop a waiter each and leave the pool to the other keys.
 
 A request without one bearer key passes (the key check refuses it at once); requests are grouped

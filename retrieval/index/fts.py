@@ -108,9 +108,11 @@ class FTSIndex:
         texts = list(texts)
         entities = list(entities) if entities is not None else [()] * len(texts)
         topics = list(topics) if topics is not None else [()] * len(texts)
-        self.add_rows([(paired(composed(text), indexed=True), paired(composed(" ".join(e)), indexed=True),
-                         paired(composed(" ".join(t)), indexed=True))
-                        for text, e, t in zip(texts, entities, topics, strict=True)])
+        def indexed(text: str) -> str:
+            return paired(composed(text), indexed=True)
+
+        self.add_rows([(indexed(text), indexed(" ".join(e)), indexed(" ".join(t)))
+                       for text, e, t in zip(texts, entities, topics, strict=True)])
 
     def add_rows(self, rows: Iterable[tuple[str, str, str]]) -> None:
         """Add rows as :meth:`rows` gives them (text, entities, topics as indexed)."""

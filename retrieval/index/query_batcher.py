@@ -176,7 +176,7 @@ class QueryBatcher:
         if is_model_thread():
             _waited(0.0)
             return self._run_inline(list(texts))
-        if _MARKS.kept and len(chunks := self._chunks(texts)) > 1:  # forwards of its own, each queued anew
+        if _MARKS.kept and len(texts) > 1 and len(chunks := self._chunks(texts)) > 1:  # each queued anew
             return _assembled([(part, self.run([texts[i] for i in part])) for part in chunks], len(texts))
         request = _Request(list(texts), kept=_MARKS.kept)
         with self._changed:

@@ -17,8 +17,11 @@ import re
 import unicodedata
 from collections.abc import Callable
 
-UNSPACED = re.compile("[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf"
-                      "\u4e00-\u9fff\uf900-\ufaff]")
+SOUTHEAST_ASIAN_BLOCKS = ((0x0E00, 0x0EFF), (0x1000, 0x109F), (0x1780, 0x17FF))
+"""The Unicode blocks of Thai and Lao, Myanmar, and Khmer."""
+
+UNSPACED = re.compile("[" + "".join(f"{chr(low)}-{chr(high)}" for low, high in SOUTHEAST_ASIAN_BLOCKS)
+                      + "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 """A character of a script written without spaces."""
 
 IDEOGRAPHIC_RUN = re.compile("[\u3005-\u3007\u303b\u3041-\u3096\u309d-\u309f\u30a1-\u30fa\u30fc-\u30ff"
@@ -49,7 +52,7 @@ Multilingual Plane."""
 _MARK = re.compile(f"[{MARKS}]")
 
 SOUTHEAST_ASIAN_LETTERS = "".join(_ranges(lambda char: unicodedata.category(char)[0] in "LM", low, high)
-                                  for low, high in ((0x0E00, 0x0EFF), (0x1000, 0x109F), (0x1780, 0x17FF)))
+                                  for low, high in SOUTHEAST_ASIAN_BLOCKS)
 """The letters and combining marks of Thai, Lao, Myanmar and Khmer (their digits and punctuation,
 such as Khmer's sentence end, are not letters of a run)."""
 

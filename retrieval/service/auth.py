@@ -22,7 +22,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from retrieval.memory.errors import StoreError
-from retrieval.service.early_refusal import refusal_body
+from retrieval.service.early_refusal import refusal, refusal_body
 from retrieval.service.keys import METRICS, KeyStore, UnservableKey
 
 log = logging.getLogger("retrieval.service")
@@ -131,17 +131,17 @@ class KeyGuard:
         try:
             user = await user_of_header(self.keys, given[0]) if len(given) == 1 else None
         except UnservableKey as err:
-            user, refusal = None, (403, str(err))
+            user, answer = None, (403, str(err))
         except StoreError as err:  # the key could not be read: the store failed (a database restart)
-            user, refusal = None, (503, store_failed(f"reading a key for {scope['path']}", err))
+            user, answer = None, (503, store_failed(f"reading a key for {scope['path']}", err))
         else:
-            refusal = (400, TWO_KEYS) if len(given) > 1 else (401, UNAUTHORIZED)
+            answer = (400, TWO_KEYS) if len(given) > 1 else (401, UNAUTHORIZED)
         if user is None:
-            status, message = refusal
+            status, message = answer
             headers = [(b"content-type", b"application/json"),
                        (b"retry-after", b"1") if status == 503 else (b"www-authenticate", b"Bearer")]
             await send({"type": "http.response.start", "status": status, "headers": headers})
-            detail = {"error": message} if status == 503 else {"error": message, "field": KEY_FIELD}
+            detail = refusal(message, None if status == 503 else KEY_FIELD)
             await send({"type": "http.response.body", "body": refusal_body(scope, status, detail)})
             return
         scope.setdefault("state", {})["user_id"] = user

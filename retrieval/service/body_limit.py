@@ -25,12 +25,12 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from retrieval.service.early_refusal import refusal_body
+from retrieval.service.early_refusal import refusal, refusal_body
 from retrieval.service.limits import DISCARD_BYTES, MAX_BODY_BYTES
 
 
 async def _refuse(scope: Scope, send: Send, status: int, message: str) -> None:
-    body = refusal_body(scope, status, {"error": message, "field": "body"})
+    body = refusal_body(scope, status, refusal(message, "body"))
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body})

@@ -37,7 +37,7 @@ from retrieval.api.errors import (
 from retrieval.memory.errors import StoreError
 from retrieval.service.auth import INGEST_FAILED, KEY_FIELD, TWO_KEYS, store_failed
 from retrieval.service.drain import ShuttingDown
-from retrieval.service.early_refusal import refusal_body
+from retrieval.service.early_refusal import refusal, refusal_body
 
 log = logging.getLogger("retrieval.service")
 
@@ -67,8 +67,7 @@ def invalid_status(error: Mapping[str, Any]) -> int:
 
 def error_response(status: int, message: str, field: str | None = None,
                    headers: Mapping[str, str] | None = None) -> JSONResponse:
-    content = {"error": message} if field is None else {"error": message, "field": field}
-    return JSONResponse(content, status_code=status, headers=headers)
+    return JSONResponse(refusal(message, field), status_code=status, headers=headers)
 
 
 def _field(location: tuple | list) -> str:

@@ -23,6 +23,7 @@ from retrieval.memory.errors import StoreError
 from retrieval.service import limits, operations, schemas
 from retrieval.service.auth import INGEST_FAILED, store_failed
 from retrieval.service.drain import ShuttingDown, WriteGate
+from retrieval.service.early_refusal import refusal
 from retrieval.service.errors import INVALID, invalid_status, status_of
 
 if TYPE_CHECKING:  # for types only: the server is handed an open memory, never builds one
@@ -55,9 +56,7 @@ class Refused(ToolError):
         self.status, self.argument = status, argument
 
     def result(self) -> CallToolResult:
-        detail: dict[str, Any] = {"error": str(self), "status": self.status}
-        if self.argument is not None:
-            detail["field"] = self.argument
+        detail = {**refusal(str(self), self.argument), "status": self.status}
         return CallToolResult(content=[TextContent(type="text", text=str(self))], structured_content=detail,
                               is_error=True)
 

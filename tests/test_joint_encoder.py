@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from isq.fingerprint import FINGERPRINT_BATCH, Fingerprinter
 from isq.identity import normalise_identity
@@ -177,6 +179,34 @@ def test_a_fingerprinter_over_another_encoder_is_not_joined(embedder, fingerprin
         JointEncoder(embedder, other)
     models = load_models(tmp_path, embedder=embedder, fingerprinter=other)
     assert models.encoder is None and models.embedder is embedder and models.fingerprinter is other
+
+
+def team_threads_left_by(function) -> set[str]:
+    """The native threads, other than Python's, that ``function`` called on a fresh thread left
+    running while that thread lives: the workers of an OpenMP team of the thread's own, which
+    slow every forward of the model thread's team while they stay (retrieval.index.model_thread)."""
+    on_model_thread(lambda: torch.ones(1000, 1000).sum())  # the model thread's team is up
+    left: set[str] = set()
+
+    def call() -> None:
+        before = set(os.listdir("/proc/self/task"))
+        function()
+        python = {str(thread.native_id) for thread in threading.enumerate()}
+        left.update(set(os.listdir("/proc/self/task")) - before - python)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    caller.join()
+    return left
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux's /proc lists a process's threads")
+def test_deciding_whether_to_join_gives_the_calling_thread_no_team_of_its_own(embedder, fingerprinter):
+    """The decision loads the installed encoder and compares its weights with the fingerprinter's
+    (torch operators): it runs them on the model thread, as the memory's loading does, so that a
+    caller deciding, as the benchmarks' batch floor does, keeps the process at one team."""
+    assert team_threads_left_by(lambda: torch.ones(1000, 1000).sum())  # what the check sees
+    assert team_threads_left_by(lambda: why_not_joined(embedder, fingerprinter)) == set()
 
 
 def chat(n: int, session: str = "s1") -> list[dict]:

@@ -30,6 +30,7 @@ from isq.batches import length_order, tokenize_batch
 from isq.encoder import resolve_encoder_path, weights_checksum
 from isq.fingerprint import FINGERPRINT_BATCH, Fingerprint, Fingerprinter
 from retrieval.index.embed import SentenceEmbedder
+from retrieval.index.model_thread import on_model_thread
 
 
 class Encoded(NamedTuple):
@@ -49,7 +50,8 @@ def why_not_joined(embedder: Any, fingerprinter: Any) -> str | None:
     semantic = fingerprinter.semantic_encoder
     if not semantic.frozen or semantic.encoder_trains or fingerprinter.config.lora_rank:
         return "the fingerprinter's encoder is trained or adapted"
-    if not fingerprinter.references_encoder():
+    if not on_model_thread(fingerprinter.references_encoder):  # loads and compares weights: torch
+        # operators, which would give the calling thread an OpenMP team (retrieval.index.model_thread)
         return "the fingerprinter's encoder is not a referenced pretrained model"
     sha = embedder.identity["sha256"]
     if sha is None or weights_checksum(resolve_encoder_path(fingerprinter.config.encoder)) != sha:

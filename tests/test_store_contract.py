@@ -183,17 +183,38 @@ def test_the_turn_log_idempotency_keys_and_the_backlog(backend):
         assert store.has_session("u", "s1") and not store.has_session("u", "s2")
         assert store.speakers("u") == ("Ann", "Bob")
         assert store.backlog_users() == ["u"] and store.next_seq("u") == 0
-        backlog, last = store.backlog("u")
-        assert backlog == turns and store.backlog("u", after=last) == ([], last)
+        backlog, last, unread = store.backlog("u")
+        assert backlog == turns and unread == 0 and store.backlog("u", after=last) == ([], last, 0)
+        first, at, unread = store.backlog("u", after=0, limit=1)  # a step of one turn: two left
+        assert (first, unread) == (turns[:1], 2)
+        assert store.backlog("u", after=at, limit=5) == (turns[1:], last, 0)
         store.commit_stored_turns(SegmentRecord("u", 0, "s1", ("s1:1", "s1:2"), "semantic_boundary"), [])
         assert store.uncovered_turns("u") == turns[2:] and store.next_seq("u") == 1
         assert store.uncovered_turn_ids("u") == {"s1:3"} and store.uncovered_turn_ids("v") == set()
-        assert store.backlog("u", after=last - 1) == ([turns[2]], last)
+        assert store.backlog("u", after=last - 1) == ([turns[2]], last, 0)
         store.commit_stored_turns(SegmentRecord("u", 1, "s1", ("s1:3",), "session_end"), [])
         assert store.backlog_users() == [] and store.users_with_segments() == ["u"]
         assert store.uncovered_turn_ids("u") == set()
         with pytest.raises(ValueError, match="segment 1 of 'u' is already stored"):
             store.commit_stored_turns(SegmentRecord("u", 1, "s1", ("s1:3",), "session_end"), [])
+
+
+def test_a_backlog_read_in_steps_from_a_reloaded_stream_never_cuts_before_the_last_covered_turn(backend):
+    """Without ``after`` (a stream loaded again), a limited read gives the first ``limit`` uncovered
+    turns, or every uncovered one before the last covered turn if there are more, and a position
+    after which every turn is uncovered: the next read, after it, gives the rest, none twice."""
+    sessions = ["a", "b", "a", "b", "c", "c", "c"]  # a and b stay open; c's first turn is covered
+    turns = [Turn("u", session, f"t{i}", "Ann", f"text {i}", WHEN) for i, session in enumerate(sessions)]
+    with backend.open() as store:
+        store.append_turns("u", turns)
+        store.commit_stored_turns(SegmentRecord("u", 0, "c", ("t4",), "semantic_boundary"), [])
+        open_turns = [turn for turn in turns if turn.turn_id != "t4"]
+        assert store.backlog("u") == (open_turns, store.backlog("u", after=0)[1], 0)
+        first, at, unread = store.backlog("u", limit=2)  # the four before t4 are read whatever the limit
+        assert first == open_turns[:4] and unread == 2
+        assert store.backlog("u", after=at, limit=1) == (open_turns[4:5], at + 1, 1)  # t5 after t4; t6 left
+        first, at, unread = store.backlog("u", limit=5)  # past t4: cut at the limit
+        assert (first, unread) == (open_turns[:5], 1) and store.backlog("u", after=at)[0] == open_turns[5:]
 
 
 def test_meta_binding_and_jobs(backend):

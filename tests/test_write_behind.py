@@ -499,11 +499,11 @@ def test_a_store_that_fails_under_the_worker_pauses_it_and_nothing_is_lost(tmp_p
     with open_memory(tmp_path) as mem:
         read, failures = mem.store.backlog, []
 
-        def failing_once(user, after=None):
+        def failing_once(user, after=None, limit=None):
             if not failures:
                 failures.append(user)
                 raise StoreFault("the database failed (server closed the connection)")
-            return read(user, after)
+            return read(user, after, limit)
 
         monkeypatch.setattr(mem.store, "backlog", failing_once)
         mem.add(chat("a", 12), user_id="a", session_id="s")

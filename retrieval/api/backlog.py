@@ -176,7 +176,7 @@ class Backlog:
             state.stream = None  # another node closed segments of the user or purged: reload
         with guard.log, guard.state:  # no add between the backlog read and its count
             purges = self.store.purge_count(user)  # before the turns: their arrays cached while it holds
-            turns, last = self.store.backlog(user, None if state.stream is None else state.fed)
+            turns, last, _ = self.store.backlog(user, None if state.stream is None else state.fed)
             with self._changed:
                 state.pending = len(turns)  # what this step feeds, whichever node added it
         with self._step(user, state), background():

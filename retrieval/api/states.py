@@ -132,7 +132,7 @@ class SearchStates:
         fingerprint raises one that nothing appended explains, and a commit landing meanwhile adds
         rows ``rows`` does not count."""
         turn_count, last_turn, record_count, last_record, printed, _ = held.rows
-        turns, turn_seen = self.store.backlog(user, last_turn)
+        turns, turn_seen, _ = self.store.backlog(user, last_turn)
         more = rows[2] - record_count
         found = self.store.page(user, after=last_record, limit=more + 1) if more > 0 else []
         amus = [amu for _, amu in found]

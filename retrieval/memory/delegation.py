@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from retrieval.memory.indexing import EvidenceNode
     from retrieval.memory.job_rows import JobRow
     from retrieval.memory.purge import Purged
-    from retrieval.memory.records import AMU, SegmentRecord, Turn
+    from retrieval.memory.records import AMU, BacklogRead, SegmentRecord, Turn
 
 
 class CacheRows(Protocol):
@@ -146,8 +146,8 @@ class StoreParts:
     def uncovered_turn_ids(self, user: str) -> set[str]:
         return self._turns.uncovered_turn_ids(user)
 
-    def backlog(self, user: str, after: int | None = None) -> tuple[list[Turn], int]:
-        return self._turns.backlog(user, after)
+    def backlog(self, user: str, after: int | None = None, limit: int | None = None) -> BacklogRead:
+        return self._turns.backlog(user, after, limit)
 
     def backlog_users(self) -> list[str]:
         return self._turns.backlog_users()

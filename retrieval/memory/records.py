@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
@@ -306,6 +306,16 @@ class SegmentRecord:
     content_sha256: str | None = None
     revision: int = 0
     flushed_after: str | None = None
+
+
+class BacklogRead(NamedTuple):
+    """A read of a user's ingestion backlog (:meth:`retrieval.memory.store_contract.Turns.backlog`):
+    ``turns`` in log order, ``last`` the highest turn position read (where the next read starts),
+    and ``unread`` the turns stored after ``last`` that the read's limit left for a later one."""
+
+    turns: list[Turn]
+    last: int
+    unread: int = 0
 
 
 @dataclass(frozen=True)

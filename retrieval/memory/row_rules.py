@@ -1,5 +1,6 @@
 """Rules both store backends apply to rows, written once: the ids an add's turns are bound to,
-and the check that a record's source pointer names its segment. (A job row read back is
+the open turns a reloaded stream reads first, and the check that a record's source pointer names
+its segment. (A job row read back is
 :func:`retrieval.memory.job_rows.job_from_row`, beside the row's type.)"""
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from retrieval.memory.errors import TurnsChanged
+from retrieval.memory.reads import turn_from_row
+from retrieval.memory.records import BacklogRead
 
 if TYPE_CHECKING:
     from retrieval.memory.records import AMU, SegmentRecord, Turn
@@ -66,6 +69,24 @@ def unchanged_since_check(stored: set[str], known: Collection[str] | None, key_u
     nothing when ``known`` is None."""
     if known is not None and (stored != set(known) or key_used):
         raise TurnsChanged("another writer added turns to this user since the add was checked")
+
+
+def open_turns_first(rows: Sequence[Any], uncovered: Collection[str], limit: int | None) -> BacklogRead:
+    """Of a user's turn rows in log order, those of ``uncovered`` turns (no committed segment covers
+    them), as a stream loaded again reads its backlog (:meth:`retrieval.memory.store_contract.Turns.
+    backlog` without ``after``): the first ``limit``, or more where more come before the last
+    covered turn, so that every turn after the position read through is uncovered (the next read
+    starts there); all of them without ``limit``."""
+    open_rows = [row for row in rows if row["turn_id"] in uncovered]
+    covered = [int(row["position"]) for row in rows if row["turn_id"] not in uncovered]
+    covered_through = max(covered, default=0)
+    before = sum(int(row["position"]) < covered_through for row in open_rows)
+    cut = len(open_rows) if limit is None else max(limit, before)
+    kept = open_rows[:cut]
+    if cut >= len(open_rows):
+        return BacklogRead([turn_from_row(row) for row in kept], int(rows[-1]["position"]) if rows else 0)
+    return BacklogRead([turn_from_row(row) for row in kept], max(covered_through, int(kept[-1]["position"])),
+                       len(open_rows) - cut)
 
 
 def check_sources(record: SegmentRecord, amus: Sequence[AMU]) -> None:

@@ -19,8 +19,8 @@ from typing import Any
 
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.reads import turn_from_row
-from retrieval.memory.records import Turn
-from retrieval.memory.row_rules import bind_turn_ids, renumber_taken, unchanged_since_check
+from retrieval.memory.records import BacklogRead, Turn
+from retrieval.memory.row_rules import bind_turn_ids, open_turns_first, renumber_taken, unchanged_since_check
 from retrieval.memory.sqlite_part import SQLitePart
 
 
@@ -98,19 +98,23 @@ class TurnLog(SQLitePart):
                                 "WHERE s.conversation_id = ?", (user, user))
         return {row[0] for row in rows}
 
-    def backlog(self, user: str, after: int | None = None) -> tuple[list[Turn], int]:
+    def backlog(self, user: str, after: int | None = None, limit: int | None = None) -> BacklogRead:
         """The user's turns to feed to its segmentation, in order, and the highest turn position
-        read (``after`` when none): without ``after``, every stored turn no committed segment
-        covers; with it, the turns stored after position ``after`` (the caller fed the others)."""
+        read (``after`` when none), at most ``limit`` of them, and how many the limit left
+        (``unread``): without ``after``, the stored turns no committed segment covers (those before
+        the last covered turn all, :func:`~retrieval.memory.row_rules.open_turns_first`); with it,
+        the turns stored after position ``after`` (the caller fed the others)."""
         if after is not None:
-            rows = self._db.execute("SELECT * FROM turns WHERE conversation_id = ? AND position > ? "
-                                    "ORDER BY position", (user, after)).fetchall()
-            return [turn_from_row(row) for row in rows], rows[-1]["position"] if rows else after
+            rows = self._db.execute("SELECT *, (SELECT count(*) FROM turns WHERE conversation_id = ?1 AND "
+                                    "position > ?2) AS stored FROM turns WHERE conversation_id = ?1 AND "
+                                    "position > ?2 ORDER BY position LIMIT ?3",
+                                    (user, after, -1 if limit is None else limit)).fetchall()
+            return BacklogRead([turn_from_row(row) for row in rows], rows[-1]["position"] if rows else after,
+                               rows[0]["stored"] - len(rows) if rows else 0)
         rows = self._db.execute("SELECT * FROM turns WHERE conversation_id = ? ORDER BY position",
                                 (user,)).fetchall()
         uncovered = self.uncovered_turn_ids(user)  # after the turns: one added meanwhile is not read
-        last = rows[-1]["position"] if rows else 0
-        return [turn_from_row(row) for row in rows if row["turn_id"] in uncovered], last
+        return open_turns_first(rows, uncovered, limit)
 
     def backlog_users(self) -> list[str]:
         """Users that may have turns no committed segment covers (more stored turns than their

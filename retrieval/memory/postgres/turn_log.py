@@ -8,8 +8,8 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from retrieval.memory.postgres.reads import TURN_COLUMNS, turns_of
-from retrieval.memory.records import Turn
-from retrieval.memory.row_rules import bind_turn_ids, renumber_taken, unchanged_since_check
+from retrieval.memory.records import BacklogRead, Turn
+from retrieval.memory.row_rules import bind_turn_ids, open_turns_first, renumber_taken, unchanged_since_check
 
 if TYPE_CHECKING:
     from retrieval.memory.postgres.database import Connection, Database
@@ -77,17 +77,18 @@ class TurnLog:
                             (user, user))
         return {row["turn_id"] for row in rows}
 
-    def backlog(self, user: str, after: int | None = None) -> tuple[list[Turn], int]:
-        """The user's turns to feed to its segmentation and the highest position read (see the SQLite
-        store's :meth:`retrieval.memory.turn_log.TurnLog.backlog`)."""
+    def backlog(self, user: str, after: int | None = None, limit: int | None = None) -> BacklogRead:
+        """The user's turns to feed to its segmentation, the highest position read and the turns a
+        ``limit`` left (see the SQLite store's :meth:`retrieval.memory.turn_log.TurnLog.backlog`)."""
         if after is not None:
-            rows = self.db.rows(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s AND position > %s "
-                                "ORDER BY position", (user, after))
-            return turns_of(rows), int(rows[-1]["position"]) if rows else after
+            rows = self.db.rows(f"SELECT {TURN_COLUMNS}, (SELECT count(*) FROM turns WHERE user_id = %s AND "
+                                "position > %s) AS stored FROM turns WHERE user_id = %s AND position > %s "
+                                "ORDER BY position LIMIT %s", (user, after, user, after, limit))
+            return BacklogRead(turns_of(rows), int(rows[-1]["position"]) if rows else after,
+                               int(rows[0]["stored"]) - len(rows) if rows else 0)
         rows = self.db.rows(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s ORDER BY position", (user,))
         uncovered = self.uncovered_turn_ids(user)  # after the turns: one added meanwhile is not read
-        last = int(rows[-1]["position"]) if rows else 0
-        return turns_of([row for row in rows if row["turn_id"] in uncovered]), last
+        return open_turns_first(rows, uncovered, limit)
 
     def backlog_users(self) -> list[str]:
         """Users with more stored turns than their segments list, in order of their first turn."""

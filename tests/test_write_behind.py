@@ -7,7 +7,9 @@ once; a worker error surfaces as a typed error; searches from threads equal sequ
 from __future__ import annotations
 
 import gc
+import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -257,6 +259,38 @@ def test_the_pending_count_drops_chunk_by_chunk_while_a_long_backlog_is_processe
     assert mem.pending() == 0
     mem.close()
     covered_once(tmp_path, "a")
+
+
+def test_the_worker_takes_the_users_due_in_turn_a_step_each(tmp_path, monkeypatch):
+    """A user's long backlog is fed STEP_TURNS turns a step, and a user whose turns came during one
+    of its steps is taken next, before the long backlog's next step, even if the long backlog's
+    user added more meanwhile: one user's bulk delays another's records by one step."""
+    monkeypatch.setattr("retrieval.api.backlog.STEP_TURNS", 6)
+    embedder = ChunkHeldEmbedder("a story 2 ")  # in a's first step of its long backlog
+    a_turns, b_turns = chat("a", 42), chat("b", 4)
+    with Memory.open(tmp_path, embedder=embedder, fingerprinter=WordFingerprinter()) as mem:
+        mem.add(a_turns[:2], user_id="a", session_id="s")
+        mem.add(b_turns[:2], user_id="b", session_id="s")
+        mem.drain(timeout_s=WAIT_S)  # both users' streams are held
+        try:
+            mem.add(a_turns[2:32], user_id="a", session_id="s")  # 30 turns: five steps
+            assert embedder.hold.entered.wait(WAIT_S)  # the worker is in a's first step
+            mem.add(a_turns[32:], user_id="a", session_id="s")
+            mem.add(b_turns[2:], user_id="b", session_id="s")
+        finally:
+            embedder.hold.released.set()
+        mem.drain(timeout_s=WAIT_S)
+        texts = embedder.texts_of("memory-ingest")
+        for user in "ab":
+            mem.flush(user_id=user, session_id="s")
+    held = next(i for i, text in enumerate(texts) if "a story 2 " in text)
+    users = [found[1] for text in texts[held:] if (found := re.search(r"\b([ab]) story", text))]
+    assert [user for user, _ in itertools.groupby(users)] == ["a", "b", "a"]
+    b_first = next(i for i in range(held, len(texts)) if "b story" in texts[i])
+    first_step = [text for text in texts[held:b_first] if "\n" in text]
+    assert len(first_step) == 3  # a's turns 2-7 paired: b came after one step of a, not two
+    for user in "ab":
+        covered_once(tmp_path, user)
 
 
 def test_an_add_embeds_nothing_and_the_next_search_embeds_and_finds_its_turns(tmp_path, monkeypatch):

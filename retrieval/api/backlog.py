@@ -2,48 +2,48 @@
 :meth:`retrieval.api.memory.Memory.add` stored (exchange embeddings, segmentation, extraction,
 fingerprints, records, index rows, the user's search state), each user's turns strictly in order.
 
-The turn log is the queue. An add commits its turns and tells the worker; the worker reads every
-turn of the user stored since the last it fed (one read) and feeds them to the user's
-:class:`retrieval.api.online.UserStream`. Nothing else records the queue: after a crash (a ``kill
--9`` anywhere) the turns no committed segment covers are the backlog, and at open the worker
-replays every user that has some, so no turn is lost or fed twice and no segment is committed
-twice (a segment's records, index rows and progress row commit in one transaction).
+The turn log is the queue. An add commits its turns and tells the worker; the worker reads the
+user's turns stored since the last it fed, :data:`STEP_TURNS` at most (one read), and feeds them to
+the user's :class:`retrieval.api.online.UserStream`; a user with turns left is due again after the
+users due meanwhile. Nothing else records the queue: after a crash (a ``kill -9`` anywhere) the
+turns no committed segment covers are the backlog, and at open the worker replays every user that
+has some, so no turn is lost or fed twice and no segment is committed twice (a segment's
+records, index rows and progress row commit in one transaction).
 
 A step holds the user's ``stream`` guard (:class:`retrieval.api.closing.UserGuard`) while it
 processes, the ``log`` and ``state`` guards only to read the log (no add commits between that read
 and the count of what it fed), and the ``state`` guard to commit each closed segment with its
 search-state update and to add the turns of the user's adds to its search state (their vectors
 computed before, :mod:`retrieval.api.unindexed`), so the user's adds and searches wait at most
-for one commit, and other users never wait. Its model calls are
-background calls (:func:`retrieval.index.query_batcher.background`): searches go first.
-:meth:`Backlog.process` runs a step in the caller's thread (a flush).
+for one commit, and other users never wait. Its model calls are background calls
+(:func:`retrieval.index.query_batcher.background`): searches go first. A flush runs
+:meth:`Backlog.process` over the user's whole backlog in the caller's thread.
 
-Many nodes. Where several processes write the store (:attr:`Store.concurrent_writers`: one
-PostgreSQL database served by several nodes), a step runs only while it holds the user's
-ingestion lock in the store (:meth:`Store.ingestion_lock`; a purge takes it too,
-:mod:`retrieval.api.purge`), so two nodes never close the same segment. A node that finds the
-lock taken leaves the user to its holder and looks again later. A stream whose user another node
-changed (the store's next segment number, record count or purge count of the user,
-:meth:`Store.ingestion_marks`, is not what this node left) is reloaded from the store: a purge
-through another node may have removed turns of its open segment without closing or removing
-any segment. While idle the worker looks at the store every :data:`POLL_S` seconds
-for users whose turn log changed since its last step (another node's adds, or the backlog of a
-node that died, whose lock died with it) and for users whose lock it found taken.
+Many nodes. Where several processes write the store (:attr:`Store.concurrent_writers`: one PostgreSQL
+database served by several nodes), a step runs only while it holds the user's ingestion lock in the
+store (:meth:`Store.ingestion_lock`; a purge takes it too, :mod:`retrieval.api.purge`), so two nodes
+never close the same segment. A node that finds the lock taken leaves the user to its holder and looks
+again later. A stream whose user another node changed (the store's next segment number, record count or
+purge count of the user, :meth:`Store.ingestion_marks`, is not what this node left) is reloaded from the
+store: a purge through another node may have removed turns of its open segment without closing or
+removing any segment. While idle the worker looks at the store every :data:`POLL_S` seconds for users
+whose turn log changed since its last step (another node's adds, or the backlog of a node that died,
+whose lock died with it) and for users whose lock it found taken.
 
 Errors. A step that raises (an extractor's error, a full disk) does not stop the worker: the user's
-stream is dropped (reloaded at its next step: the failed segment's turns are fed again) and the
-error is kept; the worker tries the user again after a pause that grows with each failure in a row
-(:mod:`retrieval.api.retries`), so a user that only adds and searches gets its records once the
-cause is gone. Until a step succeeds the error is surfaced, as :class:`retrieval.api.errors.
-IngestFailed`, by :meth:`Backlog.wait` (a drain, after which the worker tries at once) or by the
-next flush, which tries the backlog again itself. A store that fails under the worker (a
+stream is dropped (reloaded at its next step: the failed segment's turns are fed again) and the error is
+kept; the worker tries the user again after a pause that grows with each failure in a row
+(:mod:`retrieval.api.retries`), so a user that only adds and searches gets its records once the cause is
+gone. Until a step succeeds the error is surfaced, as :class:`retrieval.api.errors.IngestFailed`, by
+:meth:`Backlog.wait` (a drain, after which the worker tries at once) or by the next flush, which tries
+the backlog again itself. A store that fails under the worker (a
 :class:`~retrieval.memory.errors.StoreError`: a PostgreSQL restart while it polls, reads the user's
-marks or commits a segment) is no failure of the user's: it pauses the worker for
-:data:`FAULT_WAIT_S` with one warning, the user kept due and its stream reloaded.
+marks or commits a segment) is no failure of the user's: it pauses the worker for :data:`FAULT_WAIT_S`
+with one warning, the user kept due and its stream reloaded.
 
-Bounded. The worker keeps the streams of the users it fed last (:mod:`retrieval.api.worker_users`):
-an idle user's stream beyond the bound is dropped, to be loaded from the store at its next step.
-An add is refused while its user's backlog is full (:meth:`Backlog.admit`): it is held in memory.
+Bounded. The worker keeps the streams of the users it fed last (:mod:`retrieval.api.worker_users`): an
+idle user's stream beyond the bound is dropped, to be loaded from the store at its next step. An add is
+refused while its user's backlog is full (:meth:`Backlog.admit`): it is held in memory.
 """
 
 from __future__ import annotations
@@ -69,9 +69,11 @@ from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.store_contract import Store
 
 STEP_TURNS = 512
-"""The most turns a step embeds and feeds in one call: a closing memory stops between such
-chunks, so its shutdown waits seconds however long a user's backlog (10,000 turns took 52 s
-as one call); a recorded session (:mod:`retrieval.api.bulk`) is one chunk."""
+"""The most turns a step embeds and feeds in one call, and the most a step of the worker takes: a
+closing memory stops between such chunks, so its shutdown waits seconds however long a user's
+backlog (10,000 turns took 52 s as one call), and the worker takes the users due in turn, a chunk
+each, so a user's turns wait for one step of each user due before them, not for their whole
+backlogs; a recorded session (:mod:`retrieval.api.bulk`) is one chunk."""
 POLL_S = 1.0
 """How often an idle worker over a store that other processes write looks for their users' work."""
 FAULT_WAIT_S = 1.0
@@ -101,10 +103,8 @@ class Backlog:
     def start(self) -> None:
         """Count each user's unprocessed turns in the store and start the worker on them."""
         for user in self.store.backlog_users():
-            count = len(self.store.uncovered_turns(user))
-            if count:
-                self._users[user] = UserProgress(pending=count)
-                self._due[user] = None
+            if count := len(self.store.uncovered_turns(user)):
+                self._users[user], self._due[user] = UserProgress(pending=count), None
         self._thread = threading.Thread(target=self._run, name="memory-ingest", daemon=True)
         self._thread.start()
 
@@ -164,10 +164,11 @@ class Backlog:
             if not done:
                 raise TimeoutError(f"{self.pending(user)} turns still pending after {timeout_s} s")
 
-    def process(self, user: str) -> list[AMU]:
-        """Feed every turn of the user stored so far to its stream, :data:`STEP_TURNS` at a time (the
-        user's pending count dropping chunk by chunk); returns the records of the segments that
-        closed. The caller holds the user's ``stream`` guard. Raises :class:`IngestFailed` when it fails."""
+    def process(self, user: str, limit: int | None = None) -> list[AMU]:
+        """Feed the user's turns stored so far to its stream, :data:`STEP_TURNS` at a time (its pending
+        count dropping chunk by chunk), all or the first ``limit`` (a stream loaded again maybe more:
+        :meth:`Store.backlog`); returns the records of the segments that closed. The caller holds
+        the user's ``stream`` guard. Raises :class:`IngestFailed` if it fails."""
         guard = self.guards.of(user)
         with self._changed:
             state = self._users.setdefault(user, UserProgress())
@@ -176,9 +177,9 @@ class Backlog:
             state.stream = None  # another node closed segments of the user or purged: reload
         with guard.log, guard.state:  # no add between the backlog read and its count
             purges = self.store.purge_count(user)  # before the turns: their arrays cached while it holds
-            turns, last, _ = self.store.backlog(user, None if state.stream is None else state.fed)
+            turns, last, unread = self.store.backlog(user, None if state.stream is None else state.fed, limit)
             with self._changed:
-                state.pending = len(turns)  # what this step feeds, whichever node added it
+                state.pending = len(turns) + unread  # whichever node added them
         with self._step(user, state), background():
             amus: list[AMU] = []
             counted = 0  # turns of this step already taken off the user's pending count
@@ -191,7 +192,10 @@ class Backlog:
                 self.unindexed.prepare(user, [exchange.text for exchange in exchanges], purges)  # a call
                 amus += state.stream.feed(exchanges)
                 if start + len(chunk) < len(turns):  # the last chunk counts once the step is done
-                    counted += self._count_fed(state, len(chunk))
+                    with self._changed:
+                        state.pending -= len(chunk)
+                        self._changed.notify_all()
+                    counted += len(chunk)
             self.unindexed.prepare(user)
             with guard.state:
                 self.unindexed.index(user)
@@ -219,13 +223,6 @@ class Backlog:
                     del self._users[user]
             self._held.dropped(user)
 
-    def _count_fed(self, state: UserProgress, count: int) -> int:
-        """Take ``count`` fed turns off the user's pending count (shrinking chunk by chunk); returns it."""
-        with self._changed:
-            state.pending -= count
-            self._changed.notify_all()
-        return count
-
     def flush(self, user: str, session: str) -> list[AMU]:
         """:meth:`process`, then close the session's open segment; returns the records of every
         segment so closed (the caller holds the user's ``stream`` guard)."""
@@ -242,8 +239,7 @@ class Backlog:
         """Where several nodes write the store: what this node left of the user after its own
         commits, so that only another node's changes make the next step reload the stream."""
         if self.store.concurrent_writers:
-            state.seen = self.store.user_version(user)
-            state.marks = self.store.ingestion_marks(user)
+            state.seen, state.marks = self.store.user_version(user), self.store.ingestion_marks(user)
 
     def reset(self, user: str) -> None:
         """Forget the user's stream and waiting turns after its turns changed (a purge; the caller
@@ -353,10 +349,11 @@ class Backlog:
                     self._changed.wait_for(lambda: self._closed, FAULT_WAIT_S)
 
     def _take(self, user: str) -> None:
-        """One step of ``user`` unless another node holds its ingestion lock. Where other nodes
-        write, a call of this node holding the user's ``stream`` guard may be waiting for another
-        node's step (a flush, a purge): the worker leaves the user for the next poll rather than
-        wait behind it, which would stop every other user's ingestion meanwhile."""
+        """One step of ``user`` (:data:`STEP_TURNS` turns; due again after the others while it has
+        more) unless another node holds its ingestion lock. Where other nodes write, a call of this
+        node holding the user's ``stream`` guard may be waiting for another node's step (a flush, a
+        purge): the worker leaves the user for the next poll rather than wait behind it, which would
+        stop every other user's ingestion meanwhile."""
         guard: UserGuard = self.guards.of(user)
         with guard.stream.taken(wait=not self.store.concurrent_writers) as free:
             if not free:
@@ -367,9 +364,12 @@ class Backlog:
                     self._later(user)  # another node is at it
                     return
                 try:
-                    self.process(user)
+                    self.process(user, STEP_TURNS)
                 except (IngestFailed, StoreUnavailable):
-                    pass  # a failure is kept in the user's state, for the next drain or flush
+                    return  # a failure is kept in the user's state, for the next drain or flush
+        with self._changed:
+            if user in self._users and self._users[user].pending:  # last: behind the users due now,
+                self._due[user] = self._due.pop(user, None)  # even if its adds made it due meanwhile
 
     def _later(self, user: str) -> None:
         """Look at ``user`` again at the next poll (a failed user, whose polls skip it: at its

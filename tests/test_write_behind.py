@@ -736,6 +736,44 @@ def test_streams_beyond_the_bound_are_dropped_and_reloaded_cutting_as_if_held(tm
     assert bounded == kept
 
 
+class StreamCountingEmbedder(CountingEmbedder):
+    """The counting embedder, which at each of the ingestion worker's calls records how many user
+    streams the memory holds, once :attr:`memory` is set and :attr:`go` is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.memory, self.go, self.held = None, threading.Event(), []
+
+    def encode(self, texts):
+        if calling_thread().name == "memory-ingest":
+            assert self.go.wait(WAIT_S)
+            self.held.append(self.memory.cache_gauges()["user_streams"])
+        return super().encode(texts)
+
+
+def test_users_taken_in_turn_mid_backlog_keep_the_streams_held_within_the_bound(tmp_path, monkeypatch):
+    """A user with turns left keeps its stream (it is never dropped mid-backlog), so while the
+    streams held are over their bound the worker goes on with the user it has, rather than start
+    another user's backlog: two streams held at the bound, at most two more (the user that just
+    finished, the most recent, and the one being fed), not one per user waiting."""
+    from retrieval.api import worker_users
+
+    monkeypatch.setattr("retrieval.api.backlog.STEP_TURNS", 6)
+    monkeypatch.setattr(worker_users, "STREAMS_HELD", 2)
+    embedder = StreamCountingEmbedder()
+    with Memory.open(tmp_path, embedder=embedder, fingerprinter=WordFingerprinter()) as mem:
+        embedder.memory = mem
+        for user in range(8):
+            mem.add(chat(f"u{user}", 30), user_id=f"u{user}", session_id="s")
+        embedder.go.set()
+        mem.drain(timeout_s=WAIT_S)
+        for user in range(8):
+            mem.flush(user_id=f"u{user}", session_id="s")
+    assert 3 <= max(embedder.held) <= 4  # over the bound by the finished user and the one fed
+    for user in range(8):
+        covered_once(tmp_path, f"u{user}")
+
+
 def test_a_reloaded_stream_that_has_fed_every_open_turn_holds_its_history_not_the_log(tmp_path, monkeypatch):
     """A user with an old turn still waiting for its reply and a long closed session after it: its
     stream, dropped (a bound of one) and loaded again for a step that pushes nothing (a turn that

@@ -41,9 +41,8 @@ the backlog again itself. A store that fails under the worker (a
 marks or commits a segment) is no failure of the user's: it pauses the worker for :data:`FAULT_WAIT_S`
 with one warning, the user kept due and its stream reloaded.
 
-Bounded. The worker keeps the streams of the users it fed last (:mod:`retrieval.api.worker_users`): an
-idle user's stream beyond the bound is dropped, to be loaded from the store at its next step. An add is
-refused while its user's backlog is full (:meth:`Backlog.admit`): it is held in memory.
+Bounded. The worker keeps the streams of the users it fed last (:mod:`retrieval.api.worker_users`); an
+add is refused while its user's backlog, held in memory, is full (:meth:`Backlog.admit`).
 """
 
 from __future__ import annotations
@@ -70,10 +69,10 @@ from retrieval.memory.store_contract import Store
 
 STEP_TURNS = 512
 """The most turns a step embeds and feeds in one call, and the most a step of the worker takes: a
-closing memory stops between such chunks, so its shutdown waits seconds however long a user's
-backlog (10,000 turns took 52 s as one call), and the worker takes the users due in turn, a chunk
-each, so a user's turns wait for one step of each user due before them, not for their whole
-backlogs; a recorded session (:mod:`retrieval.api.bulk`) is one chunk."""
+closing memory stops between such chunks (10,000 turns took 52 s as one call), and the users due take
+turns, a chunk each, so a user waits for one step of each user ahead of it (a step also embeds, for its
+user's search state, every turn that user added since its last step), not for their whole backlogs; a
+recorded session (:mod:`retrieval.api.bulk`) is one chunk."""
 POLL_S = 1.0
 """How often an idle worker over a store that other processes write looks for their users' work."""
 FAULT_WAIT_S = 1.0
@@ -211,11 +210,11 @@ class Backlog:
         return amus
 
     def _drop_stream(self, user: str) -> None:
-        """Drop the stream of ``user`` unless a step or flush of it runs, or it has turns to feed
-        or a failure to report; in a store no other node writes, forget the user altogether."""
+        """Drop ``user``'s stream unless the streams held are within bound, a step or flush of it runs,
+        or it has turns to feed or a failure to report; where no other node writes, forget the user."""
         with self.guards.of(user).stream.taken(wait=False) as free, self._changed:
             state = self._users.get(user)
-            if not free or (state is not None and (state.pending or state.error is not None)):
+            if not free or not self._held.full() or (state is not None and (state.pending or state.error)):
                 return
             if state is not None:
                 state.stream = None
@@ -349,11 +348,11 @@ class Backlog:
                     self._changed.wait_for(lambda: self._closed, FAULT_WAIT_S)
 
     def _take(self, user: str) -> None:
-        """One step of ``user`` (:data:`STEP_TURNS` turns; due again after the others while it has
-        more) unless another node holds its ingestion lock. Where other nodes write, a call of this
-        node holding the user's ``stream`` guard may be waiting for another node's step (a flush, a
-        purge): the worker leaves the user for the next poll rather than wait behind it, which would
-        stop every other user's ingestion meanwhile."""
+        """One step of ``user`` (:data:`STEP_TURNS` turns; with more it is due again: last, or first
+        while the streams held are over their bound, as users mid-backlog keep theirs) unless another
+        node holds its ingestion lock. Where other nodes write, a call of this node holding the user's
+        ``stream`` guard may be waiting for another node's step (a flush, a purge): the worker leaves
+        the user for the next poll rather than wait behind it, which would stop all other ingestion."""
         guard: UserGuard = self.guards.of(user)
         with guard.stream.taken(wait=not self.store.concurrent_writers) as free:
             if not free:
@@ -368,8 +367,9 @@ class Backlog:
                 except (IngestFailed, StoreUnavailable):
                     return  # a failure is kept in the user's state, for the next drain or flush
         with self._changed:
-            if user in self._users and self._users[user].pending:  # last: behind the users due now,
-                self._due[user] = self._due.pop(user, None)  # even if its adds made it due meanwhile
+            if user in self._users and self._users[user].pending:  # even if its adds queued it meanwhile
+                self._due[user] = None
+                self._due.move_to_end(user, last=not self._held.full())
 
     def _later(self, user: str) -> None:
         """Look at ``user`` again at the next poll (a failed user, whose polls skip it: at its

@@ -1,6 +1,8 @@
 """What the ingestion worker (:mod:`retrieval.api.backlog`) keeps of each user between steps: its
 progress (:class:`UserProgress`) and, for the users it fed last, its stream
-(:class:`HeldStreams`: at most :data:`STREAMS_HELD`, the least recently fed dropped first).
+(:class:`HeldStreams`: at most :data:`STREAMS_HELD`, the least recently fed dropped first; a
+stream with turns still to feed is kept, and while the streams held are over the bound the worker
+finishes the user it has before it starts another's backlog, so they pass it by two at most).
 
 A stream (:class:`retrieval.api.online.UserStream`) is what a user's open segments and surprise
 history are in memory; the turn log holds the same, so a dropped stream is loaded again from the
@@ -49,13 +51,22 @@ class HeldStreams:
         self._lock = threading.Lock()
 
     def fed(self, user: str) -> list[str]:
-        """``user``'s stream was just fed: it is the most recent; returns the users beyond the
-        bound, least recently fed first, for the caller to drop (:meth:`dropped`) where it can
-        (never ``user``: the stream being fed is kept, even alone over the bound)."""
+        """``user``'s stream was just fed: it is the most recent; returns, while the streams held
+        are over the bound (:meth:`full`), the others, least recently fed first, for the caller to
+        drop (:meth:`dropped`) where it can until they are not (never ``user``: the stream being
+        fed is kept, even alone over the bound)."""
         with self._lock:
             self._order[user] = None
             self._order.move_to_end(user)
-            return list(itertools.islice(self._order, max(len(self._order) - max(self.limit, 1), 0)))
+            return list(itertools.islice(self._order, len(self._order) - 1)) if self._over() else []
+
+    def full(self) -> bool:
+        """More streams held than the bound (those of users with turns to feed are not dropped)."""
+        with self._lock:
+            return self._over()
+
+    def _over(self) -> bool:
+        return len(self._order) > max(self.limit, 1)
 
     def dropped(self, user: str) -> None:
         """``user``'s stream is no longer held."""

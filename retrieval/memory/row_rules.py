@@ -1,7 +1,7 @@
 """Rules both store backends apply to rows, written once: the ids an add's turns are bound to,
 the open turns a reloaded stream reads first, and the check that a record's source pointer names
-its segment. (A job row read back is
-:func:`retrieval.memory.job_rows.job_from_row`, beside the row's type.)"""
+its segment. (A job row read back is :func:`retrieval.memory.job_rows.job_from_row`, beside the
+row's type.)"""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from retrieval.api.online import UserStream
@@ -50,15 +51,16 @@ class HeldStreams:
         self._order: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
 
-    def fed(self, user: str) -> list[str]:
-        """``user``'s stream was just fed: it is the most recent; returns, while the streams held
+    def fed(self, user: str) -> Iterator[str]:
+        """``user``'s stream was just fed: it is the most recent; yields, while the streams held
         are over the bound (:meth:`full`), the others, least recently fed first, for the caller to
-        drop (:meth:`dropped`) where it can until they are not (never ``user``: the stream being
-        fed is kept, even alone over the bound)."""
+        drop (:meth:`dropped`) where it can (never ``user``: the stream being fed is kept, even
+        alone over the bound)."""
         with self._lock:
             self._order[user] = None
             self._order.move_to_end(user)
-            return list(itertools.islice(self._order, len(self._order) - 1)) if self._over() else []
+            others = list(itertools.islice(self._order, len(self._order) - 1)) if self._over() else []
+        return itertools.takewhile(lambda _: self.full(), others)
 
     def full(self) -> bool:
         """More streams held than the bound (those of users with turns to feed are not dropped)."""

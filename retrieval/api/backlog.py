@@ -102,7 +102,7 @@ class Backlog:
     def start(self) -> None:
         """Count each user's unprocessed turns in the store and start the worker on them."""
         for user in self.store.backlog_users():
-            if count := len(self.store.uncovered_turns(user)):
+            if count := len(self.store.uncovered_turn_ids(user)):
                 self._users[user], self._due[user] = UserProgress(pending=count), None
         self._thread = threading.Thread(target=self._run, name="memory-ingest", daemon=True)
         self._thread.start()

@@ -1,7 +1,7 @@
 """Rules both store backends apply to rows, written once: the ids an add's turns are bound to,
-the open turns a reloaded stream reads first, and the check that a record's source pointer names
-its segment. (A job row read back is :func:`retrieval.memory.job_rows.job_from_row`, beside the
-row's type.)"""
+a backlog read (after a position, or the open turns a reloaded stream reads first), and the check
+that a record's source pointer names its segment. (A job row read back is
+:func:`retrieval.memory.job_rows.job_from_row`, beside the row's type.)"""
 
 from __future__ import annotations
 
@@ -71,6 +71,15 @@ def unchanged_since_check(stored: set[str], known: Collection[str] | None, key_u
         raise TurnsChanged("another writer added turns to this user since the add was checked")
 
 
+def turns_after(rows: Sequence[Any], after: int) -> BacklogRead:
+    """A backlog read after position ``after`` from its rows (in log order, at most the read's limit,
+    each with ``stored``, the count of the user's turns after ``after``)."""
+    if not rows:
+        return BacklogRead([], after)
+    return BacklogRead([turn_from_row(row) for row in rows], int(rows[-1]["position"]),
+                       int(rows[0]["stored"]) - len(rows))
+
+
 def open_turns_first(rows: Sequence[Any], uncovered: Collection[str], limit: int | None) -> BacklogRead:
     """Of a user's turn rows in log order, those of ``uncovered`` turns (no committed segment covers
     them), as a stream loaded again reads its backlog (:meth:`retrieval.memory.store_contract.Turns.
@@ -78,15 +87,15 @@ def open_turns_first(rows: Sequence[Any], uncovered: Collection[str], limit: int
     covered turn, so that every turn after the position read through is uncovered (the next read
     starts there); all of them without ``limit``."""
     open_rows = [row for row in rows if row["turn_id"] in uncovered]
-    covered = [int(row["position"]) for row in rows if row["turn_id"] not in uncovered]
-    covered_through = max(covered, default=0)
-    before = sum(int(row["position"]) < covered_through for row in open_rows)
-    cut = len(open_rows) if limit is None else max(limit, before)
-    kept = open_rows[:cut]
-    if cut >= len(open_rows):
-        return BacklogRead([turn_from_row(row) for row in kept], int(rows[-1]["position"]) if rows else 0)
-    return BacklogRead([turn_from_row(row) for row in kept], max(covered_through, int(kept[-1]["position"])),
-                       len(open_rows) - cut)
+    if limit is not None and limit < len(open_rows):  # the covered turns matter only to a cut
+        covered = [int(row["position"]) for row in rows if row["turn_id"] not in uncovered]
+        covered_through = max(covered, default=0)
+        cut = max(limit, sum(int(row["position"]) < covered_through for row in open_rows))
+        if cut < len(open_rows):
+            kept = open_rows[:cut]
+            return BacklogRead([turn_from_row(row) for row in kept],
+                               max(covered_through, int(kept[-1]["position"])), len(open_rows) - cut)
+    return BacklogRead([turn_from_row(row) for row in open_rows], int(rows[-1]["position"]) if rows else 0)
 
 
 def check_sources(record: SegmentRecord, amus: Sequence[AMU]) -> None:

@@ -18,9 +18,14 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from retrieval.memory.in_chunks import in_chunks
-from retrieval.memory.reads import turn_from_row
 from retrieval.memory.records import BacklogRead, Turn
-from retrieval.memory.row_rules import bind_turn_ids, open_turns_first, renumber_taken, unchanged_since_check
+from retrieval.memory.row_rules import (
+    bind_turn_ids,
+    open_turns_first,
+    renumber_taken,
+    turns_after,
+    unchanged_since_check,
+)
 from retrieval.memory.sqlite_part import SQLitePart
 
 
@@ -109,8 +114,7 @@ class TurnLog(SQLitePart):
                                     "position > ?2) AS stored FROM turns WHERE conversation_id = ?1 AND "
                                     "position > ?2 ORDER BY position LIMIT ?3",
                                     (user, after, -1 if limit is None else limit)).fetchall()
-            return BacklogRead([turn_from_row(row) for row in rows], rows[-1]["position"] if rows else after,
-                               rows[0]["stored"] - len(rows) if rows else 0)
+            return turns_after(rows, after)
         rows = self._db.execute("SELECT * FROM turns WHERE conversation_id = ? ORDER BY position",
                                 (user,)).fetchall()
         uncovered = self.uncovered_turn_ids(user)  # after the turns: one added meanwhile is not read

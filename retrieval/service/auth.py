@@ -49,6 +49,12 @@ def store_failed(during: str, error: BaseException) -> str:
     return STORE_FAILED
 
 
+def authorization_headers(scope: Scope) -> list[str]:
+    """The ``Authorization`` headers of an ASGI request, as sent."""
+    return [value.decode("latin-1") for name, value in scope.get("headers", ())
+            if name.lower() == b"authorization"]
+
+
 def bearer_key(authorization: str | None) -> str | None:
     """The key of an ``Authorization`` header, ``Bearer KEY`` (the scheme in any case, the key's
     surrounding spaces dropped), or None."""
@@ -126,8 +132,7 @@ class KeyGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        given = [value.decode("latin-1") for name, value in scope["headers"]
-                 if name.lower() == b"authorization"]
+        given = authorization_headers(scope)
         try:
             user = await user_of_header(self.keys, given[0]) if len(given) == 1 else None
         except UnservableKey as err:

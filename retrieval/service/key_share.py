@@ -21,7 +21,7 @@ import hashlib
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from retrieval.service.auth import bearer_key
+from retrieval.service.auth import authorization_headers, bearer_key
 from retrieval.service.limits import KEY_CALLS
 
 
@@ -40,8 +40,8 @@ class KeyShare:
         self._keys: dict[bytes, _Slots] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        given = [value for name, value in scope.get("headers", ()) if name.lower() == b"authorization"]
-        bearer = bearer_key(given[0].decode("latin-1")) if len(given) == 1 else None
+        given = authorization_headers(scope)
+        bearer = bearer_key(given[0]) if len(given) == 1 else None
         if scope["type"] != "http" or bearer is None:
             await self.app(scope, receive, send)
             return

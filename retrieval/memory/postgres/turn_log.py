@@ -7,9 +7,15 @@ import json
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
-from retrieval.memory.postgres.reads import TURN_COLUMNS, turns_of
+from retrieval.memory.postgres.reads import TURN_COLUMNS
 from retrieval.memory.records import BacklogRead, Turn
-from retrieval.memory.row_rules import bind_turn_ids, open_turns_first, renumber_taken, unchanged_since_check
+from retrieval.memory.row_rules import (
+    bind_turn_ids,
+    open_turns_first,
+    renumber_taken,
+    turns_after,
+    unchanged_since_check,
+)
 
 if TYPE_CHECKING:
     from retrieval.memory.postgres.database import Connection, Database
@@ -84,8 +90,7 @@ class TurnLog:
             rows = self.db.rows(f"SELECT {TURN_COLUMNS}, (SELECT count(*) FROM turns WHERE user_id = %s AND "
                                 "position > %s) AS stored FROM turns WHERE user_id = %s AND position > %s "
                                 "ORDER BY position LIMIT %s", (user, after, user, after, limit))
-            return BacklogRead(turns_of(rows), int(rows[-1]["position"]) if rows else after,
-                               int(rows[0]["stored"]) - len(rows) if rows else 0)
+            return turns_after(rows, after)
         rows = self.db.rows(f"SELECT {TURN_COLUMNS} FROM turns WHERE user_id = %s ORDER BY position", (user,))
         uncovered = self.uncovered_turn_ids(user)  # after the turns: one added meanwhile is not read
         return open_turns_first(rows, uncovered, limit)

@@ -61,7 +61,7 @@ from retrieval.api.online import StreamModels, UserStream
 from retrieval.api.retries import Retries
 from retrieval.api.states import SearchStates
 from retrieval.api.unindexed import UnindexedTurns
-from retrieval.api.worker_users import HeldStreams, UserProgress
+from retrieval.api.worker_users import HeldStreams, Polls, UserProgress
 from retrieval.index.query_batcher import background
 from retrieval.memory.errors import StoreError
 from retrieval.memory.records import AMU, SegmentRecord, Turn
@@ -94,9 +94,8 @@ class Backlog:
         self._changed = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
-        self._busy: set[str] = set()
         self._retries = Retries()
-        self._polled: int | None = None
+        self._polls = Polls()
         self._held = HeldStreams()
 
     def start(self) -> None:
@@ -176,7 +175,7 @@ class Backlog:
             state.stream = None  # another node closed segments of the user or purged: reload
         with guard.log, guard.state:  # no add between the backlog read and its count
             purges = self.store.purge_count(user)  # before the turns: their arrays cached while it holds
-            turns, last, unread = self.store.backlog(user, None if state.stream is None else state.fed, limit)
+            turns, last, unread = self.store.backlog(user, state.after, limit)
             with self._changed:
                 state.pending = len(turns) + unread  # whichever node added them
         with self._step(user, state), background():
@@ -199,7 +198,7 @@ class Backlog:
             with guard.state:
                 self.unindexed.index(user)
         state.fed = last
-        self._remember(user, state)
+        state.remember(self.store, user)
         with self._changed:
             state.pending -= len(turns) - counted
             state.error, state.failures = None, 0
@@ -231,14 +230,8 @@ class Backlog:
             assert state.stream is not None
             with self._step(user, state), background():
                 amus += state.stream.flush(session)
-            self._remember(user, state)
+            state.remember(self.store, user)
             return amus
-
-    def _remember(self, user: str, state: UserProgress) -> None:
-        """Where several nodes write the store: what this node left of the user after its own
-        commits, so that only another node's changes make the next step reload the stream."""
-        if self.store.concurrent_writers:
-            state.seen, state.marks = self.store.user_version(user), self.store.ingestion_marks(user)
 
     def reset(self, user: str) -> None:
         """Forget the user's stream and waiting turns after its turns changed (a purge; the caller
@@ -300,13 +293,6 @@ class Backlog:
                 self._retries.failed(user, state.failures)
             self._changed.notify_all()
 
-    def _retry_due(self) -> float | None:
-        """Make due every failed user whose pause is over (the caller holds ``_changed``); returns
-        the seconds until the next pause ends, None if none is running."""
-        over, next_s = self._retries.due()
-        self._due.update(dict.fromkeys(over))
-        return next_s
-
     def _publish(self, stream: UserStream, record: SegmentRecord, amus: list[AMU]) -> None:
         """Commit a closed segment and add its records to the user's search state, under the
         user's ``state`` guard; refused once the memory closes, which ends the step."""
@@ -326,10 +312,10 @@ class Backlog:
         poll_s = POLL_S if self.store.concurrent_writers else None
         while True:
             with self._changed:
-                retry_s = self._retry_due()
+                retry_s = self._retries.release(self._due)
                 waits = [wait for wait in (poll_s, retry_s) if wait is not None]
                 self._changed.wait_for(lambda: self._closed or bool(self._due), min(waits, default=None))
-                self._retry_due()
+                self._retries.release(self._due)
                 if self._closed:
                     return
                 user = self._due.popitem(last=False)[0] if self._due else None
@@ -379,21 +365,15 @@ class Backlog:
             if state is not None and state.error is not None:
                 self._retries.after(user, POLL_S)
             else:
-                self._busy.add(user)
+                self._polls.busy(user)
 
     def _poll(self) -> None:
         """Make due every user whose lock was taken, whose pending turns this node has not seen
-        settled, or whose turn log or records changed since this node's last step (the store read
-        only when anything committed since the last poll)."""
+        settled, or whose turn log or records changed since this node's last step (:class:`Polls`)."""
         with self._changed:
-            due = self._busy | {name for name, s in self._users.items() if s.pending and s.error is None}
-            self._busy = set()
+            due = self._polls.taken() | {name for name, s in self._users.items() if s.pending and not s.error}
             seen = {name: s.seen for name, s in self._users.items()}
-        version = self.store.data_version()
-        if version != self._polled:
-            self._polled = version
-            due |= {user for user in self.store.backlog_users()
-                    if self.store.user_version(user) != seen.get(user, ())}
+        due |= self._polls.changed(self.store, seen)
         with self._changed:
             for user in due:
                 if self._users.setdefault(user, UserProgress()).error is None:

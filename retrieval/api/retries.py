@@ -5,6 +5,7 @@ an endpoint that is down is not called at every add."""
 from __future__ import annotations
 
 import time
+from collections.abc import MutableMapping
 
 RETRY_S = 1.0
 """How long the worker leaves a user whose step failed before it tries again (doubled after each
@@ -32,11 +33,12 @@ class Retries:
         """``user`` is tried now, or needs no retry."""
         self._at.pop(user, None)
 
-    def due(self) -> tuple[list[str], float | None]:
-        """The users whose pause is over (no longer waiting), and the seconds until the next
-        pause ends (None if none is running)."""
+    def release(self, due: MutableMapping[str, None]) -> float | None:
+        """Make due (in ``due``, the worker's queue) the users whose pause is over, no longer
+        waiting; returns the seconds until the next pause ends (None if none is running)."""
         now = time.monotonic()
         over = [user for user, at in self._at.items() if at <= now]
         for user in over:
             del self._at[user]
-        return over, min(self._at.values()) - now if self._at else None
+            due[user] = None
+        return min(self._at.values()) - now if self._at else None

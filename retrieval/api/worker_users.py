@@ -1,5 +1,6 @@
 """What the ingestion worker (:mod:`retrieval.api.backlog`) keeps of each user between steps: its
-progress (:class:`UserProgress`) and, for the users it fed last, its stream
+progress (:class:`UserProgress`), where other nodes write, whether to look at it again
+(:class:`Polls`) and, for the users it fed last, its stream
 (:class:`HeldStreams`: at most :data:`STREAMS_HELD`, the least recently fed dropped first; a
 stream with turns still to feed is kept, and while the streams held are over the bound the worker
 finishes the user it has before it starts another's backlog, so they pass it by two at most).
@@ -16,10 +17,11 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from retrieval.api.online import UserStream
+from retrieval.memory.store_contract import Store
 
 STREAMS_HELD = 1024
 """The most users' streams one memory keeps between steps. A stream with one open session of a
@@ -41,6 +43,18 @@ class UserProgress:
     failures: int = 0
     seen: tuple[int, ...] = ()
     marks: tuple[int, ...] = ()
+
+    @property
+    def after(self) -> int | None:
+        """Where a step reads the user's turn log from: after the last turn fed to the held stream,
+        or, with none held, from the start (:meth:`Store.backlog` then reads the open turns)."""
+        return None if self.stream is None else self.fed
+
+    def remember(self, store: Store, user: str) -> None:
+        """Where several nodes write the store: what this node left of the user after its own
+        commits, so that only another node's changes make the next step reload the stream."""
+        if store.concurrent_writers:
+            self.seen, self.marks = store.user_version(user), store.ingestion_marks(user)
 
 
 class HeldStreams:
@@ -74,3 +88,31 @@ class HeldStreams:
         """``user``'s stream is no longer held."""
         with self._lock:
             self._order.pop(user, None)
+
+
+class Polls:
+    """Where other nodes write the store, the users an idle worker looks at again: those whose
+    ingestion lock (or stream guard) it found taken, and those whose rows another node changed.
+    Not thread-safe: the worker's own thread calls :meth:`changed`, the others run under its lock."""
+
+    def __init__(self) -> None:
+        self._busy: set[str] = set()
+        self._version: int | None = None
+
+    def busy(self, user: str) -> None:
+        """``user``'s ingestion lock or stream guard was taken: look again at the next poll."""
+        self._busy.add(user)
+
+    def taken(self) -> set[str]:
+        """The users found busy since the last call."""
+        users, self._busy = self._busy, set()
+        return users
+
+    def changed(self, store: Store, seen: Mapping[str, tuple[int, ...]]) -> set[str]:
+        """The users whose turn log or records changed since this node's last step of them (``seen``:
+        their rows then); the store is read only when anything committed since the last call."""
+        version = store.data_version()
+        if version == self._version:
+            return set()
+        self._version = version
+        return {user for user in store.backlog_users() if store.user_version(user) != seen.get(user, ())}

@@ -524,8 +524,8 @@ def test_a_failed_step_is_tried_again_by_the_worker_after_a_pause(tmp_path, monk
 
 
 def test_a_store_that_fails_under_the_worker_pauses_it_and_nothing_is_lost(tmp_path, monkeypatch):
-    """A database restart while the worker reads the user's backlog (outside a step): the worker
-    waits and tries again instead of dying, so the turns are processed once the store answers."""
+    """A database restart while the worker reads the user's backlog: the worker waits and tries
+    again instead of dying, so the turns are processed once the store answers."""
     from retrieval.api import backlog as backlog_module
     from retrieval.memory.errors import StoreFault
 
@@ -546,6 +546,33 @@ def test_a_store_that_fails_under_the_worker_pauses_it_and_nothing_is_lost(tmp_p
         mem.flush(user_id="a", session_id="s")
         assert len(mem.list(user_id="a", limit=50).items) == 12
     covered_once(tmp_path, "a")
+
+
+def test_an_error_around_a_step_is_the_users_failure_and_the_worker_goes_on(tmp_path, monkeypatch):
+    """An error that is no store fault where the worker takes a user (a database's internal error
+    taking the user's ingestion lock, say) is the user's failed step: a drain reports it, the
+    worker goes on with the other users, and tries the user again after the drain."""
+    with open_memory(tmp_path) as mem:
+        lock, failures = mem.store.ingestion_lock, []
+
+        def failing_once(user, **options):
+            if user == "a" and not failures:
+                failures.append(user)
+                raise RuntimeError("internal error: could not read block 7")
+            return lock(user, **options)
+
+        monkeypatch.setattr(mem.store, "ingestion_lock", failing_once)
+        mem.add(chat("a", 12), user_id="a", session_id="s")
+        with pytest.raises(IngestFailed, match="could not read block 7"):
+            mem.drain(user_id="a", timeout_s=WAIT_S)
+        mem.add(chat("b", 4), user_id="b", session_id="s")
+        mem.drain(timeout_s=WAIT_S)  # b's turns, and a's tried again
+        assert failures == ["a"] and mem.pending() == 0 and mem._backlog._thread.is_alive()
+        for user, count in (("a", 12), ("b", 4)):
+            mem.flush(user_id=user, session_id="s")
+            assert len(mem.list(user_id=user, limit=50).items) == count
+    for user in "ab":
+        covered_once(tmp_path, user)
 
 
 def test_a_store_that_fails_inside_a_step_is_no_failure_of_the_user_and_the_worker_goes_on(tmp_path,

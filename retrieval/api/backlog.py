@@ -30,13 +30,14 @@ removing any segment. While idle the worker looks at the store every :data:`POLL
 whose turn log changed since its last step (another node's adds, or the backlog of a node that died,
 whose lock died with it) and for users whose lock it found taken.
 
-Errors. A step that raises (an extractor's error, a full disk) does not stop the worker: the user's
-stream is dropped (reloaded at its next step: the failed segment's turns are fed again) and the error is
-kept; the worker tries the user again after a pause that grows with each failure in a row
-(:mod:`retrieval.api.retries`), so a user that only adds and searches gets its records once the cause is
-gone. Until a step succeeds the error is surfaced, as :class:`retrieval.api.errors.IngestFailed`, by
-:meth:`Backlog.wait` (a drain, after which the worker tries at once) or by the next flush, which tries
-the backlog again itself. A store that fails under the worker (a
+Errors. A step that raises (an extractor's error, a full disk, a database's internal error) does not
+stop the worker, nor does an error of the worker's own around a step: the user's stream is dropped
+(reloaded at its next step: the failed segment's turns are fed again) and the error is kept; the
+worker tries the user again after a pause that grows with each failure in a row
+(:mod:`retrieval.api.retries`), so a user that only adds and searches gets its records once the cause
+is gone. Until a step succeeds the error is surfaced, as :class:`retrieval.api.errors.IngestFailed`,
+by :meth:`Backlog.wait` (a drain, after which the worker tries at once) or by the next flush, which
+tries the backlog again itself. A store that fails under the worker (a
 :class:`~retrieval.memory.errors.StoreError`: a PostgreSQL restart while it polls, reads the user's
 marks or commits a segment) is no failure of the user's: it pauses the worker for :data:`FAULT_WAIT_S`
 with one warning, the user kept due and its stream reloaded.
@@ -170,15 +171,15 @@ class Backlog:
         guard = self.guards.of(user)
         with self._changed:
             state = self._users.setdefault(user, UserProgress())
-        if self.store.concurrent_writers and state.stream is not None \
-                and state.marks != self.store.ingestion_marks(user):
-            state.stream = None  # another node closed segments of the user or purged: reload
-        with guard.log, guard.state:  # no add between the backlog read and its count
-            purges = self.store.purge_count(user)  # before the turns: their arrays cached while it holds
-            turns, last, unread = self.store.backlog(user, state.after, limit)
-            with self._changed:
-                state.pending = len(turns) + unread  # whichever node added them
         with self._step(user, state), background():
+            if self.store.concurrent_writers and state.stream is not None \
+                    and state.marks != self.store.ingestion_marks(user):
+                state.stream = None  # another node closed segments of the user or purged: reload
+            with guard.log, guard.state:  # no add between the backlog read and its count
+                purges = self.store.purge_count(user)  # before the turns: their arrays cached while it holds
+                turns, last, unread = self.store.backlog(user, state.after, limit)
+                with self._changed:
+                    state.pending = len(turns) + unread  # whichever node added them
             amus: list[AMU] = []
             counted = 0  # turns of this step already taken off the user's pending count
             if state.stream is None:
@@ -332,6 +333,13 @@ class Backlog:
                     if user is not None:
                         self._due[user] = None
                     self._changed.wait_for(lambda: self._closed, FAULT_WAIT_S)
+            except Exception as err:  # outside a step (a database's internal error): the worker goes on
+                if user is None:
+                    logger.exception("looking for other nodes' work failed; looking again in %.0f s", POLL_S)
+                else:
+                    with self._changed:
+                        state = self._users.setdefault(user, UserProgress())
+                    self._failed(user, state, err)
 
     def _take(self, user: str) -> None:
         """One step of ``user`` (:data:`STEP_TURNS` turns; with more it is due again: last, or first

@@ -203,31 +203,6 @@ class HeldEmbedder(CountingEmbedder):
         return super().encode(texts)
 
 
-def test_closing_stops_a_long_backlog_between_chunks_and_the_next_open_resumes_it(tmp_path, monkeypatch):
-    """A step feeds a backlog STEP_TURNS turns at a time and stops between chunks once the memory
-    closes, so shutdown waits for one chunk, not for the embedding of a user's whole backlog."""
-    monkeypatch.setattr("retrieval.api.backlog.STEP_TURNS", 6)
-    embedder = HeldEmbedder()
-    mem = Memory.open(tmp_path, embedder=embedder, fingerprinter=WordFingerprinter())
-    closing = threading.Thread(target=mem.close)
-    try:
-        mem.add(chat("a", 60), user_id="a", session_id="s")
-        assert embedder.hold.entered.wait(WAIT_S)  # the worker embeds its first chunk
-        closing.start()
-        deadline = time.monotonic() + WAIT_S
-        while not mem._backlog._closed and time.monotonic() < deadline:
-            time.sleep(0.01)
-    finally:
-        embedder.hold.released.set()
-        closing.join(WAIT_S)
-    exchanges = [text for text in embedder.texts_of("memory-ingest") if "\n" in text]
-    assert not closing.is_alive() and 0 < len(exchanges) <= 3  # the first chunk's 6 turns, paired
-    with open_memory(tmp_path) as mem:
-        mem.flush(user_id="a", session_id="s")
-        assert mem.pending() == 0 and len(mem.list(user_id="a", limit=100).items) == 60
-    covered_once(tmp_path, "a")
-
-
 class ChunkHeldEmbedder(CountingEmbedder):
     """The counting embedder, held in the ingestion worker's first call on an exchange (two turns'
     text) holding ``word``."""
@@ -241,6 +216,31 @@ class ChunkHeldEmbedder(CountingEmbedder):
         if calling_thread().name == "memory-ingest" and exchange:
             self.hold.here()
         return super().encode(texts)
+
+
+def test_closing_stops_a_long_backlog_between_chunks_and_the_next_open_resumes_it(tmp_path, monkeypatch):
+    """A step feeds a backlog STEP_TURNS turns at a time and stops between chunks once the memory
+    closes, so shutdown waits for one chunk, not for the embedding of a user's whole backlog."""
+    monkeypatch.setattr("retrieval.api.backlog.STEP_TURNS", 6)
+    embedder = ChunkHeldEmbedder("a story 0 ")  # the first chunk's first exchange
+    mem = Memory.open(tmp_path, embedder=embedder, fingerprinter=WordFingerprinter())
+    closing = threading.Thread(target=mem.close)
+    try:
+        mem.add(chat("a", 60), user_id="a", session_id="s")
+        assert embedder.hold.entered.wait(WAIT_S)  # the worker feeds its first chunk
+        closing.start()
+        deadline = time.monotonic() + WAIT_S
+        while not mem._backlog._closed and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        embedder.hold.released.set()
+        closing.join(WAIT_S)
+    exchanges = [text for text in embedder.texts_of("memory-ingest") if "\n" in text]
+    assert not closing.is_alive() and 0 < len(exchanges) <= 3  # the first chunk's 6 turns, paired
+    with open_memory(tmp_path) as mem:
+        mem.flush(user_id="a", session_id="s")
+        assert mem.pending() == 0 and len(mem.list(user_id="a", limit=100).items) == 60
+    covered_once(tmp_path, "a")
 
 
 def test_the_pending_count_drops_chunk_by_chunk_while_a_long_backlog_is_processed(tmp_path, monkeypatch):
@@ -291,6 +291,65 @@ def test_the_worker_takes_the_users_due_in_turn_a_step_each(tmp_path, monkeypatc
     assert len(first_step) == 3  # a's turns 2-7 paired: b came after one step of a, not two
     for user in "ab":
         covered_once(tmp_path, user)
+
+
+def test_a_step_computes_the_vectors_of_a_bounded_number_of_added_turns(tmp_path, monkeypatch):
+    """A segment's commit needs every turn added before it in the user's search state; while more
+    than STEP_TURNS of a user's added turns wait for their vectors, a step computes STEP_TURNS of
+    them and feeds nothing, so a user due behind waits for that, not for the vectors of the whole
+    backlog; each vector is computed once, the search state reading back what the steps cached."""
+    monkeypatch.setattr("retrieval.api.backlog.STEP_TURNS", 6)
+    embedder = HeldEmbedder()
+    a_turns = chat("a", 30)
+    with Memory.open(tmp_path, embedder=embedder, fingerprinter=WordFingerprinter()) as mem:
+        try:
+            mem.add(a_turns, user_id="a", session_id="s")
+            assert embedder.hold.entered.wait(WAIT_S)  # the worker's first call
+            mem.add(chat("b", 4), user_id="b", session_id="s")
+        finally:
+            embedder.hold.released.set()
+        mem.drain(timeout_s=WAIT_S)
+        hits = mem.search("a story 29 gardens", user_id="a", k=3).hits
+        for user in "ab":
+            mem.flush(user_id=user, session_id="s")
+    calls = [texts for name, texts in embedder.calls if name == "memory-ingest"]
+    rendered = [f"{turn['speaker']}: {turn['text']}" for turn in a_turns]
+    assert calls[0] == rendered[:6]  # a's first step: six turns' vectors, no exchange
+    assert all("b story" in text for text in calls[1])  # then b's step
+    computed = Counter(text for _, texts in embedder.calls for text in texts)
+    assert [computed[text] for text in rendered] == [1] * 30
+    assert any("a-29" in hit.turns for hit in hits)
+    for user in "ab":
+        covered_once(tmp_path, user)
+
+
+def test_turns_added_in_a_step_beyond_its_bound_wait_and_the_next_search_catches_up(tmp_path, monkeypatch):
+    """Turns a user adds while its step runs, more than STEP_TURNS of them, are not embedded by that
+    step's commits: each worker call computes at most STEP_TURNS of them, the commits leave the
+    user's search state behind, and the next search catches it up from the store, finding what a
+    memory opened afresh on the same store finds."""
+    monkeypatch.setattr("retrieval.api.backlog.STEP_TURNS", 6)
+    embedder = ChunkHeldEmbedder("a story 0 ")  # in the step of a's first turns
+    a_turns = chat("a", 34)
+    queries = ["a story 33 gardens", "a story 2 tomatoes", "gardens and tomatoes"]
+    with Memory.open(tmp_path, embedder=embedder, fingerprinter=WordFingerprinter()) as mem:
+        try:
+            mem.add(a_turns[:4], user_id="a", session_id="s")
+            mem.search("warm", user_id="a", k=3)  # a's search state is held
+            assert embedder.hold.entered.wait(WAIT_S)  # the worker is in a's first step
+            mem.add(a_turns[4:], user_id="a", session_id="s")  # 30 turns: five steps' worth
+        finally:
+            embedder.hold.released.set()
+        mem.drain(timeout_s=WAIT_S)
+        caught_up = [hit_ids(mem, query, "a") for query in queries]
+    flood = {f"{turn['speaker']}: {turn['text']}" for turn in a_turns[4:]}
+    per_call = [len(flood.intersection(texts)) for name, texts in embedder.calls if name == "memory-ingest"]
+    assert max(per_call) == 6 and sum(per_call) == 30  # each flood turn once, six at most a call
+    with open_memory(tmp_path) as fresh:
+        assert [hit_ids(fresh, query, "a") for query in queries] == caught_up
+        fresh.flush(user_id="a", session_id="s")
+    assert any(hit[0] == "a:turn:a-33" for hit in caught_up[0])
+    covered_once(tmp_path, "a")
 
 
 def test_an_add_embeds_nothing_and_the_next_search_embeds_and_finds_its_turns(tmp_path, monkeypatch):

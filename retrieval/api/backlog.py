@@ -71,9 +71,9 @@ from retrieval.memory.store_contract import Store
 STEP_TURNS = 512
 """The most turns a step embeds and feeds in one call, and the most a step of the worker takes: a
 closing memory stops between such chunks (10,000 turns took 52 s as one call), and the users due take
-turns, a chunk each, so a user waits for one step of each user ahead of it (a step also embeds, for its
-user's search state, every turn that user added since its last step), not for their whole backlogs; a
-recorded session (:mod:`retrieval.api.bulk`) is one chunk."""
+turns, a chunk each (or the vectors of this many turns the user added, :meth:`Backlog.process`), so a
+user waits for one step of each user ahead of it, not for their whole backlogs; a recorded session
+(:mod:`retrieval.api.bulk`) is one chunk."""
 POLL_S = 1.0
 """How often an idle worker over a store that other processes write looks for their users' work."""
 FAULT_WAIT_S = 1.0
@@ -166,12 +166,17 @@ class Backlog:
     def process(self, user: str, limit: int | None = None) -> list[AMU]:
         """Feed the user's turns stored so far to its stream, :data:`STEP_TURNS` at a time (its pending
         count dropping chunk by chunk), all or the first ``limit`` (a stream loaded again maybe more:
-        :meth:`Store.backlog`); returns the records of the segments that closed. The caller holds
-        the user's ``stream`` guard. Raises :class:`IngestFailed` if it fails."""
+        :meth:`Store.backlog`); returns the records of the segments that closed, or raises
+        :class:`IngestFailed`. While more than ``limit`` turns the user added lack their vectors, it
+        computes ``limit`` of them instead and feeds nothing, and its commits leave the added turns
+        waiting (:meth:`UnindexedTurns.ready`): a bounded step. The caller holds the ``stream`` guard."""
         guard = self.guards.of(user)
         with self._changed:
             state = self._users.setdefault(user, UserProgress())
         with self._step(user, state), background():
+            if limit is not None and self.unindexed.behind(user) > limit:
+                self.unindexed.prepare(user, limit=limit)
+                return []
             if self.store.concurrent_writers and state.stream is not None \
                     and state.marks != self.store.ingestion_marks(user):
                 state.stream = None  # another node closed segments of the user or purged: reload
@@ -188,16 +193,16 @@ class Backlog:
                 self._refuse_if_closed()
                 chunk = turns[start:start + STEP_TURNS]
                 exchanges = state.stream.pair(chunk)
-                self.unindexed.prepare(user, [exchange.text for exchange in exchanges], purges)  # a call
+                self.unindexed.prepare(user, [pair.text for pair in exchanges], purges, limit)  # one call
                 amus += state.stream.feed(exchanges)
                 if start + len(chunk) < len(turns):  # the last chunk counts once the step is done
                     with self._changed:
                         state.pending -= len(chunk)
                         self._changed.notify_all()
                     counted += len(chunk)
-            self.unindexed.prepare(user)
-            with guard.state:
-                self.unindexed.index(user)
+            if self.unindexed.ready(user, limit):
+                with guard.state:
+                    self.unindexed.index(user)
         state.fed = last
         state.remember(self.store, user)
         with self._changed:
@@ -298,9 +303,10 @@ class Backlog:
         """Commit a closed segment and add its records to the user's search state, under the
         user's ``state`` guard; refused once the memory closes, which ends the step."""
         self._refuse_if_closed()
-        self.unindexed.prepare(stream.user)
+        ready = self.unindexed.ready(stream.user, STEP_TURNS)
         with self.guards.of(stream.user).state:
-            self.unindexed.index(stream.user)
+            if ready:
+                self.unindexed.index(stream.user)
             with self.store.tracking(stream.user) as marks:
                 stream.store_segment(record, amus)
             self.states.extend(stream.user, marks, amus=amus, closed=record.turn_ids)

@@ -2,37 +2,44 @@
 
 An add commits its turns and returns without a model forward: the turns wait here, with the marks
 of the add's transaction (:meth:`retrieval.memory.store_contract.Store.tracking`), and join the user's
-search state (:meth:`retrieval.api.states.SearchStates.extend`) before anything else reads or
-extends it: at the user's next search, or when the ingestion worker indexes them (at the end of a
-step, and before it commits a segment). Their vectors are computed in one call first (through the
-store's vector cache: the worker computes them in the background before it takes the user's
-guard, so its extend finds them cached); a search computes the ones not cached yet itself. So a
-search still finds every turn added before it starts, and an add costs its commit only. They are
-cached only while the user's purge count is the one read before the earliest of those adds (a
-purge through another server may remove the turns before they are embedded).
+search state (:meth:`retrieval.api.states.SearchStates.extend`) at the user's next search, or when
+the ingestion worker indexes them (at the end of a step, and before it commits a segment, so that
+the commit extends the state in place). Their vectors are computed first (through the store's
+vector cache: the worker computes them in the background before it takes the user's guard, so its
+extend finds them cached); a search computes the ones not computed yet itself. So a search still
+finds every turn added before it starts, and an add costs its commit only. Where more wait than a
+step of the worker computes (a user's bulk of adds), the worker computes them a step at a time and
+commits without them (:meth:`UnindexedTurns.ready`): its commits then do not follow the state,
+which the user's next search catches up from the store. They are cached only while the user's
+purge count is the one read before the earliest of those adds (a purge through another server may
+remove the turns before they are embedded).
 
-Every call but :meth:`UnindexedTurns.prepare` is made under the user's ``state`` guard
-(:class:`retrieval.api.closing.UserGuard`); the table of waiting turns is shared by all users and
-changes under one short lock.
+:meth:`UnindexedTurns.index` and :meth:`UnindexedTurns.drop` are called under the user's ``state``
+guard (:class:`retrieval.api.closing.UserGuard`); the table of waiting turns is shared by all users
+and changes under one short lock.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from retrieval.api.states import SearchStates
 from retrieval.index.query_batcher import kept
 from retrieval.memory.records import Turn
 
 
-class _Added(NamedTuple):
-    """One add's stored turns, its transactions' marks and the user's purge count read before them."""
+@dataclass
+class _Added:
+    """One add's stored turns, its transactions' marks, the user's purge count read before them
+    and how many of its turns, from the first, have their vectors computed (in the store's cache)."""
 
     marks: Sequence[tuple[Any, Any]]
     turns: Sequence[Turn]
     purges: int
+    computed: int = 0
 
 
 class UnindexedTurns:
@@ -51,21 +58,34 @@ class UnindexedTurns:
             with self._lock:
                 self._waiting.setdefault(user, []).append(_Added(marks, turns, purges))
 
-    def prepare(self, user: str, more: Sequence[str] = (), purges: int | None = None) -> None:
-        """Compute the vectors of the user's waiting turns (and of ``more`` texts, read after the
-        user's purge count was ``purges``, in the same call) into the store's cache."""
-        entries = self._entries(user)
-        texts = self._texts(entries) + list(more)
-        if texts:
-            self._embedder(user, entries, purges).encode(texts)
+    def behind(self, user: str) -> int:
+        """How many of the user's waiting turns have no vectors computed yet."""
+        return sum(len(entry.turns) - entry.computed for entry in self._entries(user))
+
+    def prepare(self, user: str, more: Sequence[str] = (), purges: int | None = None,
+                limit: int | None = None) -> None:
+        """Compute the vectors of the user's waiting turns not computed yet (the first ``limit`` of
+        them; and of ``more`` texts, read after the user's purge count was ``purges``, in the same
+        call) into the store's cache."""
+        self._compute(user, self._entries(user), limit, more, purges)
+
+    def ready(self, user: str, limit: int | None) -> bool:
+        """:meth:`prepare` the user's waiting turns if at most ``limit`` (None: any number) lack
+        their vectors; whether it did. With more, they keep waiting and are not indexed: what the
+        worker commits meanwhile does not follow the user's search state (its marks do not), which
+        the user's next search then catches up from the store (:meth:`SearchStates.get`)."""
+        if limit is not None and self.behind(user) > limit:
+            return False
+        self.prepare(user)
+        return True
 
     def index(self, user: str) -> None:
-        """The user's waiting turns join its search state (their vectors computed in one call)."""
+        """The user's waiting turns join its search state (the vectors not computed yet, in one call)."""
         with self._lock:
             entries = self._waiting.pop(user, [])
         if entries:
             with kept():  # under the user's guard (its adds and searches wait): foreground, unshared
-                self._embedder(user, entries).encode(self._texts(entries))
+                self._compute(user, entries)
             for entry in entries:
                 self.states.extend(user, entry.marks, turns=entry.turns)
 
@@ -78,11 +98,21 @@ class UnindexedTurns:
         with self._lock:
             return list(self._waiting.get(user, []))
 
-    def _embedder(self, user: str, entries: Sequence[_Added], purges: int | None = None) -> Any:
-        """The embedder caching under ``user`` while its purge count is the earliest one read."""
-        counts = [entry.purges for entry in entries] + ([] if purges is None else [purges])
-        return self.embedder.for_user(user, min(counts) if counts else None)
-
-    @staticmethod
-    def _texts(entries: Sequence[_Added]) -> list[str]:
-        return [turn.render() for entry in entries for turn in entry.turns]
+    def _compute(self, user: str, entries: Sequence[_Added], limit: int | None = None,
+                 more: Sequence[str] = (), purges: int | None = None) -> None:
+        """One call computing the vectors of the turns of ``entries`` not computed yet (the first
+        ``limit`` of them) and of ``more``, caching under ``user`` while its purge count is the
+        earliest one read (of the entries taken, or ``purges``); the entries count what it computed."""
+        taken: list[tuple[_Added, int]] = []
+        texts: list[str] = []
+        for entry in entries:
+            room = len(entry.turns) - entry.computed if limit is None else limit - len(texts)
+            todo = entry.turns[entry.computed:entry.computed + room]
+            if todo:
+                taken.append((entry, len(todo)))
+                texts += [turn.render() for turn in todo]
+        if texts or more:
+            counts = [entry.purges for entry, _ in taken] + ([] if purges is None else [purges])
+            self.embedder.for_user(user, min(counts) if counts else None).encode(texts + list(more))
+        for entry, count in taken:
+            entry.computed += count

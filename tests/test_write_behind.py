@@ -24,6 +24,7 @@ import pytest
 from retrieval import Memory
 from retrieval.api.closing import UserGuards
 from retrieval.api.errors import IngestFailed, MemoryBusy
+from retrieval.api.states import SearchStates
 from retrieval.consolidation.operations import OfflineOperator
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.model_thread import calling_thread
@@ -323,32 +324,38 @@ def test_a_step_computes_the_vectors_of_a_bounded_number_of_added_turns(tmp_path
         covered_once(tmp_path, user)
 
 
-def test_turns_added_in_a_step_beyond_its_bound_wait_and_the_next_search_catches_up(tmp_path, monkeypatch):
+def test_turns_added_in_a_step_beyond_its_bound_wait_and_the_worker_then_catches_up(tmp_path, monkeypatch):
     """Turns a user adds while its step runs, more than STEP_TURNS of them, are not embedded by that
     step's commits: each worker call computes at most STEP_TURNS of them, the commits leave the
-    user's search state behind, and the next search catches it up from the store, finding what a
-    memory opened afresh on the same store finds."""
+    user's search state behind, and once the turns have their vectors the worker catches the state
+    up from the store (the user's search does not), finding what a memory opened afresh finds."""
     monkeypatch.setattr("retrieval.api.backlog.STEP_TURNS", 6)
-    embedder = ChunkHeldEmbedder("a story 0 ")  # in the step of a's first turns
-    a_turns = chat("a", 34)
-    queries = ["a story 33 gardens", "a story 2 tomatoes", "gardens and tomatoes"]
-    with Memory.open(tmp_path, embedder=embedder, fingerprinter=WordFingerprinter()) as mem:
+    catch_up, caught = SearchStates._catch_up, []
+    monkeypatch.setattr(SearchStates, "_catch_up", lambda self, *args: caught.append(
+        threading.current_thread().name) or catch_up(self, *args))
+    embedder, extractor = CountingEmbedder(), HeldExtractor("a")
+    a_turns = chat("a", 60)
+    queries = ["a story 59 gardens", "a story 2 tomatoes", "gardens and tomatoes"]
+    with Memory.open(tmp_path, embedder=embedder, fingerprinter=WordFingerprinter(),
+                     extractor=extractor) as mem:
         try:
-            mem.add(a_turns[:4], user_id="a", session_id="s")
+            mem.add(a_turns[:30], user_id="a", session_id="s")
             mem.search("warm", user_id="a", k=3)  # a's search state is held
-            assert embedder.hold.entered.wait(WAIT_S)  # the worker is in a's first step
-            mem.add(a_turns[4:], user_id="a", session_id="s")  # 30 turns: five steps' worth
+            assert extractor.hold.entered.wait(WAIT_S)  # the worker is inside a's first segment
+            mem.add(a_turns[30:], user_id="a", session_id="s")  # 30 turns: five steps' worth
         finally:
-            embedder.hold.released.set()
+            extractor.hold.released.set()
         mem.drain(timeout_s=WAIT_S)
+        assert set(caught) == {"memory-ingest"}
         caught_up = [hit_ids(mem, query, "a") for query in queries]
-    flood = {f"{turn['speaker']}: {turn['text']}" for turn in a_turns[4:]}
+        assert set(caught) == {"memory-ingest"}
+        assert any("a-59" in hit.turns for hit in mem.search(queries[0], user_id="a", k=5).hits)
+    flood = {f"{turn['speaker']}: {turn['text']}" for turn in a_turns[30:]}
     per_call = [len(flood.intersection(texts)) for name, texts in embedder.calls if name == "memory-ingest"]
     assert max(per_call) == 6 and sum(per_call) == 30  # each flood turn once, six at most a call
     with open_memory(tmp_path) as fresh:
         assert [hit_ids(fresh, query, "a") for query in queries] == caught_up
         fresh.flush(user_id="a", session_id="s")
-    assert any(hit[0] == "a:turn:a-33" for hit in caught_up[0])
     covered_once(tmp_path, "a")
 
 

@@ -12,8 +12,10 @@ fingerprint set later) drops the state, to be built again from the store by the 
 needs it. The memory's own writes extend a state in place (:meth:`SearchStates.extend`): their
 transactions report the user's rows at their start and end
 (:meth:`retrieval.memory.store.AMUStore.tracking`), and a state extends only when the first start
-is the rows it holds and each start is the previous end; else another writer committed between,
-and the state is left as it was, for the next search to catch up from the store. A state's rows
+is the rows it holds and each start is the previous end; else another writer committed between
+(or the memory committed turns the state had not taken in yet), and the state is left as it was,
+for the next search to catch up from the store, or the memory's next step of the user
+(:meth:`SearchStates.refresh`). A state's rows
 are read before and after it is built: a commit that lands during the build may be in the state
 in part, so such a state serves its search and is built again for the next one.
 
@@ -53,6 +55,7 @@ class _Held:
     rows: tuple[int, ...]
     size: int
     checked: int
+    behind: bool = False  # an extend by the memory's own write was refused
 
 
 class SearchStates:
@@ -68,15 +71,7 @@ class SearchStates:
 
     def get(self, user: str) -> MemoryBank:
         """The user's state as of the store's latest commit, most recently used from now on."""
-        version = self.store.data_version()
-        held = self._held.get(user)
-        if held is not None and held.checked != version:
-            rows = self.store.user_version(user)
-            if held.rows and (rows == held.rows or self._catch_up(user, held, rows)):
-                held.checked = version
-            else:
-                self.drop(user)
-                held = None
+        held, version = self._checked(user)
         if held is None:
             held = _Held(*self._built(user, version), 0, version)
             with self._guard:
@@ -87,6 +82,29 @@ class SearchStates:
                 if user in self._held:
                     self._held.move_to_end(user)
         return held.bank
+
+    def refresh(self, user: str) -> None:
+        """Bring the user's held state up to the store's latest commit, as its next search would,
+        if the memory's own writes left it behind (:meth:`extend` refused them): caught up from the
+        store, or dropped if it cannot be. No state is built, and its place in the order stays."""
+        held = self._held.get(user)
+        if held is not None and held.behind:
+            self._checked(user)
+
+    def _checked(self, user: str) -> tuple[_Held | None, int]:
+        """The user's held state, checked against the store's latest commit (caught up where rows
+        were only appended), or None: none held, or the one held dropped; and the store's
+        ``data_version`` read before."""
+        version = self.store.data_version()
+        held = self._held.get(user)
+        if held is not None and held.checked != version:
+            rows = self.store.user_version(user)
+            if held.rows and (rows == held.rows or self._catch_up(user, held, rows)):
+                held.checked, held.behind = version, False
+            else:
+                self.drop(user)
+                return None, version
+        return held, version
 
     def _built(self, user: str, version: int) -> tuple[MemoryBank, tuple[int, ...]]:
         """A state built from the store and the user's rows it reflects: read before and after the
@@ -113,6 +131,7 @@ class SearchStates:
             return
         starts, ends = [start for start, _ in marks], [held.rows] + [end for _, end in marks[:-1]]
         if starts != ends:
+            held.behind = True
             return
         held.bank.add_turns(turns)
         held.bank.add_records(self.store, amus)

@@ -80,14 +80,16 @@ class UnindexedTurns:
         return True
 
     def index(self, user: str) -> None:
-        """The user's waiting turns join its search state (the vectors not computed yet, in one call)."""
+        """The user's waiting turns join its search state (the vectors not computed yet, in one
+        call), and a state that commits made while turns waited left behind catches up."""
         with self._lock:
             entries = self._waiting.pop(user, [])
-        if entries:
-            with kept():  # under the user's guard (its adds and searches wait): foreground, unshared
+        with kept():  # under the user's guard (its adds and searches wait): foreground, unshared
+            if entries:
                 self._compute(user, entries)
             for entry in entries:
                 self.states.extend(user, entry.marks, turns=entry.turns)
+            self.states.refresh(user)
 
     def drop(self, user: str) -> None:
         """Forget the user's waiting turns (its search state was dropped, or the turns purged)."""

@@ -641,6 +641,37 @@ def test_an_error_around_a_step_is_the_users_failure_and_the_worker_goes_on(tmp_
         covered_once(tmp_path, user)
 
 
+def test_a_user_whose_rows_cannot_be_read_fails_alone_and_the_worker_goes_on(tmp_path):
+    """An internal error on every read of one user's turns (a damaged page of them, say), the
+    worker's count of them after the failure included: the user's drain reports it, the other
+    users' turns are processed, and the user's once its rows read again."""
+    with open_memory(tmp_path) as mem:
+        store, damaged = mem.store, {"a"}
+
+        def failing(read):
+            def read_unless_damaged(user, *args, **options):
+                if user in damaged:
+                    raise RuntimeError("internal error: could not read block 7")
+                return read(user, *args, **options)
+            return read_unless_damaged
+
+        for name in ("backlog", "uncovered_turns", "uncovered_turn_ids"):
+            setattr(store, name, failing(getattr(store, name)))
+        mem.add(chat("a", 12), user_id="a", session_id="s")
+        with pytest.raises(IngestFailed, match="could not read block 7"):
+            mem.drain(user_id="a", timeout_s=WAIT_S)
+        mem.add(chat("b", 4), user_id="b", session_id="s")
+        mem.drain(user_id="b", timeout_s=WAIT_S)
+        assert mem._backlog._thread.is_alive() and mem.pending(user_id="a") == 12
+        damaged.clear()
+        for user, count in (("a", 12), ("b", 4)):  # a flush tries the backlog itself
+            mem.flush(user_id=user, session_id="s")
+            assert len(mem.list(user_id=user, limit=50).items) == count
+        assert mem.pending() == 0
+    for user in "ab":
+        covered_once(tmp_path, user)
+
+
 def test_a_store_that_fails_inside_a_step_is_no_failure_of_the_user_and_the_worker_goes_on(tmp_path,
                                                                                              monkeypatch):
     """A database restart while the worker commits a segment: not the user's failed step (that

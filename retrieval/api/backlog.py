@@ -286,7 +286,12 @@ class Backlog:
         return IngestFailed(f"processing the turns of user {user!r} failed: {state.error}", "user_id")
 
     def _reset(self, user: str, state: UserProgress, error: str | None) -> None:
-        count = len(self.store.uncovered_turns(user))
+        try:
+            count = len(self.store.uncovered_turn_ids(user))
+        except Exception:
+            if error is None:
+                raise  # a purge's reset: its caller reports the store's error
+            count = state.pending  # the user's rows fail this read too: counted again at the retry
         with self._changed:
             state.stream, state.fed, state.error, state.pending = None, 0, error, count
             if count and error is None:

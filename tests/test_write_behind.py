@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from retrieval import Memory
+from retrieval.api.backlog import Backlog
 from retrieval.api.closing import UserGuards
 from retrieval.api.errors import IngestFailed, MemoryBusy
 from retrieval.api.states import SearchStates
@@ -295,10 +296,9 @@ def test_the_worker_takes_the_users_due_in_turn_a_step_each(tmp_path, monkeypatc
 
 
 def test_a_step_computes_the_vectors_of_a_bounded_number_of_added_turns(tmp_path, monkeypatch):
-    """A segment's commit needs every turn added before it in the user's search state; while more
-    than STEP_TURNS of a user's added turns wait for their vectors, a step computes STEP_TURNS of
-    them and feeds nothing, so a user due behind waits for that, not for the vectors of the whole
-    backlog; each vector is computed once, the search state reading back what the steps cached."""
+    """A step computes the vectors of at most STEP_TURNS of the turns its user added, beside its
+    exchanges, so a user due behind waits for that, not for the vectors of the whole backlog; each
+    vector is computed once, the search state reading back what the steps cached."""
     monkeypatch.setattr("retrieval.api.backlog.STEP_TURNS", 6)
     embedder = HeldEmbedder()
     a_turns = chat("a", 30)
@@ -315,13 +315,41 @@ def test_a_step_computes_the_vectors_of_a_bounded_number_of_added_turns(tmp_path
             mem.flush(user_id=user, session_id="s")
     calls = [texts for name, texts in embedder.calls if name == "memory-ingest"]
     rendered = [f"{turn['speaker']}: {turn['text']}" for turn in a_turns]
-    assert calls[0] == rendered[:6]  # a's first step: six turns' vectors, no exchange
+    turns, exchanges = ([text for text in calls[0] if ("\n" in text) == pair] for pair in (False, True))
+    assert turns == rendered[:6] and len(exchanges) == 3  # a's first step: six turns and their exchanges
     assert all("b story" in text for text in calls[1])  # then b's step
     computed = Counter(text for _, texts in embedder.calls for text in texts)
     assert [computed[text] for text in rendered] == [1] * 30
     assert any("a-29" in hit.turns for hit in hits)
     for user in "ab":
         covered_once(tmp_path, user)
+
+
+def test_a_user_adding_faster_than_a_step_computes_still_has_its_turns_fed(tmp_path, monkeypatch):
+    """A user whose adds outrun the vectors one step computes (seven turns before each of its steps
+    of STEP_TURNS six) still has its turns fed and its segments committed step by step, not
+    only once its backlog is full and its adds refused."""
+    monkeypatch.setattr("retrieval.api.backlog.STEP_TURNS", 6)
+    process, covered = Backlog.process, []
+    mem = open_memory(tmp_path)
+
+    def flooding(self, user, limit=None):
+        if threading.current_thread().name != "memory-ingest" or len(covered) == 12:
+            return process(self, user, limit)
+        start = 7 * len(covered)
+        mem.add(chat(user, start + 7)[start:], user_id=user, session_id="s")
+        amus = process(self, user, limit)
+        covered.append(sum(len(segment.turn_ids) for segment in mem.store.segments(user)))
+        return amus
+
+    monkeypatch.setattr(Backlog, "process", flooding)
+    with mem:
+        mem.add(chat("start", 1), user_id="a", session_id="x")
+        mem.drain(timeout_s=WAIT_S)
+        assert len(covered) == 12 and covered[-1] >= 30
+        mem.flush(user_id="a", session_id="s")
+        mem.flush(user_id="a", session_id="x")
+    covered_once(tmp_path, "a")
 
 
 def test_turns_added_in_a_step_beyond_its_bound_wait_and_the_worker_then_catches_up(tmp_path, monkeypatch):

@@ -71,8 +71,8 @@ from retrieval.memory.store_contract import Store
 STEP_TURNS = 512
 """The most turns a step embeds and feeds in one call, and the most a step of the worker takes: a
 closing memory stops between such chunks (10,000 turns took 52 s as one call), and the users due take
-turns, a chunk each (or the vectors of this many turns the user added, :meth:`Backlog.process`), so a
-user waits for one step of each user ahead of it, not for their whole backlogs; a recorded session
+turns, a chunk each (and the vectors of at most this many turns the user added, :meth:`Backlog.process`),
+so a user waits for one step of each user ahead of it, not for their whole backlogs; a recorded session
 (:mod:`retrieval.api.bulk`) is one chunk."""
 POLL_S = 1.0
 """How often an idle worker over a store that other processes write looks for their users' work."""
@@ -167,16 +167,13 @@ class Backlog:
         """Feed the user's turns stored so far to its stream, :data:`STEP_TURNS` at a time (its pending
         count dropping chunk by chunk), all or the first ``limit`` (a stream loaded again maybe more:
         :meth:`Store.backlog`); returns the records of the segments that closed, or raises
-        :class:`IngestFailed`. While more than ``limit`` turns the user added lack their vectors, it
-        computes ``limit`` of them instead and feeds nothing, and its commits leave the added turns
-        waiting (:meth:`UnindexedTurns.ready`): a bounded step. The caller holds the ``stream`` guard."""
+        :class:`IngestFailed`. Beside its exchanges it computes the vectors of at most ``limit`` of the
+        turns the user added, and while more lack theirs its commits leave those waiting
+        (:meth:`UnindexedTurns.ready`): a bounded step. The caller holds the ``stream`` guard."""
         guard = self.guards.of(user)
         with self._changed:
             state = self._users.setdefault(user, UserProgress())
         with self._step(user, state), background():
-            if limit is not None and self.unindexed.behind(user) > limit:
-                self.unindexed.prepare(user, limit=limit)
-                return []
             if self.store.concurrent_writers and state.stream is not None \
                     and state.marks != self.store.ingestion_marks(user):
                 state.stream = None  # another node closed segments of the user or purged: reload

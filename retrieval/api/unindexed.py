@@ -10,9 +10,10 @@ extend finds them cached); a search computes the ones not computed yet itself. S
 finds every turn added before it starts, and an add costs its commit only. Where more wait than a
 step of the worker computes (a user's bulk of adds), the worker computes them a step at a time and
 commits without them (:meth:`UnindexedTurns.ready`): its commits then do not follow the state,
-which the user's next search catches up from the store. They are cached only while the user's
-purge count is the one read before the earliest of those adds (a purge through another server may
-remove the turns before they are embedded).
+which catches up from the store when they are indexed
+(:meth:`retrieval.api.states.SearchStates.refresh`) or at the user's next search, whichever comes
+first. They are cached only while the user's purge count is the one read before the earliest of
+those adds (a purge through another server may remove the turns before they are embedded).
 
 :meth:`UnindexedTurns.index` and :meth:`UnindexedTurns.drop` are called under the user's ``state``
 guard (:class:`retrieval.api.closing.UserGuard`); the table of waiting turns is shared by all users
@@ -73,7 +74,7 @@ class UnindexedTurns:
         """:meth:`prepare` the user's waiting turns if at most ``limit`` (None: any number) lack
         their vectors; whether it did. With more, they keep waiting and are not indexed: what the
         worker commits meanwhile does not follow the user's search state (its marks do not), which
-        the user's next search then catches up from the store (:meth:`SearchStates.get`)."""
+        catches up from the store when they are indexed (:meth:`index`) or the user searches."""
         if limit is not None and self.behind(user) > limit:
             return False
         self.prepare(user)

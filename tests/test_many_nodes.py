@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ import pytest
 from benchmarks.service_process import ROOT, Server, bearer, child_env, free_port
 from retrieval.api.errors import Conflict, StoreUnavailable
 from retrieval.api.memory import Memory
+from retrieval.api.states import SearchStates
+from retrieval.index.model_thread import calling_thread
 from retrieval.memory.backends import open_store
 from retrieval.service import limits
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
@@ -316,6 +319,60 @@ def test_a_node_catches_its_search_state_up_with_another_nodes_appends(postgres_
         a.forget(user_id="u", session_id="s0")
         assert not b.search(queries[0], user_id="u").hits and builds == ["u", "u"]
     finally:
+        a.close()
+        b.close()
+
+
+def test_a_nodes_worker_leaves_another_nodes_bulk_to_the_users_search(postgres_url, monkeypatch) -> None:
+    """Where another node added more turns than a step computes, and their vectors are not cached
+    yet (that node's worker has not come to them), this node's worker does not catch its search
+    state of the user up with them (it would compute them all in one call, under the user's guard,
+    every user behind waiting): the user's next search does, finding what a fresh memory finds."""
+    monkeypatch.setattr("retrieval.api.backlog.STEP_TURNS", 6)
+    calls: list[tuple[bool, list[str]]] = []  # (made while catching a state up, texts)
+    refreshing: set[int] = set()
+    refresh = SearchStates.refresh
+
+    def traced(self, user, *bound):
+        refreshing.add(threading.get_ident())
+        try:
+            return refresh(self, user, *bound)
+        finally:
+            refreshing.discard(threading.get_ident())
+
+    class Counting(WordEmbedder):
+        def encode(self, texts):
+            calls.append((calling_thread().ident in refreshing, list(texts)))
+            return super().encode(texts)
+
+    monkeypatch.setattr(SearchStates, "refresh", traced)
+
+    def talk(prefix: str, n: int, text: str = "turn {} about gardens") -> list[dict]:
+        return [{"speaker": "AB"[i % 2], "turn_id": f"{prefix}-{i}", "text": text.format(i)}
+                for i in range(n)]
+
+    a = Memory.open(postgres_url, embedder=Counting(), fingerprinter=WordFingerprinter())
+    b = Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+    held, take = threading.Event(), b._backlog._take
+    b._backlog._take = lambda user: held.wait(WAIT_S) and take(user)  # type: ignore[method-assign]
+    try:
+        a.add(talk("a", 4), user_id="u", session_id="s1")
+        a.drain(user_id="u", timeout_s=WAIT_S)
+        a.search("warm", user_id="u")  # the node holds the user's state
+        b.add(talk("b", 60, "bulk {} about kites"), user_id="u", session_id="s2")
+        a.add(talk("a-more", 2), user_id="u", session_id="s1")  # its extend is refused
+        a.drain(user_id="u", timeout_s=WAIT_S)
+        bulk = {f"{turn['speaker']}: {turn['text']}" for turn in talk("b", 60, "bulk {} about kites")}
+        assert not any(bulk.intersection(texts) for inside, texts in calls if inside)
+        query = "bulk 59 about kites"
+        found = a.search(query, user_id="u", k=8).hits
+        hits = [(h.id, h.score) for h in found]
+        with Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(),
+                         read_only=True) as fresh:
+            assert hits == [(h.id, h.score) for h in fresh.search(query, user_id="u", k=8).hits]
+        assert "bulk 59 about kites" in found[0].text
+    finally:
+        held.set()
         a.close()
         b.close()
 

@@ -26,9 +26,11 @@ from retrieval.api.backlog import Backlog
 from retrieval.api.closing import UserGuards
 from retrieval.api.errors import IngestFailed, MemoryBusy
 from retrieval.api.states import SearchStates
+from retrieval.api.unindexed import UnindexedTurns
 from retrieval.consolidation.operations import OfflineOperator
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.model_thread import calling_thread
+from retrieval.memory.records import Turn
 from retrieval.memory.store import AMUStore
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 
@@ -323,6 +325,49 @@ def test_a_step_computes_the_vectors_of_a_bounded_number_of_added_turns(tmp_path
     assert any("a-29" in hit.turns for hit in hits)
     for user in "ab":
         covered_once(tmp_path, user)
+
+
+class RecordingStates:
+    """A search-state table that records the turns it is given."""
+
+    def __init__(self) -> None:
+        self.turns: list[str] = []
+
+    def extend(self, user, marks, turns=()):
+        self.turns += [turn.turn_id for turn in turns]
+
+    def refresh(self, user, most=None):
+        pass
+
+
+class CountingModel:
+    """A cached embedder's interface, counting the texts of each call."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def for_user(self, user, purges=None):
+        return self
+
+    def encode(self, texts):
+        self.calls.append(len(texts))
+
+
+def test_a_bulk_added_after_the_worker_prepared_keeps_waiting_at_its_index():
+    """The worker computes the vectors of a user's added turns, then indexes them under the user's
+    guard (every call of the user waiting); a bulk of more than the step's bound added in between
+    is not computed there: it keeps waiting for a later step or the user's search, which takes in
+    everything."""
+    states, model = RecordingStates(), CountingModel()
+    waiting = UnindexedTurns(states, model)  # type: ignore[arg-type]
+    turns = [Turn("a", "s", f"t-{i}", "Ann", f"story {i}") for i in range(303)]
+    waiting.added("a", [(0, 1)], turns[:3], 0)
+    assert waiting.ready("a", 6) and model.calls == [3]
+    waiting.added("a", [(1, 2)], turns[3:], 0)
+    waiting.index("a", 6)  # the worker, under the user's guard
+    assert states.turns == [] and model.calls == [3] and waiting.behind("a") == 300
+    waiting.index("a")  # the user's search
+    assert states.turns == [turn.turn_id for turn in turns] and model.calls == [3, 300]
 
 
 def test_a_user_adding_faster_than_a_step_computes_still_has_its_turns_fed(tmp_path, monkeypatch):

@@ -199,7 +199,7 @@ class Backlog:
                     counted += len(chunk)
             if self.unindexed.ready(user, limit):
                 with guard.state:
-                    self.unindexed.index(user)
+                    self.unindexed.index(user, limit)
         state.fed = last
         state.remember(self.store, user)
         with self._changed:
@@ -308,7 +308,7 @@ class Backlog:
         ready = self.unindexed.ready(stream.user, STEP_TURNS)
         with self.guards.of(stream.user).state:
             if ready:
-                self.unindexed.index(stream.user)
+                self.unindexed.index(stream.user, STEP_TURNS)
             with self.store.tracking(stream.user) as marks:
                 stream.store_segment(record, amus)
             self.states.extend(stream.user, marks, amus=amus, closed=record.turn_ids)

@@ -83,12 +83,15 @@ class SearchStates:
                     self._held.move_to_end(user)
         return held.bank
 
-    def refresh(self, user: str) -> None:
+    def refresh(self, user: str, most: int | None = None) -> None:
         """Bring the user's held state up to the store's latest commit, as its next search would,
-        if the memory's own writes left it behind (:meth:`extend` refused them): caught up from the
-        store, or dropped if it cannot be. No state is built, and its place in the order stays."""
+        if the memory's own writes left it behind (:meth:`extend` refused them) and it takes in at
+        most ``most`` turns so (None: any number; turns another node added may have no vectors
+        yet): caught up from the store, or dropped if it cannot be. No state is built."""
         held = self._held.get(user)
-        if held is not None and held.behind:
+        if held is None or not held.behind:
+            return
+        if most is None or not held.rows or self.store.user_version(user)[0] - held.rows[0] <= most:
             self._checked(user)
 
     def _checked(self, user: str) -> tuple[_Held | None, int]:

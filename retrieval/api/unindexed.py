@@ -61,7 +61,7 @@ class UnindexedTurns:
 
     def behind(self, user: str) -> int:
         """How many of the user's waiting turns have no vectors computed yet."""
-        return sum(len(entry.turns) - entry.computed for entry in self._entries(user))
+        return _lacking(self._entries(user))
 
     def prepare(self, user: str, more: Sequence[str] = (), purges: int | None = None,
                 limit: int | None = None) -> None:
@@ -77,20 +77,25 @@ class UnindexedTurns:
         catches up from the store when they are indexed (:meth:`index`) or the user searches."""
         if limit is not None and self.behind(user) > limit:
             return False
-        self.prepare(user)
+        self.prepare(user, limit=limit)
         return True
 
-    def index(self, user: str) -> None:
+    def index(self, user: str, limit: int | None = None) -> None:
         """The user's waiting turns join its search state (the vectors not computed yet, in one
-        call), and a state that commits made while turns waited left behind catches up."""
+        call) unless more than ``limit`` (None: any number) lack them, a bulk added since the
+        caller prepared them (they keep waiting); and a state that commits made while turns waited
+        left behind catches up (:meth:`retrieval.api.states.SearchStates.refresh`, as bounded)."""
         with self._lock:
-            entries = self._waiting.pop(user, [])
+            entries = self._waiting.get(user, [])
+            if limit is not None and _lacking(entries) > limit:
+                return
+            self._waiting.pop(user, None)
         with kept():  # under the user's guard (its adds and searches wait): foreground, unshared
             if entries:
                 self._compute(user, entries)
             for entry in entries:
                 self.states.extend(user, entry.marks, turns=entry.turns)
-            self.states.refresh(user)
+            self.states.refresh(user, limit)
 
     def drop(self, user: str) -> None:
         """Forget the user's waiting turns (its search state was dropped, or the turns purged)."""
@@ -119,3 +124,8 @@ class UnindexedTurns:
             self.embedder.for_user(user, min(counts) if counts else None).encode(texts + list(more))
         for entry, count in taken:
             entry.computed += count
+
+
+def _lacking(entries: Sequence[_Added]) -> int:
+    """How many turns of ``entries`` have no vectors computed yet."""
+    return sum(len(entry.turns) - entry.computed for entry in entries)

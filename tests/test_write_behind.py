@@ -407,25 +407,29 @@ def test_turns_added_in_a_step_beyond_its_bound_wait_and_the_worker_then_catches
     monkeypatch.setattr(SearchStates, "_catch_up", lambda self, *args: caught.append(
         threading.current_thread().name) or catch_up(self, *args))
     embedder, extractor = CountingEmbedder(), HeldExtractor("a")
-    a_turns = chat("a", 60)
-    queries = ["a story 59 gardens", "a story 2 tomatoes", "gardens and tomatoes"]
+    a_turns = chat("a", 90)
+    queries = ["a story 89 gardens", "a story 2 tomatoes", "gardens and tomatoes"]
     with Memory.open(tmp_path, embedder=embedder, fingerprinter=WordFingerprinter(),
                      extractor=extractor) as mem:
         try:
             mem.add(a_turns[:30], user_id="a", session_id="s")
             mem.search("warm", user_id="a", k=3)  # a's search state is held
             assert extractor.hold.entered.wait(WAIT_S)  # the worker is inside a's first segment
-            mem.add(a_turns[30:], user_id="a", session_id="s")  # 30 turns: five steps' worth
+            mem.add(a_turns[30:60], user_id="a", session_id="s")  # 30 turns: five steps' worth
         finally:
             extractor.hold.released.set()
+        deadline = time.monotonic() + WAIT_S
+        while not mem.store.segments("a") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        mem.add(a_turns[60:], user_id="a", session_id="s")  # 30 more, after the state fell behind
         mem.drain(timeout_s=WAIT_S)
         assert set(caught) == {"memory-ingest"}
         caught_up = [hit_ids(mem, query, "a") for query in queries]
         assert set(caught) == {"memory-ingest"}
-        assert any("a-59" in hit.turns for hit in mem.search(queries[0], user_id="a", k=5).hits)
+        assert any("a-89" in hit.turns for hit in mem.search(queries[0], user_id="a", k=5).hits)
     flood = {f"{turn['speaker']}: {turn['text']}" for turn in a_turns[30:]}
     per_call = [len(flood.intersection(texts)) for name, texts in embedder.calls if name == "memory-ingest"]
-    assert max(per_call) == 6 and sum(per_call) == 30  # each flood turn once, six at most a call
+    assert max(per_call) == 6 and sum(per_call) == 60  # each flood turn once, six at most a call
     with open_memory(tmp_path) as fresh:
         assert [hit_ids(fresh, query, "a") for query in queries] == caught_up
         fresh.flush(user_id="a", session_id="s")

@@ -56,6 +56,7 @@ class _Held:
     size: int
     checked: int
     behind: bool = False  # an extend by the memory's own write was refused
+    refused: int = 0  # the turns of those writes (their vectors computed)
 
 
 class SearchStates:
@@ -86,13 +87,15 @@ class SearchStates:
     def refresh(self, user: str, most: int | None = None) -> None:
         """Bring the user's held state up to the store's latest commit, as its next search would,
         if the memory's own writes left it behind (:meth:`extend` refused them) and it takes in at
-        most ``most`` turns so (None: any number; turns another node added may have no vectors
-        yet): caught up from the store, or dropped if it cannot be. No state is built."""
+        most ``most`` turns of other writers so (None: any number; another node's may have no
+        vectors yet): caught up from the store, or dropped if it cannot be. No state is built."""
         held = self._held.get(user)
         if held is None or not held.behind:
             return
-        if most is None or not held.rows or self.store.user_version(user)[0] - held.rows[0] <= most:
-            self._checked(user)
+        if most is not None and held.rows:
+            if self.store.user_version(user)[0] - held.rows[0] - held.refused > most:
+                return
+        self._checked(user)
 
     def _checked(self, user: str) -> tuple[_Held | None, int]:
         """The user's held state, checked against the store's latest commit (caught up where rows
@@ -103,7 +106,7 @@ class SearchStates:
         if held is not None and held.checked != version:
             rows = self.store.user_version(user)
             if held.rows and (rows == held.rows or self._catch_up(user, held, rows)):
-                held.checked, held.behind = version, False
+                held.checked, held.behind, held.refused = version, False, 0
             else:
                 self.drop(user)
                 return None, version
@@ -134,7 +137,7 @@ class SearchStates:
             return
         starts, ends = [start for start, _ in marks], [held.rows] + [end for _, end in marks[:-1]]
         if starts != ends:
-            held.behind = True
+            held.behind, held.refused = True, held.refused + len(turns)
             return
         held.bank.add_turns(turns)
         held.bank.add_records(self.store, amus)

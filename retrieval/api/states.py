@@ -34,7 +34,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from retrieval.memory.records import AMU, Turn
@@ -56,7 +56,7 @@ class _Held:
     size: int
     checked: int
     behind: bool = False  # an extend by the memory's own write was refused
-    refused: int = 0  # the turns of those writes (their vectors computed)
+    refused: set[str] = field(default_factory=set)  # the ids of those writes' turns (vectors computed)
 
 
 class SearchStates:
@@ -90,23 +90,23 @@ class SearchStates:
         most ``most`` turns of other writers so (None: any number; another node's may have no
         vectors yet): caught up from the store, or dropped if it cannot be. No state is built."""
         held = self._held.get(user)
-        if held is None or not held.behind:
-            return
-        if most is not None and held.rows:
-            if self.store.user_version(user)[0] - held.rows[0] - held.refused > most:
-                return
-        self._checked(user)
+        if held is not None and held.behind:
+            self._checked(user, most)
 
-    def _checked(self, user: str) -> tuple[_Held | None, int]:
+    def _checked(self, user: str, most: int | None = None) -> tuple[_Held | None, int]:
         """The user's held state, checked against the store's latest commit (caught up where rows
-        were only appended), or None: none held, or the one held dropped; and the store's
+        were only appended, unless that takes in more than ``most`` turns of other writers: then
+        left as it was), or None: none held, or the one held dropped; and the store's
         ``data_version`` read before."""
         version = self.store.data_version()
         held = self._held.get(user)
         if held is not None and held.checked != version:
             rows = self.store.user_version(user)
-            if held.rows and (rows == held.rows or self._catch_up(user, held, rows)):
-                held.checked, held.behind, held.refused = version, False, 0
+            caught = bool(held.rows) and (rows == held.rows or self._catch_up(user, held, rows, most))
+            if caught is None:
+                return held, version
+            if caught:
+                held.checked, held.behind, held.refused = version, False, set()
             else:
                 self.drop(user)
                 return None, version
@@ -137,7 +137,8 @@ class SearchStates:
             return
         starts, ends = [start for start, _ in marks], [held.rows] + [end for _, end in marks[:-1]]
         if starts != ends:
-            held.behind, held.refused = True, held.refused + len(turns)
+            held.behind = True
+            held.refused.update(turn.turn_id for turn in turns)
             return
         held.bank.add_turns(turns)
         held.bank.add_records(self.store, amus)
@@ -145,7 +146,8 @@ class SearchStates:
         held.rows = marks[-1][1]
         self._resize(user, held)
 
-    def _catch_up(self, user: str, held: _Held, rows: tuple[int, ...]) -> bool:
+    def _catch_up(self, user: str, held: _Held, rows: tuple[int, ...],
+                  most: int | None = None) -> bool | None:
         """Extend ``held`` by the user's turns and active records stored after the last ones it
         holds, if they are the whole difference between its rows and ``rows`` (the user's rows
         now, :meth:`retrieval.memory.store_contract.Versions.user_version`: counts and highest
@@ -155,9 +157,13 @@ class SearchStates:
         it did. Positions only grow and a user's writers commit one at a time, so appended rows
         are exactly those after the held positions; a purge or an archive lowers a count, a later
         fingerprint raises one that nothing appended explains, and a commit landing meanwhile adds
-        rows ``rows`` does not count."""
+        rows ``rows`` does not count. None, leaving it as it was, where the turns it read hold more
+        than ``most`` that are not the memory's own it refused (another node's bulk, perhaps
+        without vectors yet: the worker leaves it to the user's search)."""
         turn_count, last_turn, record_count, last_record, printed, _ = held.rows
         turns, turn_seen, _ = self.store.backlog(user, last_turn)
+        if most is not None and sum(turn.turn_id not in held.refused for turn in turns) > most:
+            return None
         more = rows[2] - record_count
         found = self.store.page(user, after=last_record, limit=more + 1) if more > 0 else []
         amus = [amu for _, amu in found]

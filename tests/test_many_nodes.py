@@ -377,6 +377,61 @@ def test_a_nodes_worker_leaves_another_nodes_bulk_to_the_users_search(postgres_u
         b.close()
 
 
+def test_a_nodes_own_turns_another_node_forgot_do_not_hide_its_bulk_from_the_bound(postgres_url,
+                                                                                   monkeypatch) -> None:
+    """This node's own turns that its state left behind (another node's turns came between) do not
+    count against the bound on the other writers' turns the worker's catch-up takes in, even once
+    another node forgot them: another node's bulk without vectors is still left to the search."""
+    monkeypatch.setattr("retrieval.api.backlog.STEP_TURNS", 6)
+    inside: list[str] = []  # texts computed while a worker catches a state up
+    refreshing: set[int] = set()
+    refresh = SearchStates.refresh
+
+    def traced(self, user, *bound):
+        refreshing.add(threading.get_ident())
+        try:
+            return refresh(self, user, *bound)
+        finally:
+            refreshing.discard(threading.get_ident())
+
+    class Counting(WordEmbedder):
+        def encode(self, texts):
+            if calling_thread().ident in refreshing:
+                inside.extend(texts)
+            return super().encode(texts)
+
+    def talk(prefix: str, n: int) -> list[dict]:
+        return [{"speaker": "AB"[i % 2], "turn_id": f"{prefix}-{i}", "text": f"{prefix} turn {i} about kites"}
+                for i in range(n)]
+
+    monkeypatch.setattr(SearchStates, "refresh", traced)
+    a = Memory.open(postgres_url, embedder=Counting(), fingerprinter=WordFingerprinter())
+    b = Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+    held, take = threading.Event(), b._backlog._take
+    b._backlog._take = lambda user: held.wait(WAIT_S) and take(user)  # type: ignore[method-assign]
+    try:
+        a.add(talk("first", 4), user_id="u", session_id="s1")
+        a.drain(user_id="u", timeout_s=WAIT_S)
+        a.search("warm", user_id="u")  # the node holds the user's state
+        b.add(talk("small", 7), user_id="u", session_id="s3")
+        a.add(talk("own", 30), user_id="u", session_id="s2")  # refused: b's turns came between
+        a.drain(user_id="u", timeout_s=WAIT_S)
+        b.forget(user_id="u", session_id="s2")
+        b.add(talk("bulk", 29), user_id="u", session_id="s3")  # b's worker holds: no vectors
+        a.add(talk("last", 1), user_id="u", session_id="s1")
+        a.drain(user_id="u", timeout_s=WAIT_S)
+        assert not [text for text in inside if "bulk turn" in text]
+        query = "bulk turn 28 about kites"
+        found = [(h.id, h.score) for h in a.search(query, user_id="u", k=8).hits]
+        with Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(),
+                         read_only=True) as fresh:
+            assert found == [(h.id, h.score) for h in fresh.search(query, user_id="u", k=8).hits]
+    finally:
+        held.set()
+        a.close()
+        b.close()
+
+
 def test_a_segment_without_records_closes_its_turns_on_every_node(postgres_url) -> None:
     """Small talk makes a segment with no records: committed by another node, or by this node
     after another node's add, its turns stop standing in for records on this node too, as in a

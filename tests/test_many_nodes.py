@@ -14,6 +14,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -323,13 +324,13 @@ def test_a_node_catches_its_search_state_up_with_another_nodes_appends(postgres_
         b.close()
 
 
-def test_a_nodes_worker_leaves_another_nodes_bulk_to_the_users_search(postgres_url, monkeypatch) -> None:
-    """Where another node added more turns than a step computes, and their vectors are not cached
-    yet (that node's worker has not come to them), this node's worker does not catch its search
-    state of the user up with them (it would compute them all in one call, under the user's guard,
-    every user behind waiting): the user's next search does, finding what a fresh memory finds."""
+@contextmanager
+def _behind_another_node(url: str, monkeypatch) -> Iterator[tuple[Memory, Memory, list[str]]]:
+    """Two nodes, STEP_TURNS six: ``a``, whose embedder records the texts it computes while a
+    worker catches a search state up (the list yielded), and ``b``, whose worker is held until the
+    end, so that b's turns have no vectors cached."""
     monkeypatch.setattr("retrieval.api.backlog.STEP_TURNS", 6)
-    calls: list[tuple[bool, list[str]]] = []  # (made while catching a state up, texts)
+    inside: list[str] = []
     refreshing: set[int] = set()
     refresh = SearchStates.refresh
 
@@ -340,41 +341,56 @@ def test_a_nodes_worker_leaves_another_nodes_bulk_to_the_users_search(postgres_u
         finally:
             refreshing.discard(threading.get_ident())
 
-    class Counting(WordEmbedder):
+    class Recording(WordEmbedder):
         def encode(self, texts):
-            calls.append((calling_thread().ident in refreshing, list(texts)))
+            if calling_thread().ident in refreshing:
+                inside.extend(texts)
             return super().encode(texts)
 
     monkeypatch.setattr(SearchStates, "refresh", traced)
-
-    def talk(prefix: str, n: int, text: str = "turn {} about gardens") -> list[dict]:
-        return [{"speaker": "AB"[i % 2], "turn_id": f"{prefix}-{i}", "text": text.format(i)}
-                for i in range(n)]
-
-    a = Memory.open(postgres_url, embedder=Counting(), fingerprinter=WordFingerprinter())
-    b = Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+    a = Memory.open(url, embedder=Recording(), fingerprinter=WordFingerprinter())
+    b = Memory.open(url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
     held, take = threading.Event(), b._backlog._take
     b._backlog._take = lambda user: held.wait(WAIT_S) and take(user)  # type: ignore[method-assign]
     try:
-        a.add(talk("a", 4), user_id="u", session_id="s1")
-        a.drain(user_id="u", timeout_s=WAIT_S)
-        a.search("warm", user_id="u")  # the node holds the user's state
-        b.add(talk("b", 60, "bulk {} about kites"), user_id="u", session_id="s2")
-        a.add(talk("a-more", 2), user_id="u", session_id="s1")  # its extend is refused
-        a.drain(user_id="u", timeout_s=WAIT_S)
-        bulk = {f"{turn['speaker']}: {turn['text']}" for turn in talk("b", 60, "bulk {} about kites")}
-        assert not any(bulk.intersection(texts) for inside, texts in calls if inside)
-        query = "bulk 59 about kites"
-        found = a.search(query, user_id="u", k=8).hits
-        hits = [(h.id, h.score) for h in found]
-        with Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(),
-                         read_only=True) as fresh:
-            assert hits == [(h.id, h.score) for h in fresh.search(query, user_id="u", k=8).hits]
-        assert "bulk 59 about kites" in found[0].text
+        yield a, b, inside
     finally:
         held.set()
         a.close()
         b.close()
+
+
+def _talk(prefix: str, n: int, text: str = "{prefix} turn {i} about kites") -> list[dict]:
+    return [{"speaker": "AB"[i % 2], "turn_id": f"{prefix}-{i}", "text": text.format(prefix=prefix, i=i)}
+            for i in range(n)]
+
+
+def _fresh_hits(url: str, query: str) -> list[tuple[str, float]]:
+    """The user u's hits for ``query`` from a memory opened afresh on the store."""
+    with Memory.open(url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(),
+                     read_only=True) as fresh:
+        return [(h.id, h.score) for h in fresh.search(query, user_id="u", k=8).hits]
+
+
+def test_a_nodes_worker_leaves_another_nodes_bulk_to_the_users_search(postgres_url, monkeypatch) -> None:
+    """Where another node added more turns than a step computes, and their vectors are not cached
+    yet (that node's worker has not come to them), this node's worker does not catch its search
+    state of the user up with them (it would compute them all in one call, under the user's guard,
+    every user behind waiting): the user's next search does, finding what a fresh memory finds."""
+    bulk_turns = _talk("b", 60, "bulk {i} about kites")
+    with _behind_another_node(postgres_url, monkeypatch) as (a, b, inside):
+        a.add(_talk("a", 4, "turn {i} about gardens"), user_id="u", session_id="s1")
+        a.drain(user_id="u", timeout_s=WAIT_S)
+        a.search("warm", user_id="u")  # the node holds the user's state
+        b.add(bulk_turns, user_id="u", session_id="s2")
+        a.add(_talk("a-more", 2, "turn {i} about gardens"), user_id="u", session_id="s1")  # refused
+        a.drain(user_id="u", timeout_s=WAIT_S)
+        bulk = {f"{turn['speaker']}: {turn['text']}" for turn in bulk_turns}
+        assert not bulk.intersection(inside)
+        query = "bulk 59 about kites"
+        found = a.search(query, user_id="u", k=8).hits
+        assert [(h.id, h.score) for h in found] == _fresh_hits(postgres_url, query)
+        assert "bulk 59 about kites" in found[0].text
 
 
 def test_a_nodes_own_turns_another_node_forgot_do_not_hide_its_bulk_from_the_bound(postgres_url,
@@ -382,54 +398,21 @@ def test_a_nodes_own_turns_another_node_forgot_do_not_hide_its_bulk_from_the_bou
     """This node's own turns that its state left behind (another node's turns came between) do not
     count against the bound on the other writers' turns the worker's catch-up takes in, even once
     another node forgot them: another node's bulk without vectors is still left to the search."""
-    monkeypatch.setattr("retrieval.api.backlog.STEP_TURNS", 6)
-    inside: list[str] = []  # texts computed while a worker catches a state up
-    refreshing: set[int] = set()
-    refresh = SearchStates.refresh
-
-    def traced(self, user, *bound):
-        refreshing.add(threading.get_ident())
-        try:
-            return refresh(self, user, *bound)
-        finally:
-            refreshing.discard(threading.get_ident())
-
-    class Counting(WordEmbedder):
-        def encode(self, texts):
-            if calling_thread().ident in refreshing:
-                inside.extend(texts)
-            return super().encode(texts)
-
-    def talk(prefix: str, n: int) -> list[dict]:
-        return [{"speaker": "AB"[i % 2], "turn_id": f"{prefix}-{i}", "text": f"{prefix} turn {i} about kites"}
-                for i in range(n)]
-
-    monkeypatch.setattr(SearchStates, "refresh", traced)
-    a = Memory.open(postgres_url, embedder=Counting(), fingerprinter=WordFingerprinter())
-    b = Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
-    held, take = threading.Event(), b._backlog._take
-    b._backlog._take = lambda user: held.wait(WAIT_S) and take(user)  # type: ignore[method-assign]
-    try:
-        a.add(talk("first", 4), user_id="u", session_id="s1")
+    with _behind_another_node(postgres_url, monkeypatch) as (a, b, inside):
+        a.add(_talk("first", 4), user_id="u", session_id="s1")
         a.drain(user_id="u", timeout_s=WAIT_S)
         a.search("warm", user_id="u")  # the node holds the user's state
-        b.add(talk("small", 7), user_id="u", session_id="s3")
-        a.add(talk("own", 30), user_id="u", session_id="s2")  # refused: b's turns came between
+        b.add(_talk("small", 7), user_id="u", session_id="s3")
+        a.add(_talk("own", 30), user_id="u", session_id="s2")  # refused: b's turns came between
         a.drain(user_id="u", timeout_s=WAIT_S)
         b.forget(user_id="u", session_id="s2")
-        b.add(talk("bulk", 29), user_id="u", session_id="s3")  # b's worker holds: no vectors
-        a.add(talk("last", 1), user_id="u", session_id="s1")
+        b.add(_talk("bulk", 29), user_id="u", session_id="s3")  # b's worker holds: no vectors
+        a.add(_talk("last", 1), user_id="u", session_id="s1")
         a.drain(user_id="u", timeout_s=WAIT_S)
         assert not [text for text in inside if "bulk turn" in text]
         query = "bulk turn 28 about kites"
         found = [(h.id, h.score) for h in a.search(query, user_id="u", k=8).hits]
-        with Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(),
-                         read_only=True) as fresh:
-            assert found == [(h.id, h.score) for h in fresh.search(query, user_id="u", k=8).hits]
-    finally:
-        held.set()
-        a.close()
-        b.close()
+        assert found == _fresh_hits(postgres_url, query)
 
 
 def test_a_segment_without_records_closes_its_turns_on_every_node(postgres_url) -> None:

@@ -24,7 +24,8 @@ What runs in parallel and what is serialised (:mod:`retrieval.api.closing`):
 * A user's guards (:class:`retrieval.api.closing.UserGuard`): ``state`` orders what its search
   state sees (one commit or one search at a time, never an extraction), ``log`` its adds' commits
   (its searches do not wait while they wait for the writer), ``stream`` its ingestion.
-* All writes share the store's writer connection, one short transaction at a time. The models
+* All writes share the store's writer connection, one short transaction at a time (but for the
+  compaction a purge owes, run behind the delete: :mod:`retrieval.api.compaction`). The models
   run one forward at a time: searches arriving during one share the next, ahead of ingestion's
   small forwards (:mod:`retrieval.index.query_batcher`); every forward runs on the process's
   model thread (:mod:`retrieval.index.model_thread`), models that cannot be joined one call at a
@@ -46,6 +47,7 @@ from typing import Any
 from retrieval.api.appending import append_add
 from retrieval.api.backlog import Backlog
 from retrieval.api.closing import CallGate, UserGuards
+from retrieval.api.compaction import Compactions, compact_owed
 from retrieval.api.counted import CountedExtractor
 from retrieval.api.errors import InvalidInput, NotFound, ReadOnly, StoreUnavailable, refusal
 from retrieval.api.inputs import (
@@ -62,7 +64,7 @@ from retrieval.api.jobs import CONSOLIDATE, JobRunner
 from retrieval.api.limits import DEFAULT_K, DEFAULT_PAGE
 from retrieval.api.loading import MemoryModels, load_models
 from retrieval.api.online import StreamModels
-from retrieval.api.purge import compact_owed, hard_purge
+from retrieval.api.purge import hard_purge
 from retrieval.api.results import AddResult, Job, MemoryItem, Page, SearchResult
 from retrieval.api.search import run_search
 from retrieval.api.states import SearchStates
@@ -72,7 +74,7 @@ from retrieval.memory.backends import open_store
 from retrieval.memory.cache import CachedEmbedder
 from retrieval.memory.errors import StoreBusy, StoreError
 from retrieval.memory.fresh_store import discard_if_fresh, fresh_paths, remove_if_created
-from retrieval.memory.records import AMU, Turn, raw_turn_id, shown, turn_id_of
+from retrieval.memory.records import AMU, Turn, shown, turn_id_of
 from retrieval.memory.store_contract import Store
 from retrieval.memory.targets import local_directory
 from retrieval.multi_route.bank import MemoryBank
@@ -93,6 +95,7 @@ class Memory:
         self._states = SearchStates(store, self._build_bank)
         self._backlog = Backlog(store, self._online, self._guards, self._states)
         self._jobs = JobRunner(store, shared, models.operator, fingerprinter, self._forget_state)
+        self._compactions = Compactions(store)
 
     @classmethod
     def open(cls, path: str | Path, *, fingerprinter: Any = None, embedder: Any = None,
@@ -144,13 +147,14 @@ class Memory:
 
     def close(self) -> None:
         """Finish the running job and ingestion step (queued jobs and the rest of the backlog
-        resume at the next open), wait for the calls inside and close the store; open segments
-        stay open (their turns are stored)."""
+        resume at the next open), wait for the calls inside, run an owed compaction and close the
+        store; open segments stay open (their turns are stored)."""
         if self._gate.closed:
             return
         self._jobs.close()
         self._backlog.close()
         self._gate.close()
+        self._compactions.close()
         self.store.close()
         self.models.close()
 
@@ -209,7 +213,9 @@ class Memory:
             self._backlog.wait(user, timeout_s)
 
     def delete(self, id: str, *, user_id: str) -> None:
-        """Hard-purge one record or one raw turn of this user and everything derived from it.
+        """Hard-purge one record or one raw turn of this user and everything derived from it;
+        returns once the purge commits (the compaction of the store's files follows it,
+        :mod:`retrieval.api.compaction`).
 
         A record's words are those of the turns it names, so deleting a record deletes those turns;
         deleting turns deletes every record, active or archived, that names one of them (a merged
@@ -287,10 +293,10 @@ class Memory:
             turn_id = turn_id_of(user, item)
             if turn_id is not None:
                 try:
-                    return _turn_item(self.store.turn(user, turn_id), user)
+                    return MemoryItem.of_turn(self.store.turn(user, turn_id), user)
                 except KeyError:
                     raise NotFound(f"no turn {item!r} for user {user!r}", "id") from None
-            return _record_item(self._amu(user, item), self.store.successor(item))
+            return MemoryItem.of_record(self._amu(user, item), self.store.successor(item))
 
     def list(self, *, user_id: str, session_id: str | None = None, limit: int = DEFAULT_PAGE,
              cursor: str | None = None) -> Page:
@@ -305,7 +311,7 @@ class Memory:
             if session is not None:
                 self._require_session(user, session)
             rows = self.store.page(user, session_id=session, after=after, limit=limit + 1)
-            items = tuple(_record_item(amu, None) for _, amu in rows[:limit])
+            items = tuple(MemoryItem.of_record(amu, None) for _, amu in rows[:limit])
             more = len(rows) > limit
             return Page(items, self._tokens.seal(CURSOR, user, rows[limit - 1][0]) if more else None)
 
@@ -322,7 +328,7 @@ class Memory:
                 found += (previous := predecessors.get(stack.pop(), []))
                 stack += previous
             order = {amu.id: n for n, amu in enumerate(self.store.amus(user, include_archived=True))}
-            return [_record_item(self.store.get(i), self.store.successor(i))
+            return [MemoryItem.of_record(self.store.get(i), self.store.successor(i))
                     for i in sorted(set(found), key=order.__getitem__)]
 
     def job(self, id: str, *, user_id: str) -> Job:
@@ -374,6 +380,7 @@ class Memory:
         hard_purge(self.store, user, self.models.answer_caches(self.store.local_files), **selection)
         self._states.drop(user)
         self._backlog.reset(user)  # an open segment may have held a purged turn: reload it
+        self._compactions.owed()
 
     def _require_session(self, user: str, session: str) -> None:
         if not self.store.has_session(user, session):
@@ -389,12 +396,3 @@ class Memory:
         return Job(self._tokens.seal(JOB, row.user_id, row.id), row.user_id, row.session_id, row.kind,
                    row.state, row.progress, row.error)
 
-
-def _record_item(amu: AMU, successor: str | None) -> MemoryItem:
-    return MemoryItem(amu.id, "record", amu.text, amu.source.session_id, tuple(amu.source.turn_ids),
-                      amu.memory_type, amu.t_ref or amu.observed_at, amu.archived, successor)
-
-
-def _turn_item(turn: Turn, user: str) -> MemoryItem:
-    return MemoryItem(raw_turn_id(user, turn.turn_id), "turn", turn.render(), turn.session_id,
-                      (turn.turn_id,), None, turn.session_time.isoformat() if turn.session_time else None)

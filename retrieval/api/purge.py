@@ -10,20 +10,15 @@ snapshot embedded it).
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from retrieval.consolidation.prefix import strip_prefix
 from retrieval.index.evidence_nodes import searchable_text, segment_search_texts
 from retrieval.llm_client import drop_user_answers
-from retrieval.memory.errors import StoreFault
-from retrieval.memory.faults import passing
 from retrieval.memory.purge import Purged
 from retrieval.memory.records import AMU, Exchange, Turn
 from retrieval.memory.store_contract import Store
-
-logger = logging.getLogger(__name__)
 
 
 def derived_texts(purged: Purged, turns_before: Sequence[Turn]) -> list[str]:
@@ -79,9 +74,9 @@ def hard_purge(store: Store, user: str, llm_caches: Sequence[Path], *, session_i
     purge's own transaction the cached arrays of the derived texts, and before it commits the
     user's LLM answers cached in each of ``llm_caches`` (:func:`drop_llm_answers`; a cache: gone early,
     they are computed again if the purge fails), so a process killed after the commit leaves
-    neither; then the store's files are compacted (a writer opening the store does a compaction a
-    killed one owed). It holds the user's ingestion lock, so no node commits a segment of a purged
-    turn meanwhile."""
+    neither; the compaction of the store's files it owes is the caller's
+    (:mod:`retrieval.api.compaction`). It holds the user's ingestion lock, so no node commits a
+    segment of a purged turn meanwhile."""
     def derived(purged: Purged) -> list[str]:
         texts = derived_texts(purged, before)
         for cache in llm_caches:
@@ -90,21 +85,6 @@ def hard_purge(store: Store, user: str, llm_caches: Sequence[Path], *, session_i
 
     with store.ingestion_lock(user, wait=True):
         before = store.turns(user)
-        purged = store.purge(user, session_id=session_id, amu_ids=amu_ids, turn_ids=turn_ids,
-                             everything=everything, derived=derived)
-    compact_owed(store)
-    return purged
+        return store.purge(user, session_id=session_id, amu_ids=amu_ids, turn_ids=turn_ids,
+                           everything=everything, derived=derived)
 
-
-def compact_owed(store: Store) -> None:
-    """Do the compaction a purge owes (:meth:`~retrieval.memory.store_contract.Purging.compact_owed`).
-    A store that cannot do it now (SQLite's VACUUM needs about the database's size free on its
-    disk) keeps it owed, for the next purge or writing open, and the purge or open that tried goes
-    on: what was deleted is deleted, only its trace in free pages waits. Only a passing fault
-    (:func:`retrieval.memory.faults.passing`: the disk's, another writer's) is borne so."""
-    try:
-        store.compact_owed()
-    except StoreFault as err:
-        if not passing(err):  # a damaged store is reported, not left behind a warning
-            raise
-        logger.warning("the compaction a purge owes could not run; it stays owed: %s", err)

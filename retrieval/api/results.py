@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from retrieval.contract import Hit
+from retrieval.memory.records import AMU, Turn, raw_turn_id
 
 
 class _Plain:
@@ -56,6 +57,16 @@ class MemoryItem(_Plain):
     time: str | None = None
     archived: bool = False
     successor: str | None = None
+
+    @classmethod
+    def of_record(cls, amu: AMU, successor: str | None) -> MemoryItem:
+        return cls(amu.id, "record", amu.text, amu.source.session_id, tuple(amu.source.turn_ids),
+                   amu.memory_type, amu.t_ref or amu.observed_at, amu.archived, successor)
+
+    @classmethod
+    def of_turn(cls, turn: Turn, user: str) -> MemoryItem:
+        return cls(raw_turn_id(user, turn.turn_id), "turn", turn.render(), turn.session_id,
+                   (turn.turn_id,), None, turn.session_time.isoformat() if turn.session_time else None)
 
 
 @dataclass(frozen=True)

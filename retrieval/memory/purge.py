@@ -41,8 +41,9 @@ led there.
 
 The same transaction drops the cached arrays of the texts derived from what went (the caller
 names them, it knows how they were derived) and records that a compaction is owed; then
-:meth:`Purge.compact_owed` runs :meth:`Purge.compact` (also ``python -m retrieval.store compact``;
-a writer opening the store runs the one a killed process still owed):
+:meth:`Purge.compact_owed` runs :meth:`Purge.compact` (the memory runs it behind the delete,
+``retrieval.api.compaction``; also ``python -m retrieval.store compact``; a writer opening the
+store runs the one a killed process still owed):
 FTS5 ``optimize`` (its index keeps deleted terms until segments merge), VACUUM, a WAL checkpoint
 that truncates the log and, with ``secure_delete`` on, zeroed free pages: the purged text is in
 none of the store's files afterwards. A reader that holds an older snapshot open (another
@@ -219,21 +220,23 @@ class Purge(SQLitePart):
         """Leave no deleted data in the store's files: rewrite the FTS5 index without deleted terms,
         rebuild the database file (VACUUM; free pages are zeroed by ``secure_delete``) and
         truncate the WAL; then no compaction is owed. False when a reader kept the WAL from
-        being truncated: the compaction stays owed (see the module docstring)."""
-        with self._transaction() as db:
-            db.execute("INSERT INTO amu_fts (amu_fts) VALUES ('optimize')")
-            _owe_compaction(db)  # until it finishes: a kill or a reader leaves it owed
+        being truncated: the compaction stays owed (see the module docstring). It holds the
+        writer from start to end, so no purge of this process commits between the rewrite and
+        the owed mark's removal (its trace would stay in the files, owed by nothing)."""
         with self._writing() as db:
+            with self._transaction() as tx:
+                tx.execute("INSERT INTO amu_fts (amu_fts) VALUES ('optimize')")
+                _owe_compaction(tx)  # until it finishes: a kill or a reader leaves it owed
             db.execute("VACUUM")
             db.execute(f"PRAGMA busy_timeout = {round(CHECKPOINT_WAIT_S * 1000)}")
             try:
                 busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
             finally:
                 db.execute(f"PRAGMA busy_timeout = {round(BUSY_TIMEOUT_S * 1000)}")
+            if not busy:
+                with self._transaction() as tx:
+                    tx.execute("DELETE FROM meta WHERE key = ?", (COMPACTION_OWED,))
         self.kept_by_reader = bool(busy)
-        if not busy:
-            with self._transaction() as db:
-                db.execute("DELETE FROM meta WHERE key = ?", (COMPACTION_OWED,))
         return not busy
 
     @staticmethod

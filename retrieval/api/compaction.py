@@ -1,0 +1,110 @@
+"""The compaction a purge owes, run behind the delete that owed it.
+
+A purge's rows are gone when its transaction commits: from that moment no search, get, list or
+history of the memory returns them. Their trace in the store's files (FTS5 terms, the pages
+SQLite rebalanced, the WAL's frames) goes with the compaction (:meth:`~retrieval.memory.
+store_contract.Purging.compact`: on SQLite an FTS5 optimize, a ``VACUUM`` and a WAL truncation).
+The ``VACUUM`` rewrites the whole file while it holds the store's writer, so it costs the size of
+every user's data, not of what was deleted (about 10 s for a 580 MB store on the 2-core machine
+of ``docs/performance.md``), and every user's writes wait for it.
+
+So a delete returns once its purge commits, and :class:`Compactions` runs the compaction on a
+thread of its own: :data:`COMPACT_AFTER_S` after the first purge that owes one (the deletes
+within that second share it), and never sooner after the last compaction ended than
+:data:`COMPACT_SPACING` times as long as it took, so compactions hold the writer for at most about
+a tenth of the time however often users delete. One owed when the memory closes runs then; one a
+killed process owed runs when a writer opens the store (:func:`compact_owed`). On PostgreSQL the
+compaction a purge owes is nothing (``VACUUM FULL`` is the operator's ``retrieval.store compact``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from retrieval.memory.errors import StoreFault
+from retrieval.memory.faults import passing
+from retrieval.memory.store_contract import Store
+
+logger = logging.getLogger(__name__)
+
+COMPACT_AFTER_S = 1.0
+"""Seconds from a purge that owes a compaction to the compaction (the purges meanwhile share it)."""
+COMPACT_SPACING = 9.0
+"""A compaction starts no sooner after the last one ended than this many times the seconds that
+one took: compactions hold the store's writer for at most 1 / (1 + this) of the time."""
+
+
+def compact_owed(store: Store) -> None:
+    """Do the compaction a purge owes (:meth:`~retrieval.memory.store_contract.Purging.compact_owed`).
+    A store that cannot do it now (SQLite's VACUUM needs about the database's size free on its
+    disk) keeps it owed, for the next purge, close or writing open, and the caller goes on: what
+    was deleted is deleted, only its trace in free pages waits. Only a passing fault
+    (:func:`retrieval.memory.faults.passing`: the disk's, another writer's) is borne so."""
+    try:
+        store.compact_owed()
+    except StoreFault as err:
+        if not passing(err):  # a damaged store is reported, not left behind a warning
+            raise
+        logger.warning("the compaction a purge owes could not run; it stays owed: %s", err)
+
+
+class Compactions:
+    """Runs the store's owed compaction behind the purges (see the module docstring)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._changed = threading.Condition()
+        self._due: float | None = None  # when the next compaction starts; None: none is owed
+        self._rested = 0.0  # the earliest start the last compaction's spacing allows
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def owed(self) -> None:
+        """A purge committed that owes a compaction: one runs :data:`COMPACT_AFTER_S` from now,
+        or when the spacing after the last one allows, whichever is later."""
+        with self._changed:
+            if self._closed or self._due is not None:
+                return
+            self._due = max(time.monotonic() + COMPACT_AFTER_S, self._rested)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="memory-compaction", daemon=True)
+                self._thread.start()
+            self._changed.notify()
+
+    def close(self) -> None:
+        """Stop the thread after the compaction it runs, then run one still owed here."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+        if self._thread is not None:
+            self._thread.join()
+        self._compact()
+
+    def _run(self) -> None:
+        while self._next():
+            began = time.monotonic()
+            self._compact()
+            ended = time.monotonic()
+            with self._changed:
+                self._rested = ended + COMPACT_SPACING * (ended - began)
+
+    def _next(self) -> bool:
+        """Wait until a compaction is due (True) or the memory closes (False)."""
+        with self._changed:
+            while not self._closed:
+                now = time.monotonic()
+                if self._due is not None and now >= self._due:
+                    self._due = None
+                    return True
+                self._changed.wait(None if self._due is None else self._due - now)
+            return False
+
+    def _compact(self) -> None:
+        """The owed compaction; what stops it (a damaged store too: the memory's calls report
+        that) is logged and the compaction stays owed, for the next purge, close or open."""
+        try:
+            compact_owed(self._store)
+        except Exception:
+            logger.exception("the compaction a purge owes failed; it stays owed")

@@ -1,0 +1,152 @@
+"""The compaction a purge owes runs behind the delete: the delete returns once its purge commits,
+the deletes of a second share one compaction, one owed at close runs then, and compactions are
+spaced so that they hold the store's writer for at most about a tenth of the time."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import retrieval.api.compaction as compaction
+from retrieval import Memory
+from retrieval.api.compaction import COMPACT_SPACING, Compactions
+from retrieval.api.errors import NotFound
+from retrieval.memory.meta_keys import COMPACTION_OWED
+from retrieval.memory.purge import Purge
+from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
+
+SECRET = "Quenfrithal"
+WAIT_S = 60.0
+
+
+def in_files(path: Path, secret: int | None = None) -> bool:
+    """Whether the store's database or WAL holds the secret word (numbered ``secret``, else any)."""
+    word = SECRET if secret is None else f"{SECRET}{secret}"
+    return word.lower().encode() in b"".join(p.read_bytes() for p in path.glob("amus.sqlite3*")).lower()
+
+
+def filled(path: Path) -> Memory:
+    """A memory whose user "u" has three secret turns among others, processed into records."""
+    memory = Memory.open(path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+    turns = [{"speaker": "Ann", "text": f"story number {i} about gardens and tomatoes.", "turn_id": f"t{i}"}
+             for i in range(6)]
+    turns += [{"speaker": "Bob", "text": f"My neighbour {SECRET}{i} repairs violins.",
+               "turn_id": f"secret{i}"} for i in range(3)]
+    memory.add(turns, user_id="u", session_id="s")
+    memory.flush(user_id="u", session_id="s")
+    return memory
+
+
+class HeldCompactions:
+    """Counts the store's compactions; with ``held``, each waits inside until released."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, held: bool) -> None:
+        self.calls, self.entered, self.released = 0, threading.Event(), threading.Event()
+        if not held:
+            self.released.set()
+        real = Purge.compact
+
+        def compact(store: Purge) -> bool:
+            self.calls += 1
+            self.entered.set()
+            self.released.wait(WAIT_S)
+            return real(store)
+
+        monkeypatch.setattr(Purge, "compact", compact)
+
+
+def test_a_delete_returns_before_the_compaction_it_owes_which_then_runs_behind_it(tmp_path, monkeypatch):
+    compactions = HeldCompactions(monkeypatch, held=True)
+    memory = filled(tmp_path)
+    try:
+        deleting = threading.Thread(target=memory.delete, args=("u:turn:secret0",), kwargs={"user_id": "u"})
+        deleting.start()
+        deleting.join(WAIT_S)
+        assert not deleting.is_alive()  # returned while the compaction, held, has not finished
+        assert compactions.entered.wait(WAIT_S)  # it started behind the delete, on its own thread
+        assert memory.store.meta(COMPACTION_OWED) is True and in_files(tmp_path, 0)
+        with pytest.raises(NotFound):  # gone from the memory's answers when the delete returned
+            memory.get("u:turn:secret0", user_id="u")
+        compactions.released.set()
+        for _ in range(int(WAIT_S * 10)):
+            if memory.store.meta(COMPACTION_OWED) is None:
+                break
+            time.sleep(0.1)
+        assert memory.store.meta(COMPACTION_OWED) is None  # done while the memory is open
+        assert not in_files(tmp_path, 0) and in_files(tmp_path, 1)  # what was not deleted stays
+    finally:
+        compactions.released.set()
+        memory.close()
+    assert compactions.calls == 1
+
+
+def test_the_deletes_before_a_compaction_share_it_and_one_owed_at_close_runs_then(tmp_path, monkeypatch):
+    compactions = HeldCompactions(monkeypatch, held=False)
+    monkeypatch.setattr(compaction, "COMPACT_AFTER_S", WAIT_S)  # none starts while the memory is open
+    memory = filled(tmp_path)
+    try:
+        for i in range(3):
+            memory.delete(f"u:turn:secret{i}", user_id="u")
+        assert compactions.calls == 0 and memory.store.meta(COMPACTION_OWED) is True
+    finally:
+        memory.close()
+    assert compactions.calls == 1
+    assert not in_files(tmp_path)
+
+
+class TimedStore:
+    """A store whose owed compaction takes ``seconds``; when each ran (monotonic start, end)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.runs = seconds, []
+        self.ran = threading.Semaphore(0)
+
+    def compact_owed(self) -> None:
+        began = time.monotonic()
+        time.sleep(self.seconds)
+        self.runs.append((began, time.monotonic()))
+        self.ran.release()
+
+
+def test_the_next_compaction_waits_the_spacing_after_the_last_one(monkeypatch):
+    monkeypatch.setattr(compaction, "COMPACT_AFTER_S", 0.0)
+    store = TimedStore(0.1)
+    runner = Compactions(store)  # type: ignore[arg-type]
+    try:
+        runner.owed()
+        assert store.ran.acquire(timeout=WAIT_S)
+        runner.owed()
+        runner.owed()  # owed again before the second ran: one compaction for both
+        assert store.ran.acquire(timeout=WAIT_S)
+    finally:
+        runner.close()
+    (first_began, first_ended), (second_began, _) = store.runs[:2]
+    assert second_began - first_ended >= COMPACT_SPACING * (first_ended - first_began)
+    assert len(store.runs) == 3  # the two above and the one close runs (a real store's finds none owed)
+
+
+def test_a_compaction_that_fails_behind_a_delete_is_logged_and_stays_owed(tmp_path, monkeypatch, caplog):
+    def broken(store: Purge) -> bool:
+        raise RuntimeError("the disk went away")
+
+    monkeypatch.setattr(compaction, "COMPACT_AFTER_S", 0.0)
+    monkeypatch.setattr(Purge, "compact", broken)
+    memory = filled(tmp_path)
+    try:
+        memory.delete("u:turn:secret0", user_id="u")
+        for _ in range(int(WAIT_S * 10)):
+            if "stays owed" in caplog.text:
+                break
+            time.sleep(0.1)
+        assert "stays owed" in caplog.text and "the disk went away" in caplog.text
+        memory.delete("u:turn:secret1", user_id="u")  # the memory goes on
+        assert memory.store.meta(COMPACTION_OWED) is True
+    finally:
+        memory.close()
+    monkeypatch.undo()
+    with Memory.open(tmp_path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter()):
+        pass  # a writer opening the store does the compaction still owed
+    assert not in_files(tmp_path, 0)

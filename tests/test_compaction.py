@@ -98,23 +98,30 @@ def test_the_deletes_before_a_compaction_share_it_and_one_owed_at_close_runs_the
 
 
 class TimedStore:
-    """A store whose owed compaction takes ``seconds``; when each ran (monotonic start, end)."""
+    """A store whose owed compaction takes ``seconds``, and where a purge commits while it runs
+    (``during``); when each ran (monotonic start, end)."""
+
+    read_only = False
 
     def __init__(self, seconds: float) -> None:
-        self.seconds, self.runs = seconds, []
+        self.seconds, self.runs, self.during = seconds, [], lambda: None
         self.ran = threading.Semaphore(0)
 
     def compact_owed(self) -> None:
         began = time.monotonic()
+        self.during()
         time.sleep(self.seconds)
         self.runs.append((began, time.monotonic()))
         self.ran.release()
 
 
-def test_the_next_compaction_waits_the_spacing_after_the_last_one(monkeypatch):
+@pytest.mark.parametrize("owed_while_running", [False, True])
+def test_the_next_compaction_waits_the_spacing_after_the_last_one(monkeypatch, owed_while_running):
     monkeypatch.setattr(compaction, "COMPACT_AFTER_S", 0.0)
     store = TimedStore(0.1)
     runner = Compactions(store)  # type: ignore[arg-type]
+    if owed_while_running:
+        store.during = runner.owed
     try:
         runner.owed()
         assert store.ran.acquire(timeout=WAIT_S)
@@ -122,10 +129,54 @@ def test_the_next_compaction_waits_the_spacing_after_the_last_one(monkeypatch):
         runner.owed()  # owed again before the second ran: one compaction for both
         assert store.ran.acquire(timeout=WAIT_S)
     finally:
+        store.during = lambda: None
         runner.close()
     (first_began, first_ended), (second_began, _) = store.runs[:2]
     assert second_began - first_ended >= COMPACT_SPACING * (first_ended - first_began)
     assert len(store.runs) == 3  # the two above and the one close runs (a real store's finds none owed)
+
+
+def test_a_delete_that_commits_as_a_compaction_ends_owes_the_next_and_its_words_go(tmp_path, monkeypatch):
+    """The compaction holds the writer until it has removed its owed mark: a delete trying to
+    commit in between waits, and owes a compaction of its own (were it to commit in the gap,
+    the mark would be removed over its words, and they would survive the close)."""
+    monkeypatch.setattr(compaction, "COMPACT_AFTER_S", WAIT_S)  # only the compaction run below
+    memory = filled(tmp_path)
+    try:
+        memory.delete("u:turn:secret0", user_id="u")
+        purge = memory.store._purge  # type: ignore[attr-defined]
+        transaction, calls = purge._transaction, []
+        delete = threading.Thread(target=memory.delete, args=("u:turn:secret1",), kwargs={"user_id": "u"})
+
+        def deleting_before_the_mark_goes():  # the compaction's second transaction removes the mark
+            calls.append(1)
+            if len(calls) == 2:
+                delete.start()
+                delete.join(1.0)  # it waits for the writer the compaction holds
+            return transaction()
+
+        monkeypatch.setattr(purge, "_transaction", deleting_before_the_mark_goes)
+        assert purge.compact()
+        monkeypatch.setattr(purge, "_transaction", transaction)
+        delete.join(WAIT_S)
+        assert memory.store.meta(COMPACTION_OWED) is True  # owed by the delete that waited
+    finally:
+        memory.close()
+    assert not in_files(tmp_path, 0) and not in_files(tmp_path, 1) and in_files(tmp_path, 2)
+
+
+def test_a_reader_closing_runs_no_compaction(tmp_path, monkeypatch, caplog):
+    compactions = HeldCompactions(monkeypatch, held=False)
+    monkeypatch.setattr(compaction, "COMPACT_AFTER_S", WAIT_S)
+    writer = filled(tmp_path)
+    try:
+        writer.delete("u:turn:secret0", user_id="u")
+        Memory.open(tmp_path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(),
+                    read_only=True).close()
+        assert compactions.calls == 0 and "compaction" not in caplog.text
+    finally:
+        writer.close()
+    assert compactions.calls == 1 and not in_files(tmp_path, 0)
 
 
 def test_a_compaction_that_fails_behind_a_delete_is_logged_and_stays_owed(tmp_path, monkeypatch, caplog):

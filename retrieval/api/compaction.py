@@ -63,24 +63,27 @@ class Compactions:
 
     def owed(self) -> None:
         """A purge committed that owes a compaction: one runs :data:`COMPACT_AFTER_S` from now,
-        or when the spacing after the last one allows, whichever is later."""
+        or when the spacing after the last one allows, whichever is later (a purge that commits
+        while one runs owes the next)."""
         with self._changed:
             if self._closed or self._due is not None:
                 return
-            self._due = max(time.monotonic() + COMPACT_AFTER_S, self._rested)
+            self._due = time.monotonic() + COMPACT_AFTER_S
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="memory-compaction", daemon=True)
                 self._thread.start()
             self._changed.notify()
 
     def close(self) -> None:
-        """Stop the thread after the compaction it runs, then run one still owed here."""
+        """Stop the thread after the compaction it runs, then run one still owed here (a reader
+        of the store leaves it to the writer)."""
         with self._changed:
             self._closed = True
             self._changed.notify()
         if self._thread is not None:
             self._thread.join()
-        self._compact()
+        if not self._store.read_only:
+            self._compact()
 
     def _run(self) -> None:
         while self._next():
@@ -91,19 +94,22 @@ class Compactions:
                 self._rested = ended + COMPACT_SPACING * (ended - began)
 
     def _next(self) -> bool:
-        """Wait until a compaction is due (True) or the memory closes (False)."""
+        """Wait until a compaction is due and the last one's spacing has passed (True) or the
+        memory closes (False)."""
         with self._changed:
             while not self._closed:
+                start = None if self._due is None else max(self._due, self._rested)
                 now = time.monotonic()
-                if self._due is not None and now >= self._due:
+                if start is not None and now >= start:
                     self._due = None
                     return True
-                self._changed.wait(None if self._due is None else self._due - now)
+                self._changed.wait(None if start is None else start - now)
             return False
 
     def _compact(self) -> None:
-        """The owed compaction; what stops it (a damaged store too: the memory's calls report
-        that) is logged and the compaction stays owed, for the next purge, close or open."""
+        """The owed compaction. What stops it is logged and the compaction stays owed, for the
+        next purge, close or writing open; a damaged store too, which the open then refuses
+        (:func:`compact_owed`) and which the memory's own reads meet where they touch it."""
         try:
             compact_owed(self._store)
         except Exception:

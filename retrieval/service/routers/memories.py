@@ -42,5 +42,6 @@ def memory_history(memory_id: MemoryId, user: User, service: Shared) -> schemas.
 def delete_memory(memory_id: MemoryId, user: User, service: Shared) -> schemas.Deleted:
     """Delete one memory completely: a record goes with the turns it names and everything derived
     from them (records of other turns stay); a raw turn with what derives from it. A hard purge: no
-    copy stays in the store's files."""
+    read returns it once this answers, and no copy stays in the store's files after the compaction
+    that follows it (seconds to about a minute on a large store)."""
     return operations.delete_memory(service.memory, service.gate, user, memory_id)

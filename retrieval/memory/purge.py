@@ -67,8 +67,14 @@ from retrieval.memory.evidence_keys import node_text
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.indexing import frame_label
 from retrieval.memory.meta_keys import COMPACTION_OWED, MERGE_KEY, USER_KEYS
-from retrieval.memory.purge_selection import Stored, id_marks, moved_flushes, named_records, select
-from retrieval.memory.reads import AMU_COLUMNS, amu_from_row, segment_from_row, turn_from_row
+from retrieval.memory.purge_selection import (
+    id_marks,
+    moved_flushes,
+    named_records,
+    select,
+    stored_rows,
+)
+from retrieval.memory.reads import AMU_COLUMNS, segment_from_row, turn_from_row
 from retrieval.memory.record_writes import insert_amu
 from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.schema import RAISE_ID_MARKS, turns_sha256
@@ -162,9 +168,8 @@ class Purge(SQLitePart):
         :meth:`compact_owed` afterwards (a writer opening the store does it too)."""
         with self._transaction() as db:
             db.execute("INSERT INTO purging (flag) VALUES (1)")
-            stored = [Stored(row["position"], amu_from_row(row), row["successor"]) for row in db.execute(
-                f"SELECT position, successor, {AMU_COLUMNS} FROM amus WHERE conversation_id = ? "
-                "ORDER BY position", (user,)).fetchall()]
+            stored = stored_rows(db.execute(f"SELECT position, successor, {AMU_COLUMNS} FROM amus WHERE "
+                                            "conversation_id = ? ORDER BY position", (user,)).fetchall())
             named, sources = named_records(stored, amu_ids)
             turns = self._select_turns(db, user, session_id, [*turn_ids, *sources], everything)
             gone = {turn.turn_id for turn in turns}

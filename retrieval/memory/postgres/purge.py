@@ -25,8 +25,14 @@ from retrieval.memory.postgres.reads import AMU_COLUMNS, SEGMENT_COLUMNS, TURN_C
 from retrieval.memory.postgres.schema import COMPACTED, PURGING, RAISE_ID_MARKS, STATISTICS_OWED
 from retrieval.memory.postgres.writes import insert_amu
 from retrieval.memory.purge import Purged
-from retrieval.memory.purge_selection import Stored, id_marks, moved_flushes, named_records, select
-from retrieval.memory.reads import amu_from_row, segment_from_row, turn_from_row
+from retrieval.memory.purge_selection import (
+    id_marks,
+    moved_flushes,
+    named_records,
+    select,
+    stored_rows,
+)
+from retrieval.memory.reads import segment_from_row, turn_from_row
 from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.schema import turns_sha256
 
@@ -101,7 +107,7 @@ class Purge:
             conn.execute(PURGING)
             rows = self.db.rows(f"SELECT position, successor, {AMU_COLUMNS} FROM amus WHERE user_id = %s "
                                 "ORDER BY position", (user,))
-            stored = [Stored(int(row["position"]), amu_from_row(row), row["successor"]) for row in rows]
+            stored = stored_rows(rows)
             named, sources = named_records(stored, amu_ids)
             turns = self._select_turns(user, session_id, [*turn_ids, *sources], everything)
             gone = {turn.turn_id for turn in turns}

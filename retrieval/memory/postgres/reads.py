@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from retrieval.memory.reads import amu_from_row, segment_from_row, turn_from_row
+from retrieval.memory.reads import amu_from_row, amus_from_rows, segment_from_row, turn_from_row
 from retrieval.memory.records import AMU, SegmentRecord, Turn
 
 if TYPE_CHECKING:
@@ -129,5 +129,4 @@ class Reads:
     def select(self, where: list[str], params: list[Any]) -> Iterator[AMU]:
         """The records matching ``where``, in insertion order."""
         sql = f"SELECT {AMU_COLUMNS} FROM amus" + (" WHERE " + " AND ".join(where) if where else "")
-        for row in self.db.rows(sql + " ORDER BY position", params):
-            yield amu_from_row(row)
+        yield from amus_from_rows(self.db.rows(sql + " ORDER BY position", params))

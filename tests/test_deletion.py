@@ -314,3 +314,24 @@ def test_the_exchanges_a_purged_turn_was_part_of_are_among_the_texts_forgotten()
     turns = [Turn("u", "s", f"t{n}", ("Ann", "Bob")[n % 2], f"words {n}", WHEN) for n in range(3)]
     texts = derived_texts(Purged(turns=[turns[1]]), turns)
     assert Exchange((turns[0], turns[1])).text in texts and Exchange((turns[1], turns[2])).text in texts
+
+
+
+def test_a_purge_decodes_only_the_records_it_touches(tmp_path, monkeypatch):
+    """A purge reads every record row of the user to decide what goes, but decodes whole only
+    those it deletes, restores, re-texts or whose segment it touches: decoding a user's every
+    record held every writer of the store for seconds at 100,000 records."""
+    import retrieval.memory.reads as reads
+
+    decoded, real = [], reads.stored_amu
+    monkeypatch.setattr(reads, "stored_amu", lambda **fields: decoded.append(fields["id"]) or real(**fields))
+    with open_memory(tmp_path) as mem:
+        for session in ("s1", "s2", "s3", "s4"):
+            mem.add(chat("u", 12, session), user_id="u", session_id=session)
+            mem.flush(user_id="u", session_id=session)
+        records = len(listed(mem, "u"))
+        decoded.clear()
+        mem.delete("u:turn:s3-u-5", user_id="u")
+        during = set(decoded)
+        assert "s3-u-5" not in covered(mem, "u")
+    assert records >= 40 and during and len(during) <= records // 3  # one of four sessions, and a few

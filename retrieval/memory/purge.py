@@ -68,6 +68,7 @@ from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.indexing import frame_label
 from retrieval.memory.meta_keys import COMPACTION_OWED, MERGE_KEY, USER_KEYS
 from retrieval.memory.purge_selection import (
+    Stored,
     id_marks,
     moved_flushes,
     named_records,
@@ -117,7 +118,8 @@ def _linked_nodes(db: sqlite3.Connection, positions: Sequence[int]) -> list[int]
     return sorted(found)
 
 
-def _retext_nodes(db: sqlite3.Connection, node_ids: Sequence[int], records: Mapping[int, AMU]) -> list[str]:
+def _retext_nodes(db: sqlite3.Connection, node_ids: Sequence[int],
+                  records: Mapping[int, Stored]) -> list[str]:
     """Give each of the nodes still held the text of the first AMU still linked to it
     (:func:`retrieval.memory.evidence_keys.node_text`; ``records``: the user's records by position,
     as the purge read them); returns the texts replaced."""
@@ -128,7 +130,7 @@ def _retext_nodes(db: sqlite3.Connection, node_ids: Sequence[int], records: Mapp
                                f"WHERE n.id IN ({marks})", chunk).fetchall():
             if node["first"] is None:
                 continue
-            text = node_text(records[node["first"]], node["node_type"], node["key"])
+            text = node_text(records[node["first"]].amu, node["node_type"], node["key"])
             if text is not None and text != node["text"]:
                 db.execute("UPDATE evidence_nodes SET text = ? WHERE id = ?", (text, node["id"]))
                 replaced.append(node["text"])
@@ -192,7 +194,7 @@ class Purge(SQLitePart):
                                                                                lambda: _turn_ids(db, user))])
             node_texts = self._drop_nodes(db, user, picked.frames_kept, picked.everything)
             node_texts += [frame_label(s.session_id, s.turn_ids) for s in picked.kept]  # their old own texts
-            node_texts += _retext_nodes(db, touched, {row.position: row.amu for row in stored})
+            node_texts += _retext_nodes(db, touched, {row.position: row for row in stored})
             self._delete(db, "turns", "turn_id", sorted(gone), user)
             db.executemany("DELETE FROM meta WHERE key = ?",
                            [(MERGE_KEY.format(amu_id),) for amu_id in sorted(picked.chosen_ids)])
@@ -204,7 +206,7 @@ class Purge(SQLitePart):
                 self._drop_keys(db, user, gone)
             db.execute("DELETE FROM purging")
             purged = Purged(turns, [row.amu for row in picked.chosen], node_texts, picked.frames,
-                            [row.amu.id for row in picked.restored])
+                            [row.id for row in picked.restored])
             if derived is not None:
                 _drop_cached(db, user, derived(purged))
             _owe_compaction(db)

@@ -9,46 +9,57 @@ after it (:func:`id_marks`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
-from retrieval.memory.reads import amus_from_rows
+from retrieval.memory.reads import amu_from_row, json_lists
 from retrieval.memory.records import AMU, SegmentRecord, Turn
 
 
 @dataclass(frozen=True)
 class Stored:
-    """One AMU row as the purge reads it."""
+    """One AMU row as the purge reads it: what the selection looks at in every row, and the
+    record itself, decoded when first asked for (a purge needs few of a user's records whole)."""
 
     position: int
-    amu: AMU
+    id: str
+    segment: int | None
+    turn_ids: tuple[str, ...]
+    archived: bool
     successor: str | None
+    row: Any = field(repr=False, compare=False)
+
+    @cached_property
+    def amu(self) -> AMU:
+        return amu_from_row(self.row)
 
 
 def stored_rows(rows: Sequence[Any]) -> list[Stored]:
     """The user's record rows (the record columns, ``position`` and ``successor``) as the purge
-    reads them, the records decoded in one pass (:func:`retrieval.memory.reads.amus_from_rows`:
-    row by row, a user of 100,000 records took seconds inside the purge's transaction)."""
-    return [Stored(int(row["position"]), amu, row["successor"])
-            for row, amu in zip(rows, amus_from_rows(rows), strict=True)]
+    reads them: decoding all of a user's records whole (100,000 of them: 2.2 s) would hold every
+    other writer of the store for as long."""
+    turn_ids = json_lists([row["turn_ids"] for row in rows])
+    return [Stored(int(row["position"]), row["id"], row["segment"], tuple(turns), bool(row["archived"]),
+                   row["successor"], row) for row, turns in zip(rows, turn_ids, strict=True)]
 
 
 def frame_states(stored: Sequence[Stored], seq: int) -> list[list[str]]:
     """The member texts (store order) of segment ``seq``'s event frame after each insert or
     archive that changed it, and now: an AMU is a member from its position until its successor's
     (archived without one: until the segment's next AMU, a retried extraction)."""
-    position = {row.amu.id: row.position for row in stored}
-    members = [row for row in stored if row.amu.source.segment == seq]
+    position = {row.id: row.position for row in stored}
+    members = [row for row in stored if row.segment == seq]
     spans: list[tuple[int, int | None, str]] = []
     for row in members:
         end = None
-        if row.amu.archived:
+        if row.archived:
             end = (position.get(row.successor) if row.successor is not None
                    else next((o.position for o in members if o.position > row.position), None))
         spans.append((row.position, end, row.amu.text))
     times = sorted({t for start, end, _ in spans for t in (start, end) if t is not None})
     states = [[text for start, end, text in spans if start <= t and (end is None or t < end)] for t in times]
-    states.append([row.amu.text for row in members if not row.amu.archived])
+    states.append([row.amu.text for row in members if not row.archived])
     return [state for state in states if state]
 
 
@@ -93,8 +104,8 @@ def named_records(stored: Sequence[Stored], amu_ids: Sequence[str]) -> tuple[set
     """The ids of the stored records among ``amu_ids`` and the turn ids they were extracted from
     (a record's purge takes its source turns with it)."""
     wanted = set(amu_ids)
-    named = {row.amu.id for row in stored if row.amu.id in wanted}
-    return named, [turn for row in stored if row.amu.id in named for turn in row.amu.source.turn_ids]
+    named = {row.id for row in stored if row.id in wanted}
+    return named, [turn for row in stored if row.id in named for turn in row.turn_ids]
 
 
 @dataclass(frozen=True)
@@ -113,7 +124,7 @@ class Selection:
 
     @property
     def chosen_ids(self) -> set[str]:
-        return {row.amu.id for row in self.chosen}
+        return {row.id for row in self.chosen}
 
     @property
     def carried(self) -> int | None:
@@ -139,9 +150,9 @@ def select(stored: Sequence[Stored], segments: list[SegmentRecord], gone: set[st
     ``everything``) among the user's ``stored`` records and ``segments``."""
     touched = [s for s in segments if everything or gone.intersection(s.turn_ids)]
     dropped = {s.seq for s in touched if everything or gone.issuperset(s.turn_ids)}
-    chosen = [row for row in stored if everything or row.amu.id in named
-              or row.amu.source.segment in dropped or gone.intersection(row.amu.source.turn_ids)]
-    chosen_ids = {row.amu.id for row in chosen}
-    restored = [row for row in stored if row.successor in chosen_ids and row.amu.id not in chosen_ids]
+    chosen = [row for row in stored if everything or row.id in named
+              or row.segment in dropped or gone.intersection(row.turn_ids)]
+    chosen_ids = {row.id for row in chosen}
+    restored = [row for row in stored if row.successor in chosen_ids and row.id not in chosen_ids]
     frames = [state for s in touched for state in frame_states(stored, s.seq)]
     return Selection(everything, segments, touched, dropped, chosen, restored, frames)

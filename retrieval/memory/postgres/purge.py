@@ -26,6 +26,7 @@ from retrieval.memory.postgres.schema import COMPACTED, PURGING, RAISE_ID_MARKS,
 from retrieval.memory.postgres.writes import insert_amu
 from retrieval.memory.purge import Purged
 from retrieval.memory.purge_selection import (
+    Stored,
     id_marks,
     moved_flushes,
     named_records,
@@ -33,7 +34,7 @@ from retrieval.memory.purge_selection import (
     stored_rows,
 )
 from retrieval.memory.reads import segment_from_row, turn_from_row
-from retrieval.memory.records import AMU, SegmentRecord, Turn
+from retrieval.memory.records import SegmentRecord, Turn
 from retrieval.memory.schema import turns_sha256
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def _linked_nodes(conn: Connection, user: str, positions: Sequence[int]) -> list
 
 
 def _retext_nodes(conn: Connection, user: str, node_ids: Sequence[int],
-                  records: Mapping[int, AMU]) -> list[str]:
+                  records: Mapping[int, Stored]) -> list[str]:
     """Give each of the nodes still held the text of the first record still linked to it
     (:func:`retrieval.memory.evidence_keys.node_text`; ``records``: the user's records by position,
     as the purge read them); returns the texts replaced."""
@@ -76,7 +77,7 @@ def _retext_nodes(conn: Connection, user: str, node_ids: Sequence[int],
     for node in nodes:
         if node["first"] is None:
             continue
-        text = node_text(records[node["first"]], node["node_type"], node["key"])
+        text = node_text(records[node["first"]].amu, node["node_type"], node["key"])
         if text is not None and text != node["text"]:
             conn.execute("UPDATE evidence_nodes SET text = %s WHERE id = %s", (text, node["id"]))
             replaced.append(node["text"])
@@ -134,7 +135,7 @@ class Purge:
                              (after, user, seq))
             node_texts = self._drop_nodes(conn, user, picked.frames_kept, picked.everything)
             node_texts += [frame_label(s.session_id, s.turn_ids) for s in picked.kept]  # their old own texts
-            node_texts += _retext_nodes(conn, user, touched, {row.position: row.amu for row in stored})
+            node_texts += _retext_nodes(conn, user, touched, {row.position: row for row in stored})
             _delete(conn, "turns", "turn_id", sorted(gone), user)
             conn.execute("DELETE FROM meta WHERE key = ANY(%s)",
                          ([MERGE_KEY.format(amu_id) for amu_id in sorted(picked.chosen_ids)],))
@@ -146,7 +147,7 @@ class Purge:
             else:
                 self._drop_keys(conn, user, gone)
             purged = Purged(turns, [row.amu for row in picked.chosen], node_texts, picked.frames,
-                            [row.amu.id for row in picked.restored])
+                            [row.id for row in picked.restored])
             if derived is not None:
                 _drop_cached(conn, user, derived(purged))
         return purged

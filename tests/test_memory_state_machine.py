@@ -1,6 +1,7 @@
 """A hypothesis state machine over the memory API: three users, random interleavings of add,
 replayed add, search, delete, forget and consolidate. Invariants: no result ever carries another
-user's text; after ``forget`` the user's canary is in no file of the store; replays add nothing
+user's text; once the compaction behind a ``forget`` has run (:mod:`retrieval.api.compaction`,
+started at once here), the user's canary is in no file of the store; replays add nothing
 (and a key given again with another body is a conflict that adds nothing); a turn is found by
 the next search."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -15,8 +17,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+import retrieval.api.compaction as compaction
 from retrieval import Memory
 from retrieval.api.errors import Conflict
+from retrieval.memory.meta_keys import COMPACTION_OWED
 from retrieval.memory.store import AMUStore
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 
@@ -33,6 +37,7 @@ class MemoryMachine(RuleBasedStateMachine):
     @initialize()
     def open_memory(self) -> None:
         self.path = Path(tempfile.mkdtemp(prefix="memory-sm-"))
+        self.compact_after_s, compaction.COMPACT_AFTER_S = compaction.COMPACT_AFTER_S, 0.0
         self.memory = Memory.open(self.path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
         self.turns: dict[str, int] = dict.fromkeys(USERS, 0)
         self.keys: dict[str, tuple[str, str, list[dict]]] = {}
@@ -43,6 +48,7 @@ class MemoryMachine(RuleBasedStateMachine):
         if hasattr(self, "memory"):
             self.memory.close()
             shutil.rmtree(self.path, ignore_errors=True)
+            compaction.COMPACT_AFTER_S = self.compact_after_s
 
     def stored(self, user: str) -> int:
         with AMUStore(self.path, read_only=True) as reader:
@@ -101,6 +107,10 @@ class MemoryMachine(RuleBasedStateMachine):
         self.memory.forget(user_id=user)
         self.turns[user] = 0
         self.keys = {key: add for key, add in self.keys.items() if add[0] != user}
+        for _ in range(600):  # at most 60 s for the compaction behind the forget
+            if self.memory.store.meta(COMPACTION_OWED) is None:
+                break
+            time.sleep(0.1)
         data = b"".join(p.read_bytes() for p in self.path.rglob("*") if p.is_file())
         assert canary(user).encode() not in data and canary(user).lower().encode() not in data
 

@@ -5,8 +5,8 @@ history of the memory returns them. Their trace in the store's files (FTS5 terms
 SQLite rebalanced, the WAL's frames) goes with the compaction (:meth:`~retrieval.memory.
 store_contract.Purging.compact`: on SQLite an FTS5 optimize, a ``VACUUM`` and a WAL truncation).
 The ``VACUUM`` rewrites the whole file while it holds the store's writer, so it costs the size of
-every user's data, not of what was deleted (about 10 s for a 580 MB store on the 2-core machine
-of ``docs/performance.md``), and every user's writes wait for it.
+every user's data, not of what was deleted (4-6 s for an 810 MB store on the 2-core machine of
+``docs/performance.md``), and every user's writes wait for it.
 
 So a delete returns once its purge commits, and :class:`Compactions` runs the compaction on a
 thread of its own: :data:`COMPACT_AFTER_S` after the first purge that owes one (the deletes

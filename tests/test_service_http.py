@@ -409,6 +409,22 @@ def test_the_openapi_pages_are_counted_under_their_paths(api: Api) -> None:
     assert all(f'method="GET",route="{path}",status="200"' in text for path in pages), text
 
 
+def test_the_docs_page_is_served_with_its_own_files_and_counted_as_one_route(api: Api) -> None:
+    """/docs works without internet: its script and style come from this server, not a CDN; every
+    request for its files is one route in /metrics, a missing file's too (no series per path)."""
+    page = api.anonymous.get("/docs").text
+    assert "/docs/assets/swagger-ui-bundle.js" in page and "/docs/assets/swagger-ui.css" in page
+    assert "cdn" not in page.lower() and "/openapi.json" in page
+    script = api.anonymous.get("/docs/assets/swagger-ui-bundle.js")
+    assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+    assert len(script.content) > 100_000  # the Swagger UI bundle itself
+    assert api.anonymous.get("/docs/assets/swagger-ui.css").status_code == 200
+    assert api.anonymous.get("/docs/assets/no-such-file-1.js").status_code == 404
+    text = api.metrics.get("/metrics").text
+    assert 'route="/docs/assets",status="200"' in text and 'route="/docs/assets",status="404"' in text
+    assert "no-such-file" not in text and "swagger-ui-bundle.js" not in text
+
+
 def test_the_memorys_refusals_are_422(api: Api) -> None:
     response = api.alice.post("/v1/sessions/s1/turns",
                               json={"turns": [{"speaker": "a", "text": "b", "time": "not a time"}]})

@@ -22,6 +22,7 @@ from starlette.types import Scope
 from retrieval.service import errors, limits, schemas
 from retrieval.service.auth import KeyGuard
 from retrieval.service.body_limit import BodyLimit
+from retrieval.service.docs_page import add_docs_page
 from retrieval.service.drain import WriteGate
 from retrieval.service.early_refusal import MCP_PATH
 from retrieval.service.gauges import StoreGauges
@@ -63,7 +64,9 @@ def create_app(memory: Memory, keys: KeyStore, store: str | Path, *, host: str =
         gauges.close()
 
     app = FastAPI(title="isq-memory", version="1", lifespan=lifespan, redirect_slashes=False,
+                  docs_url=None, redoc_url=None,  # add_docs_page serves /docs without a CDN
                   description="Long-term memory for agents: every /v1 call acts for the user of its API key.")
+    add_docs_page(app)
     app.state.service = service
     errors.install(app)
     for module in (sessions, search, memories, user, jobs):

@@ -1,0 +1,37 @@
+"""The browsable API page, ``/docs``: FastAPI's Swagger UI page with its script, style and icon
+served by this server from the ``swagger-ui-bundle`` package, so that it works on a machine
+without internet (FastAPI's own page loads them from a CDN and stays blank offline)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse
+from starlette.routing import Match, Mount
+from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
+from swagger_ui_bundle import swagger_ui_path
+
+DOCS_PATH = "/docs"
+ASSETS_PATH = "/docs/assets"
+
+
+class NamedMount(Mount):
+    """A mount that puts itself in the scope when it matches, so that ``/metrics`` counts every
+    request under it as one route (the mount's path), whatever file it names."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        return match, (child if match == Match.NONE else {**child, "route": self})
+
+
+def add_docs_page(app: FastAPI) -> None:
+    """Serve ``/docs`` and its files (the app is made with ``docs_url=None``)."""
+    app.router.routes.append(NamedMount(ASSETS_PATH, StaticFiles(directory=swagger_ui_path)))
+
+    @app.get(DOCS_PATH, include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url=str(app.openapi_url), title=f"{app.title} - API",
+                                   swagger_js_url=f"{ASSETS_PATH}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{ASSETS_PATH}/swagger-ui.css",
+                                   swagger_favicon_url=f"{ASSETS_PATH}/favicon-32x32.png")

@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING
 import anyio
 from fastapi import Depends, FastAPI
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
-from starlette.routing import Match, Route
-from starlette.types import Scope
 
 from retrieval.service import errors, limits, schemas
 from retrieval.service.auth import KeyGuard
@@ -29,7 +27,7 @@ from retrieval.service.gauges import StoreGauges
 from retrieval.service.key_share import KeyShare
 from retrieval.service.keys import KeyStore
 from retrieval.service.mcp_tools import build_mcp, key_user
-from retrieval.service.metrics import RequestMetrics, ServiceMetrics
+from retrieval.service.metrics import NamedRoute, RequestMetrics, ServiceMetrics
 from retrieval.service.routers import jobs, memories, search, sessions, system, user
 from retrieval.service.state import Service
 from retrieval.service.strict_query import refuse_undeclared_input
@@ -37,15 +35,6 @@ from retrieval.service.timing import StampArrival
 
 if TYPE_CHECKING:  # for types only: the app is handed an open memory, never builds one
     from retrieval.api.memory import Memory
-
-
-class NamedRoute(Route):
-    """A plain Starlette route that puts itself in the scope when it matches, as FastAPI's routes
-    do, so that ``/metrics`` counts its requests under its path instead of ``not_routed``."""
-
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        match, child = super().matches(scope)
-        return match, (child if match == Match.NONE else {**child, "route": self})
 
 
 def create_app(memory: Memory, keys: KeyStore, store: str | Path, *, host: str = "127.0.0.1") -> FastAPI:

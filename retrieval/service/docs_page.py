@@ -7,22 +7,13 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
-from starlette.routing import Match, Mount
 from starlette.staticfiles import StaticFiles
-from starlette.types import Scope
 from swagger_ui_bundle import swagger_ui_path
+
+from retrieval.service.metrics import NamedMount
 
 DOCS_PATH = "/docs"
 ASSETS_PATH = "/docs/assets"
-
-
-class NamedMount(Mount):
-    """A mount that puts itself in the scope when it matches, so that ``/metrics`` counts every
-    request under it as one route (the mount's path), whatever file it names."""
-
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        match, child = super().matches(scope)
-        return match, (child if match == Match.NONE else {**child, "route": self})
 
 
 def add_docs_page(app: FastAPI) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from starlette.routing import Match, Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from retrieval.multi_route.collector import installed_freezer
@@ -59,11 +60,29 @@ class _CollectorPauses(Collector):
                                 value=gc.get_freeze_count())
 
 
+class _InScope:
+    """A Starlette route or mount that puts itself in the scope when it matches, as FastAPI's
+    routes do, so that :func:`route_label` counts its requests under its path (a mount's: one
+    series whatever path under it is asked for) instead of ``not_routed`` or the path asked."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)  # type: ignore[misc]  # the Route or Mount beside it
+        return match, (child if match == Match.NONE else {**child, "route": self})
+
+
+class NamedRoute(_InScope, Route):
+    """A plain Starlette route counted under its path."""
+
+
+class NamedMount(_InScope, Mount):
+    """A mount counted under its path."""
+
+
 def route_label(scope: Scope) -> str:
     """The matched route's template (``/v1/memories/{memory_id}``); the path of one of FastAPI's
-    own pages (``/openapi.json``, ``/docs``: plain routes of a fixed path, which routing gives an
-    endpoint and no route); ``not_routed`` for a request refused before routing (413) or matching
-    no route (404)."""
+    own pages (``/openapi.json``: a plain route of a fixed path, which routing gives an endpoint
+    and no route); ``not_routed`` for a request refused before routing (413) or matching no route
+    (404)."""
     route = scope.get("route")
     if route is not None:
         return str(route.path)

@@ -4,6 +4,7 @@ spaced so that they hold the store's writer for at most about a tenth of the tim
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -11,11 +12,13 @@ from pathlib import Path
 import pytest
 
 import retrieval.api.compaction as compaction
+import retrieval.memory.purge as sqlite_purge
 from retrieval import Memory
 from retrieval.api.compaction import COMPACT_SPACING, Compactions
 from retrieval.api.errors import NotFound
 from retrieval.memory.meta_keys import COMPACTION_OWED
 from retrieval.memory.purge import Purge
+from retrieval.memory.store import AMUStore
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 
 SECRET = "Quenfrithal"
@@ -107,12 +110,13 @@ class TimedStore:
         self.seconds, self.runs, self.during = seconds, [], lambda: None
         self.ran = threading.Semaphore(0)
 
-    def compact_owed(self) -> None:
+    def compact_owed(self) -> bool:
         began = time.monotonic()
         self.during()
         time.sleep(self.seconds)
         self.runs.append((began, time.monotonic()))
         self.ran.release()
+        return True
 
 
 @pytest.mark.parametrize("owed_while_running", [False, True])
@@ -201,3 +205,65 @@ def test_a_compaction_that_fails_behind_a_delete_is_logged_and_stays_owed(tmp_pa
     with Memory.open(tmp_path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter()):
         pass  # a writer opening the store does the compaction still owed
     assert not in_files(tmp_path, 0)
+
+
+def test_a_compaction_a_reader_keeps_is_tried_again_behind_without_a_vacuum(tmp_path, monkeypatch):
+    """Another process's long read keeps the WAL from being truncated: the compaction stops before
+    its VACUUM (which would only add the whole file to the log), stays owed, and is tried again
+    behind the delete until it finishes, with no other call of the memory."""
+    monkeypatch.setattr(compaction, "COMPACT_AFTER_S", 0.0)
+    monkeypatch.setattr(compaction, "COMPACT_RETRY_S", 0.05)
+    monkeypatch.setattr(compaction, "COMPACT_SPACING", 0.0)
+    monkeypatch.setattr(sqlite_purge, "CHECKPOINT_WAIT_S", 0.05)
+    results: list[bool] = []
+    tried = threading.Semaphore(0)
+    real = Purge.compact
+
+    def compact(store: Purge) -> bool:
+        results.append(real(store))
+        tried.release()
+        return results[-1]
+
+    monkeypatch.setattr(Purge, "compact", compact)
+    memory = filled(tmp_path)
+    wal = tmp_path / "amus.sqlite3-wal"
+    reader = sqlite3.connect(f"file:{tmp_path / 'amus.sqlite3'}?mode=ro", uri=True, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM turns").fetchone()  # an older snapshot, held
+        memory.delete("u:turn:secret0", user_id="u")
+        assert tried.acquire(timeout=WAIT_S) and results == [False]
+        logged = wal.stat().st_size
+        assert tried.acquire(timeout=WAIT_S) and results == [False, False]  # tried again, kept again
+        assert wal.stat().st_size == logged and memory.store.meta(COMPACTION_OWED) is True
+        reader.execute("COMMIT")
+        while memory.store.meta(COMPACTION_OWED) is not None:
+            assert tried.acquire(timeout=WAIT_S)
+        assert results[-1] is True and not in_files(tmp_path, 0) and in_files(tmp_path, 1)
+    finally:
+        reader.close()
+        memory.close()
+
+
+def test_a_compaction_owed_at_open_that_a_reader_keeps_is_tried_again_behind(tmp_path, monkeypatch):
+    monkeypatch.setattr(compaction, "COMPACT_AFTER_S", 0.0)
+    monkeypatch.setattr(compaction, "COMPACT_RETRY_S", 0.05)
+    monkeypatch.setattr(sqlite_purge, "CHECKPOINT_WAIT_S", 0.05)
+    filled(tmp_path).close()
+    with AMUStore(tmp_path) as store:
+        store.purge("u", turn_ids=["secret0"])  # owes a compaction it does not run
+    reader = sqlite3.connect(f"file:{tmp_path / 'amus.sqlite3'}?mode=ro", uri=True, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM turns").fetchone()
+    memory = Memory.open(tmp_path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+    try:
+        assert memory.store.meta(COMPACTION_OWED) is True and in_files(tmp_path, 0)  # kept at the open
+        reader.execute("COMMIT")
+        for _ in range(int(WAIT_S * 20)):
+            if memory.store.meta(COMPACTION_OWED) is None:
+                break
+            time.sleep(0.05)
+        assert memory.store.meta(COMPACTION_OWED) is None and not in_files(tmp_path, 0)
+    finally:
+        reader.close()
+        memory.close()

@@ -12,8 +12,10 @@ So a delete returns once its purge commits, and :class:`Compactions` runs the co
 thread of its own: :data:`COMPACT_AFTER_S` after the first purge that owes one (the deletes
 within that second share it), and never sooner after the last compaction ended than
 :data:`COMPACT_SPACING` times as long as it took, so compactions hold the writer for at most about
-a tenth of the time however often users delete. One owed when the memory closes runs then; one a
-killed process owed runs when a writer opens the store (:func:`compact_owed`). On PostgreSQL the
+a tenth of the time however often users delete. One that did not finish (another process held
+an older snapshot of the store open, or the disk was full) is tried again :data:`COMPACT_RETRY_S`
+later, and so on while none finishes. One owed when the memory closes runs then; one a killed
+process owed runs when a writer opens the store (:func:`compact_owed`). On PostgreSQL the
 compaction a purge owes is nothing (``VACUUM FULL`` is the operator's ``retrieval.store compact``).
 """
 
@@ -34,20 +36,26 @@ COMPACT_AFTER_S = 1.0
 COMPACT_SPACING = 9.0
 """A compaction starts no sooner after the last one ended than this many times the seconds that
 one took: compactions hold the store's writer for at most 1 / (1 + this) of the time."""
+COMPACT_RETRY_S = 60.0
+"""Seconds from a compaction that did not finish to the next try (the spacing applies too): a
+reader still holding its snapshot costs each try :data:`retrieval.memory.purge.CHECKPOINT_WAIT_S`
+of the writer's time."""
 
 
-def compact_owed(store: Store) -> None:
-    """Do the compaction a purge owes (:meth:`~retrieval.memory.store_contract.Purging.compact_owed`).
-    A store that cannot do it now (SQLite's VACUUM needs about the database's size free on its
-    disk) keeps it owed, for the next purge, close or writing open, and the caller goes on: what
-    was deleted is deleted, only its trace in free pages waits. Only a passing fault
+def compact_owed(store: Store) -> bool:
+    """Do the compaction a purge owes (:meth:`~retrieval.memory.store_contract.Purging.compact_owed`);
+    whether none is owed afterwards. A store that cannot do it now (SQLite's VACUUM needs about
+    the database's size free on its disk; a reader holds an older snapshot) keeps it owed, for
+    the next try, purge, close or writing open, and the caller goes on: what was deleted is
+    deleted, only its trace in free pages waits. Only a passing fault
     (:func:`retrieval.memory.faults.passing`: the disk's, another writer's) is borne so."""
     try:
-        store.compact_owed()
+        return store.compact_owed()
     except StoreFault as err:
         if not passing(err):  # a damaged store is reported, not left behind a warning
             raise
         logger.warning("the compaction a purge owes could not run; it stays owed: %s", err)
+        return False
 
 
 class Compactions:
@@ -88,10 +96,12 @@ class Compactions:
     def _run(self) -> None:
         while self._next():
             began = time.monotonic()
-            self._compact()
+            done = self._compact()
             ended = time.monotonic()
             with self._changed:
                 self._rested = ended + COMPACT_SPACING * (ended - began)
+                if not done and self._due is None:
+                    self._due = ended + COMPACT_RETRY_S
 
     def _next(self) -> bool:
         """Wait until a compaction is due and the last one's spacing has passed (True) or the
@@ -106,11 +116,13 @@ class Compactions:
                 self._changed.wait(None if start is None else start - now)
             return False
 
-    def _compact(self) -> None:
-        """The owed compaction. What stops it is logged and the compaction stays owed, for the
-        next purge, close or writing open; a damaged store too, which the open then refuses
-        (:func:`compact_owed`) and which the memory's own reads meet where they touch it."""
+    def _compact(self) -> bool:
+        """The owed compaction; whether none is owed afterwards. What stops it is logged and the
+        compaction stays owed, for the next try, purge, close or writing open; a damaged store
+        too, which the open then refuses (:func:`compact_owed`) and which the memory's own reads
+        meet where they touch it."""
         try:
-            compact_owed(self._store)
+            return compact_owed(self._store)
         except Exception:
             logger.exception("the compaction a purge owes failed; it stays owed")
+            return False

@@ -219,8 +219,8 @@ class StoreParts:
         return self._purge.purge(user, session_id=session_id, amu_ids=amu_ids, turn_ids=turn_ids,
                                  everything=everything, derived=derived)
 
-    def compact_owed(self) -> None:
-        self._purge.compact_owed()
+    def compact_owed(self) -> bool:
+        return self._purge.compact_owed()
 
     def scrub(self, user: str, texts: Iterable[str]) -> None:
         self._purge.scrub(user, texts)

@@ -49,8 +49,9 @@ that truncates the log and, with ``secure_delete`` on, zeroed free pages: the pu
 none of the store's files afterwards. A reader that holds an older snapshot open (another
 process's long read: a backup, a ``sqlite3`` shell) keeps the log's frames: the checkpoint then
 waits :data:`CHECKPOINT_WAIT_S` at most (holding the writer, so every user's writes wait as long)
-and the compaction stays owed, tried again at the next purge, when the memory closes or opens,
-and by ``retrieval.store compact``.
+and the compaction stays owed, tried again by the memory a while later
+(:data:`retrieval.api.compaction.COMPACT_RETRY_S`), at the next purge, when the memory closes or
+opens, and by ``retrieval.store compact``.
 """
 
 from __future__ import annotations
@@ -155,6 +156,17 @@ def _drop_cached(db: sqlite3.Connection, user: str, texts: Iterable[str]) -> Non
             db.execute(f"DELETE FROM {table} WHERE conversation_id = ? AND item IN ({marks})", [user, *chunk])
 
 
+def _truncated(db: sqlite3.Connection) -> bool:
+    """Checkpoint the WAL and truncate it, waiting :data:`CHECKPOINT_WAIT_S` at most for readers
+    of older snapshots; whether it was (False: a reader still holds frames)."""
+    db.execute(f"PRAGMA busy_timeout = {round(CHECKPOINT_WAIT_S * 1000)}")
+    try:
+        busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        db.execute(f"PRAGMA busy_timeout = {round(BUSY_TIMEOUT_S * 1000)}")
+    return not busy
+
+
 class Purge(SQLitePart):
     """The purge side of the store (a part of :class:`retrieval.memory.store.AMUStore`);
     ``kept_by_reader``: its last compaction could not truncate the log (a reader held it)."""
@@ -218,33 +230,34 @@ class Purge(SQLitePart):
             _drop_cached(db, user, texts)
         self.compact()
 
-    def compact_owed(self) -> None:
-        """:meth:`compact` if a purge owes it."""
+    def compact_owed(self) -> bool:
+        """:meth:`compact` if a purge owes it; whether none is owed afterwards."""
         if self._db.execute("SELECT 1 FROM meta WHERE key = ?", (COMPACTION_OWED,)).fetchone():
-            self.compact()
+            return self.compact()
+        return True
 
     def compact(self) -> bool:
         """Leave no deleted data in the store's files: rewrite the FTS5 index without deleted terms,
         rebuild the database file (VACUUM; free pages are zeroed by ``secure_delete``) and
         truncate the WAL; then no compaction is owed. False when a reader kept the WAL from
-        being truncated: the compaction stays owed (see the module docstring). It holds the
-        writer from start to end, so no purge of this process commits between the rewrite and
-        the owed mark's removal (its trace would stay in the files, owed by nothing)."""
+        being truncated: the compaction stays owed (see the module docstring). The log is
+        truncated first as well, so a reader already holding an older snapshot is found before
+        the VACUUM, which would only add the whole file to a log it cannot truncate. It holds
+        the writer from start to end, so no purge of this process commits between the rewrite
+        and the owed mark's removal (its trace would stay in the files, owed by nothing)."""
         with self._writing() as db:
-            with self._transaction() as tx:
-                tx.execute("INSERT INTO amu_fts (amu_fts) VALUES ('optimize')")
-                _owe_compaction(tx)  # until it finishes: a kill or a reader leaves it owed
-            db.execute("VACUUM")
-            db.execute(f"PRAGMA busy_timeout = {round(CHECKPOINT_WAIT_S * 1000)}")
-            try:
-                busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            finally:
-                db.execute(f"PRAGMA busy_timeout = {round(BUSY_TIMEOUT_S * 1000)}")
-            if not busy:
+            done = _truncated(db)
+            if done:
+                with self._transaction() as tx:
+                    tx.execute("INSERT INTO amu_fts (amu_fts) VALUES ('optimize')")
+                    _owe_compaction(tx)  # until it finishes: a kill or a reader leaves it owed
+                db.execute("VACUUM")
+                done = _truncated(db)
+            if done:
                 with self._transaction() as tx:
                     tx.execute("DELETE FROM meta WHERE key = ?", (COMPACTION_OWED,))
-        self.kept_by_reader = bool(busy)
-        return not busy
+        self.kept_by_reader = not done
+        return done
 
     @staticmethod
     def _rows(db: sqlite3.Connection, sql: str, column: str, values: Sequence[object],

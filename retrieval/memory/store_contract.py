@@ -162,9 +162,10 @@ class Purging(Protocol):
         """Remove the selection and what derives from it; ``derived(purged)``, called inside the
         same transaction, names the texts derived from what went, whose cached arrays go with it."""
     def scrub(self, user: str, texts: Iterable[str]) -> None: ...
-    def compact_owed(self) -> None:
+    def compact_owed(self) -> bool:
         """Leave no trace in the files of what a purge removed, if a purge left any (SQLite: the
-        compaction it owes; PostgreSQL: nothing, VACUUM FULL being ``retrieval.store compact``)."""
+        compaction it owes; PostgreSQL: nothing, VACUUM FULL being ``retrieval.store compact``);
+        whether none is owed afterwards (False: a reader kept it from finishing)."""
     def compact(self) -> bool:
         """Leave no trace of deleted data in the store's files (``retrieval.store compact``);
         False when a reader kept it from finishing (it stays owed)."""

@@ -157,8 +157,10 @@ class Purge:
         with self.db.transaction([user]) as conn:
             _drop_cached(conn, user, texts)
 
-    def compact_owed(self) -> None:
-        """Nothing: the files' dead tuples go with ``VACUUM FULL``, the operator's :meth:`compact`."""
+    def compact_owed(self) -> bool:
+        """Nothing (none is owed): the files' dead tuples go with ``VACUUM FULL``, the operator's
+        :meth:`compact`."""
+        return True
 
     def compact(self) -> bool:
         """``VACUUM FULL`` of the store's tables (each rewritten without its dead tuples; needs the

@@ -1047,3 +1047,46 @@ def test_a_flush_that_reloads_the_stream_places_itself_after_the_turns_it_fed_no
         mem.add([turn("b4", "Ann", "cake train")], user_id="u", session_id="s2")
         mem.drain(user_id="u")
         assert list(mem._backlog._users["u"].stream.history)[:len(fed)] == fed
+
+
+class ScannedStore:
+    """A store other nodes write: every read of ``data_version`` finds a new commit, and a scan of
+    its users takes ``scan_s`` on the test's clock (one ``backlog_users`` and one ``user_version``
+    read a user)."""
+
+    def __init__(self, clock: list[float], users: int, scan_s: float) -> None:
+        self.clock, self.users, self.scan_s = clock, [f"u{n}" for n in range(users)], scan_s
+        self.commits, self.scans = 0, 0
+
+    def data_version(self) -> int:
+        self.commits += 1
+        return self.commits
+
+    def backlog_users(self) -> list[str]:
+        self.scans += 1
+        self.clock[0] += self.scan_s
+        return self.users
+
+    def user_version(self, user: str) -> tuple[int, ...]:
+        return (self.scans,)
+
+
+def test_an_idle_workers_scans_of_other_nodes_users_are_spaced_by_their_length(monkeypatch):
+    """Scanning every user with turns to process takes seconds over a store of many users: the
+    next scan waits SCAN_SPACING times the last one's length, whatever commits meanwhile, while
+    the users found busy are looked at again at every poll."""
+    from retrieval.api import worker_users
+
+    clock = [100.0]
+    monkeypatch.setattr(worker_users.time, "monotonic", lambda: clock[0])
+    store, polls = ScannedStore(clock, users=3, scan_s=2.0), worker_users.Polls()
+    assert polls.changed(store, {}) == {"u0", "u1", "u2"} and store.scans == 1  # ends at 102
+    polls.busy("u1")
+    clock[0] = 103.0  # a poll a second after the scan, something committed since
+    assert polls.changed(store, {}) == set() and store.scans == 1
+    assert polls.taken() == {"u1"}
+    clock[0] = 102.0 + worker_users.SCAN_SPACING * 2.0
+    seen = {user: (1,) for user in store.users}
+    assert polls.changed(store, seen) == {"u0", "u1", "u2"} and store.scans == 2  # their rows changed
+    clock[0] += worker_users.SCAN_SPACING * 2.0
+    assert polls.changed(store, {user: (3,) for user in store.users}) == set() and store.scans == 3

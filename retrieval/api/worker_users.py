@@ -16,12 +16,20 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from retrieval.api.online import UserStream
 from retrieval.memory.store_contract import Store
+
+SCAN_SPACING = 9.0
+"""A scan of the rows of every user with turns still to process (:meth:`Polls.changed`) starts no
+sooner after the last one ended than this many times as long as it took. Over PostgreSQL a scan
+reads each such user's rows apart: 0.4 s at 1,000 users and 2.5-2.8 s at 10,000 (``docs/performance.md``),
+which, repeated whenever anything committed, filled an idle worker's time (its own users' steps
+waiting behind it) and the database's; so scans hold the worker at most a tenth of the time."""
 
 STREAMS_HELD = 1024
 """The most users' streams one memory keeps between steps. A stream with one open session of a
@@ -92,12 +100,14 @@ class HeldStreams:
 
 class Polls:
     """Where other nodes write the store, the users an idle worker looks at again: those whose
-    ingestion lock (or stream guard) it found taken, and those whose rows another node changed.
-    Not thread-safe: the worker's own thread calls :meth:`changed`, the others run under its lock."""
+    ingestion lock (or stream guard) it found taken, and those whose rows another node changed
+    (found by scans :data:`SCAN_SPACING` apart). Not thread-safe: the worker's own thread calls
+    :meth:`changed`, the others run under its lock."""
 
     def __init__(self) -> None:
         self._busy: set[str] = set()
         self._version: int | None = None
+        self._rested = 0.0  # the earliest start the last scan's spacing allows
 
     def busy(self, user: str) -> None:
         """``user``'s ingestion lock or stream guard was taken: look again at the next poll."""
@@ -110,9 +120,16 @@ class Polls:
 
     def changed(self, store: Store, seen: Mapping[str, tuple[int, ...]]) -> set[str]:
         """The users whose turn log or records changed since this node's last step of them (``seen``:
-        their rows then); the store is read only when anything committed since the last call."""
+        their rows then); the store is scanned only when anything committed since the last scan,
+        and once the last one's spacing has passed (until then: none)."""
+        began = time.monotonic()
+        if began < self._rested:
+            return set()
         version = store.data_version()
         if version == self._version:
             return set()
         self._version = version
-        return {user for user in store.backlog_users() if store.user_version(user) != seen.get(user, ())}
+        users = {user for user in store.backlog_users() if store.user_version(user) != seen.get(user, ())}
+        ended = time.monotonic()
+        self._rested = ended + SCAN_SPACING * (ended - began)
+        return users

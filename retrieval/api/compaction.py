@@ -14,9 +14,10 @@ within that second share it), and never sooner after the last compaction ended t
 :data:`COMPACT_SPACING` times as long as it took, so compactions hold the writer for at most about
 a tenth of the time however often users delete. One that did not finish (another process held
 an older snapshot of the store open, or the disk was full) is tried again :data:`COMPACT_RETRY_S`
-later, and so on while none finishes. One owed when the memory closes runs then; one a killed
-process owed runs when a writer opens the store (:func:`compact_owed`). On PostgreSQL the
-compaction a purge owes is nothing (``VACUUM FULL`` is the operator's ``retrieval.store compact``).
+later (sooner after another purge), and so on while none finishes. One owed when the memory
+closes runs then; one a killed process owed runs when a writer opens the store
+(:func:`compact_owed`). On PostgreSQL the compaction a purge owes is nothing (``VACUUM FULL`` is
+the operator's ``retrieval.store compact``).
 """
 
 from __future__ import annotations
@@ -70,13 +71,23 @@ class Compactions:
         self._thread: threading.Thread | None = None
 
     def owed(self) -> None:
-        """A purge committed that owes a compaction: one runs :data:`COMPACT_AFTER_S` from now,
-        or when the spacing after the last one allows, whichever is later (a purge that commits
-        while one runs owes the next)."""
+        """A purge committed that owes a compaction: one runs :data:`COMPACT_AFTER_S` from now
+        (sooner if one is due sooner; a try again a minute away is brought forward), or when the
+        spacing after the last one allows, whichever is later (a purge that commits while one
+        runs owes the next)."""
+        self._due_in(COMPACT_AFTER_S)
+
+    def kept(self) -> None:
+        """A compaction was just kept from finishing (a reader held the log, the disk was full):
+        try again :data:`COMPACT_RETRY_S` from now, unless one is due sooner."""
+        self._due_in(COMPACT_RETRY_S)
+
+    def _due_in(self, seconds: float) -> None:
         with self._changed:
-            if self._closed or self._due is not None:
+            due = time.monotonic() + seconds
+            if self._closed or (self._due is not None and self._due <= due):
                 return
-            self._due = time.monotonic() + COMPACT_AFTER_S
+            self._due = due
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="memory-compaction", daemon=True)
                 self._thread.start()
@@ -100,8 +111,8 @@ class Compactions:
             ended = time.monotonic()
             with self._changed:
                 self._rested = ended + COMPACT_SPACING * (ended - began)
-                if not done and self._due is None:
-                    self._due = ended + COMPACT_RETRY_S
+            if not done:
+                self.kept()
 
     def _next(self) -> bool:
         """Wait until a compaction is due and the last one's spacing has passed (True) or the

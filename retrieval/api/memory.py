@@ -129,7 +129,7 @@ class Memory:
             models.bind(store, read_only)
             if not read_only:
                 if not compact_owed(store):  # what a purge killed after its commit left in the files
-                    memory._compactions.owed()  # kept by a reader: tried again behind
+                    memory._compactions.kept()  # kept by a reader: tried again behind
         except BaseException as err:
             discard_if_fresh(store, created)
             if isinstance(err, StoreError):  # a fault the compaction found: one typed refusal

@@ -240,17 +240,19 @@ class Purge(SQLitePart):
         """Leave no deleted data in the store's files: rewrite the FTS5 index without deleted terms,
         rebuild the database file (VACUUM; free pages are zeroed by ``secure_delete``) and
         truncate the WAL; then no compaction is owed. False when a reader kept the WAL from
-        being truncated: the compaction stays owed (see the module docstring). The log is
-        truncated first as well, so a reader already holding an older snapshot is found before
-        the VACUUM, which would only add the whole file to a log it cannot truncate. It holds
-        the writer from start to end, so no purge of this process commits between the rewrite
-        and the owed mark's removal (its trace would stay in the files, owed by nothing)."""
+        being truncated: the compaction stays owed (see the module docstring). The owed mark is
+        written first (a kill or a reader leaves the compaction owed) and the log truncated behind
+        it, so a reader holding any snapshot (the mark's frame is in none it began before) is found
+        before the VACUUM, which would only add the whole file to a log it cannot truncate. It
+        holds the writer from start to end, so no purge of this process commits between the
+        rewrite and the owed mark's removal (its trace would stay in the files, owed by nothing)."""
         with self._writing() as db:
+            with self._transaction() as tx:
+                _owe_compaction(tx)
             done = _truncated(db)
             if done:
                 with self._transaction() as tx:
                     tx.execute("INSERT INTO amu_fts (amu_fts) VALUES ('optimize')")
-                    _owe_compaction(tx)  # until it finishes: a kill or a reader leaves it owed
                 db.execute("VACUUM")
                 done = _truncated(db)
             if done:

@@ -284,6 +284,8 @@ def test_versions_move_with_every_commit_and_tracking_sees_each_transaction(back
         other.put_meta("k", 1)  # another store's (another process's) commit moves it too
         assert store.data_version() != moved
         assert store.user_version("nobody") == (0, 0, 0, 0, 0, 0)
+        assert store.user_versions(["nobody", "conv-x"]) == {"nobody": (0, 0, 0, 0, 0, 0),
+                                                               "conv-x": store.user_version("conv-x")}
 
 
 def test_ingestion_marks_move_with_segments_records_and_every_purge_not_with_adds(backend):

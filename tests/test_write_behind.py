@@ -1051,8 +1051,7 @@ def test_a_flush_that_reloads_the_stream_places_itself_after_the_turns_it_fed_no
 
 class ScannedStore:
     """A store other nodes write: every read of ``data_version`` finds a new commit, and a scan of
-    its users takes ``scan_s`` on the test's clock (one ``backlog_users`` and one ``user_version``
-    read a user)."""
+    its users takes ``scan_s`` on the test's clock."""
 
     def __init__(self, clock: list[float], users: int, scan_s: float) -> None:
         self.clock, self.users, self.scan_s = clock, [f"u{n}" for n in range(users)], scan_s
@@ -1067,8 +1066,8 @@ class ScannedStore:
         self.clock[0] += self.scan_s
         return self.users
 
-    def user_version(self, user: str) -> tuple[int, ...]:
-        return (self.scans,)
+    def user_versions(self, users: list[str]) -> dict[str, tuple[int, ...]]:
+        return {user: (self.scans,) for user in users}
 
 
 def test_an_idle_workers_scans_of_other_nodes_users_are_spaced_by_their_length(monkeypatch):

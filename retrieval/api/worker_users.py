@@ -27,9 +27,10 @@ from retrieval.memory.store_contract import Store
 SCAN_SPACING = 9.0
 """A scan of the rows of every user with turns still to process (:meth:`Polls.changed`) starts no
 sooner after the last one ended than this many times as long as it took. Over PostgreSQL a scan
-reads each such user's rows apart: 0.4 s at 1,000 users and 2.5-2.8 s at 10,000 (``docs/performance.md``),
-which, repeated whenever anything committed, filled an idle worker's time (its own users' steps
-waiting behind it) and the database's; so scans hold the worker at most a tenth of the time."""
+took 0.4 s at 1,000 users and 2.5-3.8 s at 10,000 when it read a user at a time, 0.4-0.6 s at
+10,000 in batches (``docs/performance.md``); repeated whenever anything committed, it would fill an
+idle worker's time (its own users' steps waiting behind it) and the database's: spaced, scans hold
+the worker at most a tenth of the time."""
 
 STREAMS_HELD = 1024
 """The most users' streams one memory keeps between steps. A stream with one open session of a
@@ -129,7 +130,8 @@ class Polls:
         if version == self._version:
             return set()
         self._version = version
-        users = {user for user in store.backlog_users() if store.user_version(user) != seen.get(user, ())}
+        versions = store.user_versions(store.backlog_users())
+        users = {user for user, rows in versions.items() if rows != seen.get(user, ())}
         ended = time.monotonic()
         self._rested = ended + SCAN_SPACING * (ended - began)
         return users

@@ -210,6 +210,9 @@ class StoreParts:
     def user_version(self, user_id: str) -> tuple[int, ...]:
         return self._versions.user_version(user_id)
 
+    def user_versions(self, users: Sequence[str]) -> dict[str, tuple[int, ...]]:
+        return self._versions.user_versions(users)
+
     def ingestion_marks(self, user_id: str) -> tuple[int, ...]:
         return self._versions.ingestion_marks(user_id)
 

@@ -6,6 +6,7 @@ and has anything but its own adds changed it.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 
 from retrieval.memory.sqlite_part import SQLitePart
 
@@ -38,6 +39,10 @@ class StoreVersions(SQLitePart):
         archive, purge, new fingerprint or committed segment (one without records too) of the user
         changes this tuple."""
         return user_rows(self._db, user_id)
+
+    def user_versions(self, users: Sequence[str]) -> dict[str, tuple[int, ...]]:
+        """:meth:`user_version` of each of ``users``."""
+        return {user: user_rows(self._db, user) for user in users}
 
     def ingestion_marks(self, user_id: str) -> tuple[int, ...]:
         """The user's next segment number, records (archived too) and purges: what closing a segment

@@ -14,6 +14,7 @@ statement and their commit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -29,20 +30,35 @@ _INGESTION_MARKS = ("SELECT (SELECT coalesce(max(seq) + 1, 0) FROM segments WHER
                     "(SELECT count(*) FROM amus WHERE user_id = %s) AS records, "
                     "(SELECT coalesce(max(count), 0) FROM purges WHERE user_id = %s) AS purges")
 
-_USER_VERSION = ("SELECT t.n, t.last, a.n AS records, a.last AS record_last, a.printed, s.n AS segments FROM "
-                 "(SELECT count(*) AS n, coalesce(max(position), 0) AS last FROM turns "
-                 "WHERE user_id = %s) t, "
-                 "(SELECT count(*) AS n, coalesce(max(position), 0) AS last, count(fingerprint) AS printed "
-                 "FROM amus WHERE user_id = %s AND NOT archived) a, "
-                 "(SELECT count(*) AS n FROM segments WHERE user_id = %s) s")
+_USER_VERSIONS = ("SELECT u.user_id, t.n, t.last, a.n AS records, a.last AS record_last, a.printed, "
+                  "s.n AS segments FROM unnest(%s::text[]) AS u (user_id) "
+                  "CROSS JOIN LATERAL (SELECT count(*) AS n, coalesce(max(position), 0) AS last FROM turns "
+                  "WHERE user_id = u.user_id) t "
+                  "CROSS JOIN LATERAL (SELECT count(*) AS n, coalesce(max(position), 0) AS last, "
+                  "count(fingerprint) AS printed FROM amus WHERE user_id = u.user_id AND NOT archived) a "
+                  "CROSS JOIN LATERAL (SELECT count(*) AS n FROM segments WHERE user_id = u.user_id) s")
+
+VERSIONS_READ_TOGETHER = 1000
+"""How many users' versions one statement of :func:`user_versions_of` reads."""
+
+
+def user_versions_of(conn: Any, users: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """Per user: count and highest position of its turns, of its active records, how many of those
+    have a fingerprint, and its segments' count (as the SQLite store's: positions only grow, turns
+    never change and archiving is one way, so every change of the user changes this tuple); one
+    statement for :data:`VERSIONS_READ_TOGETHER` users (a user at a time, the round trips were
+    most of a scan of many users: 2.5-3.8 s against 0.2-0.4 s for 10,000)."""
+    versions: dict[str, tuple[int, ...]] = {}
+    for start in range(0, len(users), VERSIONS_READ_TOGETHER):
+        for row in conn.execute(_USER_VERSIONS, (list(users[start:start + VERSIONS_READ_TOGETHER]),)):
+            user, *counts = row.values()
+            versions[user] = tuple(int(value) for value in counts)
+    return versions
 
 
 def user_version_of(conn: Any, user_id: str) -> tuple[int, ...]:
-    """Count and highest position of the user's turns, of its active records, how many of those
-    have a fingerprint, and its segments' count (as the SQLite store's: positions only grow, turns
-    never change and archiving is one way, so every change of the user changes this tuple)."""
-    row = conn.execute(_USER_VERSION, (user_id, user_id, user_id)).fetchone()
-    return tuple(int(value) for value in row.values())
+    """:func:`user_versions_of` of one user."""
+    return user_versions_of(conn, [user_id])[user_id]
 
 
 class Versions:
@@ -58,6 +74,10 @@ class Versions:
     def user_version(self, user_id: str) -> tuple[int, ...]:
         with self.db.connection() as conn:
             return user_version_of(conn, user_id)
+
+    def user_versions(self, users: Sequence[str]) -> dict[str, tuple[int, ...]]:
+        with self.db.connection() as conn:
+            return user_versions_of(conn, users)
 
     def ingestion_marks(self, user_id: str) -> tuple[int, ...]:
         """The user's next segment number, records (archived too) and purges (as the SQLite store's)."""

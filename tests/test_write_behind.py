@@ -30,6 +30,7 @@ from retrieval.api.unindexed import UnindexedTurns
 from retrieval.consolidation.operations import OfflineOperator
 from retrieval.extract.rules import RuleExtractor
 from retrieval.index.model_thread import calling_thread
+from retrieval.memory.errors import StoreError
 from retrieval.memory.records import Turn
 from retrieval.memory.store import AMUStore
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
@@ -1055,7 +1056,7 @@ class ScannedStore:
 
     def __init__(self, clock: list[float], users: int, scan_s: float) -> None:
         self.clock, self.users, self.scan_s = clock, [f"u{n}" for n in range(users)], scan_s
-        self.commits, self.scans = 0, 0
+        self.commits, self.scans, self.fail = 0, 0, False
 
     def data_version(self) -> int:
         self.commits += 1
@@ -1067,6 +1068,8 @@ class ScannedStore:
         return self.users
 
     def user_versions(self, users: list[str]) -> dict[str, tuple[int, ...]]:
+        if self.fail:
+            raise StoreError("the database restarted")
         return {user: (self.scans,) for user in users}
 
 
@@ -1089,3 +1092,9 @@ def test_an_idle_workers_scans_of_other_nodes_users_are_spaced_by_their_length(m
     assert polls.changed(store, seen) == {"u0", "u1", "u2"} and store.scans == 2  # their rows changed
     clock[0] += worker_users.SCAN_SPACING * 2.0
     assert polls.changed(store, {user: (3,) for user in store.users}) == set() and store.scans == 3
+    store.fail = True
+    clock[0] += worker_users.SCAN_SPACING * 2.0 + 2.0
+    with pytest.raises(StoreError):
+        polls.changed(store, {})
+    store.fail, store.commits = False, store.commits - 1  # nothing committed since: still scanned
+    assert polls.changed(store, {}) == {"u0", "u1", "u2"} and store.scans == 5

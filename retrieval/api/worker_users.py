@@ -122,16 +122,16 @@ class Polls:
     def changed(self, store: Store, seen: Mapping[str, tuple[int, ...]]) -> set[str]:
         """The users whose turn log or records changed since this node's last step of them (``seen``:
         their rows then); the store is scanned only when anything committed since the last scan,
-        and once the last one's spacing has passed (until then: none)."""
+        and once the last one's spacing has passed (until then: none). A scan that raised (the
+        database restarting) counts for neither: the next poll scans."""
         began = time.monotonic()
         if began < self._rested:
             return set()
         version = store.data_version()
         if version == self._version:
             return set()
-        self._version = version
         versions = store.user_versions(store.backlog_users())
         users = {user for user, rows in versions.items() if rows != seen.get(user, ())}
         ended = time.monotonic()
-        self._rested = ended + SCAN_SPACING * (ended - began)
+        self._version, self._rested = version, ended + SCAN_SPACING * (ended - began)
         return users

@@ -42,8 +42,8 @@ async def _mcp_tools(url: str, key: str) -> tuple[set[str], str, object]:
 
 def test_a_read_only_server_reads_beside_the_writer_and_refuses_every_write(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    writer = open_memory(store)
-    key = KeyStore(store).create("alice")
+    writer, keys = open_memory(store), KeyStore(store)
+    key = keys.create("alice")
     try:
         writer.add([{"speaker": "Maria", "text": "Maria bought a red kayak.", "turn_id": "t1"},
                     {"speaker": "Ann", "text": "Ann planted purple tulips.", "turn_id": "t2"}],
@@ -73,14 +73,15 @@ def test_a_read_only_server_reads_beside_the_writer_and_refuses_every_write(tmp_
             writer.delete("alice:turn:t1", user_id="alice")
             assert "kayak" not in found(alice, "red kayak")  # deleted by the writer: gone here too
     finally:
+        keys.close()
         writer.close()
 
 
 def test_a_read_only_server_over_a_database_takes_no_write_not_even_the_schemas(postgres_url: str) -> None:
     """A replica's connection refuses every write: the reader's memory and its keys open all the
     same, and it serves them."""
-    writer = open_memory(postgres_url)
-    key = KeyStore(postgres_url).create("alice")
+    writer, keys = open_memory(postgres_url), KeyStore(postgres_url)
+    key = keys.create("alice")
     try:
         writer.add([{"speaker": "Maria", "text": "Maria bought a red kayak.", "turn_id": "t1"}],
                    user_id="alice", session_id="s1")
@@ -91,6 +92,7 @@ def test_a_read_only_server_over_a_database_takes_no_write_not_even_the_schemas(
             refused = alice.post("/v1/sessions/s1/turns", json={"turns": [{"speaker": "x", "text": "hi"}]})
             assert refused.status_code == 403, refused.text
     finally:
+        keys.close()  # its pool, left to the collector, was dropped on one of its own threads
         writer.close()
 
 

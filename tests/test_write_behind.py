@@ -1056,9 +1056,10 @@ class ScannedStore:
 
     def __init__(self, clock: list[float], users: int, scan_s: float) -> None:
         self.clock, self.users, self.scan_s = clock, [f"u{n}" for n in range(users)], scan_s
-        self.commits, self.scans, self.fail = 0, 0, False
+        self.commits, self.scans, self.fail, self.connecting_s = 0, 0, False, 0.0
 
     def data_version(self) -> int:
+        self.clock[0] += self.connecting_s  # a wait for a connection (a database restarting)
         self.commits += 1
         return self.commits
 
@@ -1097,4 +1098,7 @@ def test_an_idle_workers_scans_of_other_nodes_users_are_spaced_by_their_length(m
     with pytest.raises(StoreError):
         polls.changed(store, {})
     store.fail, store.commits = False, store.commits - 1  # nothing committed since: still scanned
+    store.connecting_s = 60.0  # the poll's first read waits a minute: not part of the scan's length
     assert polls.changed(store, {}) == {"u0", "u1", "u2"} and store.scans == 5
+    store.connecting_s, clock[0] = 0.0, clock[0] + worker_users.SCAN_SPACING * 2.0
+    assert polls.changed(store, {}) == {"u0", "u1", "u2"} and store.scans == 6

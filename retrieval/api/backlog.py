@@ -26,9 +26,10 @@ never close the same segment. A node that finds the lock taken leaves the user t
 again later. A stream whose user another node changed (the store's next segment number, record count or
 purge count of the user, :meth:`Store.ingestion_marks`, is not what this node left) is reloaded from the
 store: a purge through another node may have removed turns of its open segment without closing or
-removing any segment. While idle the worker looks at the store every :data:`POLL_S` seconds for users
-whose turn log changed since its last step (another node's adds, or the backlog of a node that died,
-whose lock died with it) and for users whose lock it found taken.
+removing any segment. While idle the worker looks every :data:`POLL_S` seconds at the users whose lock
+it found taken, and scans the store for users with turns to process whose rows changed since its last
+step (another node's adds, or the backlog of a node that died, whose lock died with it), the scans
+spaced by their length (:class:`retrieval.api.worker_users.Polls`).
 
 Errors. A step that raises (an extractor's error, a full disk, a database's internal error) does not
 stop the worker, nor does an error of the worker's own around a step: the user's stream is dropped
@@ -75,7 +76,8 @@ turns, a chunk each (and the vectors of at most this many turns the user added, 
 so a user waits for one step of each user ahead of it, not for their whole backlogs; a recorded session
 (:mod:`retrieval.api.bulk`) is one chunk."""
 POLL_S = 1.0
-"""How often an idle worker over a store that other processes write looks for their users' work."""
+"""How often an idle worker over a store that other processes write looks for their users' work
+(the users found busy; a scan of the store when its spacing allows)."""
 FAULT_WAIT_S = 1.0
 """How long the worker waits after the store failed under it (say, a database restart) before it
 tries the same work again: a fault stops no worker."""

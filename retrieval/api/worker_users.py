@@ -26,7 +26,7 @@ from retrieval.memory.store_contract import Store
 
 SCAN_SPACING = 9.0
 """A scan of the rows of every user with turns still to process (:meth:`Polls.changed`) starts no
-sooner after the last one ended than this many times as long as it took. Over PostgreSQL a scan
+sooner after the last one ended than this many times as long as its reads took. Over PostgreSQL a scan
 took 0.4 s at 1,000 users and 2.5-3.8 s at 10,000 when it read a user at a time, 0.4-0.6 s at
 10,000 in batches (``docs/performance.md``); repeated whenever anything committed, it would fill an
 idle worker's time (its own users' steps waiting behind it) and the database's: spaced, scans hold
@@ -123,13 +123,15 @@ class Polls:
         """The users whose turn log or records changed since this node's last step of them (``seen``:
         their rows then); the store is scanned only when anything committed since the last scan,
         and once the last one's spacing has passed (until then: none). A scan that raised (the
-        database restarting) counts for neither: the next poll scans."""
-        began = time.monotonic()
-        if began < self._rested:
+        database restarting) counts for neither: the next poll scans. The spacing is measured
+        from the scan's own reads, after ``data_version`` (the first read after a database restart
+        waits for a connection)."""
+        if time.monotonic() < self._rested:
             return set()
         version = store.data_version()
         if version == self._version:
             return set()
+        began = time.monotonic()
         versions = store.user_versions(store.backlog_users())
         users = {user for user, rows in versions.items() if rows != seen.get(user, ())}
         ended = time.monotonic()

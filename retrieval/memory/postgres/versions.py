@@ -57,8 +57,8 @@ def user_version_of(conn: Any, user_id: str) -> tuple[int, ...]:
 def user_versions_of(conn: Any, users: Sequence[str]) -> dict[str, tuple[int, ...]]:
     """:func:`user_version_of` of each of ``users``, the same subqueries joined laterally to a list
     of users: one statement for :data:`VERSIONS_READ_TOGETHER` users (a user at a time, the round
-    trips were most of a scan of many users: 2.5-3.8 s against 0.2-0.4 s for 10,000; for one user
-    the plain statement is the faster)."""
+    trips were most of a scan of many users: 2.5-3.8 s against 0.2-0.4 s for the versions of
+    10,000; for one user the plain statement is the faster)."""
     versions: dict[str, tuple[int, ...]] = {}
     for start in range(0, len(users), VERSIONS_READ_TOGETHER):
         for row in conn.execute(_USER_VERSIONS, (list(users[start:start + VERSIONS_READ_TOGETHER]),)):

@@ -207,6 +207,26 @@ def test_a_compaction_that_fails_behind_a_delete_is_logged_and_stays_owed(tmp_pa
     assert not in_files(tmp_path, 0)
 
 
+class CompactionTries:
+    """The result of each of the store's compactions, in order; :meth:`next` waits for the next."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.results: list[bool] = []
+        self._tried = threading.Semaphore(0)
+        real = Purge.compact
+
+        def compact(store: Purge) -> bool:
+            self.results.append(real(store))
+            self._tried.release()
+            return self.results[-1]
+
+        monkeypatch.setattr(Purge, "compact", compact)
+
+    def next(self) -> bool:
+        """Whether another compaction ended within WAIT_S."""
+        return self._tried.acquire(timeout=WAIT_S)
+
+
 def test_a_compaction_a_reader_keeps_is_tried_again_behind_without_a_vacuum(tmp_path, monkeypatch):
     """Another process's long read keeps the WAL from being truncated: the compaction stops before
     its VACUUM (which would only add the whole file to the log), stays owed, and is tried again
@@ -215,16 +235,7 @@ def test_a_compaction_a_reader_keeps_is_tried_again_behind_without_a_vacuum(tmp_
     monkeypatch.setattr(compaction, "COMPACT_RETRY_S", 0.05)
     monkeypatch.setattr(compaction, "COMPACT_SPACING", 0.0)
     monkeypatch.setattr(sqlite_purge, "CHECKPOINT_WAIT_S", 0.05)
-    results: list[bool] = []
-    tried = threading.Semaphore(0)
-    real = Purge.compact
-
-    def compact(store: Purge) -> bool:
-        results.append(real(store))
-        tried.release()
-        return results[-1]
-
-    monkeypatch.setattr(Purge, "compact", compact)
+    tries = CompactionTries(monkeypatch)
     memory = filled(tmp_path)
     wal = tmp_path / "amus.sqlite3-wal"
     reader = sqlite3.connect(f"file:{tmp_path / 'amus.sqlite3'}?mode=ro", uri=True, isolation_level=None)
@@ -232,16 +243,16 @@ def test_a_compaction_a_reader_keeps_is_tried_again_behind_without_a_vacuum(tmp_
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM turns").fetchone()  # an older snapshot, held
         memory.delete("u:turn:secret0", user_id="u")
-        assert tried.acquire(timeout=WAIT_S) and results == [False]
+        assert tries.next() and tries.results == [False]
         logged = wal.stat().st_size
-        assert tried.acquire(timeout=WAIT_S) and results == [False, False]  # tried again, kept again
+        assert tries.next() and tries.results == [False, False]  # tried again, kept again
         grown = wal.stat().st_size - logged  # the owed mark written again, not the VACUUM's whole file
         assert grown < (tmp_path / "amus.sqlite3").stat().st_size // 4
         assert memory.store.meta(COMPACTION_OWED) is True
         reader.execute("COMMIT")
         while memory.store.meta(COMPACTION_OWED) is not None:
-            assert tried.acquire(timeout=WAIT_S)
-        assert results[-1] is True and not in_files(tmp_path, 0) and in_files(tmp_path, 1)
+            assert tries.next()
+        assert tries.results[-1] is True and not in_files(tmp_path, 0) and in_files(tmp_path, 1)
     finally:
         reader.close()
         memory.close()
@@ -280,26 +291,17 @@ def test_a_delete_while_a_try_again_waits_brings_the_compaction_forward(tmp_path
     monkeypatch.setattr(compaction, "COMPACT_RETRY_S", WAIT_S * 10)
     monkeypatch.setattr(compaction, "COMPACT_SPACING", 0.0)
     monkeypatch.setattr(sqlite_purge, "CHECKPOINT_WAIT_S", 0.05)
-    results: list[bool] = []
-    tried = threading.Semaphore(0)
-    real = Purge.compact
-
-    def compact(store: Purge) -> bool:
-        results.append(real(store))
-        tried.release()
-        return results[-1]
-
-    monkeypatch.setattr(Purge, "compact", compact)
+    tries = CompactionTries(monkeypatch)
     memory = filled(tmp_path)
     reader = sqlite3.connect(f"file:{tmp_path / 'amus.sqlite3'}?mode=ro", uri=True, isolation_level=None)
     try:
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM turns").fetchone()
         memory.delete("u:turn:secret0", user_id="u")
-        assert tried.acquire(timeout=WAIT_S) and results == [False]  # tried again WAIT_S * 10 later
+        assert tries.next() and tries.results == [False]  # tried again WAIT_S * 10 later
         reader.execute("COMMIT")
         memory.delete("u:turn:secret1", user_id="u")  # not left to that try
-        assert tried.acquire(timeout=WAIT_S) and results == [False, True]
+        assert tries.next() and tries.results == [False, True]
         assert not in_files(tmp_path, 0) and not in_files(tmp_path, 1) and in_files(tmp_path, 2)
     finally:
         reader.close()

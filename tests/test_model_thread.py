@@ -97,16 +97,19 @@ def test_the_memory_loads_and_runs_its_models_on_the_model_thread(tmp_path):
 
 def test_an_interrupt_while_a_forward_runs_there_ends_the_process_as_an_interrupt(tmp_path):
     """Ctrl-C reaches the waiting caller; the forward on the model thread finishes first, so the
-    interpreter does not exit under it (torch would abort the process)."""
+    interpreter does not exit under it (torch would abort the process). The forward sends the
+    interrupt itself, once the caller waits, so that it lands while the forward runs however busy
+    the machine is (a timer beside it could fire after the forward had ended)."""
     script = tmp_path / "interrupted.py"
     script.write_text(
-        "import os, signal, threading, torch\n"
+        "import os, signal, time, torch\n"
         "from retrieval.index.model_thread import on_model_thread\n"
         "a = torch.randn(384, 384)\n"
         "def forward():\n"
+        "    time.sleep(0.3)  # the caller is waiting by now\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
         "    for _ in range(4000):\n"
         "        torch.relu(a @ a)\n"
-        "threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
         "on_model_thread(forward)\n")
     done = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})

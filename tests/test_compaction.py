@@ -44,10 +44,13 @@ def filled(path: Path) -> Memory:
 
 
 class HeldCompactions:
-    """Counts the store's compactions; with ``held``, each waits inside until released."""
+    """Counts the store's compactions and keeps each one's result, in order (:meth:`next` waits for
+    the next to end); with ``held``, each waits inside until released."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, held: bool) -> None:
         self.calls, self.entered, self.released = 0, threading.Event(), threading.Event()
+        self.results: list[bool] = []
+        self._ended = threading.Semaphore(0)
         if not held:
             self.released.set()
         real = Purge.compact
@@ -56,9 +59,24 @@ class HeldCompactions:
             self.calls += 1
             self.entered.set()
             self.released.wait(WAIT_S)
-            return real(store)
+            self.results.append(real(store))
+            self._ended.release()
+            return self.results[-1]
 
         monkeypatch.setattr(Purge, "compact", compact)
+
+    def next(self) -> bool:
+        """Whether another compaction ended within WAIT_S."""
+        return self._ended.acquire(timeout=WAIT_S)
+
+
+def reading(path: Path) -> sqlite3.Connection:
+    """Another process's long read of the store at ``path``: a read transaction held open (its
+    snapshot taken) until the caller commits it."""
+    reader = sqlite3.connect(f"file:{path / 'amus.sqlite3'}?mode=ro", uri=True, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM turns").fetchone()
+    return reader
 
 
 def test_a_delete_returns_before_the_compaction_it_owes_which_then_runs_behind_it(tmp_path, monkeypatch):
@@ -207,26 +225,6 @@ def test_a_compaction_that_fails_behind_a_delete_is_logged_and_stays_owed(tmp_pa
     assert not in_files(tmp_path, 0)
 
 
-class CompactionTries:
-    """The result of each of the store's compactions, in order; :meth:`next` waits for the next."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.results: list[bool] = []
-        self._tried = threading.Semaphore(0)
-        real = Purge.compact
-
-        def compact(store: Purge) -> bool:
-            self.results.append(real(store))
-            self._tried.release()
-            return self.results[-1]
-
-        monkeypatch.setattr(Purge, "compact", compact)
-
-    def next(self) -> bool:
-        """Whether another compaction ended within WAIT_S."""
-        return self._tried.acquire(timeout=WAIT_S)
-
-
 def test_a_compaction_a_reader_keeps_is_tried_again_behind_without_a_vacuum(tmp_path, monkeypatch):
     """Another process's long read keeps the WAL from being truncated: the compaction stops before
     its VACUUM (which would only add the whole file to the log), stays owed, and is tried again
@@ -235,13 +233,11 @@ def test_a_compaction_a_reader_keeps_is_tried_again_behind_without_a_vacuum(tmp_
     monkeypatch.setattr(compaction, "COMPACT_RETRY_S", 0.05)
     monkeypatch.setattr(compaction, "COMPACT_SPACING", 0.0)
     monkeypatch.setattr(sqlite_purge, "CHECKPOINT_WAIT_S", 0.05)
-    tries = CompactionTries(monkeypatch)
+    tries = HeldCompactions(monkeypatch, held=False)
     memory = filled(tmp_path)
     wal = tmp_path / "amus.sqlite3-wal"
-    reader = sqlite3.connect(f"file:{tmp_path / 'amus.sqlite3'}?mode=ro", uri=True, isolation_level=None)
+    reader = reading(tmp_path)  # an older snapshot, held
     try:
-        reader.execute("BEGIN")
-        reader.execute("SELECT count(*) FROM turns").fetchone()  # an older snapshot, held
         memory.delete("u:turn:secret0", user_id="u")
         assert tries.next() and tries.results == [False]
         logged = wal.stat().st_size
@@ -265,9 +261,7 @@ def test_a_compaction_owed_at_open_that_a_reader_keeps_is_tried_again_behind(tmp
     filled(tmp_path).close()
     with AMUStore(tmp_path) as store:
         store.purge("u", turn_ids=["secret0"])  # owes a compaction it does not run
-    reader = sqlite3.connect(f"file:{tmp_path / 'amus.sqlite3'}?mode=ro", uri=True, isolation_level=None)
-    reader.execute("BEGIN")
-    reader.execute("SELECT count(*) FROM turns").fetchone()
+    reader = reading(tmp_path)
     memory = Memory.open(tmp_path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
     try:
         assert memory.store.meta(COMPACTION_OWED) is True and in_files(tmp_path, 0)  # kept at the open
@@ -291,12 +285,10 @@ def test_a_delete_while_a_try_again_waits_brings_the_compaction_forward(tmp_path
     monkeypatch.setattr(compaction, "COMPACT_RETRY_S", WAIT_S * 10)
     monkeypatch.setattr(compaction, "COMPACT_SPACING", 0.0)
     monkeypatch.setattr(sqlite_purge, "CHECKPOINT_WAIT_S", 0.05)
-    tries = CompactionTries(monkeypatch)
+    tries = HeldCompactions(monkeypatch, held=False)
     memory = filled(tmp_path)
-    reader = sqlite3.connect(f"file:{tmp_path / 'amus.sqlite3'}?mode=ro", uri=True, isolation_level=None)
+    reader = reading(tmp_path)
     try:
-        reader.execute("BEGIN")
-        reader.execute("SELECT count(*) FROM turns").fetchone()
         memory.delete("u:turn:secret0", user_id="u")
         assert tries.next() and tries.results == [False]  # tried again WAIT_S * 10 later
         reader.execute("COMMIT")

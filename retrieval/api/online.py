@@ -150,6 +150,25 @@ class UserStream:
             self.sessions[session_id] = OpenSession(segmenter)
         return self.sessions[session_id]
 
+    def _latest(self, session_id: str) -> OpenSession:
+        """The session's open segment, moved last: ``sessions`` is in the log's order of each
+        session's latest turn fed, whatever the exchanges' order (:meth:`close_least_recent`)."""
+        session = self.open_session(session_id)
+        self.sessions[session_id] = self.sessions.pop(session_id)
+        return session
+
+    def close_least_recent(self, most: int) -> list[AMU]:
+        """Flush the sessions fed least recently while more than ``most`` hold an open segment or a
+        waiting turn, and forget those that hold nothing (a segment that filled up closed); returns
+        the AMUs of the segments so closed."""
+        holding = []
+        for session_id, session in list(self.sessions.items()):
+            if session.waiting is not None or session.segmenter.holds_exchanges:
+                holding.append(session_id)
+            elif session.segmenter.cut_off is None:  # nothing of it to carry over
+                del self.sessions[session_id]
+        return [amu for session_id in holding[:max(0, len(holding) - most)] for amu in self.flush(session_id)]
+
     def push(self, turns: Sequence[Turn]) -> list[AMU]:
         """Feed stored turns in order; returns the AMUs of the segments they closed."""
         return self.feed(self.pair(turns))
@@ -160,10 +179,10 @@ class UserStream:
         exchanges: list[Exchange] = []
         for turn in turns:
             self._fed(turn)
+            session = self._latest(turn.session_id)
             if not self.models.config.pair_turns:  # every turn an exchange, complete as it comes
                 exchanges.append(Exchange((turn,)))
                 continue
-            session = self.open_session(turn.session_id)
             waiting = session.waiting
             if waiting is None:
                 session.waiting = turn

@@ -36,8 +36,9 @@ STREAMS_HELD = 1024
 """The most users' streams one memory keeps between steps. A stream with one open session of a
 few exchanges held about 20 KiB (tracemalloc over 50 users with all-MiniLM-L6-v2 vectors), so
 the bound is about 20 MiB at one open session a user (each open session a user keeps adds about
-10 KiB); a user beyond it pays a reload from the store at its next step (its turns and segments
-read: 4 ms for a user of a thousand turns, 0.2 s at ten thousand)."""
+10 KiB; a user keeps at most :data:`retrieval.api.limits.MAX_OPEN_SESSIONS` open, so each
+stream is bounded too); a user beyond it pays a reload from the store at its next step (its
+turns and segments read: 4 ms for a user of a thousand turns, 0.2 s at ten thousand)."""
 
 
 @dataclass

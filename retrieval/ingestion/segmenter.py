@@ -306,6 +306,11 @@ class SemanticSegmenter:
         self._append(exchange, embedding, tokens)
         return self._finalize_if_full()
 
+    @property
+    def holds_exchanges(self) -> bool:
+        """Whether the active segment holds any exchange (a flush would close it)."""
+        return bool(self._active.exchanges)
+
     def flush(self) -> Segment | None:
         """Finalize the active segment at the end of a session (``None`` if it is empty)."""
         return self._finalize(SESSION_FLUSH) if self._active.exchanges else None

@@ -488,6 +488,18 @@ def test_an_unknown_key_is_refused_naming_the_header(http, path):
     assert refused == (401, "header.authorization"), response.text
 
 
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+def test_a_path_or_query_not_utf8_is_refused_not_read_as_another_id(http, mem, method):
+    """``%FF`` would reach the route as U+FFFD: the id of a turn the caller never named."""
+    mem.add([{"speaker": "Ann", "text": "I keep bees.", "turn_id": "x\ufffd"}], user_id="u", session_id="s2")
+    response = http.request(method, "/v1/memories/u:turn:x%FF")
+    assert (response.status_code, refusal_of(response)["field"]) == (422, "path"), response.text
+    response = http.get("/v1/memories?cursor=%C3")
+    assert (response.status_code, refusal_of(response)["field"]) == (422, "query"), response.text
+    assert mem.get("u:turn:x\ufffd", user_id="u").text == "Ann: I keep bees."
+    assert http.get("/v1/memories/u:turn:x%EF%BF%BD").status_code == 200  # the same id in UTF-8
+
+
 def test_mcp_arguments_are_strict(mem):
     server = build_mcp(mem, WriteGate(), fixed_user("u"))
 
@@ -501,6 +513,32 @@ def test_mcp_arguments_are_strict(mem):
         assert "limit" in str(err)
     else:
         assert result.is_error
+
+
+def test_mcp_string_arguments_are_taken_as_given_not_decoded_as_json(mem):
+    """A session id, idempotency key or cursor that reads as JSON (``"null"``, ``"[1]"``) is that
+    string: ``memory_forget(session_id="null")`` forgets that session only, not the user."""
+    server = build_mcp(mem, WriteGate(), fixed_user("u"))
+
+    async def call(name, arguments):
+        return await server.call_tool(name, arguments)
+
+    for key in ("null", "null", "[1]", "true"):
+        added = anyio.run(call, "memory_add", {"session_id": "null", "idempotency_key": key,
+                                               "turns": [{"speaker": "Ann", "text": f"A note keyed {key}."}]})
+        assert not added.is_error, added
+    assert [turn.text for turn in mem.store.turns("u") if turn.session_id == "null"] == [
+        "A note keyed null.", "A note keyed [1].", "A note keyed true."]  # the second "null" replayed
+    found = anyio.run(call, "memory_search", {"query": "alpha note keyed", "session_id": "null", "k": 20})
+    assert {hit["session_id"] for hit in found.structured_content["hits"]} == {"null"}
+    assert anyio.run(call, "memory_list", {"cursor": "null"}).is_error  # no such cursor, not the first page
+    assert anyio.run(call, "memory_search", {"query": "alpha", "explain": "true"}).is_error  # not a flag
+    assert anyio.run(call, "memory_add", {"session_id": "t", "turns": json.dumps(
+        [{"speaker": "Ann", "text": "Turns sent as JSON text."}])}).structured_content["turn_ids"]
+    before = len(mem.list(user_id="u", limit=100).items)
+    assert anyio.run(call, "memory_forget", {"session_id": "null"}).structured_content == {"deleted": True}
+    assert len(mem.list(user_id="u", limit=100).items) == before > 0
+    assert [turn.session_id for turn in mem.store.turns("u") if turn.session_id == "null"] == []
 
 
 # -- keys -----------------------------------------------------------------------------------------

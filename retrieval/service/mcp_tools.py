@@ -10,11 +10,13 @@ the request's key over HTTP). Over a read-only memory only the tools that read a
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 from pydantic import Field, ValidationError
 
@@ -83,6 +85,30 @@ def _refusals(call: Callable[[], Any], id_argument: str = "memory_id") -> Any:
         raise Refused(str(err) if field is None else f"{field}: {err}", status_of(err), field) from None
 
 
+def _takes_text(annotation: Any) -> bool:
+    """Whether an argument of this type may be a string (``str``, ``Annotated[str, ...]``, or a
+    union with one of them)."""
+    if annotation is str:
+        return True
+    if get_origin(annotation) is Annotated:
+        return _takes_text(get_args(annotation)[0])
+    return get_origin(annotation) in (Union, types.UnionType) and any(map(_takes_text, get_args(annotation)))
+
+
+class VerbatimText(FuncMetadata):
+    """A tool's arguments as the SDK reads them, but for one step: the SDK decodes a string given
+    for an argument not typed plain ``str`` as JSON (some clients send lists as JSON text). For an
+    optional string that read the session id ``"null"`` as no session, so ``memory_forget`` forgot
+    the whole user. Here a string stays as given unless the argument cannot be a string and the
+    string decodes to a list or an object."""
+
+    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        fields = self.arg_model.model_fields
+        decoded = super().pre_parse_json(data)
+        return {key: value if isinstance(value, list | dict) and key in fields
+                and not _takes_text(fields[key].annotation) else data[key] for key, value in decoded.items()}
+
+
 class StrictTools(MCPServer):
     """An MCP server whose tools check their arguments as the HTTP routes do: an argument a tool
     does not take (``user_id``, a misspelt ``limit``) is refused instead of dropped (and each
@@ -92,6 +118,14 @@ class StrictTools(MCPServer):
 
     def __init__(self, name: str, instructions: str) -> None:
         super().__init__(name, instructions=instructions, log_level="WARNING")
+
+    def add_tool(self, fn: Callable[..., Any], name: str | None = None, *args: Any, **options: Any) -> None:
+        """Register a tool whose string arguments are read verbatim (:class:`VerbatimText`); the
+        SDK keeps its tools in a private manager, the one place this reaches into it."""
+        super().add_tool(fn, name, *args, **options)
+        tool = self._tool_manager.get_tool(name or fn.__name__)
+        assert tool is not None
+        tool.fn_metadata = VerbatimText(**dict(tool.fn_metadata))
 
     async def list_tools(self) -> list[Tool]:
         return [tool.model_copy(update={"input_schema": {**tool.input_schema, "additionalProperties": False}})

@@ -2,9 +2,13 @@
 is a 422 naming ``query.user_id``, never a silently ignored request for someone else's data; so is
 a body sent to a route that takes none (``DELETE /v1/user {"user_id": "alice"}`` would otherwise
 forget the key's own user), and a parameter given twice (``?limit=1&limit=50``: which one counts
-would be the framework's choice, not the caller's)."""
+would be the framework's choice, not the caller's). A path or query string whose %-escapes are not
+UTF-8 is refused too: the server would decode ``%FF`` as U+FFFD, and act on an id the caller never
+named."""
 
 from __future__ import annotations
+
+from urllib.parse import unquote_to_bytes
 
 from fastapi import Request
 from fastapi.dependencies.models import Dependant
@@ -27,7 +31,15 @@ def _query_names(dependant: Dependant) -> set[str]:
 async def refuse_undeclared_input(request: Request) -> None:
     """A route dependency: 422 for a body the route does not take (one declared by its headers),
     for the first query parameter it does not declare and for the first one given twice (on the
-    event loop: no I/O, so no worker thread)."""
+    event loop: no I/O, so no worker thread), and for a path or query string that is not UTF-8."""
+    for part, raw in (("path", request.scope.get("raw_path")), ("query", request.scope.get("query_string"))):
+        try:
+            unquote_to_bytes(raw or b"").decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise RequestValidationError([{
+                "type": "string_unicode", "loc": (part,), "input": None,
+                "msg": f"not UTF-8 once its %-escapes are decoded (byte {err.start}): "
+                       "%-escape each character's UTF-8 bytes"}]) from None
     route = request.scope.get("route")
     sent = request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
     if sent and isinstance(route, APIRoute) and not _takes_body(route.dependant):

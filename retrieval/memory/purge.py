@@ -21,6 +21,8 @@ text it was computed from. Purging a selection of turns therefore removes, in on
   kept that a purged record linked to takes its text from the first record still linked to it
   (a node keeps the text of the record that made it, which may be the purged one's spelling);
 * the idempotency keys that stored a purged turn;
+* the finished consolidation jobs that counted a purged turn's records: those of its session and
+  those of all the user's sessions (their progress counts them, and a job names its session);
 
 and counts the purge in the user's ``purges`` row (:mod:`retrieval.memory.schema`), which stays.
 The row also keeps the numbers the user's ids count on from
@@ -67,6 +69,7 @@ from retrieval.memory.connection import BUSY_TIMEOUT_S
 from retrieval.memory.evidence_keys import node_text
 from retrieval.memory.in_chunks import in_chunks
 from retrieval.memory.indexing import frame_label
+from retrieval.memory.job_rows import UNFINISHED
 from retrieval.memory.meta_keys import COMPACTION_OWED, MERGE_KEY, USER_KEYS
 from retrieval.memory.purge_selection import (
     Stored,
@@ -216,6 +219,10 @@ class Purge(SQLitePart):
                 db.executemany("DELETE FROM meta WHERE key = ?", [(key.format(user),) for key in USER_KEYS])
             else:
                 self._drop_keys(db, user, gone)
+                sessions = sorted({turn.session_id for turn in turns})
+                db.execute(f"DELETE FROM jobs WHERE conversation_id = ? AND state NOT IN {UNFINISHED} "
+                           f"AND (session_id IS NULL OR session_id IN ({','.join('?' * len(sessions))}))",
+                           (user, *sessions))
             db.execute("DELETE FROM purging")
             purged = Purged(turns, [row.amu for row in picked.chosen], node_texts, picked.frames,
                             [row.id for row in picked.restored])

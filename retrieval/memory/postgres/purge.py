@@ -20,6 +20,7 @@ from retrieval.memory.cache import text_key
 from retrieval.memory.errors import StoreError
 from retrieval.memory.evidence_keys import node_text
 from retrieval.memory.indexing import frame_label
+from retrieval.memory.job_rows import UNFINISHED
 from retrieval.memory.meta_keys import MERGE_KEY, USER_KEYS
 from retrieval.memory.postgres.reads import AMU_COLUMNS, SEGMENT_COLUMNS, TURN_COLUMNS
 from retrieval.memory.postgres.schema import COMPACTED, PURGING, RAISE_ID_MARKS, STATISTICS_OWED
@@ -146,6 +147,9 @@ class Purge:
                              ([key.format(user) for key in USER_KEYS],))
             else:
                 self._drop_keys(conn, user, gone)
+                conn.execute("DELETE FROM jobs WHERE user_id = %s AND state <> ALL(%s) "
+                             "AND (session_id IS NULL OR session_id = ANY(%s))",
+                             (user, list(UNFINISHED), sorted({turn.session_id for turn in turns})))
             purged = Purged(turns, [row.amu for row in picked.chosen], node_texts, picked.frames,
                             [row.id for row in picked.restored])
             if derived is not None:

@@ -375,6 +375,13 @@ def test_malformed_locomo_names_file_and_place(tmp_path):
     broken.write_text('[\n {"sample_id": "c",\n  "conversation": {,}\n }\n]')
     with pytest.raises(InputFormatError, match=r"broken\.json:3:\d+: invalid JSON"):
         load_locomo(broken)
+    given = '"dia_id": "D1:1",'
+    text = json.dumps(locomo_fixture()).replace(given, given + ' "text": "Unseen.",', 1)
+    twice = tmp_path / "twice.json"
+    twice.write_text(text)
+    assert '"Unseen."' in text  # else the replacement found no turn to give a second text
+    with pytest.raises(InputFormatError, match=r"twice\.json: key 'text' is given twice in one object"):
+        load_locomo(twice)
 
     def mutated(change) -> Path:
         data = locomo_fixture()
@@ -436,6 +443,9 @@ def test_read_turns_jsonl(tmp_path):
          r"talk\.jsonl:1: field 'image_captoin': not a field of a turn line; its fields are conversation_id"),
         ([jsonl_line(time="2023-05-08T10:00:00")],
          r"talk\.jsonl:1: field 'time': not a field of a turn line \(the stream calls it session_time\)"),
+        ([jsonl_line()[:-1] + ', "text": "I planted mint."}'],
+         r"talk\.jsonl:1: key 'text' is given twice in one object; give each key once$"),
+        (["[" * 100_000 + "]" * 100_000], r"talk\.jsonl:1: JSON nested too deep to read$"),
     ],
 )
 def test_malformed_jsonl_names_file_and_line(tmp_path, lines, message):
@@ -453,6 +463,11 @@ def test_cli_reports_malformed_input_in_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and f"{path}:2:2: invalid JSON" in err
     assert main(["--locomo", str(tmp_path / "missing.json"), "--store", str(tmp_path / "store")]) == 2
     assert "missing.json: cannot read" in capsys.readouterr().err
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["--locomo", str(deep), "--store", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {deep}: JSON nested too deep to read\n"
 
 
 def test_cli_refuses_a_bad_turn_naming_where_it_is_before_making_a_store(tmp_path, capsys):

@@ -168,7 +168,7 @@ def test_a_failed_open_of_a_directory_without_a_store_leaves_it_as_it_was(tmp_pa
     assert sorted(path.name for path in export.iterdir()) == ["config.json"]
 
 
-@pytest.mark.parametrize("timeout", ["soon", -1, float("nan"), True])
+@pytest.mark.parametrize("timeout", ["soon", -1, float("nan"), True, 1e10])  # 1e10: past TIMEOUT_MAX
 def test_waits_refuse_a_timeout_that_is_not_seconds_naming_it(mem, timeout):
     mem.add(chat("a", 3), user_id="u", session_id="s1")  # turns pending, so the wait would start
     assert refused(lambda: mem.drain(user_id="u", timeout_s=timeout)).field == "timeout_s"

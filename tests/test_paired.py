@@ -225,6 +225,9 @@ def test_a_bad_results_file_names_the_file_and_the_field(tmp_path):
     path.write_text('{\n  "configs": {\n    "dense20": ,\n')
     with pytest.raises(ValueError, match=re.escape(f"{path}:3: invalid JSON")):
         read_results(path)
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match=re.escape(f"{path}: JSON nested too deep to read")):
+        read_results(path)
 
 
 @pytest.mark.parametrize(("option", "value"), [("--resamples", "0"), ("--resamples", "1"),

@@ -13,6 +13,7 @@ caption a NUL (U+0000), which PostgreSQL's text cannot keep: refused on every st
 from __future__ import annotations
 
 import math
+import threading
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -155,12 +156,14 @@ def check_flag(name: str, value: Any) -> bool:
 
 
 def check_timeout(value: Any) -> float | None:
-    """``timeout_s``: None (wait as long as it takes) or a number of seconds, 0 or more."""
+    """``timeout_s``: None (wait as long as it takes) or a number of seconds, 0 or more, up to the
+    longest wait a thread can be given (``threading.TIMEOUT_MAX``, about 292 years)."""
     if value is None:
         return None
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or value < 0:
-        raise InvalidInput(f"timeout_s must be None or a number of seconds >= 0, got {value!r}", "timeout_s")
+    if not number or not math.isfinite(value) or not 0 <= value <= threading.TIMEOUT_MAX:
+        raise InvalidInput("timeout_s must be None or a number of seconds from 0 to "
+                           f"{threading.TIMEOUT_MAX:.0f}, got {value!r}", "timeout_s")
     return float(value)
 
 

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from retrieval.memory import strict_json
 from retrieval.memory.records import MAX_TURN_CHARS, InputFormatError, Turn
 
 LOCOMO_TIME_FORMAT = "%I:%M %p on %d %B, %Y"
@@ -74,9 +75,11 @@ def load_locomo(path: str | Path) -> list[LocomoConversation]:
     conversation index and the missing or bad field."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = strict_json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise InputFormatError(f"{path}:{err.lineno}:{err.colno}: invalid JSON: {err.msg}") from None
+    except strict_json.JSONRefused as err:
+        raise InputFormatError(f"{path}: {err}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise InputFormatError(f"{path}: cannot read: {err}") from None
     if not isinstance(data, list):

@@ -31,6 +31,8 @@ from pydantic import (
     model_serializer,
 )
 
+from retrieval.memory import strict_json
+
 
 class Record(BaseModel):
     """Base of the schema: a field whose default is None is left out of a dump while it is None."""
@@ -331,9 +333,11 @@ def read_results(path: str | Path) -> Results:
     path = Path(path)
     text = _utf8_text(path)
     try:
-        return Results.model_validate(json.loads(text))
+        return Results.model_validate(strict_json.loads(text))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}:{err.lineno}: invalid JSON ({err.msg})") from None
+    except strict_json.JSONRefused as err:
+        raise ValueError(f"{path}: {err}") from None
     except ValidationError as err:
         raise ValueError(f"{path}: not a results.json: {_problem(err)}") from None
 
@@ -359,9 +363,11 @@ def read_questions(path: str | Path) -> list[QuestionRecord]:
         if not line.strip():
             continue
         try:
-            row = QuestionRecord.model_validate(json.loads(line))
+            row = QuestionRecord.model_validate(strict_json.loads(line))
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}:{number}: invalid JSON ({err.msg})") from None
+        except strict_json.JSONRefused as err:
+            raise ValueError(f"{path}:{number}: {err}") from None
         except ValidationError as err:
             raise ValueError(f"{path}:{number}: not a questions.jsonl record: {_problem(err)}") from None
         if rows and set(row.found) != set(rows[0].found):

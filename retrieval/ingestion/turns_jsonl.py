@@ -20,6 +20,7 @@ from pathlib import Path
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from retrieval.memory import strict_json
 from retrieval.memory.records import MAX_TURN_CHARS, InputFormatError, Turn, shown
 from retrieval.memory.times import naive_utc, parse_iso
 
@@ -68,9 +69,11 @@ def read_turns_jsonl(path: str | Path) -> list[Turn]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = strict_json.loads(line)
         except json.JSONDecodeError as err:
             raise InputFormatError(f"{where}:{err.colno}: invalid JSON: {err.msg}") from None
+        except strict_json.JSONRefused as err:
+            raise InputFormatError(f"{where}: {err}") from None
         _refuse_unknown_fields(where, row)
         error = best_match(_TURN_LINE_VALIDATOR.iter_errors(row))
         if error is not None:

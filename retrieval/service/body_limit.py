@@ -20,11 +20,9 @@ refusal is a JSON-RPC error (:mod:`retrieval.service.early_refusal`).
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from retrieval.memory import strict_json
 from retrieval.service.early_refusal import refusal, refusal_body
 from retrieval.service.limits import DISCARD_BYTES, MAX_BODY_BYTES
 
@@ -74,29 +72,14 @@ class BodyLimit:
         await self.app(scope, _replay(body, receive), send)
 
 
-class _KeyGivenTwice(Exception):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    held: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in held:
-            raise _KeyGivenTwice(key)
-        held[key] = value
-    return held
-
-
 def _key_given_twice(body: bytes) -> str | None:
     """The first key some object of the JSON ``body`` gives twice; None when none does or when
     ``body`` is not JSON (empty, malformed, nested past the parser's depth)."""
     try:
-        json.loads(body, object_pairs_hook=_unique_keys)
-    except _KeyGivenTwice as found:
-        return found.key
-    except (ValueError, RecursionError):
+        strict_json.loads(body)
+    except strict_json.JSONRefused as refused:
+        return refused.key
+    except ValueError:
         return None
     return None
 

@@ -1,0 +1,36 @@
+"""JSON a caller wrote (a request body, a JSONL line, a LoCoMo file), read as written or refused:
+an object that gives a key twice (``{"text": "a", "text": "b"}``) would keep its last value
+alone, the others dropped unseen (RFC 8259 leaves such objects' meaning open), and a document
+nested past the parser's depth raises ``RecursionError``, which no caller names as bad input."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class JSONRefused(Exception):
+    """Well-formed JSON read no further: ``key`` given twice in one object (``key`` None: nested
+    too deep). The message says which, to follow a place (a file and line, a field)."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    held: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in held:
+            raise JSONRefused(f"key {key!r} is given twice in one object; give each key once", key)
+        held[key] = value
+    return held
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` of ``text``, or :class:`JSONRefused`; malformed JSON raises
+    :class:`json.JSONDecodeError` as ``json.loads`` does."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise JSONRefused("JSON nested too deep to read") from None

@@ -6,6 +6,7 @@ numbers, and the cursors and job ids a user sees say nothing of what other users
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import anyio
 import pytest
@@ -133,6 +134,22 @@ def test_times_at_the_calendars_edge_are_refused_naming_the_field(mem, moment):
     error = refused(lambda: mem.add([{"speaker": "A", "text": "hi", "time": moment}], user_id="u",
                                     session_id="s"))
     assert error.field == "turns.0.time" and "UTC" in str(error)
+
+
+class Nanoseconds(datetime):
+    """A datetime finer than microseconds, as pandas' ``Timestamp`` is."""
+
+    nanosecond = 789
+
+
+def test_a_time_finer_than_microseconds_is_refused_not_cut(mem):
+    finer = Nanoseconds(2023, 5, 8, 10, 0, 0, 123456)
+    error = refused(lambda: mem.add([{"speaker": "A", "text": "hi", "time": finer}], user_id="u",
+                                    session_id="s"))
+    assert error.field == "turns.0.time" and "6 decimals" in str(error)
+    added = mem.add([{"speaker": "A", "text": "hi", "time": datetime(2023, 5, 8, 10, 0, 0, 123456)}],
+                    user_id="u", session_id="s")
+    assert mem.store.turn("u", added.turn_ids[0]).session_time == datetime(2023, 5, 8, 10, 0, 0, 123456)
 
 
 def test_open_refuses_an_empty_path_and_a_file(tmp_path, monkeypatch):

@@ -170,7 +170,8 @@ def check_timeout(value: Any) -> float | None:
 def _time(where: str, field: str, value: Any) -> datetime | None:
     if value is None:
         return None
-    moment = value if isinstance(value, datetime) else None
+    # a datetime subclass finer than microseconds (pandas' Timestamp) would be cut, not kept
+    moment = value if isinstance(value, datetime) and not getattr(value, "nanosecond", 0) else None
     if isinstance(value, str) and len(value) <= MAX_ID_CHARS:
         try:
             moment = parse_iso(value)  # a finer fraction than microseconds is refused, not cut

@@ -446,6 +446,8 @@ def test_read_turns_jsonl(tmp_path):
         ([jsonl_line()[:-1] + ', "text": "I planted mint."}'],
          r"talk\.jsonl:1: key 'text' is given twice in one object; give each key once$"),
         (["[" * 100_000 + "]" * 100_000], r"talk\.jsonl:1: JSON nested too deep to read$"),
+        ([jsonl_line()[:-1] + ', "n": ' + "7" * 5000 + "}"],
+         r"talk\.jsonl:1: a number of more than 4300 digits$"),
     ],
 )
 def test_malformed_jsonl_names_file_and_line(tmp_path, lines, message):

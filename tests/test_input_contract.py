@@ -485,6 +485,16 @@ def test_a_key_given_twice_in_a_body_is_refused_naming_it(http, path, body, key)
     assert once.status_code == 200, once.text
 
 
+@pytest.mark.parametrize(("body", "said"), [
+    ('{"query": "bees", "k": ' + "9" * 5000 + "}", "body: a number of more than 4300 digits"),
+    ('{"query": "bees", "k": ' + "[" * 100_000 + "]" * 100_000 + "}", "body: JSON nested too deep to read")])
+def test_json_read_no_further_is_refused_saying_why(http, body, said):
+    """Well-formed JSON that the parser gives up on is refused saying why, not as a body the
+    server could not parse."""
+    response = http.post("/v1/search", content=body, headers={"Content-Type": "application/json"})
+    assert (response.status_code, refusal_of(response)) == (422, {"error": said, "field": "body"})
+
+
 @pytest.mark.parametrize("path", ["/v1/memories", "/mcp"])
 def test_two_authorization_headers_are_refused(http, path):
     other = http.app.state.service.keys.create("bob")

@@ -1,17 +1,20 @@
 """JSON a caller wrote (a request body, a JSONL line, a LoCoMo file), read as written or refused:
 an object that gives a key twice (``{"text": "a", "text": "b"}``) would keep its last value
 alone, the others dropped unseen (RFC 8259 leaves such objects' meaning open), and a document
-nested past the parser's depth raises ``RecursionError``, which no caller names as bad input."""
+nested past the parser's depth raises ``RecursionError`` and an integer of more digits than
+Python converts a ``ValueError`` that reads as a hint to its programmer: neither names the input."""
 
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 
 class JSONRefused(Exception):
     """Well-formed JSON read no further: ``key`` given twice in one object (``key`` None: nested
-    too deep). The message says which, to follow a place (a file and line, a field)."""
+    too deep, or a number too long). The message says which, to follow a place (a file and line,
+    a field)."""
 
     def __init__(self, message: str, key: str | None = None) -> None:
         super().__init__(message)
@@ -34,3 +37,7 @@ def loads(text: str | bytes) -> Any:
         return json.loads(text, object_pairs_hook=_unique_keys)
     except RecursionError:
         raise JSONRefused("JSON nested too deep to read") from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # the integer conversion's limit, the one other error of a parse
+        raise JSONRefused(f"a number of more than {sys.get_int_max_str_digits()} digits") from None

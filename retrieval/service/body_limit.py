@@ -1,5 +1,6 @@
 """413 for a request body over :data:`~retrieval.service.limits.MAX_BODY_BYTES`, and 422 for one
-that is not UTF-8 or whose JSON gives one object a key twice, before the application parses it.
+that is not UTF-8 or whose JSON gives one object a key twice, nests past the parser's depth or
+holds an integer too long to read, before the application parses it.
 
 A declared ``Content-Length`` over the limit is refused after the body is read and thrown away
 (up to :data:`~retrieval.service.limits.DISCARD_BYTES`, so that the client, done sending, reads
@@ -13,7 +14,9 @@ the JSON parser would otherwise guess UTF-16 or UTF-32 from a body's first bytes
 A UTF-8 byte order mark is allowed (the parser skips it, as the RFC lets it). A key given twice
 in one object (``{"k": 1, "k": 100}``) would reach the application as its last value alone, the
 others dropped unseen (RFC 8259 leaves such objects' meaning open): it is refused naming the key,
-as a query parameter given twice is (:mod:`retrieval.service.strict_query`). A body that is not
+as a query parameter given twice is (:mod:`retrieval.service.strict_query`); the depth and the
+integer are refused saying which, where the application would say only that it could not parse
+the body (:mod:`retrieval.memory.strict_json`). A body that is not
 JSON at all goes on to the application, which refuses it in its own words. At the MCP endpoint a
 refusal is a JSON-RPC error (:mod:`retrieval.service.early_refusal`).
 """
@@ -64,21 +67,21 @@ class BodyLimit:
         except UnicodeDecodeError as err:
             await _refuse(scope, send, 422, f"body: not UTF-8 (byte {err.start}); send JSON in UTF-8")
             return
-        twice = _key_given_twice(body)
-        if twice is not None:
-            await _refuse(scope, send, 422,
-                          f"body: key {twice!r} is given twice in one object; give each key once")
+        refused = _refused(body)
+        if refused is not None:
+            await _refuse(scope, send, 422, f"body: {refused}")
             return
         await self.app(scope, _replay(body, receive), send)
 
 
-def _key_given_twice(body: bytes) -> str | None:
-    """The first key some object of the JSON ``body`` gives twice; None when none does or when
-    ``body`` is not JSON (empty, malformed, nested past the parser's depth)."""
+def _refused(body: bytes) -> str | None:
+    """Why the JSON ``body`` is read no further (:mod:`retrieval.memory.strict_json`: a key some
+    object gives twice, nesting past the parser's depth, a number too long); None when it is read,
+    or is not JSON (empty, malformed: the application refuses it in its own words)."""
     try:
         strict_json.loads(body)
     except strict_json.JSONRefused as refused:
-        return refused.key
+        return str(refused)
     except ValueError:
         return None
     return None

@@ -419,6 +419,32 @@ def test_mcp_takes_posts_only_no_stream_to_hold_open(http):
         assert response.status_code == 405 and response.json()["field"] == "path"
 
 
+MCP_ACCEPTS = {"Accept": "application/json, text/event-stream", "Host": "127.0.0.1:80"}  # loopback
+
+
+def test_mcp_refuses_a_message_it_would_not_answer_doing_nothing(http, mem):
+    """The SDK reads a request whose id is neither a string nor an integer as a notification: it
+    answered 202 and did nothing, and its caller waited for an answer. Such a request, and a
+    batch, are refused saying why; a string id is answered."""
+    def add(request_id):
+        call = {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "memory_add", "arguments": {
+            "session_id": "rpc", "turns": [{"speaker": "Ann", "text": f"Sent with id {request_id!r}."}]}}}
+        return {**call, "id": request_id}
+
+    for request_id in (1.5, {"a": 1}, [1], None, True):
+        response = http.post("/mcp", json=add(request_id), headers=MCP_ACCEPTS)
+        assert response.status_code == 400, response.text
+        detail = refusal_of(response)
+        assert detail["field"] == "body" and detail["error"].startswith("body: id: "), detail
+    response = http.post("/mcp", json=[add(1), add(2)], headers=MCP_ACCEPTS)
+    assert (response.status_code, refusal_of(response)["error"]) == (
+        400, "body: a batch of JSON-RPC messages; send one message per request")
+    assert [turn for turn in mem.store.turns("u") if turn.session_id == "rpc"] == []
+    answered = http.post("/mcp", json=add("r-1"), headers=MCP_ACCEPTS)
+    assert answered.status_code == 200 and answered.json()["id"] == "r-1", answered.text
+    assert [turn.text for turn in mem.store.turns("u") if turn.session_id == "rpc"] == ["Sent with id 'r-1'."]
+
+
 ROOT_LOGGING = """
 import logging, sys, tempfile
 sys.path.insert(0, {repo!r})

@@ -18,7 +18,8 @@ as a query parameter given twice is (:mod:`retrieval.service.strict_query`); the
 integer are refused saying which, where the application would say only that it could not parse
 the body (:mod:`retrieval.memory.strict_json`). A body that is not
 JSON at all goes on to the application, which refuses it in its own words. At the MCP endpoint a
-refusal is a JSON-RPC error (:mod:`retrieval.service.early_refusal`).
+refusal is a JSON-RPC error (:mod:`retrieval.service.early_refusal`), and a message the SDK would
+not answer is refused there too (:mod:`retrieval.service.mcp_messages`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from retrieval.memory import strict_json
-from retrieval.service.early_refusal import refusal, refusal_body
+from retrieval.service.early_refusal import MCP_PATH, refusal, refusal_body
 from retrieval.service.limits import DISCARD_BYTES, MAX_BODY_BYTES
+from retrieval.service.mcp_messages import unanswerable
 
 
 async def _refuse(scope: Scope, send: Send, status: int, message: str) -> None:
@@ -67,24 +69,18 @@ class BodyLimit:
         except UnicodeDecodeError as err:
             await _refuse(scope, send, 422, f"body: not UTF-8 (byte {err.start}); send JSON in UTF-8")
             return
-        refused = _refused(body)
-        if refused is not None:
+        try:
+            message = strict_json.loads(body)
+        except strict_json.JSONRefused as refused:
             await _refuse(scope, send, 422, f"body: {refused}")
             return
+        except ValueError:
+            pass  # not JSON: the application refuses it in its own words
+        else:
+            if scope.get("path") == MCP_PATH and (why := unanswerable(message)) is not None:
+                await _refuse(scope, send, 400, f"body: {why}")
+                return
         await self.app(scope, _replay(body, receive), send)
-
-
-def _refused(body: bytes) -> str | None:
-    """Why the JSON ``body`` is read no further (:mod:`retrieval.memory.strict_json`: a key some
-    object gives twice, nesting past the parser's depth, a number too long); None when it is read,
-    or is not JSON (empty, malformed: the application refuses it in its own words)."""
-    try:
-        strict_json.loads(body)
-    except strict_json.JSONRefused as refused:
-        return str(refused)
-    except ValueError:
-        return None
-    return None
 
 
 async def _read_within(receive: Receive, limit: int) -> tuple[bytes | None, bool]:

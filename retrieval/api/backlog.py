@@ -58,7 +58,7 @@ from typing import Any
 
 from retrieval.api.closing import UserGuard, UserGuards
 from retrieval.api.errors import IngestFailed, MemoryBusy, StoreUnavailable
-from retrieval.api.limits import MAX_OPEN_SESSIONS, MAX_PENDING_TURNS
+from retrieval.api.limits import MAX_PENDING_TURNS
 from retrieval.api.online import StreamModels, UserStream
 from retrieval.api.retries import Retries
 from retrieval.api.states import SearchStates
@@ -191,10 +191,7 @@ class Backlog:
             for start in range(0, len(turns), STEP_TURNS):
                 self._refuse_if_closed()
                 chunk = turns[start:start + STEP_TURNS]
-                exchanges = state.stream.pair(chunk)
-                self.unindexed.prepare(user, [pair.text for pair in exchanges], purges, limit)  # one call
-                amus += state.stream.feed(exchanges)
-                amus += state.stream.close_least_recent(MAX_OPEN_SESSIONS)
+                amus += state.stream.push(chunk, self.unindexed.preparing(user, purges, limit))
                 if start + len(chunk) < len(turns):  # the last chunk counts once the step is done
                     with self._changed:
                         state.pending -= len(chunk)

@@ -34,12 +34,13 @@ until it has, so adds faster than it (a few hundred turns a second against its t
 otherwise grow the process without bound. A flush or a drain waits for them; an add under the
 bound may take the backlog past it by its own turns."""
 MAX_OPEN_SESSIONS = 32
-"""Sessions of one user with an open segment (or a turn waiting for its reply) that the ingestion
-worker keeps open: beyond them it closes the least recently fed, as a flush would, after each
-chunk it feeds (:meth:`retrieval.api.online.UserStream.close_least_recent`). Without a flush or a
-boundary a session's tail stays open for ever, held in memory (about 10 KiB each), fed again at
-every reload and never extracted; an agent that starts a session per conversation and never
-flushes would grow all three without bound."""
+"""Sessions of one user holding turns (an open segment or a turn waiting for its reply) in the
+ingestion worker's stream: a turn that would make one more first closes the sessions whose latest
+turn came earliest, as a flush after the turn before it would
+(:meth:`retrieval.api.online.UserStream.push`; docs/design.md §5.2). Without a flush or a boundary
+a session's tail stays open for ever, held in memory (about 10 KiB each), fed again at every
+reload and never extracted; an agent that starts a session per conversation and never flushes
+would grow all three without bound."""
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
 """What a served user id (a key's), session id or turn id may look like: each appears in URLs
 (a memory id is built from the user id and the turn id), so no slashes or spaces. Python callers

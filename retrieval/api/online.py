@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from retrieval.api import limits
 from retrieval.extract.base import Extractor, ReferenceContext
 from retrieval.ingestion.pipeline import embed_segment, fingerprinted, segment_record
 from retrieval.ingestion.push_order import PushOrder
@@ -47,6 +48,11 @@ class OpenSession:
 
     segmenter: SemanticSegmenter
     waiting: Turn | None = None
+
+    @property
+    def holding(self) -> bool:
+        """Whether the session holds turns that a flush would close into a segment."""
+        return self.waiting is not None or self.segmenter.holds_exchanges
 
 
 @dataclass
@@ -152,26 +158,56 @@ class UserStream:
 
     def _latest(self, session_id: str) -> OpenSession:
         """The session's open segment, moved last: ``sessions`` is in the log's order of each
-        session's latest turn fed, whatever the exchanges' order (:meth:`close_least_recent`)."""
+        session's latest turn fed, whatever the exchanges' order (:meth:`_make_room`)."""
         session = self.open_session(session_id)
         self.sessions[session_id] = self.sessions.pop(session_id)
         return session
 
-    def close_least_recent(self, most: int) -> list[AMU]:
-        """Flush the sessions fed least recently while more than ``most`` hold an open segment or a
-        waiting turn, and forget those that hold nothing (a segment that filled up closed); returns
-        the AMUs of the segments so closed."""
-        holding = []
-        for session_id, session in list(self.sessions.items()):
-            if session.waiting is not None or session.segmenter.holds_exchanges:
-                holding.append(session_id)
-            elif session.segmenter.cut_off is None:  # nothing of it to carry over
-                del self.sessions[session_id]
-        return [amu for session_id in holding[:max(0, len(holding) - most)] for amu in self.flush(session_id)]
+    def push(self, turns: Sequence[Turn], prepare: Callable[[list[str]], None] | None = None) -> list[AMU]:
+        """Feed stored turns in order, at most :data:`MAX_OPEN_SESSIONS` of the user's sessions
+        holding turns at a time; returns the AMUs of the segments they closed. A turn that would
+        open one more first closes the sessions whose latest turn came earliest, as a flush after
+        the turn before it would (:meth:`_make_room`), so where they close depends on the log alone,
+        not on how its turns are split into calls, and a reloaded stream closes them where this one
+        did. Runs of turns that open none are paired and fed together (``prepare`` sees each run's
+        exchange texts before they are embedded: one call for the vectors of a run)."""
+        amus: list[AMU] = []
+        start = 0
+        while start < len(turns):
+            amus += self._make_room(turns[start].session_id)
+            end = self._run_end(turns, start)
+            exchanges = self.pair(turns[start:end])
+            if prepare is not None:
+                prepare([exchange.text for exchange in exchanges])
+            amus += self.feed(exchanges)
+            start = end
+        return amus
 
-    def push(self, turns: Sequence[Turn]) -> list[AMU]:
-        """Feed stored turns in order; returns the AMUs of the segments they closed."""
-        return self.feed(self.pair(turns))
+    def _run_end(self, turns: Sequence[Turn], start: int) -> int:
+        """Where the run of ``turns`` from ``start`` ends: before the first later turn that may open
+        a session past the bound (whether it does depends on the run's segments, known once fed)."""
+        holding = {session_id for session_id, session in self.sessions.items() if session.holding}
+        for end in range(start, len(turns)):
+            if turns[end].session_id not in holding:
+                if end > start and len(holding) >= limits.MAX_OPEN_SESSIONS:
+                    return end
+                holding.add(turns[end].session_id)
+        return len(turns)
+
+    def _make_room(self, session_id: str) -> list[AMU]:
+        """Before a turn of ``session_id``: flush the sessions whose latest turn came earliest while
+        the turn would make more than :data:`MAX_OPEN_SESSIONS` hold turns, and forget those that
+        hold nothing (their segment filled up and closed); returns the AMUs so committed."""
+        holding = []
+        for other, session in list(self.sessions.items()):
+            if session.holding:
+                holding.append(other)
+            elif session.segmenter.cut_off is None and other != session_id:  # nothing to carry over
+                del self.sessions[other]
+        if session_id in holding:
+            return []
+        excess = len(holding) + 1 - limits.MAX_OPEN_SESSIONS
+        return [amu for other in holding[:max(0, excess)] for amu in self.flush(other)]
 
     def pair(self, turns: Sequence[Turn]) -> list[Exchange]:
         """The exchanges that stored turns complete, in order (a turn waits for its reply); the

@@ -23,7 +23,7 @@ and changes under one short lock.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +69,17 @@ class UnindexedTurns:
         them; and of ``more`` texts, read after the user's purge count was ``purges``, in the same
         call) into the store's cache."""
         self._compute(user, self._entries(user), limit, more, purges)
+
+    def preparing(self, user: str, purges: int, limit: int | None) -> Callable[[list[str]], None]:
+        """What a worker's chunk of turns calls with the exchange texts of each of its runs before
+        they are embedded (:meth:`retrieval.api.online.UserStream.push`): :meth:`prepare` of them,
+        the first run's beside the first ``limit`` waiting turns (a chunk computes no more)."""
+        taken = [limit]
+
+        def prepare(texts: list[str]) -> None:
+            self.prepare(user, texts, purges, taken.pop() if taken else 0)
+
+        return prepare
 
     def ready(self, user: str, limit: int | None) -> bool:
         """:meth:`prepare` the user's waiting turns if at most ``limit`` (None: any number) lack

@@ -185,7 +185,7 @@ def test_a_failed_open_of_a_directory_without_a_store_leaves_it_as_it_was(tmp_pa
     assert sorted(path.name for path in export.iterdir()) == ["config.json"]
 
 
-@pytest.mark.parametrize("timeout", ["soon", -1, float("nan"), True, 1e10])  # 1e10: past TIMEOUT_MAX
+@pytest.mark.parametrize("timeout", ["soon", -1, float("nan"), True, 1e10, 10**400])  # past TIMEOUT_MAX
 def test_waits_refuse_a_timeout_that_is_not_seconds_naming_it(mem, timeout):
     mem.add(chat("a", 3), user_id="u", session_id="s1")  # turns pending, so the wait would start
     assert refused(lambda: mem.drain(user_id="u", timeout_s=timeout)).field == "timeout_s"
@@ -513,10 +513,13 @@ def test_a_key_given_twice_in_a_body_is_refused_naming_it(http, path, body, key)
 
 @pytest.mark.parametrize(("body", "said"), [
     ('{"query": "bees", "k": ' + "9" * 5000 + "}", "body: a number of more than 4300 digits"),
-    ('{"query": "bees", "k": ' + "[" * 100_000 + "]" * 100_000 + "}", "body: JSON nested too deep to read")])
+    ('{"query": "bees", "k": ' + "[" * 100_000 + "]" * 100_000 + "}", "body: JSON nested too deep to read"),
+    ('{"query": "bees"}'.encode("utf-16-le"), "body: not UTF-8 JSON (a zero byte at 1); send JSON in UTF-8"),
+    (b"\x00\x00\x00{\x00\x00\x00", "body: not UTF-8 JSON (a zero byte at 0); send JSON in UTF-8")])
 def test_json_read_no_further_is_refused_saying_why(http, body, said):
     """Well-formed JSON that the parser gives up on is refused saying why, not as a body the
-    server could not parse."""
+    server could not parse; so is JSON in UTF-16 or UTF-32 without a byte order mark (its zero
+    bytes are UTF-8 too, and the parser would guess the encoding and take it)."""
     response = http.post("/v1/search", content=body, headers={"Content-Type": "application/json"})
     assert (response.status_code, refusal_of(response)) == (422, {"error": said, "field": "body"})
 
@@ -551,6 +554,9 @@ def test_a_path_or_query_not_utf8_is_refused_not_read_as_another_id(http, mem, m
     assert (response.status_code, refusal_of(response)["field"]) == (422, "query"), response.text
     assert mem.get("u:turn:x\ufffd", user_id="u").text == "Ann: I keep bees."
     assert http.get("/v1/memories/u:turn:x%EF%BF%BD").status_code == 200  # the same id in UTF-8
+    response = http.request(method, "/v1/memories/u:turn:x%EF%BF%BD%2Fhistory")  # not the history route
+    refused_as = 422 if method == "GET" else 405  # the history route takes no DELETE: routed, not run
+    assert (response.status_code, refusal_of(response)["field"]) == (refused_as, "path"), response.text
 
 
 def test_mcp_arguments_are_strict(mem):
@@ -588,6 +594,11 @@ def test_mcp_string_arguments_are_taken_as_given_not_decoded_as_json(mem):
     assert anyio.run(call, "memory_search", {"query": "alpha", "explain": "true"}).is_error  # not a flag
     assert anyio.run(call, "memory_add", {"session_id": "t", "turns": json.dumps(
         [{"speaker": "Ann", "text": "Turns sent as JSON text."}])}).structured_content["turn_ids"]
+    twice = anyio.run(call, "memory_add", {"session_id": "t", "turns": '[{"speaker": "Ann", "text": "kept", '
+                                                                     '"text": "replaced"}]'})
+    assert twice.is_error and twice.structured_content == {
+        "error": "turns: key 'text' is given twice in one object; give each key once", "field": "turns",
+        "status": 422}
     before = len(mem.list(user_id="u", limit=100).items)
     assert anyio.run(call, "memory_forget", {"session_id": "null"}).structured_content == {"deleted": True}
     assert len(mem.list(user_id="u", limit=100).items) == before > 0

@@ -12,7 +12,6 @@ caption a NUL (U+0000), which PostgreSQL's text cannot keep: refused on every st
 
 from __future__ import annotations
 
-import math
 import threading
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -161,7 +160,7 @@ def check_timeout(value: Any) -> float | None:
     if value is None:
         return None
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or not 0 <= value <= threading.TIMEOUT_MAX:
+    if not number or not 0 <= value <= threading.TIMEOUT_MAX:  # NaN compares false, an int exactly
         raise InvalidInput("timeout_s must be None or a number of seconds from 0 to "
                            f"{threading.TIMEOUT_MAX:.0f}, got {value!r}", "timeout_s")
     return float(value)

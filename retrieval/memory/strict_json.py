@@ -32,12 +32,13 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def loads(text: str | bytes) -> Any:
     """``json.loads`` of ``text``, or :class:`JSONRefused`; malformed JSON raises
-    :class:`json.JSONDecodeError` as ``json.loads`` does."""
+    :class:`json.JSONDecodeError` as ``json.loads`` does (bytes that are not in the encoding it
+    guesses, :class:`UnicodeDecodeError`)."""
     try:
         return json.loads(text, object_pairs_hook=_unique_keys)
     except RecursionError:
         raise JSONRefused("JSON nested too deep to read") from None
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):  # not JSON (bytes guessed UTF-16 or -32)
         raise
     except ValueError:  # the integer conversion's limit, the one other error of a parse
         raise JSONRefused(f"a number of more than {sys.get_int_max_str_digits()} digits") from None

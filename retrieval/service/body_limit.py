@@ -10,7 +10,9 @@ Whatever the headers declare, the body is read up to the limit and replayed to t
 or refused once it passes it: the bytes received are counted, since a request may declare a small
 ``Content-Length`` and send a longer chunked body, which the server reads by its
 ``Transfer-Encoding``. Every body the service reads is JSON, which travels in UTF-8 (RFC 8259):
-the JSON parser would otherwise guess UTF-16 or UTF-32 from a body's first bytes and take it.
+the JSON parser would otherwise guess UTF-16 or UTF-32 from a body's first bytes and take it, so
+a body holding a zero byte is refused too (no JSON in UTF-8 holds one, while ASCII text in UTF-16
+is valid UTF-8 for its zero bytes).
 A UTF-8 byte order mark is allowed (the parser skips it, as the RFC lets it). A key given twice
 in one object (``{"k": 1, "k": 100}``) would reach the application as its last value alone, the
 others dropped unseen (RFC 8259 leaves such objects' meaning open): it is refused naming the key,
@@ -68,6 +70,10 @@ class BodyLimit:
             body.decode("utf-8")
         except UnicodeDecodeError as err:
             await _refuse(scope, send, 422, f"body: not UTF-8 (byte {err.start}); send JSON in UTF-8")
+            return
+        if b"\x00" in body:  # no JSON in UTF-8 holds one: UTF-16 or -32 text, which the parser would take
+            await _refuse(scope, send, 422, f"body: not UTF-8 JSON (a zero byte at {body.index(0)}); "
+                                            "send JSON in UTF-8")
             return
         try:
             message = strict_json.loads(body)

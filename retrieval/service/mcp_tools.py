@@ -21,6 +21,7 @@ from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from retrieval.api.errors import IngestFailed, MemoryAPIError
+from retrieval.memory import strict_json
 from retrieval.memory.errors import StoreError
 from retrieval.service import limits, operations, schemas
 from retrieval.service.auth import INGEST_FAILED, store_failed
@@ -100,13 +101,23 @@ class VerbatimText(FuncMetadata):
     for an argument not typed plain ``str`` as JSON (some clients send lists as JSON text). For an
     optional string that read the session id ``"null"`` as no session, so ``memory_forget`` forgot
     the whole user. Here a string stays as given unless the argument cannot be a string and the
-    string decodes to a list or an object."""
+    string is JSON of a list or an object, read as a body is (:mod:`retrieval.memory.strict_json`:
+    a key given twice is refused, naming the argument)."""
 
     def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
-        fields = self.arg_model.model_fields
-        decoded = super().pre_parse_json(data)
-        return {key: value if isinstance(value, list | dict) and key in fields
-                and not _takes_text(fields[key].annotation) else data[key] for key, value in decoded.items()}
+        fields, decoded = self.arg_model.model_fields, dict(data)
+        for key, value in data.items():
+            if not isinstance(value, str) or key not in fields or _takes_text(fields[key].annotation):
+                continue
+            try:
+                parsed = strict_json.loads(value)
+            except strict_json.JSONRefused as refused:
+                raise Refused(f"{key}: {refused}", INVALID, key) from None
+            except ValueError:
+                continue  # not JSON: validation names the argument
+            if isinstance(parsed, list | dict):
+                decoded[key] = parsed
+        return decoded
 
 
 class StrictTools(MCPServer):

@@ -4,7 +4,8 @@ a body sent to a route that takes none (``DELETE /v1/user {"user_id": "alice"}``
 forget the key's own user), and a parameter given twice (``?limit=1&limit=50``: which one counts
 would be the framework's choice, not the caller's). A path or query string whose %-escapes are not
 UTF-8 is refused too: the server would decode ``%FF`` as U+FFFD, and act on an id the caller never
-named."""
+named; so is an escaped slash in the path (``u:turn:t1%2Fhistory`` would be routed as the history
+of ``u:turn:t1``)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ async def refuse_undeclared_input(request: Request) -> None:
                 "type": "string_unicode", "loc": (part,), "input": None,
                 "msg": f"not UTF-8 once its %-escapes are decoded (byte {err.start}): "
                        "%-escape each character's UTF-8 bytes"}]) from None
+    if b"%2f" in (request.scope.get("raw_path") or b"").lower():  # routed as a "/": another route's id
+        raise RequestValidationError([{"type": "string_pattern_mismatch", "loc": ("path",), "input": None,
+                                       "msg": "an escaped slash (%2F): no id holds a slash"}])
     route = request.scope.get("route")
     sent = request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
     if sent and isinstance(route, APIRoute) and not _takes_body(route.dependant):

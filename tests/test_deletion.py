@@ -335,3 +335,32 @@ def test_a_purge_decodes_only_the_records_it_touches(tmp_path, monkeypatch):
         during = set(decoded)
         assert "s3-u-5" not in covered(mem, "u")
     assert records >= 40 and during and len(during) <= records // 3  # one of four sessions, and a few
+
+
+def test_a_delete_drops_the_users_finished_jobs_and_a_job_it_overlaps_keeps_no_counts(tmp_path):
+    """A consolidation job covers the user's whole memory whatever session names it, so its
+    progress counts every session's records: once some go, the finished jobs go too, and a job
+    running meanwhile finishes without its counts."""
+    from tests.test_write_behind import WAIT_S, HeldOperator, finished
+
+    operator = HeldOperator()
+    operator.hold.released.set()  # held only once cleared
+    statements = ["I love hiking in the Alps.", "My sister bakes bread on Sundays."]
+    with Memory.open(tmp_path, embedder=WordEmbedder(), fingerprinter=WordFingerprinter(),
+                     operator=operator) as memory:
+        for session in ("s1", "s2", "s3"):
+            memory.add([{"speaker": "Ann", "text": statements[i % 2]} for i in range(8)], user_id="u",
+                       session_id=session)
+            memory.flush(user_id="u", session_id=session)
+        named = memory.consolidate(user_id="u", session_id="s2", wait=True, timeout_s=WAIT_S)
+        assert named.state == "done" and named.progress["amus_before"] == 24
+        memory.forget(user_id="u", session_id="s1")
+        with pytest.raises(NotFound):
+            memory.job(named.id, user_id="u")
+        operator.hold.released.clear()
+        running = memory.consolidate(user_id="u")
+        assert operator.hold.entered.wait(WAIT_S)
+        memory.forget(user_id="u", session_id="s3")
+        operator.hold.released.set()
+        ended = finished(memory, running.id, "u")
+        assert (ended.state, ended.progress) == ("done", {"resumed": False, "purged_meanwhile": True})

@@ -10,7 +10,9 @@ side (a user's consolidation, minutes of LLM calls perhaps, does not hold up ano
 own jobs one after another. SQLite (WAL, busy timeout) serialises their short transactions with
 the API's. At most one unfinished job per (user, session): asking again returns the same job.
 Consolidation always covers the user's whole memory (merges may span sessions); a session id only
-names the job.
+names the job. A delete or forget removes the user's finished jobs (their progress counts records
+it may have removed); a job it overlapped finishes with ``{"resumed", "purged_meanwhile": true}``
+for progress, its counts dropped.
 
 Many nodes (:attr:`Store.concurrent_writers`): a job runs only while its runner holds the job's
 lock in the store (:meth:`Store.job_lock`), and only if its row is not done or failed by then, so
@@ -194,10 +196,13 @@ class JobRunner:
                 return  # another node runs it, or ran it
             resumed = current.state == RUNNING  # a process running it stopped
             store.update_job(job.id, RUNNING, {"stage": "consolidating"})
+            purges = store.purge_count(job.user_id)
             try:
                 report = consolidate_user(store, job.user_id, embedder, self.operator,
                                           fingerprinter=self.fingerprinter)
                 store.update_job(job.id, DONE, {**report.to_dict(), "resumed": resumed})
+                if store.purge_count(job.user_id) != purges:  # its counts may count what went
+                    store.update_job(job.id, DONE, {"resumed": resumed, "purged_meanwhile": True})
             except StoreError:
                 raise  # not the job's failure: it runs again once the store answers (_run)
             except Exception:  # noqa: BLE001 - the job ends failed; what failed goes to the log

@@ -21,8 +21,9 @@ text it was computed from. Purging a selection of turns therefore removes, in on
   kept that a purged record linked to takes its text from the first record still linked to it
   (a node keeps the text of the record that made it, which may be the purged one's spelling);
 * the idempotency keys that stored a purged turn;
-* the finished consolidation jobs that counted a purged turn's records: those of its session and
-  those of all the user's sessions (their progress counts them, and a job names its session);
+* the user's finished consolidation jobs: a job consolidates the user's whole memory, so its
+  progress counts every session's records, and it names a session (an unfinished one finishes
+  without counts, :mod:`retrieval.api.jobs`);
 
 and counts the purge in the user's ``purges`` row (:mod:`retrieval.memory.schema`), which stays.
 The row also keeps the numbers the user's ids count on from
@@ -219,10 +220,8 @@ class Purge(SQLitePart):
                 db.executemany("DELETE FROM meta WHERE key = ?", [(key.format(user),) for key in USER_KEYS])
             else:
                 self._drop_keys(db, user, gone)
-                sessions = sorted({turn.session_id for turn in turns})
-                db.execute(f"DELETE FROM jobs WHERE conversation_id = ? AND state NOT IN {UNFINISHED} "
-                           f"AND (session_id IS NULL OR session_id IN ({','.join('?' * len(sessions))}))",
-                           (user, *sessions))
+                db.execute(f"DELETE FROM jobs WHERE conversation_id = ? AND state NOT IN {UNFINISHED}",
+                           (user,))
             db.execute("DELETE FROM purging")
             purged = Purged(turns, [row.amu for row in picked.chosen], node_texts, picked.frames,
                             [row.id for row in picked.restored])

@@ -147,9 +147,8 @@ class Purge:
                              ([key.format(user) for key in USER_KEYS],))
             else:
                 self._drop_keys(conn, user, gone)
-                conn.execute("DELETE FROM jobs WHERE user_id = %s AND state <> ALL(%s) "
-                             "AND (session_id IS NULL OR session_id = ANY(%s))",
-                             (user, list(UNFINISHED), sorted({turn.session_id for turn in turns})))
+                conn.execute("DELETE FROM jobs WHERE user_id = %s AND state <> ALL(%s)",
+                             (user, list(UNFINISHED)))
             purged = Purged(turns, [row.amu for row in picked.chosen], node_texts, picked.frames,
                             [row.id for row in picked.restored])
             if derived is not None:

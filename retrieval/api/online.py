@@ -169,8 +169,10 @@ class UserStream:
         open one more first closes the sessions whose latest turn came earliest, as a flush after
         the turn before it would (:meth:`_make_room`), so where they close depends on the log alone,
         not on how its turns are split into calls, and a reloaded stream closes them where this one
-        did. Runs of turns that open none are paired and fed together (``prepare`` sees each run's
-        exchange texts before they are embedded: one call for the vectors of a run)."""
+        did (docs/design.md §5.2: a store written before the bound aside). The turns are paired
+        and fed in runs, each ended before a turn that may open a session past the bound
+        (``prepare`` sees each run's exchange texts before they are embedded: one call for the
+        vectors of a run)."""
         amus: list[AMU] = []
         start = 0
         while start < len(turns):

@@ -99,10 +99,13 @@ def test_an_interrupt_while_a_forward_runs_there_ends_the_process_as_an_interrup
     """Ctrl-C reaches the waiting caller; the forward on the model thread finishes first, so the
     interpreter does not exit under it (torch would abort the process). The forward sends the
     interrupt itself, once the caller waits, so that it lands while the forward runs however busy
-    the machine is (a timer beside it could fire after the forward had ended)."""
+    the machine is (a timer beside it could fire after the forward had ended). The script takes
+    Ctrl-C as Python does by default: a process started in a shell's background inherits SIGINT
+    ignored, and Python then leaves it so (the test exited 0 when the suite ran that way)."""
     script = tmp_path / "interrupted.py"
     script.write_text(
         "import os, signal, time, torch\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from retrieval.index.model_thread import on_model_thread\n"
         "a = torch.randn(384, 384)\n"
         "def forward():\n"

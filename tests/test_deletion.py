@@ -357,6 +357,7 @@ def test_a_delete_drops_the_users_finished_jobs_and_a_job_it_overlaps_keeps_no_c
         memory.forget(user_id="u", session_id="s1")
         with pytest.raises(NotFound):
             memory.job(named.id, user_id="u")
+        operator.hold.entered.clear()  # set by the first job
         operator.hold.released.clear()
         running = memory.consolidate(user_id="u")
         assert operator.hold.entered.wait(WAIT_S)

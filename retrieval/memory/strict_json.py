@@ -12,20 +12,15 @@ from typing import Any
 
 
 class JSONRefused(Exception):
-    """Well-formed JSON read no further: ``key`` given twice in one object (``key`` None: nested
-    too deep, or a number too long). The message says which, to follow a place (a file and line,
-    a field)."""
-
-    def __init__(self, message: str, key: str | None = None) -> None:
-        super().__init__(message)
-        self.key = key
+    """Well-formed JSON read no further: a key given twice in one object, nesting too deep, or a
+    number too long. The message says which, to follow a place (a file and line, a field)."""
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     held: dict[str, Any] = {}
     for key, value in pairs:
         if key in held:
-            raise JSONRefused(f"key {key!r} is given twice in one object; give each key once", key)
+            raise JSONRefused(f"key {key!r} is given twice in one object; give each key once")
         held[key] = value
     return held
 

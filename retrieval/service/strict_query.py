@@ -32,7 +32,8 @@ def _query_names(dependant: Dependant) -> set[str]:
 async def refuse_undeclared_input(request: Request) -> None:
     """A route dependency: 422 for a body the route does not take (one declared by its headers),
     for the first query parameter it does not declare and for the first one given twice (on the
-    event loop: no I/O, so no worker thread), and for a path or query string that is not UTF-8."""
+    event loop: no I/O, so no worker thread), and for a path or query string that is not UTF-8 or a
+    path holding an escaped slash."""
     for part, raw in (("path", request.scope.get("raw_path")), ("query", request.scope.get("query_string"))):
         try:
             unquote_to_bytes(raw or b"").decode("utf-8")

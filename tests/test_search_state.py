@@ -173,6 +173,33 @@ def test_a_commit_landing_while_a_state_is_built_is_in_it_once(tmp_path):
                 [f"alice-{i}" for i in range(6)] + ["kayak"])
 
 
+def test_a_turn_added_and_deleted_while_a_state_is_built_is_not_served_after(tmp_path):
+    """Another writer adds a turn after the reader read the user's rows, and deletes it after the
+    reader's build read it: the user's rows count as they were, but the state built holds the
+    deleted turn, so it must be built again rather than kept."""
+    secret = {"speaker": "Bob", "text": "My locker code is 4921 zanzibar.", "turn_id": "x"}
+    with open_memory(tmp_path) as writer:
+        fill(writer, "alice", chat("alice", 6))
+        with open_memory(tmp_path, read_only=True) as reader:
+            build, turns = reader._states.build, reader.store.turns
+
+            def build_after_an_add(user):
+                writer.add([secret], user_id="alice", session_id="s1")
+                return build(user)
+
+            def turns_then_a_delete(user):
+                found = turns(user)
+                writer.delete("alice:turn:x", user_id="alice")
+                return found
+
+            reader._states.build, reader.store.turns = build_after_an_add, turns_then_a_delete
+            reader.search("locker code", user_id="alice", k=3)
+            reader._states.build, reader.store.turns = build, turns
+            for _ in range(2):
+                found = texts(reader.search("locker code", user_id="alice", k=20))
+                assert found and not any("zanzibar" in t for t in found)
+
+
 def test_a_reader_of_read_only_media_without_the_wal_index_sees_commits_and_forgets(tmp_path, monkeypatch):
     """On read-only media a store closed cleanly has no -shm file and none can be made there, so it
     is read as immutable; another process writing the same files (through a writable mount) must

@@ -151,16 +151,17 @@ class SearchStates:
         """Extend ``held`` by the user's turns and active records stored after the last ones it
         holds, if they are the whole difference between its rows and ``rows`` (the user's rows
         now, :meth:`retrieval.memory.store_contract.Versions.user_version`: counts and highest
-        positions of turns and active records, how many of those carry a fingerprint, and the
-        segments' count), as they are when writers only appended, and its open turns those the
-        store's segments leave uncovered (segments are no items: they only close turns); whether
-        it did. Positions only grow and a user's writers commit one at a time, so appended rows
-        are exactly those after the held positions; a purge or an archive lowers a count, a later
-        fingerprint raises one that nothing appended explains, and a commit landing meanwhile adds
-        rows ``rows`` does not count. None, leaving it as it was, where the turns it read hold more
-        than ``most`` that are not the memory's own it refused (another node's bulk, perhaps
-        without vectors yet: the worker leaves it to the user's search)."""
-        turn_count, last_turn, record_count, last_record, printed, _ = held.rows
+        positions of turns and active records, how many of those carry a fingerprint, the
+        segments' count and the purges'), as they are when writers only appended, and its open
+        turns those the store's segments leave uncovered (segments are no items: they only close
+        turns); whether it did. Positions only grow and a user's writers commit one at a time, so
+        appended rows are exactly those after the held positions; a purge raises the purge count,
+        an archive lowers a count, a later fingerprint raises one that nothing appended explains,
+        and a commit landing meanwhile adds rows ``rows`` does not count. None, leaving it as it
+        was, where the turns it read hold more than ``most`` that are not the memory's own it
+        refused (another node's bulk, perhaps without vectors yet: the worker leaves it to the
+        user's search)."""
+        turn_count, last_turn, record_count, last_record, printed, _, purges = held.rows
         turns, turn_seen, _ = self.store.backlog(user, last_turn)
         if most is not None and sum(turn.turn_id not in held.refused for turn in turns) > most:
             return None
@@ -169,7 +170,7 @@ class SearchStates:
         amus = [amu for _, amu in found]
         appended = (turn_count + len(turns), turn_seen, record_count + len(amus),
                     found[-1][0] if found else last_record,
-                    printed + sum(amu.fingerprint is not None for amu in amus), rows[5])
+                    printed + sum(amu.fingerprint is not None for amu in amus), rows[5], purges)
         if appended != rows:
             return False
         held.bank.add_turns(turns)

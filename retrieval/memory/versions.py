@@ -19,7 +19,9 @@ def user_rows(db: sqlite3.Connection, user_id: str) -> tuple[int, ...]:
                          "FROM amus WHERE conversation_id = ? AND archived = 0",
                          (user_id,)).fetchone()
     segments = db.execute("SELECT count(*) FROM segments WHERE conversation_id = ?", (user_id,)).fetchone()
-    return (*map(int, turns), *map(int, records), int(segments[0]))
+    purges = db.execute("SELECT coalesce(max(count), 0) FROM purges WHERE conversation_id = ?",
+                        (user_id,)).fetchone()
+    return (*map(int, turns), *map(int, records), int(segments[0]), int(purges[0]))
 
 
 class StoreVersions(SQLitePart):
@@ -34,10 +36,12 @@ class StoreVersions(SQLitePart):
 
     def user_version(self, user_id: str) -> tuple[int, ...]:
         """The user's rows in short: count and highest position of its turns, of its active
-        records, how many of those have a fingerprint, and its segments' count. Positions only
-        grow (AUTOINCREMENT), turns never change and archiving is one way, so every append,
+        records, how many of those have a fingerprint, its segments' count and its purges' count.
+        Positions only grow (AUTOINCREMENT), turns never change, archiving is one way and always
+        comes with the record that replaces it, and the purge count only grows, so every append,
         archive, purge, new fingerprint or committed segment (one without records too) of the user
-        changes this tuple."""
+        changes this tuple, and no sequence of them brings it back (a turn added and then purged
+        leaves the counts and positions as they were, but not the purge count)."""
         return user_rows(self._db, user_id)
 
     def user_versions(self, users: Sequence[str]) -> dict[str, tuple[int, ...]]:

@@ -30,12 +30,13 @@ _INGESTION_MARKS = ("SELECT (SELECT coalesce(max(seq) + 1, 0) FROM segments WHER
                     "(SELECT count(*) FROM amus WHERE user_id = %s) AS records, "
                     "(SELECT coalesce(max(count), 0) FROM purges WHERE user_id = %s) AS purges")
 
-_VERSION_COLUMNS = "t.n, t.last, a.n AS records, a.last AS record_last, a.printed, s.n AS segments"
+_VERSION_COLUMNS = "t.n, t.last, a.n AS records, a.last AS record_last, a.printed, s.n AS segments, p.purges"
 _VERSION_PARTS = ("(SELECT count(*) AS n, coalesce(max(position), 0) AS last FROM turns "
                   "WHERE user_id = {user}) t",
                   "(SELECT count(*) AS n, coalesce(max(position), 0) AS last, count(fingerprint) AS printed "
                   "FROM amus WHERE user_id = {user} AND NOT archived) a",
-                  "(SELECT count(*) AS n FROM segments WHERE user_id = {user}) s")
+                  "(SELECT count(*) AS n FROM segments WHERE user_id = {user}) s",
+                  "(SELECT coalesce(max(count), 0) AS purges FROM purges WHERE user_id = {user}) p")
 _USER_VERSION = (f"SELECT {_VERSION_COLUMNS} FROM "
                  + ", ".join(part.format(user="%s") for part in _VERSION_PARTS))
 _USER_VERSIONS = (f"SELECT u.user_id, {_VERSION_COLUMNS} FROM unnest(%s::text[]) AS u (user_id) "
@@ -48,9 +49,10 @@ VERSIONS_READ_TOGETHER = 1000
 
 def user_version_of(conn: Any, user_id: str) -> tuple[int, ...]:
     """Count and highest position of the user's turns, of its active records, how many of those
-    have a fingerprint, and its segments' count (as the SQLite store's: positions only grow, turns
-    never change and archiving is one way, so every change of the user changes this tuple)."""
-    row = conn.execute(_USER_VERSION, (user_id, user_id, user_id)).fetchone()
+    have a fingerprint, its segments' count and its purges' count (as the SQLite store's:
+    :meth:`retrieval.memory.versions.StoreVersions.user_version` says why every change of the user
+    changes this tuple and none brings it back)."""
+    row = conn.execute(_USER_VERSION, (user_id,) * len(_VERSION_PARTS)).fetchone()
     return tuple(int(value) for value in row.values())
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,34 @@ def test_datamodule_tokenises_and_batches_with_masks(tmp_path):
     assert ((batch["labels"] == -100) | (batch["labels"] >= 0)).all()
     assert dm.stats["train_dialogues"] == 20 and dm.stats["train_pairs"] > 20
     assert list((tmp_path / "cache" / "tokenized").glob("train-*.arrow")), "tokenised data not cached"
+
+
+def test_a_tokenizer_changed_at_the_same_path_tokenises_again(tmp_path):
+    """The tokenised cache is keyed by what the tokenizer does, not by the path it was loaded from:
+    token ids cached for an earlier tokenizer saved there must not reach training."""
+    from transformers import AutoTokenizer
+
+    from isq.encoder import resolve_encoder_path
+
+    root = write_synthetic_corpus(tmp_path / "corpus", sizes=(6, 2, 2))
+    saved = tmp_path / "tok"
+    AutoTokenizer.from_pretrained(resolve_encoder_path("offline:all-MiniLM-L6-v2")).save_pretrained(saved)
+
+    def first_ids() -> list[int]:
+        dm = DialogueDataModule(root=str(root), tokenizer=str(saved), cache_dir=str(tmp_path / "cache"))
+        dm.setup("fit")
+        return dm.datasets["train"][0]["input_ids"]
+
+    before = first_ids()
+    spec = json.loads((saved / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    swapped = AutoTokenizer.from_pretrained(saved).convert_ids_to_tokens(before[1:3])
+    vocab[swapped[0]], vocab[swapped[1]] = vocab[swapped[1]], vocab[swapped[0]]
+    (saved / "tokenizer.json").write_text(json.dumps(spec))
+    (saved / "vocab.txt").unlink(missing_ok=True)  # a slow tokenizer would read this one
+    after = first_ids()
+    assert after != before and after[1:3] == before[2:0:-1]
+    assert len(list((tmp_path / "cache" / "tokenized").glob("train-*.arrow"))) == 2
 
 
 def test_rewriting_the_synthetic_corpus_never_exposes_a_partial_file(tmp_path, monkeypatch):

@@ -107,6 +107,16 @@ CONTEXT_CUT = "left"
 oldest turn first, and the target replies to its last)."""
 
 
+def tokenizer_state(tok: PreTrainedTokenizerBase) -> str:
+    """What a tokenizer turns text into ids with: a fast tokenizer's whole serialised pipeline
+    (normaliser, pre-tokeniser, vocabulary, merges, post-processor), else its class, vocabulary
+    and case folding; the name it was loaded by is not enough."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is not None:
+        return str(backend.to_str())
+    return repr((type(tok).__name__, getattr(tok, "do_lower_case", None), sorted(tok.get_vocab().items())))
+
+
 def _hub_dialogue(split: str, index: int, utterances: list[str]) -> list[str]:
     """One dialogue of a hub copy, detokenised and checked as the release files' are."""
     try:
@@ -213,12 +223,16 @@ class DialogueDataModule(L.LightningDataModule):
                 self.datasets[split] = self._tokenize(split, self.pairs[split])
 
     def _tokenize(self, split: str, pairs: dict[str, list[str]]) -> Dataset:
+        """The split's pairs as token ids, cached under a key of the pairs, the tokenizer as it is
+        (:func:`tokenizer_state`: another tokenizer saved at the same path is another key) and
+        the cuts."""
         h = self.hparams
-        key = hashlib.sha256(repr((pairs["context"], pairs["target"], h["tokenizer"], h["max_context_tokens"],
-                                   h["max_target_tokens"], CONTEXT_CUT)).encode()).hexdigest()[:16]
+        tok = self.tokenizer
+        key = hashlib.sha256(repr((pairs["context"], pairs["target"], tokenizer_state(tok),
+                                   h["max_context_tokens"], h["max_target_tokens"],
+                                   CONTEXT_CUT)).encode()).hexdigest()[:16]
         cache = self.cache_dir / "tokenized" / f"{split}-{key}.arrow"
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tok = self.tokenizer
 
         def encode(batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
             tok.truncation_side = CONTEXT_CUT  # a long context loses its oldest tokens

@@ -45,6 +45,18 @@ def test_leaked_evaluation_dialogues_are_dropped_and_counted(tmp_path):
     assert splits.dialogues["validation"] == [["C.", "D."]]
 
 
+def test_a_validation_split_left_empty_by_the_leak_filter_is_refused(tmp_path):
+    """Training with nothing to validate would export weights no validation chose."""
+    shared = "Hi , Tom . __eou__ Hello , Ann . __eou__"
+    root = write_release(tmp_path / "data", [shared, "A . __eou__ B . __eou__"], [shared],
+                         ["E . __eou__ F . __eou__"])
+    dm = DialogueDataModule(root=str(root), tokenizer="offline:all-MiniLM-L6-v2",
+                            cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(DataFormatError, match=r"validation split .* no pairs left \(1 dialogues dropped"):
+        dm.setup("fit")
+    dm.setup("test")  # the test split has pairs of its own
+
+
 def test_a_copy_differing_in_case_spacing_or_apostrophes_is_a_leak(tmp_path):
     train = "Not at all . I ’ m an agnostic . Do you ? __eou__ No , sir.How about you ? __eou__"
     copy = "Not at all . I ' m an agnostic . do you ? __eou__ No , sir . How about you ? __eou__"

@@ -219,6 +219,12 @@ class DialogueDataModule(L.LightningDataModule):
             dialogues, self.stats["source"] = self._read()
             self._pairs(dialogues)
         for split in STAGE_SPLITS.get(stage or "", SPLITS):
+            if not self.pairs[split]["context"]:
+                raise DataFormatError(
+                    f"the {split} split of {self.stats['source']} has no pairs left "
+                    f"({self.stats.get(f'leaked_{split}', 0)} dialogues dropped as also in train, "
+                    f"{self.stats.get(f'leaked_pairs_{split}', 0)} pairs as train's): nothing would "
+                    "choose or score the weights")
             if split not in self.datasets:
                 self.datasets[split] = self._tokenize(split, self.pairs[split])
 

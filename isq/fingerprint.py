@@ -237,12 +237,12 @@ class Fingerprinter(nn.Module):
             else:
                 encoder = build_encoder(config, architecture=meta.get("encoder_architecture"))
             tokenizer = AutoTokenizer.from_pretrained(str(directory))
+            semantic = SemanticEncoder.build(config, encoder, frozen=bool(meta["frozen_encoder"]))
         except (OSError, KeyError, TypeError, ValueError) as err:
             if isinstance(err, export.FingerprinterLoadError):
                 raise
             raise export.FingerprinterLoadError(
                 f"{where}: cannot build the encoder or tokenizer ({err})") from None
-        semantic = SemanticEncoder.build(config, encoder, frozen=bool(meta["frozen_encoder"]))
         model = cls(config, tokenizer, semantic, torch.zeros(config.num_codes, config.code_dim))
         expected = model.stored_tensors(bool(reference))
         # Not strict: tied copies and a referenced encoder are absent on

@@ -45,6 +45,14 @@ def test_an_edited_max_length_in_config_is_refused_by_the_encoder_identity(expor
         Fingerprinter.from_pretrained(resaved)
 
 
+def test_a_max_length_past_the_encoders_positions_is_a_load_error_naming_the_file(export):
+    meta = json.loads((export / "config.json").read_text())
+    meta["isq_config"]["max_length"] = 1024
+    (export / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(FingerprinterLoadError, match=r"config.json: cannot build the encoder .*512"):
+        Fingerprinter.from_pretrained(export)
+
+
 def test_an_export_with_a_nan_weight_is_refused(export, tmp_path):
     """Every tensor must be finite; an export written from a run that diverged (NaN weights,
     checksums and codebook identity consistent) must not load and fingerprint garbage."""

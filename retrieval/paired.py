@@ -10,7 +10,8 @@ how many questions got better and worse. The interval treats the questions as in
 those of one conversation share a memory, so on few conversations it is if anything too narrow
 and holds for these conversations only (``--by-conversation`` shows each apart). Runs pooled with
 ``--pool`` (seeds) are averaged question by question and the interval leaves out how much they
-differ, unless ``--resample-runs`` draws them too.
+differ, unless ``--resample-runs`` draws them too (which holds only part of it: a resample of
+n runs from n spans no more than the runs do, docs/design.md §6.2).
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "dense40@consolidated; runs given with the same TAG are averaged like --pool")
     parser.add_argument("--resample-runs", action="store_true",
                         help="each bootstrap resample also draws the pooled runs (--pool, --with) with "
-                             "replacement, so the interval holds how much the runs (seeds) differ")
+                             "replacement, so the interval holds part of how much the runs (seeds) differ "
+                             "(with few runs it stays too narrow: docs/design.md §6.2)")
     parser.add_argument("--by-conversation", action="store_true",
                         help="add one group per conversation to the table")
     parser.add_argument("--forest", type=output_file, metavar="PNG",

@@ -1,5 +1,6 @@
 """The lexical-gap subset: questions whose evidence turns share no content word stem with the
-question. A lexical matcher (BM25) cannot find their evidence by the words asked; if
+question. A lexical matcher (BM25) cannot find their evidence by the content words asked (only
+through the names and dates left out here, or what the records add to the turns); if
 the codebook's walk finds evidence through related codes, it shows here, not in the overall mean.
 
 Content words are the rule extractor's (stopwords, fillers, month and day names and the

@@ -337,6 +337,35 @@ def test_a_purge_decodes_only_the_records_it_touches(tmp_path, monkeypatch):
     assert records >= 40 and during and len(during) <= records // 3  # one of four sessions, and a few
 
 
+def test_a_job_whose_user_is_forgotten_stops_and_never_consolidates_what_comes_after(tmp_path):
+    """The forget deletes the running job with the user's data; the job, held in its first pass
+    meanwhile, must not go on to merge the two equal turns the user adds after the forget."""
+    from tests.test_write_behind import WAIT_S, HeldOperator
+
+    operator = HeldOperator()
+    alps = "I love hiking in the Alps."
+    models = {"embedder": WordEmbedder(), "fingerprinter": WordFingerprinter()}
+    memory = Memory.open(tmp_path, operator=operator, **models)
+    try:
+        memory.add([{"speaker": "Ann", "text": alps} for _ in range(6)], user_id="u", session_id="s")
+        memory.flush(user_id="u", session_id="s")
+        job = memory.consolidate(user_id="u")
+        assert operator.hold.entered.wait(WAIT_S)
+        memory.forget(user_id="u")
+        memory.add([{"speaker": "Ann", "text": alps, "turn_id": f"again-{i}"} for i in range(2)], user_id="u",
+                   session_id="s")
+        memory.flush(user_id="u", session_id="s")
+        operator.hold.released.set()
+    finally:
+        memory.close()  # the running job finishes first
+    with Memory.open(tmp_path, read_only=True, **models) as reader:
+        records = list(reader.store.amus("u", include_archived=True))
+        assert sorted(a.source.turn_ids for a in records) == [("again-0",), ("again-1",)]
+        assert not any(a.archived for a in records)
+        with pytest.raises(NotFound):
+            reader.job(job.id, user_id="u")
+
+
 def test_a_delete_drops_the_users_finished_jobs_and_a_job_it_overlaps_keeps_no_counts(tmp_path):
     """A consolidation job covers the user's whole memory whatever session names it, so its
     progress counts every session's records: once some go, the finished jobs go too, and a job

@@ -12,7 +12,8 @@ the API's. At most one unfinished job per (user, session): asking again returns 
 Consolidation always covers the user's whole memory (merges may span sessions); a session id only
 names the job. A delete or forget removes the user's finished jobs (their progress counts records
 it may have removed); a job it overlapped finishes with ``{"resumed", "purged_meanwhile": true}``
-for progress, its counts dropped.
+for progress, its counts dropped. A forget removes the running job too: it stops after the pass
+under way, so it never consolidates what the user stores after the forget.
 
 Many nodes (:attr:`Store.concurrent_writers`): a job runs only while its runner holds the job's
 lock in the store (:meth:`Store.job_lock`), and only if its row is not done or failed by then, so
@@ -199,7 +200,8 @@ class JobRunner:
             purges = store.purge_count(job.user_id)
             try:
                 report = consolidate_user(store, job.user_id, embedder, self.operator,
-                                          fingerprinter=self.fingerprinter)
+                                          fingerprinter=self.fingerprinter,
+                                          wanted=lambda: store.job_row(job.id) is not None)
                 store.update_job(job.id, DONE, {**report.to_dict(), "resumed": resumed})
                 if store.purge_count(job.user_id) != purges:  # its counts may count what went
                     store.update_job(job.id, DONE, {"resumed": resumed, "purged_meanwhile": True})

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from retrieval.consolidation.config import ConsolidationConfig
@@ -47,7 +47,8 @@ logger = logging.getLogger(__name__)
 
 def consolidate_user(store: Store, user_id: str, embedder: Embedder,
                              operator: Operator | None = None, config: ConsolidationConfig | None = None, *,
-                             fingerprinter: TextFingerprinter | None = None) -> ConsolidationReport:
+                             fingerprinter: TextFingerprinter | None = None,
+                             wanted: Callable[[], bool] | None = None) -> ConsolidationReport:
     """Consolidate the active AMUs of one conversation in ``store`` (open for writing; beside an
     ingest, open it with ``role="consolidate"``).
 
@@ -57,6 +58,8 @@ def consolidate_user(store: Store, user_id: str, embedder: Embedder,
     threshold. ``fingerprinter``: the one the store was built with (its binding is checked, as
     on ingest), so merged AMUs carry fingerprints like the others. A conversation without a
     stored segment (none yet, or all purged) has nothing to consolidate: its report is empty.
+    ``wanted``, asked before every pass after the first: False ends the run there (a job whose
+    user was forgotten meanwhile must not consolidate what the user stores afterwards).
     """
     started = time.perf_counter()
     operator = operator or OfflineOperator()
@@ -75,7 +78,9 @@ def consolidate_user(store: Store, user_id: str, embedder: Embedder,
     step = _Step(store, operator, config, {}, {}, fingerprinter, report, purges)
     key = PLAN_KEY.format(user_id)
     gated = False
-    for _ in range(config.max_passes):
+    for number in range(config.max_passes):
+        if number and wanted is not None and not wanted():
+            break
         step.read_turns(user_id)  # each pass: turns stored meanwhile are its members' too
         current = members(stored, store.successors(user_id))
         saved = store.meta(key)

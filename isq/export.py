@@ -87,7 +87,9 @@ def write_directory(directory: Path, tensors: Mapping[str, Tensor], meta: dict[s
     directory, then move it into place, so ``directory`` is always a complete export or absent.
     An existing, non-empty ``directory`` raises :class:`ExportExistsError` unless ``overwrite`` and
     it is an earlier export (:func:`refuse_occupied`)."""
-    given, directory = Path(directory), Path(os.path.abspath(directory))  # "." has no name to stage beside
+    # resolved: "." has no name to stage beside, and an overwrite through a symbolic link replaces
+    # the export it points to, not the link
+    given, directory = Path(directory), Path(os.path.realpath(directory))
     refuse_occupied(given, overwrite, "choose another directory or overwrite it explicitly")
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = directory.parent / f".{directory.name}.tmp-{os.getpid()}"

@@ -83,6 +83,16 @@ def test_overwrite_never_replaces_a_directory_that_is_not_an_export(export, tmp_
     assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
 
 
+def test_an_overwrite_through_a_symbolic_link_replaces_the_export_it_points_to(export, tmp_path):
+    model = Fingerprinter.from_pretrained(export)
+    model.save_pretrained(tmp_path / "real", run_record={"run": 1})
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    model.save_pretrained(tmp_path / "link", run_record={"run": 2}, overwrite=True)
+    assert (tmp_path / "link").is_symlink()
+    assert json.loads((tmp_path / "real" / "training_run.json").read_text()) == {"run": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fp", "link", "real"]
+
+
 def test_a_new_export_records_the_checksum_of_its_tokenizer_files(export, tmp_path):
     """Write_directory records the SHA-256 of every file it writes but the run record; an
     export that recorded the weights alone would load an edited tokenizer file."""

@@ -238,3 +238,32 @@ def test_out_of_range_options_are_refused_naming_the_option(tmp_path, capsys, op
         main([str(tmp_path / "questions.jsonl"), "dense20", "--baseline", "dense40", option, value])
     assert exit_info.value.code == 2
     assert f"argument {option}: expected a whole number from" in capsys.readouterr().err
+
+
+def test_questions_linked_by_evidence_turns_are_one_unit_within_their_conversation():
+    from retrieval.eval.paired_differences import evidence_units
+    from retrieval.eval.results import QuestionRecord
+
+    cited = [("a", ["D1:1"]), ("a", ["D1:1", "D1:2"]), ("a", ["D1:2"]), ("b", ["D1:1"]), ("a", ["D2:5"]),
+             ("b", ["D3:1", "D1:1"])]
+    rows = [QuestionRecord(conversation=c, qa_index=i, category="single-hop", question="?", evidence=e,
+                           found={}) for i, (c, e) in enumerate(cited)]
+    units = evidence_units(rows).tolist()
+    assert units[0] == units[1] == units[2] and units[3] == units[5]
+    assert len({units[0], units[3], units[4]}) == 3
+
+
+def test_an_evidence_group_is_one_draw_so_its_questions_move_together(tmp_path):
+    """Two groups of five questions, each citing one turn: the other configuration finds the first
+    group's evidence and misses the second's. Drawn as two units, a resample often holds one group
+    only, so the interval reaches both ends; drawn as ten questions it does not."""
+    turns = [f"D{1 + i // 5}:1" for i in range(10)]
+    rows = [dict(question("single-hop", [turn], base=[], other=[turn] if i < 5 else []), qa_index=i)
+            for i, turn in enumerate(turns)]
+    path = write_questions_file(tmp_path / "q.jsonl", rows)
+    apart = compare(path, "base", ["other"])["other"]["overall"]
+    grouped = compare(path, "base", ["other"], evidence_groups=True)["other"]["overall"]
+    assert apart.mean == grouped.mean == 50.0
+    assert (grouped.low, grouped.high) == (0.0, 100.0)
+    assert 0.0 < apart.low and apart.high < 100.0
+    assert main([str(path), "--evidence-groups", "--baseline", "base", "other"]) == 0

@@ -9,9 +9,11 @@ seed), and how many questions got better and worse.
 Several runs over the same questions (training seeds) are pooled question by question, and the
 interval then resamples questions only: it leaves out how much the runs differ. With
 ``resample_runs`` each resample also draws the runs with replacement
-(:func:`run_resampled_difference`), so the interval holds the runs' spread too. Questions that
-share a conversation are resampled as if independent: with two conversations no interval over
-conversations can be had, and ``by_conversation`` shows each conversation's difference apart.
+(:func:`run_resampled_difference`), so the interval holds part of the runs' spread too (a draw
+of n runs from n spans no more than they do). Questions that share a conversation are resampled
+as if independent: with two conversations no interval over conversations can be had, and
+``by_conversation`` shows each conversation's difference apart. Questions that cite the same
+evidence turn are one draw with ``evidence_groups`` (:func:`evidence_units`).
 Imports no torch: it reads ``questions.jsonl`` through :func:`retrieval.eval.results.read_questions`.
 """
 
@@ -73,12 +75,15 @@ one weight per question)."""
 
 
 def run_resampled_difference(baseline: np.ndarray, other: np.ndarray, same_runs: bool, resamples: int = 2000,
-                             seed: int = 0, level: float = 0.95) -> PairedDifference:
+                             seed: int = 0, level: float = 0.95, *, draw_runs: bool = True,
+                             units: np.ndarray | None = None) -> PairedDifference:
     """``other − baseline`` as :func:`paired_difference` of the run-averaged recalls, with a
-    percentile-bootstrap interval in which every resample draws the questions with replacement and
-    the runs of each side with replacement (the same draw for both when ``same_runs``: then
-    the runs are paired, as a seed's two configurations are). ``baseline`` and ``other`` are
-    recalls in [0, 1], runs × questions; drawn by ``np.random.default_rng(seed)``."""
+    percentile-bootstrap interval in which every resample draws the questions with replacement and,
+    with ``draw_runs``, the runs of each side with replacement (the same draw for both when
+    ``same_runs``: then the runs are paired, as a seed's two configurations are). ``units`` (one
+    number per question) makes the questions of one unit one draw: the resample draws as many
+    units as there are, and each question counts as often as its unit was drawn. ``baseline`` and
+    ``other`` are recalls in [0, 1], runs × questions; drawn by ``np.random.default_rng(seed)``."""
     if baseline.shape[1] != other.shape[1] or baseline.shape[1] == 0:
         raise ValueError(f"paired samples differ in length or are empty: {baseline.shape[1]} and "
                          f"{other.shape[1]}")
@@ -88,17 +93,48 @@ def run_resampled_difference(baseline: np.ndarray, other: np.ndarray, same_runs:
     def draw(count: int, size: int) -> np.ndarray:
         return rng.multinomial(count, np.full(count, 1.0 / count), size=size) / count
 
+    def fixed(count: int, size: int) -> np.ndarray:
+        return np.full((size, count), 1.0 / count)
+
+    def question_weights(size: int) -> np.ndarray:
+        if units is None:
+            return draw(questions, size)
+        numbered = np.unique(units, return_inverse=True)[1]
+        counts = draw(int(numbered.max()) + 1, size)[:, numbered]
+        return counts / counts.sum(axis=1, keepdims=True)
+
+    runs = draw if draw_runs else fixed
     means = []
     for start in range(0, resamples, RESAMPLE_CHUNK):
         size = min(RESAMPLE_CHUNK, resamples - start)
-        weights = draw(questions, size)
-        base_runs = draw(baseline.shape[0], size)
-        other_runs = base_runs if same_runs else draw(other.shape[0], size)
+        weights = question_weights(size)
+        base_runs = runs(baseline.shape[0], size)
+        other_runs = base_runs if same_runs else runs(other.shape[0], size)
         means.append(100.0 * ((other_runs @ other - base_runs @ baseline) * weights).sum(axis=1))
     low, high = np.percentile(np.concatenate(means), [50.0 * (1 - level), 50.0 * (1 + level)])
     diff = 100.0 * (other.mean(axis=0) - baseline.mean(axis=0))
     return PairedDifference(questions, float(diff.mean()), float(low), float(high), int((diff > 0).sum()),
                             int((diff < 0).sum()))
+
+
+def evidence_units(questions: Sequence[QuestionRecord]) -> np.ndarray:
+    """One number per question, shared by the questions of one conversation linked by evidence
+    turns (two questions citing one turn, and so on transitively): such questions are not
+    independent draws, since one memory item decides their recall together."""
+    unit = list(range(len(questions)))
+
+    def root(i: int) -> int:
+        while unit[i] != i:
+            unit[i] = unit[unit[i]]
+            i = unit[i]
+        return i
+
+    first_citing: dict[tuple[str, str], int] = {}
+    for i, row in enumerate(questions):
+        for turn in row.evidence:
+            j = first_citing.setdefault((row.conversation, turn), i)
+            unit[root(i)] = root(j)
+    return np.array([root(i) for i in range(len(questions))])
 
 
 def _read_runs(paths: Sequence[Path], reference: tuple[Path, list] | None = None) -> list[list]:
@@ -175,12 +211,13 @@ def read_run_recalls(paths: Sequence[Path], tagged: Mapping[str, Path | Sequence
 
 def compare(paths: Path | Sequence[Path], baseline: str, others: Sequence[str], resamples: int = 2000,
             seed: int = 0, tagged: Mapping[str, Path | Sequence[Path]] | None = None, *,
-            resample_runs: bool = False,
-            by_conversation: bool = False) -> dict[str, dict[str, PairedDifference]]:
+            resample_runs: bool = False, by_conversation: bool = False,
+            evidence_groups: bool = False) -> dict[str, dict[str, PairedDifference]]:
     """``{config: {"overall" | category | "lexical gap" | conversation: PairedDifference}}``
     against ``baseline`` (the lexical-gap group when the file flags such questions, a group per
     conversation with ``by_conversation``); ``tagged`` as :func:`read_recalls`; with
-    ``resample_runs`` the intervals resample the runs too (:func:`run_resampled_difference`)."""
+    ``resample_runs`` the intervals resample the runs too, with ``evidence_groups`` the questions
+    linked by evidence turns as one draw (:func:`run_resampled_difference`, :func:`evidence_units`)."""
     paths = [paths] if isinstance(paths, Path) else list(paths)
     questions, recalls = read_run_recalls(paths, tagged)
     unknown = [name for name in (baseline, *others) if name not in recalls]
@@ -188,12 +225,15 @@ def compare(paths: Path | Sequence[Path], baseline: str, others: Sequence[str], 
         raise ValueError(f"{paths[0]}: no configuration {', '.join(unknown)}; it has {', '.join(recalls)}")
     groups = _groups(questions, by_conversation)
     means = {name: recalls[name].mean() for name in (baseline, *others)}
+    units = evidence_units(questions) if evidence_groups else None
 
     def difference(name: str, rows: list[int]) -> PairedDifference:
         base, other = recalls[baseline], recalls[name]
-        if resample_runs:
+        if resample_runs or units is not None:
             return run_resampled_difference(base.runs[:, rows], other.runs[:, rows],
-                                            base.source == other.source, resamples, seed)
+                                            base.source == other.source, resamples, seed,
+                                            draw_runs=resample_runs,
+                                            units=None if units is None else units[rows])
         return paired_difference([means[baseline][i] for i in rows], [means[name][i] for i in rows],
                                  resamples, seed)
 

@@ -12,7 +12,7 @@ and holds for these conversations only (``--by-conversation`` shows each apart).
 ``--pool`` (seeds) are averaged question by question and the interval leaves out how much they
 differ, unless ``--resample-runs`` draws them too (which holds only part of it: a resample of
 n runs from n spans no more than the runs do, docs/design.md §6.2). Questions of a conversation
-that cite a common evidence turn are one draw with ``--evidence-groups``.
+that cite a common evidence turn are one draw with ``--evidence-units``.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(with few runs it stays too narrow: docs/design.md §6.2)")
     parser.add_argument("--by-conversation", action="store_true",
                         help="add one group per conversation to the table")
-    parser.add_argument("--evidence-groups", action="store_true",
+    parser.add_argument("--evidence-units", action="store_true",
                         help="resample the questions of a conversation that cite a common evidence turn "
                              "(transitively) as one draw, not as independent questions")
     parser.add_argument("--forest", type=output_file, metavar="PNG",
@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tagged.setdefault(tag, []).append(Path(path))
         table = compare([args.questions, *args.pool], args.baseline, args.configs, args.resamples, args.seed,
                         tagged, resample_runs=args.resample_runs, by_conversation=args.by_conversation,
-                        evidence_groups=args.evidence_groups)
+                        by_evidence_unit=args.evidence_units)
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -253,17 +253,17 @@ def test_questions_linked_by_evidence_turns_are_one_unit_within_their_conversati
     assert len({units[0], units[3], units[4]}) == 3
 
 
-def test_an_evidence_group_is_one_draw_so_its_questions_move_together(tmp_path):
-    """Two groups of five questions, each citing one turn: the other configuration finds the first
-    group's evidence and misses the second's. Drawn as two units, a resample often holds one group
+def test_an_evidence_unit_is_one_draw_so_its_questions_move_together(tmp_path):
+    """Two units of five questions, each citing one turn: the other configuration finds the first
+    unit's evidence and misses the second's. Drawn as two units, a resample often holds one unit
     only, so the interval reaches both ends; drawn as ten questions it does not."""
     turns = [f"D{1 + i // 5}:1" for i in range(10)]
     rows = [dict(question("single-hop", [turn], base=[], other=[turn] if i < 5 else []), qa_index=i)
             for i, turn in enumerate(turns)]
     path = write_questions_file(tmp_path / "q.jsonl", rows)
     apart = compare(path, "base", ["other"])["other"]["overall"]
-    grouped = compare(path, "base", ["other"], evidence_groups=True)["other"]["overall"]
-    assert apart.mean == grouped.mean == 50.0
-    assert (grouped.low, grouped.high) == (0.0, 100.0)
+    by_unit = compare(path, "base", ["other"], by_evidence_unit=True)["other"]["overall"]
+    assert apart.mean == by_unit.mean == 50.0
+    assert (by_unit.low, by_unit.high) == (0.0, 100.0)
     assert 0.0 < apart.low and apart.high < 100.0
-    assert main([str(path), "--evidence-groups", "--baseline", "base", "other"]) == 0
+    assert main([str(path), "--evidence-units", "--baseline", "base", "other"]) == 0

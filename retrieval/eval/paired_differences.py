@@ -13,7 +13,7 @@ interval then resamples questions only: it leaves out how much the runs differ. 
 of n runs from n spans no more than they do). Questions that share a conversation are resampled
 as if independent: with two conversations no interval over conversations can be had, and
 ``by_conversation`` shows each conversation's difference apart. Questions that cite the same
-evidence turn are one draw with ``evidence_groups`` (:func:`evidence_units`).
+evidence turn are one draw with ``by_evidence_unit`` (:func:`evidence_units`).
 Imports no torch: it reads ``questions.jsonl`` through :func:`retrieval.eval.results.read_questions`.
 """
 
@@ -212,11 +212,11 @@ def read_run_recalls(paths: Sequence[Path], tagged: Mapping[str, Path | Sequence
 def compare(paths: Path | Sequence[Path], baseline: str, others: Sequence[str], resamples: int = 2000,
             seed: int = 0, tagged: Mapping[str, Path | Sequence[Path]] | None = None, *,
             resample_runs: bool = False, by_conversation: bool = False,
-            evidence_groups: bool = False) -> dict[str, dict[str, PairedDifference]]:
+            by_evidence_unit: bool = False) -> dict[str, dict[str, PairedDifference]]:
     """``{config: {"overall" | category | "lexical gap" | conversation: PairedDifference}}``
     against ``baseline`` (the lexical-gap group when the file flags such questions, a group per
     conversation with ``by_conversation``); ``tagged`` as :func:`read_recalls`; with
-    ``resample_runs`` the intervals resample the runs too, with ``evidence_groups`` the questions
+    ``resample_runs`` the intervals resample the runs too, with ``by_evidence_unit`` the questions
     linked by evidence turns as one draw (:func:`run_resampled_difference`, :func:`evidence_units`)."""
     paths = [paths] if isinstance(paths, Path) else list(paths)
     questions, recalls = read_run_recalls(paths, tagged)
@@ -225,7 +225,7 @@ def compare(paths: Path | Sequence[Path], baseline: str, others: Sequence[str], 
         raise ValueError(f"{paths[0]}: no configuration {', '.join(unknown)}; it has {', '.join(recalls)}")
     groups = _groups(questions, by_conversation)
     means = {name: recalls[name].mean() for name in (baseline, *others)}
-    units = evidence_units(questions) if evidence_groups else None
+    units = evidence_units(questions) if by_evidence_unit else None
 
     def difference(name: str, rows: list[int]) -> PairedDifference:
         base, other = recalls[baseline], recalls[name]

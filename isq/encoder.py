@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import socket
 from collections.abc import Callable, Iterator
@@ -69,6 +70,22 @@ def weights_checksum(model_dir: str | Path) -> str:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
+
+
+CONFIG_VOLATILE = ("transformers_version", "_name_or_path")
+"""Keys of a model's ``config.json`` that re-saving the same model may change."""
+
+
+def config_checksum(model_dir: str | Path) -> str:
+    """SHA-256 of a local model directory's ``config.json`` as the model reads it (its keys sorted,
+    :data:`CONFIG_VOLATILE` left out): the same weights under another activation, normalisation
+    epsilon or layer layout compute other vectors."""
+    path = Path(model_dir) / "config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    kept = {key: value for key, value in config.items() if key not in CONFIG_VOLATILE}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
 
 def _hub_reachable(timeout_s: float = 3.0) -> bool:

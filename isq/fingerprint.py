@@ -31,7 +31,14 @@ from isq import export
 from isq.batches import encode_batches
 from isq.codebook import Codebook
 from isq.config import ISQConfig
-from isq.encoder import SemanticEncoder, build_encoder, is_adapter, resolve_encoder_path, weights_checksum
+from isq.encoder import (
+    SemanticEncoder,
+    build_encoder,
+    config_checksum,
+    is_adapter,
+    resolve_encoder_path,
+    weights_checksum,
+)
 from isq.identity import ENCODER_KEY
 
 FINGERPRINT_BATCH = 64
@@ -199,8 +206,9 @@ class Fingerprinter(nn.Module):
         an earlier export."""
         reference = None
         if self.references_encoder():
-            reference = {"encoder": self.config.encoder,
-                         "sha256": weights_checksum(resolve_encoder_path(self.config.encoder))}
+            installed = resolve_encoder_path(self.config.encoder)
+            reference = {"encoder": self.config.encoder, "sha256": weights_checksum(installed),
+                         "config_sha256": config_checksum(installed)}
         meta = {
             "isq_config": self.config.to_dict(),
             "encoder_reference": reference,
@@ -228,11 +236,7 @@ class Fingerprinter(nn.Module):
         reference = meta.get("encoder_reference")
         try:
             if reference:
-                found = weights_checksum(resolve_encoder_path(reference["encoder"]))
-                if found != reference["sha256"]:
-                    raise export.FingerprinterLoadError(
-                        f"{where}: the installed encoder {reference['encoder']!r} has weights SHA-256 "
-                        f"{found[:12]}…, but this fingerprinter was trained with {reference['sha256'][:12]}…")
+                _check_reference(where, reference)
                 encoder = build_encoder(config)
             else:
                 encoder = build_encoder(config, architecture=meta.get("encoder_architecture"))
@@ -251,6 +255,20 @@ class Fingerprinter(nn.Module):
         export.check_identity(directory, meta["identity"], model.identity)
         model.run_record = export.read_run_record(directory)
         return model.to(device).eval()
+
+
+def _check_reference(where: Path, reference: dict[str, Any]) -> None:
+    """The installed encoder an export references has the weights it was trained with and, where
+    the export records it (those written before did not), the same ``config.json``."""
+    installed = resolve_encoder_path(reference["encoder"])
+    checks = [("weights", weights_checksum(installed), reference["sha256"])]
+    if "config_sha256" in reference:
+        checks.append(("config.json", config_checksum(installed), reference["config_sha256"]))
+    for what, found, recorded in checks:
+        if found != recorded:
+            raise export.FingerprinterLoadError(
+                f"{where}: the installed encoder {reference['encoder']!r} has {what} SHA-256 {found[:12]}…, "
+                f"but this fingerprinter was trained with {str(recorded)[:12]}…")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -53,6 +53,25 @@ def test_a_max_length_past_the_encoders_positions_is_a_load_error_naming_the_fil
         Fingerprinter.from_pretrained(export)
 
 
+def test_a_referenced_encoder_whose_config_changed_is_refused_though_its_weights_match(export, tmp_path):
+    """The same weights under another activation compute other vectors, so other codes: an export
+    records the referenced encoder's config.json as well as its weights."""
+    from isq.encoder import resolve_encoder_path
+
+    installed = tmp_path / "minilm"
+    shutil.copytree(resolve_encoder_path("offline:all-MiniLM-L6-v2"), installed)
+    model = Fingerprinter.from_pretrained(export)
+    model.config.encoder = str(installed)
+    saved = model.save_pretrained(tmp_path / "referencing")
+    assert json.loads((saved / "config.json").read_text())["encoder_reference"]["encoder"] == str(installed)
+    Fingerprinter.from_pretrained(saved)
+    config = json.loads((installed / "config.json").read_text())
+    config["hidden_act"] = "relu"
+    (installed / "config.json").write_text(json.dumps(config))
+    with pytest.raises(FingerprinterLoadError, match="has config.json SHA-256"):
+        Fingerprinter.from_pretrained(saved)
+
+
 def test_an_export_with_a_nan_weight_is_refused(export, tmp_path):
     """Every tensor must be finite; an export written from a run that diverged (NaN weights,
     checksums and codebook identity consistent) must not load and fingerprint garbage."""

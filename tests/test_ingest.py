@@ -536,10 +536,13 @@ def test_ctrl_c_keeps_the_sessions_added_and_a_rerun_adds_the_rest(tmp_path, cap
     assert err.startswith("interrupted: the turns added so far are stored") and err.count("\n") == 1, err
     with AMUStore(tmp_path / "store", read_only=True) as store:
         assert 0 < len(store.turns("talk")) < len(turns)  # the file's name is its conversation
+        kept = len(store.segments("talk"))
     monkeypatch.setattr(ingest_module, "add_conversation", add)
     assert main(command) == 0
     with AMUStore(tmp_path / "store", read_only=True) as store:
         assert [t.turn_id for t in store.turns("talk")] == [t.turn_id for t in turns]
+        segments = len(store.segments("talk"))
+    assert 0 < kept < segments and f"segments {segments} ({kept} already stored)" in capsys.readouterr().out
 
 
 def test_cli_names_an_embedder_directory_that_is_not_there(tmp_path, capsys):

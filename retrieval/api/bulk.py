@@ -36,6 +36,9 @@ def add_conversation(memory: Memory, turns: Sequence[Turn], *, progress: bool = 
     for turn in turns:
         sessions.setdefault((turn.user_id, turn.session_id), []).append(turn)
     stats.conversations = len({user for user, _ in sessions})
+    stored_before = sum(len(memory.store.segments(user)) for user in users)  # an earlier run's
+    stats.segments += stored_before
+    stats.resumed_segments += stored_before
     bar = tqdm(total=len(turns), unit="turn", disable=not progress)
     try:
         for (user, session_id), session_turns in sessions.items():

@@ -55,7 +55,7 @@ import numpy as np
 
 from benchmarks.arguments import add_json_option, refuse_unusable, within
 from benchmarks.floor import FLOOR_DRIFT_MAX, BareEncoder, measure_floor
-from benchmarks.paths import FINGERPRINTER, default_locomo
+from benchmarks.paths import FINGERPRINTER, LOCOMO_HELP, default_locomo
 from benchmarks.postgres import labelled, ratio_goals, with_sqlite_ratio
 from benchmarks.timing import (
     Goal,
@@ -289,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--locomo", type=Path, default=default_locomo(),
-                        help="the LoCoMo dev file (default: $ISQ_LOCOMO, else ../shared/data/locomo/)")
+                        help=LOCOMO_HELP)
     parser.add_argument("--fingerprinter", type=Path, default=FINGERPRINTER)
     parser.add_argument("--embedder", default=MINILM_ALIAS)
     parser.add_argument("--add-turns", type=within(int, 0), default=0,

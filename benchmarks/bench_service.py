@@ -77,7 +77,7 @@ if __name__ == "__main__":
 
 from benchmarks.arguments import add_json_option, refuse_unusable, within  # noqa: E402
 from benchmarks.floor import FLOOR_DRIFT_MAX, BareEncoder, measure_ceiling, measure_floor  # noqa: E402
-from benchmarks.paths import FINGERPRINTER, default_locomo  # noqa: E402
+from benchmarks.paths import FINGERPRINTER, LOCOMO_HELP, default_locomo  # noqa: E402
 from benchmarks.prefill import prefill, user_name  # noqa: E402
 from benchmarks.service_nodes import database_goals, describe_nodes, on_database  # noqa: E402
 from benchmarks.service_process import Server, bearer, collector_pauses  # noqa: E402
@@ -409,7 +409,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--compare-queries", type=within(int, 1), default=100,
                         help="searches of the in-process comparison")
     parser.add_argument("--locomo", type=Path, default=default_locomo(),
-                        help="the LoCoMo dev file (default: $ISQ_LOCOMO, else ../shared/data/locomo/)")
+                        help=LOCOMO_HELP)
     parser.add_argument("--fingerprinter", type=Path, default=FINGERPRINTER,
                         help="the fingerprinter of the codebook channel (default: the committed one)")
     parser.add_argument("--no-fingerprinter", dest="fingerprinter", action="store_const", const=None,

@@ -18,6 +18,11 @@ def default_locomo() -> Path:
     return Path(named) if named else ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
 
 
+LOCOMO_HELP = (f"the LoCoMo dev file (default: ${LOCOMO_ENV}, else ../shared/data/locomo/locomo_dev.json "
+               "beside the checkout)")
+"""``--locomo``'s help, the same in every benchmark that reads the file."""
+
+
 def missing_locomo(path: Path) -> str | None:
     """One line saying what to pass when ``path`` is not a file, else None."""
     if path.is_file():

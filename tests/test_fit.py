@@ -368,6 +368,14 @@ def test_a_seed_numpy_cannot_take_is_refused_before_anything_runs(tmp_path, seed
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_mistyped_option_names_the_command_to_ask_for_help(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(smoke_args(tmp_path, 1, "--model.nope", "1"))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m training.fit ") and "run: python -m training.fit --help" in err
+
+
 @pytest.mark.parametrize("config",
                          ["smoke.yaml", "isq_t5base_dailydialog.yaml", "isq_minilm_dailydialog_cpu.yaml"])
 def test_print_config(config, capsys):

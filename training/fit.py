@@ -282,7 +282,7 @@ def main(args: list[str] | None = None) -> ISQCLI:
         cli = ISQCLI(
             ISQLightningModule, DialogueDataModule, run=False, args=args, save_config_callback=RunConfigSaver,
             save_config_kwargs={"overwrite": True}, seed_everything_default=0,
-            parser_kwargs={"default_config_files": [str(DEFAULTS)]},
+            parser_kwargs={"default_config_files": [str(DEFAULTS)], "prog": "python -m training.fit"},
         )
         ckpt_path = cli.config.get("ckpt_path")
         check_lengths(cli.model, cli.datamodule)

@@ -9,7 +9,7 @@ seed), and how many questions got better and worse.
 Several runs over the same questions (training seeds) are pooled question by question, and the
 interval then resamples questions only: it leaves out how much the runs differ. With
 ``resample_runs`` each resample also draws the runs with replacement
-(:func:`run_resampled_difference`), so the interval holds part of the runs' spread too (a draw
+(:func:`resampled_difference`), so the interval holds part of the runs' spread too (a draw
 of n runs from n spans no more than they do). Questions that share a conversation are resampled
 as if independent: with two conversations no interval over conversations can be had, and
 ``by_conversation`` shows each conversation's difference apart. Questions that cite the same
@@ -70,11 +70,11 @@ def paired_difference(baseline: Sequence[float], other: Sequence[float], resampl
 
 
 RESAMPLE_CHUNK = 10_000
-"""Resamples drawn at once by :func:`run_resampled_difference` (its arrays are this many rows of
+"""Resamples drawn at once by :func:`resampled_difference` (its arrays are this many rows of
 one weight per question)."""
 
 
-def run_resampled_difference(baseline: np.ndarray, other: np.ndarray, same_runs: bool, resamples: int = 2000,
+def resampled_difference(baseline: np.ndarray, other: np.ndarray, same_runs: bool, resamples: int = 2000,
                              seed: int = 0, level: float = 0.95, *, draw_runs: bool = True,
                              units: np.ndarray | None = None) -> PairedDifference:
     """``other − baseline`` as :func:`paired_difference` of the run-averaged recalls, with a
@@ -217,7 +217,7 @@ def compare(paths: Path | Sequence[Path], baseline: str, others: Sequence[str], 
     against ``baseline`` (the lexical-gap group when the file flags such questions, a group per
     conversation with ``by_conversation``); ``tagged`` as :func:`read_recalls`; with
     ``resample_runs`` the intervals resample the runs too, with ``by_evidence_unit`` the questions
-    linked by evidence turns as one draw (:func:`run_resampled_difference`, :func:`evidence_units`)."""
+    linked by evidence turns as one draw (:func:`resampled_difference`, :func:`evidence_units`)."""
     paths = [paths] if isinstance(paths, Path) else list(paths)
     questions, recalls = read_run_recalls(paths, tagged)
     unknown = [name for name in (baseline, *others) if name not in recalls]
@@ -230,7 +230,7 @@ def compare(paths: Path | Sequence[Path], baseline: str, others: Sequence[str], 
     def difference(name: str, rows: list[int]) -> PairedDifference:
         base, other = recalls[baseline], recalls[name]
         if resample_runs or units is not None:
-            return run_resampled_difference(base.runs[:, rows], other.runs[:, rows],
+            return resampled_difference(base.runs[:, rows], other.runs[:, rows],
                                             base.source == other.source, resamples, seed,
                                             draw_runs=resample_runs,
                                             units=None if units is None else units[rows])

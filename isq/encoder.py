@@ -72,20 +72,20 @@ def weights_checksum(model_dir: str | Path) -> str:
     return digest.hexdigest()
 
 
-CONFIG_VOLATILE = ("transformers_version", "_name_or_path")
-"""Keys of a model's ``config.json`` that re-saving the same model may change."""
+CONFIG_VOLATILE = ("transformers_version", "torch_dtype", "dtype")
+"""Keys of a model's configuration that re-saving the same model may change without changing what
+it computes (the weights are cast when loaded)."""
 
 
 def config_checksum(model_dir: str | Path) -> str:
-    """SHA-256 of a local model directory's ``config.json`` as the model reads it (its keys sorted,
-    :data:`CONFIG_VOLATILE` left out): the same weights under another activation, normalisation
-    epsilon or layer layout compute other vectors."""
-    path = Path(model_dir) / "config.json"
-    config = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(config, dict):
-        raise ValueError(f"{path}: expected a JSON object")
-    kept = {key: value for key, value in config.items() if key not in CONFIG_VOLATILE}
-    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
+    """SHA-256 of a local model directory's configuration as the model reads it: what differs from
+    its class's defaults (``to_diff_dict``, so a re-save that writes the defaults out is the same),
+    keys sorted, private ones and :data:`CONFIG_VOLATILE` left out. The same weights under another
+    activation, normalisation epsilon or layer layout compute other vectors."""
+    config = AutoConfig.from_pretrained(str(model_dir)).to_diff_dict()
+    kept = {key: value for key, value in config.items()
+            if not key.startswith("_") and key not in CONFIG_VOLATILE}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _hub_reachable(timeout_s: float = 3.0) -> bool:

@@ -164,6 +164,8 @@ def test_a_tokenizer_changed_at_the_same_path_tokenises_again(tmp_path):
         return dm.datasets["train"][0]["input_ids"]
 
     before = first_ids()
+    assert first_ids() == before  # read from the cache: a tokenizer's call leaves its key as it was
+    assert len(list((tmp_path / "cache" / "tokenized").glob("*.arrow"))) == 2  # train and validation
     spec = json.loads((saved / "tokenizer.json").read_text())
     vocab = spec["model"]["vocab"]
     swapped = AutoTokenizer.from_pretrained(saved).convert_ids_to_tokens(before[1:3])
@@ -173,6 +175,7 @@ def test_a_tokenizer_changed_at_the_same_path_tokenises_again(tmp_path):
     after = first_ids()
     assert after != before and after[1:3] == before[2:0:-1]
     assert len(list((tmp_path / "cache" / "tokenized").glob("train-*.arrow"))) == 2
+    assert len(list((tmp_path / "cache" / "tokenized").glob("validation-*.arrow"))) == 2
 
 
 def test_rewriting_the_synthetic_corpus_never_exposes_a_partial_file(tmp_path, monkeypatch):

@@ -366,6 +366,44 @@ def test_a_job_whose_user_is_forgotten_stops_and_never_consolidates_what_comes_a
             reader.job(job.id, user_id="u")
 
 
+def test_a_forget_landing_as_a_job_starts_leaves_what_comes_after_unconsolidated(tmp_path, monkeypatch):
+    """The runner found the job's row, then the forget, an add of two equal turns and a flush land
+    before the job's first pass: that pass must not merge them."""
+    import threading
+
+    import retrieval.api.jobs as jobs
+
+    alps = "I love hiking in the Alps."
+    models = {"embedder": WordEmbedder(), "fingerprinter": WordFingerprinter()}
+    memory = Memory.open(tmp_path, **models)
+    consolidate_user, started = jobs.consolidate_user, threading.Event()
+
+    def forget_first(store, user, *args, **options):
+        def forget_and_add():
+            memory.forget(user_id="u")
+            memory.add([{"speaker": "Ann", "text": alps, "turn_id": f"again-{i}"} for i in range(2)],
+                       user_id="u", session_id="s")
+            memory.flush(user_id="u", session_id="s")
+
+        racing = threading.Thread(target=forget_and_add)
+        racing.start()
+        racing.join()
+        started.set()
+        return consolidate_user(store, user, *args, **options)
+
+    monkeypatch.setattr(jobs, "consolidate_user", forget_first)
+    try:
+        memory.add([{"speaker": "Ann", "text": alps} for _ in range(6)], user_id="u", session_id="s")
+        memory.flush(user_id="u", session_id="s")
+        memory.consolidate(user_id="u")
+        assert started.wait(60)
+    finally:
+        memory.close()  # the running job finishes first
+    with Memory.open(tmp_path, read_only=True, **models) as reader:
+        records = list(reader.store.amus("u", include_archived=True))
+        assert sorted(a.source.turn_ids for a in records) == [("again-0",), ("again-1",)]
+
+
 def test_a_delete_drops_the_users_finished_jobs_and_a_job_it_overlaps_keeps_no_counts(tmp_path):
     """A consolidation job covers the user's whole memory whatever session names it, so its
     progress counts every session's records: once some go, the finished jobs go too, and a job

@@ -56,6 +56,8 @@ def test_a_max_length_past_the_encoders_positions_is_a_load_error_naming_the_fil
 def test_a_referenced_encoder_whose_config_changed_is_refused_though_its_weights_match(export, tmp_path):
     """The same weights under another activation compute other vectors, so other codes: an export
     records the referenced encoder's config.json as well as its weights."""
+    from transformers import AutoConfig
+
     from isq.encoder import resolve_encoder_path
 
     installed = tmp_path / "minilm"
@@ -64,6 +66,8 @@ def test_a_referenced_encoder_whose_config_changed_is_refused_though_its_weights
     model.config.encoder = str(installed)
     saved = model.save_pretrained(tmp_path / "referencing")
     assert json.loads((saved / "config.json").read_text())["encoder_reference"]["encoder"] == str(installed)
+    Fingerprinter.from_pretrained(saved)
+    AutoConfig.from_pretrained(installed).save_pretrained(installed)  # written out again, defaults and all
     Fingerprinter.from_pretrained(saved)
     config = json.loads((installed / "config.json").read_text())
     config["hidden_act"] = "relu"

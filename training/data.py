@@ -9,6 +9,7 @@ docs/design.md §1.9.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 from pathlib import Path
@@ -108,12 +109,15 @@ oldest turn first, and the target replies to its last)."""
 
 
 def tokenizer_state(tok: PreTrainedTokenizerBase) -> str:
-    """What a tokenizer turns text into ids with: a fast tokenizer's whole serialised pipeline
-    (normaliser, pre-tokeniser, vocabulary, merges, post-processor), else its class, vocabulary
-    and case folding; the name it was loaded by is not enough."""
+    """What a tokenizer turns text into ids with: a fast tokenizer's serialised pipeline
+    (normaliser, pre-tokeniser, vocabulary, merges, post-processor; not its truncation and padding,
+    which each call sets), else its class, vocabulary and case folding; the name it was loaded by
+    is not enough."""
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is not None:
-        return str(backend.to_str())
+        pipeline = json.loads(backend.to_str())
+        fixed = {key: value for key, value in pipeline.items() if key not in ("truncation", "padding")}
+        return json.dumps(fixed, sort_keys=True)
     return repr((type(tok).__name__, getattr(tok, "do_lower_case", None), sorted(tok.get_vocab().items())))
 
 

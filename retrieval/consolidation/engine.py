@@ -58,8 +58,9 @@ def consolidate_user(store: Store, user_id: str, embedder: Embedder,
     threshold. ``fingerprinter``: the one the store was built with (its binding is checked, as
     on ingest), so merged AMUs carry fingerprints like the others. A conversation without a
     stored segment (none yet, or all purged) has nothing to consolidate: its report is empty.
-    ``wanted``, asked before every pass after the first: False ends the run there (a job whose
-    user was forgotten meanwhile must not consolidate what the user stores afterwards).
+    ``wanted``, asked before every pass (after the purge count and the records are read, so a
+    forget after it makes the pass stale): False ends the run there (a job whose user was
+    forgotten meanwhile must not consolidate what the user stores afterwards).
     """
     started = time.perf_counter()
     operator = operator or OfflineOperator()
@@ -78,8 +79,8 @@ def consolidate_user(store: Store, user_id: str, embedder: Embedder,
     step = _Step(store, operator, config, {}, {}, fingerprinter, report, purges)
     key = PLAN_KEY.format(user_id)
     gated = False
-    for number in range(config.max_passes):
-        if number and wanted is not None and not wanted():
+    for _ in range(config.max_passes):
+        if wanted is not None and not wanted():
             break
         step.read_turns(user_id)  # each pass: turns stored meanwhile are its members' too
         current = members(stored, store.successors(user_id))

@@ -75,8 +75,8 @@ one weight per question)."""
 
 
 def resampled_difference(baseline: np.ndarray, other: np.ndarray, same_runs: bool, resamples: int = 2000,
-                             seed: int = 0, level: float = 0.95, *, draw_runs: bool = True,
-                             units: np.ndarray | None = None) -> PairedDifference:
+                         seed: int = 0, level: float = 0.95, *, draw_runs: bool = True,
+                         units: np.ndarray | None = None) -> PairedDifference:
     """``other − baseline`` as :func:`paired_difference` of the run-averaged recalls, with a
     percentile-bootstrap interval in which every resample draws the questions with replacement and,
     with ``draw_runs``, the runs of each side with replacement (the same draw for both when
@@ -96,10 +96,11 @@ def resampled_difference(baseline: np.ndarray, other: np.ndarray, same_runs: boo
     def fixed(count: int, size: int) -> np.ndarray:
         return np.full((size, count), 1.0 / count)
 
+    numbered = None if units is None else np.unique(units, return_inverse=True)[1]  # units 0, 1, ...
+
     def question_weights(size: int) -> np.ndarray:
-        if units is None:
+        if numbered is None:
             return draw(questions, size)
-        numbered = np.unique(units, return_inverse=True)[1]
         counts = draw(int(numbered.max()) + 1, size)[:, numbered]
         return counts / counts.sum(axis=1, keepdims=True)
 
@@ -231,9 +232,9 @@ def compare(paths: Path | Sequence[Path], baseline: str, others: Sequence[str], 
         base, other = recalls[baseline], recalls[name]
         if resample_runs or units is not None:
             return resampled_difference(base.runs[:, rows], other.runs[:, rows],
-                                            base.source == other.source, resamples, seed,
-                                            draw_runs=resample_runs,
-                                            units=None if units is None else units[rows])
+                                        base.source == other.source, resamples, seed,
+                                        draw_runs=resample_runs,
+                                        units=None if units is None else units[rows])
         return paired_difference([means[baseline][i] for i in rows], [means[name][i] for i in rows],
                                  resamples, seed)
 

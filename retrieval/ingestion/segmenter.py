@@ -313,7 +313,7 @@ class SemanticSegmenter:
 
     def flush(self) -> Segment | None:
         """Finalize the active segment at the end of a session (``None`` if it is empty)."""
-        return self._finalize(SESSION_FLUSH) if self._active.exchanges else None
+        return self._finalize(SESSION_FLUSH) if self.holds_exchanges else None
 
     def _start(self, exchange: Exchange, embedding: np.ndarray, tokens: int) -> list[Segment]:
         self._append(exchange, embedding, tokens)

@@ -318,6 +318,20 @@ def test_a_turn_added_and_purged_again_leaves_the_users_version_moved(backend):
         assert store.user_versions(["conv-x"]) == {"conv-x": after}
 
 
+def test_writes_inside_a_transaction_join_it_and_commit_or_roll_back_together(backend):
+    with backend.open() as store:
+        with pytest.raises(RuntimeError), store.transaction(["conv-x"]):
+            store.append_turns("conv-x", [make_turn("D1:5")])
+            commit(store, 0, [make_amu(0, 0)])
+            raise RuntimeError("a fault after both writes")
+        assert store.turns("conv-x") == [] and store.count("conv-x") == 0
+        with store.transaction(["conv-x"]):
+            store.append_turns("conv-x", [make_turn("D1:5")])
+            commit(store, 0, [make_amu(0, 0)])
+        assert [turn.turn_id for turn in store.turns("conv-x")] == ["D1:5", "D1:0"]
+        assert store.count("conv-x") == 1
+
+
 def test_ingestion_marks_move_with_segments_records_and_every_purge_not_with_adds(backend):
     with backend.open() as store:
         assert store.ingestion_marks("conv-x") == (0, 0, 0)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from retrieval import Memory
-from retrieval.api.errors import Conflict, InvalidInput, NotFound
+from retrieval.api.errors import InvalidInput, NotFound
 from retrieval.api.user_copy import copy_user
 from retrieval.memory import record_writes
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
@@ -151,45 +151,67 @@ def test_a_delete_of_the_source_waits_for_the_copy(memory: Memory, monkeypatch: 
     assert not memory.store.stored_turn_ids("a", ["as1-0"]) and memory.store.stored_turn_ids("b", ["as1-0"])
 
 
-def test_a_delete_of_the_source_by_another_process_during_the_copy_removes_the_copy(
-        memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Another server's delete of the source, committed between the copy's read and its write (the
-    store's purge, outside this process's guards): the copy is removed again and refused, so the
-    deleted turn does not live on in the target."""
-    commit = memory.store.commit_segments
-
-    def commit_after_a_purge(segments):
-        memory.store.purge("a", turn_ids=["as1-0"])
-        return commit(segments)
-
-    monkeypatch.setattr(memory.store, "commit_segments", commit_after_a_purge)
-    with pytest.raises(Conflict) as refused:
-        copy_user(memory, "a", "b")
-    assert refused.value.field == "source_user_id"
-    assert not memory.store.has_user("b") and memory.store.count("b") == 0
-    assert "as1-0" not in " ".join(hit.text for hit in memory.search("as1 story 0", user_id="b", k=8).hits)
+def _blocked_by_the_copy(call) -> threading.Thread:
+    """``call`` in a thread that is still waiting a second later (for the copy's transaction)."""
+    thread = threading.Thread(target=call)
+    thread.start()
+    thread.join(timeout=1.0)
+    assert thread.is_alive(), "another writer committed inside the copy"
+    return thread
 
 
-def test_a_consolidation_committed_while_the_copy_reads_is_a_conflict_not_half_a_copy(tmp_path: Path,
-                                                                                       monkeypatch) -> None:
-    """A consolidation job is not held by the copy's guards: one that commits between the copy's
-    check (nothing archived) and its read of the records would leave the copy without the archived
-    members; the copy refuses instead, writes nothing, and a copy after it is refused as usual."""
+def test_another_nodes_delete_and_add_during_the_copy_wait_for_it(postgres_url) -> None:
+    """Two nodes on one database: while the copy reads the source, the other node's delete of a
+    source turn and add to the target wait for the copy's transaction, so the copy is of one state
+    (the turn, deleted after it) and the target is not written between its check and the copy."""
+    copier, other = (Memory.open(postgres_url, embedder=WordEmbedder(), fingerprinter=WordFingerprinter())
+                     for _ in range(2))
+    try:
+        copier.add(chat("as1", 6), user_id="a", session_id="s1")
+        copier.flush(user_id="a", session_id="s1")
+        copier.drain()
+        waiting: list[threading.Thread] = []
+        turns = copier.store.turns
+
+        def turns_while_the_other_node_writes(user):
+            found = turns(user)
+            waiting.append(_blocked_by_the_copy(lambda: other.delete("a:turn:as1-0", user_id="a")))
+            waiting.append(_blocked_by_the_copy(lambda: other.add(
+                [{"speaker": "Bob", "text": "zebra42 arrives after the copy", "turn_id": "late"}],
+                user_id="b", session_id="s9")))
+            return found
+
+        copier.store.turns = turns_while_the_other_node_writes  # type: ignore[method-assign]
+        assert copy_user(copier, "a", "b") == 6
+        for thread in waiting:
+            thread.join(timeout=120)
+        assert not copier.store.stored_turn_ids("a", ["as1-0"])
+        assert copier.store.stored_turn_ids("b", ["as1-0", "late"]) == {"as1-0", "late"}
+    finally:
+        copier.close()
+        other.close()
+
+
+def test_a_consolidation_asked_while_the_copy_reads_waits_for_it(tmp_path: Path) -> None:
+    """A consolidation job is not held by the copy's guards of this process: asked while the copy
+    reads the records, it commits only after the copy, which is of the records before it (nothing
+    archived); the source alone is consolidated."""
     with Memory.open(tmp_path / "store", embedder=WordEmbedder()) as mem:
         same = [{"speaker": "Ann", "text": "I love hiking in the Alps every summer."} for _ in range(6)]
         mem.add(same, user_id="a", session_id="s")
         mem.flush(user_id="a", session_id="s")
-        turns = mem.store.turns
+        active, turns, done = mem.store.count("a"), mem.store.turns, []
 
-        def turns_then_consolidate(user):
+        def turns_while_consolidating(user):
             found = turns(user)
-            monkeypatch.setattr(mem.store, "turns", turns)
-            assert mem.consolidate(user_id="a", wait=True, timeout_s=60).progress["created"] >= 1
+            done.append(_blocked_by_the_copy(
+                lambda: done.append(mem.consolidate(user_id="a", wait=True, timeout_s=120))))
             return found
 
-        monkeypatch.setattr(mem.store, "turns", turns_then_consolidate)
-        with pytest.raises(Conflict) as refused:
-            copy_user(mem, "a", "b")
-        assert refused.value.field == "source_user_id" and not mem.store.has_user("b")
-        with pytest.raises(InvalidInput):
-            copy_user(mem, "a", "b")
+        mem.store.turns = turns_while_consolidating  # type: ignore[method-assign]
+        assert copy_user(mem, "a", "b") == active
+        done[0].join(timeout=120)
+        assert done[1].state == "done" and done[1].progress["created"] >= 1
+        assert mem.store.count("a", include_archived=True) > mem.store.count("a", include_archived=False)
+        copied = mem.store.count("b", include_archived=True)
+        assert copied == mem.store.count("b", include_archived=False) == active

@@ -17,18 +17,21 @@ Only a settled user is copied: every turn in a committed segment (no ingestion b
 segment; :meth:`Memory.drain` first) and no archived record (a consolidated or re-extracted user
 has history the segment write does not carry). The target must hold nothing and never have held
 anything: the copy keeps the source's segment numbers and turn ids, so a purged user's old ids
-would name the copied data. Each refusal is one typed error naming the argument. The copy holds
-both users' writes in this process (:meth:`Memory.writes_held`); a consolidation job or another
-process that changes the source while the copy reads it makes the copy refuse before it writes, and
-a delete of the source by another process while it ran removes the copy again (both
-:class:`Conflict`), so a deleted turn never lives on in the target and no copy is of half a change.
+would name the copied data. Each refusal is one typed error naming the argument. The copy is one
+store transaction holding both users' write locks (:meth:`retrieval.memory.store_contract.Handle.transaction`)
+from its checks to its commit, and both users' writes in this process
+(:meth:`Memory.writes_held`): a delete, add or consolidation of either user, in this process or
+another, lands before the copy reads (the copy has its result) or waits until the copy has
+committed (the copy is of the state before it). A deleted turn never lives on in the target and no
+copy is of half a change; on PostgreSQL, another node's write of the source waits at most the
+store's lock wait, so copy a large user when it is quiet.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from retrieval.api.errors import Conflict, InvalidInput, NotFound
+from retrieval.api.errors import InvalidInput, NotFound
 from retrieval.api.inputs import check_id, check_new_id
 from retrieval.api.memory import Memory
 from retrieval.memory.reads import stored_amu
@@ -45,32 +48,16 @@ def copy_user(memory: Memory, source_user_id: str, target_user_id: str) -> int:
     if source == target:
         raise InvalidInput(f"target_user_id must differ from source_user_id ({source!r})", "target_user_id")
     store = memory.store
-    with memory.writes_held(source, target):  # no delete of the source lands between read and write
+    with memory.writes_held(source, target), store.transaction([source, target]):
         if not store.has_user(source):
             raise NotFound(f"no user {source!r} to copy", "source_user_id")
         if store.has_user(target) or store.count(target) or store.purge_count(target):
             raise InvalidInput(f"user {target!r} holds or held turns or records; copy into a new user id",
                                "target_user_id")
-        purges, marks = store.purge_count(source), _marks(memory, source)
         segments = _settled(memory, source)
-        if _marks(memory, source) != marks:  # its reads are several: they must all see one state
-            raise Conflict(f"user {source!r} changed while it was read (a consolidation or a segment "
-                           "committed); copy again", "source_user_id")
         store.commit_segments(_renamed(segments, source, target))
         store.copy_cache(source, target)
-        changed = store.purge_count(source) != purges  # a purge by another process over the store
-    if changed:
-        memory.forget(user_id=target)
-        raise Conflict(f"user {source!r} had a delete while it was copied; the copy was removed: copy "
-                       "again", "source_user_id")
     return sum(len(amus) for _, _, amus in segments)
-
-
-def _marks(memory: Memory, user: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """What any write of the user changes: its segments, records and purges, and its turns and
-    active records (an archive, which consolidation does, changes only these). The user's writes
-    in this process are held during the copy; a consolidation job or another process is not."""
-    return memory.store.ingestion_marks(user), memory.store.user_version(user)
 
 
 def _settled(memory: Memory, user: str) -> Segments:

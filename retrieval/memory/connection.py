@@ -170,8 +170,11 @@ class SQLiteConnection:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """One write transaction on the writer: committed at the end of the block, rolled back on
-        an error."""
+        an error; a block inside one this thread holds joins it (the outer block commits)."""
         with self.writing() as db:
+            if db.in_transaction:  # only this thread uses the writer while it is held
+                yield db
+                return
             db.execute("BEGIN IMMEDIATE")
             try:
                 tracked = getattr(self._local, "tracked", None)

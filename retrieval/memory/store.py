@@ -20,7 +20,8 @@ once for both backends (:class:`~retrieval.memory.delegation.StoreParts`).
 from __future__ import annotations
 
 import sqlite3
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Collection, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,11 @@ class AMUStore(StoreParts):
 
     def tracking(self, user_id: str) -> AbstractContextManager[list[tuple[Any, Any]]]:
         return self._connection.tracking(user_id)
+
+    @contextmanager
+    def transaction(self, users: Collection[str]) -> Iterator[None]:
+        with self._connection.transaction():
+            yield
 
     @property
     def concurrent_writers(self) -> bool:

@@ -209,6 +209,14 @@ class Handle(Protocol):
         version it holds (:mod:`retrieval.api.states`)."""
         ...
 
+    def transaction(self, users: Collection[str]) -> AbstractContextManager[None]:
+        """One write transaction for the block, holding the write locks of ``users`` across every
+        process over the store; the store's writes on this thread inside the block join it, so
+        they commit together at its end, or none of them on an error, and another process's write
+        of those users waits for the block (where one process writes, SQLite, the writer itself is
+        the lock). What the block reads of those users no other process changes meanwhile."""
+        ...
+
     @property
     def concurrent_writers(self) -> bool:
         """Whether other processes may write the store's users while this handle is open (a

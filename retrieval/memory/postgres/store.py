@@ -16,7 +16,8 @@ rewrite the table files, :meth:`PostgresStore.compact` does (:mod:`retrieval.mem
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from collections.abc import Collection, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,11 @@ class PostgresStore(StoreParts):
 
     def tracking(self, user_id: str) -> AbstractContextManager[list[tuple[Any, Any]]]:
         return self.db.tracking(user_id)
+
+    @contextmanager
+    def transaction(self, users: Collection[str]) -> Iterator[None]:
+        with self.db.transaction(users):
+            yield
 
     @property
     def concurrent_writers(self) -> bool:

@@ -30,14 +30,18 @@ def found(client: httpx.Client, query: str) -> str:
     return " ".join(hit["text"] for hit in response.json()["hits"])
 
 
-async def _mcp_tools(url: str, key: str) -> tuple[set[str], str, object]:
+async def _mcp_tools(url: str, key: str) -> tuple[set[str], str, object, list[object]]:
+    """The tools listed, the instructions, a search's answer, and the errors of a write tool's
+    call and of an unknown tool's."""
     async with httpx2.AsyncClient(headers=bearer(key), timeout=60) as http, \
             streamable_http_client(f"{url}/mcp", http_client=http) as streams, \
             ClientSession(streams[0], streams[1]) as session:
         started = await session.initialize()
         tools = {tool.name for tool in (await session.list_tools()).tools}
         search = await session.call_tool("memory_search", {"query": "kayak"})
-        return tools, started.instructions or "", search.structured_content
+        refused = [await session.call_tool("memory_forget", {}), await session.call_tool("memory_drop", {})]
+        return tools, started.instructions or "", search.structured_content, [
+            result.structured_content for result in refused if result.is_error]
 
 
 def test_a_read_only_server_reads_beside_the_writer_and_refuses_every_write(tmp_path: Path) -> None:
@@ -67,9 +71,12 @@ def test_a_read_only_server_reads_beside_the_writer_and_refuses_every_write(tmp_
                 assert refused.status_code == 403, (path, refused.text)
                 assert refused.json() == {"error": str(ReadOnly())}, refused.text
             assert (writer.store.count("alice"), len(writer.store.turns("alice"))) == stored
-            tools, instructions, searched = anyio.run(_mcp_tools, server.url, key)
+            tools, instructions, searched, refused = anyio.run(_mcp_tools, server.url, key)
             assert tools == READ_TOOLS and not set(WRITE_TOOLS) & tools and "read-only" in instructions
             assert "kayak" in str(searched)
+            assert refused[0] == {"error": str(ReadOnly()), "status": 403}, refused  # as over HTTP
+            assert refused[1]["field"] == "name" and refused[1]["status"] == 404, refused
+            assert (writer.store.count("alice"), len(writer.store.turns("alice"))) == stored
             writer.delete("alice:turn:t1", user_id="alice")
             assert "kayak" not in found(alice, "red kayak")  # deleted by the writer: gone here too
     finally:

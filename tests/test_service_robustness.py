@@ -70,6 +70,34 @@ def test_an_unexpected_error_is_one_record_and_a_500_on_a_connection_that_stays_
     assert sum(record.exc_info is not None for record in caplog.records) == 1
 
 
+def test_an_unexpected_error_in_an_mcp_tool_is_one_record_and_an_error_naming_its_request_id(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    def fails(*args, **kwargs):
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(operations, "list_memories", fails)
+    caplog.set_level(logging.INFO)
+    memory = open_memory(tmp_path / "store")
+
+    async def call():
+        async with Client(build_mcp(memory, WriteGate(), fixed_user("alice"))) as client:
+            return await client.call_tool("memory_list", {}), await client.call_tool("memory_search",
+                                                                                      {"query": "tea"})
+
+    try:
+        failed, answered = anyio.run(call)
+    finally:
+        memory.close()
+    typed = failed.structured_content
+    assert failed.is_error and set(typed) == {"error", "request_id", "status"} and typed["status"] == 500
+    assert typed["error"] == failed.content[0].text and typed["request_id"] in typed["error"]
+    assert "injected" not in str(failed) and not answered.is_error
+    errors = [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert len(errors) == 1 and typed["request_id"] in errors[0].getMessage(), errors
+    assert errors[0].exc_info is not None
+    assert sum(record.exc_info is not None for record in caplog.records) == 1
+
+
 BAD_ARGUMENTS = [("memory_search", {"query": "cat", "k": 0}, "k"),
                  ("memory_search", {"query": "cat", "k": 10**6}, "k"),
                  ("memory_search", {"query": ""}, "query"),

@@ -191,12 +191,21 @@ class UnexpectedErrors:
                 await _answer(scope, send, 503, "the server stopped before this request finished; retry it",
                               request_id)
         except Exception as exc:
-            request_id = uuid.uuid4().hex
-            log.error("unexpected error answering %s %s (request id %s)", scope["method"], scope["path"],
-                      request_id, exc_info=exc)
+            request_id = logged_failure(f"answering {scope['method']} {scope['path']}", exc)
             if not started:  # else uvicorn closes the connection: the response is cut short
-                await _answer(scope, send, 500,
-                              f"internal error (logged by the server as request {request_id})", request_id)
+                await _answer(scope, send, 500, internal_error(request_id), request_id)
+
+
+def logged_failure(what: str, exc: BaseException) -> str:
+    """Log an unexpected failure once, with its traceback and a new request id; returns the id."""
+    request_id = uuid.uuid4().hex
+    log.error("unexpected error %s (request id %s)", what, request_id, exc_info=exc)
+    return request_id
+
+
+def internal_error(request_id: str) -> str:
+    """The message of an unexpected failure, which names only its request id."""
+    return f"internal error (logged by the server as request {request_id})"
 
 
 async def _answer(scope: Scope, send: Send, status: int, message: str, request_id: str) -> None:

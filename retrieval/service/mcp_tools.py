@@ -5,7 +5,10 @@ same argument schemas and limits, as strictly typed (``limit: "5"`` is refused).
 ``memory_consolidate`` answers the whole job (HTTP: 202 with its ``job_id``), as a tool call has no
 status code to say it was accepted. The user is never
 an argument: ``user_of`` gives it from the call's context (the server's ``--user`` over stdio,
-the request's key over HTTP). Over a read-only memory only the tools that read are listed.
+the request's key over HTTP). Over a read-only memory only the tools that read are listed (a call
+of a write tool is refused 403, as over HTTP). An unknown tool is the tool's error naming ``name``
+(404); an unexpected failure inside a tool is logged once with a request id, and its error says
+only that id: ``{"error", "request_id", "status": 500}``.
 """
 
 from __future__ import annotations
@@ -17,17 +20,18 @@ from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 from pydantic import Field, ValidationError
 
-from retrieval.api.errors import IngestFailed, MemoryAPIError
+from retrieval.api.errors import IngestFailed, MemoryAPIError, ReadOnly
 from retrieval.memory import strict_json
 from retrieval.memory.errors import StoreError
 from retrieval.service import limits, operations, schemas
 from retrieval.service.auth import INGEST_FAILED, store_failed
 from retrieval.service.drain import ShuttingDown, WriteGate
 from retrieval.service.early_refusal import refusal
-from retrieval.service.errors import INVALID, invalid_status, status_of
+from retrieval.service.errors import INVALID, internal_error, invalid_status, logged_failure, status_of
 
 if TYPE_CHECKING:  # for types only: the server is handed an open memory, never builds one
     from retrieval.api.memory import Memory
@@ -54,12 +58,14 @@ class Refused(ToolError):
     HTTP status of the same refusal (:data:`retrieval.service.errors.REFUSAL_STATUS`: 503 is worth
     retrying, the others are not)."""
 
-    def __init__(self, message: str, status: int, argument: str | None = None) -> None:
+    def __init__(self, message: str, status: int, argument: str | None = None,
+                 request_id: str | None = None) -> None:
         super().__init__(message)
-        self.status, self.argument = status, argument
+        self.status, self.argument, self.request_id = status, argument, request_id
 
     def result(self) -> CallToolResult:
-        detail = {**refusal(str(self), self.argument), "status": self.status}
+        named = {"request_id": self.request_id} if self.request_id is not None else {}
+        detail = {**refusal(str(self), self.argument), **named, "status": self.status}
         return CallToolResult(content=[TextContent(type="text", text=str(self))], structured_content=detail,
                               is_error=True)
 
@@ -127,8 +133,9 @@ class StrictTools(MCPServer):
     SDK's multi-line validation report; a refusal is answered as :class:`Refused` says. It logs
     from warnings up: the SDK logs every refused call, with the values refused, at INFO."""
 
-    def __init__(self, name: str, instructions: str) -> None:
+    def __init__(self, name: str, instructions: str, withheld: tuple[str, ...] = ()) -> None:
         super().__init__(name, instructions=instructions, log_level="WARNING")
+        self.withheld = withheld  # the write tools of a read-only memory: not listed, refused
 
     def add_tool(self, fn: Callable[..., Any], name: str | None = None, *args: Any, **options: Any) -> None:
         """Register a tool whose string arguments are read verbatim (:class:`VerbatimText`); the
@@ -147,11 +154,21 @@ class StrictTools(MCPServer):
             return await self._checked_call(name, arguments, context)
         except Refused as refused:
             return refused.result()
+        except MCPError:  # a protocol error the SDK answers as such
+            raise
+        except Exception as exc:  # answered here, so the SDK neither logs it again nor hides the id
+            cause = exc.__cause__ if isinstance(exc, ToolError) and exc.__cause__ is not None else exc
+            request_id = logged_failure(f"in MCP tool {name!r}", cause)
+            return Refused(internal_error(request_id), 500, request_id=request_id).result()
 
     async def _checked_call(self, name: str, arguments: dict[str, Any], context: Context | None) -> Any:
         listed = await super().list_tools()  # the schemas as made: this runs at every call
         taken = {tool.name: set(tool.input_schema.get("properties", {})) for tool in listed}
-        unknown = sorted(set(arguments) - taken[name]) if name in taken else []
+        if name in self.withheld:
+            raise Refused(str(ReadOnly()), status_of(ReadOnly()))
+        if name not in taken:
+            raise Refused(f"name: no tool {name!r} (the tools: {', '.join(sorted(taken))})", 404, "name")
+        unknown = sorted(set(arguments) - taken[name])
         if unknown:
             raise Refused(f"{unknown[0]}: Extra inputs are not permitted", INVALID, unknown[0])
         try:
@@ -173,7 +190,9 @@ def _invalid(err: ValidationError) -> Refused:
 def build_mcp(memory: Memory, gate: WriteGate, user_of: UserOf) -> MCPServer:
     """An MCP server whose tools act on ``memory`` for the user ``user_of`` names (those that read
     only, when the memory is read-only)."""
-    server = StrictTools("isq-memory", READ_ONLY_INSTRUCTIONS if memory.store.read_only else INSTRUCTIONS)
+    read_only = memory.store.read_only
+    server = StrictTools("isq-memory", READ_ONLY_INSTRUCTIONS if read_only else INSTRUCTIONS,
+                         WRITE_TOOLS if read_only else ())
 
     @server.tool(description=ADD_DESCRIPTION,
                  annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
@@ -239,7 +258,7 @@ def build_mcp(memory: Memory, gate: WriteGate, user_of: UserOf) -> MCPServer:
         """A consolidation job's status and progress (the job_id memory_consolidate returned)."""
         return _refusals(lambda: operations.job(memory, user_of(ctx), job_id), "job_id")
 
-    if memory.store.read_only:
+    if read_only:
         for name in WRITE_TOOLS:
             server.remove_tool(name)
     return server

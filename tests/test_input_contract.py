@@ -436,6 +436,12 @@ def test_mcp_refuses_a_message_it_would_not_answer_doing_nothing(http, mem):
         assert response.status_code == 400, response.text
         detail = refusal_of(response)
         assert detail["field"] == "body" and detail["error"].startswith("body: id: "), detail
+    for envelope, field in (({"jsonrpc": None}, "jsonrpc"), ({"jsonrpc": "1.0"}, "jsonrpc"),
+                            ({"method": None}, "method"), ({"method": 5}, "method")):
+        message = {key: value for key, value in {**add(1), **envelope}.items() if value is not None}
+        response = http.post("/mcp", json=message, headers=MCP_ACCEPTS)
+        assert response.status_code == 400 and "\n" not in response.text, response.text
+        assert refusal_of(response)["error"].startswith(f"body: {field}: "), response.text
     response = http.post("/mcp", json=[add(1), add(2)], headers=MCP_ACCEPTS)
     assert (response.status_code, refusal_of(response)["error"]) == (
         400, "body: a batch of JSON-RPC messages; send one message per request")

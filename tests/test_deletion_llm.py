@@ -112,6 +112,25 @@ def test_a_purge_drops_the_users_answers_and_no_other_users(tmp_path: Path, endp
     assert not user_answers(store / "llm_cache", "alice").exists()
 
 
+def test_an_answer_cached_while_the_purge_commits_goes_with_it(tmp_path: Path, monkeypatch) -> None:
+    """A consolidation's operator may answer between the purge's drop of the user's answers and its
+    commit, and its check of the purge count come before the commit: that answer is dropped too."""
+    from retrieval.api import purge
+
+    store, dropped = tmp_path / "store", purge.drop_llm_answers
+
+    def an_answer_arrives_meanwhile(cache: Path, user: str, texts) -> None:
+        dropped(cache, user, texts)
+        user_answers(cache, user).mkdir(parents=True, exist_ok=True)
+        (user_answers(cache, user) / "late.json").write_text(json.dumps({"merged": f"{SECRET} again"}))
+
+    monkeypatch.setattr(purge, "drop_llm_answers", an_answer_arrives_meanwhile)
+    with open_memory(store) as memory:
+        add_one(memory, "alice", "Ann", f"My neighbour {SECRET} repairs old violins.", "secret")
+        memory.delete("alice:turn:secret", user_id="alice")
+    assert not user_answers(store / "llm_cache", "alice").exists()
+
+
 def test_a_forget_reaches_answers_cached_outside_the_store(tmp_path: Path, endpoint: FakeChatServer) -> None:
     """An extractor given as an object with a cache directory of its own: a forget drops the
     user's answers there too, not only in the store's."""

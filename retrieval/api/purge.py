@@ -74,7 +74,9 @@ def hard_purge(store: Store, user: str, llm_caches: Sequence[Path], *, session_i
     purge's own transaction the cached arrays of the derived texts, and before it commits the
     user's LLM answers cached in each of ``llm_caches`` (:func:`drop_llm_answers`; a cache: gone early,
     they are computed again if the purge fails), so a process killed after the commit leaves
-    neither; the compaction of the store's files it owes is the caller's
+    neither, and the user's answers again after it commits (a consolidation's operator call that
+    answered meanwhile checks the purge count only after caching; one answering later sees the
+    purge and forgets its answers itself); the compaction of the store's files it owes is the caller's
     (:mod:`retrieval.api.compaction`). It holds the user's ingestion lock, so no node commits a
     segment of a purged turn meanwhile."""
     def derived(purged: Purged) -> list[str]:
@@ -85,6 +87,9 @@ def hard_purge(store: Store, user: str, llm_caches: Sequence[Path], *, session_i
 
     with store.ingestion_lock(user, wait=True):
         before = store.turns(user)
-        return store.purge(user, session_id=session_id, amu_ids=amu_ids, turn_ids=turn_ids,
-                           everything=everything, derived=derived)
+        purged = store.purge(user, session_id=session_id, amu_ids=amu_ids, turn_ids=turn_ids,
+                             everything=everything, derived=derived)
+    for cache in llm_caches:  # again once committed: an LLM call that answered between the first
+        drop_user_answers(cache, user)  # drop and the commit cached its answer unaware of the purge
+    return purged
 

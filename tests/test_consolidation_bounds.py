@@ -114,3 +114,24 @@ def test_number_of_is_a_counting_phrase():
     from retrieval.consolidation.gates import is_count_sensitive
 
     assert is_count_sensitive("Ann was surprised by the number of guests at the party.")
+
+
+def test_a_merge_that_states_a_name_or_number_no_member_states_is_refused():
+    """An operator that invents a person or an amount would make it an active fact sourced to the
+    members' turns; a rephrasing that names only what they name (in any case, a sentence's first
+    word aside) and the engine's time prefix pass."""
+    from retrieval.consolidation.fidelity import added_content, merge_problems
+
+    members = [_amu("a", "Ann loves jasmine green tea, never with sugar, since 2021."),
+               _amu("b", "Ann drinks green tea every morning with bob at 7:30.")]
+    invented = _amu("m", "[2023-05-08 to 2023-05-10] Ann loves green tea; her husband Karl owes Bob "
+                         "5000 dollars.")
+    assert added_content(members, invented) == ["'Karl'", "'5000'"]
+    assert merge_problems(members, invented) == ["'Karl', '5000' stated by no member"]
+    rephrased = _amu("m", "[2023-05-08 to 2023-05-10] Since 2021, Ann drinks jasmine green tea at 7:30 "
+                          "with Bob. She never takes sugar.")
+    assert added_content(members, rephrased) == [] and merge_problems(members, rephrased) == []
+    met = _amu("m", "Ann loves green tea. In May she met Bob.")
+    assert added_content(members[:1], met) == ["'May'", "'Bob'"]
+    dated = _amu("a", "Ann loves green tea.", timestamps=("2023-05-08",))
+    assert added_content([dated], met) == ["'Bob'"]  # the month of the member's date

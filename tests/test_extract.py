@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from retrieval.extract.base import ReferenceContext
+from retrieval.extract.base import DISAMBIGUATION_CHARS, ReferenceContext
 from retrieval.extract.dates import dated_absolutes, resolve_relative_dates
 from retrieval.extract.llm_extractor import MAX_RECORDS_PER_TURN, LLMExtractor
 from retrieval.extract.pronouns import resolve_pronouns
@@ -402,6 +402,16 @@ def test_an_llm_record_may_be_as_long_as_its_segment_and_no_longer(tmp_path):
         extraction = llm(server, tmp_path, max_retries=1).extract(segment, ReferenceContext(("Ann", "Bob")))
     assert len(server.requests) == 2 and not extraction.fallback
     assert [len(amu.text) for amu in extraction.amus] == [together]
+
+
+def test_an_llm_note_is_kept_as_later_segments_see_it(tmp_path):
+    """A note longer than the reference context's bound is cut to it: the rest is never read, and
+    the segment's row would keep it whole."""
+    note = "Mel = Melanie. " + "n" * 20_000
+    answer = json.dumps({"records": json.loads(GOOD)["records"], "disambiguation": note})
+    with FakeOpenAI([completion(answer)]) as server:
+        extraction = llm(server, tmp_path).extract(make_segment(LLM_TURNS), ReferenceContext(("A", "B")))
+    assert extraction.state == note[:DISAMBIGUATION_CHARS] and len(extraction.amus) == 2
 
 
 def test_llm_cache_makes_reruns_free(tmp_path):

@@ -30,15 +30,19 @@ class Extraction:
     unresolved_dates: int = 0
 
 
+DISAMBIGUATION_CHARS = 1200
+"""The disambiguation state a segment's extraction is given and keeps (LycheeMemory: at most
+1,200 characters)."""
+
+
 class ReferenceContext:
     """LycheeMemory's reference context rho (eq. 7): the latest disambiguation state (at most
     1,200 characters) and summaries of recent records of the same session (at most 12 records
     and 2,400 characters, newest kept). ``participants`` are the conversation's speakers."""
 
-    def __init__(self, participants: Sequence[str], disambiguation_chars: int = 1200,
-                 recent_chars: int = 2400, recent_records: int = 12) -> None:
+    def __init__(self, participants: Sequence[str], recent_chars: int = 2400,
+                 recent_records: int = 12) -> None:
         self.participants = tuple(participants)
-        self.disambiguation_chars = disambiguation_chars
         self.recent_chars = recent_chars
         self.disambiguation = ""
         self.recent: deque[str] = deque(maxlen=recent_records)
@@ -52,7 +56,7 @@ class ReferenceContext:
 
     def record(self, state: str, texts: Sequence[str]) -> None:
         """Fold in a finished segment: its state replaces the old one, its records join the recent."""
-        self.disambiguation = state[: self.disambiguation_chars]
+        self.disambiguation = state[:DISAMBIGUATION_CHARS]
         self.recent.extend(texts)
 
     def render(self) -> str:

@@ -8,7 +8,14 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from retrieval.extract.base import Extraction, ReferenceContext, make_amu, raw_turn_amus, session_time
+from retrieval.extract.base import (
+    DISAMBIGUATION_CHARS,
+    Extraction,
+    ReferenceContext,
+    make_amu,
+    raw_turn_amus,
+    session_time,
+)
 from retrieval.llm_client import InvalidResponse, LLMRole, json_answer, one_line
 from retrieval.memory.records import (
     MAX_WRITTEN_KEYS,
@@ -48,7 +55,8 @@ session date); valid_from / valid_to: when the fact starts / stops holding, or n
 turn_ids: the ids of the turns the fact comes from.
 At most {MAX_RECORDS_PER_TURN} records per turn of the segment, and at most {MAX_WRITTEN_KEYS} entities, tags
 and timestamps each per record.
-disambiguation: at most 1200 characters of notes for later segments (canonical names, aliases,
+disambiguation: at most {DISAMBIGUATION_CHARS} characters of notes for later segments (canonical \
+names, aliases,
 what pronouns refer to). The reference context is read-only background: extract nothing from it."""
 
 
@@ -140,7 +148,8 @@ class LLMExtractor(LLMRole):
             ]
         except AMUValidationError as err:
             raise InvalidResponse(str(err)) from None
-        return Extraction(amus, state=answer.get("disambiguation", ""))
+        # the note as later segments see it: a longer one would be stored whole with the segment
+        return Extraction(amus, state=answer.get("disambiguation", "")[:DISAMBIGUATION_CHARS])
 
 
 def _said(turn: Turn, session: datetime | None) -> str:

@@ -135,7 +135,7 @@ class ChatClient:
         with self._counting:
             self._users.pop(user, None)
 
-    def _count(self, user: str | None, **counts: int) -> None:
+    def count(self, user: str | None, **counts: int) -> None:
         """Add ``counts`` to the client's accounting and to ``user``'s."""
         with self._counting:
             tallies = [self.usage] if user is None else [self.usage, self._users.setdefault(user, LLMUsage())]
@@ -161,16 +161,16 @@ class ChatClient:
                 logger.warning("ignoring unusable cache entry %s", key)
             else:
                 prompt, completion = _tokens(cached)
-                self._count(user, cache_hits=1, cached_prompt_tokens=prompt,
+                self.count(user, cache_hits=1, cached_prompt_tokens=prompt,
                             cached_completion_tokens=completion)
                 return result
         wait_s = 0.0  # what the last answer asked to wait (Retry-After), for the next attempt only
         for attempt in range(self.max_retries + 1):
             if attempt:
-                self._count(user, retries=1)
+                self.count(user, retries=1)
                 time.sleep(max(self.backoff_s * 2 ** (attempt - 1), wait_s))
                 wait_s = 0.0
-            self._count(user, http_calls=1)
+            self.count(user, http_calls=1)
             try:
                 body = self._post(payload)
             except (openai.APIError, ValueError) as err:
@@ -186,7 +186,7 @@ class ChatClient:
                 wait_s = _retry_after(err)
                 continue
             prompt, completion = _tokens(body)
-            self._count(user, prompt_tokens=prompt, completion_tokens=completion)
+            self.count(user, prompt_tokens=prompt, completion_tokens=completion)
             try:
                 result = parse(_content(body))
             except InvalidResponse as err:

@@ -446,7 +446,7 @@ def test_llm_exhausted_retries_fall_back_to_raw_turns(tmp_path):
             "Melanie: Wow, that's inspiring, Caroline! [shares an image: a photo of a sunset over a lake]",
         ]
         assert [a.source.turn_ids for a in extraction.amus] == [("D1:1",), ("D1:2",)]
-        assert extractor.usage.fallback_segments == 1
+        assert extractor.usage.fallback_segments == extractor.usage_of("conv-t").fallback_segments == 1
         # Failures are not cached: the next run asks again.
         llm(server, tmp_path, max_retries=0).extract(segment, context)
         assert len(server.requests) == 4

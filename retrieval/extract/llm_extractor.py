@@ -86,7 +86,7 @@ class LLMExtractor(LLMRole):
                                           user=segment.user_id)
         if extraction is not None:
             return extraction
-        self.usage.fallback_segments += 1
+        self.client.count(segment.user_id, fallback_segments=1)  # the user's tally too
         logger.warning("segment %s/%d kept as raw turns after %d attempts",
                        segment.user_id, segment.seq, self.client.max_retries + 1)
         return Extraction(raw_turn_amus(segment), state=context.disambiguation, fallback=True)

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -619,3 +620,27 @@ def test_a_job_a_dead_node_left_running_is_run_by_a_live_node(postgres_url) -> N
     finally:
         a.close()
     assert ended.state == "done"
+
+
+def test_what_a_node_holds_of_a_user_another_node_forgot_leaves_it_without_the_users_next_call(
+        postgres_url) -> None:
+    """b holds u's search state and a stream with an open segment; a forgets u. b's worker finds
+    the purge at its next scan of the store and drops both (the stream is loaded again: empty),
+    though u never calls b again."""
+    a, b = _nodes(postgres_url)
+    try:
+        b.add([{"speaker": "AB"[i % 2], "text": f"my secret pin is {4700 + i}"} for i in range(3)],
+              user_id="u", session_id="s0")
+        b.drain()
+        assert b.search("secret pin", user_id="u").hits and b.cache_gauges()["search_states"] == 1
+        assert b._backlog._users["u"].stream.sessions  # the open segment's turns
+        a.forget(user_id="u")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (b.cache_gauges()["search_states"]
+                                               or b._backlog._users["u"].stream.sessions):
+            time.sleep(0.1)
+        assert b.cache_gauges()["search_states"] == 0
+        assert not b._backlog._users["u"].stream.sessions
+    finally:
+        a.close()
+        b.close()

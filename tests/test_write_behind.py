@@ -1083,22 +1083,22 @@ def test_an_idle_workers_scans_of_other_nodes_users_are_spaced_by_their_length(m
     clock = [100.0]
     monkeypatch.setattr(worker_users.time, "monotonic", lambda: clock[0])
     store, polls = ScannedStore(clock, users=3, scan_s=2.0), worker_users.Polls()
-    assert polls.changed(store, {}) == {"u0", "u1", "u2"} and store.scans == 1  # ends at 102
+    assert polls.changed(store, {})[0] == {"u0", "u1", "u2"} and store.scans == 1  # ends at 102
     polls.busy("u1")
     clock[0] = 103.0  # a poll a second after the scan, something committed since
-    assert polls.changed(store, {}) == set() and store.scans == 1
+    assert polls.changed(store, {})[0] == set() and store.scans == 1
     assert polls.taken() == {"u1"}
     clock[0] = 102.0 + worker_users.SCAN_SPACING * 2.0
     seen = {user: (1,) for user in store.users}
-    assert polls.changed(store, seen) == {"u0", "u1", "u2"} and store.scans == 2  # their rows changed
+    assert polls.changed(store, seen)[0] == {"u0", "u1", "u2"} and store.scans == 2  # their rows changed
     clock[0] += worker_users.SCAN_SPACING * 2.0
-    assert polls.changed(store, {user: (3,) for user in store.users}) == set() and store.scans == 3
+    assert polls.changed(store, {user: (3,) for user in store.users})[0] == set() and store.scans == 3
     store.fail = True
     clock[0] += worker_users.SCAN_SPACING * 2.0 + 2.0
     with pytest.raises(StoreError):
         polls.changed(store, {})
     store.fail, store.commits = False, store.commits - 1  # nothing committed since: still scanned
     store.connecting_s = 60.0  # the poll's first read waits a minute: not part of the scan's length
-    assert polls.changed(store, {}) == {"u0", "u1", "u2"} and store.scans == 5
+    assert polls.changed(store, {})[0] == {"u0", "u1", "u2"} and store.scans == 5
     store.connecting_s, clock[0] = 0.0, clock[0] + worker_users.SCAN_SPACING * 2.0
-    assert polls.changed(store, {}) == {"u0", "u1", "u2"} and store.scans == 6
+    assert polls.changed(store, {})[0] == {"u0", "u1", "u2"} and store.scans == 6

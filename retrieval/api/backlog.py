@@ -389,7 +389,10 @@ class Backlog:
         with self._changed:
             due = self._polls.taken() | {name for name, s in self._users.items() if s.pending and not s.error}
             seen = {name: s.seen for name, s in self._users.items()}
-        due |= self._polls.changed(self.store, seen)
+            streams = [name for name, s in self._users.items() if s.stream is not None]
+        changed, versions = self._polls.changed(self.store, seen, [*streams, *self.states.users()])
+        due |= changed  # a stream of a user another node purged is loaded again by its step
+        self.states.drop_purged(versions)
         with self._changed:
             for user in due:
                 if self._users.setdefault(user, UserProgress()).error is None:

@@ -9,7 +9,9 @@ node's adds and segments) has its state caught up from the store: the turns and 
 stored after the last ones it holds join it, as this memory's own would, when they account for
 the whole change (:meth:`SearchStates._catch_up`); any other change (a purge, an archive, a
 fingerprint set later) drops the state, to be built again from the store by the search that
-needs it. The memory's own writes extend a state in place (:meth:`SearchStates.extend`): their
+needs it; where other nodes write, the worker's scans of the store drop the states of users
+another node purged (:meth:`SearchStates.drop_purged`) without waiting for their next search.
+The memory's own writes extend a state in place (:meth:`SearchStates.extend`): their
 transactions report the user's rows at their start and end
 (:meth:`retrieval.memory.store.AMUStore.tracking`), and a state extends only when the first start
 is the rows it holds and each start is the previous end; else another writer committed between
@@ -33,10 +35,11 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from retrieval.api.worker_users import purged_since
 from retrieval.memory.records import AMU, Turn
 from retrieval.memory.store_contract import Store
 from retrieval.multi_route.bank import MemoryBank
@@ -179,6 +182,22 @@ class SearchStates:
         held.rows = rows
         self._resize(user, held)
         return True
+
+    def users(self) -> list[str]:
+        """The users whose states are held."""
+        with self._guard:
+            return list(self._held)
+
+    def drop_purged(self, versions: Mapping[str, tuple[int, ...]]) -> None:
+        """Drop the state of each user of ``versions`` (their rows now) purged since the state's
+        rows were read: where other nodes write, a user another node forgot leaves this memory at
+        the worker's next scan, not at the user's next search here. A search holding the state
+        meanwhile finishes with it; the next one builds it again."""
+        with self._guard:
+            stale = [user for user, held in self._held.items()
+                     if user in versions and (not held.rows or purged_since(held.rows, versions[user]))]
+        for user in stale:
+            self.drop(user)
 
     def drop(self, user: str) -> None:
         with self._guard:

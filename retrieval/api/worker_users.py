@@ -18,7 +18,7 @@ import itertools
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 
 from retrieval.api.online import UserStream
@@ -120,21 +120,33 @@ class Polls:
         users, self._busy = self._busy, set()
         return users
 
-    def changed(self, store: Store, seen: Mapping[str, tuple[int, ...]]) -> set[str]:
+    def changed(self, store: Store, seen: Mapping[str, tuple[int, ...]],
+                held: Collection[str] = ()) -> tuple[set[str], dict[str, tuple[int, ...]]]:
         """The users whose turn log or records changed since this node's last step of them (``seen``:
-        their rows then); the store is scanned only when anything committed since the last scan,
+        their rows then), of those with turns to process and of ``held`` (the users this node
+        holds a stream or a search state of) those another node purged, with the rows the scan
+        read of both. The store is scanned only when anything committed since the last scan,
         and once the last one's spacing has passed (until then: none). A scan that raised (the
         database restarting) counts for neither: the next poll scans. The spacing is measured
         from the scan's own reads, after ``data_version`` (the first read after a database restart
         waits for a connection)."""
         if time.monotonic() < self._rested:
-            return set()
+            return set(), {}
         version = store.data_version()
         if version == self._version:
-            return set()
+            return set(), {}
         began = time.monotonic()
-        versions = store.user_versions(store.backlog_users())
-        users = {user for user, rows in versions.items() if rows != seen.get(user, ())}
+        backlog = set(store.backlog_users())
+        versions = store.user_versions(sorted(backlog | set(held)))
+        users = {user for user, rows in versions.items() if (user in backlog and rows != seen.get(user, ()))
+                 or purged_since(seen.get(user, ()), rows)}
         ended = time.monotonic()
         self._version, self._rested = version, ended + SCAN_SPACING * (ended - began)
-        return users
+        return users, versions
+
+
+def purged_since(then: tuple[int, ...], now: tuple[int, ...]) -> bool:
+    """Whether the user's rows ``now`` count a purge that its rows ``then`` did not (the purge
+    count is the last of :meth:`retrieval.memory.store_contract.Versions.user_version`); False
+    where ``then`` is unknown (empty)."""
+    return bool(then) and then[-1] != now[-1]

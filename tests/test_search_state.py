@@ -127,6 +127,28 @@ def test_search_states_stay_within_their_bound_and_evicted_users_search_alike(tm
         assert answers(mem, USERS[-1]) == after_add
 
 
+def test_the_open_segments_gauge_reads_only_the_users_with_turns_to_cover(tmp_path, monkeypatch):
+    """A scrape reads no settled user's turns: over a large store that took seconds a scrape."""
+    from retrieval.memory.delegation import StoreParts
+    from retrieval.service.gauges import StoreGauges
+
+    with open_memory(tmp_path) as mem:
+        for user in USERS[:3]:
+            fill(mem, user, chat(user, 6))
+        mem.add(chat("late", 2, "kayaks"), user_id=USERS[0], session_id="s9")
+        mem.add(chat("open", 2, "kites"), user_id=USERS[1], session_id="s8")
+        mem.drain()
+        read, uncovered = [], StoreParts.uncovered_turns
+        monkeypatch.setattr(StoreParts, "uncovered_turns",
+                            lambda store, user: read.append(user) or uncovered(store, user))
+        gauges = StoreGauges(tmp_path, dict)
+        try:
+            assert gauges()["open_segments"] == 2
+        finally:
+            gauges.close()
+    assert sorted(read) == USERS[:2]
+
+
 WRITER = """
 import sys
 from retrieval import Memory

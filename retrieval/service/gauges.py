@@ -4,9 +4,10 @@ memory's per-user caches (search states held, their estimated bytes, user stream
 The memory API has no counters of its own, so they are read from the store through a second,
 read-only connection (SQLite WAL readers never wait for the writer, and the memory's lock is not
 taken, so a scrape never delays a request). Open segments are the (user, session) pairs whose
-stored turns no committed segment covers yet; counting them reads every user's uncovered turns,
-which is fine at scrape frequency. The caches' sizes come from the memory itself
-(``Memory.cache_gauges``), which reads them without its lock.
+stored turns no committed segment covers yet; counting them reads the uncovered turns of the
+users that have any (:meth:`Store.backlog_users`, one grouped count), not every user's turns.
+The caches' sizes come from the memory itself (``Memory.cache_gauges``), which reads them
+without its lock.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class StoreGauges:
                 self._store = open_store(self.target, read_only=True)
             store = self._store
             open_segments = sum(len({turn.session_id for turn in store.uncovered_turns(user)})
-                                for user in store.users())
+                                for user in store.backlog_users())
             return {"amus": store.count(include_archived=False), "open_segments": open_segments,
                     "unfinished_jobs": len(store.unfinished()), **self.caches()}
 

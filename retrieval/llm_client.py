@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import os
+import queue
 import re
 import shutil
 import tempfile
@@ -113,6 +114,7 @@ class ChatClient:
         # a local server): without one, pass a placeholder and omit its header on every request.
         self._client = openai.OpenAI(base_url=base_url, api_key=self.api_key or "no-key", max_retries=0,
                                      timeout=timeout_s)
+        self.timeout_s = timeout_s
         self._headers: dict[str, Any] = {} if self.api_key else {"Authorization": openai.omit}
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         if self.cache_dir is not None:
@@ -173,7 +175,7 @@ class ChatClient:
             self.count(user, http_calls=1)
             try:
                 body = self._post(payload)
-            except (openai.APIError, ValueError) as err:
+            except (openai.APIError, ValueError, TimeoutError) as err:
                 logger.warning("%s attempt %d: request failed: %s", label, attempt + 1, err)
                 status = err.status_code if isinstance(err, openai.APIStatusError) else None
                 if status in REFUSALS:  # the message may reach a service's clients: no URL or model in it
@@ -199,8 +201,26 @@ class ChatClient:
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
         """One request; the response body as a JSON dict (the fields the endpoint sent). Raises
         ``openai.APIError`` for HTTP and transport errors, ``ValueError`` for a body that is not
-        a JSON object."""
-        completion = self._client.chat.completions.create(**payload, extra_headers=self._headers)
+        a JSON object, ``TimeoutError`` for an answer not whole within ``timeout_s``: the SDK's
+        timeout bounds each read, so an endpoint sending a byte at a time held the user's
+        extraction, and the deletes that wait for it, as long as it liked. Such a request is left
+        to end in its own thread; nothing it brings is used."""
+        outcome: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+
+        def send() -> None:
+            try:
+                answer = self._client.chat.completions.create(**payload, extra_headers=self._headers)
+                outcome.put((True, answer))
+            except BaseException as err:  # raised again on the caller's thread
+                outcome.put((False, err))
+
+        threading.Thread(target=send, name="llm-request", daemon=True).start()
+        try:
+            answered, completion = outcome.get(timeout=self.timeout_s)
+        except queue.Empty:
+            raise TimeoutError(f"no whole answer within {self.timeout_s:g} s") from None
+        if not answered:
+            raise completion
         if not isinstance(completion, ChatCompletion):  # the SDK passes other JSON values through
             raise ValueError("response body is not a JSON object")
         return completion.model_dump(mode="json", exclude_unset=True, warnings=False)

@@ -39,6 +39,9 @@ class FakeChatServer:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.answer_headers: dict[str, str] = {}
+        self.trickle_s = 0.0  # > 0: each answer's body is sent a byte at a time, this far apart
+        self.stopping = threading.Event()  # set on exit: a trickling answer sends its rest at once
+        self.answered = 0  # answers sent whole
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -59,7 +62,12 @@ class FakeChatServer:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 try:
+                    while owner.trickle_s and data and not owner.stopping.wait(owner.trickle_s):
+                        self.wfile.write(data[:1])
+                        self.wfile.flush()
+                        data = data[1:]
                     self.wfile.write(data)
+                    owner.answered += 1
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout tests)
 
@@ -80,5 +88,6 @@ class FakeChatServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
         self.server.shutdown()
         self.server.server_close()

@@ -459,6 +459,18 @@ def test_llm_timeout_is_retried(tmp_path):
     assert not extraction.fallback and extractor.usage.retries == 1 and len(extraction.amus) == 2
 
 
+def test_an_answer_trickled_past_the_timeout_is_given_up_though_each_read_is_quick(tmp_path):
+    """The SDK's timeout bounds each read; an endpoint sending a byte every 50 ms would hold the
+    extraction (and the user's deletes waiting for it) for the whole answer. The request as a whole
+    is bounded: both attempts are given up while the answers still trickle."""
+    with FakeOpenAI([completion(GOOD)]) as server:
+        server.trickle_s = 0.05
+        extractor = llm(server, tmp_path, timeout_s=0.5, max_retries=1)
+        extraction = extractor.extract(make_segment(LLM_TURNS), ReferenceContext(("Caroline", "Melanie")))
+        assert server.answered == 0 and len(server.requests) == 2
+    assert extraction.fallback and extractor.usage.retries == 1
+
+
 def test_llm_configuration_from_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("ISQ_LLM_BASE_URL", raising=False)
     monkeypatch.delenv("ISQ_LLM_MODEL", raising=False)

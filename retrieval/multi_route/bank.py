@@ -7,10 +7,12 @@ codebook topology over the same records.
 Items are numbered: record i is item i, raw turn j is item ``len(records) + j``. A raw turn
 that is the whole provenance of a record is the same evidence as that record: raw-turn recall
 returns that record instead (Algorithm B.2 line 12, "merge duplicate candidates"), so the
-final list never spends two items on one turn that way. A raw turn no committed segment covers
-yet is *open* (:attr:`MemoryBank.open_turns`): its records are still to be written, and the
-retriever lets it stand in for them (:func:`retrieval.multi_route.fusion.stand_in`) unless it is
-small talk, of which no record will be written (:meth:`MemoryBank.stands_in`).
+final list never spends two items on one turn that way; a record of several turns (a merge's
+among them) leaves each of its turns an item of its own, which may be selected beside it. A raw
+turn no committed segment covers yet is *open* (:attr:`MemoryBank.open_turns`): its records are
+still to be written, and the retriever lets it stand in for them
+(:func:`retrieval.multi_route.fusion.stand_in`) unless it is small talk, of which no record will
+be written (:meth:`MemoryBank.stands_in`).
 
 Built once from the store, a bank then owns its growth: :meth:`MemoryBank.add_turns` and
 :meth:`MemoryBank.add_records` extend it in place as turns and segments are stored, so a search

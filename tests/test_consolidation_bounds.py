@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
+
 from retrieval.consolidation.gates import split_by_window
 from retrieval.consolidation.members import Member
 from retrieval.memory.records import AMU, SourcePointer
@@ -135,3 +137,20 @@ def test_a_merge_that_states_a_name_or_number_no_member_states_is_refused():
     assert added_content(members[:1], met) == ["'May'", "'Bob'"]
     dated = _amu("a", "Ann loves green tea.", timestamps=("2023-05-08",))
     assert added_content([dated], met) == ["'Bob'"]  # the month of the member's date
+
+
+@pytest.mark.parametrize(("member", "merged"), [
+    ("Melanie visited Caroline at the shelter.", "Melanie finds Caroline's story inspiring."),
+    ("Ann has two kids and owes Bob 5000 dollars.", "Ann has 2 kids and owes Bob 5,000 dollars."),
+    ("Ann meets Bob at 3pm.", "Ann meets Bob at 3 pm."),
+    ("Ann saw Doctor Smith.", "Ann saw Dr. Smith."),
+    ("Ann joined the LGBTQ support group.", "Ann joined the LGBTQ-friendly support group."),
+    ("She joined the support group.", "Later Caroline joined the support group."),
+])
+def test_a_rephrasing_of_what_the_members_state_adds_nothing(member: str, merged: str) -> None:
+    from retrieval.consolidation.fidelity import added_content
+
+    stated = _amu("a", member, entities=("Caroline",), timestamps=("2023-05-07",))
+    assert added_content([stated], _amu("m", merged)) == []
+    invented = _amu("m", merged + " So said Caroline (Karl too) on 2023-05-07.")
+    assert added_content([stated], invented) == ["'Karl'"]

@@ -9,10 +9,10 @@ covers every turn. So a merge must also state what each member stated, at least:
   merged AMU's (``t_ref`` is left out: it defaults to the day a fact was stated, and a merge of
   a fact restated later keeps the newer day);
 
-and it may state no name or number that none of them states in its text or its dates
+and it may state no name or number that none of them states in its text, entities or dates
 (:func:`added_content`: an operator that invents a person or an amount; a capitalised word
-opening a sentence is not taken for a name), and it may absorb at most :data:`MAX_MERGE_MEMBERS` AMUs.
-The engine refuses a draft that breaks
+opening a sentence is not taken for a name, so a sentence that begins with one passes), and it
+may absorb at most :data:`MAX_MERGE_MEMBERS` AMUs. The engine refuses a draft that breaks
 these (the members stay active), and the audit checks every forwarded AMU against the active
 end of its chain, so settings loose enough to lump unrelated facts fail loudly, not silently.
 """
@@ -45,17 +45,29 @@ def lost_content(member: AMU, merged: AMU) -> list[str]:
     return lost + [f"date {value!r}" for value in sorted(set(member.timestamps) - set(merged.timestamps))]
 
 
-_WORD = re.compile(r"\w[\w'-]*")
-_NUMBER = re.compile(r"(?<!\w)\d(?:[\d.,:/-]*\d)?(?!\w)")
-_OPENS_SENTENCE = ".!?:;\"'([“‘"
+_LETTERS = re.compile(r"[^\W\d_]+")
+_DIGITS = re.compile(r"\d+")
+_GROUPING = re.compile(r"(?<=\d)[,\u202f](?=\d{3}(?!\d))")
+"""A thousands separator ("5,000"), dropped before numbers are compared."""
+_OPENS_SENTENCE = ".!?:;"
+_TITLES = frozenset("Dr Mr Mrs Ms Mx Prof St Jr Sr".split())
+_NUMBER_WORDS = {word: str(number) for number, word in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
 
 
-def _claims(text: str) -> list[str]:
-    """The names (capitalised words not opening a sentence) and numbers (digits, with the
-    separators a number or a date is written with) ``text`` states."""
-    names = [match.group() for match in _WORD.finditer(text) if match.group()[0].isupper()
-             and (before := text[:match.start()].rstrip()) and before[-1] not in _OPENS_SENTENCE]
-    return list(dict.fromkeys(names + _NUMBER.findall(text)))
+def _names_in(text: str) -> list[str]:
+    """The capitalised words of two letters or more that open no sentence (a possessive's or a
+    compound's parts apart: "Caroline's", "LGBTQ-friendly"), titles aside."""
+    return [word for match in _LETTERS.finditer(text) if (word := match.group())[0].isupper()
+            and len(word) > 1 and word not in _TITLES
+            and (before := text[:match.start()].rstrip()) and before[-1] not in _OPENS_SENTENCE]
+
+
+def _numbers_in(text: str) -> set[str]:
+    """The numbers ``text`` writes, as digit runs without leading zeros ("2023-05-07" is 2023, 5
+    and 7; "5,000" is 5000; "3pm" holds 3)."""
+    return {str(int(run)) for run in _DIGITS.findall(_GROUPING.sub("", text))}
 
 
 def _dates_written(amu: AMU) -> list[str]:
@@ -69,17 +81,22 @@ def _dates_written(amu: AMU) -> list[str]:
         except ValueError:
             continue
         words += [part for day in days for part in (
-            str(day.year), str(day.month), f"{day.month:02d}", str(day.day), f"{day.day:02d}",
-            day.strftime("%B"), day.strftime("%b"), day.strftime("%A"))]
+            str(day.year), str(day.month), str(day.day), day.strftime("%B"), day.strftime("%b"),
+            day.strftime("%A"))]
     return words
 
 
 def added_content(members: Sequence[AMU], merged: AMU) -> list[str]:
-    """The names and numbers ``merged`` states that no member states, in its text or its dates,
-    as whole words and case-insensitively (a merged text's time prefix, which the engine writes,
-    left out)."""
-    stated = " ".join(" ".join([strip_prefix(member.text), *_dates_written(member)]) for member in members)
-    return [repr(claim) for claim in _claims(strip_prefix(merged.text)) if not _names(stated, claim)]
+    """The names and numbers ``merged`` states that no member states in its text, its entities or
+    its dates (names as whole words and case-insensitively, numbers as numbers, a number word
+    standing for its digits); a merged text's time prefix, which the engine writes, left out."""
+    stated = " ".join(" ".join([strip_prefix(member.text), *member.entities, *_dates_written(member)])
+                      for member in members)
+    numbers = _numbers_in(stated) | {_NUMBER_WORDS[word] for word in stated.casefold().split()
+                                     if word in _NUMBER_WORDS}
+    text = strip_prefix(merged.text)
+    names = [name for name in dict.fromkeys(_names_in(text)) if not _names(stated, name)]
+    return [repr(claim) for claim in names + sorted(_numbers_in(text) - numbers, key=int)]
 
 
 def merge_problems(members: Sequence[AMU], merged: AMU, forwarded: Sequence[AMU] = ()) -> list[str]:

@@ -208,6 +208,11 @@ def test_mmr_by_hand():
     assert mmr_select([1, 2, 3], relevance, {1: a, 2: b, 3: c}, 3) == [1, 3, 2]
     assert mmr_select([1, 2, 3], relevance, {1: a, 2: b, 3: c}, 2, seeds=[2]) == [2, 3]
     assert mmr_select([1, 2], {1: 0.5, 2: 0.5}, {1: c, 2: c}, 2) == [1, 2]  # ties: the earlier one
+    # s_sim is the greatest similarity to any item selected, not to the last one: after 1 and 3,
+    # item 2 (like 1) scores 0.75*0.9 - 0.25*2/3 = 0.508, below item 4's 0.75*0.7 = 0.525
+    d = {"turns": frozenset({"D3:1"}), "tokens": frozenset({"kite"})}
+    later = {1: 1.0, 2: 0.9, 3: 0.95, 4: 0.7}
+    assert mmr_select([1, 2, 3, 4], later, {1: a, 2: b, 3: c, 4: d}, 4) == [1, 3, 4, 2]
 
 
 # -- the retriever -------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ def test_masked_positions_change_nothing():
     torch.testing.assert_close(o1.entropy_loss, o2.entropy_loss)
     assert (o2.quantized[~mask] == 0).all()
     assert (o2.indices[~mask] == -1).all()
+    torch.testing.assert_close(o2.revival_candidates, z[mask], rtol=0, atol=0)  # no padding revives a code
 
 
 def test_eval_mode_does_not_update():

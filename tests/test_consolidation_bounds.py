@@ -146,11 +146,25 @@ def test_a_merge_that_states_a_name_or_number_no_member_states_is_refused():
     ("Ann saw Doctor Smith.", "Ann saw Dr. Smith."),
     ("Ann joined the LGBTQ support group.", "Ann joined the LGBTQ-friendly support group."),
     ("She joined the support group.", "Later Caroline joined the support group."),
+    ("Caroline joined the group; she found it powerful.", "Caroline:\n- She joined the group.\n- His talk."),
+    ("Ann took the first step at the meeting.", "Ann took the 1st step at 13:56 on 7 May '23."),
 ])
 def test_a_rephrasing_of_what_the_members_state_adds_nothing(member: str, merged: str) -> None:
     from retrieval.consolidation.fidelity import added_content
 
-    stated = _amu("a", member, entities=("Caroline",), timestamps=("2023-05-07",))
+    stated = _amu("a", member, entities=("Caroline",), timestamps=("2023-05-07T13:56:00",))
     assert added_content([stated], _amu("m", merged)) == []
     invented = _amu("m", merged + " So said Caroline (Karl too) on 2023-05-07.")
     assert added_content([stated], invented) == ["'Karl'"]
+
+
+@pytest.mark.parametrize(("merged", "added"), [
+    ("Ann loves green tea; Karl brews it.", ["'Karl'"]),
+    ("Ann paid three hundred dollars for green tea.", ["'3'", "'100'"]),
+    ("Ann loves green tea, a dozen cups a day.", ["'12'"]),
+])
+def test_an_invented_name_after_a_semicolon_or_an_amount_in_words_is_refused(merged: str,
+                                                                             added: list[str]) -> None:
+    from retrieval.consolidation.fidelity import added_content
+
+    assert added_content([_amu("a", "Ann loves green tea.")], _amu("m", merged)) == added

@@ -20,9 +20,10 @@ end of its chain, so settings loose enough to lump unrelated facts fail loudly, 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from retrieval.consolidation.prefix import strip_prefix
+from retrieval.index.stopwords import STOPWORDS
 from retrieval.memory.records import AMU
 from retrieval.memory.times import time_interval
 
@@ -49,30 +50,40 @@ _LETTERS = re.compile(r"[^\W\d_]+")
 _DIGITS = re.compile(r"\d+")
 _GROUPING = re.compile(r"(?<=\d)[,\u202f](?=\d{3}(?!\d))")
 """A thousands separator ("5,000"), dropped before numbers are compared."""
-_OPENS_SENTENCE = ".!?:;"
+_OPENS_SENTENCE = ".!?:"
 _TITLES = frozenset("Dr Mr Mrs Ms Mx Prof St Jr Sr".split())
-_NUMBER_WORDS = {word: str(number) for number, word in enumerate(
+_CARDINALS = {word: str(number) for number, word in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
+    "seventeen eighteen nineteen twenty".split()) if number > 1} | {
+    "thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80",
+    "ninety": "90", "hundred": "100", "thousand": "1000", "million": "1000000", "dozen": "12"}
+"""Number words a merged text states an amount with ("three hundred" is 3 and 100)."""
+_ALSO_NUMBERS = {"zero": "0", "one": "1"} | {word: str(number) for number, word in enumerate(
+    "first second third fourth fifth sixth seventh eighth ninth tenth".split(), start=1)}
+"""Words that state a number where a member writes them ("the 1st step" restates "the first"), too
+common to be taken for a claim of the merged text ("one day", "for the first time")."""
 
 
 def _names_in(text: str) -> list[str]:
     """The capitalised words of two letters or more that open no sentence (a possessive's or a
-    compound's parts apart: "Caroline's", "LGBTQ-friendly"), titles aside."""
+    compound's parts apart: "Caroline's", "LGBTQ-friendly"), titles and stopwords ("She",
+    "His": a merged list's items begin with them) aside."""
     return [word for match in _LETTERS.finditer(text) if (word := match.group())[0].isupper()
-            and len(word) > 1 and word not in _TITLES
+            and len(word) > 1 and word not in _TITLES and word.casefold() not in STOPWORDS
             and (before := text[:match.start()].rstrip()) and before[-1] not in _OPENS_SENTENCE]
 
 
-def _numbers_in(text: str) -> set[str]:
-    """The numbers ``text`` writes, as digit runs without leading zeros ("2023-05-07" is 2023, 5
-    and 7; "5,000" is 5000; "3pm" holds 3)."""
-    return {str(int(run)) for run in _DIGITS.findall(_GROUPING.sub("", text))}
+def _numbers_in(text: str, words: Mapping[str, str] = _CARDINALS) -> set[str]:
+    """The numbers ``text`` writes: digit runs without leading zeros ("2023-05-07" is 2023, 5 and
+    7; "5,000" is 5000; "3pm" holds 3) and the number ``words`` it uses."""
+    digits = {str(int(run)) for run in _DIGITS.findall(_GROUPING.sub("", text))}
+    return digits | {words[word] for word in _LETTERS.findall(text.casefold()) if word in words}
 
 
 def _dates_written(amu: AMU) -> list[str]:
     """The AMU's dates (stated, observed, referred to, valid) as a text may write them: each day
-    an interval starts and ends on as its year, month and day numbers, month and weekday names."""
+    an interval starts and ends on as its year (also as two digits), month and day numbers, month
+    and weekday names, and a stated time of day's hour (24- and 12-hour) and minute."""
     values = (*amu.timestamps, amu.observed_at, amu.t_ref, amu.valid_from, amu.valid_to)
     words: list[str] = []
     for value in filter(None, values):
@@ -81,8 +92,10 @@ def _dates_written(amu: AMU) -> list[str]:
         except ValueError:
             continue
         words += [part for day in days for part in (
-            str(day.year), str(day.month), str(day.day), day.strftime("%B"), day.strftime("%b"),
-            day.strftime("%A"))]
+            str(day.year), f"{day.year % 100:02d}", str(day.month), str(day.day), day.strftime("%B"),
+            day.strftime("%b"), day.strftime("%A"))]
+        if len(value) > 10 and value[10] in "T ":  # a time of day: "at 13:56", "at 1:56 pm"
+            words += [str(days[0].hour), str(days[0].hour % 12 or 12), str(days[0].minute)]
     return words
 
 
@@ -92,8 +105,7 @@ def added_content(members: Sequence[AMU], merged: AMU) -> list[str]:
     standing for its digits); a merged text's time prefix, which the engine writes, left out."""
     stated = " ".join(" ".join([strip_prefix(member.text), *member.entities, *_dates_written(member)])
                       for member in members)
-    numbers = _numbers_in(stated) | {_NUMBER_WORDS[word] for word in stated.casefold().split()
-                                     if word in _NUMBER_WORDS}
+    numbers = _numbers_in(stated, {**_CARDINALS, **_ALSO_NUMBERS})
     text = strip_prefix(merged.text)
     names = [name for name in dict.fromkeys(_names_in(text)) if not _names(stated, name)]
     return [repr(claim) for claim in names + sorted(_numbers_in(text) - numbers, key=int)]

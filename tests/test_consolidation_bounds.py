@@ -137,6 +137,8 @@ def test_a_merge_that_states_a_name_or_number_no_member_states_is_refused():
     assert added_content(members[:1], met) == ["'May'", "'Bob'"]
     dated = _amu("a", "Ann loves green tea.", timestamps=("2023-05-08",))
     assert added_content([dated], met) == ["'Bob'"]  # the month of the member's date
+    september = _amu("a", "Ann loves green tea.", timestamps=("2023-09-13",))
+    assert added_content([september], _amu("m", "As of 13 Sept. 2023, Ann loves green tea.")) == []
 
 
 @pytest.mark.parametrize(("member", "merged"), [

@@ -93,7 +93,7 @@ def _dates_written(amu: AMU) -> list[str]:
             continue
         words += [part for day in days for part in (
             str(day.year), f"{day.year % 100:02d}", str(day.month), str(day.day), day.strftime("%B"),
-            day.strftime("%b"), day.strftime("%A"))]
+            day.strftime("%b"), "Sept" if day.month == 9 else "", day.strftime("%A"))]
         if len(value) > 10 and value[10] in "T ":  # a time of day: "at 13:56", "at 1:56 pm"
             words += [str(days[0].hour), str(days[0].hour % 12 or 12), str(days[0].minute)]
     return words

@@ -258,9 +258,8 @@ def build_mcp(memory: Memory, gate: WriteGate, user_of: UserOf) -> MCPServer:
         """A consolidation job's status and progress (the job_id memory_consolidate returned)."""
         return _refusals(lambda: operations.job(memory, user_of(ctx), job_id), "job_id")
 
-    if read_only:
-        for name in WRITE_TOOLS:
-            server.remove_tool(name)
+    for name in server.withheld:
+        server.remove_tool(name)
     return server
 
 

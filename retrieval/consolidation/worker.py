@@ -77,7 +77,9 @@ class ConsolidationWorker:
         self._stop, self._abort = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._run, name="consolidation", daemon=True)
         self._store: Store | None = None
-        self._counts: dict[str, int] = {}  # AMUs (archived included) after each conversation's last run
+        # each conversation's ingestion marks (segments, records, purges) after its last run: a
+        # purge and an add that leave the record count alone still change them
+        self._marks: dict[str, tuple[int, ...]] = {}
 
     def start(self) -> ConsolidationWorker:
         """Open the store (a second consolidation of it is refused here, :class:`StoreBusy`) and
@@ -124,13 +126,13 @@ class ConsolidationWorker:
         for user_id in [c for c in self.conversations or stored if c in stored]:
             if self._abort.is_set():
                 return
-            count = self._store.count(user_id)
-            if count == self._counts.get(user_id):
+            segments, records, purges = self._store.ingestion_marks(user_id)
+            if (segments, records, purges) == self._marks.get(user_id):
                 continue  # nothing committed since this conversation's last consolidation
             report = consolidate_user(self._store, user_id, embedder, self.operator,
-                                              self.config, fingerprinter=self.fingerprinter)
-            # less than the store's if ingested meanwhile
-            self._counts[user_id] = count + report.created
+                                      self.config, fingerprinter=self.fingerprinter)
+            # the run's own records counted; anything committed meanwhile differs from the store's
+            self._marks[user_id] = (segments, records + report.created, purges)
             if user_id in self.reports:
                 self.reports[user_id].absorb(report)
             else:

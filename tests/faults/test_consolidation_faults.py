@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from retrieval.extract.rules import RuleExtractor
 from retrieval.memory import record_writes
 from retrieval.memory.errors import StoreBusy, StoreFault, StoreMismatch
 from retrieval.memory.meta_keys import COMPACTION_OWED
+from retrieval.memory.records import Turn
 from retrieval.memory.store import AMUStore
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
 from tests.test_consolidation import CID, built, duplicate_turns, snapshot  # noqa: F401 - the fixture
@@ -133,6 +135,31 @@ def test_ingestion_and_background_consolidation_lose_and_duplicate_nothing(tmp_p
         assert summed == {cid: (19, 13, 12, 0) for cid in conversations}  # the rounds add up
         for cid in conversations:  # the final round left nothing to do
             assert consolidate_user(store, cid, HashEmbedder()).archived == 0
+
+
+def test_the_final_round_sees_a_purge_and_an_add_that_leave_the_count_alone(built,  # noqa: F811
+                                                                             tmp_path: Path) -> None:
+    store_dir = tmp_path / "store"
+    shutil.copytree(built, store_dir)
+    worker = ConsolidationWorker(store_dir, SerializedEmbedder(HashEmbedder()), interval_s=600).start()
+    deadline = time.monotonic() + 120
+    while worker.rounds == 0 and worker.error is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        with AMUStore(store_dir) as store:
+            before = store.count(CID)
+            when = datetime(2023, 8, 2, 9, 0)
+            stamps = "I collect old stamps from Portugal and Spain."
+            ingest_turns([Turn(CID, "s4", "D4:1", "Ann", stamps, when),
+                          Turn(CID, "s4", "D4:2", "Ann", stamps, when)],
+                         store, HashEmbedder(), RuleExtractor(), progress=False)
+            store.purge(CID, amu_ids=[f"{CID}:3:1", f"{CID}:3:2"])
+            assert store.count(CID) == before  # as many records as the worker's last round saw
+    finally:
+        reports = worker.stop()
+    assert reports[CID].archived == 12 + 2  # the first round's merges, then the two new duplicates
+    with AMUStore(store_dir, role="consolidate") as store:
+        assert consolidate_user(store, CID, HashEmbedder()).archived == 0
 
 
 def test_a_second_consolidation_of_a_store_is_refused(built, tmp_path: Path, capsys) -> None:  # noqa: F811

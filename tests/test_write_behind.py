@@ -328,6 +328,47 @@ def test_a_step_computes_the_vectors_of_a_bounded_number_of_added_turns(tmp_path
         covered_once(tmp_path, user)
 
 
+class SearchHeldEmbedder(CountingEmbedder):
+    """The counting embedder, held in a call of the thread named ``searcher`` on stored turns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold = Hold()
+
+    def encode(self, texts):
+        if calling_thread().name == "searcher" and any(text.startswith("Ann: ") for text in texts):
+            self.hold.here()
+        return super().encode(texts)
+
+
+def test_a_search_computes_a_bulks_vectors_before_it_takes_the_users_guard(tmp_path, monkeypatch):
+    """A search computes the vectors of the turns still waiting before it takes the user's
+    ``state`` guard: while it computes a bulk's, the user's add (and the worker's step, which
+    takes the same guard) goes on rather than waiting for the search."""
+    monkeypatch.setattr("retrieval.api.backlog.STEP_TURNS", 6)  # a step computes six of the bulk
+    embedder, extractor = SearchHeldEmbedder(), HeldExtractor("a")
+    found: list[list[tuple[str, float]]] = []
+    with Memory.open(tmp_path, embedder=embedder, extractor=extractor) as mem:
+        searcher = threading.Thread(target=lambda: found.append(hit_ids(mem, "a story 29", "a")),
+                                    name="searcher")
+        try:
+            mem.add(chat("a", 30), user_id="a", session_id="s")
+            assert extractor.hold.entered.wait(WAIT_S)  # the worker in a's first segment, turns waiting
+            searcher.start()
+            assert embedder.hold.entered.wait(WAIT_S)  # the search computes them
+            adder = threading.Thread(target=lambda: mem.add(chat("c", 1), user_id="a", session_id="s"))
+            adder.start()
+            adder.join(WAIT_S)
+            assert not adder.is_alive() and embedder.hold.blocked
+        finally:
+            extractor.hold.released.set()
+            embedder.hold.released.set()
+        searcher.join(WAIT_S)
+        mem.flush(user_id="a", session_id="s")
+    assert found and found[0][0][0].endswith("a-29")
+    covered_once(tmp_path, "a")
+
+
 class RecordingStates:
     """A search-state table that records the turns it is given."""
 

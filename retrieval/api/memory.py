@@ -127,9 +127,8 @@ class Memory:
                                  **options)
             memory = cls(store, models, segmenter or SegmenterConfig())
             models.bind(store, read_only)
-            if not read_only:
-                if not compact_owed(store):  # what a purge killed after its commit left in the files
-                    memory._compactions.kept()  # kept by a reader: tried again behind
+            if not read_only and not compact_owed(store):  # what a purge killed after its commit left
+                memory._compactions.kept()  # kept by a reader: tried again behind
         except BaseException as err:
             discard_if_fresh(store, created)
             if isinstance(err, StoreError):  # a fault the compaction found: one typed refusal
@@ -279,13 +278,15 @@ class Memory:
         codebook channel when a fingerprinter is set (:mod:`retrieval.api.search`)."""
         user, session = check_id("user_id", user_id), optional_id("session_id", session_id)
         text, k, explain = check_query(query), check_k(k), check_flag("explain", explain)
-        with self._gate, self._guards.of(user).state:
-            if session is not None:
-                self._require_session(user, session)
-            self._backlog.unindexed.index(user)
-            bank = self._states.get(user)
-            return run_search(bank, text, k, session=session, explain=explain,
-                              planner=self.models.planner, reranker=self.models.reranker)
+        with self._gate:
+            self._backlog.unindexed.prepare_unguarded(user)
+            with self._guards.of(user).state:
+                if session is not None:
+                    self._require_session(user, session)
+                self._backlog.unindexed.index(user)
+                bank = self._states.get(user)
+                return run_search(bank, text, k, session=session, explain=explain,
+                                  planner=self.models.planner, reranker=self.models.reranker)
 
     def get(self, id: str, *, user_id: str) -> MemoryItem:
         """One record (active or archived) or raw turn of this user."""

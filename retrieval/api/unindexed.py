@@ -16,7 +16,9 @@ first. They are cached only while the user's purge count is the one read before 
 those adds (a purge through another server may remove the turns before they are embedded).
 
 :meth:`UnindexedTurns.index` and :meth:`UnindexedTurns.drop` are called under the user's ``state``
-guard (:class:`retrieval.api.closing.UserGuard`); the table of waiting turns is shared by all users
+guard (:class:`retrieval.api.closing.UserGuard`), the computing of vectors before it: a search
+computes the turns waiting when it starts before it takes the guard, so a bulk's vectors hold up
+neither the user's adds nor the worker's steps. The table of waiting turns is shared by all users
 and changes under one short lock.
 """
 
@@ -70,6 +72,14 @@ class UnindexedTurns:
         call) into the store's cache."""
         self._compute(user, self._entries(user), limit, more, purges)
 
+    def prepare_unguarded(self, user: str) -> None:
+        """:meth:`prepare` every waiting turn of the user before its search takes the ``state``
+        guard, in forwards of the user's texts alone (they are stored): the guard is then held for
+        the turns added meanwhile only, and the user's adds and the worker's steps, which take it
+        too, do not wait for a bulk's vectors (seconds to minutes for thousands of turns)."""
+        with kept():
+            self.prepare(user)
+
     def preparing(self, user: str, purges: int, limit: int | None) -> Callable[[list[str]], None]:
         """What a worker's chunk of turns calls with the exchange texts of each of its runs before
         they are embedded (:meth:`retrieval.api.online.UserStream.push`): :meth:`prepare` of them,
@@ -122,19 +132,21 @@ class UnindexedTurns:
         """One call computing the vectors of the turns of ``entries`` not computed yet (the first
         ``limit`` of them) and of ``more``, caching under ``user`` while its purge count is the
         earliest one read (of the entries taken, or ``purges``); the entries count what it computed."""
-        taken: list[tuple[_Added, int]] = []
+        taken: list[tuple[_Added, int]] = []  # each entry and how many of its turns are computed after
         texts: list[str] = []
         for entry in entries:
-            room = len(entry.turns) - entry.computed if limit is None else limit - len(texts)
-            todo = entry.turns[entry.computed:entry.computed + room]
+            start = entry.computed
+            room = len(entry.turns) - start if limit is None else limit - len(texts)
+            todo = entry.turns[start:start + room]
             if todo:
-                taken.append((entry, len(todo)))
+                taken.append((entry, start + len(todo)))
                 texts += [turn.render() for turn in todo]
         if texts or more:
             counts = [entry.purges for entry, _ in taken] + ([] if purges is None else [purges])
             self.embedder.for_user(user, min(counts) if counts else None).encode(texts + list(more))
-        for entry, count in taken:
-            entry.computed += count
+        with self._lock:  # a search and the worker may compute the same turns at once
+            for entry, computed in taken:
+                entry.computed = max(entry.computed, computed)
 
 
 def _lacking(entries: Sequence[_Added]) -> int:

@@ -97,6 +97,7 @@ class SQLiteConnection:
         """The files as they were when the store was opened as immutable (else None)."""
         self._generation = 0
         """How many times the connections were opened again (a changed immutable store)."""
+        self._found = self.path.is_file() and self.path.stat().st_size > 0  # a database was here
         if read_only:
             if not self.path.is_file():
                 raise StoreError(f"no store at {self.directory} ({DB_NAME} is missing)")
@@ -260,6 +261,11 @@ class SQLiteConnection:
     def _prepare_schema(self) -> None:
         try:
             version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0 and (self._found or self.read_only):
+                raise StoreError(f"{self.path} holds no store (schema version 0): an empty database, a "
+                                 f"copy of the file made without its {DB_NAME}-wal while a writer had it "
+                                 "open, or a store whose creation was killed; copy a store's whole "
+                                 "directory after its writer closed, or remove this one to start anew")
             if needs_migration(version, SCHEMA_VERSION, where=str(self.path), read_only=self.read_only):
                 with self.transaction() as db:  # a half-created or half-migrated schema is never left behind
                     # read again under the write lock: another process may have migrated it meanwhile

@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import shutil
 import sqlite3
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,6 +28,7 @@ from retrieval.ingest import main as ingest_main
 from retrieval.memory.errors import StoreBusy, StoreError, StoreMismatch
 from retrieval.memory.records import InputFormatError, Turn
 from retrieval.memory.store import AMUStore
+from retrieval.store import main as store_main
 from tests.fake_chat import FakeChatServer, completion_body
 from tests.test_ingest import WHEN, HashEmbedder, conversation_turns
 
@@ -173,6 +175,28 @@ def test_an_unknown_schema_version_is_named(tmp_path: Path) -> None:
         AMUStore(tmp_path)
     with pytest.raises(StoreError, match="schema version 99 is unknown"):
         AMUStore(tmp_path, read_only=True)
+
+
+def test_a_copy_of_the_file_without_its_wal_is_named_and_never_made_a_new_store(tmp_path: Path,
+                                                                              capsys) -> None:
+    """While a writer is open a store's rows may all be in its -wal file: a copy of the database
+    file alone is a database without the schema, refused by every opener, left as it was."""
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    with AMUStore(tmp_path / "live") as store:
+        ingest(store, conversation_turns()[:4])
+        shutil.copy(tmp_path / "live" / AMUStore.DB_NAME, copy / AMUStore.DB_NAME)
+    before = (copy / AMUStore.DB_NAME).read_bytes()
+    for read_only in (False, True):
+        with pytest.raises(StoreError, match=r"holds no store \(schema version 0\).*without its amus"):
+            AMUStore(copy, read_only=read_only)
+    with pytest.raises(StoreUnavailable, match="holds no store"):
+        Memory.open(copy, embedder=HashEmbedder())
+    assert store_main(["check", "--store", str(copy)]) == 2
+    assert store_main(["compact", "--store", str(copy)]) == 2
+    assert capsys.readouterr().err.count("holds no store") == 2
+    assert (copy / AMUStore.DB_NAME).read_bytes() == before
+    assert not list(copy.glob(f"{AMUStore.DB_NAME}-*"))  # no connection was left to write one
 
 
 # ---------------------------------------------------------------------------- 6. inputs

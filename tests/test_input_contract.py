@@ -260,7 +260,8 @@ def test_ids_of_the_longest_kind_are_accepted_and_their_memory_ids_readable(mem)
     ("alice", "s\u2028", "t", "session_id"), ("alice", "s", "t\u202e", "turns.0.turn_id"),
     ("alice", "s", "\u200dt", "turns.0.turn_id"), ("alice\ufe0f", "s", "t", "user_id"),
     (" alice", "s", "t", "user_id"), ("\u3164", "s", "t", "user_id"),
-    ("alice", "s\u034f", "t", "session_id")])
+    ("alice", "s\u034f", "t", "session_id"), ("cafe\u0301", "s", "t", "user_id"),
+    ("alice", "s", "Zoe\u0308", "turns.0.turn_id")])
 def test_a_new_id_holds_no_invisible_character_yet_one_stored_before_is_read_and_forgotten(
         mem, user, session, turn_id, field):
     """A blank-looking id, or one that looks like another, is refused where a write would store it;

@@ -78,7 +78,8 @@ def check_new_id(name: str, value: Any, field: str | None = None) -> str:
     no more than it holds, so that two ids that look the same are the same ("alice" and
     "alice\u200b" or "alice " would be two users): no space at either end, not made only of
     characters that show nothing, no invisible format character, line break, grapheme joiner or
-    stray variation selector outside an emoji (or an ideograph's variant). Reads and deletions
+    stray variation selector outside an emoji (or an ideograph's variant), and in Unicode NFC form
+    (a letter and its accent composed, as most keyboards write them). Reads and deletions
     take any id :func:`check_id` takes: what an earlier version stored can still be read and
     forgotten."""
     value = check_id(name, value, field)
@@ -88,6 +89,9 @@ def check_new_id(name: str, value: Any, field: str | None = None) -> str:
     if hidden is not None:
         raise InvalidInput(f"{name} {value!r} holds an invisible character or line break "
                            f"(U+{ord(hidden):04X})", field or name)
+    if not unicodedata.is_normalized("NFC", value):  # "cafe" + a combining accent is "café" too
+        raise InvalidInput(f"{name} {value!r} is not in Unicode NFC form: write it as "
+                           f"{unicodedata.normalize('NFC', value)!r}, which looks the same", field or name)
     return value
 
 

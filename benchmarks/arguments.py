@@ -4,6 +4,8 @@ before any work starts, not a traceback minutes into a run."""
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,10 +42,27 @@ def add_json_option(parser: argparse.ArgumentParser) -> None:
 def refuse_unusable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """One ``error:`` line for the first input the run cannot use: the LoCoMo file, the
     fingerprinter (None: the run takes none), the database (None: none given)."""
-    problem = (missing_locomo(args.locomo) or _not_an_export(args.fingerprinter)
+    problem = (missing_locomo(args.locomo) or _not_locomo(args.locomo) or _not_an_export(args.fingerprinter)
                or unreachable(args.database))
     if problem is not None:
         parser.error(problem)
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM (what ``timeout`` sends) exits like Ctrl-C does, through the ``finally`` blocks and
+    context managers that stop the servers and remove the scratch stores."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
+def _not_locomo(path: Path) -> str | None:
+    from retrieval.eval.locomo import load_locomo
+    from retrieval.memory.records import InputFormatError
+
+    try:
+        load_locomo(path)
+    except InputFormatError as err:
+        return f"--locomo {path}: {err}"
+    return None
 
 
 def _not_an_export(fingerprinter: Path | None) -> str | None:

@@ -53,10 +53,10 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.arguments import add_json_option, refuse_unusable, within
+from benchmarks.arguments import add_json_option, exit_on_sigterm, refuse_unusable, within
 from benchmarks.floor import FLOOR_DRIFT_MAX, BareEncoder, measure_floor
 from benchmarks.paths import FINGERPRINTER, LOCOMO_HELP, default_locomo
-from benchmarks.postgres import labelled, ratio_goals, with_sqlite_ratio
+from benchmarks.postgres import holds_store, labelled, ratio_goals, with_sqlite_ratio
 from benchmarks.timing import (
     Goal,
     against_floor,
@@ -304,6 +304,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                              "after its SQLite one, and give the PostgreSQL/SQLite search p50 ratio")
     args = parser.parse_args(argv)
     refuse_unusable(parser, args)
+    exit_on_sigterm()
+    if args.database and holds_store(args.database):  # its memories' names would meet an earlier run's
+        parser.error("--database: holds a store already (an earlier run's?); give an empty database")
     memories = {f"1x{size}": {"user": size} for size in dict.fromkeys(args.sizes)}
     if args.users:
         if f"{args.users}x100" in memories:

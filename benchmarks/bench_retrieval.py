@@ -8,6 +8,8 @@ faiss ``IndexFlatIP``, then times, query by query and in rotated order within ea
 inverted-index walk :func:`isq.walks.max_walk`), the brute-force scorer of each setting (every AMU
 scored), and faiss. Every query's Path B result is checked against brute force: same AMUs, same
 order, bitwise the same scores. Ratios are medians of per-query ratios, with quartiles and extremes.
+Both sides run on ``--threads`` threads (default 1: Path B's sparse products use one; faiss would
+take every core, and its OpenMP team on a busy 2-core machine made it 2.7x slower, not faster).
 
 Synthetic fingerprints (:class:`CodeModel`): each AMU draws codes from a Zipf law over the
 codebook (code ids shuffled) mixed with one of a set of topics, small groups of codes that
@@ -30,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import faiss
 import numpy as np
 import psutil
 
@@ -143,8 +146,7 @@ def bench_size(args: argparse.Namespace, size: int, model: CodeModel,
     excludes = [rng.choice(size, size=args.k, replace=False) for _ in range(args.queries)]
 
     default, build_s, build_peak = build_topology(indptr, codes, args.num_codes)
-    # The paper's setting on the same bank: a shallow copy shares X and the postings, and keeps
-    # its own S_code cache, so neither setting recomputes S_code between queries.
+    # The paper's setting on the same bank: a shallow copy shares X and the postings.
     paper = copy.copy(default)
     paper.params = TopologyParams(args.max_hops, args.alpha, self_term=False, aggregate="max")
     paper.prepare()
@@ -208,7 +210,7 @@ def print_size(size: int, row: dict[str, Any], args: argparse.Namespace) -> None
         f"\n== {size:,} AMUs ({row['mean_codes_per_amu']:.1f} codes/AMU, "
         f"{row['mean_codes_per_query']:.1f}/query, "
         f"most frequent code in {row['top_code_share']:.0%} of AMUs; {args.queries} queries, k={args.k}, "
-        f"{args.k} excluded)\n"
+        f"{args.k} excluded; {args.threads} thread(s))\n"
         f"build    topology {row['build_s']:7.2f} s ({row['topology_bytes'] / mib:.0f} MiB, peak "
         f"{row['build_peak_bytes'] / mib:.0f} MiB)   faiss add {row['faiss_build_s']:6.2f} s "
         f"(RSS +{row['faiss_rss_bytes'] / mib:.0f} MiB)\n"
@@ -270,11 +272,13 @@ def main(argv: list[str] | None = None) -> None:
                         metavar=("LOW", "HIGH"))
     parser.add_argument("--max-hops", type=within(int, 0), default=2, help="H_r of the paper's setting")
     parser.add_argument("--alpha", type=within(float, 0, 1), default=0.5, help="alpha of the paper's setting")
+    parser.add_argument("--threads", type=within(int, 1), default=1, help="faiss's OpenMP threads")
     add_json_option(parser)
     args = parser.parse_args(argv)
     problem = refusal(args)
     if problem is not None:
         parser.error(problem)
+    faiss.omp_set_num_threads(args.threads)
 
     rng = np.random.default_rng(args.seed)
     model = CodeModel.build(rng, args.num_codes, args.zipf, args.topics, args.topic_size, args.topic_share)

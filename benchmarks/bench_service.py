@@ -52,7 +52,6 @@ import json
 import random
 import re
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -75,7 +74,7 @@ if __name__ == "__main__":
 
     idle_threads_sleep()
 
-from benchmarks.arguments import add_json_option, refuse_unusable, within  # noqa: E402
+from benchmarks.arguments import add_json_option, exit_on_sigterm, refuse_unusable, within  # noqa: E402
 from benchmarks.floor import FLOOR_DRIFT_MAX, BareEncoder, measure_ceiling, measure_floor  # noqa: E402
 from benchmarks.paths import FINGERPRINTER, LOCOMO_HELP, default_locomo  # noqa: E402
 from benchmarks.prefill import prefill, user_name  # noqa: E402
@@ -259,8 +258,9 @@ def run_load(args: argparse.Namespace, urls: Sequence[str], keys: dict[str, str]
     log = LoadLog()
     before = [collector_pauses(url, metrics_key) for url in urls]
     began = time.monotonic()
-    threads = [threading.Thread(target=client_loop,
-                                args=(args, n, urls[n % len(urls)], keys, asked, log, began + args.seconds))
+    threads = [threading.Thread(target=client_loop,  # daemons: an interrupted run does not wait for them
+                                args=(args, n, urls[n % len(urls)], keys, asked, log, began + args.seconds),
+                                daemon=True)
                for n in range(args.clients)]
     for thread in threads:
         thread.start()
@@ -386,8 +386,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
     refuse_unusable(parser, args)
-    # SIGTERM (timeout's) exits through the finally blocks that stop the servers
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    exit_on_sigterm()
     if args.prefill_only:
         print(prefill(args))
         return

@@ -29,6 +29,15 @@ def unreachable(url: str | None) -> str | None:
     return None
 
 
+def holds_store(url: str) -> bool:
+    """Whether the database at ``url`` (reachable: :func:`unreachable`) holds a store already."""
+    import psycopg
+
+    with psycopg.connect(url, connect_timeout=10) as connection:
+        row = connection.execute("SELECT to_regclass('turns') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
 def labelled(label: str, users: Mapping[str, int]) -> dict[str, int]:
     """``users`` renamed into one memory's own names in the shared database."""
     return {f"{label}.{user}": count for user, count in users.items()}

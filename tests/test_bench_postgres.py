@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from benchmarks.bench_memory import bench_beside, bench_search, describe_beside
+from benchmarks.bench_memory import main as bench_memory_main
 from benchmarks.bench_service import _parser
 from benchmarks.bench_service import main as bench_service_main
 from benchmarks.postgres import ratio_goals, unreachable
@@ -121,3 +122,15 @@ def test_a_database_that_cannot_be_used_is_refused_before_any_work(postgres_url,
         bench_service_main(["--database", missing, "--no-fingerprinter",
                             "--locomo", str(write_locomo(tmp_path / "locomo.json"))])
     assert stopped.value.code == 2 and "no_such_database" in capsys.readouterr().err
+
+
+def test_bench_memory_refuses_a_database_that_holds_a_store_before_any_work(postgres_url, tmp_path, capsys):
+    """Its memories are written under fixed names: an earlier run's would meet them (a traceback
+    after the SQLite half of the run, minutes in)."""
+    from tests.test_evaluate import write_locomo
+
+    with psycopg.connect(postgres_url) as connection:
+        connection.execute("CREATE TABLE turns (conversation_id text)")
+    with pytest.raises(SystemExit) as stopped:
+        bench_memory_main(["--database", postgres_url, "--locomo", str(write_locomo(tmp_path / "l.json"))])
+    assert stopped.value.code == 2 and "holds a store already" in capsys.readouterr().err

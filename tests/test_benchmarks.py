@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import faiss
 import numpy as np
 import pytest
 import torch
 
 from benchmarks import bench_fingerprint, bench_quantizer, bench_retrieval, gpu_check, timing
+
+REPO = Path(__file__).resolve().parents[1]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,6 +100,8 @@ def test_bench_retrieval_is_exact_and_its_ratios_are_positive(tmp_path: Path, ca
             assert_positive_spread(row[ratio])
         assert row["build_s"] > 0 and row["bruteforce_ms"] == row["bruteforce_default_ms"]
     assert figures["growth"]["2000->4000"]["size_factor"] == 2.0
+    # faiss on as many threads as Path B: one, unless asked
+    assert figures["settings"]["threads"] == 1 and faiss.omp_get_max_threads() == 1
 
 
 def test_code_model_draws_distinct_codes_within_bounds() -> None:
@@ -172,6 +180,41 @@ def test_bench_memory_refuses_bad_arguments_before_any_work(argv, says, tmp_path
     with pytest.raises(SystemExit) as stopped:
         bench_memory.main(["--locomo", str(write_locomo(tmp_path / "locomo.json")), *argv])
     assert stopped.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_bench_memory_refuses_a_file_that_is_not_locomo_in_one_line(tmp_path, capsys) -> None:
+    from benchmarks import bench_memory
+
+    other = tmp_path / "other.json"
+    other.write_text('{"turns": []}')
+    with pytest.raises(SystemExit) as stopped:
+        bench_memory.main(["--locomo", str(other)])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and f"--locomo {other}: " in err and "Traceback" not in err
+
+
+def test_bench_memory_stopped_by_sigterm_removes_its_scratch_stores(tmp_path) -> None:
+    """``timeout`` sends SIGTERM: the run exits through its context managers as on Ctrl-C."""
+    from tests.test_evaluate import write_locomo
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    locomo = write_locomo(tmp_path / "l.json")
+    command = [sys.executable, "-m", "benchmarks.bench_memory", "--locomo", str(locomo), "--sizes", "20",
+               "--users", "0", "--searches", "1"]
+    run = subprocess.Popen(command, cwd=REPO, env={**os.environ, "TMPDIR": str(scratch)},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(scratch.iterdir()) and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert run.poll() is None and list(scratch.iterdir()), "the run made no scratch directory"
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(120) == 128 + signal.SIGTERM
+    finally:
+        run.kill()
+        run.wait()
+    assert not list(scratch.iterdir())
 
 
 def test_bench_memory_takes_the_ingest_ratio_as_turns_per_second_over_the_floors_and_judges_it() -> None:

@@ -80,6 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not path or not tag:
                 raise ValueError(f"--with {item!r}: expected QUESTIONS:TAG")
             tagged.setdefault(tag, []).append(Path(path))
+        inputs = [args.questions, *args.pool, *(p for paths in tagged.values() for p in paths)]
+        if args.forest is not None and any(Path(p).resolve() == args.forest.resolve() for p in inputs):
+            raise ValueError(f"--forest {args.forest} is a questions file this reads: it would be replaced")
         table = compare([args.questions, *args.pool], args.baseline, args.configs, args.resamples, args.seed,
                         tagged, resample_runs=args.resample_runs, by_conversation=args.by_conversation,
                         by_evidence_unit=args.evidence_units)

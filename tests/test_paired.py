@@ -105,6 +105,12 @@ def test_cli_names_a_bad_line_and_an_unknown_configuration(tmp_path, capsys):
     assert "no configuration nope" in err and "dense40, mix" in err
     assert main([str(path), "mix", "--baseline", "dense40"]) == 0
     assert "| mix | -100.0 [-100.0, -100.0], +0/-1 |" in capsys.readouterr().out
+    for read in (path, tmp_path / "other.jsonl"):  # the questions file, or a pooled one
+        write_questions_file(read, [good])
+        pooled = ["--pool", str(read)] if read != path else []
+        assert main([str(path), "mix", "--baseline", "dense40", *pooled, "--forest", str(read)]) == 2
+        assert "would be replaced" in capsys.readouterr().err
+        assert json.loads(read.read_text().splitlines()[0])  # still the questions, not a picture
 
 
 # -- questions.jsonl -----------------------------------------------------------------------------

@@ -77,3 +77,15 @@ def test_command_lines_refuse_a_url_they_cannot_open(tmp_path, monkeypatch, caps
     with pytest.raises(BackendUnavailable, match="PostgreSQL support is not installed"):
         KeyStore(URL)  # a PostgreSQL store's keys are its rows
     assert sorted(p.name for p in tmp_path.iterdir()) == ["turns.jsonl"]
+
+
+@pytest.mark.parametrize("main", [ingest_main, store_main])
+def test_an_empty_store_argument_is_refused_not_read_as_the_current_directory(main, tmp_path, monkeypatch,
+                                                                                capsys):
+    """An unset ``$STORE`` gives ``--store ""``: no store is made where the command runs."""
+    monkeypatch.chdir(tmp_path)
+    argv = (["--jsonl", "turns.jsonl", "--store", ""] if main is ingest_main else ["check", "--store", " "])
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2 and "--store: expected a store directory or URL" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

@@ -6,6 +6,7 @@ opens one.
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -39,5 +40,7 @@ def redacted(target: str | Path) -> str:
 
 def store_target(text: str) -> str | Path:
     """``--store``'s argparse type: a URL stays text (a ``Path`` would fold its ``//``), anything
-    else is a path."""
+    else is a path; an empty one (an unset shell variable) is refused, not read as ``.``."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a store directory or URL, got an empty value")
     return text if url_scheme(text) else Path(text)

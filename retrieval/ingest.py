@@ -18,6 +18,7 @@ Python and ``retrieval.query`` reach them, HTTP and MCP do not.
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import sys
 from collections.abc import Sequence
@@ -67,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # A failed step's warning and traceback are for a server's log; this run ends in one error line.
+    logging.getLogger("retrieval.api.backlog").setLevel(logging.ERROR)
     try:
         if args.locomo is not None:
             turns = [turn for conversation in load_locomo(args.locomo) for turn in conversation.turns]

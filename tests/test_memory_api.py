@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 
 from retrieval import Memory
-from retrieval.api.errors import InvalidInput, MemoryAPIError, MemoryBusy, NotFound, StoreUnavailable
+from retrieval.api.errors import (
+    IngestFailed,
+    InvalidInput,
+    MemoryAPIError,
+    MemoryBusy,
+    NotFound,
+    StoreUnavailable,
+)
+from retrieval.extract.rules import RuleExtractor
 from retrieval.memory.fingerprinter_source import PATH_KEY as FINGERPRINTER_PATH
 from retrieval.memory.records import MAX_TURN_CHARS
 from retrieval.memory.schema import SCHEMA_VERSION
@@ -108,6 +116,28 @@ def test_a_store_holding_no_turn_takes_the_models_it_is_opened_with(tmp_path):
         assert mem.store.meta(FINGERPRINTER_PATH) is None  # it named the fingerprinter replaced
     with pytest.raises(StoreUnavailable, match="built with fingerprinter .* or use a new store"):
         Memory.open(tmp_path, embedder=WordEmbedder())
+
+
+def test_a_store_whose_turns_no_extraction_committed_takes_another_extractor(tmp_path):
+    """An extractor that failed on the first segment (an LLM endpoint refusing the model) binds
+    the store to nothing it wrote: opened with another, the store takes it; once a segment is
+    committed, another extractor is refused."""
+
+    class Refusing(RuleExtractor):
+        name = "llm:wrong-model"
+
+        def extract(self, segment, context):
+            raise RuntimeError("the endpoint refused the model")
+
+    with Memory.open(tmp_path, embedder=WordEmbedder(), extractor=Refusing()) as mem:
+        mem.add([{"speaker": "Ann", "text": "I adopted a cat named Miso."}], user_id="u", session_id="s")
+        with pytest.raises(IngestFailed):
+            mem.flush(user_id="u", session_id="s")
+    with Memory.open(tmp_path, embedder=WordEmbedder()) as mem:
+        assert mem.store.meta("extractor") == "rule"
+        assert mem.flush(user_id="u", session_id="s").amu_ids
+    with pytest.raises(StoreUnavailable, match="built with extractor 'rule'"):
+        Memory.open(tmp_path, embedder=WordEmbedder(), extractor=Refusing())
 
 
 def test_a_fingerprinter_path_that_is_not_a_directory_says_where_the_committed_ones_are(tmp_path):

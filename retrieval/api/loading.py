@@ -87,21 +87,25 @@ class MemoryModels:
 
     def bind(self, store: Store, read_only: bool) -> None:
         """Bind ``store`` to the embedder, extractor and fingerprinter (a store refuses others once
-        it holds a turn; a store opened but never added to, a server started and stopped, takes
-        the models it is opened with next, where this memory is its one writer: several nodes of
-        a database may be serving it already); read-only, check that it was built with this
-        embedder and fingerprinter."""
+        it holds a turn, another extractor once it holds a segment; a store opened but never added
+        to, a server started and stopped, takes the models it is opened with next, and one whose
+        turns no extraction has committed yet (an LLM endpoint that refused the first) another
+        extractor, where this memory is its one writer: several nodes of a database may be serving
+        it already); read-only, check that it was built with this embedder and fingerprinter."""
         bindings = {"embedder": model_identity(self.embedder), "extractor": model_identity(self.extractor),
                     "fingerprinter": "none" if self.fingerprinter is None
                     else model_identity(self.fingerprinter)}
         try:
-            unbuilt = not read_only and not store.concurrent_writers and not store.holds_turns()
+            sole = not read_only and not store.concurrent_writers
+            unbuilt = sole and not store.holds_turns()
+            unextracted = unbuilt or (sole and not store.users_with_segments())
             for key, value in bindings.items():
                 saved = store.meta(key)
                 checked = key == "embedder" or (key == "fingerprinter" and self.fingerprinter is not None)
                 if read_only and saved is not None and checked and not bound_alike(key, saved, value):
                     raise StoreError(f"{store.location} was built with {key} {saved!r}, not {value!r}")
-                if unbuilt and saved is not None and not bound_alike(key, saved, value):
+                if (unextracted if key == "extractor" else unbuilt) and saved is not None \
+                        and not bound_alike(key, saved, value):
                     store.put_meta(key, value)
                     if key == "fingerprinter":  # a path ingest recorded names the one replaced
                         store.put_meta(FINGERPRINTER_PATH, None)

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,6 +34,8 @@ from retrieval.memory.store import AMUStore
 from retrieval.store import main as store_main
 from tests.fake_chat import FakeChatServer, completion_body
 from tests.test_ingest import WHEN, HashEmbedder, conversation_turns
+
+REPO = Path(__file__).resolve().parents[2]
 
 IDENTITY = {"codebook_size": 8, "codebook_sha256": "a" * 64}
 
@@ -304,6 +309,27 @@ def test_fallback_segments_are_retried_when_the_endpoint_is_back(tmp_path: Path)
         assert archived == raw  # the raw-turn AMUs are kept, archived, never deleted
         third = ingest_turns(turns, store, HashEmbedder(), extractor, progress=False)
         assert third.amus == 0 and third.retried_segments == 0 and len(list(store.amus())) == len(active)
+
+
+def test_ingest_against_an_endpoint_refusing_the_model_ends_in_one_error_line_and_can_rerun(
+        tmp_path: Path) -> None:
+    """A wrong ``ISQ_LLM_MODEL``: no traceback, one error line naming the settings, and the same
+    input ingests afterwards with the rule extractor (nothing was extracted with the refused one)."""
+    turns = tmp_path / "t.jsonl"
+    turns.write_text(json.dumps({"session_id": "s1", "session_time": "2023-05-08T13:56:00", "speaker": "Ann",
+                                 "turn_id": "D1", "text": "I adopted a cat named Miso."}))
+    store = str(tmp_path / "store")
+    with FakeChatServer(lambda body: (404, {"error": {"message": "no such model"}}, 0.0)) as server:
+        env = {**os.environ, "ISQ_LLM_BASE_URL": server.base_url, "ISQ_LLM_MODEL": "wrong"}
+        command = [sys.executable, "-m", "retrieval.ingest", "--jsonl", str(turns), "--store", store,
+                   "--extractor", "llm", "--no-progress"]
+        run = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                             timeout=300)  # a process of its own: the terminal's logging
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.count("error: ") == 1 and "ISQ_LLM_MODEL" in run.stderr
+    assert ingest_main(["--jsonl", str(turns), "--store", store, "--no-progress"]) == 0
+    with AMUStore(tmp_path / "store", read_only=True) as reader:
+        assert reader.count() == 1 and reader.meta("extractor") == "rule"
 
 
 def test_a_store_that_cannot_open_for_a_full_disk_says_so_not_that_it_is_unusable(tmp_path, monkeypatch):

@@ -27,7 +27,7 @@ from retrieval.consolidation.engine import consolidate_user
 from retrieval.consolidation.options import OPERATORS, make_operator
 from retrieval.index.embed import SentenceEmbedder
 from retrieval.memory.backends import open_store
-from retrieval.memory.connection import DB_NAME
+from retrieval.memory.connection import missing_store
 from retrieval.memory.errors import StoreError
 from retrieval.memory.fingerprinter_source import recorded_or_refused
 from retrieval.memory.targets import local_directory, store_target
@@ -59,8 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = ConsolidationConfig(threshold=args.threshold, linkage=args.linkage,
                                      window_days=args.window_days)
         directory = local_directory(args.store)
-        if directory is not None and not (directory / DB_NAME).is_file():  # never create a store here
-            raise StoreError(f"no store at {directory} ({DB_NAME} is missing); ingest into it first")
+        missing = None if directory is None else missing_store(directory)
+        if missing is not None:  # never create a store here
+            raise StoreError(f"{missing}; ingest into it first")
         with open_store(args.store, role="consolidate") as store:
             stored = store.users_with_segments()
             conversations = args.user or stored

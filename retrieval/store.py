@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from retrieval.memory.backends import open_store
-from retrieval.memory.connection import DB_NAME
+from retrieval.memory.connection import missing_store
 from retrieval.memory.errors import StoreError
 from retrieval.memory.targets import local_directory, store_target
 
@@ -64,8 +64,9 @@ def check(args: argparse.Namespace) -> int:
 
 def compact(args: argparse.Namespace) -> int:
     directory = local_directory(args.store)
-    if directory is not None and not (directory / DB_NAME).is_file():  # a typo must not make a new store
-        raise StoreError(f"no store at {directory} ({DB_NAME} is missing)")
+    missing = None if directory is None else missing_store(directory)
+    if missing is not None:  # a typo must not make a new store
+        raise StoreError(missing)
     with open_store(args.store) as store:
         done = store.compact()
     if not done:

@@ -74,6 +74,22 @@ def test_compact_of_a_path_without_a_store_creates_none_and_says_so(tmp_path, ca
     assert sorted(p.name for p in tmp_path.rglob("*")) == (["a_file"] if where == "a_file" else [])
 
 
+def test_an_emptied_database_file_is_no_store_to_compact_consolidate_or_check(tmp_path, capsys):
+    """A store file truncated to nothing is reported, never made a new empty store that passes."""
+    from retrieval.consolidate import main as consolidate_main
+
+    AMUStore(tmp_path).close()
+    (tmp_path / AMUStore.DB_NAME).write_bytes(b"")
+    assert store_main(["compact", "--store", str(tmp_path)]) == 2
+    assert consolidate_main(["--store", str(tmp_path)]) == 2
+    assert store_main(["check", "--store", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[:2] == [f"error: no store at {tmp_path} ({AMUStore.DB_NAME} is empty)",
+                       f"error: no store at {tmp_path} ({AMUStore.DB_NAME} is empty); ingest into it first"]
+    assert "holds no store (schema version 0)" in err[2] and len(err) == 3
+    assert (tmp_path / AMUStore.DB_NAME).stat().st_size == 0
+
+
 def test_forgotten_words_are_in_no_file_even_where_sqlite_moved_rows_between_pages(tmp_path):
     """secure_delete zeroes deleted cells and freed pages, but a page SQLite rebalances keeps stale
     copies of moved rows in the gap between its cell pointers and its cells; only rebuilding the

@@ -46,6 +46,17 @@ user (its state built from the store) took 4.18 and 4.39 s with this cache, 4.47
 the default (a fresh process each run)."""
 
 DB_NAME = "amus.sqlite3"
+
+
+def missing_store(directory: Path) -> str | None:
+    """Why a command that must not create a store finds none in ``directory`` (None: a database
+    file is there): no database file, or an empty one (truncated, or a creation killed at once)."""
+    path = directory / DB_NAME
+    if not path.is_file():
+        return f"no store at {directory} ({DB_NAME} is missing)"
+    if path.stat().st_size == 0:
+        return f"no store at {directory} ({DB_NAME} is empty)"
+    return None
 """The store's database file in its directory."""
 
 

@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def check(args: argparse.Namespace) -> int:
     with open_store(args.store, read_only=True) as store:
         problems = store.integrity_problems()
-        counts = None if problems else (len(store.users_with_segments()), store.count())
+        counts = None if problems else (len(store.users()), store.count())  # users with turns stored
     if counts is not None:
         print(f"ok: {store.location} (users: {counts[0]}, AMUs: {counts[1]})")
         return 0

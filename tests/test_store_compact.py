@@ -12,6 +12,7 @@ import pytest
 
 from retrieval import Memory
 from retrieval.memory.meta_keys import COMPACTION_OWED
+from retrieval.memory.records import Turn
 from retrieval.memory.store import AMUStore
 from retrieval.store import main as store_main
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
@@ -45,6 +46,10 @@ def test_compact_leaves_no_purged_text_in_any_file(tmp_path, capsys):
         count = store.count()
     assert store_main(["check", "--store", str(tmp_path)]) == 0
     assert capsys.readouterr().out == f"ok: {tmp_path / AMUStore.DB_NAME} (users: 1, AMUs: {count})\n"
+    with AMUStore(tmp_path) as store:  # a user whose turns no segment holds yet counts too
+        store.append_turns("v", [Turn("v", "s", "t1", "Ann", "Just added.")])
+    assert store_main(["check", "--store", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"ok: {tmp_path / AMUStore.DB_NAME} (users: 2, AMUs: {count})\n"
 
 
 def test_a_compaction_a_reader_kept_from_finishing_says_so_and_stays_owed(tmp_path, capsys):

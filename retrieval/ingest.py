@@ -69,7 +69,16 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # A failed step's warning and traceback are for a server's log; this run ends in one error line.
-    logging.getLogger("retrieval.api.backlog").setLevel(logging.ERROR)
+    steps = logging.getLogger("retrieval.api.backlog")
+    level = steps.level
+    steps.setLevel(logging.ERROR)
+    try:
+        return _ingest(args)
+    finally:
+        steps.setLevel(level)  # as it was: a caller in this process keeps its own logging
+
+
+def _ingest(args: argparse.Namespace) -> int:
     try:
         if args.locomo is not None:
             turns = [turn for conversation in load_locomo(args.locomo) for turn in conversation.turns]

@@ -23,6 +23,7 @@ from retrieval import Memory
 from retrieval.api.errors import NotFound
 from retrieval.memory.cache import text_key
 from retrieval.memory.meta_keys import COMPACTION_OWED
+from retrieval.memory.store import AMUStore
 from retrieval.service.app import create_app
 from retrieval.service.keys import KeyStore
 from tests.multi_route_fixtures import WordEmbedder, WordFingerprinter
@@ -404,12 +405,20 @@ def test_a_forget_landing_as_a_job_starts_leaves_what_comes_after_unconsolidated
         assert sorted(a.source.turn_ids for a in records) == [("again-0",), ("again-1",)]
 
 
-def test_a_delete_drops_the_users_finished_jobs_and_a_job_it_overlaps_keeps_no_counts(tmp_path):
+def test_a_delete_drops_the_users_finished_jobs_and_a_job_it_overlaps_keeps_no_counts(tmp_path, monkeypatch):
     """A consolidation job covers the user's whole memory whatever session names it, so its
     progress counts every session's records: once some go, the finished jobs go too, and a job
-    running meanwhile finishes without its counts."""
+    running meanwhile finishes without its counts, never showing them even in passing."""
     from tests.test_write_behind import WAIT_S, HeldOperator, finished
 
+    written: list[tuple[str, dict | None]] = []
+    update_job = AMUStore.update_job
+
+    def recording(self, job_id, state, progress=None, **options):
+        written.append((state, progress))
+        return update_job(self, job_id, state, progress, **options)
+
+    monkeypatch.setattr(AMUStore, "update_job", recording)
     operator = HeldOperator()
     operator.hold.released.set()  # held only once cleared
     statements = ["I love hiking in the Alps.", "My sister bakes bread on Sundays."]
@@ -432,3 +441,5 @@ def test_a_delete_drops_the_users_finished_jobs_and_a_job_it_overlaps_keeps_no_c
         operator.hold.released.set()
         ended = finished(memory, running.id, "u")
         assert (ended.state, ended.progress) == ("done", {"resumed": False, "purged_meanwhile": True})
+        assert written[-1] == ("done", {"resumed": False, "purged_meanwhile": True})
+        assert written[-2][0] == "running"  # its counts were never written

@@ -202,8 +202,11 @@ class JobRunner:
                 report = consolidate_user(store, job.user_id, embedder, self.operator,
                                           fingerprinter=self.fingerprinter,
                                           wanted=lambda: store.job_row(job.id) is not None)
-                store.update_job(job.id, DONE, {**report.to_dict(), "resumed": resumed})
-                if store.purge_count(job.user_id) != purges:  # its counts may count what went
+                # its counts may count what a purge meanwhile removed: then they are never shown
+                # (checked before the write, so a reader does not see them in passing, and after it)
+                if store.purge_count(job.user_id) == purges:
+                    store.update_job(job.id, DONE, {**report.to_dict(), "resumed": resumed})
+                if store.purge_count(job.user_id) != purges:
                     store.update_job(job.id, DONE, {"resumed": resumed, "purged_meanwhile": True})
             except StoreError:
                 raise  # not the job's failure: it runs again once the store answers (_run)

@@ -58,8 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = ConsolidationConfig(threshold=args.threshold, linkage=args.linkage,
                                      window_days=args.window_days)
-        directory = local_directory(args.store)
-        missing = None if directory is None else missing_store(directory)
+        missing = missing_store(local_directory(args.store))
         if missing is not None:  # never create a store here
             raise StoreError(f"{missing}; ingest into it first")
         with open_store(args.store, role="consolidate") as store:

@@ -63,8 +63,7 @@ def check(args: argparse.Namespace) -> int:
 
 
 def compact(args: argparse.Namespace) -> int:
-    directory = local_directory(args.store)
-    missing = None if directory is None else missing_store(directory)
+    missing = missing_store(local_directory(args.store))
     if missing is not None:  # a typo must not make a new store
         raise StoreError(missing)
     with open_store(args.store) as store:

@@ -48,9 +48,12 @@ the default (a fresh process each run)."""
 DB_NAME = "amus.sqlite3"
 
 
-def missing_store(directory: Path) -> str | None:
+def missing_store(directory: Path | None) -> str | None:
     """Why a command that must not create a store finds none in ``directory`` (None: a database
-    file is there): no database file, or an empty one (truncated, or a creation killed at once)."""
+    file is there, or the store is on a database server, ``directory`` None): no database file, or
+    an empty one (truncated, or a creation killed at once)."""
+    if directory is None:
+        return None
     path = directory / DB_NAME
     if not path.is_file():
         return f"no store at {directory} ({DB_NAME} is missing)"

@@ -323,6 +323,9 @@ def test_a_tiny_random_cross_encoder_reranks_inside_routes(bank, tmp_path):
     assert result.reranker == str(tmp_path / "ce") and len(result.hits) == 5
     with pytest.raises(FileNotFoundError, match="no such model directory"):
         CrossEncoderReranker(tmp_path / "absent")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="empty: not a sentence-transformers cross-encoder"):
+        CrossEncoderReranker(tmp_path / "empty")
 
 
 def test_the_similarity_columns_are_the_pairwise_definition():

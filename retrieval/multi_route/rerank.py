@@ -24,7 +24,10 @@ class CrossEncoderReranker:
             raise FileNotFoundError(f"reranker {path}: no such model directory")
         self.name = str(path)
         self.batch_size = batch_size
-        self._model = on_model_thread(lambda: CrossEncoder(str(path), device="cpu"))
+        try:
+            self._model = on_model_thread(lambda: CrossEncoder(str(path), device="cpu"))
+        except (OSError, ValueError) as err:
+            raise ValueError(f"reranker {path}: not a sentence-transformers cross-encoder ({err})") from err
 
     def scores(self, query: str, texts: Sequence[str]) -> np.ndarray:
         """One relevance score per text (higher is better), from a forward on the model thread

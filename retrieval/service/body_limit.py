@@ -19,18 +19,22 @@ others dropped unseen (RFC 8259 leaves such objects' meaning open): it is refuse
 as a query parameter given twice is (:mod:`retrieval.service.strict_query`); the depth and the
 integer are refused saying which, where the application would say only that it could not parse
 the body (:mod:`retrieval.memory.strict_json`). A body that is not
-JSON at all goes on to the application, which refuses it in its own words. At the MCP endpoint a
+JSON at all goes on to the application, which refuses it in its own words. The check runs before
+the key's (every request's body is read first), so a long body is parsed on a worker thread
+(:data:`~retrieval.service.limits.INLINE_JSON_BYTES`): junk sent without a key holds no other
+request. At the MCP endpoint a
 refusal is a JSON-RPC error (:mod:`retrieval.service.early_refusal`), and a message the SDK would
 not answer is refused there too (:mod:`retrieval.service.mcp_messages`).
 """
 
 from __future__ import annotations
 
+import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from retrieval.memory import strict_json
 from retrieval.service.early_refusal import MCP_PATH, refusal, refusal_body
-from retrieval.service.limits import DISCARD_BYTES, MAX_BODY_BYTES
+from retrieval.service.limits import DISCARD_BYTES, INLINE_JSON_BYTES, JSON_PARSERS, MAX_BODY_BYTES
 from retrieval.service.mcp_messages import unanswerable
 
 
@@ -46,6 +50,7 @@ class BodyLimit:
 
     def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
         self.app, self.limit = app, limit
+        self._parsers = anyio.CapacityLimiter(JSON_PARSERS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -76,7 +81,7 @@ class BodyLimit:
                                             "send JSON in UTF-8")
             return
         try:
-            message = strict_json.loads(body)
+            message = await self._parsed(body)
         except strict_json.JSONRefused as refused:
             await _refuse(scope, send, 422, f"body: {refused}")
             return
@@ -87,6 +92,13 @@ class BodyLimit:
                 await _refuse(scope, send, 400, f"body: {why}")
                 return
         await self.app(scope, _replay(body, receive), send)
+
+    async def _parsed(self, body: bytes) -> object:
+        """:func:`strict_json.loads` of ``body``: on the event loop up to :data:`INLINE_JSON_BYTES`,
+        past it on one of :data:`JSON_PARSERS` worker threads."""
+        if len(body) <= INLINE_JSON_BYTES:
+            return strict_json.loads(body)
+        return await anyio.to_thread.run_sync(strict_json.loads, body, limiter=self._parsers)
 
 
 async def _read_within(receive: Receive, limit: int) -> tuple[bytes | None, bool]:

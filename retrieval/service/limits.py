@@ -31,6 +31,14 @@ DISCARD_BYTES = 4 * MAX_BODY_BYTES
 connection closed with bytes unread is reset, and a client still sending would lose the answer.
 A body declared longer than this gets the 413 at once."""
 
+INLINE_JSON_BYTES = 4_096
+"""A body up to this long is parsed on the event loop (a millisecond at worst); a longer one on a
+worker thread of its own few (:data:`JSON_PARSERS`): a megabyte of nested empty objects takes a
+third of a second to parse, and on the loop it would hold every request, a keyless one's included
+(the key is checked after the body is read), ``/healthz`` too."""
+JSON_PARSERS = 2
+"""Threads that parse long bodies at once: junk bodies cannot take the pool the routes run on."""
+
 KEY_CALLS = 4
 """Requests of one API key in the application at a time (:mod:`retrieval.service.key_share`): the
 others wait at the door, holding no worker thread."""

@@ -46,6 +46,11 @@ class ExportExistsError(FileExistsError):
     """The export directory exists and holds files; pass ``overwrite=True`` to replace it."""
 
 
+class NonFiniteWeights(ValueError):
+    """A tensor to export holds NaN or infinite values (the training diverged): nothing is written,
+    since no fingerprinter could load it."""
+
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -91,6 +96,10 @@ def write_directory(directory: Path, tensors: Mapping[str, Tensor], meta: dict[s
     # the export it points to, not the link
     given, directory = Path(directory), Path(os.path.realpath(directory))
     refuse_occupied(given, overwrite, "choose another directory or overwrite it explicitly")
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise NonFiniteWeights(f"tensor {name} holds NaN or infinite values (the training diverged): "
+                                   f"nothing exported to {given}")
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = directory.parent / f".{directory.name}.tmp-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)

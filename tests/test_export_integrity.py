@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from isq.export import FingerprinterLoadError
+from isq.export import FingerprinterLoadError, NonFiniteWeights, sha256_file
 from isq.fingerprint import Fingerprinter
 
 
@@ -87,7 +87,21 @@ def test_an_export_with_a_nan_weight_is_refused(export, tmp_path):
     )
     with torch.no_grad():
         tensor.view(-1)[0] = float("nan")
-    model.save_pretrained(tmp_path / "nan")
+    with pytest.raises(NonFiniteWeights, match=f"tensor .*{name.split('.')[-1]} holds NaN.*nothing exported"):
+        model.save_pretrained(tmp_path / "nan")
+    assert not (tmp_path / "nan").exists()
+    # written all the same, with its checksum recorded: loading refuses it
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(export, tmp_path / "nan")
+    weights = tmp_path / "nan" / "model.safetensors"
+    saved = load_file(str(weights))
+    key = next(k for k in saved if "projection" in k and saved[k].is_floating_point())
+    saved[key].view(-1)[0] = float("nan")
+    save_file(saved, str(weights), metadata={"format": "pt"})
+    config = json.loads((tmp_path / "nan" / "config.json").read_text())
+    config["files"]["model.safetensors"] = sha256_file(weights)
+    (tmp_path / "nan" / "config.json").write_text(json.dumps(config))
     with pytest.raises(FingerprinterLoadError, match="NaN"):
         Fingerprinter.from_pretrained(tmp_path / "nan")
 

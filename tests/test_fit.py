@@ -245,6 +245,17 @@ def test_only_a_checkpoint_holding_the_recorded_score_or_weights_only_is_exporte
     assert accepted == {"ours", "weights_only"}
 
 
+def test_a_checkpoint_saved_with_an_infinite_score_is_its_own(tmp_path):
+    """Lightning records a NaN validation score as infinite: the checkpoint holding that score is
+    still the one chosen (inf - inf is NaN, which no tolerance takes)."""
+    from training.callbacks import _saved_checkpoint
+
+    state = {"monitor": "val/ce_loss", "current_score": torch.tensor(float("inf"))}
+    torch.save({"callbacks": {"ModelCheckpoint{'monitor': 'x'}": state}}, tmp_path / "diverged")
+    chosen = {"path": str(tmp_path / "diverged"), "monitor": "val/ce_loss", "score": float("inf")}
+    assert _saved_checkpoint(chosen, torch.device("cpu")) is not None
+
+
 def test_a_run_checkpointing_weights_only_exports_its_best(tmp_path, monkeypatch):
     """A weights-only checkpoint holds no callback state to check its score by: it is exported as
     the best all the same."""

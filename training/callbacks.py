@@ -195,7 +195,9 @@ def _saved_checkpoint(chosen: dict[str, Any], device: torch.device) -> dict[str,
         return saved
     scores = [state.get("current_score") for state in _checkpoint_states(saved, chosen["monitor"])]
     tolerance = 1e-6 * max(1.0, abs(chosen["score"]))
-    same = any(value is not None and abs(float(value) - chosen["score"]) <= tolerance for value in scores)
+    same = any(value is not None and (float(value) == chosen["score"]  # an infinite score too
+                                      or abs(float(value) - chosen["score"]) <= tolerance)
+               for value in scores)
     return saved if same else None
 
 

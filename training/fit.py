@@ -26,7 +26,7 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
 from isq.dailydialog import DataFormatError
 from isq.encoder import EncoderUnavailable
-from isq.export import ExportExistsError
+from isq.export import ExportExistsError, NonFiniteWeights
 from isq.outputs import UnwritableOutput
 from isq.ranges import AT_LEAST_ONE, NON_NEGATIVE, OutOfRange, Range, check_ranges
 from training.callbacks import ExportFingerprinter, RunConfigSaver, StepProgressBar
@@ -262,8 +262,10 @@ def changed_settings(saved: Any, current: Any, prefix: str = "model") -> list[st
 
 
 BAD_INPUT = (FileNotFoundError, DataFormatError, WarmStartError, EncoderUnavailable, ExportExistsError,
-             UnwritableOutput, CheckpointError, OutOfRange, LoggerUnavailable, MisconfigurationException)
-"""Failures that are the input's fault: reported in one line, exit code 2."""
+             UnwritableOutput, CheckpointError, OutOfRange, LoggerUnavailable, MisconfigurationException,
+             NonFiniteWeights)
+"""Failures that are the input's fault (a diverged run's are its settings'): reported in one line,
+exit code 2."""
 
 
 def remove_empty_run_directories(trainer: Trainer) -> None:

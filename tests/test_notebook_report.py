@@ -122,6 +122,9 @@ def test_default_sample_resolves_a_relative_setting_against_the_repository(tmp_p
     monkeypatch.setenv("ISQ_DAILYDIALOG", "data/absent")
     with pytest.raises(InputError, match="ISQ_DAILYDIALOG=data/absent: no DailyDialog release there"):
         default_sample(repo)
+    monkeypatch.setenv("ISQ_DAILYDIALOG", "")  # ISQ_DAILYDIALOG=$UNSET: never the synthetic corpus unsaid
+    with pytest.raises(InputError, match="ISQ_DAILYDIALOG is set but empty"):
+        default_sample(repo)
 
 
 def test_an_installed_package_resolves_a_relative_setting_against_the_working_directory(tmp_path,

@@ -59,11 +59,14 @@ def default_sample(repo: Path | None = None) -> tuple[list[str], str]:
     repository root ``repo``, wherever the caller runs; by default this source checkout's, and
     the working directory where the package is installed instead); unset (or
     ``ISQ_DAILYDIALOG=synthetic``), the validation split of the project's synthetic corpus. A set
-    ``$ISQ_DAILYDIALOG`` that holds no release is an error, never a silent fallback."""
+    ``$ISQ_DAILYDIALOG`` that holds no release (or is empty) is an error, never a silent fallback."""
     if repo is None:
         repo = repository_root()
     configured = os.environ.get(ROOT_ENV)
-    if configured and configured != SYNTHETIC:
+    if configured is not None and not configured.strip():  # a variable expanded from an unset one
+        raise InputError(f"${ROOT_ENV} is set but empty: give a DailyDialog root, or unset it (or set it to "
+                         f"{SYNTHETIC}) for the synthetic corpus")
+    if configured is not None and configured != SYNTHETIC:
         validation = repo / Path(configured) / "validation" / "dialogues_validation.txt"  # absolute: as given
         if not validation.is_file():
             raise InputError(f"${ROOT_ENV}={configured}: no DailyDialog release there "

@@ -201,6 +201,25 @@ def test_question_selection_maps_categories_and_counts_evidence_problems(tmp_pat
     assert report.unparsed == ["conv-t qa 5: 'D1'"] and report.unknown_ids == ["conv-t qa 4: D9:1"]
 
 
+def test_evidence_names_turns_as_the_conversation_spells_their_ids(tmp_path):
+    """A release whose dia_ids carry leading zeros (``D1:03``) keeps its questions: evidence is
+    matched in canonical form and kept in the conversation's spelling, which the hits carry."""
+    write_locomo(tmp_path / "locomo.json")
+    data = json.loads((tmp_path / "locomo.json").read_text())
+    for key, turns in data[0]["conversation"].items():
+        if key.startswith("session_") and isinstance(turns, list):
+            for turn in turns:
+                session, number = turn["dia_id"][1:].split(":")
+                turn["dia_id"] = f"D{session}:{int(number):02d}"
+    (tmp_path / "padded.json").write_text(json.dumps(data))
+    (conversation,) = load_locomo(tmp_path / "padded.json")
+    report = EvidenceReport()
+    questions = select_questions(conversation, report)
+    assert [q.evidence for q in questions] == [("D1:01", "D1:03"), ("D1:04",), ("D2:02", "D2:04"), ("D1:06",),
+                                               ("D2:06",)]
+    assert report.unknown_ids == ["conv-t qa 4: D9:1"]
+
+
 # -- configurations ---------------------------------------------------------------------------
 
 

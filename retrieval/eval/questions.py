@@ -100,8 +100,13 @@ class EvidenceReport:
 
 def select_questions(conversation: LocomoConversation, report: EvidenceReport) -> list[EvalQuestion]:
     """The questions of categories 1-4 that keep at least one evidence id naming a turn of the
-    conversation; ``report`` counts what was skipped, repaired or dropped."""
-    known = {turn.turn_id for turn in conversation.turns}
+    conversation; ``report`` counts what was skipped, repaired or dropped. Evidence is read in the
+    canonical ``D<session>:<turn>`` form and kept as the conversation spells its turn ids (``D1:01``
+    where its ``dia_id`` is written so), which the hits name."""
+    known: dict[str, str] = {}
+    for turn in conversation.turns:
+        for canonical in parse_evidence([turn.turn_id]).ids[:1]:
+            known.setdefault(canonical, turn.turn_id)
     selected = []
     for index, qa in enumerate(conversation.questions):
         if qa.category not in CATEGORY_NAMES:
@@ -111,7 +116,7 @@ def select_questions(conversation: LocomoConversation, report: EvidenceReport) -
         where = f"{conversation.conversation_id} qa {index}"
         report.repaired += [f"{where}: {item!r}" for item in evidence.repaired]
         report.unparsed += [f"{where}: {item!r}" for item in evidence.unparsed]
-        usable = tuple(turn_id for turn_id in evidence.ids if turn_id in known)
+        usable = tuple(known[turn_id] for turn_id in evidence.ids if turn_id in known)
         report.unknown_ids += [f"{where}: {turn_id}" for turn_id in evidence.ids if turn_id not in known]
         if not usable:
             report.without_evidence += 1

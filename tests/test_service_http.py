@@ -387,6 +387,32 @@ def test_a_body_that_cannot_be_read_is_422_naming_the_body(api: Api, content: by
     assert (response.status_code, response.json()["field"]) == (422, "body"), response.text
 
 
+def test_a_body_sent_to_a_route_that_takes_none_is_told_so_whatever_its_type(api: Api) -> None:
+    """Not "send the body as JSON", which the route would refuse next; and an empty chunked body
+    is no body (a client that always streams can still flush and delete)."""
+    for content_type in ("text/plain", "application/json"):
+        response = api.alice.post("/v1/sessions/s9/flush", content=b"{}",
+                                  headers={"Content-Type": content_type})
+        assert (response.status_code, response.json()) == (422, {"error": "body: this route takes no body",
+                                                                   "field": "body"}), response.text
+    empty_stream = api.alice.request("DELETE", "/v1/memories/alice:absent:0", content=iter([b""]))
+    assert empty_stream.request.headers.get("transfer-encoding") == "chunked"
+    assert empty_stream.status_code == 404, empty_stream.text
+
+
+def test_a_405_allows_every_method_its_path_takes(api: Api) -> None:
+    response = api.alice.post("/v1/memories/alice:absent:0", json={})
+    assert response.status_code == 405
+    assert set(response.headers["allow"].split(", ")) == {"GET", "DELETE"}
+
+
+def test_the_schema_documents_every_refusal_a_route_can_give(api: Api) -> None:
+    paths = api.anonymous.get("/openapi.json").json()["paths"]
+    assert {"401", "403"} <= set(paths["/metrics"]["get"]["responses"])
+    assert all("403" in operation["responses"] for path, item in paths.items() if path.startswith("/v1/")
+               for operation in item.values())
+
+
 @pytest.mark.parametrize("path", ["/v1/memories/", "/v1/search/", "/v1/nothing"])
 def test_a_path_with_a_trailing_slash_is_unknown_not_redirected(api: Api, path: str) -> None:
     """One URL per route, as README lists them: a near miss is 404 naming the path, not a 307."""

@@ -62,6 +62,8 @@ def create_app(memory: Memory, keys: KeyStore, store: str | Path, *, host: str =
         app.include_router(module.router, dependencies=[Depends(refuse_undeclared_input)],
                            responses=schemas.REFUSALS)
     app.include_router(system.router, dependencies=[Depends(refuse_undeclared_input)])
+    app.state.routes = [route for module in (sessions, search, memories, user, jobs, system)
+                        for route in module.router.routes]  # a 405's Allow (errors._allowed)
     # POST only: a stateless server sends nothing on a GET stream but pings, which held a connection
     # open for as long as the client liked, past its key's revocation (the protocol allows 405)
     app.router.routes.append(NamedRoute(MCP_PATH, KeyGuard(StreamableHTTPASGIApp(mcp.session_manager), keys),

@@ -22,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from retrieval.api.errors import (
@@ -82,7 +83,8 @@ async def _validation(request: Request, exc: Exception) -> JSONResponse:
     field = "body" if first.get("type") == "json_invalid" else _field(first.get("loc", ()))
     status = invalid_status(first)
     message = first.get("msg", "invalid")
-    if field == "body" and not _sent_as_json(request):  # FastAPI read it as a form, or not at all
+    if field == "body" and first.get("type") != "extra_forbidden" and not _sent_as_json(request):
+        # FastAPI read it as a form, or not at all (a body the route takes none of stays refused so)
         message = "send the body as JSON, with the header Content-Type: application/json"
     return error_response(status, f"{field}: {message}", field)
 
@@ -97,12 +99,26 @@ async def _http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     if exc.status_code in (404, 405):  # routing's answers: the routes' own refusals are the memory's
         verb = "serves" if exc.status_code == 404 else f"takes {request.method} at"
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed(request))
         return error_response(exc.status_code, f"no route {verb} {request.url.path} (see /docs)", "path",
-                              headers=exc.headers)
+                              headers=headers)
     if exc.status_code == 400 and exc.detail != TWO_KEYS:  # FastAPI could not read the body
         return error_response(INVALID, f"body: {exc.detail} (not JSON in UTF-8, or nested too deep)", "body")
     field = KEY_FIELD if exc.status_code in (400, 401, 403) else None  # the key checks' refusals
     return error_response(exc.status_code, str(exc.detail), field, headers=exc.headers)
+
+
+def _allowed(request: Request) -> list[str]:
+    """The methods of every route of the request's path (``app.state.routes``, the routers' own):
+    Starlette's ``Allow`` names only those of the first route it matched (``GET`` of
+    ``/v1/memories/{memory_id}``, not its ``DELETE``)."""
+    methods: set[str] = set()
+    for route in request.app.state.routes:
+        if route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods
+    return sorted(methods)
 
 
 def located(request: Request, field: str | None) -> str | None:

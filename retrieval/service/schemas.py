@@ -178,6 +178,7 @@ REFUSALS: dict[int | str, dict[str, Any]] = {
     status: {"model": Error, "description": what} for status, what in (
     (400, "more than one Authorization header"),
     (401, "no live API key"),
+    (403, "a metrics key, a key of a user id no URL can name, or a write to a server started read-only"),
     (404, "not the key user's, or nothing there"),
     (409, "an idempotency key or turn id given again with another body"),
     (413, "a body over the size limit or too many turns"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 
+from retrieval.service import schemas
 from retrieval.service.auth import metrics_reader
 from retrieval.service.metrics import CONTENT_TYPE
 from retrieval.service.state import Shared
@@ -18,7 +19,8 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/metrics", dependencies=[Depends(metrics_reader)])
+@router.get("/metrics", dependencies=[Depends(metrics_reader)],
+            responses={status: schemas.REFUSALS[status] for status in (400, 401, 403, 422, 500, 503)})
 def metrics(service: Shared) -> Response:
     """Prometheus text: requests, latency and errors per route; AMUs, open segments, queued jobs."""
     return Response(service.metrics.render(), media_type=CONTENT_TYPE)

@@ -438,7 +438,10 @@ def test_mcp_refuses_a_message_it_would_not_answer_doing_nothing(http, mem):
         detail = refusal_of(response)
         assert detail["field"] == "body" and detail["error"].startswith("body: id: "), detail
     for envelope, field in (({"jsonrpc": None}, "jsonrpc"), ({"jsonrpc": "1.0"}, "jsonrpc"),
-                            ({"method": None}, "method"), ({"method": 5}, "method")):
+                            ({"method": None}, "method"), ({"method": 5}, "method"),
+                            ({"params": "x"}, "params"),
+                            ({"params": {"name": 5, "arguments": {}}}, "params.name"),
+                            ({"params": {"name": "memory_list", "arguments": [1]}}, "params.arguments")):
         message = {key: value for key, value in {**add(1), **envelope}.items() if value is not None}
         response = http.post("/mcp", json=message, headers=MCP_ACCEPTS)
         assert response.status_code == 400 and "\n" not in response.text, response.text
@@ -446,6 +449,10 @@ def test_mcp_refuses_a_message_it_would_not_answer_doing_nothing(http, mem):
     response = http.post("/mcp", json=[add(1), add(2)], headers=MCP_ACCEPTS)
     assert (response.status_code, refusal_of(response)["error"]) == (
         400, "body: a batch of JSON-RPC messages; send one message per request")
+    plain = {**MCP_ACCEPTS, "Content-Type": "text/plain"}  # the SDK's own check answered in plain text
+    response = http.post("/mcp", content=json.dumps(add(1)), headers=plain)
+    assert (response.status_code, refusal_of(response)["error"]) == (
+        415, "Content-Type: an MCP message is sent as application/json, got text/plain")
     assert [turn for turn in mem.store.turns("u") if turn.session_id == "rpc"] == []
     answered = http.post("/mcp", json=add("r-1"), headers=MCP_ACCEPTS)
     assert answered.status_code == 200 and answered.json()["id"] == "r-1", answered.text

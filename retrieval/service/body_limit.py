@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from retrieval.memory import strict_json
 from retrieval.service.early_refusal import MCP_PATH, refusal, refusal_body
 from retrieval.service.limits import DISCARD_BYTES, INLINE_JSON_BYTES, JSON_PARSERS, MAX_BODY_BYTES
-from retrieval.service.mcp_messages import unanswerable
+from retrieval.service.mcp_messages import unanswerable, unsupported_type
 
 
 async def _refuse(scope: Scope, send: Send, status: int, message: str) -> None:
@@ -80,6 +80,10 @@ class BodyLimit:
             await _refuse(scope, send, 422, f"body: not UTF-8 JSON (a zero byte at {body.index(0)}); "
                                             "send JSON in UTF-8")
             return
+        mcp = scope.get("path") == MCP_PATH
+        if mcp and (why := unsupported_type(headers.get(b"content-type"))) is not None:
+            await _refuse(scope, send, 415, why)
+            return
         try:
             message = await self._parsed(body)
         except strict_json.JSONRefused as refused:
@@ -88,7 +92,7 @@ class BodyLimit:
         except ValueError:
             pass  # not JSON: the application refuses it in its own words
         else:
-            if scope.get("path") == MCP_PATH and (why := unanswerable(message)) is not None:
+            if mcp and (why := unanswerable(message)) is not None:
                 await _refuse(scope, send, 400, f"body: {why}")
                 return
         await self.app(scope, _replay(body, receive), send)

@@ -3,8 +3,10 @@ message, an object, whose ``id``, if it has one, is a string or an integer, as M
 which names its method unless it is a response. The SDK reads a message with any other id
 (``1.5``, ``{"a": 1}``, ``null``, ``true``) as a notification: it answers 202 with nothing done,
 and its caller waits for an answer that never comes. A batch (a JSON array, which MCP no longer
-allows), a message without ``"jsonrpc": "2.0"`` and a request without a method drew the SDK's
-multi-line validation report. They are refused in one line, as every refusal at this path is
+allows), a message without ``"jsonrpc": "2.0"``, a request without a method and params that are
+not an object (or a tool call's name that is not a string) drew the SDK's multi-line validation
+report or a message naming no field; a body not sent as JSON, its security check's plain-text
+400. They are refused in one line, as every refusal at this path is
 (:mod:`retrieval.service.early_refusal`); a body that is not JSON at all is left to the SDK's
 parse error."""
 
@@ -27,4 +29,28 @@ def unanswerable(message: Any) -> str | None:
             return f"id: a request's id is a string or an integer, got {given!r}"
     if not ({"result", "error"} & set(message) or isinstance(message.get("method"), str)):
         return f"method: a request or notification names its method (a string), got {message.get('method')!r}"
+    params = message.get("params")
+    if params is not None and not isinstance(params, dict):
+        return f"params: a message's params are an object, got {_shown(params)}"
+    if message.get("method") == "tools/call":
+        name, arguments = (params or {}).get("name"), (params or {}).get("arguments")
+        if not isinstance(name, str):
+            return f"params.name: a tool call names its tool (a string), got {_shown(name)}"
+        if arguments is not None and not isinstance(arguments, dict):
+            return f"params.arguments: a tool's arguments are an object, got {_shown(arguments)}"
     return None
+
+
+def unsupported_type(content_type: bytes | None) -> str | None:
+    """Why a POST to the MCP endpoint with this ``Content-Type`` cannot be answered, or None: a
+    message travels as ``application/json`` (the SDK's own check answers any other in plain text)."""
+    media = (content_type or b"").split(b";")[0].strip().lower().decode("latin-1")
+    if media == "application/json":
+        return None
+    return f"Content-Type: an MCP message is sent as application/json, got {media or 'none'}"
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut to 60 characters: a refusal quotes what it refused, not all of it."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

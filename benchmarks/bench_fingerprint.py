@@ -27,8 +27,9 @@ import torch
 from benchmarks.arguments import add_json_option, within
 from benchmarks.timing import describe_ratio, interleaved_rounds, ratio_spread, spread, write_json
 from isq.batches import length_order
+from isq.codes import Fingerprint
 from isq.dailydialog import read_dialogues
-from isq.fingerprint import Fingerprint, Fingerprinter
+from isq.fingerprint import Fingerprinter
 
 DEFAULT_CHECKPOINT = "checkpoints/isq_minilm_dailydialog_cpu"
 DEFAULT_LOCOMO = "../shared/data/locomo/locomo_dev.json"

@@ -28,7 +28,7 @@ _EXPORTS = {
     "SemanticEncoder": "isq.encoder",
     "MINILM_ALIAS": "isq.encoder",
     "EncoderUnavailable": "isq.encoder",
-    "Fingerprint": "isq.fingerprint",
+    "Fingerprint": "isq.codes",
     "Fingerprinter": "isq.fingerprint",
     "FingerprinterLoadError": "isq.export",
     "ExportExistsError": "isq.export",
@@ -43,10 +43,11 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from isq.batches import encode_batches
     from isq.codebook import Codebook
+    from isq.codes import Fingerprint
     from isq.config import ISQConfig
     from isq.encoder import MINILM_ALIAS, EncoderUnavailable, SemanticEncoder
     from isq.export import ExportExistsError, FingerprinterLoadError
-    from isq.fingerprint import Fingerprint, Fingerprinter
+    from isq.fingerprint import Fingerprinter
     from isq.identity import IdentityMismatch
     from isq.model import ISQModel, ISQOutput
     from isq.projection import StrideOneProjection

@@ -18,11 +18,9 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
@@ -30,6 +28,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from isq import export
 from isq.batches import encode_batches
 from isq.codebook import Codebook
+from isq.codes import Fingerprint
 from isq.config import ISQConfig
 from isq.encoder import (
     SemanticEncoder,
@@ -43,32 +42,6 @@ from isq.identity import ENCODER_KEY
 
 FINGERPRINT_BATCH = 64
 """Texts per forward of :meth:`Fingerprinter.fingerprint` unless the caller says otherwise."""
-
-
-@dataclass(frozen=True)
-class Fingerprint:
-    """Codes of one text.
-
-    ``token_codes``: one code per non-padding token (length L, before de-duplication);
-    ``sequence``: S_fp, consecutive repeats removed; ``codes``: U_fp, the set of distinct codes.
-    """
-
-    token_codes: tuple[int, ...]
-    sequence: tuple[int, ...]
-    codes: frozenset[int]
-
-    @classmethod
-    def from_token_codes(cls, token_codes: np.ndarray) -> Fingerprint:
-        """From the codes of a text's real tokens (1-D integer array)."""
-        keep = np.ones(token_codes.size, dtype=bool)
-        keep[1:] = token_codes[1:] != token_codes[:-1]
-        codes = token_codes.tolist()
-        return cls(tuple(codes), tuple(token_codes[keep].tolist()), frozenset(codes))
-
-
-def collapse_repeats(token_codes: Sequence[int]) -> tuple[int, ...]:
-    """S_fp: drop a code equal to the one before it."""
-    return Fingerprint.from_token_codes(np.asarray(token_codes, dtype=np.int64)).sequence
 
 
 class Fingerprinter(nn.Module):

@@ -9,10 +9,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from isq.codes import collapse_repeats
 from isq.config import ISQConfig
 from isq.encoder import MINILM_ALIAS
 from isq.export import sha256_file
-from isq.fingerprint import Fingerprinter, collapse_repeats
+from isq.fingerprint import Fingerprinter
 from isq.model import ISQModel, info_nce
 from isq.projection import StrideOneProjection
 from isq.ranges import OutOfRange

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from isq.fingerprint import Fingerprint
+from isq.codes import Fingerprint
 from retrieval.index.joint import Encoded
 from retrieval.index.model_thread import on_model_thread
 from retrieval.index.query_batcher import QueryBatcher, background, kept, queue_clock

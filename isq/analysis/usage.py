@@ -10,7 +10,7 @@ import numpy.typing as npt
 import torch
 
 from isq.codebook import perplexity
-from isq.fingerprint import collapse_repeats
+from isq.codes import collapse_repeats
 
 
 @dataclass(frozen=True)

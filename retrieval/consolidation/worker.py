@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from isq.fingerprint import Fingerprint
+from isq.codes import Fingerprint
 from retrieval.consolidation.config import WORKER_INTERVAL_S, ConsolidationConfig
 from retrieval.consolidation.engine import consolidate_user
 from retrieval.consolidation.operations import OfflineOperator, Operator

@@ -27,8 +27,9 @@ import numpy as np
 import torch
 
 from isq.batches import length_order, tokenize_batch
+from isq.codes import Fingerprint
 from isq.encoder import resolve_encoder_path, weights_checksum
-from isq.fingerprint import FINGERPRINT_BATCH, Fingerprint, Fingerprinter
+from isq.fingerprint import FINGERPRINT_BATCH, Fingerprinter
 from retrieval.index.embed import SentenceEmbedder
 from retrieval.index.model_thread import on_model_thread
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 
 import numpy as np
 
-from isq.fingerprint import Fingerprint
+from isq.codes import Fingerprint
 from retrieval.memory.errors import StoreFault
 from retrieval.memory.faults import passing
 from retrieval.memory.protocols import Embedder, TextFingerprinter

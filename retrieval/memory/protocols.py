@@ -1,5 +1,5 @@
 """What the memory needs of the models that build and read it, as protocols: an embedder (texts →
-L2-normalised vectors) and a fingerprinter (texts → :class:`isq.fingerprint.Fingerprint`).
+L2-normalised vectors) and a fingerprinter (texts → :class:`isq.codes.Fingerprint`).
 :class:`retrieval.index.embed.SentenceEmbedder`, :class:`isq.Fingerprinter` and the store's
 caching wrappers (:mod:`retrieval.memory.cache`) all satisfy them."""
 
@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from isq.fingerprint import Fingerprint
+from isq.codes import Fingerprint
 
 
 class Embedder(Protocol):

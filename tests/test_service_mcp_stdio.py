@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import anyio
@@ -32,7 +33,8 @@ def content(result) -> dict:
 async def _session(store: Path, user: str, calls, errlog=sys.stderr) -> list:
     async with stdio_client(params(store, user), errlog=errlog) as (read, write), \
             ClientSession(read, write) as session:
-        await session.initialize()
+        started = await session.initialize()
+        assert started.server_info.version == metadata.version("isq-memory")  # not the SDK's ""
         return [await calls(session)]
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable
+from importlib import metadata
 from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -126,6 +127,14 @@ class VerbatimText(FuncMetadata):
         return decoded
 
 
+def _version() -> str:
+    """The installed package's version, which a client reads in ``serverInfo``."""
+    try:
+        return metadata.version("isq-memory")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
 class StrictTools(MCPServer):
     """An MCP server whose tools check their arguments as the HTTP routes do: an argument a tool
     does not take (``user_id``, a misspelt ``limit``) is refused instead of dropped (and each
@@ -134,7 +143,7 @@ class StrictTools(MCPServer):
     from warnings up: the SDK logs every refused call, with the values refused, at INFO."""
 
     def __init__(self, name: str, instructions: str, withheld: tuple[str, ...] = ()) -> None:
-        super().__init__(name, instructions=instructions, log_level="WARNING")
+        super().__init__(name, instructions=instructions, version=_version(), log_level="WARNING")
         self.withheld = withheld  # the write tools of a read-only memory: not listed, refused
 
     def add_tool(self, fn: Callable[..., Any], name: str | None = None, *args: Any, **options: Any) -> None:

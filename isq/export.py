@@ -4,7 +4,10 @@ Format 2 (written now) records the SHA-256 of every file it writes in ``config.j
 (``files``), so a truncated or edited weight file or a missing tokenizer file is refused by
 name. Format 1 (the first committed exports) has no file checksums; it is read with the checks
 that need none: required files present, every tensor present, of its shape and finite, and the
-codebook equal to the recorded codebook checksum.
+codebook equal to the recorded codebook checksum. An export written since ``config_sha256`` was
+added records the SHA-256 of ``config.json``'s own fields too: they hold settings no file
+checksum covers and that change the codes (a LoRA adapter's ``lora_alpha``, a saved encoder's
+architecture); one written before it is read without that check.
 
 Nothing here imports the fingerprinter: :mod:`isq.fingerprint` builds on these functions.
 """
@@ -33,6 +36,8 @@ WEIGHTS_NAME = "model.safetensors"
 RUN_RECORD_NAME = "training_run.json"
 TOKENIZER_NAMES = ("tokenizer.json", "tokenizer_config.json")
 """What ``tokenizer.save_pretrained`` writes for a fast tokenizer (and format 1 requires)."""
+CONFIG_KEY = "config_sha256"
+"""The field of ``config.json`` holding the SHA-256 of its other fields (:func:`config_checksum`)."""
 META_FIELDS = {"isq_config": dict, "identity": dict, "frozen_encoder": bool}
 LEGACY_KEYS = {"codebook": "codebook.vectors"}
 """Format 1 stored the codebook as a bare tensor; it is now a Codebook module's buffer."""
@@ -49,6 +54,13 @@ class ExportExistsError(FileExistsError):
 class NonFiniteWeights(ValueError):
     """A tensor to export holds NaN or infinite values (the training diverged): nothing is written,
     since no fingerprinter could load it."""
+
+
+def config_checksum(meta: Mapping[str, Any]) -> str:
+    """SHA-256 of ``config.json``'s fields but :data:`CONFIG_KEY`, as JSON reads them back (keys
+    sorted, no spaces): the same for the fields written and the file's text read again."""
+    fields = json.loads(json.dumps({k: v for k, v in meta.items() if k != CONFIG_KEY}, default=str))
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def sha256_file(path: Path) -> str:
@@ -113,6 +125,7 @@ def write_directory(directory: Path, tensors: Mapping[str, Tensor], meta: dict[s
         files = sorted(p.name for p in staging.iterdir() if p.name != RUN_RECORD_NAME)
         meta = {"format_version": FORMAT_VERSION, **meta,
                 "files": {name: sha256_file(staging / name) for name in files}}
+        meta[CONFIG_KEY] = config_checksum(meta)
         (staging / CONFIG_NAME).write_text(json.dumps(meta, indent=2, default=str))
         if not overwrite:  # a rename fails onto a non-empty directory: nothing written meanwhile is lost
             try:
@@ -153,6 +166,9 @@ def read_meta(directory: Path) -> dict[str, Any]:
     for name, kind in META_FIELDS.items():
         if not isinstance(meta.get(name), kind):
             raise FingerprinterLoadError(f"{path}: field {name!r} is missing or not a {kind.__name__}")
+    if CONFIG_KEY in meta and meta[CONFIG_KEY] != config_checksum(meta):
+        raise FingerprinterLoadError(f"{path}: its fields differ from those field {CONFIG_KEY!r} was "
+                                     "computed from: the file was changed after export")
     files = meta.get("files") or {}
     if not isinstance(files, dict) or not all(isinstance(value, str) for value in files.values()):
         raise FingerprinterLoadError(f"{path}: field 'files' must map each file name to its SHA-256")

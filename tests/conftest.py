@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from isq.config import ISQConfig  # noqa: E402
 from isq.encoder import MINILM_ALIAS  # noqa: E402
+from isq.export import CONFIG_KEY, config_checksum  # noqa: E402
 
 
 def run_together(target, count: int) -> None:
@@ -23,6 +26,15 @@ def run_together(target, count: int) -> None:
         thread.start()
     for thread in threads:
         thread.join()
+
+
+def write_config(directory: Path, meta: dict) -> None:
+    """An export's ``config.json`` written as an edited but consistent export would hold it: its
+    checksum of its own fields (where it has one) recorded again, so that the checks behind that
+    one are those a test tries."""
+    if CONFIG_KEY in meta:
+        meta = {**meta, CONFIG_KEY: config_checksum(meta)}
+    (Path(directory) / "config.json").write_text(json.dumps(meta))
 
 
 def tiny_config(**overrides) -> ISQConfig:

@@ -12,6 +12,7 @@ import pytest
 
 from isq.export import FingerprinterLoadError, NonFiniteWeights, sha256_file
 from isq.fingerprint import Fingerprinter
+from tests.conftest import write_config
 
 
 @pytest.fixture
@@ -40,15 +41,33 @@ def test_an_edited_max_length_in_config_is_refused_by_the_encoder_identity(expor
     meta = json.loads((resaved / "config.json").read_text())
     assert "encoder_sha256" in json.dumps(meta["identity"])
     meta["isq_config"]["max_length"] = 16
+    meta.pop("config_sha256")  # as an export written before that field
     (resaved / "config.json").write_text(json.dumps(meta))
     with pytest.raises(FingerprinterLoadError, match="identity"):
         Fingerprinter.from_pretrained(resaved)
 
 
+@pytest.mark.parametrize(("field", "value"), [("lora_alpha", 256), ("max_length", 16)])
+def test_any_edited_field_of_a_new_exports_config_is_refused(export, tmp_path, field, value):
+    """A new export records the checksum of config.json's own fields: settings no file checksum
+    covers and the encoder identity does not hash (a LoRA adapter's lora_alpha scales its
+    weights) change the codes, so an edit is refused, naming the file and the field."""
+    resaved = Fingerprinter.from_pretrained(export).save_pretrained(tmp_path / "resaved")
+    text = (resaved / "config.json").read_text()
+    Fingerprinter.from_pretrained(resaved)  # as written: loads
+    meta = json.loads(text)
+    meta["isq_config"][field] = value
+    (resaved / "config.json").write_text(json.dumps(meta, indent=4))
+    with pytest.raises(FingerprinterLoadError, match=r"config.json: its fields differ .*'config_sha256'"):
+        Fingerprinter.from_pretrained(resaved)
+    (resaved / "config.json").write_text(json.dumps(json.loads(text), indent=4, sort_keys=True))
+    Fingerprinter.from_pretrained(resaved)  # only the fields count, not their layout
+
+
 def test_a_max_length_past_the_encoders_positions_is_a_load_error_naming_the_file(export):
     meta = json.loads((export / "config.json").read_text())
     meta["isq_config"]["max_length"] = 1024
-    (export / "config.json").write_text(json.dumps(meta))
+    write_config(export, meta)
     with pytest.raises(FingerprinterLoadError, match=r"config.json: cannot build the encoder .*512"):
         Fingerprinter.from_pretrained(export)
 
@@ -101,7 +120,7 @@ def test_an_export_with_a_nan_weight_is_refused(export, tmp_path):
     save_file(saved, str(weights), metadata={"format": "pt"})
     config = json.loads((tmp_path / "nan" / "config.json").read_text())
     config["files"]["model.safetensors"] = sha256_file(weights)
-    (tmp_path / "nan" / "config.json").write_text(json.dumps(config))
+    write_config(tmp_path / "nan", config)
     with pytest.raises(FingerprinterLoadError, match="NaN"):
         Fingerprinter.from_pretrained(tmp_path / "nan")
 

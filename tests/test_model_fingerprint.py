@@ -17,7 +17,7 @@ from isq.fingerprint import Fingerprinter
 from isq.model import ISQModel, info_nce
 from isq.projection import StrideOneProjection
 from isq.ranges import OutOfRange
-from tests.conftest import tiny_config
+from tests.conftest import tiny_config, write_config
 
 
 def assign(model: ISQModel, z: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -238,7 +238,7 @@ def rewrite_weights(path, tensors) -> None:
     save_file(tensors, str(path / "model.safetensors"))
     meta = json.loads((path / "config.json").read_text())
     meta["files"]["model.safetensors"] = sha256_file(path / "model.safetensors")
-    (path / "config.json").write_text(json.dumps(meta))
+    write_config(path, meta)
 
 
 def test_missing_tensor_is_named(exported, tmp_path):
@@ -292,7 +292,7 @@ def test_encoder_checksum_mismatch_is_refused(minilm_export):
     _, path = minilm_export
     meta = json.loads((path / "config.json").read_text())
     meta["encoder_reference"]["sha256"] = "0" * 64
-    (path / "config.json").write_text(json.dumps(meta))
+    write_config(path, meta)
     with pytest.raises(ValueError, match="SHA-256"):
         Fingerprinter.from_pretrained(path)
 

@@ -17,7 +17,7 @@ from isq.export import ExportExistsError, FingerprinterLoadError, sha256_file
 from isq.fingerprint import Fingerprinter
 from isq.fingerprint import main as fingerprint_main
 from isq.model import ISQModel
-from tests.conftest import tiny_config
+from tests.conftest import tiny_config, write_config
 from training.fit import main as fit_main
 from training.kmeans_control import main as kmeans_main
 
@@ -142,7 +142,7 @@ def as_format1(directory: Path) -> Path:
     meta = json.loads((directory / "config.json").read_text())
     del meta["files"]
     meta["format_version"] = 1
-    (directory / "config.json").write_text(json.dumps(meta))
+    write_config(directory, {k: v for k, v in meta.items() if k != "config_sha256"})
     return directory
 
 
@@ -169,7 +169,7 @@ def test_nan_weights_are_refused(copy: Path) -> None:
     meta = json.loads((copy / "config.json").read_text())
     if "files" in meta:  # record the new checksum: the NaN itself must be caught, not the edit
         meta["files"]["model.safetensors"] = sha256_file(copy / "model.safetensors")
-        (copy / "config.json").write_text(json.dumps(meta))
+        write_config(copy, meta)
     with pytest.raises(FingerprinterLoadError, match=f"{name} holds NaN"):
         Fingerprinter.from_pretrained(copy)
 
@@ -192,7 +192,7 @@ def test_truncated_weights_are_refused(copy: Path) -> None:
 def test_the_recorded_codebook_checksum_is_compared(copy: Path) -> None:
     meta = json.loads((copy / "config.json").read_text())
     meta["identity"]["codebook_sha256"] = "0" * 64
-    (copy / "config.json").write_text(json.dumps(meta))
+    write_config(copy, meta)
     with pytest.raises(FingerprinterLoadError, match="identity.codebook_sha256"):
         Fingerprinter.from_pretrained(copy)
 
@@ -203,7 +203,7 @@ def test_an_edited_config_that_changes_the_codes_is_refused(copy: Path, setting:
     every text's codes, which the recorded encoder identity catches."""
     meta = json.loads((copy / "config.json").read_text())
     meta["isq_config"].update(setting)
-    (copy / "config.json").write_text(json.dumps(meta))
+    write_config(copy, meta)
     with pytest.raises(FingerprinterLoadError, match="identity.encoder_sha256.*isq_config"):
         Fingerprinter.from_pretrained(copy)
 
@@ -212,7 +212,7 @@ def test_an_export_recorded_before_the_encoder_identity_loads(copy: Path) -> Non
     reference = Fingerprinter.from_pretrained(copy).fingerprint([TEXT])
     meta = json.loads((copy / "config.json").read_text())
     del meta["identity"]["encoder_sha256"]
-    (copy / "config.json").write_text(json.dumps(meta))
+    write_config(copy, meta)
     assert Fingerprinter.from_pretrained(copy).fingerprint([TEXT]) == reference
 
 
@@ -225,7 +225,7 @@ def test_an_export_recorded_before_the_encoder_identity_loads(copy: Path) -> Non
 def test_missing_or_mistyped_config_fields_are_named(copy: Path, edit, field: str) -> None:
     meta = json.loads((copy / "config.json").read_text())
     edit(meta)
-    (copy / "config.json").write_text(json.dumps(meta))
+    write_config(copy, meta)
     with pytest.raises(FingerprinterLoadError, match=f"config.json.*{field}"):
         Fingerprinter.from_pretrained(copy)
 

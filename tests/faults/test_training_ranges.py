@@ -23,7 +23,7 @@ from isq.fingerprint import Fingerprinter
 from isq.fingerprint import main as fingerprint_main
 from isq.model import ISQModel
 from isq.ranges import OutOfRange, Range
-from tests.conftest import tiny_config
+from tests.conftest import tiny_config, write_config
 from tests.test_fit import smoke_args
 from training.callbacks import ExportFingerprinter
 from training.data import RANGES as DATA_RANGES
@@ -85,7 +85,7 @@ def edited_export(tmp_path: Path, **isq_config: typing.Any) -> Path:
     path = directory / "config.json"
     meta = json.loads(path.read_text())
     meta["isq_config"].update(isq_config)
-    path.write_text(json.dumps(meta))
+    write_config(directory, meta)
     return directory
 
 

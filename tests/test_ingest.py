@@ -397,11 +397,20 @@ def test_malformed_locomo_names_file_and_place(tmp_path):
         (lambda c: c["conversation"]["session_2"][0].update(dia_id="D1:1"),
          r"\(conv-t\): duplicate dia_id 'D1:1'"),
         (lambda c: c.pop("qa"), r".*missing field 'qa'"),
+        (lambda c: c["conversation"].update(speaker_b=c["conversation"]["speaker_a"] + " "),
+         r".*field 'conversation.speaker_b': .* is speaker_a's name too"),
+        (lambda c: c["conversation"].update(session_01=c["conversation"]["session_1"]),
+         r".*fields 'conversation.session_1' and 'conversation.session_01' are the same session 1"),
         (lambda c: c["qa"][0].update(category="two"), r".*qa 0: field 'category' must be int"),
     ]
     for change, message in cases:
         with pytest.raises(InputFormatError, match=r"bad\.json: conversation 1 " + message):
             load_locomo(mutated(change))
+    padded = locomo_fixture()  # a session key written with a leading zero is that session, as written
+    body = padded[0]["conversation"]
+    body["session_01"], body["session_01_date_time"] = body.pop("session_1"), body.pop("session_1_date_time")
+    (conversation,) = load_locomo(write_json(tmp_path / "padded.json", padded))
+    assert [session.session_id for session in conversation.sessions][:2] == ["session_01", "session_2"]
 
 
 def jsonl_line(**overrides) -> str:

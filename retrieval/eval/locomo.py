@@ -105,10 +105,18 @@ def _parse_conversation(item: Any, where: str) -> LocomoConversation:
     body = _mapping(_field(item, "conversation", dict, where), f"{where}: field 'conversation'")
     speaker_a = _field(body, "speaker_a", str, f"{where}: conversation")
     speaker_b = _field(body, "speaker_b", str, f"{where}: conversation")
-    numbers = sorted(int(m[1]) for key in body if (m := _SESSION_KEY.match(key)))
+    if speaker_a.strip() == speaker_b.strip():
+        raise InputFormatError(f"{where}: field 'conversation.speaker_b': {speaker_b!r} is speaker_a's name "
+                               "too; a conversation's two speakers need two names (its statements name them)")
+    keys: dict[int, str] = {}
+    for key in body:
+        if (m := _SESSION_KEY.match(key)) is None:
+            continue
+        if (earlier := keys.setdefault(int(m[1]), key)) != key:
+            raise InputFormatError(f"{where}: fields 'conversation.{earlier}' and 'conversation.{key}' are "
+                                   f"the same session {int(m[1])}; give each session one key")
     sessions = []
-    for number in numbers:
-        session_id = f"session_{number}"
+    for number, session_id in sorted(keys.items()):
         turns_raw = _field(body, session_id, list, f"{where}: conversation")
         if not turns_raw:
             continue

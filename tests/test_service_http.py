@@ -404,6 +404,8 @@ def test_a_405_allows_every_method_its_path_takes(api: Api) -> None:
     response = api.alice.post("/v1/memories/alice:absent:0", json={})
     assert response.status_code == 405
     assert set(response.headers["allow"].split(", ")) == {"GET", "DELETE"}
+    assert api.alice.get("/mcp").headers["allow"] == "POST"
+    assert set(api.alice.post("/openapi.json").headers["allow"].split(", ")) == {"GET", "HEAD"}
 
 
 def test_the_schema_documents_every_refusal_a_route_can_give(api: Api) -> None:

@@ -81,7 +81,8 @@ class BodyLimit:
                                             "send JSON in UTF-8")
             return
         mcp = scope.get("path") == MCP_PATH
-        if mcp and (why := unsupported_type(headers.get(b"content-type"))) is not None:
+        posted = mcp and scope.get("method") == "POST"  # other methods are 405 (the route takes POST only)
+        if posted and (why := unsupported_type(headers.get(b"content-type"))) is not None:
             await _refuse(scope, send, 415, why)
             return
         try:

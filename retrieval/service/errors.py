@@ -100,8 +100,8 @@ async def _http(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code in (404, 405):  # routing's answers: the routes' own refusals are the memory's
         verb = "serves" if exc.status_code == 404 else f"takes {request.method} at"
         headers = dict(exc.headers or {})
-        if exc.status_code == 405:
-            headers["Allow"] = ", ".join(_allowed(request))
+        if exc.status_code == 405 and (allowed := _allowed(request)):
+            headers["Allow"] = ", ".join(allowed)
         return error_response(exc.status_code, f"no route {verb} {request.url.path} (see /docs)", "path",
                               headers=headers)
     if exc.status_code == 400 and exc.detail != TWO_KEYS:  # FastAPI could not read the body
@@ -111,13 +111,13 @@ async def _http(request: Request, exc: Exception) -> JSONResponse:
 
 
 def _allowed(request: Request) -> list[str]:
-    """The methods of every route of the request's path (``app.state.routes``, the routers' own):
-    Starlette's ``Allow`` names only those of the first route it matched (``GET`` of
-    ``/v1/memories/{memory_id}``, not its ``DELETE``)."""
+    """The methods of every route of the request's path, the app's own (``/mcp``, ``/docs``) and
+    its routers' (``app.state.routes``): Starlette's ``Allow`` names only those of the first route
+    it matched (``GET`` of ``/v1/memories/{memory_id}``, not its ``DELETE``)."""
     methods: set[str] = set()
-    for route in request.app.state.routes:
+    for route in (*request.app.router.routes, *request.app.state.routes):
         if route.matches(request.scope)[0] != Match.NONE:
-            methods |= route.methods
+            methods |= set(getattr(route, "methods", None) or ())  # an included router has none
     return sorted(methods)
 
 

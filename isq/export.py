@@ -1,13 +1,13 @@
 """The fingerprinter directory on disk: atomic, never-overwriting writes and verified reads.
 
-Format 2 (written now) records the SHA-256 of every file it writes in ``config.json``
+Format 3 (written now) records the SHA-256 of every file it writes in ``config.json``
 (``files``), so a truncated or edited weight file or a missing tokenizer file is refused by
-name. Format 1 (the first committed exports) has no file checksums; it is read with the checks
-that need none: required files present, every tensor present, of its shape and finite, and the
-codebook equal to the recorded codebook checksum. An export written since ``config_sha256`` was
-added records the SHA-256 of ``config.json``'s own fields too: they hold settings no file
-checksum covers and that change the codes (a LoRA adapter's ``lora_alpha``, a saved encoder's
-architecture); one written before it is read without that check.
+name, and the SHA-256 of ``config.json``'s own fields (``config_sha256``): they hold settings no
+file checksum covers and that change the codes (a LoRA adapter's ``lora_alpha``, a saved
+encoder's architecture). Format 2 (the committed exports) has the file checksums only. Format 1
+(the first exports) has no checksums; it is read with the checks that need none: required files
+present, every tensor present, of its shape and finite, and the codebook equal to the recorded
+codebook checksum.
 
 Nothing here imports the fingerprinter: :mod:`isq.fingerprint` builds on these functions.
 """
@@ -29,8 +29,8 @@ from torch import Tensor
 
 from isq.identity import ENCODER_KEY, IDENTITY_KEYS
 
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 RUN_RECORD_NAME = "training_run.json"
@@ -166,14 +166,14 @@ def read_meta(directory: Path) -> dict[str, Any]:
     for name, kind in META_FIELDS.items():
         if not isinstance(meta.get(name), kind):
             raise FingerprinterLoadError(f"{path}: field {name!r} is missing or not a {kind.__name__}")
-    if CONFIG_KEY in meta and meta[CONFIG_KEY] != config_checksum(meta):
+    if meta["format_version"] >= 3 and meta.get(CONFIG_KEY) != config_checksum(meta):
         raise FingerprinterLoadError(f"{path}: its fields differ from those field {CONFIG_KEY!r} was "
-                                     "computed from: the file was changed after export")
+                                     "computed from (or it has none): the file was changed after export")
     files = meta.get("files") or {}
     if not isinstance(files, dict) or not all(isinstance(value, str) for value in files.values()):
         raise FingerprinterLoadError(f"{path}: field 'files' must map each file name to its SHA-256")
     required = [WEIGHTS_NAME, *TOKENIZER_NAMES] if meta["format_version"] == 1 else list(files)
-    if meta["format_version"] == 2 and WEIGHTS_NAME not in required:
+    if meta["format_version"] >= 2 and WEIGHTS_NAME not in required:
         raise FingerprinterLoadError(f"{path}: field 'files' does not list {WEIGHTS_NAME}")
     for name in required:
         if not (directory / name).is_file():

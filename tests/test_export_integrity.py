@@ -41,7 +41,8 @@ def test_an_edited_max_length_in_config_is_refused_by_the_encoder_identity(expor
     meta = json.loads((resaved / "config.json").read_text())
     assert "encoder_sha256" in json.dumps(meta["identity"])
     meta["isq_config"]["max_length"] = 16
-    meta.pop("config_sha256")  # as an export written before that field
+    meta.pop("config_sha256")  # as an export written before that field (format 2)
+    meta["format_version"] = 2
     (resaved / "config.json").write_text(json.dumps(meta))
     with pytest.raises(FingerprinterLoadError, match="identity"):
         Fingerprinter.from_pretrained(resaved)
@@ -62,6 +63,10 @@ def test_any_edited_field_of_a_new_exports_config_is_refused(export, tmp_path, f
         Fingerprinter.from_pretrained(resaved)
     (resaved / "config.json").write_text(json.dumps(json.loads(text), indent=4, sort_keys=True))
     Fingerprinter.from_pretrained(resaved)  # only the fields count, not their layout
+    meta.pop("config_sha256")  # and the check is no line to delete
+    (resaved / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(FingerprinterLoadError, match=r"'config_sha256' was computed from \(or it has none\)"):
+        Fingerprinter.from_pretrained(resaved)
 
 
 def test_a_max_length_past_the_encoders_positions_is_a_load_error_naming_the_file(export):

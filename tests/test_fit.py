@@ -332,6 +332,23 @@ def test_a_warm_up_longer_than_the_run_and_a_run_no_validation_chose_are_said(tm
     assert Fingerprinter.from_pretrained(exported(cli)).run_record["checkpoint"] is None
 
 
+def test_the_warm_up_note_names_the_highest_rate_the_schedule_reaches():
+    from transformers import get_cosine_with_min_lr_schedule_with_warmup
+
+    from training.fit import warm_up_note
+
+    warmup, max_steps = 20, 5
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    schedule = get_cosine_with_min_lr_schedule_with_warmup(optimizer, warmup, max_steps, min_lr_rate=0.1)
+    rates = []
+    for _ in range(max_steps):  # the rate each optimizer step uses, then the scheduler's step
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    [note] = warm_up_note({"warmup_steps": warmup}, {"max_steps": max_steps})
+    assert note.endswith(f"at most {max(rates):.2f} of their peak"), (note, rates)
+
+
 def test_token_lengths_past_the_encoders_positions_are_one_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as refused:
         main(["--config", str(REPO / "configs" / "isq_minilm_dailydialog_cpu.yaml"),

@@ -157,8 +157,9 @@ def warm_up_note(model: Any, trainer: Any) -> list[str]:
     reaches its peak (the configs' 100- and 500-step warm-ups cut short by a small ``max_steps``)."""
     warmup, max_steps = model.get("warmup_steps"), trainer.get("max_steps")
     if isinstance(warmup, int) and isinstance(max_steps, int) and 0 < max_steps <= warmup:
+        # the rate of optimizer step i (from 0) is i / warmup of its peak: the last is max_steps - 1
         return [f"note: --model.warmup_steps {warmup} is not below --trainer.max_steps {max_steps}: the "
-                f"learning rates stay in their warm-up, at most {max_steps / warmup:.2f} of their peak"]
+                f"learning rates stay in their warm-up, at most {(max_steps - 1) / warmup:.2f} of their peak"]
     return []
 
 

@@ -16,7 +16,7 @@ import pickle
 import sys
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from lightning import Trainer
@@ -44,6 +44,19 @@ REFUSED_PRECISION = {"16": _FP16, "16-mixed": _FP16, "16-true": _FP16, "bf16": _
 
 def default_precision() -> str:
     return "bf16-mixed" if torch.cuda.is_available() else "32-true"
+
+
+class OneLineErrors(LightningArgumentParser):
+    """The parser of ``python -m training.fit``: a malformed config file or an unknown option ends
+    with one ``error:`` line, not after the 89 lines of usage (``--help`` prints them) and a YAML
+    parser's report over several lines."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error:  # jsonargparse trying a parse it may recover from: the exception
+            super().error(message, ex)
+        sys.stderr.write(f"error: {' '.join(message.split())} (python -m training.fit --help lists the "
+                         "options)\n")
+        self.exit(2)
 
 
 class ISQCLI(LightningCLI):
@@ -283,7 +296,8 @@ def main(args: list[str] | None = None) -> ISQCLI:
     cli: ISQCLI | None = None
     try:
         cli = ISQCLI(
-            ISQLightningModule, DialogueDataModule, run=False, args=args, save_config_callback=RunConfigSaver,
+            ISQLightningModule, DialogueDataModule, run=False, args=args, parser_class=OneLineErrors,
+            save_config_callback=RunConfigSaver,
             save_config_kwargs={"overwrite": True}, seed_everything_default=0,
             parser_kwargs={"default_config_files": [str(DEFAULTS)], "prog": "python -m training.fit"},
         )

@@ -132,6 +132,15 @@ def test_fit_refuses_out_of_range_values_in_one_line(tmp_path, capsys, flag, val
     assert not (tmp_path / "runs").exists(), "a refused run must not leave a run directory"
 
 
+@pytest.mark.parametrize("config", ["model:\n  bogus_key: 1\n", "model: [unclosed\n"])
+def test_an_unknown_key_or_malformed_config_is_its_error_line_alone(tmp_path, capsys, config):
+    (tmp_path / "bad.yaml").write_text(config)
+    with pytest.raises(SystemExit) as exit_info:
+        fit_main(smoke_args(tmp_path, 1, "--config", str(tmp_path / "bad.yaml")))
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+
+
 def test_max_steps_below_the_validation_interval_still_validates_and_records_the_checkpoint(tmp_path, capsys):
     cli = fit_main(smoke_args(tmp_path, 2, "--trainer.val_check_interval", "50"))
     assert "validating after batch 2 instead" in capsys.readouterr().err

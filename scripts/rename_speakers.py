@@ -36,9 +36,10 @@ def write(source: Path, out: Path, pairs: list[str]) -> None:
     if not names or any(not old or not new for old, new in names.items()):
         raise SystemExit("error: give one or more OLD=NEW pairs, neither side empty")
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b")
-    data = json.loads(source.read_text(encoding="utf-8"))
-    out.write_text(json.dumps(renamed(data, pattern, names), ensure_ascii=False), encoding="utf-8")
-    print(f"wrote {out}: {len(pattern.findall(source.read_text(encoding='utf-8')))} names replaced")
+    text = source.read_text(encoding="utf-8")
+    data = renamed(json.loads(text), pattern, names)
+    out.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    print(f"wrote {out}: {len(pattern.findall(text))} names replaced")
 
 
 def align(base: Path, other: Path, out: Path) -> None:

@@ -98,7 +98,7 @@ class MemoryModels:
         try:
             sole = not read_only and not store.concurrent_writers
             unbuilt = sole and not store.holds_turns()
-            unextracted = unbuilt or (sole and not store.users_with_segments())
+            unextracted = sole and not store.users_with_segments()  # no turns: no segments either
             for key, value in bindings.items():
                 saved = store.meta(key)
                 checked = key == "embedder" or (key == "fingerprinter" and self.fingerprinter is not None)

@@ -105,8 +105,8 @@ def select_questions(conversation: LocomoConversation, report: EvidenceReport) -
     where its ``dia_id`` is written so), which the hits name."""
     known: dict[str, str] = {}
     for turn in conversation.turns:
-        for canonical in parse_evidence([turn.turn_id]).ids[:1]:
-            known.setdefault(canonical, turn.turn_id)
+        if canonical := parse_evidence([turn.turn_id]).ids:
+            known.setdefault(canonical[0], turn.turn_id)
     selected = []
     for index, qa in enumerate(conversation.questions):
         if qa.category not in CATEGORY_NAMES:

@@ -27,6 +27,7 @@ from jsonschema.exceptions import best_match
 from openai.types.chat import ChatCompletion
 
 from retrieval.llm_usage import LLMUsage
+from retrieval.memory import strict_json
 from retrieval.memory.records import lone_surrogate
 from retrieval.memory.targets import redacted
 
@@ -317,11 +318,11 @@ def _check_endpoint(base_url: str) -> None:
         parts = urlsplit(base_url)
         parts.port  # noqa: B018 - reading it checks the port
     except ValueError as err:
-        raise ValueError(f"the LLM endpoint base_url (ISQ_LLM_BASE_URL) {base_url!r} is not a URL: "
-                         f"{err}") from None
+        raise ValueError(f"the LLM endpoint base_url (ISQ_LLM_BASE_URL) {redacted(base_url)!r} is not a "
+                         f"URL: {err}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"the LLM endpoint base_url (ISQ_LLM_BASE_URL) {base_url!r} is not an http(s) "
-                         "URL with a host")
+        raise ValueError(f"the LLM endpoint base_url (ISQ_LLM_BASE_URL) {redacted(base_url)!r} is not an "
+                         "http(s) URL with a host")
 
 
 def one_line(text: str) -> str:
@@ -333,11 +334,15 @@ def one_line(text: str) -> str:
 def json_answer(content: str, validator: Draft202012Validator) -> Any:
     """The JSON value of an answer, checked against ``validator``; a markdown code fence around it
     is removed (some models add one despite the instruction). :class:`InvalidResponse` says what
-    is wrong, so the request is retried."""
+    is wrong, so the request is retried: JSON that is malformed, or that the memory would refuse in
+    a request (:mod:`retrieval.memory.strict_json`: a key given twice, nesting too deep, a number
+    too long to read)."""
     try:
-        answer = json.loads(re.sub(r"^\s*```(?:json)?\s*|\s*```\s*$", "", content))
+        answer = strict_json.loads(re.sub(r"^\s*```(?:json)?\s*|\s*```\s*$", "", content))
     except json.JSONDecodeError as err:
         raise InvalidResponse(f"content is not JSON: {err}") from None
+    except strict_json.JSONRefused as err:
+        raise InvalidResponse(f"content: {err}") from None
     error = best_match(validator.iter_errors(answer))
     if error is not None:
         where = "/".join(str(part) for part in error.path) or "(root)"

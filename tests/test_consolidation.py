@@ -525,6 +525,8 @@ def test_consolidate_cli(store_dir: Path, tmp_path: Path, capsys, monkeypatch) -
         (llm, "needs base_url", None),
         (llm, "'http://[::1/v1' is not a URL", "http://[::1/v1"),
         (llm, "is not an http(s) URL with a host", "localhost:8000/v1"),
+        (llm, "'http://admin:***@127.0.0.1:99999/v1' is not a URL", "http://admin:pw42@127.0.0.1:99999/v1"),
+        (llm, "'http://***@[::1/v1' is not a URL", "http://admin:pw42@[::1/v1"),
     ]:
         monkeypatch.delenv("ISQ_LLM_BASE_URL", raising=False)
         monkeypatch.setenv("ISQ_LLM_MODEL", "m")
@@ -532,7 +534,7 @@ def test_consolidate_cli(store_dir: Path, tmp_path: Path, capsys, monkeypatch) -
             monkeypatch.setenv("ISQ_LLM_BASE_URL", endpoint)
         assert consolidate_main(argv) == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and err.startswith("error: ") and message in err
+        assert err.count("\n") == 1 and err.startswith("error: ") and message in err and "pw42" not in err
     assert not (tmp_path / "missing").exists()
 
 

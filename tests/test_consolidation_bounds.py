@@ -170,3 +170,29 @@ def test_an_invented_name_after_a_semicolon_or_an_amount_in_words_is_refused(mer
     from retrieval.consolidation.fidelity import added_content
 
     assert added_content([_amu("a", "Ann loves green tea.")], _amu("m", merged)) == added
+
+
+def test_an_entity_or_event_time_no_member_has_is_refused():
+    """The evidence indexes file a merged record under its entities and event times: an entity no
+    member names, or a time that meets none of the members' times, is as invented as a name in its
+    text; a coarser or overlapping time of theirs is kept."""
+    from retrieval.consolidation.fidelity import added_content
+
+    members = [_amu("a", "Ann ran the city marathon.", entities=("Ann",), timestamps=("2023-05-07",)),
+               _amu("b", "Ann finished the marathon with Bob.", entities=("Ann",))]
+    invented = _amu("m", "Ann ran the city marathon with Bob.", entities=("Ann", "Bob", "Paris", "marathon"),
+                    timestamps=("2023-05", "1999-12-31", "2023-05-08/2023-06-01"))
+    assert added_content(members, invented) == ["entity 'Paris'", "time '1999-12-31'",
+                                                "time '2023-05-08/2023-06-01'"]
+    kept = _amu("m", "Ann ran the city marathon with Bob.", entities=("Bob",),
+                timestamps=("2023", "2023-W18", "2023-05-06/2023-05-07"))
+    assert added_content(members, kept) == []
+
+
+def test_a_run_of_thousands_of_digits_is_compared_as_a_number_without_reading_it():
+    """Past Python's 4,300-digit limit ``int`` refuses a digit run; the comparison needs none."""
+    from retrieval.consolidation.fidelity import added_content
+
+    run = "9" * 5000
+    assert added_content([_amu("a", "Ann paid 5 dollars.")], _amu("m", f"Ann paid {run} dollars.")) == [repr(run)]
+    assert added_content([_amu("a", f"Ann's code is 00{run}.")], _amu("m", f"Ann's code is {run}.")) == []

@@ -17,7 +17,7 @@ from retrieval.extract.dates import dated_absolutes, resolve_relative_dates
 from retrieval.extract.llm_extractor import MAX_RECORDS_PER_TURN, LLMExtractor
 from retrieval.extract.pronouns import resolve_pronouns
 from retrieval.extract.rules import RuleExtractor, content_words, is_informative, temporal_scope
-from retrieval.llm_client import RETRY_AFTER_MAX_S, ChatClient, EndpointRefused, InvalidResponse
+from retrieval.llm_client import RETRY_AFTER_MAX_S, ChatClient, EndpointRefused, InvalidResponse, json_answer
 from retrieval.memory.records import MAX_TURN_CHARS, MAX_WRITTEN_KEYS, Exchange, Segment, Turn
 from tests.fake_chat import DROP, FakeChatServer, completion_body
 
@@ -679,3 +679,17 @@ def test_a_speaker_whose_name_ends_in_punctuation_is_found_as_a_name():
     amus = RuleExtractor().extract(segment, ReferenceContext(("C.J.", "Ann"))).amus
     assert [amu.text for amu in amus] == ["C.J. adopted a puppy named Max."]
     assert find_entities("C.J. adopted a puppy.", ("C.J.", "Ann")) == ["C.J."]
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    ("[" * 100_000 + "]" * 100_000, "JSON nested too deep"),
+    ('{"records": ' + "9" * 5000 + "}", "a number of more than"),
+    ('{"records": [], "records": 1}', "key 'records' is given twice"),
+])
+def test_json_the_memory_would_refuse_in_a_request_is_an_unusable_answer(content: str, why: str) -> None:
+    """Such an answer is retried (:class:`InvalidResponse`), not raised out of the extraction or
+    the consolidation run as a ``RecursionError`` or a ``ValueError``."""
+    from jsonschema import Draft202012Validator
+
+    with pytest.raises(InvalidResponse, match=f"content: {why}"):
+        json_answer(content, Draft202012Validator({}))

@@ -11,8 +11,10 @@ covers every turn. So a merge must also state what each member stated, at least:
 
 and it may state no name or number that none of them states in its text, entities or dates
 (:func:`added_content`: an operator that invents a person or an amount; a capitalised word
-opening a sentence is not taken for a name, so a sentence that begins with one passes), and it
-may absorb at most :data:`MAX_MERGE_MEMBERS` AMUs. The engine refuses a draft that breaks
+opening a sentence is not taken for a name, so a sentence that begins with one passes), nor give
+itself an entity no member names or an event time that meets none of its members' times (the
+evidence indexes file a record under its entities and times), and it may absorb at most
+:data:`MAX_MERGE_MEMBERS` AMUs. The engine refuses a draft that breaks
 these (the members stay active), and the audit checks every forwarded AMU against the active
 end of its chain, so settings loose enough to lump unrelated facts fail loudly, not silently.
 """
@@ -20,7 +22,8 @@ end of its chain, so settings loose enough to lump unrelated facts fail loudly, 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 
 from retrieval.consolidation.prefix import strip_prefix
 from retrieval.index.stopwords import STOPWORDS
@@ -75,22 +78,35 @@ def _names_in(text: str) -> list[str]:
 
 def _numbers_in(text: str, words: Mapping[str, str] = _CARDINALS) -> set[str]:
     """The numbers ``text`` writes: digit runs without leading zeros ("2023-05-07" is 2023, 5 and
-    7; "5,000" is 5000; "3pm" holds 3) and the number ``words`` it uses."""
-    digits = {str(int(run)) for run in _DIGITS.findall(_GROUPING.sub("", text))}
+    7; "5,000" is 5000; "3pm" holds 3) and the number ``words`` it uses. Compared as text: a
+    run of thousands of digits is a number too, past what ``int`` reads."""
+    digits = {run.lstrip("0") or "0" for run in _DIGITS.findall(_GROUPING.sub("", text))}
     return digits | {words[word] for word in _LETTERS.findall(text.casefold()) if word in words}
 
 
-def _dates_written(amu: AMU) -> list[str]:
-    """The AMU's dates (stated, observed, referred to, valid) as a text may write them: each day
-    an interval starts and ends on as its year (also as two digits), month and day numbers, month
-    and weekday names, and a stated time of day's hour (24- and 12-hour) and minute."""
-    values = (*amu.timestamps, amu.observed_at, amu.t_ref, amu.valid_from, amu.valid_to)
-    words: list[str] = []
-    for value in filter(None, values):
+def _times(amu: AMU) -> list[str]:
+    """The AMU's time values: its dates stated, observed, referred to and valid from and to."""
+    return [value for value in (*amu.timestamps, amu.observed_at, amu.t_ref, amu.valid_from, amu.valid_to)
+            if value]
+
+
+def _intervals(values: Iterable[str]) -> list[tuple[str, tuple[datetime, datetime]]]:
+    """Each time value that parses, with its interval (:func:`time_interval`)."""
+    parsed = []
+    for value in values:
         try:
-            days = time_interval(value)
+            parsed.append((value, time_interval(value)))
         except ValueError:
             continue
+    return parsed
+
+
+def _dates_written(amu: AMU) -> list[str]:
+    """The AMU's dates (:func:`_times`) as a text may write them: each day an interval starts and
+    ends on as its year (also as two digits), month and day numbers, month and weekday names, and
+    a stated time of day's hour (24- and 12-hour) and minute."""
+    words: list[str] = []
+    for value, days in _intervals(_times(amu)):
         words += [part for day in days for part in (
             str(day.year), f"{day.year % 100:02d}", str(day.month), str(day.day), day.strftime("%B"),
             day.strftime("%b"), "Sept" if day.month == 9 else "", day.strftime("%A"))]
@@ -102,13 +118,20 @@ def _dates_written(amu: AMU) -> list[str]:
 def added_content(members: Sequence[AMU], merged: AMU) -> list[str]:
     """The names and numbers ``merged`` states that no member states in its text, its entities or
     its dates (names as whole words and case-insensitively, numbers as numbers, a number word
-    standing for its digits); a merged text's time prefix, which the engine writes, left out."""
+    standing for its digits; a merged text's time prefix, which the engine writes, left out), then
+    its entities that none of those name and its event times (``timestamps``) that overlap none of
+    the members' times (:func:`_times`: "2023-05" from a member's "2023-05-07" is kept)."""
     stated = " ".join(" ".join([strip_prefix(member.text), *member.entities, *_dates_written(member)])
                       for member in members)
     numbers = _numbers_in(stated, {**_CARDINALS, **_ALSO_NUMBERS})
     text = strip_prefix(merged.text)
     names = [name for name in dict.fromkeys(_names_in(text)) if not _names(stated, name)]
-    return [repr(claim) for claim in names + sorted(_numbers_in(text) - numbers, key=int)]
+    claims = [repr(claim) for claim in names + sorted(_numbers_in(text) - numbers, key=lambda n: (len(n), n))]
+    entities = [f"entity {entity!r}" for entity in merged.entities if not _names(stated, entity)]
+    held = [days for member in members for _, days in _intervals(_times(member))]
+    times = [f"time {value!r}" for value, (start, end) in _intervals(merged.timestamps)
+             if not any(start <= last and first <= end for first, last in held)]
+    return claims + entities + times
 
 
 def merge_problems(members: Sequence[AMU], merged: AMU, forwarded: Sequence[AMU] = ()) -> list[str]:

@@ -31,7 +31,10 @@ def redacted(target: str | Path) -> str:
     text = str(target)
     if url_scheme(text) is None:
         return text
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # unparsable (a bracket left open): whatever stands between "//" and "@" goes
+        return re.sub(r"(?<=//)[^/?#]*@", "***@", text, count=1)
     if parts.password is None:
         return text
     host = parts.netloc.rpartition("@")[2]

@@ -60,7 +60,8 @@ class ISQConfig:
     """Weight of an optional contrastive predictive-coding term (not in the papers,
     docs/design.md §1.10; 0 = off): InfoNCE between the soft code bags
     (:meth:`isq.quantizer.EMAQuantizer.code_distribution`) of each context and of its own next turn,
-    the other next turns of the batch as negatives. It rewards what Path B's code matching needs:
+    symmetric: each context against the batch's next turns and each next turn against its contexts
+    (the others as negatives). It rewards what Path B's code matching needs:
     related utterances sharing codes."""
     nce_temperature: float = 0.1
     entropy_temperature: float = 1.0

@@ -151,6 +151,29 @@ def test_a_write_waits_a_bounded_time_for_a_stuck_transaction_and_a_flush_waits_
         assert not flush.is_alive() and flushed[0].amu_ids  # type: ignore[attr-defined]
 
 
+def test_a_read_waits_a_bounded_time_for_a_table_locked_whole(postgres_url, monkeypatch):
+    """``VACUUM FULL`` (``retrieval.store compact``) or a migration locks a table whole: a search
+    and an add, whose reads run outside any transaction, wait for it a bounded time, then fail as
+    the store's fault (503 over HTTP), and go through once it is let go."""
+    import psycopg
+
+    from retrieval.api.errors import StoreUnavailable
+    from retrieval.memory.postgres import database
+
+    monkeypatch.setattr(database, "LOCK_WAIT_S", 1.0)
+    with open_memory(postgres_url) as mem, psycopg.connect(postgres_url, autocommit=True) as other:
+        mem.add(chat("u", 4), user_id="u", session_id="s")
+        for table in ("commits", "turns"):
+            with other.transaction():
+                other.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+                with pytest.raises(StoreUnavailable, match="waited longer than its lock timeout"):
+                    mem.search("gardens", user_id="u", k=3)
+                with pytest.raises(StoreUnavailable, match="waited longer than its lock timeout"):
+                    mem.add(chat("v", 1), user_id="u", session_id="s")
+        assert mem.search("story number 3 gardens", user_id="u", k=3).hits
+        assert mem.add(chat("v", 1), user_id="u", session_id="s").turn_ids == ("v-0",)
+
+
 def test_flushes_held_in_extraction_leave_the_pool_and_the_other_users_alone(postgres_url, monkeypatch):
     """Five users' flushes whose extraction waits (an LLM taking its time) on a pool of six: each
     lock holder reads and commits on its lock's connection, and two flushes hold locks at a time

@@ -71,11 +71,13 @@ and reconnects on the next call's demand: once the database is back, a call wait
 one pause of these retries, not for a backoff grown to a minute."""
 
 LOCK_WAIT_S = 30.0
-"""How long a write transaction waits for the locks it takes (the user's, a commit counter's row)
-before its store fault: another transaction holds them only while it runs, so a longer wait is a
-node that stopped inside one, and a wait without end would hold the caller's thread, then the
-server's others behind it. The ingestion lock is waited for without bound: another node holds it
-for as long as it processes the user's backlog (:meth:`Database.advisory_lock`)."""
+"""How long a statement waits for a lock before its store fault: a write transaction for the locks
+it takes (the user's, a commit counter's row), which another transaction holds only while it runs,
+so a longer wait is a node that stopped inside one; a read for a table another connection locked
+whole (``VACUUM FULL``, as ``retrieval.store compact`` runs it, or a migration). A wait without end
+would hold the caller's thread, then the server's others behind it. The ingestion lock is waited
+for without bound: another node holds it for as long as it processes the user's backlog
+(:meth:`Database.advisory_lock`)."""
 
 KEEPALIVE = {"tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3",
              "tcp_user_timeout": "30000"}
@@ -99,8 +101,11 @@ def _lock_timeout(conn: Connection, seconds: float) -> None:
 
 
 def _configure(conn: Connection) -> None:
-    """Each new connection of the pool: the server's keepalive checks (:data:`KEEPALIVE`; a server
-    that has no such setting, ``tcp_user_timeout`` before PostgreSQL 12, skips it)."""
+    """Each new connection of the pool: its lock waits bounded by :data:`LOCK_WAIT_S` (a write
+    transaction sets the same for itself, the ingestion lock's wait none), and the server's
+    keepalive checks (:data:`KEEPALIVE`; a server that has no such setting, ``tcp_user_timeout``
+    before PostgreSQL 12, skips it)."""
+    conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{round(LOCK_WAIT_S * 1000)}ms",))
     for name, value in KEEPALIVE.items():
         try:
             conn.execute("SELECT set_config(%s, %s, false)", (name, value))
@@ -142,10 +147,10 @@ class Database:
                 with self.pool.connection() as conn:
                     yield cast(Connection, conn)  # the pool's connections read rows as dicts
         except psycopg.errors.LockNotAvailable as err:
-            raise StoreFault(f"{self.where}: a statement waited longer than its lock timeout for a lock "
-                             f"another connection holds (a write transaction waits {LOCK_WAIT_S:.0f} s a "
-                             "lock: a node that stopped inside one?); its transaction committed nothing: "
-                             "retry later") from err
+            raise StoreFault(f"{self.where}: a statement waited longer than its lock timeout "
+                             f"({LOCK_WAIT_S:.0f} s) for a lock another connection holds (a node that "
+                             "stopped inside a write transaction? a table being compacted?); its "
+                             "transaction committed nothing: retry later") from err
         except psycopg.OperationalError as err:
             if not outage(err):
                 raise

@@ -213,6 +213,13 @@ def test_jobs_are_the_users_own(api: Api) -> None:
     job_id = accepted.json()["job_id"]
     job = api.bob.get(f"/v1/jobs/{job_id}")
     assert job.status_code == 200 and job.json()["status"] in ("queued", "running", "done")
+    for _ in range(600):
+        if (job := api.bob.get(f"/v1/jobs/{job_id}").json())["status"] in ("done", "failed"):
+            break
+        time.sleep(0.1)
+    progress = job["progress"]  # in the service's words: records, and no user field
+    assert job["status"] == "done" and progress["records_before"] >= progress["records_active_after"] >= 1
+    assert not [name for name in progress if "amu" in name or "user" in name]
     assert api.alice.get(f"/v1/jobs/{job_id}").status_code == 404
     assert api.alice.get("/v1/jobs/999999").status_code == 404
     assert api.alice.post("/v1/consolidate").status_code == 202  # no body: the whole user
@@ -487,6 +494,9 @@ def test_mcp_over_http_takes_the_user_from_the_key(api: Api) -> None:
     assert tools["memory_forget"].annotations.destructive_hint
     assert tools["memory_search"].annotations.read_only_hint
     assert f"{limits.MAX_BODY_BYTES:,} bytes" in tools["memory_add"].description
+    assert all("  " not in tool.description and "\n" not in tool.description and "``" not in tool.description
+               for tool in tools.values())  # plain text for the agent's model, not a docstring's layout
+    assert "(`explain`: how each was found)" in tools["memory_search"].description
     assert added["turn_ids"] and "kayak" in json.dumps(found) and BOB_CANARY not in json.dumps(found)
     assert all(hit["explain"]["channels"] for hit in found["hits"]), found  # as over HTTP
     over_http = api.alice.post("/v1/search", json={"query": "What did Maria buy?", "k": 5}).json()

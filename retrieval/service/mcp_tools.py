@@ -147,12 +147,15 @@ class StrictTools(MCPServer):
         self.withheld = withheld  # the write tools of a read-only memory: not listed, refused
 
     def add_tool(self, fn: Callable[..., Any], name: str | None = None, *args: Any, **options: Any) -> None:
-        """Register a tool whose string arguments are read verbatim (:class:`VerbatimText`); the
-        SDK keeps its tools in a private manager, the one place this reaches into it."""
+        """Register a tool whose string arguments are read verbatim (:class:`VerbatimText`), its
+        description (its docstring, as the SDK takes it) as plain text: one line, code marked as
+        markdown, not reST; the agent's model reads it to choose a tool. The SDK keeps its tools in
+        a private manager, the one place this reaches into it."""
         super().add_tool(fn, name, *args, **options)
         tool = self._tool_manager.get_tool(name or fn.__name__)
         assert tool is not None
         tool.fn_metadata = VerbatimText(**dict(tool.fn_metadata))
+        tool.description = " ".join((tool.description or "").split()).replace("``", "`")
 
     async def list_tools(self) -> list[Tool]:
         return [tool.model_copy(update={"input_schema": {**tool.input_schema, "additionalProperties": False}})

@@ -11,7 +11,7 @@ caller's key (HTTP) or the server's ``--user`` (stdio MCP). Writes pass through 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from retrieval.service import schemas
 from retrieval.service.drain import WriteGate
@@ -89,4 +89,14 @@ def job(memory: Memory, user_id: str, job_id: str) -> schemas.Job:
 
 def _job(found: Job) -> schemas.Job:
     return schemas.Job(job_id=str(found.id), status=found.state, session_id=found.session_id,
-                      progress=found.progress, error=found.error)
+                      progress=_progress(found.progress), error=found.error)
+
+
+PROGRESS_ALIASES = {"amus_before": "records_before", "amus_active_after": "records_active_after"}
+"""A job's progress in the service's words: the memory's counts of AMUs are of records."""
+
+
+def _progress(progress: dict[str, Any]) -> dict[str, Any]:
+    """A job's progress as HTTP and MCP answer it: the user left out (the key's, never a field)
+    and the AMU counts named for records (:data:`PROGRESS_ALIASES`)."""
+    return {PROGRESS_ALIASES.get(name, name): value for name, value in progress.items() if name != "user_id"}

@@ -159,7 +159,11 @@ class Job(BaseModel):
     job_id: str
     status: str
     session_id: str | None = None
-    progress: dict[str, Any] = {}
+    progress: dict[str, Any] = Field(default={}, description=(
+        "running: `stage`; done: the run's counts (`records_before`, `records_active_after`, `archived`, "
+        "`created`, `clusters`, `operations`, `refused`, `unanswered`, `lost_turns`, ... as the "
+        "consolidate command's summary line names them) and `resumed`, or `resumed` and "
+        "`purged_meanwhile` when the user's data was deleted under it"))
     error: str | None = None
 
 

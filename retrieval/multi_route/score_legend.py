@@ -35,7 +35,7 @@ def size_note(requested: int, returned: int, exact: bool) -> str:
     """Why the list has ``returned`` items when ``requested`` were asked for."""
     if exact or requested >= PLAN_DEPTH:
         return f"{returned} items (k = {requested})" + ("" if returned == requested else
-                                                          f"; the conversation has only {returned}")
+                                                          f"; the user has only {returned}")
     return (f"{returned} items: k = {requested} is raised to plan_depth {PLAN_DEPTH} (LycheeMemory Table 14: "
             f"final top-k = max(k, {PLAN_DEPTH})); --exact-k returns exactly {requested}")
 

@@ -62,6 +62,9 @@ def test_targets_keep_a_url_whole_and_hide_its_password():
     assert local_directory(Path("postgresql:")) == Path("postgresql:")  # a Path is always a path
     assert redacted("postgresql://u:s3cret@db:5432/memory") == "postgresql://u:***@db:5432/memory"
     assert redacted(URL) == URL and redacted("runs/store") == "runs/store"
+    assert redacted("postgresql://u@db/memory?sslmode=require&password=s3cret&sslpassword=k3y") == \
+        "postgresql://u@db/memory?sslmode=require&password=***&sslpassword=***"  # libpq reads them there
+    assert redacted("postgresql://u:s3cret@[::1/memory") == "postgresql://***@[::1/memory"
 
 
 def test_command_lines_refuse_a_url_they_cannot_open(tmp_path, monkeypatch, capsys):

@@ -26,11 +26,17 @@ def local_directory(target: str | Path) -> Path | None:
     return None if url_scheme(target) else Path(target)
 
 
+_SECRET_PARAMETERS = re.compile(r"(?<=[?&])(password|sslpassword)=[^&#]*")
+"""The query parameters of a PostgreSQL URL that hold a secret (libpq takes ``?password=``)."""
+
+
 def redacted(target: str | Path) -> str:
-    """``target`` fit for messages: a URL's password replaced by ``***``."""
+    """``target`` fit for messages: a URL's password, in its user part or its query
+    (``?password=``, ``?sslpassword=``), replaced by ``***``."""
     text = str(target)
     if url_scheme(text) is None:
         return text
+    text = _SECRET_PARAMETERS.sub(r"\1=***", text)
     try:
         parts = urlsplit(text)
     except ValueError:  # unparsable (a bracket left open): whatever stands between "//" and "@" goes

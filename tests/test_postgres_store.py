@@ -75,6 +75,34 @@ def test_processes_opening_a_fresh_database_at_once_migrate_it_once(postgres_url
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
 
 
+def test_a_node_opening_while_another_migrates_waits_for_it_past_the_lock_timeout(postgres_url, monkeypatch):
+    """A migration rewriting the tables of a large store holds the schema's lock longer than any
+    lock timeout: a node opening meanwhile waits for it, then opens, rather than failing."""
+    from retrieval.memory.postgres import database
+    from retrieval.memory.postgres.schema import SCHEMA_LOCK
+
+    monkeypatch.setattr(database, "LOCK_WAIT_S", 0.5)
+    PostgresStore(postgres_url).close()
+    opened: list[object] = []
+
+    def open_store() -> None:
+        try:
+            with PostgresStore(postgres_url) as store:
+                opened.append(store.users())
+        except Exception as err:  # noqa: BLE001 - the assertion below shows it
+            opened.append(err)
+
+    with psycopg.connect(postgres_url) as migrating:
+        migrating.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+        node = threading.Thread(target=open_store)
+        node.start()
+        node.join(6 * database.LOCK_WAIT_S)
+        assert node.is_alive() and not opened  # waiting, not refused
+        migrating.rollback()
+    node.join(60)
+    assert opened == [[]]
+
+
 def test_writers_of_one_user_in_several_processes_are_serialised(postgres_url):
     stores = [PostgresStore(postgres_url) for _ in range(4)]
     try:

@@ -77,7 +77,8 @@ so a longer wait is a node that stopped inside one; a read for a table another c
 whole (``VACUUM FULL``, as ``retrieval.store compact`` runs it, or a migration). A wait without end
 would hold the caller's thread, then the server's others behind it. The ingestion lock is waited
 for without bound: another node holds it for as long as it processes the user's backlog
-(:meth:`Database.advisory_lock`)."""
+(:meth:`Database.advisory_lock`); so is the schema's, which a node migrating the database holds
+for as long as the migration rewrites tables (:func:`retrieval.memory.postgres.schema.prepare`)."""
 
 KEEPALIVE = {"tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3",
              "tcp_user_timeout": "30000"}
@@ -94,7 +95,7 @@ JOB_LOCKS))``)."""
 
 Connection = psycopg.Connection[dict[str, Any]]
 
-def _lock_timeout(conn: Connection, seconds: float) -> None:
+def set_lock_timeout(conn: Connection, seconds: float) -> None:
     """Bound the lock waits of the transaction open on ``conn`` (``SET LOCAL lock_timeout``; 0: no
     bound, whatever the database sets by default)."""
     conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{round(seconds * 1000)}ms",))
@@ -187,7 +188,7 @@ class Database:
             self._local.conn = conn
             try:
                 with conn.transaction():
-                    _lock_timeout(conn, LOCK_WAIT_S)
+                    set_lock_timeout(conn, LOCK_WAIT_S)
                     for user in locked:
                         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (user,))
                     before = None if tracked is None else user_version_of(conn, tracked[0])
@@ -239,7 +240,7 @@ class Database:
         with self.connection() as conn:
             if wait:  # for as long as its holder works, or until the server drops a lost holder
                 with conn.transaction():  # the session's lock outlives the transaction
-                    _lock_timeout(conn, 0)
+                    set_lock_timeout(conn, 0)
                     conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, %s))", key)
                 held = True
             else:

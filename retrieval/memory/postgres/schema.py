@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from retrieval.memory.errors import StoreError
+from retrieval.memory.postgres.database import set_lock_timeout
 from retrieval.memory.postgres.versions import COMMIT_SLOTS
 from retrieval.memory.schema import EARLIER_IDS_BOUND, user_texts
 from retrieval.memory.store_contract import needs_migration
@@ -265,6 +266,7 @@ def prepare(db: Database) -> None:
             needs_migration(version, SCHEMA_VERSION, where=db.where, read_only=True)
             return
         with conn.transaction():
+            set_lock_timeout(conn, 0)  # another node's migration holds it as long as it rewrites tables
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
             conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
             version = _version(conn)

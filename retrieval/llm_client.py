@@ -317,9 +317,10 @@ def _check_endpoint(base_url: str) -> None:
     try:
         parts = urlsplit(base_url)
         parts.port  # noqa: B018 - reading it checks the port
-    except ValueError as err:
+    except ValueError as err:  # its message may quote a password read as a port: said only without one
+        why = "" if redacted(base_url) != base_url else f": {err}"
         raise ValueError(f"the LLM endpoint base_url (ISQ_LLM_BASE_URL) {redacted(base_url)!r} is not a "
-                         f"URL: {err}") from None
+                         f"URL{why}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"the LLM endpoint base_url (ISQ_LLM_BASE_URL) {redacted(base_url)!r} is not an "
                          "http(s) URL with a host")

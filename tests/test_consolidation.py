@@ -526,7 +526,8 @@ def test_consolidate_cli(store_dir: Path, tmp_path: Path, capsys, monkeypatch) -
         (llm, "'http://[::1/v1' is not a URL", "http://[::1/v1"),
         (llm, "is not an http(s) URL with a host", "localhost:8000/v1"),
         (llm, "'http://admin:***@127.0.0.1:99999/v1' is not a URL", "http://admin:pw42@127.0.0.1:99999/v1"),
-        (llm, "'http://***@[::1/v1' is not a URL", "http://admin:pw42@[::1/v1"),
+        (llm, "'http://admin:***@[::1/v1' is not a URL", "http://admin:pw42@[::1/v1"),
+        (llm, "'http://admin:***@127.0.0.1:8000/v1' is not a URL", "http://admin:pw42#x@127.0.0.1:8000/v1"),
     ]:
         monkeypatch.delenv("ISQ_LLM_BASE_URL", raising=False)
         monkeypatch.setenv("ISQ_LLM_MODEL", "m")

@@ -64,7 +64,14 @@ def test_targets_keep_a_url_whole_and_hide_its_password():
     assert redacted(URL) == URL and redacted("runs/store") == "runs/store"
     assert redacted("postgresql://u@db/memory?sslmode=require&password=s3cret&sslpassword=k3y") == \
         "postgresql://u@db/memory?sslmode=require&password=***&sslpassword=***"  # libpq reads them there
-    assert redacted("postgresql://u:s3cret@[::1/memory") == "postgresql://***@[::1/memory"
+    for url, shown in [  # as libpq reads them: the credentials end at the first "@" before any "/"
+            ("postgresql://u:s3cret@[::1/memory", "postgresql://u:***@[::1/memory"),
+            ("postgresql://ann:s3#c?re:t@127.0.0.1:1/memory", "postgresql://ann:***@127.0.0.1:1/memory"),
+            ("postgresql://u@db/m?password=s3#cret&x=1", "postgresql://u@db/m?password=***&x=1"),
+            ("postgresql://u@db/m?pass%77ord=s3cret", "postgresql://u@db/m?pass%77ord=***"),
+            ("postgresql://db?PASSWORD=s3@cret", "postgresql://db?PASSWORD=***"),
+            ("http://h/v1?q=a@b", "http://h/v1?q=a@b")]:
+        assert redacted(url) == shown
 
 
 def test_command_lines_refuse_a_url_they_cannot_open(tmp_path, monkeypatch, capsys):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -26,25 +26,30 @@ def local_directory(target: str | Path) -> Path | None:
     return None if url_scheme(target) else Path(target)
 
 
-_SECRET_PARAMETERS = re.compile(r"(?<=[?&])(password|sslpassword)=[^&#]*")
-"""The query parameters of a PostgreSQL URL that hold a secret (libpq takes ``?password=``)."""
+SECRET_PARAMETERS = ("password", "sslpassword")
+"""The query parameters of a PostgreSQL URL that hold a secret (libpq reads ``?password=``)."""
 
 
 def redacted(target: str | Path) -> str:
-    """``target`` fit for messages: a URL's password, in its user part or its query
-    (``?password=``, ``?sslpassword=``), replaced by ``***``."""
+    """``target`` fit for messages: a URL's password replaced by ``***``, read as libpq reads one
+    (its credentials end at the first ``@`` before any ``/``, so a password may hold ``#`` or
+    ``?``; a query parameter's name is %-decoded, and its value ends at ``&``), in its user part
+    and in the query (:data:`SECRET_PARAMETERS`, in any case)."""
     text = str(target)
     if url_scheme(text) is None:
         return text
-    text = _SECRET_PARAMETERS.sub(r"\1=***", text)
-    try:
-        parts = urlsplit(text)
-    except ValueError:  # unparsable (a bracket left open): whatever stands between "//" and "@" goes
-        return re.sub(r"(?<=//)[^/?#]*@", "***@", text, count=1)
-    if parts.password is None:
-        return text
-    host = parts.netloc.rpartition("@")[2]
-    return parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
+    head, _, rest = text.partition("//")
+    ends = [index for index in (rest.find("@"), rest.find("/")) if index >= 0]
+    if ends and rest[min(ends)] == "@":
+        user, colon, _ = rest[:min(ends)].partition(":")
+        rest = (f"{user}:***" if colon else user) + rest[min(ends):]
+    base, question, query = rest.partition("?")
+    if not question:
+        return f"{head}//{rest}"
+    items = [f"{name}=***" if equals and unquote(name).lower() in SECRET_PARAMETERS
+             else f"{name}{equals}{value}"
+             for name, equals, value in (item.partition("=") for item in query.split("&"))]
+    return f"{head}//{base}?{'&'.join(items)}"
 
 
 def store_target(text: str) -> str | Path:

@@ -4,6 +4,7 @@ zero vectors, the merge bound of 8, whole-word entities, the count lexicon."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta
 
 import pytest
@@ -187,12 +188,20 @@ def test_an_entity_or_event_time_no_member_has_is_refused():
     kept = _amu("m", "Ann ran the city marathon with Bob.", entities=("Bob",),
                 timestamps=("2023", "2023-W18", "2023-05-06/2023-05-07"))
     assert added_content(members, kept) == []
+    valid = dataclasses.replace(members[1], valid_from="2023-01", valid_to="2023-12")
+    said = _amu("m", "Ann ran the marathon with Bob, said Carla.", timestamps=("2023-06",))
+    assert added_content([valid], said) == ["'Carla'"]  # inside the span it is valid over
+    carla = dataclasses.replace(members[1].source, speakers=("Carla",))
+    speaker = dataclasses.replace(members[1], source=carla)
+    assert added_content([speaker], said) == ["time '2023-06'"]  # a speaker of a member is stated
 
 
 def test_a_run_of_thousands_of_digits_is_compared_as_a_number_without_reading_it():
     """Past Python's 4,300-digit limit ``int`` refuses a digit run; the comparison needs none."""
     from retrieval.consolidation.fidelity import added_content
 
+    wide = _amu("a", "Ann paid ５ dollars in ２０２３.")  # digits of another script: the same numbers
+    assert added_content([wide], _amu("m", "In 2023 Ann paid 5 dollars.")) == []
     run = "9" * 5000
     paid = _amu("m", f"Ann paid {run} dollars.")
     assert added_content([_amu("a", "Ann paid 5 dollars.")], paid) == [repr(run)]

@@ -9,12 +9,14 @@ covers every turn. So a merge must also state what each member stated, at least:
   merged AMU's (``t_ref`` is left out: it defaults to the day a fact was stated, and a merge of
   a fact restated later keeps the newer day);
 
-and it may state no name or number that none of them states in its text, entities or dates
-(:func:`added_content`: an operator that invents a person or an amount; a capitalised word
+and it may state no name or number that none of them states in its text, entities, speakers or
+dates (:func:`added_content`: an operator that invents a person or an amount; a capitalised word
 opening a sentence is not taken for a name, so a sentence that begins with one passes), nor give
 itself an entity no member names or an event time that meets none of its members' times (the
-evidence indexes file a record under its entities and times), and it may absorb at most
-:data:`MAX_MERGE_MEMBERS` AMUs. The engine refuses a draft that breaks
+evidence indexes file a record under its entities and times: a name the operator made canonical,
+"Melanie" for a member's "Mel", a plural's singular, or a day it resolved from a "yesterday" the
+members left unresolved is refused too, and an invented span wide enough to meet a member's time
+passes), and it may absorb at most :data:`MAX_MERGE_MEMBERS` AMUs. The engine refuses a draft that breaks
 these (the members stay active), and the audit checks every forwarded AMU against the active
 end of its chain, so settings loose enough to lump unrelated facts fail loudly, not silently.
 """
@@ -22,6 +24,7 @@ end of its chain, so settings loose enough to lump unrelated facts fail loudly, 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
@@ -76,18 +79,25 @@ def _names_in(text: str) -> list[str]:
             and (before := text[:match.start()].rstrip()) and before[-1] not in _OPENS_SENTENCE]
 
 
+def _ascii(run: str) -> str:
+    """A run of digits of any script ("٧", "２０２３") in ASCII digits."""
+    return "".join(str(unicodedata.digit(digit)) for digit in run)
+
+
 def _numbers_in(text: str, words: Mapping[str, str] = _CARDINALS) -> set[str]:
     """The numbers ``text`` writes: digit runs without leading zeros ("2023-05-07" is 2023, 5 and
     7; "5,000" is 5000; "3pm" holds 3) and the number ``words`` it uses. Compared as text: a
     run of thousands of digits is a number too, past what ``int`` reads."""
-    digits = {run.lstrip("0") or "0" for run in _DIGITS.findall(_GROUPING.sub("", text))}
+    digits = {_ascii(run).lstrip("0") or "0" for run in _DIGITS.findall(_GROUPING.sub("", text))}
     return digits | {words[word] for word in _LETTERS.findall(text.casefold()) if word in words}
 
 
 def _times(amu: AMU) -> list[str]:
-    """The AMU's time values: its dates stated, observed, referred to and valid from and to."""
+    """The AMU's time values: its dates stated, observed, referred to, valid from and to, and the
+    span it is valid over."""
+    span = [f"{amu.valid_from}/{amu.valid_to}"] if amu.valid_from and amu.valid_to else []
     return [value for value in (*amu.timestamps, amu.observed_at, amu.t_ref, amu.valid_from, amu.valid_to)
-            if value]
+            if value] + span
 
 
 def _intervals(values: Iterable[str]) -> list[tuple[str, tuple[datetime, datetime]]]:
@@ -116,13 +126,13 @@ def _dates_written(amu: AMU) -> list[str]:
 
 
 def added_content(members: Sequence[AMU], merged: AMU) -> list[str]:
-    """The names and numbers ``merged`` states that no member states in its text, its entities or
-    its dates (names as whole words and case-insensitively, numbers as numbers, a number word
+    """The names and numbers ``merged`` states that no member states in its text, its entities, its
+    speakers or its dates (names as whole words and case-insensitively, numbers as numbers, a number word
     standing for its digits; a merged text's time prefix, which the engine writes, left out), then
     its entities that none of those name and its event times (``timestamps``) that overlap none of
     the members' times (:func:`_times`: "2023-05" from a member's "2023-05-07" is kept)."""
-    stated = " ".join(" ".join([strip_prefix(member.text), *member.entities, *_dates_written(member)])
-                      for member in members)
+    stated = " ".join(" ".join([strip_prefix(member.text), *member.entities, *member.source.speakers,
+                                *_dates_written(member)]) for member in members)
     numbers = _numbers_in(stated, {**_CARDINALS, **_ALSO_NUMBERS})
     text = strip_prefix(merged.text)
     names = [name for name in dict.fromkeys(_names_in(text)) if not _names(stated, name)]

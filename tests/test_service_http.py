@@ -494,8 +494,11 @@ def test_mcp_over_http_takes_the_user_from_the_key(api: Api) -> None:
     assert tools["memory_forget"].annotations.destructive_hint
     assert tools["memory_search"].annotations.read_only_hint
     assert f"{limits.MAX_BODY_BYTES:,} bytes" in tools["memory_add"].description
-    assert all("  " not in tool.description and "\n" not in tool.description and "``" not in tool.description
-               for tool in tools.values())  # plain text for the agent's model, not a docstring's layout
+    described = [tool.description for tool in tools.values()]
+    json.loads(json.dumps([(t.input_schema, t.output_schema) for t in tools.values()]),  # the schemas' too
+               object_hook=lambda node: described.append(node.get("description", "")) or node)
+    assert all("  " not in text and "\n" not in text and "``" not in text for text in described)
+    assert len([text for text in described if text]) > 2 * len(tools)
     assert "(`explain`: how each was found)" in tools["memory_search"].description
     assert added["turn_ids"] and "kayak" in json.dumps(found) and BOB_CANARY not in json.dumps(found)
     assert all(hit["explain"]["channels"] for hit in found["hits"]), found  # as over HTTP

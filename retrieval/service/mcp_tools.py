@@ -155,11 +155,13 @@ class StrictTools(MCPServer):
         tool = self._tool_manager.get_tool(name or fn.__name__)
         assert tool is not None
         tool.fn_metadata = VerbatimText(**dict(tool.fn_metadata))
-        tool.description = " ".join((tool.description or "").split()).replace("``", "`")
+        tool.description = _plain(tool.description or "")
 
     async def list_tools(self) -> list[Tool]:
-        return [tool.model_copy(update={"input_schema": {**tool.input_schema, "additionalProperties": False}})
-                for tool in await super().list_tools()]
+        """The tools, their schemas' descriptions (the request models' docstrings) plain text too."""
+        return [tool.model_copy(update={
+            "input_schema": {**_plain_descriptions(tool.input_schema), "additionalProperties": False},
+            "output_schema": _plain_descriptions(tool.output_schema)}) for tool in await super().list_tools()]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
         try:
@@ -191,6 +193,22 @@ class StrictTools(MCPServer):
             if isinstance(err.__cause__, Refused):
                 raise err.__cause__ from None
             raise
+
+
+def _plain(text: str) -> str:
+    """A docstring as one line of plain text: its layout's line breaks and indentation gone, its
+    reST code marks made markdown's."""
+    return " ".join(text.split()).replace("``", "`")
+
+
+def _plain_descriptions(schema: Any) -> Any:
+    """A JSON schema with every ``description`` :func:`_plain`."""
+    if isinstance(schema, dict):
+        return {key: _plain(value) if key == "description" and isinstance(value, str)
+                else _plain_descriptions(value) for key, value in schema.items()}
+    if isinstance(schema, list):
+        return [_plain_descriptions(value) for value in schema]
+    return schema
 
 
 def _invalid(err: ValidationError) -> Refused:

@@ -27,9 +27,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from retrieval.memory.errors import StoreError, StoreFault
+from retrieval.memory.errors import StoreBusy, StoreError, StoreFault
 from retrieval.memory.faults import GuardedConnection, outside_fault
-from retrieval.memory.lock import WriterLock
+from retrieval.memory.lock import WriterLock, other_writer
 from retrieval.memory.private import private_directory, private_file
 from retrieval.memory.schema import SCHEMA_VERSION, create_or_migrate
 from retrieval.memory.store_contract import needs_migration
@@ -281,6 +281,10 @@ class SQLiteConnection:
                                  "open, or a store whose creation was killed; copy a store's whole "
                                  "directory after its writer closed, or remove this one to start anew")
             if needs_migration(version, SCHEMA_VERSION, where=str(self.path), read_only=self.read_only):
+                if version and (other := other_writer(self.directory, self._lock.role if self._lock else "")):
+                    raise StoreBusy(f"{self.path} is at schema version {version}, which this code migrates, "
+                                    f"but it is open for {other[0]} by another process (pid {other[1]}) that "
+                                    "may run the code that wrote it: stop it first, then open the store here")
                 with self.transaction() as db:  # a half-created or half-migrated schema is never left behind
                     # read again under the write lock: another process may have migrated it meanwhile
                     version = db.execute("PRAGMA user_version").fetchone()[0]

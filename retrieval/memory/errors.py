@@ -12,7 +12,8 @@ class StoreMismatch(StoreError):
 
 
 class StoreBusy(StoreError):
-    """Another process holds the store open for writing in the same role."""
+    """Another process holds the store open for writing in the same role, or, where this one would
+    migrate the store, in any role."""
 
 
 class StoreFault(StoreError):

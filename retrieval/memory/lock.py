@@ -80,6 +80,30 @@ class WriterLock:
                 self._fd, self._file = None, None
 
 
+def other_writer(directory: Path, role: str) -> tuple[str, str] | None:
+    """A writer of another role than ``role`` that another process holds open on the store in
+    ``directory``, as (its role, its pid), or None. Each other role's lock is taken and given back
+    at once to see whether it is free (``flock`` has no other test), so a process taking it in that
+    moment is refused as busy: ask only where it matters, before a migration."""
+    for path in sorted(directory.glob(".*.lock")):
+        other = path.name[1:-len(".lock")]
+        if other == role:
+            continue
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            with _HELD_GUARD:
+                if _identity(fd) in _HELD_HERE:
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return other, os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+    return None
+
+
 def _identity(fd: int) -> tuple[int, int]:
     """The lock file as the kernel knows it (device and inode), however its path was spelled."""
     status = os.fstat(fd)

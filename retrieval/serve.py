@@ -93,7 +93,7 @@ def keys_main(argv: Sequence[str]) -> int:
     args = _keys_parser().parse_args(argv)
     if args.command == "create" and args.user is not None:
         check_servable(args.user)  # before a key store, and its directory, is made
-    keys = KeyStore(args.store, create=args.command == "create")
+    keys = KeyStore(args.store, create=args.command == "create", read_only=args.command == "list")
     try:
         if args.command == "create":
             key = keys.create_metrics() if args.metrics else keys.create(args.user)

@@ -370,3 +370,39 @@ def test_two_authorization_headers_are_refused_on_the_rest_routes(tmp_path: Path
     finally:
         keys.close()
         memory.close()
+
+
+def test_a_read_only_key_store_writes_nothing_and_sees_revocations_on_read_only_media(tmp_path: Path,
+                                                                                    monkeypatch) -> None:
+    """A read-only server (or ``keys list``) reads the key file as it is: nothing is made or
+    changed, so a store on read-only media serves. Where the file's WAL index cannot be made
+    (here: such media, stood in for by the first connection's refusal), the file is read as
+    immutable and opened again once it changes, so a revocation made elsewhere still counts."""
+    from retrieval.service import keys as keys_module
+
+    writer = KeyStore(tmp_path)
+    alice, bob = writer.create("alice"), writer.create("bob")
+    writer.rows.close()
+    (tmp_path / KEYS_FILE).chmod(0o644)
+    before = (tmp_path / KEYS_FILE).read_bytes()
+    connected = keys_module._connected
+
+    def on_read_only_media(uri: str):
+        if "immutable=1" not in uri:
+            raise sqlite3.OperationalError("unable to open database file")
+        return connected(uri)
+
+    monkeypatch.setattr(keys_module, "_connected", on_read_only_media)
+    reader = KeyStore(tmp_path, create=False, read_only=True)
+    assert reader.user(alice) == "alice" and reader.user(bob) == "bob"
+    assert (tmp_path / KEYS_FILE).stat().st_mode & 0o777 == 0o644  # not made private: not written
+    assert (tmp_path / KEYS_FILE).read_bytes() == before
+    monkeypatch.setattr(keys_module, "_connected", connected)  # the writer elsewhere
+    elsewhere = KeyStore(tmp_path)
+    elsewhere.revoke(alice.split("_")[1])
+    elsewhere.rows.close()
+    monkeypatch.setattr(keys_module, "_connected", on_read_only_media)
+    assert reader.user(alice) is None and reader.user(bob) == "bob"
+    listed = serve("keys", "list", "--store", str(tmp_path))
+    assert listed.returncode == 0 and "user=alice" in listed.stdout and "revoked" in listed.stdout
+    assert (tmp_path / KEYS_FILE).stat().st_mode & 0o777 == 0o644

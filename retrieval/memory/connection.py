@@ -75,8 +75,8 @@ class _Reader:
         weakref.finalize(self, connection.close).atexit = False
 
 
-def _files(path: Path) -> tuple[tuple[int, int, int] | None, ...]:
-    """Inode, size and modification time of the store's database and write-ahead log (None for a
+def file_states(path: Path) -> tuple[tuple[int, int, int] | None, ...]:
+    """Inode, size and modification time of a SQLite database and its write-ahead log (None for a
     missing one): what a commit by any process changes."""
     found: list[tuple[int, int, int] | None] = []
     for file in (path, path.with_name(path.name + "-wal")):
@@ -245,7 +245,7 @@ class SQLiteConnection:
 
     def _watching(self) -> sqlite3.Connection:
         """The read-only store's watching connection, noting the files if it is immutable."""
-        files = _files(self.path)
+        files = file_states(self.path)
         connection, immutable = self._connect_read_only()
         self._snapshot = files if immutable else None
         return connection
@@ -267,7 +267,7 @@ class SQLiteConnection:
         again and have every thread open its reader again at its next read (every read checks,
         not only a search's: a listing must not show a forgotten user either)."""
         with self.watch_guard:
-            if self._snapshot is not None and _files(self.path) != self._snapshot:
+            if self._snapshot is not None and file_states(self.path) != self._snapshot:
                 stale, self.watch = self.watch, self._watching()
                 self._generation += 1
                 stale.close()

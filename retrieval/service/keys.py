@@ -32,6 +32,7 @@ from typing import Protocol, cast
 from retrieval.api.errors import InvalidInput
 from retrieval.api.inputs import check_id
 from retrieval.api.limits import ID_PATTERN
+from retrieval.memory.connection import file_states
 from retrieval.memory.errors import StoreError
 from retrieval.memory.private import private_directory, private_file
 from retrieval.memory.targets import local_directory, redacted
@@ -114,33 +115,79 @@ class KeyRows(Protocol):
     def close(self) -> None: ...
 
 
-def _unopenable(path: Path, err: OSError | sqlite3.Error) -> StoreError:
+def _connected(uri: str) -> sqlite3.Connection:
+    """A read-only connection to the key file at ``uri`` that has read its table."""
+    db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None, timeout=30.0)
+    try:
+        db.execute("SELECT 1 FROM api_keys LIMIT 1")
+    except sqlite3.Error:
+        db.close()
+        raise
+    return db
+
+
+def _unreadable(path: Path, err: sqlite3.Error, *, read_only: bool = False) -> StoreError:
+    if getattr(err, "sqlite_errorname", "") in ("SQLITE_NOTADB", "SQLITE_CORRUPT"):
+        return StoreError(f"{path}: not a key file this server can read ({err}); restore it from a "
+                          "copy, or move it aside and create the keys again")
+    return _unopenable(path, err, read_only=read_only)
+
+
+def _unopenable(path: Path, err: OSError | sqlite3.Error, *, read_only: bool = False) -> StoreError:
     reason = (err.strerror if isinstance(err, OSError) else None) or str(err)
-    return StoreError(f"{path}: cannot open the key file ({reason}); the store directory must be a "
-                      "writable directory")
+    need = "readable" if read_only else "a writable directory"
+    return StoreError(f"{path}: cannot open the key file ({reason}); the store directory must be {need}")
 
 
 class KeyFile:
-    """The key rows in ``keys.sqlite`` of a store directory; safe to share between threads."""
+    """The key rows in ``keys.sqlite`` of a store directory; safe to share between threads.
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        try:
-            private_directory(path.parent)
-            private_file(path)
-            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30.0)
-        except (OSError, sqlite3.Error) as err:
-            raise _unopenable(path, err) from None
-        try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(_SCHEMA)
-        except sqlite3.Error as err:
-            self._db.close()
-            if getattr(err, "sqlite_errorname", "") in ("SQLITE_NOTADB", "SQLITE_CORRUPT"):
-                raise StoreError(f"{path}: not a key file this server can read ({err}); restore it from a "
-                                 "copy, or move it aside and create the keys again") from None
-            raise _unopenable(path, err) from None
+    ``read_only`` (a read-only server, ``keys list``): the file is read as it is, nothing written
+    or made, so a store on read-only media serves; where the file's WAL index cannot be made
+    there, the file (closed cleanly: nothing left in its log) is read as immutable and opened
+    again whenever it changes, so a revocation made elsewhere counts at the next request."""
+
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        self.path, self.read_only = path, read_only
         self._lock = threading.Lock()
+        self._snapshot: tuple[object, ...] | None = None
+        """The file's state when it was opened as immutable (else None)."""
+        self._db = self._open_read_only() if read_only else self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            private_directory(self.path.parent)
+            private_file(self.path)
+            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
+        except (OSError, sqlite3.Error) as err:
+            raise _unopenable(self.path, err) from None
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(_SCHEMA)
+        except sqlite3.Error as err:
+            db.close()
+            raise _unreadable(self.path, err) from None
+        return db
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        state = file_states(self.path)
+        try:
+            db, self._snapshot = _connected(f"file:{self.path}?mode=ro"), None
+        except sqlite3.Error as err:
+            if state[1] is not None and state[1][1] > 0:  # a log not yet checkpointed: not immutable
+                raise _unreadable(self.path, err, read_only=True) from None
+            try:
+                db, self._snapshot = _connected(f"file:{self.path}?mode=ro&immutable=1"), state
+            except sqlite3.Error:
+                raise _unreadable(self.path, err, read_only=True) from None
+        return db
+
+    def _reader(self) -> sqlite3.Connection:
+        """The connection, opened again first when it reads an immutable file that has changed."""
+        if self._snapshot is not None and file_states(self.path) != self._snapshot:
+            stale, self._db = self._db, self._open_read_only()
+            stale.close()
+        return self._db
 
     def close(self) -> None:
         self._db.close()
@@ -152,8 +199,8 @@ class KeyFile:
 
     def live_key(self, key_id: str) -> tuple[str, bytes, bytes] | None:
         with self._lock:
-            row = self._db.execute("SELECT user_id, salt, digest FROM api_keys WHERE key_id = ? "
-                                   "AND revoked IS NULL", (key_id,)).fetchone()
+            row = self._reader().execute("SELECT user_id, salt, digest FROM api_keys WHERE key_id = ? "
+                                         "AND revoked IS NULL", (key_id,)).fetchone()
         return None if row is None else (row[0], row[1], row[2])
 
     def key_rows(self, user_id: str | None = None) -> list[KeyRow]:
@@ -162,7 +209,7 @@ class KeyFile:
         if user_id is not None:
             query, args = query + " WHERE user_id = ?", (user_id,)
         with self._lock:
-            return self._db.execute(query + " ORDER BY rowid", args).fetchall()  # creation order
+            return self._reader().execute(query + " ORDER BY rowid", args).fetchall()  # creation order
 
     def revoke_key(self, key_id: str, when: str) -> KeyRow | None:
         with self._lock:
@@ -188,7 +235,7 @@ def key_rows_at(store: str | Path, *, create: bool = True, read_only: bool = Fal
         raise KeyCommandError(f"{directory}: not a store directory (a file is there)")
     if not create and not path.is_file():
         raise KeyCommandError(f"{path}: no key store there (keys create makes one)")
-    return KeyFile(path)
+    return KeyFile(path, read_only=read_only)
 
 
 class KeyStore:

@@ -103,6 +103,27 @@ def test_a_node_opening_while_another_migrates_waits_for_it_past_the_lock_timeou
     assert opened == [[]]
 
 
+def test_a_migration_waits_a_bounded_time_for_a_table_another_transaction_reads(postgres_url, monkeypatch):
+    """Past the schema's lock, a migration's steps wait for a table's lock as any write does: a
+    long transaction reading it (an older node's export) fails the migration after the lock
+    timeout, committing nothing, rather than queueing every node's reads behind it for as long."""
+    from retrieval.memory.postgres import database, schema
+
+    monkeypatch.setattr(database, "LOCK_WAIT_S", 0.5)
+    PostgresStore(postgres_url).close()
+    later = "ALTER TABLE amus ADD COLUMN later integer;"
+    monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, later))
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", schema.SCHEMA_VERSION + 1)
+    with psycopg.connect(postgres_url) as reading:
+        reading.execute("SELECT count(*) FROM amus")  # its transaction holds the table's share lock
+        with pytest.raises(StoreError, match="waited longer than its lock timeout"):
+            PostgresStore(postgres_url)
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT max(version) FROM schema_version").fetchone() == (SCHEMA_VERSION,)
+    with PostgresStore(postgres_url) as store:  # nothing reads it now: the migration goes through
+        assert store.users() == []
+
+
 def test_writers_of_one_user_in_several_processes_are_serialised(postgres_url):
     stores = [PostgresStore(postgres_url) for _ in range(4)]
     try:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from retrieval.memory.errors import StoreError
+from retrieval.memory.postgres import database
 from retrieval.memory.postgres.database import set_lock_timeout
 from retrieval.memory.postgres.versions import COMMIT_SLOTS
 from retrieval.memory.schema import EARLIER_IDS_BOUND, user_texts
@@ -268,6 +269,7 @@ def prepare(db: Database) -> None:
         with conn.transaction():
             set_lock_timeout(conn, 0)  # another node's migration holds it as long as it rewrites tables
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+            set_lock_timeout(conn, database.LOCK_WAIT_S)  # a table's lock: the others' reads queue behind
             conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
             version = _version(conn)
             needs_migration(version, SCHEMA_VERSION, where=db.where, read_only=False)

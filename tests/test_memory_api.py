@@ -479,7 +479,10 @@ def test_an_old_store_another_process_writes_is_not_migrated_under_it(tmp_path):
     """A consolidation still running the code that wrote the store holds it open for its role:
     migrating then would change the schema under that code (a server of an older version failed
     every search after a newer consolidate migrated its store). The migration waits for it to end,
-    refused naming its pid; then the store migrates."""
+    refused naming its pid; a holder of this version (its lock says so) is no reason to wait: two
+    processes of this version opening the old store at once refused each other."""
+    from retrieval.memory.connection import CODE_MARK
+
     with open_memory(tmp_path) as mem:
         mem.add(chat("u", 4), user_id="u", session_id="s")
         mem.flush(user_id="u", session_id="s")
@@ -488,23 +491,35 @@ def test_an_old_store_another_process_writes_is_not_migrated_under_it(tmp_path):
                      "ALTER TABLE purges DROP COLUMN next_turn;"
                      "PRAGMA user_version=6;")
     db.close()
-    holder = subprocess.Popen(  # the older consolidation: its role's lock, held until told to stop
-        [sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
-         "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, str(os.getpid()).encode()); "
-         "print('held', flush=True); sys.stdin.read()", str(tmp_path / ".consolidate.lock")],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
+
+    def holding(mark: str) -> subprocess.Popen:
+        """Another process holding the consolidation's lock, as code of ``mark`` writes it."""
+        script = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+                  "fcntl.flock(fd, fcntl.LOCK_EX); "
+                  "os.write(fd, f'{os.getpid()} {sys.argv[2]}'.strip().encode()); "
+                  "print('held', flush=True); sys.stdin.read()")
+        holder = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / ".consolidate.lock"), mark],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        with pytest.raises(MemoryAPIError, match=f"schema version 6.*open for consolidate by another "
-                                                 f"process \\(pid {holder.pid}\\).*stop it first"):
-            open_memory(tmp_path)
-        with sqlite3.connect(tmp_path / AMUStore.DB_NAME) as db:
-            assert db.execute("PRAGMA user_version").fetchone() == (6,)  # not migrated under it
+        return holder
+
+    for earlier in ("", "schema 6"):  # a version without marks, and one with
+        holder = holding(earlier)
+        try:
+            with pytest.raises(MemoryAPIError, match=f"schema version 6.*open for consolidate by another "
+                                                     f"process \\(pid {holder.pid}\\) of an earlier version"):
+                open_memory(tmp_path)
+            with sqlite3.connect(tmp_path / AMUStore.DB_NAME) as db:
+                assert db.execute("PRAGMA user_version").fetchone() == (6,)  # not migrated under it
+        finally:
+            holder.communicate("")
+    holder = holding(CODE_MARK)
+    try:
+        with open_memory(tmp_path) as mem:
+            assert mem.search("story number 2", user_id="u", k=3).hits
+            assert mem.store.integrity_problems() == []
     finally:
         holder.communicate("")
-    with open_memory(tmp_path) as mem:
-        assert mem.search("story number 2", user_id="u", k=3).hits
-        assert mem.store.integrity_problems() == []
 
 
 def test_an_old_store_that_newer_code_migrated_meanwhile_is_refused_not_marked_older(tmp_path, monkeypatch):

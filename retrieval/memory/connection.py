@@ -46,6 +46,9 @@ user (its state built from the store) took 4.18 and 4.39 s with this cache, 4.47
 the default (a fresh process each run)."""
 
 DB_NAME = "amus.sqlite3"
+CODE_MARK = f"schema {SCHEMA_VERSION}"
+"""What this code writes into the writer locks it takes: which schema it reads and writes, so a
+migration is refused only while a writer of an earlier version holds the store open."""
 
 
 def missing_store(directory: Path | None) -> str | None:
@@ -119,7 +122,7 @@ class SQLiteConnection:
         else:
             try:
                 private_directory(self.directory)
-                self._lock = WriterLock(self.directory, role)
+                self._lock = WriterLock(self.directory, role, CODE_MARK)
                 self._lock.acquire()
                 private_file(self.path)
             except OSError as err:  # no permission, a read-only file system, ...
@@ -281,10 +284,11 @@ class SQLiteConnection:
                                  "open, or a store whose creation was killed; copy a store's whole "
                                  "directory after its writer closed, or remove this one to start anew")
             if needs_migration(version, SCHEMA_VERSION, where=str(self.path), read_only=self.read_only):
-                if version and (other := other_writer(self.directory, self._lock.role if self._lock else "")):
+                role = self._lock.role if self._lock else ""
+                if version and (other := other_writer(self.directory, role, CODE_MARK)):
                     raise StoreBusy(f"{self.path} is at schema version {version}, which this code migrates, "
-                                    f"but it is open for {other[0]} by another process (pid {other[1]}) that "
-                                    "may run the code that wrote it: stop it first, then open the store here")
+                                    f"but it is open for {other[0]} by another process (pid {other[1]}) of "
+                                    "an earlier version: stop it first, then open the store here")
                 with self.transaction() as db:  # a half-created or half-migrated schema is never left behind
                     # read again under the write lock: another process may have migrated it meanwhile
                     version = db.execute("PRAGMA user_version").fetchone()[0]

@@ -35,11 +35,12 @@ def lock_path(directory: Path, role: str) -> Path:
 
 
 class WriterLock:
-    """``<directory>/.<role>.lock``, held exclusively from :meth:`acquire` to :meth:`release`."""
+    """``<directory>/.<role>.lock``, held exclusively from :meth:`acquire` to :meth:`release`; the
+    file says who holds it: the pid, then ``mark`` (what the holder's code is, :func:`other_writer`)."""
 
-    def __init__(self, directory: Path, role: str) -> None:
+    def __init__(self, directory: Path, role: str, mark: str = "") -> None:
         self.path = lock_path(directory, role)
-        self.role = role
+        self.role, self.mark = role, mark
         self._fd: int | None = None
         self._file: tuple[int, int] | None = None
         self._owner = 0
@@ -52,7 +53,7 @@ class WriterLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+                holder = _holder(fd)[0]
                 os.close(fd)
                 if file in _HELD_HERE:
                     raise StoreBusy(f"{self.path.parent} is open for {self.role} in this process already; "
@@ -62,7 +63,7 @@ class WriterLock:
                                 "until it stops), or use another store") from None
             try:
                 os.ftruncate(fd, 0)
-                os.write(fd, str(os.getpid()).encode())
+                os.write(fd, f"{os.getpid()} {self.mark}".strip().encode())
             except BaseException:  # a full disk, say: give the lock back rather than hold it unseen
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
@@ -80,11 +81,12 @@ class WriterLock:
                 self._fd, self._file = None, None
 
 
-def other_writer(directory: Path, role: str) -> tuple[str, str] | None:
+def other_writer(directory: Path, role: str, mark: str) -> tuple[str, str] | None:
     """A writer of another role than ``role`` that another process holds open on the store in
-    ``directory``, as (its role, its pid), or None. Each other role's lock is taken and given back
-    at once to see whether it is free (``flock`` has no other test), so a process taking it in that
-    moment is refused as busy: ask only where it matters, before a migration."""
+    ``directory`` and whose lock does not carry ``mark`` (code other than this), as (its role, its
+    pid), or None. Each other role's lock is taken and given back at once to see whether it is free
+    (``flock`` has no other test), so a process taking it in that moment is refused as busy: ask
+    only where it matters, before a migration."""
     for path in sorted(directory.glob(".*.lock")):
         other = path.name[1:-len(".lock")]
         if other == role:
@@ -97,11 +99,20 @@ def other_writer(directory: Path, role: str) -> tuple[str, str] | None:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    return other, os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+                    pid, held_mark = _holder(fd)
+                    if held_mark == mark:
+                        continue
+                    return other, pid
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
     return None
+
+
+def _holder(fd: int) -> tuple[str, str]:
+    """The pid and the mark a lock file holds ("unknown" for a pid not written yet)."""
+    pid, _, mark = os.pread(fd, 64, 0).decode(errors="replace").strip().partition(" ")
+    return pid or "unknown", mark
 
 
 def _identity(fd: int) -> tuple[int, int]:

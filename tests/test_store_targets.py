@@ -64,13 +64,19 @@ def test_targets_keep_a_url_whole_and_hide_its_password():
     assert redacted(URL) == URL and redacted("runs/store") == "runs/store"
     assert redacted("postgresql://u@db/memory?sslmode=require&password=s3cret&sslpassword=k3y") == \
         "postgresql://u@db/memory?sslmode=require&password=***&sslpassword=***"  # libpq reads them there
-    for url, shown in [  # as libpq reads them: the credentials end at the first "@" before any "/"
+    for url, shown in [  # never less than the password hidden, with @, /, ? or # in it
             ("postgresql://u:s3cret@[::1/memory", "postgresql://u:***@[::1/memory"),
             ("postgresql://ann:s3#c?re:t@127.0.0.1:1/memory", "postgresql://ann:***@127.0.0.1:1/memory"),
             ("postgresql://u@db/m?password=s3#cret&x=1", "postgresql://u@db/m?password=***&x=1"),
             ("postgresql://u@db/m?pass%77ord=s3cret", "postgresql://u@db/m?pass%77ord=***"),
             ("postgresql://db?PASSWORD=s3@cret", "postgresql://db?PASSWORD=***"),
-            ("http://h/v1?q=a@b", "http://h/v1?q=a@b")]:
+            ("http://h/v1?q=a@b", "http://h/v1?q=a@b"),
+            ("http://user:p@ssw0rd@127.0.0.1:8000/v1", "http://user:***@127.0.0.1:8000/v1"),
+            ("postgresql://app:Zm9v/YmFy+s3cret@127.0.0.1:1/db", "postgresql://app:***@127.0.0.1:1/db"),
+            ("postgresql://me@corp:s3cret@h/db", "postgresql://me@corp:***@h/db"),
+            ("postgresql://[::1]:5432/db", "postgresql://[::1]:5432/db"),
+            ("postgresql:///db?host=/sock&password=s3cret", "postgresql:///db?host=/sock&password=***"),
+            ("postgresql://h:5432/db?user=me@corp&password=s3cret", "postgresql://h:***@corp&password=***")]:
         assert redacted(url) == shown
 
 

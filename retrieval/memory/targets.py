@@ -31,25 +31,25 @@ SECRET_PARAMETERS = ("password", "sslpassword")
 
 
 def redacted(target: str | Path) -> str:
-    """``target`` fit for messages: a URL's password replaced by ``***``, read as libpq reads one
-    (its credentials end at the first ``@`` before any ``/``, so a password may hold ``#`` or
-    ``?``; a query parameter's name is %-decoded, and its value ends at ``&``), in its user part
-    and in the query (:data:`SECRET_PARAMETERS`, in any case)."""
+    """``target`` fit for messages: a URL's password replaced by ``***``, in its query (the
+    parameters :data:`SECRET_PARAMETERS`, their names %-decoded and in any case, each up to its
+    ``&``) and in its credentials, taken to end at the URL's last ``@`` (HTTP clients read them so,
+    and a password may hold ``@``, ``/``, ``?`` or ``#`` unencoded; where an ``@`` follows in the
+    path or query, more than the password is hidden, never less)."""
     text = str(target)
     if url_scheme(text) is None:
         return text
+    base, question, query = text.partition("?")
+    if question:
+        items = [f"{name}=***" if equals and unquote(name).lower() in SECRET_PARAMETERS
+                 else f"{name}{equals}{value}"
+                 for name, equals, value in (item.partition("=") for item in query.split("&"))]
+        text = f"{base}?{'&'.join(items)}"
     head, _, rest = text.partition("//")
-    ends = [index for index in (rest.find("@"), rest.find("/")) if index >= 0]
-    if ends and rest[min(ends)] == "@":
-        user, colon, _ = rest[:min(ends)].partition(":")
-        rest = (f"{user}:***" if colon else user) + rest[min(ends):]
-    base, question, query = rest.partition("?")
-    if not question:
-        return f"{head}//{rest}"
-    items = [f"{name}=***" if equals and unquote(name).lower() in SECRET_PARAMETERS
-             else f"{name}{equals}{value}"
-             for name, equals, value in (item.partition("=") for item in query.split("&"))]
-    return f"{head}//{base}?{'&'.join(items)}"
+    user, colon, after = rest.partition(":")
+    if colon and "@" in after and not any(mark in user for mark in "/?#"):
+        rest = f"{user}:***{after[after.rindex('@'):]}"
+    return f"{head}//{rest}"
 
 
 def store_target(text: str) -> str | Path:

@@ -446,6 +446,18 @@ def test_ids_purged_before_the_id_marks_are_never_given_again_after_the_upgrade(
         assert mem.store.integrity_problems() == []
 
 
+def version_6_store(directory: Path) -> None:
+    """A store in ``directory`` as version 6 left it: one user's flushed records."""
+    with open_memory(directory) as mem:
+        mem.add(chat("u", 4), user_id="u", session_id="s")
+        mem.flush(user_id="u", session_id="s")
+    db = sqlite3.connect(directory / AMUStore.DB_NAME)
+    db.executescript(SQLITE_BEFORE_VERSION_9 + "ALTER TABLE purges DROP COLUMN next_seq; "
+                     "ALTER TABLE purges DROP COLUMN next_turn;"
+                     "PRAGMA user_version=6;")
+    db.close()
+
+
 def test_two_processes_opening_an_old_store_at_once_migrate_it_once(tmp_path, monkeypatch):
     """The version read before the migration's transaction may be stale: another process (here a
     consolidation's store, opened in between) migrated the store meanwhile. The second migration
@@ -453,14 +465,7 @@ def test_two_processes_opening_an_old_store_at_once_migrate_it_once(tmp_path, mo
     import retrieval.memory.connection as connection
     from retrieval.memory.backends import open_store
 
-    with open_memory(tmp_path) as mem:
-        mem.add(chat("u", 4), user_id="u", session_id="s")
-        mem.flush(user_id="u", session_id="s")
-    db = sqlite3.connect(tmp_path / AMUStore.DB_NAME)
-    db.executescript(SQLITE_BEFORE_VERSION_9 + "ALTER TABLE purges DROP COLUMN next_seq; "
-                     "ALTER TABLE purges DROP COLUMN next_turn;"
-                     "PRAGMA user_version=6;")
-    db.close()
+    version_6_store(tmp_path)
     needs, raced = connection.needs_migration, []
 
     def another_process_first(found, current, **where):
@@ -483,14 +488,7 @@ def test_an_old_store_another_process_writes_is_not_migrated_under_it(tmp_path):
     processes of this version opening the old store at once refused each other."""
     from retrieval.memory.connection import CODE_MARK
 
-    with open_memory(tmp_path) as mem:
-        mem.add(chat("u", 4), user_id="u", session_id="s")
-        mem.flush(user_id="u", session_id="s")
-    db = sqlite3.connect(tmp_path / AMUStore.DB_NAME)
-    db.executescript(SQLITE_BEFORE_VERSION_9 + "ALTER TABLE purges DROP COLUMN next_seq; "
-                     "ALTER TABLE purges DROP COLUMN next_turn;"
-                     "PRAGMA user_version=6;")
-    db.close()
+    version_6_store(tmp_path)
 
     def holding(mark: str) -> subprocess.Popen:
         """Another process holding the consolidation's lock, as code of ``mark`` writes it."""

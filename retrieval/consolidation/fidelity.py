@@ -16,9 +16,10 @@ itself an entity no member names or an event time that meets none of its members
 evidence indexes file a record under its entities and times: a name the operator made canonical,
 "Melanie" for a member's "Mel", a plural's singular, or a day it resolved from a "yesterday" the
 members left unresolved is refused too, and an invented span wide enough to meet a member's time
-passes), and it may absorb at most :data:`MAX_MERGE_MEMBERS` AMUs. The engine refuses a draft that breaks
-these (the members stay active), and the audit checks every forwarded AMU against the active
-end of its chain, so settings loose enough to lump unrelated facts fail loudly, not silently.
+passes), and it may absorb at most :data:`MAX_MERGE_MEMBERS` AMUs. The engine refuses a draft that
+breaks these (the members stay active), and the audit checks every forwarded AMU against the
+active end of its chain, so settings loose enough to lump unrelated facts fail loudly, not
+silently.
 """
 
 from __future__ import annotations
@@ -127,10 +128,11 @@ def _dates_written(amu: AMU) -> list[str]:
 
 def added_content(members: Sequence[AMU], merged: AMU) -> list[str]:
     """The names and numbers ``merged`` states that no member states in its text, its entities, its
-    speakers or its dates (names as whole words and case-insensitively, numbers as numbers, a number word
-    standing for its digits; a merged text's time prefix, which the engine writes, left out), then
-    its entities that none of those name and its event times (``timestamps``) that overlap none of
-    the members' times (:func:`_times`: "2023-05" from a member's "2023-05-07" is kept)."""
+    speakers or its dates (names as whole words and case-insensitively, numbers as numbers, a
+    number word standing for its digits; a merged text's time prefix, which the engine writes, left
+    out), then its entities that none of those name and its event times (``timestamps``) that
+    overlap none of the members' times (:func:`_times`: "2023-05" from a member's "2023-05-07" is
+    kept)."""
     stated = " ".join(" ".join([strip_prefix(member.text), *member.entities, *member.source.speakers,
                                 *_dates_written(member)]) for member in members)
     numbers = _numbers_in(stated, {**_CARDINALS, **_ALSO_NUMBERS})

@@ -148,7 +148,7 @@ class KeyFile:
     again whenever it changes, so a revocation made elsewhere counts at the next request."""
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
-        self.path, self.read_only = path, read_only
+        self.path = path
         self._lock = threading.Lock()
         self._snapshot: tuple[object, ...] | None = None
         """The file's state when it was opened as immutable (else None)."""

@@ -314,16 +314,17 @@ def _retry_after(err: Exception) -> float:
 def _check_endpoint(base_url: str) -> None:
     """Refuse a base URL that is not an http(s) URL with a host (ValueError naming it), before the
     SDK's HTTP library raises its own error type for it."""
+    shown = redacted(base_url)
     try:
         parts = urlsplit(base_url)
         parts.port  # noqa: B018 - reading it checks the port
     except ValueError as err:  # its message may quote a password read as a port: said only without one
-        why = "" if redacted(base_url) != base_url else f": {err}"
-        raise ValueError(f"the LLM endpoint base_url (ISQ_LLM_BASE_URL) {redacted(base_url)!r} is not a "
-                         f"URL{why}") from None
+        why = "" if shown != base_url else f": {err}"
+        raise ValueError(f"the LLM endpoint base_url (ISQ_LLM_BASE_URL) {shown!r} is not a URL"
+                         f"{why}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"the LLM endpoint base_url (ISQ_LLM_BASE_URL) {redacted(base_url)!r} is not an "
-                         "http(s) URL with a host")
+        raise ValueError(f"the LLM endpoint base_url (ISQ_LLM_BASE_URL) {shown!r} is not an http(s) URL "
+                         "with a host")
 
 
 def one_line(text: str) -> str:

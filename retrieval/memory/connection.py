@@ -25,7 +25,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from retrieval.memory.errors import StoreBusy, StoreError, StoreFault
 from retrieval.memory.faults import GuardedConnection, outside_fault
@@ -49,6 +49,29 @@ DB_NAME = "amus.sqlite3"
 CODE_MARK = f"schema {SCHEMA_VERSION}"
 """What this code writes into the writer locks it takes: which schema it reads and writes, so a
 migration is refused only while a writer of an earlier version holds the store open."""
+
+
+Opened = TypeVar("Opened")
+"""What a ``connect`` given to :func:`read_only_connection` returns."""
+
+
+def read_only_connection(path: Path, connect: Callable[[str], Opened],
+                         refused: type[Exception]) -> tuple[Opened, bool]:
+    """``connect`` of the SQLite database at ``path`` read-only, and whether it is immutable. A
+    reader needs the WAL index file (``-shm``) beside the database; on read-only media where it is
+    missing and cannot be made (``connect`` raises ``refused``), a database with nothing left in its
+    write-ahead log (it was closed cleanly) is opened as immutable instead: SQLite then reads it as
+    a file that never changes, so its reader compares :func:`file_states` to see a change."""
+    try:
+        return connect(f"file:{path}?mode=ro"), False
+    except refused:
+        try:  # a writer may remove its WAL as this looks
+            pending = path.with_name(path.name + "-wal").stat().st_size > 0
+        except FileNotFoundError:
+            pending = False
+        if pending:
+            raise
+    return connect(f"file:{path}?mode=ro&immutable=1"), True
 
 
 def missing_store(directory: Path | None) -> str | None:
@@ -231,20 +254,8 @@ class SQLiteConnection:
             raise StoreError(f"{self.path}: not a usable SQLite store ({err.__cause__ or err})") from None
 
     def _connect_read_only(self) -> tuple[sqlite3.Connection, bool]:
-        """A reader, and whether it is immutable. A reader needs the WAL index file (``-shm``)
-        beside the store; on read-only media where it is missing and cannot be created, a store
-        with nothing left in its write-ahead log (it was closed cleanly) is opened as immutable
-        instead: SQLite then reads it as a file that never changes (see :meth:`version`)."""
-        try:
-            return self._connect(f"file:{self.path}?mode=ro"), False
-        except StoreError:
-            try:  # a writer may remove its WAL as this looks
-                pending = self.path.with_name(DB_NAME + "-wal").stat().st_size > 0
-            except FileNotFoundError:
-                pending = False
-            if pending:
-                raise
-            return self._connect(f"file:{self.path}?mode=ro&immutable=1"), True
+        """A reader, and whether it is immutable (:func:`read_only_connection`; see :meth:`version`)."""
+        return read_only_connection(self.path, self._connect, StoreError)
 
     def _watching(self) -> sqlite3.Connection:
         """The read-only store's watching connection, noting the files if it is immutable."""
@@ -284,8 +295,8 @@ class SQLiteConnection:
                                  "open, or a store whose creation was killed; copy a store's whole "
                                  "directory after its writer closed, or remove this one to start anew")
             if needs_migration(version, SCHEMA_VERSION, where=str(self.path), read_only=self.read_only):
-                role = self._lock.role if self._lock else ""
-                if version and (other := other_writer(self.directory, role, CODE_MARK)):
+                assert self._lock is not None  # a read-only open was refused above: it holds the writer's
+                if version and (other := other_writer(self.directory, self._lock.role, CODE_MARK)):
                     raise StoreBusy(f"{self.path} is at schema version {version}, which this code migrates, "
                                     f"but it is open for {other[0]} by another process (pid {other[1]}) of "
                                     "an earlier version: stop it first, then open the store here")

@@ -32,7 +32,7 @@ from typing import Protocol, cast
 from retrieval.api.errors import InvalidInput
 from retrieval.api.inputs import check_id
 from retrieval.api.limits import ID_PATTERN
-from retrieval.memory.connection import file_states
+from retrieval.memory.connection import file_states, read_only_connection
 from retrieval.memory.errors import StoreError
 from retrieval.memory.private import private_directory, private_file
 from retrieval.memory.targets import local_directory, redacted
@@ -172,14 +172,10 @@ class KeyFile:
     def _open_read_only(self) -> sqlite3.Connection:
         state = file_states(self.path)
         try:
-            db, self._snapshot = _connected(f"file:{self.path}?mode=ro"), None
+            db, immutable = read_only_connection(self.path, _connected, sqlite3.Error)
         except sqlite3.Error as err:
-            if state[1] is not None and state[1][1] > 0:  # a log not yet checkpointed: not immutable
-                raise _unreadable(self.path, err, read_only=True) from None
-            try:
-                db, self._snapshot = _connected(f"file:{self.path}?mode=ro&immutable=1"), state
-            except sqlite3.Error:
-                raise _unreadable(self.path, err, read_only=True) from None
+            raise _unreadable(self.path, err, read_only=True) from None
+        self._snapshot = state if immutable else None
         return db
 
     def _reader(self) -> sqlite3.Connection:

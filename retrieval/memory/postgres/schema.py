@@ -38,7 +38,6 @@ import psycopg
 
 from retrieval.memory.errors import StoreError
 from retrieval.memory.postgres import database
-from retrieval.memory.postgres.database import set_lock_timeout
 from retrieval.memory.postgres.versions import COMMIT_SLOTS
 from retrieval.memory.schema import EARLIER_IDS_BOUND, user_texts
 from retrieval.memory.store_contract import needs_migration
@@ -267,9 +266,11 @@ def prepare(db: Database) -> None:
             needs_migration(version, SCHEMA_VERSION, where=db.where, read_only=True)
             return
         with conn.transaction():
-            set_lock_timeout(conn, 0)  # another node's migration holds it as long as it rewrites tables
+            # another node's migration holds the schema's lock as long as it rewrites tables; a table's
+            # lock is waited for as any write waits, since the other nodes' reads queue behind this one
+            database.set_lock_timeout(conn, 0)
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-            set_lock_timeout(conn, database.LOCK_WAIT_S)  # a table's lock: the others' reads queue behind
+            database.set_lock_timeout(conn, database.LOCK_WAIT_S)
             conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
             version = _version(conn)
             needs_migration(version, SCHEMA_VERSION, where=db.where, read_only=False)

@@ -108,8 +108,8 @@ class FTSIndex:
         texts = list(texts)
         entities = list(entities) if entities is not None else [()] * len(texts)
         topics = list(topics) if topics is not None else [()] * len(texts)
-        def indexed(text: str) -> str:
-            return paired(composed(text), indexed=True)
+        def indexed(text: str) -> str:  # ASCII is composed and holds no unspaced run: as it is
+            return text if text.isascii() else paired(composed(text), indexed=True)
 
         self.add_rows([(indexed(text), indexed(" ".join(e)), indexed(" ".join(t)))
                        for text, e, t in zip(texts, entities, topics, strict=True)])

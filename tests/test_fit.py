@@ -297,6 +297,37 @@ def test_a_resume_with_other_model_settings_is_one_clear_error(tmp_path, capsys,
     assert "val/ce_loss" in validated.trainer.callback_metrics
 
 
+@pytest.mark.parametrize(("setting", "value", "said"), [
+    ("--data.root", "{tmp}/other", "data.root 'synthetic', not '{tmp}/other'"),
+    ("--data.batch_size", "4", "data.batch_size 8, not 4"),
+])
+def test_a_resume_on_other_data_is_one_clear_error(tmp_path, capsys, setting, value, said):
+    """Its best checkpoint was scored on the first data's validation split, which the export would
+    rank against the new split's scores, and its epoch's position counts the first data's batches;
+    where the batches are cached may change."""
+    main(smoke_args(tmp_path, 2))
+    last = str(next((tmp_path / "runs").glob("**/checkpoints/last.ckpt")))
+    with pytest.raises(SystemExit) as refused:
+        main(smoke_args(tmp_path, 4, setting, value.format(tmp=tmp_path), "--ckpt_path", last))
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert f"the run was trained with {said.format(tmp=tmp_path)}" in err and "Traceback" not in err
+    resumed = main(smoke_args(tmp_path, 4, "--data.cache_dir", str(tmp_path / "cache2"), "--ckpt_path", last))
+    assert resumed.trainer.global_step == 4
+
+
+def test_a_resume_compares_the_directory_read_from_the_environment(tmp_path, capsys, monkeypatch):
+    """A run given no --data.root records the directory ``$ISQ_DAILYDIALOG`` named, so a resume with
+    the variable naming another is refused like one given another --data.root."""
+    monkeypatch.setenv("ISQ_DAILYDIALOG", "synthetic")
+    main(smoke_args(tmp_path, 2, "--data.root", "null"))
+    last = str(next((tmp_path / "runs").glob("**/checkpoints/last.ckpt")))
+    monkeypatch.setenv("ISQ_DAILYDIALOG", str(tmp_path / "other"))
+    with pytest.raises(SystemExit):
+        main(smoke_args(tmp_path, 4, "--data.root", "null", "--ckpt_path", last))
+    assert f"the run was trained with data.root 'synthetic', not '{tmp_path}/other'" in capsys.readouterr().err
+
+
 def test_settings_a_resume_may_spell_otherwise(tmp_path, monkeypatch):
     """The warm start (the checkpoint's weights replace it), a path spelled another way, a setting
     the checkpoint predates and a list kept as a tuple are no change; another value is."""

@@ -161,6 +161,7 @@ class DialogueDataModule(L.LightningDataModule):
         check_ranges("data", locals(), RANGES)
         self.save_hyperparameters()
         self.root = root if root is not None else os.environ.get(ROOT_ENV)
+        self.hparams["root"] = self.root  # the directory read, in the checkpoint: a resume compares it
         self.cache_dir = Path(cache_dir
                               or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "isq")
         self._tokenizer: PreTrainedTokenizerBase | None = None

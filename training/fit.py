@@ -15,6 +15,7 @@ import dataclasses
 import pickle
 import sys
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -212,11 +213,13 @@ class CheckpointError(ValueError):
     """--ckpt_path names no readable Lightning checkpoint."""
 
 
-def check_checkpoint(path: str | None, model: torch.nn.Module, resume: bool = False) -> None:
+def check_checkpoint(path: str | None, model: torch.nn.Module, resume: bool = False,
+                     data: DialogueDataModule | None = None) -> None:
     """A checkpoint to resume from or validate must exist, be a complete torch zip archive (a
     truncated file has no central directory), be a Lightning checkpoint and hold weights of this
     model's shapes (one made with other settings does not fit); one to resume from, of a run with
-    this model's settings (:func:`changed_settings`): refused before the run starts."""
+    this model's settings and ``data``'s (:func:`changed_settings`, :func:`changed_data`): refused
+    before the run starts."""
     if path is None:
         return
     if not Path(path).is_file():
@@ -240,16 +243,33 @@ def check_checkpoint(path: str | None, model: torch.nn.Module, resume: bool = Fa
                 f"{found.get(name, 'absent')} in the checkpoint, {expected.get(name, 'absent')} here); "
                 "give the settings it was trained with")
     if resume and (changed := changed_settings(saved.get("hyper_parameters") or {},
-                                               dict(getattr(model, "hparams", {})))):
+                                               dict(getattr(model, "hparams", {})))
+                   + changed_data(saved.get("datamodule_hyper_parameters") or {}, data)):
         raise CheckpointError(
             f"--ckpt_path {path}: the run was trained with {changed[0]}; a resume continues a run with its "
-            "own model settings (the optimiser state holds them), so give those, or start a new run from its "
-            "export with --model.init_from")
+            "own model and data settings (the optimiser state holds the first; its best checkpoint was "
+            "scored on the second's validation split and its epoch's position counts their batches), so "
+            "give those, or start a new run from its export with --model.init_from")
 
 
 NOT_COMPARED = {"_instantiator", "init_from"}
 """Hyperparameters a resume may give otherwise: Lightning's own, and the warm start (the
 checkpoint's weights replace it)."""
+
+
+DATA_NOT_COMPARED = {"num_workers", "cache_dir"}
+"""Data settings a resume may give otherwise: how batches are loaded, not which."""
+
+
+def changed_data(saved: Mapping[str, Any], data: DialogueDataModule | None) -> list[str]:
+    """The data settings (``--data.*``) a checkpoint's give otherwise than ``data``'s, but
+    :data:`DATA_NOT_COMPARED` and a directory the checkpoint does not name (one written before
+    the data module recorded the directory it read from the environment)."""
+    if data is None:
+        return []
+    kept = {name: value for name, value in saved.items()
+            if name not in DATA_NOT_COMPARED and not (name == "root" and value is None)}
+    return changed_settings(kept, dict(data.hparams), "data")
 
 
 def changed_settings(saved: Any, current: Any, prefix: str = "model") -> list[str]:
@@ -303,7 +323,8 @@ def main(args: list[str] | None = None) -> ISQCLI:
         )
         ckpt_path = cli.config.get("ckpt_path")
         check_lengths(cli.model, cli.datamodule)
-        check_checkpoint(ckpt_path, cli.model, resume=not cli.config.get("validate_only"))
+        check_checkpoint(ckpt_path, cli.model, resume=not cli.config.get("validate_only"),
+                         data=cli.datamodule)
         # an occupied export directory: refused before data setup
         for callback in getattr(cli.trainer, "callbacks", []):
             if isinstance(callback, ExportFingerprinter) and callback.dirpath is not None:

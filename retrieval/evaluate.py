@@ -58,6 +58,7 @@ from retrieval.index.embed import SentenceEmbedder
 from retrieval.ingestion.pipeline import IngestError
 from retrieval.llm_client import EndpointRefused
 from retrieval.memory.errors import StoreError
+from retrieval.memory.fingerprinter_source import named_or_recorded
 from retrieval.memory.records import InputFormatError
 from retrieval.memory.targets import store_target
 from retrieval.multi_route.planner_llm import LLMPlanner
@@ -71,9 +72,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m retrieval.evaluate",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--locomo", type=Path, required=True, help="LoCoMo JSON file (e.g. locomo10.json)")
-    parser.add_argument("--fingerprinter", type=Path, default=DEFAULT_FINGERPRINTER,
-                        help="trained fingerprinter directory (default: "
-                             "the committed checkpoints/isq_minilm_dailydialog_cpu)")
+    parser.add_argument("--fingerprinter", type=Path,
+                        help="trained fingerprinter directory (default: the one a --store recorded at "
+                             "ingestion, else the committed checkpoints/isq_minilm_dailydialog_cpu)")
     parser.add_argument("--kmeans-fingerprinter", type=Path, help="k-means control fingerprinter directory")
     parser.add_argument("--out", type=Path, required=True,
                         help="output directory (the store goes to OUT/store)")
@@ -132,6 +133,9 @@ def _split(value: str | None) -> list[str] | None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     show_progress(not args.no_progress)
+    if args.fingerprinter is None:  # as the other readers of a built store: the one it was built with
+        recorded = None if args.store is None else named_or_recorded(args.store, None)
+        args.fingerprinter = recorded or DEFAULT_FINGERPRINTER
     cache = args.llm_cache or args.out / "llm_cache"
     try:
         conversations = load_locomo(args.locomo)

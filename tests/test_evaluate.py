@@ -30,6 +30,9 @@ from retrieval.eval.render import render_markdown
 from retrieval.eval.results import SweepRow, TopologySetting, read_results
 from retrieval.eval.run import EvalModels, EvaluationSettings, evaluate
 from retrieval.evaluate import main
+from retrieval.memory.backends import open_store
+from retrieval.memory.cache import model_identity
+from retrieval.memory.fingerprinter_source import remember_fingerprinter
 from tests.conftest import tiny_config
 from tests.fake_chat import FakeChatServer, completion_body
 
@@ -554,6 +557,27 @@ def test_a_run_refused_while_building_leaves_no_staged_reports_or_empty_out(tmp_
         assert "holds another memory of 'conv-t'" in capsys.readouterr().err
     assert not (tmp_path / "fresh").exists()
     assert sorted(path.name for path in (tmp_path / "kept").iterdir()) == ["notes.txt"]
+
+
+def test_a_store_is_evaluated_with_the_fingerprinter_it_recorded_unless_one_is_named(tmp_path, monkeypatch,
+                                                                                     fingerprinter_dirs):
+    """As the other readers of a built store: ``--store`` without ``--fingerprinter`` takes the one
+    ingestion recorded there, not the committed one; a named one still wins."""
+    monkeypatch.setattr(evaluate_module, "SentenceEmbedder", lambda name: HashEmbedder())
+    locomo = write_locomo(tmp_path / "locomo.json")
+    command = ["--locomo", locomo, "--k-dense", "2", "--k-code", "2", "--no-progress"]
+    ours = fingerprinter_dirs["kmeans"]
+    assert main([*command, "--out", str(tmp_path / "built"), "--fingerprinter", str(ours)]) == 0
+    store = tmp_path / "built" / "store"
+    with open_store(store) as opened:  # what ingestion with --fingerprinter records
+        opened.put_meta("fingerprinter", model_identity(Fingerprinter.from_pretrained(ours)))
+        remember_fingerprinter(opened, ours, Fingerprinter.from_pretrained(ours))
+    for named, used in ((None, ours), (fingerprinter_dirs["trained"], fingerprinter_dirs["trained"])):
+        out = tmp_path / f"eval-{used.name}"
+        extra = [] if named is None else ["--fingerprinter", str(named)]
+        assert main([*command, "--out", str(out), "--store", str(store), *extra]) == 0
+        settings = json.loads((out / "results.json").read_text())["settings"]
+        assert Path(settings["fingerprinter"]).resolve() == Path(used).resolve()
 
 
 def test_a_second_run_refused_into_the_same_out_leaves_the_running_runs_reports(tmp_path, monkeypatch,

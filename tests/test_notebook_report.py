@@ -113,6 +113,19 @@ def test_default_sample_leaves_out_the_validation_dialogues_train_holds(tmp_path
     assert source.endswith("; 1 dialogues also in train left out)")
 
 
+def test_a_report_whose_validation_dialogues_are_all_in_train_is_one_clear_error(fingerprinter_dir, tmp_path,
+                                                                                  capsys, monkeypatch):
+    """Nothing is left to analyse: one line naming the setting and what was left out, exit 2."""
+    root = fake_release(tmp_path / "dd")
+    train = (root / "train" / "dialogues_train.txt").read_text().splitlines()
+    (root / "validation" / "dialogues_validation.txt").write_text(train[0] + "\n")
+    monkeypatch.setenv("ISQ_DAILYDIALOG", str(root))
+    assert main([str(fingerprinter_dir), "--out", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"isq.report: error: $ISQ_DAILYDIALOG={root}: no validation utterances to analyse "
+                   "(1 dialogues also in train left out); give texts with --texts\n")
+
+
 def test_default_sample_resolves_a_relative_setting_against_the_repository(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
     fake_release(repo / "data" / "dd")

@@ -76,8 +76,11 @@ def default_sample(repo: Path | None = None) -> tuple[list[str], str]:
         except (OSError, DataFormatError) as err:
             raise InputError(f"${ROOT_ENV}={configured}: {err}") from err
         texts = [utterance for dialogue in splits.dialogues["validation"] for utterance in dialogue]
-        return texts, (f"DailyDialog validation ({validation.resolve()}; {splits.leaked['validation']} "
-                       "dialogues also in train left out)")
+        left_out = f"{splits.leaked['validation']} dialogues also in train left out"
+        if not texts:
+            raise InputError(f"${ROOT_ENV}={configured}: no validation utterances to analyse ({left_out}); "
+                             "give texts with --texts")
+        return texts, f"DailyDialog validation ({validation.resolve()}; {left_out})"
     with tempfile.TemporaryDirectory() as tmp:
         texts = read_texts(write_synthetic_corpus(tmp) / "validation" / "dialogues_validation.txt")
     return texts, "the project's synthetic corpus, validation split"

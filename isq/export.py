@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch import Tensor
 
 from isq.identity import ENCODER_KEY, IDENTITY_KEYS
@@ -117,8 +117,10 @@ def write_directory(directory: Path, tensors: Mapping[str, Tensor], meta: dict[s
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     try:
-        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(staging / WEIGHTS_NAME),
-                  metadata={"format": "pt"})
+        # written by this process, not safetensors' save_file: that renames a private temporary file
+        # into place (mode 0600), which another account serving the export could not read
+        weights = {name: tensor.detach().cpu().contiguous() for name, tensor in tensors.items()}
+        (staging / WEIGHTS_NAME).write_bytes(save(weights, metadata={"format": "pt"}))
         write_tokenizer(staging)
         if run_record is not None:
             (staging / RUN_RECORD_NAME).write_text(json.dumps(run_record, indent=2, default=str))

@@ -5,14 +5,17 @@ a committed export."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from isq.export import FingerprinterLoadError, NonFiniteWeights, sha256_file
 from isq.fingerprint import Fingerprinter
-from tests.conftest import write_config
+from isq.model import ISQModel
+from tests.conftest import tiny_config, write_config
 
 
 @pytest.fixture
@@ -164,3 +167,17 @@ def test_a_new_export_records_the_checksum_of_its_tokenizer_files(export, tmp_pa
     path.write_text(path.read_text() + "\n")
     with pytest.raises(FingerprinterLoadError, match="SHA-256 differs"):
         Fingerprinter.from_pretrained(resaved)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_every_exported_file_is_as_readable_as_the_umask_lets_it_be(tmp_path, umask):
+    """Another account serving the export (or a colleague) reads its weights as it reads its config:
+    every file's mode is the one the process's umask gives a new file."""
+    torch.manual_seed(0)
+    previous = os.umask(umask)
+    try:
+        directory = ISQModel(tiny_config()).export_fingerprinter(tmp_path / "fp")
+    finally:
+        os.umask(previous)
+    modes = {path.name: path.stat().st_mode & 0o777 for path in directory.iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o666 & ~umask}, modes

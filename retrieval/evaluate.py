@@ -126,6 +126,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def trained_fingerprinter(named: Path | None, store: str | Path | None) -> Path:
+    """The one ``named``, else the one ``store`` recorded at ingestion (as every reader of a built
+    store takes it), else the committed one."""
+    recorded = None if store is None else named_or_recorded(store, named)
+    return named or recorded or DEFAULT_FINGERPRINTER
+
+
 def _split(value: str | None) -> list[str] | None:
     return None if value is None else [item.strip() for item in value.split(",") if item.strip()]
 
@@ -133,9 +140,7 @@ def _split(value: str | None) -> list[str] | None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     show_progress(not args.no_progress)
-    if args.fingerprinter is None:  # as the other readers of a built store: the one it was built with
-        recorded = None if args.store is None else named_or_recorded(args.store, None)
-        args.fingerprinter = recorded or DEFAULT_FINGERPRINTER
+    args.fingerprinter = trained_fingerprinter(args.fingerprinter, args.store)
     cache = args.llm_cache or args.out / "llm_cache"
     try:
         conversations = load_locomo(args.locomo)

@@ -716,10 +716,10 @@ def test_failed_llm_requests_are_counted_not_scored(tmp_path, monkeypatch, finge
 
 def test_the_committed_fingerprinter_is_the_default_and_loads():
     from isq import Fingerprinter
-    from retrieval.evaluate import DEFAULT_FINGERPRINTER, _parser
+    from retrieval.evaluate import DEFAULT_FINGERPRINTER, _parser, trained_fingerprinter
 
     args = _parser().parse_args(["--locomo", "x.json", "--out", "o"])
-    assert args.fingerprinter == DEFAULT_FINGERPRINTER
+    assert trained_fingerprinter(args.fingerprinter, args.store) == DEFAULT_FINGERPRINTER
     assert DEFAULT_FINGERPRINTER.name == "isq_minilm_dailydialog_cpu"
     fingerprinter = Fingerprinter.from_pretrained(DEFAULT_FINGERPRINTER)
     assert fingerprinter.codebook.vectors.shape == (1024, 384)

@@ -325,7 +325,8 @@ def test_a_resume_compares_the_directory_read_from_the_environment(tmp_path, cap
     monkeypatch.setenv("ISQ_DAILYDIALOG", str(tmp_path / "other"))
     with pytest.raises(SystemExit):
         main(smoke_args(tmp_path, 4, "--data.root", "null", "--ckpt_path", last))
-    assert f"the run was trained with data.root 'synthetic', not '{tmp_path}/other'" in capsys.readouterr().err
+    said = f"the run was trained with data.root 'synthetic', not '{tmp_path}/other'"
+    assert said in capsys.readouterr().err
 
 
 def test_settings_a_resume_may_spell_otherwise(tmp_path, monkeypatch):

@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
+from retrieval.memory.times import time_interval
+
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _WEEKDAY_ABBREVIATIONS = {"mon": 0, "tue": 1, "tues": 1, "wed": 2, "thu": 3, "thur": 3, "thurs": 3, "fri": 4,
                           "sat": 5, "sun": 6}
@@ -172,6 +174,7 @@ def resolve_dates(text: str, when: datetime | date | None) -> tuple[str, list[Re
     def replace(match: re.Match[str]) -> str:
         try:
             phrase, value, default_prep = _resolve(match, today)
+            time_interval(value)  # a week whose Sunday is past 9999-12-31 is written but not readable
         except (OverflowError, ValueError):  # date arithmetic past year 1 or 9999
             found.append(ResolvedDate(None, match["prep"].lower() if match["prep"] else None))
             return match[0]

@@ -5,9 +5,9 @@ The store binds the fingerprinter's identity (its codebook's and its encoder's c
 ingestion also records the directory it was loaded from (a mutable record: a checkpoint may be
 moved and named again). The command lines that open a built store (``retrieval.query``,
 ``retrieval.serve``, ``retrieval.mcp``, ``retrieval.consolidate``, ``retrieval.evaluate --store``,
-and ``retrieval.ingest`` adding to one) load it from there when ``--fingerprinter`` is not given (:func:`named_or_recorded`,
-:func:`recorded_or_refused`), and the identity check still refuses a directory that now holds
-another codebook.
+and ``retrieval.ingest`` adding to one) load it from there when ``--fingerprinter`` is not given
+(:func:`named_or_recorded`, :func:`recorded_or_refused`), and the identity check still refuses a
+directory that now holds another codebook.
 """
 
 from __future__ import annotations

@@ -47,9 +47,13 @@ def test_a_phrase_past_year_1_stays_text_without_a_date(phrase):
     (datetime(9999, 12, 31, 12), "tomorrow"), (datetime(9999, 12, 31, 12), "next year"),
     (datetime(9999, 12, 30, 12), "next weekend"), (datetime(1, 1, 1, 12), "yesterday"),
     (datetime(1, 1, 1, 12), "last week"), (datetime(1, 1, 1, 12), "last month"),
+    (datetime(9999, 12, 31, 12), "this week"), (datetime(9999, 12, 31, 12), "next week"),
 ])
 def test_the_edges_of_the_calendar_stay_text(when, phrase):
+    """Past the calendar, or a week whose ISO value is written but not readable (9999's last week
+    ends on 2 January 10000): the phrase stays as written, in a turn and in a question."""
     assert resolve_relative_dates(f"See you {phrase}.", when) == (f"See you {phrase}.", [])
+    assert query_time(f"Who did I see {phrase}?", when) is None
 
 
 def castle_turns() -> list[Turn]:
@@ -77,10 +81,12 @@ def test_an_edge_session_time_ingests(tmp_path: Path):
     turns = [Turn("conv-e", "s1", "D1:1", "Ann", "The rocket museum opens tomorrow with new exhibits.",
                   datetime(9999, 12, 31, 12)),
              Turn("conv-e", "s2", "D2:1", "Bob", "I visited the pottery studio yesterday, lovely glazes.",
-                  datetime(1, 1, 1, 12))]
+                  datetime(1, 1, 1, 12)),
+             Turn("conv-e", "s3", "D3:1", "Ann", "This week I renovated the kitchen with Bob.",
+                  datetime(9999, 12, 31, 10))]
     with AMUStore(tmp_path) as store:
         stats = ingest_turns(turns, store, HashEmbedder(), RuleExtractor(), progress=False)
-        assert store.count() == 2 and stats.unresolved_dates == 2
+        assert store.count() == 3 and stats.unresolved_dates == 3
 
 
 def test_an_invalid_record_names_the_conversation_and_turns(tmp_path: Path):

@@ -33,7 +33,8 @@ import copy
 import dataclasses
 import itertools
 from collections.abc import Collection, Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, cast
 
 import numpy as np
 
@@ -82,6 +83,7 @@ class MemoryBank:
         self._record_sessions, self._turn_sessions = GrowingInts(), GrowingInts()
         self._sessions: dict[str, int] = {}
         self._turn_index: dict[str, int] = {}
+        self._latest: datetime | None = None  # the latest session time (UTC) of the bank's turns
         self._signatures: dict[int, dict[str, frozenset[str]]] = {}
         self.add_turns(store.turns(user_id))
         self.open_only(store.uncovered_turn_ids(user_id))
@@ -228,11 +230,16 @@ class MemoryBank:
         self._turn_record.extend(np.full(len(turns), -1, dtype=np.int64), fresh=True)
         self._turn_open.extend(np.ones(len(turns), dtype=bool), fresh=True)
         self._turn_sessions.extend(self._session_numbers(turn.session_id for turn in turns), fresh=True)
-        times = [turn.session_time for turn in turns if turn.session_time is not None]
         context = self.context
+        latest = max((turn for turn in turns if turn.session_time is not None),
+                     key=lambda turn: cast(datetime, turn.session_time), default=None)
+        when = None if latest is None else latest.session_time
+        if latest is not None and when is not None and (self._latest is None or when > self._latest):
+            # the latest session on its speaker's clock: a question's "yesterday" is that speaker's
+            # day, as the records' relative dates are (README, "Times and dates")
+            self._latest, context = when, dataclasses.replace(context, now=latest.local_time)
         self.context = dataclasses.replace(
-            context, participants=tuple(dict.fromkeys([*context.participants, *(t.speaker for t in turns)])),
-            now=max([*times, *([context.now] if context.now else [])]) if times else context.now)
+            context, participants=tuple(dict.fromkeys([*context.participants, *(t.speaker for t in turns)])))
 
     def close_turns(self, turn_ids: Sequence[str]) -> None:
         """A committed segment covers these turns: they are no longer open."""

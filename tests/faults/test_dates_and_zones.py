@@ -3,6 +3,7 @@ offsets works through every command: real transcripts carry both."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -19,6 +20,7 @@ from retrieval.ingest import main as ingest_main
 from retrieval.ingestion.turns_jsonl import read_turns_jsonl
 from retrieval.memory.records import AMU, SourcePointer, Turn
 from retrieval.memory.store import AMUStore
+from retrieval.multi_route.bank import MemoryBank
 from retrieval.multi_route.planner_rules import query_time
 from tests.test_consolidation import NamedHashEmbedder
 from tests.test_ingest import WHEN, HashEmbedder
@@ -138,3 +140,24 @@ def test_mixed_offsets_work_through_ingest_consolidate_and_query(tmp_path: Path,
     hits = json.loads(capsys.readouterr().out)["hits"]
     assert hits and {turn["time"] for hit in hits for turn in hit["source_turns"]} <= {
         "2023-05-08T11:56:00", "2023-05-20T09:00:00", "2023-06-01T13:00:00"}
+
+
+def test_a_question_reads_its_relative_dates_on_the_latest_sessions_own_day(tmp_path: Path):
+    """"Yesterday" in a question is the day before the latest session's date on its speaker's
+    clock, as in the records: at 08:00 in Tokyo on 8 May (23:00 UTC on 7 May) it is 7 May. The
+    latest session is the latest in UTC, whatever the order the turns came in."""
+    tokyo, new_york = timezone(timedelta(hours=9)), timezone(timedelta(hours=-5))
+    turns = [Turn("conv-t", "s2", "D2:1", "Ann", "Yesterday I went hiking in the hills.",
+                  datetime(2023, 5, 8, 8, tzinfo=tokyo)),
+             Turn("conv-t", "s1", "D1:1", "Ann", "I repaired my bicycle today.",
+                  datetime(2023, 5, 7, 20, tzinfo=new_york))]  # 01:00 UTC on 8 May: later still
+    with AMUStore(tmp_path) as store:
+        ingest_turns(turns[:1], store, HashEmbedder(), RuleExtractor(), progress=False)
+        bank = MemoryBank.build(store, "conv-t", HashEmbedder())
+        hiking = next(amu for amu in store.amus("conv-t") if "hiking" in amu.text)
+    assert hiking.t_ref == "2023-05-07" and bank.context.now == datetime(2023, 5, 8, 8)
+    assert query_time("What did Ann do yesterday?", bank.context.now).start == "2023-05-07"
+    bank.add_turns(turns[1:])
+    assert bank.context.now == datetime(2023, 5, 7, 20)  # New York's clock, the latest in UTC
+    bank.add_turns([dataclasses.replace(turns[0], turn_id="D2:2")])  # an earlier one changes nothing
+    assert bank.context.now == datetime(2023, 5, 7, 20)

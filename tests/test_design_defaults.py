@@ -13,7 +13,7 @@ import yaml
 from isq.config import ISQConfig
 from isq.quantizer import EMAQuantizer
 from retrieval.consolidation import config as consolidation
-from retrieval.consolidation.prefix import time_prefix
+from retrieval.consolidation.prefix import strip_prefix, time_prefix
 from retrieval.multi_route import params
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,3 +66,11 @@ def test_a_merge_spanning_exactly_the_minimum_gets_no_prefix_and_a_minute_more_d
     assert time_prefix(start, start + span, span) == ""
     longer = time_prefix(start, start + span + timedelta(minutes=1), span)
     assert longer == "[2023-05-08 10:00 to 2023-05-08 11:01] "
+
+
+def test_a_prefix_before_the_year_1000_writes_four_digits_and_is_stripped_again():
+    prefix = time_prefix(datetime(523, 5, 8, 10), datetime(523, 6, 1, 10), timedelta(hours=1))
+    assert prefix == "[0523-05-08 to 0523-06-01] " and strip_prefix(prefix + "Ann lives in Paris.") == \
+        "Ann lives in Paris."
+    assert time_prefix(datetime(9, 5, 8, 10), datetime(9, 5, 8, 12), timedelta(hours=1)) == \
+        "[0009-05-08 10:00 to 0009-05-08 12:00] "

@@ -710,6 +710,20 @@ def test_a_merged_records_time_prefix_is_on_the_speakers_clock(tmp_path):
     assert merged.text.startswith("[2023-05-08 01:00 to 2023-05-08 09:00] Ann loves hiking"), merged.text
 
 
+def test_a_merge_whose_speakers_clock_leaves_the_calendar_is_prefixed_in_utc(tmp_path):
+    """At 0001-01-01 02:00 UTC, a speaker five hours behind UTC is before the calendar's first day:
+    the merge is made all the same, its prefix in UTC (the job failed, and every rerun with it)."""
+    hike = "I love hiking in the Alps every summer."
+    times = ["0001-01-01T02:00:00", "0001-01-01T12:00:00-05:00"]
+    with open_memory(tmp_path) as mem:
+        for n, at in enumerate(times):
+            mem.add([{"speaker": "Ann", "text": hike, "time": at}], user_id="u", session_id=f"s{n}")
+            mem.flush(user_id="u", session_id=f"s{n}")
+        assert mem.consolidate(user_id="u", wait=True, timeout_s=60).state == "done"
+        (merged,) = mem.list(user_id="u").items
+    assert merged.text.startswith("[0001-01-01 02:00 to 0001-01-01 17:00] Ann loves hiking"), merged.text
+
+
 def test_a_new_store_on_a_read_only_file_system_is_one_typed_refusal(tmp_path, monkeypatch):
     """Nothing can be made there, not even removed (a read-only file system refuses to unlink a
     missing file too): one StoreUnavailable that says a new store needs a writable directory."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from retrieval.consolidation.members import Member
 from retrieval.consolidation.operations import Draft, newest
@@ -53,10 +53,20 @@ def merged_amu(members: Sequence[Member], draft: Draft, turn_order: Mapping[str,
     source = SourcePointer(user_id, last.amu.source.session_id, ordered, speakers, None)
     shift = next((offsets[turn_id] for turn_id in reversed(last.amu.source.turn_ids) if turn_id in offsets),
                  timedelta(0))
-    start, end = min(firsts) + shift if firsts else None, last.last + shift if last.last else None
+    start, end = _clocked(min(firsts) if firsts else None, last.last, shift)
     text = time_prefix(start, end, prefix_min_span) + strip_prefix(draft.text).strip()
     return AMU(id=merged_id(user_id, [m.id for m in chosen]), text=text,
                memory_type=draft.memory_type,
                source=source, observed_at=last.amu.observed_at, timestamps=draft.timestamps,
                entities=names(draft.entities), tags=names(draft.tags), t_ref=draft.t_ref,
                valid_from=draft.valid_from, valid_to=draft.valid_to)
+
+
+def _clocked(start: datetime | None, end: datetime | None,
+             shift: timedelta) -> tuple[datetime | None, datetime | None]:
+    """``start`` and ``end`` on the speaker's clock (``shift``: its UTC offset); both in UTC where
+    that clock's time leaves the calendar (an hour before 0001-01-01 00:00 UTC)."""
+    try:
+        return (None if start is None else start + shift), (None if end is None else end + shift)
+    except OverflowError:
+        return start, end

@@ -14,8 +14,15 @@ def time_prefix(start: datetime | None, end: datetime | None, min_span: timedelt
     """``"[2023-05-08 to 2023-06-27] "`` when ``end - start`` exceeds ``min_span``, else ``""``."""
     if start is None or end is None or end - start <= min_span:
         return ""
-    form = "%Y-%m-%d" if start.date() != end.date() else "%Y-%m-%d %H:%M"
-    return f"[{start:{form}} to {end:{form}}] "
+    minutes = start.date() == end.date()
+    return f"[{_stamp(start, minutes)} to {_stamp(end, minutes)}] "
+
+
+def _stamp(moment: datetime, minutes: bool) -> str:
+    """The ISO date (its year in four digits: strftime's ``%Y`` writes the year 523 as ``523``,
+    which :data:`PREFIX` would not strip) and, with ``minutes``, the time to the minute."""
+    day = f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}"
+    return f"{day} {moment:%H:%M}" if minutes else day
 
 
 def strip_prefix(text: str) -> str:

@@ -166,7 +166,7 @@ def run(app: Any, host: str, port: int, timeouts: ConnectionTimeouts | None = No
         listener: socket.socket | None = None) -> None:
     """Serve ``app`` until SIGTERM or SIGINT, then return once it has drained (``timeouts``: those
     of :mod:`retrieval.service.limits` unless given; ``listener``: a socket already bound to
-    ``host:port``, :func:`listening`)."""
+    ``host:port``, :func:`listening`), a further SIGTERM or SIGINT then stopping the process at once."""
     import uvicorn
 
     from retrieval.service.connections import ConnectionTimeouts, uvicorn_config
@@ -179,6 +179,13 @@ def run(app: Any, host: str, port: int, timeouts: ConnectionTimeouts | None = No
     quiet_mcp_session_logs()
     server = uvicorn.Server(uvicorn_config(app, host, port, timeouts or ConnectionTimeouts()))
     server.run(sockets=None if listener is None else [listener])
+    # The caller closes the memory next, which waits for the running ingestion step and job: an
+    # extractor's LLM call may take minutes. A further signal ends the process then, as a crash
+    # would: the turn log and the jobs table resume what was unfinished at the next start.
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop_signal, signal.SIG_DFL)
+    print("stopped serving; closing the memory once its running ingestion step and job end (a further "
+          "SIGINT or SIGTERM stops at once: they resume at the next start)", file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -188,6 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (MemoryAPIError, KeyCommandError, StoreError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # while the models load or the store opens: nothing was served
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

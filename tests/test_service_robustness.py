@@ -315,6 +315,64 @@ def test_sigterm_with_a_stalled_client_and_a_stuck_request_exits_within_the_drai
     assert answers[0].json()["request_id"] in text
 
 
+STUCK_CLOSE = """
+import sys, time
+from retrieval.serve import listening, run
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while (message := await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+run(app, "127.0.0.1", int(sys.argv[1]), listener=listening("127.0.0.1", int(sys.argv[1])))
+time.sleep(300)  # stands for closing a memory whose running step waits on a stuck LLM call
+"""
+"""``retrieval.serve.run`` whose caller then waits five minutes."""
+
+
+def test_a_second_signal_while_the_memory_closes_stops_the_server_at_once(tmp_path: Path) -> None:
+    """After the server drained, closing the memory waits for the running ingestion step, which an
+    extractor's LLM call can hold for minutes: the server says so, and a further SIGTERM (or SIGINT)
+    ends it then (both were ignored until the call's retries ran out)."""
+    port, log = free_port(), tmp_path / "server.log"
+    for second in (signal.SIGTERM, signal.SIGINT):
+        with log.open("wb") as output:
+            process = subprocess.Popen([sys.executable, "-c", STUCK_CLOSE, str(port)], cwd=ROOT,
+                                       env=child_env(), stdout=output, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: b"Application startup complete" in log.read_bytes(), "server")
+            process.send_signal(signal.SIGTERM)
+            wait_for(lambda: "stopped serving; closing the memory" in log.read_text(), "closing line")
+            process.send_signal(second)
+            assert process.wait(WAIT_S) == -second, log.read_text()
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(30)
+
+
+def test_an_interrupt_while_the_models_load_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Ctrl-C before anything is served ends the command with one line and status 130."""
+    import retrieval.serve as serve_module
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(serve_module, "open_memory", interrupted)
+    for process_wide in ("idle_threads_sleep", "bounded_allocator"):  # this test process's own settings
+        monkeypatch.setattr(serve_module, process_wide, lambda: None)
+    try:
+        code = serve_module.main(["--store", str(tmp_path / "store"), "--port", str(free_port())])
+    except KeyboardInterrupt:  # escaped as a traceback would, which would also end this test session
+        pytest.fail("the interrupt escaped retrieval.serve.main")
+    assert code == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
 FREED_BLOCKS = """
 import sys
 from retrieval.service.launch import bounded_allocator

@@ -2,6 +2,7 @@
 
     python -m retrieval.store check   --store DIR|URL   # is the store intact?
     python -m retrieval.store compact --store DIR|URL   # leave no trace of deleted data in its files
+    python -m retrieval.store backup  --store DIR --to NEW_DIR   # a consistent copy, while it is in use
 
 ``check`` runs the store's integrity check (SQLite's ``PRAGMA quick_check`` and the schema's
 tables; opened read-only, so it may run beside an ingest) and prints ``ok`` with the store's
@@ -12,7 +13,9 @@ terms, the database file rebuilt with freed pages zeroed, the write-ahead log tr
 deleted text stays in any file of the store directory; on PostgreSQL every table rewritten with
 ``VACUUM FULL``, then a ``CHECKPOINT``. Either command exits with status 2 and one ``error:``
 line when the store cannot be opened or compacted (``compact`` of a directory that holds no store
-creates none).
+creates none). ``backup`` copies a SQLite store directory into a new one while servers and
+ingestion use it (:mod:`retrieval.memory.backup`: each database through SQLite's online backup),
+then checks the copy as ``check`` does; a PostgreSQL store is backed up with ``pg_dump``.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from retrieval.memory.backends import open_store
+from retrieval.memory.backup import back_up
 from retrieval.memory.connection import missing_store
 from retrieval.memory.errors import StoreError
-from retrieval.memory.targets import local_directory, store_target
+from retrieval.memory.targets import local_directory, redacted, store_target
 
 SHOWN_PROBLEMS = 20
 
@@ -34,15 +39,17 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="integrity check of the store (PRAGMA quick_check)")
     compact = commands.add_parser("compact", help="leave no trace of deleted data in the store's files")
-    for command in (check, compact):
+    backup = commands.add_parser("backup", help="a consistent copy of a SQLite store, while it is in use")
+    for command in (check, compact, backup):
         command.add_argument("--store", type=store_target, required=True, help="store directory or URL")
+    backup.add_argument("--to", type=Path, required=True, help="new (or empty) directory for the copy")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return compact(args) if args.command == "compact" else check(args)
+        return {"compact": compact, "backup": backup, "check": check}[args.command](args)
     except StoreError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -74,6 +81,16 @@ def compact(args: argparse.Namespace) -> int:
         return 1
     print(f"compacted: {store.location}")
     return 0
+
+
+def backup(args: argparse.Namespace) -> int:
+    source = local_directory(args.store)
+    if source is None:
+        raise StoreError(f"{redacted(args.store)} is a PostgreSQL store: back it up with pg_dump")
+    copied = back_up(source, args.to)
+    print(f"copied {', '.join(copied)} from {source} to {args.to}")
+    args.store = args.to
+    return check(args)
 
 
 if __name__ == "__main__":

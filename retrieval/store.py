@@ -14,8 +14,8 @@ deleted text stays in any file of the store directory; on PostgreSQL every table
 ``VACUUM FULL``, then a ``CHECKPOINT``. Either command exits with status 2 and one ``error:``
 line when the store cannot be opened or compacted (``compact`` of a directory that holds no store
 creates none). ``backup`` copies a SQLite store directory into a new one while servers and
-ingestion use it (:mod:`retrieval.memory.backup`: each database through SQLite's online backup),
-then checks the copy as ``check`` does; a PostgreSQL store is backed up with ``pg_dump``.
+ingestion use it (:mod:`retrieval.memory.backup`: each database through SQLite's online backup,
+then ``PRAGMA quick_check`` of the copy); a PostgreSQL store is backed up with ``pg_dump``.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"compact": compact, "backup": backup, "check": check}[args.command](args)
-    except StoreError as err:
+    except (StoreError, OSError) as err:  # OSError: a directory the command may not read or write
         print(f"error: {err}", file=sys.stderr)
         return 2
 
@@ -88,9 +88,8 @@ def backup(args: argparse.Namespace) -> int:
     if source is None:
         raise StoreError(f"{redacted(args.store)} is a PostgreSQL store: back it up with pg_dump")
     copied = back_up(source, args.to)
-    print(f"copied {', '.join(copied)} from {source} to {args.to}")
-    args.store = args.to
-    return check(args)
+    print(f"backed up {source} to {args.to}: {', '.join(copied)} (each passed PRAGMA quick_check)")
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,18 +1,34 @@
 """``python -m retrieval.store backup``: a copy of a store taken while turns are being added is a
 whole store (it passes the integrity check), holds every turn committed before the copy began and
-no partial one, and serves with the keys it copied; what it refuses, it refuses in one line."""
+no partial one, serves with the keys it copied, and holds nothing a delete or forget committed
+before it removed; an interrupted backup leaves nothing; what it refuses, it refuses in one line."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from pathlib import Path
 
 import pytest
 
+import retrieval.memory.backup as backup_module
 from retrieval.memory.backends import open_store
+from retrieval.memory.store import AMUStore
 from retrieval.service.keys import KeyStore
 from retrieval.store import main as store_main
 from tests.service_thread import open_memory
+from tests.store_backends import SQLITE_BEFORE_VERSION_9
+
+SECRET = b"quenfrith"
+
+
+def holding(directory: Path, needle: bytes) -> list[str]:
+    return [p.name for p in sorted(directory.rglob("*")) if p.is_file() and needle in p.read_bytes().lower()]
+
+
+def one_turn_store(store: Path, text: str = "A note about the lake.") -> None:
+    with open_memory(store) as memory:
+        memory.add([{"speaker": "Ann", "text": text, "turn_id": "t0"}], user_id="alice", session_id="s")
 
 
 def test_a_backup_taken_while_turns_are_added_is_a_whole_store_of_the_committed_turns(tmp_path: Path, capsys):
@@ -42,28 +58,101 @@ def test_a_backup_taken_while_turns_are_added_is_a_whole_store_of_the_committed_
             stop.set()
             adder.join(60)
     out = capsys.readouterr().out
-    assert out.startswith(f"copied amus.sqlite3, keys.sqlite from {store} to {copy}\nok: "), out
+    assert out == (f"backed up {store} to {copy}: amus.sqlite3, keys.sqlite (each passed PRAGMA "
+                   "quick_check)\n"), out
+    assert sorted(path.name for path in copy.iterdir()) == ["amus.sqlite3", "keys.sqlite"]
+    assert copy.stat().st_mode & 0o777 == 0o700
+    assert {path.stat().st_mode & 0o777 for path in copy.iterdir()} == {0o600}
     with open_store(copy, read_only=True) as copied:
         turn_ids = [turn.turn_id for turn in copied.turns("alice")]
     assert before <= len(turn_ids) <= after + 1 and turn_ids == [f"t{n}" for n in range(len(turn_ids))]
     copied_keys = KeyStore(copy, create=False, read_only=True)
     assert copied_keys.holder(key) == "alice"
     copied_keys.close()
-    assert copy.stat().st_mode & 0o777 == 0o700
-    assert {path.stat().st_mode & 0o777 for path in copy.iterdir()} == {0o600}
+
+
+def test_a_backup_just_after_a_forget_holds_none_of_the_forgotten_text(tmp_path: Path):
+    """The forget's compaction runs a second after it; a copy taken before then would hold the
+    text in its pages, so the backup waits for it."""
+    store, copy = tmp_path / "store", tmp_path / "copy"
+    with open_memory(store) as memory:
+        memory.add([{"speaker": "Ann", "text": "My neighbour Quenfrithal repairs violins in Lisbon."},
+                    {"speaker": "Bob", "text": "A walk by the lake with the dog."}],
+                   user_id="alice", session_id="s")
+        memory.flush(user_id="alice", session_id="s")
+        memory.forget(user_id="alice")
+        assert store_main(["backup", "--store", str(store), "--to", str(copy)]) == 0
+    assert holding(copy, SECRET) == []
+
+
+def test_a_backup_of_a_store_that_owes_a_compaction_and_has_no_writer_is_refused(tmp_path: Path, capsys,
+                                                                                   monkeypatch):
+    store, copy = tmp_path / "store", tmp_path / "copy"
+    one_turn_store(store, "My neighbour Quenfrithal repairs violins in Lisbon.")
+    with AMUStore(store) as opened:
+        assert opened.purge("alice", turn_ids=["t0"]).turns  # rows deleted, the files not compacted yet
+    monkeypatch.setattr(backup_module, "COMPACTED_WAIT_S", 0.5)
+    assert store_main(["backup", "--store", str(store), "--to", str(copy)]) == 2
+    assert "still owes the compaction of a delete or forget" in capsys.readouterr().err
+    assert not copy.exists() and sorted(path.name for path in tmp_path.iterdir()) == ["store"]
+    assert store_main(["compact", "--store", str(store)]) == 0
+    assert store_main(["backup", "--store", str(store), "--to", str(copy)]) == 0
+    assert holding(copy, SECRET) == []
+
+
+def test_a_store_of_an_earlier_schema_is_backed_up_as_it_is(tmp_path: Path):
+    """The copy keeps the way back an upgrade needs: not migrated, and not refused for its version."""
+    store, copy = tmp_path / "store", tmp_path / "copy"
+    one_turn_store(store)
+    db = sqlite3.connect(store / "amus.sqlite3")
+    db.executescript(SQLITE_BEFORE_VERSION_9 + "PRAGMA user_version=8;")
+    db.close()
+    assert store_main(["backup", "--store", str(store), "--to", str(copy)]) == 0
+    assert sqlite3.connect(copy / "amus.sqlite3").execute("PRAGMA user_version").fetchone() == (8,)
+
+
+def test_an_interrupted_backup_leaves_nothing(tmp_path: Path, monkeypatch):
+    store, copy = tmp_path / "store", tmp_path / "copy"
+    one_turn_store(store)
+    KeyStore(store).close()
+    copied = backup_module._copy_database
+
+    def interrupted(path, into):
+        if path.name == "keys.sqlite":
+            raise KeyboardInterrupt
+        copied(path, into)
+
+    monkeypatch.setattr(backup_module, "_copy_database", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        store_main(["backup", "--store", str(store), "--to", str(copy)])
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["store"]
+
+
+def test_a_database_given_as_a_link_is_copied(tmp_path: Path):
+    store, copy, elsewhere = tmp_path / "store", tmp_path / "copy", tmp_path / "elsewhere"
+    one_turn_store(store)
+    keys = KeyStore(elsewhere)
+    key = keys.create("alice")
+    keys.close()
+    (store / "keys.sqlite").symlink_to(elsewhere / "keys.sqlite")
+    assert store_main(["backup", "--store", str(store), "--to", str(copy)]) == 0
+    assert not (copy / "keys.sqlite").is_symlink()
+    copied_keys = KeyStore(copy, create=False, read_only=True)
+    assert copied_keys.holder(key) == "alice"
+    copied_keys.close()
 
 
 def test_a_backup_refuses_in_one_line(tmp_path: Path, capsys):
     store = tmp_path / "store"
-    with open_memory(store) as memory:
-        memory.add([{"speaker": "Ann", "text": "A note about the lake."}], user_id="alice", session_id="s")
+    one_turn_store(store)
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "mine.txt").write_text("kept")
     (tmp_path / "file").write_text("kept")
     new = "back up into a new directory"
     url = "postgresql://u:secret@127.0.0.1:1/db"
-    cases = {(store, tmp_path / "full"): f"is not empty: {new}", (store, store): f"is not empty: {new}",
-             (store, tmp_path / "file"): f"is a file: {new}",
+    cases = {(store, tmp_path / "full"): f"is not empty: {new}",
+             (store, store): "is inside the store", (store, store / "bk"): "is inside the store",
+             (store, tmp_path / "file"): f"is not a directory: {new}",
              (tmp_path / "none", tmp_path / "new"): "no store at",
              (url, tmp_path / "new"): "is a PostgreSQL store: back it up with pg_dump"}
     for (source, target), said in cases.items():
@@ -71,16 +160,17 @@ def test_a_backup_refuses_in_one_line(tmp_path: Path, capsys):
         err = capsys.readouterr().err
         assert err.startswith("error: ") and said in err and err.count("\n") == 1 and "secret" not in err, err
     assert (tmp_path / "full" / "mine.txt").read_text() == "kept" and not (tmp_path / "new").exists()
+    assert sorted(path.name for path in store.iterdir() if not path.name.startswith(".")) == ["amus.sqlite3"]
 
 
 @pytest.mark.parametrize("target", ["new", "empty"])
 def test_a_backup_goes_into_a_new_or_empty_directory(tmp_path: Path, target):
     store = tmp_path / "store"
-    with open_memory(store) as memory:
-        memory.add([{"speaker": "Ann", "text": "A note about the lake."}], user_id="alice", session_id="s")
+    one_turn_store(store)
     if target == "empty":
-        (tmp_path / target).mkdir()
+        (tmp_path / target).mkdir(mode=0o755)
     into = tmp_path / target / "deeper" if target == "new" else tmp_path / target
     assert store_main(["backup", "--store", str(store), "--to", str(into)]) == 0
+    assert into.stat().st_mode & 0o777 == 0o700
     with open_store(into, read_only=True) as copied:
         assert [turn.text for turn in copied.turns("alice")] == ["A note about the lake."]

@@ -1,66 +1,116 @@
 """A consistent copy of a SQLite store directory, taken while the store is in use: each SQLite
 database in it (the memory's ``amus.sqlite3``, the service's ``keys.sqlite``) through SQLite's
 online backup, which copies one snapshot of the database whatever its writers commit meanwhile
-(a plain copy of a database file and its write-ahead log, taken while they change, can tear);
-every other file and directory (the LLM answers' cache) as it is. The writers' lock files and the
-databases' ``-wal`` and ``-shm`` files are left out: the copies hold every committed page. The
-copy, like any, keeps what the store's users delete after it was taken."""
+(a plain copy of a database file and its write-ahead log, taken while they change, can tear),
+then checked (``PRAGMA quick_check``, whatever the store's schema version).
+
+Left out: the writers' lock files, the databases' ``-wal`` and ``-shm`` files (the copies hold
+every committed page) and the LLM answers' cache (a cache: a restored store asks the endpoint
+again). A snapshot in which a delete or forget owes its compaction still holds the deleted text
+in its pages: the copy is taken again until the store's writer has compacted (it does within
+seconds, :data:`retrieval.api.compaction.COMPACT_AFTER_S`), or refused after
+:data:`COMPACTED_WAIT_S`. The copy is made in a staging directory beside the target and moved
+into place whole, so an interrupted or failed backup leaves no partial copy. Like any copy, it
+keeps what the store's users delete after it was taken."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 from retrieval.memory.connection import DB_NAME, missing_store, read_only_connection
 from retrieval.memory.errors import StoreError
+from retrieval.memory.meta_keys import COMPACTION_OWED
 from retrieval.memory.private import private_directory, private_file
 
 SQLITE_HEADER = b"SQLite format 3\x00"
-LEFT_OUT = ("-wal", "-shm", "-journal", ".lock")
-"""Endings of the files a copy leaves out."""
+COMPACTED_WAIT_S = 30.0
+"""How long a backup waits for the compaction a delete or forget owes before it refuses."""
+RETRY_S = 0.5
 
 
 def back_up(source: Path, target: Path) -> list[str]:
-    """Copy the store directory ``source`` into ``target`` (a new or empty directory, made
-    owner-only as a store's is); the names copied, in order. :class:`StoreError` when ``source``
-    holds no store or ``target`` holds anything."""
+    """Copy the store directory ``source`` into ``target`` (a new or empty directory outside
+    ``source``; the copy owner-only, as a store is); the names copied. :class:`StoreError` when
+    ``source`` holds no store, ``target`` is not a new or empty directory, or a copy fails."""
     if (problem := missing_store(source)) is not None:
         raise StoreError(problem)
-    if target.resolve() == source.resolve() or (target.is_dir() and any(target.iterdir())):
+    _check_target(source, target)
+    databases = sorted((path for path in source.iterdir() if _is_database(path)),
+                       key=lambda path: path.name != DB_NAME)  # the memory first
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.parent / f".{target.name}.partial-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        private_directory(staging)
+        for path in databases:
+            _copy_database(path, staging / path.name)
+        staging.rename(target)  # onto a missing or empty directory
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return [path.name for path in databases]
+
+
+def _check_target(source: Path, target: Path) -> None:
+    inside = target.resolve() == source.resolve() or source.resolve() in target.resolve().parents
+    if inside:
+        raise StoreError(f"{target} is inside the store {source}: back up into a directory outside it")
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise StoreError(f"{target} is not a directory: back up into a new directory")
+    if target.is_dir() and any(target.iterdir()):
         raise StoreError(f"{target} is not empty: back up into a new directory")
-    if target.exists() and not target.is_dir():
-        raise StoreError(f"{target} is a file: back up into a new directory")
-    private_directory(target)
-    copied = []
-    for path in sorted(source.iterdir(), key=lambda path: path.name != DB_NAME):  # the memory first
-        if path.name.endswith(LEFT_OUT) or path.is_symlink():
-            continue
-        if path.is_dir():
-            shutil.copytree(path, target / path.name)
-        elif _is_database(path):
-            _copy_database(path, target / path.name)
-        else:
-            shutil.copy2(path, target / path.name)
-        copied.append(path.name)
-    return copied
 
 
 def _is_database(path: Path) -> bool:
-    with path.open("rb") as handle:
-        return handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    """A SQLite database file (a link to one too), not its ``-wal`` or ``-shm`` file."""
+    try:
+        with path.open("rb") as handle:
+            return path.is_file() and handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
 
 
 def _copy_database(path: Path, copy: Path) -> None:
-    """One snapshot of the database at ``path`` written to ``copy`` (owner-only)."""
-    reader, _ = read_only_connection(path, lambda uri: sqlite3.connect(uri, uri=True),
-                                     sqlite3.OperationalError)
-    private_file(copy)
+    """One snapshot of the database at ``path`` written to ``copy`` (owner-only) and checked,
+    taken again while it owes a compaction (see the module docstring)."""
+    deadline = time.monotonic() + COMPACTED_WAIT_S
+    while True:
+        copy.unlink(missing_ok=True)
+        private_file(copy)
+        if not _snapshot(path, copy):
+            return
+        if time.monotonic() >= deadline:
+            raise StoreError(f"{path} still owes the compaction of a delete or forget after "
+                             f"{COMPACTED_WAIT_S:.0f} s (no writer has the store open, or a long read "
+                             "keeps its write-ahead log): run `python -m retrieval.store compact` on it, "
+                             "then back it up again")
+        time.sleep(RETRY_S)
+
+
+def _snapshot(path: Path, copy: Path) -> bool:
+    """Copy the database at ``path`` into ``copy`` and check the copy; whether it owes a
+    compaction."""
+    try:
+        reader, _ = read_only_connection(path, lambda uri: sqlite3.connect(uri, uri=True),
+                                         sqlite3.OperationalError)
+    except sqlite3.Error as err:
+        raise StoreError(f"cannot read {path}: {err}") from None
     writer = sqlite3.connect(copy)
     try:
         reader.backup(writer)
+        problems = [row[0] for row in writer.execute("PRAGMA quick_check")]
+        tables = {row[0] for row in writer.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        owed = "meta" in tables and writer.execute("SELECT 1 FROM meta WHERE key = ?",
+                                                   (COMPACTION_OWED,)).fetchone() is not None
     except sqlite3.Error as err:
         raise StoreError(f"cannot copy {path}: {err}") from None
     finally:
         writer.close()
         reader.close()
+    if problems != ["ok"]:
+        raise StoreError(f"{path} is damaged ({problems[0]}); nothing was backed up")
+    return owed

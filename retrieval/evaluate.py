@@ -57,8 +57,9 @@ from retrieval.extract.rules import RuleExtractor
 from retrieval.index.embed import SentenceEmbedder
 from retrieval.ingestion.pipeline import IngestError
 from retrieval.llm_client import EndpointRefused
+from retrieval.memory.backends import open_store
 from retrieval.memory.errors import StoreError
-from retrieval.memory.fingerprinter_source import named_or_recorded
+from retrieval.memory.fingerprinter_source import UnfoundFingerprinter, recorded_or_refused
 from retrieval.memory.records import InputFormatError
 from retrieval.memory.targets import store_target
 from retrieval.multi_route.planner_llm import LLMPlanner
@@ -128,9 +129,17 @@ def _parser() -> argparse.ArgumentParser:
 
 def trained_fingerprinter(named: Path | None, store: str | Path | None) -> Path:
     """The one ``named``, else the one ``store`` recorded at ingestion (as every reader of a built
-    store takes it), else the committed one."""
-    recorded = None if store is None else named_or_recorded(store, named)
-    return named or recorded or DEFAULT_FINGERPRINTER
+    store takes it; :class:`UnfoundFingerprinter` where it was built with one it cannot find, which
+    the committed one would stand in for unsaid), else the committed one."""
+    if named is not None or store is None:
+        return named or DEFAULT_FINGERPRINTER
+    try:
+        with open_store(store, read_only=True) as opened:
+            return recorded_or_refused(opened) or DEFAULT_FINGERPRINTER
+    except UnfoundFingerprinter:
+        raise
+    except StoreError:  # the evaluation's own open of the store says why
+        return DEFAULT_FINGERPRINTER
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -140,9 +149,9 @@ def _split(value: str | None) -> list[str] | None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     show_progress(not args.no_progress)
-    args.fingerprinter = trained_fingerprinter(args.fingerprinter, args.store)
     cache = args.llm_cache or args.out / "llm_cache"
     try:
+        args.fingerprinter = trained_fingerprinter(args.fingerprinter, args.store)
         conversations = load_locomo(args.locomo)
         _check_inputs(args, conversations)
         fingerprinters = {TRAINED: Fingerprinter.from_pretrained(args.fingerprinter)}
@@ -170,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         reranker = None if args.reranker is None else CrossEncoderReranker(args.reranker)
         operator = None if args.consolidate is None else make_operator(args.consolidate, cache)
         embedder = SentenceEmbedder(args.embedder)
-    except (InputFormatError, EvaluationError, OSError, ValueError) as err:
+    except (InputFormatError, EvaluationError, UnfoundFingerprinter, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     settings = {"command": "python -m retrieval.evaluate " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -559,10 +559,11 @@ def test_a_run_refused_while_building_leaves_no_staged_reports_or_empty_out(tmp_
     assert sorted(path.name for path in (tmp_path / "kept").iterdir()) == ["notes.txt"]
 
 
-def test_a_store_is_evaluated_with_the_fingerprinter_it_recorded_unless_one_is_named(tmp_path, monkeypatch,
-                                                                                     fingerprinter_dirs):
+def test_a_store_is_evaluated_with_the_fingerprinter_it_recorded(tmp_path, monkeypatch, capsys,
+                                                                   fingerprinter_dirs):
     """As the other readers of a built store: ``--store`` without ``--fingerprinter`` takes the one
-    ingestion recorded there, not the committed one; a named one still wins."""
+    ingestion recorded there, not the committed one; a named one still wins; one recorded and
+    since moved is refused."""
     monkeypatch.setattr(evaluate_module, "SentenceEmbedder", lambda name: HashEmbedder())
     locomo = write_locomo(tmp_path / "locomo.json")
     command = ["--locomo", locomo, "--k-dense", "2", "--k-code", "2", "--no-progress"]
@@ -578,6 +579,11 @@ def test_a_store_is_evaluated_with_the_fingerprinter_it_recorded_unless_one_is_n
         assert main([*command, "--out", str(out), "--store", str(store), *extra]) == 0
         settings = json.loads((out / "results.json").read_text())["settings"]
         assert Path(settings["fingerprinter"]).resolve() == Path(used).resolve()
+    with open_store(store) as opened:  # the recorded directory since moved: refused, not replaced unsaid
+        opened.put_meta("fingerprinter_path", str(tmp_path / "moved"))
+    assert main([*command, "--out", str(tmp_path / "eval-moved"), "--store", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert f"loaded from {tmp_path / 'moved'}, which is no longer a directory" in err and err.count("\n") == 1
 
 
 def test_a_second_run_refused_into_the_same_out_leaves_the_running_runs_reports(tmp_path, monkeypatch,

@@ -16,6 +16,7 @@ import yaml
 
 from isq.config import ISQConfig
 from isq.fingerprint import Fingerprinter
+from isq.synthetic import write_synthetic_corpus
 from training.callbacks import BEST_KEY, ExportFingerprinter
 from training.fit import changed_settings, main
 from training.module import ISQLightningModule
@@ -327,6 +328,23 @@ def test_a_resume_compares_the_directory_read_from_the_environment(tmp_path, cap
         main(smoke_args(tmp_path, 4, "--data.root", "null", "--ckpt_path", last))
     said = f"the run was trained with data.root 'synthetic', not '{tmp_path}/other'"
     assert said in capsys.readouterr().err
+
+
+def test_a_resume_compares_a_relative_data_directory_as_the_directory_it_names(tmp_path, capsys, monkeypatch):
+    """``--data.root dd`` names another directory from another working directory: refused there,
+    resumed from the first."""
+    for place, seed in (("a", 1), ("b", 2)):
+        write_synthetic_corpus(tmp_path / place / "dd", sizes=(40, 8, 8), seed=seed)
+    monkeypatch.chdir(tmp_path / "a")
+    main(smoke_args(tmp_path, 2, "--data.root", "dd"))
+    last = str(next((tmp_path / "runs").glob("**/checkpoints/last.ckpt")))
+    monkeypatch.chdir(tmp_path / "b")
+    with pytest.raises(SystemExit):
+        main(smoke_args(tmp_path, 4, "--data.root", "dd", "--ckpt_path", last))
+    said = f"the run was trained with data.root '{tmp_path}/a/dd', not '{tmp_path}/b/dd'"
+    assert said in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path / "a")
+    assert main(smoke_args(tmp_path, 4, "--data.root", "dd", "--ckpt_path", last)).trainer.global_step == 4
 
 
 def test_settings_a_resume_may_spell_otherwise(tmp_path, monkeypatch):

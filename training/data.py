@@ -161,7 +161,9 @@ class DialogueDataModule(L.LightningDataModule):
         check_ranges("data", locals(), RANGES)
         self.save_hyperparameters()
         self.root = root if root is not None else os.environ.get(ROOT_ENV)
-        self.hparams["root"] = self.root  # the directory read, in the checkpoint: a resume compares it
+        # the directory read, in the checkpoint: a resume compares it (resolved: a relative path read
+        # from another working directory is other data)
+        self.hparams["root"] = self.root if self.root in (None, SYNTHETIC) else str(Path(self.root).resolve())
         self.cache_dir = Path(cache_dir
                               or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "isq")
         self._tokenizer: PreTrainedTokenizerBase | None = None

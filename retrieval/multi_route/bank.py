@@ -34,7 +34,7 @@ import dataclasses
 import itertools
 from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -231,13 +231,13 @@ class MemoryBank:
         self._turn_open.extend(np.ones(len(turns), dtype=bool), fresh=True)
         self._turn_sessions.extend(self._session_numbers(turn.session_id for turn in turns), fresh=True)
         context = self.context
-        latest = max((turn for turn in turns if turn.session_time is not None),
-                     key=lambda turn: cast(datetime, turn.session_time), default=None)
-        when = None if latest is None else latest.session_time
-        if latest is not None and when is not None and (self._latest is None or when > self._latest):
-            # the latest session on its speaker's clock: a question's "yesterday" is that speaker's
-            # day, as the records' relative dates are (README, "Times and dates")
-            self._latest, context = when, dataclasses.replace(context, now=latest.local_time)
+        stamped = [(turn.session_time, turn) for turn in turns if turn.session_time is not None]
+        if stamped:
+            when, latest = max(stamped, key=lambda pair: pair[0])
+            if self._latest is None or when > self._latest:
+                # the latest session on its speaker's clock: a question's "yesterday" is that
+                # speaker's day, as the records' relative dates are (README, "Times and dates")
+                self._latest, context = when, dataclasses.replace(context, now=latest.local_time)
         self.context = dataclasses.replace(
             context, participants=tuple(dict.fromkeys([*context.participants, *(t.speaker for t in turns)])))
 

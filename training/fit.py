@@ -273,8 +273,8 @@ def changed_data(saved: Mapping[str, Any], data: DialogueDataModule | None) -> l
 
 
 def changed_settings(saved: Any, current: Any, prefix: str = "model") -> list[str]:
-    """The model settings (``--model.*``) a checkpoint's hyperparameters give otherwise than the
-    current ones, as ``model.head_lr 0.003, not 0.5``. Restoring the optimiser would keep the
+    """The settings (``--model.*``, or ``prefix``'s) a checkpoint's hyperparameters give otherwise
+    than the current ones, as ``model.head_lr 0.003, not 0.5``. Restoring the optimiser would keep the
     checkpoint's learning rates whatever the settings say, and a frozen or thawed encoder changes
     its parameter groups. A setting the checkpoint does not have (one added since) is not compared,
     nor :data:`NOT_COMPARED`; two spellings of one existing path are the same setting."""

@@ -21,6 +21,7 @@ then ``PRAGMA quick_check`` of the copy); a PostgreSQL store is backed up with `
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (StoreError, OSError) as err:  # OSError: a directory the command may not read or write
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 def check(args: argparse.Namespace) -> int:
@@ -87,7 +91,13 @@ def backup(args: argparse.Namespace) -> int:
     source = local_directory(args.store)
     if source is None:
         raise StoreError(f"{redacted(args.store)} is a PostgreSQL store: back it up with pg_dump")
-    copied = back_up(source, args.to)
+    # SIGTERM (timeout, systemd, docker stop) ends the backup as Ctrl-C does, so that its partial
+    # copy is removed: exit status 143
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        copied = back_up(source, args.to)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(f"backed up {source} to {args.to}: {', '.join(copied)} (each passed PRAGMA quick_check)")
     return 0
 

@@ -5,13 +5,18 @@ before it removed; an interrupted backup leaves nothing; what it refuses, it ref
 
 from __future__ import annotations
 
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 import retrieval.memory.backup as backup_module
+from benchmarks.service_process import ROOT, child_env
 from retrieval.memory.backends import open_store
 from retrieval.memory.store import AMUStore
 from retrieval.service.keys import KeyStore
@@ -123,9 +128,36 @@ def test_an_interrupted_backup_leaves_nothing(tmp_path: Path, monkeypatch):
         copied(path, into)
 
     monkeypatch.setattr(backup_module, "_copy_database", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        store_main(["backup", "--store", str(store), "--to", str(copy)])
+    try:
+        assert store_main(["backup", "--store", str(store), "--to", str(copy)]) == 130
+    except KeyboardInterrupt:  # escaped as a traceback would, which would also end this test session
+        pytest.fail("the interrupt escaped retrieval.store.main")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["store"]
+
+
+def test_a_backup_ended_by_sigterm_leaves_nothing_and_one_killed_is_cleared_by_the_next(tmp_path: Path):
+    """SIGTERM (timeout, systemd) while the backup waits for a compaction nobody will run: its
+    staging directory goes as after Ctrl-C. One whose process was killed outright is removed by the
+    next backup into the same target."""
+    store, copy = tmp_path / "store", tmp_path / "copy"
+    one_turn_store(store, "My neighbour Quenfrithal repairs violins in Lisbon.")
+    with AMUStore(store) as opened:
+        assert opened.purge("alice", turn_ids=["t0"]).turns
+    backup = subprocess.Popen([sys.executable, "-m", "retrieval.store", "backup", "--store", str(store),
+                               "--to", str(copy)], cwd=ROOT, env=child_env(), stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".copy.partial-*")):
+        assert backup.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    backup.send_signal(signal.SIGTERM)
+    assert backup.wait(30) == 143 and sorted(path.name for path in tmp_path.iterdir()) == ["store"]
+    assert store_main(["compact", "--store", str(store)]) == 0
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (tmp_path / f".copy.partial-{gone.pid}").mkdir()
+    (tmp_path / f".copy.partial-{gone.pid}" / "amus.sqlite3").write_bytes(b"an abandoned copy")
+    assert store_main(["backup", "--store", str(store), "--to", str(copy)]) == 0
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["copy", "store"]
 
 
 def test_a_database_given_as_a_link_is_copied(tmp_path: Path):

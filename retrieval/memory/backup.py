@@ -10,11 +10,13 @@ again). A snapshot in which a delete or forget owes its compaction still holds t
 in its pages: the copy is taken again until the store's writer has compacted (it does within
 seconds, :data:`retrieval.api.compaction.COMPACT_AFTER_S`), or refused after
 :data:`COMPACTED_WAIT_S`. The copy is made in a staging directory beside the target and moved
-into place whole, so an interrupted or failed backup leaves no partial copy. Like any copy, it
+into place whole, so an interrupted or failed backup leaves no partial copy (one killed outright
+leaves its staging directory, which the next backup into the same target removes). Like any copy, it
 keeps what the store's users delete after it was taken."""
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import sqlite3
@@ -30,6 +32,8 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 COMPACTED_WAIT_S = 30.0
 """How long a backup waits for the compaction a delete or forget owes before it refuses."""
 RETRY_S = 0.5
+STAGING = ".partial-"
+"""Between the target's name and the backup's process id in its staging directory's name."""
 
 
 def back_up(source: Path, target: Path) -> list[str]:
@@ -42,7 +46,8 @@ def back_up(source: Path, target: Path) -> list[str]:
     databases = sorted((path for path in source.iterdir() if _is_database(path)),
                        key=lambda path: path.name != DB_NAME)  # the memory first
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.parent / f".{target.name}.partial-{os.getpid()}"
+    _drop_abandoned(target)
+    staging = target.parent / f".{target.name}{STAGING}{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     try:
         private_directory(staging)
@@ -53,6 +58,25 @@ def back_up(source: Path, target: Path) -> list[str]:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return [path.name for path in databases]
+
+
+def _drop_abandoned(target: Path) -> None:
+    """Remove the staging directories of earlier backups into ``target`` whose process is gone
+    (killed: nothing ran its clean-up), which would keep a copy of every user's data beside it."""
+    for left in target.parent.glob(f".{glob.escape(target.name)}{STAGING}*"):
+        pid = left.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(left, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _check_target(source: Path, target: Path) -> None:
@@ -83,6 +107,7 @@ def _copy_database(path: Path, copy: Path) -> None:
         private_file(copy)
         if not _snapshot(path, copy):
             return
+        copy.unlink()  # not kept while waiting: it holds what the delete removed
         if time.monotonic() >= deadline:
             raise StoreError(f"{path} still owes the compaction of a delete or forget after "
                              f"{COMPACTED_WAIT_S:.0f} s (no writer has the store open, or a long read "

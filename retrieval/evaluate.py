@@ -58,8 +58,10 @@ from retrieval.index.embed import SentenceEmbedder
 from retrieval.ingestion.pipeline import IngestError
 from retrieval.llm_client import EndpointRefused
 from retrieval.memory.backends import open_store
+from retrieval.memory.cache import model_identity
 from retrieval.memory.errors import StoreError
 from retrieval.memory.fingerprinter_source import UnfoundFingerprinter, recorded_or_refused
+from retrieval.memory.meta_keys import bound_alike
 from retrieval.memory.records import InputFormatError
 from retrieval.memory.targets import store_target
 from retrieval.multi_route.planner_llm import LLMPlanner
@@ -129,13 +131,21 @@ def _parser() -> argparse.ArgumentParser:
 
 def trained_fingerprinter(named: Path | None, store: str | Path | None) -> Path:
     """The one ``named``, else the one ``store`` recorded at ingestion (as every reader of a built
-    store takes it; :class:`UnfoundFingerprinter` where it was built with one it cannot find, which
-    the committed one would stand in for unsaid), else the committed one."""
+    store takes it), else the committed one: for a store built with a fingerprinter whose directory
+    it does not record or no longer finds (one built through a server, a checkpoint moved), only
+    when that fingerprinter is the committed one (:class:`UnfoundFingerprinter` otherwise: the
+    committed one would stand in for another codebook unsaid)."""
     if named is not None or store is None:
         return named or DEFAULT_FINGERPRINTER
     try:
         with open_store(store, read_only=True) as opened:
-            return recorded_or_refused(opened) or DEFAULT_FINGERPRINTER
+            try:
+                return recorded_or_refused(opened) or DEFAULT_FINGERPRINTER
+            except UnfoundFingerprinter:
+                committed = model_identity(Fingerprinter.from_pretrained(DEFAULT_FINGERPRINTER))
+                if bound_alike("fingerprinter", opened.meta("fingerprinter"), committed):
+                    return DEFAULT_FINGERPRINTER
+                raise
     except UnfoundFingerprinter:
         raise
     except StoreError:  # the evaluation's own open of the store says why

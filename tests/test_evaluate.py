@@ -29,7 +29,7 @@ from retrieval.eval.questions import EvidenceReport, parse_evidence, select_ques
 from retrieval.eval.render import render_markdown
 from retrieval.eval.results import SweepRow, TopologySetting, read_results
 from retrieval.eval.run import EvalModels, EvaluationSettings, evaluate
-from retrieval.evaluate import main
+from retrieval.evaluate import DEFAULT_FINGERPRINTER, main, trained_fingerprinter
 from retrieval.memory.backends import open_store
 from retrieval.memory.cache import model_identity
 from retrieval.memory.fingerprinter_source import remember_fingerprinter
@@ -584,6 +584,10 @@ def test_a_store_is_evaluated_with_the_fingerprinter_it_recorded(tmp_path, monke
     assert main([*command, "--out", str(tmp_path / "eval-moved"), "--store", str(store)]) == 2
     err = capsys.readouterr().err
     assert f"loaded from {tmp_path / 'moved'}, which is no longer a directory" in err and err.count("\n") == 1
+    with open_store(store) as opened:  # built with the committed one (through a server: no directory)
+        opened.put_meta("fingerprinter", model_identity(Fingerprinter.from_pretrained(DEFAULT_FINGERPRINTER)))
+        opened.put_meta("fingerprinter_path", None)
+    assert trained_fingerprinter(None, store) == DEFAULT_FINGERPRINTER
 
 
 def test_a_second_run_refused_into_the_same_out_leaves_the_running_runs_reports(tmp_path, monkeypatch,
@@ -722,7 +726,7 @@ def test_failed_llm_requests_are_counted_not_scored(tmp_path, monkeypatch, finge
 
 def test_the_committed_fingerprinter_is_the_default_and_loads():
     from isq import Fingerprinter
-    from retrieval.evaluate import DEFAULT_FINGERPRINTER, _parser, trained_fingerprinter
+    from retrieval.evaluate import _parser
 
     args = _parser().parse_args(["--locomo", "x.json", "--out", "o"])
     assert trained_fingerprinter(args.fingerprinter, args.store) == DEFAULT_FINGERPRINTER

@@ -18,6 +18,7 @@ from isq.config import ISQConfig
 from isq.fingerprint import Fingerprinter
 from isq.synthetic import write_synthetic_corpus
 from training.callbacks import BEST_KEY, ExportFingerprinter
+from training.data import DialogueDataModule
 from training.fit import changed_settings, main
 from training.module import ISQLightningModule
 
@@ -328,6 +329,15 @@ def test_a_resume_compares_the_directory_read_from_the_environment(tmp_path, cap
         main(smoke_args(tmp_path, 4, "--data.root", "null", "--ckpt_path", last))
     said = f"the run was trained with data.root 'synthetic', not '{tmp_path}/other'"
     assert said in capsys.readouterr().err
+
+
+def test_a_run_on_the_hubs_copy_records_no_data_directory(tmp_path, monkeypatch):
+    """It reads no directory, so neither ``$ISQ_DAILYDIALOG`` nor the working directory may refuse
+    its resume."""
+    monkeypatch.setenv("ISQ_DAILYDIALOG", "dd")
+    monkeypatch.chdir(tmp_path)
+    assert DialogueDataModule(hub_id="someone/daily_dialog", cache_dir=str(tmp_path)).hparams["root"] is None
+    assert DialogueDataModule(cache_dir=str(tmp_path)).hparams["root"] == str(tmp_path / "dd")
 
 
 def test_a_resume_compares_a_relative_data_directory_as_the_directory_it_names(tmp_path, capsys, monkeypatch):

@@ -129,6 +129,15 @@ def _hub_dialogue(split: str, index: int, utterances: list[str]) -> list[str]:
         raise DataFormatError(f"hub split {split!r}, dialogue {index}: {err}") from None
 
 
+def recorded_root(root: str | None, hub_id: str | None) -> str | None:
+    """The data directory a run's checkpoint records, which a resume compares: none where the hub's
+    copy is read instead, the synthetic corpus by its name, a directory resolved (a relative path
+    read from another working directory is other data)."""
+    if hub_id or root is None:
+        return None
+    return root if root == SYNTHETIC else str(Path(root).resolve())
+
+
 class DialogueDataModule(L.LightningDataModule):
     """DailyDialog (or the project's synthetic corpus) tokenised for :class:`isq.model.ISQModel`.
 
@@ -161,9 +170,7 @@ class DialogueDataModule(L.LightningDataModule):
         check_ranges("data", locals(), RANGES)
         self.save_hyperparameters()
         self.root = root if root is not None else os.environ.get(ROOT_ENV)
-        # the directory read, in the checkpoint: a resume compares it (resolved: a relative path read
-        # from another working directory is other data)
-        self.hparams["root"] = self.root if self.root in (None, SYNTHETIC) else str(Path(self.root).resolve())
+        self.hparams["root"] = recorded_root(self.root, hub_id)
         self.cache_dir = Path(cache_dir
                               or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "isq")
         self._tokenizer: PreTrainedTokenizerBase | None = None

@@ -29,8 +29,10 @@ from retrieval.memory.meta_keys import COMPACTION_OWED
 from retrieval.memory.private import private_directory, private_file
 
 SQLITE_HEADER = b"SQLite format 3\x00"
-COMPACTED_WAIT_S = 30.0
-"""How long a backup waits for the compaction a delete or forget owes before it refuses."""
+COMPACTED_WAIT_S = 120.0
+"""How long a backup waits for the compaction a delete or forget owes before it refuses: past a
+writer's retry of a compaction a reader held up (:data:`retrieval.api.compaction.COMPACT_RETRY_S`)
+and the spacing after a long one (:data:`retrieval.api.compaction.COMPACT_SPACING`)."""
 RETRY_S = 0.5
 STAGING = ".partial-"
 """Between the target's name and the backup's process id in its staging directory's name."""

@@ -113,6 +113,10 @@ def test_relative_dates_need_a_session_time():
          "We visited the World War I museum; Caroline's son has Type I diabetes."),
         ("Options, i.e. hotels: I work in a gold mine.",
          "Options, i.e. hotels: Caroline works in a gold mine."),
+        # "Mine" capitalised inside a sentence is a name (Turkish); at a sentence's start, or shouted,
+        # the pronoun
+        ("My daughter Mine was born in April. Mine is the red bike, it's MINE!",
+         "Caroline's daughter Mine was born in April. Caroline's is the red bike, it's Caroline's!"),
         # an "i" after an apostrophe ends a word, and I-95 is a road
         ("Hawai'i was great, I took I-95 home.", "Hawai'i was great, Caroline took I-95 home."),
         ("I'd already booked it, you'd seen it, I'd need a break.",

@@ -39,6 +39,9 @@ _PARTICIPLE = r"(\w+[^e\W]ed|" + "|".join(_PARTICIPLES) + r")"
 _NOUN_MINE = "".join(rf"(?<!\b{word} )" for word in ("a", "the", "gold", "coal", "salt", "diamond", "silver",
                                                        "copper", "land"))
 """Before "mine": the words that make it the noun ("a gold mine")."""
+_MINE = rf"{_NOUN_MINE}(?:\b(?-i:mine|MINE)\b|(?:^|(?<=[.!?]\s))(?-i:Mine)\b)"
+"""The pronoun "mine": in lower case or shouted anywhere, capitalised only where a sentence starts.
+Inside a sentence a capitalised "Mine" is a name (a Turkish one: "Kızım Mine 15 Nisan'da doğdu")."""
 _QUOTED = re.compile(r"(\"[^\"]*\"|“[^”]*”)")
 """Quoted speech: another voice's "I" and "you", left as written."""
 _PLURAL_YOU = re.compile(r"\byou\s+(?:both|guys|folks)\b|\by['’]all\b"
@@ -129,7 +132,7 @@ def _pronoun_rules(person: str) -> list[tuple[re.Pattern[str], Callable[[re.Matc
     ]
     if person == "first":
         rules += [
-            (rf"\bmy\b|{_NOUN_MINE}\bmine\b", lambda m, n: f"{n}'s"),
+            (rf"\bmy\b|{_MINE}", lambda m, n: f"{n}'s"),
             (rf"{_NOT_A_NUMERAL}\b(?:I|me)\b(?!\.\w|-\d)", lambda m, n: n),  # not "i.e.", "I-95"
             (r"\bmyself\b", _reflexive),
         ]

@@ -26,6 +26,16 @@ def _amu(i: int, text: str):
     return AMU(f"u:{i}", text, "fact", SourcePointer("u", "s", (f"t{i}",), ("Ann",), 0))
 
 
+def test_a_number_is_found_in_whichever_script_either_side_writes_its_digits():
+    """Arabic-Indic, Devanagari and Thai digits are the number the ASCII digits write: a phone
+    number or an age is found whichever way the record or the question writes it."""
+    index = FTSIndex()
+    index.add(["عمري ٢٧ سنة", "मेरा नंबर ९८७६५४३२१० है", "เบอร์ ๐๘๑๒๓๔๕๖๗๘ ค่ะ", "I am 31 years old"])
+    for query, found in (("27", 0), ("٢٧", 0), ("9876543210", 1), ("०८१२३४५६७८", 2), ("๓๑", 3), ("31", 3)):
+        positions, _ = index.search(query, k=4)
+        assert positions.tolist() == [found], query
+
+
 def test_records_added_later_get_the_positions_after_the_earlier_ones():
     """``position`` maps a record id to its row; the memory bank links evidence nodes to
     records through it when a write extends a held search state. Numbering a second batch from

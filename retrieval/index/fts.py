@@ -5,10 +5,11 @@ The store keeps an FTS5 table over every active record's text, entities and topi
 (:mod:`retrieval.memory.schema`, ranked by :func:`retrieval.memory.fts.bm25_rows`); :class:`FTSIndex` is a
 table of the same columns in memory for a bank given as texts (the dual-path retriever without
 records), and :class:`RecordLexical` one over one user's records; these two write runs of letters
-written without spaces (kana, CJK, Thai, ...) as character pairs (:func:`paired`), the store's
-does not. Every table tokenises with :data:`FTS_TOKENIZER` (Porter stemming) and ranks with
-:func:`bm25_search`: a query matches any of its words other than stopwords (OR), scored by FTS5's
-Okapi BM25 (k1 = 1.2, b = 0.75, columns weighted equally), best first, ties by insertion order.
+written without spaces (kana, CJK, Thai, ...) as character pairs (:func:`paired`) and the digits of
+every script as ASCII digits (:func:`lexical_form`), the store's does neither. Every table
+tokenises with :data:`FTS_TOKENIZER` (Porter stemming) and ranks with :func:`bm25_search`: a query
+matches any of its words other than stopwords (OR), scored by FTS5's Okapi BM25 (k1 = 1.2,
+b = 0.75, columns weighted equally), best first, ties by insertion order.
 
 Search reads one user's table, never the store's: BM25's statistics (row count, average row length,
 how many rows hold a word) are those of the table searched, so a score computed over the store's
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import unicodedata
 import weakref
 from collections.abc import Iterable, Sequence
 
@@ -34,6 +36,14 @@ from retrieval.memory.records import AMU
 from retrieval.memory.scripts import IDEOGRAPHIC_RUN, PAIRED_RUN, composed, unmarked
 
 _WORD = re.compile(r"\w+")
+_OTHER_DIGIT = re.compile(r"(?![0-9])\d")
+
+
+def lexical_form(text: str) -> str:
+    """``text`` as the channel's tables index it and its queries match: composed
+    (:func:`retrieval.memory.scripts.composed`), and every decimal digit written in ASCII, so that
+    a number is one word in any script (٢٧, २७, ๒๗ and 27)."""
+    return _OTHER_DIGIT.sub(lambda digit: str(unicodedata.digit(digit[0])), composed(text))
 
 
 def paired(text: str, indexed: bool = False) -> str:
@@ -68,9 +78,8 @@ def match_expression(text: str, pair: bool = True) -> str | None:
     stopword test, and the distinctness of ASCII words, are taken lower-cased. Runs of letters written
     without spaces are ``pair``-ed as the channel's tables index them (:func:`paired`; the store's own
     table, which no search reads, is not), a lone kana or CJK character matching every token it
-    begins. The text is taken composed (:func:`retrieval.memory.scripts.composed`), as the channel's
-    tables index theirs."""
-    text = composed(text)
+    begins. The text is taken in its :func:`lexical_form`, as the channel's tables index theirs."""
+    text = lexical_form(text)
     tokens = _WORD.findall(paired(text) if pair else text)
     content = [word for word in tokens if word.lower() not in STOPWORDS]
     words: dict[str, str] = {}
@@ -108,8 +117,8 @@ class FTSIndex:
         texts = list(texts)
         entities = list(entities) if entities is not None else [()] * len(texts)
         topics = list(topics) if topics is not None else [()] * len(texts)
-        def indexed(text: str) -> str:  # ASCII is composed and holds no unspaced run: as it is
-            return text if text.isascii() else paired(composed(text), indexed=True)
+        def indexed(text: str) -> str:  # ASCII is in its lexical form and holds no unspaced run: as it is
+            return text if text.isascii() else paired(lexical_form(text), indexed=True)
 
         self.add_rows([(indexed(text), indexed(" ".join(e)), indexed(" ".join(t)))
                        for text, e, t in zip(texts, entities, topics, strict=True)])

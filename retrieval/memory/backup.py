@@ -82,8 +82,8 @@ def _running(pid: int) -> bool:
 
 
 def _check_target(source: Path, target: Path) -> None:
-    inside = target.resolve() == source.resolve() or source.resolve() in target.resolve().parents
-    if inside:
+    resolved = target.resolve()
+    if source.resolve() in (resolved, *resolved.parents):
         raise StoreError(f"{target} is inside the store {source}: back up into a directory outside it")
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise StoreError(f"{target} is not a directory: back up into a new directory")
@@ -93,9 +93,11 @@ def _check_target(source: Path, target: Path) -> None:
 
 def _is_database(path: Path) -> bool:
     """A SQLite database file (a link to one too), not its ``-wal`` or ``-shm`` file."""
+    if not path.is_file():
+        return False
     try:
         with path.open("rb") as handle:
-            return path.is_file() and handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+            return handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER
     except OSError:
         return False
 
@@ -105,7 +107,6 @@ def _copy_database(path: Path, copy: Path) -> None:
     taken again while it owes a compaction (see the module docstring)."""
     deadline = time.monotonic() + COMPACTED_WAIT_S
     while True:
-        copy.unlink(missing_ok=True)
         private_file(copy)
         if not _snapshot(path, copy):
             return
@@ -130,9 +131,9 @@ def _snapshot(path: Path, copy: Path) -> bool:
     try:
         reader.backup(writer)
         problems = [row[0] for row in writer.execute("PRAGMA quick_check")]
-        tables = {row[0] for row in writer.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        owed = "meta" in tables and writer.execute("SELECT 1 FROM meta WHERE key = ?",
-                                                   (COMPACTION_OWED,)).fetchone() is not None
+        has_meta = writer.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'")
+        owed = has_meta.fetchone() is not None and writer.execute("SELECT 1 FROM meta WHERE key = ?",
+                                                                  (COMPACTION_OWED,)).fetchone() is not None
     except sqlite3.Error as err:
         raise StoreError(f"cannot copy {path}: {err}") from None
     finally:

@@ -166,10 +166,9 @@ def run(app: Any, host: str, port: int, timeouts: ConnectionTimeouts | None = No
         listener: socket.socket | None = None) -> None:
     """Serve ``app`` until SIGTERM or SIGINT, then return once it has drained (``timeouts``: those
     of :mod:`retrieval.service.limits` unless given; ``listener``: a socket already bound to
-    ``host:port``, :func:`listening`), a further SIGTERM or SIGINT then stopping the process at once."""
-    import uvicorn
-
-    from retrieval.service.connections import ConnectionTimeouts, uvicorn_config
+    ``host:port``, :func:`listening`). A further SIGTERM or SIGINT, while it drains or once it has,
+    stops the process at once."""
+    from retrieval.service.connections import ConnectionTimeouts, DrainingServer, uvicorn_config
 
     # uvicorn handles SIGTERM/SIGINT itself (stop accepting, finish requests, lifespan shutdown,
     # which drains writes), then re-raises the signal to the handlers it found: make those no-ops
@@ -177,7 +176,7 @@ def run(app: Any, host: str, port: int, timeouts: ConnectionTimeouts | None = No
     for stop_signal in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop_signal, signal.SIG_IGN)
     quiet_mcp_session_logs()
-    server = uvicorn.Server(uvicorn_config(app, host, port, timeouts or ConnectionTimeouts()))
+    server = DrainingServer(uvicorn_config(app, host, port, timeouts or ConnectionTimeouts()))
     server.run(sockets=None if listener is None else [listener])
     # The caller closes the memory next, which waits for the running ingestion step and job: an
     # extractor's LLM call may take minutes. A further signal ends the process then, as a crash

@@ -1,10 +1,11 @@
 """The server under failure and misuse: an unexpected exception is one log record and a clean 500
 on a connection that stays usable; an MCP tool's bad argument is a reason, not a traceback; slow
 clients are disconnected; SIGTERM with a stalled client and a stuck request exits within its
-bound, without tracebacks."""
+bound, without tracebacks, and a second signal ends it at once."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import socket
@@ -315,9 +316,10 @@ def test_sigterm_with_a_stalled_client_and_a_stuck_request_exits_within_the_drai
     assert answers[0].json()["request_id"] in text
 
 
-STUCK_CLOSE = """
-import sys, time
+STUCK = """
+import asyncio, sys, time
 from retrieval.serve import listening, run
+from retrieval.service.connections import ConnectionTimeouts
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
@@ -325,34 +327,49 @@ async def app(scope, receive, send):
             await send({"type": "lifespan.startup.complete"})
         await send({"type": "lifespan.shutdown.complete"})
         return
-    await send({"type": "http.response.start", "status": 200, "headers": []})
-    await send({"type": "http.response.body", "body": b"ok"})
+    print("request running", flush=True)
+    await asyncio.Event().wait()  # stands for a write waiting on the store
 
-run(app, "127.0.0.1", int(sys.argv[1]), listener=listening("127.0.0.1", int(sys.argv[1])))
+port = int(sys.argv[1])
+run(app, "127.0.0.1", port, ConnectionTimeouts(drain_s=300), listener=listening("127.0.0.1", port))
 time.sleep(300)  # stands for closing a memory whose running step waits on a stuck LLM call
 """
-"""``retrieval.serve.run`` whose caller then waits five minutes."""
+"""``retrieval.serve.run`` whose requests never end, with a five-minute drain, and whose caller then
+waits five minutes."""
 
 
-def test_a_second_signal_while_the_memory_closes_stops_the_server_at_once(tmp_path: Path) -> None:
-    """After the server drained, closing the memory waits for the running ingestion step, which an
-    extractor's LLM call can hold for minutes: the server says so, and a further SIGTERM (or SIGINT)
-    ends it then (both were ignored until the call's retries ran out)."""
+@pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("phase", ["requests drain", "memory closes"])
+def test_a_second_signal_stops_the_server_at_once(tmp_path: Path, phase: str, second: signal.Signals) -> None:
+    """After the first SIGTERM the server waits for running requests (up to its drain), then, once
+    it has stopped serving, for the memory's running ingestion step, which an extractor's LLM call
+    can hold for minutes: a further SIGTERM or SIGINT ends the process then, by that signal, without
+    a traceback (uvicorn ignored a second SIGTERM while requests ran, and answered a second SIGINT by
+    cancelling them, a traceback each, skipping the write drain; both were ignored while the memory
+    closed)."""
     port, log = free_port(), tmp_path / "server.log"
-    for second in (signal.SIGTERM, signal.SIGINT):
-        with log.open("wb") as output:
-            process = subprocess.Popen([sys.executable, "-c", STUCK_CLOSE, str(port)], cwd=ROOT,
-                                       env=child_env(), stdout=output, stderr=subprocess.STDOUT)
-        try:
-            wait_for(lambda: b"Application startup complete" in log.read_bytes(), "server")
-            process.send_signal(signal.SIGTERM)
-            wait_for(lambda: "stopped serving; closing the memory" in log.read_text(), "closing line")
-            process.send_signal(second)
-            assert process.wait(WAIT_S) == -second, log.read_text()
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait(30)
+    with log.open("wb") as output:
+        process = subprocess.Popen([sys.executable, "-c", STUCK, str(port)], cwd=ROOT,
+                                   env=child_env(), stdout=output, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: b"Application startup complete" in log.read_bytes(), "server")
+        if phase == "requests drain":
+            def ask() -> None:
+                with contextlib.suppress(httpx.TransportError):  # the server dies under it
+                    httpx.get(f"http://127.0.0.1:{port}/", timeout=WAIT_S)
+
+            threading.Thread(target=ask, daemon=True).start()
+            wait_for(lambda: "request running" in log.read_text(), "request")
+        process.send_signal(signal.SIGTERM)
+        waited = "Waiting for connections to close" if phase == "requests drain" else "stopped serving"
+        wait_for(lambda: waited in log.read_text(), waited)
+        process.send_signal(second)
+        assert process.wait(WAIT_S) == -second, log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
+    assert "Traceback" not in log.read_text(), log.read_text()
 
 
 def test_an_interrupt_while_the_models_load_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:

@@ -10,13 +10,16 @@ disconnect and answers no one.
 
 On SIGTERM uvicorn stops accepting, closes idle connections and waits ``drain_s`` for the others.
 A connection whose request body is still arriving is closed at once: no route runs before its
-body is whole, so nothing of that request was done; the client retries it elsewhere.
+body is whole, so nothing of that request was done; the client retries it elsewhere. A second
+SIGTERM or SIGINT while it drains ends the process at once (:class:`DrainingServer`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import h11
@@ -92,6 +95,20 @@ class DeadlineH11Protocol(H11Protocol):
         self._deadline = None
         if not self.transport.is_closing():
             self.transport.close()
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, whose second SIGTERM or SIGINT ends the process at once, by that signal, as
+    one after the drain does (:func:`retrieval.serve.run`). uvicorn ignored a second SIGTERM, and
+    answered a second SIGINT by cancelling the running requests (a bare 500 and a traceback each)
+    and skipping the lifespan, whose write drain then never ran. A request killed so was not
+    answered; the turns it logged resume at the next start, as after a crash."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.should_exit:
+            signal.signal(sig, signal.SIG_DFL)
+            signal.raise_signal(sig)
+        super().handle_exit(sig, frame)
 
 
 def logging_config() -> dict[str, Any]:

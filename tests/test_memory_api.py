@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from retrieval import Memory
+from retrieval.api.backlog import Backlog
 from retrieval.api.errors import (
     IngestFailed,
     InvalidInput,
@@ -66,6 +67,22 @@ def test_a_turn_is_found_by_the_next_search_and_segments_commit_records(tmp_path
         assert "Pickle" in found.text and found.kind == "record" and found.turns == ("s1:1",)
         assert mem.get(found.id, user_id="alice").text == found.text
         assert mem.get("alice:turn:s1:1", user_id="alice").text == "Maria: I adopted a cat called Pickle."
+
+
+def test_a_flush_answers_the_records_of_its_own_session(tmp_path, monkeypatch):
+    """A flush first processes the user's whole backlog, which commits other sessions' segments too:
+    those are stored, but the answer lists only the flushed session's records (an agent that deletes
+    the ids a flush returned, to undo a conversation, deleted another session's records)."""
+    monkeypatch.setattr(Backlog, "_run", lambda self: None)  # no worker: the flush processes the backlog
+    with open_memory(tmp_path) as mem:
+        mem.add(chat("alpha", 3), user_id="u", session_id="s1")
+        mem.add(chat("beta", 60), user_id="u", session_id="s2")
+        flushed = mem.flush(user_id="u", session_id="s1")
+        page = mem.list(user_id="u", limit=100)
+        records = {item.id: item for item in page.items}
+        assert page.next_cursor is None
+        assert flushed.amu_ids and {records[i].session_id for i in flushed.amu_ids} == {"s1"}
+        assert {item.session_id for item in records.values()} == {"s1", "s2"}  # s2's committed all the same
 
 
 def test_the_incremental_snapshot_matches_a_fresh_build(tmp_path):

@@ -225,10 +225,11 @@ class Backlog:
             self._held.dropped(user)
 
     def flush(self, user: str, session: str) -> list[AMU]:
-        """:meth:`process`, then close the session's open segment; returns the records of every
-        segment so closed (the caller holds the user's ``stream`` guard)."""
+        """:meth:`process`, then close the session's open segment; returns the records of the
+        session's segments so closed (the backlog's other sessions' segments commit too, but are
+        not this answer's; the caller holds the user's ``stream`` guard)."""
         with self.store.ingestion_lock(user, wait=True, capped=True):
-            amus = self.process(user)
+            amus = [amu for amu in self.process(user) if amu.source.session_id == session]
             state = self._users[user]
             assert state.stream is not None
             with self._step(user, state), background():

@@ -187,7 +187,8 @@ class Memory:
 
     def flush(self, *, user_id: str, session_id: str) -> AddResult:
         """Process the user's backlog, then close the open segment of (user, session); returns the
-        records of the segments this call closed (not those the worker closed before it), or
+        records of the session's segments this call closed (not those the worker closed before it,
+        nor the other sessions' that processing the backlog closed, which are stored all the same), or
         raises :class:`retrieval.api.errors.IngestFailed` (the turns stay stored, tried again)."""
         user, session = check_id("user_id", user_id), check_id("session_id", session_id)
         with self._gate:

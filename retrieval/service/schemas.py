@@ -84,8 +84,9 @@ class AddTurnsResponse(BaseModel):
 
 
 class Flushed(BaseModel):
-    """What closing a session's open segment committed: the records (AMUs) of the segments this
-    call closed (none when the session had no open segment)."""
+    """What closing a session's open segment committed: the records (AMUs) of the session's segments
+    this call closed (none when the session had no open segment; the user's other sessions'
+    segments that the call's processing of the backlog closed are stored, not listed)."""
 
     session_id: str
     memory_ids: list[str]

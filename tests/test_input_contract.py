@@ -249,10 +249,24 @@ def test_cursors_and_job_ids_do_not_count_other_users_writes(tmp_path):
 
 
 def test_ids_of_the_longest_kind_are_accepted_and_their_memory_ids_readable(mem):
-    user, turn_id = "u" * limits.MAX_ID_CHARS, "t" * limits.MAX_ID_CHARS
+    user, turn_id = "u" * limits.MAX_ID_CHARS, "t" * limits.MAX_TURN_ID_CHARS
     mem.add([{"speaker": "S" * limits.MAX_ID_CHARS, "text": "hi", "turn_id": turn_id}], user_id=user,
             session_id="s" * limits.MAX_ID_CHARS, idempotency_key="k" * limits.MAX_ID_CHARS)
     assert mem.get(f"{user}:turn:{turn_id}", user_id=user).text == "S" * limits.MAX_ID_CHARS + ": hi"
+    assert refused(lambda: mem.add([{**TURN, "turn_id": "t" * (limits.MAX_TURN_ID_CHARS + 1)}],
+                                   user_id=user, session_id="s")).field == "turns.0.turn_id"
+
+
+def test_a_turn_id_the_memory_numbered_in_the_longest_session_is_taken_back(mem, http):
+    """The memory numbers a turn given without an id ``<session id>:<n>``, past the limit of the
+    session id itself: passed back, as a retry of the same turn does, it adds nothing (it was
+    refused, 422, as too long)."""
+    session = "s" * limits.MAX_ID_CHARS
+    (numbered,) = mem.add([TURN], user_id="u", session_id=session).turn_ids
+    assert len(numbered) > limits.MAX_ID_CHARS
+    assert mem.add([{**TURN, "turn_id": numbered}], user_id="u", session_id=session).turn_ids == ()
+    answer = http.post(f"/v1/sessions/{session}/turns", json={"turns": [{**TURN, "turn_id": numbered}]})
+    assert answer.status_code == 200 and answer.json()["turn_ids"] == [], answer.text
 
 
 @pytest.mark.parametrize(("user", "session", "turn_id", "field"), [

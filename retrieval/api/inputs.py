@@ -27,6 +27,7 @@ from retrieval.api.limits import (
     MAX_PAGE,
     MAX_QUERY_CHARS,
     MAX_TEXT_CHARS,
+    MAX_TURN_ID_CHARS,
 )
 from retrieval.contract import EmptyQuery
 from retrieval.contract import check_query as check_words
@@ -34,8 +35,6 @@ from retrieval.memory.records import Turn, lone_surrogate
 from retrieval.memory.times import naive_utc, parse_iso
 
 TURN_FIELDS = ("speaker", "text", "time", "turn_id", "image_caption")
-ID_LIMITS = {"id": MAX_MEMORY_ID_CHARS}
-"""Ids whose limit is not :data:`MAX_ID_CHARS`: a memory id (``get``, ``history``, ``delete``)."""
 
 
 @dataclass(frozen=True)
@@ -59,10 +58,10 @@ def _unicode(name: str, field: str, value: str) -> None:
         raise InvalidInput(f"{name} is not valid Unicode (a lone surrogate at character {at})", field)
 
 
-def check_id(name: str, value: Any, field: str | None = None) -> str:
-    """A required id: a non-blank string of at most :data:`MAX_ID_CHARS` characters (a memory id:
-    :data:`MAX_MEMORY_ID_CHARS`), valid Unicode, without control characters."""
-    field, limit = field or name, ID_LIMITS.get(name, MAX_ID_CHARS)
+def check_id(name: str, value: Any, field: str | None = None, *, limit: int = MAX_ID_CHARS) -> str:
+    """A required id: a non-blank string of at most ``limit`` characters, valid Unicode, without
+    control characters."""
+    field = field or name
     if not isinstance(value, str) or not value.strip():
         raise InvalidInput(f"{name} is required: a non-empty string, got {value!r}", field)
     if len(value) > limit:
@@ -73,7 +72,13 @@ def check_id(name: str, value: Any, field: str | None = None) -> str:
     return value
 
 
-def check_new_id(name: str, value: Any, field: str | None = None) -> str:
+def check_memory_id(value: Any) -> str:
+    """A memory id (``get``, ``history``, ``delete``): :func:`check_id` with its own limit,
+    :data:`MAX_MEMORY_ID_CHARS`."""
+    return check_id("id", value, limit=MAX_MEMORY_ID_CHARS)
+
+
+def check_new_id(name: str, value: Any, field: str | None = None, *, limit: int = MAX_ID_CHARS) -> str:
     """An id a write stores (a user, session or turn id): :func:`check_id`, showing something and
     no more than it holds, so that two ids that look the same are the same ("alice" and
     "alice\u200b" or "alice " would be two users): no space at either end, not made only of
@@ -82,7 +87,7 @@ def check_new_id(name: str, value: Any, field: str | None = None) -> str:
     (a letter and its accent composed, as most keyboards write them). Reads and deletions
     take any id :func:`check_id` takes: what an earlier version stored can still be read and
     forgotten."""
-    value = check_id(name, value, field)
+    value = check_id(name, value, field, limit=limit)
     if value != value.strip() or not any(_visible(char) and char not in _SHOWS_NOTHING for char in value):
         raise InvalidInput(f"{name} {value!r} shows nothing, or has a space at an end", field or name)
     hidden = next((char for at, char in enumerate(value) if _hides(value, at)), None)
@@ -238,7 +243,7 @@ def check_turn(index: int, turn: Any) -> TurnInput:
     text = _text(where, "text", turn.get("text"), required=True, limit=MAX_TEXT_CHARS)
     turn_id = turn.get("turn_id")
     if turn_id is not None:
-        check_new_id(f"{where}: field 'turn_id'", turn_id, f"{field}.turn_id")
+        check_new_id(f"{where}: field 'turn_id'", turn_id, f"{field}.turn_id", limit=MAX_TURN_ID_CHARS)
     caption = _text(where, "image_caption", turn.get("image_caption"), required=False, limit=MAX_TEXT_CHARS)
     assert speaker is not None and text is not None
     return TurnInput(speaker, text, _time(where, f"{field}.time", turn.get("time")), turn_id, caption or None)

@@ -12,8 +12,11 @@ from retrieval.memory.records import MAX_TURN_CHARS
 MAX_TEXT_CHARS = MAX_TURN_CHARS
 """Characters in one turn's text or image caption."""
 MAX_ID_CHARS = 128
-"""Characters in a user id, session id, turn id, speaker, time, idempotency key or job id (a memory
-id has its own limit, below)."""
+"""Characters in a user id, session id, speaker, time, idempotency key or job id (a turn id and a
+memory id have their own limits, below)."""
+MAX_TURN_ID_CHARS = MAX_ID_CHARS + 21
+"""Characters in a turn id: room for one the memory numbers itself, ``<session id>:<n>`` (a colon
+and up to 20 digits), so that such an id passed back, as a retry does, is taken."""
 MAX_MEMORY_ID_CHARS = 3 * MAX_ID_CHARS
 """Characters in a memory id: an AMU id or ``<user>:turn:<turn id>``, both built from a user id
 and more, so the limit leaves room for a user id and a turn id of the longest kind."""

@@ -55,6 +55,7 @@ from retrieval.api.inputs import (
     check_id,
     check_k,
     check_limit,
+    check_memory_id,
     check_query,
     check_timeout,
     check_turns,
@@ -225,7 +226,7 @@ class Memory:
         record are restored (active again): deleting one turn of a merged record keeps what the
         other turns stated. Deleting the user's last turn is ``forget(user_id=)``
         (:mod:`retrieval.memory.purge`, :mod:`retrieval.api.purge`)."""
-        user, item = check_id("user_id", user_id), check_id("id", id)
+        user, item = check_id("user_id", user_id), check_memory_id(id)
         guard = self._guards.of(user)
         with self._gate, guard.stream, guard.log, guard.state:
             self._writable()
@@ -291,7 +292,7 @@ class Memory:
 
     def get(self, id: str, *, user_id: str) -> MemoryItem:
         """One record (active or archived) or raw turn of this user."""
-        user, item = check_id("user_id", user_id), check_id("id", id)
+        user, item = check_id("user_id", user_id), check_memory_id(id)
         with self._gate:
             turn_id = turn_id_of(user, item)
             if turn_id is not None:
@@ -320,7 +321,7 @@ class Memory:
 
     def history(self, id: str, *, user_id: str) -> builtins.list[MemoryItem]:
         """What consolidation forwarded into this record, directly or not (oldest first, in store order)."""
-        user, item = check_id("user_id", user_id), check_id("id", id)
+        user, item = check_id("user_id", user_id), check_memory_id(id)
         with self._gate:
             self._amu(user, item)
             predecessors: dict[str, builtins.list[str]] = {}

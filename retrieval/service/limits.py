@@ -18,11 +18,13 @@ from retrieval.api.limits import (
     MAX_PAGE,
     MAX_QUERY_CHARS,
     MAX_TEXT_CHARS,
+    MAX_TURN_ID_CHARS,
     MAX_TURNS,
 )
 
 __all__ = ["DEFAULT_K", "DEFAULT_PAGE", "DISCARD_BYTES", "ID_PATTERN", "MAX_BODY_BYTES", "MAX_ID_CHARS",
-           "MAX_K", "MAX_MEMORY_ID_CHARS", "MAX_PAGE", "MAX_QUERY_CHARS", "MAX_TEXT_CHARS", "MAX_TURNS"]
+           "MAX_K", "MAX_MEMORY_ID_CHARS", "MAX_PAGE", "MAX_QUERY_CHARS", "MAX_TEXT_CHARS",
+           "MAX_TURN_ID_CHARS", "MAX_TURNS"]
 
 MAX_BODY_BYTES = 1_048_576
 """A request body larger than this (declared or streamed) is refused with 413."""

@@ -16,9 +16,11 @@ from retrieval.service import limits
 
 ShortText = Annotated[str, Field(min_length=1, max_length=limits.MAX_ID_CHARS)]
 PathId = Annotated[str, Field(min_length=1, max_length=limits.MAX_ID_CHARS, pattern=limits.ID_PATTERN)]
-"""An id that appears in URLs (:data:`retrieval.api.limits.ID_PATTERN`): a session id, or a turn id,
+"""An id that appears in URLs (:data:`retrieval.api.limits.ID_PATTERN`): a session id, or a turn id
 which memory ids of the turn (``<user>:turn:<turn id>``) and of its records carry."""
 SessionId = PathId
+TurnId = Annotated[str, Field(min_length=1, max_length=limits.MAX_TURN_ID_CHARS, pattern=limits.ID_PATTERN)]
+"""A turn id: a :data:`PathId` with room for one the memory numbers itself (``<session id>:<n>``)."""
 MemoryId = Annotated[str, Field(min_length=1, max_length=limits.MAX_MEMORY_ID_CHARS)]
 K = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_K)]
 Flag = Annotated[bool, Strict()]
@@ -51,7 +53,7 @@ class TurnIn(_Request):
     speaker: ShortText
     text: Text
     time: ShortText | None = None
-    turn_id: PathId | None = None
+    turn_id: TurnId | None = None
     image_caption: Annotated[str, Field(max_length=limits.MAX_TEXT_CHARS)] | None = None
 
 

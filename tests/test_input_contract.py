@@ -455,9 +455,12 @@ def test_mcp_refuses_a_message_it_would_not_answer_doing_nothing(http, mem):
                             ({"method": None}, "method"), ({"method": 5}, "method"),
                             ({"params": "x"}, "params"),
                             ({"params": {"name": 5, "arguments": {}}}, "params.name"),
-                            ({"params": {"name": "memory_list", "arguments": [1]}}, "params.arguments")):
+                            ({"params": {"name": "memory_list", "arguments": [1]}}, "params.arguments"),
+                            ({"params": {"name": "memory_search", "arguments": {"query": "cat \ud800"}}},
+                             "params.arguments.query")):
         message = {key: value for key, value in {**add(1), **envelope}.items() if value is not None}
-        response = http.post("/mcp", json=message, headers=MCP_ACCEPTS)
+        response = http.post("/mcp", content=json.dumps(message),  # escapes a lone surrogate, as JSON may
+                             headers={**MCP_ACCEPTS, "Content-Type": "application/json"})
         assert response.status_code == 400 and "\n" not in response.text, response.text
         assert refusal_of(response)["error"].startswith(f"body: {field}: "), response.text
     response = http.post("/mcp", json=[add(1), add(2)], headers=MCP_ACCEPTS)

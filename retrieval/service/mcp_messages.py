@@ -6,13 +6,16 @@ and its caller waits for an answer that never comes. A batch (a JSON array, whic
 allows), a message without ``"jsonrpc": "2.0"``, a request without a method and params that are
 not an object (or a tool call's name that is not a string) drew the SDK's multi-line validation
 report or a message naming no field; a body not sent as JSON, its security check's plain-text
-400. They are refused in one line, as every refusal at this path is
-(:mod:`retrieval.service.early_refusal`); a body that is not JSON at all is left to the SDK's
-parse error."""
+400; a string holding a lone surrogate (JSON can spell one, no store takes it), the SDK's parse
+error naming no field, where the other routes name it. They are refused in one line, as every
+refusal at this path is (:mod:`retrieval.service.early_refusal`); a body that is not JSON at all
+is left to the SDK's parse error."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from retrieval.memory.records import lone_surrogate
 
 
 def unanswerable(message: Any) -> str | None:
@@ -38,6 +41,25 @@ def unanswerable(message: Any) -> str | None:
             return f"params.name: a tool call names its tool (a string), got {_shown(name)}"
         if arguments is not None and not isinstance(arguments, dict):
             return f"params.arguments: a tool's arguments are an object, got {_shown(arguments)}"
+    if (found := _lone_surrogate(message, "")) is not None:
+        where, at = found
+        return f"{where}: not valid Unicode (a lone surrogate at character {at})"
+    return None
+
+
+def _lone_surrogate(value: Any, where: str) -> tuple[str, int] | None:
+    """The path of the first string (a key or a value) in ``value`` holding a lone surrogate, and
+    where in it; None if none does."""
+    if isinstance(value, str):
+        at = lone_surrogate(value)
+        return None if at is None else (where, at)
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        inner = f"{where}.{key}" if where else str(key)
+        if isinstance(key, str) and (at := lone_surrogate(key)) is not None:
+            return inner, at
+        if (found := _lone_surrogate(item, inner)) is not None:
+            return found
     return None
 
 

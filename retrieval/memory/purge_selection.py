@@ -44,12 +44,11 @@ def stored_rows(rows: Sequence[Any]) -> list[Stored]:
                    row["successor"], row) for row, turns in zip(rows, turn_ids, strict=True)]
 
 
-def frame_states(stored: Sequence[Stored], seq: int) -> list[list[str]]:
-    """The member texts (store order) of segment ``seq``'s event frame after each insert or
-    archive that changed it, and now: an AMU is a member from its position until its successor's
+def frame_states(members: Sequence[Stored], position: dict[str, int]) -> list[list[str]]:
+    """The member texts (store order) of a segment's event frame after each insert or archive that
+    changed it, and now, from the segment's records (``members``, in store order) and every
+    record's ``position`` by id: an AMU is a member from its position until its successor's
     (archived without one: until the segment's next AMU, a retried extraction)."""
-    position = {row.id: row.position for row in stored}
-    members = [row for row in stored if row.segment == seq]
     spans: list[tuple[int, int | None, str]] = []
     for row in members:
         end = None
@@ -154,5 +153,9 @@ def select(stored: Sequence[Stored], segments: list[SegmentRecord], gone: set[st
               or row.segment in dropped or gone.intersection(row.turn_ids)]
     chosen_ids = {row.id for row in chosen}
     restored = [row for row in stored if row.successor in chosen_ids and row.id not in chosen_ids]
-    frames = [state for s in touched for state in frame_states(stored, s.seq)]
+    position = {row.id: row.position for row in stored}
+    by_segment: dict[int | None, list[Stored]] = {}
+    for row in stored:  # once, not once per segment: a purge of everything touches them all
+        by_segment.setdefault(row.segment, []).append(row)
+    frames = [state for s in touched for state in frame_states(by_segment.get(s.seq, []), position)]
     return Selection(everything, segments, touched, dropped, chosen, restored, frames)

@@ -6,7 +6,9 @@ numbers, and the cursors and job ids a user sees say nothing of what other users
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import datetime
+from pathlib import Path
 
 import anyio
 import pytest
@@ -423,6 +425,38 @@ def test_a_store_that_fails_under_a_request_is_503_with_retry_after_not_500(http
         response = http.request(method, path, json=body)
         assert (response.status_code, response.headers.get("retry-after")) == (503, "1"), path
         assert refusal_of(response) == {"error": STORE_FAILED}
+
+
+def test_a_full_disk_under_a_write_is_507_saying_so_not_retry_shortly(http, mem, monkeypatch, tmp_path):
+    """A write that fails for a full disk (SQLite's ``SQLITE_FULL``, made here by a page limit) is
+    507 naming the cause, without ``Retry-After`` or the store's path: a client told to retry in a
+    second (503) looped, and nothing said why, while space stayed short. MCP tools say the same."""
+    from retrieval.memory.faults import fault
+    from retrieval.service.auth import DISK_FULL
+    from retrieval.service.mcp_tools import _refusals
+
+    small = sqlite3.connect(tmp_path / "small.sqlite3")
+    small.execute("PRAGMA max_page_count = 2")
+    with pytest.raises(sqlite3.OperationalError) as full:
+        small.execute("CREATE TABLE t (x BLOB)")
+        small.execute("INSERT INTO t VALUES (zeroblob(100000))")
+    small.close()
+    disk_full = fault(full.value, Path("/srv/private/amus.sqlite3"))
+    assert disk_full is not None and "SQLITE_FULL" in str(disk_full)
+
+    def fail(*args, **options):
+        raise disk_full from full.value  # as the store's guarded connection raises it
+
+    monkeypatch.setattr("retrieval.api.memory.append_add", fail)  # under the memory's call gate
+    with pytest.raises(StoreUnavailable, match="disk is full"):
+        mem.add([{"speaker": "Ann", "text": "I keep bees."}], user_id="u", session_id="s")
+    response = http.post("/v1/sessions/s/turns", json={"turns": [{"speaker": "Ann", "text": "I keep bees."}]})
+    assert (response.status_code, response.headers.get("retry-after")) == (507, None), response.text
+    assert response.json() == {"error": DISK_FULL} and "/srv/private" not in response.text
+    with pytest.raises(Exception, match="disk is full") as refused:
+        _refusals(lambda: mem.add([{"speaker": "Ann", "text": "hi"}], user_id="u", session_id="s"))
+    assert refused.value.result().structured_content == {"error": DISK_FULL, "status": 507}
+    assert http.post("/v1/search", json={"query": "bees"}).status_code == 200  # reads answer
 
 
 def test_mcp_takes_posts_only_no_stream_to_hold_open(http):

@@ -64,6 +64,12 @@ def passing(err: StoreFault) -> bool:
     return not (name.startswith(DAMAGE) or altered)
 
 
+def disk_full(err: BaseException) -> bool:
+    """Whether ``err`` is a store's fault of a full disk (``SQLITE_FULL``): unlike the store's
+    other passing faults, no retry mends it until space is freed."""
+    return isinstance(err, StoreFault) and _name(err).startswith("SQLITE_FULL")
+
+
 def outside_fault(err: StoreFault) -> bool:
     """Whether ``err`` comes from outside the store (:data:`OUTSIDE`) and is not damage: a
     healthy store on a full disk, or locked by another process."""

@@ -22,6 +22,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from retrieval.memory.errors import StoreError
+from retrieval.memory.faults import disk_full
 from retrieval.service.early_refusal import refusal, refusal_body
 from retrieval.service.keys import METRICS, KeyStore, UnservableKey
 
@@ -34,7 +35,11 @@ METRICS_ONLY = ("/metrics takes a metrics key (python -m retrieval.serve keys cr
                 "user's: its counts over all users are for the memory's operators")
 STORE_FAILED = "the memory's store cannot be reached right now (the server logged why); retry shortly"
 """What a client is told when the store failed under its request (a database restart, a lost
-connection, a full disk): the details, which name the store's host, stay in the server's log."""
+connection): the details, which name the store's host, stay in the server's log."""
+DISK_FULL = ("the server's disk is full: nothing can be stored until its operator frees space (the server "
+             "logged where); reads still answer")
+"""What a client is told when a write failed for a full disk, which retrying a second later does
+not mend (the store's path stays in the server's log)."""
 INGEST_FAILED = ("processing this user's stored turns into memories failed (the server logged why); they "
                  "stay stored and searchable, and the next flush or add tries them again")
 """What a client is told of an :class:`~retrieval.api.errors.IngestFailed`: its message names the
@@ -43,10 +48,11 @@ KEY_FIELD = "header.authorization"
 """The field a refusal of the key names: the request's Authorization header."""
 
 
-def store_failed(during: str, error: BaseException) -> str:
-    """Log why the store failed ``during`` a request (one warning); the answer's message."""
+def store_failed(during: str, error: BaseException) -> tuple[int, str]:
+    """Log why the store failed ``during`` a request (one warning); the answer's status and
+    message: 507 for a full disk (:data:`DISK_FULL`), else 503, worth retrying (:data:`STORE_FAILED`)."""
     log.warning("the store failed %s: %s", during, error)
-    return STORE_FAILED
+    return (507, DISK_FULL) if disk_full(error) else (503, STORE_FAILED)
 
 
 def authorization_headers(scope: Scope) -> list[str]:
@@ -138,15 +144,17 @@ class KeyGuard:
         except UnservableKey as err:
             user, answer = None, (403, str(err))
         except StoreError as err:  # the key could not be read: the store failed (a database restart)
-            user, answer = None, (503, store_failed(f"reading a key for {scope['path']}", err))
+            user, answer = None, store_failed(f"reading a key for {scope['path']}", err)
         else:
             answer = (400, TWO_KEYS) if len(given) > 1 else (401, UNAUTHORIZED)
         if user is None:
             status, message = answer
+            failed = status in (503, 507)  # the store failed, not the key
             headers = [(b"content-type", b"application/json"),
-                       (b"retry-after", b"1") if status == 503 else (b"www-authenticate", b"Bearer")]
+                       *([(b"retry-after", b"1")] if status == 503 else []),
+                       *([] if failed else [(b"www-authenticate", b"Bearer")])]
             await send({"type": "http.response.start", "status": status, "headers": headers})
-            detail = refusal(message, None if status == 503 else KEY_FIELD)
+            detail = refusal(message, None if failed else KEY_FIELD)
             await send({"type": "http.response.body", "body": refusal_body(scope, status, detail)})
             return
         scope.setdefault("state", {})["user_id"] = user

@@ -165,10 +165,11 @@ async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _store_failed(request: Request, exc: Exception) -> JSONResponse:
-    """The store failed under the request: 503 with ``Retry-After``, not an unexpected 500 (nothing
-    of a failed write was committed; an add retried with its idempotency key or turn ids is safe)."""
-    message = store_failed(f"answering {request.method} {request.url.path}", exc)
-    return error_response(status_of(exc), message, headers={"Retry-After": "1"})
+    """The store failed under the request: 503 with ``Retry-After``, or 507 for a full disk, not an
+    unexpected 500 (nothing of a failed write was committed; an add retried with its idempotency key
+    or turn ids is safe)."""
+    status, message = store_failed(f"answering {request.method} {request.url.path}", exc)
+    return error_response(status, message, headers={"Retry-After": "1"} if status == 503 else None)
 
 
 class UnexpectedErrors:

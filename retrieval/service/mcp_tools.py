@@ -82,7 +82,8 @@ def _refusals(call: Callable[[], Any], id_argument: str = "memory_id") -> Any:
     except (MemoryAPIError, ShuttingDown, StoreError) as err:
         failed = err if isinstance(err, StoreError) else err.__cause__
         if isinstance(failed, StoreError):  # the store failed under the call: its cause only logged
-            raise Refused(store_failed("under an MCP tool", failed), status_of(failed)) from None
+            status, message = store_failed("under an MCP tool", failed)
+            raise Refused(message, status) from None
         if isinstance(err, IngestFailed):  # the worker logged what failed
             raise Refused(INGEST_FAILED, status_of(err)) from None
         field = getattr(err, "field", None)

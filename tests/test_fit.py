@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
 import os
 import shutil
@@ -390,6 +391,28 @@ def test_a_warm_up_longer_than_the_run_and_a_run_no_validation_chose_are_said(tm
     assert "note: --model.warmup_steps 100 is not below --trainer.max_steps 2" in err
     assert "note: no validated checkpoint is left to export" in err
     assert Fingerprinter.from_pretrained(exported(cli)).run_record["checkpoint"] is None
+
+
+def test_a_disk_that_fills_under_a_checkpoint_is_one_line_and_leaves_no_part_of_it(tmp_path, capsys,
+                                                                                  monkeypatch):
+    """Lightning writes a checkpoint to a temporary file and moves it into place: on a full disk
+    the move stopped part-way, leaving a truncated ``.ckpt`` under a good name, and the run ended
+    in a traceback. Now one line says so and the part is removed."""
+    written: list[Path] = []
+
+    def fill_the_disk(checkpoint, path):
+        Path(path).write_bytes(b"PK\x03\x04 part of a checkpoint")
+        written.append(Path(path))
+        raise OSError(errno.ENOSPC, "No space left on device", "/tmp/tmp_checkpoint", None, str(path))
+
+    monkeypatch.setattr("lightning.fabric.plugins.io.torch_io._atomic_save", fill_the_disk)
+    with pytest.raises(SystemExit) as stopped:
+        main(smoke_args(tmp_path, 2))
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "Traceback" not in err, err
+    (line,) = [line for line in err.splitlines() if line.startswith("error:")]
+    assert f"no space left on device writing {written[0]} (the part of it written is removed)" in line
+    assert written and not written[0].exists()
 
 
 def test_the_warm_up_note_names_the_highest_rate_the_schedule_reaches():

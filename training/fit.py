@@ -12,6 +12,7 @@ export directory) ends with one ``error:`` line and exit code 2.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import pickle
 import sys
 import zipfile
@@ -302,6 +303,17 @@ BAD_INPUT = (FileNotFoundError, DataFormatError, WarmStartError, EncoderUnavaila
 exit code 2."""
 
 
+def out_of_space(err: OSError) -> str:
+    """The line for a disk that filled under the run. A checkpoint being written then is a part of
+    one (a resume refuses it, and the file it replaced is gone already): it is removed."""
+    target = err.filename2 or err.filename
+    said = f"no space left on device writing {target}"
+    if target is not None and str(target).endswith(".ckpt") and Path(target).is_file():
+        Path(target).unlink()
+        said += " (the part of it written is removed)"
+    return said + ": free space, then resume from one of the run's checkpoints (--ckpt_path) or start again"
+
+
 def remove_empty_run_directories(trainer: Trainer) -> None:
     """The run directories (``runs/<name>/version_N``) a refused run left empty: kept, they would
     move the next run's version on, and ``runs/<name>/version_0`` would name an empty one."""
@@ -339,6 +351,11 @@ def main(args: list[str] | None = None) -> ISQCLI:
         if cli is not None:
             remove_empty_run_directories(cli.trainer)
         print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        print(f"error: {out_of_space(err)}", file=sys.stderr)
         raise SystemExit(2) from None
     return cli
 

@@ -21,8 +21,9 @@ T = TypeVar("T")
 
 _CHECK = "python -m retrieval.store check --store {directory}"
 _ADVICE = {
-    "SQLITE_FULL": "the disk is full; nothing committed is lost: free space and rerun "
-                   "(ingestion resumes after the last stored segment)",
+    "SQLITE_FULL": "the disk is full; nothing committed is lost: free space and rerun (ingestion "
+                   "resumes after the last stored segment; a compaction or backup needs about the "
+                   "store's size free)",
     "SQLITE_CORRUPT": "the store file is damaged; see `" + _CHECK
     + "`, then rebuild the store from its input "
                       "into a new directory (or restore a copy)",

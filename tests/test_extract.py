@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from retrieval.extract import rules
 from retrieval.extract.base import DISAMBIGUATION_CHARS, ReferenceContext
 from retrieval.extract.dates import dated_absolutes, resolve_relative_dates
 from retrieval.extract.llm_extractor import MAX_RECORDS_PER_TURN, LLMExtractor
@@ -231,6 +232,23 @@ def test_you_is_the_one_the_turn_calls_by_name_in_a_group():
     amus = RuleExtractor().extract(segment, ReferenceContext(("Ann", "Bob", "Carol"))).amus
     assert amus[0].text == "Ann: Carol promised the budget spreadsheet."  # the name called, not written twice
     assert amus[2].text == "Ann: Carol, has Carol sent Carol's spreadsheet?"
+
+
+def test_you_is_looked_for_only_among_the_names_the_turn_holds(monkeypatch):
+    """Among a user's many participants (every speaker ever stored) a turn is searched for the
+    names it holds: a pattern per participant, compiled for every turn once they outnumbered re's
+    cache, made a segment take seconds and held every user's ingestion meanwhile."""
+    turns = [Turn("u", "g", f"g:{i}", speaker, text, MONDAY) for i, (speaker, text) in enumerate([
+        ("Ann", "Carol, you promised the budget spreadsheet."), ("Bob", "I finished the slides.")])]
+    segment = Segment("u", "g", 0, tuple(Exchange((turn,)) for turn in turns), "session_flush", 30)
+    searched: list[str] = []
+    search = rules.re.search
+    monkeypatch.setattr(rules.re, "search",
+                        lambda pattern, *args: searched.append(pattern) or search(pattern, *args))
+    crowd = ("Ann", "Bob", "Carol", *(f"Guest {n}" for n in range(2_000)))
+    amus = RuleExtractor().extract(segment, ReferenceContext(crowd)).amus
+    assert amus[0].text == "Ann: Carol promised the budget spreadsheet."
+    assert len([pattern for pattern in searched if "hello|thanks" in pattern]) == 1  # Carol's alone
 
 
 def test_speaker_is_prefixed_when_the_text_does_not_name_them():

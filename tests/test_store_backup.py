@@ -206,3 +206,30 @@ def test_a_backup_goes_into_a_new_or_empty_directory(tmp_path: Path, target):
     assert into.stat().st_mode & 0o777 == 0o700
     with open_store(into, read_only=True) as copied:
         assert [turn.text for turn in copied.turns("alice")] == ["A note about the lake."]
+
+
+def test_a_killed_backups_copy_is_removed_by_the_next_backup_into_the_same_folder(tmp_path: Path):
+    """Backups into dated targets never name one twice: the staging directory of one killed outright
+    (OOM, SIGKILL), holding every user's data out of every delete's reach, is removed by the next
+    backup into the folder whatever its target; a directory merely named alike is not its to remove."""
+    store, backups = tmp_path / "store", tmp_path / "backups"
+    one_turn_store(store, "My neighbour Quenfrithal repairs violins in Lisbon.")
+    with AMUStore(store) as opened:  # owes a compaction: the backup waits, its staging in place
+        assert opened.purge("alice", turn_ids=["t0"]).turns
+    killed = subprocess.Popen([sys.executable, "-m", "retrieval.store", "backup", "--store", str(store),
+                               "--to", str(backups / "monday")], cwd=ROOT, env=child_env(),
+                              stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not list(backups.glob(".monday.partial-*/amus.sqlite3")):
+        assert killed.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    killed.kill()
+    killed.wait(30)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    alike = backups / f".notes.partial-{gone.pid}"  # not a backup's: no staging mark
+    alike.mkdir()
+    assert store_main(["compact", "--store", str(store)]) == 0
+    assert store_main(["backup", "--store", str(store), "--to", str(backups / "tuesday")]) == 0
+    assert sorted(path.name for path in backups.iterdir()) == [alike.name, "tuesday"]
+    assert sorted(path.name for path in (backups / "tuesday").iterdir()) == ["amus.sqlite3"]

@@ -11,12 +11,12 @@ in its pages: the copy is taken again until the store's writer has compacted (it
 seconds, :data:`retrieval.api.compaction.COMPACT_AFTER_S`), or refused after
 :data:`COMPACTED_WAIT_S`. The copy is made in a staging directory beside the target and moved
 into place whole, so an interrupted or failed backup leaves no partial copy (one killed outright
-leaves its staging directory, which the next backup into the same target removes). Like any copy, it
-keeps what the store's users delete after it was taken."""
+leaves its staging directory, ``.TARGET.partial-PID``, which the next backup into the same folder
+removes, whatever its target: a copy of every user's data that no delete reaches). Like any copy,
+it keeps what the store's users delete after it was taken."""
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import sqlite3
@@ -36,6 +36,9 @@ and the spacing after a long one (:data:`retrieval.api.compaction.COMPACT_SPACIN
 RETRY_S = 0.5
 STAGING = ".partial-"
 """Between the target's name and the backup's process id in its staging directory's name."""
+STAGING_MARK = ".isq-backup-staging"
+"""The empty file a staging directory holds from its creation: what an abandoned one is known by
+(never a directory of someone else's that happens to be named alike)."""
 
 
 def back_up(source: Path, target: Path) -> list[str]:
@@ -53,8 +56,10 @@ def back_up(source: Path, target: Path) -> list[str]:
     shutil.rmtree(staging, ignore_errors=True)
     try:
         private_directory(staging)
+        (staging / STAGING_MARK).touch()
         for path in databases:
             _copy_database(path, staging / path.name)
+        (staging / STAGING_MARK).unlink()
         staging.rename(target)  # onto a missing or empty directory
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -63,11 +68,15 @@ def back_up(source: Path, target: Path) -> list[str]:
 
 
 def _drop_abandoned(target: Path) -> None:
-    """Remove the staging directories of earlier backups into ``target`` whose process is gone
-    (killed: nothing ran its clean-up), which would keep a copy of every user's data beside it."""
-    for left in target.parent.glob(f".{glob.escape(target.name)}{STAGING}*"):
+    """Remove the staging directories of earlier backups into ``target``'s folder whose process is
+    gone (killed: nothing ran its clean-up), which would keep a copy of every user's data beside
+    it, out of reach of every delete: those that hold :data:`STAGING_MARK`, whatever their target
+    (backups into dated targets never name one twice), and those named after ``target`` itself."""
+    own = f".{target.name}{STAGING}"
+    for left in target.parent.glob(f".*{STAGING}*"):
         pid = left.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _running(int(pid)):
+        ours = (left / STAGING_MARK).is_file() or left.name.startswith(own)
+        if ours and left.is_dir() and not left.is_symlink() and pid.isdigit() and not _running(int(pid)):
             shutil.rmtree(left, ignore_errors=True)
 
 

@@ -15,10 +15,13 @@ import psycopg
 from retrieval.memory.postgres.store import PostgresStore
 from retrieval.memory.store import AMUStore
 
-SQLITE_BEFORE_VERSION_9 = ("DROP TRIGGER segments_flush_moves_in_purge; "
-                           "ALTER TABLE segments DROP COLUMN flushed_after;")
+SQLITE_BEFORE_VERSION_10 = "DROP INDEX amus_by_position; "
+"""Makes a SQLite store of the current schema one as code before version 10 left it (no index of
+each user's records in store order); a test then sets the older version it stands for."""
+SQLITE_BEFORE_VERSION_9 = SQLITE_BEFORE_VERSION_10 + ("DROP TRIGGER segments_flush_moves_in_purge; "
+                                                      "ALTER TABLE segments DROP COLUMN flushed_after;")
 """Makes a SQLite store of the current schema one as code before version 9 left it (no segment
-keeps where its flush came); a test then sets the older version it stands for."""
+keeps where its flush came, and what version 10 adds)."""
 
 
 @dataclass

@@ -137,7 +137,7 @@ def test_a_version_5_store_gives_its_cache_to_the_users_whose_texts_hold_it_keep
         assert store.cached("vectors", "m", "conv-x", keys) == [b"a", b"t", None]
         assert store.cached("codes", "f", "conv-x", keys[:1]) == [b"\x01"]
         assert store.cached("vectors", "m", "someone", keys) == [None] * 3
-        assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
         assert store.ingestion_marks("gone")[2] == 2 and store.next_seq("gone") == EARLIER_IDS_BOUND
         store.purge("gone", everything=True)
         marks = store._db.execute("SELECT * FROM purges WHERE conversation_id = 'gone'").fetchall()

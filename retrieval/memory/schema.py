@@ -1,4 +1,4 @@
-"""The store's SQLite schema (version 9) and the migration of version-1 to -8 stores.
+"""The store's SQLite schema (version 10) and the migration of version-1 to -9 stores.
 
 Append-only by triggers: raw turns never change; an AMU's fact never changes (only its
 ``archived`` flag, one way, its fingerprint, a derived index key, and its ``successor``, the
@@ -64,6 +64,10 @@ replay its surprise history (:mod:`retrieval.ingestion.push_order`). A purge tha
 moves it to the nearest earlier turn that stays (the same place among the turns left), or empties
 it, so no purged id stays behind; nothing else changes it. Its migration adds the column empty:
 the segments stored before keep their flushes placed just after their own last turn.
+
+Version 10 adds ``amus_by_position``, each user's records in store order: a page of ``list``
+read and sorted all of the user's records (a walk of all pages was quadratic in them). Its
+migration only builds the index.
 """
 
 from __future__ import annotations
@@ -78,7 +82,7 @@ from retrieval.memory.fts import FTS_TOKENIZER
 from retrieval.memory.indexing import backfill
 from retrieval.memory.records import Turn
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 EARLIER_IDS_BOUND = 10**9
 """Where the migration to version 8 counts each known user's ids on from (see the module docstring)."""
@@ -136,6 +140,7 @@ CREATE TABLE IF NOT EXISTS amus (
 );
 CREATE INDEX IF NOT EXISTS amus_by_session ON amus (conversation_id, session_id);
 CREATE INDEX IF NOT EXISTS amus_by_segment ON amus (conversation_id, segment);
+CREATE INDEX IF NOT EXISTS amus_by_position ON amus (conversation_id, position);
 CREATE TABLE IF NOT EXISTS amu_entities (amu INTEGER NOT NULL REFERENCES amus(position), \
 entity TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS amu_entities_by_entity ON amu_entities (entity);
@@ -283,11 +288,11 @@ def _statements(script: str) -> list[str]:
 
 
 def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
-    """Bring a new (0), version-1 to -8 store to :data:`SCHEMA_VERSION`, in the caller's
+    """Bring a new (0), version-1 to -9 store to :data:`SCHEMA_VERSION`, in the caller's
     transaction (version 1 goes through version 2; versions 4 and 5 only add tables and the purge
     guard; version 6 re-keys the cache tables by user; version 7 adds the id marks to ``purges``;
     version 8 sets them for the purges made before version 7; version 9 adds the segments'
-    ``flushed_after``)."""
+    ``flushed_after``; version 10 an index)."""
     if version == 1:
         _alter(db, _V1_COLUMNS)
         db.execute("DROP TRIGGER IF EXISTS segments_append_only")  # v1's forbade the checksum update below

@@ -5,10 +5,9 @@ scoped to a user, forgotten completely.
         mem.add([{"speaker": "Maria", "text": "I adopted a cat."}], user_id="alice", session_id="s1")
         hits = mem.search("What pet does Maria have?", user_id="alice", k=10).hits
 
-Scoping: the store's ``conversation_id`` is the user; every read names it, so another user's id
-finds nothing (:class:`NotFound`). One :class:`Memory` writes a store; a second writer (process or
-``Memory``) is refused at open with :class:`MemoryBusy` naming the holder's pid; any number of
-``read_only`` memories may read beside it.
+Scoping: the store's ``conversation_id`` is the user; every read names it, so another user's id finds
+nothing (:class:`NotFound`). One :class:`Memory` writes a store (another writer, process or
+``Memory``, is refused at open: :class:`MemoryBusy`, naming its pid); ``read_only`` ones read too.
 
 Ingestion behind the add: ``add`` validates, stores its turns in one transaction and returns with no
 forward (they join the user's search state before its next search, :mod:`retrieval.api.unindexed`);
@@ -188,9 +187,8 @@ class Memory:
 
     def flush(self, *, user_id: str, session_id: str) -> AddResult:
         """Process the user's backlog, then close the open segment of (user, session); returns the
-        records of the session's segments this call closed (not those the worker closed before it,
-        nor the other sessions' that processing the backlog closed, which are stored all the same), or
-        raises :class:`retrieval.api.errors.IngestFailed` (the turns stay stored, tried again)."""
+        records of the session's segments this call closed (not the worker's before it, nor other
+        sessions'), or raises :class:`retrieval.api.errors.IngestFailed` (turns kept, tried again)."""
         user, session = check_id("user_id", user_id), check_id("session_id", session_id)
         with self._gate:
             self._writable()

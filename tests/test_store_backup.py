@@ -233,3 +233,19 @@ def test_a_killed_backups_copy_is_removed_by_the_next_backup_into_the_same_folde
     assert store_main(["backup", "--store", str(store), "--to", str(backups / "tuesday")]) == 0
     assert sorted(path.name for path in backups.iterdir()) == [alike.name, "tuesday"]
     assert sorted(path.name for path in (backups / "tuesday").iterdir()) == ["amus.sqlite3"]
+
+
+def test_a_running_backup_in_another_pid_namespace_keeps_its_staging_directory(tmp_path: Path):
+    """A backup run in a container, into the host's folder, has a process id that names no process
+    here: its staging directory is known to be in use by the lock on its mark, not by that id."""
+    store, backups = tmp_path / "store", tmp_path / "backups"
+    one_turn_store(store)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    running = backups / f".monday.partial-{gone.pid}"  # the id of a process of another namespace
+    running.mkdir(parents=True)
+    with backup_module._held(running / backup_module.STAGING_MARK):
+        assert store_main(["backup", "--store", str(store), "--to", str(backups / "tuesday")]) == 0
+        assert running.is_dir()
+    assert store_main(["backup", "--store", str(store), "--to", str(backups / "wednesday")]) == 0
+    assert sorted(path.name for path in backups.iterdir()) == ["tuesday", "wednesday"]

@@ -17,10 +17,13 @@ it keeps what the store's users delete after it was taken."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from retrieval.memory.connection import DB_NAME, missing_store, read_only_connection
@@ -37,8 +40,8 @@ RETRY_S = 0.5
 STAGING = ".partial-"
 """Between the target's name and the backup's process id in its staging directory's name."""
 STAGING_MARK = ".isq-backup-staging"
-"""The empty file a staging directory holds from its creation: what an abandoned one is known by
-(never a directory of someone else's that happens to be named alike)."""
+"""The empty file a staging directory holds while its backup runs, locked by it (:func:`_held`):
+a directory named alike without one is not a backup's to remove."""
 
 
 def back_up(source: Path, target: Path) -> list[str]:
@@ -56,28 +59,63 @@ def back_up(source: Path, target: Path) -> list[str]:
     shutil.rmtree(staging, ignore_errors=True)
     try:
         private_directory(staging)
-        (staging / STAGING_MARK).touch()
-        for path in databases:
-            _copy_database(path, staging / path.name)
-        (staging / STAGING_MARK).unlink()
-        staging.rename(target)  # onto a missing or empty directory
+        with _held(staging / STAGING_MARK):
+            for path in databases:
+                _copy_database(path, staging / path.name)
+            (staging / STAGING_MARK).unlink()
+            staging.rename(target)  # onto a missing or empty directory
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return [path.name for path in databases]
 
 
+@contextmanager
+def _held(mark: Path) -> Iterator[None]:
+    """The staging directory's mark, created and locked (``flock``) while the backup runs: the lock,
+    which the system drops when the process ends however it ends, tells a running backup's staging
+    directory from an abandoned one, also across PID namespaces (a container's backup into the
+    host's folder), where a process id names no process."""
+    handle = os.open(mark, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)
+
+
 def _drop_abandoned(target: Path) -> None:
-    """Remove the staging directories of earlier backups into ``target``'s folder whose process is
-    gone (killed: nothing ran its clean-up), which would keep a copy of every user's data beside
-    it, out of reach of every delete: those that hold :data:`STAGING_MARK`, whatever their target
-    (backups into dated targets never name one twice), and those named after ``target`` itself."""
+    """Remove the staging directories of earlier backups into ``target``'s folder that no backup
+    runs in any more (killed: nothing ran its clean-up), which would keep a copy of every user's
+    data beside it, out of reach of every delete: those whose :data:`STAGING_MARK` nobody holds,
+    whatever their target (backups into dated targets never name one twice), and those of earlier
+    versions, unmarked, named after ``target`` itself with the id of a process that is gone."""
     own = f".{target.name}{STAGING}"
     for left in target.parent.glob(f".*{STAGING}*"):
+        if left.is_symlink() or not left.is_dir():
+            continue
         pid = left.name.rsplit("-", 1)[-1]
-        ours = (left / STAGING_MARK).is_file() or left.name.startswith(own)
-        if ours and left.is_dir() and not left.is_symlink() and pid.isdigit() and not _running(int(pid)):
+        if (left / STAGING_MARK).is_file():
+            abandoned = _unheld(left / STAGING_MARK)
+        else:
+            abandoned = left.name.startswith(own) and pid.isdigit() and not _running(int(pid))
+        if abandoned:
             shutil.rmtree(left, ignore_errors=True)
+
+
+def _unheld(mark: Path) -> bool:
+    """Whether no running backup holds ``mark`` (:func:`_held`)."""
+    try:
+        handle = os.open(mark, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(handle)
+    return True
 
 
 def _running(pid: int) -> bool:

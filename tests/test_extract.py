@@ -249,6 +249,11 @@ def test_you_is_looked_for_only_among_the_names_the_turn_holds(monkeypatch):
     amus = RuleExtractor().extract(segment, ReferenceContext(crowd)).amus
     assert amus[0].text == "Ann: Carol promised the budget spreadsheet."
     assert len([pattern for pattern in searched if "hello|thanks" in pattern]) == 1  # Carol's alone
+    turkish = [Turn("u", "g", "g:0", "Ann", "IŞIL, you promised the budget.", MONDAY),
+               Turn("u", "g", "g:1", "Bob", "I finished the slides.", MONDAY)]
+    segment = Segment("u", "g", 0, tuple(Exchange((turn,)) for turn in turkish), "session_flush", 30)
+    amus = RuleExtractor().extract(segment, ReferenceContext(("Ann", "Bob", "Işıl"))).amus
+    assert amus[0].text == "Ann: IŞIL, Işıl promised the budget."  # as re.I reads ı and I
 
 
 def test_speaker_is_prefixed_when_the_text_does_not_name_them():

@@ -160,6 +160,12 @@ def _memory_type(text: str, timestamps: Sequence[str]) -> str:
     return "fact"
 
 
+def _folded(text: str) -> str:
+    """``text`` case-folded, and its dotless ı and dotted İ read as i, as ``re.IGNORECASE`` reads
+    them: a name found by a case-insensitive pattern is found in the folded text too."""
+    return text.casefold().replace("\u0131", "i").replace("i\u0307", "i")
+
+
 def _addressee(turn: Turn, turns: Sequence[Turn], participants: Sequence[str]) -> str | None:
     """Who "you" is: the other participant of a two-party conversation; otherwise the one the turn
     calls by name ("Carol, you ...", "Thanks, Carol!"), else the nearest other speaker in the
@@ -169,8 +175,8 @@ def _addressee(turn: Turn, turns: Sequence[Turn], participants: Sequence[str]) -
         return others[0]
     # only the names the text holds are looked for: a pattern compiled for every participant of
     # every turn took seconds a turn once a user's participants outnumbered re's cache of patterns
-    folded = turn.text.casefold()
-    called = [name for name in others if name.casefold() in folded and re.search(
+    folded = _folded(turn.text)
+    called = [name for name in others if _folded(name) in folded and re.search(
         rf"(?:^|[,!?.]\s*|\b(?:hey|hi|hello|thanks|thank you)\s+){re.escape(name)}\s*[,!?]", turn.text, re.I)]
     if len(called) == 1:
         return called[0]

@@ -431,6 +431,8 @@ def test_a_full_disk_under_a_write_is_507_saying_so_not_retry_shortly(http, mem,
     """A write that fails for a full disk (SQLite's ``SQLITE_FULL``, made here by a page limit) is
     507 naming the cause, without ``Retry-After`` or the store's path: a client told to retry in a
     second (503) looped, and nothing said why, while space stayed short. MCP tools say the same."""
+    from retrieval.memory.errors import StoreFault
+    from retrieval.memory.faults import disk_full as disk_full_fault
     from retrieval.memory.faults import fault
     from retrieval.service.auth import DISK_FULL
     from retrieval.service.mcp_tools import _refusals
@@ -457,6 +459,11 @@ def test_a_full_disk_under_a_write_is_507_saying_so_not_retry_shortly(http, mem,
         _refusals(lambda: mem.add([{"speaker": "Ann", "text": "hi"}], user_id="u", session_id="s"))
     assert refused.value.result().structured_content == {"error": DISK_FULL, "status": 507}
     assert http.post("/v1/search", json={"query": "bees"}).status_code == 200  # reads answer
+    psycopg = pytest.importorskip("psycopg")
+    try:  # PostgreSQL's disk_full, as the store's database layer raises it
+        raise StoreFault("postgresql://db/memory: failed") from psycopg.errors.DiskFull("no space")
+    except StoreFault as fault_of_postgres:
+        assert disk_full_fault(fault_of_postgres)
 
 
 def test_mcp_takes_posts_only_no_stream_to_hold_open(http):

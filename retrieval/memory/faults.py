@@ -65,10 +65,16 @@ def passing(err: StoreFault) -> bool:
     return not (name.startswith(DAMAGE) or altered)
 
 
+POSTGRES_DISK_FULL = "53100"
+"""PostgreSQL's SQLSTATE ``disk_full`` (the server could not extend a file)."""
+
+
 def disk_full(err: BaseException) -> bool:
-    """Whether ``err`` is a store's fault of a full disk (``SQLITE_FULL``): unlike the store's
-    other passing faults, no retry mends it until space is freed."""
-    return isinstance(err, StoreFault) and _name(err).startswith("SQLITE_FULL")
+    """Whether ``err`` is a store's fault of a full disk (SQLite's ``SQLITE_FULL``, PostgreSQL's
+    :data:`POSTGRES_DISK_FULL`): unlike the store's other passing faults, no retry mends it until
+    space is freed."""
+    return isinstance(err, StoreFault) and (_name(err).startswith("SQLITE_FULL")
+                                            or getattr(err.__cause__, "sqlstate", None) == POSTGRES_DISK_FULL)
 
 
 def outside_fault(err: StoreFault) -> bool:

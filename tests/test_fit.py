@@ -20,7 +20,7 @@ from isq.fingerprint import Fingerprinter
 from isq.synthetic import write_synthetic_corpus
 from training.callbacks import BEST_KEY, ExportFingerprinter
 from training.data import DialogueDataModule
-from training.fit import changed_settings, main
+from training.fit import changed_settings, main, out_of_space
 from training.module import ISQLightningModule
 
 REPO = Path(__file__).resolve().parents[1]
@@ -413,6 +413,7 @@ def test_a_disk_that_fills_under_a_checkpoint_is_one_line_and_leaves_no_part_of_
     (line,) = [line for line in err.splitlines() if line.startswith("error:")]
     assert f"no space left on device writing {written[0]} (the part of it written is removed)" in line
     assert written and not written[0].exists()
+    assert "writing a temporary file in" in out_of_space(OSError(errno.ENOSPC, "No space left on device"))
 
 
 def test_the_warm_up_note_names_the_highest_rate_the_schedule_reaches():

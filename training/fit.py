@@ -15,6 +15,7 @@ import dataclasses
 import errno
 import pickle
 import sys
+import tempfile
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -307,6 +308,8 @@ def out_of_space(err: OSError) -> str:
     """The line for a disk that filled under the run. A checkpoint being written then is a part of
     one (a resume refuses it, and the file it replaced is gone already): it is removed."""
     target = err.filename2 or err.filename
+    if target is None:  # a temporary file, written before it is moved into place
+        target = f"a temporary file in {tempfile.gettempdir()}"
     said = f"no space left on device writing {target}"
     if target is not None and str(target).endswith(".ckpt") and Path(target).is_file():
         Path(target).unlink()

@@ -249,3 +249,20 @@ def test_a_running_backup_in_another_pid_namespace_keeps_its_staging_directory(t
         assert running.is_dir()
     assert store_main(["backup", "--store", str(store), "--to", str(backups / "wednesday")]) == 0
     assert sorted(path.name for path in backups.iterdir()) == ["tuesday", "wednesday"]
+
+
+def test_a_backup_s_mark_is_never_seen_unlocked(tmp_path: Path, monkeypatch):
+    """Another backup's clean-up, run just as this one creates its mark, finds no mark unlocked (it
+    would take the running backup for an abandoned one and remove its copy)."""
+    store, backups = tmp_path / "store", tmp_path / "backups"
+    one_turn_store(store)
+    flock = backup_module.fcntl.flock
+
+    def cleanup_meanwhile(handle, operation):
+        if operation == backup_module.fcntl.LOCK_EX:  # the running backup, about to lock its mark
+            backup_module._drop_abandoned(backups / "tuesday")
+        flock(handle, operation)
+
+    monkeypatch.setattr(backup_module.fcntl, "flock", cleanup_meanwhile)
+    assert store_main(["backup", "--store", str(store), "--to", str(backups / "monday")]) == 0
+    assert sorted(path.name for path in backups.iterdir()) == ["monday"]

@@ -75,10 +75,13 @@ def _held(mark: Path) -> Iterator[None]:
     """The staging directory's mark, created and locked (``flock``) while the backup runs: the lock,
     which the system drops when the process ends however it ends, tells a running backup's staging
     directory from an abandoned one, also across PID namespaces (a container's backup into the
-    host's folder), where a process id names no process."""
-    handle = os.open(mark, os.O_CREAT | os.O_WRONLY, 0o600)
+    host's folder), where a process id names no process. The mark is locked under another name,
+    then renamed: no other backup sees it unlocked."""
+    locking = mark.with_name(mark.name + ".new")
+    handle = os.open(locking, os.O_CREAT | os.O_WRONLY, 0o600)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX)
+        locking.rename(mark)
         yield
     finally:
         os.close(handle)

@@ -464,6 +464,12 @@ def test_a_full_disk_under_a_write_is_507_saying_so_not_retry_shortly(http, mem,
         raise StoreFault("postgresql://db/memory: failed") from psycopg.errors.DiskFull("no space")
     except StoreFault as fault_of_postgres:
         assert disk_full_fault(fault_of_postgres)
+    shared_memory = psycopg.errors.DiskFull('could not resize shared memory segment "/PostgreSQL.61" to '
+                                            '345376 bytes: No space left on device')  # /dev/shm: it passes
+    try:
+        raise StoreFault("postgresql://db/memory: failed") from shared_memory
+    except StoreFault as fault_of_postgres:
+        assert not disk_full_fault(fault_of_postgres)
 
 
 def test_mcp_takes_posts_only_no_stream_to_hold_open(http):

@@ -66,15 +66,19 @@ def passing(err: StoreFault) -> bool:
 
 
 POSTGRES_DISK_FULL = "53100"
-"""PostgreSQL's SQLSTATE ``disk_full`` (the server could not extend a file)."""
+"""PostgreSQL's SQLSTATE ``disk_full``: the server could not extend a file, or a shared-memory
+segment (``/dev/shm`` full: memory, not disk, and it passes)."""
 
 
 def disk_full(err: BaseException) -> bool:
     """Whether ``err`` is a store's fault of a full disk (SQLite's ``SQLITE_FULL``, PostgreSQL's
-    :data:`POSTGRES_DISK_FULL`): unlike the store's other passing faults, no retry mends it until
-    space is freed."""
-    return isinstance(err, StoreFault) and (_name(err).startswith("SQLITE_FULL")
-                                            or getattr(err.__cause__, "sqlstate", None) == POSTGRES_DISK_FULL)
+    :data:`POSTGRES_DISK_FULL` but for shared memory): unlike the store's other passing faults, no
+    retry mends it until space is freed."""
+    if not isinstance(err, StoreFault):
+        return False
+    if getattr(err.__cause__, "sqlstate", None) == POSTGRES_DISK_FULL:  # also for full shared memory
+        return "shared memory" not in str(err.__cause__)
+    return _name(err).startswith("SQLITE_FULL")
 
 
 def outside_fault(err: StoreFault) -> bool:

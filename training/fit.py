@@ -308,8 +308,8 @@ def out_of_space(err: OSError) -> str:
     """The line for a disk that filled under the run. A checkpoint being written then is a part of
     one (a resume refuses it, and the file it replaced is gone already): it is removed."""
     target = err.filename2 or err.filename
-    if target is None:  # a temporary file, written before it is moved into place
-        target = f"a temporary file in {tempfile.gettempdir()}"
+    if target is None:  # a file open for writing, or a checkpoint's temporary file
+        target = f"a file of the run, or a temporary file in {tempfile.gettempdir()}"
     said = f"no space left on device writing {target}"
     if target is not None and str(target).endswith(".ckpt") and Path(target).is_file():
         Path(target).unlink()

@@ -311,7 +311,7 @@ def out_of_space(err: OSError) -> str:
     if target is None:  # a file open for writing, or a checkpoint's temporary file
         target = f"a file of the run, or a temporary file in {tempfile.gettempdir()}"
     said = f"no space left on device writing {target}"
-    if target is not None and str(target).endswith(".ckpt") and Path(target).is_file():
+    if str(target).endswith(".ckpt") and Path(target).is_file():
         Path(target).unlink()
         said += " (the part of it written is removed)"
     return said + ": free space, then resume from one of the run's checkpoints (--ckpt_path) or start again"

@@ -56,13 +56,14 @@ def back_up(source: Path, target: Path) -> list[str]:
     target.parent.mkdir(parents=True, exist_ok=True)
     _drop_abandoned(target)
     staging = target.parent / f".{target.name}{STAGING}{os.getpid()}"
+    mark = staging / STAGING_MARK
     shutil.rmtree(staging, ignore_errors=True)
     try:
         private_directory(staging)
-        with _held(staging / STAGING_MARK):
+        with _held(mark):
             for path in databases:
                 _copy_database(path, staging / path.name)
-            (staging / STAGING_MARK).unlink()
+            mark.unlink()
             staging.rename(target)  # onto a missing or empty directory
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -97,9 +98,9 @@ def _drop_abandoned(target: Path) -> None:
     for left in target.parent.glob(f".*{STAGING}*"):
         if left.is_symlink() or not left.is_dir():
             continue
-        pid = left.name.rsplit("-", 1)[-1]
-        if (left / STAGING_MARK).is_file():
-            abandoned = _unheld(left / STAGING_MARK)
+        pid, mark = left.name.rsplit("-", 1)[-1], left / STAGING_MARK
+        if mark.is_file():
+            abandoned = _unheld(mark)
         else:
             abandoned = left.name.startswith(own) and pid.isdigit() and not _running(int(pid))
         if abandoned:

@@ -150,9 +150,11 @@ class KeyGuard:
         if user is None:
             status, message = answer
             failed = status in (503, 507)  # the store failed, not the key
-            headers = [(b"content-type", b"application/json"),
-                       *([(b"retry-after", b"1")] if status == 503 else []),
-                       *([] if failed else [(b"www-authenticate", b"Bearer")])]
+            headers = [(b"content-type", b"application/json")]
+            if status == 503:
+                headers.append((b"retry-after", b"1"))
+            elif not failed:
+                headers.append((b"www-authenticate", b"Bearer"))
             await send({"type": "http.response.start", "status": status, "headers": headers})
             detail = refusal(message, None if failed else KEY_FIELD)
             await send({"type": "http.response.body", "body": refusal_body(scope, status, detail)})

@@ -12,8 +12,7 @@ from datetime import UTC, date, datetime, timedelta
 
 _YEAR = re.compile(r"^(\d{4})$")
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
-_WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
-_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_WEEK = re.compile(r"^(\d{4})-?W(\d{2})$")
 
 
 def time_interval(value: str) -> tuple[datetime, datetime]:
@@ -21,8 +20,10 @@ def time_interval(value: str) -> tuple[datetime, datetime]:
 
     Accepted forms: year ``2023``, month ``2023-05``, ISO week ``2023-W18``, day ``2023-05-07``,
     datetime ``2023-05-08T13:56:00`` (an offset is converted to UTC), and intervals ``A/B`` of
-    those. Reduced precision is how an AMU says "last month" without inventing a day.
-    Raises ``ValueError`` for anything else.
+    those. Reduced precision is how an AMU says "last month" without inventing a day. The other
+    spellings of a week or a day that ISO 8601 allows and Python's ``fromisoformat`` reads (basic
+    ``2023W18`` and ``20230507``, week date ``2023-W18-7``) cover the same week or day, not its
+    first moment. Raises ``ValueError`` for anything else.
     """
     if "/" in value:
         first, _, second = value.partition("/")
@@ -44,10 +45,12 @@ def time_interval(value: str) -> tuple[datetime, datetime]:
         if match := _WEEK.match(value):
             monday = date.fromisocalendar(int(match[1]), int(match[2]), 1)
             return datetime.combine(monday, datetime.min.time()), _end_of_day(monday + timedelta(days=6))
-        if _DAY.match(value):
-            day = date.fromisoformat(value)
+        try:
+            day = date.fromisoformat(value)  # a day, however written
+        except ValueError:
+            moment = datetime.fromisoformat(value)
+        else:
             return datetime.combine(day, datetime.min.time()), _end_of_day(day)
-        moment = datetime.fromisoformat(value)
     except (ValueError, OverflowError) as err:  # OverflowError: a week or day past 9999-12-31
         raise ValueError(f"{value!r} is not a valid ISO 8601 time value ({err})") from None
     moment = naive_utc(moment)

@@ -48,7 +48,9 @@ def drop_user_answers(cache_dir: Path, user: str) -> None:
 
 class InvalidResponse(ValueError):
     """The endpoint answered, but not with a usable result; raised by a ``parse`` callback of
-    :meth:`ChatClient.complete` to have the request retried."""
+    :meth:`ChatClient.complete` to have the request retried. The message is logged, so it says
+    where the answer is wrong and never quotes it: an answer restates the user's turns or question,
+    which a log keeps after the user is forgotten."""
 
 
 class EndpointRefused(ValueError):
@@ -348,7 +350,8 @@ def json_answer(content: str, validator: Draft202012Validator) -> Any:
     error = best_match(validator.iter_errors(answer))
     if error is not None:
         where = "/".join(str(part) for part in error.path) or "(root)"
-        raise InvalidResponse(f"schema violation at {where}: {error.message}")
+        expected = f" {error.validator_value!r}" if error.validator == "type" else ""
+        raise InvalidResponse(f"schema violation at {where}: fails {error.validator!r}{expected}")
     _storable(answer)
     return answer
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -175,6 +176,22 @@ def test_the_llm_planner_through_the_one_client(bank, tmp_path):
     lines = request["messages"][1]["content"].splitlines()
     assert lines[-1] == "Question: When did Ann go to pottery? Participants: Mallory"
     assert not [line for line in lines if line.startswith("Participants: Mallory")]
+
+
+def test_the_llm_planner_logs_neither_the_question_nor_the_answer(bank, tmp_path, caplog):
+    """The log outlives a forgotten user: the planner's warnings say where an answer is wrong and
+    that it fell back, never what the question or the answer said."""
+    bad = [{"question_type": "Quenfrithal", "routes": [{"goal": "g", "queries": ["q"]}]},
+           {"question_type": "single", "routes": [{"goal": "g", "queries": ["q"],
+                                                   "time": {"start": "Quenfrithal", "end": "2023"}}]}]
+    replies = iter((200, completion_body(json.dumps(answer), 5, 1), 0.0) for answer in bad)
+    with FakeChatServer(lambda body: next(replies)) as server, \
+            caplog.at_level(logging.WARNING, logger="retrieval"):
+        planner = LLMPlanner(server.base_url, "fake", max_retries=1, backoff_s=0.0)
+        fallback = planner.plan("Where does Quenfrithal live?", bank.context)
+    assert fallback.planner == "rule" and planner.fallbacks == 1
+    assert "question_type: fails 'enum'" in caplog.text and "plan field 'routes/0/time'" in caplog.text
+    assert "using the rule planner" in caplog.text and "Quenfrithal" not in caplog.text
 
 
 # -- fusion and selection --------------------------------------------------------------------------

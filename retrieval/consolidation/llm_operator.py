@@ -107,8 +107,8 @@ def _parse(content: str, ordered: Sequence[Member]) -> Draft:
     for value in answer.get("timestamps", []):
         try:
             time_interval(value)
-        except ValueError as err:
-            raise InvalidResponse(f"timestamps: {err}") from None
+        except ValueError:
+            raise InvalidResponse("timestamps: a value is not an ISO 8601 time value") from None
     text = answer["text"].strip()
     if not strip_prefix(text).strip():
         raise InvalidResponse("text: nothing but a time prefix")

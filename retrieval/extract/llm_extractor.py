@@ -147,7 +147,7 @@ class LLMExtractor(LLMRole):
                 for index, record in enumerate(answer["records"])
             ]
         except AMUValidationError as err:
-            raise InvalidResponse(str(err)) from None
+            raise InvalidResponse(f"a record's {err.field!r} is not a valid value") from None
         # the note as later segments see it: a longer one would be stored whole with the segment
         return Extraction(amus, state=answer.get("disambiguation", "")[:DISAMBIGUATION_CHARS])
 

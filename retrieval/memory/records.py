@@ -66,7 +66,12 @@ def names(values: Iterable[str]) -> tuple[str, ...]:
 
 
 class AMUValidationError(ValueError):
-    """A record does not satisfy the AMU schema; the message names the offending field."""
+    """A record does not satisfy the AMU schema; the message names the offending field, and so
+    does ``field`` alone (for a message that must not quote the value)."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class InputFormatError(ValueError):
@@ -235,14 +240,14 @@ class AMU:
         error = best_match(_AMU_VALIDATOR.iter_errors(self.to_dict()))
         if error is not None:
             where = ".".join(str(part) for part in error.path) or "(record)"
-            raise AMUValidationError(f"AMU {self.id!r}: field {where!r}: {error.message}")
+            raise AMUValidationError(f"AMU {self.id!r}: field {where!r}: {error.message}", where)
         for name in ("observed_at", "timestamps", "t_ref", "valid_from", "valid_to"):
             values = getattr(self, name)
             for value in [values] if isinstance(values, str) else values or ():
                 try:
                     time_interval(value)
                 except ValueError as err:
-                    raise AMUValidationError(f"AMU {self.id!r}: field {name!r}: {err}") from None
+                    raise AMUValidationError(f"AMU {self.id!r}: field {name!r}: {err}", name) from None
         # Freeze the sequences only after validation, so a bare string is rejected, not split.
         for name in ("timestamps", "entities", "tags"):
             object.__setattr__(self, name, tuple(getattr(self, name)))

@@ -55,18 +55,18 @@ class LLMPlanner(LLMRole):
         check_query(question)
         try:
             plan = self.client.complete(self.messages(question, context), self._parse,
-                                        label=f"plan {question[:40]!r}", user=context.user)
+                                        label="plan", user=context.user)
             why = "no valid answer"
         except EndpointRefused as err:
             plan, why = None, str(err)
         if plan is not None:
             return plan
         self.fallbacks += 1
-        logger.warning("no plan for %r (%s): using the rule planner", question, why)
+        logger.warning("no plan for a question (%s): using the rule planner", why)
         return self.fallback.plan(question, context)
 
     def _parse(self, content: str) -> Plan:
         try:
             return Plan.from_dict(json_answer(content, PLAN_VALIDATOR), self.name)
         except PlanError as err:
-            raise InvalidResponse(str(err)) from None
+            raise InvalidResponse(f"plan field {err.field!r} is not a valid value") from None

@@ -15,7 +15,12 @@ from retrieval.multi_route.params import MAX_ROUTES, QUESTION_TYPES
 
 
 class PlanError(ValueError):
-    """A plan does not satisfy the schema; the message names the field."""
+    """A plan does not satisfy the schema; the message names the field, and so does ``field``
+    alone (for a message that must not quote the value)."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 _STRINGS = {"type": "array", "items": {"type": "string", "minLength": 1}}
@@ -95,14 +100,15 @@ class Plan:
         error = best_match(PLAN_VALIDATOR.iter_errors(value))
         if error is not None:
             where = "/".join(str(part) for part in error.path) or "(plan)"
-            raise PlanError(f"plan field {where!r}: {error.message}")
+            raise PlanError(f"plan field {where!r}: {error.message}", where)
         routes = []
         for number, route in enumerate(value["routes"]):
             time = route.get("time")
             try:
                 constraint = None if time is None else TimeConstraint(time["start"], time["end"])
             except ValueError as err:
-                raise PlanError(f"plan field 'routes/{number}/time': {err}") from None
+                where = f"routes/{number}/time"
+                raise PlanError(f"plan field {where!r}: {err}", where) from None
             routes.append(Route(route["goal"], tuple(route["queries"]), tuple(route.get("entities", ())),
                                 tuple(route.get("topics", ())), constraint))
         return cls(value["question_type"], tuple(routes), planner)

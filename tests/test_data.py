@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from isq.dailydialog import DataFormatError, detokenize, dialogue_pairs, load_splits, read_dialogues
+from isq.ranges import OutOfRange
 from isq.synthetic import write_synthetic_corpus
 from training.data import DialogueDataModule
 
@@ -55,6 +56,18 @@ def test_a_validation_split_left_empty_by_the_leak_filter_is_refused(tmp_path):
     with pytest.raises(DataFormatError, match=r"validation split .* no pairs left \(1 dialogues dropped"):
         dm.setup("fit")
     dm.setup("test")  # the test split has pairs of its own
+
+
+def test_the_data_seed_is_the_synthetic_corpus_s_alone(tmp_path):
+    """DailyDialog is the same for every data seed: a seed study through it would train one model
+    and report no spread; the run's seed is --seed_everything."""
+    root = write_release(tmp_path / "data", ["A . __eou__ B . __eou__"], ["C . __eou__ D . __eou__"],
+                         ["E . __eou__ F . __eou__"])
+    for given in ({"root": str(root)}, {"hub_id": "someone/dailydialog"}):
+        with pytest.raises(OutOfRange, match="data field 'seed' is 3: it seeds only the synthetic corpus"):
+            DialogueDataModule(**given, seed=3)
+    assert DialogueDataModule(root=str(root)).hparams["seed"] == 0
+    assert DialogueDataModule(root="synthetic", seed=3).hparams["seed"] == 3
 
 
 def test_a_copy_differing_in_case_spacing_or_apostrophes_is_a_leak(tmp_path):

@@ -33,7 +33,7 @@ from isq.dailydialog import (
     without_seen_pairs,
 )
 from isq.encoder import from_pretrained
-from isq.ranges import AT_LEAST_ONE, NON_NEGATIVE, check_ranges
+from isq.ranges import AT_LEAST_ONE, NON_NEGATIVE, OutOfRange, check_ranges
 from isq.synthetic import SYNTHETIC, write_synthetic_corpus
 
 log = logging.getLogger(__name__)
@@ -150,6 +150,8 @@ class DialogueDataModule(L.LightningDataModule):
         hub_id: optional Hugging Face parquet copy with a ``dialog`` column (list of utterances)
             per split, used instead of ``root``.
         cache_dir: where tokenised datasets are cached (keyed by data, tokenizer and lengths).
+        seed: the synthetic corpus's seed, refused with any other data: a run's shuffle and
+            initialisation follow ``--seed_everything``, and DailyDialog is the same for every seed.
     """
 
     def __init__(
@@ -170,6 +172,9 @@ class DialogueDataModule(L.LightningDataModule):
         check_ranges("data", locals(), RANGES)
         self.save_hyperparameters()
         self.root = root if root is not None else os.environ.get(ROOT_ENV)
+        if seed != 0 and (hub_id or self.root != SYNTHETIC):
+            raise OutOfRange(f"data field 'seed' is {seed}: it seeds only the synthetic corpus "
+                             f"(--data.root {SYNTHETIC}); a run's seed is --seed_everything")
         self.hparams["root"] = recorded_root(self.root, hub_id)
         self.cache_dir = Path(cache_dir
                               or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "isq")

@@ -3,9 +3,10 @@
     {"session_id": "s1", "session_time": "2023-05-08T13:56:00", "speaker": "Caroline",
      "turn_id": "D1:1", "text": "Hey Mel!"}
 
-``session_time`` is ISO 8601 (relative dates are resolved against it, on the speaker's clock); one
-with an offset is converted to UTC, its offset kept, one without is taken as written
-(:class:`retrieval.memory.records.Turn`). Optional fields:
+``session_time`` is when the turn was said, ISO 8601 (relative dates are resolved against it, on
+the speaker's clock): the ``time`` of a turn the memory's ``add`` takes, so a session's turns may
+differ in it (one that runs past midnight); one with an offset is converted to UTC, its offset
+kept, one without is taken as written (:class:`retrieval.memory.records.Turn`). Optional fields:
 ``conversation_id`` (default: the file name without extension) and ``image_caption``; any other
 field is refused.
 Blank lines are ignored; every error names the file and line.
@@ -14,7 +15,6 @@ Blank lines are ignored; every error names the file and line.
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 
 from jsonschema import Draft202012Validator
@@ -54,7 +54,7 @@ def read_turns_jsonl(path: str | Path) -> list[Turn]:
     path = Path(path)
     turns: list[Turn] = []
     seen_turns: set[tuple[str, str]] = set()
-    session_times: dict[tuple[str, str], datetime] = {}
+    sessions: set[tuple[str, str]] = set()
     current: dict[str, tuple[str, str]] = {}  # conversation -> its session being read
     try:
         data = path.read_bytes()
@@ -85,17 +85,15 @@ def read_turns_jsonl(path: str | Path) -> list[Turn]:
         session = (user_id, row["session_id"])
         try:
             given = parse_iso(row["session_time"])
-            session_time = naive_utc(given)
+            naive_utc(given)  # one the conversion to UTC takes out of the calendar is refused here
         except (ValueError, OverflowError):
             raise InputFormatError(f"{where}: field 'session_time': {row['session_time']!r} is not an "
                                    "ISO 8601 datetime between years 1 and 9999 (UTC), seconds to at most "
                                    "6 decimals") from None
-        if session != current.get(user_id) and session in session_times:
+        if session != current.get(user_id) and session in sessions:
             raise InputFormatError(f"{where}: session {row['session_id']!r} continues after another "
                                    "session started (sessions must be contiguous)")
-        if session_times.setdefault(session, session_time) != session_time:
-            raise InputFormatError(f"{where}: session_time differs from earlier turns of session "
-                                   f"{row['session_id']!r}")
+        sessions.add(session)
         if (user_id, row["turn_id"]) in seen_turns:
             raise InputFormatError(f"{where}: duplicate turn_id {row['turn_id']!r}")
         seen_turns.add((user_id, row["turn_id"]))

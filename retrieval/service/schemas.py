@@ -164,8 +164,8 @@ class Job(BaseModel):
     session_id: str | None = None
     progress: dict[str, Any] = Field(default={}, description=(
         "running: `stage`; done: the run's counts (`records_before`, `records_active_after`, `archived`, "
-        "`created`, `clusters`, `operations`, `refused`, `unanswered`, `lost_turns`, ... as the "
-        "consolidate command's summary line names them) and `resumed`, or `resumed` and "
+        "`created`, `clusters`, `operations`, `refused`, `unanswered`, `lost_turns`, ...: the "
+        "consolidation report's counts, its AMUs called records) and `resumed`, or `resumed` and "
         "`purged_meanwhile` when the user's data was deleted under it"))
     error: str | None = None
 

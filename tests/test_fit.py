@@ -226,6 +226,17 @@ def test_a_resumed_run_exports_the_best_checkpoint_of_its_whole_history(tmp_path
         assert torch.equal(straight.codebook.vectors, resumed.codebook.vectors)
 
 
+class Planted:
+    """A pickled object that, unpickled as pickle allows, creates the file ``marker``: the code a
+    checkpoint handed over may hold."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
 def test_only_a_checkpoint_holding_the_recorded_score_or_weights_only_is_exported(tmp_path):
     """A path taken from another working directory may name another run's file: a full checkpoint
     is exported only when its checkpoint callback saved it with the recorded score; a weights-only
@@ -239,6 +250,7 @@ def test_only_a_checkpoint_holding_the_recorded_score_or_weights_only_is_exporte
              "other_score": {"callbacks": state("val/ce_loss", 2.0)},
              "other_monitor": {"callbacks": state("val/loss", 1.0)}, "no_state": {"callbacks": {}},
              "weights_only": {"state_dict": {}}}
+    files["planted"] = {"callbacks": state("val/ce_loss", 1.0), "x": Planted(tmp_path / "ran")}
     accepted = set()
     for name, content in files.items():
         torch.save(content, tmp_path / name)
@@ -246,6 +258,7 @@ def test_only_a_checkpoint_holding_the_recorded_score_or_weights_only_is_exporte
                              torch.device("cpu")) is not None:
             accepted.add(name)
     assert accepted == {"ours", "weights_only"}
+    assert not (tmp_path / "ran").exists()  # a pickled object is never called
 
 
 def test_a_checkpoint_saved_with_an_infinite_score_is_its_own(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import pickle
 import sys
 from pathlib import Path
 from typing import Any
@@ -187,10 +188,14 @@ def _saved_checkpoint(chosen: dict[str, Any], device: torch.device) -> dict[str,
     """The checkpoint file ``chosen`` names, if it is there and is the one chosen: its checkpoint
     callback's state holds the chosen score as the score it was saved with (a path taken from
     another working directory may name another run's file); a checkpoint saved with its weights
-    only has no such state, and is taken as it is."""
+    only has no such state, and is taken as it is. A file holding pickled objects other than
+    tensors and plain values is no checkpoint of a run's: loading them would run them as code."""
     if not Path(chosen["path"]).is_file():
         return None
-    saved = torch.load(chosen["path"], map_location=device, weights_only=False)
+    try:
+        saved = torch.load(chosen["path"], map_location=device, weights_only=True)
+    except pickle.UnpicklingError:
+        return None
     if chosen["score"] is None or "callbacks" not in saved:  # a weights-only one: nothing to tell it by
         return saved
     scores = [state.get("current_score") for state in _checkpoint_states(saved, chosen["monitor"])]

@@ -218,7 +218,9 @@ class CheckpointError(ValueError):
 def check_checkpoint(path: str | None, model: torch.nn.Module, resume: bool = False,
                      data: DialogueDataModule | None = None) -> None:
     """A checkpoint to resume from or validate must exist, be a complete torch zip archive (a
-    truncated file has no central directory), be a Lightning checkpoint and hold weights of this
+    truncated file has no central directory), hold tensors and plain values only (it is read as
+    ``weights_only``, as Lightning reads it: any other pickled object is code that loading would
+    run, and a checkpoint this project writes has none), be a Lightning checkpoint and hold weights of this
     model's shapes (one made with other settings does not fit); one to resume from, of a run with
     this model's settings and ``data``'s (:func:`changed_settings`, :func:`changed_data`): refused
     before the run starts."""
@@ -229,8 +231,12 @@ def check_checkpoint(path: str | None, model: torch.nn.Module, resume: bool = Fa
     try:
         with zipfile.ZipFile(path) as archive:
             archive.namelist()
-        saved = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    except (zipfile.BadZipFile, OSError, RuntimeError, pickle.UnpicklingError) as err:
+        saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError:
+        raise CheckpointError(
+            f"--ckpt_path {path}: holds objects other than tensors and plain values, which loading would "
+            "run as code (a checkpoint this project writes holds none): refused") from None
+    except (zipfile.BadZipFile, OSError, RuntimeError) as err:
         raise CheckpointError(
             f"--ckpt_path {path}: not a readable checkpoint (truncated or corrupt: {err})") from None
     weights = saved.get("state_dict") if isinstance(saved, dict) else None

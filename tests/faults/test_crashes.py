@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.test_fit import Planted
 from training.fit import main as fit_main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,10 +66,14 @@ def test_a_checkpoint_of_other_settings_or_not_of_lightning_is_refused_in_one_li
     runs = sorted(tmp_path.glob("runs/*/*"))
     plain = tmp_path / "plain.ckpt"
     torch.save({"a": 1}, plain)
+    planted = tmp_path / "planted.ckpt"  # a checkpoint handed over, holding code: never run
+    torch.save({**torch.load(last, weights_only=True), "x": Planted(tmp_path / "ran")}, planted)
     for path, extra, message in ((last, ["--model.isq.num_codes", "16"], "do not fit this model's settings"),
-                                 (plain, [], "not a Lightning checkpoint")):
+                                 (plain, [], "not a Lightning checkpoint"),
+                                 (planted, [], "which loading would run as code")):
         with pytest.raises(SystemExit) as exit_info:
             fit_main(fit_args(tmp_path, 4, "--ckpt_path", str(path), *extra))
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and message in err and "Traceback" not in err, err
     assert sorted(tmp_path.glob("runs/*/*")) == runs  # no run directory left behind
+    assert not (tmp_path / "ran").exists()

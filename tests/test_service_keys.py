@@ -3,6 +3,7 @@ loopback default, one-line errors) and the write gate that drains on shutdown.""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import sqlite3
@@ -15,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.service_process import ROOT, child_env
+from retrieval.api.errors import StoreUnavailable
 from retrieval.api.limits import ID_PATTERN
+from retrieval.memory.errors import StoreError
 from retrieval.service.drain import ShuttingDown, WriteGate
 from retrieval.service.keys import KEYS_FILE, METRICS, KeyCommandError, KeyStore, UnservableKey
 from retrieval.service.launch import is_loopback
@@ -304,6 +307,30 @@ def test_a_new_store_and_its_key_file_are_readable_by_their_owner_only(tmp_path:
             assert stat.S_IMODE(store.stat().st_mode) == (0o700 if made else 0o755)
     finally:
         os.umask(previous)
+
+
+def test_a_store_directory_another_user_may_write_into_is_refused(tmp_path: Path) -> None:
+    """Who may write into the directory may plant the database, its lock or a link to another file
+    there, and read and rewrite what is stored: the memory and the key file refuse it, before they
+    create anything in it."""
+    from retrieval import Memory
+    from tests.multi_route_fixtures import WordEmbedder
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    others = [(shared, "may be written by other users (mode drwxrwxrwx)")]
+    if os.geteuid() == 0:  # root may give a directory away
+        owned = tmp_path / "theirs"
+        owned.mkdir(mode=0o755)
+        os.chown(owned, 23452, 23452)
+        others.append((owned, "is owned by another user (uid 23452)"))
+    for directory, message in others:
+        with pytest.raises(StoreUnavailable, match=re.escape(message)):
+            Memory.open(directory, embedder=WordEmbedder())
+        with pytest.raises(StoreError, match=re.escape(message)):
+            KeyStore(directory)
+        assert not list(directory.iterdir())
 
 
 def test_revoking_a_key_again_keeps_the_first_revocation_time(tmp_path: Path, monkeypatch) -> None:

@@ -5,6 +5,7 @@ before it removed; an interrupted backup leaves nothing; what it refuses, it ref
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -206,6 +207,24 @@ def test_a_backup_goes_into_a_new_or_empty_directory(tmp_path: Path, target):
     assert into.stat().st_mode & 0o777 == 0o700
     with open_store(into, read_only=True) as copied:
         assert [turn.text for turn in copied.turns("alice")] == ["A note about the lake."]
+
+
+def test_a_backup_never_stages_in_a_directory_planted_in_its_folder(tmp_path: Path, monkeypatch):
+    """In a shared folder another user may plant a directory under the name a backup would stage
+    in, one this user cannot remove (here: its removal does nothing): the copy of every user's data
+    is made and moved in a directory of its own, owner-only, never in the planted one."""
+    store, backups = tmp_path / "store", tmp_path / "backups"
+    one_turn_store(store)
+    backups.mkdir()
+    for pid in range(os.getpid(), os.getpid() + 50):
+        planted = backups / f".monday.partial-{pid}"
+        planted.mkdir()
+        (planted / "planted").touch()
+        planted.chmod(0o777)
+    monkeypatch.setattr(backup_module.shutil, "rmtree", lambda path, ignore_errors=False: None)
+    assert store_main(["backup", "--store", str(store), "--to", str(backups / "monday")]) == 0
+    assert sorted(path.name for path in (backups / "monday").iterdir()) == ["amus.sqlite3"]
+    assert (backups / "monday").stat().st_mode & 0o777 == 0o700
 
 
 def test_a_killed_backups_copy_is_removed_by_the_next_backup_into_the_same_folder(tmp_path: Path):

@@ -9,10 +9,12 @@ every committed page) and the LLM answers' cache (a cache: a restored store asks
 again). A snapshot in which a delete or forget owes its compaction still holds the deleted text
 in its pages: the copy is taken again until the store's writer has compacted (it does within
 seconds, :data:`retrieval.api.compaction.COMPACT_AFTER_S`), or refused after
-:data:`COMPACTED_WAIT_S`. The copy is made in a staging directory beside the target and moved
-into place whole, so an interrupted or failed backup leaves no partial copy (one killed outright
-leaves its staging directory, ``.TARGET.partial-PID``, which the next backup into the same folder
-removes, whatever its target: a copy of every user's data that no delete reaches). Like any copy,
+:data:`COMPACTED_WAIT_S`. The copy is made in a staging directory beside the target, created
+owner-only under a name no one can foresee (``.TARGET.partial-`` and random letters: one planted
+in a shared folder is never used), and moved into place whole, so an interrupted or failed backup
+leaves no partial copy (one killed outright leaves its staging directory, which the next backup
+into the same folder removes, whatever its target: a copy of every user's data that no delete
+reaches). Like any copy,
 it keeps what the store's users delete after it was taken."""
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import fcntl
 import os
 import shutil
 import sqlite3
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,7 +32,7 @@ from pathlib import Path
 from retrieval.memory.connection import DB_NAME, missing_store, read_only_connection
 from retrieval.memory.errors import StoreError
 from retrieval.memory.meta_keys import COMPACTION_OWED
-from retrieval.memory.private import private_directory, private_file
+from retrieval.memory.private import private_file
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 COMPACTED_WAIT_S = 120.0
@@ -38,7 +41,8 @@ writer's retry of a compaction a reader held up (:data:`retrieval.api.compaction
 and the spacing after a long one (:data:`retrieval.api.compaction.COMPACT_SPACING`)."""
 RETRY_S = 0.5
 STAGING = ".partial-"
-"""Between the target's name and the backup's process id in its staging directory's name."""
+"""Between the target's name and the random letters of its staging directory's name (the backup's
+process id, in earlier versions)."""
 STAGING_MARK = ".isq-backup-staging"
 """The empty file a staging directory holds while its backup runs, locked by it (:func:`_held`):
 a directory named alike without one is not a backup's to remove."""
@@ -55,11 +59,9 @@ def back_up(source: Path, target: Path) -> list[str]:
                        key=lambda path: path.name != DB_NAME)  # the memory first
     target.parent.mkdir(parents=True, exist_ok=True)
     _drop_abandoned(target)
-    staging = target.parent / f".{target.name}{STAGING}{os.getpid()}"
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}{STAGING}", dir=target.parent))  # mode 0700
     mark = staging / STAGING_MARK
-    shutil.rmtree(staging, ignore_errors=True)
     try:
-        private_directory(staging)
         with _held(mark):
             for path in databases:
                 _copy_database(path, staging / path.name)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save
 from torch import Tensor
 
@@ -39,7 +39,8 @@ TOKENIZER_NAMES = ("tokenizer.json", "tokenizer_config.json")
 CONFIG_KEY = "config_sha256"
 """The field of ``config.json`` holding the SHA-256 of its other fields (:func:`config_checksum`)."""
 META_FIELDS = {"isq_config": dict, "identity": dict, "frozen_encoder": bool}
-LEGACY_KEYS = {"codebook": "codebook.vectors"}
+CODEBOOK_KEY = "codebook.vectors"
+LEGACY_KEYS = {"codebook": CODEBOOK_KEY}
 """Format 1 stored the codebook as a bare tensor; it is now a Codebook module's buffer."""
 
 
@@ -185,6 +186,25 @@ def read_meta(directory: Path) -> dict[str, Any]:
             raise FingerprinterLoadError(f"{directory / name}: SHA-256 differs from field 'files.{name}' of "
                                          f"{path.name}: the file was changed or truncated after export")
     return meta
+
+
+def check_codebook_shape(directory: Path, shape: tuple[int, int]) -> None:
+    """The codebook ``model.safetensors`` holds has ``shape`` (``config.json``'s number and size of
+    codes), read from the file's header alone: checked before the model is built, so a config that
+    claims more codes than the file holds is refused before it allocates them."""
+    path = directory / WEIGHTS_NAME
+    try:
+        with safe_open(str(path), "pt") as weights:
+            names = {LEGACY_KEYS.get(key, key): key for key in weights.keys()}  # noqa: SIM118
+            stored = names.get(CODEBOOK_KEY)
+            found = None if stored is None else tuple(weights.get_slice(stored).get_shape())
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise FingerprinterLoadError(f"{path}: not a readable safetensors file ({err})") from None
+    if found is None:
+        raise FingerprinterLoadError(f"{path}: missing tensor(s) {CODEBOOK_KEY}")
+    if found != shape:
+        raise FingerprinterLoadError(f"{path}: tensor {CODEBOOK_KEY} has shape {found}, but {CONFIG_NAME} "
+                                     f"gives num_codes and code_dim {shape}")
 
 
 def read_tensors(directory: Path, expected: Mapping[str, Tensor]) -> dict[str, Tensor]:

@@ -206,6 +206,7 @@ class Fingerprinter(nn.Module):
             config = ISQConfig.from_dict(meta["isq_config"])
         except ValueError as err:
             raise export.FingerprinterLoadError(f"{where}: field 'isq_config': {err}") from None
+        export.check_codebook_shape(directory, (config.num_codes, config.code_dim))
         reference = meta.get("encoder_reference")
         try:
             if reference:
@@ -215,11 +216,11 @@ class Fingerprinter(nn.Module):
                 encoder = build_encoder(config, architecture=meta.get("encoder_architecture"))
             tokenizer = AutoTokenizer.from_pretrained(str(directory))
             semantic = SemanticEncoder.build(config, encoder, frozen=bool(meta["frozen_encoder"]))
-        except (OSError, KeyError, TypeError, ValueError) as err:
+        except (OSError, KeyError, TypeError, ValueError, RuntimeError, MemoryError) as err:
             if isinstance(err, export.FingerprinterLoadError):
                 raise
-            raise export.FingerprinterLoadError(
-                f"{where}: cannot build the encoder or tokenizer ({err})") from None
+            raise export.FingerprinterLoadError(  # RuntimeError, MemoryError: more than memory holds
+                f"{where}: cannot build the encoder or tokenizer ({str(err)[:300]})") from None
         model = cls(config, tokenizer, semantic, torch.zeros(config.num_codes, config.code_dim))
         expected = model.stored_tensors(bool(reference))
         # Not strict: tied copies and a referenced encoder are absent on

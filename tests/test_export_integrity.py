@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -131,6 +132,28 @@ def test_an_export_with_a_nan_weight_is_refused(export, tmp_path):
     write_config(tmp_path / "nan", config)
     with pytest.raises(FingerprinterLoadError, match="NaN"):
         Fingerprinter.from_pretrained(tmp_path / "nan")
+
+
+@pytest.mark.parametrize(("field", "value"), [("num_codes", 2048), ("code_dim", 4096)])
+def test_a_config_claiming_another_codebook_than_the_file_holds_is_refused_before_building(
+        export, tmp_path, monkeypatch, field, value):
+    """config.json's numbers size what loading allocates: checked against the weights file's header
+    first, so an edited config (its checksum recomputed, as anyone can) asking for millions of codes
+    is one line naming both, not a model built to that size."""
+    import isq.fingerprint
+
+    config = json.loads((export / "config.json").read_text())
+    config["isq_config"][field] = value
+    write_config(export, config)
+
+    def built(*args, **kwargs):
+        raise AssertionError("the encoder was built before the codebook's shape was checked")
+
+    monkeypatch.setattr(isq.fingerprint, "build_encoder", built)
+    shape = (2048, 384) if field == "num_codes" else (1024, 4096)
+    with pytest.raises(FingerprinterLoadError, match=re.escape(
+            f"codebook.vectors has shape (1024, 384), but config.json gives num_codes and code_dim {shape}")):
+        Fingerprinter.from_pretrained(export)
 
 
 def test_overwrite_never_replaces_a_directory_that_is_not_an_export(export, tmp_path):

@@ -112,15 +112,20 @@ class AMUStore(StoreParts):
         return nullcontext(True)
 
     def integrity_problems(self) -> list[str]:
-        """What SQLite's ``PRAGMA quick_check`` finds wrong with the store file, and the tables,
-        indexes and triggers of the schema that are missing (empty: none)."""
+        """What SQLite's ``PRAGMA quick_check`` finds wrong with the store file, the tables,
+        indexes and triggers of the schema that are missing, and those it holds that the schema
+        has not (another program's: a trigger or table may keep what a purge removes; SQLite's own
+        and the full-text index's shadow tables are the schema's) (empty: none)."""
         try:
             rows = [row[0] for row in self._db.execute("PRAGMA quick_check").fetchall()]
-            present = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master")}
+            present = dict(self._db.execute("SELECT name, type FROM sqlite_master").fetchall())
         except StoreFault as err:  # damage bad enough to stop the check itself
             return [str(err.__cause__)]
         missing = [f"schema object {name!r} is missing" for name in SCHEMA_OBJECTS if name not in present]
-        return [row for row in rows if row != "ok"] + missing
+        foreign = [f"{kind} {name!r} is not the store's (another program's? it may keep what a delete "
+                   "removes: drop it if it is not yours)" for name, kind in sorted(present.items())
+                   if name not in SCHEMA_OBJECTS and not name.startswith(("sqlite_", "amu_fts_"))]
+        return [row for row in rows if row != "ok"] + missing + foreign
 
     def close(self) -> None:
         """Try again the compaction a reader kept from finishing, if the last one was, then close

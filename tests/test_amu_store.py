@@ -124,6 +124,16 @@ def test_time_interval_rejects(value):
         time_interval(value)
 
 
+def test_a_records_entity_rows_are_written_in_its_order(tmp_path):
+    """Not in a set's order, which Python's hash seed changes from run to run: the same ingest
+    gives byte-identical store files."""
+    names = ["Zoe", "Ann", "Bob", "Mel", "Caroline", "LGBTQ", "Boston", "Kai"]
+    with AMUStore(tmp_path) as store:
+        commit(store, 0, [make_amu(0, 0, entities=names)])
+        rows = store._db.execute("SELECT entity FROM amu_entities ORDER BY rowid").fetchall()
+    assert [row[0] for row in rows] == [name.casefold() for name in names]
+
+
 def test_store_round_trip_and_lookups(tmp_path):
     with AMUStore(tmp_path) as store:
         assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -40,7 +40,7 @@ def insert_amu(db: sqlite3.Connection, amu: AMU, position: int | None = None) ->
     position = cursor.lastrowid
     assert position is not None  # an INSERT always sets it
     db.executemany("INSERT INTO amu_entities (amu, entity) VALUES (?, ?)",
-                   [(position, entity.casefold()) for entity in set(amu.entities)])
+                   [(position, entity.casefold()) for entity in dict.fromkeys(amu.entities)])
     times = ([amu.observed_at] if amu.observed_at else []) + list(amu.timestamps)
     db.executemany("INSERT INTO amu_times (amu, start, end) VALUES (?, ?, ?)",
                    [(position, *map(iso_text, time_interval(value))) for value in times])

@@ -30,7 +30,7 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 
 def similarity(a: Signature, b: Signature) -> float:
     """Mean Jaccard index over the fields that a or b fills (0 when neither fills any)."""
-    fields = [name for name in set(a) | set(b) if a.get(name) or b.get(name)]
+    fields = [name for name in sorted(a.keys() | b.keys()) if a.get(name) or b.get(name)]
     if not fields:
         return 0.0
     empty: frozenset[str] = frozenset()

@@ -49,7 +49,7 @@ def insert_amu(conn: Connection, amu: AMU, position: int | None = None) -> None:
     user = amu.source.user_id
     cursor = conn.cursor()
     cursor.executemany("INSERT INTO amu_entities (user_id, amu, entity) VALUES (%s, %s, %s)",
-                       [(user, position, entity.casefold()) for entity in set(amu.entities)])
+                       [(user, position, entity.casefold()) for entity in dict.fromkeys(amu.entities)])
     times = ([amu.observed_at] if amu.observed_at else []) + list(amu.timestamps)
     cursor.executemany("INSERT INTO amu_times (user_id, amu, start_time, end_time) VALUES (%s, %s, %s, %s)",
                        [(user, position, *map(iso_text, time_interval(value))) for value in times])

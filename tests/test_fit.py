@@ -71,6 +71,7 @@ def test_fit_logs_every_metric_checkpoints_and_exports(tmp_path):
     fingerprinter = Fingerprinter.from_pretrained(exported(cli))
     record = fingerprinter.run_record
     assert record["trained_steps"] == 4 and record["seed"] == 0
+    assert record["torch"] == {"version": torch.__version__, "threads": torch.get_num_threads()}
     # 4 batches of 8 of the synthetic corpus's training pairs: a fraction of one epoch, not "1"
     assert record["epochs"] == round(4 / cli.trainer.num_training_batches, 4) and 0 < record["epochs"] < 1
     assert record["global_step"] == int(Path(record["checkpoint"]).stem.removeprefix("step"))

@@ -162,6 +162,9 @@ class ExportFingerprinter(L.Callback):
             | {"hparams": dict(getattr(datamodule, "hparams", {}))},
             "trainer": {"precision": str(trainer.precision), "world_size": trainer.world_size,
                         "accumulate_grad_batches": trainer.accumulate_grad_batches},
+            # a CPU run is the same step for step only on as many threads, with the same torch: the
+            # order of a reduction's float additions follows them (a last-bit difference, which grows)
+            "torch": {"version": torch.__version__, "threads": torch.get_num_threads()},
             "optim": {k: v for k, v in pl_module.hparams.items() if k != "isq"},
             "last_metrics": {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1},
         }

@@ -81,21 +81,24 @@ def test_compact_of_a_path_without_a_store_creates_none_and_says_so(tmp_path, ca
 
 def test_check_names_a_table_or_trigger_the_schema_has_not(tmp_path, capsys):
     """A store handed over may hold another program's trigger copying every turn into its own
-    table, which no purge empties: check names both, and passes the schema's own objects (SQLite's,
-    and the full-text index's shadow tables)."""
+    table, which no purge empties, under a name like the schema's or in place of one of its
+    triggers: check names each, and passes the schema's own objects (SQLite's, and the full-text
+    index's shadow tables)."""
     AMUStore(tmp_path).close()
     assert store_main(["check", "--store", str(tmp_path)]) == 0
     db = sqlite3.connect(tmp_path / AMUStore.DB_NAME)
-    db.executescript("CREATE TABLE kept (text TEXT); CREATE TRIGGER keep AFTER INSERT ON turns "
-                     "BEGIN INSERT INTO kept VALUES (NEW.text); END;")
+    db.executescript("CREATE TABLE amu_fts_kept (text TEXT); CREATE TRIGGER amu_fts_keep AFTER INSERT ON "
+                     "turns BEGIN INSERT INTO amu_fts_kept VALUES (NEW.text); END; "
+                     "DROP TRIGGER turns_no_delete; CREATE TRIGGER turns_no_delete AFTER INSERT ON turns "
+                     "BEGIN INSERT INTO amu_fts_kept VALUES (NEW.text); END;")
     db.close()
     capsys.readouterr()
     assert store_main(["check", "--store", str(tmp_path)]) == 1
+    why = " (another program's? it may keep what a delete removes: drop it if it is not yours)"
     assert capsys.readouterr().out.splitlines()[1:] == [
-        "  trigger 'keep' is not the store's (another program's? it may keep what a delete removes: drop "
-        "it if it is not yours)",
-        "  table 'kept' is not the store's (another program's? it may keep what a delete removes: drop "
-        "it if it is not yours)"]
+        "  trigger 'amu_fts_keep' is not the store's" + why,
+        "  table 'amu_fts_kept' is not the store's" + why,
+        "  trigger 'turns_no_delete' is not the schema's: its SQL was changed" + why]
 
 
 def test_an_emptied_database_file_is_no_store_to_compact_consolidate_or_check(tmp_path, capsys):

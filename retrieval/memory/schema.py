@@ -72,6 +72,7 @@ migration only builds the index.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -319,6 +320,21 @@ def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
     if version in range(4, 8):  # purging came with version 4
         _mark_earlier_purges(db)
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+
+@functools.cache
+def schema_objects() -> dict[str, tuple[str, str | None]]:
+    """Every object of a new store's ``sqlite_master`` (SQLite's own indexes and the full-text
+    index's shadow tables with the schema's), by name: its type and its SQL as SQLite keeps it.
+    Triggers are made again from :data:`TRIGGERS` by every migration, so a store's triggers have
+    exactly this SQL; its tables may have other (columns added by a migration)."""
+    db = sqlite3.connect(":memory:")
+    try:
+        create_or_migrate(db, 0)
+        rows = db.execute("SELECT name, type, sql FROM sqlite_master").fetchall()
+        return {name: (kind, sql) for name, kind, sql in rows}
+    finally:
+        db.close()
 
 
 def _cache_by_user(db: sqlite3.Connection) -> None:

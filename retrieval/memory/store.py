@@ -35,7 +35,7 @@ from retrieval.memory.meta_rows import StoreMeta
 from retrieval.memory.purge import Purge
 from retrieval.memory.reads import StoreReads
 from retrieval.memory.record_writes import RecordWrites
-from retrieval.memory.schema import SCHEMA_OBJECTS
+from retrieval.memory.schema import SCHEMA_OBJECTS, schema_objects
 from retrieval.memory.turn_log import TurnLog
 from retrieval.memory.versions import StoreVersions, user_rows
 
@@ -114,18 +114,16 @@ class AMUStore(StoreParts):
     def integrity_problems(self) -> list[str]:
         """What SQLite's ``PRAGMA quick_check`` finds wrong with the store file, the tables,
         indexes and triggers of the schema that are missing, and those it holds that the schema
-        has not (another program's: a trigger or table may keep what a purge removes; SQLite's own
-        and the full-text index's shadow tables are the schema's) (empty: none)."""
+        has not or, for a trigger or view, holds otherwise (another program's: a trigger may keep
+        what a purge removes) (empty: none)."""
         try:
             rows = [row[0] for row in self._db.execute("PRAGMA quick_check").fetchall()]
-            present = dict(self._db.execute("SELECT name, type FROM sqlite_master").fetchall())
+            present = self._db.execute("SELECT name, type, sql FROM sqlite_master ORDER BY name").fetchall()
         except StoreFault as err:  # damage bad enough to stop the check itself
             return [str(err.__cause__)]
-        missing = [f"schema object {name!r} is missing" for name in SCHEMA_OBJECTS if name not in present]
-        foreign = [f"{kind} {name!r} is not the store's (another program's? it may keep what a delete "
-                   "removes: drop it if it is not yours)" for name, kind in sorted(present.items())
-                   if name not in SCHEMA_OBJECTS and not name.startswith(("sqlite_", "amu_fts_"))]
-        return [row for row in rows if row != "ok"] + missing + foreign
+        names = {name for name, _, _ in present}
+        missing = [f"schema object {name!r} is missing" for name in SCHEMA_OBJECTS if name not in names]
+        return [row for row in rows if row != "ok"] + missing + foreign_objects(present)
 
     def close(self) -> None:
         """Try again the compaction a reader kept from finishing, if the last one was, then close
@@ -141,3 +139,17 @@ class AMUStore(StoreParts):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def foreign_objects(present: list[tuple[str, str, str | None]]) -> list[str]:
+    """The objects of ``sqlite_master`` (name, type, SQL) that a new store has not (SQLite's
+    statistics tables aside), and the triggers and views whose SQL is not the schema's."""
+    expected = schema_objects()
+    problems = []
+    for name, kind, sql in present:
+        if name not in expected and not name.startswith("sqlite_stat"):
+            problems.append(f"{kind} {name!r} is not the store's")
+        elif name in expected and kind in ("trigger", "view") and (kind, sql) != expected[name]:
+            problems.append(f"{kind} {name!r} is not the schema's: its SQL was changed")
+    return [f"{problem} (another program's? it may keep what a delete removes: drop it if it is not yours)"
+            for problem in problems]

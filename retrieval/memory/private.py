@@ -25,7 +25,8 @@ def private_directory(directory: Path) -> None:
     status = directory.stat()
     if status.st_uid not in (os.geteuid(), 0):
         raise StoreError(f"{directory} is owned by another user (uid {status.st_uid}), who could read and "
-                         "change what is stored there: give the store a directory of your own")
+                         "change what is stored there: run this as that user, or give the store a "
+                         "directory of your own")
     if status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise StoreError(f"{directory} may be written by other users (mode {stat.filemode(status.st_mode)}), "
                          f"who could read and change what is stored there: chmod go-w {directory}, or give "

@@ -14,8 +14,7 @@ owner-only under a name no one can foresee (``.TARGET.partial-`` and random lett
 in a shared folder is never used), and moved into place whole, so an interrupted or failed backup
 leaves no partial copy (one killed outright leaves its staging directory, which the next backup
 into the same folder removes, whatever its target: a copy of every user's data that no delete
-reaches). Like any copy,
-it keeps what the store's users delete after it was taken."""
+reaches). Like any copy, it keeps what the store's users delete after it was taken."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from retrieval.index.code_bm25 import CodeBM25
-from retrieval.index.fts import FTSIndex, RecordLexical
+from retrieval.index.fts import CONNECTION_BYTES, FTSIndex, RecordLexical
 
 
 def test_a_lone_cjk_character_that_ends_a_run_finds_its_record():
@@ -109,3 +109,14 @@ def test_a_dropped_lexical_table_closes_its_database_at_once():
                 db.execute("SELECT 1")
     finally:
         gc.enable()
+
+
+def test_an_index_s_size_counts_its_connection_not_only_its_pages():
+    """A small user's search state is mostly its lexical index's in-memory database, which holds
+    about three times its pages in all: its estimate, which the search states' bound sums, counts
+    that too (counted as pages alone, 2,000 small users held three times the memory the gauge said)."""
+    index = FTSIndex()
+    index.add(["Ann walked to the lake.", "Bob bought a kayak."])
+    (pages,) = index._db.execute("PRAGMA page_count").fetchone()
+    (page_size,) = index._db.execute("PRAGMA page_size").fetchone()
+    assert index.size_bytes() == pages * page_size + CONNECTION_BYTES >= 3 * pages * page_size

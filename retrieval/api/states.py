@@ -46,10 +46,13 @@ from retrieval.multi_route.bank import MemoryBank
 
 SEARCH_STATE_BYTES = 4 * 2**30
 """The bound on the estimated bytes of all users' search states of one memory, sized by what a
-user costs: a user of 100 records is estimated at 2.0 MiB (1.7 MiB measured: the vectors, the
-topology's co-occurrences, the Python objects), one of 100,000 records at 0.8 GiB, so the bound
-holds 2,000 small users or four large ones. Below what a memory's users search in turn, every
-search rebuilds a state from the store (1,000 users of 100 records under 512 MiB did)."""
+user costs: a user of a few records is estimated at 0.1 MiB (0.1 MiB measured with the tests'
+word embedder, 0.12 MiB with MiniLM: mostly the lexical index's in-memory database,
+:data:`retrieval.index.fts.CONNECTION_BYTES`), one of 100 records at 2.1 MiB (1.7 MiB measured:
+the vectors, the topology's co-occurrences, the Python objects), one of 100,000 records at
+0.8 GiB, so the bound holds 2,000 users of 100 records or four large ones. Below what a
+memory's users search in turn, every search rebuilds a state from the store (1,000 users of 100
+records under 512 MiB did)."""
 
 
 @dataclass

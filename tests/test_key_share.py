@@ -5,10 +5,21 @@ from __future__ import annotations
 
 import anyio
 
-from retrieval.service.key_share import KeyShare
+from retrieval.service.key_share import CLIENT_GONE, KeyShare
 from retrieval.service.limits import KEY_CALLS
 
 SPELLINGS = [b"Bearer alice", b"bearer alice", b"BEARER  alice ", b"Bearer alice\t"]
+
+
+def client(*messages):
+    """A request's ``receive``: these messages, then nothing more (a client still waiting)."""
+    left = list(messages)
+
+    async def receive():
+        if left:
+            return left.pop(0)
+        await anyio.sleep_forever()
+    return receive
 
 
 def test_a_keys_requests_past_its_share_wait_and_another_keys_go_in() -> None:
@@ -33,7 +44,7 @@ def test_a_keys_requests_past_its_share_wait_and_another_keys_go_in() -> None:
         async def send(message) -> None:
             answered.append(key.split()[-1])
 
-        await share(scope, lambda: None, send)
+        await share(scope, client(), send)
 
     async def main() -> list:
         answered: list[bytes] = []
@@ -50,6 +61,29 @@ def test_a_keys_requests_past_its_share_wait_and_another_keys_go_in() -> None:
     answered = anyio.run(main)
     assert answered.count(b"alice") == KEY_CALLS + 5 and most[b"alice"] == KEY_CALLS
     assert share._keys == {}  # nothing kept of a key once its requests are answered
+
+
+def test_a_request_whose_client_left_while_it_waited_is_not_run() -> None:
+    """A client that timed out and sent again would otherwise queue dead work ahead of its retry;
+    one still there gets its body as it came."""
+    read: list = []
+    statuses: list[int] = []
+
+    async def app(scope, receive, send) -> None:
+        read.append(await receive())
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    async def send(message) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    share = KeyShare(app)
+    scope = {"type": "http", "path": "/v1/search", "headers": [(b"authorization", b"Bearer alice")]}
+    body = {"type": "http.request", "body": b'{"query": "lake"}', "more_body": False}
+    anyio.run(share, scope, client(body, {"type": "http.disconnect"}), send)
+    assert read == [] and statuses == [CLIENT_GONE]
+    anyio.run(share, scope, client(body), send)
+    assert read == [body] and statuses == [CLIENT_GONE, 200]
 
 
 def test_a_request_without_a_key_passes_unlimited() -> None:

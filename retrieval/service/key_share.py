@@ -9,6 +9,10 @@ waiting on each other, and every other user's request would wait for a thread be
 concurrent flushes of one user held another user's search for 114.7 s). Waiting here,
 a key's extra requests cost the event loop a waiter each and leave the pool to the other keys.
 
+A request whose client left while it waited is not run (a client that times out and sends again
+would otherwise queue dead work ahead of its own retries): it is recorded with
+:data:`CLIENT_GONE`, and nothing reaches the client.
+
 A request without one bearer key passes (the key check refuses it at once); requests are grouped
 by the key as the key check reads it (:func:`retrieval.service.auth.bearer_key`: "bearer" in any
 case, spaces around the key), by its SHA-256, so no secret is held beyond the request.
@@ -19,10 +23,14 @@ from __future__ import annotations
 import hashlib
 
 import anyio
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from retrieval.service.auth import authorization_headers, bearer_key
 from retrieval.service.limits import KEY_CALLS
+
+CLIENT_GONE = 499
+"""The status a request whose client left before its turn is recorded with (nginx's "client
+closed request"); the server sends nothing on a closed connection."""
 
 
 class _Slots:
@@ -50,8 +58,31 @@ class KeyShare:
         slots.requests += 1
         try:
             async with slots.limiter:
-                await self.app(scope, receive, send)
+                waiting = await _unless_gone(receive)
+                if waiting is None:
+                    await send({"type": "http.response.start", "status": CLIENT_GONE, "headers": []})
+                    await send({"type": "http.response.body", "body": b""})
+                    return
+                await self.app(scope, waiting, send)
         finally:
             slots.requests -= 1
             if not slots.requests:
                 del self._keys[key]
+
+
+async def _unless_gone(receive: Receive) -> Receive | None:
+    """None when the client has left; else ``receive``, giving first what this look read. The
+    messages already there are read without waiting (the body a request arrived with, then a
+    disconnect if the client left), as Starlette's ``Request.is_disconnected`` looks."""
+    read: list[Message] = []
+    with anyio.CancelScope() as look:
+        look.cancel()  # a receive that would wait ends the look at once
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            read.append(message)
+
+    async def replayed() -> Message:
+        return read.pop(0) if read else await receive()
+    return replayed

@@ -7,6 +7,7 @@ import anyio
 
 from retrieval.service.key_share import CLIENT_GONE, KeyShare
 from retrieval.service.limits import KEY_CALLS
+from retrieval.service.metrics import LEFT_WAITING, route_label
 
 SPELLINGS = [b"Bearer alice", b"bearer alice", b"BEARER  alice ", b"Bearer alice\t"]
 
@@ -81,9 +82,10 @@ def test_a_request_whose_client_left_while_it_waited_is_not_run() -> None:
     scope = {"type": "http", "path": "/v1/search", "headers": [(b"authorization", b"Bearer alice")]}
     body = {"type": "http.request", "body": b'{"query": "lake"}', "more_body": False}
     anyio.run(share, scope, client(body, {"type": "http.disconnect"}), send)
-    assert read == [] and statuses == [CLIENT_GONE]
+    assert read == [] and statuses == [CLIENT_GONE] and route_label(scope) == LEFT_WAITING
+    scope = {"type": "http", "path": "/v1/search", "headers": [(b"authorization", b"Bearer alice")]}
     anyio.run(share, scope, client(body), send)
-    assert read == [body] and statuses == [CLIENT_GONE, 200]
+    assert read == [body] and statuses == [CLIENT_GONE, 200] and route_label(scope) == "not_routed"
 
 
 def test_a_request_without_a_key_passes_unlimited() -> None:

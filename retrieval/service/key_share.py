@@ -11,7 +11,8 @@ a key's extra requests cost the event loop a waiter each and leave the pool to t
 
 A request whose client left while it waited is not run (a client that times out and sends again
 would otherwise queue dead work ahead of its own retries): it is recorded with
-:data:`CLIENT_GONE`, and nothing reaches the client.
+:data:`CLIENT_GONE` under the route label :data:`retrieval.service.metrics.LEFT_WAITING`, and
+nothing reaches the client.
 
 A request without one bearer key passes (the key check refuses it at once); requests are grouped
 by the key as the key check reads it (:func:`retrieval.service.auth.bearer_key`: "bearer" in any
@@ -27,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from retrieval.service.auth import authorization_headers, bearer_key
 from retrieval.service.limits import KEY_CALLS
+from retrieval.service.metrics import LEFT_WAITING, UNROUTED
 
 CLIENT_GONE = 499
 """The status a request whose client left before its turn is recorded with (nginx's "client
@@ -60,6 +62,7 @@ class KeyShare:
             async with slots.limiter:
                 waiting = await _unless_gone(receive)
                 if waiting is None:
+                    scope[UNROUTED] = LEFT_WAITING
                     await send({"type": "http.response.start", "status": CLIENT_GONE, "headers": []})
                     await send({"type": "http.response.body", "body": b""})
                     return

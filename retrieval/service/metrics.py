@@ -78,15 +78,23 @@ class NamedMount(_InScope, Mount):
     """A mount counted under its path."""
 
 
+UNROUTED = "isq.unrouted"
+"""The scope key a middleware answering before routing sets to the route label the request is
+counted under (:data:`LEFT_WAITING`); without it such a request is ``not_routed``."""
+LEFT_WAITING = "left_waiting"
+"""The route label of a request whose client left while it waited for its key's turn
+(:mod:`retrieval.service.key_share`): routing never ran, and it is neither a 404 nor a 413."""
+
+
 def route_label(scope: Scope) -> str:
     """The matched route's template (``/v1/memories/{memory_id}``); the path of one of FastAPI's
     own pages (``/openapi.json``: a plain route of a fixed path, which routing gives an endpoint
-    and no route); ``not_routed`` for a request refused before routing (413) or matching no route
-    (404)."""
+    and no route); :data:`UNROUTED`'s label for a request answered before routing on purpose;
+    ``not_routed`` for one refused before routing (413) or matching no route (404)."""
     route = scope.get("route")
     if route is not None:
         return str(route.path)
-    return str(scope["path"]) if "endpoint" in scope else "not_routed"
+    return str(scope["path"]) if "endpoint" in scope else str(scope.get(UNROUTED, "not_routed"))
 
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})

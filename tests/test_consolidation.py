@@ -4,6 +4,7 @@ pointer forwarding with its audit, idempotence, the indexes, the command lines."
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 from datetime import datetime, timedelta, timezone
@@ -571,9 +572,10 @@ def test_ingest_cli_consolidates_in_the_background(tmp_path: Path, capsys, monke
         assert [row.id for row in map(reader.job_row, (1, 2)) if row is not None] == [1]
 
 
-def test_a_merge_keeps_what_was_forwarded_into_its_members(tmp_path: Path) -> None:
+def test_a_merge_keeps_what_was_forwarded_into_its_members(tmp_path: Path, caplog) -> None:
     """A first merge names Max in its text but not in its entities; a later merge of it that drops
-    Max is refused (the audit checks every forwarded AMU against the end of its chain)."""
+    Max is refused (the audit checks every forwarded AMU against the end of its chain), and the
+    refusal's log line counts what it would lose without naming it."""
     user, first, later = "conv-x", datetime(2023, 5, 8, 10), datetime(2023, 5, 20, 10)
     walks = [Turn(user, "s1", "D1:1", "Ann", "I walk my dog Max in the park in the mornings.", first),
              Turn(user, "s1", "D1:2", "Bob", "That sounds like a lovely routine for you.", first),
@@ -589,9 +591,13 @@ def test_a_merge_keeps_what_was_forwarded_into_its_members(tmp_path: Path) -> No
         assert consolidate_user(store, user, HashEmbedder(), operator).created == 1
         again = Turn(user, "s2", "D2:1", "Ann", "I walk the dog in the park in the mornings, really.", later)
         ingest_turns([again], store, HashEmbedder(), RuleExtractor(), progress=False)
-        report = consolidate_user(store, user, HashEmbedder(), operator)
+        with caplog.at_level(logging.INFO, logger="retrieval"):
+            report = consolidate_user(store, user, HashEmbedder(), operator)
         assert (report.created, report.refused) == (0, 1) and audit(store).ok
         assert any("Max" in amu.text for amu in store.amus(user))
+        refusals = [record.getMessage() for record in caplog.records if "refused" in record.getMessage()]
+        assert refusals == ["conv-x: MERGE of 2 records refused (2 problems)"]
+        assert not [record for record in caplog.records if "Max" in record.getMessage()]
 
 
 def test_turns_stored_during_a_run_are_on_their_speakers_clock(tmp_path: Path) -> None:

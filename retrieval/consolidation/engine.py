@@ -184,8 +184,9 @@ class _Step:
                 refusal = (draft.member_ids, amu.text)
                 self.report.refused += refusal not in self.refusals
                 self.refusals.add(refusal)
-                logger.info("%s: %s refused (%s)", amu.source.user_id, draft.operation.value,
-                            "; ".join(problems))
+                # counted, not quoted: the problems name what the user said, and the log outlives a forget
+                logger.info("%s: %s of %d records refused (%d problems)", amu.source.user_id,
+                            draft.operation.value, len(draft.member_ids), len(problems))
                 continue
             (amu,) = fingerprinted([amu], self.fingerprinter)
             if not self.store.forward(draft.member_ids, amu, draft.operation.value):

@@ -66,6 +66,37 @@ def test_schema_versions_read_only_opening_and_missing_objects(postgres_url):
             PostgresStore(postgres_url, read_only=read_only)
 
 
+def test_check_names_what_another_program_added_to_the_schema(postgres_url):
+    """A database handed over may hold another program's trigger copying every turn into its own
+    table, a view or rule over the store's tables, one of the schema's triggers made to run other
+    code, or one disabled: each keeps what a purge removes or lets a delete through, and check
+    names it. The schema's own objects (sequences and indexes PostgreSQL makes) pass."""
+    with PostgresStore(postgres_url) as store:
+        assert store.integrity_problems() == []
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute("""
+                CREATE TABLE kept (text text);
+                CREATE FUNCTION keep() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN INSERT INTO kept VALUES (NEW.text); RETURN NEW; END $$;
+                CREATE TRIGGER turns_kept AFTER INSERT ON turns FOR EACH ROW EXECUTE FUNCTION keep();
+                CREATE MATERIALIZED VIEW said AS SELECT text FROM turns;
+                CREATE RULE keep_amus AS ON INSERT TO amus DO ALSO INSERT INTO kept VALUES (NEW.text);
+                DROP TRIGGER amus_no_delete ON amus;
+                CREATE TRIGGER amus_no_delete AFTER INSERT ON amus FOR EACH ROW EXECUTE FUNCTION keep();
+                CREATE OR REPLACE FUNCTION drop_archived_links() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN INSERT INTO kept SELECT text FROM amus WHERE position = OLD.position; RETURN NULL;
+                END $$;
+                ALTER TABLE turns DISABLE TRIGGER turns_no_delete;""")
+        why = " (another program's? it may keep what a delete removes: drop it if it is not yours)"
+        assert store.integrity_problems() == [
+            "table 'kept' is not the store's" + why, "materialized view 'said' is not the store's" + why,
+            "rule 'keep_amus' on 'amus' is not the store's" + why,
+            "trigger 'amus_index_archive' is not the schema's: its function's code was changed" + why,
+            "trigger 'amus_no_delete' is not the schema's: it runs another function" + why,
+            "trigger 'turns_kept' is not the store's" + why,
+            "trigger 'turns_no_delete' is disabled: ALTER TABLE turns ENABLE TRIGGER turns_no_delete"]
+
+
 def test_processes_opening_a_fresh_database_at_once_migrate_it_once(postgres_url):
     stores = at_once([lambda: PostgresStore(postgres_url) for _ in range(4)])
     assert all(isinstance(store, PostgresStore) for store in stores), stores

@@ -322,6 +322,10 @@ def create_or_migrate(db: sqlite3.Connection, version: int) -> None:
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
 
+FOREIGN_OBJECT_HINT = " (another program's? it may keep what a delete removes: drop it if it is not yours)"
+"""What ``store check`` says after each object of a store that its schema has not (either backend)."""
+
+
 @functools.cache
 def schema_objects() -> dict[str, tuple[str, str | None]]:
     """Every object of a new store's ``sqlite_master`` (SQLite's own indexes and the full-text

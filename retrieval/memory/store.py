@@ -35,7 +35,7 @@ from retrieval.memory.meta_rows import StoreMeta
 from retrieval.memory.purge import Purge
 from retrieval.memory.reads import StoreReads
 from retrieval.memory.record_writes import RecordWrites
-from retrieval.memory.schema import SCHEMA_OBJECTS, schema_objects
+from retrieval.memory.schema import FOREIGN_OBJECT_HINT, SCHEMA_OBJECTS, schema_objects
 from retrieval.memory.turn_log import TurnLog
 from retrieval.memory.versions import StoreVersions, user_rows
 
@@ -151,5 +151,4 @@ def foreign_objects(present: list[tuple[str, str, str | None]]) -> list[str]:
             problems.append(f"{kind} {name!r} is not the store's")
         elif name in expected and kind in ("trigger", "view") and (kind, sql) != expected[name]:
             problems.append(f"{kind} {name!r} is not the schema's: its SQL was changed")
-    return [f"{problem} (another program's? it may keep what a delete removes: drop it if it is not yours)"
-            for problem in problems]
+    return [problem + FOREIGN_OBJECT_HINT for problem in problems]

@@ -39,7 +39,7 @@ import psycopg
 from retrieval.memory.errors import StoreError
 from retrieval.memory.postgres import database
 from retrieval.memory.postgres.versions import COMMIT_SLOTS
-from retrieval.memory.schema import EARLIER_IDS_BOUND, user_texts
+from retrieval.memory.schema import EARLIER_IDS_BOUND, FOREIGN_OBJECT_HINT, user_texts
 from retrieval.memory.store_contract import needs_migration
 
 if TYPE_CHECKING:
@@ -299,3 +299,47 @@ COMPACTED = STORE_TABLES + ("schema_version",)
 SCHEMA_OBJECTS = tuple(dict.fromkeys(re.findall(r"CREATE (?:TABLE|INDEX|TRIGGER) (\w+)",
                                                 "".join(MIGRATIONS))))
 """Every table, index and trigger of the current schema: ``integrity_problems`` finds missing ones."""
+
+_TRIGGER_FUNCTIONS = {name: (table, function) for name, table, function in re.findall(
+    r"CREATE TRIGGER (\w+) [^;]*?\bON (\w+) [^;]*?EXECUTE FUNCTION (\w+)\(", "".join(MIGRATIONS))}
+"""Each trigger of the schema: the table it is on and the function it runs."""
+
+_FUNCTION_BODIES = dict(re.findall(r"CREATE FUNCTION (\w+)\(\) [^$]*?AS \$\$(.*?)\$\$", "".join(MIGRATIONS),
+                                   re.S))
+"""Each function of the schema: its body as PostgreSQL keeps it (``pg_proc.prosrc``)."""
+
+
+def foreign_objects(db: Database) -> list[str]:
+    """The tables, views and rules in the store's schema that the schema has not, and the triggers
+    on its tables that are not the schema's, run another function or one whose code was changed
+    (another program's: a trigger or a view may keep what a purge removes), then the schema's
+    triggers that are disabled. A trigger's condition is not compared: PostgreSQL keeps it as a
+    parse tree."""
+    here = "current_schema()::regnamespace"
+    tables = {*STORE_TABLES, "schema_version"}
+    problems = [f"{_KINDS[row['kind']]} {row['name']!r} is not the store's" for row in db.rows(
+        f"SELECT relname AS name, relkind AS kind FROM pg_class WHERE relnamespace = {here} "
+        "AND relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY relname") if row["name"] not in tables]
+    problems += [f"rule {row['name']!r} on {row['table']!r} is not the store's" for row in db.rows(
+        "SELECT rulename AS name, tablename AS table FROM pg_rules WHERE schemaname = current_schema() "
+        "ORDER BY rulename")]
+    disabled = []
+    for row in db.rows(f"SELECT t.tgname AS name, c.relname AS table, p.proname AS function, "
+                       f"p.pronamespace = {here} AS own, p.prosrc AS body, t.tgenabled AS enabled "
+                       "FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+                       "JOIN pg_proc p ON p.oid = t.tgfoid "
+                       f"WHERE NOT t.tgisinternal AND c.relnamespace = {here} ORDER BY t.tgname"):
+        expected = _TRIGGER_FUNCTIONS.get(row["name"])
+        if expected is None:
+            problems.append(f"trigger {row['name']!r} is not the store's")
+        elif (row["table"], row["function"]) != expected or not row["own"]:
+            problems.append(f"trigger {row['name']!r} is not the schema's: it runs another function")
+        elif row["body"] != _FUNCTION_BODIES[row["function"]]:
+            problems.append(f"trigger {row['name']!r} is not the schema's: its function's code was changed")
+        elif row["enabled"] == "D":
+            disabled.append(f"trigger {row['name']!r} is disabled: ALTER TABLE {row['table']} "
+                            f"ENABLE TRIGGER {row['name']}")
+    return [problem + FOREIGN_OBJECT_HINT for problem in problems] + disabled
+
+
+_KINDS = {"r": "table", "p": "table", "v": "view", "m": "materialized view", "f": "foreign table"}

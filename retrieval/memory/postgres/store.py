@@ -30,7 +30,7 @@ from retrieval.memory.postgres.keys import KeyRow, Keys
 from retrieval.memory.postgres.meta import Meta
 from retrieval.memory.postgres.purge import Purge
 from retrieval.memory.postgres.reads import Reads
-from retrieval.memory.postgres.schema import SCHEMA_OBJECTS, prepare
+from retrieval.memory.postgres.schema import SCHEMA_OBJECTS, foreign_objects, prepare
 from retrieval.memory.postgres.turn_log import TurnLog
 from retrieval.memory.postgres.versions import Versions
 from retrieval.memory.postgres.writes import Writes
@@ -88,11 +88,13 @@ class PostgresStore(StoreParts):
         self.close()
 
     def integrity_problems(self) -> list[str]:
-        """The tables, indexes and triggers of the schema that are missing (empty: none)."""
+        """The tables, indexes and triggers of the schema that are missing, and the objects it holds
+        that the schema has not or holds otherwise (:func:`foreign_objects`) (empty: none)."""
         present = {row["name"] for row in self.db.rows(
             "SELECT relname AS name FROM pg_class WHERE relnamespace = current_schema()::regnamespace "
             "UNION SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")}
-        return [f"schema object {name!r} is missing" for name in SCHEMA_OBJECTS if name not in present]
+        missing = [f"schema object {name!r} is missing" for name in SCHEMA_OBJECTS if name not in present]
+        return missing + foreign_objects(self.db)
 
     def tracking(self, user_id: str) -> AbstractContextManager[list[tuple[Any, Any]]]:
         return self.db.tracking(user_id)

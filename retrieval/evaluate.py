@@ -43,7 +43,15 @@ from isq.topology import AGGREGATES, ASSOCIATIONS, TopologyParams
 from retrieval.api.errors import MemoryAPIError
 from retrieval.consolidation.options import OPERATORS, make_operator
 from retrieval.eval.answers import AnswerStage
-from retrieval.eval.configs import KMEANS, TRAINED, EvaluationError, default_configs, resolve_configs
+from retrieval.eval.configs import (
+    K_CODE,
+    K_DENSE,
+    KMEANS,
+    TRAINED,
+    EvaluationError,
+    default_configs,
+    resolve_configs,
+)
 from retrieval.eval.construction import database_url
 from retrieval.eval.locomo import LocomoConversation, load_locomo
 from retrieval.eval.questions import EvidenceReport, select_questions
@@ -84,8 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--extractor", choices=("rule", "llm"), default="rule")
     parser.add_argument("--embedder", default=MINILM_ALIAS,
                         help="sentence-transformers name or path for segmentation and Path A")
-    parser.add_argument("--k-dense", type=int, default=20)
-    parser.add_argument("--k-code", type=int, default=20)
+    parser.add_argument("--k-dense", type=int, default=K_DENSE)
+    parser.add_argument("--k-code", type=int, default=K_CODE)
     defaults = TopologyParams()
     parser.add_argument("--max-hops", type=int, default=defaults.max_hops,
                         help="H_r (0: the self term alone)")

@@ -34,6 +34,7 @@ from retrieval.api.loading import Deferred
 from retrieval.api.memory import Memory
 from retrieval.api.results import SearchResult
 from retrieval.contract import Hit
+from retrieval.eval.configs import BUDGET
 from retrieval.index.embed import SentenceEmbedder
 from retrieval.memory.errors import StoreError
 from retrieval.memory.fingerprinter_source import named_or_recorded
@@ -51,8 +52,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--user", "--conversation", dest="user",
                         help="the user to search (needed when the store holds several; a LoCoMo "
                              "conversation is the user of its id)")
-    parser.add_argument("-k", type=int, default=40, help="hits to return (k; the final top-k is max(k, 15))")
-    parser.add_argument("--exact-k", action="store_true", help="return exactly k items, also below 15")
+    parser.add_argument("-k", type=int, default=BUDGET,
+                        help=f"hits to return (k; the final top-k is max(k, {PLAN_DEPTH}))")
+    parser.add_argument("--exact-k", action="store_true",
+                        help=f"return exactly k items, also below {PLAN_DEPTH}")
     parser.add_argument("--fingerprinter", type=Path, help="ISQ fingerprinter directory for the codebook "
                         "route (default: the one the store was built with, if any)")
     parser.add_argument("--reranker", type=Path,

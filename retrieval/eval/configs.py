@@ -22,6 +22,12 @@ from retrieval.eval.dual_path import Channel, DualPathMode
 TRAINED, KMEANS = "trained", "kmeans"
 """Names of the two codebooks: the trained fingerprinter and the k-means control."""
 
+K_DENSE, K_CODE = 20, 20
+"""The default split of the evaluation's budget: Dense-20 + Codebook-20 against Dense-40."""
+
+BUDGET = K_DENSE + K_CODE
+"""The items a multi-route configuration returns unless told otherwise, as every default one does."""
+
 SWEEP_HOPS = (1, 2, 3)
 SWEEP_ALPHAS = (0.3, 0.5, 0.8)
 SWEEP_SELF_TERMS = (False, True)
@@ -64,7 +70,7 @@ _CHANNELS = {"code": Channel.CODE, "kmeans": Channel.CODE, "bm25_": Channel.BM25
              "codebm25_": Channel.CODEBM25}
 
 
-def parse_config(name: str, k: int = 40) -> RetrievalConfig:
+def parse_config(name: str, k: int = BUDGET) -> RetrievalConfig:
     """``dense20`` / ``code40`` / ``kmeans40`` / ``bm25_40`` / ``codebm25_40`` / ``dense20+code20`` /
     ``dense20+kmeans20`` / ``dense20+bm25_20`` / ``dense20+codebm25_20`` -> :class:`RetrievalConfig`;
     ``multi`` and ``multi+code`` / ``multi+kmeans`` take ``k`` items."""
@@ -89,7 +95,7 @@ def parse_config(name: str, k: int = 40) -> RetrievalConfig:
     return RetrievalConfig(name, k_dense + int(other[2]), codebook, DualPathMode(complement, k_dense))
 
 
-def default_configs(k_dense: int = 20, k_code: int = 20, with_kmeans: bool = False) -> list[str]:
+def default_configs(k_dense: int = K_DENSE, k_code: int = K_CODE, with_kmeans: bool = False) -> list[str]:
     """Dense-K, Dense-2K, Dense-K + Codebook-K, Dense-K + BM25-K, Codebook-2K, with the control
     Dense-K + k-means-K, and multi-route retrieval without and with the codebook channel (with the
     control: also with the control as that channel): the ablation at equal budgets."""
@@ -101,7 +107,7 @@ def default_configs(k_dense: int = 20, k_code: int = 20, with_kmeans: bool = Fal
 
 
 def resolve_configs(names: Sequence[str], codebooks: Collection[str], answer_configs: Sequence[str] = (),
-                    k: int = 40, *, sweep: bool = False) -> list[RetrievalConfig]:
+                    k: int = BUDGET, *, sweep: bool = False) -> list[RetrievalConfig]:
     """Parse ``names`` (multi-route ones with ``k`` items), checking that each one's codebook
     is among ``codebooks``, that every answer configuration is one of them and, for a ``sweep``,
     that one walks the topology (refused before any work, not after the build)."""

@@ -31,6 +31,8 @@ from retrieval.consolidation.report import ConsolidationReport
 from retrieval.contract import Hit, Query
 from retrieval.eval.answers import AnswerStage, run_answer_stage
 from retrieval.eval.configs import (
+    K_CODE,
+    K_DENSE,
     KMEANS,
     TRAINED,
     EvaluationError,
@@ -97,8 +99,8 @@ class EvaluationSettings:
     ``database``, a PostgreSQL URL to add LoCoMo into (the reports still go to ``OUT``)."""
 
     configs: Sequence[str] | None = None
-    k_dense: int = 20
-    k_code: int = 20
+    k_dense: int = K_DENSE
+    k_code: int = K_CODE
     topology: TopologyParams = TopologyParams()
     sweep: bool = False
     answer_configs: Sequence[str] = ()

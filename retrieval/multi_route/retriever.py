@@ -107,7 +107,7 @@ class MultiRouteRetriever:
     def plan(self, question: str) -> Plan:
         return self.planner.plan(question, self.bank.context)
 
-    def retrieve(self, query: Query, k: int = 40, *, plan: Plan | None = None,
+    def retrieve(self, query: Query, k: int, *, plan: Plan | None = None,
                  scope: Scope = None) -> Retrieval:
         """The final top-k = max(k, plan_depth, 1) items for ``query`` (Algorithm B.2 line 3), of
         the items in ``scope`` when one is given. Its ``timings`` split the wall time: "model_wait"

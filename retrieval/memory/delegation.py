@@ -97,7 +97,7 @@ class StoreParts:
         return self._reads.source_turns(amu)
 
     def page(self, user_id: str, *, session_id: str | None = None, after: int = 0,
-             limit: int = 50) -> list[tuple[int, AMU]]:
+             limit: int) -> list[tuple[int, AMU]]:
         return self._reads.page(user_id, session_id=session_id, after=after, limit=limit)
 
     def successor(self, amu_id: str) -> str | None:

@@ -105,7 +105,7 @@ class StoreReads(SQLitePart):
         return [self.turn(amu.source.user_id, turn_id) for turn_id in amu.source.turn_ids]
 
     def page(self, user_id: str, *, session_id: str | None = None, after: int = 0,
-             limit: int = 50) -> list[tuple[int, AMU]]:
+             limit: int) -> list[tuple[int, AMU]]:
         """Up to ``limit`` active records of a conversation (one session) stored after position
         ``after``, with their positions: a stable cursor for paging."""
         where, params = self._filters(user_id=user_id)

@@ -102,7 +102,7 @@ class Reads:
         return self.turns_named(amu.source.user_id, amu.source.turn_ids)
 
     def page(self, user_id: str, *, session_id: str | None = None, after: int = 0,
-             limit: int = 50) -> list[tuple[int, AMU]]:
+             limit: int) -> list[tuple[int, AMU]]:
         where, params = self.filters(user_id=user_id)
         if session_id is not None:
             where, params = where + ["session_id = %s"], params + [session_id]

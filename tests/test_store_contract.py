@@ -46,7 +46,8 @@ def test_round_trip_and_lookups(backend):
         assert record.fallback is False and record.revision == 0 and len(record.content_sha256) == 64
         assert [s.seq for s in store.segments("conv-x")] == [0, 1] and store.segment("conv-x", 7) is None
         assert store.users_with_segments() == ["conv-x"] and store.count() == 3 and store.count("nobody") == 0
-        assert [(p, a.id) for p, a in store.page("conv-x", session_id="session_1", limit=3)][1][1] == "conv-x:0:1"
+        first_session = store.page("conv-x", session_id="session_1", limit=3)
+        assert [(p, a.id) for p, a in first_session][1][1] == "conv-x:0:1"
         after = store.page("conv-x", limit=1)[0][0]
         assert [a.id for _, a in store.page("conv-x", after=after, limit=3)] == ["conv-x:0:1", "conv-x:1:0"]
         nodes = {node.name: node.amu_ids for node in store.evidence_nodes("conv-x")}

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from isq.projection import NORMALIZATIONS
-from isq.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, OutOfRange, Range, check_ranges
+from isq.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, TOKEN_LENGTH, OutOfRange, Range, check_ranges
 
 DECODER_SIZES = ("d_model", "d_ff", "num_decoder_layers", "num_heads", "d_kv")
 
@@ -138,7 +138,7 @@ RANGES: dict[str, Range] = {
     "entropy_temperature": POSITIVE,
     "revive_every": AT_LEAST_ONE,
     "revive_threshold": NON_NEGATIVE,
-    "max_length": AT_LEAST_ONE,
+    "max_length": TOKEN_LENGTH,
 }
 """Allowed range of every numeric field (each of the decoder's :data:`DECODER_SIZES` must be at least 1)."""
 

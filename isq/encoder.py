@@ -248,6 +248,15 @@ def is_adapter(name: str) -> bool:
     return ".lora_" in name
 
 
+def check_max_length(config: ISQConfig, encoder: PreTrainedModel) -> None:
+    """:class:`isq.ranges.OutOfRange` when ``config.max_length`` exceeds ``encoder``'s positions
+    (an encoder with relative positions, T5's, takes any length)."""
+    positions = getattr(encoder.config, "max_position_embeddings", None)
+    if positions is not None and config.max_length > positions:
+        raise OutOfRange(f"ISQConfig field 'max_length' is {config.max_length}: this encoder "
+                         f"takes at most {positions} tokens")
+
+
 class SemanticEncoder(nn.Module):
     """Encoder + stride-1 projection: token ids (B, L) -> continuous codes z (B, L, code_dim).
 
@@ -270,10 +279,7 @@ class SemanticEncoder(nn.Module):
     def build(cls, config: ISQConfig, encoder: PreTrainedModel, frozen: bool) -> SemanticEncoder:
         """``encoder`` (with adapters when ``config.lora_rank`` > 0) and a fresh projection;
         :class:`isq.ranges.OutOfRange` when ``config.max_length`` exceeds the encoder's positions."""
-        positions = getattr(encoder.config, "max_position_embeddings", None)  # none: T5's are relative
-        if positions is not None and config.max_length > positions:
-            raise OutOfRange(f"ISQConfig field 'max_length' is {config.max_length}: this encoder "
-                             f"takes at most {positions} tokens")
+        check_max_length(config, encoder)
         if config.lora_rank > 0:
             encoder = add_adapters(encoder, config)
         projection = StrideOneProjection(encoder_width(encoder), config.code_dim, config.kernel_size,

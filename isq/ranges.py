@@ -47,6 +47,11 @@ POSITIVE = Range(0, low_open=True)
 NON_NEGATIVE = Range(0)
 AT_LEAST_ONE = Range(1)
 UNIT = Range(0, 1)
+TOKEN_LENGTH = Range(3)
+"""A length a text is cut to, in tokens: room for the special tokens a tokenizer adds (BERT's
+[CLS] and [SEP], T5's </s>) and one of the text's. Cut to the special tokens' number, a text
+keeps none of its own; cut to fewer, Hugging Face's tokenizers do not cut it at all (they warn
+and keep it whole), so a long text overruns the encoder's positions."""
 
 
 def check_ranges(owner: str, values: Mapping[str, object], allowed: Mapping[str, Range], *,

@@ -186,11 +186,12 @@ def test_cli_refuses_an_even_kernel(tmp_path, capsys):
 
 @pytest.mark.parametrize(("extra", "message"), [
     (["--num-codes", "0"], "'num_codes' is 0: allowed range is >= 1"),
-    (["--max-length", "0"], "'max_length' is 0: allowed range is >= 1"),
+    (["--max-length", "2"], "'max_length' is 2: allowed range is >= 3"),
     (["--max-tokens", "0"], "--max-tokens must be at least 1, got 0"),
     (["--niter", "0"], "--niter must be at least 1, got 0"),
     (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
     (["--num-codes", "5000", "--max-tokens", "50"], "cannot place 5000 codes"),
+    (["--seed", "2147483648"], "--seed must be from 0 to 2147483647 (faiss takes a C int), got 2147483648"),
 ])
 def test_cli_refuses_unusable_counts_in_one_line(tmp_path, capsys, monkeypatch, extra, message):
     import training.kmeans_control as module
@@ -204,4 +205,15 @@ def test_cli_refuses_unusable_counts_in_one_line(tmp_path, capsys, monkeypatch, 
         code = stopped.code
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_max_length_past_the_encoders_positions_is_refused_before_the_texts_are_encoded(tmp_path, capsys):
+    """MiniLM has 512 positions: an export cut at more would be written and then refused by every
+    load, so the command refuses it before it encodes anything."""
+    root = write_synthetic_corpus(tmp_path / "corpus", sizes=(5, 2, 2))
+    code = main(["--data-root", str(root), "--max-length", "513", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == "error: ISQConfig field 'max_length' is 513: this encoder takes at most 512 tokens\n"
     assert not (tmp_path / "out").exists()

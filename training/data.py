@@ -33,15 +33,15 @@ from isq.dailydialog import (
     without_seen_pairs,
 )
 from isq.encoder import from_pretrained
-from isq.ranges import AT_LEAST_ONE, NON_NEGATIVE, OutOfRange, check_ranges
+from isq.ranges import AT_LEAST_ONE, NON_NEGATIVE, TOKEN_LENGTH, OutOfRange, check_ranges
 from isq.synthetic import SYNTHETIC, write_synthetic_corpus
 
 log = logging.getLogger(__name__)
 
 STAGE_SPLITS = {"fit": ("train", "validation"), "validate": ("validation",), "test": ("test",)}
 """The splits each Lightning stage reads; any other stage (or none) tokenises all three."""
-RANGES = {"context_turns": AT_LEAST_ONE, "max_context_tokens": AT_LEAST_ONE,
-          "max_target_tokens": AT_LEAST_ONE, "batch_size": AT_LEAST_ONE, "num_workers": NON_NEGATIVE,
+RANGES = {"context_turns": AT_LEAST_ONE, "max_context_tokens": TOKEN_LENGTH,
+          "max_target_tokens": TOKEN_LENGTH, "batch_size": AT_LEAST_ONE, "num_workers": NON_NEGATIVE,
           "limit_train_dialogues": AT_LEAST_ONE}
 """Allowed range of every numeric argument (``limit_train_dialogues`` None = all)."""
 

@@ -37,7 +37,14 @@ import torch
 from isq.batches import encode_batches
 from isq.config import ISQConfig
 from isq.dailydialog import read_dialogues
-from isq.encoder import MINILM_ALIAS, SemanticEncoder, build_encoder, encoder_width, load_tokenizer
+from isq.encoder import (
+    MINILM_ALIAS,
+    SemanticEncoder,
+    build_encoder,
+    check_max_length,
+    encoder_width,
+    load_tokenizer,
+)
 from isq.export import ExportExistsError, refuse_occupied
 from isq.fingerprint import Fingerprinter
 from isq.outputs import export_directory
@@ -45,6 +52,9 @@ from isq.projection import StrideOneProjection
 
 FAISS_POINTS_PER_CODE = 256
 """faiss's default cap on the points it clusters per code (``max_points_per_centroid``)."""
+
+MAX_SEED = 2**31 - 1
+"""The largest seed faiss's k-means takes (a C ``int``; 0 up, as the text sampling's)."""
 
 
 def identity_projection(config: ISQConfig, d_model: int) -> StrideOneProjection:
@@ -120,6 +130,7 @@ def build_kmeans_fingerprinter(config: ISQConfig, texts: Sequence[str], *, max_t
     if projection_from is None:
         tokenizer = load_tokenizer(config)
         encoder = build_encoder(config)
+        check_max_length(config, encoder)  # before the texts are encoded, not when the export is loaded
         d_model = encoder_width(encoder)
         config = dataclasses.replace(config, freeze_encoder=True, code_dim=d_model)
         semantic = SemanticEncoder(encoder, identity_projection(config, d_model), frozen=True).eval()
@@ -207,6 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for flag, value in counts:
         if value < 1:
             parser.error(f"{flag} must be at least 1, got {value}")
+    if not 0 <= args.seed <= MAX_SEED:
+        parser.error(f"--seed must be from 0 to {MAX_SEED} (faiss takes a C int), got {args.seed}")
     try:
         utterances = [turn for dialogue in read_dialogues(train_file) for turn in dialogue]
         config = ISQConfig(encoder=args.encoder, num_codes=args.num_codes, max_length=args.max_length,

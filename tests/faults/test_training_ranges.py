@@ -18,11 +18,12 @@ import pytest
 import torch
 
 from isq.config import RANGES, ISQConfig
+from isq.encoder import load_tokenizer
 from isq.export import FingerprinterLoadError
 from isq.fingerprint import Fingerprinter
 from isq.fingerprint import main as fingerprint_main
 from isq.model import ISQModel
-from isq.ranges import OutOfRange, Range
+from isq.ranges import TOKEN_LENGTH, OutOfRange, Range
 from tests.conftest import tiny_config, write_config
 from tests.test_fit import smoke_args
 from training.callbacks import ExportFingerprinter
@@ -52,7 +53,7 @@ def test_every_numeric_module_and_data_argument_has_a_range():
 
 
 @pytest.mark.parametrize(("field", "value", "allowed"), [
-    ("max_length", 0, ">= 1"), ("max_length", -5, ">= 1"), ("num_codes", 0, ">= 1"), ("code_dim", 0, ">= 1"),
+    ("max_length", 0, ">= 3"), ("max_length", 2, ">= 3"), ("num_codes", 0, ">= 1"), ("code_dim", 0, ">= 1"),
     ("ema_decay", 1.0, "in (0, 1)"), ("ema_decay", 0.0, "in (0, 1)"), ("ema_eps", 0.0, "> 0"),
     ("beta", -0.1, ">= 0"),
     ("lambda_ent", math.nan, ">= 0"), ("nce_temperature", 0.0, "> 0"), ("revive_every", 0, ">= 1"),
@@ -72,6 +73,17 @@ def test_isq_config_refuses_even_kernels_unknown_norms_and_zero_decoder_sizes():
     with pytest.raises(OutOfRange, match="ISQConfig.decoder field 'd_model' is 0"):
         ISQConfig(decoder={"d_model": 0})
     assert ISQConfig(decoder={"dropout_rate": 0.0}).decoder == {"dropout_rate": 0.0}
+
+
+def test_the_shortest_token_length_still_cuts_a_text():
+    """MiniLM's tokenizer adds [CLS] and [SEP]: cut to TOKEN_LENGTH it keeps one token of the text;
+    cut to 2 it keeps none, and asked for 1 it does not cut at all (a long text then overruns the
+    encoder's positions), which is why no length below TOKEN_LENGTH is allowed."""
+    tokenizer = load_tokenizer(tiny_config())
+    long_text = "word " * 600
+    cut = [len(tokenizer(long_text, truncation=True, max_length=length)["input_ids"])
+           for length in (int(TOKEN_LENGTH.low), 2, 1)]
+    assert cut == [3, 2, 602]
 
 
 def test_range_text_and_bounds():
@@ -94,7 +106,7 @@ def test_an_exports_out_of_range_max_length_is_one_load_error_naming_file_and_fi
     with pytest.raises(FingerprinterLoadError) as refused:
         Fingerprinter.from_pretrained(directory)
     message = str(refused.value)
-    assert str(directory / "config.json") in message and "'max_length' is -5" in message and ">= 1" in message
+    assert str(directory / "config.json") in message and "'max_length' is -5" in message and ">= 3" in message
     with pytest.raises(SystemExit) as exit_info:
         fingerprint_main([str(directory), "a text"])
     assert exit_info.value.code == 2
@@ -105,10 +117,11 @@ def test_an_exports_out_of_range_max_length_is_one_load_error_naming_file_and_fi
 @pytest.mark.parametrize(("flag", "value", "expected"), [
     ("--model.encoder_lr", "-1.0", "'encoder_lr' is -1.0: allowed range is > 0"),
     ("--model.min_lr_ratio", "2", "'min_lr_ratio' is 2.0: allowed range is in [0, 1]"),
-    ("--model.isq.max_length", "0", "'max_length' is 0: allowed range is >= 1"),
+    ("--model.isq.max_length", "2", "'max_length' is 2: allowed range is >= 3"),
     ("--model.isq.num_codes", "0", "'num_codes' is 0: allowed range is >= 1"),
     ("--data.batch_size", "0", "'batch_size' is 0: allowed range is >= 1"),
-    ("--data.max_context_tokens", "-3", "'max_context_tokens' is -3: allowed range is >= 1"),
+    ("--data.max_context_tokens", "1", "'max_context_tokens' is 1: allowed range is >= 3"),
+    ("--data.max_target_tokens", "2", "'max_target_tokens' is 2: allowed range is >= 3"),
     ("--trainer.val_check_interval", "0", "'val_check_interval' is 0: allowed is a number of batches >= 1"),
     ("--trainer.val_check_interval", "1.5", "'val_check_interval' is 1.5: allowed is a number of batches"),
     ("--trainer.accumulate_grad_batches", "0", "'accumulate_grad_batches' is 0: allowed range is >= 1"),

@@ -113,10 +113,13 @@ def _ingest(args: argparse.Namespace) -> int:
     print(stats.summary())
     for job in jobs:
         report = job.progress
+        if job.error:
+            print(f"consolidation {job.user_id}: job {job.id} {job.state}: {job.error}")
+            continue
         print(f"consolidation {job.user_id}: active AMUs {report.get('amus_before')} -> "
               f"{report.get('amus_active_after')} | archived {report.get('archived')} | created "
-              f"{report.get('created')} | job {job.id} {job.state}{': ' + job.error if job.error else ''}")
-    return 0
+              f"{report.get('created')} | job {job.id} {job.state}")
+    return 1 if any(job.error for job in jobs) else 0  # the turns are stored; a consolidation is not done
 
 
 def checked_input(source: Path, turns: Sequence[Turn]) -> None:

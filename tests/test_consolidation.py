@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import time
 from datetime import datetime, timedelta, timezone
@@ -570,6 +571,30 @@ def test_ingest_cli_consolidates_in_the_background(tmp_path: Path, capsys, monke
         assert reader.count(CID, include_archived=False) == 13 and audit(reader).ok
         # one job: the report printed is the consolidation's, not a second run's over its result
         assert [row.id for row in map(reader.job_row, (1, 2)) if row is not None] == [1]
+
+
+def test_ingest_cli_names_a_refused_endpoint_as_its_jobs_failure(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A consolidation job the LLM endpoint refuses (a wrong key) ends failed with what to fix, and
+    the command exits 1 (its turns are stored, a consolidation is not done), not 0 with counts of
+    None."""
+    monkeypatch.setattr("retrieval.ingest.SentenceEmbedder", NamedHashEmbedder)
+    path = tmp_path / "talk.jsonl"
+    path.write_text("\n".join(json.dumps({"conversation_id": t.user_id, "session_id": t.session_id,
+                                          "session_time": t.session_time.isoformat(), "speaker": t.speaker,
+                                          "turn_id": t.turn_id, "text": t.text}) for t in duplicate_turns())
+                    + "\n")
+    with FakeChatServer(lambda body: (401, {"error": {"message": "bad key"}}, 0.0)) as server:
+        monkeypatch.setenv("ISQ_LLM_BASE_URL", server.base_url)
+        monkeypatch.setenv("ISQ_LLM_MODEL", "m")
+        code = ingest_main(["--jsonl", str(path), "--store", str(tmp_path / "store"), "--no-progress",
+                            "--consolidate-in-background", "llm"])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1 and any("AMUs written 19" in line for line in out)
+    (line,) = [line for line in out if line.startswith("consolidation")]
+    assert re.fullmatch(rf"consolidation {CID}: job [0-9a-f]+ failed: the LLM endpoint refused the memory's "
+                        r"requests \(HTTP 401\): check ISQ_LLM_API_KEY \(the key\)", line), line
+    with AMUStore(tmp_path / "store", read_only=True) as reader:
+        assert reader.count(CID, include_archived=False) == 19
 
 
 def test_a_merge_keeps_what_was_forwarded_into_its_members(tmp_path: Path, caplog) -> None:

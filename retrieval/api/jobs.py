@@ -40,6 +40,7 @@ from retrieval.api.backlog import FAULT_WAIT_S, POLL_S
 from retrieval.api.errors import NotFound, StoreUnavailable
 from retrieval.consolidation.engine import consolidate_user
 from retrieval.index.query_batcher import background
+from retrieval.llm_client import EndpointRefused
 from retrieval.memory.cache import CachedEmbedder
 from retrieval.memory.errors import StoreError
 from retrieval.memory.job_rows import DONE, FAILED, RUNNING, JobRow
@@ -210,6 +211,9 @@ class JobRunner:
                     store.update_job(job.id, DONE, {"resumed": resumed, "purged_meanwhile": True})
             except StoreError:
                 raise  # not the job's failure: it runs again once the store answers (_run)
+            except EndpointRefused as err:  # what to fix, written for clients (no URL): the job's error
+                logger.error("consolidation job %s failed: %s", job.id, err)
+                store.update_job(job.id, FAILED, error=str(err))
             except Exception:  # noqa: BLE001 - the job ends failed; what failed goes to the log
                 logger.exception("consolidation job %s failed", job.id)
                 store.update_job(job.id, FAILED, error=JOB_FAILED)

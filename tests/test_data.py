@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -158,6 +160,27 @@ def test_datamodule_tokenises_and_batches_with_masks(tmp_path):
     assert ((batch["labels"] == -100) | (batch["labels"] >= 0)).all()
     assert dm.stats["train_dialogues"] == 20 and dm.stats["train_pairs"] > 20
     assert list((tmp_path / "cache" / "tokenized").glob("train-*.arrow")), "tokenised data not cached"
+
+
+def test_a_tokenised_cache_that_cannot_be_read_is_made_again(tmp_path, caplog):
+    """A cache file cut short (a full disk, a partial copy) keeps its name, which is its key: read
+    as it is, every rerun would fail on it. It is tokenised again, to the same ids."""
+    root = write_synthetic_corpus(tmp_path / "corpus", sizes=(20, 5, 5))
+
+    def train_ids() -> list[list[int]]:
+        dm = DialogueDataModule(root=str(root), tokenizer="offline:all-MiniLM-L6-v2",
+                                cache_dir=str(tmp_path / "cache"))
+        dm.setup("fit")
+        return [row["input_ids"] for row in dm.datasets["train"]]
+
+    before = train_ids()
+    (cache,) = (tmp_path / "cache" / "tokenized").glob("train-*.arrow")
+    for size in (1000, 8):  # pyarrow's error for each is another: an OSError, an ArrowInvalid
+        os.truncate(cache, size)
+        with caplog.at_level(logging.WARNING, logger="training.data"):
+            assert train_ids() == before
+        assert f"tokenising train again: its cache {cache} cannot be read" in caplog.text
+        caplog.clear()
 
 
 def test_a_tokenizer_changed_at_the_same_path_tokenises_again(tmp_path):

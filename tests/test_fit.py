@@ -386,6 +386,20 @@ def test_settings_a_resume_may_spell_otherwise(tmp_path, monkeypatch):
     assert changed_settings(saved, current) == ["model.isq.lora_targets[1] 'v', not 'k'"]
 
 
+def test_a_path_that_cannot_be_written_is_one_error_line_and_leaves_no_empty_run(tmp_path, capsys):
+    """A cache directory named where a file is: one line with the error and its path, exit 2, and
+    no empty runs/<name>/version_N that would move the next run's version on."""
+    (tmp_path / "afile").write_text("not a directory")
+    with pytest.raises(SystemExit) as refused:
+        main(smoke_args(tmp_path, 2, "--data.cache_dir", str(tmp_path / "afile")))
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "Traceback" not in err
+    assert err.splitlines()[-1] == (f"error: [Errno 20] Not a directory: "
+                                    f"'{tmp_path / 'afile' / 'synthetic_corpus' / 'train'}'")
+    assert [path for path in (tmp_path / "runs").rglob("*") if path.is_dir() and not any(path.iterdir())
+            and path.name.startswith("version_")] == []
+
+
 @pytest.mark.parametrize("logger", ["false", "[]"])
 def test_training_without_a_logger_is_refused_before_it_writes_anything(tmp_path, capsys, monkeypatch,
                                                                         logger):

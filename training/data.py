@@ -266,10 +266,23 @@ class DialogueDataModule(L.LightningDataModule):
             tgt = tok(batch["target"], truncation=True, max_length=h["max_target_tokens"])
             return {"input_ids": ctx["input_ids"], "labels": tgt["input_ids"]}
 
-        dataset = Dataset.from_dict(pairs).map(
-            encode, batched=True, remove_columns=["context", "target"], cache_file_name=str(cache),
-            desc=f"tokenising {split}",
-        )
+        def tokenised() -> Dataset:
+            return Dataset.from_dict(pairs).map(
+                encode, batched=True, remove_columns=["context", "target"], cache_file_name=str(cache),
+                desc=f"tokenising {split}",
+            )
+
+        cached = cache.is_file()
+        try:
+            dataset = tokenised()
+        except (OSError, ValueError) as err:  # pyarrow's errors for a damaged file are both
+            if not cached:
+                raise
+            # a cache that cannot be read (truncated by a full disk or a copy) would fail every rerun:
+            # its key does not change; it is derived, so it is made again
+            log.warning("tokenising %s again: its cache %s cannot be read (%s)", split, cache, err)
+            cache.unlink()
+            dataset = tokenised()
         return dataset.with_format("python")
 
     def _collate(self, rows: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:

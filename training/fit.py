@@ -361,10 +361,10 @@ def main(args: list[str] | None = None) -> ISQCLI:
             remove_empty_run_directories(cli.trainer)
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    except OSError as err:
-        if err.errno != errno.ENOSPC:
-            raise
-        print(f"error: {out_of_space(err)}", file=sys.stderr)
+    except OSError as err:  # a path that is a file where a directory must be, unreadable, a full disk
+        if cli is not None:
+            remove_empty_run_directories(cli.trainer)
+        print(f"error: {out_of_space(err) if err.errno == errno.ENOSPC else err}", file=sys.stderr)
         raise SystemExit(2) from None
     return cli
 

@@ -192,5 +192,5 @@ def _snapshot(path: Path, copy: Path) -> bool:
         writer.close()
         reader.close()
     if problems != ["ok"]:
-        raise StoreError(f"{path} is damaged ({problems[0]}); nothing was backed up")
+        raise StoreError(f"{path} is damaged ({' '.join(problems[0].split())}); nothing was backed up")
     return owed

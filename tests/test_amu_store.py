@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import threading
 from datetime import datetime
@@ -122,6 +123,19 @@ def test_time_interval_forms(value, start, end):
 def test_time_interval_rejects(value):
     with pytest.raises(ValueError):
         time_interval(value)
+
+
+@pytest.mark.parametrize("value", ["9999-W52", "9999W52", "2023-05-01/9999-W52"])
+def test_a_week_ending_past_the_year_9999_is_refused_as_any_bad_value(value):
+    """ISO week 52 of 9999 starts on 27 December and ends in the year 10000, past what a datetime
+    holds (Python raises OverflowError there): an LLM may date a record so, and the value is
+    refused like any other invalid one (ValueError; a record naming its field), not a crash."""
+    refused = f"{value.split('/')[-1]!r} is not a valid ISO 8601 time value (date value out of range)"
+    with pytest.raises(ValueError, match=f"^{re.escape(refused)}$"):
+        time_interval(value)
+    named = f"AMU 'conv-x:0:0': field 'timestamps': {refused}"
+    with pytest.raises(AMUValidationError, match=f"^{re.escape(named)}$"):
+        make_amu(0, 0, timestamps=[value])
 
 
 def test_a_records_entity_rows_are_written_in_its_order(tmp_path):

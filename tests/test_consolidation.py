@@ -665,6 +665,23 @@ def test_an_llm_answer_may_add_a_bounded_number_of_keys() -> None:
     assert len(draft.tags) == MAX_WRITTEN_KEYS and len(server.requests) == 2
 
 
+def test_an_answer_with_an_unusable_time_is_logged_without_what_it_says(caplog) -> None:
+    """An event time the endpoint wrote in words restates what the user said; the warning for the
+    unusable answer says which field is wrong, never the value (the log is kept and read apart
+    from the store, and no delete reaches it)."""
+    cluster = [member("a1", "Ann got her test results."), member("a2", "Ann got her test results!")]
+    answer = dict(ANSWERS["MERGE"], text="Ann got her test results.",
+                  timestamps=["when Ann told Bob about her HIV test"])
+    with FakeChatServer(answering(json.dumps(answer))) as server, \
+            caplog.at_level(logging.INFO, logger="retrieval"):
+        operator = LLMOperator(server.base_url, "m", max_retries=0)
+        assert operator.decide(cluster) is None
+    said = [record.getMessage() for record in caplog.records]
+    assert said == ["cluster a1 (+1) attempt 1: unusable answer: timestamps: a value is not an ISO 8601 "
+                    "time value"], said
+    assert not [line for line in said if "HIV" in line or "told" in line]
+
+
 def test_the_summary_line_counts_clusters_no_answer_came_for() -> None:
     """An endpoint that answered none of the clusters reads otherwise than KEEP answers."""
     report = ConsolidationReport(CID, "llm:m", 0.25, clusters=2, unanswered=2)

@@ -480,3 +480,21 @@ def test_a_purge_of_everything_walks_the_users_records_a_fixed_number_of_times()
     all the user's records once per segment, inside the purge's write transaction (49,000 records:
     six minutes, every other user's add waiting)."""
     assert _walks_of_a_purge_of_everything(40) == _walks_of_a_purge_of_everything(4)
+
+
+def test_a_purge_collects_the_event_frames_of_every_segment_it_touches():
+    """The frames' past member texts are what a forget looks for in the shared LLM cache, to drop
+    the answers that quote them: those of every touched segment are collected (here the first and
+    the last of three, each a record archived by a retried extraction and its successor), in
+    segment order, and none of the untouched segment between them."""
+    rows = []
+    for seq in range(3):
+        for n in range(2):
+            row = Stored(2 * seq + n, f"u:{seq}:{n}", seq, (f"s:{seq}",), n == 0, None, row=None)
+            row.__dict__["amu"] = SimpleNamespace(text=f"record {n} of segment {seq}")  # no row to decode
+            rows.append(row)
+    stored = [SegmentRecord("u", seq, "s", (f"s:{seq}",), "boundary") for seq in range(3)]
+    picked = select(rows, stored, {"s:0", "s:2"}, set(), False)
+    assert [s.seq for s in picked.touched] == [0, 2] and picked.dropped == {0, 2}
+    assert picked.frames == [["record 0 of segment 0"], ["record 1 of segment 0"], ["record 1 of segment 0"],
+                             ["record 0 of segment 2"], ["record 1 of segment 2"], ["record 1 of segment 2"]]

@@ -192,6 +192,29 @@ def test_a_new_export_records_the_checksum_of_its_tokenizer_files(export, tmp_pa
         Fingerprinter.from_pretrained(resaved)
 
 
+def test_a_format_1_export_with_its_bare_codebook_tensor_loads_and_fingerprints_as_written(tmp_path):
+    """The first exports (format 1: no file or config checksums) stored the codebook as a bare
+    tensor ``codebook``, read as today's ``codebook.vectors``: its shape is checked from the file's
+    header under that name too, and the export loads to the same fingerprints as the one it was
+    made from."""
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(0)
+    directory = ISQModel(tiny_config()).export_fingerprinter(tmp_path / "fp")
+    texts = ["Ann adopted a puppy named Max.", "The budget spreadsheet is due on Friday."]
+    written = Fingerprinter.from_pretrained(directory).fingerprint(texts)
+    tensors = load_file(str(directory / "model.safetensors"))
+    tensors["codebook"] = tensors.pop("codebook.vectors")
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    meta = json.loads((directory / "config.json").read_text())
+    meta["format_version"] = 1
+    del meta["files"], meta["config_sha256"]
+    (directory / "config.json").write_text(json.dumps(meta))
+    loaded = Fingerprinter.from_pretrained(directory)
+    assert tuple(loaded.codebook.vectors.shape) == (64, 16)
+    assert loaded.fingerprint(texts) == written
+
+
 @pytest.mark.parametrize("umask", [0o022, 0o077])
 def test_every_exported_file_is_as_readable_as_the_umask_lets_it_be(tmp_path, umask):
     """Another account serving the export (or a colleague) reads its weights as it reads its config:

@@ -256,6 +256,20 @@ def test_you_is_looked_for_only_among_the_names_the_turn_holds(monkeypatch):
     assert amus[0].text == "Ann: IŞIL, Işıl promised the budget."  # as re.I reads ı and I
 
 
+def test_a_name_with_a_dotted_capital_i_is_called_however_the_turn_writes_its_i():
+    """``İlker`` case-folds to ``i`` and a combining dot, which ``re.I`` reads as a plain ``i``: a
+    turn that calls İlker without the dot (``ILKER``, ``ilker``) calls him, so "you" is İlker, not
+    Bob, the other speaker of the segment."""
+    for said, expected in (("ILKER, you promised the budget.", "Ann: ILKER, İlker promised the budget."),
+                           ("Thanks ilker, you promised the budget.",
+                            "Ann: Thanks ilker, İlker promised the budget.")):
+        turns = [Turn("u", "g", "g:0", "Ann", said, MONDAY),
+                 Turn("u", "g", "g:1", "Bob", "I finished it.", MONDAY)]
+        segment = Segment("u", "g", 0, tuple(Exchange((turn,)) for turn in turns), "session_flush", 30)
+        amus = RuleExtractor().extract(segment, ReferenceContext(("Ann", "Bob", "İlker"))).amus
+        assert amus[0].text == expected
+
+
 def test_speaker_is_prefixed_when_the_text_does_not_name_them():
     amus = RuleExtractor().extract(make_segment(["Wow, that sounds like a great concert plan."]),
                                    ReferenceContext(("Caroline", "Melanie"))).amus

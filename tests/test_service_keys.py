@@ -333,6 +333,31 @@ def test_a_store_directory_another_user_may_write_into_is_refused(tmp_path: Path
         assert not list(directory.iterdir())
 
 
+@pytest.mark.parametrize(("mode", "shown"), [(0o775, "drwxrwxr-x"), (0o770, "drwxrwx---"),
+                                            (0o777, "drwxrwxrwx")])
+def test_a_store_directory_its_group_may_write_into_is_refused_like_one_all_may(tmp_path: Path, mode: int,
+                                                                                  shown: str) -> None:
+    """A group-writable directory (0775, as a shared project folder often is) lets every member of
+    the group plant the database, its lock or a link there, as a world-writable one lets everyone:
+    both are refused, before anything is created in them; an owner-only writable one (0755) is
+    kept as it is."""
+    from retrieval.memory.private import private_directory
+
+    shared, own = tmp_path / "shared", tmp_path / "own"
+    shared.mkdir()
+    shared.chmod(mode)
+    message = f"{shared} may be written by other users (mode {shown})"
+    with pytest.raises(StoreError, match=re.escape(message)):
+        private_directory(shared)
+    with pytest.raises(StoreError, match=re.escape(message)):
+        KeyStore(shared)
+    assert not list(shared.iterdir())
+    own.mkdir()
+    own.chmod(0o755)
+    private_directory(own)
+    assert own.stat().st_mode & 0o777 == 0o755
+
+
 def test_revoking_a_key_again_keeps_the_first_revocation_time(tmp_path: Path, monkeypatch) -> None:
     from retrieval.service import keys as keys_module
 

@@ -196,6 +196,43 @@ def test_a_backup_refuses_in_one_line(tmp_path: Path, capsys):
     assert sorted(path.name for path in store.iterdir() if not path.name.startswith(".")) == ["amus.sqlite3"]
 
 
+def test_a_backup_the_file_system_refuses_is_one_error_line_not_a_traceback(tmp_path: Path, capsys):
+    """A target under a regular file cannot be made (an OSError from the file system, not a
+    StoreError of the store's own): the command exits 2 with the system's reason on one line, as
+    for the refusals it checks itself, and leaves the file and the store as they were."""
+    store, blocking = tmp_path / "store", tmp_path / "afile"
+    one_turn_store(store)
+    blocking.write_text("kept")
+    assert store_main(["backup", "--store", str(store), "--to", str(blocking / "copy")]) == 2
+    assert capsys.readouterr().err == f"error: [Errno 17] File exists: '{blocking}'\n"
+    assert blocking.read_text() == "kept"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["afile", "store"]
+
+
+def test_a_backup_of_a_damaged_store_is_refused_and_leaves_no_copy(tmp_path: Path, capsys):
+    """A database whose pages copy but fail ``PRAGMA quick_check`` (here: the root page of an index
+    with a b-tree header no page can have) is not backed up: a copy that looks like a backup but
+    cannot be restored from is worse than none. The command says which file is damaged and leaves
+    no target and no staging directory."""
+    store, copy = tmp_path / "store", tmp_path / "copy"
+    AMUStore(store).close()
+    db = store / AMUStore.DB_NAME
+    con = sqlite3.connect(db)
+    page = con.execute("PRAGMA page_size").fetchone()[0]
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'amus_by_position'").fetchone()[0]
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    data = bytearray(db.read_bytes())
+    data[(root - 1) * page + 3:(root - 1) * page + 5] = b"\xff\xff"  # the page's cell count
+    db.write_bytes(bytes(data))
+    assert store_main(["backup", "--store", str(store), "--to", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {db} is damaged (") and err.endswith("); nothing was backed up\n"), err
+    assert err.count("\n") == 1, err  # SQLite's report of the page, on two lines, in one
+    assert f"Page {root}: btreeInitPage() returns error code 11" in err, err
+    assert not copy.exists() and sorted(path.name for path in tmp_path.iterdir()) == ["store"]
+
+
 @pytest.mark.parametrize("target", ["new", "empty"])
 def test_a_backup_goes_into_a_new_or_empty_directory(tmp_path: Path, target):
     store = tmp_path / "store"

@@ -101,6 +101,21 @@ def test_check_names_a_table_or_trigger_the_schema_has_not(tmp_path, capsys):
         "  trigger 'turns_no_delete' is not the schema's: its SQL was changed" + why]
 
 
+def test_check_passes_a_store_an_operator_ran_analyze_on(tmp_path, capsys):
+    """``ANALYZE`` (an operator tuning the query planner) adds SQLite's ``sqlite_stat1``, which
+    holds row counts, no user's text: check passes the store."""
+    AMUStore(tmp_path).close()
+    db = sqlite3.connect(tmp_path / AMUStore.DB_NAME)
+    db.execute("ANALYZE")
+    db.commit()
+    added = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE name LIKE 'sqlite_stat%'")]
+    db.close()
+    assert "sqlite_stat1" in added, added
+    capsys.readouterr()
+    assert store_main(["check", "--store", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"ok: {tmp_path / AMUStore.DB_NAME} (users: 0, AMUs: 0)\n"
+
+
 def test_an_emptied_database_file_is_no_store_to_compact_consolidate_or_check(tmp_path, capsys):
     """A store file truncated to nothing is reported, never made a new empty store that passes."""
     from retrieval.consolidate import main as consolidate_main

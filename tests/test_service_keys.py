@@ -164,9 +164,13 @@ def test_a_key_file_that_cannot_be_opened_is_one_error_line_not_called_corrupt(t
     assert "restore it" not in refused.stderr
 
 
-def test_threads_must_be_a_whole_number_of_at_least_one(tmp_path: Path) -> None:
-    refused = serve("--store", str(tmp_path), "--threads", "0")
-    assert refused.returncode == 2 and "--threads" in refused.stderr and "at least 1" in refused.stderr
+@pytest.mark.parametrize("threads", ["0", str(len(os.sched_getaffinity(0)) + 1), "100000"])
+def test_threads_must_be_a_whole_number_from_one_to_the_cores(tmp_path: Path, threads: str) -> None:
+    """100,000 threads ended in a traceback and a MemoryError once the system refused to start more."""
+    refused = serve("--store", str(tmp_path), "--threads", threads)
+    cores = len(os.sched_getaffinity(0))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert f"argument --threads: expected a whole number from 1 to {cores}" in refused.stderr
     assert not (tmp_path / "amus.sqlite3").exists()
 
 

@@ -54,9 +54,10 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--read-only", action="store_true",
                         help="answer reads only (search, get, list, jobs) beside the process that writes the "
                              "store; every write is refused")
-    parser.add_argument("--threads", type=positive_int,
-                        help="threads of this process's model forwards (default: torch's, one per core); "
-                             "processes sharing a machine's cores should split them")
+    parser.add_argument("--threads", type=thread_count,
+                        help="threads of this process's model forwards, at most one per core it may run on "
+                             "(default: torch's, one per core); processes sharing a machine's cores should "
+                             "split them")
 
 
 def open_memory(args: argparse.Namespace) -> Memory:
@@ -111,14 +112,17 @@ def bounded_allocator() -> list[str]:
             if name not in os.environ and libc.mallopt(parameter, value) == 1]
 
 
-def positive_int(text: str) -> int:
-    """An argument that must be a whole number of at least 1."""
+def thread_count(text: str) -> int:
+    """A number of threads: a whole number from 1 to the cores this process may run on (more only
+    queue for the same cores, and past the system's limit on threads a start fails part way)."""
+    cores = len(os.sched_getaffinity(0))
     try:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    if not 1 <= value <= cores:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {cores} (the cores this "
+                                         f"process may run on), got {text!r}")
     return value
 
 

@@ -191,7 +191,8 @@ def test_read_metrics_log_keeps_each_column_sparse(tmp_path):
 @pytest.mark.parametrize(("content", "expected"), [
     (b"PK\x03\x04\x80\x81 a checkpoint's bytes", r"not UTF-8 text \(invalid start byte at byte 4\)"),
     (b"step,x\n1,2,3\n", r"metrics.csv:2: more cells than the header has columns"),
-], ids=["binary", "extra cells"])
+    (b"epoch,step,train/loss\n", r"metrics.csv: no values logged \(a run stopped before its first"),
+], ids=["binary", "extra cells", "header only"])
 def test_a_log_that_is_not_a_metrics_csv_is_one_input_error(tmp_path, content, expected):
     path = tmp_path / "metrics.csv"
     path.write_bytes(content)

@@ -115,6 +115,9 @@ def read_metrics_log(path: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
                 values.append(float(value))
             except ValueError as err:
                 raise InputError(f"{path}:{reader.line_num}: column {column}: {err}") from err
+    if not series:  # a report without its curves would not say why they are missing
+        raise InputError(f"{path}: no values logged (a run stopped before its first logged step?); "
+                         "leave --log out for a report without training curves")
     return {column: (np.array(steps), np.array(values)) for column, (steps, values) in series.items()}
 
 

@@ -160,8 +160,12 @@ def test_a_key_file_that_cannot_be_opened_is_one_error_line_not_called_corrupt(t
         store = tmp_path / "file" / "store"
     refused = serve("keys", "create", "--store", str(store), "--user", "alice")
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
-    assert refused.stderr.startswith("error: ") and "cannot open" in refused.stderr
+    said = "not a key file (a directory" if blocker == "a directory" else "cannot open"
+    assert refused.stderr.startswith("error: ") and said in refused.stderr
     assert "restore it" not in refused.stderr
+    if blocker == "a directory":  # listing says what is there too, not that no key store is
+        listed = serve("keys", "list", "--store", str(store))
+        assert listed.returncode == 2 and listed.stderr == refused.stderr
 
 
 @pytest.mark.parametrize("threads", ["0", str(len(os.sched_getaffinity(0)) + 1), "100000"])

@@ -229,6 +229,8 @@ def key_rows_at(store: str | Path, *, create: bool = True, read_only: bool = Fal
     path = directory / KEYS_FILE
     if directory.exists() and not directory.is_dir():
         raise KeyCommandError(f"{directory}: not a store directory (a file is there)")
+    if path.exists() and not path.is_file():
+        raise KeyCommandError(f"{path}: not a key file (a directory or other non-file is there)")
     if not create and not path.is_file():
         raise KeyCommandError(f"{path}: no key store there (keys create makes one)")
     return KeyFile(path, read_only=read_only)

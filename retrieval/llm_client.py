@@ -121,7 +121,11 @@ class ChatClient:
         self._headers: dict[str, Any] = {} if self.api_key else {"Authorization": openai.omit}
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         if self.cache_dir is not None:
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                self.cache_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as err:  # e.g. a file there: said as the cache's problem, not a bare errno
+                said = f"the LLM answers' cache cannot be a directory there ({err.strerror})"
+                raise OSError(err.errno, said, str(self.cache_dir)) from None
         self.params: dict[str, Any] = {"temperature": temperature}
         if json_mode:
             self.params["response_format"] = {"type": "json_object"}

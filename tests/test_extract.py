@@ -752,3 +752,13 @@ def test_json_the_memory_would_refuse_in_a_request_is_an_unusable_answer(content
 
     with pytest.raises(InvalidResponse, match=f"content: {why}"):
         json_answer(content, Draft202012Validator({}))
+
+
+def test_an_llm_cache_path_that_cannot_be_a_directory_is_named_as_the_cache(tmp_path):
+    """--llm-cache (or cache_dir) naming a file: the error says it is the LLM answers' cache, not
+    only "File exists"."""
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(OSError) as refused:
+        ChatClient("http://127.0.0.1:9/v1", "test-model", cache_dir=tmp_path / "afile")
+    assert str(refused.value) == ("[Errno 17] the LLM answers' cache cannot be a directory there "
+                                  f"(File exists): '{tmp_path / 'afile'}'")

@@ -86,7 +86,8 @@ def test_check_names_what_another_program_added_to_the_schema(postgres_url):
                 CREATE OR REPLACE FUNCTION drop_archived_links() RETURNS trigger LANGUAGE plpgsql AS $$
                 BEGIN INSERT INTO kept SELECT text FROM amus WHERE position = OLD.position; RETURN NULL;
                 END $$;
-                ALTER TABLE turns DISABLE TRIGGER turns_no_delete;""")
+                ALTER TABLE turns DISABLE TRIGGER turns_no_delete;
+                ALTER TABLE segments ENABLE REPLICA TRIGGER segments_no_delete;""")
         why = " (another program's? it may keep what a delete removes: drop it if it is not yours)"
         assert store.integrity_problems() == [
             "table 'kept' is not the store's" + why, "materialized view 'said' is not the store's" + why,
@@ -94,6 +95,8 @@ def test_check_names_what_another_program_added_to_the_schema(postgres_url):
             "trigger 'amus_index_archive' is not the schema's: its function's code was changed" + why,
             "trigger 'amus_no_delete' is not the schema's: it runs another function" + why,
             "trigger 'turns_kept' is not the store's" + why,
+            "trigger 'segments_no_delete' is disabled: ALTER TABLE segments ENABLE TRIGGER "
+            "segments_no_delete",
             "trigger 'turns_no_delete' is disabled: ALTER TABLE turns ENABLE TRIGGER turns_no_delete"]
 
 

@@ -336,7 +336,7 @@ def foreign_objects(db: Database) -> list[str]:
             problems.append(f"trigger {row['name']!r} is not the schema's: it runs another function")
         elif row["body"] != _FUNCTION_BODIES[row["function"]]:
             problems.append(f"trigger {row['name']!r} is not the schema's: its function's code was changed")
-        elif row["enabled"] == "D":
+        elif row["enabled"] not in ("O", "A"):  # D: disabled; R: fires only in a replica's sessions
             disabled.append(f"trigger {row['name']!r} is disabled: ALTER TABLE {row['table']} "
                             f"ENABLE TRIGGER {row['name']}")
     return [problem + FOREIGN_OBJECT_HINT for problem in problems] + disabled

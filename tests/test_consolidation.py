@@ -541,6 +541,15 @@ def test_consolidate_cli(store_dir: Path, tmp_path: Path, capsys, monkeypatch) -
     assert not (tmp_path / "missing").exists()
 
 
+def duplicates_jsonl(path: Path) -> Path:
+    """:func:`duplicate_turns` as the JSONL file ``retrieval.ingest --jsonl`` reads."""
+    rows = [{"conversation_id": t.user_id, "session_id": t.session_id,
+             "session_time": t.session_time.isoformat(), "speaker": t.speaker, "turn_id": t.turn_id,
+             "text": t.text} for t in duplicate_turns()]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
 def test_ingest_cli_consolidates_in_the_background(tmp_path: Path, capsys, monkeypatch) -> None:
     """Each user's job runs once and its report is printed, however soon a job ends (here every
     job has ended when consolidate returns: asked again then, consolidate starts another)."""
@@ -557,11 +566,7 @@ def test_ingest_cli_consolidates_in_the_background(tmp_path: Path, capsys, monke
 
     monkeypatch.setattr(Memory, "consolidate", ended_at_once)
     monkeypatch.setattr("retrieval.ingest.SentenceEmbedder", NamedHashEmbedder)
-    path = tmp_path / "talk.jsonl"
-    path.write_text("\n".join(json.dumps({"conversation_id": t.user_id, "session_id": t.session_id,
-                                          "session_time": t.session_time.isoformat(), "speaker": t.speaker,
-                                          "turn_id": t.turn_id, "text": t.text}) for t in duplicate_turns())
-                    + "\n")
+    path = duplicates_jsonl(tmp_path / "talk.jsonl")
     store = tmp_path / "store"
     assert ingest_main(["--jsonl", str(path), "--store", str(store), "--no-progress",
                         "--consolidate-in-background"]) == 0
@@ -578,11 +583,7 @@ def test_ingest_cli_names_a_refused_endpoint_as_its_jobs_failure(tmp_path: Path,
     the command exits 1 (its turns are stored, a consolidation is not done), not 0 with counts of
     None."""
     monkeypatch.setattr("retrieval.ingest.SentenceEmbedder", NamedHashEmbedder)
-    path = tmp_path / "talk.jsonl"
-    path.write_text("\n".join(json.dumps({"conversation_id": t.user_id, "session_id": t.session_id,
-                                          "session_time": t.session_time.isoformat(), "speaker": t.speaker,
-                                          "turn_id": t.turn_id, "text": t.text}) for t in duplicate_turns())
-                    + "\n")
+    path = duplicates_jsonl(tmp_path / "talk.jsonl")
     with FakeChatServer(lambda body: (401, {"error": {"message": "bad key"}}, 0.0)) as server:
         monkeypatch.setenv("ISQ_LLM_BASE_URL", server.base_url)
         monkeypatch.setenv("ISQ_LLM_MODEL", "m")

@@ -164,3 +164,18 @@ def test_arrays_a_full_disk_cannot_cache_are_still_returned(tmp_path, monkeypatc
         assert cached.computed == 4 and len(embedder.calls) == 2  # computed again, then cached
         cached.encode(TEXTS)
         assert len(embedder.calls) == 2
+
+
+def test_an_outage_while_caching_fails_the_read_at_once(tmp_path, monkeypatch):
+    """A database that went away while a search cached its arrays fails that search then (a 503
+    within the store's wait), not after a second wait at the search's next read."""
+    from retrieval.memory.errors import StoreOutage
+
+    def outage(*args, **kwargs):
+        raise StoreOutage("postgresql://u@db/mem: the database failed (connection refused)")
+
+    with AMUStore(tmp_path) as store:
+        cached = CachedEmbedder(CountingEmbedder(), store, "u")
+        monkeypatch.setattr(AMUStore, "cache", outage)
+        with pytest.raises(StoreOutage, match="the database failed"):
+            cached.encode(TEXTS)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import numpy as np
 
 from isq.codes import Fingerprint
-from retrieval.memory.errors import StoreFault
+from retrieval.memory.errors import StoreFault, StoreOutage
 from retrieval.memory.faults import passing
 from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.sqlite_part import SQLitePart
@@ -130,7 +130,7 @@ def read_through(store: VectorCache, table: str, model: str, owners: Sequence[st
         try:
             store.cache(table, model, owner, blobs, (purges or {}).get(owner))
         except StoreFault as err:  # a cache: what was computed is returned, and computed again next time
-            if not passing(err):
+            if isinstance(err, StoreOutage) or not passing(err):  # an outage fails the read's next step too
                 raise
             logger.warning("arrays computed for %s were not cached (%s)", owner, err)
     return cast(list[bytes], found), len(distinct)

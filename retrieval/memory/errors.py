@@ -21,6 +21,11 @@ class StoreFault(StoreError):
     message names the store, the SQLite error and what to do (:mod:`retrieval.memory.faults`)."""
 
 
+class StoreOutage(StoreFault):
+    """The database server or the connection to it failed (a PostgreSQL outage): every call fails
+    alike until it is back, so none may carry on past it as past a full disk."""
+
+
 class BackendUnavailable(StoreError):
     """The store's backend is not installed here (a PostgreSQL URL without the PostgreSQL support)."""
 

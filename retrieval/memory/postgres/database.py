@@ -31,7 +31,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from retrieval.memory.errors import StoreError, StoreFault
+from retrieval.memory.errors import StoreError, StoreFault, StoreOutage
 from retrieval.memory.postgres.versions import BUMP_COMMITS, user_version_of
 from retrieval.memory.targets import redacted
 
@@ -155,7 +155,7 @@ class Database:
         except psycopg.OperationalError as err:
             if not outage(err):
                 raise
-            raise StoreFault(f"{self.where}: the database failed ({err}); "
+            raise StoreOutage(f"{self.where}: the database failed ({err}); "
                              "rerun when the server is back (nothing committed is lost)") from err
 
     def rows(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:

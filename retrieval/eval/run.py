@@ -109,10 +109,6 @@ class EvaluationSettings:
     store: str | Path | None = None
     database: str | None = None
 
-    @property
-    def names(self) -> list[str]:
-        return list(self.configs) if self.configs is not None else default_configs(self.k_dense, self.k_code)
-
 
 @dataclass(frozen=True)
 class EvalModels:
@@ -330,7 +326,7 @@ def evaluate(conversations: Sequence[LocomoConversation], models: EvalModels, ou
     out_dir = Path(out_dir)
     if TRAINED not in models.fingerprinters:
         raise EvaluationError("a trained fingerprinter is required")
-    names = (settings.names if settings.configs is not None
+    names = (list(settings.configs) if settings.configs is not None
              else default_configs(settings.k_dense, settings.k_code, KMEANS in models.fingerprinters))
     selected = resolve_configs(names, models.fingerprinters, settings.answer_configs,
                                settings.k_dense + settings.k_code, sweep=settings.sweep)

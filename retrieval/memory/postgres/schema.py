@@ -310,7 +310,8 @@ _FUNCTION_BODIES = dict(re.findall(r"CREATE FUNCTION (\w+)\(\) [^$]*?AS \$\$(.*?
 
 
 def foreign_objects(db: Database) -> list[str]:
-    """The tables, views and rules in the store's schema that the schema has not, and the triggers
+    """The tables, views and rules in the store's schema that the schema has not (an extension's
+    aside: pg_stat_statements' views, say, which PostgreSQL keeps its own), and the triggers
     on its tables that are not the schema's, run another function or one whose code was changed
     (another program's: a trigger or a view may keep what a purge removes), then the schema's
     triggers that are disabled. A trigger's condition is not compared: PostgreSQL keeps it as a
@@ -318,8 +319,10 @@ def foreign_objects(db: Database) -> list[str]:
     here = "current_schema()::regnamespace"
     tables = {*STORE_TABLES, "schema_version"}
     problems = [f"{_KINDS[row['kind']]} {row['name']!r} is not the store's" for row in db.rows(
-        f"SELECT relname AS name, relkind AS kind FROM pg_class WHERE relnamespace = {here} "
-        "AND relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY relname") if row["name"] not in tables]
+        f"SELECT relname AS name, relkind AS kind FROM pg_class c WHERE relnamespace = {here} "
+        "AND relkind IN ('r', 'p', 'v', 'm', 'f') AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE "
+        f"d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e') ORDER BY relname")
+        if row["name"] not in tables]
     problems += [f"rule {row['name']!r} on {row['table']!r} is not the store's" for row in db.rows(
         "SELECT rulename AS name, tablename AS table FROM pg_rules WHERE schemaname = current_schema() "
         "ORDER BY rulename")]

@@ -113,8 +113,9 @@ def _ingest(args: argparse.Namespace) -> int:
     print(stats.summary())
     for job in jobs:
         report = job.progress
-        if job.error:
-            print(f"consolidation {job.user_id}: job {job.id} {job.state}: {job.error}")
+        if job.error or report.get("purged_meanwhile"):  # a purge's counts are never shown
+            why = job.error or "the user's data was deleted meanwhile (another process's delete or forget)"
+            print(f"consolidation {job.user_id}: job {job.id} {job.state}: {why}")
             continue
         print(f"consolidation {job.user_id}: active AMUs {report.get('amus_before')} -> "
               f"{report.get('amus_active_after')} | archived {report.get('archived')} | created "

@@ -578,6 +578,28 @@ def test_ingest_cli_consolidates_in_the_background(tmp_path: Path, capsys, monke
         assert [row.id for row in map(reader.job_row, (1, 2)) if row is not None] == [1]
 
 
+def test_ingest_cli_says_a_job_ran_while_its_users_data_was_deleted(tmp_path: Path, capsys,
+                                                                     monkeypatch) -> None:
+    """Where another process deleted the user's data under the job (a forget through a server
+    beside it), the job's counts are never shown: the line says why, not counts of None."""
+    import retrieval.api.jobs as jobs
+
+    consolidate = jobs.consolidate_user
+
+    def forgotten_meanwhile(store, user, *args, **kwargs):
+        report = consolidate(store, user, *args, **kwargs)
+        store.purge(user)
+        return report
+
+    monkeypatch.setattr(jobs, "consolidate_user", forgotten_meanwhile)
+    monkeypatch.setattr("retrieval.ingest.SentenceEmbedder", NamedHashEmbedder)
+    assert ingest_main(["--jsonl", str(duplicates_jsonl(tmp_path / "talk.jsonl")), "--store",
+                        str(tmp_path / "store"), "--no-progress", "--consolidate-in-background"]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("consolidation")]
+    assert re.fullmatch(rf"consolidation {CID}: job [0-9a-f]+ done: the user's data was deleted meanwhile "
+                        r"\(another process's delete or forget\)", line), line
+
+
 def test_ingest_cli_names_a_refused_endpoint_as_its_jobs_failure(tmp_path: Path, capsys, monkeypatch) -> None:
     """A consolidation job the LLM endpoint refuses (a wrong key) ends failed with what to fix, and
     the command exits 1 (its turns are stored, a consolidation is not done), not 0 with counts of

@@ -183,6 +183,31 @@ def test_a_tokenised_cache_that_cannot_be_read_is_made_again(tmp_path, caplog):
         caplog.clear()
 
 
+def test_a_tokenised_cache_cut_where_a_batch_of_rows_ends_is_made_again(tmp_path, caplog):
+    """Cut exactly after one of its record batches (1,000 rows each), a cache file reads without an
+    error, short: trained on as it is, a run would see part of its data and say nothing."""
+    import pyarrow
+
+    root = write_synthetic_corpus(tmp_path / "corpus", sizes=(700, 5, 5))
+
+    def train_rows() -> int:
+        dm = DialogueDataModule(root=str(root), tokenizer="offline:all-MiniLM-L6-v2",
+                                cache_dir=str(tmp_path / "cache"))
+        dm.setup("fit")
+        return len(dm.datasets["train"])
+
+    rows = train_rows()
+    (cache,) = (tmp_path / "cache" / "tokenized").glob("train-*.arrow")
+    with pyarrow.memory_map(str(cache)) as source:
+        reader = pyarrow.ipc.open_stream(source)
+        next(iter(reader))
+        first_batch_ends = source.tell()
+    os.truncate(cache, first_batch_ends)
+    with caplog.at_level(logging.WARNING, logger="training.data"):
+        assert rows > 1000 and train_rows() == rows
+    assert f"1000 rows for {rows} pairs" in caplog.text
+
+
 def test_a_tokenizer_changed_at_the_same_path_tokenises_again(tmp_path):
     """The tokenised cache is keyed by what the tokenizer does, not by the path it was loaded from:
     token ids cached for an earlier tokenizer saved there must not reach training."""

@@ -275,6 +275,8 @@ class DialogueDataModule(L.LightningDataModule):
         cached = cache.is_file()
         try:
             dataset = tokenised()
+            if cached and len(dataset) != len(pairs["context"]):  # cut where a batch of rows ends: it reads
+                raise ValueError(f"{len(dataset)} rows for {len(pairs['context'])} pairs")
         except (OSError, ValueError) as err:  # pyarrow's errors for a damaged file are both
             if not cached:
                 raise

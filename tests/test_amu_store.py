@@ -308,3 +308,25 @@ def test_a_page_reads_its_records_from_the_users_index_in_store_order(tmp_path):
     with AMUStore(tmp_path) as store:
         indexes = {row[0] for row in store._db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert "amus_by_position" in indexes and store.integrity_problems() == []
+
+
+@pytest.mark.parametrize("how", ["directory removed", "file replaced"])
+def test_a_store_removed_or_replaced_under_its_writer_commits_nothing_more(tmp_path, how):
+    """The directory deleted by hand (or a cleanup job) under a running server, or another file put
+    in the store file's place: the writer's next commit is refused, naming the file, where it
+    would have been answered and then lost with the unlinked file."""
+    import shutil
+
+    from retrieval.memory.errors import StoreFault
+
+    directory = tmp_path / "store"
+    with AMUStore(directory) as store:
+        commit(store, 0, [make_amu(0, 0)])
+        if how == "directory removed":
+            shutil.rmtree(directory)
+        else:
+            AMUStore(tmp_path / "other").close()
+            os.replace(tmp_path / "other" / AMUStore.DB_NAME, directory / AMUStore.DB_NAME)
+        with pytest.raises(StoreFault, match=re.escape(f"{directory / AMUStore.DB_NAME} was removed or "
+                                                       "replaced while this process wrote to it")):
+            commit(store, 1, [make_amu(1, 0)])

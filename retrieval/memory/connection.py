@@ -19,6 +19,7 @@ user_version`` (:mod:`retrieval.memory.store_contract` describes the one rule bo
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import weakref
@@ -46,6 +47,7 @@ user (its state built from the store) took 4.18 and 4.39 s with this cache, 4.47
 the default (a fresh process each run)."""
 
 DB_NAME = "amus.sqlite3"
+"""The store's database file in its directory."""
 CODE_MARK = f"schema {SCHEMA_VERSION}"
 """What this code writes into the writer locks it takes: which schema it reads and writes, so a
 migration is refused only while a writer of an earlier version holds the store open."""
@@ -86,8 +88,15 @@ def missing_store(directory: Path | None) -> str | None:
     if path.stat().st_size == 0:
         return f"no store at {directory} ({DB_NAME} is empty)"
     return None
-"""The store's database file in its directory."""
 
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The file at ``path`` (its device and inode), None where there is none."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_dev, found.st_ino
 
 class _Reader:
     """A thread's reader connection, held by the thread alone (the store keeps a weak reference,
@@ -154,6 +163,7 @@ class SQLiteConnection:
                 raise StoreError(f"{self.directory} is not writable ({err.strerror}); {hint}") from None
             try:
                 writer = self._writer = self._connect(str(self.path))
+                self._identity = _identity(self.path)
                 writer.execute("PRAGMA journal_mode=WAL")
                 # Freed pages are zeroed, so a purged user's text leaves no trace in the file.
                 writer.execute("PRAGMA secure_delete=ON")
@@ -223,11 +233,20 @@ class SQLiteConnection:
                 yield db
                 if tracked is not None:
                     tracked[1].append((before, self._marker(db, tracked[0])))
+                self._check_in_place()
             except BaseException:
                 if db.in_transaction:  # SQLite rolls back by itself after some faults (a full disk)
                     db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
+
+    def _check_in_place(self) -> None:
+        """:class:`StoreFault` when the file this process writes is no longer the one at the store's
+        path (the directory removed, the file replaced): a commit would be answered and then lost
+        with the file, and a restart would make a new, empty store there."""
+        if _identity(self.path) != self._identity:
+            raise StoreFault(f"{self.path} was removed or replaced while this process wrote to it: nothing "
+                             "more is committed; stop the process, then put the store back or restore a copy")
 
     @contextmanager
     def tracking(self, user_id: str) -> Iterator[list[tuple[Any, Any]]]:

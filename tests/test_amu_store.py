@@ -330,3 +330,14 @@ def test_a_store_removed_or_replaced_under_its_writer_commits_nothing_more(tmp_p
         with pytest.raises(StoreFault, match=re.escape(f"{directory / AMUStore.DB_NAME} was removed or "
                                                        "replaced while this process wrote to it")):
             commit(store, 1, [make_amu(1, 0)])
+
+
+def test_a_store_opened_by_a_relative_path_still_commits_after_a_chdir(tmp_path, monkeypatch):
+    """The check that the store is still in place looks at the file it opened, not at the relative
+    path read again from wherever the process went since (a notebook's os.chdir)."""
+    monkeypatch.chdir(tmp_path)
+    with AMUStore(Path("rel")) as store:
+        commit(store, 0, [make_amu(0, 0)])
+        monkeypatch.chdir(tmp_path.parent)
+        commit(store, 1, [make_amu(1, 0)])
+        assert store.count("conv-x") == 2

@@ -4,6 +4,7 @@ hard deletion that leaves no trace in the store's files, durable jobs, typed err
 from __future__ import annotations
 
 import errno
+import logging
 import sqlite3
 import subprocess
 import sys
@@ -763,3 +764,44 @@ def test_a_second_open_in_the_same_process_names_this_process(tmp_path):
     with open_memory(tmp_path):
         with pytest.raises(MemoryBusy, match="open for ingest in this process already; close that memory"):
             open_memory(tmp_path)
+
+
+def test_a_memory_whose_store_was_removed_writes_nothing_and_makes_no_new_one(tmp_path):
+    """The store's directory removed under a running memory: adds are refused (a 503 over HTTP),
+    and a consolidation does not open a new, empty store where the old one was (a restart would
+    have come up on it)."""
+    import shutil
+
+    from retrieval.api.errors import StoreUnavailable
+
+    store = tmp_path / "store"
+    with open_memory(store) as mem:
+        mem.add([{"speaker": "Ann", "text": "I adopted a dog named Max."}], user_id="ann", session_id="s1")
+        mem.flush(user_id="ann", session_id="s1")
+        shutil.rmtree(store)
+        with pytest.raises(StoreUnavailable, match="was removed or replaced while this process wrote to it"):
+            mem.add([{"speaker": "Ann", "text": "Max likes the park."}], user_id="ann", session_id="s1")
+        with pytest.raises(StoreUnavailable, match="the store was removed while this process had it open"):
+            mem.consolidate(user_id="ann")
+    assert not store.exists()
+
+
+def test_the_ingestion_worker_stops_once_on_a_removed_store(tmp_path, monkeypatch, caplog):
+    """No retry mends a removed store: the worker logs it once and ends, where it retried every
+    second, encoding its backlog's texts again each time."""
+    from retrieval.api.backlog import Backlog
+    from retrieval.memory.errors import StoreGone
+
+    steps = []
+
+    def gone(self, user):
+        steps.append(user)
+        raise StoreGone("amus.sqlite3 was removed or replaced while this process wrote to it")
+
+    monkeypatch.setattr(Backlog, "_take", gone)
+    with caplog.at_level(logging.WARNING, logger="retrieval"), open_memory(tmp_path / "store") as mem:
+        mem.add([{"speaker": "Ann", "text": "I adopted a dog named Max."}], user_id="ann", session_id="s1")
+        mem._backlog._thread.join(timeout=30)
+        assert not mem._backlog._thread.is_alive() and steps == ["ann"]
+    said = [record.getMessage() for record in caplog.records if "ingestion" in record.getMessage()]
+    assert said == ["ingestion stopped: amus.sqlite3 was removed or replaced while this process wrote to it"]

@@ -65,7 +65,7 @@ from retrieval.api.states import SearchStates
 from retrieval.api.unindexed import UnindexedTurns
 from retrieval.api.worker_users import HeldStreams, Polls, UserProgress
 from retrieval.index.query_batcher import background
-from retrieval.memory.errors import StoreError
+from retrieval.memory.errors import StoreError, StoreGone
 from retrieval.memory.records import AMU, SegmentRecord, Turn
 from retrieval.memory.store_contract import Store
 
@@ -336,6 +336,9 @@ class Backlog:
                     self._poll()
                 else:
                     self._take(user)
+            except StoreGone as err:  # removed under the memory: nothing to retry into
+                logger.error("ingestion stopped: %s", err)
+                return
             except StoreError as err:  # the store failed (a database restart): keep the work, wait
                 logger.warning("ingestion paused for %.0f s: %s", FAULT_WAIT_S, err)
                 with self._changed:

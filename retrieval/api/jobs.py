@@ -42,7 +42,7 @@ from retrieval.consolidation.engine import consolidate_user
 from retrieval.index.query_batcher import background
 from retrieval.llm_client import EndpointRefused
 from retrieval.memory.cache import CachedEmbedder
-from retrieval.memory.errors import StoreError
+from retrieval.memory.errors import StoreError, StoreGone
 from retrieval.memory.job_rows import DONE, FAILED, RUNNING, JobRow
 from retrieval.memory.store_contract import Store
 
@@ -181,6 +181,9 @@ class JobRunner:
             while (job := self._next(store)) is not None:
                 try:
                     self._execute(store, job, embedder)
+                except StoreGone as err:  # removed under the memory: nothing to retry into
+                    logger.error("consolidation jobs stopped: %s", err)
+                    return
                 except StoreError as err:  # the store failed (a database restart): the job stays unfinished
                     logger.warning("consolidation job %s paused for %.0f s: %s", job.id, FAULT_WAIT_S, err)
                     with self._changed:

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from retrieval.memory.errors import StoreBusy, StoreError, StoreFault
+from retrieval.memory.errors import StoreBusy, StoreError, StoreFault, StoreGone
 from retrieval.memory.faults import GuardedConnection, outside_fault
 from retrieval.memory.lock import WriterLock, other_writer
 from retrieval.memory.private import private_directory, private_file
@@ -163,7 +163,8 @@ class SQLiteConnection:
                 raise StoreError(f"{self.directory} is not writable ({err.strerror}); {hint}") from None
             try:
                 writer = self._writer = self._connect(str(self.path))
-                self._identity = _identity(self.path)
+                self._where = self.path.absolute()  # what a later chdir does not move
+                self._identity = _identity(self._where)
                 writer.execute("PRAGMA journal_mode=WAL")
                 # Freed pages are zeroed, so a purged user's text leaves no trace in the file.
                 writer.execute("PRAGMA secure_delete=ON")
@@ -244,8 +245,8 @@ class SQLiteConnection:
         """:class:`StoreFault` when the file this process writes is no longer the one at the store's
         path (the directory removed, the file replaced): a commit would be answered and then lost
         with the file, and a restart would make a new, empty store there."""
-        if _identity(self.path) != self._identity:
-            raise StoreFault(f"{self.path} was removed or replaced while this process wrote to it: nothing "
+        if _identity(self._where) != self._identity:
+            raise StoreGone(f"{self.path} was removed or replaced while this process wrote to it: nothing "
                              "more is committed; stop the process, then put the store back or restore a copy")
 
     @contextmanager

@@ -26,6 +26,11 @@ class StoreOutage(StoreFault):
     alike until it is back, so none may carry on past it as past a full disk."""
 
 
+class StoreGone(StoreFault):
+    """The store's file was removed or replaced while this process had it open: no retry mends it,
+    so background work stops on it rather than try again (an operator must put the store back)."""
+
+
 class BackendUnavailable(StoreError):
     """The store's backend is not installed here (a PostgreSQL URL without the PostgreSQL support)."""
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from retrieval.memory.errors import StoreFault
+from retrieval.memory.errors import StoreFault, StoreGone
 
 T = TypeVar("T")
 
@@ -62,7 +62,7 @@ def passing(err: StoreFault) -> bool:
     damaged or altered (:data:`DAMAGE`, a missing table)."""
     name = _name(err)
     altered = name == "SQLITE_ERROR" and "no such" in str(err.__cause__)
-    return not (name.startswith(DAMAGE) or altered)
+    return not (name.startswith(DAMAGE) or altered or isinstance(err, StoreGone))
 
 
 POSTGRES_DISK_FULL = "53100"

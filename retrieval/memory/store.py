@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.memory.cache import ArrayCache
-from retrieval.memory.connection import DB_NAME, SQLiteConnection
+from retrieval.memory.connection import DB_NAME, SQLiteConnection, missing_store
 from retrieval.memory.delegation import StoreParts
-from retrieval.memory.errors import StoreFault
+from retrieval.memory.errors import StoreFault, StoreGone
 from retrieval.memory.indexing import EvidenceReads
 from retrieval.memory.job_rows import JobRows
 from retrieval.memory.meta_rows import StoreMeta
@@ -82,6 +82,9 @@ class AMUStore(StoreParts):
         return self.directory
 
     def reopen(self, *, read_only: bool = False, role: str = "ingest") -> AMUStore:
+        """Another handle of this store, never a new store where this one was removed."""
+        if (missing := missing_store(self.directory)) is not None:
+            raise StoreGone(f"{missing}: the store was removed while this process had it open")
         return AMUStore(self.directory, read_only=read_only, role=role)
 
     @property

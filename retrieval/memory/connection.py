@@ -242,7 +242,7 @@ class SQLiteConnection:
             db.execute("COMMIT")
 
     def _check_in_place(self) -> None:
-        """:class:`StoreFault` when the file this process writes is no longer the one at the store's
+        """:class:`StoreGone` when the file this process writes is no longer the one at the store's
         path (the directory removed, the file replaced): a commit would be answered and then lost
         with the file, and a restart would make a new, empty store there."""
         if _identity(self._where) != self._identity:

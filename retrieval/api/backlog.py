@@ -1,50 +1,46 @@
 """Ingestion behind the add: one worker thread per memory closes the segments of the turns that
-:meth:`retrieval.api.memory.Memory.add` stored (exchange embeddings, segmentation, extraction,
-fingerprints, records, index rows, the user's search state), each user's turns strictly in order.
+:meth:`retrieval.api.memory.Memory.add` stored (exchange embeddings, segmentation, extraction, fingerprints,
+records, index rows, the user's search state), each user's turns strictly in order.
 
-The turn log is the queue. An add commits its turns and tells the worker; the worker reads the
-user's turns stored since the last it fed, :data:`STEP_TURNS` at most (one read), and feeds them to
-the user's :class:`retrieval.api.online.UserStream`; a user with turns left is due again after the
-users due meanwhile. Nothing else records the queue: after a crash (a ``kill -9`` anywhere) the
-turns no committed segment covers are the backlog, and at open the worker replays every user that
-has some, so no turn is lost or fed twice and no segment is committed twice (a segment's
-records, index rows and progress row commit in one transaction).
+The turn log is the queue. An add commits its turns and tells the worker; the worker reads the user's turns
+stored since the last it fed, :data:`STEP_TURNS` at most (one read), and feeds them to the user's
+:class:`retrieval.api.online.UserStream`; a user with turns left is due again after the users due meanwhile.
+Nothing else records the queue: after a crash (a ``kill -9`` anywhere) the turns no committed segment covers
+are the backlog, and at open the worker replays every user that has some, so no turn is lost or fed twice and
+no segment is committed twice (a segment's records, index rows and progress row commit in one transaction).
 
-A step holds the user's ``stream`` guard (:class:`retrieval.api.closing.UserGuard`) while it
-processes, the ``log`` and ``state`` guards only to read the log (no add commits between that read
-and the count of what it fed), and the ``state`` guard to commit each closed segment with its
-search-state update and to add the turns of the user's adds to its search state (their vectors
-computed before, :mod:`retrieval.api.unindexed`), so the user's adds and searches wait at most
-for one commit, and other users never wait. Its model calls are background calls
-(:func:`retrieval.index.query_batcher.background`): searches go first. A flush runs
+A step holds the user's ``stream`` guard (:class:`retrieval.api.closing.UserGuard`) while it processes, the
+``log`` and ``state`` guards only to read the log (no add commits between that read and the count of what it
+fed), and the ``state`` guard to commit each closed segment with its search-state update and to add the turns
+of the user's adds to its search state (their vectors computed before, :mod:`retrieval.api.unindexed`), so the
+user's adds and searches wait at most for one commit, and other users never wait. Its model calls are
+background calls (:func:`retrieval.index.query_batcher.background`): searches go first. A flush runs
 :meth:`Backlog.process` over the user's whole backlog in the caller's thread.
 
-Many nodes. Where several processes write the store (:attr:`Store.concurrent_writers`: one PostgreSQL
-database served by several nodes), a step runs only while it holds the user's ingestion lock in the
-store (:meth:`Store.ingestion_lock`; a purge takes it too, :mod:`retrieval.api.purge`), so two nodes
-never close the same segment. A node that finds the lock taken leaves the user to its holder and looks
-again later. A stream whose user another node changed (the store's next segment number, record count or
-purge count of the user, :meth:`Store.ingestion_marks`, is not what this node left) is reloaded from the
-store: a purge through another node may have removed turns of its open segment without closing or
-removing any segment. While idle the worker looks every :data:`POLL_S` seconds at the users whose lock
-it found taken, and scans the store for users with turns to process whose rows changed since its last
-step (another node's adds, or the backlog of a node that died, whose lock died with it), the scans
-spaced by their length (:class:`retrieval.api.worker_users.Polls`).
+Many nodes. Where several processes write the store (:attr:`Store.concurrent_writers`: one PostgreSQL database
+served by several nodes), a step runs only while it holds the user's ingestion lock in the store
+(:meth:`Store.ingestion_lock`; a purge takes it too, :mod:`retrieval.api.purge`), so two nodes never close the
+same segment. A node that finds the lock taken leaves the user to its holder and looks again later. A stream
+whose user another node changed (the store's next segment number, record count or purge count of the user,
+:meth:`Store.ingestion_marks`, is not what this node left) is reloaded from the store: a purge through another
+node may have removed turns of its open segment without closing or removing any segment. While idle the worker
+looks every :data:`POLL_S` seconds at the users whose lock it found taken, and scans the store for users with
+turns to process whose rows changed since its last step (another node's adds, or the backlog of a node that
+died, whose lock died with it), the scans spaced by their length (:class:`retrieval.api.worker_users.Polls`).
 
-Errors. A step that raises (an extractor's error, a full disk, a database's internal error) does not
-stop the worker, nor does an error of the worker's own around a step: the user's stream is dropped
-(reloaded at its next step: the failed segment's turns are fed again) and the error is kept; the
-worker tries the user again after a pause that grows with each failure in a row
-(:mod:`retrieval.api.retries`), so a user that only adds and searches gets its records once the cause
-is gone. Until a step succeeds the error is surfaced, as :class:`retrieval.api.errors.IngestFailed`,
-by :meth:`Backlog.wait` (a drain, after which the worker tries at once) or by the next flush, which
-tries the backlog again itself. A store that fails under the worker (a
-:class:`~retrieval.memory.errors.StoreError`: a PostgreSQL restart while it polls, reads the user's
-marks or commits a segment) is no failure of the user's: it pauses the worker for :data:`FAULT_WAIT_S`
-with one warning, the user kept due and its stream reloaded.
+Errors. A step that raises (an extractor's error, a full disk, a database's internal error) does not stop the
+worker, nor does an error of the worker's own around a step: the user's stream is dropped (reloaded at its
+next step: the failed segment's turns are fed again) and the error is kept; the worker tries the user again
+after a pause that grows with each failure in a row (:mod:`retrieval.api.retries`), so a user that only adds
+and searches gets its records once the cause is gone. Until a step succeeds the error is surfaced, as
+:class:`retrieval.api.errors.IngestFailed`, by :meth:`Backlog.wait` (a drain, after which the worker tries at
+once) or by the next flush, which tries the backlog again itself. A store that fails under the worker (a
+:class:`~retrieval.memory.errors.StoreError`: a PostgreSQL restart while it polls, reads the user's marks or
+commits a segment) is no failure of the user's: it pauses the worker for :data:`FAULT_WAIT_S` with one
+warning, the user kept due and its stream reloaded; a store removed under it (``StoreGone``) stops it.
 
-Bounded. The worker keeps the streams of the users it fed last (:mod:`retrieval.api.worker_users`); an
-add is refused while its user's backlog, held in memory, is full (:meth:`Backlog.admit`).
+Bounded. The worker keeps the streams of the users it fed last (:mod:`retrieval.api.worker_users`); an add is
+refused while its user's backlog, held in memory, is full (:meth:`Backlog.admit`).
 """
 
 from __future__ import annotations
@@ -80,7 +76,7 @@ POLL_S = 1.0
 (the users found busy; a scan of the store when its spacing allows)."""
 FAULT_WAIT_S = 1.0
 """How long the worker waits after the store failed under it (say, a database restart) before it
-tries the same work again: a fault stops no worker."""
+tries the same work again: a fault stops no worker (a store removed under it aside)."""
 
 logger = logging.getLogger(__name__)
 

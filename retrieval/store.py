@@ -5,11 +5,11 @@
     python -m retrieval.store backup  --store DIR --to NEW_DIR   # a consistent copy, while it is in use
 
 ``check`` runs the store's integrity check (SQLite's ``PRAGMA quick_check`` and the schema's
-tables, none missing and, on SQLite, none another program's nor a trigger of the schema changed;
-a PostgreSQL store's roles decide who may add a trigger; opened read-only, so it may run beside an
-ingest) and prints ``ok`` with the store's counts, or each problem found: exit status 0 when
-intact, 1 when damaged (rebuild the store from its input into a new directory, or restore a copy).
-``compact`` does what a purge does after it
+tables, none missing, none another program's nor a trigger of the schema changed: on PostgreSQL,
+the tables, views and rules of the store's schema and the triggers on its tables; opened read-only,
+so it may run beside an ingest) and prints ``ok`` with the store's counts, or each problem found:
+exit status 0 when intact, 1 when damaged (rebuild the store from its input into a new directory,
+or restore a copy). ``compact`` does what a purge does after it
 deletes (:meth:`retrieval.memory.purge.Purge.compact`: the FTS5 index rewritten without deleted
 terms, the database file rebuilt with freed pages zeroed, the write-ahead log truncated), so no
 deleted text stays in any file of the store directory; on PostgreSQL every table rewritten with

@@ -427,6 +427,30 @@ def test_a_store_that_fails_under_a_request_is_503_with_retry_after_not_500(http
         assert refusal_of(response) == {"error": STORE_FAILED}
 
 
+def test_a_removed_store_is_503_saying_so_without_retry_after(http, mem, monkeypatch):
+    """A store file removed under the server fails every write until an operator puts it back: the
+    answer says so, without ``Retry-After`` or the store's path, over /v1, /mcp's key check and MCP
+    tools alike (a client told to retry in a second would loop on it)."""
+    from retrieval.memory.errors import StoreGone
+    from retrieval.service.auth import STORE_GONE
+    from retrieval.service.mcp_tools import _refusals
+
+    def fail(*args, **options):
+        raise StoreGone("/srv/private/amus.sqlite3: the store was removed while this process had it open")
+
+    monkeypatch.setattr("retrieval.api.memory.append_add", fail)  # under the memory's call gate
+    response = http.post("/v1/sessions/s/turns", json={"turns": [{"speaker": "Ann", "text": "I keep bees."}]})
+    assert (response.status_code, response.headers.get("retry-after")) == (503, None), response.text
+    assert response.json() == {"error": STORE_GONE} and "/srv/private" not in response.text
+    with pytest.raises(Exception, match="removed or replaced") as refused:
+        _refusals(lambda: mem.add([{"speaker": "Ann", "text": "hi"}], user_id="u", session_id="s"))
+    assert refused.value.result().structured_content == {"error": STORE_GONE, "status": 503}
+    monkeypatch.setattr(http.app.state.service.keys, "user", fail)
+    response = http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    assert (response.status_code, response.headers.get("retry-after")) == (503, None)
+    assert refusal_of(response) == {"error": STORE_GONE}
+
+
 def test_a_full_disk_under_a_write_is_507_saying_so_not_retry_shortly(http, mem, monkeypatch, tmp_path):
     """A write that fails for a full disk (SQLite's ``SQLITE_FULL``, made here by a page limit) is
     507 naming the cause, without ``Retry-After`` or the store's path: a client told to retry in a

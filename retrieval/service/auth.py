@@ -21,7 +21,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from retrieval.memory.errors import StoreError
+from retrieval.memory.errors import StoreError, StoreGone
 from retrieval.memory.faults import disk_full
 from retrieval.service.early_refusal import refusal, refusal_body
 from retrieval.service.keys import METRICS, KeyStore, UnservableKey
@@ -36,6 +36,10 @@ METRICS_ONLY = ("/metrics takes a metrics key (python -m retrieval.serve keys cr
 STORE_FAILED = "the memory's store cannot be reached right now (the server logged why); retry shortly"
 """What a client is told when the store failed under its request (a database restart, a lost
 connection): the details, which name the store's host, stay in the server's log."""
+STORE_GONE = ("the memory's store was removed or replaced while the server had it open: nothing can be "
+              "stored until its operator puts it back and restarts the server (the server logged where)")
+"""What a client is told when the store's file was removed under the server, which no retry mends
+(:class:`~retrieval.memory.errors.StoreGone`)."""
 DISK_FULL = ("the server's disk is full: nothing can be stored until its operator frees space (the server "
              "logged where); reads still answer")
 """What a client is told when a write failed for a full disk, which retrying a second later does
@@ -50,9 +54,12 @@ KEY_FIELD = "header.authorization"
 
 def store_failed(during: str, error: BaseException) -> tuple[int, str]:
     """Log why the store failed ``during`` a request (one warning); the answer's status and
-    message: 507 for a full disk (:data:`DISK_FULL`), else 503, worth retrying (:data:`STORE_FAILED`)."""
+    message: 507 for a full disk (:data:`DISK_FULL`), 503 for a removed store (:data:`STORE_GONE`),
+    else 503 worth retrying (:data:`STORE_FAILED`, the one answer sent with ``Retry-After``)."""
     log.warning("the store failed %s: %s", during, error)
-    return (507, DISK_FULL) if disk_full(error) else (503, STORE_FAILED)
+    if disk_full(error):
+        return 507, DISK_FULL
+    return 503, STORE_GONE if isinstance(error, StoreGone) else STORE_FAILED
 
 
 def authorization_headers(scope: Scope) -> list[str]:
@@ -151,7 +158,7 @@ class KeyGuard:
             status, message = answer
             failed = status in (503, 507)  # the store failed, not the key
             headers = [(b"content-type", b"application/json")]
-            if status == 503:
+            if message == STORE_FAILED:
                 headers.append((b"retry-after", b"1"))
             elif not failed:
                 headers.append((b"www-authenticate", b"Bearer"))

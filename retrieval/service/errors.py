@@ -36,7 +36,7 @@ from retrieval.api.errors import (
     StoreUnavailable,
 )
 from retrieval.memory.errors import StoreError
-from retrieval.service.auth import INGEST_FAILED, KEY_FIELD, TWO_KEYS, store_failed
+from retrieval.service.auth import INGEST_FAILED, KEY_FIELD, STORE_FAILED, TWO_KEYS, store_failed
 from retrieval.service.drain import ShuttingDown
 from retrieval.service.early_refusal import refusal, refusal_body
 
@@ -165,11 +165,11 @@ async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _store_failed(request: Request, exc: Exception) -> JSONResponse:
-    """The store failed under the request: 503 with ``Retry-After``, or 507 for a full disk, not an
-    unexpected 500 (nothing of a failed write was committed; an add retried with its idempotency key
-    or turn ids is safe)."""
+    """The store failed under the request: 503 with ``Retry-After``, or without it for a removed store,
+    or 507 for a full disk, not an unexpected 500 (nothing of a failed write was committed; an add
+    retried with its idempotency key or turn ids is safe)."""
     status, message = store_failed(f"answering {request.method} {request.url.path}", exc)
-    return error_response(status, message, headers={"Retry-After": "1"} if status == 503 else None)
+    return error_response(status, message, headers={"Retry-After": "1"} if message == STORE_FAILED else None)
 
 
 class UnexpectedErrors:

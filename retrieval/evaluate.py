@@ -41,6 +41,7 @@ from isq.fingerprint import Fingerprinter
 from isq.outputs import unwritable
 from isq.topology import AGGREGATES, ASSOCIATIONS, TopologyParams
 from retrieval.api.errors import MemoryAPIError
+from retrieval.api.inputs import check_recorded_file
 from retrieval.consolidation.options import OPERATORS, make_operator
 from retrieval.eval.answers import AnswerStage
 from retrieval.eval.configs import (
@@ -243,6 +244,7 @@ def _check_inputs(args: argparse.Namespace, conversations: Sequence[LocomoConver
     if args.fingerprinter == DEFAULT_FINGERPRINTER and not DEFAULT_FINGERPRINTER.is_dir():
         raise EvaluationError("the committed fingerprinter (checkpoints/isq_minilm_dailydialog_cpu) is part "
                               "of a source checkout, not of an installed package: pass --fingerprinter DIR")
+    check_recorded_file(args.locomo, [turn for conversation in conversations for turn in conversation.turns])
     report = EvidenceReport()
     if not any(select_questions(conversation, report) for conversation in conversations):
         raise EvaluationError(f"{args.locomo}: no question of categories 1-4 whose evidence names a turn of "

@@ -27,8 +27,8 @@ from pathlib import Path
 from isq.encoder import MINILM_ALIAS
 from isq.fingerprint import Fingerprinter
 from retrieval.api.bulk import add_conversation
-from retrieval.api.errors import InvalidInput, MemoryAPIError
-from retrieval.api.inputs import check_recorded
+from retrieval.api.errors import MemoryAPIError
+from retrieval.api.inputs import check_recorded_file
 from retrieval.api.limits import ID_PATTERN
 from retrieval.api.loading import Deferred, llm_cache
 from retrieval.api.memory import Memory
@@ -86,7 +86,7 @@ def _ingest(args: argparse.Namespace) -> int:
             turns = read_turns_jsonl(args.jsonl)
         if not turns:  # an empty input would create a store and fix its models for nothing
             raise InputFormatError(f"{args.locomo or args.jsonl}: no turns; nothing to ingest")
-        checked_input(args.locomo or args.jsonl, turns)
+        check_recorded_file(args.locomo or args.jsonl, turns)
         warn_unservable(args.locomo or args.jsonl, turns)
         # adding to a built store: its fingerprinter unless another is named, as the readers do
         args.fingerprinter = named_or_recorded(args.store, args.fingerprinter, writer=True)
@@ -121,16 +121,6 @@ def _ingest(args: argparse.Namespace) -> int:
               f"{report.get('amus_active_after')} | archived {report.get('archived')} | created "
               f"{report.get('created')} | job {job.id} {job.state}")
     return 1 if any(job.error for job in jobs) else 0  # the turns are stored; a consolidation is not done
-
-
-def checked_input(source: Path, turns: Sequence[Turn]) -> None:
-    """Every turn checked as the memory will check it (:func:`check_recorded`), before a store is
-    created or opened."""
-    for turn in turns:
-        try:
-            check_recorded(turn)
-        except InvalidInput as err:
-            raise InputFormatError(f"{source}: {err}") from None
 
 
 def warn_unservable(source: Path, turns: Sequence[Turn]) -> None:

@@ -17,6 +17,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from retrieval.api.errors import InvalidInput
@@ -31,7 +32,7 @@ from retrieval.api.limits import (
 )
 from retrieval.contract import EmptyQuery
 from retrieval.contract import check_query as check_words
-from retrieval.memory.records import Turn, lone_surrogate
+from retrieval.memory.records import InputFormatError, Turn, lone_surrogate
 from retrieval.memory.times import naive_utc, parse_iso
 
 TURN_FIELDS = ("speaker", "text", "time", "turn_id", "image_caption")
@@ -260,6 +261,17 @@ def check_recorded(turn: Turn) -> None:
     except InvalidInput as err:
         where = f"conversation {turn.user_id!r}, session {turn.session_id!r}, turn {turn.turn_id!r}"
         raise InvalidInput(f"{where}: {str(err).removeprefix('turns[0]: ')}", err.field) from None
+
+
+def check_recorded_file(source: Path, turns: Sequence[Turn]) -> None:
+    """Every turn of a recorded conversation file checked as the memory will check it
+    (:func:`check_recorded`), before a store is created or a model loads: a refusal
+    (:class:`InputFormatError`) names the file and where in it."""
+    for turn in turns:
+        try:
+            check_recorded(turn)
+        except InvalidInput as err:
+            raise InputFormatError(f"{source}: {err}") from None
 
 
 def check_turns(turns: Any, user: str, session: str) -> list[TurnInput]:

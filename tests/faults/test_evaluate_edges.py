@@ -1,6 +1,7 @@
 """``retrieval.evaluate`` refuses what it cannot evaluate with one ``error:`` line and exit status
 2, before any model loads (so a mistake costs seconds, not a model load): an empty conversation
-list, no scorable question, an empty question, ``--out`` naming a file, a zero budget."""
+list, no scorable question, an empty question, a turn the memory would refuse (named by conversation,
+session and turn, not by its place in an add), ``--out`` naming a file, a zero budget."""
 
 from __future__ import annotations
 
@@ -34,11 +35,14 @@ def never_loaded(directory):
     ("zero budgets", ["--k-dense", "0", "--k-code", "0"], "--k-dense must be at least 1, got 0"),
     ("zero code budget", ["--k-code", "0"], "--k-code must be at least 1, got 0"),
     ("no configuration", ["--configs", " , "], "--configs ' , ' names no configuration"),
+    ("image-only turn", [], "conversation 'conv-t', session 'session_2', turn 'D2:8': field 'text' must be"),
 ])
 def test_unusable_input_is_one_line_and_exit_2(case, extra, message, locomo, tmp_path, capsys, monkeypatch):
     data = {"empty list": [], "no questions": [dict(locomo[0], qa=[])],
             "only adversarial questions": [dict(locomo[0], qa=[dict(QA[0], category=5)])],
             "empty question": [dict(locomo[0], qa=[dict(QA[0], question="")] + QA[1:])]}.get(case, locomo)
+    if case == "image-only turn":  # the memory would refuse it after the conversations before it were built
+        locomo[0]["conversation"]["session_2"][-1].update(text="", blip_caption="a photo of a recipe card")
     path = tmp_path / "locomo.json"
     path.write_text(json.dumps(data))
     (tmp_path / "file").write_text("not a directory")

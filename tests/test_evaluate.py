@@ -198,7 +198,7 @@ def test_question_selection_maps_categories_and_counts_evidence_problems(tmp_pat
     assert [q.evidence for q in questions] == [("D1:1", "D1:3"), ("D1:4",), ("D2:2", "D2:4"), ("D1:6",),
                                                ("D2:6",)]
     assert report.skipped_categories == {5: 1}
-    assert report.without_evidence == 2  # "D1" and the empty list
+    assert report.unscored == ["conv-t qa 5 (single-hop)", "conv-t qa 6 (temporal)"]  # "D1", the empty list
     assert (report.questions, report.evidence_ids) == (5, 7)
     assert report.repaired == ["conv-t qa 2: 'D2:2;D2:4'", "conv-t qa 3: 'D 1:6'", "conv-t qa 4: 'D2: 6'"]
     assert report.unparsed == ["conv-t qa 5: 'D1'"] and report.unknown_ids == ["conv-t qa 4: D9:1"]
@@ -346,11 +346,15 @@ def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
     assert results["answers"]["status"] == "skipped" and "ISQ_LLM_BASE_URL" in results["answers"]["note"]
     assert results["codebooks"]["trained"]["codebook_size"] == 64
     assert results["evidence"]["unknown_ids"] == ["conv-t qa 4: D9:1"]
+    unscored = ["conv-t qa 5 (single-hop)", "conv-t qa 6 (temporal)"]  # the reader sees which and why
+    assert (results["evidence"]["questions_without_evidence"], results["evidence"]["unscored_questions"]) == (
+        2, unscored)
     sweep = json.loads((out / "sweep.json").read_text())
     assert len(sweep) == 36 and set(sweep[0]["configs"]) == {"dense2+code2", "code4", "dense2+kmeans2"}
     assert results["sweep"]["recommended"]["config"] == "dense2+code2"
     markdown = (out / "results.md").read_text()
     assert "| dense2+code2 |" in markdown and "Topology sweep" in markdown and "Skipped:" in markdown
+    assert "- unscored_questions: " + "; ".join(unscored) in markdown
     assert (out / "recall.png").read_bytes()[:4] == b"\x89PNG"
     lines = (out / "questions.jsonl").read_text().splitlines()
     assert len(lines) == 5 and set(json.loads(lines[0])["found"]) == set(names)

@@ -7,8 +7,8 @@ per comma-separated sub-answer there) and of the data (91% of category-1 questio
 turns; every category-2 question asks "when"); some third-party harnesses number them otherwise.
 
 Evidence ids are parsed leniently ("D1:3;D1:4", "D 1:3", "D1: 3", "D30:05"); items without a
-readable id and ids naming no turn of the conversation are counted and left out; a question
-left without evidence is counted and not scored.
+readable id and ids naming no turn of the conversation are listed and left out; a question left
+without evidence is listed (with its category) and not scored.
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ class EvidenceReport:
 
     questions: int = 0
     skipped_categories: Counter[int] = field(default_factory=Counter)
-    without_evidence: int = 0
+    unscored: list[str] = field(default_factory=list)
+    """The questions of categories 1-4 left without usable evidence, ``conv qa N (category)``."""
     evidence_ids: int = 0
     repaired: list[str] = field(default_factory=list)
     unparsed: list[str] = field(default_factory=list)
@@ -90,7 +91,8 @@ class EvidenceReport:
         return {
             "questions": self.questions,
             "skipped_categories": {str(k): v for k, v in sorted(self.skipped_categories.items())},
-            "questions_without_evidence": self.without_evidence,
+            "questions_without_evidence": len(self.unscored),
+            "unscored_questions": self.unscored,
             "evidence_ids": self.evidence_ids,
             "repaired_items": self.repaired,
             "unparsed_items": self.unparsed,
@@ -119,7 +121,7 @@ def select_questions(conversation: LocomoConversation, report: EvidenceReport) -
         usable = tuple(known[turn_id] for turn_id in evidence.ids if turn_id in known)
         report.unknown_ids += [f"{where}: {turn_id}" for turn_id in evidence.ids if turn_id not in known]
         if not usable:
-            report.without_evidence += 1
+            report.unscored.append(f"{where} ({CATEGORY_NAMES[qa.category]})")
             continue
         report.questions += 1
         report.evidence_ids += len(usable)

@@ -133,7 +133,7 @@ def render_markdown(results: Results, sweep_rows: Sequence[SweepRow]) -> str:
               f"{len(evidence.unparsed_items)} unparsable, {len(evidence.unknown_ids)} ids naming no turn.",
               "Recall ceiling (evidence turns that some AMU points to): "
               f"{pct(evidence.recall_ceiling.overall.recall)}%.", ""]
-    for key in ("repaired_items", "unparsed_items", "unknown_ids"):
+    for key in ("unscored_questions", "repaired_items", "unparsed_items", "unknown_ids"):
         if items := getattr(evidence, key):
             lines.append(f"- {key}: " + "; ".join(items[:20]))
     c = results.construction

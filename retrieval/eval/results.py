@@ -118,6 +118,8 @@ class EvidenceCounts(Record):
     questions: int
     skipped_categories: dict[str, int]
     questions_without_evidence: int
+    unscored_questions: list[str] | None = None
+    """Those questions, ``conv qa N (category)`` (None in a report written before they were listed)."""
     evidence_ids: int
     repaired_items: list[str]
     unparsed_items: list[str]

@@ -78,12 +78,17 @@ it computes (the weights are cast when loaded)."""
 
 
 def config_checksum(model_dir: str | Path) -> str:
-    """SHA-256 of a local model directory's configuration as the model reads it: what differs from
-    its class's defaults (``to_diff_dict``, so a re-save that writes the defaults out is the same),
-    keys sorted, private ones and :data:`CONFIG_VOLATILE` left out. The same weights under another
-    activation, normalisation epsilon or layer layout compute other vectors."""
-    config = AutoConfig.from_pretrained(str(model_dir)).to_diff_dict()
-    kept = {key: value for key, value in config.items()
+    """SHA-256 of a local model directory's configuration as the model reads it
+    (:func:`configuration_digest`)."""
+    return configuration_digest(AutoConfig.from_pretrained(str(model_dir)))
+
+
+def configuration_digest(config: Any) -> str:
+    """SHA-256 of a loaded model configuration: what differs from its class's defaults
+    (``to_diff_dict``, so a re-save that writes the defaults out is the same), keys sorted, private
+    ones and :data:`CONFIG_VOLATILE` left out. The same weights under another activation,
+    normalisation epsilon or layer layout compute other vectors."""
+    kept = {key: value for key, value in config.to_diff_dict().items()
             if not key.startswith("_") and key not in CONFIG_VOLATILE}
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
@@ -13,11 +15,13 @@ import torch
 from isq.encoder import (
     MINILM_ALIAS,
     EncoderUnavailable,
+    configuration_digest,
     load_offline_first,
     quiet_loading,
     resolve_encoder_path,
     weights_checksum,
 )
+from retrieval.memory.meta_keys import PIPELINE_KEY
 
 
 def _sentence_transformer(path: str, *, local_files_only: bool = False, **kwargs: Any) -> Any:
@@ -60,10 +64,34 @@ class SentenceEmbedder:
 
     @cached_property
     def identity(self) -> dict[str, Any]:
-        """Name and, for a local model directory, the SHA-256 of its weights: what a store records
-        to refuse vectors of another model."""
+        """Name, the SHA-256 of a local model directory's weights, and of the pipeline that turns
+        them into vectors (:meth:`pipeline_checksum`): what a store records to refuse vectors of
+        another model, or of the same weights pooled, truncated or tokenised otherwise."""
         path = Path(resolve_encoder_path(self.name))
-        return {"name": self.name, "sha256": weights_checksum(path) if path.is_dir() else None}
+        return {"name": self.name, "sha256": weights_checksum(path) if path.is_dir() else None,
+                PIPELINE_KEY: self.pipeline_checksum()}
+
+    def pipeline_checksum(self) -> str:
+        """SHA-256 of what the loaded model does with its weights: each module's kind and settings
+        (pooling mode, normalisation), the longest input, the prompts, the truncated dimension,
+        the transformer's configuration (:func:`isq.encoder.configuration_digest`) and its
+        tokenizer (vocabulary, normalisation, added tokens), read from the model as loaded, so a
+        hub model is named as fully as a directory."""
+        modules = []
+        for module in self._model:
+            settings = module.get_config_dict() if callable(getattr(module, "get_config_dict", None)) else {}
+            config = getattr(getattr(module, "auto_model", None), "config", None)
+            tokenizer = getattr(module, "tokenizer", None)
+            backend = getattr(tokenizer, "backend_tokenizer", None)
+            vocabulary = (backend.to_str() if backend is not None else
+                          json.dumps(sorted(tokenizer.get_vocab().items())) if tokenizer is not None else "")
+            modules.append({"kind": type(module).__name__, "settings": settings,
+                            "config": None if config is None else configuration_digest(config),
+                            "tokenizer": hashlib.sha256(vocabulary.encode()).hexdigest()})
+        pipeline = {"modules": modules, "max_seq_length": self._model.max_seq_length,
+                    "prompts": self._model.prompts, "default_prompt": self._model.default_prompt_name,
+                    "truncate_dim": self._model.truncate_dim}
+        return hashlib.sha256(json.dumps(pipeline, sort_keys=True, default=str).encode()).hexdigest()
 
     @property
     def device(self) -> torch.device:

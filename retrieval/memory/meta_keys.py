@@ -21,9 +21,22 @@ MERGE_KEY = "consolidation:{}"
 """The operation that made a merged record (keyed by its id); purged with the record."""
 
 
+PIPELINE_KEY = "pipeline_sha256"
+"""The field of a sentence embedder's identity naming what turns its weights into vectors (its
+modules and their settings, the transformer's configuration, the tokenizer), absent from
+identities recorded before it was."""
+
+
 def bound_alike(key: str, saved: Any, value: Any) -> bool:
     """Whether a store bound to ``saved`` under ``key`` (``embedder``, ``extractor``,
-    ``fingerprinter``) takes ``value``: the same value, or, for a fingerprinter, an identity
-    recorded before identities named the encoder with the same codebook
-    (:func:`isq.identity.same_text_codes`)."""
-    return saved == value or (key == "fingerprinter" and same_text_codes(saved, value))
+    ``fingerprinter``) takes ``value``: the same value, or an identity recorded before a field
+    was part of it that agrees on the others: for a fingerprinter one before identities named the
+    encoder, with the same codebook (:func:`isq.identity.same_text_codes`); for an embedder one
+    before they named its pipeline (:data:`PIPELINE_KEY`), with the same name and weights."""
+    if saved == value:
+        return True
+    if key == "fingerprinter":
+        return same_text_codes(saved, value)
+    return (key == "embedder" and isinstance(saved, dict) and isinstance(value, dict)
+            and PIPELINE_KEY not in saved and PIPELINE_KEY in value
+            and saved == {name: field for name, field in value.items() if name != PIPELINE_KEY})

@@ -203,7 +203,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     settings = {"command": "python -m retrieval.evaluate " + " ".join(sys.argv[1:] if argv is None else argv),
                 "locomo": str(args.locomo), "fingerprinter": str(args.fingerprinter),
-                "kmeans_fingerprinter": str(args.kmeans_fingerprinter or ""), "embedder": args.embedder}
+                "kmeans_fingerprinter": str(args.kmeans_fingerprinter or ""), "embedder": args.embedder,
+                # what the paths and names held: a model re-exported in place makes another run
+                "identities": {"embedder": model_identity(embedder),
+                               **{f"{kind}_fingerprinter": model_identity(fingerprinter)
+                                  for kind, fingerprinter in fingerprinters.items()}}}
     fresh_out = not args.out.exists()
     try:
         models = EvalModels(fingerprinters, embedder, extractor, planner, reranker, operator, answer_stage)

@@ -583,6 +583,9 @@ def test_a_store_is_evaluated_with_the_fingerprinter_it_recorded(tmp_path, monke
         assert main([*command, "--out", str(out), "--store", str(store), *extra]) == 0
         settings = json.loads((out / "results.json").read_text())["settings"]
         assert Path(settings["fingerprinter"]).resolve() == Path(used).resolve()
+        assert settings["identities"] == {  # what the directory held, which a re-export in place changes
+            "embedder": model_identity(HashEmbedder()),
+            "trained_fingerprinter": model_identity(Fingerprinter.from_pretrained(used))}
     with open_store(store) as opened:  # the recorded directory since moved: refused, not replaced unsaid
         opened.put_meta("fingerprinter_path", str(tmp_path / "moved"))
     assert main([*command, "--out", str(tmp_path / "eval-moved"), "--store", str(store)]) == 2

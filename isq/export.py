@@ -148,6 +148,12 @@ def write_directory(directory: Path, tensors: Mapping[str, Tensor], meta: dict[s
     return given
 
 
+def listed_files(meta: Mapping[str, Any]) -> list[str]:
+    """The files an export is made of: those its ``files`` field lists (a format-1 export: the
+    weights and :data:`TOKENIZER_NAMES`). Anything else in its directory is not part of it."""
+    return [WEIGHTS_NAME, *TOKENIZER_NAMES] if meta["format_version"] == 1 else list(meta.get("files") or {})
+
+
 def read_meta(directory: Path) -> dict[str, Any]:
     """``config.json``, checked: readable JSON, a supported format, the required fields typed,
     and (format 2) every recorded file present with its checksum."""
@@ -175,7 +181,7 @@ def read_meta(directory: Path) -> dict[str, Any]:
     files = meta.get("files") or {}
     if not isinstance(files, dict) or not all(isinstance(value, str) for value in files.values()):
         raise FingerprinterLoadError(f"{path}: field 'files' must map each file name to its SHA-256")
-    required = [WEIGHTS_NAME, *TOKENIZER_NAMES] if meta["format_version"] == 1 else list(files)
+    required = listed_files(meta)
     if meta["format_version"] >= 2 and WEIGHTS_NAME not in required:
         raise FingerprinterLoadError(f"{path}: field 'files' does not list {WEIGHTS_NAME}")
     for name in required:

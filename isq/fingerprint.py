@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -214,7 +216,7 @@ class Fingerprinter(nn.Module):
                 encoder = build_encoder(config)
             else:
                 encoder = build_encoder(config, architecture=meta.get("encoder_architecture"))
-            tokenizer = AutoTokenizer.from_pretrained(str(directory))
+            tokenizer = _listed_tokenizer(directory, meta)
             semantic = SemanticEncoder.build(config, encoder, frozen=bool(meta["frozen_encoder"]))
         except (OSError, KeyError, TypeError, ValueError, RuntimeError, MemoryError) as err:
             if isinstance(err, export.FingerprinterLoadError):
@@ -229,6 +231,17 @@ class Fingerprinter(nn.Module):
         export.check_identity(directory, meta["identity"], model.identity)
         model.run_record = export.read_run_record(directory)
         return model.to(device).eval()
+
+
+def _listed_tokenizer(directory: Path, meta: dict[str, Any]) -> PreTrainedTokenizerBase:
+    """The tokenizer of the export's listed files only (:func:`isq.export.listed_files`, checked
+    by their SHA-256): ``from_pretrained`` of the directory would also read files dropped in beside
+    them (an ``added_tokens.json`` giving ids past the encoder's vocabulary)."""
+    with tempfile.TemporaryDirectory(prefix="isq-tokenizer-") as listed:
+        for name in export.listed_files(meta):
+            if name != export.WEIGHTS_NAME:
+                shutil.copyfile(directory / name, Path(listed) / name)
+        return AutoTokenizer.from_pretrained(listed)
 
 
 def _check_reference(where: Path, reference: dict[str, Any]) -> None:

@@ -38,6 +38,16 @@ def test_an_edited_tokenizer_file_is_refused_by_its_checksum(export):
         Fingerprinter.from_pretrained(export)
 
 
+def test_a_tokenizer_file_the_export_does_not_list_is_not_read(export):
+    """Only the listed (and checksummed) files make the tokenizer: an ``added_tokens.json`` dropped
+    in beside them gave ids past the encoder's vocabulary, and fingerprinting a text with its word
+    raised a bare IndexError."""
+    text = "Caroline went to the LGBTQ support group yesterday."
+    expected = Fingerprinter.from_pretrained(export).fingerprint([text])
+    (export / "added_tokens.json").write_text(json.dumps({"caroline": 30522, "lgbtq": 30523}))
+    assert Fingerprinter.from_pretrained(export).fingerprint([text]) == expected
+
+
 def test_an_edited_max_length_in_config_is_refused_by_the_encoder_identity(export, tmp_path):
     """An export that records identity.encoder_sha256 is checked against it; config.json's own
     isq_config (max_length) is covered by no file checksum, only by that identity."""

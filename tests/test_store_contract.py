@@ -224,7 +224,8 @@ def test_meta_binding_and_jobs(backend):
         store.bind("model", {"name": "a"})
         store.bind("model", {"name": "a"})
         with pytest.raises(StoreMismatch,
-                           match=r"was built with model \{'name': 'a'\}, not \{'name': 'b'\}; rebuild"):
+                           match=r"was built with model \{'name': 'a'\}, not \{'name': 'b'\} "
+                                 r"\(they differ in name\); rebuild"):
             store.bind("model", {"name": "b"}, "rebuild")
         store.put_meta("cost", [1, 2])
         store.put_meta("cost", {"s": 3})

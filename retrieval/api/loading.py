@@ -20,7 +20,7 @@ from retrieval.index.query_batcher import QueryBatcher
 from retrieval.memory.cache import model_identity
 from retrieval.memory.errors import StoreError
 from retrieval.memory.fingerprinter_source import PATH_KEY as FINGERPRINTER_PATH
-from retrieval.memory.meta_keys import bound_alike
+from retrieval.memory.meta_keys import bound_alike, bound_otherwise
 from retrieval.memory.store_contract import Store
 
 LLM_CACHE = "llm_cache"
@@ -103,7 +103,7 @@ class MemoryModels:
                 saved = store.meta(key)
                 checked = key == "embedder" or (key == "fingerprinter" and self.fingerprinter is not None)
                 if read_only and saved is not None and checked and not bound_alike(key, saved, value):
-                    raise StoreError(f"{store.location} was built with {key} {saved!r}, not {value!r}")
+                    raise StoreError(f"{store.location} {bound_otherwise(key, saved, value)}")
                 if (unextracted if key == "extractor" else unbuilt) and saved is not None \
                         and not bound_alike(key, saved, value):
                     store.put_meta(key, value)

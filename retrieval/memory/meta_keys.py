@@ -40,3 +40,13 @@ def bound_alike(key: str, saved: Any, value: Any) -> bool:
     return (key == "embedder" and isinstance(saved, dict) and isinstance(value, dict)
             and PIPELINE_KEY not in saved and PIPELINE_KEY in value
             and saved == {name: field for name, field in value.items() if name != PIPELINE_KEY})
+
+
+def bound_otherwise(key: str, saved: Any, value: Any) -> str:
+    """Why a store bound to ``saved`` under ``key`` refuses ``value``: both, and where both are
+    identities (mappings), the fields they differ in, so nobody compares checksums by eye."""
+    differing = ""
+    if isinstance(saved, dict) and isinstance(value, dict):
+        fields = sorted(name for name in saved.keys() | value.keys() if saved.get(name) != value.get(name))
+        differing = f" (they differ in {', '.join(fields)})"
+    return f"was built with {key} {saved!r}, not {value!r}{differing}"

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from retrieval.memory.errors import StoreMismatch
-from retrieval.memory.meta_keys import bound_alike
+from retrieval.memory.meta_keys import bound_alike, bound_otherwise
 from retrieval.memory.sqlite_part import SQLitePart
 
 
@@ -41,4 +41,4 @@ class StoreMeta(SQLitePart):
             saved = self.meta(key)
         if not bound_alike(key, saved, value):
             where = self._connection.directory
-            raise StoreMismatch(f"{where} was built with {key} {saved!r}, not {value!r}; {hint}")
+            raise StoreMismatch(f"{where} {bound_otherwise(key, saved, value)}; {hint}")

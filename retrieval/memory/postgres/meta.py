@@ -7,7 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from retrieval.memory.errors import StoreMismatch
-from retrieval.memory.meta_keys import bound_alike
+from retrieval.memory.meta_keys import bound_alike, bound_otherwise
 
 if TYPE_CHECKING:
     from retrieval.memory.postgres.database import Database
@@ -43,4 +43,4 @@ class Meta:
                              (key, json.dumps(value)))
             saved = self.meta(key)
         if not bound_alike(key, saved, value):
-            raise StoreMismatch(f"{self.db.where} was built with {key} {saved!r}, not {value!r}; {hint}")
+            raise StoreMismatch(f"{self.db.where} {bound_otherwise(key, saved, value)}; {hint}")

@@ -332,6 +332,37 @@ def test_a_store_removed_or_replaced_under_its_writer_commits_nothing_more(tmp_p
             commit(store, 1, [make_amu(1, 0)])
 
 
+@pytest.mark.parametrize("how", ["files removed", "file replaced"])
+def test_a_thread_reading_first_after_the_store_was_removed_makes_no_new_one(tmp_path, how):
+    """A thread whose first read comes after the store's files were removed (a cleanup emptying the
+    directory as the ingestion worker wakes) is refused as the writer is, and leaves no empty
+    database behind, which the next start would take for a new store; after a replacement it
+    reads nothing of the other file."""
+    from retrieval.memory.errors import StoreGone
+
+    directory = tmp_path / "store"
+    with AMUStore(directory) as store:
+        commit(store, 0, [make_amu(0, 0)])
+        for side in ("", "-wal", "-shm"):
+            (directory / (AMUStore.DB_NAME + side)).unlink(missing_ok=True)
+        if how == "file replaced":
+            AMUStore(tmp_path / "other").close()
+            os.replace(tmp_path / "other" / AMUStore.DB_NAME, directory / AMUStore.DB_NAME)
+        failed: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                store.count("conv-x")
+            except BaseException as err:  # noqa: BLE001 - handed to the test's thread
+                failed.append(err)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        reader.join()
+        assert [type(err) for err in failed] == [StoreGone], failed
+        assert (directory / AMUStore.DB_NAME).exists() == (how == "file replaced")
+
+
 def test_a_store_opened_by_a_relative_path_still_commits_after_a_chdir(tmp_path, monkeypatch):
     """The check that the store is still in place looks at the file it opened, not at the relative
     path read again from wherever the process went since (a notebook's os.chdir)."""

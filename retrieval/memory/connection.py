@@ -197,8 +197,7 @@ class SQLiteConnection:
             self._reopen_if_changed()
         reader = getattr(self._local, "reader", None)
         if reader is None or reader.generation != self._generation:
-            connection = (self._connect(str(self.path)) if self._writer is not None
-                          else self._connect_read_only()[0])
+            connection = self._beside_writer() if self._writer is not None else self._connect_read_only()[0]
             connection.row_factory = sqlite3.Row
             connection.execute("PRAGMA foreign_keys=ON")
             connection.execute(f"PRAGMA cache_size=-{READER_CACHE_KIB}")
@@ -240,6 +239,17 @@ class SQLiteConnection:
                     db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
+
+    def _beside_writer(self) -> sqlite3.Connection:
+        """A thread's reader in the writing process, of the file the writer writes: one opened
+        after the store was removed or replaced is :class:`StoreGone`, and ``mode=rw`` never
+        creates a file, so a reader racing a removal cannot leave an empty database behind."""
+        self._check_in_place()
+        try:
+            return self._connect(f"file:{self._where}?mode=rw")
+        except StoreError:
+            self._check_in_place()  # removed between the check and the open
+            raise
 
     def _check_in_place(self) -> None:
         """:class:`StoreGone` when the file this process writes is no longer the one at the store's

@@ -363,6 +363,22 @@ def test_a_thread_reading_first_after_the_store_was_removed_makes_no_new_one(tmp
         assert (directory / AMUStore.DB_NAME).exists() == (how == "file replaced")
 
 
+def test_a_store_in_a_directory_named_with_uri_characters_is_read_where_it_is(tmp_path):
+    """SQLite reads a ``file:`` URI's path up to a ``?`` or ``#``: unescaped, a reader of
+    ``a b#1/store`` opened (and made) a database at ``a b`` and found no store."""
+    directory = tmp_path / "a b#1?x=%41" / "store"
+    with AMUStore(directory) as store:
+        commit(store, 0, [make_amu(0, 0)])
+        counted: list[int] = []
+        reader = threading.Thread(target=lambda: counted.append(store.count("conv-x")))
+        reader.start()
+        reader.join()
+        assert counted == [1]
+    with AMUStore(directory, read_only=True) as store:
+        assert store.count("conv-x") == 1
+    assert os.listdir(tmp_path) == ["a b#1?x=%41"]
+
+
 def test_a_store_opened_by_a_relative_path_still_commits_after_a_chdir(tmp_path, monkeypatch):
     """The check that the store is still in place looks at the file it opened, not at the relative
     path read again from wherever the process went since (a notebook's os.chdir)."""

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from retrieval.memory.errors import StoreBusy, StoreError, StoreFault, StoreGone
 from retrieval.memory.faults import GuardedConnection, outside_fault
@@ -57,6 +58,12 @@ Opened = TypeVar("Opened")
 """What a ``connect`` given to :func:`read_only_connection` returns."""
 
 
+def file_uri(path: Path, query: str) -> str:
+    """SQLite's URI of the database file at ``path`` with ``query``: the path percent-encoded, so a
+    ``?``, ``#`` or ``%`` in a directory's name stays part of the name rather than ending it."""
+    return f"file:{quote(str(path))}?{query}"
+
+
 def read_only_connection(path: Path, connect: Callable[[str], Opened],
                          refused: type[Exception]) -> tuple[Opened, bool]:
     """``connect`` of the SQLite database at ``path`` read-only, and whether it is immutable. A
@@ -65,7 +72,7 @@ def read_only_connection(path: Path, connect: Callable[[str], Opened],
     write-ahead log (it was closed cleanly) is opened as immutable instead: SQLite then reads it as
     a file that never changes, so its reader compares :func:`file_states` to see a change."""
     try:
-        return connect(f"file:{path}?mode=ro"), False
+        return connect(file_uri(path, "mode=ro")), False
     except refused:
         try:  # a writer may remove its WAL as this looks
             pending = path.with_name(path.name + "-wal").stat().st_size > 0
@@ -73,7 +80,7 @@ def read_only_connection(path: Path, connect: Callable[[str], Opened],
             pending = False
         if pending:
             raise
-    return connect(f"file:{path}?mode=ro&immutable=1"), True
+    return connect(file_uri(path, "mode=ro&immutable=1")), True
 
 
 def missing_store(directory: Path | None) -> str | None:
@@ -246,7 +253,7 @@ class SQLiteConnection:
         creates a file, so a reader racing a removal cannot leave an empty database behind."""
         self._check_in_place()
         try:
-            return self._connect(f"file:{self._where}?mode=rw")
+            return self._connect(file_uri(self._where, "mode=rw"))
         except StoreError:
             self._check_in_place()  # removed between the check and the open
             raise

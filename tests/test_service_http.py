@@ -243,7 +243,7 @@ def test_pages_and_cursor(api: Api) -> None:
         cursor = page["next_cursor"]
         if cursor is None:
             break
-    everything = api.alice.get("/v1/memories", params={"limit": limits.MAX_PAGE}).json()
+    everything = api.alice.get("/v1/memories", params={"session_id": "s1", "limit": limits.MAX_PAGE}).json()
     assert seen == [item["id"] for item in everything["items"]] and len(seen) >= 3
     one = api.alice.get(f"/v1/memories/{seen[0]}").json()
     assert one["id"] == seen[0] and one["kind"] == "record" and one["text"] and one["turns"]
@@ -587,6 +587,7 @@ def test_an_mcp_client_is_told_why_the_server_refused_before_the_tools(api: Api)
 
 def test_metrics_count_routes_and_no_request_failed_with_500(api: Api) -> None:
     api.alice.post("/v1/search", json={"query": "cat"})
+    assert api.alice.get("/v1/memories/alice:999:0").status_code == 404  # counted as an error, not a 500
     text = api.metrics.get("/metrics").text
     assert 'isq_http_requests_total{method="POST",route="/v1/search",status="200"}' in text
     assert 'isq_http_request_seconds_bucket{le="0.1",method="POST",route="/v1/search"}' in text

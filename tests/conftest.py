@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from isq.config import ISQConfig  # noqa: E402
 from isq.encoder import MINILM_ALIAS  # noqa: E402
 from isq.export import CONFIG_KEY, config_checksum  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _environment_kept() -> Iterator[None]:
+    """Each test ends with the process environment it started with: a seed Lightning exported
+    (``PL_GLOBAL_SEED``, which a later run records as its own) or a thread setting a server put
+    there is not read by the tests after it."""
+    before = dict(os.environ)
+    yield
+    if os.environ != before:
+        os.environ.clear()
+        os.environ.update(before)
 
 
 def run_together(target, count: int) -> None:

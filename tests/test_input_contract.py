@@ -548,14 +548,14 @@ def test_mcp_refuses_a_message_it_would_not_answer_doing_nothing(http, mem):
 
 
 ROOT_LOGGING = """
-import logging, sys, tempfile
+import logging, sys
 sys.path.insert(0, {repo!r})
 from retrieval import Memory
 from retrieval.service.app import create_app
 from retrieval.service.connections import ConnectionTimeouts, uvicorn_config
 from retrieval.service.keys import KeyStore
 from tests.multi_route_fixtures import WordEmbedder
-store = tempfile.mkdtemp()
+store = {store!r}
 app = create_app(Memory.open(store, embedder=WordEmbedder()), KeyStore(store), store)
 before = [type(h).__name__ for h in logging.getLogger().handlers]
 uvicorn_config(app, "127.0.0.1", 0, ConnectionTimeouts())
@@ -564,7 +564,7 @@ print(before, [type(h).__name__ for h in root.handlers], logging.getLevelName(ro
 """
 
 
-def test_the_servers_logging_replaces_the_mcp_sdks_root_handler():
+def test_the_servers_logging_replaces_the_mcp_sdks_root_handler(tmp_path):
     """The server's logging puts uvicorn's handler at WARNING on the root logger, in place of the
     rich-text INFO handler the MCP SDK installs there (which logged tool refusals with user ids,
     and stopped the server when it could not import its traceback module, out of descriptors)."""
@@ -573,7 +573,7 @@ def test_the_servers_logging_replaces_the_mcp_sdks_root_handler():
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-c", ROOT_LOGGING.format(repo=str(repo))], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", ROOT_LOGGING.format(repo=str(repo), store=str(tmp_path / "store"))], capture_output=True,
                          text=True, timeout=300, cwd=repo).stdout.strip()
     assert out == "['RichHandler'] ['StreamHandler'] WARNING", out
 

@@ -573,8 +573,9 @@ def test_the_servers_logging_replaces_the_mcp_sdks_root_handler(tmp_path):
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-c", ROOT_LOGGING.format(repo=str(repo), store=str(tmp_path / "store"))], capture_output=True,
-                         text=True, timeout=300, cwd=repo).stdout.strip()
+    script = ROOT_LOGGING.format(repo=str(repo), store=str(tmp_path / "store"))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         cwd=repo).stdout.strip()
     assert out == "['RichHandler'] ['StreamHandler'] WARNING", out
 
 

@@ -354,7 +354,7 @@ def test_end_to_end_and_rerun_on_the_stored_memory(tmp_path, fingerprinters):
     assert results["sweep"]["recommended"]["config"] == "dense2+code2"
     markdown = (out / "results.md").read_text()
     assert "| dense2+code2 |" in markdown and "Topology sweep" in markdown and "Skipped:" in markdown
-    assert "- unscored_questions: " + "; ".join(unscored) in markdown
+    assert f"2 questions without usable evidence ({', '.join(unscored)}); " in markdown
     assert (out / "recall.png").read_bytes()[:4] == b"\x89PNG"
     lines = (out / "questions.jsonl").read_text().splitlines()
     assert len(lines) == 5 and set(json.loads(lines[0])["found"]) == set(names)

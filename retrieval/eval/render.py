@@ -128,12 +128,13 @@ def render_markdown(results: Results, sweep_rows: Sequence[SweepRow]) -> str:
     lines += ["## Evidence", "",
               f"{evidence.questions} questions scored, {evidence.evidence_ids} evidence ids; skipped: "
               + (", ".join(f"{n} of category {k}" for k, n in evidence.skipped_categories.items()) or "none")
-              + f"; {evidence.questions_without_evidence} questions "
-              f"without usable evidence; {len(evidence.repaired_items)} items repaired, "
+              + f"; {evidence.questions_without_evidence} questions without usable evidence"
+              + (f" ({', '.join(evidence.unscored_questions)})" if evidence.unscored_questions else "")
+              + f"; {len(evidence.repaired_items)} items repaired, "
               f"{len(evidence.unparsed_items)} unparsable, {len(evidence.unknown_ids)} ids naming no turn.",
               "Recall ceiling (evidence turns that some AMU points to): "
               f"{pct(evidence.recall_ceiling.overall.recall)}%.", ""]
-    for key in ("unscored_questions", "repaired_items", "unparsed_items", "unknown_ids"):
+    for key in ("repaired_items", "unparsed_items", "unknown_ids"):
         if items := getattr(evidence, key):
             lines.append(f"- {key}: " + "; ".join(items[:20]))
     c = results.construction

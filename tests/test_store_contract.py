@@ -156,24 +156,6 @@ def test_cached_arrays_are_each_users_own_copied_scrubbed_and_forgotten_with_it(
         assert store.cached("codes", "f", "other", ["a"]) == [b"3"]
 
 
-def test_arrays_cached_under_a_model_key_are_filed_under_its_fuller_name(backend):
-    """What a writer does when it completes an identity recorded before a field was part of it:
-    every user's arrays move to the new key (one already there is kept), none stay under the old."""
-    with backend.open() as store:
-        for user in ("u", "v"):
-            store.cache("vectors", "old", user, {"a": b"1" + user.encode(), "b": b"2"})
-        store.cache("codes", "old", "u", {"a": b"3"})
-        store.cache("vectors", "new", "u", {"b": b"kept"})
-        store.cache("vectors", "other", "u", {"a": b"4"})
-        store.rename_cached("old", "new")
-        assert store.cached("vectors", "new", "u", ["a", "b"]) == [b"1u", b"kept"]
-        assert store.cached("vectors", "new", "v", ["a", "b"]) == [b"1v", b"2"]
-        assert store.cached("codes", "new", "u", ["a"]) == [b"3"]
-        for table in ("vectors", "codes"):
-            assert store.cached(table, "old", "u", ["a", "b"]) == [None, None]
-        assert store.cached("vectors", "other", "u", ["a"]) == [b"4"]  # another model's untouched
-
-
 def test_a_turns_time_comes_back_with_the_offset_it_was_given_with(backend):
     """Stored in UTC for order, read back on the speaker's clock too: the same turn."""
     given = datetime.fromisoformat("2023-05-08T01:00:00+09:00")

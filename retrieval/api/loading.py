@@ -17,7 +17,7 @@ from retrieval.consolidation.worker import SerializedEmbedder, SerializedFingerp
 from retrieval.index.joint import JointEncoder, JointModels, why_not_joined
 from retrieval.index.model_thread import on_model_thread
 from retrieval.index.query_batcher import QueryBatcher
-from retrieval.memory.cache import model_identity, model_key
+from retrieval.memory.cache import model_identity
 from retrieval.memory.errors import StoreError
 from retrieval.memory.fingerprinter_source import PATH_KEY as FINGERPRINTER_PATH
 from retrieval.memory.meta_keys import bound_alike, bound_otherwise
@@ -110,9 +110,7 @@ class MemoryModels:
                     if key == "fingerprinter":  # a path ingest recorded names the one replaced
                         store.put_meta(FINGERPRINTER_PATH, None)
                 if not read_only and saved is not None and saved != value and bound_alike(key, saved, value):
-                    # recorded before a field was part of it: completed, its cached arrays kept
-                    store.rename_cached(model_key(saved), model_key(value))
-                    store.put_meta(key, value)
+                    store.put_meta(key, value)  # recorded before a field was part of it: completed
                 if not read_only:
                     store.bind(key, value, hint=f"open it with the {key} it was built with, or use a new "
                                                 "store")

@@ -99,14 +99,6 @@ class ArrayCache(SQLitePart):
                            f"SELECT ?, model, item, {column} FROM {table} WHERE conversation_id = ?",
                            (target, source))
 
-    def rename_cached(self, model: str, renamed: str) -> None:
-        """File every array cached under the model key ``model`` under ``renamed`` instead (one
-        already there is kept): the same model, now named by a fuller identity."""
-        with self._transaction() as db:
-            for table in _COLUMNS:
-                db.execute(f"UPDATE OR IGNORE {table} SET model = ? WHERE model = ?", (renamed, model))
-                db.execute(f"DELETE FROM {table} WHERE model = ?", (model,))
-
 
 def _purges(db: Any, user: str) -> int:
     row = db.execute("SELECT count FROM purges WHERE conversation_id = ?", (user,)).fetchone()

@@ -35,7 +35,6 @@ class CacheRows(Protocol):
               purges: int | None = None) -> None: ...
     def purge_count(self, user: str) -> int: ...
     def copy_cache(self, source: str, target: str) -> None: ...
-    def rename_cached(self, model: str, renamed: str) -> None: ...
 
 
 class StoreParts:
@@ -191,9 +190,6 @@ class StoreParts:
 
     def copy_cache(self, source: str, target: str) -> None:
         self._cache.copy_cache(source, target)
-
-    def rename_cached(self, model: str, renamed: str) -> None:
-        self._cache.rename_cached(model, renamed)
 
     def create_job(self, user: str, session_id: str | None, kind: str) -> tuple[JobRow, bool]:
         return self._jobs.create_job(user, session_id, kind)

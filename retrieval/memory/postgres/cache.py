@@ -57,13 +57,3 @@ class ArrayCache:
                 conn.execute(f"INSERT INTO {table} (user_id, model, item, {column}) "  # type: ignore[arg-type]
                              f"SELECT %s, model, item, {column} FROM {table} WHERE user_id = %s "
                              "ON CONFLICT DO NOTHING", (target, source))
-
-    def rename_cached(self, model: str, renamed: str) -> None:
-        """File every array cached under the model key ``model`` under ``renamed`` instead (one
-        already there is kept)."""
-        with self.db.transaction() as conn:
-            for table, column in _COLUMNS.items():
-                conn.execute(f"INSERT INTO {table} (user_id, model, item, {column}) "  # type: ignore[arg-type]
-                             f"SELECT user_id, %s, item, {column} FROM {table} WHERE model = %s "
-                             "ON CONFLICT DO NOTHING", (renamed, model))
-                conn.execute(f"DELETE FROM {table} WHERE model = %s", (model,))  # type: ignore[arg-type]

@@ -75,16 +75,14 @@ class SentenceEmbedder:
         """SHA-256 of what the loaded model does with its weights: each module's kind and settings
         (pooling mode, normalisation), the longest input, the prompts, the truncated dimension,
         the transformer's configuration (:func:`isq.encoder.configuration_digest`) and its
-        tokenizer (vocabulary, normalisation, added tokens), read from the model as loaded, so a
-        hub model is named as fully as a directory."""
+        tokenizer (:func:`_tokenizer_text`), read from the model as loaded, so a hub model is
+        named as fully as a directory."""
         modules = []
         for module in self._model:
             settings = module.get_config_dict() if callable(getattr(module, "get_config_dict", None)) else {}
             config = getattr(getattr(module, "auto_model", None), "config", None)
             tokenizer = getattr(module, "tokenizer", None)
-            backend = getattr(tokenizer, "backend_tokenizer", None)
-            vocabulary = (backend.to_str() if backend is not None else
-                          json.dumps(sorted(tokenizer.get_vocab().items())) if tokenizer is not None else "")
+            vocabulary = _tokenizer_text(tokenizer)
             modules.append({"kind": type(module).__name__, "settings": settings,
                             "config": None if config is None else configuration_digest(config),
                             "tokenizer": hashlib.sha256(vocabulary.encode()).hexdigest()})
@@ -132,3 +130,17 @@ class SentenceEmbedder:
             convert_to_numpy=True, show_progress_bar=False,
         )
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def _tokenizer_text(tokenizer: Any) -> str:
+    """What a tokenizer does to a text (vocabulary, normalisation, splitting, added tokens), as
+    text: a fast tokenizer's serialised form without its truncation and padding, which each
+    ``encode`` sets for its batch (the longest input is named apart, ``max_seq_length``)."""
+    if tokenizer is None:
+        return ""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return json.dumps(sorted(tokenizer.get_vocab().items()))
+    described = json.loads(backend.to_str())
+    kept = {key: value for key, value in described.items() if key not in ("truncation", "padding")}
+    return json.dumps(kept, sort_keys=True)

@@ -377,6 +377,9 @@ def test_a_store_in_a_directory_named_with_uri_characters_is_read_where_it_is(tm
     with AMUStore(directory, read_only=True) as store:
         assert store.count("conv-x") == 1
     assert os.listdir(tmp_path) == ["a b#1?x=%41"]
+    for read_only in (False, True):  # //tmp/...: no host named tmp
+        with AMUStore(Path("/" + str(directory)), read_only=read_only) as store:
+            assert store.count("conv-x") == 1
 
 
 def test_a_store_opened_by_a_relative_path_still_commits_after_a_chdir(tmp_path, monkeypatch):

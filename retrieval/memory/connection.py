@@ -59,9 +59,10 @@ Opened = TypeVar("Opened")
 
 
 def file_uri(path: Path, query: str) -> str:
-    """SQLite's URI of the database file at ``path`` with ``query``: the path percent-encoded, so a
-    ``?``, ``#`` or ``%`` in a directory's name stays part of the name rather than ending it."""
-    return f"file:{quote(str(path))}?{query}"
+    """SQLite's URI of the database file at ``path`` with ``query``: the absolute path
+    percent-encoded after an empty authority, so a ``?``, ``#`` or ``%`` in a directory's name stays
+    part of the name rather than ending it, and a path written ``//srv/...`` is not read as a host."""
+    return f"file://{quote(str(path.absolute()))}?{query}"
 
 
 def read_only_connection(path: Path, connect: Callable[[str], Opened],

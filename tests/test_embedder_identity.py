@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from isq.encoder import MINILM_ALIAS, resolve_encoder_path
 from retrieval import Memory
 from retrieval.api.errors import StoreUnavailable
 from retrieval.index.embed import SentenceEmbedder
+from retrieval.memory.cache import model_key
 from retrieval.memory.meta_keys import PIPELINE_KEY, bound_alike
 from retrieval.memory.store import AMUStore
 
@@ -51,7 +53,7 @@ def test_the_same_weights_run_otherwise_are_another_embedder(model_copy, tmp_pat
     assert again.identity == after.identity  # and the checksum is stable, encoded before or not
 
 
-def test_a_store_refuses_its_embedder_edited_in_place_and_completes_an_older_record(model_copy, tmp_path):
+def test_an_embedder_edited_in_place_is_refused_and_an_older_record_keeps_its_vectors(model_copy, tmp_path):
     directory = tmp_path / "minilm"
     shutil.copytree(model_copy, directory)
     with Memory.open(tmp_path / "store", embedder=str(directory)) as memory:
@@ -70,11 +72,22 @@ def test_a_store_refuses_its_embedder_edited_in_place_and_completes_an_older_rec
 
     older = {key: value for key, value in identity.items() if key != PIPELINE_KEY}
     assert bound_alike("embedder", older, identity) and not bound_alike("embedder", identity, older)
-    store = AMUStore(tmp_path / "store")
-    store.put_meta("embedder", older)  # as a store recorded it before the pipeline was named
-    store.close()
-    with Memory.open(tmp_path / "store", embedder=str(directory), read_only=True) as memory:
-        assert memory.store.meta("embedder") == older  # a reader takes it and writes nothing
-    with Memory.open(tmp_path / "store", embedder=str(directory)) as memory:
-        assert memory.store.meta("embedder") == identity  # the next writer records the pipeline
-        assert "bees" in memory.search("bees", user_id="ann").hits[0].text
+    database = tmp_path / "store" / AMUStore.DB_NAME
+    with sqlite3.connect(database) as db:  # as older code recorded the embedder and cached its vectors
+        db.execute("UPDATE meta SET value = ? WHERE key = 'embedder'", (json.dumps(older),))
+        db.execute("UPDATE vectors SET model = ? WHERE model = ?", (model_key(older), model_key(identity)))
+    db.close()
+    cached = cached_vectors(database)
+    assert list(cached) == [model_key(older)] and cached[model_key(older)] >= 2
+    for read_only in (True, False):  # a reader and a writer both find the vectors it cached
+        with Memory.open(tmp_path / "store", embedder=str(directory), read_only=read_only) as memory:
+            assert "bees" in memory.search("bees", user_id="ann").hits[0].text
+            assert memory.store.meta("embedder") == older  # left as older code reads it
+    assert cached_vectors(database) == cached  # none computed again
+
+
+def cached_vectors(database: Path) -> dict[str, int]:
+    with sqlite3.connect(database) as db:
+        counts = dict(db.execute("SELECT model, count(*) FROM vectors GROUP BY model").fetchall())
+    db.close()
+    return counts

@@ -109,8 +109,6 @@ class MemoryModels:
                     store.put_meta(key, value)
                     if key == "fingerprinter":  # a path ingest recorded names the one replaced
                         store.put_meta(FINGERPRINTER_PATH, None)
-                if not read_only and saved is not None and saved != value and bound_alike(key, saved, value):
-                    store.put_meta(key, value)  # recorded before a field was part of it: completed
                 if not read_only:
                     store.bind(key, value, hint=f"open it with the {key} it was built with, or use a new "
                                                 "store")

@@ -28,6 +28,7 @@ import numpy as np
 from isq.codes import Fingerprint
 from retrieval.memory.errors import StoreFault, StoreOutage
 from retrieval.memory.faults import passing
+from retrieval.memory.meta_keys import bound_alike
 from retrieval.memory.protocols import Embedder, TextFingerprinter
 from retrieval.memory.sqlite_part import SQLitePart
 
@@ -50,6 +51,16 @@ def model_key(identity: Any) -> str:
 
 
 _COLUMNS = {"vectors": "vector", "codes": "codes"}
+
+
+def embedder_key(store: VectorCache, identity: Any) -> str:
+    """The model key an embedder's vectors are cached under in ``store``: its identity's, or, where
+    the store recorded the embedder before identities named its pipeline and takes this one
+    (:func:`retrieval.memory.meta_keys.bound_alike`), that record's: such a store goes on finding
+    the vectors it cached, and stays as older code reads it."""
+    recorded = store.meta("embedder")
+    older = recorded is not None and recorded != identity and bound_alike("embedder", recorded, identity)
+    return model_key(recorded if older else identity)
 
 
 def text_key(text: str) -> str:
@@ -216,6 +227,7 @@ class CachedEmbedder(_UserCached):
 
     def __init__(self, embedder: Embedder, store: VectorCache, user: str | None = None) -> None:
         super().__init__(store, model_identity(embedder), user)
+        self.key = embedder_key(store, self.identity)
         self.embedder, self.dim = embedder, embedder.dim
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:

@@ -50,7 +50,8 @@ REFUSAL_STATUS: tuple[tuple[type[Exception], int], ...] = (
     (MemoryBusy, 503), (ShuttingDown, 503), (StoreUnavailable, 503), (StoreError, 503))
 """Each refusal's status, the most specific class first (a :class:`ReadOnly` is a
 :class:`StoreUnavailable`): an HTTP answer's status code, and the ``status`` of an MCP tool's
-error (:mod:`retrieval.service.mcp_tools`). 503 is worth retrying; the others are not, as they are."""
+error (:mod:`retrieval.service.mcp_tools`). 503 is worth retrying (but for a removed store, which
+says so and has no ``Retry-After``); the others are not, as they are."""
 
 
 def status_of(refusal: Exception) -> int:

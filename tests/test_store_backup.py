@@ -275,12 +275,13 @@ def test_a_killed_backups_copy_is_removed_by_the_next_backup_into_the_same_folde
     killed = subprocess.Popen([sys.executable, "-m", "retrieval.store", "backup", "--store", str(store),
                                "--to", str(backups / "monday")], cwd=ROOT, env=child_env(),
                               stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not list(backups.glob(".monday.partial-*/amus.sqlite3")):
+    deadline = time.monotonic() + 60  # its staging marked; its copy comes and goes while it waits
+    while not list(backups.glob(f".monday.partial-*/{backup_module.STAGING_MARK}")):
         assert killed.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
     killed.kill()
     killed.wait(30)
+    assert len(list(backups.glob(".monday.partial-*"))) == 1  # left behind by the killed backup
     gone = subprocess.Popen(["true"])
     gone.wait()
     alike = backups / f".notes.partial-{gone.pid}"  # not a backup's: no staging mark

@@ -59,8 +59,7 @@ def embedder_key(store: VectorCache, identity: Any) -> str:
     (:func:`retrieval.memory.meta_keys.bound_alike`), that record's: such a store goes on finding
     the vectors it cached, and stays as older code reads it."""
     recorded = store.meta("embedder")
-    older = recorded is not None and recorded != identity and bound_alike("embedder", recorded, identity)
-    return model_key(recorded if older else identity)
+    return model_key(recorded if bound_alike("embedder", recorded, identity) else identity)
 
 
 def text_key(text: str) -> str:
@@ -170,15 +169,14 @@ class _Counter:
 
 
 class _UserCached(ABC):
-    """What a model caching in a store keeps: the store, the model's key, the user it caches under
-    (None: bound to none, it refuses to compute until :meth:`for_user` binds a copy) and the count
-    of arrays computed, shared with its copies."""
+    """What a model caching in a store keeps: the store, the model's identity and the key its arrays
+    are cached under, the user it caches under (None: bound to none, it refuses to compute until
+    :meth:`for_user` binds a copy) and the count of arrays computed, shared with its copies."""
 
     table: str
 
-    def __init__(self, store: VectorCache, identity: Any, user: str | None) -> None:
-        self.store, self.identity, self.user = store, identity, user
-        self.key = model_key(identity)
+    def __init__(self, store: VectorCache, identity: Any, key: str, user: str | None) -> None:
+        self.store, self.identity, self.key, self.user = store, identity, key, user
         self._counter = _Counter()
         self._purges = None if user is None else store.purge_count(user)
 
@@ -226,8 +224,8 @@ class CachedEmbedder(_UserCached):
     table = "vectors"
 
     def __init__(self, embedder: Embedder, store: VectorCache, user: str | None = None) -> None:
-        super().__init__(store, model_identity(embedder), user)
-        self.key = embedder_key(store, self.identity)
+        identity = model_identity(embedder)
+        super().__init__(store, identity, embedder_key(store, identity), user)
         self.embedder, self.dim = embedder, embedder.dim
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -265,7 +263,7 @@ class CachedFingerprinter(_UserCached):
 
     def __init__(self, fingerprinter: TextFingerprinter, store: VectorCache,
                  user: str | None = None) -> None:
-        super().__init__(store, fingerprinter.identity, user)
+        super().__init__(store, fingerprinter.identity, model_key(fingerprinter.identity), user)
         self.fingerprinter, self.codebook_size = fingerprinter, fingerprinter.codebook_size
 
     def fingerprint(self, texts: Sequence[str]) -> list[Fingerprint]:

@@ -38,7 +38,7 @@ def bound_alike(key: str, saved: Any, value: Any) -> bool:
     if key == "fingerprinter":
         return same_text_codes(saved, value)
     return (key == "embedder" and isinstance(saved, dict) and isinstance(value, dict)
-            and PIPELINE_KEY not in saved and PIPELINE_KEY in value
+            and PIPELINE_KEY not in saved
             and saved == {name: field for name, field in value.items() if name != PIPELINE_KEY})
 
 

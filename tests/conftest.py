@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,9 +25,12 @@ from isq.export import CONFIG_KEY, config_checksum  # noqa: E402
 def _environment_kept() -> Iterator[None]:
     """Each test ends with the process environment it started with: a seed Lightning exported
     (``PL_GLOBAL_SEED``, which a later run records as its own) or a thread setting a server put
-    there is not read by the tests after it."""
+    there is not read by the tests after it, and the SIGTERM handler a benchmark's ``main`` installs
+    when called in-process does not turn the test worker's own termination into a ``SystemExit``."""
     before = dict(os.environ)
+    on_sigterm = signal.getsignal(signal.SIGTERM)
     yield
+    signal.signal(signal.SIGTERM, on_sigterm)
     if os.environ != before:
         os.environ.clear()
         os.environ.update(before)

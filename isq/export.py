@@ -181,6 +181,12 @@ def read_meta(directory: Path) -> dict[str, Any]:
     files = meta.get("files") or {}
     if not isinstance(files, dict) or not all(isinstance(value, str) for value in files.values()):
         raise FingerprinterLoadError(f"{path}: field 'files' must map each file name to its SHA-256")
+    for name in files:
+        if name in ("", ".", "..") or Path(name).name != name:
+            # Loading copies each listed file by its name: one naming a path would be read, and
+            # written, outside both the export and the copy.
+            raise FingerprinterLoadError(f"{path}: field 'files' lists {name!r}, which is not the "
+                                         "name of a file in the fingerprinter directory")
     required = listed_files(meta)
     if meta["format_version"] >= 2 and WEIGHTS_NAME not in required:
         raise FingerprinterLoadError(f"{path}: field 'files' does not list {WEIGHTS_NAME}")

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,29 @@ def test_a_tokenizer_file_the_export_does_not_list_is_not_read(export):
     expected = Fingerprinter.from_pretrained(export).fingerprint([text])
     (export / "added_tokens.json").write_text(json.dumps({"caroline": 30522, "lgbtq": 30523}))
     assert Fingerprinter.from_pretrained(export).fingerprint([text]) == expected
+
+
+@pytest.mark.parametrize("name", ["../../outside/evil.txt", "/tmp/evil.txt", "sub/evil.txt", ".."])
+def test_a_listed_file_named_by_a_path_is_refused_before_anything_is_read_or_written(
+        export, tmp_path, monkeypatch, name):
+    """Loading copies each listed file by its name into a scratch directory: a name that is a path
+    (its checksum recomputed with the config's) read a file outside the export and wrote over one
+    outside the scratch directory (here ``victim``), then loaded as if nothing had happened."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "scratch"))
+    (tmp_path / "scratch").mkdir()
+    victim = tmp_path / "outside" / "evil.txt"  # scratch/isq-tokenizer-*/../../outside
+    payload = tmp_path / "x" / "outside" / "evil.txt"  # x/y/fp/../../outside
+    for path, text in ((victim, "the user's own file"), (payload, "written by an export")):
+        path.parent.mkdir(parents=True)
+        path.write_text(text)
+    shutil.move(export, tmp_path / "x" / "y" / "fp")
+    export = tmp_path / "x" / "y" / "fp"
+    meta = json.loads((export / "config.json").read_text())
+    meta["files"][name] = sha256_file(payload)
+    write_config(export, meta)
+    with pytest.raises(FingerprinterLoadError, match=f"field 'files' lists {re.escape(repr(name))}"):
+        Fingerprinter.from_pretrained(export)
+    assert victim.read_text() == "the user's own file"
 
 
 def test_an_edited_max_length_in_config_is_refused_by_the_encoder_identity(export, tmp_path):

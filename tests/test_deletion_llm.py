@@ -112,6 +112,22 @@ def test_a_purge_drops_the_users_answers_and_no_other_users(tmp_path: Path, endp
     assert not user_answers(store / "llm_cache", "alice").exists()
 
 
+def test_a_memory_opened_by_a_relative_path_purges_its_own_cache_after_a_chdir(
+        tmp_path: Path, endpoint: FakeChatServer, monkeypatch) -> None:
+    """A notebook's ``%cd`` between the search and the forget: the forget read the cache's relative
+    path against the new directory and left the cached plan, which quotes the question, on disk."""
+    monkeypatch.chdir(tmp_path)
+    with open_memory(Path("store"), planner="llm") as memory:
+        add_one(memory, "alice", "Ann", f"My neighbour {SECRET} repairs old violins.", "a1")
+        memory.search(f"Who is {SECRET}?", user_id="alice")
+        assert SECRET in cached_texts(tmp_path / "store")
+        (tmp_path / "elsewhere").mkdir()
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        memory.forget(user_id="alice")
+    assert SECRET not in cached_texts(tmp_path / "store")
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
 def test_an_answer_cached_while_the_purge_commits_goes_with_it(tmp_path: Path, monkeypatch) -> None:
     """A consolidation's operator may answer between the purge's drop of the user's answers and its
     commit, and its check of the purge count come before the commit: that answer is dropped too."""

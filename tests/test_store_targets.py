@@ -5,6 +5,7 @@ other scheme is refused, and nothing is created on disk for a URL."""
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -56,10 +57,28 @@ def test_a_path_opens_the_sqlite_store(tmp_path):
         assert store.read_only and store.users() == []
 
 
+def test_a_store_opened_by_a_relative_path_is_read_there_after_a_chdir(tmp_path, monkeypatch):
+    """A read-only memory's reader on a thread that had not read yet opened the relative path again
+    from wherever the process had gone (a notebook's ``%cd``), and listed another store's items."""
+    for name, text in (("a", "Maria adopted a cat named Luna."), ("b", "Eve keeps a pet python.")):
+        with Memory.open(tmp_path / name / "store", embedder=WordEmbedder()) as memory:
+            memory.add([{"speaker": "Ann", "text": text}], user_id="alice", session_id="s1")
+            memory.flush(user_id="alice", session_id="s1")
+    monkeypatch.chdir(tmp_path / "a")
+    with Memory.open("store", read_only=True, embedder=WordEmbedder()) as memory:
+        monkeypatch.chdir(tmp_path / "b")
+        listed: list[str] = []
+        reader = threading.Thread(target=lambda: listed.extend(
+            item.text for item in memory.list(user_id="alice").items))
+        reader.start()
+        reader.join()
+    assert listed and all("Maria" in text for text in listed), listed
+
+
 def test_targets_keep_a_url_whole_and_hide_its_password():
     assert store_target(URL) == URL and store_target("runs/store") == Path("runs/store")
-    assert local_directory(URL) is None and local_directory("runs/store") == Path("runs/store")
-    assert local_directory(Path("postgresql:")) == Path("postgresql:")  # a Path is always a path
+    assert local_directory(URL) is None and local_directory("runs/store") == Path.cwd() / "runs/store"
+    assert local_directory(Path("postgresql:")) == Path.cwd() / "postgresql:"  # a Path is always a path
     assert redacted("postgresql://u:s3cret@db:5432/memory") == "postgresql://u:***@db:5432/memory"
     assert redacted(URL) == URL and redacted("runs/store") == "runs/store"
     assert redacted("postgresql://u@db/memory?sslmode=require&password=s3cret&sslpassword=k3y") == \

@@ -141,7 +141,7 @@ class SQLiteConnection:
     def __init__(self, directory: Path, *, read_only: bool, role: str,
                  marker: Callable[[sqlite3.Connection, str], Any]) -> None:
         self.directory = directory
-        self.path = directory / DB_NAME
+        self.path = self.directory / DB_NAME
         self.read_only = read_only
         self._marker = marker
         self._lock: WriterLock | None = None
@@ -171,8 +171,7 @@ class SQLiteConnection:
                 raise StoreError(f"{self.directory} is not writable ({err.strerror}); {hint}") from None
             try:
                 writer = self._writer = self._connect(str(self.path))
-                self._where = self.path.absolute()  # what a later chdir does not move
-                self._identity = _identity(self._where)
+                self._identity = _identity(self.path)
                 writer.execute("PRAGMA journal_mode=WAL")
                 # Freed pages are zeroed, so a purged user's text leaves no trace in the file.
                 writer.execute("PRAGMA secure_delete=ON")
@@ -254,7 +253,7 @@ class SQLiteConnection:
         creates a file, so a reader racing a removal cannot leave an empty database behind."""
         self._check_in_place()
         try:
-            return self._connect(file_uri(self._where, "mode=rw"))
+            return self._connect(file_uri(self.path, "mode=rw"))
         except StoreError:
             self._check_in_place()  # removed between the check and the open
             raise
@@ -263,7 +262,7 @@ class SQLiteConnection:
         """:class:`StoreGone` when the file this process writes is no longer the one at the store's
         path (the directory removed, the file replaced): a commit would be answered and then lost
         with the file, and a restart would make a new, empty store there."""
-        if _identity(self._where) != self._identity:
+        if _identity(self.path) != self._identity:
             raise StoreGone(f"{self.path} was removed or replaced while this process wrote to it: nothing "
                              "more is committed; stop the process, then put the store back or restore a copy")
 

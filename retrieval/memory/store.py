@@ -55,7 +55,7 @@ class AMUStore(StoreParts):
     _purge: Purge  # the SQLite part, which knows whether a reader kept its last compaction from finishing
 
     def __init__(self, directory: str | Path, *, read_only: bool = False, role: str = "ingest") -> None:
-        self.directory = Path(directory)
+        self.directory = Path(directory).absolute()  # a reader opened after a chdir opens this store
         self.path = self.directory / DB_NAME
         self.read_only = read_only
         self._connection = connection = SQLiteConnection(self.directory, read_only=read_only, role=role,

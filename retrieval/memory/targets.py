@@ -22,8 +22,9 @@ def url_scheme(target: str | Path) -> str | None:
 
 
 def local_directory(target: str | Path) -> Path | None:
-    """The store directory a target names, None for a URL (a store on a database server)."""
-    return None if url_scheme(target) else Path(target)
+    """The store directory a target names, absolute (a later ``chdir`` does not move it), None
+    for a URL (a store on a database server)."""
+    return None if url_scheme(target) else Path(target).absolute()
 
 
 SECRET_PARAMETERS = ("password", "sslpassword")

@@ -22,6 +22,7 @@ from retrieval.memory.backends import open_store
 from retrieval.memory.store import AMUStore
 from retrieval.service.keys import KeyStore
 from retrieval.store import main as store_main
+from tests.faults.test_small_store_faults import immutable
 from tests.service_thread import open_memory
 from tests.store_backends import SQLITE_BEFORE_VERSION_9
 
@@ -173,6 +174,19 @@ def test_a_database_given_as_a_link_is_copied(tmp_path: Path):
     copied_keys = KeyStore(copy, create=False, read_only=True)
     assert copied_keys.holder(key) == "alice"
     copied_keys.close()
+
+
+def test_a_store_on_read_only_media_is_backed_up(tmp_path: Path):
+    """A store closed cleanly on read-only media (a file-system snapshot) has no WAL index file and
+    none can be made: the backup must read it as immutable, as every reader of the store does,
+    not fail with "cannot copy ...: unable to open database file"."""
+    store, copy = tmp_path / "store", tmp_path / "copy"
+    one_turn_store(store, "Maria adopted a cat named Luna.")
+    assert not (store / "amus.sqlite3-shm").exists()
+    with immutable(store):
+        assert store_main(["backup", "--store", str(store), "--to", str(copy)]) == 0
+    with AMUStore(copy, read_only=True) as copied:
+        assert [turn.text for turn in copied.turns("alice")] == ["Maria adopted a cat named Luna."]
 
 
 def test_a_backup_refuses_in_one_line(tmp_path: Path, capsys):

@@ -171,12 +171,24 @@ def _copy_database(path: Path, copy: Path) -> None:
         time.sleep(RETRY_S)
 
 
+def _reading(uri: str) -> sqlite3.Connection:
+    """A read-only connection at ``uri`` that has read the schema: SQLite opens lazily, so only a
+    read tells whether the file can be read this way (on read-only media without the WAL index
+    file it cannot, and :func:`read_only_connection` must see that to open it immutable)."""
+    db = sqlite3.connect(uri, uri=True)
+    try:
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1")
+    except sqlite3.Error:
+        db.close()
+        raise
+    return db
+
+
 def _snapshot(path: Path, copy: Path) -> bool:
     """Copy the database at ``path`` into ``copy`` and check the copy; whether it owes a
     compaction."""
     try:
-        reader, _ = read_only_connection(path, lambda uri: sqlite3.connect(uri, uri=True),
-                                         sqlite3.OperationalError)
+        reader, _ = read_only_connection(path, _reading, sqlite3.OperationalError)
     except sqlite3.Error as err:
         raise StoreError(f"cannot read {path}: {err}") from None
     writer = sqlite3.connect(copy)

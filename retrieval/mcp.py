@@ -21,7 +21,13 @@ from retrieval.api.errors import MemoryAPIError
 from retrieval.api.inputs import check_id
 from retrieval.memory.errors import StoreError
 from retrieval.service.keys import check_servable
-from retrieval.service.launch import add_memory_arguments, bounded_allocator, idle_threads_sleep, open_memory
+from retrieval.service.launch import (
+    add_memory_arguments,
+    bounded_allocator,
+    idle_threads_sleep,
+    open_memory,
+    served_store,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,11 +47,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_id("--user", args.user)  # what every tool call would refuse, refused at the start
         check_servable(args.user)  # an id no key could serve (" alice"): a memory HTTP never reaches
+        where = served_store(args.store)
         with contextlib.redirect_stdout(sys.stderr):  # stdout is the protocol's: model loaders print
             memory = open_memory(args)
     except (MemoryAPIError, StoreError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    print(f"serving {where} to user {args.user!r} over stdio", file=sys.stderr, flush=True)
     with memory:
         build_mcp(memory, WriteGate(), fixed_user(args.user)).run("stdio")
     return 0

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from retrieval.api.errors import MemoryAPIError
 from retrieval.memory.errors import StoreError
-from retrieval.memory.targets import redacted, store_target
+from retrieval.memory.targets import store_target
 from retrieval.service.keys import METRICS, KeyCommandError, KeyStore, check_servable, unservable
 from retrieval.service.launch import (
     add_memory_arguments,
@@ -38,6 +38,7 @@ from retrieval.service.launch import (
     idle_threads_sleep,
     is_loopback,
     open_memory,
+    served_store,
 )
 
 if TYPE_CHECKING:
@@ -129,13 +130,14 @@ def serve_main(argv: Sequence[str]) -> int:
 
     with contextlib.ExitStack() as stack:
         listener = stack.enter_context(listening(args.host, args.port))
+        where = served_store(args.store)
         memory = open_memory(args)  # before the key file: a refused memory leaves none behind
         stack.callback(memory.close)
         # a reader makes no key file, and reads the keys of a database without writing its schema
         keys = KeyStore(args.store, create=not args.read_only, read_only=args.read_only)
         stack.callback(keys.close)
         app = create_app(memory, keys, args.store, host=args.host)
-        print(f"serving {redacted(args.store)}{' read-only' if args.read_only else ''} on "
+        print(f"serving {where}{' read-only' if args.read_only else ''} on "
               f"http://{args.host}:{args.port} (OpenAPI /docs, MCP /mcp)", flush=True)
         run(app, args.host, args.port, listener=listener)
     return 0

@@ -20,8 +20,8 @@ TOOLS = {"memory_add", "memory_search", "memory_list", "memory_get", "memory_his
          "memory_delete", "memory_forget", "memory_consolidate", "memory_job"}
 
 
-def params(store: Path, user: str) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, cwd=str(ROOT), env=child_env(),
+def params(store: Path, user: str, cwd: Path = ROOT) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, cwd=str(cwd), env=child_env(),
                                  args=["-m", "retrieval.mcp", "--store", str(store), "--user", user])
 
 
@@ -30,8 +30,8 @@ def content(result) -> dict:
     return result.structured_content
 
 
-async def _session(store: Path, user: str, calls, errlog=sys.stderr) -> list:
-    async with stdio_client(params(store, user), errlog=errlog) as (read, write), \
+async def _session(store: Path, user: str, calls, errlog=sys.stderr, cwd: Path = ROOT) -> list:
+    async with stdio_client(params(store, user, cwd), errlog=errlog) as (read, write), \
             ClientSession(read, write) as session:
         started = await session.initialize()
         assert started.server_info.version == metadata.version("isq-memory")  # not the SDK's ""
@@ -78,12 +78,17 @@ async def _every_tool(session: ClientSession) -> dict:
 
 def test_every_tool_over_stdio(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    bob = anyio.run(_session, store, "bob", lambda s: s.call_tool("memory_add", {
-        "session_id": "s1", "turns": [{"speaker": "Rex", "text": "Bob's secret word is quokkalith."}]}))
+    with open(tmp_path / "started.txt", "w") as errlog:  # as a client starts it: its own directory
+        bob = anyio.run(_session, Path("store"), "bob", lambda s: s.call_tool("memory_add", {
+            "session_id": "s1", "turns": [{"speaker": "Rex", "text": "Bob's secret word is quokkalith."}]}),
+            errlog, tmp_path)
     assert not bob[0].is_error
+    started = (tmp_path / "started.txt").read_text()
+    assert f"serving {store} (a new store: nothing was there) to user 'bob'" in started, started
     with open(tmp_path / "stderr.txt", "w") as errlog:
         [seen] = anyio.run(_session, store, "alice", _every_tool, errlog)
     logged = (tmp_path / "stderr.txt").read_text()
+    assert f"serving {store} to user 'alice' over stdio" in logged
     assert "no record" not in logged and "yesterday-ish" not in logged, logged  # refusals are the caller's
     assert seen["tools"] == TOOLS
     assert (len(seen["added"]["turn_ids"]) == 25 and seen["added"]["memory_ids"] == []  # records come later

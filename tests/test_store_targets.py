@@ -18,6 +18,7 @@ from retrieval.memory.errors import BackendUnavailable, StoreError
 from retrieval.memory.store import AMUStore
 from retrieval.memory.targets import local_directory, redacted, store_target
 from retrieval.service.keys import KeyStore
+from retrieval.service.launch import served_store
 from retrieval.store import main as store_main
 from tests.multi_route_fixtures import WordEmbedder
 
@@ -73,6 +74,17 @@ def test_a_store_opened_by_a_relative_path_is_read_there_after_a_chdir(tmp_path,
         reader.start()
         reader.join()
     assert listed and all("Maria" in text for text in listed), listed
+
+
+def test_a_serving_command_names_the_store_it_opens_and_whether_it_makes_one(tmp_path, monkeypatch):
+    """A relative ``--store`` started from another directory (an MCP client's) made a new, empty
+    store there without a word: the start line gives the absolute path and says it is new."""
+    monkeypatch.chdir(tmp_path)
+    assert served_store(Path("store")) == f"{tmp_path / 'store'} (a new store: nothing was there)"
+    with Memory.open("store", embedder=WordEmbedder()):
+        pass
+    assert served_store(Path("store")) == str(tmp_path / "store")
+    assert served_store("postgresql://u:s3cret@db/memory") == "postgresql://u:***@db/memory"
 
 
 def test_targets_keep_a_url_whole_and_hide_its_password():

@@ -33,7 +33,8 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrieval.memory.targets import store_target
+from retrieval.memory.connection import missing_store
+from retrieval.memory.targets import local_directory, redacted, store_target
 
 if TYPE_CHECKING:  # imported when a memory is opened: the key commands need none of it
     from retrieval.api.memory import Memory
@@ -58,6 +59,17 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
                         help="threads of this process's model forwards, at most one per core it may run on "
                              "(default: torch's, one per core); processes sharing a machine's cores should "
                              "split them")
+
+
+def served_store(store: str | Path) -> str:
+    """The store as a serving command names it when it starts, read before the memory opens: a
+    directory's absolute path (what a relative ``--store`` came to from the working directory the
+    command was started in, an MCP client's own), marked new when opening it creates it; a URL
+    without its password."""
+    directory = local_directory(store)
+    if directory is None:
+        return redacted(store)
+    return f"{directory}{' (a new store: nothing was there)' if missing_store(directory) else ''}"
 
 
 def open_memory(args: argparse.Namespace) -> Memory:

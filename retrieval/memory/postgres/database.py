@@ -92,6 +92,10 @@ INGESTION_LOCKS))``)."""
 JOB_LOCKS = 1_836_019_571
 """The seed of every consolidation job's lock key (``pg_try_advisory_lock(hashtextextended(id,
 JOB_LOCKS))``)."""
+NODE_LOCKS = 1_836_019_572
+"""The first key of the mark every pooled connection holds for as long as it lives: a shared
+``pg_advisory_lock_shared(NODE_LOCKS, schema version)``, which tells a migrating node the sessions
+of nodes that know its schema from those of earlier code (:mod:`retrieval.memory.postgres.schema`)."""
 
 Connection = psycopg.Connection[dict[str, Any]]
 
@@ -117,8 +121,9 @@ def _configure(conn: Connection) -> None:
 class Database:
     """The pool, this thread's write transaction and the tracking of a user's versions."""
 
-    def __init__(self, url: str, *, read_only: bool) -> None:
+    def __init__(self, url: str, *, read_only: bool, schema_version: int) -> None:
         self.where = redacted(url)
+        self._schema_version = schema_version
         self.read_only = read_only
         self._local = threading.local()
         self._holders = threading.BoundedSemaphore(LOCK_HOLDERS)
@@ -129,12 +134,17 @@ class Database:
             reason = "; ".join(lines) or type(err).__name__
             raise StoreError(f"cannot connect to the store at {self.where}: {reason}") from None
         self.pool = ConnectionPool(url, min_size=1, max_size=POOL_SIZE, open=True, timeout=POOL_WAIT_S,
-                                   reconnect_timeout=RECONNECT_S, configure=_configure,
+                                   reconnect_timeout=RECONNECT_S, configure=self._configure,
                                    check=ConnectionPool.check_connection,  # a dropped one is replaced
                                    kwargs={"autocommit": True, "row_factory": dict_row})
 
     def close(self) -> None:
         self.pool.close()
+
+    def _configure(self, conn: Connection) -> None:
+        """A new connection of the pool: its settings, and the mark of a node of this schema."""
+        _configure(conn)
+        conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", (NODE_LOCKS, self._schema_version))
 
     @contextmanager
     def connection(self) -> Iterator[Connection]:

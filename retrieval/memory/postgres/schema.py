@@ -3,7 +3,8 @@
 ``schema_version`` holds the version reached; :data:`MIGRATIONS` lists the steps, the n-th taking
 the schema from version n to n + 1. :func:`prepare` applies the missing steps in one transaction
 under an advisory lock, so two processes opening a fresh database never race (the second waits,
-then finds the schema current); a half-migrated schema is never left behind.
+then finds the schema current); a half-migrated schema is never left behind. A store in use is
+migrated only while no session but the new version's nodes is connected (:func:`_wait_alone`).
 
 The tables are the SQLite store's (:mod:`retrieval.memory.schema`), every one that holds a user's
 rows keyed by ``user_id``, positions ``bigserial`` (insertion order, never reused), flags
@@ -32,6 +33,7 @@ violation raises an ``integrity_constraint_violation`` (psycopg's ``IntegrityErr
 from __future__ import annotations
 
 import re
+import time
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -273,7 +275,8 @@ def prepare(db: Database) -> None:
             database.set_lock_timeout(conn, database.LOCK_WAIT_S)
             conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
             version = _version(conn)
-            needs_migration(version, SCHEMA_VERSION, where=db.where, read_only=False)
+            if needs_migration(version, SCHEMA_VERSION, where=db.where, read_only=False) and version:
+                _wait_alone(conn, db.where, version)
             for step in MIGRATIONS[version:]:
                 try:
                     conn.execute(step)  # type: ignore[arg-type]  # our own constant script
@@ -282,6 +285,43 @@ def prepare(db: Database) -> None:
                                      "give the memory a database of its own") from None
             conn.execute("DELETE FROM schema_version")
             conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (SCHEMA_VERSION,))
+
+
+ALONE_WAIT_S = 3.0
+"""How long a migration waits for the database's other sessions to end or to queue behind its
+lock (nodes starting beside it, a connection just closed) before it is refused."""
+
+
+def _wait_alone(conn: Connection, where: str, version: int) -> None:
+    """Refuse to migrate while another session is connected to the database: an older node still
+    serving would go on writing in the layout its code knows (rows the new columns require, ids a
+    later purge has retired), and nothing tells it the schema changed. Sessions waiting for the
+    schema's lock and those marked as nodes of this schema (new nodes opening beside this one,
+    this node's own pool: :data:`~retrieval.memory.postgres.database.NODE_LOCKS`) are not counted."""
+    deadline = time.monotonic() + ALONE_WAIT_S
+    while others := _other_sessions(conn):
+        if time.monotonic() >= deadline:
+            raise StoreError(f"{where}: schema version {version} would be migrated to {SCHEMA_VERSION} "
+                             f"while other sessions are connected to the database ({'; '.join(others)}): "
+                             "stop every process of the earlier version (servers, readers, "
+                             "consolidations) and other clients of the database, then open it again; "
+                             "nothing was changed")
+        time.sleep(0.1)
+
+
+def _other_sessions(conn: Connection) -> list[str]:
+    """The database's other client sessions that neither wait for this one nor are marked as nodes
+    of this schema, described."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")  # the view is otherwise read once a transaction
+    rows = conn.execute(
+        "SELECT pid, application_name, client_addr FROM pg_stat_activity WHERE datname = current_database() "
+        "AND backend_type = 'client backend' AND pid <> pg_backend_pid() "
+        "AND NOT pg_backend_pid() = ANY(pg_blocking_pids(pid)) AND NOT EXISTS (SELECT 1 FROM pg_locks "
+        "WHERE pg_locks.pid = pg_stat_activity.pid AND locktype = 'advisory' AND granted "
+        "AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 2) ORDER BY pid",
+        (database.NODE_LOCKS, SCHEMA_VERSION)).fetchall()
+    return [f"pid {row['pid']}" + (f" {row['application_name']!r}" if row["application_name"] else "")
+            + (f" from {row['client_addr']}" if row["client_addr"] else " on a local socket") for row in rows]
 
 
 def _version(conn: Connection) -> int:

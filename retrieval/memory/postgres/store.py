@@ -30,7 +30,7 @@ from retrieval.memory.postgres.keys import KeyRow, Keys
 from retrieval.memory.postgres.meta import Meta
 from retrieval.memory.postgres.purge import Purge
 from retrieval.memory.postgres.reads import Reads
-from retrieval.memory.postgres.schema import SCHEMA_OBJECTS, foreign_objects, prepare
+from retrieval.memory.postgres.schema import SCHEMA_OBJECTS, SCHEMA_VERSION, foreign_objects, prepare
 from retrieval.memory.postgres.turn_log import TurnLog
 from retrieval.memory.postgres.versions import Versions
 from retrieval.memory.postgres.writes import Writes
@@ -47,7 +47,7 @@ class PostgresStore(StoreParts):
 
     def __init__(self, url: str, *, read_only: bool = False, role: str = "ingest") -> None:
         self.read_only, self.role, self._url = read_only, role, url
-        self.db = Database(url, read_only=read_only)
+        self.db = Database(url, read_only=read_only, schema_version=SCHEMA_VERSION)
         try:
             prepare(self.db)
         except BaseException:

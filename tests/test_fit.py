@@ -137,12 +137,17 @@ def test_init_from_a_bad_directory_or_a_mismatched_config_is_one_clear_error(tmp
     assert "code_dim is 32 in the fingerprinter but 16 in this model" in capsys.readouterr().err
 
 
-def test_resume_continues_step_count_and_optimizer_state(tmp_path):
+def test_resume_continues_step_count_and_optimizer_state(tmp_path, capsys):
+    """Extended from 4 steps to 6, the run continues its count and optimizer state; its learning-rate
+    schedule is rebuilt over 6 steps, which the run says (the rate rose again, silently)."""
     first = main(smoke_args(tmp_path, 4))
     last = next((tmp_path / "runs").glob("**/checkpoints/last.ckpt"))
     saved = torch.load(last, weights_only=False)
     assert saved["global_step"] == 4
+    capsys.readouterr()
     resumed = main(smoke_args(tmp_path, 6, "--ckpt_path", str(last)))
+    assert ("note: the checkpoint's learning-rate schedule ran over 4 steps, this run's over 6: from step 4"
+            in capsys.readouterr().err)
     assert resumed.trainer.global_step == 6
     state = resumed.trainer.optimizers[0].state
     steps = {int(s["step"]) for s in state.values()}
@@ -153,7 +158,7 @@ def test_resume_continues_step_count_and_optimizer_state(tmp_path):
 
 @pytest.mark.parametrize("limits", [(), ("--trainer.limit_train_batches", "2")],
                          ids=["mid-epoch", "epoch-end"])
-def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path, monkeypatch, limits):
+def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path, monkeypatch, limits, capsys):
     """A run that crashed after its step-2 checkpoint, resumed from it, trains on the batches
     the uninterrupted run trained on (not the epoch's first ones again) with the same random
     draws, and ends bit for bit where the uninterrupted run ended; with epochs of two batches the
@@ -176,7 +181,9 @@ def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_run(tmp_path, 
         main(smoke_args(tmp_path / "crashed", 4, *limits))
     last = next((tmp_path / "crashed" / "runs").glob("**/checkpoints/last.ckpt"))
     monkeypatch.setattr(ISQLightningModule, "training_step", recorded("resumed"))
+    capsys.readouterr()
     resumed = main(smoke_args(tmp_path / "resumed", 4, *limits, "--ckpt_path", str(last))).model.state_dict()
+    assert "learning-rate schedule" not in capsys.readouterr().err  # resumed with its own length
     assert len(set(seen["straight"])) == 4
     assert seen["crashed"] + seen["resumed"] == seen["straight"]
     assert [name for name in straight if not torch.equal(straight[name], resumed[name])] == []

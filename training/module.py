@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -28,6 +29,8 @@ mean, and declaring the sync keeps Lightning from warning that it is missing."""
 
 RANDOM_STATE = "random_state"
 """The checkpoint key of the random generators' state (:meth:`ISQLightningModule.on_save_checkpoint`)."""
+SCHEDULE_STEPS = "isq_schedule_steps"
+"""The checkpoint key of the optimizer steps its learning-rate schedule ran over."""
 
 RANGES = {"encoder_lr": POSITIVE, "head_lr": POSITIVE, "weight_decay": NON_NEGATIVE,
           "warmup_steps": NON_NEGATIVE, "min_lr_ratio": UNIT}
@@ -73,6 +76,8 @@ class ISQLightningModule(L.LightningModule):
         """The last training batch's real-token z: training_step hands it to optimizer_step."""
         self._random_state: dict[str, Any] | None = None
         """A resumed checkpoint's random state, restored when training starts."""
+        self._schedule_steps: int | None = None
+        """A resumed checkpoint's schedule length, compared with this run's when training starts."""
 
     def on_fit_start(self) -> None:
         """Say which weights train: the model summary counts the decoder with the encoder, so a
@@ -86,13 +91,23 @@ class ISQLightningModule(L.LightningModule):
         :class:`training.data.ResumableLoader` keeps)."""
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
         checkpoint[RANDOM_STATE] = {"cpu": torch.get_rng_state(), "cuda": cuda}
+        checkpoint[SCHEDULE_STEPS] = int(self.trainer.estimated_stepping_batches)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Set the checkpoint's random state aside for :meth:`on_train_start`: a checkpoint is
         restored before the run's set-up and sanity check, which draw from the generator."""
         self._random_state = checkpoint.get(RANDOM_STATE)  # None: written before the state was kept
+        self._schedule_steps = checkpoint.get(SCHEDULE_STEPS)
 
     def on_train_start(self) -> None:
+        steps, now = self._schedule_steps, int(self.trainer.estimated_stepping_batches)
+        if steps is not None and steps != now and self.trainer.is_global_zero:
+            # the schedule is rebuilt from this run's length: the rates from the resumed step on
+            # are those of a cosine over the new length, not the checkpoint's (a rise, extending)
+            print(f"note: the checkpoint's learning-rate schedule ran over {steps} steps, this run's over "
+                  f"{now}: from step {self.trainer.global_step} the rates follow the new cosine, so the run "
+                  f"is neither the {steps}-step run continued nor a {now}-step run from the start",
+                  file=sys.stderr)
         saved, self._random_state = self._random_state, None
         if saved is None:
             return

@@ -52,6 +52,7 @@ from retrieval.eval.construction import (
     open_memory,
 )
 from retrieval.eval.curves import recall_curves
+from retrieval.eval.kept_arrays import run_cache
 from retrieval.eval.lexical_gap import gap_flags, gap_recall
 from retrieval.eval.locomo import LocomoConversation
 from retrieval.eval.metrics import EvidenceScore, covered_turns, mean, score_evidence, summarise, tied_at_cut
@@ -339,9 +340,9 @@ def evaluate(conversations: Sequence[LocomoConversation], models: EvalModels, ou
                      read_only=settings.store is not None) as memory, staged(out_dir) as staging:
         # out_dir made once the memory opened (a refused run leaves none); embeddings and
         # fingerprints come from its cache when an earlier run computed them
-        store = memory.store
-        embedder = CachedEmbedder(models.embedder, store)
-        fingerprinters = {name: CachedFingerprinter(fp, store) for name, fp in models.fingerprinters.items()}
+        store, arrays = memory.store, run_cache(memory.store)
+        embedder = CachedEmbedder(models.embedder, arrays)
+        fingerprinters = {name: CachedFingerprinter(fp, arrays) for name, fp in models.fingerprinters.items()}
         built = construct(conversations, memory, models, fingerprinters, embedder, settings, selected)
         tick = time.perf_counter()
         queries, plans = encode_queries(built, fingerprinters, embedder)

@@ -9,7 +9,10 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from isq.fingerprint import Fingerprinter
+from retrieval.eval.configs import EvaluationError
 from retrieval.eval.locomo import load_locomo
 from retrieval.eval.run import EvalModels, EvaluationSettings, evaluate
 from tests.test_evaluate import HashEmbedder, fingerprinter_dirs, write_locomo  # noqa: F401 - a fixture
@@ -64,3 +67,34 @@ def test_a_read_only_store_computes_each_text_once_per_run(tmp_path: Path,
     assert stored.construction.this_run["embeddings_computed"] == len(embedder.texts)
     assert {name: summary.overall.recall for name, summary in stored.configs.items()} == {
         name: summary.overall.recall for name, summary in built.configs.items()}
+
+
+def test_a_store_whose_build_stopped_after_its_turns_were_stored_is_refused(tmp_path: Path,
+                                                                           fingerprinter_dirs) -> None:  # noqa: F811
+    """Killed after the second session's turns were stored but before they were taken into records:
+    the turns match the file, so the store was evaluated, exit 0, with those turns' evidence
+    missing from every configuration (77.5% recall against 100% on a review's cut). Refused now;
+    the run that resumes the build makes it evaluable."""
+    from retrieval.api.memory import Memory
+
+    conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
+    fingerprinters = {name: Fingerprinter.from_pretrained(path) for name, path in fingerprinter_dirs.items()}
+    models = EvalModels(fingerprinters, HashEmbedder())
+    flush, flushed = Memory.flush, []
+
+    def killed(memory, **kwargs):
+        flushed.append(kwargs["session_id"])
+        if len(flushed) == 2:
+            raise KeyboardInterrupt
+        return flush(memory, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(Memory, "flush", killed)
+        with pytest.raises(KeyboardInterrupt):
+            evaluate(conversations, models, tmp_path / "built", SETTINGS)
+    store = replace(SETTINGS, store=tmp_path / "built" / "store")
+    with pytest.raises(EvaluationError, match=r"turns are stored but not yet taken into its records "
+                                              r"\(from 'D2:\d+'; its ingestion stopped before them\)"):
+        evaluate(conversations, models, tmp_path / "stored", store)
+    evaluate(conversations, models, tmp_path / "built", SETTINGS)  # resumes the build
+    assert evaluate(conversations, models, tmp_path / "stored", store).configs

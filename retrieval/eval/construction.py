@@ -160,6 +160,13 @@ def add_locomo_conversation(conversation: LocomoConversation, memory: Memory,
         if cid not in memory.store.users_with_segments():
             raise EvaluationError(f"{memory.store.location} holds no memory of {cid!r}")
         _check_stored(memory.store, cid, conversation.turns)
+        if waiting := memory.store.uncovered_turns(cid):
+            # the evaluation searches records only: these turns' would be missing from every answer
+            raise EvaluationError(
+                f"{memory.store.location}: {len(waiting)} of {cid!r}'s turns are stored but not yet taken "
+                f"into its records (from {waiting[0].turn_id!r}; its ingestion stopped before them): finish "
+                "it first (python -m retrieval.ingest on the same file and store resumes it; a served "
+                "memory: flush the user), then evaluate it")
         return 0.0, 0
     logger.info("%s: adding %d turns through Memory.add", cid, len(conversation.turns))
     stats = IngestStats()

@@ -44,11 +44,12 @@ def counting(fingerprinter: Fingerprinter) -> Counter[str]:
 
 def test_a_read_only_store_computes_each_text_once_per_run(tmp_path: Path,
                                                            fingerprinter_dirs) -> None:  # noqa: F811
-    """A store that cached nothing (built by ``retrieval.ingest``, which does not embed the
-    questions; here: its cache emptied) evaluated read-only: the route queries embedded and
-    fingerprinted in one batch before the timed retrievals were computed again inside each
-    configuration's retrievals and recall curves, one query at a time (21 times a rerun's time on
-    the dev file, and multi-route latencies of model forwards)."""
+    """A store built outside the evaluation (by ``retrieval.ingest``, which neither embeds the
+    questions nor records its cost; here: its cache and cost emptied) evaluated read-only: the route
+    queries embedded and fingerprinted in one batch before the timed retrievals were computed again
+    inside each configuration's retrievals and recall curves, one query at a time (21 times a rerun's
+    time on the dev file, and multi-route latencies of model forwards), and its construction was
+    reported as "ingestion 0.0 s"."""
     conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
     fingerprinters = {name: Fingerprinter.from_pretrained(path) for name, path in fingerprinter_dirs.items()}
     built = evaluate(conversations, EvalModels(fingerprinters, HashEmbedder()), tmp_path / "built", SETTINGS)
@@ -56,6 +57,7 @@ def test_a_read_only_store_computes_each_text_once_per_run(tmp_path: Path,
     with db:
         db.execute("DELETE FROM vectors")
         db.execute("DELETE FROM codes")
+        db.execute("DELETE FROM meta WHERE key = 'construction:conv-t'")
     db.close()
     embedder = CountingEmbedder()
     prints = {name: counting(fingerprinter) for name, fingerprinter in fingerprinters.items()}
@@ -65,6 +67,9 @@ def test_a_read_only_store_computes_each_text_once_per_run(tmp_path: Path,
     for texts in prints.values():
         assert texts and max(texts.values()) == 1, texts.most_common(3)
     assert stored.construction.this_run["embeddings_computed"] == len(embedder.texts)
+    assert (built.construction.unrecorded, stored.construction.unrecorded) == ([], ["conv-t"])
+    report = (tmp_path / "stored" / "results.md").read_text()
+    assert "not recorded for conv-t, built outside the evaluation" in report
     assert {name: summary.overall.recall for name, summary in stored.configs.items()} == {
         name: summary.overall.recall for name, summary in built.configs.items()}
 

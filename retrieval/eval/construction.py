@@ -84,6 +84,10 @@ class ConstructionLedger:
         entry["tokens"] += stats.llm.tokens
         self.store.put_meta(key, entry)
 
+    def unrecorded(self, conversation_ids: Iterable[str]) -> list[str]:
+        """The conversations whose building cost no run recorded here (built outside the evaluation)."""
+        return [cid for cid in conversation_ids if self.store.meta(CONSTRUCTION_KEY.format(cid)) is None]
+
     def total(self, conversation_ids: Iterable[str], key: str) -> float:
         return sum((self.store.meta(CONSTRUCTION_KEY.format(cid)) or {}).get(key, 0)
                    for cid in conversation_ids)

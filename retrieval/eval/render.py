@@ -143,7 +143,9 @@ def render_markdown(results: Results, sweep_rows: Sequence[SweepRow]) -> str:
               f"{c.llm_calls} LLM calls, {c.tokens} tokens",
               f"- construction {c.seconds:.1f} s (ingestion {c.ingest_seconds:.1f} s, summed over the runs "
               "that built the store, + AMU embedding, trained-codebook indexing and route banks of this run; "
-              "on a reused store the cached embeddings make the last three cheap)",
+              "on a reused store the cached embeddings make the last three cheap)"
+              + (f"; not recorded for {', '.join(c.unrecorded)}, built outside the evaluation "
+                 "(retrieval.ingest, a server): their ingestion is in no sum here" if c.unrecorded else ""),
               "- this run: " + ", ".join(f"{k} {v}" for k, v in c.this_run.items()),
               *(["- per conversation: "
                  + ", ".join(f"{cid} {s:.1f} s" for cid, s in c.per_conversation.items())]

@@ -110,6 +110,9 @@ class Construction(Record):
     extractor: str
     this_run: dict[str, int | float]
     per_conversation: dict[str, float] | None = None
+    unrecorded: list[str] | None = None
+    """Conversations whose building cost the store does not record (built outside the evaluation:
+    ``retrieval.ingest``, a server), counted in no sum above (None in a report written before)."""
 
 
 class EvidenceCounts(Record):

@@ -298,6 +298,7 @@ def construction_record(built: Built, store: Store, ids: Sequence[str], extracto
         segments=sum(len(store.segments(cid)) for cid in ids),
         llm_calls=int(ledger.total(ids, "llm_calls")), tokens=int(ledger.total(ids, "tokens")),
         ingest_seconds=ledger.total(ids, "seconds"), extractor=str(model_identity(extractor)),
+        unrecorded=ledger.unrecorded(ids),
         per_conversation={cid: round(seconds, 2) for cid, seconds in built.per_conversation.items()},
         this_run={"replayed_turns": built.resumed, "embeddings_computed": embedder.computed,
                   "fingerprints_computed": sum(fp.computed for fp in fingerprinters.values()),

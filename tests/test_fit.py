@@ -306,6 +306,7 @@ def test_a_run_checkpointing_weights_only_exports_its_best(tmp_path, monkeypatch
 @pytest.mark.parametrize(("setting", "value", "said"), [
     ("--model.head_lr", "0.5", "model.head_lr 0.003, not 0.5"),
     ("--model.isq.freeze_encoder", "true", "model.isq.freeze_encoder False, not True"),
+    ("--seed_everything", "5", "seed_everything 0, not 5"),  # its run record said seed 5
 ])
 def test_a_resume_with_other_model_settings_is_one_clear_error(tmp_path, capsys, setting, value, said):
     """The restored optimiser would keep the checkpoint's learning rates, and a frozen encoder

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import pickle
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from lightning.pytorch.cli import SaveConfigCallback
 
 from isq.export import refuse_occupied
 from isq.outputs import UnwritableOutput, export_unwritable
-from training.module import ISQLightningModule
+from training.module import ISQLightningModule, global_seed
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +149,7 @@ class ExportFingerprinter(L.Callback):
         record = {
             "exported_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "checkpoint": best or None,
-            # the global seed (LightningCLI's seed_everything) sets PL_GLOBAL_SEED; absent if unseeded
-            "seed": int(os.environ["PL_GLOBAL_SEED"]) if "PL_GLOBAL_SEED" in os.environ else None,
+            "seed": global_seed(),
             # the exported weights' step and validation score (the best checkpoint's), then the
             # run's: a run trains on after its best checkpoint, and its last metrics are its own
             "global_step": step,

@@ -34,7 +34,7 @@ from isq.outputs import UnwritableOutput
 from isq.ranges import AT_LEAST_ONE, NON_NEGATIVE, OutOfRange, Range, check_ranges
 from training.callbacks import ExportFingerprinter, RunConfigSaver, StepProgressBar
 from training.data import DialogueDataModule
-from training.module import ISQLightningModule, WarmStartError
+from training.module import RUN_SEED, ISQLightningModule, WarmStartError, global_seed
 from training.quiet import quiet_third_party_noise
 
 DEFAULTS = Path(__file__).resolve().with_name("trainer_defaults.yaml")
@@ -258,6 +258,11 @@ def check_checkpoint(path: str | None, model: torch.nn.Module, resume: bool = Fa
             "own model and data settings (the optimiser state holds the first; its best checkpoint was "
             "scored on the second's validation split and its epoch's position counts their batches), so "
             "give those, or start a new run from its export with --model.init_from")
+    if resume and RUN_SEED in saved and saved[RUN_SEED] != global_seed():
+        raise CheckpointError(
+            f"--ckpt_path {path}: the run was trained with seed_everything {saved[RUN_SEED]}, not "
+            f"{global_seed()}; a resume goes on with the run's own random state (the checkpoint's), so "
+            "the run it records would not be the run it is: give its seed")
 
 
 NOT_COMPARED = {"_instantiator", "init_from"}

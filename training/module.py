@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
@@ -31,6 +32,8 @@ RANDOM_STATE = "random_state"
 """The checkpoint key of the random generators' state (:meth:`ISQLightningModule.on_save_checkpoint`)."""
 SCHEDULE_STEPS = "isq_schedule_steps"
 """The checkpoint key of the optimizer steps its learning-rate schedule ran over."""
+RUN_SEED = "isq_seed"
+"""The checkpoint key of the run's global seed (``seed_everything``; None: unseeded)."""
 
 RANGES = {"encoder_lr": POSITIVE, "head_lr": POSITIVE, "weight_decay": NON_NEGATIVE,
           "warmup_steps": NON_NEGATIVE, "min_lr_ratio": UNIT}
@@ -92,6 +95,7 @@ class ISQLightningModule(L.LightningModule):
         cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
         checkpoint[RANDOM_STATE] = {"cpu": torch.get_rng_state(), "cuda": cuda}
         checkpoint[SCHEDULE_STEPS] = int(self.trainer.estimated_stepping_batches)
+        checkpoint[RUN_SEED] = global_seed()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Set the checkpoint's random state aside for :meth:`on_train_start`: a checkpoint is
@@ -191,6 +195,11 @@ class ISQLightningModule(L.LightningModule):
             optimizer, h.warmup_steps, int(self.trainer.estimated_stepping_batches),
             min_lr_rate=h.min_lr_ratio)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def global_seed() -> int | None:
+    """The run's global seed: what ``seed_everything`` set (``PL_GLOBAL_SEED``), None if unseeded."""
+    return int(os.environ["PL_GLOBAL_SEED"]) if "PL_GLOBAL_SEED" in os.environ else None
 
 
 def trainable_summary(model: ISQModel) -> str:

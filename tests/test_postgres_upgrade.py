@@ -10,6 +10,7 @@ from retrieval.memory.errors import StoreError
 from retrieval.memory.postgres import schema
 from retrieval.memory.postgres.schema import MIGRATIONS, SCHEMA_VERSION
 from retrieval.memory.postgres.store import PostgresStore
+from tests.postgres_server import ROLE
 from tests.test_postgres_store import at_once
 
 
@@ -63,3 +64,22 @@ def test_a_current_schema_opens_whoever_else_is_connected(postgres_url):
     PostgresStore(postgres_url).close()
     with psycopg.connect(postgres_url, application_name="another node"), PostgresStore(postgres_url) as store:
         assert store.users() == []
+
+
+def test_a_session_of_a_role_the_migrating_one_may_not_see_into_is_counted(postgres_server, monkeypatch):
+    """The store's owner, not a superuser, migrates while an earlier node serves as another role:
+    PostgreSQL hides that session's ``backend_type`` from the owner, and the session went uncounted."""
+    monkeypatch.setattr(schema, "ALONE_WAIT_S", 0.3)
+    name = postgres_server.database().rsplit("/", 1)[1]
+    with psycopg.connect(postgres_server.url(name), autocommit=True) as admin:
+        for role in ("owner_node", "reader_node"):
+            admin.execute(f"DO $$ BEGIN CREATE ROLE {role} LOGIN; "
+                          "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+        admin.execute("GRANT CREATE ON SCHEMA public TO owner_node")
+    owner, reader = (postgres_server.url(name).replace(f"//{ROLE}@", f"//{role}@")
+                     for role in ("owner_node", "reader_node"))
+    earlier_version(owner)
+    with psycopg.connect(reader, application_name="old reader"):
+        with pytest.raises(StoreError, match=r"while other sessions .*pid \d+ of reader_node 'old reader'"):
+            PostgresStore(owner)
+        assert schema_version(owner) == SCHEMA_VERSION - 1

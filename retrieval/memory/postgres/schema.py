@@ -311,17 +311,22 @@ def _wait_alone(conn: Connection, where: str, version: int) -> None:
 
 def _other_sessions(conn: Connection) -> list[str]:
     """The database's other client sessions that neither wait for this one nor are marked as nodes
-    of this schema, described."""
+    of this schema, described. A session of a role whose details this one may not see (not a
+    member of it, no ``pg_read_all_stats``) shows its role but a null ``backend_type``: it counts as
+    a client (background workers have no role)."""
     conn.execute("SELECT pg_stat_clear_snapshot()")  # the view is otherwise read once a transaction
     rows = conn.execute(
-        "SELECT pid, application_name, client_addr FROM pg_stat_activity WHERE datname = current_database() "
-        "AND backend_type = 'client backend' AND pid <> pg_backend_pid() "
+        "SELECT pid, usename, application_name, client_addr, backend_type FROM pg_stat_activity "
+        "WHERE datname = current_database() AND usesysid IS NOT NULL "
+        "AND coalesce(backend_type, 'client backend') = 'client backend' AND pid <> pg_backend_pid() "
         "AND NOT pg_backend_pid() = ANY(pg_blocking_pids(pid)) AND NOT EXISTS (SELECT 1 FROM pg_locks "
         "WHERE pg_locks.pid = pg_stat_activity.pid AND locktype = 'advisory' AND granted "
         "AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 2) ORDER BY pid",
         (database.NODE_LOCKS, SCHEMA_VERSION)).fetchall()
-    return [f"pid {row['pid']}" + (f" {row['application_name']!r}" if row["application_name"] else "")
-            + (f" from {row['client_addr']}" if row["client_addr"] else " on a local socket") for row in rows]
+    return [f"pid {row['pid']} of {row['usename']}"
+            + (f" {row['application_name']!r}" if row["application_name"] else "")
+            + (f" from {row['client_addr']}" if row["client_addr"] else
+               " on a local socket" if row["backend_type"] else "") for row in rows]
 
 
 def _version(conn: Connection) -> int:

@@ -98,8 +98,8 @@ def test_a_store_whose_build_stopped_after_its_turns_were_stored_is_refused(tmp_
         with pytest.raises(KeyboardInterrupt):
             evaluate(conversations, models, tmp_path / "built", SETTINGS)
     store = replace(SETTINGS, store=tmp_path / "built" / "store")
-    with pytest.raises(EvaluationError, match=r"turns are stored but not yet taken into its records "
-                                              r"\(from 'D2:\d+'; its ingestion stopped before them\)"):
+    refused = r"turns of conv-t are stored but not yet taken into its records \(from 'D2:\d+'; its ingestion"
+    with pytest.raises(EvaluationError, match=refused):
         evaluate(conversations, models, tmp_path / "stored", store)
     evaluate(conversations, models, tmp_path / "built", SETTINGS)  # resumes the build
     assert evaluate(conversations, models, tmp_path / "stored", store).configs

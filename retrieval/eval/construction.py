@@ -167,7 +167,7 @@ def add_locomo_conversation(conversation: LocomoConversation, memory: Memory,
         if waiting := memory.store.uncovered_turns(cid):
             # the evaluation searches records only: these turns' would be missing from every answer
             raise EvaluationError(
-                f"{memory.store.location}: {len(waiting)} of {cid!r}'s turns are stored but not yet taken "
+                f"{memory.store.location}: {len(waiting)} turns of {cid} are stored but not yet taken "
                 f"into its records (from {waiting[0].turn_id!r}; its ingestion stopped before them): finish "
                 "it first (python -m retrieval.ingest on the same file and store resumes it; a served "
                 "memory: flush the user), then evaluate it")

@@ -165,7 +165,7 @@ def add_locomo_conversation(conversation: LocomoConversation, memory: Memory,
             raise EvaluationError(f"{memory.store.location} holds no memory of {cid!r}")
         _check_stored(memory.store, cid, conversation.turns)
         if waiting := memory.store.uncovered_turns(cid):
-            # the evaluation searches records only: these turns' would be missing from every answer
+            # the evaluation searches records only: these turns would be missing from every answer
             raise EvaluationError(
                 f"{memory.store.location}: {len(waiting)} turns of {cid} are stored but not yet taken "
                 f"into its records (from {waiting[0].turn_id!r}; its ingestion stopped before them): finish "

@@ -3,10 +3,10 @@ cannot take is kept in this process for the run.
 
 The evaluation embeds and fingerprints every question's route queries in one batch before the
 timed retrievals (:func:`retrieval.eval.multi.prepare_queries`), and every configuration and
-recall curve reads them back from the cache. A read-only store writes nothing, so each timed
-retrieval computed its queries again, one query at a time: a run over a store built by
-``retrieval.ingest`` took 21 times a rerun's time, and its multi-route latencies measured model
-forwards. Kept here, they are computed once per run; nothing reaches the store.
+recall curve reads them back from the cache. A read-only store writes nothing, so without this
+each timed retrieval would compute its queries again, one query at a time: a run many times as
+long as a rerun, whose multi-route latencies measure model forwards. Kept here, they are computed
+once per run; nothing reaches the store.
 """
 
 from __future__ import annotations

@@ -140,8 +140,8 @@ class SQLiteConnection:
 
     def __init__(self, directory: Path, *, read_only: bool, role: str,
                  marker: Callable[[sqlite3.Connection, str], Any]) -> None:
-        self.directory = directory
-        self.path = self.directory / DB_NAME
+        self.directory = directory  # absolute (the store's): a later chdir moves no reader, no check
+        self.path = directory / DB_NAME
         self.read_only = read_only
         self._marker = marker
         self._lock: WriterLock | None = None

@@ -6,6 +6,7 @@ numbers, and the cursors and job ids a user sees say nothing of what other users
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from datetime import datetime
 from pathlib import Path
@@ -545,6 +546,22 @@ def test_mcp_refuses_a_message_it_would_not_answer_doing_nothing(http, mem):
     answered = http.post("/mcp", json=add("r-1"), headers=MCP_ACCEPTS)
     assert answered.status_code == 200 and answered.json()["id"] == "r-1", answered.text
     assert [turn.text for turn in mem.store.turns("u") if turn.session_id == "rpc"] == ["Sent with id 'r-1'."]
+
+
+def test_mcp_prompts_and_resources_are_refused_without_echo_or_a_logged_traceback(http, caplog):
+    """The memory has tools only. Asked for a prompt, the SDK raised, and its dispatcher logged
+    the caller's name (newlines and all, up to a body's size: forged log lines, about 40 MB/s of
+    log from one client) with two tracebacks at ERROR."""
+    forged = "x\nINFO:     10.0.0.9:4242 - \"DELETE /v1/user HTTP/1.1\" 200 OK\n" + "y" * 100_000
+    for method, params, field in (("prompts/get", {"name": forged}, "name"),
+                                  ("resources/read", {"uri": f"memory://{'z' * 1000}"}, "uri")):
+        with caplog.at_level(logging.INFO):
+            response = http.post("/mcp", json={"jsonrpc": "2.0", "id": 7, "method": method, "params": params},
+                                 headers=MCP_ACCEPTS)
+        assert response.status_code == 200 and len(response.text) < 300, response.text[:300]
+        assert response.json()["error"]["code"] == -32602
+        assert response.json()["error"]["message"].startswith(f"{field}: no ")
+        assert [r for r in caplog.records if r.levelno >= logging.WARNING or "y" * 50 in r.getMessage()] == []
 
 
 ROOT_LOGGING = """

@@ -22,7 +22,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.shared.exceptions import MCPError
-from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
+from mcp.types import INVALID_PARAMS, CallToolResult, TextContent, Tool, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from retrieval.api.errors import IngestFailed, MemoryAPIError, ReadOnly
@@ -163,6 +163,17 @@ class StrictTools(MCPServer):
         return [tool.model_copy(update={
             "input_schema": {**_plain_descriptions(tool.input_schema), "additionalProperties": False},
             "output_schema": _plain_descriptions(tool.output_schema)}) for tool in await super().list_tools()]
+
+    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None,
+                         context: Context | None = None) -> Any:
+        """The memory has no prompts: a typed refusal that does not echo the name. The SDK's own
+        answer raised, and its dispatcher logged the caller's name (up to a body's size, newlines
+        and all) with two tracebacks at ERROR, once per request."""
+        raise MCPError(INVALID_PARAMS, "name: no prompt (this server has none; it has tools)")
+
+    async def read_resource(self, uri: Any, context: Context | None = None) -> Any:
+        """The memory has no resources: refused as :meth:`get_prompt` is."""
+        raise MCPError(INVALID_PARAMS, "uri: no resource (this server has none; it has tools)")
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
         try:

@@ -1046,6 +1046,31 @@ def test_a_reloaded_stream_that_has_fed_every_open_turn_holds_its_history_not_th
         assert len(mem.flush(user_id="a", session_id="t").amu_ids) == 2
 
 
+def test_a_drain_returns_after_the_streams_its_step_drops_are_dropped(tmp_path, monkeypatch):
+    """The worker told a drain its step was done, then dropped the streams past the bound: a caller
+    that drained could still find the dropped user held (a CI run under load did, once). Here the
+    drop is slowed so that order would show every time."""
+    import time
+
+    from retrieval.api import worker_users
+    from retrieval.api.backlog import Backlog
+
+    monkeypatch.setattr(worker_users, "STREAMS_HELD", 1)
+    drop = Backlog._drop_stream
+
+    def slow_drop(self, user):
+        time.sleep(0.3)
+        drop(self, user)
+
+    monkeypatch.setattr(Backlog, "_drop_stream", slow_drop)
+    with open_memory(tmp_path) as mem:
+        mem.add(chat("b", 4), user_id="b", session_id="main")
+        mem.drain()
+        mem.add(chat("a", 2), user_id="a", session_id="s")
+        mem.drain()
+        assert "b" not in mem._backlog._users and mem.cache_gauges()["user_streams"] == 1
+
+
 def test_a_flush_that_reloads_the_stream_places_itself_after_the_turns_it_fed_not_a_later_add(
         tmp_path, monkeypatch):
     """A flush of a user whose stream was dropped loads it again from the turn log, which an add to

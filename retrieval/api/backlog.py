@@ -198,13 +198,13 @@ class Backlog:
                     self.unindexed.index(user, limit)
         state.fed = last
         state.remember(self.store, user)
+        for other in self._held.fed(user):  # before the step's waiters are told: a drain sees it done
+            self._drop_stream(other)
         with self._changed:
             state.pending -= len(turns) - counted
             state.error, state.failures = None, 0
             self._retries.cancel(user)
             self._changed.notify_all()
-        for other in self._held.fed(user):
-            self._drop_stream(other)
         return amus
 
     def _drop_stream(self, user: str) -> None:

@@ -603,6 +603,26 @@ def test_a_run_prints_what_matters_and_not_third_party_noise(tmp_path):
     assert "trainable parameters: encoder 0 of" in output
 
 
+def test_a_run_whose_standard_output_goes_away_trains_and_exports(tmp_path):
+    """Piped into ``| head -1``, the run lost its reader after the first line: the progress bar's
+    next write exited the process with status 1 and nothing saved. Started with standard output
+    closed (``>&-``), it failed at the first step. Both now train and export."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    args = [sys.executable, "-m", "training.fit", *smoke_args(tmp_path / "piped", 24),
+            "--trainer.enable_progress_bar", "true"]
+    run = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert run.stdout is not None and run.stdout.readline()
+    run.stdout.close()  # as head does after its line
+    _, err = run.communicate(timeout=600)
+    assert run.returncode == 0 and "note: standard output's reader went away" in err, err[-2000:]
+    closed = subprocess.run(["bash", "-c", 'exec "$@" >&-', "fit",
+                             *[sys.executable, "-m", "training.fit", *smoke_args(tmp_path / "closed", 2)]],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert closed.returncode == 0, closed.stderr[-2000:]
+    for run_dir in ("piped", "closed"):
+        assert list((tmp_path / run_dir / "runs").glob("**/fingerprinter/model.safetensors")), run_dir
+
+
 def test_validate_only_reports_codebook_metrics_without_training(tmp_path):
     cli = main(smoke_args(tmp_path, 3, "--validate_only", "true"))
     assert cli.trainer.global_step == 0

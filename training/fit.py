@@ -36,6 +36,7 @@ from training.callbacks import ExportFingerprinter, RunConfigSaver, StepProgress
 from training.data import DialogueDataModule
 from training.module import RUN_SEED, ISQLightningModule, WarmStartError, global_seed
 from training.quiet import quiet_third_party_noise
+from training.spared_stdout import spared_stdout
 
 DEFAULTS = Path(__file__).resolve().with_name("trainer_defaults.yaml")
 
@@ -338,6 +339,11 @@ def remove_empty_run_directories(trainer: Trainer) -> None:
 
 
 def main(args: list[str] | None = None) -> ISQCLI:
+    with spared_stdout():
+        return _main(args)
+
+
+def _main(args: list[str] | None) -> ISQCLI:
     quiet_third_party_noise()
     cli: ISQCLI | None = None
     try:

@@ -630,6 +630,21 @@ def test_a_second_run_refused_into_the_same_out_leaves_the_running_runs_reports(
     assert codes == [0] and (out / "results.json").is_file()
 
 
+def interrupted_flush(at: int):
+    """``Memory.flush`` as a run sees it when Ctrl-C (or a kill) comes at its ``at``-th call."""
+    from retrieval.api.memory import Memory
+
+    flush, calls = Memory.flush, []
+
+    def stopped(memory, **kwargs):
+        calls.append(kwargs["session_id"])
+        if len(calls) == at:
+            raise KeyboardInterrupt
+        return flush(memory, **kwargs)
+
+    return stopped
+
+
 def test_a_run_stopped_half_way_counts_what_it_built_in_the_construction_cost(tmp_path, fingerprinters,
                                                                              monkeypatch):
     """Ctrl-C in the second session: the first session's segments stay built, and what building
@@ -640,16 +655,8 @@ def test_a_run_stopped_half_way_counts_what_it_built_in_the_construction_cost(tm
 
     conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
     models, settings = EvalModels(fingerprinters, HashEmbedder()), EvaluationSettings(progress=False)
-    flush, flushed = Memory.flush, []
-
-    def stopped(memory, **kwargs):
-        flushed.append(kwargs["session_id"])
-        if len(flushed) == 2:
-            raise KeyboardInterrupt
-        return flush(memory, **kwargs)
-
     with monkeypatch.context() as patched:
-        patched.setattr(Memory, "flush", stopped)
+        patched.setattr(Memory, "flush", interrupted_flush(2))
         with pytest.raises(KeyboardInterrupt):
             evaluate(conversations, models, tmp_path / "eval", settings)
     with open_store(tmp_path / "eval" / "store") as store:

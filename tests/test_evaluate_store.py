@@ -15,7 +15,12 @@ from isq.fingerprint import Fingerprinter
 from retrieval.eval.configs import EvaluationError
 from retrieval.eval.locomo import load_locomo
 from retrieval.eval.run import EvalModels, EvaluationSettings, evaluate
-from tests.test_evaluate import HashEmbedder, fingerprinter_dirs, write_locomo  # noqa: F401 - a fixture
+from tests.test_evaluate import (  # noqa: F401 - fingerprinter_dirs is a fixture
+    HashEmbedder,
+    fingerprinter_dirs,
+    interrupted_flush,
+    write_locomo,
+)
 
 SETTINGS = EvaluationSettings(k_dense=2, k_code=2, progress=False)
 
@@ -85,16 +90,8 @@ def test_a_store_whose_build_stopped_after_its_turns_were_stored_is_refused(tmp_
     conversations = load_locomo(write_locomo(tmp_path / "locomo.json"))
     fingerprinters = {name: Fingerprinter.from_pretrained(path) for name, path in fingerprinter_dirs.items()}
     models = EvalModels(fingerprinters, HashEmbedder())
-    flush, flushed = Memory.flush, []
-
-    def killed(memory, **kwargs):
-        flushed.append(kwargs["session_id"])
-        if len(flushed) == 2:
-            raise KeyboardInterrupt
-        return flush(memory, **kwargs)
-
     with pytest.MonkeyPatch.context() as patched:
-        patched.setattr(Memory, "flush", killed)
+        patched.setattr(Memory, "flush", interrupted_flush(2))
         with pytest.raises(KeyboardInterrupt):
             evaluate(conversations, models, tmp_path / "built", SETTINGS)
     store = replace(SETTINGS, store=tmp_path / "built" / "store")

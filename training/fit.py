@@ -259,10 +259,10 @@ def check_checkpoint(path: str | None, model: torch.nn.Module, resume: bool = Fa
             "own model and data settings (the optimiser state holds the first; its best checkpoint was "
             "scored on the second's validation split and its epoch's position counts their batches), so "
             "give those, or start a new run from its export with --model.init_from")
-    if resume and RUN_SEED in saved and saved[RUN_SEED] != global_seed():
+    if resume and RUN_SEED in saved and saved[RUN_SEED] != (seed := global_seed()):
         raise CheckpointError(
             f"--ckpt_path {path}: the run was trained with seed_everything {saved[RUN_SEED]}, not "
-            f"{global_seed()}; a resume goes on with the run's own random state (the checkpoint's), so "
+            f"{seed}; a resume goes on with the run's own random state (the checkpoint's), so "
             "the run it records would not be the run it is: give its seed")
 
 

@@ -56,16 +56,10 @@ def spared_stdout() -> Iterator[None]:
     """``sys.stdout`` spared for the block (:class:`SparedOutput`; ``/dev/null`` if closed), then
     as it was."""
     before = sys.stdout
-    if before is None:
-        with open(os.devnull, "w") as devnull:
-            sys.stdout = devnull
-            try:
-                yield
-            finally:
-                sys.stdout = before
-        return
-    sys.stdout = SparedOutput(before)  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        sys.stdout = before
+    with contextlib.ExitStack() as stack:
+        sys.stdout = (stack.enter_context(open(os.devnull, "w")) if before is None
+                      else SparedOutput(before))  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            sys.stdout = before
